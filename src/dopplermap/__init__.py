@@ -1,0 +1,32 @@
+"""dopplermap: stellar Doppler imaging on JAX.
+
+    import dopplermap as dm
+    star, grid, times, vels, comps = dm.demo_setup()
+    sim = dm.simulate(grid, star, times, vels, comps, dm.DEMO_SPOTS, snr=500)
+    pre = dm.precompute(grid, star, times, vels, comps)
+    res = dm.invert(pre, sim.obs, lmbd=1.0)
+"""
+
+import jax as _jax
+
+_jax.config.update("jax_enable_x64", True)
+
+from .geometry import StarParams, cell_geometry, rotation_phase  # noqa: E402
+from .grid import SurfaceGrid, healpix_grid, latitude_band_grid, make_grid  # noqa: E402
+from .model import LineModel, Precomputed, forward, precompute, synthesize  # noqa: E402
+from .objective import Layout, Observations, chi2, loss, seed_entropy, tikhonov  # noqa: E402
+from .profiles import (  # noqa: E402
+    Component, ComponentSet, LimbDarkening, LocalProfile, gaussian, intensity_ratio, planck, tabulated, voigt,
+)
+from .simulate import DEMO_SPOTS, Simulation, Spot, demo_setup, simulate, spot_map  # noqa: E402
+from .solvers import InversionResult, invert  # noqa: E402
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "StarParams", "cell_geometry", "rotation_phase", "SurfaceGrid", "healpix_grid", "latitude_band_grid",
+    "make_grid", "LineModel", "Precomputed", "forward", "precompute", "synthesize", "Layout", "Observations",
+    "chi2", "loss", "seed_entropy", "tikhonov", "Component", "ComponentSet", "LimbDarkening", "LocalProfile",
+    "gaussian", "intensity_ratio", "planck", "tabulated", "voigt", "DEMO_SPOTS", "Simulation", "Spot",
+    "demo_setup", "simulate", "spot_map", "InversionResult", "invert", "__version__",
+]

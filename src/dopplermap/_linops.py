@@ -1,0 +1,115 @@
+"""Sparse linear maps with fast transposes, as ``jax.custom_vjp`` primitives.
+
+XLA's scatter-add is slow on CPU, and the automatic transpose of a gather is a scatter.
+Both maps here know their transposes as gathers:
+
+* :func:`gather_cells` - values of the cells visible at each epoch, in slot order; its
+  transpose gathers back through the inverse index ``pos``.
+* :func:`deposit` - a weighted histogram of slot values onto velocity bins (a row
+  scatter-add with sorted indices); its transpose is an interpolation (gather).
+
+Their backward functions are plain differentiable ``jax.numpy``, so second derivatives
+(reverse over reverse) work too.
+"""
+
+from __future__ import annotations
+
+
+import functools
+
+import jax
+import jax.numpy as jnp
+
+N_TAPS = 4  # cubic Lagrange interpolation: bins jbase .. jbase + 3
+
+
+def _take_slots(f, cell):
+    # f: (n_cell, K), cell: (n_epoch, n_slot) -> (n_epoch, n_slot, K)
+    return f.at[cell].get(mode="promise_in_bounds")
+
+
+def _take_back(gbar, pos):
+    # gbar: (n_epoch, n_slot, K); pos: (n_epoch, n_cell) in [0, n_slot] (n_slot = pad)
+    padded = jnp.pad(gbar, ((0, 0), (0, 1), (0, 0)))
+    return jnp.take_along_axis(padded, pos[:, :, None], axis=1, mode="promise_in_bounds").sum(axis=0)
+
+
+@jax.custom_vjp
+def gather_cells(f, cell, pos):
+    """``f[cell]``: (n_cell, K) -> (n_epoch, n_slot, K). ``pos`` is the inverse map."""
+    return _take_slots(f, cell)
+
+
+def _gather_fwd(f, cell, pos):
+    return _take_slots(f, cell), (cell, pos)
+
+
+def _gather_bwd(res, gbar):
+    cell, pos = res
+    return _take_back(gbar, pos), None, None
+
+
+gather_cells.defvjp(_gather_fwd, _gather_bwd)
+
+
+def lagrange_weights(t):
+    """Cubic Lagrange weights for nodes -1, 0, 1, 2 at fraction ``t`` in [0, 1)."""
+    return jnp.stack([
+        -t * (t - 1.0) * (t - 2.0) / 6.0,
+        (t + 1.0) * (t - 1.0) * (t - 2.0) / 2.0,
+        -(t + 1.0) * t * (t - 2.0) / 2.0,
+        (t + 1.0) * t * (t - 1.0) / 6.0,
+    ], axis=-1)
+
+
+def _deposit_impl(a, beta, jbase, n_bin):
+    # a: (E, S, K); beta: (E, S, 4); jbase: (E, S) -> (E, n_bin, K)
+    n_e, n_s, n_k = a.shape
+    rows = (jbase + n_bin * jnp.arange(n_e, dtype=jbase.dtype)[:, None]).reshape(-1)
+    out = jnp.zeros((n_e * n_bin, n_k), a.dtype)
+    for m in range(N_TAPS):
+        upd = (a * beta[:, :, m:m + 1]).reshape(-1, n_k)
+        out = out.at[rows + m].add(upd, indices_are_sorted=True, mode="promise_in_bounds")
+    return out.reshape(n_e, n_bin, n_k)
+
+
+def _interp_back(hbar, jbase):
+    # hbar: (E, n_bin, K) -> (E, S, 4, K)
+    idx = jbase[:, :, None] + jnp.arange(N_TAPS, dtype=jbase.dtype)[None, None, :]
+    n_e, n_s, _ = idx.shape
+    g = jnp.take_along_axis(hbar, idx.reshape(n_e, n_s * N_TAPS, 1), axis=1, mode="promise_in_bounds")
+    return g.reshape(n_e, n_s, N_TAPS, hbar.shape[2])
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
+def deposit(a, beta, jbase, n_bin):
+    """Weighted histogram onto velocity bins.
+
+    ``H[e, jbase[e, s] + m, k] += a[e, s, k] * beta[e, s, m]``, m = 0..3.
+
+    Args:
+        a: (n_epoch, n_slot, K) values; slots sorted by ``jbase`` within each epoch.
+        beta: (n_epoch, n_slot, 4) interpolation weights.
+        jbase: (n_epoch, n_slot) int32 first bin of each slot, <= n_bin - 4.
+        n_bin: number of velocity bins (static).
+    Returns:
+        (n_epoch, n_bin, K) histogram.
+    """
+    return _deposit_impl(a, beta, jbase, n_bin)
+
+
+def _deposit_fwd(a, beta, jbase, n_bin):
+    return _deposit_impl(a, beta, jbase, n_bin), (a, beta, jbase)
+
+
+def _deposit_bwd(n_bin, res, hbar):
+    a, beta, jbase = res
+    g = _interp_back(hbar, jbase)  # (E, S, 4, K)
+    abar = jnp.einsum("esmk,esm->esk", g, beta)
+    betabar = jnp.einsum("esmk,esk->esm", g, a)
+    return abar, betabar, None
+
+
+deposit.defvjp(_deposit_fwd, _deposit_bwd)
+
+

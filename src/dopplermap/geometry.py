@@ -1,0 +1,133 @@
+"""Star parameters and the per-epoch geometry of every surface cell.
+
+Conventions (see ``docs/conventions.md``): the rotation axis is z, the observer lies in
+the x-z plane at ``inclination`` from the visible (north) pole. Longitude 0 faces the
+observer at phase 0; the star rotates prograde, so a cell's rotation angle is
+``alpha = lon + Omega(lat) (t - t0)`` and the central-meridian longitude at phase ``phi``
+is ``-2 pi phi`` (mod 2 pi). A positive line-of-sight velocity is a redshift (receding).
+Differential rotation is solar-like: ``Omega(lat) = Omega_eq - dOmega sin^2(lat)``.
+All functions here are pure ``jax.numpy`` and differentiable in the star parameters.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax.numpy as jnp
+import numpy as np
+
+from .constants import DAY_S, R_SUN_KM
+
+__all__ = ["StarParams", "rotation_phase", "cell_geometry", "CellGeometry"]
+
+
+@dataclasses.dataclass(frozen=True)
+class StarParams:
+    """Rotation and orientation of the star.
+
+    Attributes:
+        inclination: angle between rotation axis and line of sight, deg, in (0, 90].
+        vsini: projected equatorial velocity, km/s (> 0). Give it, or ``radius``.
+        period: equatorial rotation period, days (> 0).
+        t0: reference time of phase 0, days (same time scale as the epochs).
+        domega: differential-rotation shear dOmega, rad/day (0 = rigid rotation).
+        radius: equatorial radius, solar radii; used when ``vsini`` is None.
+    """
+
+    inclination: float = 60.0
+    vsini: float | None = 40.0
+    period: float = 1.0
+    t0: float = 0.0
+    domega: float = 0.0
+    radius: float | None = None
+
+    def __post_init__(self):
+        check_star(self)
+
+    @property
+    def omega_eq(self) -> float:
+        """Equatorial angular velocity, rad/day."""
+        return 2.0 * math.pi / self.period
+
+    @property
+    def vsini_kms(self) -> float:
+        """vsini in km/s, from ``vsini`` or from ``radius``, ``period`` and ``inclination``."""
+        if self.vsini is not None:
+            return self.vsini
+        veq = 2.0 * math.pi * self.radius * R_SUN_KM / (self.period * DAY_S)
+        return veq * math.sin(math.radians(self.inclination))
+
+    def replace(self, **changes) -> "StarParams":
+        return dataclasses.replace(self, **changes)
+
+
+def _is_concrete(x) -> bool:
+    return isinstance(x, (int, float, np.floating, np.integer))
+
+
+def check_star(star: StarParams) -> None:
+    """Raise ``ValueError`` naming the field for any out-of-range star parameter."""
+    inc = star.inclination
+    if _is_concrete(inc) and not (0.0 < float(inc) <= 90.0):
+        raise ValueError(f"inclination must be in (0, 90] deg, got {inc!r}")
+    if star.vsini is None and star.radius is None:
+        raise ValueError("give either vsini (km/s) or radius (R_sun), got neither")
+    if _is_concrete(star.vsini) and not float(star.vsini) > 0.0:
+        raise ValueError(f"vsini must be > 0 km/s, got {star.vsini!r}")
+    if _is_concrete(star.radius) and not float(star.radius) > 0.0:
+        raise ValueError(f"radius must be > 0 R_sun, got {star.radius!r}")
+    if _is_concrete(star.period) and not float(star.period) > 0.0:
+        raise ValueError(f"period must be > 0 days, got {star.period!r}")
+    for name in ("inclination", "period", "t0", "domega"):
+        v = getattr(star, name)
+        if _is_concrete(v) and not math.isfinite(float(v)):
+            raise ValueError(f"{name} must be finite, got {v!r}")
+
+
+def rotation_phase(times, t0: float, period: float):
+    """Rotation phase in cycles (not wrapped): ``(times - t0) / period``."""
+    return (jnp.asarray(times) - t0) / period
+
+
+@dataclasses.dataclass(frozen=True)
+class CellGeometry:
+    """Per-epoch, per-cell geometry; every array is (n_epoch, n_cell).
+
+    Attributes:
+        mu: cosine of the angle between the surface normal and the line of sight
+            (<= 0 for cells on the far side).
+        v_los: line-of-sight velocity, km/s, positive = receding (redshift).
+        visible: ``mu > 0``.
+        proj_area: projected solid angle ``area * max(mu, 0)``, sr.
+    """
+
+    mu: jnp.ndarray
+    v_los: jnp.ndarray
+    visible: jnp.ndarray
+    proj_area: jnp.ndarray
+
+
+def cell_geometry(lat, lon, area, times, inclination, vsini, period, t0=0.0, domega=0.0):
+    """Geometry of every cell at every epoch (pure jax, differentiable).
+
+    Args:
+        lat, lon: (n_cell,) rad. area: (n_cell,) sr.
+        times: (n_epoch,) days. inclination: deg. vsini: km/s. period: days.
+        t0: days. domega: rad/day.
+    Returns:
+        :class:`CellGeometry` with (n_epoch, n_cell) arrays.
+    """
+    lat = jnp.asarray(lat)[None, :]
+    lon = jnp.asarray(lon)[None, :]
+    dt = (jnp.asarray(times) - t0)[:, None]
+    inc = jnp.deg2rad(inclination)
+    omega_eq = 2.0 * jnp.pi / period
+    omega = omega_eq - domega * jnp.sin(lat) ** 2
+    alpha = lon + omega * dt
+    coslat = jnp.cos(lat)
+    mu = jnp.sin(inc) * coslat * jnp.cos(alpha) + jnp.cos(inc) * jnp.sin(lat)
+    v_los = vsini * (omega / omega_eq) * coslat * jnp.sin(alpha)
+    visible = mu > 0.0
+    proj_area = jnp.asarray(area)[None, :] * jnp.maximum(mu, 0.0)
+    return CellGeometry(mu=mu, v_los=v_los, visible=visible, proj_area=proj_area)

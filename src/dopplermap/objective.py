@@ -1,0 +1,168 @@
+"""Objective: reduced chi-square plus a regulariser, as in the seed.
+
+With ``x = [fssc (n_cell), fssh (n_cell), rv (n_epoch), amp (n_epoch)]`` (the seed's
+layout)::
+
+    chi2 = sum_e sum_v ((obs[e, v] - model[e, v]) / err[e, v])^2 / (n_epoch n_vel)
+
+    mem  = sum_c w_c [ fssc_c ln(fssc_c / m) + fssh_c ln(fssh_c / m)
+                       + (fssc_c + fssh_c) ln((fssc_c + fssh_c) / (1 - m)) ] / n_cell
+           with w_c = area_c / max(area), m = 1e-5            ("mem": the seed's term)
+
+    tikhonov = sum_(i,j) in edges [(fssc_i - fssc_j)^2 + (fssh_i - fssh_j)^2] / n_edge
+
+    loss = chi2 + lambda * regulariser + penalty * sum_c max(0, fssc_c + fssh_c - 1)^2
+
+The seed never constrains ``fssc + fssh <= 1`` (which keeps ``fssp >= 0``). dopplermap adds
+the quadratic penalty above (``penalty`` = 1e4 by default; zero wherever the constraint
+holds, so the seed's loss is unchanged on feasible maps) and, after the solve, scales any
+remaining tiny excess back onto ``fssc + fssh = 1``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .constants import FILL_MIN
+from .model import Precomputed, forward
+
+__all__ = ["Observations", "Layout", "chi2", "seed_entropy", "tikhonov", "sum_excess",
+           "objective_terms", "loss", "REGULARISERS", "DEFAULT_PENALTY"]
+
+REGULARISERS = ("mem", "tikhonov", "none")
+DEFAULT_PENALTY = 1e4
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True, eq=False)
+class Observations:
+    """Observed line profiles, each normalised by its mean (as the model is).
+
+    Attributes:
+        times: (n_epoch,) days. vels: (n_vel,) km/s, increasing.
+        flux: (n_epoch, n_vel) normalised intensity. err: (n_epoch, n_vel) 1-sigma errors.
+    """
+
+    times: jnp.ndarray
+    vels: jnp.ndarray
+    flux: jnp.ndarray
+    err: jnp.ndarray
+
+    @classmethod
+    def create(cls, times, vels, flux, err, *, source: str = "observations", normalise: bool = False):
+        """Validate and build; ``normalise`` divides each profile (and error) by its mean."""
+        times = np.atleast_1d(np.asarray(times, dtype=float))
+        vels = np.asarray(vels, dtype=float)
+        flux = np.asarray(flux, dtype=float)
+        err = np.asarray(err, dtype=float)
+        if vels.ndim != 1:
+            raise ValueError(f"{source}: vels must be 1-D, got shape {vels.shape}")
+        if np.any(np.diff(vels) <= 0):
+            i = int(np.argmax(np.diff(vels) <= 0))
+            raise ValueError(f"{source}: vels must be strictly increasing, vels[{i}]={vels[i]!r} >= vels[{i + 1}]={vels[i + 1]!r}")
+        want = (times.size, vels.size)
+        for name, arr in (("flux", flux), ("err", err)):
+            if arr.shape != want:
+                raise ValueError(f"{source}: {name} must have shape (n_epoch, n_vel) = {want}, got {arr.shape}")
+            bad = ~np.isfinite(arr)
+            if bad.any():
+                e, v = np.argwhere(bad)[0]
+                raise ValueError(f"{source}: {name} has {int(bad.sum())} NaN/inf values, first at epoch {e}, velocity index {v}")
+        if not np.all(np.isfinite(times)):
+            raise ValueError(f"{source}: times contains NaN or inf")
+        if np.any(err <= 0):
+            e, v = np.argwhere(err <= 0)[0]
+            raise ValueError(f"{source}: err must be > 0, got {err[e, v]!r} at epoch {e}, velocity index {v} "
+                             f"({int((err <= 0).sum())} values <= 0)")
+        if normalise:
+            mean = flux.mean(axis=1, keepdims=True)
+            if np.any(mean <= 0):
+                raise ValueError(f"{source}: a profile has a non-positive mean; cannot normalise")
+            flux, err = flux / mean, err / mean
+        return cls(times=jnp.asarray(times), vels=jnp.asarray(vels), flux=jnp.asarray(flux), err=jnp.asarray(err))
+
+    @property
+    def n_epoch(self) -> int:
+        return int(self.flux.shape[0])
+
+    @property
+    def n_vel(self) -> int:
+        return int(self.flux.shape[1])
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """Split of the flat parameter vector ``[fssc, fssh, rv, amp]``."""
+
+    n_cell: int
+    n_epoch: int
+
+    @property
+    def size(self) -> int:
+        return 2 * self.n_cell + 2 * self.n_epoch
+
+    def split(self, x):
+        n, e = self.n_cell, self.n_epoch
+        return x[:n], x[n:2 * n], x[2 * n:2 * n + e], x[2 * n + e:]
+
+    def join(self, fssc, fssh, rv, amp):
+        xp = jnp if any(isinstance(a, jax.Array) for a in (fssc, fssh, rv, amp)) else np
+        return xp.concatenate([xp.asarray(fssc, dtype=float), xp.asarray(fssh, dtype=float),
+                               xp.asarray(rv, dtype=float), xp.asarray(amp, dtype=float)])
+
+    def initial(self, fill: float = FILL_MIN) -> np.ndarray:
+        """The seed's starting point: all filling factors ``fill``, rv = amp = 0."""
+        return np.concatenate([np.full(2 * self.n_cell, fill), np.zeros(2 * self.n_epoch)])
+
+
+def chi2(model, obs: Observations):
+    """The seed's reduced chi-square: sum of squared normalised residuals / (n_epoch n_vel)."""
+    r = (obs.flux - model) / obs.err
+    return jnp.sum(r * r) / r.size
+
+
+def seed_entropy(fssc, fssh, cell_area, m: float = FILL_MIN):
+    """The seed's maximum-entropy term (see module docstring); lower is 'more entropic'."""
+    wp = cell_area / jnp.max(cell_area)
+    s = fssc + fssh
+    term = fssc * jnp.log(fssc / m) + fssh * jnp.log(fssh / m) + s * jnp.log(s / (1.0 - m))
+    return jnp.sum(wp * term) / fssc.shape[0]
+
+
+def tikhonov(fssc, fssh, edges):
+    """Mean squared difference of filling factors across neighbouring cells."""
+    i, j = edges[:, 0], edges[:, 1]
+    return (jnp.sum((fssc[i] - fssc[j]) ** 2) + jnp.sum((fssh[i] - fssh[j]) ** 2)) / edges.shape[0]
+
+
+def sum_excess(fssc, fssh):
+    """Sum over cells of ``max(0, fssc + fssh - 1)^2``."""
+    return jnp.sum(jnp.maximum(fssc + fssh - 1.0, 0.0) ** 2)
+
+
+def objective_terms(x, lmbd, pre: Precomputed, obs: Observations, regulariser: str = "mem",
+                    penalty: float = DEFAULT_PENALTY):
+    """``(loss, (chi2, regulariser_value, penalty_value))`` for the flat vector ``x``."""
+    lay = Layout(pre.n_cell, pre.n_epoch)
+    fssc, fssh, rv, amp = lay.split(x)
+    c2 = chi2(forward(fssc, fssh, rv, amp, pre), obs)
+    if regulariser == "mem":
+        reg = seed_entropy(fssc, fssh, pre.cell_area)
+    elif regulariser == "tikhonov":
+        reg = tikhonov(fssc, fssh, pre.edges)
+    elif regulariser == "none":
+        reg = jnp.zeros((), x.dtype)
+    else:
+        raise ValueError(f"regulariser must be one of {REGULARISERS}, got {regulariser!r}")
+    pen = penalty * sum_excess(fssc, fssh)
+    return c2 + lmbd * reg + pen, (c2, reg, pen)
+
+
+def loss(x, lmbd, pre: Precomputed, obs: Observations, regulariser: str = "mem",
+         penalty: float = DEFAULT_PENALTY):
+    """Scalar objective (see module docstring)."""
+    return objective_terms(x, lmbd, pre, obs, regulariser, penalty)[0]

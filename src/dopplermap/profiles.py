@@ -1,0 +1,180 @@
+"""Local line profiles, limb-darkening laws and continuum intensities of the components.
+
+Each of the three surface components (photosphere, cool spot, hot spot) has
+
+* a local line profile ``I/Ic(v)`` at disc centre (Gaussian, Voigt or tabulated),
+* a limb-darkening law ``I(mu)/I(1)`` (linear, quadratic or square-root),
+* a continuum intensity relative to the photosphere (given, or Planck at T and lambda).
+
+Profiles are evaluated with NumPy once, at set-up; limb darkening is ``jax.numpy`` so the
+geometry stays differentiable.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import jax.numpy as jnp
+import numpy as np
+from scipy import special
+from scipy.interpolate import CubicSpline
+
+from .constants import C_MS, H_PLANCK, K_BOLTZMANN
+
+__all__ = [
+    "LocalProfile", "gaussian", "voigt", "tabulated", "LimbDarkening", "planck",
+    "intensity_ratio", "Component", "ComponentSet", "COMPONENTS",
+]
+
+COMPONENTS = ("phot", "cool", "hot")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class LocalProfile:
+    """A local line profile ``I/Ic`` as a function of velocity (km/s).
+
+    Build with :func:`gaussian`, :func:`voigt` or :func:`tabulated`. Outside a tabulated
+    range the profile is continuum (1).
+    """
+
+    kind: str
+    depth: float = 0.0
+    fwhm: float = 0.0  # Gaussian FWHM, km/s
+    fwhm_lorentz: float = 0.0  # Lorentzian FWHM (Voigt), km/s
+    velocity: np.ndarray | None = None  # tabulated, km/s
+    intensity: np.ndarray | None = None  # tabulated, I/Ic
+
+    def __call__(self, v) -> np.ndarray:
+        v = np.asarray(v, dtype=float)
+        if self.kind == "gaussian":
+            return 1.0 - self.depth * np.exp(-4.0 * np.log(2.0) * (v / self.fwhm) ** 2)
+        if self.kind == "voigt":
+            sigma = self.fwhm / (2.0 * np.sqrt(2.0 * np.log(2.0)))
+            gamma = 0.5 * self.fwhm_lorentz
+            peak = special.voigt_profile(0.0, sigma, gamma)
+            return 1.0 - self.depth * special.voigt_profile(v, sigma, gamma) / peak
+        if self.kind == "tabulated":
+            spline = CubicSpline(self.velocity, self.intensity - 1.0, bc_type="clamped")
+            inside = (v >= self.velocity[0]) & (v <= self.velocity[-1])
+            return 1.0 + np.where(inside, spline(np.clip(v, self.velocity[0], self.velocity[-1])), 0.0)
+        raise ValueError(f"unknown local-profile kind {self.kind!r}")
+
+    @property
+    def half_width(self) -> float:
+        """Velocity beyond which the profile is continuum to better than 1e-9, km/s."""
+        if self.kind == "gaussian":
+            return self.fwhm / (2 * np.sqrt(2 * np.log(2))) * np.sqrt(2 * np.log(max(self.depth, 1e-300) / 1e-9 + 1))
+        if self.kind == "voigt":  # Lorentzian wings fall slowly: cap at 60 FWHM
+            return 60.0 * max(self.fwhm, self.fwhm_lorentz)
+        return float(max(abs(self.velocity[0]), abs(self.velocity[-1])))
+
+    def equivalent_width(self) -> float:
+        """Equivalent width in km/s: the integral of ``1 - I/Ic`` over velocity."""
+        hw = self.half_width
+        v = np.linspace(-hw, hw, 20001)
+        return float(np.trapezoid(1.0 - self(v), v))
+
+
+def gaussian(depth: float, fwhm: float) -> LocalProfile:
+    """Gaussian absorption line: ``1 - depth exp(-4 ln2 v^2 / fwhm^2)``; fwhm in km/s."""
+    if not 0.0 <= depth < 1.0:
+        raise ValueError(f"line depth must be in [0, 1), got {depth!r}")
+    if not fwhm > 0.0:
+        raise ValueError(f"line fwhm must be > 0 km/s, got {fwhm!r}")
+    return LocalProfile("gaussian", depth=float(depth), fwhm=float(fwhm))
+
+
+def voigt(depth: float, fwhm_gauss: float, fwhm_lorentz: float) -> LocalProfile:
+    """Voigt absorption line of central depth ``depth``; both FWHMs in km/s."""
+    if not 0.0 <= depth < 1.0:
+        raise ValueError(f"line depth must be in [0, 1), got {depth!r}")
+    if not (fwhm_gauss > 0.0 and fwhm_lorentz >= 0.0):
+        raise ValueError(f"Voigt widths must be fwhm_gauss > 0, fwhm_lorentz >= 0 km/s, got {fwhm_gauss!r}, {fwhm_lorentz!r}")
+    return LocalProfile("voigt", depth=float(depth), fwhm=float(fwhm_gauss), fwhm_lorentz=float(fwhm_lorentz))
+
+
+def tabulated(velocity: Sequence[float], intensity: Sequence[float], name: str = "tabulated profile") -> LocalProfile:
+    """Tabulated profile (velocity km/s ascending, I/Ic), resampled by a cubic spline."""
+    v = np.asarray(velocity, dtype=float)
+    i = np.asarray(intensity, dtype=float)
+    if v.ndim != 1 or v.shape != i.shape or v.size < 4:
+        raise ValueError(f"{name}: velocity and intensity must be 1-D of equal length >= 4, got {v.shape} and {i.shape}")
+    if not (np.all(np.isfinite(v)) and np.all(np.isfinite(i))):
+        raise ValueError(f"{name}: velocity/intensity contain NaN or inf")
+    if np.any(np.diff(v) <= 0):
+        raise ValueError(f"{name}: velocity must be strictly increasing")
+    return LocalProfile("tabulated", velocity=v, intensity=i)
+
+
+@dataclasses.dataclass(frozen=True)
+class LimbDarkening:
+    """Limb-darkening law ``I(mu)/I(1)``.
+
+    ``law``: ``"linear"`` (u): ``1 - u (1 - mu)``; ``"quadratic"`` (a, b):
+    ``1 - a (1 - mu) - b (1 - mu)^2``; ``"sqrt"`` (c, d): ``1 - c (1 - mu) - d (1 - sqrt mu)``.
+    """
+
+    law: str = "linear"
+    coeffs: tuple[float, ...] = (0.6,)
+
+    def __post_init__(self):
+        need = {"linear": 1, "quadratic": 2, "sqrt": 2}
+        if self.law not in need:
+            raise ValueError(f"limb-darkening law must be one of {sorted(need)}, got {self.law!r}")
+        if len(self.coeffs) != need[self.law]:
+            raise ValueError(f"{self.law} limb darkening takes {need[self.law]} coefficient(s), got {self.coeffs!r}")
+
+    def __call__(self, mu):
+        mu = jnp.clip(mu, 0.0, 1.0)
+        c = self.coeffs
+        if self.law == "linear":
+            return 1.0 - c[0] * (1.0 - mu)
+        if self.law == "quadratic":
+            return 1.0 - c[0] * (1.0 - mu) - c[1] * (1.0 - mu) ** 2
+        return 1.0 - c[0] * (1.0 - mu) - c[1] * (1.0 - jnp.sqrt(mu))
+
+
+def planck(wavelength_nm, temperature):
+    """Planck spectral radiance B_lambda(T), W m^-3 sr^-1; wavelength in nm, T in K."""
+    lam = np.asarray(wavelength_nm, dtype=float) * 1e-9
+    t = np.asarray(temperature, dtype=float)
+    return 2.0 * H_PLANCK * C_MS**2 / lam**5 / np.expm1(H_PLANCK * C_MS / (lam * K_BOLTZMANN * t))
+
+
+def intensity_ratio(temperature: float, t_phot: float, wavelength_nm: float) -> float:
+    """Continuum intensity at ``temperature`` relative to the photosphere (Planck)."""
+    for name, val in (("temperature", temperature), ("t_phot", t_phot), ("wavelength_nm", wavelength_nm)):
+        if not val > 0:
+            raise ValueError(f"{name} must be > 0, got {val!r}")
+    return float(planck(wavelength_nm, temperature) / planck(wavelength_nm, t_phot))
+
+
+@dataclasses.dataclass(frozen=True)
+class Component:
+    """One surface component: local profile, limb darkening and continuum intensity."""
+
+    profile: LocalProfile
+    limb_darkening: LimbDarkening = LimbDarkening()
+    intensity: float = 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class ComponentSet:
+    """Photosphere, cool spot and hot spot, in that order (``COMPONENTS``)."""
+
+    phot: Component
+    cool: Component
+    hot: Component
+
+    def __iter__(self):
+        return iter((self.phot, self.cool, self.hot))
+
+    @classmethod
+    def from_temperatures(cls, t_phot: float, t_cool: float, t_hot: float, wavelength_nm: float,
+                          profiles: Sequence[LocalProfile], limb_darkening: Sequence[LimbDarkening]):
+        """Components with Planck intensity ratios at ``wavelength_nm``."""
+        temps = (t_phot, t_cool, t_hot)
+        comps = [Component(p, ld, intensity_ratio(t, t_phot, wavelength_nm))
+                 for p, ld, t in zip(profiles, limb_darkening, temps)]
+        return cls(*comps)

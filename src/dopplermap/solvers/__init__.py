@@ -1,0 +1,109 @@
+"""Solvers: the :func:`invert` front door and its back ends.
+
+``invert(pre, obs, lmbd=...)`` builds the objective (see :mod:`dopplermap.objective`),
+compiles its value-and-gradient once per problem shape and minimises it with box bounds
+``[1e-5, 1 - 1e-5]`` on the filling factors (the seed's), free or fixed ``rv``/``amp``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..constants import FILL_MAX, FILL_MIN
+from ..model import Precomputed, forward
+from ..objective import DEFAULT_PENALTY, REGULARISERS, Layout, Observations
+from .result import InversionResult
+from .scipy_lbfgsb import compiled_value_and_grad, lbfgsb
+
+__all__ = ["invert", "bounds", "InversionResult", "project_feasible"]
+
+SOLVERS = ("lbfgsb",)
+
+
+def bounds(layout: Layout, *, fit_rv: bool = True, fit_amp: bool = True, x0=None):
+    """Lower and upper bounds of the flat vector; fixed nuisances get lower = upper = x0."""
+    lo = np.concatenate([np.full(2 * layout.n_cell, FILL_MIN), np.full(2 * layout.n_epoch, -np.inf)])
+    hi = np.concatenate([np.full(2 * layout.n_cell, FILL_MAX), np.full(2 * layout.n_epoch, np.inf)])
+    x0 = layout.initial() if x0 is None else np.asarray(x0, dtype=float)
+    n2 = 2 * layout.n_cell
+    if not fit_rv:
+        lo[n2:n2 + layout.n_epoch] = hi[n2:n2 + layout.n_epoch] = x0[n2:n2 + layout.n_epoch]
+    if not fit_amp:
+        lo[n2 + layout.n_epoch:] = hi[n2 + layout.n_epoch:] = x0[n2 + layout.n_epoch:]
+    return lo, hi
+
+
+def project_feasible(fssc, fssh):
+    """Scale ``(fssc, fssh)`` down where their sum exceeds 1; returns (fssc, fssh, max excess)."""
+    s = fssc + fssh
+    excess = float(np.max(s - 1.0, initial=0.0))
+    scale = np.where(s > 1.0, 1.0 / s, 1.0)
+    return fssc * scale, fssh * scale, max(excess, 0.0)
+
+
+def _check_match(pre: Precomputed, obs: Observations):
+    if obs.n_epoch != pre.n_epoch:
+        raise ValueError(f"observations have {obs.n_epoch} epochs but the precomputed model has {pre.n_epoch}")
+    if obs.n_vel != pre.n_vel:
+        raise ValueError(f"observations have {obs.n_vel} velocities but the precomputed model has {pre.n_vel}")
+    if not np.allclose(np.asarray(obs.vels), np.asarray(pre.line.vels), rtol=0, atol=1e-9):
+        raise ValueError("observations' velocity grid differs from the precomputed model's vels")
+
+
+def invert(pre: Precomputed, obs: Observations, *, lmbd: float = 1.0, regulariser: str = "mem",
+           x0=None, tol: float = 1e-5, maxiter: int = 1000, fit_rv: bool = True, fit_amp: bool = True,
+           penalty: float = DEFAULT_PENALTY, solver: str = "lbfgsb",
+           callback: Callable | None = None) -> InversionResult:
+    """Fit filling-factor maps (and per-epoch rv, amp) to the observations.
+
+    Args:
+        pre: :func:`dopplermap.precompute` output. obs: :class:`Observations`.
+        lmbd: regularisation weight lambda (an argument: no recompilation per value).
+        regulariser: ``"mem"`` (the seed's entropy), ``"tikhonov"`` or ``"none"``.
+        x0: starting vector ``[fssc, fssh, rv, amp]``; default the seed's (1e-5, 0).
+        tol: L-BFGS-B ftol and gtol (the seed used 1e-5). maxiter: iteration cap.
+        fit_rv, fit_amp: whether rv and amp are free.
+        penalty: weight of the ``fssc + fssh <= 1`` penalty.
+        callback: ``callback(iteration, history)`` after every iteration (progress display).
+    """
+    if regulariser not in REGULARISERS:
+        raise ValueError(f"regulariser must be one of {REGULARISERS}, got {regulariser!r}")
+    if solver not in SOLVERS:
+        raise ValueError(f"solver must be one of {SOLVERS}, got {solver!r}")
+    if not np.isfinite(lmbd) or lmbd < 0:
+        raise ValueError(f"lmbd must be a finite number >= 0, got {lmbd!r}")
+    _check_match(pre, obs)
+    layout = Layout(pre.n_cell, pre.n_epoch)
+    x0 = layout.initial() if x0 is None else np.asarray(x0, dtype=np.float64)
+    if x0.shape != (layout.size,):
+        raise ValueError(f"x0 must have shape ({layout.size},) = 2 n_cell + 2 n_epoch, got {x0.shape}")
+    lo, hi = bounds(layout, fit_rv=fit_rv, fit_amp=fit_amp, x0=x0)
+    x0 = np.clip(x0, lo, hi)
+
+    xj = jnp.asarray(x0)
+    lm = jnp.asarray(lmbd, dtype=xj.dtype)
+    fn, timing = compiled_value_and_grad(xj, lm, pre, obs, regulariser, float(penalty))
+
+    def vg(x):
+        return fn(x, lm, pre, obs)
+
+    t0 = time.perf_counter()
+    res, history = lbfgsb(vg, x0, lo, hi, tol=tol, maxiter=maxiter, callback=callback)
+    solve_time = time.perf_counter() - t0
+
+    fssc, fssh, rv, amp = layout.split(np.asarray(res.x))
+    fssc, fssh, excess = project_feasible(fssc, fssh)
+    xf = layout.join(fssc, fssh, rv, amp)
+    val, _, aux = vg(xf)
+    model = np.asarray(forward(jnp.asarray(fssc), jnp.asarray(fssh), jnp.asarray(rv), jnp.asarray(amp), pre))
+    return InversionResult(
+        fssc=fssc, fssh=fssh, rv=rv, amp=amp, loss=float(val), chi2=float(aux[0]),
+        regulariser_value=float(aux[1]), lmbd=float(lmbd), regulariser=regulariser,
+        iterations=int(res.nit), n_eval=int(res.nfev), success=bool(res.success),
+        stop_reason=str(res.message), compile_time=timing["trace_lower"] + timing["compile"],
+        solve_time=solve_time, history=history, model=model, max_sum_excess=excess, solver=solver)
