@@ -101,11 +101,11 @@ def simulate(grid: SurfaceGrid, star: StarParams, times, vels, components: Compo
 
 
 DEMO_SPOTS = (
-    Spot(lat=40.0, lon=40.0, radius=18.0, kind="cool", fill=0.9),
-    Spot(lat=65.0, lon=190.0, radius=15.0, kind="cool", fill=0.85),
-    Spot(lat=5.0, lon=130.0, radius=14.0, kind="cool", fill=0.8),
-    Spot(lat=-20.0, lon=290.0, radius=16.0, kind="cool", fill=0.8),
-    Spot(lat=25.0, lon=250.0, radius=12.0, kind="hot", fill=0.7),
+    Spot(lat=45.0, lon=40.0, radius=18.0, kind="cool", fill=0.9),
+    Spot(lat=70.0, lon=190.0, radius=15.0, kind="cool", fill=0.85),
+    Spot(lat=15.0, lon=120.0, radius=15.0, kind="cool", fill=0.8),
+    Spot(lat=25.0, lon=310.0, radius=14.0, kind="cool", fill=0.8),
+    Spot(lat=30.0, lon=245.0, radius=12.0, kind="hot", fill=0.7),
 )
 
 
