@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..constants import FILL_MAX, FILL_MIN
-from ..model import Precomputed, forward
+from ..model import Precomputed, forward_jit
 from ..objective import DEFAULT_PENALTY, REGULARISERS, Layout, Observations
 from .result import InversionResult
 from .scipy_lbfgsb import compiled_value_and_grad, lbfgsb
@@ -100,7 +100,7 @@ def invert(pre: Precomputed, obs: Observations, *, lmbd: float = 1.0, regularise
     fssc, fssh, excess = project_feasible(fssc, fssh)
     xf = layout.join(fssc, fssh, rv, amp)
     val, _, aux = vg(xf)
-    model = np.asarray(forward(jnp.asarray(fssc), jnp.asarray(fssh), jnp.asarray(rv), jnp.asarray(amp), pre))
+    model = np.asarray(forward_jit(jnp.asarray(fssc), jnp.asarray(fssh), jnp.asarray(rv), jnp.asarray(amp), pre))
     return InversionResult(
         fssc=fssc, fssh=fssh, rv=rv, amp=amp, loss=float(val), chi2=float(aux[0]),
         regulariser_value=float(aux[1]), lmbd=float(lmbd), regulariser=regulariser,
