@@ -209,7 +209,8 @@ def seed_problem(idc, sg, cpcs, *, sources=("idc", "sg", "cpcs")) -> SeedProblem
     data = _get(idc, "data", "idc", s_idc)
 
     noes_raw = np.asarray(_get(sg, "noes", "sg", s_sg))
-    if noes_raw.ndim != 0 or not np.issubdtype(noes_raw.dtype, np.number) or noes_raw != int(noes_raw) or int(noes_raw) < 1:
+    if (noes_raw.ndim != 0 or not np.issubdtype(noes_raw.dtype, np.number) or not np.isfinite(noes_raw)
+            or noes_raw != np.round(noes_raw) or noes_raw < 1):
         raise ValueError(f"{s_sg}: sg['noes'] must be a positive integer, got {noes_raw!r}")
     n_cell = int(noes_raw)
     areas_all = _floats(_get(sg, "grid_areas", "sg", s_sg), "sg['grid_areas']", s_sg, shape=(n_cell,))
