@@ -1,0 +1,1 @@
+"""Readers and writers of problem, observation and result files (one module per format)."""
