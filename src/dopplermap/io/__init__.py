@@ -1,0 +1,1 @@
+"""Reading and writing files: observations, configurations, results."""
