@@ -294,8 +294,7 @@ def _norm_cmap(name, vmin, vmax):
     import matplotlib
     from matplotlib.colors import Normalize, TwoSlopeNorm
 
-    cmap = matplotlib.colormaps[QUANTITIES[name][1]].copy()
-    cmap.set_bad(alpha=0.0)
+    cmap = matplotlib.colormaps[QUANTITIES[name][1]]
     if name == "brightness":
         return TwoSlopeNorm(vcenter=1.0, vmin=vmin, vmax=vmax), cmap
     return Normalize(vmin=vmin, vmax=vmax), cmap
@@ -458,8 +457,7 @@ def plot_orthographic(path, lat, lon, values, *, inclination: float, phases=None
         hi = max(hi, 1.0) * 1.15
     if hi <= lo:
         hi = lo + 1e-3
-    cm = matplotlib.colormaps[cmap].copy()
-    cm.set_bad(alpha=0.0)
+    cm = matplotlib.colormaps[cmap].with_extremes(bad=(0.0, 0.0, 0.0, 0.0))
     sheet = _Sheet(len(rows), phases.size, 2.0, 2.0, 0.2, 0.15, 0.85, (0.35, 0.85, 0.35, 0.08))
     ax = sheet.ax
     im = None

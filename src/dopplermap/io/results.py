@@ -399,7 +399,10 @@ def load_result(path):
     extra = {k: v for k, v in summary.items() if k not in known and k not in bookkeeping}
     types = {"iterations": int, "n_eval": int, "success": bool, "regulariser": str, "stop_reason": str,
              "solver": str}
-    scal = {a: types.get(a, float)(v) for a, v in scalars.items()}
+    scal = {}
+    for a, v in scalars.items():  # summary.json is exact (FITS strips trailing blanks from strings)
+        v = summary.get(a, v)
+        scal[a] = float("nan") if v is None else types.get(a, float)(v)
     return InversionResult(
         fssc=fssc, fssh=fssh, rv=rv, amp=amp, history=history,
         model=None if np.all(np.isnan(model)) else model,
