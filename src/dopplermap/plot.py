@@ -54,7 +54,8 @@ def _save(fig, path, dpi) -> Path:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=f".{fmt}", dir=path.parent)
     os.close(fd)
     try:
-        fig.savefig(tmp, dpi=dpi, format=fmt, facecolor="white")
+        kw = {"pil_kwargs": {"compress_level": 2}} if fmt == "png" else {}
+        fig.savefig(tmp, dpi=dpi, format=fmt, facecolor="white", **kw)
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
@@ -180,38 +181,41 @@ class _Sheet:
     """
 
     def __init__(self, nrow, ncol, pw, ph, gx, gy, scale, margins):
-        self.pw, self.ph, self.gx, self.gy = pw, ph, gx, gy
+        self.pw, self.ph, self.gx, self.gy, self.scale = pw, ph, gx, gy, scale
         left, right, top, bottom = margins
-        w = ncol * pw + (ncol - 1) * gx
-        h = nrow * ph + (nrow - 1) * gy
-        self.fig_w, self.fig_h = w * scale + left + right, h * scale + top + bottom
+        self.w = ncol * pw + (ncol - 1) * gx
+        self.h = nrow * ph + (nrow - 1) * gy
+        self.fig_w, self.fig_h = self.w * scale + left + right, self.h * scale + top + bottom
         self.fig = _figure((self.fig_w, self.fig_h))
-        self.box = (left / self.fig_w, bottom / self.fig_h, w * scale / self.fig_w, h * scale / self.fig_h)
-        self.ax = self.fig.add_axes(self.box)
-        self.ax.set_xlim(0, w)
-        self.ax.set_ylim(-h, 0)
+        self.ax = self.fig.add_axes((0.0, 0.0, 1.0, 1.0))  # the whole figure, in panel data units
+        self.ax.set_xlim(-left / scale, self.w + right / scale)
+        self.ax.set_ylim(-self.h - bottom / scale, top / scale)
         self.ax.set_aspect("auto")
         self.ax.axis("off")
-        self.h = h
 
     def origin(self, r, c):
         """Lower-left corner of panel (r, c) in data units."""
         return c * (self.pw + self.gx), -r * (self.ph + self.gy) - self.ph
 
-    def row_span(self, r, lo=0.0, hi=1.0):
-        """Figure-fraction (y0, height) of the part [lo, hi] (panel fractions) of row r."""
-        _, y0 = self.origin(r, 0)
-        f0 = self.box[1] + (y0 + lo * self.ph + self.h) / self.h * self.box[3]
-        return f0, (hi - lo) * self.ph / self.h * self.box[3]
+    def colorbar(self, norm, cmap, y0, y1, label):
+        """A vertical colour bar right of the panels, from data y0 to y1 (drawn, not an axes)."""
+        from matplotlib.ticker import MaxNLocator
 
-    def colorbar(self, im, r, label, lo=0.1, hi=0.9):
-        y0, hh = self.row_span(r, lo, hi)
-        x0 = self.box[0] + self.box[2] + 0.18 / self.fig_w
-        cax = self.fig.add_axes((x0, y0, 0.14 / self.fig_w, hh))
-        cb = self.fig.colorbar(im, cax=cax)
-        cb.ax.tick_params(labelsize=7)
-        cb.set_label(label, fontsize=7.5)
-        return cb
+        ax, s = self.ax, self.scale
+        x0, x1 = self.w + 0.18 / s, self.w + 0.32 / s
+        grad = cmap(np.linspace(0.0, 1.0, 256)[::-1, None], bytes=True)
+        ax.imshow(grad, extent=(x0, x1, y0, y1), interpolation="bilinear", aspect="auto", zorder=1)
+        ax.plot([x0, x1, x1, x0, x0], [y0, y0, y1, y1, y0], color="k", lw=0.6, zorder=2)
+        vmin, vmax = float(norm.vmin), float(norm.vmax)
+        ticks = [t for t in MaxNLocator(nbins=5).tick_values(vmin, vmax) if vmin - 1e-9 <= t <= vmax + 1e-9]
+        if getattr(norm, "vcenter", None) is not None:  # two-slope: mark the centre, drop crowded ticks
+            c = float(norm.vcenter)
+            ticks = [c] + [t for t in ticks if abs(float(norm(t)) - float(norm(c))) > 0.09]
+        for t in ticks:
+            y = y0 + float(norm(t)) * (y1 - y0)
+            ax.plot([x1, x1 + 0.04 / s], [y, y], color="k", lw=0.6)
+            ax.text(x1 + 0.06 / s, y, f"{t:.3g}", ha="left", va="center", fontsize=7)
+        ax.text(x1 + 0.45 / s, 0.5 * (y0 + y1), label, rotation=90, ha="center", va="center", fontsize=7.5)
 
 
 def _nan_join(segments):
@@ -305,7 +309,7 @@ def _norm_cmap(name, vmin, vmax):
 
 def plot_maps(path, lat, lon, maps: dict, *, truth: dict | None = None, lat_bounds=None, lon_bounds=None,
               inclination: float | None = None, phase_lons=None, projection: str = "mollweide",
-              title: str | None = None, dpi: int = 110, resolution: int = 240) -> Path:
+              title: str | None = None, dpi: int = 100, resolution: int = 240) -> Path:
     """Maps of filling factors / brightness, true beside recovered when ``truth`` is given.
 
     Args:
@@ -337,7 +341,6 @@ def plot_maps(path, lat, lon, maps: dict, *, truth: dict | None = None, lat_boun
         sheet = _Sheet(nrow, ncol, 360.0, 180.0 + pad, 30.0, 14.0, 4.0 / 360.0,
                        (0.55, 1.05, 0.3 if not title else 0.55, 0.45))
     ax = sheet.ax
-    from matplotlib.cm import ScalarMappable
     from matplotlib.collections import PolyCollection
 
     dec = _decor(projection, inclination, phase_lons)
@@ -371,10 +374,9 @@ def plot_maps(path, lat, lon, maps: dict, *, truth: dict | None = None, lat_boun
             if r == 0:
                 ax.text(x0 + sheet.pw / 2, y0 + sheet.ph + (0.12 if projection == "mollweide" else 4), colname,
                         ha="center", va="bottom", fontsize=10)
-        lo = pad / sheet.ph if projection == "mollweide" else 0.0
-        hi_ = 1.0 if projection == "mollweide" else 180.0 / sheet.ph
-        sheet.colorbar(ScalarMappable(norm=norm, cmap=cmap), r, QUANTITIES[name][0], lo=lo + 0.08 * (1 - lo),
-                       hi=lo + 0.92 * (hi_ - lo))
+        _, y0 = sheet.origin(r, 0)
+        lo, hi = (y0 + pad, y0 + sheet.ph) if projection == "mollweide" else (y0, y0 + 180.0)
+        sheet.colorbar(norm, cmap, lo + 0.08 * (hi - lo), hi - 0.08 * (hi - lo), QUANTITIES[name][0])
     if shades:
         ax.add_collection(PolyCollection(shades, zorder=2, **_SHADE), autolim=False)
     if grat:
@@ -430,7 +432,7 @@ def _ortho_graticule(inclination, phase):
 
 def plot_orthographic(path, lat, lon, values, *, inclination: float, phases=None, truth=None, lat_bounds=None,
                       lon_bounds=None, label: str = "relative brightness", cmap: str = "afmhot", vmin=None,
-                      vmax=None, dpi: int = 110, resolution: int = 200) -> Path:
+                      vmax=None, dpi: int = 100, resolution: int = 200) -> Path:
     """The star as seen at 4-8 rotation phases (recovered; the truth above it when given).
 
     Args:
@@ -475,13 +477,10 @@ def plot_orthographic(path, lat, lon, values, *, inclination: float, phases=None
                 ax.text(cx, cy + 1.08, f"phase {ph:.2f}", ha="center", va="bottom", fontsize=8.5)
             if c == 0:
                 ax.text(x0 - 0.08, cy, rowname, rotation=90, ha="right", va="center", fontsize=8.5)
-    y_top, h_top = sheet.row_span(0, 0.05, 0.95)
-    y_bot, _ = sheet.row_span(len(rows) - 1, 0.05, 0.95)
-    cax = sheet.fig.add_axes((sheet.box[0] + sheet.box[2] + 0.15 / sheet.fig_w, y_bot, 0.13 / sheet.fig_w,
-                              y_top + h_top - y_bot))
-    cb = sheet.fig.colorbar(im, cax=cax)
-    cb.ax.tick_params(labelsize=7)
-    cb.set_label(label, fontsize=7.5)
+    from matplotlib.colors import Normalize
+
+    _, ylo = sheet.origin(len(rows) - 1, 0)
+    sheet.colorbar(Normalize(lo, hi), cm, ylo + 0.1, -0.1, label)
     return _save(sheet.fig, path, dpi)
 
 
@@ -500,7 +499,7 @@ def _nice(x):
 
 
 def plot_profiles(path, vels, phases, obs, model, *, err=None, spotless=None, max_profiles: int = 24,
-                  dpi: int = 110) -> Path:
+                  dpi: int = 100) -> Path:
     """Stacked line-profile fits (left) and residuals (right), offset per phase.
 
     Args:
@@ -586,7 +585,7 @@ def _phase_image(phases, rows, n_bins):
 
 
 def plot_dynamic_spectrum(path, vels, phases, obs, model, *, spotless=None, err=None, vsini: float | None = None,
-                          dpi: int = 110, n_bins: int = 300) -> Path:
+                          dpi: int = 100, n_bins: int = 300) -> Path:
     """Dynamic spectra (rotation phase x velocity): spots show as tracks from blue to red.
 
     Panels: observed - unspotted and model - unspotted (when ``spotless`` is given), in % of
@@ -632,14 +631,17 @@ def plot_dynamic_spectrum(path, vels, phases, obs, model, *, spotless=None, err=
         else:
             ax.tick_params(labelleft=False)
         ax.tick_params(labelsize=7.5)
-        cax = ax.inset_axes((0.05, -0.215, 0.9, 0.03))
+        if k == 0 and spotless is not None:
+            continue  # the first two panels share the second one's colour bar
+        shared = k == 1 and spotless is not None
+        cax = ax.inset_axes((-0.95, -0.215, 1.9, 0.03) if shared else (0.05, -0.215, 0.9, 0.03))
         cb = fig.colorbar(im, cax=cax, orientation="horizontal")
         cb.ax.tick_params(labelsize=6.5)
         cb.set_label(unit, fontsize=7.5)
     return _save(fig, path, dpi)
 
 
-def plot_light_curve(path, phases, flux, model, *, err=None, dpi: int = 110) -> Path:
+def plot_light_curve(path, phases, flux, model, *, err=None, dpi: int = 100) -> Path:
     """Light-curve fit (top) and residuals (bottom) against rotation phase.
 
     Args:
@@ -671,7 +673,7 @@ def plot_light_curve(path, phases, flux, model, *, err=None, dpi: int = 110) -> 
     return _save(fig, path, dpi)
 
 
-def plot_convergence(path, history: dict, *, dpi: int = 110) -> Path:
+def plot_convergence(path, history: dict, *, dpi: int = 100) -> Path:
     """Loss, reduced chi-square and regulariser against iteration.
 
     Args:
@@ -706,7 +708,7 @@ def plot_convergence(path, history: dict, *, dpi: int = 110) -> Path:
 # ---------------------------------------------------------------------------- all figures
 
 
-def plot_result(result, out_dir, *, fmt: str = "png", dpi: int = 110, n_views: int = 6,
+def plot_result(result, out_dir, *, fmt: str = "png", dpi: int = 100, n_views: int = 6,
                 max_profiles: int = 24) -> list[Path]:
     """Draw every figure the result's context allows into ``out_dir``; returns the paths.
 

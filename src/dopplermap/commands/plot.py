@@ -14,7 +14,7 @@ def register(group):
                   help="Folder for the figures (default: RESULT_DIR).")
     @click.option("--format", "fmt", type=click.Choice(["png", "pdf", "svg"]), default="png", show_default=True,
                   help="Figure file format.")
-    @click.option("--dpi", type=click.IntRange(30, 600), default=110, show_default=True, help="Resolution of PNGs.")
+    @click.option("--dpi", type=click.IntRange(30, 600), default=100, show_default=True, help="Resolution of PNGs.")
     @click.option("--max-profiles", type=click.IntRange(1, 200), default=24, show_default=True,
                   help="Most line profiles drawn in the stacked-profile figure.")
     def plot(result_dir, out, fmt, dpi, max_profiles):

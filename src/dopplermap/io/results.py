@@ -38,6 +38,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..constants import FILL_MIN
+
 __all__ = ["save_result", "load_result", "with_context", "RESULT_FILES"]
 
 log = logging.getLogger(__name__)
@@ -120,13 +122,20 @@ def _jsonable(v):
     return v
 
 
+def _seed_entropy_np(fssc, fssh, area, m: float = FILL_MIN) -> float:
+    """:func:`dopplermap.objective.seed_entropy` in numpy (no JAX compilation while writing)."""
+    wp = area / np.max(area)
+    s = fssc + fssh
+    term = fssc * np.log(fssc / m) + fssh * np.log(fssh / m) + s * np.log(s / (1.0 - m))
+    return float(np.sum(wp * term) / fssc.shape[0])
+
+
 def _is_result_dir(path: Path) -> bool:
     return (path / _MARKER).is_file()
 
 
 def _map_hdus(res, fits):
     from .. import __version__
-    from ..objective import seed_entropy
 
     grid = res.grid
     if grid is None:
@@ -162,7 +171,7 @@ def _map_hdus(res, fits):
     for key, (attr, comment) in _SCALARS.items():
         v = _jsonable(getattr(res, attr))
         h[key] = (v if v is not None else "NaN", comment)
-    h["ENTROPY"] = (float(seed_entropy(res.fssc, res.fssh, np.asarray(grid.area, float))),
+    h["ENTROPY"] = (_seed_entropy_np(res.fssc, res.fssh, np.asarray(grid.area, float)),
                     "seed maximum-entropy term of the map")
     if res.intensities is not None:
         for key, v in zip(("I_PHOT", "I_COOL", "I_HOT"), res.intensities):
