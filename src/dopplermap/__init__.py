@@ -30,3 +30,7 @@ __all__ = [
     "gaussian", "intensity_ratio", "planck", "tabulated", "voigt", "DEMO_SPOTS", "Simulation", "Spot",
     "demo_setup", "simulate", "spot_map", "InversionResult", "invert", "__version__",
 ]
+
+from .io.results import load_result, save_result  # noqa: E402
+
+__all__ += ["load_result", "save_result"]

@@ -19,6 +19,7 @@ from . import __version__
 COMMAND_MODULES = (
     "dopplermap.commands.demo",
     "dopplermap.commands.seed",
+    "dopplermap.commands.plot",
 )
 
 

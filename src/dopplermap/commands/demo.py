@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import time
 from pathlib import Path
 
@@ -17,24 +17,36 @@ def recovery_correlation(true, fitted, lat, inclination_deg):
 
 
 def run_demo(out: Path, *, lmbd: float, snr: float, n_cell: int, seed: int, quiet: bool, plots: bool) -> dict:
+    """Simulate, invert and write a result folder at ``out``; returns the summary written.
+
+    Progress goes to stderr (rich) unless ``quiet``; figures are drawn unless ``plots`` is False.
+    """
     import dopplermap as dm
 
+    from ..io.results import save_result, with_context
+    from ..progress import Reporter
+
     t_start = time.perf_counter()
-    star, grid, times, vels, comps = dm.demo_setup(n_cell=n_cell, seed=seed)
-    sim = dm.simulate(grid, star, times, vels, comps, dm.DEMO_SPOTS, snr=snr, seed=seed)
-    t_pre = time.perf_counter()
-    pre = dm.precompute(grid, star, times, vels, comps)
-    pre_time = time.perf_counter() - t_pre
-    res = dm.invert(pre, sim.obs, lmbd=lmbd)
-    corr_cool = recovery_correlation(sim.fssc, res.fssc, grid.lat, star.inclination)
-    corr_hot = recovery_correlation(sim.fssh, res.fssh, grid.lat, star.inclination)
-    summary = dict(res.summary(), precompute_time=pre_time, corr_cool=corr_cool, corr_hot=corr_hot,
-                   n_cell=grid.n_cell, n_epoch=len(times), n_vel=len(vels), snr=snr,
-                   total_time=time.perf_counter() - t_start)
-    out.mkdir(parents=True, exist_ok=True)
-    tmp = out / "summary.json.tmp"
-    tmp.write_text(json.dumps(summary, indent=2))
-    tmp.replace(out / "summary.json")
+    with Reporter(quiet=quiet) as rep:
+        with rep.step("simulate"):
+            star, grid, times, vels, comps = dm.demo_setup(n_cell=n_cell, seed=seed)
+            sim = dm.simulate(grid, star, times, vels, comps, dm.DEMO_SPOTS, snr=snr, seed=seed)
+        t_pre = time.perf_counter()
+        with rep.step("precompute"):
+            pre = dm.precompute(grid, star, times, vels, comps)
+        pre_time = time.perf_counter() - t_pre
+        with rep.solve("compile + solve", maxiter=1000) as callback:
+            res = dm.invert(pre, sim.obs, lmbd=lmbd, callback=callback)
+        corr_cool = recovery_correlation(sim.fssc, res.fssc, grid.lat, star.inclination)
+        corr_hot = recovery_correlation(sim.fssh, res.fssh, grid.lat, star.inclination)
+        extra = dict(precompute_time=pre_time, corr_cool=corr_cool, corr_hot=corr_hot, n_cell=grid.n_cell,
+                     n_epoch=len(times), n_vel=len(vels), snr=snr, total_time=time.perf_counter() - t_start)
+        config = {"command": "demo", "lmbd": lmbd, "snr": snr, "n_cell": n_cell, "seed": seed,
+                  "regulariser": res.regulariser, "spots": [dataclasses.asdict(s) for s in dm.DEMO_SPOTS]}
+        with rep.step("write results" + (" + figures" if plots else "")):
+            res = with_context(res, grid=grid, star=star, obs=sim.obs, pre=pre, components=comps,
+                               truth={"fssc": sim.fssc, "fssh": sim.fssh}, config=config, extra=extra)
+            summary = save_result(res, out, plots=plots)
     return summary
 
 

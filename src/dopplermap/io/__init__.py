@@ -1,1 +1,1 @@
-"""Readers and writers of problem, observation and result files (one module per format)."""
+"""Reading and writing files: problems, observations, configurations, results (one module per format)."""

@@ -6,7 +6,19 @@ import dataclasses
 
 import numpy as np
 
-__all__ = ["InversionResult"]
+__all__ = ["InversionResult", "relative_brightness"]
+
+
+def relative_brightness(fssc, fssh, intensities):
+    """(n_cell,) continuum brightness relative to the photosphere.
+
+    ``(fssp I_phot + fssc I_cool + fssh I_hot) / I_phot`` with ``fssp = 1 - fssc - fssh`` and
+    ``intensities = (I_phot, I_cool, I_hot)``.
+    """
+    ip, ic, ih = intensities
+    fssc = np.asarray(fssc, dtype=float)
+    fssh = np.asarray(fssh, dtype=float)
+    return ((1.0 - fssc - fssh) * ip + fssc * ic + fssh * ih) / ip
 
 
 @dataclasses.dataclass
@@ -24,6 +36,17 @@ class InversionResult:
         history: dict of per-iteration arrays (``loss``, ``chi2``, ``regulariser``).
         model: (n_epoch, n_vel) fitted profiles.
         max_sum_excess: largest ``fssc + fssh - 1`` before the final projection.
+
+    Context for result files and figures (optional; filled by
+    :func:`dopplermap.io.results.with_context` and by :func:`dopplermap.load_result`):
+        grid: the :class:`~dopplermap.grid.SurfaceGrid`. star: the :class:`~dopplermap.geometry.StarParams`.
+        obs: the fitted :class:`~dopplermap.objective.Observations`.
+        spotless: (n_epoch, n_vel) model of the unspotted star with the fitted rv and amp.
+        intensities: continuum intensities (phot, cool, hot) relative to the photosphere.
+        truth: ``{"fssc": (n_cell,), "fssh": (n_cell,)}`` true maps of a simulation.
+        light_curve: ``{"times", "flux", "err", "model"}`` (n_obs,) arrays when a light curve was fitted.
+        config: the configuration (JSON-ready dict) that produced the run.
+        extra: further JSON-ready scalars (timings, recovery scores, ...).
     """
 
     fssc: np.ndarray
@@ -45,10 +68,26 @@ class InversionResult:
     model: np.ndarray | None = None
     max_sum_excess: float = 0.0
     solver: str = "lbfgsb"
+    grid: object | None = None
+    star: object | None = None
+    obs: object | None = None
+    spotless: np.ndarray | None = None
+    intensities: tuple | None = None
+    truth: dict | None = None
+    light_curve: dict | None = None
+    config: dict = dataclasses.field(default_factory=dict)
+    extra: dict = dataclasses.field(default_factory=dict)
 
     @property
     def fssp(self) -> np.ndarray:
         return 1.0 - self.fssc - self.fssh
+
+    @property
+    def brightness(self) -> np.ndarray | None:
+        """(n_cell,) continuum brightness relative to the unspotted photosphere (needs ``intensities``)."""
+        if self.intensities is None:
+            return None
+        return relative_brightness(self.fssc, self.fssh, self.intensities)
 
     @property
     def x(self) -> np.ndarray:

@@ -1,0 +1,29 @@
+"""``dopplermap plot RESULT_DIR``: draw the figures of a result folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+
+def register(group):
+    @group.command()
+    @click.argument("result_dir", type=click.Path(file_okay=False, path_type=Path))
+    @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
+                  help="Folder for the figures (default: RESULT_DIR).")
+    @click.option("--format", "fmt", type=click.Choice(["png", "pdf", "svg"]), default="png", show_default=True,
+                  help="Figure file format.")
+    @click.option("--dpi", type=click.IntRange(30, 600), default=100, show_default=True, help="Resolution of PNGs.")
+    @click.option("--max-profiles", type=click.IntRange(1, 200), default=24, show_default=True,
+                  help="Most line profiles drawn in the stacked-profile figure.")
+    def plot(result_dir, out, fmt, dpi, max_profiles):
+        """Draw maps, orthographic views, profile fits, dynamic spectra and convergence of a result."""
+        from ..io.results import load_result
+        from ..plot import plot_result
+
+        res = load_result(result_dir)
+        paths = plot_result(res, out if out is not None else result_dir, fmt=fmt, dpi=dpi,
+                            max_profiles=max_profiles)
+        for p in paths:
+            click.echo(str(p))

@@ -1,0 +1,420 @@
+"""Result folders: standard files an astronomer can keep, written atomically.
+
+A result folder holds::
+
+    map.fits         HDU 1 "MAP": one row per cell (columns below), header with the star,
+                     regularisation and fit statistics; HDU "EDGES": neighbour pairs (I, J);
+                     HDU "CONVERGENCE": per-iteration ITER, LOSS, CHI2, REGUL.
+    profiles.fits    HDU "VELS" (n_vel,) km/s; HDU "PROFILES": one row per epoch with TIME (d),
+                     PHASE, RV (km/s), AMP and (n_vel,) vectors OBS, ERR, MODEL, SPOTLESS, RESID;
+                     HDU "LIGHTCURVE" (TIME, FLUX, ERR, MODEL, RESID) when a light curve was fitted.
+    config.json      the configuration that produced the run (and a verbatim copy of the
+                     user's configuration file when one was given).
+    summary.json     scalar results and timings; written last, with ``"complete": true``.
+    *.png            figures (:mod:`dopplermap.plot`), unless plots are switched off.
+
+MAP columns: LAT, LON (deg, cell centre; longitude 0 faces the observer at phase 0),
+AREA (sr), FSSC, FSSH, FSSP (cool, hot, unspotted filling factors), BRIGHT (continuum
+brightness relative to the unspotted photosphere; NaN when the intensities are unknown),
+LAT_MIN, LAT_MAX, LON_MIN, LON_MAX (deg, cell bounds; latitude-band grids only) and
+TRUE_FSSC, TRUE_FSSH (simulations only).
+
+Everything is written into a hidden temporary folder next to the target, which is renamed
+onto the target only when complete: an interrupted run leaves either the previous result or
+nothing under the target name, never a half-written folder that looks complete.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..constants import FILL_MIN
+
+__all__ = ["save_result", "load_result", "with_context", "RESULT_FILES"]
+
+log = logging.getLogger(__name__)
+
+RESULT_FILES = ("map.fits", "profiles.fits", "config.json", "summary.json")
+_MARKER = "summary.json"
+_FORMAT = "dopplermap-result-1"
+
+# header keyword -> (InversionResult attribute, comment)
+_SCALARS = {
+    "REGUL": ("regulariser", "regulariser: mem, tikhonov or none"),
+    "LAMBDA": ("lmbd", "regularisation weight lambda"),
+    "CHI2": ("chi2", "reduced chi-square of the line profiles"),
+    "REGVAL": ("regulariser_value", "value of the regulariser"),
+    "LOSS": ("loss", "final objective chi2 + lambda * regulariser"),
+    "NITER": ("iterations", "solver iterations"),
+    "NEVAL": ("n_eval", "objective evaluations"),
+    "SUCCESS": ("success", "solver met its tolerance"),
+    "STOPMSG": ("stop_reason", ""),
+    "SOLVER": ("solver", "solver back end"),
+    "CMPTIME": ("compile_time", "[s] compile time"),
+    "SOLVTIME": ("solve_time", "[s] solve time"),
+    "MAXEXCS": ("max_sum_excess", "max(fssc + fssh - 1) before projection"),
+}
+_STAR = {
+    "INCLIN": ("inclination", "[deg] inclination of the rotation axis"),
+    "VSINI": ("vsini", "[km/s] projected equatorial velocity"),
+    "PERIOD": ("period", "[d] equatorial rotation period"),
+    "T0": ("t0", "[d] time of rotation phase 0"),
+    "DOMEGA": ("domega", "[rad/d] differential rotation shear"),
+    "RADIUS": ("radius", "[R_sun] equatorial radius"),
+}
+
+
+def with_context(result, *, grid=None, star=None, obs=None, pre=None, components=None, truth=None,
+                 light_curve=None, config=None, extra=None):
+    """Return ``result`` with the context needed for result files and figures.
+
+    Args:
+        grid: :class:`SurfaceGrid`. star: :class:`StarParams`. obs: :class:`Observations`.
+        pre: :class:`Precomputed`; with it the spotless model (n_epoch, n_vel) is computed.
+        components: :class:`ComponentSet`; gives the relative continuum intensities.
+        truth: ``{"fssc", "fssh"}`` true maps. light_curve: ``{"times", "flux", "err", "model"}``.
+        config: JSON-ready dict. extra: JSON-ready scalars merged into ``result.extra``.
+    """
+    changes = {}
+    if grid is not None:
+        if grid.n_cell != result.fssc.shape[0]:
+            raise ValueError(f"grid has {grid.n_cell} cells but the result has {result.fssc.shape[0]}")
+        changes["grid"] = grid
+    if star is not None:
+        changes["star"] = star
+    if obs is not None:
+        changes["obs"] = obs
+    if pre is not None:
+        import jax.numpy as jnp
+
+        from ..model import forward
+
+        zero = jnp.zeros(pre.n_cell)
+        changes["spotless"] = np.asarray(forward(zero, zero, jnp.asarray(result.rv), jnp.asarray(result.amp), pre))
+    if components is not None:
+        changes["intensities"] = tuple(float(c.intensity) for c in components)
+    if truth is not None:
+        changes["truth"] = {k: np.asarray(truth[k], dtype=float) for k in ("fssc", "fssh")}
+    if light_curve is not None:
+        changes["light_curve"] = {k: np.asarray(v, dtype=float) for k, v in light_curve.items()}
+    if config is not None:
+        changes["config"] = dict(config)
+    if extra is not None:
+        changes["extra"] = {**result.extra, **extra}
+    return dataclasses.replace(result, **changes)
+
+
+def _jsonable(v):
+    if isinstance(v, np.generic):
+        v = v.item()
+    if isinstance(v, float) and not math.isfinite(v):
+        return None if math.isnan(v) else (1e308 if v > 0 else -1e308)
+    return v
+
+
+def _seed_entropy_np(fssc, fssh, area, m: float = FILL_MIN) -> float:
+    """:func:`dopplermap.objective.seed_entropy` in numpy (no JAX compilation while writing)."""
+    wp = area / np.max(area)
+    s = fssc + fssh
+    term = fssc * np.log(fssc / m) + fssh * np.log(fssh / m) + s * np.log(s / (1.0 - m))
+    return float(np.sum(wp * term) / fssc.shape[0])
+
+
+def _is_result_dir(path: Path) -> bool:
+    return (path / _MARKER).is_file()
+
+
+def _map_hdus(res, fits):
+    from .. import __version__
+
+    grid = res.grid
+    if grid is None:
+        raise ValueError("result has no grid: call dopplermap.io.results.with_context(result, grid=...) first")
+    bright = res.brightness
+    cols = [
+        fits.Column("LAT", "D", unit="deg", array=np.degrees(grid.lat)),
+        fits.Column("LON", "D", unit="deg", array=np.degrees(grid.lon)),
+        fits.Column("AREA", "D", unit="sr", array=np.asarray(grid.area, float)),
+        fits.Column("FSSC", "D", array=res.fssc),
+        fits.Column("FSSH", "D", array=res.fssh),
+        fits.Column("FSSP", "D", array=res.fssp),
+        fits.Column("BRIGHT", "D", array=np.full(grid.n_cell, np.nan) if bright is None else bright),
+    ]
+    if grid.lat_bounds is not None and grid.lon_bounds is not None:
+        for name, arr, j in (("LAT_MIN", grid.lat_bounds, 0), ("LAT_MAX", grid.lat_bounds, 1),
+                             ("LON_MIN", grid.lon_bounds, 0), ("LON_MAX", grid.lon_bounds, 1)):
+            cols.append(fits.Column(name, "D", unit="deg", array=np.degrees(arr[:, j])))
+    if res.truth is not None:
+        cols += [fits.Column("TRUE_FSSC", "D", array=res.truth["fssc"]),
+                 fits.Column("TRUE_FSSH", "D", array=res.truth["fssh"])]
+    hdu = fits.BinTableHDU.from_columns(cols, name="MAP")
+    h = hdu.header
+    h["DMVER"] = (__version__, "dopplermap version")
+    h["DMFORMAT"] = (_FORMAT, "result folder format")
+    h["GRIDKIND"] = (grid.kind, "surface grid: bands or healpix")
+    h["NCELL"] = (grid.n_cell, "number of surface cells")
+    if res.star is not None:
+        for key, (attr, comment) in _STAR.items():
+            v = getattr(res.star, attr)
+            if v is not None:
+                h[key] = (float(v), comment)
+    for key, (attr, comment) in _SCALARS.items():
+        v = _jsonable(getattr(res, attr))
+        h[key] = (v if v is not None else "NaN", comment)
+    h["ENTROPY"] = (_seed_entropy_np(res.fssc, res.fssh, np.asarray(grid.area, float)),
+                    "seed maximum-entropy term of the map")
+    if res.intensities is not None:
+        for key, v in zip(("I_PHOT", "I_COOL", "I_HOT"), res.intensities):
+            h[key] = (float(v), "continuum intensity relative to photosphere")
+    h["CONFIG"] = json.dumps(res.config, sort_keys=True, default=str)  # configuration as JSON
+    edges = np.asarray(grid.edges, dtype=np.int64).reshape(-1, 2)
+    ehdu = fits.BinTableHDU.from_columns([fits.Column("I", "K", array=edges[:, 0]),
+                                          fits.Column("J", "K", array=edges[:, 1])], name="EDGES")
+    hist = res.history or {}
+    n_it = len(hist.get("loss", []))
+    hcols = [fits.Column("ITER", "K", array=np.arange(1, n_it + 1))]
+    for name, key in (("LOSS", "loss"), ("CHI2", "chi2"), ("REGUL", "regulariser")):
+        hcols.append(fits.Column(name, "D", array=np.asarray(hist.get(key, np.full(n_it, np.nan)), float)))
+    chdu = fits.BinTableHDU.from_columns(hcols, name="CONVERGENCE")
+    primary = fits.PrimaryHDU()
+    primary.header["DMVER"] = (__version__, "dopplermap version")
+    primary.header["CONTENT"] = ("dopplermap surface map", "")
+    return fits.HDUList([primary, hdu, ehdu, chdu])
+
+
+def _profile_hdus(res, fits):
+    obs = res.obs
+    if obs is None:
+        raise ValueError("result has no observations: call with_context(result, obs=...) first")
+    times = np.asarray(obs.times, float)
+    vels = np.asarray(obs.vels, float)
+    flux = np.asarray(obs.flux, float)
+    err = np.asarray(obs.err, float)
+    n_epoch, n_vel = flux.shape
+    model = np.full_like(flux, np.nan) if res.model is None else np.asarray(res.model, float)
+    spotless = np.full_like(flux, np.nan) if res.spotless is None else np.asarray(res.spotless, float)
+    phase = np.full(n_epoch, np.nan)
+    if res.star is not None:
+        phase = np.mod((times - res.star.t0) / res.star.period, 1.0)
+    vec = f"{n_vel}D"
+    cols = [fits.Column("TIME", "D", unit="d", array=times), fits.Column("PHASE", "D", array=phase),
+            fits.Column("RV", "D", unit="km/s", array=np.asarray(res.rv, float)),
+            fits.Column("AMP", "D", array=np.asarray(res.amp, float)),
+            fits.Column("OBS", vec, array=flux), fits.Column("ERR", vec, array=err),
+            fits.Column("MODEL", vec, array=model), fits.Column("SPOTLESS", vec, array=spotless),
+            fits.Column("RESID", vec, array=flux - model)]
+    vh = fits.ImageHDU(vels, name="VELS")
+    vh.header["BUNIT"] = "km/s"
+    hdus = [fits.PrimaryHDU(), vh, fits.BinTableHDU.from_columns(cols, name="PROFILES")]
+    if res.light_curve is not None:
+        lc = res.light_curve
+        lt = np.asarray(lc["times"], float)
+        lflux = np.asarray(lc["flux"], float)
+        lerr = np.asarray(lc.get("err", np.full_like(lflux, np.nan)), float)
+        lmodel = np.asarray(lc.get("model", np.full_like(lflux, np.nan)), float)
+        hdus.append(fits.BinTableHDU.from_columns(
+            [fits.Column("TIME", "D", unit="d", array=lt), fits.Column("FLUX", "D", array=lflux),
+             fits.Column("ERR", "D", array=lerr), fits.Column("MODEL", "D", array=lmodel),
+             fits.Column("RESID", "D", array=lflux - lmodel)], name="LIGHTCURVE"))
+    return fits.HDUList(hdus)
+
+
+def _summary(res, timings: dict) -> dict:
+    from .. import __version__
+
+    out = {k: _jsonable(v) for k, v in res.summary().items()}
+    out.update({k: _jsonable(v) for k, v in res.extra.items()})
+    if res.star is not None:
+        out["star"] = {k: _jsonable(v) for k, v in dataclasses.asdict(res.star).items()}
+    if res.grid is not None:
+        out["grid_kind"] = res.grid.kind
+    out.update(timings)
+    out["dopplermap_version"] = __version__
+    out["format"] = _FORMAT
+    return out
+
+
+def _write_files(res, tmp: Path, config_file, plots: bool, plot_kwargs: dict) -> dict:
+    """Write every file of a result folder into ``tmp``; returns timings (s)."""
+    from astropy.io import fits
+
+    t0 = time.perf_counter()
+    _map_hdus(res, fits).writeto(tmp / "map.fits")
+    _profile_hdus(res, fits).writeto(tmp / "profiles.fits")
+    (tmp / "config.json").write_text(json.dumps(res.config, indent=2, sort_keys=True, default=str) + "\n")
+    if config_file is not None:
+        src = Path(config_file)
+        name = "config" + src.suffix if src.suffix and src.suffix != ".json" else "config.input" + src.suffix
+        shutil.copyfile(src, tmp / name)
+    t1 = time.perf_counter()
+    figures = []
+    if plots:
+        from .. import plot
+
+        figures = [p.name for p in plot.plot_result(res, tmp, **plot_kwargs)]
+    t2 = time.perf_counter()
+    return {"write_time": t1 - t0, "plot_time": t2 - t1, "figures": figures}
+
+
+def save_result(result, path, *, plots: bool = True, config_file=None, overwrite: bool = True,
+                plot_kwargs: dict | None = None) -> dict:
+    """Write a result folder at ``path`` atomically; returns the summary dict written.
+
+    Args:
+        result: :class:`InversionResult` with context (see :func:`with_context`).
+        path: target folder. If it exists it must be an earlier result folder (it is then
+            replaced, when ``overwrite``) or empty.
+        plots: also draw the figures of :func:`dopplermap.plot.plot_result`.
+        config_file: the user's configuration file, copied verbatim.
+        plot_kwargs: passed to :func:`dopplermap.plot.plot_result`.
+    """
+    path = Path(path)
+    if path.exists():
+        if not path.is_dir():
+            raise ValueError(f"result path {path} exists and is not a folder")
+        if any(path.iterdir()) and not _is_result_dir(path):
+            raise ValueError(f"result path {path} exists, is not empty and is not a dopplermap result folder; "
+                             "choose another output folder")
+        if _is_result_dir(path) and not overwrite:
+            raise ValueError(f"result folder {path} exists (overwrite=False)")
+    if config_file is not None and not Path(config_file).is_file():
+        raise ValueError(f"config_file {config_file} does not exist")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.partial-", dir=path.parent))
+    try:
+        t0 = time.perf_counter()
+        timings = _write_files(result, tmp, config_file, plots, plot_kwargs or {})
+        summary = _summary(result, {"write_time": timings["write_time"], "plot_time": timings["plot_time"]})
+        summary["figures"] = timings["figures"]
+        summary["files"] = sorted(p.name for p in tmp.iterdir()) + [_MARKER]
+        summary["complete"] = True
+        summary["save_time"] = time.perf_counter() - t0
+        with open(tmp / _MARKER, "w") as fh:  # the completeness marker: written last
+            json.dump(summary, fh, indent=2)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o755)
+        _swap_into_place(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    log.info("wrote result folder %s (%.2f s)", path, summary["save_time"])
+    return summary
+
+
+def _swap_into_place(tmp: Path, path: Path) -> None:
+    if not path.exists():
+        os.rename(tmp, path)
+        return
+    old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old-", dir=path.parent))
+    os.rmdir(old)
+    os.rename(path, old)
+    os.rename(tmp, path)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _header_value(h, key):
+    v = h.get(key)
+    return float("nan") if v == "NaN" else v
+
+
+def load_result(path):
+    """Read a result folder written by :func:`save_result` into an :class:`InversionResult`.
+
+    Raises ``ValueError`` when ``path`` is not a complete result folder.
+    """
+    from astropy.io import fits
+
+    from ..geometry import StarParams
+    from ..grid import SurfaceGrid
+    from ..objective import Observations
+    from ..solvers.result import InversionResult
+
+    path = Path(path)
+    if not path.is_dir():
+        raise ValueError(f"result folder {path} does not exist")
+    marker = path / _MARKER
+    if not marker.is_file():
+        raise ValueError(f"{path} is not a complete dopplermap result folder (no {_MARKER})")
+    try:
+        summary = json.loads(marker.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{marker}: not valid JSON ({exc})") from exc
+    if not summary.get("complete"):
+        raise ValueError(f"{marker}: result folder is incomplete")
+    for name in ("map.fits", "profiles.fits"):
+        if not (path / name).is_file():
+            raise ValueError(f"{path} is missing {name}")
+
+    with fits.open(path / "map.fits") as hdul:
+        if "MAP" not in hdul:
+            raise ValueError(f"{path / 'map.fits'}: no MAP extension")
+        m = hdul["MAP"].data
+        h = hdul["MAP"].header
+        names = set(m.columns.names)
+        lat = np.radians(np.asarray(m["LAT"], float))
+        lon = np.radians(np.asarray(m["LON"], float))
+        latb = lonb = None
+        if {"LAT_MIN", "LAT_MAX", "LON_MIN", "LON_MAX"} <= names:
+            latb = np.radians(np.stack([m["LAT_MIN"], m["LAT_MAX"]], axis=1).astype(float))
+            lonb = np.radians(np.stack([m["LON_MIN"], m["LON_MAX"]], axis=1).astype(float))
+        edges = np.stack([hdul["EDGES"].data["I"], hdul["EDGES"].data["J"]], axis=1).astype(np.int64)
+        grid = SurfaceGrid(lat=lat, lon=lon, area=np.asarray(m["AREA"], float), edges=edges,
+                           kind=h.get("GRIDKIND", "bands"), lat_bounds=latb, lon_bounds=lonb)
+        fssc = np.asarray(m["FSSC"], float)
+        fssh = np.asarray(m["FSSH"], float)
+        truth = None
+        if {"TRUE_FSSC", "TRUE_FSSH"} <= names:
+            truth = {"fssc": np.asarray(m["TRUE_FSSC"], float), "fssh": np.asarray(m["TRUE_FSSH"], float)}
+        star = None
+        if "INCLIN" in h:
+            star = StarParams(**{attr: (float(h[key]) if key in h else None) for key, (attr, _) in _STAR.items()
+                                 if key in h or attr in ("vsini", "radius")})
+        scalars = {attr: _header_value(h, key) for key, (attr, _) in _SCALARS.items()}
+        intens = tuple(float(h[k]) for k in ("I_PHOT", "I_COOL", "I_HOT")) if "I_PHOT" in h else None
+        c = hdul["CONVERGENCE"].data
+        history = {"loss": np.asarray(c["LOSS"], float), "chi2": np.asarray(c["CHI2"], float),
+                   "regulariser": np.asarray(c["REGUL"], float)}
+
+    with fits.open(path / "profiles.fits") as hdul:
+        vels = np.asarray(hdul["VELS"].data, float)
+        p = hdul["PROFILES"].data
+        obs = Observations.create(np.asarray(p["TIME"], float), vels, np.asarray(p["OBS"], float),
+                                  np.asarray(p["ERR"], float), source=str(path / "profiles.fits"))
+        model = np.asarray(p["MODEL"], float)
+        spotless = np.asarray(p["SPOTLESS"], float)
+        rv = np.asarray(p["RV"], float)
+        amp = np.asarray(p["AMP"], float)
+        light_curve = None
+        if "LIGHTCURVE" in hdul:
+            lc = hdul["LIGHTCURVE"].data
+            light_curve = {k.lower(): np.asarray(lc[k], float) for k in ("TIME", "FLUX", "ERR", "MODEL")}
+            light_curve["times"] = light_curve.pop("time")
+
+    config = json.loads((path / "config.json").read_text()) if (path / "config.json").is_file() else {}
+    known = {attr for attr, _ in _SCALARS.values()}
+    bookkeeping = {"star", "grid_kind", "dopplermap_version", "format", "figures", "files", "complete",
+                   "write_time", "plot_time", "save_time"}
+    extra = {k: v for k, v in summary.items() if k not in known and k not in bookkeeping}
+    types = {"iterations": int, "n_eval": int, "success": bool, "regulariser": str, "stop_reason": str,
+             "solver": str}
+    scal = {}
+    for a, v in scalars.items():  # summary.json is exact (FITS strips trailing blanks from strings)
+        v = summary.get(a, v)
+        scal[a] = float("nan") if v is None else types.get(a, float)(v)
+    return InversionResult(
+        fssc=fssc, fssh=fssh, rv=rv, amp=amp, history=history,
+        model=None if np.all(np.isnan(model)) else model,
+        spotless=None if np.all(np.isnan(spotless)) else spotless,
+        grid=grid, star=star, obs=obs, intensities=intens, truth=truth, light_curve=light_curve,
+        config=config, extra=extra, **scal)

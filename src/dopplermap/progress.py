@@ -1,0 +1,118 @@
+"""Live progress for long steps (precompute, solve) and logging.
+
+    with Reporter(quiet=False) as rep:
+        with rep.step("precompute"):
+            pre = dm.precompute(...)
+        with rep.solve(maxiter=1000) as cb:
+            res = dm.invert(pre, obs, callback=cb)
+
+The display (rich, on stderr) shows each step with a spinner and its elapsed time; the
+solve shows iteration, loss and reduced chi-square, updated from the solver's per-iteration
+callback (never from inside compiled code). ``quiet=True`` shows nothing. Every step is also
+logged through :mod:`logging` (logger ``dopplermap.progress``): INFO when a step ends,
+DEBUG per iteration.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+
+__all__ = ["Reporter"]
+
+log = logging.getLogger(__name__)
+
+
+class Reporter:
+    """Progress display and step logging; a context manager.
+
+    Args:
+        quiet: no live display (logging still happens).
+        console: a :class:`rich.console.Console` (default: stderr).
+        transient: remove the display when it stops (default: keep the final state).
+    """
+
+    def __init__(self, quiet: bool = False, console=None, transient: bool = False):
+        self.quiet = quiet
+        self._console = console
+        self._transient = transient
+        self._progress = None
+        self.timings: dict[str, float] = {}
+
+    def __enter__(self):
+        if not self.quiet:
+            from rich.console import Console
+            from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+            console = self._console if self._console is not None else Console(stderr=True)
+            self._progress = Progress(
+                SpinnerColumn(finished_text="[green]✓"), TextColumn("{task.description:<18}"),
+                TimeElapsedColumn(), TextColumn("{task.fields[info]}"),
+                console=console, transient=self._transient, refresh_per_second=8)
+            self._progress.start()
+        return self
+
+    def __exit__(self, *exc):
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+        return False
+
+    def _add(self, description: str):
+        if self._progress is None:
+            return None
+        return self._progress.add_task(description, total=None, info="")
+
+    def _finish(self, task, info: str):
+        if self._progress is not None and task is not None:
+            self._progress.update(task, total=1, completed=1, info=info)
+            self._progress.stop_task(task)
+
+    @contextlib.contextmanager
+    def step(self, name: str):
+        """Show ``name`` with a spinner while the block runs; records and logs its time."""
+        task = self._add(name)
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            dt = time.perf_counter() - t0
+            self.timings[name] = dt
+            self._finish(task, f"{dt:.2f} s")
+            log.info("%s: %.2f s", name, dt)
+
+    @contextlib.contextmanager
+    def solve(self, name: str = "solve", maxiter: int | None = None):
+        """Yield a ``callback(iteration, history)`` for :func:`dopplermap.invert`.
+
+        Before the first iteration the line reads "compile + solve" (compilation happens
+        then); afterwards it shows iteration, loss and chi-square.
+        """
+        task = self._add(f"{name} (compiling)")
+        t0 = time.perf_counter()
+        state = {"it": 0, "loss": float("nan"), "chi2": float("nan")}
+
+        def info():
+            cap = f"/{maxiter}" if maxiter else ""
+            return f"iteration {state['it']}{cap}  loss {state['loss']:.6g}  chi2 {state['chi2']:.5g}"
+
+        def callback(iteration, history):
+            state["it"] = int(iteration)
+            state["loss"] = float(history["loss"][-1]) if len(history.get("loss", ())) else float("nan")
+            chi = history.get("chi2", ())
+            state["chi2"] = float(chi[-1]) if len(chi) else float("nan")
+            log.debug("%s iteration %d: loss %.8g chi2 %.6g", name, state["it"], state["loss"], state["chi2"])
+            if self._progress is not None and task is not None:
+                self._progress.update(task, description=name, info=info())
+
+        try:
+            yield callback
+        finally:
+            dt = time.perf_counter() - t0
+            self.timings[name] = dt
+            self._finish(task, info())
+            if self._progress is not None and task is not None:
+                self._progress.update(task, description=name)
+            log.info("%s: %d iterations, loss %.6g, chi2 %.5g, %.2f s", name, state["it"], state["loss"],
+                     state["chi2"], dt)

@@ -1,0 +1,79 @@
+"""Progress display and logging."""
+
+from __future__ import annotations
+
+import io
+import logging
+
+import numpy as np
+
+from dopplermap.progress import Reporter
+from dopplermap.solvers.scipy_lbfgsb import lbfgsb
+
+
+def quadratic(x):
+    """(value, grad, aux) of a bounded quadratic, in the solver's protocol."""
+    target = np.linspace(-1, 2, x.size)
+    r = x - target
+    val = float(r @ r)
+    return val, 2 * r, (val / x.size, 0.5, 0.0)
+
+
+def console():
+    from rich.console import Console
+
+    buf = io.StringIO()
+    return Console(file=buf, force_terminal=False, width=120), buf
+
+
+def test_steps_and_solve_are_displayed_and_logged(caplog):
+    con, buf = console()
+    caplog.set_level(logging.DEBUG, logger="dopplermap.progress")
+    with Reporter(console=con) as rep:
+        with rep.step("precompute"):
+            pass
+        with rep.solve("solve", maxiter=50) as cb:
+            res, hist = lbfgsb(quadratic, np.zeros(10), np.full(10, -5.0), np.full(10, 1.5), callback=cb)
+    out = buf.getvalue()
+    assert "precompute" in out and "solve" in out
+    n_it = len(hist["loss"])
+    assert n_it >= 2
+    assert f"iteration {n_it}/50" in out
+    assert f"chi2 {hist['chi2'][-1]:.5g}" in out
+    assert set(rep.timings) == {"precompute", "solve"}
+    msgs = [r.getMessage() for r in caplog.records]
+    assert any(m.startswith("precompute:") for m in msgs)
+    assert any(m.startswith(f"solve: {n_it} iterations") for m in msgs)
+    assert sum("iteration" in m and r.levelno == logging.DEBUG for m, r in zip(msgs, caplog.records)) == n_it
+
+
+def test_quiet_shows_nothing_but_still_logs(caplog):
+    con, buf = console()
+    caplog.set_level(logging.INFO, logger="dopplermap.progress")
+    with Reporter(quiet=True, console=con) as rep:
+        with rep.step("precompute"):
+            pass
+        with rep.solve(maxiter=20) as cb:
+            lbfgsb(quadratic, np.zeros(5), np.full(5, -5.0), np.full(5, 5.0), callback=cb)
+    assert buf.getvalue() == ""
+    assert any(r.getMessage().startswith("solve:") for r in caplog.records)
+
+
+def test_step_records_time_even_on_error():
+    con, _ = console()
+    rep = Reporter(console=con)
+    with rep:
+        try:
+            with rep.step("failing"):
+                raise ValueError("bad input")
+        except ValueError:
+            pass
+    assert "failing" in rep.timings
+
+
+def test_cli_verbose_logging_and_quiet_demo_flag():
+    from dopplermap.cli import group
+
+    demo = group.commands["demo"]
+    assert any(p.name == "quiet" for p in demo.params)
+    assert any(p.name == "no_plots" for p in demo.params)
