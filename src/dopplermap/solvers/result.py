@@ -45,6 +45,7 @@ class InversionResult:
     model: np.ndarray | None = None
     max_sum_excess: float = 0.0
     solver: str = "lbfgsb"
+    chi2_lc: float | None = None  # light-curve reduced chi-square of a joint fit
 
     @property
     def fssp(self) -> np.ndarray:
