@@ -1,0 +1,1 @@
+"""Readers and writers of observations, results and configuration (one module per format family)."""
