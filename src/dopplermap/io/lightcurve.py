@@ -38,11 +38,11 @@ def _validate(where, arr, lines):
         bad = ~np.isfinite(arr[:, col])
         if bad.any():
             i = int(np.argmax(bad))
-            raise ValueError(f"{where}:{lines[i]}: {name} is {arr[i, col]!r} (NaN or inf not allowed)")
+            raise ValueError(f"{where}:{lines[i]}: {name} is {float(arr[i, col])!r} (NaN or inf not allowed)")
     bad = arr[:, 2] <= 0
     if bad.any():
         i = int(np.argmax(bad))
-        raise ValueError(f"{where}:{lines[i]}: error must be > 0, got {arr[i, 2]!r} ({int(bad.sum())} values <= 0)")
+        raise ValueError(f"{where}:{lines[i]}: error must be > 0, got {float(arr[i, 2])!r} ({int(bad.sum())} values <= 0)")
     if arr.shape[0] < 2:
         raise ValueError(f"{where}: needs at least 2 rows, got {arr.shape[0]}")
     order = np.argsort(arr[:, 0], kind="stable")
@@ -120,7 +120,7 @@ def write_lightcurve(path, time, flux, err, fmt: str = "csv"):
     elif fmt in ("csv", "text"):
         sep = "," if fmt == "csv" else " "
         head = "time,flux,err\n" if fmt == "csv" else "# time flux err\n"
-        body = "\n".join(sep.join(f"{x:.12g}" for x in r) for r in np.stack([t, f, e], axis=1))
+        body = "\n".join(sep.join(f"{x:.17g}" for x in r) for r in np.stack([t, f, e], axis=1))
         tmp.write_text(head + body + "\n")
     else:
         raise ValueError(f"light-curve write format must be 'csv', 'text' or 'fits', got {fmt!r}")

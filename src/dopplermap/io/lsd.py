@@ -80,15 +80,15 @@ def _check_rows(path, rows, lines):
         bad = ~np.isfinite(arr[:, col])
         if bad.any():
             i = int(np.argmax(bad))
-            raise ValueError(f"{path}:{lines[i]}: {name} is {arr[i, col]!r} (NaN or inf not allowed)")
+            raise ValueError(f"{path}:{lines[i]}: {name} is {float(arr[i, col])!r} (NaN or inf not allowed)")
     bad = arr[:, 2] <= 0
     if bad.any():
         i = int(np.argmax(bad))
-        raise ValueError(f"{path}:{lines[i]}: error must be > 0, got {arr[i, 2]!r} ({int(bad.sum())} values <= 0 in file)")
+        raise ValueError(f"{path}:{lines[i]}: error must be > 0, got {float(arr[i, 2])!r} ({int(bad.sum())} values <= 0 in file)")
     dv = np.diff(arr[:, 0])
     if np.any(dv <= 0):
         i = int(np.argmax(dv <= 0)) + 1
-        raise ValueError(f"{path}:{lines[i]}: velocities must increase, {arr[i, 0]!r} follows {arr[i - 1, 0]!r}")
+        raise ValueError(f"{path}:{lines[i]}: velocities must increase, {float(arr[i, 0])!r} follows {float(arr[i - 1, 0])!r}")
     if arr.shape[0] < 3:
         raise ValueError(f"{path}: needs at least 3 data rows, got {arr.shape[0]}")
     return LineProfile(vels=arr[:, 0].copy(), flux=arr[:, 1].copy(), err=arr[:, 2].copy(), source=str(path))
