@@ -38,7 +38,7 @@ from typing import Sequence
 import numpy as np
 
 __all__ = ["LineProfile", "read_lsd", "write_lsd", "read_times_table", "times_from_pattern", "resample",
-           "load_observations", "FORMATS"]
+           "load_observations", "read_local_profile", "FORMATS"]
 
 FORMATS = ("auto", "donati", "text", "fits")
 _FITS_EXT = (".fits", ".fit", ".fts", ".fits.gz", ".fit.gz")
@@ -370,3 +370,40 @@ def load_observations(paths: Sequence, *, times=None, times_table=None, time_pat
         raise ValueError(f"files {paths[order[i]].name!r} and {paths[order[i + 1]].name!r} have the same time {t[order[i]]!r}")
     return Observations.create(t[order], vels, flux[order], err[order], source=f"{len(paths)} profile files",
                                normalise=normalise)
+
+
+def read_local_profile(path):
+    """Tabulated local profile: text columns velocity (km/s, increasing), I/Ic [, ...].
+
+    Returns a :class:`dopplermap.LocalProfile`; errors name the file and line.
+    """
+    from ..profiles import tabulated
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"local-profile file not found: {path}")
+    rows, lines, header_seen = [], [], False
+    for ln, line in enumerate(path.read_text().splitlines(), start=1):
+        s = line.strip()
+        if not s or s.startswith("#") or s.startswith("***"):
+            continue
+        toks = _split(s)
+        if not rows and not header_seen:
+            try:
+                [float(t) for t in toks]
+            except ValueError:
+                header_seen = True
+                continue
+        if len(toks) < 2:
+            raise ValueError(f"{path}:{ln}: expected at least 2 columns (velocity, I/Ic), got {len(toks)}")
+        row = [_float(t, f"{path}:{ln}") for t in toks[:2]]
+        if not all(math.isfinite(x) for x in row):
+            raise ValueError(f"{path}:{ln}: NaN or inf value")
+        if rows and row[0] <= rows[-1][0]:
+            raise ValueError(f"{path}:{ln}: velocities must increase, {row[0]!r} follows {rows[-1][0]!r}")
+        rows.append(row)
+        lines.append(ln)
+    if len(rows) < 4:
+        raise ValueError(f"{path}: needs at least 4 rows (velocity, I/Ic), got {len(rows)}")
+    arr = np.asarray(rows)
+    return tabulated(arr[:, 0], arr[:, 1], name=str(path))
