@@ -4,7 +4,7 @@ The Roche potential of a rigidly rotating star of mass ``M`` and angular velocit
 (colatitude ``theta``) is ``Phi = -G M / r - omega^2 r^2 sin^2(theta) / 2``. The surface is
 the equipotential through the equatorial radius ``R_eq``; in units of ``R_eq`` its radius
 ``x(theta)`` solves ``1/x + w x^2 sin^2(theta) / 2 = 1 + w / 2`` with
-``w = omega^2 R_eq^3 / (G M)`` (break-up at ``w = 8/27``). Effective gravity
+``w = omega^2 R_eq^3 / (G M)`` (break-up at ``w = 1``, where ``R_pole = 2/3 R_eq``). Effective gravity
 ``g = -grad Phi`` and the local temperature ``T = T_pole (g / g_pole)^beta`` (von Zeipel:
 ``beta = 0.25`` for radiative envelopes, about 0.08 for convective ones).
 
@@ -28,7 +28,7 @@ from .profiles import planck
 
 __all__ = ["roche_parameter", "roche_radius", "effective_gravity", "gravity_darkening_factors"]
 
-W_BREAKUP = 8.0 / 27.0
+W_BREAKUP = 1.0  # omega^2 R_eq = G M / R_eq^2: centrifugal force equals gravity at the equator
 
 
 def equatorial_radius_km(star: StarParams) -> float:
@@ -48,7 +48,7 @@ def roche_parameter(mass: float, period: float, r_eq_km: float) -> float:
     r = r_eq_km * 1e3
     w = omega**2 * r**3 / (G_SI * mass * M_SUN_KG)
     if w >= W_BREAKUP:
-        raise ValueError(f"star rotates at or beyond break-up: omega^2 R_eq^3 / (G M) = {w:.3f} >= 8/27 "
+        raise ValueError(f"star rotates at or beyond break-up: omega^2 R_eq^3 / (G M) = {w:.3f} >= 1 "
                          f"(mass {mass} M_sun, period {period} d, R_eq {r_eq_km / R_SUN_KM:.3f} R_sun)")
     return w
 
