@@ -116,3 +116,23 @@ def test_joint_fit_keeps_or_improves_map_and_both_chi2_near_one():
     assert cool_j >= cool_l - 1e-3 and bright_j >= bright_l - 1e-3, (cool_l, cool_j, bright_l, bright_j)
     assert abs(joint.chi2 - 1.0) < 0.1 and abs(joint.chi2_lc - 1.0) < 0.1, (joint.chi2, joint.chi2_lc)
     assert lines.chi2_lc is None
+
+
+def test_dilution_nuisance_is_profiled_out():
+    star, grid, t = _setup(n_cell=300, n_lc=60)
+    fc, fh = dm.spot_map(grid, dm.DEMO_SPOTS)
+    flux, err, clean = simulate_lightcurve(grid, star, t, BAND, fc, fh, sigma=1e-4, seed=2)
+    diluted = 1.0 + 0.6 * (flux - 1.0)  # 40 % of the light from a companion: variation x 0.6
+    args = (jnp.asarray(fc), jnp.asarray(fh))
+    free = precompute_lightcurve(grid, star, t, diluted * 7.0, err * 0.6 * 7.0, BAND, fit_dilution=True)
+    fixed = precompute_lightcurve(grid, star, t, diluted * 7.0, err * 0.6 * 7.0, BAND)
+    assert float(chi2_lightcurve(*args, free)) < 2.0 < 100.0 < float(chi2_lightcurve(*args, fixed))
+    # gradient through the profiled scale equals finite differences
+    g = jax.grad(chi2_lightcurve)(jnp.asarray(fc) * 0.8, jnp.asarray(fh), free)
+    h = 1e-6
+    for i in (3, 120):
+        d = np.zeros(grid.n_cell)
+        d[i] = h
+        fd = (float(chi2_lightcurve(jnp.asarray(fc * 0.8 + d), jnp.asarray(fh), free))
+              - float(chi2_lightcurve(jnp.asarray(fc * 0.8 - d), jnp.asarray(fh), free))) / (2 * h)
+        assert float(g[i]) == pytest.approx(fd, rel=1e-5, abs=1e-8)

@@ -81,6 +81,7 @@ class LightCurveConfig:
     ld_cool: tuple[float, ...] = (0.6,)
     ld_hot: tuple[float, ...] = (0.6,)
     intensity: tuple[float, ...] | None = None
+    fit_dilution: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -346,6 +347,7 @@ limb_darkening = "linear"
 ld_phot = [0.70]
 ld_cool = [0.80]
 ld_hot = [0.65]
+fit_dilution = false                 # free light-curve offset (contaminating light), profiled out
 
 [gravity_darkening]
 enabled = false                      # von Zeipel on a Roche surface; needs [star] mass

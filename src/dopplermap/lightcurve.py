@@ -15,6 +15,7 @@ normalised by its mean too. Light curves are small, so the weight
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Sequence
 
 import jax
@@ -51,7 +52,8 @@ class LightCurveBand:
         return cls(tuple(limb_darkening), inten)
 
 
-@jax.tree_util.register_dataclass
+@functools.partial(jax.tree_util.register_dataclass, data_fields=["weight", "flux", "err", "times"],
+                   meta_fields=["fit_dilution"])
 @dataclasses.dataclass(frozen=True, eq=False)
 class LightCurveFit:
     """Precomputed light-curve weights with the (mean-normalised) data.
@@ -60,12 +62,17 @@ class LightCurveFit:
         weight: (n_lc, n_cell, 3) ``J_k LD_k(mu) area mu g`` (0 for hidden cells).
         flux: (n_lc,) observed flux / its mean. err: (n_lc,) 1-sigma errors, same units.
         times: (n_lc,) days.
+        fit_dilution: free light-curve offset (contaminating light ``D``): the model becomes
+            ``1 + s (model - 1)`` with ``s = 1 / (1 + D / mean flux)`` profiled out by weighted
+            least squares at every evaluation (no extra parameter). Off by default: it makes
+            the light curve insensitive to the spots' overall contrast.
     """
 
     weight: jnp.ndarray
     flux: jnp.ndarray
     err: jnp.ndarray
     times: jnp.ndarray
+    fit_dilution: bool = False
 
     @property
     def n_lc(self) -> int:
@@ -89,7 +96,8 @@ def _lc_weights(grid, star, times, band, cell_factors):
 
 
 def precompute_lightcurve(grid: SurfaceGrid, star: StarParams, times, flux, err, band: LightCurveBand, *,
-                          cell_factors=None, source: str = "light curve", normalise: bool = True) -> LightCurveFit:
+                          cell_factors=None, source: str = "light curve", normalise: bool = True,
+                          fit_dilution: bool = False) -> LightCurveFit:
     """Weights of the light-curve model plus validated data.
 
     Args:
@@ -115,7 +123,7 @@ def precompute_lightcurve(grid: SurfaceGrid, star: StarParams, times, flux, err,
         flux, err = flux / mean, err / mean
     w = _lc_weights(grid, star, times, band, cell_factors)
     return LightCurveFit(weight=jnp.asarray(w), flux=jnp.asarray(flux), err=jnp.asarray(err),
-                         times=jnp.asarray(times))
+                         times=jnp.asarray(times), fit_dilution=bool(fit_dilution))
 
 
 def lightcurve_model(fssc, fssh, lc: LightCurveFit):
@@ -127,7 +135,13 @@ def lightcurve_model(fssc, fssh, lc: LightCurveFit):
 
 def chi2_lightcurve(fssc, fssh, lc: LightCurveFit):
     """Reduced chi-square of the light curve: ``sum(((obs - model) / err)^2) / n_lc``."""
-    r = (lc.flux - lightcurve_model(fssc, fssh, lc)) / lc.err
+    model = lightcurve_model(fssc, fssh, lc)
+    if lc.fit_dilution:
+        w = 1.0 / lc.err**2
+        dm_, do = model - 1.0, lc.flux - 1.0
+        s = jnp.sum(w * dm_ * do) / jnp.maximum(jnp.sum(w * dm_ * dm_), 1e-300)
+        model = 1.0 + jnp.clip(s, 0.0, 1.0) * dm_  # dilution only dims the variation
+    r = (lc.flux - model) / lc.err
     return jnp.sum(r * r) / r.size
 
 

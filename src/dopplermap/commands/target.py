@@ -108,7 +108,7 @@ def build_problem(cfg):
                 else LightCurveBand.from_temperatures(*temps, lcc.wavelength_nm, lds))
         data = read_lightcurve(cfg.path(d.lightcurve), d.lightcurve_format)
         lc = precompute_lightcurve(grid, star, data.time, data.flux, data.err, band, cell_factors=lc_factors,
-                                   source=data.source)
+                                   source=data.source, fit_dilution=lcc.fit_dilution)
     return dict(star=star, grid=grid, obs=obs, pre=pre, components=comps, lightcurve=lc, cell_factors=factors,
                 files=files)
 
