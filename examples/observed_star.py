@@ -109,7 +109,7 @@ def write_dataset(root: Path, *, n_epoch: int, n_cell: int, maxiter: int, seed: 
     v_tab, tab = synthetic_local_profiles()
     (root / "local").mkdir(parents=True, exist_ok=True)
     for k, i in tab.items():
-        body = "\n".join(f"{a:.4f} {b:.8f}" for a, b in zip(v_tab, i))
+        body = "\n".join(f"{a:.4f} {b:.8f}" for a, b in zip(v_tab, i, strict=True))
         (root / "local" / f"{k}.txt").write_text(f"# velocity_km_s I/Ic  (T = {dict(phot=T_PHOT, cool=T_COOL, hot=T_HOT)[k]:.0f} K)\n{body}\n")
     intrinsic = [dm.tabulated(v_tab, tab[k]) for k in ("phot", "cool", "hot")]
     lds = [dm.LimbDarkening("linear", (LD_LINE[k],)) for k in ("phot", "cool", "hot")]

@@ -7,8 +7,13 @@ import pytest
 
 import dopplermap as dm
 from dopplermap.commands.demo import recovery_correlation
-from dopplermap.lightcurve import (LightCurveBand, chi2_lightcurve, lightcurve_model, precompute_lightcurve,
-                                   simulate_lightcurve)
+from dopplermap.lightcurve import (
+    LightCurveBand,
+    chi2_lightcurve,
+    lightcurve_model,
+    precompute_lightcurve,
+    simulate_lightcurve,
+)
 from dopplermap.objective import Layout, objective_terms
 
 BAND = LightCurveBand.from_temperatures(5000.0, 3800.0, 6000.0, 550.0,
@@ -44,7 +49,7 @@ def test_unspotted_star_is_flat_and_matches_loop_reference():
             if mu[e, c] > 0:
                 fills = (1 - fc[c] - fh[c], fc[c], fh[c])
                 ref[e] += sum(j * ld[e, c] * grid.area[c] * mu[e, c] * f
-                              for j, ld, f in zip(BAND.intensity, ldv, fills))
+                              for j, ld, f in zip(BAND.intensity, ldv, fills, strict=True))
     assert np.max(np.abs(model - ref / ref.mean())) < 1e-12
 
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import jax.numpy as jnp
 import numpy as np
@@ -364,7 +364,7 @@ def precompute_mu_dense(grid: SurfaceGrid, star: StarParams, times, vels, compon
     mu_s = np.take_along_axis(np.asarray(geo.mu), cell, axis=1)
     v_s = np.take_along_axis(np.asarray(geo.v_los), cell, axis=1)
     local = np.array(line.local)  # (E, S, 3, V), writable copy
-    for k, (mp, comp) in enumerate(zip(mu_profiles, components)):
+    for k, mp in enumerate(mu_profiles):
         if mp is None:
             continue
         for e0 in range(0, cell.shape[0], chunk):

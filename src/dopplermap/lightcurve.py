@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Sequence
+from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
@@ -40,13 +40,13 @@ class LightCurveBand:
     def __post_init__(self):
         if len(self.limb_darkening) != 3 or len(self.intensity) != 3:
             raise ValueError("a light-curve band needs 3 limb-darkening laws and 3 intensities (phot, cool, hot)")
-        for name, val in zip(("phot", "cool", "hot"), self.intensity):
+        for name, val in zip(("phot", "cool", "hot"), self.intensity, strict=True):
             if not (np.isfinite(val) and val >= 0):
                 raise ValueError(f"light-curve intensity of {name} must be >= 0, got {val!r}")
 
     @classmethod
     def from_temperatures(cls, t_phot: float, t_cool: float, t_hot: float, wavelength_nm: float,
-                          limb_darkening: Sequence[LimbDarkening]) -> "LightCurveBand":
+                          limb_darkening: Sequence[LimbDarkening]) -> LightCurveBand:
         """Planck intensity ratios at the band's effective wavelength (nm)."""
         inten = tuple(intensity_ratio(t, t_phot, wavelength_nm) for t in (t_phot, t_cool, t_hot))
         return cls(tuple(limb_darkening), inten)
@@ -85,7 +85,7 @@ def _lc_weights(grid, star, times, band, cell_factors):
                         star.period, star.t0, star.domega)
     mu = np.asarray(geo.mu)
     pa = np.asarray(geo.proj_area)
-    w = np.stack([j * np.asarray(ld(mu)) * pa for ld, j in zip(band.limb_darkening, band.intensity)], axis=-1)
+    w = np.stack([j * np.asarray(ld(mu)) * pa for ld, j in zip(band.limb_darkening, band.intensity, strict=True)], axis=-1)
     if cell_factors is not None:
         f = np.asarray(cell_factors, dtype=float)
         f = f[:, None] if f.ndim == 1 else f

@@ -38,7 +38,7 @@ def _components(cfg):
     t = (temps.phot, temps.cool, temps.hot)
     inten = ln.intensity or tuple(intensity_ratio(x, temps.phot, ln.wavelength_nm) for x in t)
     lds = [LimbDarkening(ln.limb_darkening, c) for c in (ln.ld_phot, ln.ld_cool, ln.ld_hot)]
-    comps = ComponentSet(*[Component(p, ld, i) for p, ld, i in zip(profiles, lds, inten)])
+    comps = ComponentSet(*[Component(p, ld, i) for p, ld, i in zip(profiles, lds, inten, strict=True)])
     return comps, mu_profiles
 
 

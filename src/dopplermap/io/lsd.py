@@ -32,8 +32,8 @@ import dataclasses
 import math
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
