@@ -34,6 +34,7 @@ import dataclasses
 import math
 from collections.abc import Sequence
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from scipy import fft as sfft
@@ -182,8 +183,8 @@ def scale_equivalent_width(profile: LocalProfile, ew: float) -> LocalProfile:
     return tabulated(profile.velocity, inten, name="EW-scaled profile")
 
 
-def _lagrange4(t):
-    return np.stack([-t * (t - 1.0) * (t - 2.0) / 6.0, (t + 1.0) * (t - 1.0) * (t - 2.0) / 2.0,
+def _lagrange4(t, xp=np):
+    return xp.stack([-t * (t - 1.0) * (t - 2.0) / 6.0, (t + 1.0) * (t - 1.0) * (t - 2.0) / 2.0,
                      -(t + 1.0) * t * (t - 2.0) / 2.0, (t + 1.0) * t * (t - 1.0) / 6.0], axis=-1)
 
 
@@ -191,6 +192,32 @@ def _stencil(x, n):
     """Four-point stencil start (clipped so that all taps lie in [0, n)) and offset t."""
     j0 = np.clip(np.floor(x).astype(np.int64), 1, n - 3)
     return j0 - 1, x - j0
+
+
+def _jstencil(x, n):
+    j0 = jnp.clip(jnp.floor(x).astype(jnp.int32), 1, n - 3)
+    return j0 - 1, x - j0
+
+
+@jax.jit
+def _table_eval(depth, u0, du, v, mu):
+    """Bicubic Lagrange interpolation of ``1 - depth`` at (v, mu); continuum outside the table."""
+    n_mu, n_u = depth.shape
+    x = (v - u0) / du
+    inside = (x >= 0.0) & (x <= n_u - 1)
+    jv, tv = _jstencil(jnp.clip(x, 0.0, n_u - 1.0), n_u)
+    jm, tm = _jstencil(jnp.clip(mu, 0.0, 1.0) * (n_mu - 1), n_mu)
+    wv = _lagrange4(tv, jnp)
+    wm = _lagrange4(tm, jnp)
+    flat = depth.reshape(-1)
+    base = jm * n_u + jv
+    out = jnp.zeros(v.shape, depth.dtype)
+    for a in range(4):
+        row = jnp.zeros(v.shape, depth.dtype)
+        for b in range(4):
+            row = row + wv[..., b] * flat[base + (a * n_u + b)]
+        out = out + wm[..., a] * row
+    return 1.0 - jnp.where(inside, out, 0.0)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -232,19 +259,7 @@ class MuProfile:
     def __call__(self, v, mu) -> np.ndarray:
         """``I/Ic`` at velocities ``v`` (km/s) and ``mu`` (clipped to [0, 1]), broadcast together."""
         v, mu = np.broadcast_arrays(np.asarray(v, dtype=float), np.asarray(mu, dtype=float))
-        n_mu, n_u = self.depth.shape
-        x = (v - self.u0) / self.du
-        inside = (x >= 0.0) & (x <= n_u - 1)
-        jv, tv = _stencil(np.clip(x, 0.0, n_u - 1.0), n_u)
-        y = np.clip(mu, 0.0, 1.0) * (n_mu - 1)
-        jm, tm = _stencil(y, n_mu)
-        wv = _lagrange4(tv)  # (..., 4)
-        wm = _lagrange4(tm)
-        out = np.zeros(v.shape)
-        for a in range(4):
-            for b in range(4):
-                out += wm[..., a] * wv[..., b] * self.depth[jm + a, jv + b]
-        return 1.0 - np.where(inside, out, 0.0)
+        return np.asarray(_table_eval(jnp.asarray(self.depth), self.u0, self.du, jnp.asarray(v), jnp.asarray(mu)))
 
     def at_mu(self, mu: float) -> LocalProfile:
         """The (mu-independent) tabulated profile at one ``mu``."""
@@ -336,7 +351,7 @@ def apply_cell_factors(pre, factors):
 
 
 def precompute_mu_dense(grid: SurfaceGrid, star: StarParams, times, vels, components: ComponentSet,
-                        mu_profiles: Sequence[MuProfile | None], *, chunk: int = 16, dtype=jnp.float64):
+                        mu_profiles: Sequence[MuProfile | None], *, chunk: int = 50, dtype=jnp.float64):
     """Dense precomputation whose local profiles depend on ``mu``.
 
     Args:
