@@ -20,6 +20,7 @@ COMMAND_MODULES = (
     "dopplermap.commands.demo",
     "dopplermap.commands.seed",
     "dopplermap.commands.plot",
+    "dopplermap.commands.target",
 )
 
 
