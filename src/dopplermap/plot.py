@@ -54,7 +54,7 @@ def _save(fig, path, dpi) -> Path:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=f".{fmt}", dir=path.parent)
     os.close(fd)
     try:
-        kw = {"pil_kwargs": {"compress_level": 2}} if fmt == "png" else {}
+        kw = {"pil_kwargs": {"compress_level": 1}} if fmt == "png" else {}
         fig.savefig(tmp, dpi=dpi, format=fmt, facecolor="white", **kw)
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
@@ -364,9 +364,10 @@ def plot_maps(path, lat, lon, maps: dict, *, truth: dict | None = None, lat_boun
                 if dec["ticks"] is not None:
                     tx = dec["ticks"][0] + cx
                     ticks.append((tx, np.full_like(tx, dec["ticks"][1] + cy), np.full_like(tx, dec["ticks"][2] + cy)))
-                labels = list(dec["lat_labels"]) if c == 0 else []
-                if c == 0 and (projection == "mollweide" or r == nrow - 1):
-                    labels += dec["lon_labels"]
+                if projection == "mollweide":  # one labelled map (bottom left) is enough
+                    labels = dec["lat_labels"] + dec["lon_labels"] if (c == 0 and r == nrow - 1) else []
+                else:
+                    labels = (list(dec["lat_labels"]) if c == 0 else []) + (dec["lon_labels"] if c == 0 and r == nrow - 1 else [])
                 for lx, ly, txt, ha, va in labels:
                     ax.text(lx + cx, ly + cy, txt, ha=ha, va=va, fontsize=6.5 if projection == "mollweide" else 7,
                             color="0.3" if projection == "mollweide" else "k",

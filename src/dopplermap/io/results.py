@@ -40,7 +40,7 @@ import numpy as np
 
 from ..constants import FILL_MIN
 
-__all__ = ["save_result", "load_result", "with_context", "RESULT_FILES"]
+__all__ = ["save_result", "load_result", "with_context", "prefetch_writers", "RESULT_FILES"]
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +72,51 @@ _STAR = {
     "DOMEGA": ("domega", "[rad/d] differential rotation shear"),
     "RADIUS": ("radius", "[R_sun] equatorial radius"),
 }
+
+
+def prefetch_writers(plots: bool = True):
+    """Import astropy's FITS writer (and matplotlib, when ``plots``) in a background thread.
+
+    Call it before a long step (compile, solve): the imports then overlap with that step
+    instead of adding their time to the final write. Returns the (daemon) thread.
+    """
+    import importlib
+    import threading
+
+    names = ["astropy.io.fits"] + (["matplotlib.figure", "matplotlib.backends.backend_agg", "PIL.PngImagePlugin",
+                                    "dopplermap.plot"] if plots else [])
+
+    def run():
+        try:
+            for name in names:
+                importlib.import_module(name)
+            import io
+
+            from astropy.io import fits
+
+            # astropy loads more on first write: write a tiny table into memory
+            hdu = fits.BinTableHDU.from_columns([fits.Column("A", "D", unit="deg", array=np.zeros(2)),
+                                                 fits.Column("B", "2D", array=np.zeros((2, 2)))], name="X")
+            hdu.header["K"] = ("x" * 100, "long")
+            fits.HDUList([fits.PrimaryHDU(), hdu]).writeto(io.BytesIO())
+            if plots:  # load fonts and PNG writer once: draw a tiny figure into memory
+                from matplotlib.figure import Figure
+
+                fig = Figure(figsize=(1, 1))
+                ax = fig.add_axes((0, 0, 1, 1))
+                ax.imshow(np.zeros((2, 2, 4), np.uint8))
+                ax.text(0.5, 0.5, "0.5°", fontsize=7)
+                fig.savefig(io.BytesIO(), format="png", dpi=20)
+        except Exception:  # pragma: no cover - the real import later reports the problem
+            log.debug("prefetch failed", exc_info=True)
+
+    global _PREFETCH
+    _PREFETCH = threading.Thread(target=run, name="dopplermap-prefetch", daemon=True)
+    _PREFETCH.start()
+    return _PREFETCH
+
+
+_PREFETCH = None
 
 
 def with_context(result, *, grid=None, star=None, obs=None, pre=None, components=None, truth=None,
@@ -279,6 +324,8 @@ def save_result(result, path, *, plots: bool = True, config_file=None, overwrite
         plot_kwargs: passed to :func:`dopplermap.plot.plot_result`.
     """
     path = Path(path)
+    if _PREFETCH is not None:
+        _PREFETCH.join()  # no matplotlib use from two threads at once
     if path.exists():
         if not path.is_dir():
             raise ValueError(f"result path {path} exists and is not a folder")
