@@ -674,14 +674,14 @@ def plot_light_curve(path, phases, flux, model, *, err=None, dpi: int = 100) -> 
     return _save(fig, path, dpi)
 
 
-def plot_convergence(path, history: dict, *, dpi: int = 100) -> Path:
+def plot_convergence(path, history: dict, *, regulariser_label: str = "regulariser", dpi: int = 100) -> Path:
     """Loss, reduced chi-square and regulariser against iteration.
 
     Args:
         history: ``{"loss", "chi2", "regulariser"}`` per-iteration arrays
-            (:attr:`InversionResult.history`).
+            (:attr:`InversionResult.history`). regulariser_label: y label of the last panel.
     """
-    keys = [("loss", "loss"), ("chi2", "reduced χ²"), ("regulariser", "regulariser")]
+    keys = [("loss", "loss"), ("chi2", "reduced χ²"), ("regulariser", regulariser_label)]
     present = [(k, lab) for k, lab in keys if k in history and len(history[k])]
     if not present:
         raise ValueError(f"history has no per-iteration values (keys {tuple(history)})")
@@ -765,5 +765,6 @@ def plot_result(result, out_dir, *, fmt: str = "png", dpi: int = 100, n_views: i
         paths.append(plot_light_curve(out / f"light_curve.{fmt}", lph, lc["flux"], lc["model"],
                                       err=lc.get("err"), dpi=dpi))
     if result.history and len(result.history.get("loss", ())):
-        paths.append(plot_convergence(out / f"convergence.{fmt}", result.history, dpi=dpi))
+        label = {"mem": "entropy term", "tikhonov": "Tikhonov term"}.get(result.regulariser, "regulariser")
+        paths.append(plot_convergence(out / f"convergence.{fmt}", result.history, regulariser_label=label, dpi=dpi))
     return paths
