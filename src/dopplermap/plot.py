@@ -259,9 +259,9 @@ def _decor(projection, inclination, phase_lons):
             xp, _ = _mollweide_forward(np.zeros(len(phase_lons)), np.radians(np.asarray(phase_lons)) - np.pi)
             d["ticks"] = (xp, -_SQRT2 - 0.2, -_SQRT2 - 0.07)
         xl, _ = _mollweide_forward(np.zeros(3), np.radians([90.0, 180.0, 270.0]) - np.pi)
-        d["lon_labels"] = [(x + 0.04, 0.03, f"{lo}°", "left", "bottom") for x, lo in zip(xl, (90, 180, 270))]
+        d["lon_labels"] = [(x + 0.04, 0.03, f"{lo}°", "left", "bottom") for x, lo in zip(xl, (90, 180, 270), strict=True)]
         xq, yq = _mollweide_forward(np.radians([-60.0, -30.0, 0.0, 30.0, 60.0]), np.full(5, -np.pi))
-        d["lat_labels"] = [(x - 0.06, y, f"{la}°", "right", "center") for x, y, la in zip(xq, yq, (-60, -30, 0, 30, 60))]
+        d["lat_labels"] = [(x - 0.06, y, f"{la}°", "right", "center") for x, y, la in zip(xq, yq, (-60, -30, 0, 30, 60), strict=True)]
         d["image_extent"] = (-2 * _SQRT2, 2 * _SQRT2, -_SQRT2, _SQRT2)
         d["origin"] = (2 * _SQRT2, _SQRT2 + 0.3)  # panel corner -> map centre
     else:
@@ -384,7 +384,7 @@ def plot_maps(path, lat, lon, maps: dict, *, truth: dict | None = None, lat_boun
         ax.plot(*_nan_join(grat), zorder=3, **_GRAT)
         ax.plot(*_nan_join(outline), color="0.15", lw=0.8, zorder=4)
     if ticks:
-        ax.vlines(*(np.concatenate(t) for t in zip(*ticks)), color="k", lw=0.5)
+        ax.vlines(*(np.concatenate(t) for t in zip(*ticks, strict=True)), color="k", lw=0.5)
     if title:
         sheet.fig.suptitle(title, fontsize=11, y=1.0 - 0.15 / sheet.fig_h, va="top")
     return _save(sheet.fig, path, dpi)
@@ -463,14 +463,13 @@ def plot_orthographic(path, lat, lon, values, *, inclination: float, phases=None
     cm = matplotlib.colormaps[cmap].with_extremes(bad=(0.0, 0.0, 0.0, 0.0))
     sheet = _Sheet(len(rows), phases.size, 2.0, 2.0, 0.2, 0.15, 0.85, (0.35, 0.85, 0.35, 0.08))
     ax = sheet.ax
-    im = None
     for r, (rowname, vals) in enumerate(rows):
         for c, ph in enumerate(phases):
             x0, y0 = sheet.origin(r, c)
             cx, cy = x0 + 1.0, y0 + 1.0
-            im = ax.imshow(_ortho_image(lookup, vals, inclination, ph, resolution),
-                           extent=(cx - 1, cx + 1, cy - 1, cy + 1), cmap=cm, vmin=lo, vmax=hi,
-                           interpolation="bilinear", origin="upper")
+            ax.imshow(_ortho_image(lookup, vals, inclination, ph, resolution),
+                      extent=(cx - 1, cx + 1, cy - 1, cy + 1), cmap=cm, vmin=lo, vmax=hi,
+                      interpolation="bilinear", origin="upper")
             gx, gy = _ortho_graticule(inclination, ph)
             ax.plot(gx + cx, gy + cy, color="0.5", lw=0.35, alpha=0.7)
             ax.add_patch(Circle((cx, cy), 1.0, fill=False, lw=0.7, color="0.2"))
@@ -546,7 +545,7 @@ def plot_profiles(path, vels, phases, obs, model, *, err=None, spotless=None, ma
 
         band = mag * np.asarray(err, float)[sel]
         polys = [np.concatenate([np.stack([vels, o - b], 1), np.stack([vels[::-1], (o + b)[::-1]], 1)])
-                 for o, b in zip(off[:, 0], band)]
+                 for o, b in zip(off[:, 0], band, strict=True)]
         axr.add_collection(PolyCollection(polys, facecolor="0.88", linewidth=0, zorder=1))
     axr.hlines(off[:, 0], vels[0], vels[-1], color="0.6", lw=0.5, zorder=2)
     axr.plot(*joined(off + mag * resid[sel]), color="k", lw=0.7, zorder=3)

@@ -219,7 +219,7 @@ def _map_hdus(res, fits):
     h["ENTROPY"] = (_seed_entropy_np(res.fssc, res.fssh, np.asarray(grid.area, float)),
                     "seed maximum-entropy term of the map")
     if res.intensities is not None:
-        for key, v in zip(("I_PHOT", "I_COOL", "I_HOT"), res.intensities):
+        for key, v in zip(("I_PHOT", "I_COOL", "I_HOT"), res.intensities, strict=True):
             h[key] = (float(v), "continuum intensity relative to photosphere")
     h["CONFIG"] = json.dumps(res.config, sort_keys=True, default=str)  # configuration as JSON
     edges = np.asarray(grid.edges, dtype=np.int64).reshape(-1, 2)
