@@ -19,6 +19,7 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 N_TAPS = 4  # cubic Lagrange interpolation: bins jbase .. jbase + 3
 
@@ -53,8 +54,9 @@ gather_cells.defvjp(_gather_fwd, _gather_bwd)
 
 
 def lagrange_weights(t):
-    """Cubic Lagrange weights for nodes -1, 0, 1, 2 at fraction ``t`` in [0, 1)."""
-    return jnp.stack([
+    """Cubic Lagrange weights for nodes -1, 0, 1, 2 at fraction ``t`` in [0, 1) (NumPy or JAX)."""
+    stack = np.stack if isinstance(t, np.ndarray) else jnp.stack
+    return stack([
         -t * (t - 1.0) * (t - 2.0) / 6.0,
         (t + 1.0) * (t - 1.0) * (t - 2.0) / 2.0,
         -(t + 1.0) * t * (t - 2.0) / 2.0,

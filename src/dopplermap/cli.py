@@ -18,7 +18,9 @@ from . import __version__
 # one module per command family; each has register(group)
 COMMAND_MODULES = (
     "dopplermap.commands.demo",
+    "dopplermap.commands.seed",
     "dopplermap.commands.plot",
+    "dopplermap.commands.target",
 )
 
 

@@ -108,26 +108,28 @@ class CellGeometry:
     proj_area: jnp.ndarray
 
 
-def cell_geometry(lat, lon, area, times, inclination, vsini, period, t0=0.0, domega=0.0):
-    """Geometry of every cell at every epoch (pure jax, differentiable).
+def cell_geometry(lat, lon, area, times, inclination, vsini, period, t0=0.0, domega=0.0, *, xp=jnp):
+    """Geometry of every cell at every epoch (pure array code, differentiable with jax).
 
     Args:
         lat, lon: (n_cell,) rad. area: (n_cell,) sr.
         times: (n_epoch,) days. inclination: deg. vsini: km/s. period: days.
         t0: days. domega: rad/day.
+        xp: array module, ``jax.numpy`` (default, differentiable) or ``numpy`` (set-up
+            code: no compilation).
     Returns:
         :class:`CellGeometry` with (n_epoch, n_cell) arrays.
     """
-    lat = jnp.asarray(lat)[None, :]
-    lon = jnp.asarray(lon)[None, :]
-    dt = (jnp.asarray(times) - t0)[:, None]
-    inc = jnp.deg2rad(inclination)
-    omega_eq = 2.0 * jnp.pi / period
-    omega = omega_eq - domega * jnp.sin(lat) ** 2
+    lat = xp.asarray(lat)[None, :]
+    lon = xp.asarray(lon)[None, :]
+    dt = (xp.asarray(times) - t0)[:, None]
+    inc = xp.deg2rad(inclination)
+    omega_eq = 2.0 * xp.pi / period
+    omega = omega_eq - domega * xp.sin(lat) ** 2
     alpha = lon + omega * dt
-    coslat = jnp.cos(lat)
-    mu = jnp.sin(inc) * coslat * jnp.cos(alpha) + jnp.cos(inc) * jnp.sin(lat)
-    v_los = vsini * (omega / omega_eq) * coslat * jnp.sin(alpha)
+    coslat = xp.cos(lat)
+    mu = xp.sin(inc) * coslat * xp.cos(alpha) + xp.cos(inc) * xp.sin(lat)
+    v_los = vsini * (omega / omega_eq) * coslat * xp.sin(alpha)
     visible = mu > 0.0
-    proj_area = jnp.asarray(area)[None, :] * jnp.maximum(mu, 0.0)
+    proj_area = xp.asarray(area)[None, :] * xp.maximum(mu, 0.0)
     return CellGeometry(mu=mu, v_los=v_los, visible=visible, proj_area=proj_area)

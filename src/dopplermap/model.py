@@ -183,7 +183,7 @@ def precompute(grid: SurfaceGrid, star: StarParams, times, vels, components: Com
     if method not in ("binned", "dense"):
         raise ValueError(f"method must be 'binned' or 'dense', got {method!r}")
     geo = cell_geometry(grid.lat, grid.lon, grid.area, times, star.inclination, star.vsini_kms,
-                        star.period, star.t0, star.domega)
+                        star.period, star.t0, star.domega, xp=np)
     mu = np.asarray(geo.mu)
     v_los = np.asarray(geo.v_los)
     visible = mu > 0.0
@@ -223,7 +223,7 @@ def precompute(grid: SurfaceGrid, star: StarParams, times, vels, components: Com
     if method == "binned":
         jb = np.where(slot_ok, np.take_along_axis(jbase, order, axis=1), n_base - 1)
         tt = np.where(slot_ok, np.take_along_axis(t, order, axis=1), 0.0)
-        beta = np.where(slot_ok[..., None], np.asarray(_linops.lagrange_weights(jnp.asarray(tt))), 0.0)
+        beta = np.where(slot_ok[..., None], _linops.lagrange_weights(tt), 0.0)
         u = u0 + delta * np.arange(n_base + 3)
         kernel = np.stack([comp.profile(vels[None, :] - u[:, None]) for comp in components], axis=1)
         fields.update(beta=jnp.asarray(beta, dtype), jbase=jnp.asarray(jb.astype(np.int32)),
@@ -277,3 +277,7 @@ def forward(fssc, fssh, rv, amp, pre: Precomputed | LineModel):
     """
     line = pre.line if isinstance(pre, Precomputed) else pre
     return apply_nuisance(synthesize(fssc, fssh, line), line.vels, rv, amp)
+
+
+forward_jit = jax.jit(forward)
+"""``jax.jit(forward)``: compiled once per shape, for callers outside an objective."""

@@ -145,11 +145,27 @@ def sum_excess(fssc, fssh):
 
 
 def objective_terms(x, lmbd, pre: Precomputed, obs: Observations, regulariser: str = "mem",
-                    penalty: float = DEFAULT_PENALTY):
-    """``(loss, (chi2, regulariser_value, penalty_value))`` for the flat vector ``x``."""
+                    penalty: float = DEFAULT_PENALTY, lightcurve=None, line_weight=1.0, lc_weight=1.0):
+    """``(loss, (chi2, regulariser_value, penalty_value))`` for the flat vector ``x``.
+
+    With ``lightcurve`` (a :class:`dopplermap.lightcurve.LightCurveFit`) the loss is the
+    joint ``line_weight * chi2 + lc_weight * chi2_lc + lmbd * reg + penalty`` and the aux
+    tuple gains a fourth entry, ``chi2_lc``. Without it nothing changes.
+    """
     lay = Layout(pre.n_cell, pre.n_epoch)
     fssc, fssh, rv, amp = lay.split(x)
     c2 = chi2(forward(fssc, fssh, rv, amp, pre), obs)
+    if lightcurve is not None:
+        from .lightcurve import chi2_lightcurve
+
+        c2_lc = chi2_lightcurve(fssc, fssh, lightcurve)
+        val, (_, reg, pen) = _regularised(fssc, fssh, x, c2, lmbd, pre, regulariser, penalty)
+        joint = line_weight * c2 + lc_weight * c2_lc + lmbd * reg + pen
+        return joint, (c2, reg, pen, c2_lc)
+    return _regularised(fssc, fssh, x, c2, lmbd, pre, regulariser, penalty)
+
+
+def _regularised(fssc, fssh, x, c2, lmbd, pre, regulariser, penalty):
     if regulariser == "mem":
         reg = seed_entropy(fssc, fssh, pre.cell_area)
     elif regulariser == "tikhonov":
@@ -163,6 +179,6 @@ def objective_terms(x, lmbd, pre: Precomputed, obs: Observations, regulariser: s
 
 
 def loss(x, lmbd, pre: Precomputed, obs: Observations, regulariser: str = "mem",
-         penalty: float = DEFAULT_PENALTY):
-    """Scalar objective (see module docstring)."""
-    return objective_terms(x, lmbd, pre, obs, regulariser, penalty)[0]
+         penalty: float = DEFAULT_PENALTY, lightcurve=None, line_weight=1.0, lc_weight=1.0):
+    """Scalar objective (see module docstring and :func:`objective_terms`)."""
+    return objective_terms(x, lmbd, pre, obs, regulariser, penalty, lightcurve, line_weight, lc_weight)[0]

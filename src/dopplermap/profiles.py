@@ -126,13 +126,15 @@ class LimbDarkening:
             raise ValueError(f"{self.law} limb darkening takes {need[self.law]} coefficient(s), got {self.coeffs!r}")
 
     def __call__(self, mu):
-        mu = jnp.clip(mu, 0.0, 1.0)
+        """``I(mu)/I(1)``; NumPy in, NumPy out; JAX in, JAX out."""
+        xp = np if isinstance(mu, (np.ndarray, float, int)) else jnp
+        mu = xp.clip(mu, 0.0, 1.0)
         c = self.coeffs
         if self.law == "linear":
             return 1.0 - c[0] * (1.0 - mu)
         if self.law == "quadratic":
             return 1.0 - c[0] * (1.0 - mu) - c[1] * (1.0 - mu) ** 2
-        return 1.0 - c[0] * (1.0 - mu) - c[1] * (1.0 - jnp.sqrt(mu))
+        return 1.0 - c[0] * (1.0 - mu) - c[1] * (1.0 - xp.sqrt(mu))
 
 
 def planck(wavelength_nm, temperature):

@@ -1,1 +1,1 @@
-"""Reading and writing files: observations, configurations, results."""
+"""Reading and writing files: problems, observations, configurations, results (one module per format)."""

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..constants import FILL_MAX, FILL_MIN
-from ..model import Precomputed, forward
+from ..model import Precomputed, forward_jit
 from ..objective import DEFAULT_PENALTY, REGULARISERS, Layout, Observations
 from .result import InversionResult
 from .scipy_lbfgsb import compiled_value_and_grad, lbfgsb
@@ -58,7 +58,8 @@ def _check_match(pre: Precomputed, obs: Observations):
 def invert(pre: Precomputed, obs: Observations, *, lmbd: float = 1.0, regulariser: str = "mem",
            x0=None, tol: float = 1e-5, maxiter: int = 1000, fit_rv: bool = True, fit_amp: bool = True,
            penalty: float = DEFAULT_PENALTY, solver: str = "lbfgsb",
-           callback: Callable | None = None) -> InversionResult:
+           callback: Callable | None = None, lightcurve=None, line_weight: float = 1.0,
+           lc_weight: float = 1.0) -> InversionResult:
     """Fit filling-factor maps (and per-epoch rv, amp) to the observations.
 
     Args:
@@ -70,6 +71,8 @@ def invert(pre: Precomputed, obs: Observations, *, lmbd: float = 1.0, regularise
         fit_rv, fit_amp: whether rv and amp are free.
         penalty: weight of the ``fssc + fssh <= 1`` penalty.
         callback: ``callback(iteration, history)`` after every iteration (progress display).
+        lightcurve: optional :class:`dopplermap.lightcurve.LightCurveFit` for the joint fit
+            ``line_weight * chi2 + lc_weight * chi2_lc + lmbd * reg`` (``result.chi2_lc``).
     """
     if regulariser not in REGULARISERS:
         raise ValueError(f"regulariser must be one of {REGULARISERS}, got {regulariser!r}")
@@ -87,10 +90,19 @@ def invert(pre: Precomputed, obs: Observations, *, lmbd: float = 1.0, regularise
 
     xj = jnp.asarray(x0)
     lm = jnp.asarray(lmbd, dtype=xj.dtype)
-    fn, timing = compiled_value_and_grad(xj, lm, pre, obs, regulariser, float(penalty))
+    joint = None
+    if lightcurve is not None:
+        for name, w in (("line_weight", line_weight), ("lc_weight", lc_weight)):
+            if not (np.isfinite(w) and w >= 0):
+                raise ValueError(f"{name} must be a finite number >= 0, got {w!r}")
+        if lightcurve.weight.shape[1] != pre.n_cell:
+            raise ValueError(f"light curve was precomputed for {lightcurve.weight.shape[1]} cells, "
+                             f"the line model has {pre.n_cell}")
+        joint = (lightcurve, jnp.asarray(line_weight, dtype=xj.dtype), jnp.asarray(lc_weight, dtype=xj.dtype))
+    fn, timing = compiled_value_and_grad(xj, lm, pre, obs, regulariser, float(penalty), joint)
 
     def vg(x):
-        return fn(x, lm, pre, obs)
+        return fn(x, lm, pre, obs) if joint is None else fn(x, lm, pre, obs, joint)
 
     t0 = time.perf_counter()
     res, history = lbfgsb(vg, x0, lo, hi, tol=tol, maxiter=maxiter, callback=callback)
@@ -100,10 +112,11 @@ def invert(pre: Precomputed, obs: Observations, *, lmbd: float = 1.0, regularise
     fssc, fssh, excess = project_feasible(fssc, fssh)
     xf = layout.join(fssc, fssh, rv, amp)
     val, _, aux = vg(xf)
-    model = np.asarray(forward(jnp.asarray(fssc), jnp.asarray(fssh), jnp.asarray(rv), jnp.asarray(amp), pre))
+    model = np.asarray(forward_jit(jnp.asarray(fssc), jnp.asarray(fssh), jnp.asarray(rv), jnp.asarray(amp), pre))
     return InversionResult(
         fssc=fssc, fssh=fssh, rv=rv, amp=amp, loss=float(val), chi2=float(aux[0]),
         regulariser_value=float(aux[1]), lmbd=float(lmbd), regulariser=regulariser,
         iterations=int(res.nit), n_eval=int(res.nfev), success=bool(res.success),
         stop_reason=str(res.message), compile_time=timing["trace_lower"] + timing["compile"],
-        solve_time=solve_time, history=history, model=model, max_sum_excess=excess, solver=solver)
+        solve_time=solve_time, history=history, model=model, max_sum_excess=excess, solver=solver,
+        chi2_lc=float(aux[3]) if joint is not None else None)

@@ -77,6 +77,7 @@ class InversionResult:
     light_curve: dict | None = None
     config: dict = dataclasses.field(default_factory=dict)
     extra: dict = dataclasses.field(default_factory=dict)
+    chi2_lc: float | None = None  # light-curve reduced chi-square of a joint fit
 
     @property
     def fssp(self) -> np.ndarray:
@@ -97,7 +98,7 @@ class InversionResult:
     def summary(self) -> dict:
         """Scalars as a JSON-ready dict."""
         keys = ("loss", "chi2", "regulariser_value", "lmbd", "regulariser", "iterations", "n_eval",
-                "success", "stop_reason", "compile_time", "solve_time", "max_sum_excess", "solver")
+                "success", "stop_reason", "compile_time", "solve_time", "max_sum_excess", "solver", "chi2_lc")
         out = {}
         for k in keys:
             v = getattr(self, k)

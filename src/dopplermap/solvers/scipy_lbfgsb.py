@@ -22,30 +22,36 @@ __all__ = ["compiled_value_and_grad", "lbfgsb"]
 _CACHE: dict = {}
 
 
-def _vg(x, lmbd, pre, obs, regulariser, penalty):
-    (val, aux), grad = jax.value_and_grad(objective_terms, has_aux=True)(x, lmbd, pre, obs, regulariser, penalty)
+def _vg(x, lmbd, pre, obs, joint=None, *, regulariser, penalty):
+    # joint: optional (lightcurve, line_weight, lc_weight) for the joint line + light-curve fit
+    extra = () if joint is None else tuple(joint)
+    (val, aux), grad = jax.value_and_grad(objective_terms, has_aux=True)(x, lmbd, pre, obs, regulariser, penalty,
+                                                                         *extra)
     return val, grad, aux
 
 
 _vg_jit = jax.jit(_vg, static_argnames=("regulariser", "penalty"))
 
 
-def _signature(x, pre, obs, regulariser, penalty):
-    leaves, treedef = jax.tree_util.tree_flatten((pre, obs))
+def _signature(x, pre, obs, regulariser, penalty, joint=None):
+    leaves, treedef = jax.tree_util.tree_flatten((pre, obs, joint))
     return (x.shape, x.dtype.name, treedef, tuple((lf.shape, lf.dtype.name) for lf in leaves), regulariser, penalty)
 
 
-def compiled_value_and_grad(x, lmbd, pre, obs, regulariser="mem", penalty=1e4):
+def compiled_value_and_grad(x, lmbd, pre, obs, regulariser="mem", penalty=1e4, joint=None):
     """AOT-compiled ``(x, lmbd, pre, obs) -> (loss, grad, (chi2, reg, pen))``.
 
+    With ``joint = (lightcurve, line_weight, lc_weight)`` (arrays, so new weights reuse the
+    compiled code) the function is ``(x, lmbd, pre, obs, joint)`` and aux gains ``chi2_lc``.
     Returns ``(fn, timings)`` where ``timings`` holds ``trace_lower`` and ``compile``
     seconds (both 0 when the function came from this process's cache).
     """
-    key = _signature(x, pre, obs, regulariser, penalty)
+    key = _signature(x, pre, obs, regulariser, penalty, joint)
     if key in _CACHE:
         return _CACHE[key], {"trace_lower": 0.0, "compile": 0.0, "cached": True}
     t0 = time.perf_counter()
-    lowered = _vg_jit.lower(x, lmbd, pre, obs, regulariser=regulariser, penalty=penalty)
+    args = (x, lmbd, pre, obs) if joint is None else (x, lmbd, pre, obs, joint)
+    lowered = _vg_jit.lower(*args, regulariser=regulariser, penalty=penalty)
     t1 = time.perf_counter()
     compiled = lowered.compile()
     t2 = time.perf_counter()

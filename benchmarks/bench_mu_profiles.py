@@ -1,0 +1,69 @@
+"""Cost of mu-dependent local profiles (macroturbulence) per objective evaluation.
+
+    PYTHONPATH=src python benchmarks/bench_mu_profiles.py [--n-cell 2500 --n-epoch 150 --n-vel 32]
+
+Compares value-and-gradient time of the chi-square at the seed's size for: binned
+(mu-independent, the default), dense (mu-independent) and dense with mu-dependent
+profiles (broadening.precompute_mu_dense). Compile time is measured apart; ratios are
+relative to the binned model in the same run.
+"""
+
+import argparse
+import platform
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import dopplermap as dm
+from dopplermap.broadening import mu_dependent_profile, precompute_mu_dense
+
+
+def bench(pre, obs, n_rep):
+    lay = dm.Layout(pre.n_cell, pre.n_epoch)
+    x = jnp.asarray(lay.initial(0.1))
+    # pre and obs are arguments (not closed-over constants), as in the solvers
+    f = jax.jit(jax.value_and_grad(lambda x, pre, obs: dm.chi2(dm.forward(*lay.split(x), pre), obs)))
+    t0 = time.perf_counter()
+    jax.block_until_ready(f(x, pre, obs))
+    comp = time.perf_counter() - t0
+    ts = []
+    for _ in range(n_rep):
+        t0 = time.perf_counter()
+        jax.block_until_ready(f(x, pre, obs))
+        ts.append(time.perf_counter() - t0)
+    return comp, float(np.median(ts))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n-cell", type=int, default=2500)
+    ap.add_argument("--n-epoch", type=int, default=150)
+    ap.add_argument("--n-vel", type=int, default=32)
+    ap.add_argument("--rep", type=int, default=20)
+    a = ap.parse_args()
+    star, grid, times, vels, comps = dm.demo_setup(n_cell=a.n_cell, n_epoch=a.n_epoch, n_vel=a.n_vel)
+    sim = dm.simulate(grid, star, times, vels, comps, dm.DEMO_SPOTS, snr=500)
+    t0 = time.perf_counter()
+    mps = [mu_dependent_profile(c.profile, 4.0, resolving_power=65000.0) for c in comps]
+    t_tab = time.perf_counter() - t0
+    cases = {}
+    for name, build in (("binned", lambda: dm.precompute(grid, star, times, vels, comps)),
+                        ("dense", lambda: dm.precompute(grid, star, times, vels, comps, method="dense")),
+                        ("dense+mu", lambda: precompute_mu_dense(grid, star, times, vels, comps, mps))):
+        t0 = time.perf_counter()
+        pre = build()
+        t_pre = time.perf_counter() - t0
+        comp, run = bench(pre, sim.obs, a.rep)
+        cases[name] = (t_pre, comp, run, pre.line.nbytes() / 2**20)
+    print(f"backend {jax.default_backend()}  float64  {platform.processor() or platform.machine()}  "
+          f"n_cell {a.n_cell} n_epoch {a.n_epoch} n_vel {a.n_vel}; mu tables {t_tab:.2f} s")
+    base = cases["binned"][2]
+    for name, (t_pre, comp, run, mb) in cases.items():
+        print(f"{name:9s} precompute {t_pre:6.2f} s  compile {comp:6.2f} s  value+grad {run * 1e3:8.2f} ms  "
+              f"ratio vs binned {run / base:5.2f}  model {mb:7.1f} MiB")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,389 @@
+"""Line broadening of local profiles: instrument, radial-tangential macroturbulence, EW scaling.
+
+* Instrument: a Gaussian of FWHM ``c / R`` (km/s). Convolving the local profile is exact,
+  because the disc integration is linear in the local profile.
+* Radial-tangential (RT) macroturbulence after Gray (*The Observation and Analysis of
+  Stellar Photospheres*): a fraction ``A_R`` of the surface moves radially, ``A_T = 1 - A_R``
+  tangentially, each with a Gaussian speed distribution of width ``zeta`` (km/s). At
+  ``mu = cos(theta)`` the kernel is::
+
+      K(v; mu) = A_R / (sqrt(pi) zeta mu) exp(-(v / (zeta mu))^2)
+               + A_T / (sqrt(pi) zeta sin(theta)) exp(-(v / (zeta sin(theta)))^2)
+
+  It integrates to 1, is even, and has second moment
+  ``zeta^2 (A_R mu^2 + A_T (1 - mu^2)) / 2`` (``zeta^2 / 4`` for equal fractions, whatever
+  ``mu``); its shape, and so the local profile, depends on ``mu``.
+* Equivalent-width scaling: ``1 - I/Ic`` is multiplied by ``EW_target / EW``.
+
+Convolutions are done once, at set-up, with NumPy on a fine uniform velocity grid in
+Fourier space, where a Gaussian of standard deviation ``s`` is the multiplier
+``exp(-2 pi^2 s^2 k^2)``; a width of 0 (the RT halves at ``mu = 0`` and ``mu = 1``) is the
+identity, so no delta-function special case is needed.
+
+A mu-dependent local profile is a :class:`MuProfile`: a table ``depth[mu_node, u_j]`` on
+uniform nodes in ``mu`` (default 65 over [0, 1]) and a fine uniform velocity grid,
+evaluated by cubic Lagrange interpolation in both; ``profile(v, mu)`` broadcasts.
+:func:`precompute_mu_dense` builds a standard dense :class:`~dopplermap.model.LineModel`
+whose per-cell local profiles depend on ``mu`` (vectorised over epochs and cells), so
+:func:`dopplermap.forward` and :func:`dopplermap.invert` use it unchanged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from scipy import fft as sfft
+from scipy import special
+
+from .constants import C_KMS
+from .geometry import StarParams, cell_geometry
+from .grid import SurfaceGrid
+from .profiles import ComponentSet, LocalProfile, gaussian, tabulated, voigt
+
+__all__ = [
+    "instrumental_fwhm", "gaussian_kernel", "rt_macroturbulence", "rt_second_moment",
+    "instrumental_broaden", "scale_equivalent_width", "MuProfile", "mu_dependent_profile",
+    "mu_profile_table", "precompute_mu_dense", "apply_cell_factors",
+]
+
+_FWHM_TO_SIGMA = 1.0 / (2.0 * math.sqrt(2.0 * math.log(2.0)))
+DEFAULT_DV = 0.05  # km/s, fine grid of the convolutions
+DEFAULT_N_MU = 65
+
+
+def instrumental_fwhm(resolving_power: float) -> float:
+    """FWHM (km/s) of the instrumental Gaussian for resolving power ``R``: ``c / R``."""
+    if not (np.isfinite(resolving_power) and resolving_power > 0):
+        raise ValueError(f"resolving_power must be a finite number > 0, got {resolving_power!r}")
+    return C_KMS / float(resolving_power)
+
+
+def gaussian_kernel(v, fwhm: float) -> np.ndarray:
+    """Unit-area Gaussian of FWHM ``fwhm`` (km/s) at velocities ``v`` (km/s); units 1/(km/s)."""
+    s = fwhm * _FWHM_TO_SIGMA
+    v = np.asarray(v, dtype=float)
+    return np.exp(-0.5 * (v / s) ** 2) / (s * math.sqrt(2.0 * math.pi))
+
+
+def _check_rt(zeta, radial_fraction):
+    if not (np.isfinite(zeta) and zeta >= 0):
+        raise ValueError(f"macroturbulence zeta must be >= 0 km/s, got {zeta!r}")
+    if not (0.0 <= radial_fraction <= 1.0):
+        raise ValueError(f"radial_fraction must be in [0, 1], got {radial_fraction!r}")
+
+
+def rt_macroturbulence(v, zeta: float, mu, radial_fraction: float = 0.5) -> np.ndarray:
+    """Gray's radial-tangential macroturbulence kernel K(v; mu), 1/(km/s).
+
+    Args:
+        v: velocities, km/s. zeta: width zeta_RT, km/s (> 0). mu: cos(theta), in (0, 1)
+            (at 0 or 1 one half of the kernel is a delta function, which a function of
+            ``v`` cannot represent; :class:`MuProfile` handles those limits).
+        radial_fraction: A_R (A_T = 1 - A_R); 0.5 = equal fractions.
+    """
+    _check_rt(zeta, radial_fraction)
+    mu = np.asarray(mu, dtype=float)
+    if np.any((mu <= 0) | (mu >= 1)) or not zeta > 0:
+        raise ValueError(f"rt_macroturbulence needs 0 < mu < 1 and zeta > 0, got mu={mu!r}, zeta={zeta!r}")
+    v = np.asarray(v, dtype=float)
+    a_r = zeta * mu
+    a_t = zeta * np.sqrt(1.0 - mu * mu)
+    return (radial_fraction / (math.sqrt(math.pi) * a_r) * np.exp(-(v / a_r) ** 2)
+            + (1.0 - radial_fraction) / (math.sqrt(math.pi) * a_t) * np.exp(-(v / a_t) ** 2))
+
+
+def rt_second_moment(zeta: float, mu, radial_fraction: float = 0.5):
+    """Analytic second moment of the RT kernel, (km/s)^2: ``zeta^2 (A_R mu^2 + A_T (1-mu^2)) / 2``."""
+    mu = np.asarray(mu, dtype=float)
+    return 0.5 * zeta**2 * (radial_fraction * mu**2 + (1.0 - radial_fraction) * (1.0 - mu**2))
+
+
+def _fine_grid(half_width: float, pad: float, dv: float):
+    """Uniform grid covering +-(half_width + pad) with an FFT-friendly length."""
+    u_max = half_width + pad
+    n = sfft.next_fast_len(int(math.ceil(2.0 * u_max / dv)) + 1, real=True)
+    u = (np.arange(n) - (n - 1) / 2.0) * dv
+    return u
+
+
+def _gauss_multiplier(k, sigma):
+    return np.exp(-2.0 * math.pi**2 * np.asarray(sigma, dtype=float) ** 2 * k**2)
+
+
+def _rt_multiplier(k, zeta, mu, radial_fraction):
+    """Fourier transform of the RT kernel at frequencies ``k`` (cycles per km/s), mu (n_mu,)."""
+    mu = np.clip(np.asarray(mu, dtype=float), 0.0, 1.0)[:, None]
+    s_r = zeta * mu / math.sqrt(2.0)
+    s_t = zeta * np.sqrt(1.0 - mu * mu) / math.sqrt(2.0)
+    return radial_fraction * _gauss_multiplier(k, s_r) + (1.0 - radial_fraction) * _gauss_multiplier(k, s_t)
+
+
+def _convolved_depths(profile: LocalProfile, multipliers_fn, pad: float, dv: float):
+    """Depth ``1 - I/Ic`` of ``profile`` convolved with kernels given in Fourier space.
+
+    Returns (u (n_u,), depth (n_kernel, n_u)).
+    """
+    u = _fine_grid(profile.half_width, pad, dv)
+    depth = 1.0 - profile(u)
+    k = sfft.rfftfreq(u.size, d=dv)
+    spec = sfft.rfft(depth)
+    mult = np.atleast_2d(multipliers_fn(k))
+    out = sfft.irfft(spec[None, :] * mult, n=u.size, axis=-1)
+    return u, out
+
+
+def instrumental_broaden(profile: LocalProfile, resolving_power: float, *, dv: float = DEFAULT_DV) -> LocalProfile:
+    """Local profile convolved with the instrumental Gaussian of FWHM ``c / R``.
+
+    Gaussian and Voigt profiles stay analytic (widths add in quadrature, the depth drops so
+    that the equivalent width is kept); tabulated ones are convolved on a grid of step ``dv``.
+    """
+    fwhm_i = instrumental_fwhm(resolving_power)
+    if profile.kind == "gaussian":
+        fwhm = math.hypot(profile.fwhm, fwhm_i)
+        return gaussian(profile.depth * profile.fwhm / fwhm, fwhm)
+    if profile.kind == "voigt":
+        s0 = profile.fwhm * _FWHM_TO_SIGMA
+        s1 = math.hypot(s0, fwhm_i * _FWHM_TO_SIGMA)
+        g = 0.5 * profile.fwhm_lorentz
+        ratio = special.voigt_profile(0.0, s1, g) / special.voigt_profile(0.0, s0, g)
+        return voigt(profile.depth * ratio, s1 / _FWHM_TO_SIGMA, profile.fwhm_lorentz)
+    sig = fwhm_i * _FWHM_TO_SIGMA
+    u, d = _convolved_depths(profile, lambda k: _gauss_multiplier(k, sig), 10.0 * sig, dv)
+    return tabulated(u, 1.0 - d[0], name="instrument-broadened profile")
+
+
+def scale_equivalent_width(profile: LocalProfile, ew: float) -> LocalProfile:
+    """Profile whose ``1 - I/Ic`` is scaled so its equivalent width is ``ew`` (km/s)."""
+    if not (np.isfinite(ew) and ew > 0):
+        raise ValueError(f"equivalent width must be > 0 km/s, got {ew!r}")
+    if profile.kind == "gaussian":
+        depth = ew / (profile.fwhm * _FWHM_TO_SIGMA * math.sqrt(2.0 * math.pi))
+        if depth >= 1.0:
+            raise ValueError(f"equivalent width {ew!r} km/s needs a Gaussian depth {depth:.3f} >= 1 at FWHM {profile.fwhm} km/s")
+        return gaussian(depth, profile.fwhm)
+    if profile.kind == "voigt":
+        sigma = profile.fwhm * _FWHM_TO_SIGMA
+        depth = ew * special.voigt_profile(0.0, sigma, 0.5 * profile.fwhm_lorentz)
+        if depth >= 1.0:
+            raise ValueError(f"equivalent width {ew!r} km/s needs a Voigt depth {depth:.3f} >= 1")
+        return voigt(depth, profile.fwhm, profile.fwhm_lorentz)
+    ew0 = profile.equivalent_width()
+    if not ew0 > 0:
+        raise ValueError(f"cannot scale a profile with equivalent width {ew0!r} km/s (no absorption)")
+    scale = ew / ew0
+    inten = 1.0 - scale * (1.0 - profile.intensity)
+    if np.min(inten) < 0.0:
+        raise ValueError(f"equivalent width {ew!r} km/s scales the line below zero intensity (scale {scale:.3f})")
+    return tabulated(profile.velocity, inten, name="EW-scaled profile")
+
+
+def _lagrange4(t, xp=np):
+    return xp.stack([-t * (t - 1.0) * (t - 2.0) / 6.0, (t + 1.0) * (t - 1.0) * (t - 2.0) / 2.0,
+                     -(t + 1.0) * t * (t - 2.0) / 2.0, (t + 1.0) * t * (t - 1.0) / 6.0], axis=-1)
+
+
+def _stencil(x, n):
+    """Four-point stencil start (clipped so that all taps lie in [0, n)) and offset t."""
+    j0 = np.clip(np.floor(x).astype(np.int64), 1, n - 3)
+    return j0 - 1, x - j0
+
+
+def _jstencil(x, n):
+    j0 = jnp.clip(jnp.floor(x).astype(jnp.int32), 1, n - 3)
+    return j0 - 1, x - j0
+
+
+@jax.jit
+def _table_eval(depth, u0, du, v, mu):
+    """Bicubic Lagrange interpolation of ``1 - depth`` at (v, mu); continuum outside the table."""
+    n_mu, n_u = depth.shape
+    x = (v - u0) / du
+    inside = (x >= 0.0) & (x <= n_u - 1)
+    jv, tv = _jstencil(jnp.clip(x, 0.0, n_u - 1.0), n_u)
+    jm, tm = _jstencil(jnp.clip(mu, 0.0, 1.0) * (n_mu - 1), n_mu)
+    wv = _lagrange4(tv, jnp)
+    wm = _lagrange4(tm, jnp)
+    flat = depth.reshape(-1)
+    base = jm * n_u + jv
+    out = jnp.zeros(v.shape, depth.dtype)
+    for a in range(4):
+        row = jnp.zeros(v.shape, depth.dtype)
+        for b in range(4):
+            row = row + wv[..., b] * flat[base + (a * n_u + b)]
+        out = out + wm[..., a] * row
+    return 1.0 - jnp.where(inside, out, 0.0)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class MuProfile:
+    """A local profile ``I/Ic(v, mu)`` tabulated on uniform nodes of ``mu`` and velocity.
+
+    Attributes:
+        u0, du: first node and step of the velocity grid, km/s.
+        depth: (n_mu, n_u) ``1 - I/Ic`` at ``mu = linspace(0, 1, n_mu)``.
+        zeta, radial_fraction, fwhm_instrument: the broadening it holds (for reports).
+    Outside the velocity grid the profile is continuum (1).
+    """
+
+    u0: float
+    du: float
+    depth: np.ndarray
+    zeta: float = 0.0
+    radial_fraction: float = 0.5
+    fwhm_instrument: float = 0.0
+    kind: str = "mu"
+
+    @property
+    def n_mu(self) -> int:
+        return int(self.depth.shape[0])
+
+    @property
+    def mu_nodes(self) -> np.ndarray:
+        return np.linspace(0.0, 1.0, self.n_mu)
+
+    @property
+    def velocity(self) -> np.ndarray:
+        return self.u0 + self.du * np.arange(self.depth.shape[1])
+
+    @property
+    def half_width(self) -> float:
+        u = self.velocity
+        return float(max(abs(u[0]), abs(u[-1])))
+
+    def __call__(self, v, mu) -> np.ndarray:
+        """``I/Ic`` at velocities ``v`` (km/s) and ``mu`` (clipped to [0, 1]), broadcast together."""
+        v, mu = np.broadcast_arrays(np.asarray(v, dtype=float), np.asarray(mu, dtype=float))
+        return np.asarray(_table_eval(jnp.asarray(self.depth), self.u0, self.du, jnp.asarray(v), jnp.asarray(mu)))
+
+    def at_mu(self, mu: float) -> LocalProfile:
+        """The (mu-independent) tabulated profile at one ``mu``."""
+        return tabulated(self.velocity, self(self.velocity, mu), name=f"profile at mu={mu}")
+
+    def equivalent_width(self, mu: float = 1.0) -> float:
+        """Equivalent width at ``mu``, km/s."""
+        return float(np.trapezoid(self.depth_at(mu), dx=self.du))
+
+    def depth_at(self, mu: float) -> np.ndarray:
+        return 1.0 - self(self.velocity, mu)
+
+
+def _rt_and_instrument(zeta, radial_fraction, sigma_inst, mu_nodes):
+    def mult(k):
+        m = _gauss_multiplier(k, sigma_inst)[None, :]
+        if zeta > 0:
+            m = m * _rt_multiplier(k, zeta, mu_nodes, radial_fraction)
+        else:
+            m = np.broadcast_to(m, (len(mu_nodes), k.size))
+        return m
+    return mult
+
+
+def mu_dependent_profile(profile: LocalProfile, zeta: float, *, resolving_power: float | None = None,
+                         radial_fraction: float = 0.5, n_mu: int = DEFAULT_N_MU, dv: float = DEFAULT_DV) -> MuProfile:
+    """Local profile broadened by RT macroturbulence (width ``zeta`` km/s) and the instrument.
+
+    Args:
+        profile: intrinsic local profile (disc centre, no macroturbulence).
+        zeta: zeta_RT, km/s (>= 0). resolving_power: instrument R (None = no instrument).
+        radial_fraction: A_R (0.5 = equal radial and tangential fractions).
+        n_mu: uniform mu nodes over [0, 1] (>= 4). dv: velocity step of the table, km/s.
+    """
+    _check_rt(zeta, radial_fraction)
+    if int(n_mu) != n_mu or n_mu < 4:
+        raise ValueError(f"n_mu must be an integer >= 4, got {n_mu!r}")
+    if not dv > 0:
+        raise ValueError(f"dv must be > 0 km/s, got {dv!r}")
+    fwhm_i = instrumental_fwhm(resolving_power) if resolving_power is not None else 0.0
+    sigma_inst = fwhm_i * _FWHM_TO_SIGMA
+    mu_nodes = np.linspace(0.0, 1.0, int(n_mu))
+    pad = 10.0 * math.hypot(sigma_inst, zeta / math.sqrt(2.0)) + 4.0 * dv
+    u, d = _convolved_depths(profile, _rt_and_instrument(zeta, radial_fraction, sigma_inst, mu_nodes), pad, dv)
+    return MuProfile(u0=float(u[0]), du=float(dv), depth=np.ascontiguousarray(d), zeta=float(zeta),
+                     radial_fraction=float(radial_fraction), fwhm_instrument=fwhm_i)
+
+
+def mu_profile_table(profile: LocalProfile, mu_nodes, vels, zeta: float, *, resolving_power: float | None = None,
+                     radial_fraction: float = 0.5, dv: float = DEFAULT_DV) -> np.ndarray:
+    """``I/Ic`` of the broadened local profile: (n_mu, n_v) at the given mu nodes and velocities.
+
+    ``mu`` is exact at each node (one convolution per node); velocities are interpolated
+    (cubic) from a grid of step ``dv``. This is the per-mu template table a model with
+    mu-dependent local profiles needs.
+    """
+    _check_rt(zeta, radial_fraction)
+    mu_nodes = np.atleast_1d(np.asarray(mu_nodes, dtype=float))
+    vels = np.asarray(vels, dtype=float)
+    if np.any((mu_nodes < 0) | (mu_nodes > 1)):
+        raise ValueError(f"mu nodes must lie in [0, 1], got range [{mu_nodes.min()}, {mu_nodes.max()}]")
+    fwhm_i = instrumental_fwhm(resolving_power) if resolving_power is not None else 0.0
+    sigma_inst = fwhm_i * _FWHM_TO_SIGMA
+    pad = 10.0 * math.hypot(sigma_inst, zeta / math.sqrt(2.0)) + 4.0 * dv
+    u, d = _convolved_depths(profile, _rt_and_instrument(zeta, radial_fraction, sigma_inst, mu_nodes), pad, dv)
+    x = (vels - u[0]) / dv
+    inside = (x >= 0) & (x <= u.size - 1)
+    j, t = _stencil(np.clip(x, 0.0, u.size - 1.0), u.size)
+    w = _lagrange4(t)
+    out = sum(w[:, b][None, :] * d[:, j + b] for b in range(4))
+    return 1.0 - np.where(inside[None, :], out, 0.0)
+
+
+def apply_cell_factors(pre, factors):
+    """Multiply the model's per-cell weights by ``factors`` (n_cell,) or (n_cell, 3).
+
+    Used for gravity darkening (see :mod:`dopplermap.gravity`); works for the binned and
+    dense methods because both hold ``weight[e, slot, k]`` for cell ``cell[e, slot]``.
+    Returns a new :class:`~dopplermap.model.Precomputed`.
+    """
+    line = pre.line
+    f = jnp.asarray(factors, dtype=line.weight.dtype)
+    if f.ndim == 1:
+        f = jnp.broadcast_to(f[:, None], (f.shape[0], 3))
+    if f.shape != (line.n_cell, 3):
+        raise ValueError(f"cell factors must have shape (n_cell,) or (n_cell, 3) with n_cell={line.n_cell}, got {f.shape}")
+    weight = line.weight * f[line.cell]
+    return dataclasses.replace(pre, line=dataclasses.replace(line, weight=weight))
+
+
+def precompute_mu_dense(grid: SurfaceGrid, star: StarParams, times, vels, components: ComponentSet,
+                        mu_profiles: Sequence[MuProfile | None], *, chunk: int = 50, dtype=jnp.float64):
+    """Dense precomputation whose local profiles depend on ``mu``.
+
+    Args:
+        grid, star, times (n_epoch,) days, vels (n_vel,) km/s, components: as for
+            :func:`dopplermap.precompute` (intensities and limb darkening are taken from
+            ``components``).
+        mu_profiles: for phot, cool, hot a :class:`MuProfile`, or None to keep the
+            component's mu-independent profile.
+        chunk: epochs per vectorised block (bounds the temporary memory).
+    Returns:
+        :class:`~dopplermap.model.Precomputed` with a dense :class:`LineModel` whose
+        ``local[e, s, k, :] = L_k(vels - v_los[e, s], mu[e, s])``.
+    """
+    from .model import precompute
+
+    if len(mu_profiles) != 3:
+        raise ValueError(f"mu_profiles needs 3 entries (phot, cool, hot), got {len(mu_profiles)}")
+    pre = precompute(grid, star, times, vels, components, method="dense", dtype=dtype)
+    line = pre.line
+    times = np.atleast_1d(np.asarray(times, dtype=float))
+    vels = np.asarray(vels, dtype=float)
+    geo = cell_geometry(grid.lat, grid.lon, grid.area, times, star.inclination, star.vsini_kms,
+                        star.period, star.t0, star.domega)
+    cell = np.asarray(line.cell)
+    mu_s = np.take_along_axis(np.asarray(geo.mu), cell, axis=1)
+    v_s = np.take_along_axis(np.asarray(geo.v_los), cell, axis=1)
+    local = np.array(line.local)  # (E, S, 3, V), writable copy
+    for k, mp in enumerate(mu_profiles):
+        if mp is None:
+            continue
+        for e0 in range(0, cell.shape[0], chunk):
+            sl = slice(e0, e0 + chunk)
+            dv = vels[None, None, :] - v_s[sl, :, None]
+            local[sl, :, k, :] = mp(dv, mu_s[sl, :, None])
+    return dataclasses.replace(pre, line=dataclasses.replace(line, local=jnp.asarray(local, dtype)))

@@ -1,0 +1,223 @@
+"""``dopplermap invert-seed``, ``convert`` and ``simulate``: the seed's problem files.
+
+* ``invert-seed`` solves the seed's problem (three pickles, or a converted ``.npz``) and
+  writes ``summary.json``, ``result.npz`` and figures to ``--out``.
+* ``convert`` writes the three pickles to a safe ``.npz`` problem file.
+* ``simulate`` makes a spotted-star problem at the seed's size, as an ``.npz`` problem
+  (default) or as seed-format pickles, plus ``truth.npz``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import click
+import numpy as np
+
+_PATH = click.Path(dir_okay=False, path_type=Path)
+
+
+def _load(idc, sg, cpcs, problem, trust_pickle):
+    from ..io.seed import load_problem, read_seed
+
+    picks = [p for p in (idc, sg, cpcs) if p is not None]
+    if problem is not None and picks:
+        raise ValueError("give either --problem FILE.npz or --idc/--sg/--cpcs, not both")
+    if problem is not None:
+        return load_problem(problem)
+    if len(picks) != 3:
+        missing = [n for n, p in (("--idc", idc), ("--sg", sg), ("--cpcs", cpcs)) if p is None]
+        raise ValueError(f"missing {', '.join(missing)}: the seed's problem needs all three pickles "
+                         "(or --problem FILE.npz from `dopplermap convert`)")
+    return read_seed(idc, sg, cpcs, trust_pickle=trust_pickle)
+
+
+def _write_json(path: Path, obj) -> None:
+    from ..io.seed import _atomic_write
+
+    _atomic_write(path, lambda fh: fh.write(json.dumps(obj, indent=2).encode()))
+
+
+def _write_npz(path: Path, **arrays) -> None:
+    from ..io.seed import _atomic_write
+
+    _atomic_write(path, lambda fh: np.savez(fh, **arrays))
+
+
+def plot_seed_result(problem, res, out: Path) -> list[Path]:
+    """Figures of a seed inversion: filling factors (map if coordinates, else per cell
+    index) and the normalised residuals. Returns the written paths."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = []
+    fig, axes = plt.subplots(2, 1, figsize=(9, 6.5), constrained_layout=True)
+    for ax, f, name, cmap in ((axes[0], res.fssc, "cool-spot filling factor fssc", "Blues"),
+                              (axes[1], res.fssh, "hot-spot filling factor fssh", "Reds")):
+        if problem.has_coordinates:
+            lon = np.degrees(np.mod(problem.lon, 2 * np.pi))
+            sc = ax.scatter(lon, np.degrees(problem.lat), c=f, s=8, cmap=cmap, vmin=0, vmax=max(float(f.max()), 1e-3))
+            ax.set(xlim=(0, 360), ylim=(-90, 90), xlabel="longitude (deg)", ylabel="latitude (deg)", title=name)
+            fig.colorbar(sc, ax=ax)
+        else:
+            ax.plot(np.arange(f.size), f, lw=0.6, color="C0" if cmap == "Blues" else "C3")
+            ax.set(xlabel="cell index (no coordinates in the input: not a map)", ylabel="filling factor",
+                   title=name, xlim=(0, f.size - 1))
+    p = out / "filling_factors.png"
+    _save_fig(fig, p)
+    plt.close(fig)
+    paths.append(p)
+
+    resid = (np.asarray(problem.obs.flux) - res.model) / np.asarray(problem.obs.err)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 5), constrained_layout=True)
+    vels = np.asarray(problem.obs.vels)
+    ext = (vels[0], vels[-1], problem.n_epoch - 0.5, -0.5)
+    im = axes[0].imshow(np.asarray(problem.obs.flux), aspect="auto", extent=ext, cmap="gray")
+    axes[0].set(xlabel="velocity (km/s)", ylabel="epoch index", title="observed profiles")
+    fig.colorbar(im, ax=axes[0])
+    lim = float(np.percentile(np.abs(resid), 99)) or 1.0
+    im = axes[1].imshow(resid, aspect="auto", extent=ext, cmap="RdBu_r", vmin=-lim, vmax=lim)
+    axes[1].set(xlabel="velocity (km/s)", title=f"(obs - model) / err, chi2 = {res.chi2:.3f}")
+    fig.colorbar(im, ax=axes[1])
+    p = out / "residuals.png"
+    _save_fig(fig, p)
+    plt.close(fig)
+    paths.append(p)
+    return paths
+
+
+def _save_fig(fig, path: Path) -> None:
+    from ..io.seed import _atomic_write
+
+    _atomic_write(path, lambda fh: fig.savefig(fh, format="png", dpi=110))
+
+
+def run_invert_seed(problem, out: Path, *, lmbd: float, tol: float, maxiter: int, quiet: bool, plots: bool,
+                    read_time: float = 0.0) -> dict:
+    """Invert a :class:`~dopplermap.io.seed.SeedProblem` and write the results to ``out``."""
+    import dopplermap as dm
+
+    t0 = time.perf_counter()
+
+    def progress(it, hist):
+        if not quiet and it % 25 == 0:
+            click.echo(f"  iteration {it:4d}  loss {hist['loss'][-1]:.8g}", err=True)
+
+    res = dm.invert(problem.pre, problem.obs, lmbd=lmbd, regulariser="mem", tol=tol, maxiter=maxiter,
+                    callback=progress)
+    total = time.perf_counter() - t0 + read_time
+    summary = dict(res.summary(), entropy=res.regulariser_value, read_time=read_time, total_time=total,
+                   n_cell=problem.n_cell, n_epoch=problem.n_epoch, n_vel=problem.n_vel,
+                   n_visible_min=int(problem.n_visible.min()), n_visible_max=int(problem.n_visible.max()),
+                   has_coordinates=problem.has_coordinates, source=problem.source,
+                   loss_definition="chi2/(n_epoch n_vel) + lmbd * seed MEM (the seed's loss)")
+    out.mkdir(parents=True, exist_ok=True)
+    arrays = dict(fssc=res.fssc, fssh=res.fssh, fssp=res.fssp, rv=res.rv, amp=res.amp, model=res.model,
+                  flux=np.asarray(problem.obs.flux), err=np.asarray(problem.obs.err),
+                  vels=np.asarray(problem.obs.vels), labels=np.array(problem.labels, dtype=str),
+                  history_loss=res.history.get("loss", np.zeros(0)), history_chi2=res.history.get("chi2", np.zeros(0)))
+    if problem.has_coordinates:
+        arrays.update(lat=problem.lat, lon=problem.lon)
+    _write_npz(out / "result.npz", **arrays)
+    if plots:
+        summary["figures"] = [p.name for p in plot_seed_result(problem, res, out)]
+        if not problem.has_coordinates:
+            summary["figure_note"] = "no cell coordinates in the input (sg has no grid_lats/grid_longs): filling factor drawn per cell index"
+    _write_json(out / "summary.json", summary)
+    return summary
+
+
+def register(group):
+    @group.command("invert-seed")
+    @click.option("--idc", type=_PATH, help="The seed's idc pickle (observations).")
+    @click.option("--sg", type=_PATH, help="The seed's sg pickle (surface grid).")
+    @click.option("--cpcs", type=_PATH, help="The seed's cpcs pickle (per-epoch coefficients).")
+    @click.option("--problem", type=_PATH, help="A .npz problem from `dopplermap convert` (instead of pickles).")
+    @click.option("--trust-pickle", is_flag=True,
+                  help="Allow unpickling (it can run code from the files): only for files you trust.")
+    @click.option("--lmbd", type=float, default=1.0, show_default=True, help="Regularisation weight lambda.")
+    @click.option("--tol", type=float, default=1e-5, show_default=True, help="L-BFGS-B ftol/gtol (the seed's).")
+    @click.option("--maxiter", type=int, default=1000, show_default=True, help="Iteration cap.")
+    @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("seed-out"),
+                  show_default=True, help="Output folder.")
+    @click.option("--quiet", is_flag=True, help="No progress display.")
+    @click.option("--no-plots", is_flag=True, help="Skip the figures.")
+    def invert_seed(idc, sg, cpcs, problem, trust_pickle, lmbd, tol, maxiter, out, quiet, no_plots):
+        """Solve the seed's problem (idc/sg/cpcs pickles or a converted .npz) with the seed's loss."""
+        t0 = time.perf_counter()
+        prob = _load(idc, sg, cpcs, problem, trust_pickle)
+        read_time = time.perf_counter() - t0
+        if not quiet:
+            click.echo(f"read {prob.n_epoch} epochs x {prob.n_vel} velocities, {prob.n_cell} cells "
+                       f"({prob.n_visible.min()}-{prob.n_visible.max()} visible) in {read_time:.2f} s", err=True)
+        s = run_invert_seed(prob, out, lmbd=lmbd, tol=tol, maxiter=maxiter, quiet=quiet, plots=not no_plots,
+                            read_time=read_time)
+        click.echo(f"loss {s['loss']:.10g}  chi2 {s['chi2']:.6g}  entropy {s['entropy']:.6g}  "
+                   f"iterations {s['iterations']}  compile {s['compile_time']:.2f} s  solve {s['solve_time']:.2f} s")
+        if not no_plots and not prob.has_coordinates:
+            click.echo("note: the input has no cell coordinates; filling factors are drawn per cell index, not as a map")
+        click.echo(f"results in {out}")
+
+    @group.command("convert")
+    @click.option("--idc", type=_PATH, required=True, help="The seed's idc pickle.")
+    @click.option("--sg", type=_PATH, required=True, help="The seed's sg pickle.")
+    @click.option("--cpcs", type=_PATH, required=True, help="The seed's cpcs pickle.")
+    @click.option("--trust-pickle", is_flag=True,
+                  help="Allow unpickling (it can run code from the files): only for files you trust.")
+    @click.option("--out", type=_PATH, required=True, help="Output .npz problem file.")
+    def convert(idc, sg, cpcs, trust_pickle, out):
+        """Convert the seed's pickles to a safe .npz problem file (read later without --trust-pickle)."""
+        from ..io.seed import read_seed, save_problem
+
+        prob = read_seed(idc, sg, cpcs, trust_pickle=trust_pickle)
+        save_problem(out, prob)
+        click.echo(f"wrote {out}: {prob.n_epoch} epochs x {prob.n_vel} velocities, {prob.n_cell} cells")
+
+    @group.command("simulate")
+    @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("sim-out"),
+                  show_default=True, help="Output folder.")
+    @click.option("--format", "fmt", type=click.Choice(["npz", "seed-pickle"]), default="npz", show_default=True,
+                  help="npz: a safe problem.npz; seed-pickle: idc.pkl, sg.pkl, cpcs.pkl as the seed's script reads them.")
+    @click.option("--n-cell", type=int, default=2500, show_default=True, help="Surface cells.")
+    @click.option("--n-epoch", type=int, default=150, show_default=True, help="Epochs.")
+    @click.option("--n-vel", type=int, default=32, show_default=True, help="Velocities per profile.")
+    @click.option("--snr", type=float, default=500.0, show_default=True, help="Signal-to-noise ratio.")
+    @click.option("--seed", type=int, default=1, show_default=True, help="Random seed.")
+    @click.option("--per-cell-lis", is_flag=True, help="seed-pickle: write lis_* per visible cell, not scalars.")
+    @click.option("--no-coordinates", is_flag=True, help="Leave grid_lats/grid_longs out of sg (and the .npz).")
+    def simulate(out, fmt, n_cell, n_epoch, n_vel, snr, seed, per_cell_lis, no_coordinates):
+        """Simulate the demo star (spots from dopplermap.DEMO_SPOTS) and write its problem files."""
+        sim_files = simulate_files(out, fmt=fmt, n_cell=n_cell, n_epoch=n_epoch, n_vel=n_vel, snr=snr, seed=seed,
+                                   per_cell_lis=per_cell_lis, coordinates=not no_coordinates)
+        click.echo("wrote " + ", ".join(str(p) for p in sim_files))
+
+
+def simulate_files(out: Path, *, fmt: str = "npz", n_cell: int = 2500, n_epoch: int = 150, n_vel: int = 32,
+                   snr: float = 500.0, seed: int = 1, per_cell_lis: bool = False, coordinates: bool = True,
+                   keys=None, as_jax: bool = False) -> list[Path]:
+    """Simulate the demo star and write its problem (``fmt`` "npz" or "seed-pickle") and ``truth.npz``."""
+    import dopplermap as dm
+    from ..io.seed import save_problem, seed_dicts, seed_problem, write_seed_pickles
+
+    for name, v, lo in (("n-cell", n_cell, 50), ("n-epoch", n_epoch, 1), ("n-vel", n_vel, 3)):
+        if v < lo:
+            raise ValueError(f"--{name} must be >= {lo}, got {v}")
+    if fmt not in ("npz", "seed-pickle"):
+        raise ValueError(f"format must be 'npz' or 'seed-pickle', got {fmt!r}")
+    star, grid, times, vels, comps = dm.demo_setup(n_cell=n_cell, n_epoch=n_epoch, n_vel=n_vel, seed=seed)
+    sim = dm.simulate(grid, star, times, vels, comps, dm.DEMO_SPOTS, snr=snr, seed=seed)
+    kw = dict(keys=keys, per_cell_lis=per_cell_lis, as_jax=as_jax, coordinates=coordinates)
+    if fmt == "seed-pickle":
+        paths = list(write_seed_pickles(sim, out, **kw).values())
+    else:
+        prob = seed_problem(*seed_dicts(sim, **kw), sources=("simulation",) * 3)
+        paths = [save_problem(Path(out) / "problem.npz", prob)]
+    truth = Path(out) / "truth.npz"
+    _write_npz(truth, fssc=sim.fssc, fssh=sim.fssh, rv=sim.rv, amp=sim.amp, lat=grid.lat, lon=grid.lon,
+               times=np.asarray(times), noiseless=sim.noiseless, inclination=star.inclination,
+               vsini=star.vsini_kms, period=star.period, snr=snr)
+    return paths + [truth]

@@ -1,0 +1,185 @@
+"""``dopplermap init`` (write a commented target template) and ``dopplermap invert TARGET``."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import time
+from pathlib import Path
+
+import click
+import numpy as np
+
+__all__ = ["build_problem", "run_target", "register"]
+
+
+def _components(cfg):
+    """Line-band components and, with macroturbulence, their mu-dependent profiles."""
+    from ..broadening import instrumental_broaden, mu_dependent_profile, scale_equivalent_width
+    from ..io.lsd import read_local_profile
+    from ..profiles import Component, ComponentSet, LimbDarkening, gaussian, intensity_ratio, voigt
+
+    ln, temps = cfg.line, cfg.temperatures
+    if ln.profile == "tabulated":
+        profiles = [read_local_profile(cfg.path(f)) for f in ln.files]
+    elif ln.profile == "gaussian":
+        profiles = [gaussian(d, ln.fwhm) for d in ln.depth]
+    else:
+        profiles = [voigt(d, ln.fwhm, ln.fwhm_lorentz) for d in ln.depth]
+    if ln.equivalent_width is not None:
+        profiles = [scale_equivalent_width(p, ln.equivalent_width) for p in profiles]
+    mu_profiles = None
+    if ln.macroturbulence > 0:
+        mu_profiles = [mu_dependent_profile(p, ln.macroturbulence, resolving_power=ln.resolving_power,
+                                            radial_fraction=ln.radial_fraction) for p in profiles]
+    if ln.resolving_power is not None:
+        profiles = [instrumental_broaden(p, ln.resolving_power) for p in profiles]
+    t = (temps.phot, temps.cool, temps.hot)
+    inten = ln.intensity or tuple(intensity_ratio(x, temps.phot, ln.wavelength_nm) for x in t)
+    lds = [LimbDarkening(ln.limb_darkening, c) for c in (ln.ld_phot, ln.ld_cool, ln.ld_hot)]
+    comps = ComponentSet(*[Component(p, ld, i) for p, ld, i in zip(profiles, lds, inten, strict=True)])
+    return comps, mu_profiles
+
+
+def _profile_files(cfg):
+    files = []
+    for pat in cfg.data.profiles:
+        full = str(cfg.path(pat))
+        hits = sorted(glob.glob(full)) if glob.has_magic(full) else ([full] if Path(full).is_file() else [])
+        if not hits:
+            raise ValueError(f"{cfg.source}: [data] profiles: nothing matches {pat!r} (looked for {full})")
+        files.extend(hits)
+    if len(set(files)) != len(files):
+        raise ValueError(f"{cfg.source}: [data] profiles: some files are matched by more than one pattern")
+    return files
+
+
+def build_problem(cfg):
+    """Everything :func:`dopplermap.invert` needs for a :class:`~dopplermap.config.TargetConfig`.
+
+    Returns a dict with ``star, grid, obs, pre, components, lightcurve`` (None without one),
+    ``cell_factors`` (None when gravity darkening is off) and ``files``.
+    """
+    from ..broadening import apply_cell_factors, precompute_mu_dense
+    from ..geometry import StarParams
+    from ..grid import make_grid
+    from ..io.lsd import load_observations, read_lsd
+    from ..model import precompute
+
+    files = _profile_files(cfg)
+    d = cfg.data
+    vels = None
+    if d.velocity_range is not None:
+        v0 = read_lsd(files[0], d.format).vels
+        vels = v0[(v0 >= d.velocity_range[0]) & (v0 <= d.velocity_range[1])]
+        if vels.size < 3:
+            raise ValueError(f"{cfg.source}: [data] velocity_range {list(d.velocity_range)} keeps {vels.size} points of {files[0]}")
+    obs = load_observations(files, times_table=cfg.path(d.times_table) if d.times_table else None,
+                            time_pattern=d.time_pattern, vels=vels, fmt=d.format, normalise=True)
+    s = cfg.star
+    star = StarParams(inclination=s.inclination, vsini=s.vsini, period=s.period, t0=s.t0, domega=s.domega,
+                      radius=s.radius)
+    grid = make_grid(cfg.grid.kind, cfg.grid.n_cell, cfg.grid.nside)
+    comps, mu_profiles = _components(cfg)
+    times, v = np.asarray(obs.times), np.asarray(obs.vels)
+    if mu_profiles is not None:
+        pre = precompute_mu_dense(grid, star, times, v, comps, mu_profiles)
+    else:
+        pre = precompute(grid, star, times, v, comps, method=cfg.inversion.method)
+    temps = (cfg.temperatures.phot, cfg.temperatures.cool, cfg.temperatures.hot)
+    factors = lc_factors = None
+    if cfg.gravity_darkening.enabled:
+        from ..gravity import gravity_darkening_factors
+
+        factors = gravity_darkening_factors(grid, star, s.mass, temps, cfg.line.wavelength_nm, cfg.gravity_darkening.beta)
+        lc_factors = gravity_darkening_factors(grid, star, s.mass, temps, cfg.lightcurve.wavelength_nm,
+                                               cfg.gravity_darkening.beta)
+        pre = apply_cell_factors(pre, factors)
+    lc = None
+    if d.lightcurve is not None:
+        from ..io.lightcurve import read_lightcurve
+        from ..lightcurve import LightCurveBand, precompute_lightcurve
+        from ..profiles import LimbDarkening
+
+        lcc = cfg.lightcurve
+        lds = [LimbDarkening(lcc.limb_darkening, c) for c in (lcc.ld_phot, lcc.ld_cool, lcc.ld_hot)]
+        band = (LightCurveBand(tuple(lds), tuple(lcc.intensity)) if lcc.intensity is not None
+                else LightCurveBand.from_temperatures(*temps, lcc.wavelength_nm, lds))
+        data = read_lightcurve(cfg.path(d.lightcurve), d.lightcurve_format)
+        lc = precompute_lightcurve(grid, star, data.time, data.flux, data.err, band, cell_factors=lc_factors,
+                                   source=data.source, fit_dilution=lcc.fit_dilution)
+    return dict(star=star, grid=grid, obs=obs, pre=pre, components=comps, lightcurve=lc, cell_factors=factors,
+                files=files)
+
+
+def _atomic(path: Path, write):
+    tmp = path.with_name(path.name + ".tmp")
+    write(tmp)
+    os.replace(tmp, path)
+
+
+def run_target(cfg, out: Path) -> dict:
+    """Run the inversion a target config describes; write ``maps.npz`` and ``summary.json`` to ``out``."""
+    from ..lightcurve import lightcurve_model
+    from ..solvers import invert
+
+    t0 = time.perf_counter()
+    prob = build_problem(cfg)
+    t_setup = time.perf_counter() - t0
+    inv = cfg.inversion
+    res = invert(prob["pre"], prob["obs"], lmbd=inv.lmbd, regulariser=inv.regulariser, tol=inv.tol,
+                 maxiter=inv.maxiter, fit_rv=inv.fit_rv, fit_amp=inv.fit_amp, lightcurve=prob["lightcurve"],
+                 line_weight=inv.line_weight, lc_weight=inv.lc_weight)
+    out.mkdir(parents=True, exist_ok=True)
+    grid, obs, lc = prob["grid"], prob["obs"], prob["lightcurve"]
+    arrays = dict(fssc=res.fssc, fssh=res.fssh, lat=grid.lat, lon=grid.lon, area=grid.area, rv=res.rv, amp=res.amp,
+                  times=np.asarray(obs.times), vels=np.asarray(obs.vels), obs_flux=np.asarray(obs.flux),
+                  obs_err=np.asarray(obs.err), model=res.model)
+    if lc is not None:
+        import jax.numpy as jnp
+
+        arrays.update(lc_times=np.asarray(lc.times), lc_flux=np.asarray(lc.flux), lc_err=np.asarray(lc.err),
+                      lc_model=np.asarray(lightcurve_model(jnp.asarray(res.fssc), jnp.asarray(res.fssh), lc)))
+
+    def write_npz(tmp):
+        with open(tmp, "wb") as fh:
+            np.savez(fh, **arrays)
+
+    _atomic(out / "maps.npz", write_npz)
+    summary = dict(res.summary(), chi2_lc=res.chi2_lc, target=cfg.source, n_files=len(prob["files"]),
+                   n_cell=grid.n_cell, n_epoch=obs.n_epoch, n_vel=obs.n_vel,
+                   n_lc=None if lc is None else lc.n_lc, macroturbulence=cfg.line.macroturbulence,
+                   gravity_darkening=cfg.gravity_darkening.enabled, setup_time=t_setup,
+                   total_time=time.perf_counter() - t0)
+    _atomic(out / "summary.json", lambda tmp: tmp.write_text(json.dumps(summary, indent=2)))
+    return summary
+
+
+def register(group):
+    @group.command()
+    @click.argument("path", type=click.Path(dir_okay=False, path_type=Path), default=Path("target.toml"))
+    @click.option("--force", is_flag=True, help="Overwrite an existing file.")
+    def init(path, force):
+        """Write a commented target-configuration template to PATH (default target.toml)."""
+        from ..config import TEMPLATE
+
+        if path.exists() and not force:
+            raise ValueError(f"{path} exists; use --force to overwrite")
+        _atomic(path, lambda tmp: tmp.write_text(TEMPLATE))
+        click.echo(f"wrote {path}; edit it, then run: dopplermap invert {path} --out results")
+
+    @group.command()
+    @click.argument("target", type=click.Path(dir_okay=False, path_type=Path))
+    @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("results"),
+                  show_default=True, help="Output folder.")
+    def invert(target, out):
+        """Map the star described by the TOML file TARGET."""
+        from ..config import load_config
+
+        cfg = load_config(target)
+        s = run_target(cfg, out)
+        lc = f"  chi2(lc) {s['chi2_lc']:.4f}" if s["chi2_lc"] is not None else ""
+        click.echo(f"chi2 {s['chi2']:.4f}{lc}  iterations {s['iterations']}  {s['stop_reason']}  "
+                   f"solve {s['solve_time']:.1f} s")
+        click.echo(f"results in {out}")

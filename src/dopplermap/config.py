@@ -1,0 +1,370 @@
+"""Target configuration: one TOML file that describes the data, the star and the inversion.
+
+``load_config(path)`` parses the file with :mod:`tomllib` into frozen dataclasses. Unknown
+keys, wrong types, missing required keys and out-of-range values raise ``ValueError``
+naming the key (``"target.toml: [line] fwhm must be a number, got 'nine'"``). Relative
+paths are resolved against the folder of the TOML file. ``TEMPLATE`` is the commented
+template ``dopplermap init`` writes; :func:`run_target` (in
+:mod:`dopplermap.commands.target`) runs a configuration.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import tomllib
+import types
+import typing
+from pathlib import Path
+
+__all__ = ["DataConfig", "StarConfig", "TemperatureConfig", "LineConfig", "LightCurveConfig",
+           "GravityConfig", "GridConfig", "InversionConfig", "TargetConfig", "load_config", "parse_config",
+           "TEMPLATE"]
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+    """Observed data. Paths are relative to the TOML file."""
+
+    profiles: tuple[str, ...]
+    format: str = "auto"
+    times_table: str | None = None
+    time_pattern: str | None = None
+    time_scale: str = "BJD"
+    velocity_range: tuple[float, ...] | None = None
+    lightcurve: str | None = None
+    lightcurve_format: str = "auto"
+
+
+@dataclasses.dataclass(frozen=True)
+class StarConfig:
+    inclination: float
+    period: float
+    vsini: float | None = None
+    radius: float | None = None
+    t0: float = 0.0
+    domega: float = 0.0
+    mass: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class TemperatureConfig:
+    phot: float
+    cool: float
+    hot: float
+
+
+@dataclasses.dataclass(frozen=True)
+class LineConfig:
+    wavelength_nm: float
+    profile: str = "gaussian"
+    depth: tuple[float, ...] = (0.5, 0.5, 0.5)
+    fwhm: float = 9.0
+    fwhm_lorentz: float = 0.0
+    files: tuple[str, ...] | None = None
+    resolving_power: float | None = None
+    macroturbulence: float = 0.0
+    radial_fraction: float = 0.5
+    equivalent_width: float | None = None
+    limb_darkening: str = "linear"
+    ld_phot: tuple[float, ...] = (0.6,)
+    ld_cool: tuple[float, ...] = (0.6,)
+    ld_hot: tuple[float, ...] = (0.6,)
+    intensity: tuple[float, ...] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class LightCurveConfig:
+    wavelength_nm: float = 550.0
+    limb_darkening: str = "linear"
+    ld_phot: tuple[float, ...] = (0.6,)
+    ld_cool: tuple[float, ...] = (0.6,)
+    ld_hot: tuple[float, ...] = (0.6,)
+    intensity: tuple[float, ...] | None = None
+    fit_dilution: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class GravityConfig:
+    enabled: bool = False
+    beta: float = 0.25
+
+
+@dataclasses.dataclass(frozen=True)
+class GridConfig:
+    kind: str = "bands"
+    n_cell: int = 2500
+    nside: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class InversionConfig:
+    regulariser: str = "mem"
+    lmbd: float = 1.0
+    line_weight: float = 1.0
+    lc_weight: float = 1.0
+    fit_rv: bool = True
+    fit_amp: bool = True
+    tol: float = 1e-5
+    maxiter: int = 1000
+    method: str = "binned"
+
+
+@dataclasses.dataclass(frozen=True)
+class TargetConfig:
+    data: DataConfig
+    star: StarConfig
+    temperatures: TemperatureConfig
+    line: LineConfig
+    lightcurve: LightCurveConfig = LightCurveConfig()
+    gravity_darkening: GravityConfig = GravityConfig()
+    grid: GridConfig = GridConfig()
+    inversion: InversionConfig = InversionConfig()
+    base_dir: str = "."
+    source: str = "<config>"
+
+    def path(self, rel: str) -> Path:
+        """A data path resolved against the folder of the TOML file."""
+        p = Path(rel).expanduser()
+        return p if p.is_absolute() else Path(self.base_dir) / p
+
+
+_SECTIONS = {f.name: f for f in dataclasses.fields(TargetConfig) if f.name not in ("base_dir", "source")}
+_SECTION_TYPES = typing.get_type_hints(TargetConfig)
+
+
+def _type_name(tp) -> str:
+    return {float: "a number", int: "an integer", bool: "true or false", str: "a string"}.get(tp, str(tp))
+
+
+def _coerce(value, tp, where: str):
+    """Check ``value`` against annotation ``tp``; return the converted value."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _coerce(value, args[0], where)
+    if origin is tuple:
+        (inner, _ellipsis) = typing.get_args(tp)
+        if not isinstance(value, list):
+            raise ValueError(f"{where} must be a list of {_type_name(inner)}s, got {value!r}")
+        return tuple(_coerce(v, inner, f"{where}[{i}]") for i, v in enumerate(value))
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"{where} must be a number, got {value!r}")
+        if not math.isfinite(value):
+            raise ValueError(f"{where} must be finite, got {value!r}")
+        return float(value)
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"{where} must be an integer, got {value!r}")
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ValueError(f"{where} must be true or false, got {value!r}")
+        return value
+    if tp is str:
+        if not isinstance(value, str):
+            raise ValueError(f"{where} must be a string, got {value!r}")
+        return value
+    raise TypeError(f"unsupported config annotation {tp!r}")  # pragma: no cover - programming error
+
+
+def _build(cls, table, where: str):
+    if not isinstance(table, dict):
+        raise ValueError(f"{where} must be a table, got {table!r}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(table) - set(fields))
+    if unknown:
+        raise ValueError(f"{where}: unknown key {unknown[0]!r} (allowed: {', '.join(fields)})")
+    kwargs = {}
+    for name, f in fields.items():
+        if name in table:
+            kwargs[name] = _coerce(table[name], hints[name], f"{where} {name}")
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise ValueError(f"{where}: missing required key {name!r}")
+    return cls(**kwargs)
+
+
+def _positive(where, value, allow_zero=False):
+    ok = value >= 0 if allow_zero else value > 0
+    if not ok:
+        raise ValueError(f"{where} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
+
+
+def _check_ld(where, law, coeffs):
+    from .profiles import LimbDarkening
+
+    try:
+        LimbDarkening(law, tuple(coeffs))
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
+
+
+def _validate(cfg: TargetConfig):
+    s = cfg.source
+    d = cfg.data
+    if not d.profiles:
+        raise ValueError(f"{s}: [data] profiles must list at least one file or glob pattern")
+    if d.format not in ("auto", "donati", "text", "fits"):
+        raise ValueError(f"{s}: [data] format must be auto, donati, text or fits, got {d.format!r}")
+    if (d.times_table is None) == (d.time_pattern is None):
+        raise ValueError(f"{s}: [data] give exactly one of times_table or time_pattern")
+    if d.time_scale not in ("BJD", "HJD"):
+        raise ValueError(f"{s}: [data] time_scale must be 'BJD' or 'HJD', got {d.time_scale!r}")
+    if d.velocity_range is not None and (len(d.velocity_range) != 2 or d.velocity_range[0] >= d.velocity_range[1]):
+        raise ValueError(f"{s}: [data] velocity_range must be [min, max] with min < max, got {list(d.velocity_range)}")
+    st = cfg.star
+    if not 0 < st.inclination <= 90:
+        raise ValueError(f"{s}: [star] inclination must be in (0, 90] deg, got {st.inclination!r}")
+    _positive(f"{s}: [star] period", st.period)
+    if (st.vsini is None) == (st.radius is None):
+        raise ValueError(f"{s}: [star] give exactly one of vsini (km/s) or radius (R_sun)")
+    for k in ("vsini", "radius", "mass"):
+        if getattr(st, k) is not None:
+            _positive(f"{s}: [star] {k}", getattr(st, k))
+    for k in ("phot", "cool", "hot"):
+        _positive(f"{s}: [temperatures] {k}", getattr(cfg.temperatures, k))
+    ln = cfg.line
+    _positive(f"{s}: [line] wavelength_nm", ln.wavelength_nm)
+    if ln.profile not in ("gaussian", "voigt", "tabulated"):
+        raise ValueError(f"{s}: [line] profile must be gaussian, voigt or tabulated, got {ln.profile!r}")
+    if ln.profile == "tabulated":
+        if ln.files is None or len(ln.files) != 3:
+            raise ValueError(f"{s}: [line] files must list 3 tabulated profiles (phot, cool, hot) for profile = 'tabulated'")
+    else:
+        if len(ln.depth) != 3 or not all(0 <= x < 1 for x in ln.depth):
+            raise ValueError(f"{s}: [line] depth must be 3 values in [0, 1) (phot, cool, hot), got {list(ln.depth)}")
+        _positive(f"{s}: [line] fwhm", ln.fwhm)
+        _positive(f"{s}: [line] fwhm_lorentz", ln.fwhm_lorentz, allow_zero=True)
+    if ln.resolving_power is not None:
+        _positive(f"{s}: [line] resolving_power", ln.resolving_power)
+    _positive(f"{s}: [line] macroturbulence", ln.macroturbulence, allow_zero=True)
+    if not 0 <= ln.radial_fraction <= 1:
+        raise ValueError(f"{s}: [line] radial_fraction must be in [0, 1], got {ln.radial_fraction!r}")
+    if ln.equivalent_width is not None:
+        _positive(f"{s}: [line] equivalent_width", ln.equivalent_width)
+    for sec, obj in (("line", ln), ("lightcurve", cfg.lightcurve)):
+        for k in ("ld_phot", "ld_cool", "ld_hot"):
+            _check_ld(f"{s}: [{sec}] {k}", obj.limb_darkening, getattr(obj, k))
+        if obj.intensity is not None and (len(obj.intensity) != 3 or any(x < 0 for x in obj.intensity)):
+            raise ValueError(f"{s}: [{sec}] intensity must be 3 values >= 0 (phot, cool, hot), got {list(obj.intensity)}")
+    _positive(f"{s}: [lightcurve] wavelength_nm", cfg.lightcurve.wavelength_nm)
+    g = cfg.gravity_darkening
+    _positive(f"{s}: [gravity_darkening] beta", g.beta, allow_zero=True)
+    if g.enabled and st.mass is None:
+        raise ValueError(f"{s}: [gravity_darkening] enabled needs [star] mass (M_sun)")
+    gr = cfg.grid
+    if gr.kind not in ("bands", "healpix"):
+        raise ValueError(f"{s}: [grid] kind must be 'bands' or 'healpix', got {gr.kind!r}")
+    if gr.n_cell < 8:
+        raise ValueError(f"{s}: [grid] n_cell must be >= 8, got {gr.n_cell!r}")
+    inv = cfg.inversion
+    if inv.regulariser not in ("mem", "tikhonov", "none"):
+        raise ValueError(f"{s}: [inversion] regulariser must be mem, tikhonov or none, got {inv.regulariser!r}")
+    if inv.method not in ("binned", "dense"):
+        raise ValueError(f"{s}: [inversion] method must be 'binned' or 'dense', got {inv.method!r}")
+    for k in ("lmbd", "line_weight", "lc_weight"):
+        _positive(f"{s}: [inversion] {k}", getattr(inv, k), allow_zero=True)
+    _positive(f"{s}: [inversion] tol", inv.tol)
+    if inv.maxiter < 1:
+        raise ValueError(f"{s}: [inversion] maxiter must be >= 1, got {inv.maxiter!r}")
+
+
+def parse_config(table: dict, *, source: str = "<config>", base_dir: str = ".") -> TargetConfig:
+    """Build and validate a :class:`TargetConfig` from a parsed TOML table."""
+    unknown = sorted(set(table) - set(_SECTIONS))
+    if unknown:
+        raise ValueError(f"{source}: unknown section [{unknown[0]}] (allowed: {', '.join(_SECTIONS)})")
+    parts = {}
+    for name, f in _SECTIONS.items():
+        if name in table:
+            parts[name] = _build(_SECTION_TYPES[name], table[name], f"{source}: [{name}]")
+        elif f.default is dataclasses.MISSING:
+            raise ValueError(f"{source}: missing section [{name}]")
+    cfg = TargetConfig(**parts, base_dir=str(base_dir), source=source)
+    _validate(cfg)
+    return cfg
+
+
+def load_config(path) -> TargetConfig:
+    """Read and validate a target TOML file."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"target file not found: {path}")
+    try:
+        table = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"{path}: invalid TOML: {exc}") from None
+    return parse_config(table, source=str(path), base_dir=str(path.parent))
+
+
+TEMPLATE = '''# dopplermap target configuration. Run it with:  dopplermap invert target.toml --out results
+# Paths are relative to this file. Velocities in km/s, times in days, temperatures in K.
+
+[data]
+profiles = ["profiles/*.lsd"]        # LSD files (glob patterns allowed), one per epoch
+format = "auto"                      # auto | donati | text | fits
+times_table = "times.csv"            # CSV: file name, time (BJD or HJD) ...
+# time_pattern = 'BJD=(?P<time>[0-9.]+)'   # ... or a regex on the file names (not both)
+time_scale = "BJD"                   # BJD | HJD: the scale of the times and of [star] t0
+# velocity_range = [-60.0, 60.0]     # use only this part of the profiles
+# lightcurve = "lightcurve.csv"      # time, flux (any units), error; fitted jointly if given
+
+[star]
+inclination = 60.0                   # deg
+vsini = 40.0                         # km/s (or give radius = R_eq in R_sun instead)
+period = 2.0                         # days (equatorial)
+t0 = 0.0                             # time of phase 0, same scale as the times
+domega = 0.0                         # differential rotation, rad/day
+# mass = 1.0                         # M_sun, needed for gravity darkening
+
+[temperatures]
+phot = 5000.0
+cool = 3800.0
+hot = 6000.0
+
+[line]
+wavelength_nm = 600.0                # continuum intensity ratios use Planck at this wavelength
+profile = "gaussian"                 # gaussian | voigt | tabulated
+depth = [0.5, 0.6, 0.42]             # central depth of phot, cool, hot (gaussian/voigt)
+fwhm = 9.0                           # Gaussian FWHM, km/s
+fwhm_lorentz = 0.0                   # voigt only
+# files = ["phot.txt", "cool.txt", "hot.txt"]   # tabulated: columns velocity, I/Ic per temperature
+# resolving_power = 65000.0          # instrument: Gaussian of FWHM c/R
+macroturbulence = 0.0                # zeta_RT, km/s (radial-tangential, Gray); 0 = off
+radial_fraction = 0.5                # A_R (A_T = 1 - A_R)
+# equivalent_width = 3.0             # km/s: scale every local profile to this EW
+limb_darkening = "linear"            # linear | quadratic | sqrt
+ld_phot = [0.65]
+ld_cool = [0.75]
+ld_hot = [0.60]
+# intensity = [1.0, 0.3, 1.6]        # continuum intensities instead of Planck ratios
+
+[lightcurve]                         # band of [data] lightcurve
+wavelength_nm = 550.0
+limb_darkening = "linear"
+ld_phot = [0.70]
+ld_cool = [0.80]
+ld_hot = [0.65]
+fit_dilution = false                 # free light-curve offset (contaminating light), profiled out
+
+[gravity_darkening]
+enabled = false                      # von Zeipel on a Roche surface; needs [star] mass
+beta = 0.25                          # T ~ g^beta
+
+[grid]
+kind = "bands"                       # bands | healpix
+n_cell = 2500
+
+[inversion]
+regulariser = "mem"                  # mem | tikhonov | none
+lmbd = 1.0                           # regularisation weight lambda
+line_weight = 1.0                    # alpha: weight of the line chi-square
+lc_weight = 1.0                      # delta: weight of the light-curve chi-square
+fit_rv = true                        # free radial-velocity shift per epoch
+fit_amp = true                       # free additive offset per epoch
+tol = 1e-5
+maxiter = 1000
+method = "binned"                    # binned | dense (macroturbulence always uses dense)
+'''

@@ -1,0 +1,26 @@
+import numpy as np
+import pytest
+
+import dopplermap as dm
+
+
+def small_components():
+    return dm.ComponentSet(
+        phot=dm.Component(dm.gaussian(0.5, 9.0), dm.LimbDarkening("linear", (0.65,)), 1.0),
+        cool=dm.Component(dm.gaussian(0.6, 9.0), dm.LimbDarkening("linear", (0.75,)), 0.3),
+        hot=dm.Component(dm.gaussian(0.4, 9.0), dm.LimbDarkening("quadratic", (0.4, 0.2)), 1.6),
+    )
+
+
+@pytest.fixture(scope="session")
+def small_problem():
+    """A small spotted star: 600 cells, 24 epochs, 28 velocities, simulated with the exact model."""
+    star = dm.StarParams(inclination=55.0, vsini=35.0, period=1.5)
+    grid = dm.latitude_band_grid(600)
+    times = np.linspace(0.0, 2 * 1.5, 24, endpoint=False) + 0.01
+    vels = np.linspace(-55.0, 55.0, 28)
+    comps = small_components()
+    spots = (dm.Spot(35.0, 60.0, 25.0, "cool", 0.9), dm.Spot(10.0, 220.0, 22.0, "cool", 0.8),
+             dm.Spot(50.0, 300.0, 20.0, "hot", 0.7))
+    sim = dm.simulate(grid, star, times, vels, comps, spots, snr=800.0, seed=3)
+    return star, grid, times, vels, comps, sim

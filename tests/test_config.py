@@ -1,0 +1,184 @@
+"""Target TOML configuration, ``dopplermap init`` and ``dopplermap invert``."""
+
+import json
+import tomllib
+
+import numpy as np
+import pytest
+
+import dopplermap as dm
+from dopplermap.cli import main
+from dopplermap.commands.target import build_problem
+from dopplermap.config import TEMPLATE, load_config, parse_config
+from dopplermap.io.lightcurve import write_lightcurve
+from dopplermap.io.lsd import write_lsd
+from dopplermap.lightcurve import LightCurveBand, simulate_lightcurve
+
+
+def _table(**changes):
+    t = tomllib.loads(TEMPLATE)
+    for key, val in changes.items():
+        sec, name = key.split("__")
+        if val is None:
+            t[sec].pop(name, None)
+        else:
+            t[sec][name] = val
+    return t
+
+
+def test_template_is_valid_and_complete():
+    cfg = parse_config(tomllib.loads(TEMPLATE), source="t.toml")
+    assert cfg.star.inclination == 60.0 and cfg.line.depth == (0.5, 0.6, 0.42)
+    assert cfg.gravity_darkening.enabled is False and cfg.inversion.regulariser == "mem"
+    assert cfg.data.times_table == "times.csv"
+
+
+@pytest.mark.parametrize("changes,match", [
+    ({"line__fwmh": 9.0}, r"t\.toml: \[line\]: unknown key 'fwmh'"),
+    ({"line__fwhm": "nine"}, r"t\.toml: \[line\] fwhm must be a number, got 'nine'"),
+    ({"grid__n_cell": 25.5}, r"\[grid\] n_cell must be an integer, got 25\.5"),
+    ({"inversion__fit_rv": "yes"}, r"\[inversion\] fit_rv must be true or false"),
+    ({"line__depth": [0.5, "x", 0.4]}, r"\[line\] depth\[1\] must be a number"),
+    ({"line__depth": [0.5, 0.4]}, r"\[line\] depth must be 3 values"),
+    ({"star__inclination": None}, r"\[star\]: missing required key 'inclination'"),
+    ({"star__radius": 1.2}, r"\[star\] give exactly one of vsini"),
+    ({"star__inclination": 120.0}, r"\[star\] inclination must be in \(0, 90\]"),
+    ({"line__ld_cool": [0.5, 0.1]}, r"\[line\] ld_cool: linear limb darkening takes 1"),
+    ({"line__macroturbulence": -1.0}, r"\[line\] macroturbulence must be >= 0"),
+    ({"gravity_darkening__enabled": True}, r"\[gravity_darkening\] enabled needs \[star\] mass"),
+    ({"data__time_pattern": "x(?P<time>.*)"}, r"\[data\] give exactly one of times_table or time_pattern"),
+    ({"inversion__regulariser": "maxent"}, r"\[inversion\] regulariser must be"),
+    ({"line__profile": "tabulated"}, r"\[line\] files must list 3"),
+])
+def test_bad_values_name_the_key(changes, match):
+    with pytest.raises(ValueError, match=match):
+        parse_config(_table(**changes), source="t.toml")
+
+
+def test_unknown_section_and_bad_toml(tmp_path):
+    t = tomllib.loads(TEMPLATE)
+    t["stars"] = {}
+    with pytest.raises(ValueError, match=r"unknown section \[stars\]"):
+        parse_config(t, source="t.toml")
+    (tmp_path / "bad.toml").write_text("[star\ninclination = 3")
+    with pytest.raises(ValueError, match=r"bad\.toml: invalid TOML"):
+        load_config(tmp_path / "bad.toml")
+
+
+def test_init_writes_template_and_refuses_overwrite(tmp_path, capsys):
+    p = tmp_path / "target.toml"
+    assert main(["init", str(p)]) == 0
+    assert p.read_text() == TEMPLATE
+    assert main(["init", str(p)]) == 2
+    assert "exists; use --force" in capsys.readouterr().err
+
+
+def _dataset(root, *, n_epoch=10, n_cell=250, lightcurve=True, extra=""):
+    star, grid, times, vels, comps = dm.demo_setup(n_cell=n_cell, n_epoch=n_epoch, n_vel=28, seed=4)
+    sim = dm.simulate(grid, star, times, vels, comps, dm.DEMO_SPOTS, snr=400, seed=4)
+    (root / "obs").mkdir()
+    rows = []
+    for k, t in enumerate(np.asarray(sim.obs.times)):
+        name = f"ep{k:02d}_HJD{t + 2458000:.6f}.lsd"
+        write_lsd(root / "obs" / name, sim.obs.vels, sim.obs.flux[k], sim.obs.err[k], columns=7)
+        rows.append(f"{name},{t:.8f}")
+    (root / "times.csv").write_text("file,hjd\n" + "\n".join(rows) + "\n")
+    lc_line = ""
+    if lightcurve:
+        band = LightCurveBand.from_temperatures(5000.0, 3800.0, 6000.0, 550.0, [dm.LimbDarkening("linear", (0.7,))] * 3)
+        t_lc = np.linspace(0, 8, 120)
+        f, e, _ = simulate_lightcurve(grid, star, t_lc, band, sim.fssc, sim.fssh, sigma=1e-3)
+        write_lightcurve(root / "lc.csv", t_lc, f * 500.0, e * 500.0)
+        lc_line = 'lightcurve = "lc.csv"\n'
+    text = f"""
+[data]
+profiles = ["obs/*.lsd"]
+times_table = "times.csv"
+time_scale = "HJD"
+{lc_line}
+[star]
+inclination = 60.0
+vsini = 40.0
+period = 2.0
+
+[temperatures]
+phot = 5000.0
+cool = 3800.0
+hot = 6000.0
+
+[line]
+wavelength_nm = 600.0
+depth = [0.50, 0.60, 0.42]
+fwhm = 9.0
+ld_phot = [0.65]
+ld_cool = [0.75]
+ld_hot = [0.60]
+{extra}
+[lightcurve]
+wavelength_nm = 550.0
+ld_phot = [0.7]
+ld_cool = [0.7]
+ld_hot = [0.7]
+
+[grid]
+n_cell = {n_cell}
+
+[inversion]
+lmbd = 1.0
+maxiter = 60
+"""
+    (root / "target.toml").write_text(text)
+    return sim
+
+
+def test_invert_runs_end_to_end(tmp_path, capsys):
+    sim = _dataset(tmp_path)
+    assert main(["invert", str(tmp_path / "target.toml"), "--out", str(tmp_path / "res")]) == 0
+    out = capsys.readouterr().out
+    assert "chi2(lc)" in out
+    summary = json.loads((tmp_path / "res" / "summary.json").read_text())
+    maps = np.load(tmp_path / "res" / "maps.npz")
+    assert summary["n_epoch"] == 10 and summary["n_lc"] == 120 and np.isfinite(summary["chi2_lc"])
+    assert summary["chi2"] < 5.0
+    assert np.allclose(maps["times"], np.asarray(sim.obs.times), atol=1e-7)
+    assert maps["fssc"].shape == (250,) and maps["lc_model"].shape == (120,)
+    assert not list((tmp_path / "res").glob("*.tmp"))
+
+
+def test_invert_user_errors_are_one_line(tmp_path, capsys):
+    _dataset(tmp_path, lightcurve=False)
+    cfg = tmp_path / "target.toml"
+    cfg.write_text(cfg.read_text().replace("fwhm = 9.0", "fwhm = 9.0\nfwhm_gauss = 3.0"))
+    assert main(["invert", str(cfg)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "unknown key 'fwhm_gauss'" in err
+    cfg.write_text(cfg.read_text().replace("fwhm_gauss = 3.0\n", "").replace('"obs/*.lsd"', '"nothing/*.lsd"'))
+    assert main(["invert", str(cfg)]) == 2
+    assert "nothing matches 'nothing/*.lsd'" in capsys.readouterr().err
+    cfg.write_text(cfg.read_text().replace('"nothing/*.lsd"', '"obs/*.lsd"'))
+    bad = sorted((tmp_path / "obs").glob("*.lsd"))[3]
+    lines = bad.read_text().splitlines()
+    lines[7] = lines[7].split()[0] + " 1.0 nan 0 1 0 1"
+    bad.write_text("\n".join(lines) + "\n")
+    assert main(["invert", str(cfg)]) == 2
+    assert f"{bad.name}:8: error is nan" in capsys.readouterr().err
+
+
+def test_macroturbulence_instrument_and_gravity_darkening_build(tmp_path):
+    _dataset(tmp_path, n_epoch=5, n_cell=150,
+             extra="resolving_power = 65000.0\nmacroturbulence = 3.0\nequivalent_width = 2.5\n")
+    cfg_path = tmp_path / "target.toml"
+    text = cfg_path.read_text().replace("period = 2.0", "period = 2.0\nmass = 1.1")
+    cfg_path.write_text(text + "\n[gravity_darkening]\nenabled = true\nbeta = 0.08\n")
+    cfg = load_config(cfg_path)
+    prob = build_problem(cfg)
+    assert prob["pre"].line.method == "dense" and prob["cell_factors"].shape == (150, 3)
+    assert prob["lightcurve"].weight.shape == (120, 150, 3)
+    # the local profiles were EW-scaled then broadened (EW kept) and depend on mu
+    local = np.asarray(prob["pre"].line.local)
+    assert np.all(np.isfinite(local)) and local.shape[2:] == (3, 28)
+    # without gravity darkening or macroturbulence the weights differ and the method is binned
+    plain = build_problem(load_config(cfg_path).__class__(**{**cfg.__dict__,
+                          "gravity_darkening": cfg.gravity_darkening.__class__(enabled=False),
+                          "line": cfg.line.__class__(**{**cfg.line.__dict__, "macroturbulence": 0.0})}))
+    assert plain["pre"].line.method == "binned" and plain["cell_factors"] is None

@@ -1,0 +1,86 @@
+"""Pin the conventions of docs/conventions.md."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import dopplermap as dm
+from dopplermap.geometry import cell_geometry
+
+
+def _geo(lat_deg, lon_deg, phases, inc=60.0, vsini=40.0, period=2.0, t0=0.5, domega=0.0):
+    times = t0 + np.asarray(phases) * period
+    return cell_geometry(np.radians([lat_deg]), np.radians([lon_deg]), np.ones(1), times, inc, vsini,
+                         period, t0, domega)
+
+
+def test_longitude_zero_faces_observer_at_phase_zero():
+    phases = np.linspace(-0.5, 0.5, 101)
+    g = _geo(0.0, 0.0, phases)
+    mu = np.asarray(g.mu[:, 0])
+    assert np.argmax(mu) == 50
+    assert np.isclose(mu[50], np.sin(np.radians(60.0)))
+
+
+def test_central_meridian_longitude_decreases_with_phase():
+    # at phase 0.25 the cell at longitude 270 deg (= -90) is on the central meridian
+    g = _geo(0.0, 270.0, [0.25])
+    assert np.isclose(float(g.mu[0, 0]), np.sin(np.radians(60.0)))
+    assert abs(float(g.v_los[0, 0])) < 1e-9
+
+
+def test_spot_moves_blue_to_red_and_rv_sign():
+    g = _geo(0.0, 0.0, [-0.1, 0.0, 0.1])
+    v = np.asarray(g.v_los[:, 0])
+    assert v[0] < 0 < v[2]  # approaching (blue) before meridian, receding (red) after
+    assert abs(v[1]) < 1e-9
+    # equator at the receding limb moves at +vsini
+    limb = _geo(0.0, 0.0, [0.25], inc=90.0)
+    assert np.isclose(float(limb.v_los[0, 0]), 40.0)
+
+
+def test_visible_pole_and_hidden_pole():
+    north = _geo(89.999, 0.0, np.linspace(0, 1, 9), inc=40.0)
+    south = _geo(-89.999, 0.0, np.linspace(0, 1, 9), inc=40.0)
+    assert np.all(np.asarray(north.visible)) and not np.any(np.asarray(south.visible))
+
+
+def test_differential_rotation_high_latitudes_lag():
+    # solar-like shear: after 5 days a cell at 60 deg has rotated less than one at the equator
+    domega = 0.1  # rad/day
+    g_eq = _geo(0.0, 0.0, [2.5], domega=domega, inc=90.0)
+    g_hi = _geo(60.0, 0.0, [2.5], domega=domega, inc=90.0)
+    lag = domega * np.sin(np.radians(60.0)) ** 2 * 5.0  # rad
+    # at whole-phase 2.5 the equator cell is on the far side: alpha = pi; the 60-deg one is at pi - lag
+    v_hi = float(g_hi.v_los[0, 0])
+    assert v_hi > 0 and np.isclose(float(g_eq.v_los[0, 0]), 0.0, atol=1e-9)
+    expected = 40.0 * (1 - domega * 0.75 / np.pi) * np.cos(np.radians(60.0)) * np.sin(np.pi - lag)
+    assert np.isclose(v_hi, expected, rtol=1e-12)
+
+
+def test_rotation_phase():
+    assert np.allclose(np.asarray(dm.rotation_phase([1.0, 3.0], 1.0, 2.0)), [0.0, 1.0])
+
+
+def test_vsini_from_radius():
+    s = dm.StarParams(inclination=90.0, vsini=None, radius=1.0, period=25.38)
+    assert np.isclose(s.vsini_kms, 2 * np.pi * 695700.0 / (25.38 * 86400.0))
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(inclination=0.0), "inclination"), (dict(inclination=95.0), "inclination"),
+    (dict(vsini=0.0), "vsini"), (dict(vsini=-3.0), "vsini"), (dict(period=0.0), "period"),
+    (dict(vsini=None), "vsini"),
+])
+def test_bad_star_parameters(kw, match):
+    with pytest.raises(ValueError, match=match):
+        dm.StarParams(**kw)
+
+
+def test_geometry_is_differentiable_in_star_parameters():
+    import jax
+    lat = np.radians(np.array([10.0, 40.0])); lon = np.radians(np.array([20.0, 200.0]))
+    f = lambda inc: jnp.sum(cell_geometry(lat, lon, np.ones(2), np.array([0.1, 0.3]), inc, 30.0, 1.0).mu)
+    g = jax.grad(f)(50.0)
+    h = 1e-6
+    assert np.isclose(g, (f(50.0 + h) - f(50.0 - h)) / (2 * h), rtol=1e-6)

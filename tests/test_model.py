@@ -1,0 +1,114 @@
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import dopplermap as dm
+
+
+def _comps(profile, u=0.6):
+    ld = dm.LimbDarkening("linear", (u,))
+    return dm.ComponentSet(dm.Component(profile, ld, 1.0), dm.Component(profile, ld, 0.3),
+                           dm.Component(profile, ld, 1.5))
+
+
+def gray_kernel(v, vsini, eps):
+    """Gray's rotational broadening kernel for linear limb darkening (normalised to 1)."""
+    x = np.clip(v / vsini, -1, 1)
+    g = (2 * (1 - eps) * np.sqrt(1 - x**2) + 0.5 * np.pi * eps * (1 - x**2)) / (np.pi * vsini * (1 - eps / 3))
+    return np.where(np.abs(v) < vsini, g, 0.0)
+
+
+@pytest.mark.parametrize("method", ["binned", "dense"])
+def test_unspotted_star_is_gray_rotational_profile(method):
+    vsini, eps, depth, fwhm = 30.0, 0.6, 0.5, 3.0
+    star = dm.StarParams(inclination=70.0, vsini=vsini, period=1.0)
+    grid = dm.latitude_band_grid(40000)
+    vels = np.linspace(-45, 45, 61)
+    local = dm.gaussian(depth, fwhm)
+    pre = dm.precompute(grid, star, [0.0, 0.37], vels, _comps(local, eps), method=method)
+    z = jnp.full(grid.n_cell, 1e-12)
+    raw = np.asarray(dm.synthesize(z, z, pre.line))
+    u = np.linspace(-vsini, vsini, 40001)
+    k = gray_kernel(u, vsini, eps)
+    ref = np.array([1 - np.trapezoid(k * (1 - local(v - u)), u) for v in vels])
+    assert np.max(np.abs(raw - ref[None, :])) < 1e-3
+
+
+def test_vsini_to_zero_returns_local_profile():
+    star = dm.StarParams(inclination=60.0, vsini=1e-6, period=1.0)
+    grid = dm.latitude_band_grid(500)
+    vels = np.linspace(-20, 20, 41)
+    local = dm.gaussian(0.45, 7.0)
+    pre = dm.precompute(grid, star, [0.0, 0.5], vels, _comps(local), method="dense")
+    z = jnp.full(grid.n_cell, 1e-5)
+    np.testing.assert_allclose(np.asarray(dm.synthesize(z, z, pre.line)), np.broadcast_to(local(vels), (2, 41)),
+                               atol=1e-10)
+
+
+def _random_state(n_cell, n_epoch, seed=0):
+    rng = np.random.default_rng(seed)
+    fc = rng.uniform(0.0, 0.6, n_cell)
+    fh = rng.uniform(0.0, 0.3, n_cell)
+    return jnp.asarray(fc), jnp.asarray(fh), jnp.asarray(rng.normal(0, 0.5, n_epoch)), jnp.asarray(rng.normal(0, 0.01, n_epoch))
+
+
+def test_binned_matches_dense_and_jit(small_problem):
+    star, grid, times, vels, comps, _ = small_problem
+    pb = dm.precompute(grid, star, times, vels, comps)
+    pd = dm.precompute(grid, star, times, vels, comps, method="dense")
+    state = _random_state(grid.n_cell, len(times))
+    mb = dm.forward(*state, pb)
+    md = dm.forward(*state, pd)
+    assert float(jnp.max(jnp.abs(mb - md))) < 1e-5
+    mj = jax.jit(dm.forward)(*state, pb)
+    np.testing.assert_allclose(np.asarray(mj), np.asarray(mb), rtol=0, atol=1e-13)
+    # vmap over two maps equals two plain calls
+    fc2 = jnp.stack([state[0], state[0][::-1]])
+    mv = jax.vmap(lambda fc: dm.forward(fc, state[1], state[2], state[3], pb))(fc2)
+    np.testing.assert_allclose(np.asarray(mv[1]), np.asarray(dm.forward(state[0][::-1], *state[1:], pb)), atol=1e-13)
+
+
+@pytest.mark.parametrize("method", ["binned", "dense"])
+def test_gradient_matches_finite_differences(small_problem, method):
+    star, grid, times, vels, comps, sim = small_problem
+    pre = dm.precompute(grid, star, times, vels, comps, method=method)
+    lay = dm.Layout(grid.n_cell, len(times))
+    x = lay.join(*[np.asarray(a) for a in _random_state(grid.n_cell, len(times), 5)])
+    x[: 2 * grid.n_cell] = np.clip(x[: 2 * grid.n_cell], 1e-3, None)
+    f = jax.jit(lambda x: dm.loss(x, 0.7, pre, sim.obs))
+    g = np.asarray(jax.grad(lambda x: dm.loss(x, 0.7, pre, sim.obs))(jnp.asarray(x)))
+    rng = np.random.default_rng(1)
+    idx = np.concatenate([rng.choice(2 * grid.n_cell, 8, replace=False), 2 * grid.n_cell + rng.choice(2 * len(times), 4)])
+    for i in idx:
+        h = 1e-6
+        xp, xm = x.copy(), x.copy()
+        xp[i] += h
+        xm[i] -= h
+        fd = (float(f(jnp.asarray(xp))) - float(f(jnp.asarray(xm)))) / (2 * h)
+        assert np.isclose(g[i], fd, rtol=1e-5, atol=1e-9), (i, g[i], fd)
+
+
+def test_spot_bump_crosses_profile_blue_to_red():
+    star = dm.StarParams(inclination=60.0, vsini=40.0, period=1.0)
+    grid = dm.latitude_band_grid(3000)
+    phases = np.array([-0.15, -0.05, 0.05, 0.15])
+    vels = np.linspace(-55, 55, 111)
+    comps = _comps(dm.gaussian(0.5, 6.0))
+    pre = dm.precompute(grid, star, phases, vels, comps)
+    fc, fh = dm.spot_map(grid, [dm.Spot(20.0, 0.0, 15.0, "cool", 1.0)])
+    z = jnp.full(grid.n_cell, 1e-5)
+    diff = np.asarray(dm.synthesize(jnp.asarray(fc), jnp.asarray(fh), pre.line) - dm.synthesize(z, z, pre.line))
+    # a dark spot removes absorption: the profile rises (bump) where the spot is
+    bump_v = vels[np.argmax(diff, axis=1)]
+    assert np.all(np.diff(bump_v) > 0) and bump_v[0] < 0 < bump_v[-1]
+
+
+def test_precompute_bad_input(small_problem):
+    star, grid, times, vels, comps, _ = small_problem
+    with pytest.raises(ValueError, match="vels must be strictly increasing"):
+        dm.precompute(grid, star, times, vels[::-1], comps)
+    with pytest.raises(ValueError, match="times contains NaN"):
+        dm.precompute(grid, star, np.array([0.0, np.nan]), vels, comps)
+    with pytest.raises(ValueError, match="method"):
+        dm.precompute(grid, star, times, vels, comps, method="fft")

@@ -1,0 +1,67 @@
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import dopplermap as dm
+from dopplermap.objective import objective_terms, sum_excess
+
+
+def test_seed_entropy_formula():
+    rng = np.random.default_rng(0)
+    fc, fh = rng.uniform(1e-5, 0.5, 50), rng.uniform(1e-5, 0.4, 50)
+    area = rng.uniform(0.9, 1.1, 50)
+    m = 1e-5
+    wp = area / area.max()
+    ref = np.sum(wp * (fc * np.log(fc / m) + fh * np.log(fh / m) + (fc + fh) * np.log((fc + fh) / (1 - m)))) / 50
+    assert np.isclose(float(dm.seed_entropy(jnp.asarray(fc), jnp.asarray(fh), jnp.asarray(area))), ref, rtol=1e-13)
+
+
+def test_tikhonov_zero_for_uniform_map_and_positive_otherwise():
+    g = dm.latitude_band_grid(200)
+    e = jnp.asarray(g.edges)
+    u = jnp.full(200, 0.3)
+    assert float(dm.tikhonov(u, u, e)) == 0.0
+    v = u.at[17].set(0.9)
+    n17 = len(g.neighbours(17))
+    assert np.isclose(float(dm.tikhonov(v, u, e)), n17 * 0.36 / len(g.edges))
+
+
+def test_chi2_is_reduced_by_n_epoch_n_vel(small_problem):
+    *_, sim = small_problem
+    model = sim.obs.flux + sim.obs.err  # one sigma everywhere
+    assert np.isclose(float(dm.chi2(model, sim.obs)), 1.0)
+
+
+def test_sum_penalty_only_when_infeasible(small_problem):
+    star, grid, times, vels, comps, sim = small_problem
+    pre = dm.precompute(grid, star, times, vels, comps)
+    lay = dm.Layout(grid.n_cell, len(times))
+    x = lay.initial(0.3)
+    _, (_, _, pen) = objective_terms(jnp.asarray(x), 1.0, pre, sim.obs)
+    assert float(pen) == 0.0
+    x[:grid.n_cell] = 0.8  # fssc + fssh = 1.1
+    _, (_, _, pen) = objective_terms(jnp.asarray(x), 1.0, pre, sim.obs)
+    assert np.isclose(float(pen), 1e4 * grid.n_cell * 0.1**2)
+    assert float(sum_excess(jnp.asarray([0.5]), jnp.asarray([0.4]))) == 0.0
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(err=-1.0), "err must be > 0"), (dict(err=0.0), "err must be > 0"),
+    (dict(flux=np.nan), "NaN"), (dict(err=np.nan), "NaN"),
+])
+def test_observations_bad_values(kw, match):
+    flux = np.ones((3, 5))
+    err = np.full((3, 5), 0.01)
+    if "flux" in kw:
+        flux[1, 2] = kw["flux"]
+    if "err" in kw:
+        err[2, 4] = kw["err"]
+    with pytest.raises(ValueError, match=match):
+        dm.Observations.create([0, 1, 2], np.arange(5.0), flux, err)
+
+
+def test_observations_bad_shapes():
+    with pytest.raises(ValueError, match="flux must have shape"):
+        dm.Observations.create([0, 1], np.arange(5.0), np.ones((3, 5)), np.ones((2, 5)))
+    with pytest.raises(ValueError, match="strictly increasing"):
+        dm.Observations.create([0, 1], np.array([0.0, 2, 1, 3, 4]), np.ones((2, 5)), np.ones((2, 5)))
