@@ -216,6 +216,8 @@ def _map_hdus(res, fits):
     for key, (attr, comment) in _SCALARS.items():
         v = _jsonable(getattr(res, attr))
         h[key] = (v if v is not None else "NaN", comment)
+    if getattr(res, "chi2_lc", None) is not None:
+        h["CHI2_LC"] = (float(res.chi2_lc), "reduced chi-square of the light curve")
     h["ENTROPY"] = (_seed_entropy_np(res.fssc, res.fssh, np.asarray(grid.area, float)),
                     "seed maximum-entropy term of the map")
     if res.intensities is not None:
@@ -449,7 +451,11 @@ def load_result(path):
             light_curve["times"] = light_curve.pop("time")
 
     config = json.loads((path / "config.json").read_text()) if (path / "config.json").is_file() else {}
-    known = {attr for attr, _ in _SCALARS.values()}
+    # further scalar fields of InversionResult (e.g. chi2_lc) travel through summary.json
+    context = {"fssc", "fssh", "rv", "amp", "history", "model", "grid", "star", "obs", "spotless", "intensities",
+               "truth", "light_curve", "config", "extra"}
+    more = {f.name for f in dataclasses.fields(InversionResult)} - context - set(scalars)
+    known = set(scalars) | more
     bookkeeping = {"star", "grid_kind", "dopplermap_version", "format", "figures", "files", "complete",
                    "write_time", "plot_time", "save_time"}
     extra = {k: v for k, v in summary.items() if k not in known and k not in bookkeeping}
@@ -459,6 +465,7 @@ def load_result(path):
     for a, v in scalars.items():  # summary.json is exact (FITS strips trailing blanks from strings)
         v = summary.get(a, v)
         scal[a] = float("nan") if v is None else types.get(a, float)(v)
+    scal.update({a: summary[a] for a in more if a in summary})
     return InversionResult(
         fssc=fssc, fssh=fssh, rv=rv, amp=amp, history=history,
         model=None if np.all(np.isnan(model)) else model,
