@@ -645,21 +645,29 @@ def plot_light_curve(path, phases, flux, model, *, err=None, dpi: int = 100) -> 
     """Light-curve fit (top) and residuals (bottom) against rotation phase.
 
     Args:
-        phases: (n_obs,) rotation phases (cycles). flux, model: (n_obs,) normalised flux.
+        phases: (n_obs,) rotation phases in cycles, not wrapped: the model is drawn as one
+            curve per rotation (``floor(phases)``). flux, model: (n_obs,) normalised flux.
         err: (n_obs,) 1-sigma errors (optional).
     """
-    ph = np.mod(np.asarray(phases, float), 1.0)
+    raw = np.asarray(phases, float)
+    ph = np.mod(raw, 1.0)
     flux = np.asarray(flux, float)
     model = np.asarray(model, float)
     if flux.shape != ph.shape or model.shape != ph.shape:
         raise ValueError(f"flux {flux.shape} and model {model.shape} must match phases {ph.shape}")
-    order = np.argsort(ph)
+    cycle = np.floor(raw)
+    order = np.lexsort((ph, cycle))
+    xs, ys = [], []
+    for cyc in np.unique(cycle):  # one model curve per rotation, so evolving spots do not zigzag
+        o = order[cycle[order] == cyc]
+        xs.append(ph[o])
+        ys.append(model[o])
     fig = _figure((6.4, 4.6))
     gs = fig.add_gridspec(2, 1, height_ratios=(3, 1.2), left=0.14, right=0.97, top=0.94, bottom=0.11, hspace=0.06)
     ax, axr = fig.add_subplot(gs[0]), fig.add_subplot(gs[1])
     e = None if err is None else np.asarray(err, float)
     ax.errorbar(ph, flux, yerr=e, fmt=".", color="k", ms=3, lw=0.6, elinewidth=0.5, label="observed")
-    ax.plot(ph[order], model[order], color="tab:red", lw=1.1, label="model")
+    ax.plot(*_nan_join(zip(xs, ys, strict=True)), color="tab:red", lw=1.1, label="model")
     ax.set_ylabel("normalised flux", fontsize=9)
     ax.tick_params(labelbottom=False, labelsize=8)
     ax.legend(fontsize=8, frameon=False)
@@ -760,7 +768,7 @@ def plot_result(result, out_dir, *, fmt: str = "png", dpi: int = 100, n_views: i
                                            vsini=None if star is None else star.vsini_kms, dpi=dpi))
     if result.light_curve is not None and star is not None:
         lc = result.light_curve
-        lph = np.mod((np.asarray(lc["times"], float) - star.t0) / star.period, 1.0)
+        lph = (np.asarray(lc["times"], float) - star.t0) / star.period  # unwrapped: one curve per rotation
         paths.append(plot_light_curve(out / f"light_curve.{fmt}", lph, lc["flux"], lc["model"],
                                       err=lc.get("err"), dpi=dpi))
     if result.history and len(result.history.get("loss", ())):
