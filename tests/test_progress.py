@@ -44,7 +44,7 @@ def test_steps_and_solve_are_displayed_and_logged(caplog):
     msgs = [r.getMessage() for r in caplog.records]
     assert any(m.startswith("precompute:") for m in msgs)
     assert any(m.startswith(f"solve: {n_it} iterations") for m in msgs)
-    assert sum("iteration" in m and r.levelno == logging.DEBUG for m, r in zip(msgs, caplog.records)) == n_it
+    assert sum("iteration" in m and r.levelno == logging.DEBUG for m, r in zip(msgs, caplog.records, strict=True)) == n_it
 
 
 def test_quiet_shows_nothing_but_still_logs(caplog):

@@ -54,7 +54,7 @@ def _save(fig, path, dpi) -> Path:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=f".{fmt}", dir=path.parent)
     os.close(fd)
     try:
-        kw = {"pil_kwargs": {"compress_level": 2}} if fmt == "png" else {}
+        kw = {"pil_kwargs": {"compress_level": 1}} if fmt == "png" else {}
         fig.savefig(tmp, dpi=dpi, format=fmt, facecolor="white", **kw)
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
@@ -259,9 +259,9 @@ def _decor(projection, inclination, phase_lons):
             xp, _ = _mollweide_forward(np.zeros(len(phase_lons)), np.radians(np.asarray(phase_lons)) - np.pi)
             d["ticks"] = (xp, -_SQRT2 - 0.2, -_SQRT2 - 0.07)
         xl, _ = _mollweide_forward(np.zeros(3), np.radians([90.0, 180.0, 270.0]) - np.pi)
-        d["lon_labels"] = [(x + 0.04, 0.03, f"{lo}°", "left", "bottom") for x, lo in zip(xl, (90, 180, 270))]
+        d["lon_labels"] = [(x + 0.04, 0.03, f"{lo}°", "left", "bottom") for x, lo in zip(xl, (90, 180, 270), strict=True)]
         xq, yq = _mollweide_forward(np.radians([-60.0, -30.0, 0.0, 30.0, 60.0]), np.full(5, -np.pi))
-        d["lat_labels"] = [(x - 0.06, y, f"{la}°", "right", "center") for x, y, la in zip(xq, yq, (-60, -30, 0, 30, 60))]
+        d["lat_labels"] = [(x - 0.06, y, f"{la}°", "right", "center") for x, y, la in zip(xq, yq, (-60, -30, 0, 30, 60), strict=True)]
         d["image_extent"] = (-2 * _SQRT2, 2 * _SQRT2, -_SQRT2, _SQRT2)
         d["origin"] = (2 * _SQRT2, _SQRT2 + 0.3)  # panel corner -> map centre
     else:
@@ -364,9 +364,10 @@ def plot_maps(path, lat, lon, maps: dict, *, truth: dict | None = None, lat_boun
                 if dec["ticks"] is not None:
                     tx = dec["ticks"][0] + cx
                     ticks.append((tx, np.full_like(tx, dec["ticks"][1] + cy), np.full_like(tx, dec["ticks"][2] + cy)))
-                labels = list(dec["lat_labels"]) if c == 0 else []
-                if c == 0 and (projection == "mollweide" or r == nrow - 1):
-                    labels += dec["lon_labels"]
+                if projection == "mollweide":  # one labelled map (bottom left) is enough
+                    labels = dec["lat_labels"] + dec["lon_labels"] if (c == 0 and r == nrow - 1) else []
+                else:
+                    labels = (list(dec["lat_labels"]) if c == 0 else []) + (dec["lon_labels"] if c == 0 and r == nrow - 1 else [])
                 for lx, ly, txt, ha, va in labels:
                     ax.text(lx + cx, ly + cy, txt, ha=ha, va=va, fontsize=6.5 if projection == "mollweide" else 7,
                             color="0.3" if projection == "mollweide" else "k",
@@ -383,7 +384,7 @@ def plot_maps(path, lat, lon, maps: dict, *, truth: dict | None = None, lat_boun
         ax.plot(*_nan_join(grat), zorder=3, **_GRAT)
         ax.plot(*_nan_join(outline), color="0.15", lw=0.8, zorder=4)
     if ticks:
-        ax.vlines(*(np.concatenate(t) for t in zip(*ticks)), color="k", lw=0.5)
+        ax.vlines(*(np.concatenate(t) for t in zip(*ticks, strict=True)), color="k", lw=0.5)
     if title:
         sheet.fig.suptitle(title, fontsize=11, y=1.0 - 0.15 / sheet.fig_h, va="top")
     return _save(sheet.fig, path, dpi)
@@ -462,14 +463,13 @@ def plot_orthographic(path, lat, lon, values, *, inclination: float, phases=None
     cm = matplotlib.colormaps[cmap].with_extremes(bad=(0.0, 0.0, 0.0, 0.0))
     sheet = _Sheet(len(rows), phases.size, 2.0, 2.0, 0.2, 0.15, 0.85, (0.35, 0.85, 0.35, 0.08))
     ax = sheet.ax
-    im = None
     for r, (rowname, vals) in enumerate(rows):
         for c, ph in enumerate(phases):
             x0, y0 = sheet.origin(r, c)
             cx, cy = x0 + 1.0, y0 + 1.0
-            im = ax.imshow(_ortho_image(lookup, vals, inclination, ph, resolution),
-                           extent=(cx - 1, cx + 1, cy - 1, cy + 1), cmap=cm, vmin=lo, vmax=hi,
-                           interpolation="bilinear", origin="upper")
+            ax.imshow(_ortho_image(lookup, vals, inclination, ph, resolution),
+                      extent=(cx - 1, cx + 1, cy - 1, cy + 1), cmap=cm, vmin=lo, vmax=hi,
+                      interpolation="bilinear", origin="upper")
             gx, gy = _ortho_graticule(inclination, ph)
             ax.plot(gx + cx, gy + cy, color="0.5", lw=0.35, alpha=0.7)
             ax.add_patch(Circle((cx, cy), 1.0, fill=False, lw=0.7, color="0.2"))
@@ -545,7 +545,7 @@ def plot_profiles(path, vels, phases, obs, model, *, err=None, spotless=None, ma
 
         band = mag * np.asarray(err, float)[sel]
         polys = [np.concatenate([np.stack([vels, o - b], 1), np.stack([vels[::-1], (o + b)[::-1]], 1)])
-                 for o, b in zip(off[:, 0], band)]
+                 for o, b in zip(off[:, 0], band, strict=True)]
         axr.add_collection(PolyCollection(polys, facecolor="0.88", linewidth=0, zorder=1))
     axr.hlines(off[:, 0], vels[0], vels[-1], color="0.6", lw=0.5, zorder=2)
     axr.plot(*joined(off + mag * resid[sel]), color="k", lw=0.7, zorder=3)
@@ -645,21 +645,29 @@ def plot_light_curve(path, phases, flux, model, *, err=None, dpi: int = 100) -> 
     """Light-curve fit (top) and residuals (bottom) against rotation phase.
 
     Args:
-        phases: (n_obs,) rotation phases (cycles). flux, model: (n_obs,) normalised flux.
+        phases: (n_obs,) rotation phases in cycles, not wrapped: the model is drawn as one
+            curve per rotation (``floor(phases)``). flux, model: (n_obs,) normalised flux.
         err: (n_obs,) 1-sigma errors (optional).
     """
-    ph = np.mod(np.asarray(phases, float), 1.0)
+    raw = np.asarray(phases, float)
+    ph = np.mod(raw, 1.0)
     flux = np.asarray(flux, float)
     model = np.asarray(model, float)
     if flux.shape != ph.shape or model.shape != ph.shape:
         raise ValueError(f"flux {flux.shape} and model {model.shape} must match phases {ph.shape}")
-    order = np.argsort(ph)
+    cycle = np.floor(raw)
+    order = np.lexsort((ph, cycle))
+    xs, ys = [], []
+    for cyc in np.unique(cycle):  # one model curve per rotation, so evolving spots do not zigzag
+        o = order[cycle[order] == cyc]
+        xs.append(ph[o])
+        ys.append(model[o])
     fig = _figure((6.4, 4.6))
     gs = fig.add_gridspec(2, 1, height_ratios=(3, 1.2), left=0.14, right=0.97, top=0.94, bottom=0.11, hspace=0.06)
     ax, axr = fig.add_subplot(gs[0]), fig.add_subplot(gs[1])
     e = None if err is None else np.asarray(err, float)
     ax.errorbar(ph, flux, yerr=e, fmt=".", color="k", ms=3, lw=0.6, elinewidth=0.5, label="observed")
-    ax.plot(ph[order], model[order], color="tab:red", lw=1.1, label="model")
+    ax.plot(*_nan_join(zip(xs, ys, strict=True)), color="tab:red", lw=1.1, label="model")
     ax.set_ylabel("normalised flux", fontsize=9)
     ax.tick_params(labelbottom=False, labelsize=8)
     ax.legend(fontsize=8, frameon=False)
@@ -673,14 +681,14 @@ def plot_light_curve(path, phases, flux, model, *, err=None, dpi: int = 100) -> 
     return _save(fig, path, dpi)
 
 
-def plot_convergence(path, history: dict, *, dpi: int = 100) -> Path:
+def plot_convergence(path, history: dict, *, regulariser_label: str = "regulariser", dpi: int = 100) -> Path:
     """Loss, reduced chi-square and regulariser against iteration.
 
     Args:
         history: ``{"loss", "chi2", "regulariser"}`` per-iteration arrays
-            (:attr:`InversionResult.history`).
+            (:attr:`InversionResult.history`). regulariser_label: y label of the last panel.
     """
-    keys = [("loss", "loss"), ("chi2", "reduced χ²"), ("regulariser", "regulariser")]
+    keys = [("loss", "loss"), ("chi2", "reduced χ²"), ("regulariser", regulariser_label)]
     present = [(k, lab) for k, lab in keys if k in history and len(history[k])]
     if not present:
         raise ValueError(f"history has no per-iteration values (keys {tuple(history)})")
@@ -760,9 +768,10 @@ def plot_result(result, out_dir, *, fmt: str = "png", dpi: int = 100, n_views: i
                                            vsini=None if star is None else star.vsini_kms, dpi=dpi))
     if result.light_curve is not None and star is not None:
         lc = result.light_curve
-        lph = np.mod((np.asarray(lc["times"], float) - star.t0) / star.period, 1.0)
+        lph = (np.asarray(lc["times"], float) - star.t0) / star.period  # unwrapped: one curve per rotation
         paths.append(plot_light_curve(out / f"light_curve.{fmt}", lph, lc["flux"], lc["model"],
                                       err=lc.get("err"), dpi=dpi))
     if result.history and len(result.history.get("loss", ())):
-        paths.append(plot_convergence(out / f"convergence.{fmt}", result.history, dpi=dpi))
+        label = {"mem": "entropy term", "tikhonov": "Tikhonov term"}.get(result.regulariser, "regulariser")
+        paths.append(plot_convergence(out / f"convergence.{fmt}", result.history, regulariser_label=label, dpi=dpi))
     return paths

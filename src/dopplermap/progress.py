@@ -38,7 +38,8 @@ class Reporter:
         self._console = console
         self._transient = transient
         self._progress = None
-        self.timings: dict[str, float] = {}
+        self.timings: dict[str, float] = {}  # wall seconds per step
+        self.cpu_timings: dict[str, float] = {}  # process CPU seconds per step (all threads)
 
     def __enter__(self):
         if not self.quiet:
@@ -73,14 +74,15 @@ class Reporter:
     def step(self, name: str):
         """Show ``name`` with a spinner while the block runs; records and logs its time."""
         task = self._add(name)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         try:
             yield
         finally:
-            dt = time.perf_counter() - t0
+            dt, dc = time.perf_counter() - t0, time.process_time() - c0
             self.timings[name] = dt
+            self.cpu_timings[name] = dc
             self._finish(task, f"{dt:.2f} s")
-            log.info("%s: %.2f s", name, dt)
+            log.info("%s: %.2f s (cpu %.2f s)", name, dt, dc)
 
     @contextlib.contextmanager
     def solve(self, name: str = "solve", maxiter: int | None = None):

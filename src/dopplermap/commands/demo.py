@@ -23,10 +23,11 @@ def run_demo(out: Path, *, lmbd: float, snr: float, n_cell: int, seed: int, quie
     """
     import dopplermap as dm
 
-    from ..io.results import save_result, with_context
+    from ..io.results import prefetch_writers, save_result, with_context
     from ..progress import Reporter
 
     t_start = time.perf_counter()
+    prefetch_writers(plots)  # imports overlap with simulate / compile / solve
     with Reporter(quiet=quiet) as rep:
         with rep.step("simulate"):
             star, grid, times, vels, comps = dm.demo_setup(n_cell=n_cell, seed=seed)

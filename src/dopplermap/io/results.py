@@ -40,7 +40,7 @@ import numpy as np
 
 from ..constants import FILL_MIN
 
-__all__ = ["save_result", "load_result", "with_context", "RESULT_FILES"]
+__all__ = ["save_result", "load_result", "with_context", "prefetch_writers", "RESULT_FILES"]
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +72,51 @@ _STAR = {
     "DOMEGA": ("domega", "[rad/d] differential rotation shear"),
     "RADIUS": ("radius", "[R_sun] equatorial radius"),
 }
+
+
+def prefetch_writers(plots: bool = True):
+    """Import astropy's FITS writer (and matplotlib, when ``plots``) in a background thread.
+
+    Call it before a long step (compile, solve): the imports then overlap with that step
+    instead of adding their time to the final write. Returns the (daemon) thread.
+    """
+    import importlib
+    import threading
+
+    names = ["astropy.io.fits"] + (["matplotlib.figure", "matplotlib.backends.backend_agg", "PIL.PngImagePlugin",
+                                    "dopplermap.plot"] if plots else [])
+
+    def run():
+        try:
+            for name in names:
+                importlib.import_module(name)
+            import io
+
+            from astropy.io import fits
+
+            # astropy loads more on first write: write a tiny table into memory
+            hdu = fits.BinTableHDU.from_columns([fits.Column("A", "D", unit="deg", array=np.zeros(2)),
+                                                 fits.Column("B", "2D", array=np.zeros((2, 2)))], name="X")
+            hdu.header["K"] = ("x" * 100, "long")
+            fits.HDUList([fits.PrimaryHDU(), hdu]).writeto(io.BytesIO())
+            if plots:  # load fonts and PNG writer once: draw a tiny figure into memory
+                from matplotlib.figure import Figure
+
+                fig = Figure(figsize=(1, 1))
+                ax = fig.add_axes((0, 0, 1, 1))
+                ax.imshow(np.zeros((2, 2, 4), np.uint8))
+                ax.text(0.5, 0.5, "0.5°", fontsize=7)
+                fig.savefig(io.BytesIO(), format="png", dpi=20)
+        except Exception:  # pragma: no cover - the real import later reports the problem
+            log.debug("prefetch failed", exc_info=True)
+
+    global _PREFETCH
+    _PREFETCH = threading.Thread(target=run, name="dopplermap-prefetch", daemon=True)
+    _PREFETCH.start()
+    return _PREFETCH
+
+
+_PREFETCH = None
 
 
 def with_context(result, *, grid=None, star=None, obs=None, pre=None, components=None, truth=None,
@@ -171,10 +216,12 @@ def _map_hdus(res, fits):
     for key, (attr, comment) in _SCALARS.items():
         v = _jsonable(getattr(res, attr))
         h[key] = (v if v is not None else "NaN", comment)
+    if getattr(res, "chi2_lc", None) is not None:
+        h["CHI2_LC"] = (float(res.chi2_lc), "reduced chi-square of the light curve")
     h["ENTROPY"] = (_seed_entropy_np(res.fssc, res.fssh, np.asarray(grid.area, float)),
                     "seed maximum-entropy term of the map")
     if res.intensities is not None:
-        for key, v in zip(("I_PHOT", "I_COOL", "I_HOT"), res.intensities):
+        for key, v in zip(("I_PHOT", "I_COOL", "I_HOT"), res.intensities, strict=True):
             h[key] = (float(v), "continuum intensity relative to photosphere")
     h["CONFIG"] = json.dumps(res.config, sort_keys=True, default=str)  # configuration as JSON
     edges = np.asarray(grid.edges, dtype=np.int64).reshape(-1, 2)
@@ -279,6 +326,8 @@ def save_result(result, path, *, plots: bool = True, config_file=None, overwrite
         plot_kwargs: passed to :func:`dopplermap.plot.plot_result`.
     """
     path = Path(path)
+    if _PREFETCH is not None:
+        _PREFETCH.join()  # no matplotlib use from two threads at once
     if path.exists():
         if not path.is_dir():
             raise ValueError(f"result path {path} exists and is not a folder")
@@ -402,7 +451,11 @@ def load_result(path):
             light_curve["times"] = light_curve.pop("time")
 
     config = json.loads((path / "config.json").read_text()) if (path / "config.json").is_file() else {}
-    known = {attr for attr, _ in _SCALARS.values()}
+    # further scalar fields of InversionResult (e.g. chi2_lc) travel through summary.json
+    context = {"fssc", "fssh", "rv", "amp", "history", "model", "grid", "star", "obs", "spotless", "intensities",
+               "truth", "light_curve", "config", "extra"}
+    more = {f.name for f in dataclasses.fields(InversionResult)} - context - set(scalars)
+    known = set(scalars) | more
     bookkeeping = {"star", "grid_kind", "dopplermap_version", "format", "figures", "files", "complete",
                    "write_time", "plot_time", "save_time"}
     extra = {k: v for k, v in summary.items() if k not in known and k not in bookkeeping}
@@ -413,6 +466,7 @@ def load_result(path):
     for a, v in scalars.items():  # summary.json is exact (FITS strips trailing blanks from strings)
         v = summary.get(a, v)
         scal[a] = float("nan") if v is None else types.get(a, float)(v)
+    scal.update({a: summary[a] for a in more if a in summary})
     return InversionResult(
         fssc=fssc, fssh=fssh, rv=rv, amp=amp, history=history,
         model=None if np.all(np.isnan(model)) else model,
