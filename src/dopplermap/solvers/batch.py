@@ -143,10 +143,13 @@ def invert_batch(pre: Precomputed, obs: Observations, *, lmbds=None, lmbd: float
     ob = obs
     if batch_obs:
         flux = np.asarray(flux, dtype=float)
-        err = np.broadcast_to(np.asarray(obs.err if err is None else err, dtype=float), flux.shape)
         want = (obs.n_epoch, obs.n_vel)
         if flux.ndim != 3 or flux.shape[1:] != want:
             raise ValueError(f"flux must have shape (n_batch, n_epoch, n_vel) = (n, {want[0]}, {want[1]}), got {flux.shape}")
+        err = np.asarray(obs.err if err is None else err, dtype=float)
+        if err.shape not in (want, flux.shape):
+            raise ValueError(f"err must have shape {want} or {flux.shape}, got {err.shape}")
+        err = np.broadcast_to(err, flux.shape)
         if not (np.all(np.isfinite(flux)) and np.all(np.isfinite(err)) and np.all(err > 0)):
             raise ValueError("flux/err batch contains NaN/inf or err <= 0")
         if n is not None and flux.shape[0] != n:
