@@ -38,7 +38,8 @@ def test_bounded_quadratic_exact():
 def test_device_reaches_scipy_loss(problem):
     pre, sim = problem
     ref = dm.invert(pre, sim.obs, lmbd=1.0)
-    dev = invert_device(pre, sim.obs, lmbd=1.0, tol=1e-8, maxiter=3000)
+    dev = dm.invert(pre, sim.obs, lmbd=1.0, tol=1e-8, maxiter=3000, solver="projected_lbfgs")
+    assert dev.solver == "projected_lbfgs"
     assert dev.loss <= ref.loss * (1 + 1e-6), (dev.loss, ref.loss)
     assert dev.success and np.all(dev.fssc >= 1e-5 - 1e-12) and np.all(dev.fssc <= 1 - 1e-5 + 1e-12)
     assert np.corrcoef(dev.fssc, ref.fssc)[0, 1] > 0.95
