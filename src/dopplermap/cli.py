@@ -40,6 +40,8 @@ def group(verbose: int):
     """dopplermap: stellar Doppler imaging on JAX."""
     level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    from .cache import enable_compilation_cache  # persistent XLA cache ($DOPPLERMAP_CACHE_DIR=off disables)
+    enable_compilation_cache()
 
 
 for _mod in COMMAND_MODULES:

@@ -22,7 +22,7 @@ from .scipy_lbfgsb import compiled_value_and_grad, lbfgsb
 
 __all__ = ["invert", "bounds", "InversionResult", "project_feasible"]
 
-SOLVERS = ("lbfgsb",)
+SOLVERS = ("lbfgsb", "projected_lbfgs")
 
 
 def bounds(layout: Layout, *, fit_rv: bool = True, fit_amp: bool = True, x0=None):
@@ -81,6 +81,10 @@ def invert(pre: Precomputed, obs: Observations, *, lmbd: float = 1.0, regularise
     if not np.isfinite(lmbd) or lmbd < 0:
         raise ValueError(f"lmbd must be a finite number >= 0, got {lmbd!r}")
     _check_match(pre, obs)
+    if solver == "projected_lbfgs":  # device-resident solve (solvers/batch.py); no per-iteration callback
+        from .batch import invert_device
+        return invert_device(pre, obs, lmbd=lmbd, regulariser=regulariser, x0=x0, tol=tol, maxiter=maxiter,
+                             fit_rv=fit_rv, fit_amp=fit_amp, penalty=penalty)
     layout = Layout(pre.n_cell, pre.n_epoch)
     x0 = layout.initial() if x0 is None else np.asarray(x0, dtype=np.float64)
     if x0.shape != (layout.size,):

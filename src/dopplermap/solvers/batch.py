@@ -1,0 +1,167 @@
+"""Device-resident inversions: one solve, or a batch in one compiled call.
+
+:func:`invert_device` runs :func:`~dopplermap.solvers.projected_lbfgs.projected_lbfgs` on the
+objective of :mod:`dopplermap.objective` entirely inside one compiled ``while_loop`` (no
+host round trip per iteration, which is what matters on a GPU). :func:`invert_batch`
+``vmap``s the same solve over several lambdas and/or several observation sets of the same
+shape (bootstrap resamples, independent stars sharing a precomputed model), one compile.
+Both compile ahead of time and report trace, lower and compile seconds separately.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..model import Precomputed, forward
+from ..objective import DEFAULT_PENALTY, REGULARISERS, Layout, Observations, objective_terms
+from .projected_lbfgs import STOP_REASONS, projected_lbfgs
+from .result import InversionResult
+
+__all__ = ["invert_device", "invert_batch", "compile_solver"]
+
+_COMPILED: dict = {}
+
+
+def _vg(x, lmbd, pre, obs, regulariser, penalty):
+    (val, aux), grad = jax.value_and_grad(objective_terms, has_aux=True)(x, lmbd, pre, obs, regulariser, penalty)
+    return val, grad, aux
+
+
+def _solve(x0, lo, hi, lmbd, pre, obs, *, regulariser, penalty, maxiter, tol, maxcor):
+    fun = functools.partial(_vg, regulariser=regulariser, penalty=penalty)
+    return projected_lbfgs(fun, x0, lo, hi, lmbd, pre, obs, maxiter=maxiter, ftol=tol, gtol=tol, maxcor=maxcor)
+
+
+def compile_solver(x0, lo, hi, lmbd, pre, obs, *, regulariser="mem", penalty=DEFAULT_PENALTY, maxiter=1000,
+                   tol=1e-5, maxcor=10, batch_lmbd=False, batch_obs=False):
+    """AOT-compile the device solve; returns ``(compiled, timings)``.
+
+    ``timings``: ``trace``, ``lower``, ``compile`` seconds (0 when reused in-process).
+    With ``batch_lmbd`` / ``batch_obs`` the solve is vmapped over the leading axis of
+    ``lmbd`` / of ``obs.flux`` and ``obs.err``.
+    """
+    kw = dict(regulariser=regulariser, penalty=float(penalty), maxiter=int(maxiter), tol=float(tol),
+              maxcor=int(maxcor))
+    fn = functools.partial(_solve, **kw)
+    if batch_lmbd or batch_obs:
+        obs_axes = Observations(times=None, vels=None, flux=0, err=0) if batch_obs else None
+        fn = jax.vmap(fn, in_axes=(None, None, None, 0 if batch_lmbd else None, None, obs_axes))
+    leaves, treedef = jax.tree_util.tree_flatten((x0, lo, hi, lmbd, pre, obs))
+    key = (tuple(sorted(kw.items())), batch_lmbd, batch_obs, treedef,
+           tuple((np.shape(v), jnp.result_type(v).name) for v in leaves))
+    if key in _COMPILED:
+        return _COMPILED[key], {"trace": 0.0, "lower": 0.0, "compile": 0.0, "cached": True}
+    t0 = time.perf_counter()
+    traced = jax.jit(fn).trace(x0, lo, hi, lmbd, pre, obs)
+    t1 = time.perf_counter()
+    lowered = traced.lower()
+    t2 = time.perf_counter()
+    compiled = lowered.compile()
+    t3 = time.perf_counter()
+    _COMPILED[key] = compiled
+    return compiled, {"trace": t1 - t0, "lower": t2 - t1, "compile": t3 - t2, "cached": False}
+
+
+def _setup(pre, obs, regulariser, x0, fit_rv, fit_amp):
+    from . import _check_match, bounds  # late import: solvers/__init__ imports this module's users
+
+    if regulariser not in REGULARISERS:
+        raise ValueError(f"regulariser must be one of {REGULARISERS}, got {regulariser!r}")
+    layout = Layout(pre.n_cell, pre.n_epoch)
+    x0 = layout.initial() if x0 is None else np.asarray(x0, dtype=np.float64)
+    if x0.shape != (layout.size,):
+        raise ValueError(f"x0 must have shape ({layout.size},) = 2 n_cell + 2 n_epoch, got {x0.shape}")
+    lo, hi = bounds(layout, fit_rv=fit_rv, fit_amp=fit_amp, x0=x0)
+    return layout, jnp.asarray(np.clip(x0, lo, hi)), jnp.asarray(lo), jnp.asarray(hi), _check_match
+
+
+def _to_result(layout, r, lmbd, regulariser, pre, timing, solve_time, solver) -> InversionResult:
+    from . import project_feasible
+
+    x = np.asarray(r.x)
+    fssc, fssh, rv, amp = layout.split(x)
+    fssc, fssh, excess = project_feasible(fssc, fssh)
+    model = np.asarray(forward(jnp.asarray(fssc), jnp.asarray(fssh), jnp.asarray(rv), jnp.asarray(amp), pre))
+    n_it = int(r.n_iter)
+    status = int(r.status)
+    return InversionResult(
+        fssc=fssc, fssh=fssh, rv=rv, amp=amp, loss=float(r.f), chi2=float(r.aux[0]),
+        regulariser_value=float(r.aux[1]), lmbd=float(lmbd), regulariser=regulariser, iterations=n_it,
+        n_eval=int(r.n_eval), success=status in (1, 2), stop_reason=STOP_REASONS[status],
+        compile_time=timing["trace"] + timing["lower"] + timing["compile"], solve_time=solve_time,
+        history={"loss": np.asarray(r.history)[:n_it]}, model=model, max_sum_excess=excess, solver=solver)
+
+
+def invert_device(pre: Precomputed, obs: Observations, *, lmbd: float = 1.0, regulariser: str = "mem",
+                  x0=None, tol: float = 1e-5, maxiter: int = 1000, fit_rv: bool = True, fit_amp: bool = True,
+                  penalty: float = DEFAULT_PENALTY, maxcor: int = 10) -> InversionResult:
+    """Like :func:`dopplermap.invert` but solved by projected L-BFGS on the device.
+
+    ``tol`` is both the relative-reduction and projected-gradient tolerance (as scipy's).
+    """
+    if not np.isfinite(lmbd) or lmbd < 0:
+        raise ValueError(f"lmbd must be a finite number >= 0, got {lmbd!r}")
+    layout, xj, lo, hi, check = _setup(pre, obs, regulariser, x0, fit_rv, fit_amp)
+    check(pre, obs)
+    lm = jnp.asarray(lmbd, dtype=xj.dtype)
+    fn, timing = compile_solver(xj, lo, hi, lm, pre, obs, regulariser=regulariser, penalty=penalty,
+                                maxiter=maxiter, tol=tol, maxcor=maxcor)
+    t0 = time.perf_counter()
+    r = jax.block_until_ready(fn(xj, lo, hi, lm, pre, obs))
+    solve_time = time.perf_counter() - t0
+    return _to_result(layout, r, lmbd, regulariser, pre, timing, solve_time, "projected_lbfgs")
+
+
+def invert_batch(pre: Precomputed, obs: Observations, *, lmbds=None, lmbd: float = 1.0, flux=None, err=None,
+                 regulariser: str = "mem", x0=None, tol: float = 1e-5, maxiter: int = 1000, fit_rv: bool = True,
+                 fit_amp: bool = True, penalty: float = DEFAULT_PENALTY, maxcor: int = 10) -> list[InversionResult]:
+    """Several device solves in one compiled, ``vmap``-ed call.
+
+    Args:
+        lmbds: (n_batch,) lambdas (else ``lmbd`` for every member).
+        flux, err: (n_batch, n_epoch, n_vel) observation sets sharing ``obs``'s epochs and
+            velocities (bootstrap resamples, other stars with the same precomputed model);
+            default ``obs`` itself for every member.
+    Returns:
+        one :class:`InversionResult` per member; ``solve_time`` is the whole batch's.
+    """
+    layout, xj, lo, hi, check = _setup(pre, obs, regulariser, x0, fit_rv, fit_amp)
+    check(pre, obs)
+    batch_lmbd = lmbds is not None
+    batch_obs = flux is not None
+    if not (batch_lmbd or batch_obs):
+        raise ValueError("invert_batch needs lmbds and/or flux (with err) to batch over")
+    lm = jnp.asarray(np.asarray(lmbds, dtype=float) if batch_lmbd else float(lmbd))
+    if batch_lmbd and (lm.ndim != 1 or not np.all(np.isfinite(np.asarray(lm))) or np.any(np.asarray(lm) < 0)):
+        raise ValueError(f"lmbds must be a 1-D array of finite values >= 0, got {np.asarray(lmbds)!r}")
+    n = lm.shape[0] if batch_lmbd else None
+    ob = obs
+    if batch_obs:
+        flux = np.asarray(flux, dtype=float)
+        want = (obs.n_epoch, obs.n_vel)
+        if flux.ndim != 3 or flux.shape[1:] != want:
+            raise ValueError(f"flux must have shape (n_batch, n_epoch, n_vel) = (n, {want[0]}, {want[1]}), got {flux.shape}")
+        err = np.asarray(obs.err if err is None else err, dtype=float)
+        if err.shape not in (want, flux.shape):
+            raise ValueError(f"err must have shape {want} or {flux.shape}, got {err.shape}")
+        err = np.broadcast_to(err, flux.shape)
+        if not (np.all(np.isfinite(flux)) and np.all(np.isfinite(err)) and np.all(err > 0)):
+            raise ValueError("flux/err batch contains NaN/inf or err <= 0")
+        if n is not None and flux.shape[0] != n:
+            raise ValueError(f"lmbds has {n} values but flux has {flux.shape[0]} sets")
+        n = flux.shape[0]
+        ob = Observations(times=obs.times, vels=obs.vels, flux=jnp.asarray(flux), err=jnp.asarray(err))
+    fn, timing = compile_solver(xj, lo, hi, lm, pre, ob, regulariser=regulariser, penalty=penalty,
+                                maxiter=maxiter, tol=tol, maxcor=maxcor, batch_lmbd=batch_lmbd,
+                                batch_obs=batch_obs)
+    t0 = time.perf_counter()
+    r = jax.block_until_ready(fn(xj, lo, hi, lm, pre, ob))
+    solve_time = time.perf_counter() - t0
+    lm_np = np.broadcast_to(np.asarray(lm), (n,))
+    return [_to_result(layout, jax.tree_util.tree_map(lambda a, i=i: a[i], r), lm_np[i], regulariser, pre, timing,
+                       solve_time, "projected_lbfgs") for i in range(n)]

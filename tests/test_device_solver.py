@@ -1,0 +1,92 @@
+"""Device-resident projected L-BFGS, batched solves and the compilation cache."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import dopplermap as dm
+from dopplermap.cache import default_cache_dir, enable_compilation_cache
+from dopplermap.solvers.batch import invert_batch, invert_device
+from dopplermap.solvers.projected_lbfgs import projected_lbfgs
+
+
+@pytest.fixture(scope="module")
+def problem():
+    star, grid, times, vels, comps = dm.demo_setup(n_cell=300, n_epoch=20, n_vel=24)
+    sim = dm.simulate(grid, star, times, vels, comps, dm.DEMO_SPOTS, snr=300, seed=2)
+    pre = dm.precompute(grid, star, times, vels, comps)
+    return pre, sim
+
+
+def test_bounded_quadratic_exact():
+    # min 0.5 |A x - b|^2 with 0 <= x <= 1: compare with the KKT solution by brute force
+    rng = np.random.default_rng(0)
+    a = jnp.asarray(rng.normal(size=(12, 6)))
+    b = jnp.asarray(rng.normal(size=12) * 3)
+
+    def fun(x):
+        r = a @ x - b
+        return 0.5 * jnp.dot(r, r), a.T @ r, ()
+
+    res = projected_lbfgs(fun, jnp.full(6, 0.5), jnp.zeros(6), jnp.ones(6), maxiter=500, ftol=0.0, gtol=1e-10)
+    from scipy.optimize import lsq_linear
+    ref = lsq_linear(np.asarray(a), np.asarray(b), bounds=(0, 1), tol=1e-14).x
+    np.testing.assert_allclose(res.x, ref, atol=1e-6)
+    assert int(res.status) in (1, 2)
+
+
+def test_device_reaches_scipy_loss(problem):
+    pre, sim = problem
+    ref = dm.invert(pre, sim.obs, lmbd=1.0)
+    dev = dm.invert(pre, sim.obs, lmbd=1.0, tol=1e-8, maxiter=3000, solver="projected_lbfgs")
+    assert dev.solver == "projected_lbfgs"
+    assert dev.loss <= ref.loss * (1 + 1e-6), (dev.loss, ref.loss)
+    assert dev.success and np.all(dev.fssc >= 1e-5 - 1e-12) and np.all(dev.fssc <= 1 - 1e-5 + 1e-12)
+    assert np.corrcoef(dev.fssc, ref.fssc)[0, 1] > 0.95
+
+
+def test_batch_equals_single_solves(problem):
+    pre, sim = problem
+    lmbds = [0.3, 1.0, 3.0]
+    batch = invert_batch(pre, sim.obs, lmbds=lmbds, tol=1e-9, maxiter=3000)
+    assert [b.lmbd for b in batch] == lmbds
+    for lm, b in zip(lmbds, batch):
+        one = invert_device(pre, sim.obs, lmbd=lm, tol=1e-9, maxiter=3000)
+        # same algorithm; vmap changes float rounding, so the paths differ: compare converged losses
+        assert abs(b.loss - one.loss) <= 1e-6 * abs(one.loss)
+    # more regularisation -> larger chi-square
+    assert batch[0].chi2 < batch[2].chi2
+    # bootstrap-style batch over observation sets
+    rng = np.random.default_rng(0)
+    flux = np.asarray(sim.obs.flux)[None] + rng.normal(size=(2,) + sim.obs.flux.shape) * np.asarray(sim.obs.err)
+    boot = invert_batch(pre, sim.obs, flux=flux, tol=1e-6)
+    assert len(boot) == 2 and boot[0].loss != boot[1].loss
+
+
+def test_batch_bad_input(problem):
+    pre, sim = problem
+    with pytest.raises(ValueError, match="lmbds"):
+        invert_batch(pre, sim.obs, lmbds=[1.0, -2.0])
+    with pytest.raises(ValueError, match="flux must have shape"):
+        invert_batch(pre, sim.obs, flux=np.ones((2, 3, 4)))
+    with pytest.raises(ValueError, match="lmbd"):
+        invert_device(pre, sim.obs, lmbd=float("nan"))
+
+
+def test_compilation_cache_config(tmp_path, monkeypatch):
+    import jax
+
+    old = jax.config.jax_compilation_cache_dir
+    try:
+        folder = enable_compilation_cache(tmp_path / "cc")
+        assert folder.is_dir() and jax.config.jax_compilation_cache_dir == str(folder)
+        monkeypatch.setenv("DOPPLERMAP_CACHE_DIR", "off")
+        assert default_cache_dir() is None and enable_compilation_cache() is None
+        monkeypatch.setenv("DOPPLERMAP_CACHE_DIR", str(tmp_path / "env"))
+        assert default_cache_dir() == tmp_path / "env"
+        blocker = tmp_path / "file"
+        blocker.write_text("x")
+        with pytest.raises(ValueError, match="cannot be created"):
+            enable_compilation_cache(blocker / "sub")
+    finally:
+        jax.config.update("jax_compilation_cache_dir", old)
