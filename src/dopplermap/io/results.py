@@ -459,7 +459,6 @@ def load_result(path):
     bookkeeping = {"star", "grid_kind", "dopplermap_version", "format", "figures", "files", "complete",
                    "write_time", "plot_time", "save_time"}
     extra = {k: v for k, v in summary.items() if k not in known and k not in bookkeeping}
-    chi2_lc = extra.pop("chi2_lc", None)
     types = {"iterations": int, "n_eval": int, "success": bool, "regulariser": str, "stop_reason": str,
              "solver": str}
     scal = {}
@@ -472,4 +471,4 @@ def load_result(path):
         model=None if np.all(np.isnan(model)) else model,
         spotless=None if np.all(np.isnan(spotless)) else spotless,
         grid=grid, star=star, obs=obs, intensities=intens, truth=truth, light_curve=light_curve,
-        config=config, extra=extra, chi2_lc=None if chi2_lc is None else float(chi2_lc), **scal)
+        config=config, extra=extra, **scal)
