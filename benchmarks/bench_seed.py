@@ -68,9 +68,9 @@ def seed_loss64(prob, x, lmbd):
     return float(val), float(c2), float(reg)
 
 
-def run(cmd, log: Path, timeout: float):
+def run(cmd, log: Path, timeout: float, env=None):
     with log.open("w") as fh:
-        p = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, timeout=timeout)
+        p = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, timeout=timeout, env=env)
     if p.returncode != 0:
         tail = log.read_text()[-3000:]
         raise RuntimeError(f"{' '.join(map(str, cmd[:3]))} ... failed (exit {p.returncode}); log {log}:\n{tail}")
@@ -84,7 +84,10 @@ def main(argv=None) -> int:
     ap.add_argument("--n-vel", type=int, default=32)
     ap.add_argument("--snr", type=float, default=500.0)
     ap.add_argument("--lmbd", type=float, nargs="+", default=[1.0, 0.1])
-    ap.add_argument("--tol", type=float, default=1e-5)
+    ap.add_argument("--tol", type=float, default=1e-5, help="L-BFGS-B tol of both codes (the seed's 1e-5)")
+    ap.add_argument("--dm-tol", type=float, nargs="+",
+                    help="dopplermap tolerances to run (default: --tol); each is a row, timed cold")
+    ap.add_argument("--dm-src", type=Path, default=SRC, help="dopplermap source tree for the dopplermap runs")
     ap.add_argument("--maxiter", type=int, default=1000)
     ap.add_argument("--seed-python", default=os.environ.get("DOPPLERMAP_SEED_PYTHON", "/work/venv-seed/bin/python"))
     ap.add_argument("--seed-x64", action="store_true", help="run the user's script with float64 enabled")
@@ -111,7 +114,6 @@ def main(argv=None) -> int:
         print(f"wrote seed-format pickles to {data} in {time.perf_counter() - t0:.1f} s", flush=True)
     sizes = {p.name: p.stat().st_size for p in data.glob("*.pkl")}
 
-    env = dict(os.environ, PYTHONPATH=str(SRC))
     rows = []
     from dopplermap.io.seed import read_seed
 
@@ -128,18 +130,20 @@ def main(argv=None) -> int:
             print(f"[seed] lambda={lmbd:g}: running the user's script ...", flush=True)
             run(cmd, seed_json.with_suffix(".log"), args.timeout)
         seed = json.loads(seed_json.read_text())
-        dm_json = wd / f"dm-{tag}-l{lmbd:g}.json"
-        print(f"[dopplermap] lambda={lmbd:g} ...", flush=True)
-        run([sys.executable, str(Path(__file__).resolve()), "--worker", "dopplermap", "--workdir", str(data),
-             "--lmbd", str(lmbd), "--tol", str(args.tol), "--maxiter", str(args.maxiter), "--out", str(dm_json)],
-            dm_json.with_suffix(".log"), args.timeout)
-        dmr = json.loads(dm_json.read_text())
         seed_loss, seed_chi2, seed_mem = seed_loss64(prob, np.load(seed["x_file"]), lmbd)
-        dm_loss, _, _ = seed_loss64(prob, np.load(dm_json.with_suffix(".x.npy")), lmbd)
-        rows.append(dict(lmbd=lmbd, seed=seed, dm=dmr, seed_loss64=seed_loss, seed_chi2=seed_chi2,
-                         dm_loss64=dm_loss, rel_diff=(dm_loss - seed_loss) / abs(seed_loss),
-                         ratio=seed["total_time"] / dmr["total_time"],
-                         ratio_no_read=seed["total_time"] / (dmr["total_time"] - dmr["read_time"])))
+        for dm_tol in args.dm_tol or [args.tol]:
+            dm_json = wd / f"dm-{tag}-l{lmbd:g}-tol{dm_tol:g}.json"
+            print(f"[dopplermap] lambda={lmbd:g} tol={dm_tol:g} ...", flush=True)
+            run([sys.executable, str(Path(__file__).resolve()), "--worker", "dopplermap", "--workdir", str(data),
+                 "--lmbd", str(lmbd), "--tol", str(dm_tol), "--maxiter", str(args.maxiter), "--out", str(dm_json)],
+                dm_json.with_suffix(".log"), args.timeout, env=dict(os.environ, PYTHONPATH=str(args.dm_src)))
+            dmr = json.loads(dm_json.read_text())
+            dmr["tol"] = dm_tol
+            dm_loss, _, _ = seed_loss64(prob, np.load(dm_json.with_suffix(".x.npy")), lmbd)
+            rows.append(dict(lmbd=lmbd, seed=seed, dm=dmr, seed_loss64=seed_loss, seed_chi2=seed_chi2,
+                             dm_loss64=dm_loss, rel_diff=(dm_loss - seed_loss) / abs(seed_loss),
+                             ratio=seed["total_time"] / dmr["total_time"],
+                             ratio_no_read=seed["total_time"] / (dmr["total_time"] - dmr["read_time"])))
 
     lines = [f"problem: {args.n_epoch} epochs x {args.n_vel} velocities, {args.n_cell} cells "
              f"({int(prob.n_visible.min())}-{int(prob.n_visible.max())} visible), "
@@ -151,22 +155,26 @@ def main(argv=None) -> int:
     hdr = ("| lambda | code | dtype | compile s | solve s | total s | iterations | evals | final loss (float64) |",
            "|---|---|---|---|---|---|---|---|---|")
     lines += list(hdr)
+    done = set()
     for r in rows:
         s, d = r["seed"], r["dm"]
-        lines.append(f"| {r['lmbd']:g} | seed (jaxopt {s['jaxopt']}, jax {s['jax']}) | {s['dtype']} | "
-                     f"{s['compile_time'] + s['trace_lower_time']:.1f} | {s['solve_time']:.1f} | {s['total_time']:.1f} | "
-                     f"{s['iterations']} | {s['n_eval']} | {r['seed_loss64']:.10g} |")
-        lines.append(f"| {r['lmbd']:g} | dopplermap (jax {d['jax']}, {d['backend']}) | float64 | "
+        if r["lmbd"] not in done:
+            done.add(r["lmbd"])
+            lines.append(f"| {r['lmbd']:g} | seed (jaxopt {s['jaxopt']}, jax {s['jax']}), tol {args.tol:g} | {s['dtype']} | "
+                         f"{s['compile_time'] + s['trace_lower_time']:.1f} | {s['solve_time']:.1f} | {s['total_time']:.1f} | "
+                         f"{s['iterations']} | {s['n_eval']} | {r['seed_loss64']:.10g} |")
+        lines.append(f"| {r['lmbd']:g} | dopplermap (jax {d['jax']}, {d['backend']}), tol {d['tol']:g} | float64 | "
                      f"{d['compile_time']:.1f} | {d['solve_time']:.1f} | {d['total_time']:.1f} (read {d['read_time']:.1f}) | "
                      f"{d['iterations']} | {d['n_eval']} | {r['dm_loss64']:.10g} |")
     lines.append("")
     for r in rows:
         ok_loss = r["rel_diff"] <= 1e-6
-        lines.append(f"lambda {r['lmbd']:g}: ratio seed/dopplermap end to end {r['ratio']:.1f}x "
+        lines.append(f"lambda {r['lmbd']:g}, dopplermap tol {r['dm']['tol']:g}: ratio seed/dopplermap end to end {r['ratio']:.1f}x "
                      f"(without reading the pickles {r['ratio_no_read']:.1f}x); "
                      f"dopplermap loss - seed loss = {r['rel_diff']:+.2e} relative "
                      f"({'no higher' if ok_loss else 'HIGHER'} than the seed's within 1e-6); "
-                     f"seed per evaluation {r['seed']['eval_time'] * 1e3:.0f} ms, "
+                     f"per evaluation: seed {r['seed']['eval_time'] * 1e3:.0f} ms, "
+                     f"dopplermap {r['dm']['solve_time'] / max(r['dm']['n_eval'], 1) * 1e3:.0f} ms; "
                      f"seed stop status {r['seed']['status']}, dopplermap: {r['dm']['stop_reason']}")
     text = "\n".join(lines)
     print(text)

@@ -14,7 +14,13 @@ import pytest
 import dopplermap as dm
 from dopplermap.cli import main
 from dopplermap.io.seed import (
-    UntrustedPickleError, load_problem, read_seed, save_problem, seed_dicts, seed_problem, write_seed_pickles,
+    UntrustedPickleError,
+    load_problem,
+    read_seed,
+    save_problem,
+    seed_dicts,
+    seed_problem,
+    write_seed_pickles,
 )
 from dopplermap.objective import Layout, loss
 
@@ -102,9 +108,9 @@ def rekey(dicts, keys):
     idc, sg, cpcs = copy.deepcopy(dicts)
     old = list(idc["times"])
     idc["times"] = list(keys)
-    idc["data"] = {k: idc["data"][o] for k, o in zip(keys, old)}
+    idc["data"] = {k: idc["data"][o] for k, o in zip(keys, old, strict=True)}
     for part in ("common", "line"):
-        cpcs[part] = {k: cpcs[part][o] for k, o in zip(keys, old)}
+        cpcs[part] = {k: cpcs[part][o] for k, o in zip(keys, old, strict=True)}
     return idc, sg, cpcs
 
 
@@ -203,7 +209,7 @@ def test_pickle_roundtrip_needs_trust(tmp_path, sim, dicts):
     assert "trust_pickle=True" in msg and "--trust-pickle" in msg and "idc.pkl" in msg and "\n" not in msg
     prob = read_seed(paths["idc"], paths["sg"], paths["cpcs"], trust_pickle=True)
     ref = seed_problem(*dicts)
-    for a, b in zip(jax.tree_util.tree_leaves(prob.pre), jax.tree_util.tree_leaves(ref.pre)):
+    for a, b in zip(jax.tree_util.tree_leaves(prob.pre), jax.tree_util.tree_leaves(ref.pre), strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     np.testing.assert_array_equal(np.asarray(prob.obs.flux), np.asarray(ref.obs.flux))
     assert prob.labels == ref.labels and prob.has_coordinates
@@ -219,7 +225,7 @@ def test_npz_roundtrip(tmp_path, dicts):
     with np.load(path, allow_pickle=False) as z:  # readable without pickle
         assert z["line_local"].dtype == np.float64
     back = load_problem(path)
-    for a, b in zip(jax.tree_util.tree_leaves((prob.pre, prob.obs)), jax.tree_util.tree_leaves((back.pre, back.obs))):
+    for a, b in zip(jax.tree_util.tree_leaves((prob.pre, prob.obs)), jax.tree_util.tree_leaves((back.pre, back.obs)), strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     assert back.labels == prob.labels and back.pre.line.method == "dense"
     np.testing.assert_array_equal(back.n_visible, prob.n_visible)

@@ -201,6 +201,7 @@ def simulate_files(out: Path, *, fmt: str = "npz", n_cell: int = 2500, n_epoch: 
                    keys=None, as_jax: bool = False) -> list[Path]:
     """Simulate the demo star and write its problem (``fmt`` "npz" or "seed-pickle") and ``truth.npz``."""
     import dopplermap as dm
+
     from ..io.seed import save_problem, seed_dicts, seed_problem, write_seed_pickles
 
     for name, v, lo in (("n-cell", n_cell, 50), ("n-epoch", n_epoch, 1), ("n-vel", n_vel, 3)):

@@ -312,7 +312,7 @@ def read_seed(idc, sg, cpcs, *, trust_pickle: bool = False) -> SeedProblem:
         else:
             loaded.append(obj)
             names.append(None)
-    names = [n or d for n, d in zip(names, ("idc", "sg", "cpcs"))]
+    names = [n or d for n, d in zip(names, ("idc", "sg", "cpcs"), strict=True)]
     return seed_problem(*loaded, sources=tuple(names))
 
 
@@ -357,7 +357,7 @@ def seed_dicts(sim, *, keys=None, per_cell_lis: bool = False, as_jax: bool = Fal
         mus = mu[e, ivis]
         cpcs["common"][t] = {"ivis": arr(ivis), "areas": arr(np.asarray(grid.area)[ivis]), "mus": arr(mus)}
         entry = {}
-        for name, comp in zip(COMPONENT_NAMES, comps):
+        for name, comp in zip(COMPONENT_NAMES, comps, strict=True):
             entry[f"ldfs_{name}"] = arr(np.asarray(comp.limb_darkening(mus), dtype=float))
             entry[f"lis_{name}"] = arr(np.full(ivis.size, float(comp.intensity))) if per_cell_lis else float(comp.intensity)
             entry[f"lps_{name}"] = arr(comp.profile(vels[None, :] - v_los[e, ivis][:, None]))
@@ -385,7 +385,7 @@ def write_seed_pickles(sim, out_dir, **kwargs) -> dict:
     """
     out_dir = Path(out_dir)
     paths = {}
-    for name, obj in zip(("idc", "sg", "cpcs"), seed_dicts(sim, **kwargs)):
+    for name, obj in zip(("idc", "sg", "cpcs"), seed_dicts(sim, **kwargs), strict=True):
         p = out_dir / f"{name}.pkl"
         _atomic_write(p, lambda fh, o=obj: pickle.dump(o, fh, protocol=pickle.HIGHEST_PROTOCOL))
         paths[name] = p
