@@ -369,7 +369,9 @@ def synthesize(fssc, fssh, line: LineModel):
         hist = _linops.deposit(a, line.beta, line.jbase, line.kernel.shape[0])  # (E, B, n_col)
         num = hist.reshape(hist.shape[0], -1) @ line.kernel.reshape(-1, line.kernel.shape[-1])
     else:
-        num = jnp.einsum("esk,eskv->ev", a, line.local)
+        # one merged contraction axis: XLA CPU is ~30x slower contracting (s, k) as two axes
+        n_e, n_s, n_k, n_v = line.local.shape
+        num = jnp.einsum("es,esv->ev", a.reshape(n_e, n_s * n_k), line.local.reshape(n_e, n_s * n_k, n_v))
     return num / norm[:, None]
 
 
