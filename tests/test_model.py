@@ -112,3 +112,23 @@ def test_precompute_bad_input(small_problem):
         dm.precompute(grid, star, np.array([0.0, np.nan]), vels, comps)
     with pytest.raises(ValueError, match="method"):
         dm.precompute(grid, star, times, vels, comps, method="fft")
+
+
+@pytest.mark.parametrize("method", ["binned", "dense"])
+def test_epoch_chunks_equal_one_pass(small_problem, method, monkeypatch):
+    import dopplermap.model as model
+
+    star, grid, times, vels, comps, _ = small_problem
+    pre = dm.precompute(grid, star, times, vels, comps, method=method)
+    state = _random_state(grid.n_cell, len(times), 7)
+    whole = np.asarray(dm.forward(*state, pre))
+    x = jnp.concatenate(state)
+    lay = dm.Layout(grid.n_cell, len(times))
+    g_whole = np.asarray(jax.grad(lambda x: jnp.sum(dm.forward(*lay.split(x), pre) ** 2))(x))
+    # 7 epochs per chunk: 24 epochs -> 4 chunks, the last one padded
+    monkeypatch.setattr(model, "SLOTS_PER_CHUNK", 7 * pre.line.cell.shape[1])
+    assert model._epoch_chunk(pre.line) == 7
+    chunked = np.asarray(dm.forward(*state, pre))
+    g_chunked = np.asarray(jax.grad(lambda x: jnp.sum(dm.forward(*lay.split(x), pre) ** 2))(x))
+    np.testing.assert_allclose(chunked, whole, rtol=0, atol=1e-13)
+    np.testing.assert_allclose(g_chunked, g_whole, rtol=1e-10, atol=1e-12)

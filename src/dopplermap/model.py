@@ -353,6 +353,33 @@ def _fill_stack(fssc, fssh):
     return jnp.stack([1.0 - fssc - fssh, fssc, fssh], axis=1)
 
 
+_EPOCH_FIELDS = ("cell", "pos", "weight", "beta", "jbase", "local")
+
+SLOTS_PER_CHUNK = 200_000
+"""On CPU, epochs are synthesised in chunks of about this many (epoch, visible cell) slots
+(``lax.map``), so each chunk's working set stays cache-sized and the cost grows linearly
+with n_epoch x n_cell; accelerators take all epochs at once."""
+
+
+def _numerator_norm(f, line: LineModel, mu_dep: bool):
+    a = line.weight * _linops.gather_cells(f, line.cell, line.pos)  # (E, S, n_col)
+    norm = jnp.einsum("esc,c->e", a, line.cont) if mu_dep else a.sum(axis=(1, 2))  # (E,)
+    if line.method == "binned":
+        hist = _linops.deposit(a, line.beta, line.jbase, line.kernel.shape[0])  # (E, B, n_col)
+        num = hist.reshape(hist.shape[0], -1) @ line.kernel.reshape(-1, line.kernel.shape[-1])
+    else:
+        # one merged contraction axis: XLA CPU is ~30x slower contracting (s, k) as two axes
+        n_e, n_s, n_k, n_v = line.local.shape
+        num = jnp.einsum("es,esv->ev", a.reshape(n_e, n_s * n_k), line.local.reshape(n_e, n_s * n_k, n_v))
+    return num, norm
+
+
+def _epoch_chunk(line: LineModel) -> int:
+    if jax.default_backend() != "cpu":
+        return line.n_epoch
+    return max(1, min(line.n_epoch, SLOTS_PER_CHUNK // max(1, int(line.cell.shape[1]))))
+
+
 def synthesize(fssc, fssh, line: LineModel):
     """Weight-normalised profiles before rv, amp and mean normalisation: (n_epoch, n_vel).
 
@@ -363,15 +390,21 @@ def synthesize(fssc, fssh, line: LineModel):
     mu_dep = line.method == "binned" and line.col_comp != (0, 1, 2)
     if mu_dep:
         f = f[:, np.asarray(line.col_comp)]  # (n_cell, n_col)
-    a = line.weight * _linops.gather_cells(f, line.cell, line.pos)  # (E, S, n_col)
-    norm = jnp.einsum("esc,c->e", a, line.cont) if mu_dep else a.sum(axis=(1, 2))  # (E,)
-    if line.method == "binned":
-        hist = _linops.deposit(a, line.beta, line.jbase, line.kernel.shape[0])  # (E, B, n_col)
-        num = hist.reshape(hist.shape[0], -1) @ line.kernel.reshape(-1, line.kernel.shape[-1])
+    n_epoch, chunk = line.n_epoch, _epoch_chunk(line)
+    if chunk >= n_epoch:
+        num, norm = _numerator_norm(f, line, mu_dep)
     else:
-        # one merged contraction axis: XLA CPU is ~30x slower contracting (s, k) as two axes
-        n_e, n_s, n_k, n_v = line.local.shape
-        num = jnp.einsum("es,esv->ev", a.reshape(n_e, n_s * n_k), line.local.reshape(n_e, n_s * n_k, n_v))
+        n_chunk = -(-n_epoch // chunk)
+        pad = n_chunk * chunk - n_epoch
+
+        def split(x):
+            x = jnp.pad(x, [(0, pad)] + [(0, 0)] * (x.ndim - 1))
+            return x.reshape((n_chunk, chunk) + x.shape[1:])
+
+        parts = {k: split(getattr(line, k)) for k in _EPOCH_FIELDS if getattr(line, k) is not None}
+        num, norm = jax.lax.map(lambda p: _numerator_norm(f, dataclasses.replace(line, **p), mu_dep), parts)
+        num = num.reshape(n_chunk * chunk, -1)[:n_epoch]
+        norm = norm.reshape(-1)[:n_epoch]
     return num / norm[:, None]
 
 
