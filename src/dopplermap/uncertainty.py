@@ -46,7 +46,8 @@ class Uncertainty:
     Attributes:
         sigma_fssc, sigma_fssh: (n_cell,) standard deviations (``inf`` where the method
             cannot constrain a cell, see the module docstring).
-        method: ``"bootstrap"``, ``"laplace-dense"`` or ``"laplace-hutchinson"``.
+        method: ``"bootstrap"`` or ``"laplace-<kind>-<method>"`` (kind posterior/sandwich,
+            method dense/hutchinson).
         never_visible: (n_cell,) cells with zero weight at every epoch.
         samples: (n_boot, 2, n_cell) bootstrap maps (bootstrap only).
         time: wall seconds.
@@ -120,19 +121,30 @@ def bootstrap(pre: Precomputed, obs: Observations, best: InversionResult, *, n_b
                        samples=samples, time=time.perf_counter() - t0)
 
 
+def _hvp(x, v, lmbd, pre, obs, regulariser, penalty):
+    def g(y):
+        return jax.grad(loss)(y, lmbd, pre, obs, regulariser, penalty)
+
+    return jax.grad(lambda y: jnp.vdot(g(y), v))(x)
+
+
+_hvp_jit = jax.jit(_hvp, static_argnames=("regulariser", "penalty"))
+
+
 def hvp_function(lmbd, pre: Precomputed, obs: Observations, regulariser: str = "mem",
                  penalty: float = DEFAULT_PENALTY):
-    """Jitted ``hvp(x, V) -> H V`` of the loss, ``V`` of shape (k, n_param) (reverse over reverse)."""
+    """``hvp(x, V) -> H V`` of the loss for ``V`` of shape (k, n_param) (reverse over reverse).
 
-    def f(x):
-        return loss(x, lmbd, pre, obs, regulariser, penalty)
+    One compiled single-vector HVP (shared by every call with the same shapes) applied
+    row by row: batching HVPs with ``vmap`` costs far more to compile than it saves.
+    """
+    lm = jnp.asarray(lmbd, dtype=jnp.float64)
 
-    g = jax.grad(f)
+    def hvp(x, vs):
+        return jnp.stack([_hvp_jit(x, v, lm, pre, obs, regulariser=regulariser, penalty=float(penalty))
+                          for v in jnp.asarray(vs)])
 
-    def hvp1(x, v):
-        return jax.grad(lambda y: jnp.vdot(g(y), v))(x)
-
-    return jax.jit(jax.vmap(hvp1, in_axes=(None, 0)))
+    return hvp
 
 
 def _free_mask(best: InversionResult, fit_rv: bool, fit_amp: bool) -> np.ndarray:
@@ -144,19 +156,25 @@ def _free_mask(best: InversionResult, fit_rv: bool, fit_amp: bool) -> np.ndarray
 
 
 def laplace(pre: Precomputed, obs: Observations, best: InversionResult, *, method: str = "dense",
-            penalty: float = DEFAULT_PENALTY, fit_rv: bool = True, fit_amp: bool = True, chunk: int = 64,
+            kind: str = "posterior", penalty: float = DEFAULT_PENALTY, fit_rv: bool = True, fit_amp: bool = True, chunk: int = 64,
             n_probe: int = 64, cg_tol: float = 1e-8, cg_maxiter: int = 2000, seed: int = 0) -> Uncertainty:
     """Laplace-approximation uncertainties at the optimum ``best`` (see module docstring).
 
     Args:
         method: ``"dense"`` (exact diagonal; memory ``n_free^2``) or ``"hutchinson"``
             (``n_probe`` CG solves, unbiased but noisy estimate).
+        kind: ``"posterior"`` - the Laplace posterior width ``diag(H^-1)``; ``"sandwich"`` -
+            the linearised sampling width of the regularised estimate,
+            ``diag(H^-1 F H^-1)`` with ``F`` the Hessian of ``chi2_total / 2`` alone (what a
+            bootstrap measures: zero for cells no datum touches).
         chunk: HVPs evaluated together (dense method).
     Filling factors sitting on a bound are not free; they get ``1 / sqrt(N/2 H_ii)``
     (their conditional width).
     """
     if method not in ("dense", "hutchinson"):
         raise ValueError(f"Laplace method must be 'dense' or 'hutchinson', got {method!r}")
+    if kind not in ("posterior", "sandwich"):
+        raise ValueError(f"Laplace kind must be 'posterior' or 'sandwich', got {kind!r}")
     t0 = time.perf_counter()
     lay = Layout(pre.n_cell, pre.n_epoch)
     x = jnp.asarray(best.x)
@@ -164,42 +182,58 @@ def laplace(pre: Precomputed, obs: Observations, best: InversionResult, *, metho
         raise ValueError(f"best map has {x.shape[0]} parameters, the problem needs {lay.size}")
     scale = 0.5 * obs.n_epoch * obs.n_vel
     hvp = hvp_function(jnp.asarray(best.lmbd), pre, obs, best.regulariser, float(penalty))
+    hvp_data = hvp_function(jnp.asarray(0.0), pre, obs, "none", 0.0) if kind == "sandwich" else None
     free = _free_mask(best, fit_rv, fit_amp)
     fidx = np.nonzero(free)[0]
     n_free = fidx.size
     diag_inv = np.full(lay.size, np.nan)
 
-    if method == "dense":
+    def columns(fn):
         cols = np.empty((n_free, n_free))
         for s in range(0, n_free, chunk):
             ids = fidx[s:s + chunk]
             basis = np.zeros((ids.size, lay.size))
             basis[np.arange(ids.size), ids] = 1.0
-            hv = np.asarray(hvp(x, jnp.asarray(basis)))
-            cols[s:s + ids.size] = hv[:, fidx]
-        h = scale * 0.5 * (cols + cols.T)
+            cols[s:s + ids.size] = np.asarray(fn(x, jnp.asarray(basis)))[:, fidx]
+        return scale * 0.5 * (cols + cols.T)
+
+    if method == "dense":
+        h = columns(hvp)
         try:
             chol = np.linalg.cholesky(h)
         except np.linalg.LinAlgError:
             raise ValueError("the Hessian at the map is not positive definite (the inversion has not converged "
                              "to a minimum); re-solve with a tighter tol") from None
-        linv = np.linalg.inv(chol)  # H^-1 = L^-T L^-1, diag = column sums of squares of L^-1
-        diag_inv[fidx] = np.sum(linv * linv, axis=0)
-        name = "laplace-dense"
+        linv = np.linalg.inv(chol)  # H^-1 = L^-T L^-1
+        if kind == "posterior":
+            diag_inv[fidx] = np.sum(linv * linv, axis=0)
+        else:
+            hinv = linv.T @ linv
+            diag_inv[fidx] = np.einsum("ij,jk,ki->i", hinv, columns(hvp_data), hinv)
+        name = f"laplace-{kind}-dense"
     else:
         rng = np.random.default_rng(seed)
 
-        def op(v):
-            full = jnp.zeros(lay.size).at[fidx].set(v)
-            return scale * hvp(x, full[None])[0][fidx]
+        def op_of(fn):
+            def op(v):
+                full = jnp.zeros(lay.size).at[fidx].set(v)
+                return scale * fn(x, full[None])[0][fidx]
+            return op
+
+        op = op_of(hvp)
+
+        def solve(b):
+            return jax.scipy.sparse.linalg.cg(op, b, tol=cg_tol, maxiter=cg_maxiter)[0]
 
         acc = np.zeros(n_free)
         for _ in range(int(n_probe)):
-            z = rng.choice([-1.0, 1.0], size=n_free)
-            y, _ = jax.scipy.sparse.linalg.cg(op, jnp.asarray(z), tol=cg_tol, maxiter=cg_maxiter)
-            acc += z * np.asarray(y)
+            z = jnp.asarray(rng.choice([-1.0, 1.0], size=n_free))
+            y = solve(z)
+            if kind == "sandwich":
+                y = solve(op_of(hvp_data)(y))
+            acc += np.asarray(z * y)
         diag_inv[fidx] = np.maximum(acc / n_probe, 0.0)
-        name = "laplace-hutchinson"
+        name = f"laplace-{kind}-hutchinson"
 
     fixed = np.nonzero(~free[:2 * pre.n_cell])[0]
     if fixed.size:
