@@ -18,6 +18,7 @@ from . import __version__
 # one module per command family; each has register(group)
 COMMAND_MODULES = (
     "dopplermap.commands.demo",
+    "dopplermap.commands.search",
 )
 
 
