@@ -167,3 +167,23 @@ def test_parameters_change_the_model(problem):
     ew0 = prob.components.phot.profile.equivalent_width()
     assert comps.phot.profile.equivalent_width() == pytest.approx(1.2 * ew0, rel=1e-6)
     assert comps.phot.profile.fwhm > prob.components.phot.profile.fwhm
+
+
+def test_cli_grid_and_lambda(problem, tmp_path, capsys):
+    from dopplermap.cli import main
+    from dopplermap.commands.search import save_problem
+
+    prob, sim = problem
+    npz = save_problem(tmp_path / "p.npz", sim.obs, prob.star, n_cell=prob.grid.n_cell)
+    out = tmp_path / "g"
+    rc = main(["grid", str(npz), "--out", str(out), "--param", "vsini=38:40:2", "--lmbd", "0.5",
+               "--scheduler", "sync"])
+    assert rc == 0
+    assert len(search.read_table(out / "grid.csv")) == 2 and (out / "grid.png").exists()
+    assert "un-reduced" in (out / "grid.json").read_text()
+    rc = main(["lambda", str(npz), "--out", str(tmp_path / "l"), "--lmbds", "0.01,0.1,1,10,100", "--tol", "1e-6"])
+    assert rc == 0 and (tmp_path / "l" / "lcurve.csv").exists() and (tmp_path / "l" / "lcurve.png").exists()
+    assert main(["grid", str(npz), "--out", str(out), "--param", "vsini=38:40:2", "--scheduler", "sync"]) == 2
+    assert "resume" in capsys.readouterr().err
+    assert main(["grid", str(tmp_path / "missing.npz"), "--out", str(out), "--param", "vsini=38"]) == 2
+    assert main(["grid", "--out", str(out), "--param", "vsini"]) == 2

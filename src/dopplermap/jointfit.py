@@ -73,7 +73,7 @@ def dense_model(grid: SurfaceGrid, times, vels, components: ComponentSet, *, bat
             dv = vels[None, :] - vlos[:, None]  # (n_cell, n_vel)
             num = jnp.zeros(vels.shape, mu.dtype)
             norm = jnp.zeros((), mu.dtype)
-            for comp, prof, f in zip(comps, profs, fill):
+            for comp, prof, f in zip(comps, profs, fill, strict=False):
                 a = comp.intensity * comp.limb_darkening(mu) * parea * f
                 num = num + a @ prof(dv)
                 norm = norm + a.sum()
@@ -166,7 +166,7 @@ def joint_fit(grid: SurfaceGrid, star: StarParams, obs: Observations, components
         (val, aux), g = vg(jnp.asarray(z), lm)
         return val, g, aux
 
-    z0 = np.concatenate([x0, [start[p] / s for p, s in zip(fit, scales)]])
+    z0 = np.concatenate([x0, [start[p] / s for p, s in zip(fit, scales, strict=False)]])
     lo = np.concatenate([np.full(2 * lay.n_cell, FILL_MIN), np.full(2 * lay.n_epoch, -np.inf)])
     hi = np.concatenate([np.full(2 * lay.n_cell, FILL_MAX), np.full(2 * lay.n_epoch, np.inf)])
     n2 = 2 * lay.n_cell
@@ -174,8 +174,8 @@ def joint_fit(grid: SurfaceGrid, star: StarParams, obs: Observations, components
         lo[n2:n2 + lay.n_epoch] = hi[n2:n2 + lay.n_epoch] = x0[n2:n2 + lay.n_epoch]
     if not fit_amp:
         lo[n2 + lay.n_epoch:] = hi[n2 + lay.n_epoch:] = x0[n2 + lay.n_epoch:]
-    plo = [(STAR_PARAMETERS[p][0][0] if STAR_PARAMETERS[p][0][0] is not None else -np.inf) / s for p, s in zip(fit, scales)]
-    phi = [(STAR_PARAMETERS[p][0][1] if STAR_PARAMETERS[p][0][1] is not None else np.inf) / s for p, s in zip(fit, scales)]
+    plo = [(STAR_PARAMETERS[p][0][0] if STAR_PARAMETERS[p][0][0] is not None else -np.inf) / s for p, s in zip(fit, scales, strict=False)]
+    phi = [(STAR_PARAMETERS[p][0][1] if STAR_PARAMETERS[p][0][1] is not None else np.inf) / s for p, s in zip(fit, scales, strict=False)]
     lo, hi = np.concatenate([lo, plo]), np.concatenate([hi, phi])
     z0 = np.clip(z0, lo, hi)
 

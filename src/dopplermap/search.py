@@ -30,8 +30,8 @@ import logging
 import math
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import jax.numpy as jnp
 import numpy as np
@@ -41,7 +41,7 @@ from .geometry import StarParams
 from .grid import SurfaceGrid
 from .model import LineModel, Precomputed, precompute
 from .objective import REGULARISERS, Observations, seed_entropy
-from .profiles import Component, ComponentSet, LocalProfile, intensity_ratio, tabulated
+from .profiles import ComponentSet, LocalProfile, intensity_ratio, tabulated
 from .solvers import InversionResult, invert
 
 __all__ = [
@@ -415,7 +415,7 @@ def grid_points(axes: dict) -> list[dict]:
         if np.unique(v).size != v.size:
             raise ValueError(f"grid parameter {n!r} has repeated values")
         vals.append(v)
-    return [dict(zip(names, (float(x) for x in combo))) for combo in itertools.product(*vals)]
+    return [dict(zip(names, (float(x) for x in combo), strict=False)) for combo in itertools.product(*vals)]
 
 
 def _fmt(v) -> str:
@@ -655,14 +655,14 @@ def plot_grid(rows: list[dict], names, path, *, column: str = "chi2_total") -> P
     n = len(names) + len(pairs)
     fig, axes = plt.subplots(1, n, figsize=(4 * n, 3.6), squeeze=False)
     axes = axes[0]
-    for ax, name in zip(axes, names):
+    for ax, name in zip(axes, names, strict=False):
         iv = delta_chi2_interval(rows, name, column=column)
         ax.plot(iv["values"], iv["profile"] - iv["profile"].min(), "o-")
         ax.axhline(1.0, color="gray", ls=":")
         ax.axvspan(iv["lo"], iv["hi"], color="C1", alpha=0.2)
         ax.set_xlabel(name)
         ax.set_ylabel(f"{column} - min")
-    for ax, (p, q) in zip(axes[len(names):], pairs):
+    for ax, (p, q) in zip(axes[len(names):], pairs, strict=False):
         xs, ys = np.unique([r[p] for r in rows]), np.unique([r[q] for r in rows])
         z = np.full((ys.size, xs.size), np.nan)
         for r in rows:
