@@ -13,7 +13,7 @@ from dopplermap import search
 sys.path.insert(0, str(Path(__file__).parent))
 from _search_problem import small_problem  # noqa: E402
 
-LMBD = 0.1
+LMBD = 0.03
 
 
 @pytest.fixture(scope="module")

@@ -35,7 +35,7 @@ from .solvers.scipy_lbfgsb import lbfgsb
 __all__ = ["JointFitResult", "joint_fit", "dense_model", "STAR_PARAMETERS"]
 
 # fitted star parameters: bounds and the scale of one optimiser unit
-STAR_PARAMETERS = {"inclination": ((1.0, 90.0), 10.0), "vsini": ((0.1, None), 1.0), "domega": ((-2.0, 2.0), 0.1)}
+STAR_PARAMETERS = {"inclination": ((1.0, 90.0), 1.0), "vsini": ((0.1, None), 1.0), "domega": ((-2.0, 2.0), 0.1)}
 
 
 def _profile_fn(profile: LocalProfile):
