@@ -29,6 +29,8 @@ def test_hvp_matches_finite_difference_of_gradient(fitted):
     x = jnp.asarray(best.x)
     rng = np.random.default_rng(0)
     v = rng.normal(size=x.size)
+    n2 = 2 * pre.n_cell
+    v[n2:n2 + pre.n_epoch] = 0.0  # the seed's rv shift is linear interpolation: piecewise linear in rv
     hv = np.asarray(U.hvp_function(LMBD, pre, sim.obs, REG)(x, v[None]))[0]
     g = jax.jit(jax.grad(lambda y: loss(y, LMBD, pre, sim.obs, REG)))
     h = 1e-6

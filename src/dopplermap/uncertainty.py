@@ -221,16 +221,16 @@ def laplace(pre: Precomputed, obs: Observations, best: InversionResult, *, metho
             return op
 
         op = op_of(hvp)
+        data_op = jax.jit(op_of(hvp_data)) if kind == "sandwich" else None
 
-        def solve(b):
-            return jax.scipy.sparse.linalg.cg(op, b, tol=cg_tol, maxiter=cg_maxiter)[0]
+        solve = jax.jit(lambda b: jax.scipy.sparse.linalg.cg(op, b, tol=cg_tol, maxiter=cg_maxiter)[0])
 
         acc = np.zeros(n_free)
         for _ in range(int(n_probe)):
             z = jnp.asarray(rng.choice([-1.0, 1.0], size=n_free))
             y = solve(z)
             if kind == "sandwich":
-                y = solve(op_of(hvp_data)(y))
+                y = solve(data_op(y))
             acc += np.asarray(z * y)
         diag_inv[fidx] = np.maximum(acc / n_probe, 0.0)
         name = f"laplace-{kind}-hutchinson"
