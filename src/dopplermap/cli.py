@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "dopplermap.commands.seed",
     "dopplermap.commands.plot",
     "dopplermap.commands.target",
+    "dopplermap.commands.search",
 )
 
 

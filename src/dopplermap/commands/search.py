@@ -1,0 +1,218 @@
+"""``dopplermap lambda`` and ``dopplermap grid``: choose lambda; scan stellar parameters.
+
+Problem source (until the TOML target configuration lands): with no PROBLEM argument the
+built-in demo star is simulated (``--n-cell``, ``--n-epoch``, ``--n-vel``, ``--snr``);
+otherwise PROBLEM is an ``.npz`` file holding
+
+* ``times`` (n_epoch,) days, ``vels`` (n_vel,) km/s, ``flux`` and ``err`` (n_epoch, n_vel);
+* optional scalars ``inclination`` (deg), ``vsini`` (km/s), ``period`` (d), ``t0`` (d),
+  ``domega`` (rad/day), ``n_cell``; missing ones take the demo's values. The local
+  profiles, limb darkening and temperatures are the demo's (photosphere 5000 K,
+  cool 3800 K, hot 6000 K at 600 nm).
+
+:func:`save_problem` writes such a file.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+import numpy as np
+
+NPZ_SCALARS = ("inclination", "vsini", "period", "t0", "domega", "n_cell")
+
+
+def save_problem(path, obs, star=None, n_cell: int | None = None) -> Path:
+    """Write observations (and optionally star parameters, grid size) as a PROBLEM ``.npz``."""
+    path = Path(path)
+    data = dict(times=np.asarray(obs.times), vels=np.asarray(obs.vels), flux=np.asarray(obs.flux),
+                err=np.asarray(obs.err))
+    if star is not None:
+        data.update(inclination=star.inclination, vsini=star.vsini_kms, period=star.period, t0=star.t0,
+                    domega=star.domega)
+    if n_cell is not None:
+        data["n_cell"] = int(n_cell)
+    tmp = path.with_name(path.stem + ".tmp.npz")
+    np.savez(tmp, **data)
+    tmp.replace(path)
+    return path
+
+
+def load_problem(path=None, *, n_cell=400, n_epoch=30, n_vel=24, snr=500.0, seed=1):
+    """A :class:`dopplermap.search.Problem` from an NPZ file, or the simulated demo star."""
+    import dopplermap as dm
+    from dopplermap.search import Problem
+
+    star, grid, times, vels, comps = dm.demo_setup(n_cell=n_cell, n_epoch=n_epoch, n_vel=n_vel, seed=seed)
+    if path is None:
+        sim = dm.simulate(grid, star, times, vels, comps, dm.DEMO_SPOTS, snr=snr, seed=seed)
+        obs = sim.obs
+    else:
+        path = Path(path)
+        if not path.exists():
+            raise FileNotFoundError(f"problem file {path} does not exist")
+        try:
+            npz = np.load(path)
+        except Exception as exc:
+            raise ValueError(f"{path}: not a readable .npz file ({exc})") from None
+        missing = [k for k in ("times", "vels", "flux", "err") if k not in npz.files]
+        if missing:
+            raise ValueError(f"{path}: missing array(s) {missing}; need times, vels, flux, err")
+        extra = {}
+        for k in NPZ_SCALARS:
+            if k in npz.files:
+                v = np.asarray(npz[k])
+                if v.shape != () or not np.isfinite(v):
+                    raise ValueError(f"{path}: {k} must be a finite scalar, got {v!r}")
+                extra[k] = float(v)
+        obs = dm.Observations.create(npz["times"], npz["vels"], npz["flux"], npz["err"], source=str(path))
+        if "n_cell" in extra:
+            grid = dm.make_grid("bands", int(extra.pop("n_cell")))
+        star = star.replace(**extra)
+    return Problem(grid=grid, star=star, obs=obs, components=comps, t_phot=5000.0, wavelength_nm=600.0)
+
+
+def _floats(text: str, name: str) -> np.ndarray:
+    """``a:b:n`` (n log-spaced values for lambda, linear otherwise is chosen by caller) or ``v1,v2,...``."""
+    try:
+        if ":" in text:
+            a, b, n = text.split(":")
+            return np.array([float(a), float(b), float(int(n))])
+        return np.array([float(v) for v in text.split(",") if v.strip()])
+    except ValueError:
+        raise ValueError(f"{name}: expected 'start:stop:count' or 'v1,v2,...', got {text!r}") from None
+
+
+def _lambda_list(text: str) -> np.ndarray:
+    if ":" in text:
+        a, b, n = _floats(text, "--lmbds")
+        if not (a > 0 and b > a and n >= 2):
+            raise ValueError(f"--lmbds: need 0 < start < stop and count >= 2, got {text!r}")
+        return np.logspace(np.log10(a), np.log10(b), int(n))
+    return _floats(text, "--lmbds")
+
+
+def _axis(text: str) -> tuple[str, np.ndarray]:
+    if "=" not in text:
+        raise ValueError(f"--param: expected NAME=start:stop:step or NAME=v1,v2,..., got {text!r}")
+    name, spec = text.split("=", 1)
+    name = name.strip()
+    if ":" in spec:
+        a, b, step = _floats(spec, f"--param {name}")
+        if not step > 0 or b < a:
+            raise ValueError(f"--param {name}: need start <= stop and step > 0, got {spec!r}")
+        return name, np.round(np.arange(a, b + 0.5 * step, step), 12)
+    return name, _floats(spec, f"--param {name}")
+
+
+def _write_json(path: Path, data: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=float))
+    tmp.replace(path)
+
+
+problem_options = [
+    click.argument("problem", required=False, type=click.Path(dir_okay=False, path_type=Path)),
+    click.option("--n-cell", type=int, default=400, show_default=True, help="Demo: surface cells."),
+    click.option("--n-epoch", type=int, default=30, show_default=True, help="Demo: epochs."),
+    click.option("--n-vel", type=int, default=24, show_default=True, help="Demo: velocities."),
+    click.option("--snr", type=float, default=500.0, show_default=True, help="Demo: signal-to-noise."),
+    click.option("--regulariser", type=click.Choice(["mem", "tikhonov"]), default="mem", show_default=True),
+    click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True, help="Output folder."),
+]
+
+
+def _with_problem_options(fn):
+    for opt in reversed(problem_options):
+        fn = opt(fn)
+    return fn
+
+
+def register(group):
+    @group.command("lambda")
+    @_with_problem_options
+    @click.option("--lmbds", default="0.001:100:16", show_default=True,
+                  help="Lambdas: 'start:stop:count' (log-spaced) or 'v1,v2,...'.")
+    @click.option("--target-chi2", type=float, default=None, help="Also find lambda where reduced chi2 = this.")
+    @click.option("--tol", type=float, default=1e-7, show_default=True, help="Solver tolerance.")
+    def lambda_cmd(problem, n_cell, n_epoch, n_vel, snr, regulariser, out, lmbds, target_chi2, tol):
+        """Sweep lambda; write the L-curve table, its corner, the target-chi2 lambda and a plot.
+
+        PROBLEM: an .npz problem file (see the module docs); omitted = simulated demo star.
+        """
+        import dopplermap as dm
+        from dopplermap import search
+
+        prob = load_problem(problem, n_cell=n_cell, n_epoch=n_epoch, n_vel=n_vel, snr=snr)
+        lm = _lambda_list(lmbds)
+        obs = prob.obs
+        pre = dm.precompute(prob.grid, prob.star, np.asarray(obs.times), np.asarray(obs.vels), prob.components)
+        sw = search.sweep_lambda(pre, obs, lm, regulariser=regulariser, tol=tol)
+        out.mkdir(parents=True, exist_ok=True)
+        tmp = out / "lcurve.csv.tmp"
+        tmp.write_text(sw.table())
+        tmp.replace(out / "lcurve.csv")
+        choice = {"lmbds": sw.lmbd.tolist(), "sweep_time": sw.total_time, "regulariser_floor": sw.floor}
+        try:
+            corner, _ = search.lcurve_corner(sw)
+            choice["lcurve_corner"] = corner
+        except ValueError as exc:
+            corner = None
+            choice["lcurve_corner"] = None
+            choice["lcurve_message"] = str(exc)
+            click.echo(f"warning: {exc}", err=True)
+        if target_chi2 is not None:
+            lmt, res, trials = search.lambda_for_chi2(pre, obs, target_chi2, lo=float(sw.lmbd[0]),
+                                                      hi=float(sw.lmbd[-1]), regulariser=regulariser, tol=tol)
+            choice.update(target_chi2=target_chi2, target_lambda=lmt, target_result_chi2=res.chi2,
+                          target_trials=trials)
+        _write_json(out / "lambda.json", choice)
+        search.plot_lcurve(sw, out / "lcurve.png", corner=corner, target=target_chi2)
+        msg = f"L-curve corner lambda {corner:.4g}" if corner is not None else "no L-curve corner"
+        if target_chi2 is not None:
+            msg += f"; lambda for chi2={target_chi2:g}: {choice['target_lambda']:.4g}"
+        click.echo(f"{msg}  ({len(lm)} solves in {sw.total_time:.1f} s); results in {out}")
+
+    @group.command("grid")
+    @_with_problem_options
+    @click.option("--param", "params", multiple=True, required=True,
+                  help="NAME=start:stop:step or NAME=v1,v2,... (inclination, vsini, domega, period, t_cool, "
+                       "t_hot, macroturbulence, ew_scale); repeat for more axes.")
+    @click.option("--lmbd", type=float, default=1.0, show_default=True, help="Regularisation weight.")
+    @click.option("--tol", type=float, default=1e-6, show_default=True, help="Solver tolerance.")
+    @click.option("--resume", is_flag=True, help="Continue an interrupted search in OUT.")
+    @click.option("--scheduler", default=None,
+                  help="Dask scheduler address; 'sync' = serial in this process; default: a local cluster.")
+    @click.option("--workers", type=int, default=None, help="Local cluster size (default: CPU count).")
+    @click.option("--delta-chi2", type=float, default=1.0, show_default=True,
+                  help="Delta of the un-reduced chi2 for the intervals.")
+    def grid_cmd(problem, n_cell, n_epoch, n_vel, snr, regulariser, out, params, lmbd, tol, resume, scheduler,
+                 workers, delta_chi2):
+        """Invert over a grid of stellar parameters; table, best point, intervals and plot.
+
+        PROBLEM: an .npz problem file (see the module docs); omitted = simulated demo star.
+        """
+        from dopplermap import search
+
+        axes = dict(_axis(p) for p in params)
+        prob = load_problem(problem, n_cell=n_cell, n_epoch=n_epoch, n_vel=n_vel, snr=snr)
+        out.mkdir(parents=True, exist_ok=True)
+        settings = search.SolveSettings(lmbd=lmbd, regulariser=regulariser, tol=tol)
+        rows = search.grid_search(prob, axes, out / "grid.csv", settings=settings, resume=resume,
+                                  scheduler=scheduler, n_workers=workers,
+                                  progress=lambda n, total, row: click.echo(f"{n}/{total} chi2 {row['chi2']:.5g}",
+                                                                            err=True))
+        best = search.best_point(rows, list(axes))
+        intervals = {}
+        for name in axes:
+            iv = search.delta_chi2_interval(rows, name, delta=delta_chi2)
+            intervals[name] = {k: iv[k] for k in ("best", "lo", "hi", "at_edge", "delta", "note")}
+        _write_json(out / "grid.json", {"best": best, "intervals": intervals})
+        search.plot_grid(rows, list(axes), out / "grid.png")
+        click.echo("best: " + ", ".join(f"{k}={best[k]:g}" for k in axes) + f"  chi2 {best['chi2']:.5g}")
+        for name, iv in intervals.items():
+            edge = " (reaches the grid edge)" if iv["at_edge"] else ""
+            click.echo(f"{name}: {iv['lo']:g} .. {iv['hi']:g} (Delta chi2_total <= {delta_chi2:g}){edge}")
+        click.echo(f"results in {out}")

@@ -1,0 +1,681 @@
+"""Choosing lambda and the stellar parameters.
+
+* :func:`sweep_lambda` solves one problem over a list of regularisation weights. ``lambda``
+  is an argument of the compiled objective, so one compiled function serves every value;
+  each solve starts from the map of the neighbouring (next smaller) lambda.
+* :func:`lcurve_corner` picks lambda at the L-curve corner: the maximum curvature of
+  ``log chi2`` against ``log (regulariser - floor)`` along ``log lambda``. A corner at the
+  first or last lambda of the sweep is refused (the true corner may lie outside it).
+* :func:`lambda_for_chi2` finds the lambda where the reduced chi-square reaches an aim,
+  by bracketing and bisection in ``log lambda`` (chi-square grows with lambda).
+* :func:`grid_search` re-precomputes and re-solves at every point of a Cartesian grid of
+  stellar parameters (inclination, vsini, domega, period, t_cool, t_hot, macroturbulence,
+  ew_scale) and appends one CSV row per finished point, so a killed search resumes where it
+  stopped. Points run on a Dask cluster: a local one sized to the machine by default, a
+  remote one with ``scheduler=ADDRESS``, or serially in this process (``scheduler="sync"``).
+* :func:`delta_chi2_interval` gives the range of a parameter whose *un-reduced*
+  chi-square ``chi2_reduced * n_epoch * n_vel`` lies within ``Delta chi2`` of the minimum
+  (profiled over the other grid parameters).
+
+Plots (matplotlib, Agg): :func:`plot_lcurve`, :func:`plot_grid`.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import itertools
+import logging
+import math
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import jax.numpy as jnp
+import numpy as np
+
+from .constants import FILL_MIN
+from .geometry import StarParams
+from .grid import SurfaceGrid
+from .model import LineModel, Precomputed, precompute
+from .objective import REGULARISERS, Observations, seed_entropy
+from .profiles import ComponentSet, LocalProfile, intensity_ratio, tabulated
+from .solvers import InversionResult, invert
+
+__all__ = [
+    "LambdaSweep", "sweep_lambda", "lcurve_corner", "lcurve_curvature", "regulariser_floor",
+    "lambda_for_chi2", "Problem", "SolveSettings", "GRID_PARAMETERS", "apply_parameters",
+    "grid_points", "evaluate_point", "grid_search", "read_table", "best_point",
+    "delta_chi2_interval", "pad_precomputed", "plot_lcurve", "plot_grid",
+]
+
+log = logging.getLogger(__name__)
+
+
+# ----------------------------------------------------------------------------- lambda
+
+
+@dataclasses.dataclass
+class LambdaSweep:
+    """Inversions over a list of lambdas (ascending).
+
+    Attributes:
+        lmbd: (n,) regularisation weights, ascending.
+        chi2: (n,) reduced chi-square. regulariser: (n,) regulariser value.
+        loss: (n,) objective. iterations: (n,) solver iterations.
+        results: the :class:`InversionResult` of each lambda.
+        floor: infimum of the regulariser (subtracted on the L-curve's axis).
+        total_time: wall seconds for the sweep (compile included).
+    """
+
+    lmbd: np.ndarray
+    chi2: np.ndarray
+    regulariser: np.ndarray
+    loss: np.ndarray
+    iterations: np.ndarray
+    results: list
+    floor: float
+    total_time: float
+
+    def table(self) -> str:
+        """CSV text: lambda, chi2, regulariser, loss, iterations, solve_time."""
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(["lmbd", "chi2", "regulariser", "loss", "iterations", "solve_time"])
+        for r in self.results:
+            w.writerow([repr(r.lmbd), repr(r.chi2), repr(r.regulariser_value), repr(r.loss), r.iterations,
+                        f"{r.solve_time:.4f}"])
+        return buf.getvalue()
+
+
+def regulariser_floor(regulariser: str, pre: Precomputed) -> float:
+    """Infimum of the regulariser over the allowed maps (0 for Tikhonov and none).
+
+    The seed's entropy is negative near its default map; its infimum is
+    ``sum(w) / n_cell * min_{a, b} [a ln(a/m) + b ln(b/m) + (a+b) ln((a+b)/(1-m))]``
+    (each cell's term is independent), found here by a 2-D minimisation.
+    """
+    if regulariser != "mem":
+        return 0.0
+    from scipy.optimize import minimize
+
+    m = FILL_MIN
+
+    def term(p):
+        a, b = np.exp(p)
+        s = a + b
+        return a * np.log(a / m) + b * np.log(b / m) + s * np.log(s / (1.0 - m))
+
+    best = minimize(term, np.log([1e-3, 1e-3]), method="Nelder-Mead", options={"xatol": 1e-10, "fatol": 1e-16})
+    area = np.asarray(pre.cell_area)
+    wp = area / area.max()
+    return float(wp.sum() / area.size * min(best.fun, term(np.log([m, m]))))
+
+
+def sweep_lambda(pre: Precomputed, obs: Observations, lmbds: Sequence[float], *, regulariser: str = "mem",
+                 warm_start: bool = True, x0=None, tol: float = 1e-7, maxiter: int = 2000,
+                 **invert_kw) -> LambdaSweep:
+    """Invert at every lambda, from the smallest to the largest, warm-starting each solve.
+
+    Args:
+        pre, obs: the problem. lmbds: positive regularisation weights (any order, unique).
+        warm_start: start each solve from the previous (smaller-lambda) map; otherwise
+            every solve starts from ``x0`` (default: the seed's flat map).
+        tol, maxiter, invert_kw: passed to :func:`dopplermap.invert`.
+    Returns:
+        :class:`LambdaSweep`, ascending in lambda.
+    """
+    lm = np.asarray(lmbds, dtype=float).ravel()
+    if lm.size < 1:
+        raise ValueError("lmbds: need at least one lambda")
+    if not np.all(np.isfinite(lm)) or np.any(lm <= 0):
+        raise ValueError(f"lmbds must be finite and > 0, got {lm[~(np.isfinite(lm) & (lm > 0))][:3].tolist()}")
+    if np.unique(lm).size != lm.size:
+        raise ValueError("lmbds contains repeated values")
+    if regulariser not in REGULARISERS or regulariser == "none":
+        raise ValueError(f"regulariser for a lambda sweep must be 'mem' or 'tikhonov', got {regulariser!r}")
+    t0 = time.perf_counter()
+    order = np.argsort(lm)  # upwards: smoothing a detailed map converges better than the reverse
+    results: dict[int, InversionResult] = {}
+    start = x0
+    for i in order:
+        res = invert(pre, obs, lmbd=float(lm[i]), regulariser=regulariser, x0=start, tol=tol, maxiter=maxiter,
+                     **invert_kw)
+        results[int(i)] = res
+        if warm_start:
+            start = res.x
+        log.info("lambda %.4g: chi2 %.5g reg %.5g (%d it)", lm[i], res.chi2, res.regulariser_value, res.iterations)
+    asc = np.argsort(lm)
+    rs = [results[int(i)] for i in asc]
+    return LambdaSweep(lmbd=lm[asc], chi2=np.array([r.chi2 for r in rs]),
+                       regulariser=np.array([r.regulariser_value for r in rs]),
+                       loss=np.array([r.loss for r in rs]), iterations=np.array([r.iterations for r in rs]),
+                       results=rs, floor=regulariser_floor(regulariser, pre),
+                       total_time=time.perf_counter() - t0)
+
+
+def lcurve_curvature(lmbd, chi2, reg, floor: float = 0.0) -> np.ndarray:
+    """Signed curvature of the L-curve ``(log(reg - floor), log chi2)`` along ``log lambda``.
+
+    Positive where the curve turns like an L's corner (flat chi-square at small lambda
+    turning to a steep rise at large lambda). Shapes (n,) in, (n,) out.
+    """
+    lmbd, chi2, reg = (np.asarray(a, dtype=float) for a in (lmbd, chi2, reg))
+    if not (lmbd.shape == chi2.shape == reg.shape) or lmbd.size < 5:
+        raise ValueError(f"the L-curve needs >= 5 lambdas of equal-length lambda/chi2/regulariser, got {lmbd.shape}")
+    excess = reg - floor
+    if np.any(excess <= 0) or np.any(chi2 <= 0):
+        raise ValueError("the L-curve needs chi2 > 0 and regulariser above its floor at every lambda")
+    t = np.log(lmbd)
+    x, y = np.log(excess), np.log(chi2)
+    dx, dy = np.gradient(x, t), np.gradient(y, t)
+    ddx, ddy = np.gradient(dx, t), np.gradient(dy, t)
+    return (ddx * dy - dx * ddy) / np.maximum(dx * dx + dy * dy, 1e-300) ** 1.5
+
+
+def lcurve_corner(sweep: LambdaSweep) -> tuple[float, np.ndarray]:
+    """The lambda of maximum L-curve curvature and the curvature array.
+
+    Exact minimisers give an L-curve on which chi-square rises and the regulariser falls
+    with lambda; where a step breaks that (solver noise on the flat, noise-fitting end),
+    the curvature is not trusted and the point cannot be the corner. A point is a
+    candidate if the steps to both neighbours are monotone. Raises ``ValueError`` if the
+    largest curvature of a monotone point lies at the first or last lambda, or if no point
+    inside the sweep bends like a corner (curvature > 0).
+    """
+    kappa = lcurve_curvature(sweep.lmbd, sweep.chi2, sweep.regulariser, sweep.floor)
+    step_ok = (np.diff(sweep.chi2) > 0) & (np.diff(sweep.regulariser) < 0)
+    ok = np.zeros(kappa.size, bool)
+    ok[0], ok[-1] = step_ok[0], step_ok[-1]
+    ok[1:-1] = step_ok[:-1] & step_ok[1:]
+    score = np.where(ok, kappa, -np.inf)
+    i = int(np.argmax(score))
+    if not np.isfinite(score[i]) or score[i] <= 0:
+        raise ValueError(f"no L-curve corner inside the sweep {sweep.lmbd[0]:.4g}..{sweep.lmbd[-1]:.4g} "
+                         "(no monotone point bends like a corner); extend the lambda range or tighten tol")
+    if i == 0 or i == kappa.size - 1:
+        side = "smallest" if i == 0 else "largest"
+        raise ValueError(f"L-curve corner lies at the sweep boundary (the {side} lambda, {sweep.lmbd[i]:.4g}); "
+                         f"extend the lambda range beyond {sweep.lmbd[0]:.4g}..{sweep.lmbd[-1]:.4g}")
+    return float(sweep.lmbd[i]), kappa
+
+
+def lambda_for_chi2(pre: Precomputed, obs: Observations, target: float, *, lo: float = 1e-3, hi: float = 1e3,
+                    regulariser: str = "mem", rtol: float = 1e-3, max_solves: int = 40, tol: float = 1e-7,
+                    maxiter: int = 2000, x0=None, **invert_kw) -> tuple[float, InversionResult, list]:
+    """The lambda at which the reduced chi-square equals ``target``.
+
+    Brackets the aim between ``lo`` and ``hi`` (each widened by 10x up to 4 times when
+    needed), then bisects in ``log lambda`` with warm starts until ``|chi2/target - 1| <
+    rtol``. Returns ``(lambda, result, trials)``; ``trials`` lists ``(lambda, chi2)``.
+    """
+    if not target > 0:
+        raise ValueError(f"target chi2 must be > 0, got {target!r}")
+    if not (0 < lo < hi):
+        raise ValueError(f"need 0 < lo < hi for the lambda bracket, got lo={lo!r}, hi={hi!r}")
+    trials: list[tuple[float, float]] = []
+    kw = dict(regulariser=regulariser, tol=tol, maxiter=maxiter, **invert_kw)
+
+    def solve(lm, start):
+        r = invert(pre, obs, lmbd=lm, x0=start, **kw)
+        trials.append((lm, r.chi2))
+        return r
+
+    r_hi = solve(hi, x0)
+    for _ in range(4):
+        if r_hi.chi2 >= target:
+            break
+        hi *= 10.0
+        r_hi = solve(hi, r_hi.x)
+    r_lo = solve(lo, r_hi.x)
+    for _ in range(4):
+        if r_lo.chi2 <= target:
+            break
+        lo /= 10.0
+        r_lo = solve(lo, r_lo.x)
+    if not (r_lo.chi2 <= target <= r_hi.chi2):
+        raise ValueError(f"target chi2 {target:.5g} not reached: chi2 runs from {r_lo.chi2:.5g} (lambda {lo:.3g}) "
+                         f"to {r_hi.chi2:.5g} (lambda {hi:.3g})")
+    best = min((r_lo, r_hi), key=lambda r: abs(r.chi2 / target - 1.0))
+    while abs(best.chi2 / target - 1.0) >= rtol and len(trials) < max_solves and hi / lo > 1 + 1e-9:
+        mid = math.sqrt(lo * hi)
+        r = solve(mid, r_hi.x)
+        if r.chi2 < target:
+            lo, r_lo = mid, r
+        else:
+            hi, r_hi = mid, r
+        if abs(r.chi2 / target - 1.0) < abs(best.chi2 / target - 1.0):
+            best = r
+    return best.lmbd, best, trials
+
+
+# ------------------------------------------------------------------------ the problem
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Problem:
+    """Everything a grid point needs to re-precompute and re-solve (picklable).
+
+    Attributes:
+        grid, star, components: the nominal model; ``obs``: the data.
+        t_phot, wavelength_nm: photosphere temperature (K) and wavelength (nm), needed to
+            turn ``t_cool``/``t_hot`` grid values into Planck intensity ratios.
+        method: precompute method, ``"binned"`` or ``"dense"``.
+    """
+
+    grid: SurfaceGrid
+    star: StarParams
+    obs: Observations
+    components: ComponentSet
+    t_phot: float | None = None
+    wavelength_nm: float | None = None
+    method: str = "binned"
+
+
+@dataclasses.dataclass(frozen=True)
+class SolveSettings:
+    """Inversion settings shared by every grid point."""
+
+    lmbd: float = 1.0
+    regulariser: str = "mem"
+    tol: float = 1e-6
+    maxiter: int = 1000
+    fit_rv: bool = True
+    fit_amp: bool = True
+
+
+GRID_PARAMETERS = {
+    "inclination": "deg", "vsini": "km/s", "domega": "rad/day", "period": "day",
+    "t_cool": "K", "t_hot": "K", "macroturbulence": "km/s (Gaussian zeta)",
+    "ew_scale": "factor on the local lines' depth (equivalent width)",
+}
+
+
+def _broadened(profile: LocalProfile, zeta: float) -> LocalProfile:
+    """Local profile convolved with Gaussian macroturbulence ``exp(-v^2/zeta^2)`` (zeta km/s)."""
+    if zeta <= 0:
+        return profile
+    fwhm_macro = 2.0 * math.sqrt(math.log(2.0)) * zeta
+    if profile.kind == "gaussian":  # widths add in quadrature, equivalent width is kept
+        fwhm = math.hypot(profile.fwhm, fwhm_macro)
+        return dataclasses.replace(profile, fwhm=fwhm, depth=profile.depth * profile.fwhm / fwhm)
+    hw = profile.half_width + 4.0 * zeta
+    h = min(zeta / 20.0, 0.05)
+    v = np.arange(-hw, hw + h, h)
+    k = np.exp(-(v / zeta) ** 2)
+    k /= k.sum()
+    depth = np.convolve(1.0 - profile(v), k, mode="same")
+    return tabulated(v, 1.0 - depth, name="macroturbulence-broadened profile")
+
+
+def _scaled(profile: LocalProfile, s: float) -> LocalProfile:
+    if profile.kind in ("gaussian", "voigt"):
+        if not 0.0 <= profile.depth * s < 1.0:
+            raise ValueError(f"ew_scale {s!r} makes a line depth {profile.depth * s:.3g} outside [0, 1)")
+        return dataclasses.replace(profile, depth=profile.depth * s)
+    return tabulated(profile.velocity, 1.0 - s * (1.0 - profile.intensity), name="scaled profile")
+
+
+def apply_parameters(problem: Problem, params: dict) -> tuple[StarParams, ComponentSet]:
+    """Star and components of ``problem`` with grid parameters ``params`` substituted."""
+    unknown = sorted(set(params) - set(GRID_PARAMETERS))
+    if unknown:
+        raise ValueError(f"unknown grid parameter(s) {unknown}; known: {sorted(GRID_PARAMETERS)}")
+    star = problem.star.replace(**{k: float(params[k]) for k in ("inclination", "vsini", "domega", "period")
+                                   if k in params})
+    phot, cool, hot = problem.components
+    for key in ("t_cool", "t_hot"):
+        if key in params:
+            if problem.t_phot is None or problem.wavelength_nm is None:
+                raise ValueError(f"grid parameter {key} needs the problem's t_phot and wavelength_nm")
+            ratio = intensity_ratio(float(params[key]), problem.t_phot, problem.wavelength_nm)
+            if key == "t_cool":
+                cool = dataclasses.replace(cool, intensity=ratio)
+            else:
+                hot = dataclasses.replace(hot, intensity=ratio)
+    comps = [phot, cool, hot]
+    if "ew_scale" in params:
+        comps = [dataclasses.replace(c, profile=_scaled(c.profile, float(params["ew_scale"]))) for c in comps]
+    if "macroturbulence" in params:
+        z = float(params["macroturbulence"])
+        if z < 0:
+            raise ValueError(f"macroturbulence must be >= 0 km/s, got {z!r}")
+        comps = [dataclasses.replace(c, profile=_broadened(c.profile, z)) for c in comps]
+    return star, ComponentSet(*comps)
+
+
+def _round_up(n: int, step: int) -> int:
+    return int(-(-n // step) * step)
+
+
+def pad_precomputed(pre: Precomputed, n_slot: int | None = None, n_bin: int | None = None) -> Precomputed:
+    """Pad the slot and bin axes with zero-weight entries (same model, new shapes).
+
+    By default ``n_slot`` is rounded up to a multiple of ``max(32, n_cell // 16)`` and
+    ``n_bin`` to a multiple of 128, so that neighbouring grid points share one compiled
+    objective.
+    """
+    line = pre.line
+    s0 = int(line.cell.shape[1])
+    s1 = n_slot if n_slot is not None else min(_round_up(s0, max(32, line.n_cell // 16)), line.n_cell)
+    s1 = max(s1, s0)
+    ds = s1 - s0
+    pos = jnp.where(line.pos == s0, s1, line.pos)
+    fields = dict(vels=line.vels, cell=jnp.pad(line.cell, ((0, 0), (0, ds))), pos=pos.astype(line.pos.dtype),
+                  weight=jnp.pad(line.weight, ((0, 0), (0, ds), (0, 0))), method=line.method)
+    if line.method == "binned":
+        b0 = int(line.kernel.shape[0])
+        b1 = max(n_bin if n_bin is not None else _round_up(b0, 128), b0)
+        kernel = jnp.pad(line.kernel, ((0, b1 - b0), (0, 0), (0, 0)), mode="edge")
+        jbase = jnp.pad(line.jbase, ((0, 0), (0, ds)), constant_values=b1 - 4)
+        fields.update(beta=jnp.pad(line.beta, ((0, 0), (0, ds), (0, 0))), jbase=jbase, kernel=kernel)
+    else:
+        fields.update(local=jnp.pad(line.local, ((0, 0), (0, ds), (0, 0), (0, 0))))
+    return Precomputed(line=LineModel(**fields), cell_area=pre.cell_area, edges=pre.edges)
+
+
+def evaluate_point(problem: Problem, params: dict, settings: SolveSettings, x0=None) -> dict:
+    """Re-precompute and re-solve at one grid point; returns the table row (a dict).
+
+    Row fields: the parameters, ``chi2`` (reduced), ``chi2_total`` (un-reduced,
+    ``chi2 * n_epoch * n_vel``), ``loss``, ``regulariser``, ``entropy`` (the seed's entropy
+    of the map, whatever the regulariser), ``iterations``, ``success``.
+    """
+    star, comps = apply_parameters(problem, params)
+    obs = problem.obs
+    pre = precompute(problem.grid, star, np.asarray(obs.times), np.asarray(obs.vels), comps, method=problem.method)
+    pre = pad_precomputed(pre)
+    res = invert(pre, obs, lmbd=settings.lmbd, regulariser=settings.regulariser, tol=settings.tol,
+                 maxiter=settings.maxiter, fit_rv=settings.fit_rv, fit_amp=settings.fit_amp, x0=x0)
+    ent = float(seed_entropy(jnp.asarray(res.fssc), jnp.asarray(res.fssh), pre.cell_area))
+    n_data = obs.n_epoch * obs.n_vel
+    return dict(params, chi2=res.chi2, chi2_total=res.chi2 * n_data, loss=res.loss,
+                regulariser=res.regulariser_value, entropy=ent, iterations=res.iterations, success=res.success)
+
+
+# ------------------------------------------------------------------------- grid search
+
+_RESULT_COLUMNS = ("chi2", "chi2_total", "loss", "regulariser", "entropy", "iterations", "success")
+
+
+def grid_points(axes: dict) -> list[dict]:
+    """Cartesian product of ``{name: values}`` as a list of dicts (last axis fastest)."""
+    if not axes:
+        raise ValueError("grid search needs at least one parameter axis")
+    names = list(axes)
+    vals = []
+    for n in names:
+        if n not in GRID_PARAMETERS:
+            raise ValueError(f"unknown grid parameter {n!r}; known: {sorted(GRID_PARAMETERS)}")
+        v = np.atleast_1d(np.asarray(axes[n], dtype=float))
+        if v.ndim != 1 or v.size < 1 or not np.all(np.isfinite(v)):
+            raise ValueError(f"grid parameter {n!r}: need a 1-D list of finite values, got {axes[n]!r}")
+        if np.unique(v).size != v.size:
+            raise ValueError(f"grid parameter {n!r} has repeated values")
+        vals.append(v)
+    return [dict(zip(names, (float(x) for x in combo), strict=False)) for combo in itertools.product(*vals)]
+
+
+def _fmt(v) -> str:
+    if isinstance(v, (bool, np.bool_)):
+        return "1" if v else "0"
+    if isinstance(v, (int, np.integer)):
+        return str(int(v))
+    return repr(float(v))
+
+
+def read_table(path) -> list[dict]:
+    """Rows of a grid-search CSV (floats; ``point``, ``iterations`` and ``success`` ints).
+
+    A last line without its newline (a write cut off by a kill) is ignored.
+    """
+    path = Path(path)
+    text = path.read_text()
+    lines = text.splitlines(keepends=True)
+    if lines and not lines[-1].endswith("\n"):
+        lines = lines[:-1]
+    if not lines:
+        return []
+    reader = csv.DictReader(lines)
+    out = []
+    for i, row in enumerate(reader):
+        try:
+            out.append({k: (int(v) if k in ("point", "iterations", "success") else float(v)) for k, v in row.items()})
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{path}: row {i + 2} is malformed ({exc})") from None
+    return out
+
+
+def _header(names) -> list[str]:
+    return ["point", *names, *_RESULT_COLUMNS]
+
+
+def _prepare_table(path: Path, names, points, resume: bool) -> set[int]:
+    """Create the table, or check an existing one and return its finished point ids."""
+    header = _header(names)
+    if path.exists() and path.stat().st_size > 0:
+        if not resume:
+            raise ValueError(f"{path} exists; pass resume=True (--resume) to continue it, or remove it")
+        with path.open() as fh:
+            first = fh.readline().rstrip("\n").split(",")
+        if first != header:
+            raise ValueError(f"{path}: columns {first} differ from this search's {header}; not the same search")
+        rows = read_table(path)
+        done = set()
+        for r in rows:
+            p = r["point"]
+            if not (0 <= p < len(points)) or any(abs(r[n] - points[p][n]) > 1e-12 * max(1.0, abs(r[n])) for n in names):
+                raise ValueError(f"{path}: row for point {p} does not match this search's grid; not the same search")
+            done.add(p)
+        # rewrite without any cut-off last line and without duplicates (keep the first)
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        seen: set[int] = set()
+        with tmp.open("w", newline="") as fh:
+            w = csv.writer(fh, lineterminator="\n")
+            w.writerow(header)
+            for r in rows:
+                if r["point"] not in seen:
+                    seen.add(r["point"])
+                    w.writerow([_fmt(r[c]) if c not in ("point", "iterations", "success") else int(r[c])
+                                for c in header])
+        tmp.replace(path)
+        return done
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(",".join(header) + "\n")
+    tmp.replace(path)
+    return set()
+
+
+def _append_row(path: Path, names, point: int, row: dict) -> None:
+    line = ",".join([str(point), *(_fmt(row[n]) for n in names), *(_fmt(row[c]) for c in _RESULT_COLUMNS)]) + "\n"
+    with path.open("a") as fh:  # one write per row; a cut-off row is dropped on resume
+        fh.write(line)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def _sort_table(path: Path) -> None:
+    text = path.read_text().splitlines(keepends=True)
+    header, body = text[0], text[1:]
+    body.sort(key=lambda s: int(s.split(",", 1)[0]))
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(header + "".join(body))
+    tmp.replace(path)
+
+
+def _client(scheduler, n_workers):
+    try:
+        from dask.distributed import Client, LocalCluster
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ImportError("parallel grid search needs dask: pip install 'dopplermap[dask]'") from exc
+    if scheduler is None or scheduler == "local":
+        n = n_workers or max(1, os.cpu_count() or 1)
+        cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None)
+        return Client(cluster), cluster
+    return Client(scheduler), None
+
+
+def grid_search(problem: Problem, axes: dict, table, *, settings: SolveSettings = SolveSettings(),
+                resume: bool = False, scheduler: str | None = None, n_workers: int | None = None,
+                progress=None) -> list[dict]:
+    """Invert at every point of a Cartesian parameter grid; one CSV row per finished point.
+
+    Args:
+        problem: :class:`Problem`. axes: ``{parameter: values}`` (see ``GRID_PARAMETERS``).
+        table: CSV path. Rows are appended as points finish (each point is solved from the
+            seed's flat start, so results do not depend on the order of execution); at the
+            end the table is sorted by point id.
+        resume: continue an existing table, skipping its finished points (a row cut off by
+            a kill is dropped); without it an existing table is an error.
+        scheduler: ``None``/``"local"`` = a local Dask cluster of ``n_workers`` processes
+            (default: one per CPU), ``"sync"`` = serially in this process, otherwise the
+            address of a running Dask scheduler (``tcp://host:8786``).
+        progress: optional ``progress(n_done, n_total, row)`` called per finished point.
+    Returns:
+        All rows of the finished table, sorted by point id.
+    """
+    table = Path(table)
+    points = grid_points(axes)
+    names = list(axes)
+    for p in points[:1]:
+        apply_parameters(problem, p)  # raise on bad parameters before starting any worker
+    done = _prepare_table(table, names, points, resume)
+    todo = [i for i in range(len(points)) if i not in done]
+    n_done = len(done)
+
+    def finish(i, row):
+        nonlocal n_done
+        _append_row(table, names, i, row)
+        n_done += 1
+        if progress is not None:
+            progress(n_done, len(points), row)
+
+    if todo and scheduler == "sync":
+        for i in todo:
+            finish(i, evaluate_point(problem, points[i], settings))
+    elif todo:
+        from dask.distributed import as_completed
+
+        client, cluster = _client(scheduler, n_workers)
+        try:
+            prob = client.scatter(problem, broadcast=True)
+            futs = {client.submit(evaluate_point, prob, points[i], settings, pure=False): i
+                    for i in todo}
+            for fut in as_completed(futs):
+                finish(futs[fut], fut.result())
+        finally:
+            client.close()
+            if cluster is not None:
+                cluster.close()
+    _sort_table(table)
+    return read_table(table)
+
+
+def best_point(rows: list[dict], names) -> dict:
+    """The row of least loss."""
+    if not rows:
+        raise ValueError("no rows in the grid-search table")
+    return min(rows, key=lambda r: r["loss"])
+
+
+def delta_chi2_interval(rows: list[dict], name: str, *, delta: float = 1.0, column: str = "chi2_total") -> dict:
+    """Range of parameter ``name`` with ``chi2_total - min <= delta`` (profiled over the rest).
+
+    Uses the *un-reduced* chi-square ``chi2_total = chi2_reduced * n_epoch * n_vel``: a
+    Delta chi-square of 1 (one parameter, 68 %) is only meaningful for the sum of squared
+    normalised residuals, not for the reduced value. Returns a dict with ``best``, ``lo``,
+    ``hi`` (grid values), ``at_edge`` (the interval touches the grid's edge, so the true
+    interval may be wider) and ``profile`` (values, profiled chi2_total).
+    """
+    if not rows:
+        raise ValueError("no rows in the grid-search table")
+    if name not in rows[0]:
+        raise ValueError(f"parameter {name!r} is not a column of the table ({sorted(rows[0])})")
+    vals = np.unique([r[name] for r in rows])
+    prof = np.array([min(r[column] for r in rows if r[name] == v) for v in vals])
+    inside = prof - prof.min() <= delta
+    idx = np.nonzero(inside)[0]
+    return dict(best=float(vals[int(np.argmin(prof))]), lo=float(vals[idx[0]]), hi=float(vals[idx[-1]]),
+                at_edge=bool(inside[0] or inside[-1]), delta=float(delta), values=vals, profile=prof,
+                note="Delta chi2 on the un-reduced chi-square (chi2_reduced * n_epoch * n_vel)")
+
+
+# ------------------------------------------------------------------------------- plots
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig, path):
+    path = Path(path)
+    tmp = path.with_name(path.stem + ".tmp" + path.suffix)
+    fig.savefig(tmp, dpi=110)
+    tmp.replace(path)
+
+
+def plot_lcurve(sweep: LambdaSweep, path, corner: float | None = None, target: float | None = None) -> Path:
+    """L-curve (log chi2 vs log regulariser excess) and chi2(lambda), as one PNG."""
+    plt = _pyplot()
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
+    x = sweep.regulariser - sweep.floor
+    a1.loglog(x, sweep.chi2, "o-", ms=3)
+    a2.loglog(sweep.lmbd, sweep.chi2, "o-", ms=3)
+    if corner is not None:
+        i = int(np.argmin(np.abs(np.log(sweep.lmbd / corner))))
+        a1.loglog(x[i], sweep.chi2[i], "r*", ms=12, label=f"corner lambda={corner:.3g}")
+        a2.axvline(corner, color="r", ls="--")
+        a1.legend()
+    if target is not None:
+        a2.axhline(target, color="g", ls=":", label="target chi2")
+        a2.legend()
+    a1.set_xlabel("regulariser - floor")
+    a1.set_ylabel("reduced chi2")
+    a2.set_xlabel("lambda")
+    a2.set_ylabel("reduced chi2")
+    fig.tight_layout()
+    _save(fig, path)
+    plt.close(fig)
+    return Path(path)
+
+
+def plot_grid(rows: list[dict], names, path, *, column: str = "chi2_total") -> Path:
+    """1-D profiled chi2 curves per parameter and a contour plot per pair, one PNG."""
+    plt = _pyplot()
+    names = list(names)
+    pairs = list(itertools.combinations(names, 2))
+    n = len(names) + len(pairs)
+    fig, axes = plt.subplots(1, n, figsize=(4 * n, 3.6), squeeze=False)
+    axes = axes[0]
+    for ax, name in zip(axes, names, strict=False):
+        iv = delta_chi2_interval(rows, name, column=column)
+        ax.plot(iv["values"], iv["profile"] - iv["profile"].min(), "o-")
+        ax.axhline(1.0, color="gray", ls=":")
+        ax.axvspan(iv["lo"], iv["hi"], color="C1", alpha=0.2)
+        ax.set_xlabel(name)
+        ax.set_ylabel(f"{column} - min")
+    for ax, (p, q) in zip(axes[len(names):], pairs, strict=False):
+        xs, ys = np.unique([r[p] for r in rows]), np.unique([r[q] for r in rows])
+        z = np.full((ys.size, xs.size), np.nan)
+        for r in rows:
+            i, j = np.searchsorted(ys, r[q]), np.searchsorted(xs, r[p])
+            z[i, j] = r[column] if np.isnan(z[i, j]) else min(z[i, j], r[column])
+        z = z - np.nanmin(z)
+        if xs.size > 1 and ys.size > 1:
+            cs = ax.contourf(xs, ys, z, levels=20)
+            ax.contour(xs, ys, z, levels=[2.30, 6.18], colors="w")
+            fig.colorbar(cs, ax=ax)
+        ax.set_xlabel(p)
+        ax.set_ylabel(q)
+    fig.tight_layout()
+    _save(fig, path)
+    plt.close(fig)
+    return Path(path)

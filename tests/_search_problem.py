@@ -1,0 +1,12 @@
+"""Small simulated star shared by the search / uncertainty / joint-fit tests."""
+
+import dopplermap as dm
+from dopplermap import search
+
+
+def small_problem(n_cell=400, n_epoch=20, n_vel=24, snr=500.0, seed=1, inclination=60.0, vsini=40.0):
+    star, grid, times, vels, comps = dm.demo_setup(n_cell=n_cell, n_epoch=n_epoch, n_vel=n_vel, seed=seed)
+    star = star.replace(inclination=inclination, vsini=vsini)
+    sim = dm.simulate(grid, star, times, vels, comps, dm.DEMO_SPOTS, snr=snr, seed=seed)
+    return search.Problem(grid=grid, star=star, obs=sim.obs, components=comps,
+                          t_phot=5000.0, wavelength_nm=600.0), sim

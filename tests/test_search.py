@@ -1,0 +1,189 @@
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import dopplermap as dm
+from dopplermap import search
+from dopplermap.commands.demo import recovery_correlation
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _search_problem import small_problem  # noqa: E402
+
+AXES = {"inclination": [45.0, 52.5, 60.0, 67.5], "vsini": [37.0, 38.5, 40.0, 41.5]}
+SETTINGS = search.SolveSettings(lmbd=0.5, tol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def problem():
+    return small_problem()
+
+
+@pytest.fixture(scope="module")
+def local_table(problem, tmp_path_factory):
+    prob, _ = problem
+    path = tmp_path_factory.mktemp("grid") / "local.csv"
+    rows = search.grid_search(prob, AXES, path, settings=SETTINGS, scheduler="sync")
+    return path, rows
+
+
+def test_lambda_sweep_corner_near_best_recovery(problem):
+    prob, sim = problem
+    pre = dm.precompute(prob.grid, prob.star, sim.obs.times, sim.obs.vels, prob.components)
+    lm = np.logspace(-2.5, 1.5, 11)
+    sw = search.sweep_lambda(pre, sim.obs, lm, tol=1e-6)
+    assert np.all(np.diff(sw.regulariser) < 0.05)  # regularisation falls as lambda grows (noise aside)
+    assert sw.chi2[-1] > sw.chi2[0]
+    corner, kappa = search.lcurve_corner(sw)
+    corr = [recovery_correlation(sim.fssc, r.fssc, prob.grid.lat, prob.star.inclination) for r in sw.results]
+    best = sw.lmbd[int(np.argmax(corr))]
+    print(f"L-curve corner lambda {corner:.4g}; best-recovery lambda {best:.4g}")
+    assert 1 / 3 <= corner / best <= 3
+    i = int(np.argmin(np.abs(sw.lmbd - corner)))
+    assert 0 < i < len(lm) - 1 and kappa[i] > 0
+    # a sweep cut short of the corner is refused
+    short = search.LambdaSweep(sw.lmbd[6:], sw.chi2[6:], sw.regulariser[6:], sw.loss[6:], sw.iterations[6:],
+                               sw.results[6:], sw.floor, 0.0)
+    with pytest.raises(ValueError, match="sweep"):
+        search.lcurve_corner(short)
+
+
+def test_lcurve_curvature_of_an_ideal_L():
+    # hyperbola-like L-curve y = 1/x smoothed: corner where log-log slope is -1 region; use a sharp analytic L
+    t = np.linspace(-5, 5, 41)
+    lm = np.exp(t)
+    chi2 = 1.0 + np.exp(t)  # flat then rising
+    reg = 1.0 + np.exp(-t)  # falling then flat
+    kappa = search.lcurve_curvature(lm, chi2, reg)
+    assert abs(t[np.argmax(kappa)]) <= 0.5  # symmetric problem: corner at lambda = 1
+
+
+def test_lambda_for_chi2_brackets_and_hits(problem):
+    prob, sim = problem
+    pre = dm.precompute(prob.grid, prob.star, sim.obs.times, sim.obs.vels, prob.components)
+    lm, res, trials = search.lambda_for_chi2(pre, sim.obs, 1.0, lo=1e-2, hi=10.0, rtol=5e-3, tol=1e-6)
+    assert abs(res.chi2 - 1.0) < 5e-3
+    assert 1e-2 < lm < 10.0
+    with pytest.raises(ValueError, match="not reached"):
+        search.lambda_for_chi2(pre, sim.obs, 1e-3, lo=1e-2, hi=1e-1, tol=1e-5)
+
+
+def test_pad_precomputed_keeps_model(problem):
+    prob, sim = problem
+    pre = dm.precompute(prob.grid, prob.star, sim.obs.times, sim.obs.vels, prob.components)
+    big = search.pad_precomputed(pre, n_slot=pre.line.cell.shape[1] + 37, n_bin=pre.line.kernel.shape[0] + 50)
+    rng = np.random.default_rng(0)
+    f1, f2 = rng.uniform(0, 0.5, (2, pre.n_cell))
+    rv, amp = rng.normal(0, 0.3, (2, pre.n_epoch)) * [[1.0], [0.01]]
+    np.testing.assert_allclose(dm.forward(f1, f2, rv, amp, big), dm.forward(f1, f2, rv, amp, pre), atol=1e-13)
+
+
+def test_grid_best_point_within_one_step(local_table):
+    path, rows = local_table
+    assert len(rows) == 16
+    best = search.best_point(rows, list(AXES))
+    assert abs(best["inclination"] - 60.0) <= 7.5 + 1e-9
+    assert abs(best["vsini"] - 40.0) <= 1.5 + 1e-9
+    iv = search.delta_chi2_interval(rows, "vsini")
+    assert iv["lo"] <= 40.0 <= iv["hi"] and "un-reduced" in iv["note"]
+    n_data = 20 * 24
+    assert all(abs(r["chi2_total"] - r["chi2"] * n_data) < 1e-9 * r["chi2_total"] for r in rows)
+    search.plot_grid(rows, list(AXES), path.with_suffix(".png"))
+    assert path.with_suffix(".png").stat().st_size > 0
+
+
+def test_dask_two_workers_identical_to_local(problem, local_table, tmp_path):
+    from dask.distributed import LocalCluster
+
+    prob, _ = problem
+    path, _ = local_table
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        out = tmp_path / "dask.csv"
+        search.grid_search(prob, AXES, out, settings=SETTINGS, scheduler=cluster.scheduler_address)
+    assert out.read_text() == path.read_text()
+
+
+KILL_SCRIPT = """
+import sys
+sys.path.insert(0, {tests!r})
+from _search_problem import small_problem
+from dopplermap import search
+prob, _ = small_problem()
+search.grid_search(prob, {axes!r}, {out!r}, settings=search.SolveSettings(lmbd=0.5, tol=1e-5), scheduler="sync")
+"""
+
+
+def test_kill_and_resume(problem, local_table, tmp_path):
+    prob, _ = problem
+    path, _ = local_table
+    out = tmp_path / "killed.csv"
+    script = KILL_SCRIPT.format(tests=str(Path(__file__).parent), axes=AXES, out=str(out))
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parents[1] / "src"))
+    proc = subprocess.Popen([sys.executable, "-c", script], env=env)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            if out.exists() and len(out.read_text().splitlines()) - 1 >= 8:
+                break
+            time.sleep(0.05)
+        proc.kill()
+    finally:
+        proc.wait()
+    n_before = len(search.read_table(out))
+    assert 8 <= n_before < 16
+    with pytest.raises(ValueError, match="resume"):
+        search.grid_search(prob, AXES, out, settings=SETTINGS, scheduler="sync")
+    rows = search.grid_search(prob, AXES, out, settings=SETTINGS, scheduler="sync", resume=True)
+    assert len(rows) == 16 and sorted(r["point"] for r in rows) == list(range(16))
+    assert out.read_text() == path.read_text()
+    # resuming a finished table does nothing
+    search.grid_search(prob, AXES, out, settings=SETTINGS, scheduler="sync", resume=True)
+    assert out.read_text() == path.read_text()
+    # a different grid is refused
+    with pytest.raises(ValueError, match="not the same search"):
+        search.grid_search(prob, {"inclination": [50.0, 60.0], "vsini": [40.0]}, out, settings=SETTINGS,
+                           scheduler="sync", resume=True)
+
+
+def test_bad_parameters(problem, tmp_path):
+    prob, _ = problem
+    with pytest.raises(ValueError, match="unknown grid parameter"):
+        search.grid_search(prob, {"gravity": [1.0]}, tmp_path / "x.csv", scheduler="sync")
+    with pytest.raises(ValueError, match="inclination"):
+        search.grid_search(prob, {"inclination": [120.0]}, tmp_path / "y.csv", scheduler="sync")
+    with pytest.raises(ValueError, match="t_phot"):
+        search.apply_parameters(search.Problem(prob.grid, prob.star, prob.obs, prob.components), {"t_cool": 4000.0})
+
+
+def test_parameters_change_the_model(problem):
+    prob, _ = problem
+    star, comps = search.apply_parameters(prob, {"t_cool": 3500.0, "macroturbulence": 3.0, "ew_scale": 1.2})
+    assert comps.cool.intensity == pytest.approx(dm.intensity_ratio(3500.0, 5000.0, 600.0))
+    # Gaussian macroturbulence keeps the equivalent width; ew_scale scales it
+    ew0 = prob.components.phot.profile.equivalent_width()
+    assert comps.phot.profile.equivalent_width() == pytest.approx(1.2 * ew0, rel=1e-6)
+    assert comps.phot.profile.fwhm > prob.components.phot.profile.fwhm
+
+
+def test_cli_grid_and_lambda(problem, tmp_path, capsys):
+    from dopplermap.cli import main
+    from dopplermap.commands.search import save_problem
+
+    prob, sim = problem
+    npz = save_problem(tmp_path / "p.npz", sim.obs, prob.star, n_cell=prob.grid.n_cell)
+    out = tmp_path / "g"
+    rc = main(["grid", str(npz), "--out", str(out), "--param", "vsini=38:40:2", "--lmbd", "0.5",
+               "--scheduler", "sync"])
+    assert rc == 0
+    assert len(search.read_table(out / "grid.csv")) == 2 and (out / "grid.png").exists()
+    assert "un-reduced" in (out / "grid.json").read_text()
+    rc = main(["lambda", str(npz), "--out", str(tmp_path / "l"), "--lmbds", "0.01,0.1,1,10,100", "--tol", "1e-6"])
+    assert rc == 0 and (tmp_path / "l" / "lcurve.csv").exists() and (tmp_path / "l" / "lcurve.png").exists()
+    assert main(["grid", str(npz), "--out", str(out), "--param", "vsini=38:40:2", "--scheduler", "sync"]) == 2
+    assert "resume" in capsys.readouterr().err
+    assert main(["grid", str(tmp_path / "missing.npz"), "--out", str(out), "--param", "vsini=38"]) == 2
+    assert main(["grid", "--out", str(out), "--param", "vsini"]) == 2

@@ -1,0 +1,88 @@
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import dopplermap as dm
+from dopplermap import uncertainty as U
+from dopplermap.objective import loss
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _search_problem import small_problem  # noqa: E402
+
+LMBD, REG = 5.0, "tikhonov"
+
+
+@pytest.fixture(scope="module")
+def fitted():
+    prob, sim = small_problem(n_cell=200, n_epoch=16, inclination=50.0)
+    pre = dm.precompute(prob.grid, prob.star, sim.obs.times, sim.obs.vels, prob.components)
+    best = dm.invert(pre, sim.obs, lmbd=LMBD, regulariser=REG, tol=1e-10, maxiter=5000)
+    return prob, sim, pre, best
+
+
+def test_hvp_matches_finite_difference_of_gradient():
+    prob, sim = small_problem(n_cell=64, n_epoch=10, n_vel=16, inclination=50.0)
+    pre = dm.precompute(prob.grid, prob.star, sim.obs.times, sim.obs.vels, prob.components)
+    n2 = 2 * pre.n_cell
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(np.concatenate([rng.uniform(0.05, 0.4, n2), np.zeros(pre.n_epoch), rng.normal(0, 0.01, pre.n_epoch)]))
+    v = rng.normal(size=x.size)
+    v[n2:n2 + pre.n_epoch] = 0.0  # the seed's rv shift is linear interpolation: piecewise linear in rv
+    for reg in ("tikhonov", "mem"):
+        hv = np.asarray(U.hvp_function(LMBD, pre, sim.obs, reg)(x, v[None]))[0]
+        g = jax.jit(jax.grad(lambda y, reg=reg: loss(y, LMBD, pre, sim.obs, reg)))
+        h = 1e-5
+        fd = (np.asarray(g(x + h * v)) - np.asarray(g(x - h * v))) / (2 * h)
+        np.testing.assert_allclose(hv, fd, rtol=0, atol=1e-6 * np.abs(fd).max())
+
+
+def test_resample_identity_keeps_model(fitted):
+    prob, sim, pre, best = fitted
+    idx = np.arange(pre.n_epoch)[::-1]
+    pre_b, obs_b = U.resample_epochs(pre, sim.obs, idx)
+    m = dm.forward(best.fssc, best.fssh, best.rv[idx], best.amp[idx], pre_b)
+    np.testing.assert_allclose(m, np.asarray(best.model)[idx], atol=1e-12)
+    with pytest.raises(ValueError, match="epoch indices"):
+        U.resample_epochs(pre, sim.obs, [pre.n_epoch])
+
+
+def test_laplace_and_bootstrap(fitted, tmp_path):
+    prob, sim, pre, best = fitted
+    hidden = U.never_visible(pre)
+    # only cells near the hidden pole (latitude < -inclination, up to a cell size) are never seen
+    assert hidden.any() and (np.degrees(prob.grid.lat[hidden]) < -prob.star.inclination + 15).all()
+    post = U.laplace(pre, sim.obs, best, kind="posterior")
+    sand = U.laplace(pre, sim.obs, best, kind="sandwich")
+    boot = U.bootstrap(pre, sim.obs, best, n_boot=8, tol=1e-9)
+    vis = ~hidden
+    med_boot, med_sand = np.median(boot.sigma_fssc[vis]), np.median(sand.sigma_fssc[vis])
+    med_post = np.median(post.sigma_fssc[vis])
+    print(f"median sigma(fssc) over seen cells: bootstrap {med_boot:.4g}, Laplace sandwich {med_sand:.4g}, "
+          f"Laplace posterior {med_post:.4g}; hidden cells posterior median {np.median(post.sigma_fssc[hidden]):.4g}")
+    assert 0.5 <= med_boot / med_sand <= 2.0
+    # never-visible cells: unconstrained by the data -> the largest posterior widths, inf for the bootstrap
+    assert np.median(post.sigma_fssc[hidden]) > np.percentile(post.sigma_fssc[vis], 90)
+    assert np.all(np.isinf(boot.sigma_fssc[hidden])) and np.all(np.isfinite(boot.sigma_fssc[vis]))
+    # the sampling width is below the posterior width (the prior adds information the data lack)
+    assert med_sand < med_post
+    path = U.save_uncertainty(post, tmp_path)
+    back = np.load(path)
+    np.testing.assert_array_equal(back["sigma_fssc"], post.sigma_fssc)
+    U.plot_uncertainty(prob.grid, best.fssc, boot, tmp_path / "unc.png")
+    assert (tmp_path / "unc.png").stat().st_size > 0
+
+
+def test_hutchinson_agrees_with_dense():
+    prob, sim = small_problem(n_cell=64, n_epoch=10, n_vel=16, inclination=50.0)
+    pre = dm.precompute(prob.grid, prob.star, sim.obs.times, sim.obs.vels, prob.components)
+    best = dm.invert(pre, sim.obs, lmbd=LMBD, regulariser=REG, tol=1e-10, maxiter=5000)
+    dense = U.laplace(pre, sim.obs, best)
+    hut = U.laplace(pre, sim.obs, best, method="hutchinson", n_probe=48)
+    r = np.median(hut.sigma_fssc) / np.median(dense.sigma_fssc)
+    assert 0.8 < r < 1.25
+    with pytest.raises(ValueError, match="kind"):
+        U.laplace(pre, sim.obs, best, kind="fisher")
