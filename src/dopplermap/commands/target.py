@@ -15,7 +15,9 @@ __all__ = ["build_problem", "run_target", "register"]
 
 
 def _components(cfg):
-    """Line-band components and, with macroturbulence, their mu-dependent profiles."""
+    """Line-band components; with macroturbulence their profiles are :class:`MuProfile` tables
+    (RT macroturbulence and instrument, depending on mu), which :func:`dopplermap.precompute`
+    handles with either method."""
     from ..broadening import instrumental_broaden, mu_dependent_profile, scale_equivalent_width
     from ..io.lsd import read_local_profile
     from ..profiles import Component, ComponentSet, LimbDarkening, gaussian, intensity_ratio, voigt
@@ -29,17 +31,15 @@ def _components(cfg):
         profiles = [voigt(d, ln.fwhm, ln.fwhm_lorentz) for d in ln.depth]
     if ln.equivalent_width is not None:
         profiles = [scale_equivalent_width(p, ln.equivalent_width) for p in profiles]
-    mu_profiles = None
     if ln.macroturbulence > 0:
-        mu_profiles = [mu_dependent_profile(p, ln.macroturbulence, resolving_power=ln.resolving_power,
-                                            radial_fraction=ln.radial_fraction) for p in profiles]
-    if ln.resolving_power is not None:
+        profiles = [mu_dependent_profile(p, ln.macroturbulence, resolving_power=ln.resolving_power,
+                                         radial_fraction=ln.radial_fraction) for p in profiles]
+    elif ln.resolving_power is not None:
         profiles = [instrumental_broaden(p, ln.resolving_power) for p in profiles]
     t = (temps.phot, temps.cool, temps.hot)
     inten = ln.intensity or tuple(intensity_ratio(x, temps.phot, ln.wavelength_nm) for x in t)
     lds = [LimbDarkening(ln.limb_darkening, c) for c in (ln.ld_phot, ln.ld_cool, ln.ld_hot)]
-    comps = ComponentSet(*[Component(p, ld, i) for p, ld, i in zip(profiles, lds, inten, strict=True)])
-    return comps, mu_profiles
+    return ComponentSet(*[Component(p, ld, i) for p, ld, i in zip(profiles, lds, inten, strict=True)])
 
 
 def _profile_files(cfg):
@@ -61,7 +61,7 @@ def build_problem(cfg):
     Returns a dict with ``star, grid, obs, pre, components, lightcurve`` (None without one),
     ``cell_factors`` (None when gravity darkening is off) and ``files``.
     """
-    from ..broadening import apply_cell_factors, precompute_mu_dense
+    from ..broadening import apply_cell_factors
     from ..geometry import StarParams
     from ..grid import make_grid
     from ..io.lsd import load_observations, read_lsd
@@ -81,12 +81,8 @@ def build_problem(cfg):
     star = StarParams(inclination=s.inclination, vsini=s.vsini, period=s.period, t0=s.t0, domega=s.domega,
                       radius=s.radius)
     grid = make_grid(cfg.grid.kind, cfg.grid.n_cell, cfg.grid.nside)
-    comps, mu_profiles = _components(cfg)
-    times, v = np.asarray(obs.times), np.asarray(obs.vels)
-    if mu_profiles is not None:
-        pre = precompute_mu_dense(grid, star, times, v, comps, mu_profiles)
-    else:
-        pre = precompute(grid, star, times, v, comps, method=cfg.inversion.method)
+    comps = _components(cfg)
+    pre = precompute(grid, star, np.asarray(obs.times), np.asarray(obs.vels), comps, method=cfg.inversion.method)
     temps = (cfg.temperatures.phot, cfg.temperatures.cool, cfg.temperatures.hot)
     factors = lc_factors = None
     if cfg.gravity_darkening.enabled:
