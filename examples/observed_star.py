@@ -13,7 +13,9 @@
    * ``lightcurve.csv`` - BJD, flux in detector units (e-/s), error;
    * ``local/{phot,cool,hot}.txt`` - synthetic local profiles (velocity, I/Ic);
    * ``target.toml`` - the target configuration.
-3. Runs ``dopplermap invert target.toml --out results`` and compares the map with the truth.
+3. Runs ``dopplermap invert target.toml --out results`` (a result folder: map.fits,
+   profiles.fits, config, summary.json, figures), reads it back with ``dm.load_result``
+   and compares the map with the truth.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import dopplermap as dm
-from dopplermap.broadening import mu_dependent_profile, precompute_mu_dense
+from dopplermap.broadening import mu_dependent_profile, replace_profiles
 from dopplermap.cli import main as cli_main
 from dopplermap.io.lightcurve import write_lightcurve
 from dopplermap.io.lsd import write_lsd
@@ -117,7 +119,7 @@ def write_dataset(root: Path, *, n_epoch: int, n_cell: int, maxiter: int, seed: 
     mu_profiles = [mu_dependent_profile(p, ZETA, resolving_power=R_INSTR) for p in intrinsic]
 
     fssc, fssh = dm.spot_map(truth_grid, SPOTS)
-    pre = precompute_mu_dense(truth_grid, star, times, vels, comps, mu_profiles)
+    pre = dm.precompute(truth_grid, star, times, vels, replace_profiles(comps, mu_profiles))
     zero = jnp.zeros(n_epoch)
     clean = np.asarray(dm.forward(jnp.asarray(fssc), jnp.asarray(fssh), zero, zero, pre))
     sigma = np.full_like(clean, 1.0 / 600.0)
@@ -159,16 +161,14 @@ def main(argv=None) -> int:
     rc = cli_main(["invert", str(root / "target.toml"), "--out", str(root / "results")])
     if rc != 0:
         return rc
-    res = np.load(root / "results" / "maps.npz")
-    lat, lon = res["lat"], res["lon"]
-    grid = dm.SurfaceGrid(lat=lat, lon=lon, area=res["area"], edges=np.zeros((0, 2), dtype=np.int64))
-    true_c, true_h = dm.spot_map(grid, info["spots"])
-    seen = np.degrees(lat) > -info["star"].inclination
-    corr_c = float(np.corrcoef(true_c[seen], res["fssc"][seen])[0, 1])
-    corr_h = float(np.corrcoef(true_h[seen], res["fssh"][seen])[0, 1])
+    res = dm.load_result(root / "results")  # map.fits, profiles.fits, summary.json
+    true_c, true_h = dm.spot_map(res.grid, info["spots"])
+    seen = np.degrees(res.grid.lat) > -info["star"].inclination
+    corr_c = float(np.corrcoef(true_c[seen], res.fssc[seen])[0, 1])
+    corr_h = float(np.corrcoef(true_h[seen], res.fssh[seen])[0, 1])
     summary = json.loads((root / "results" / "summary.json").read_text())
     print(f"correlation with the truth (cells ever seen): cool {corr_c:.3f}  hot {corr_h:.3f}; "
-          f"chi2 {summary['chi2']:.3f}, light-curve chi2 {summary['chi2_lc']:.3f}")
+          f"chi2 {res.chi2:.3f}, light-curve chi2 {res.chi2_lc:.3f}; figures: {', '.join(summary['figures'])}")
     return 0
 
 

@@ -1,7 +1,9 @@
 """Instrument, RT macroturbulence, EW scaling, mu-dependent model, gravity darkening."""
 
+import functools
 import math
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -10,6 +12,7 @@ import dopplermap as dm
 from dopplermap import broadening as br
 from dopplermap import gravity as gd
 from dopplermap.constants import C_KMS
+from dopplermap.model import forward_jit, is_mu_dependent
 
 S2F = 2.0 * math.sqrt(2.0 * math.log(2.0))
 
@@ -139,7 +142,24 @@ def _reference_loop(grid, star, times, vels, comps, zeta, R):
     return out / out.mean(axis=1, keepdims=True)
 
 
-def test_mu_dependent_model_matches_per_cell_reference():
+def test_mu_profile_is_a_model_profile_and_broadcasts():
+    mp = br.mu_dependent_profile(dm.gaussian(0.5, 9.0), 4.0, resolving_power=65000.0)
+    assert is_mu_dependent(mp)
+    assert mp.half_width > 20.0
+    rng = np.random.default_rng(1)
+    v = rng.uniform(-80, 80, (5, 1, 40))
+    mu = rng.uniform(-0.2, 1.2, (1, 30, 1))
+    got = mp(v, mu)  # few distinct mu: table interpolated in mu first
+    assert got.shape == (5, 30, 40)
+    vb, mb = np.broadcast_arrays(v, mu)
+    per_point = mp(vb, mb)  # one mu per point: full bicubic path
+    assert np.max(np.abs(got - per_point)) < 1e-14
+    exact = _gauss_rt_exact(vb, np.clip(mb, 0, 1), 0.5, 9.0, 4.0, C_KMS / 65000.0)
+    assert np.max(np.abs(got - exact)) < 1e-8
+    assert np.all(mp(np.array([-500.0, 500.0]), 0.5) == 1.0)  # continuum outside the table
+
+
+def _mu_setup():
     star = dm.StarParams(inclination=50.0, vsini=30.0, period=1.5)
     grid = dm.latitude_band_grid(120)
     times = np.array([0.0, 0.4, 0.9])
@@ -147,25 +167,67 @@ def test_mu_dependent_model_matches_per_cell_reference():
     lds = [dm.LimbDarkening("linear", (u,)) for u in (0.6, 0.7, 0.5)]
     profs = [dm.gaussian(0.5, 8.0), dm.gaussian(0.6, 7.0), dm.gaussian(0.4, 9.0)]
     comps = dm.ComponentSet.from_temperatures(5000, 3800, 6000, 600, profs, lds)
+    return star, grid, times, vels, profs, comps
+
+
+@pytest.mark.parametrize("method,tol,bound", [("dense", 1e-7, 1e-8), ("binned", 1e-7, 1e-6), ("binned", 1e-5, 1e-5)])
+def test_mu_dependent_model_matches_per_cell_reference(method, tol, bound):
+    star, grid, times, vels, profs, comps = _mu_setup()
     zeta, R = 4.0, 50000.0
     mps = [br.mu_dependent_profile(p, zeta, resolving_power=R) for p in profs]
-    pre = br.precompute_mu_dense(grid, star, times, vels, comps, mps)
+    pre = dm.precompute(grid, star, times, vels, br.replace_profiles(comps, mps), method=method, synthesis_tol=tol)
+    if method == "binned":
+        assert len(pre.line.col_comp) > 3  # the mu dependence is kept (several mu-basis columns)
     f = jnp.full(grid.n_cell, 0.2)
     z = jnp.zeros(len(times))
-    model = np.asarray(dm.forward(f, f, z, z, pre))
-    ref = _reference_loop(grid, star, times, vels, comps, zeta, R)
-    assert np.max(np.abs(model - ref) / np.abs(ref)) < 1e-8
+    model = np.asarray(forward_jit(f, f, z, z, pre))
+    ref = _mu_reference(zeta, R)
+    assert np.max(np.abs(model - ref)) < bound  # continuum units (profiles are mean-normalised, ~1)
+    # ignoring the mu dependence (instrument only) is far off
+    flat = [br.instrumental_broaden(p, R) for p in profs]
+    pre_flat = dm.precompute(grid, star, times, vels, br.replace_profiles(comps, flat), method=method)
+    assert np.max(np.abs(np.asarray(forward_jit(f, f, z, z, pre_flat)) - ref)) > 1e-4
+
+
+@functools.lru_cache
+def _mu_reference(zeta, R):
+    star, grid, times, vels, _, comps = _mu_setup()
+    return _reference_loop(grid, star, times, vels, comps, zeta, R)
+
+
+def test_binned_mu_model_matches_dense_at_demo_size():
+    """Binned vs dense mu-dependent models: maps with spots, gradients, gravity-darkening factors."""
+    star, grid, times, vels, comps = dm.demo_setup(n_cell=300, n_epoch=8, n_vel=32)
+    mps = [br.mu_dependent_profile(c.profile, 4.0, resolving_power=65000.0) for c in comps]
+    mcomps = br.replace_profiles(comps, mps)
+    dense = dm.precompute(grid, star, times, vels, mcomps, method="dense")
+    binned = dm.precompute(grid, star, times, vels, mcomps)
+    fc, fh = (jnp.asarray(x) for x in dm.spot_map(grid, dm.DEMO_SPOTS))
+    rng = np.random.default_rng(2)
+    rv, amp = jnp.asarray(rng.normal(0, 0.5, len(times))), jnp.asarray(rng.normal(0, 0.01, len(times)))
+    fwd = forward_jit
+    assert float(jnp.max(jnp.abs(fwd(fc, fh, rv, amp, binned) - fwd(fc, fh, rv, amp, dense)))) < 1e-5
+    w = jnp.asarray(rng.normal(size=(len(times), len(vels))))
+    grad = jax.jit(jax.grad(lambda c, pre: jnp.sum(w * dm.forward(c, fh, rv, amp, pre))))
+    g_b, g_d = grad(fc, binned), grad(fc, dense)
+    assert float(jnp.max(jnp.abs(g_b - g_d))) < 1e-5 * float(jnp.max(jnp.abs(g_d)))
+    fac = 1.0 + 0.2 * np.sin(np.asarray(grid.lat))[:, None] * np.array([1.0, 0.5, 2.0])
+    gd_b, gd_d = br.apply_cell_factors(binned, fac), br.apply_cell_factors(dense, fac)
+    assert float(jnp.max(jnp.abs(fwd(fc, fh, rv, amp, gd_b) - fwd(fc, fh, rv, amp, gd_d)))) < 1e-5
+    assert float(jnp.max(jnp.abs(fwd(fc, fh, rv, amp, gd_b) - fwd(fc, fh, rv, amp, binned)))) > 1e-4
 
 
 def test_zero_macroturbulence_equals_mu_independent_model():
     star, grid, times, vels, comps = dm.demo_setup(n_cell=200, n_epoch=4, n_vel=25)
     mps = [br.mu_dependent_profile(c.profile, 0.0) for c in comps]
-    pre_mu = br.precompute_mu_dense(grid, star, times, vels, comps, mps)
+    pre_mu = dm.precompute(grid, star, times, vels, br.replace_profiles(comps, mps), method="dense")
     pre = dm.precompute(grid, star, times, vels, comps, method="dense")
     rng = np.random.default_rng(0)
     fc, fh = jnp.asarray(rng.uniform(0, 0.5, grid.n_cell)), jnp.asarray(rng.uniform(0, 0.3, grid.n_cell))
     z = jnp.zeros(len(times))
     assert np.max(np.abs(np.asarray(dm.forward(fc, fh, z, z, pre_mu) - dm.forward(fc, fh, z, z, pre)))) < 1e-8
+    with pytest.raises(ValueError, match="3 entries"):
+        br.replace_profiles(comps, mps[:2])
 
 
 def test_roche_surface_and_gravity_darkening():

@@ -1,8 +1,10 @@
 """Target TOML configuration, ``dopplermap init`` and ``dopplermap invert``."""
 
+import dataclasses
 import json
 import tomllib
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -13,6 +15,7 @@ from dopplermap.config import TEMPLATE, load_config, parse_config
 from dopplermap.io.lightcurve import write_lightcurve
 from dopplermap.io.lsd import write_lsd
 from dopplermap.lightcurve import LightCurveBand, simulate_lightcurve
+from dopplermap.model import is_mu_dependent
 
 
 def _table(**changes):
@@ -133,16 +136,39 @@ maxiter = 60
 
 def test_invert_runs_end_to_end(tmp_path, capsys):
     sim = _dataset(tmp_path)
-    assert main(["invert", str(tmp_path / "target.toml"), "--out", str(tmp_path / "res")]) == 0
-    out = capsys.readouterr().out
-    assert "chi2(lc)" in out
-    summary = json.loads((tmp_path / "res" / "summary.json").read_text())
-    maps = np.load(tmp_path / "res" / "maps.npz")
-    assert summary["n_epoch"] == 10 and summary["n_lc"] == 120 and np.isfinite(summary["chi2_lc"])
-    assert summary["chi2"] < 5.0
-    assert np.allclose(maps["times"], np.asarray(sim.obs.times), atol=1e-7)
-    assert maps["fssc"].shape == (250,) and maps["lc_model"].shape == (120,)
-    assert not list((tmp_path / "res").glob("*.tmp"))
+    out_dir = tmp_path / "res"
+    assert main(["invert", str(tmp_path / "target.toml"), "--out", str(out_dir), "--quiet"]) == 0
+    out = capsys.readouterr()
+    assert "chi2(lc)" in out.out and out.err == ""  # --quiet: no progress display
+    summary = json.loads((out_dir / "summary.json").read_text())
+    assert summary["complete"] and summary["n_epoch"] == 10 and summary["n_lc"] == 120
+    assert np.isfinite(summary["chi2_lc"]) and summary["chi2"] < 5.0 and summary["method"] == "binned"
+    for name in ("map.fits", "profiles.fits", "config.json", "config.toml"):
+        assert (out_dir / name).is_file(), name
+    assert (out_dir / "config.toml").read_text() == (tmp_path / "target.toml").read_text()
+    figs = summary["figures"]
+    assert "light_curve.png" in figs and len(figs) >= 4
+    assert all((out_dir / f).stat().st_size > 1000 for f in figs)
+    res = dm.load_result(out_dir)
+    assert np.allclose(res.obs.times, np.asarray(sim.obs.times), atol=1e-7)
+    assert res.fssc.shape == (250,) and res.grid.n_cell == 250
+    assert res.light_curve["model"].shape == (120,) and np.isfinite(res.chi2_lc)
+    assert res.config["command"] == "invert" and res.config["inversion"]["maxiter"] == 60
+    # the model written is the fit's; rerunning replaces the folder, --no-plots draws nothing
+    assert np.max(np.abs(res.model - res.obs.flux) / res.obs.err) < 10.0
+    assert main(["invert", str(tmp_path / "target.toml"), "--out", str(out_dir), "--quiet", "--no-plots"]) == 0
+    assert not list(out_dir.glob("*.png")) and json.loads((out_dir / "summary.json").read_text())["figures"] == []
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".res")]  # no partial folders left
+
+
+def test_invert_refuses_a_foreign_output_folder(tmp_path, capsys):
+    _dataset(tmp_path, n_epoch=4, n_cell=100, lightcurve=False)
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "thesis.tex").write_text("keep me")
+    assert main(["invert", str(tmp_path / "target.toml"), "--out", str(tmp_path / "busy"), "--quiet",
+                 "--no-plots"]) == 2
+    assert "not a dopplermap result folder" in capsys.readouterr().err
+    assert (tmp_path / "busy" / "thesis.tex").read_text() == "keep me"
 
 
 def test_invert_user_errors_are_one_line(tmp_path, capsys):
@@ -172,11 +198,18 @@ def test_macroturbulence_instrument_and_gravity_darkening_build(tmp_path):
     cfg_path.write_text(text + "\n[gravity_darkening]\nenabled = true\nbeta = 0.08\n")
     cfg = load_config(cfg_path)
     prob = build_problem(cfg)
-    assert prob["pre"].line.method == "dense" and prob["cell_factors"].shape == (150, 3)
+    assert prob["pre"].line.method == "binned" and prob["cell_factors"].shape == (150, 3)
     assert prob["lightcurve"].weight.shape == (120, 150, 3)
-    # the local profiles were EW-scaled then broadened (EW kept) and depend on mu
-    local = np.asarray(prob["pre"].line.local)
-    assert np.all(np.isfinite(local)) and local.shape[2:] == (3, 28)
+    # the local profiles were EW-scaled then broadened and depend on mu: the binned model
+    # holds several mu-basis columns per component, and agrees with the dense one
+    phot = prob["components"].phot.profile
+    assert is_mu_dependent(phot) and phot.zeta == 3.0 and phot.equivalent_width(1.0) == pytest.approx(2.5, rel=1e-3)
+    assert len(prob["pre"].line.col_comp) > 3
+    dense_cfg = dataclasses.replace(cfg, inversion=dataclasses.replace(cfg.inversion, method="dense"))
+    dense = build_problem(dense_cfg)["pre"]
+    fc, fh = (jnp.asarray(x) for x in dm.spot_map(prob["grid"], dm.DEMO_SPOTS))
+    z = jnp.zeros(prob["obs"].n_epoch)
+    assert float(jnp.max(jnp.abs(dm.forward(fc, fh, z, z, prob["pre"]) - dm.forward(fc, fh, z, z, dense)))) < 1e-5
     # without gravity darkening or macroturbulence the weights differ and the method is binned
     plain = build_problem(load_config(cfg_path).__class__(**{**cfg.__dict__,
                           "gravity_darkening": cfg.gravity_darkening.__class__(enabled=False),

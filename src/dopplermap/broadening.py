@@ -22,10 +22,12 @@ identity, so no delta-function special case is needed.
 
 A mu-dependent local profile is a :class:`MuProfile`: a table ``depth[mu_node, u_j]`` on
 uniform nodes in ``mu`` (default 65 over [0, 1]) and a fine uniform velocity grid,
-evaluated by cubic Lagrange interpolation in both; ``profile(v, mu)`` broadcasts.
-:func:`precompute_mu_dense` builds a standard dense :class:`~dopplermap.model.LineModel`
-whose per-cell local profiles depend on ``mu`` (vectorised over epochs and cells), so
-:func:`dopplermap.forward` and :func:`dopplermap.invert` use it unchanged.
+evaluated by cubic Lagrange interpolation in both (NumPy, no compilation);
+``profile(v, mu)`` broadcasts. It has ``mu_dependent = True``, so a component holding it
+goes straight into :func:`dopplermap.precompute`: the binned method separates it into a
+few mu-basis templates (see :mod:`dopplermap.model`), the dense method evaluates each
+cell's profile at its mu; :func:`dopplermap.forward` and :func:`dopplermap.invert` use
+either unchanged. :func:`replace_profiles` swaps the profiles of a component set.
 """
 
 from __future__ import annotations
@@ -34,21 +36,18 @@ import dataclasses
 import math
 from collections.abc import Sequence
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from scipy import fft as sfft
 from scipy import special
 
 from .constants import C_KMS
-from .geometry import StarParams, cell_geometry
-from .grid import SurfaceGrid
 from .profiles import ComponentSet, LocalProfile, gaussian, tabulated, voigt
 
 __all__ = [
     "instrumental_fwhm", "gaussian_kernel", "rt_macroturbulence", "rt_second_moment",
     "instrumental_broaden", "scale_equivalent_width", "MuProfile", "mu_dependent_profile",
-    "mu_profile_table", "precompute_mu_dense", "apply_cell_factors",
+    "mu_profile_table", "replace_profiles", "apply_cell_factors",
 ]
 
 _FWHM_TO_SIGMA = 1.0 / (2.0 * math.sqrt(2.0 * math.log(2.0)))
@@ -194,30 +193,59 @@ def _stencil(x, n):
     return j0 - 1, x - j0
 
 
-def _jstencil(x, n):
-    j0 = jnp.clip(jnp.floor(x).astype(jnp.int32), 1, n - 3)
-    return j0 - 1, x - j0
+_EVAL_CHUNK = 1 << 20  # points per block of MuProfile evaluation (bounds temporaries)
 
 
-@jax.jit
 def _table_eval(depth, u0, du, v, mu):
-    """Bicubic Lagrange interpolation of ``1 - depth`` at (v, mu); continuum outside the table."""
+    """Bicubic Lagrange interpolation of ``1 - depth`` at (v, mu) (1-D, same length);
+    continuum outside the table. NumPy: no compilation per input shape."""
     n_mu, n_u = depth.shape
-    x = (v - u0) / du
-    inside = (x >= 0.0) & (x <= n_u - 1)
-    jv, tv = _jstencil(jnp.clip(x, 0.0, n_u - 1.0), n_u)
-    jm, tm = _jstencil(jnp.clip(mu, 0.0, 1.0) * (n_mu - 1), n_mu)
-    wv = _lagrange4(tv, jnp)
-    wm = _lagrange4(tm, jnp)
     flat = depth.reshape(-1)
-    base = jm * n_u + jv
-    out = jnp.zeros(v.shape, depth.dtype)
-    for a in range(4):
-        row = jnp.zeros(v.shape, depth.dtype)
-        for b in range(4):
-            row = row + wv[..., b] * flat[base + (a * n_u + b)]
-        out = out + wm[..., a] * row
-    return 1.0 - jnp.where(inside, out, 0.0)
+    out = np.empty(v.shape, dtype=float)
+    for i0 in range(0, v.size, _EVAL_CHUNK):
+        sl = slice(i0, i0 + _EVAL_CHUNK)
+        x = (v[sl] - u0) / du
+        inside = (x >= 0.0) & (x <= n_u - 1)
+        jv, tv = _stencil(np.clip(x, 0.0, n_u - 1.0), n_u)
+        jm, tm = _stencil(np.clip(mu[sl], 0.0, 1.0) * (n_mu - 1), n_mu)
+        wv = _lagrange4(tv)
+        wm = _lagrange4(tm)
+        base = jm * n_u + jv
+        acc = np.zeros(x.shape)
+        for a in range(4):
+            row = wv[:, 0] * flat[base + a * n_u]
+            for b in range(1, 4):
+                row += wv[:, b] * flat[base + (a * n_u + b)]
+            acc += wm[:, a] * row
+        out[sl] = np.where(inside, 1.0 - acc, 1.0)
+    return out
+
+
+def _mu_rows(depth, mu):
+    """(m, n_u) table rows interpolated (cubic) to each of the m values ``mu``."""
+    n_mu = depth.shape[0]
+    jm, tm = _stencil(np.clip(mu, 0.0, 1.0) * (n_mu - 1), n_mu)
+    wm = _lagrange4(tm)
+    return sum(wm[:, a, None] * depth[jm + a] for a in range(4))
+
+
+def _rows_eval(rows, u0, du, v, ridx):
+    """``1 - rows[ridx, .]`` interpolated (cubic) at velocities ``v`` (1-D, same length)."""
+    n_u = rows.shape[1]
+    flat = rows.reshape(-1)
+    out = np.empty(v.shape, dtype=float)
+    for i0 in range(0, v.size, _EVAL_CHUNK):
+        sl = slice(i0, i0 + _EVAL_CHUNK)
+        x = (v[sl] - u0) / du
+        inside = (x >= 0.0) & (x <= n_u - 1)
+        jv, tv = _stencil(np.clip(x, 0.0, n_u - 1.0), n_u)
+        wv = _lagrange4(tv)
+        base = ridx[sl] * n_u + jv
+        acc = wv[:, 0] * flat[base]
+        for b in range(1, 4):
+            acc += wv[:, b] * flat[base + b]
+        out[sl] = np.where(inside, 1.0 - acc, 1.0)
+    return out
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -238,6 +266,7 @@ class MuProfile:
     radial_fraction: float = 0.5
     fwhm_instrument: float = 0.0
     kind: str = "mu"
+    mu_dependent = True  # class constant (not a field): dopplermap.model calls profile(v, mu)
 
     @property
     def n_mu(self) -> int:
@@ -258,8 +287,20 @@ class MuProfile:
 
     def __call__(self, v, mu) -> np.ndarray:
         """``I/Ic`` at velocities ``v`` (km/s) and ``mu`` (clipped to [0, 1]), broadcast together."""
-        v, mu = np.broadcast_arrays(np.asarray(v, dtype=float), np.asarray(mu, dtype=float))
-        return np.asarray(_table_eval(jnp.asarray(self.depth), self.u0, self.du, jnp.asarray(v), jnp.asarray(mu)))
+        v = np.asarray(v, dtype=float)
+        mu = np.asarray(mu, dtype=float)
+        shape = np.broadcast_shapes(v.shape, mu.shape)
+        n = math.prod(shape)
+        depth = np.asarray(self.depth, dtype=float)
+        if mu.size * depth.shape[1] < 3 * n:
+            # few distinct mu (a scalar, or mu along other axes than v): interpolate the
+            # table in mu once per mu value, then in velocity only (4 taps, not 16)
+            rows = _mu_rows(depth, mu.reshape(-1))
+            ridx = np.broadcast_to(np.arange(mu.size).reshape(mu.shape), shape).reshape(-1)
+            vb = np.broadcast_to(v, shape).reshape(-1)
+            return _rows_eval(rows, self.u0, self.du, vb, ridx).reshape(shape)
+        vb, mb = (np.broadcast_to(a, shape).reshape(-1) for a in (v, mu))
+        return _table_eval(depth, self.u0, self.du, vb, mb).reshape(shape)
 
     def at_mu(self, mu: float) -> LocalProfile:
         """The (mu-independent) tabulated profile at one ``mu``."""
@@ -337,7 +378,9 @@ def apply_cell_factors(pre, factors):
     """Multiply the model's per-cell weights by ``factors`` (n_cell,) or (n_cell, 3).
 
     Used for gravity darkening (see :mod:`dopplermap.gravity`); works for the binned and
-    dense methods because both hold ``weight[e, slot, k]`` for cell ``cell[e, slot]``.
+    dense methods because both hold ``weight[e, slot, col]`` for cell ``cell[e, slot]``,
+    column ``col`` belonging to component ``col_comp[col]`` (several columns per component
+    for binned mu-dependent profiles).
     Returns a new :class:`~dopplermap.model.Precomputed`.
     """
     line = pre.line
@@ -346,44 +389,18 @@ def apply_cell_factors(pre, factors):
         f = jnp.broadcast_to(f[:, None], (f.shape[0], 3))
     if f.shape != (line.n_cell, 3):
         raise ValueError(f"cell factors must have shape (n_cell,) or (n_cell, 3) with n_cell={line.n_cell}, got {f.shape}")
-    weight = line.weight * f[line.cell]
+    cols = np.asarray(line.col_comp) if line.method == "binned" else np.arange(3)
+    weight = line.weight * f[line.cell][..., cols]
     return dataclasses.replace(pre, line=dataclasses.replace(line, weight=weight))
 
 
-def precompute_mu_dense(grid: SurfaceGrid, star: StarParams, times, vels, components: ComponentSet,
-                        mu_profiles: Sequence[MuProfile | None], *, chunk: int = 50, dtype=jnp.float64):
-    """Dense precomputation whose local profiles depend on ``mu``.
+def replace_profiles(components: ComponentSet, profiles: Sequence[LocalProfile | MuProfile | None]) -> ComponentSet:
+    """``components`` with the local profiles of phot, cool, hot replaced (None keeps one).
 
-    Args:
-        grid, star, times (n_epoch,) days, vels (n_vel,) km/s, components: as for
-            :func:`dopplermap.precompute` (intensities and limb darkening are taken from
-            ``components``).
-        mu_profiles: for phot, cool, hot a :class:`MuProfile`, or None to keep the
-            component's mu-independent profile.
-        chunk: epochs per vectorised block (bounds the temporary memory).
-    Returns:
-        :class:`~dopplermap.model.Precomputed` with a dense :class:`LineModel` whose
-        ``local[e, s, k, :] = L_k(vels - v_los[e, s], mu[e, s])``.
+    With :class:`MuProfile` profiles the result goes straight into :func:`dopplermap.precompute`
+    (either method): the model evaluates each cell's profile at its own mu.
     """
-    from .model import precompute
-
-    if len(mu_profiles) != 3:
-        raise ValueError(f"mu_profiles needs 3 entries (phot, cool, hot), got {len(mu_profiles)}")
-    pre = precompute(grid, star, times, vels, components, method="dense", dtype=dtype)
-    line = pre.line
-    times = np.atleast_1d(np.asarray(times, dtype=float))
-    vels = np.asarray(vels, dtype=float)
-    geo = cell_geometry(grid.lat, grid.lon, grid.area, times, star.inclination, star.vsini_kms,
-                        star.period, star.t0, star.domega)
-    cell = np.asarray(line.cell)
-    mu_s = np.take_along_axis(np.asarray(geo.mu), cell, axis=1)
-    v_s = np.take_along_axis(np.asarray(geo.v_los), cell, axis=1)
-    local = np.array(line.local)  # (E, S, 3, V), writable copy
-    for k, mp in enumerate(mu_profiles):
-        if mp is None:
-            continue
-        for e0 in range(0, cell.shape[0], chunk):
-            sl = slice(e0, e0 + chunk)
-            dv = vels[None, None, :] - v_s[sl, :, None]
-            local[sl, :, k, :] = mp(dv, mu_s[sl, :, None])
-    return dataclasses.replace(pre, line=dataclasses.replace(line, local=jnp.asarray(local, dtype)))
+    if len(profiles) != 3:
+        raise ValueError(f"profiles needs 3 entries (phot, cool, hot), got {len(profiles)}")
+    return ComponentSet(*[c if p is None else dataclasses.replace(c, profile=p)
+                          for c, p in zip(components, profiles, strict=True)])

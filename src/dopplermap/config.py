@@ -366,5 +366,5 @@ fit_rv = true                        # free radial-velocity shift per epoch
 fit_amp = true                       # free additive offset per epoch
 tol = 1e-5
 maxiter = 1000
-method = "binned"                    # binned | dense (macroturbulence always uses dense)
+method = "binned"                    # binned (memory-light) | dense (exact reference)
 '''

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import glob
-import json
 import os
 import time
 from pathlib import Path
@@ -15,7 +14,9 @@ __all__ = ["build_problem", "run_target", "register"]
 
 
 def _components(cfg):
-    """Line-band components and, with macroturbulence, their mu-dependent profiles."""
+    """Line-band components; with macroturbulence their profiles are :class:`MuProfile` tables
+    (RT macroturbulence and instrument, depending on mu), which :func:`dopplermap.precompute`
+    handles with either method."""
     from ..broadening import instrumental_broaden, mu_dependent_profile, scale_equivalent_width
     from ..io.lsd import read_local_profile
     from ..profiles import Component, ComponentSet, LimbDarkening, gaussian, intensity_ratio, voigt
@@ -29,17 +30,15 @@ def _components(cfg):
         profiles = [voigt(d, ln.fwhm, ln.fwhm_lorentz) for d in ln.depth]
     if ln.equivalent_width is not None:
         profiles = [scale_equivalent_width(p, ln.equivalent_width) for p in profiles]
-    mu_profiles = None
     if ln.macroturbulence > 0:
-        mu_profiles = [mu_dependent_profile(p, ln.macroturbulence, resolving_power=ln.resolving_power,
-                                            radial_fraction=ln.radial_fraction) for p in profiles]
-    if ln.resolving_power is not None:
+        profiles = [mu_dependent_profile(p, ln.macroturbulence, resolving_power=ln.resolving_power,
+                                         radial_fraction=ln.radial_fraction) for p in profiles]
+    elif ln.resolving_power is not None:
         profiles = [instrumental_broaden(p, ln.resolving_power) for p in profiles]
     t = (temps.phot, temps.cool, temps.hot)
     inten = ln.intensity or tuple(intensity_ratio(x, temps.phot, ln.wavelength_nm) for x in t)
     lds = [LimbDarkening(ln.limb_darkening, c) for c in (ln.ld_phot, ln.ld_cool, ln.ld_hot)]
-    comps = ComponentSet(*[Component(p, ld, i) for p, ld, i in zip(profiles, lds, inten, strict=True)])
-    return comps, mu_profiles
+    return ComponentSet(*[Component(p, ld, i) for p, ld, i in zip(profiles, lds, inten, strict=True)])
 
 
 def _profile_files(cfg):
@@ -61,7 +60,7 @@ def build_problem(cfg):
     Returns a dict with ``star, grid, obs, pre, components, lightcurve`` (None without one),
     ``cell_factors`` (None when gravity darkening is off) and ``files``.
     """
-    from ..broadening import apply_cell_factors, precompute_mu_dense
+    from ..broadening import apply_cell_factors
     from ..geometry import StarParams
     from ..grid import make_grid
     from ..io.lsd import load_observations, read_lsd
@@ -81,12 +80,8 @@ def build_problem(cfg):
     star = StarParams(inclination=s.inclination, vsini=s.vsini, period=s.period, t0=s.t0, domega=s.domega,
                       radius=s.radius)
     grid = make_grid(cfg.grid.kind, cfg.grid.n_cell, cfg.grid.nside)
-    comps, mu_profiles = _components(cfg)
-    times, v = np.asarray(obs.times), np.asarray(obs.vels)
-    if mu_profiles is not None:
-        pre = precompute_mu_dense(grid, star, times, v, comps, mu_profiles)
-    else:
-        pre = precompute(grid, star, times, v, comps, method=cfg.inversion.method)
+    comps = _components(cfg)
+    pre = precompute(grid, star, np.asarray(obs.times), np.asarray(obs.vels), comps, method=cfg.inversion.method)
     temps = (cfg.temperatures.phot, cfg.temperatures.cool, cfg.temperatures.hot)
     factors = lc_factors = None
     if cfg.gravity_darkening.enabled:
@@ -119,40 +114,49 @@ def _atomic(path: Path, write):
     os.replace(tmp, path)
 
 
-def run_target(cfg, out: Path) -> dict:
-    """Run the inversion a target config describes; write ``maps.npz`` and ``summary.json`` to ``out``."""
+def run_target(cfg, out: Path, *, plots: bool = True, quiet: bool = True, config_file=None) -> dict:
+    """Run the inversion a target config describes and write a result folder at ``out``.
+
+    The folder is the standard one of :func:`dopplermap.io.results.save_result` (map.fits,
+    profiles.fits with the light curve of a joint fit, config.json, a copy of the TOML
+    file, summary.json and, unless ``plots`` is False, the figures). Progress goes to
+    stderr unless ``quiet``. Returns the summary written.
+    """
+    import dataclasses
+
+    import jax.numpy as jnp
+
+    from ..io.results import prefetch_writers, save_result, with_context
     from ..lightcurve import lightcurve_model
+    from ..progress import Reporter
     from ..solvers import invert
 
     t0 = time.perf_counter()
-    prob = build_problem(cfg)
-    t_setup = time.perf_counter() - t0
+    prefetch_writers(plots)  # imports overlap with set-up / compile / solve
     inv = cfg.inversion
-    res = invert(prob["pre"], prob["obs"], lmbd=inv.lmbd, regulariser=inv.regulariser, tol=inv.tol,
-                 maxiter=inv.maxiter, fit_rv=inv.fit_rv, fit_amp=inv.fit_amp, lightcurve=prob["lightcurve"],
-                 line_weight=inv.line_weight, lc_weight=inv.lc_weight)
-    out.mkdir(parents=True, exist_ok=True)
-    grid, obs, lc = prob["grid"], prob["obs"], prob["lightcurve"]
-    arrays = dict(fssc=res.fssc, fssh=res.fssh, lat=grid.lat, lon=grid.lon, area=grid.area, rv=res.rv, amp=res.amp,
-                  times=np.asarray(obs.times), vels=np.asarray(obs.vels), obs_flux=np.asarray(obs.flux),
-                  obs_err=np.asarray(obs.err), model=res.model)
-    if lc is not None:
-        import jax.numpy as jnp
-
-        arrays.update(lc_times=np.asarray(lc.times), lc_flux=np.asarray(lc.flux), lc_err=np.asarray(lc.err),
-                      lc_model=np.asarray(lightcurve_model(jnp.asarray(res.fssc), jnp.asarray(res.fssh), lc)))
-
-    def write_npz(tmp):
-        with open(tmp, "wb") as fh:
-            np.savez(fh, **arrays)
-
-    _atomic(out / "maps.npz", write_npz)
-    summary = dict(res.summary(), chi2_lc=res.chi2_lc, target=cfg.source, n_files=len(prob["files"]),
-                   n_cell=grid.n_cell, n_epoch=obs.n_epoch, n_vel=obs.n_vel,
-                   n_lc=None if lc is None else lc.n_lc, macroturbulence=cfg.line.macroturbulence,
-                   gravity_darkening=cfg.gravity_darkening.enabled, setup_time=t_setup,
-                   total_time=time.perf_counter() - t0)
-    _atomic(out / "summary.json", lambda tmp: tmp.write_text(json.dumps(summary, indent=2)))
+    with Reporter(quiet=quiet) as rep:
+        with rep.step("read + precompute"):
+            prob = build_problem(cfg)
+        t_setup = time.perf_counter() - t0
+        with rep.solve("compile + solve", maxiter=inv.maxiter) as callback:
+            res = invert(prob["pre"], prob["obs"], lmbd=inv.lmbd, regulariser=inv.regulariser, tol=inv.tol,
+                         maxiter=inv.maxiter, fit_rv=inv.fit_rv, fit_amp=inv.fit_amp, lightcurve=prob["lightcurve"],
+                         line_weight=inv.line_weight, lc_weight=inv.lc_weight, callback=callback)
+        grid, obs, lc = prob["grid"], prob["obs"], prob["lightcurve"]
+        light_curve = None
+        if lc is not None:
+            model = lightcurve_model(jnp.asarray(res.fssc), jnp.asarray(res.fssh), lc)
+            light_curve = {"times": np.asarray(lc.times), "flux": np.asarray(lc.flux), "err": np.asarray(lc.err),
+                           "model": np.asarray(model)}
+        config = {"command": "invert", **dataclasses.asdict(cfg)}
+        extra = dict(target=cfg.source, n_files=len(prob["files"]), n_cell=grid.n_cell, n_epoch=obs.n_epoch,
+                     n_vel=obs.n_vel, n_lc=None if lc is None else lc.n_lc, method=prob["pre"].line.method,
+                     macroturbulence=cfg.line.macroturbulence, gravity_darkening=cfg.gravity_darkening.enabled,
+                     setup_time=t_setup, total_time=time.perf_counter() - t0)
+        with rep.step("write results" + (" + figures" if plots else "")):
+            res = with_context(res, grid=grid, star=prob["star"], obs=obs, pre=prob["pre"],
+                               components=prob["components"], light_curve=light_curve, config=config, extra=extra)
+            summary = save_result(res, out, plots=plots, config_file=config_file)
     return summary
 
 
@@ -172,14 +176,16 @@ def register(group):
     @group.command()
     @click.argument("target", type=click.Path(dir_okay=False, path_type=Path))
     @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("results"),
-                  show_default=True, help="Output folder.")
-    def invert(target, out):
-        """Map the star described by the TOML file TARGET."""
+                  show_default=True, help="Output folder (replaced if it holds an earlier result).")
+    @click.option("--quiet", is_flag=True, help="No progress display.")
+    @click.option("--no-plots", is_flag=True, help="Skip the figures.")
+    def invert(target, out, quiet, no_plots):
+        """Map the star described by the TOML file TARGET; write a result folder to --out."""
         from ..config import load_config
 
         cfg = load_config(target)
-        s = run_target(cfg, out)
-        lc = f"  chi2(lc) {s['chi2_lc']:.4f}" if s["chi2_lc"] is not None else ""
+        s = run_target(cfg, out, plots=not no_plots, quiet=quiet, config_file=target)
+        lc = f"  chi2(lc) {s['chi2_lc']:.4f}" if s.get("chi2_lc") is not None else ""
         click.echo(f"chi2 {s['chi2']:.4f}{lc}  iterations {s['iterations']}  {s['stop_reason']}  "
                    f"solve {s['solve_time']:.1f} s")
         click.echo(f"results in {out}")
