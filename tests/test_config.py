@@ -215,3 +215,13 @@ def test_macroturbulence_instrument_and_gravity_darkening_build(tmp_path):
                           "gravity_darkening": cfg.gravity_darkening.__class__(enabled=False),
                           "line": cfg.line.__class__(**{**cfg.line.__dict__, "macroturbulence": 0.0})}))
     assert plain["pre"].line.method == "binned" and plain["cell_factors"] is None
+
+
+def test_lambda_command_reads_target_toml(tmp_path):
+    _dataset(tmp_path)
+    out_dir = tmp_path / "lam"
+    assert main(["lambda", str(tmp_path / "target.toml"), "--out", str(out_dir), "--lmbds", "0.1,1,10",
+                 "--tol", "1e-4"]) == 0
+    rows = (out_dir / "lcurve.csv").read_text().strip().splitlines()
+    assert len(rows) == 4  # header + 3 lambdas
+    assert (out_dir / "lcurve.png").stat().st_size > 1000

@@ -1,8 +1,10 @@
 """``dopplermap lambda`` and ``dopplermap grid``: choose lambda; scan stellar parameters.
 
-Problem source (until the TOML target configuration lands): with no PROBLEM argument the
-built-in demo star is simulated (``--n-cell``, ``--n-epoch``, ``--n-vel``, ``--snr``);
-otherwise PROBLEM is an ``.npz`` file holding
+Problem source: with no PROBLEM argument the built-in demo star is simulated
+(``--n-cell``, ``--n-epoch``, ``--n-vel``, ``--snr``); a PROBLEM ending in ``.toml`` is a
+target configuration (``dopplermap init``: data files, star, temperatures, profiles; the
+same problem ``dopplermap invert`` solves, without its light curve); otherwise PROBLEM is an
+``.npz`` file holding
 
 * ``times`` (n_epoch,) days, ``vels`` (n_vel,) km/s, ``flux`` and ``err`` (n_epoch, n_vel);
 * optional scalars ``inclination`` (deg), ``vsini`` (km/s), ``period`` (d), ``t0`` (d),
@@ -45,6 +47,14 @@ def load_problem(path=None, *, n_cell=400, n_epoch=30, n_vel=24, snr=500.0, seed
     import dopplermap as dm
     from dopplermap.search import Problem
 
+    if path is not None and Path(path).suffix.lower() == ".toml":
+        from dopplermap.commands.target import build_problem
+        from dopplermap.config import load_config
+
+        cfg = load_config(path)
+        built = build_problem(cfg)
+        return Problem(grid=built["grid"], star=built["star"], obs=built["obs"], components=built["components"],
+                       t_phot=float(cfg.temperatures.phot), wavelength_nm=float(cfg.line.wavelength_nm))
     star, grid, times, vels, comps = dm.demo_setup(n_cell=n_cell, n_epoch=n_epoch, n_vel=n_vel, seed=seed)
     if path is None:
         sim = dm.simulate(grid, star, times, vels, comps, dm.DEMO_SPOTS, snr=snr, seed=seed)
@@ -140,7 +150,7 @@ def register(group):
     def lambda_cmd(problem, n_cell, n_epoch, n_vel, snr, regulariser, out, lmbds, target_chi2, tol):
         """Sweep lambda; write the L-curve table, its corner, the target-chi2 lambda and a plot.
 
-        PROBLEM: an .npz problem file (see the module docs); omitted = simulated demo star.
+        PROBLEM: a target .toml, an .npz problem file (see the module docs), or omitted (simulated demo star).
         """
         import dopplermap as dm
         from dopplermap import search
@@ -192,7 +202,7 @@ def register(group):
                  workers, delta_chi2):
         """Invert over a grid of stellar parameters; table, best point, intervals and plot.
 
-        PROBLEM: an .npz problem file (see the module docs); omitted = simulated demo star.
+        PROBLEM: a target .toml, an .npz problem file (see the module docs), or omitted (simulated demo star).
         """
         from dopplermap import search
 
