@@ -34,3 +34,8 @@ __all__ = [
 from .io.results import load_result, save_result  # noqa: E402
 
 __all__ += ["load_result", "save_result"]
+
+from .cache import enable_compilation_cache  # noqa: E402
+from .solvers.batch import invert_batch, invert_device  # noqa: E402
+
+__all__ += ["enable_compilation_cache", "invert_batch", "invert_device"]
