@@ -142,10 +142,10 @@ def with_context(result, *, grid=None, star=None, obs=None, pre=None, components
     if pre is not None:
         import jax.numpy as jnp
 
-        from ..model import forward
+        from ..model import forward_jit
 
         zero = jnp.zeros(pre.n_cell)
-        changes["spotless"] = np.asarray(forward(zero, zero, jnp.asarray(result.rv), jnp.asarray(result.amp), pre))
+        changes["spotless"] = np.asarray(forward_jit(zero, zero, jnp.asarray(result.rv), jnp.asarray(result.amp), pre))
     if components is not None:
         changes["intensities"] = tuple(float(c.intensity) for c in components)
     if truth is not None:
