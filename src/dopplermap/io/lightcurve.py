@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .lsd import _float, _is_fits, _pick, _split
+from .lsd import _float, _is_fits, _split, read_fits_columns
 
 __all__ = ["LightCurveData", "read_lightcurve", "write_lightcurve"]
 
@@ -58,21 +58,7 @@ def read_lightcurve(path, fmt: str = "auto") -> LightCurveData:
     if not path.is_file():
         raise FileNotFoundError(f"light-curve file not found: {path}")
     if fmt == "fits" or (fmt == "auto" and _is_fits(path)):
-        from astropy.io import fits
-
-        try:
-            hdul = fits.open(path, memmap=False)
-        except OSError as exc:
-            raise ValueError(f"{path}: not a readable FITS file ({exc})") from None
-        with hdul:
-            tab = next((h for h in hdul if isinstance(h, fits.BinTableHDU)), None)
-            if tab is None:
-                raise ValueError(f"{path}: no binary-table extension found")
-            names = list(tab.columns.names)
-            if len(names) < 3:
-                raise ValueError(f"{path}: table needs 3 columns (time, flux, error), has {names}")
-            cols = [_pick(names, _T_NAMES, 0), _pick(names, _F_NAMES, 1), _pick(names, _E_NAMES, 2)]
-            arr = np.stack([np.asarray(tab.data[c], dtype=float).reshape(-1) for c in cols], axis=1)
+        arr = read_fits_columns(path, (_T_NAMES, _F_NAMES, _E_NAMES), "time, flux, error")
         return _validate(f"{path} (table row)", arr, list(range(1, arr.shape[0] + 1)))
     try:
         text = path.read_text().splitlines()

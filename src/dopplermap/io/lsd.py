@@ -156,7 +156,12 @@ def _pick(names, wanted, fallback):
     return names[fallback]
 
 
-def _read_fits(path: Path) -> LineProfile:
+def read_fits_columns(path: Path, wanted, what: str) -> np.ndarray:
+    """(n_row, 3) float columns of the first binary table of a FITS file.
+
+    ``wanted``: three lists of accepted (lower-case) column names, falling back to the
+    first, second and third column; ``what`` names the columns for error messages.
+    """
     from astropy.io import fits
 
     try:
@@ -169,13 +174,16 @@ def _read_fits(path: Path) -> LineProfile:
             raise ValueError(f"{path}: no binary-table extension found")
         names = list(tab.columns.names)
         if len(names) < 3:
-            raise ValueError(f"{path}: table needs 3 columns (velocity, intensity, error), has {names}")
-        cols = [_pick(names, _V_NAMES, 0), _pick(names, _I_NAMES, 1), _pick(names, _E_NAMES, 2)]
-        data = tab.data
+            raise ValueError(f"{path}: table needs 3 columns ({what}), has {names}")
+        cols = [_pick(names, w, i) for i, w in enumerate(wanted)]
         try:
-            arr = np.stack([np.asarray(data[c], dtype=float).reshape(-1) for c in cols], axis=1)
+            return np.stack([np.asarray(tab.data[c], dtype=float).reshape(-1) for c in cols], axis=1)
         except (ValueError, TypeError) as exc:
             raise ValueError(f"{path}: columns {cols} are not numeric ({exc})") from None
+
+
+def _read_fits(path: Path) -> LineProfile:
+    arr = read_fits_columns(path, (_V_NAMES, _I_NAMES, _E_NAMES), "velocity, intensity, error")
     # FITS rows are numbered from 1; report them as "row N"
     return _check_rows(f"{path} (table row)", arr, list(range(1, arr.shape[0] + 1)))
 
