@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .lsd import _float, _is_fits, _split, read_fits_columns
+from .lsd import _is_fits, read_fits_columns, read_text_columns
 
 __all__ = ["LightCurveData", "read_lightcurve", "write_lightcurve"]
 
@@ -64,28 +64,7 @@ def read_lightcurve(path, fmt: str = "auto") -> LightCurveData:
         text = path.read_text().splitlines()
     except UnicodeDecodeError:
         raise ValueError(f"{path}: not a text file (for FITS use a .fits name or format 'fits')") from None
-    rows, lines, n_col, header_seen = [], [], None, False
-    for ln, line in enumerate(text, start=1):
-        s = line.strip()
-        if not s or s.startswith("#"):
-            continue
-        toks = _split(s)
-        if not rows and not header_seen:
-            try:
-                [float(t) for t in toks]
-            except ValueError:
-                header_seen = True
-                continue
-        if n_col is None:
-            n_col = len(toks)
-            if n_col < 3:
-                raise ValueError(f"{path}:{ln}: expected at least 3 columns (time, flux, error), got {n_col}")
-        if len(toks) != n_col:
-            raise ValueError(f"{path}:{ln}: expected {n_col} columns like the first data row, got {len(toks)}")
-        rows.append([_float(t, f"{path}:{ln}") for t in toks[:3]])
-        lines.append(ln)
-    if not rows:
-        raise ValueError(f"{path}: no data rows")
+    rows, lines = read_text_columns(path, text, "time, flux, error")
     return _validate(path, np.asarray(rows, dtype=float), lines)
 
 

@@ -122,7 +122,12 @@ def _read_donati(path: Path, text: list[str]) -> LineProfile:
     return _check_rows(path, rows, lines)
 
 
-def _read_text(path: Path, text: list[str]) -> LineProfile:
+def read_text_columns(path: Path, text: list[str], what: str) -> tuple[list, list]:
+    """First three columns of a whitespace/CSV table as floats, and their line numbers.
+
+    Blank and ``#`` lines are skipped, as is one header line of column names; every data
+    row needs the first row's column count (>= 3). ``what`` names the columns in errors.
+    """
     rows, lines, n_col, header_seen = [], [], None, False
     for ln, line in enumerate(text, start=1):
         s = line.strip()
@@ -138,13 +143,18 @@ def _read_text(path: Path, text: list[str]) -> LineProfile:
         if n_col is None:
             n_col = len(toks)
             if n_col < 3:
-                raise ValueError(f"{path}:{ln}: expected at least 3 columns (velocity, intensity, error), got {n_col}")
+                raise ValueError(f"{path}:{ln}: expected at least 3 columns ({what}), got {n_col}")
         if len(toks) != n_col:
             raise ValueError(f"{path}:{ln}: expected {n_col} columns like the first data row, got {len(toks)}")
         rows.append([_float(t, f"{path}:{ln}") for t in toks[:3]])
         lines.append(ln)
     if not rows:
         raise ValueError(f"{path}: no data rows")
+    return rows, lines
+
+
+def _read_text(path: Path, text: list[str]) -> LineProfile:
+    rows, lines = read_text_columns(path, text, "velocity, intensity, error")
     return _check_rows(path, rows, lines)
 
 
