@@ -498,6 +498,15 @@ def _nice(x):
     return float((1 if m < 1.5 else 2 if m < 3.5 else 5 if m < 7.5 else 10) * 10**e)
 
 
+def _profile_arrays(vels, phases, obs, model):
+    """Float arrays of a profile plot; ``obs`` and ``model`` must be (n_epoch, n_vel)."""
+    vels, phases, obs, model = (np.asarray(a, float) for a in (vels, phases, obs, model))
+    if obs.shape != model.shape or obs.shape != (phases.size, vels.size):
+        raise ValueError(f"obs {obs.shape} and model {model.shape} must both be (n_epoch, n_vel) = "
+                         f"({phases.size}, {vels.size})")
+    return vels, phases, obs, model
+
+
 def plot_profiles(path, vels, phases, obs, model, *, err=None, spotless=None, max_profiles: int = 24,
                   dpi: int = 100) -> Path:
     """Stacked line-profile fits (left) and residuals (right), offset per phase.
@@ -508,13 +517,7 @@ def plot_profiles(path, vels, phases, obs, model, *, err=None, spotless=None, ma
         spotless: (n_epoch, n_vel) model of the unspotted star (dashed).
         max_profiles: at most this many epochs, evenly spread in phase, are drawn.
     """
-    vels = np.asarray(vels, float)
-    obs = np.asarray(obs, float)
-    model = np.asarray(model, float)
-    phases = np.asarray(phases, float)
-    if obs.shape != model.shape or obs.shape != (phases.size, vels.size):
-        raise ValueError(f"obs {obs.shape} and model {model.shape} must both be (n_epoch, n_vel) = "
-                         f"({phases.size}, {vels.size})")
+    vels, phases, obs, model = _profile_arrays(vels, phases, obs, model)
     sel = _select_epochs(phases, max_profiles)
     depth = float(np.median(obs.max(axis=1) - obs.min(axis=1))) or 1.0
     step = 0.28 * depth
@@ -593,13 +596,7 @@ def plot_dynamic_spectrum(path, vels, phases, obs, model, *, spotless=None, err=
     :func:`plot_profiles`; ``vsini`` (km/s) marks the line edges. Epochs are placed at their
     phase; phase gaps wider than 3 typical spacings stay blank.
     """
-    vels = np.asarray(vels, float)
-    obs = np.asarray(obs, float)
-    model = np.asarray(model, float)
-    phases = np.asarray(phases, float)
-    if obs.shape != model.shape or obs.shape != (phases.size, vels.size):
-        raise ValueError(f"obs {obs.shape} and model {model.shape} must both be (n_epoch, n_vel) = "
-                         f"({phases.size}, {vels.size})")
+    vels, phases, obs, model = _profile_arrays(vels, phases, obs, model)
     panels = []
     if spotless is not None:
         spotless = np.asarray(spotless, float)
