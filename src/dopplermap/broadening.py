@@ -41,6 +41,7 @@ import numpy as np
 from scipy import fft as sfft
 from scipy import special
 
+from ._linops import lagrange_weights
 from .constants import C_KMS
 from .profiles import ComponentSet, LocalProfile, gaussian, tabulated, voigt
 
@@ -182,11 +183,6 @@ def scale_equivalent_width(profile: LocalProfile, ew: float) -> LocalProfile:
     return tabulated(profile.velocity, inten, name="EW-scaled profile")
 
 
-def _lagrange4(t, xp=np):
-    return xp.stack([-t * (t - 1.0) * (t - 2.0) / 6.0, (t + 1.0) * (t - 1.0) * (t - 2.0) / 2.0,
-                     -(t + 1.0) * t * (t - 2.0) / 2.0, (t + 1.0) * t * (t - 1.0) / 6.0], axis=-1)
-
-
 def _stencil(x, n):
     """Four-point stencil start (clipped so that all taps lie in [0, n)) and offset t."""
     j0 = np.clip(np.floor(x).astype(np.int64), 1, n - 3)
@@ -208,8 +204,8 @@ def _table_eval(depth, u0, du, v, mu):
         inside = (x >= 0.0) & (x <= n_u - 1)
         jv, tv = _stencil(np.clip(x, 0.0, n_u - 1.0), n_u)
         jm, tm = _stencil(np.clip(mu[sl], 0.0, 1.0) * (n_mu - 1), n_mu)
-        wv = _lagrange4(tv)
-        wm = _lagrange4(tm)
+        wv = lagrange_weights(tv)
+        wm = lagrange_weights(tm)
         base = jm * n_u + jv
         acc = np.zeros(x.shape)
         for a in range(4):
@@ -225,7 +221,7 @@ def _mu_rows(depth, mu):
     """(m, n_u) table rows interpolated (cubic) to each of the m values ``mu``."""
     n_mu = depth.shape[0]
     jm, tm = _stencil(np.clip(mu, 0.0, 1.0) * (n_mu - 1), n_mu)
-    wm = _lagrange4(tm)
+    wm = lagrange_weights(tm)
     return sum(wm[:, a, None] * depth[jm + a] for a in range(4))
 
 
@@ -239,7 +235,7 @@ def _rows_eval(rows, u0, du, v, ridx):
         x = (v[sl] - u0) / du
         inside = (x >= 0.0) & (x <= n_u - 1)
         jv, tv = _stencil(np.clip(x, 0.0, n_u - 1.0), n_u)
-        wv = _lagrange4(tv)
+        wv = lagrange_weights(tv)
         base = ridx[sl] * n_u + jv
         acc = wv[:, 0] * flat[base]
         for b in range(1, 4):
@@ -369,7 +365,7 @@ def mu_profile_table(profile: LocalProfile, mu_nodes, vels, zeta: float, *, reso
     x = (vels - u[0]) / dv
     inside = (x >= 0) & (x <= u.size - 1)
     j, t = _stencil(np.clip(x, 0.0, u.size - 1.0), u.size)
-    w = _lagrange4(t)
+    w = lagrange_weights(t)
     out = sum(w[:, b][None, :] * d[:, j + b] for b in range(4))
     return 1.0 - np.where(inside[None, :], out, 0.0)
 
