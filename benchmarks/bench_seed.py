@@ -53,9 +53,14 @@ def worker_dopplermap(args) -> None:
     rep = dict(total_time=total, read_time=t_read, compile_time=res.compile_time, solve_time=res.solve_time,
                import_time=t_import, iterations=res.iterations, n_eval=res.n_eval, success=res.success,
                stop_reason=res.stop_reason, loss=res.loss, chi2=res.chi2, entropy=res.regulariser_value,
-               max_sum_excess=res.max_sum_excess, backend=jax.default_backend(), jax=jax.__version__,
+               max_sum_excess=res.max_sum_excess, cube_dtype=res.cube_dtype, backend=jax.default_backend(), jax=jax.__version__,
                n_slot=int(prob.pre.line.cell.shape[1]), line_bytes=prob.pre.line.nbytes())
     Path(args.out).write_text(json.dumps(rep, indent=2))
+
+
+def _dm_dtype(d: dict) -> str:
+    cube = d.get("cube_dtype")
+    return "float64" if cube in (None, "float64") else f"float64, {cube} cube"
 
 
 def seed_loss64(prob, x, lmbd):
@@ -163,7 +168,7 @@ def main(argv=None) -> int:
             lines.append(f"| {r['lmbd']:g} | seed (jaxopt {s['jaxopt']}, jax {s['jax']}), tol {args.tol:g} | {s['dtype']} | "
                          f"{s['compile_time'] + s['trace_lower_time']:.1f} | {s['solve_time']:.1f} | {s['total_time']:.1f} | "
                          f"{s['iterations']} | {s['n_eval']} | {r['seed_loss64']:.10g} |")
-        lines.append(f"| {r['lmbd']:g} | dopplermap (jax {d['jax']}, {d['backend']}), tol {d['tol']:g} | float64 | "
+        lines.append(f"| {r['lmbd']:g} | dopplermap (jax {d['jax']}, {d['backend']}), tol {d['tol']:g} | {_dm_dtype(d)} | "
                      f"{d['compile_time']:.1f} | {d['solve_time']:.1f} | {d['total_time']:.1f} (read {d['read_time']:.1f}) | "
                      f"{d['iterations']} | {d['n_eval']} | {r['dm_loss64']:.10g} |")
     lines.append("")

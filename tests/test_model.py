@@ -132,3 +132,67 @@ def test_epoch_chunks_equal_one_pass(small_problem, method, monkeypatch):
     g_chunked = np.asarray(jax.grad(lambda x: jnp.sum(dm.forward(*lay.split(x), pre) ** 2))(x))
     np.testing.assert_allclose(chunked, whole, rtol=0, atol=1e-13)
     np.testing.assert_allclose(g_chunked, g_whole, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype,atol", [("float64", 1e-13), ("float32", 1e-6)])
+def test_folded_dense_equals_dense(small_problem, dtype, atol):
+    """The folded cube (photosphere as constant + differences) is the same model."""
+    from dopplermap.model import fold_dense, solve_form
+
+    star, grid, times, vels, comps, _ = small_problem
+    pd = dm.precompute(grid, star, times, vels, comps, method="dense")
+    pf = solve_form(pd, dtype)
+    assert pf.line.method == "folded" and pf.line.local.shape[2] == 2
+    assert pf.line.local.dtype == jnp.dtype(dtype)
+    state = _random_state(grid.n_cell, len(times), 3)
+    ref = np.asarray(dm.forward(*state, pd))
+    got = np.asarray(dm.forward(*state, pf))
+    dev = np.max(np.abs(got - ref))
+    assert dev <= atol
+    if dtype == "float32":
+        assert dev > 1e-12  # really evaluated in float32
+    lay = dm.Layout(grid.n_cell, len(times))
+    x = jnp.concatenate(state)
+    gd = np.asarray(jax.grad(lambda x: jnp.sum(dm.forward(*lay.split(x), pd) ** 2))(x))
+    gf = np.asarray(jax.grad(lambda x: jnp.sum(dm.forward(*lay.split(x), pf) ** 2))(x))
+    np.testing.assert_allclose(gf, gd, rtol=0, atol=1e-10 if dtype == "float64" else 2e-5 * np.max(np.abs(gd)))
+    with pytest.raises(ValueError, match="dense line model"):
+        fold_dense(dm.precompute(grid, star, times, vels, comps).line)
+    with pytest.raises(ValueError, match="float32 or float64"):
+        fold_dense(pd.line, "int32")
+
+
+def test_folded_exact_numerator_restores_float64(small_problem):
+    from dopplermap.model import solve_form, with_exact_numerator
+
+    star, grid, times, vels, comps, _ = small_problem
+    pd = dm.precompute(grid, star, times, vels, comps, method="dense")
+    pf = solve_form(pd)
+    state = _random_state(grid.n_cell, len(times), 5)
+    exact = with_exact_numerator(pf, pd, np.asarray(state[0]), np.asarray(state[1]))
+    ref = np.asarray(dm.forward(*state, pd))
+    np.testing.assert_allclose(np.asarray(dm.forward(*state, exact)), ref, rtol=0, atol=1e-14)
+    assert np.max(np.abs(np.asarray(dm.forward(*state, pf)) - ref)) > 1e-12
+
+
+@pytest.mark.parametrize("uniform", [True, False])
+def test_shift_profiles_is_jnp_interp(uniform):
+    from dopplermap.model import shift_profiles
+
+    rng = np.random.default_rng(4)
+    vels = np.linspace(-40, 40, 25) if uniform else np.sort(rng.uniform(-40, 40, 25))
+    vels = jnp.asarray(vels)
+    prf = jnp.asarray(rng.uniform(0.4, 1.0, (40, 25)))
+    # inside, on nodes, beyond either end, zero
+    rv = jnp.asarray(np.concatenate([rng.uniform(-10, 10, 30), [0.0, float(vels[1] - vels[0]), 60.0, -95.0,
+                                                                 1e-15, -3.3, 2.2, 39.9, -39.9, 80.0]]))
+
+    def ref(rv, prf):
+        return jax.vmap(lambda r, p: jnp.interp(vels, vels + r, p))(rv, prf)
+
+    np.testing.assert_allclose(np.asarray(shift_profiles(vels, rv, prf)), np.asarray(ref(rv, prf)), rtol=0, atol=1e-15)
+    w = jnp.asarray(rng.normal(size=(40, 25)))
+    g_ref = jax.grad(lambda rv, p: jnp.sum(w * ref(rv, p)), argnums=(0, 1))(rv, prf)
+    g_got = jax.grad(lambda rv, p: jnp.sum(w * shift_profiles(vels, rv, p)), argnums=(0, 1))(rv, prf)
+    for a, b in zip(g_got, g_ref):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-12, atol=1e-14)

@@ -20,6 +20,12 @@ profiles, once. Two synthesis methods exist:
 * ``"dense"`` (exact reference): the full ``3 x n_epoch x n_vis x n_vel`` cube of shifted
   local profiles, as the seed stores it.
 
+For solving, :func:`fold_dense` turns a dense model into the ``"folded"`` form: since
+``f_phot = 1 - f_cool - f_hot``, the photosphere's contribution is a constant per epoch plus
+differences, so the cube shrinks to ``2 x n_epoch x n_vis x n_vel`` weighted differences,
+stored in float32 by default (half the bytes again). Its rounding is ~2e-7 of the continuum
+in the profiles and ~1e-8 relative in the loss (seed size); the rest stays float64.
+
 :func:`forward` is pure and cheap; ``jit``, ``vmap`` and ``grad`` work on it.
 """
 
@@ -38,7 +44,7 @@ from .grid import SurfaceGrid
 from .profiles import ComponentSet
 
 __all__ = ["LineModel", "Precomputed", "precompute", "synthesize", "forward", "apply_nuisance",
-           "choose_bin_width", "is_mu_dependent", "eval_profile"]
+           "choose_bin_width", "is_mu_dependent", "eval_profile", "fold_dense", "solve_form", "dense_numerator", "with_exact_numerator"]
 
 _LAGRANGE_ERR = 9.0 / 16.0 / 24.0  # max |prod(t - node)| / 4! for 4 nodes
 
@@ -70,8 +76,15 @@ class LineModel:
         jbase: binned (n_epoch, n_slot) int32 first bin of each slot.
         kernel: binned (n_bin, n_col, n_vel) column templates ``T_i(v - u_j)``.
         cont: binned (n_col,) continuum value of each column template (1 if mu-independent).
-        local: (n_epoch, n_slot, 3, n_vel) dense method: ``L_k(v - v_los, mu)``.
-        method: ``"binned"`` or ``"dense"``.
+        local: (n_epoch, n_slot, 3, n_vel) dense method: ``L_k(v - v_los, mu)``; folded
+            method: (n_epoch, n_slot, 2, n_vel) ``w_k L_k - w_phot L_phot`` (k = cool, hot),
+            float32 or float64 (``weight`` is then (n_epoch, n_slot, 2) ``w_k - w_phot``).
+        base: folded: (n_epoch, n_vel) numerator of an unspotted star, ``sum w_phot L_phot``.
+        base_norm: folded: (n_epoch,) ``sum w_phot``.
+        num_exact, use_exact: folded float32: (n_epoch, n_vel) numerator computed elsewhere in
+            float64 and a () bool; when True it replaces the float32 sum (value only: its
+            gradient is not formed). Solvers set it once, for the final reported evaluation.
+        method: ``"binned"``, ``"dense"`` or ``"folded"`` (see :func:`fold_dense`).
         col_comp: binned: component (0 phot, 1 cool, 2 hot) of each column (static);
             ``(0, 1, 2)`` when no profile depends on mu.
     """
@@ -85,6 +98,10 @@ class LineModel:
     kernel: jnp.ndarray | None = None  # (n_bin, n_col, n_vel)
     cont: jnp.ndarray | None = None  # (n_col,)
     local: jnp.ndarray | None = None
+    base: jnp.ndarray | None = None
+    base_norm: jnp.ndarray | None = None
+    num_exact: jnp.ndarray | None = None
+    use_exact: jnp.ndarray | None = None
     method: str = "binned"
     col_comp: tuple = (0, 1, 2)
 
@@ -349,11 +366,73 @@ def precompute(grid: SurfaceGrid, star: StarParams, times, vels, components: Com
     return Precomputed(line=line, cell_area=jnp.asarray(grid.area, dtype), edges=jnp.asarray(edges))
 
 
+def fold_dense(line: LineModel, dtype=jnp.float32) -> LineModel:
+    """The ``"folded"`` form of a dense model, for fast solving (same model, 2/3 of the cube).
+
+    ``num = base + sum_s f_cool D_cool + f_hot D_hot`` with ``D_k = w_k L_k - w_phot L_phot``
+    and ``norm = base_norm + sum_s f_cool (w_cool - w_phot) + f_hot (w_hot - w_phot)``.
+
+    Args:
+        line: a ``method="dense"`` :class:`LineModel`.
+        dtype: storage (and arithmetic) type of the difference cube. ``float32`` halves the
+            bytes read per evaluation; its rounding is ~2e-7 of the continuum (the
+            unspotted part ``base`` and everything after the sum stay float64).
+    """
+    if line.method != "dense":
+        raise ValueError(f"fold_dense needs a dense line model, got method={line.method!r}")
+    dtype = jnp.dtype(dtype)
+    if dtype not in (jnp.dtype(jnp.float32), jnp.dtype(jnp.float64)):
+        raise ValueError(f"cube dtype must be float32 or float64, got {dtype}")
+    w = np.asarray(line.weight, dtype=np.float64)
+    loc = np.asarray(line.local, dtype=np.float64)
+    phot = w[..., 0, None] * loc[:, :, 0]  # (E, S, V)
+    diff = np.stack([w[..., k, None] * loc[:, :, k] - phot for k in (1, 2)], axis=2)  # (E, S, 2, V)
+    low = dtype != jnp.dtype(jnp.float64)
+    return LineModel(vels=line.vels, cell=line.cell, pos=line.pos,
+                     weight=jnp.asarray(w[..., 1:] - w[..., :1]), local=jnp.asarray(diff.astype(dtype)),
+                     base=jnp.asarray(phot.sum(axis=1)), base_norm=jnp.asarray(w[..., 0].sum(axis=1)),
+                     num_exact=jnp.zeros((phot.shape[0], phot.shape[2])) if low else None,
+                     use_exact=jnp.asarray(False) if low else None, method="folded")
+
+
+def dense_numerator(fssc, fssh, line: LineModel) -> np.ndarray:
+    """(n_epoch, n_vel) numerator ``sum_k sum_c a_k L_k`` of a dense model, float64 NumPy."""
+    if line.method != "dense":
+        raise ValueError(f"dense_numerator needs a dense line model, got method={line.method!r}")
+    f = np.stack([1.0 - np.asarray(fssc) - np.asarray(fssh), np.asarray(fssc), np.asarray(fssh)], axis=1)
+    a = np.asarray(line.weight, dtype=np.float64) * f[np.asarray(line.cell)]  # (E, S, 3)
+    return np.einsum("esk,eskv->ev", a, np.asarray(line.local, dtype=np.float64), optimize=True)
+
+
+def with_exact_numerator(solve_pre: Precomputed, pre: Precomputed, fssc, fssh) -> Precomputed:
+    """``solve_pre`` (from :func:`solve_form`) set to evaluate exactly at ``(fssc, fssh)``.
+
+    For a float32 folded model the numerator is computed from the dense ``pre`` in float64
+    NumPy and substituted (value only), so the same compiled objective reports float64
+    values; other models are returned unchanged.
+    """
+    line = solve_pre.line
+    if line.use_exact is None:
+        return solve_pre
+    num = jnp.asarray(dense_numerator(fssc, fssh, pre.line), dtype=line.base.dtype)
+    return dataclasses.replace(solve_pre, line=dataclasses.replace(line, num_exact=num, use_exact=jnp.asarray(True)))
+
+
+def solve_form(pre: Precomputed, cube_dtype="float32") -> Precomputed:
+    """The model a solver should iterate on: dense models folded (:func:`fold_dense`), others as is.
+
+    ``cube_dtype=None`` (or a non-dense model) returns ``pre`` unchanged.
+    """
+    if cube_dtype is None or pre.line.method != "dense":
+        return pre
+    return dataclasses.replace(pre, line=fold_dense(pre.line, cube_dtype))
+
+
 def _fill_stack(fssc, fssh):
     return jnp.stack([1.0 - fssc - fssh, fssc, fssh], axis=1)
 
 
-_EPOCH_FIELDS = ("cell", "pos", "weight", "beta", "jbase", "local")
+_EPOCH_FIELDS = ("cell", "pos", "weight", "beta", "jbase", "local", "base", "base_norm", "num_exact")
 
 SLOTS_PER_CHUNK = 200_000
 """On CPU, epochs are synthesised in chunks of about this many (epoch, visible cell) slots
@@ -361,7 +440,21 @@ SLOTS_PER_CHUNK = 200_000
 with n_epoch x n_cell; accelerators take all epochs at once."""
 
 
+def _folded_numerator_norm(f, line: LineModel):
+    a = _linops.gather_cells(f, line.cell, line.pos)  # (E, S, 2): f_cool, f_hot
+    norm = line.base_norm + (a * line.weight).sum(axis=(1, 2))
+    n_e, n_s, n_k, n_v = line.local.shape
+    a = a.reshape(n_e, n_s * n_k)
+    cube = line.local.reshape(n_e, n_s * n_k, n_v)
+    num = line.base + jnp.einsum("es,esv->ev", a.astype(cube.dtype), cube).astype(a.dtype)
+    if line.use_exact is not None:
+        num = jnp.where(line.use_exact, line.num_exact, num)
+    return num, norm
+
+
 def _numerator_norm(f, line: LineModel, mu_dep: bool):
+    if line.method == "folded":
+        return _folded_numerator_norm(f, line)
     a = line.weight * _linops.gather_cells(f, line.cell, line.pos)  # (E, S, n_col)
     norm = jnp.einsum("esc,c->e", a, line.cont) if mu_dep else a.sum(axis=(1, 2))  # (E,)
     if line.method == "binned":
@@ -386,7 +479,7 @@ def synthesize(fssc, fssh, line: LineModel):
     Args:
         fssc, fssh: (n_cell,) cool- and hot-spot filling factors.
     """
-    f = _fill_stack(fssc, fssh)  # (n_cell, 3)
+    f = jnp.stack([fssc, fssh], axis=1) if line.method == "folded" else _fill_stack(fssc, fssh)  # (n_cell, 3|2)
     mu_dep = line.method == "binned" and line.col_comp != (0, 1, 2)
     if mu_dep:
         f = f[:, np.asarray(line.col_comp)]  # (n_cell, n_col)
@@ -408,13 +501,32 @@ def synthesize(fssc, fssh, line: LineModel):
     return num / norm[:, None]
 
 
-def _shift(vels, rv, prf):
-    return jnp.interp(vels, vels + rv, prf)
+def shift_profiles(vels, rv, prf):
+    """Row ``e`` of ``prf`` shifted by ``rv[e]``: ``jnp.interp(vels, vels + rv[e], prf[e])`` for all rows.
+
+    The same arithmetic as ``jnp.interp`` (constant ends), written for the whole batch with a
+    compare-all search (``n_vel`` is small): several times cheaper to compile than a vmapped
+    ``jnp.interp``, for any increasing grid.
+    """
+    xp = vels[None, :] + rv[:, None]  # (E, V) shifted abscissae
+    n = vels.shape[0]
+    i = jnp.sum(xp[:, None, :] <= vels[None, :, None], axis=2)  # searchsorted(xp, vels, 'right')
+    i = jnp.clip(i, 1, n - 1)
+    f_hi = jnp.take_along_axis(prf, i, axis=1)
+    f_lo = jnp.take_along_axis(prf, i - 1, axis=1)
+    x_hi = jnp.take_along_axis(xp, i, axis=1)
+    x_lo = jnp.take_along_axis(xp, i - 1, axis=1)
+    dx = x_hi - x_lo
+    eps = np.spacing(np.finfo(np.dtype(xp.dtype)).eps)
+    dx0 = jnp.abs(dx) <= eps
+    f = jnp.where(dx0, f_lo, f_lo + ((vels[None, :] - x_lo) / jnp.where(dx0, 1, dx)) * (f_hi - f_lo))
+    f = jnp.where(vels[None, :] < xp[:, :1], prf[:, :1], f)
+    return jnp.where(vels[None, :] > xp[:, -1:], prf[:, -1:], f)
 
 
 def apply_nuisance(raw, vels, rv, amp):
     """The seed's per-epoch rv shift (linear interpolation), additive amp, mean normalisation."""
-    shifted = jax.vmap(_shift, in_axes=(None, 0, 0))(vels, rv, raw) + amp[:, None]
+    shifted = shift_profiles(vels, rv, raw) + amp[:, None]
     return shifted / jnp.mean(shifted, axis=1, keepdims=True)
 
 

@@ -145,24 +145,29 @@ def sum_excess(fssc, fssh):
 
 
 def objective_terms(x, lmbd, pre: Precomputed, obs: Observations, regulariser: str = "mem",
-                    penalty: float = DEFAULT_PENALTY, lightcurve=None, line_weight=1.0, lc_weight=1.0):
+                    penalty: float = DEFAULT_PENALTY, lightcurve=None, line_weight=1.0, lc_weight=1.0, *,
+                    with_model: bool = False):
     """``(loss, (chi2, regulariser_value, penalty_value))`` for the flat vector ``x``.
 
     With ``lightcurve`` (a :class:`dopplermap.lightcurve.LightCurveFit`) the loss is the
     joint ``line_weight * chi2 + lc_weight * chi2_lc + lmbd * reg + penalty`` and the aux
-    tuple gains a fourth entry, ``chi2_lc``. Without it nothing changes.
+    tuple gains a fourth entry, ``chi2_lc``. ``with_model=True`` appends the model profiles
+    (n_epoch, n_vel) as the last aux entry (so solvers need no separate forward pass).
     """
     lay = Layout(pre.n_cell, pre.n_epoch)
     fssc, fssh, rv, amp = lay.split(x)
-    c2 = chi2(forward(fssc, fssh, rv, amp, pre), obs)
+    model = forward(fssc, fssh, rv, amp, pre)
+    c2 = chi2(model, obs)
+    tail = (model,) if with_model else ()
     if lightcurve is not None:
         from .lightcurve import chi2_lightcurve
 
         c2_lc = chi2_lightcurve(fssc, fssh, lightcurve)
         val, (_, reg, pen) = _regularised(fssc, fssh, x, c2, lmbd, pre, regulariser, penalty)
         joint = line_weight * c2 + lc_weight * c2_lc + lmbd * reg + pen
-        return joint, (c2, reg, pen, c2_lc)
-    return _regularised(fssc, fssh, x, c2, lmbd, pre, regulariser, penalty)
+        return joint, (c2, reg, pen, c2_lc) + tail
+    val, aux = _regularised(fssc, fssh, x, c2, lmbd, pre, regulariser, penalty)
+    return val, aux + tail
 
 
 def _regularised(fssc, fssh, x, c2, lmbd, pre, regulariser, penalty):

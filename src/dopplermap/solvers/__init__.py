@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..constants import FILL_MAX, FILL_MIN
-from ..model import Precomputed, forward_jit
+from ..model import Precomputed, solve_form, with_exact_numerator
 from ..objective import DEFAULT_PENALTY, REGULARISERS, Layout, Observations
 from .result import InversionResult
 from .scipy_lbfgsb import compiled_value_and_grad, lbfgsb
@@ -58,7 +58,7 @@ def invert(pre: Precomputed, obs: Observations, *, lmbd: float = 1.0, regularise
            x0=None, tol: float = 1e-5, maxiter: int = 1000, fit_rv: bool = True, fit_amp: bool = True,
            penalty: float = DEFAULT_PENALTY, solver: str = "lbfgsb",
            callback: Callable | None = None, lightcurve=None, line_weight: float = 1.0,
-           lc_weight: float = 1.0) -> InversionResult:
+           lc_weight: float = 1.0, cube_dtype: str | None = "auto") -> InversionResult:
     """Fit filling-factor maps (and per-epoch rv, amp) to the observations.
 
     Args:
@@ -72,6 +72,12 @@ def invert(pre: Precomputed, obs: Observations, *, lmbd: float = 1.0, regularise
         callback: ``callback(iteration, history)`` after every iteration (progress display).
         lightcurve: optional :class:`dopplermap.lightcurve.LightCurveFit` for the joint fit
             ``line_weight * chi2 + lc_weight * chi2_lc + lmbd * reg`` (``result.chi2_lc``).
+        cube_dtype: dense models only: the solve iterates on the folded cube
+            (:func:`dopplermap.model.fold_dense`) stored in this dtype. ``"float32"`` reads a
+            third of the dense cube's bytes; its rounding (~1e-8 relative in the loss) only
+            affects the iterations (the reported loss, chi2 and model are evaluated in float64)
+            but stalls L-BFGS-B below tol ~1e-7. ``"auto"`` (default): float32 when
+            ``tol >= 1e-6``, else float64. ``None`` solves on ``pre`` as is.
     """
     if regulariser not in REGULARISERS:
         raise ValueError(f"regulariser must be one of {REGULARISERS}, got {regulariser!r}")
@@ -83,7 +89,8 @@ def invert(pre: Precomputed, obs: Observations, *, lmbd: float = 1.0, regularise
     if solver == "projected_lbfgs":  # device-resident solve (solvers/batch.py); no per-iteration callback
         from .batch import invert_device
         return invert_device(pre, obs, lmbd=lmbd, regulariser=regulariser, x0=x0, tol=tol, maxiter=maxiter,
-                             fit_rv=fit_rv, fit_amp=fit_amp, penalty=penalty)
+                             fit_rv=fit_rv, fit_amp=fit_amp, penalty=penalty, cube_dtype=cube_dtype)
+    exact_pre, pre = pre, solve_form(pre, resolve_cube_dtype(cube_dtype, tol))
     layout = Layout(pre.n_cell, pre.n_epoch)
     x0 = layout.initial() if x0 is None else np.asarray(x0, dtype=np.float64)
     if x0.shape != (layout.size,):
@@ -114,12 +121,32 @@ def invert(pre: Precomputed, obs: Observations, *, lmbd: float = 1.0, regularise
     fssc, fssh, rv, amp = layout.split(np.asarray(res.x))
     fssc, fssh, excess = project_feasible(fssc, fssh)
     xf = layout.join(fssc, fssh, rv, amp)
-    val, _, aux = vg(xf)
-    model = np.asarray(forward_jit(jnp.asarray(fssc), jnp.asarray(fssh), jnp.asarray(rv), jnp.asarray(amp), pre))
+    final_pre = with_exact_numerator(pre, exact_pre, fssc, fssh)  # float64 values from a float32 cube
+    val, _, aux = fn(xf, lm, final_pre, obs) if joint is None else fn(xf, lm, final_pre, obs, joint)
+    model = np.asarray(aux[-1])
     return InversionResult(
         fssc=fssc, fssh=fssh, rv=rv, amp=amp, loss=float(val), chi2=float(aux[0]),
         regulariser_value=float(aux[1]), lmbd=float(lmbd), regulariser=regulariser,
         iterations=int(res.nit), n_eval=int(res.nfev), success=bool(res.success),
         stop_reason=str(res.message), compile_time=timing["trace_lower"] + timing["compile"],
         solve_time=solve_time, history=history, model=model, max_sum_excess=excess, solver=solver,
-        chi2_lc=float(aux[3]) if joint is not None else None)
+        chi2_lc=float(aux[3]) if joint is not None else None, cube_dtype=_cube_dtype(pre))
+
+
+FLOAT32_MIN_TOL = 1e-6
+"""Smallest tolerance for which ``cube_dtype="auto"`` iterates on a float32 cube."""
+
+
+def resolve_cube_dtype(cube_dtype, tol: float):
+    """``"auto"`` -> float32 if ``tol >= FLOAT32_MIN_TOL`` else float64; others are checked and returned."""
+    if cube_dtype == "auto":
+        return "float32" if tol >= FLOAT32_MIN_TOL else "float64"
+    if cube_dtype not in (None, "float32", "float64"):
+        raise ValueError(f"cube_dtype must be 'auto', 'float32', 'float64' or None, got {cube_dtype!r}")
+    return cube_dtype
+
+
+def _cube_dtype(pre: Precomputed) -> str | None:
+    """Dtype of the dense/folded cube a solve used (None for the binned model)."""
+    line = pre.line
+    return None if line.method == "binned" else str(line.local.dtype)

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..model import Precomputed, forward
+from ..model import Precomputed, solve_form
 from ..objective import DEFAULT_PENALTY, REGULARISERS, Layout, Observations, objective_terms
 from .projected_lbfgs import STOP_REASONS, projected_lbfgs
 from .result import InversionResult
@@ -28,7 +28,8 @@ _COMPILED: dict = {}
 
 
 def _vg(x, lmbd, pre, obs, regulariser, penalty):
-    (val, aux), grad = jax.value_and_grad(objective_terms, has_aux=True)(x, lmbd, pre, obs, regulariser, penalty)
+    (val, aux), grad = jax.value_and_grad(
+        lambda x: objective_terms(x, lmbd, pre, obs, regulariser, penalty, with_model=True), has_aux=True)(x)
     return val, grad, aux
 
 
@@ -67,6 +68,12 @@ def compile_solver(x0, lo, hi, lmbd, pre, obs, *, regulariser="mem", penalty=DEF
     return compiled, {"trace": t1 - t0, "lower": t2 - t1, "compile": t3 - t2, "cached": False}
 
 
+def _resolve(cube_dtype, tol):
+    from . import resolve_cube_dtype
+
+    return resolve_cube_dtype(cube_dtype, tol)
+
+
 def _setup(pre, obs, regulariser, x0, fit_rv, fit_amp):
     from . import _check_match, bounds  # late import: solvers/__init__ imports this module's users
 
@@ -81,12 +88,12 @@ def _setup(pre, obs, regulariser, x0, fit_rv, fit_amp):
 
 
 def _to_result(layout, r, lmbd, regulariser, pre, timing, solve_time, solver) -> InversionResult:
-    from . import project_feasible
+    from . import _cube_dtype, project_feasible
 
     x = np.asarray(r.x)
     fssc, fssh, rv, amp = layout.split(x)
     fssc, fssh, excess = project_feasible(fssc, fssh)
-    model = np.asarray(forward(jnp.asarray(fssc), jnp.asarray(fssh), jnp.asarray(rv), jnp.asarray(amp), pre))
+    model = np.asarray(r.aux[-1])  # at the solver's x (before the feasibility projection, which moves < 1e-5)
     n_it = int(r.n_iter)
     status = int(r.status)
     return InversionResult(
@@ -94,20 +101,24 @@ def _to_result(layout, r, lmbd, regulariser, pre, timing, solve_time, solver) ->
         regulariser_value=float(r.aux[1]), lmbd=float(lmbd), regulariser=regulariser, iterations=n_it,
         n_eval=int(r.n_eval), success=status in (1, 2), stop_reason=STOP_REASONS[status],
         compile_time=timing["trace"] + timing["lower"] + timing["compile"], solve_time=solve_time,
-        history={"loss": np.asarray(r.history)[:n_it]}, model=model, max_sum_excess=excess, solver=solver)
+        history={"loss": np.asarray(r.history)[:n_it]}, model=model, max_sum_excess=excess, solver=solver,
+        cube_dtype=_cube_dtype(pre))
 
 
 def invert_device(pre: Precomputed, obs: Observations, *, lmbd: float = 1.0, regulariser: str = "mem",
                   x0=None, tol: float = 1e-5, maxiter: int = 1000, fit_rv: bool = True, fit_amp: bool = True,
-                  penalty: float = DEFAULT_PENALTY, maxcor: int = 10) -> InversionResult:
+                  penalty: float = DEFAULT_PENALTY, maxcor: int = 10,
+                  cube_dtype: str | None = "auto") -> InversionResult:
     """Like :func:`dopplermap.invert` but solved by projected L-BFGS on the device.
 
-    ``tol`` is both the relative-reduction and projected-gradient tolerance (as scipy's).
+    ``tol`` is both the relative-reduction and projected-gradient tolerance (as scipy's);
+    ``cube_dtype`` as in :func:`dopplermap.invert` (dense models only).
     """
     if not np.isfinite(lmbd) or lmbd < 0:
         raise ValueError(f"lmbd must be a finite number >= 0, got {lmbd!r}")
     layout, xj, lo, hi, check = _setup(pre, obs, regulariser, x0, fit_rv, fit_amp)
     check(pre, obs)
+    pre = solve_form(pre, _resolve(cube_dtype, tol))
     lm = jnp.asarray(lmbd, dtype=xj.dtype)
     fn, timing = compile_solver(xj, lo, hi, lm, pre, obs, regulariser=regulariser, penalty=penalty,
                                 maxiter=maxiter, tol=tol, maxcor=maxcor)
@@ -119,7 +130,8 @@ def invert_device(pre: Precomputed, obs: Observations, *, lmbd: float = 1.0, reg
 
 def invert_batch(pre: Precomputed, obs: Observations, *, lmbds=None, lmbd: float = 1.0, flux=None, err=None,
                  regulariser: str = "mem", x0=None, tol: float = 1e-5, maxiter: int = 1000, fit_rv: bool = True,
-                 fit_amp: bool = True, penalty: float = DEFAULT_PENALTY, maxcor: int = 10) -> list[InversionResult]:
+                 fit_amp: bool = True, penalty: float = DEFAULT_PENALTY, maxcor: int = 10,
+                 cube_dtype: str | None = "auto") -> list[InversionResult]:
     """Several device solves in one compiled, ``vmap``-ed call.
 
     Args:
@@ -127,11 +139,13 @@ def invert_batch(pre: Precomputed, obs: Observations, *, lmbds=None, lmbd: float
         flux, err: (n_batch, n_epoch, n_vel) observation sets sharing ``obs``'s epochs and
             velocities (bootstrap resamples, other stars with the same precomputed model);
             default ``obs`` itself for every member.
+        cube_dtype: as in :func:`dopplermap.invert` (dense models only).
     Returns:
         one :class:`InversionResult` per member; ``solve_time`` is the whole batch's.
     """
     layout, xj, lo, hi, check = _setup(pre, obs, regulariser, x0, fit_rv, fit_amp)
     check(pre, obs)
+    pre = solve_form(pre, _resolve(cube_dtype, tol))
     batch_lmbd = lmbds is not None
     batch_obs = flux is not None
     if not (batch_lmbd or batch_obs):

@@ -36,6 +36,7 @@ class InversionResult:
         history: dict of per-iteration arrays (``loss``, ``chi2``, ``regulariser``).
         model: (n_epoch, n_vel) fitted profiles.
         max_sum_excess: largest ``fssc + fssh - 1`` before the final projection.
+        cube_dtype: dtype of the (folded) dense cube the solve used, None for the binned model.
 
     Context for result files and figures (optional; filled by
     :func:`dopplermap.io.results.with_context` and by :func:`dopplermap.load_result`):
@@ -78,6 +79,7 @@ class InversionResult:
     config: dict = dataclasses.field(default_factory=dict)
     extra: dict = dataclasses.field(default_factory=dict)
     chi2_lc: float | None = None  # light-curve reduced chi-square of a joint fit
+    cube_dtype: str | None = None
 
     @property
     def fssp(self) -> np.ndarray:
@@ -98,7 +100,8 @@ class InversionResult:
     def summary(self) -> dict:
         """Scalars as a JSON-ready dict."""
         keys = ("loss", "chi2", "regulariser_value", "lmbd", "regulariser", "iterations", "n_eval",
-                "success", "stop_reason", "compile_time", "solve_time", "max_sum_excess", "solver", "chi2_lc")
+                "success", "stop_reason", "compile_time", "solve_time", "max_sum_excess", "solver", "chi2_lc",
+                "cube_dtype")
         out = {}
         for k in keys:
             v = getattr(self, k)
