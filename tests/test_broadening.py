@@ -201,7 +201,7 @@ def test_binned_mu_model_matches_dense_at_demo_size():
     mps = [br.mu_dependent_profile(c.profile, 4.0, resolving_power=65000.0) for c in comps]
     mcomps = br.replace_profiles(comps, mps)
     dense = dm.precompute(grid, star, times, vels, mcomps, method="dense")
-    binned = dm.precompute(grid, star, times, vels, mcomps)
+    binned = dm.precompute(grid, star, times, vels, mcomps, method="binned")
     fc, fh = (jnp.asarray(x) for x in dm.spot_map(grid, dm.DEMO_SPOTS))
     rng = np.random.default_rng(2)
     rv, amp = jnp.asarray(rng.normal(0, 0.5, len(times))), jnp.asarray(rng.normal(0, 0.01, len(times)))

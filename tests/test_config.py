@@ -142,7 +142,7 @@ def test_invert_runs_end_to_end(tmp_path, capsys):
     assert "chi2(lc)" in out.out and out.err == ""  # --quiet: no progress display
     summary = json.loads((out_dir / "summary.json").read_text())
     assert summary["complete"] and summary["n_epoch"] == 10 and summary["n_lc"] == 120
-    assert np.isfinite(summary["chi2_lc"]) and summary["chi2"] < 5.0 and summary["method"] == "binned"
+    assert np.isfinite(summary["chi2_lc"]) and summary["chi2"] < 5.0 and summary["method"] == "dense"  # "auto" at this size
     for name in ("map.fits", "profiles.fits", "config.json", "config.toml"):
         assert (out_dir / name).is_file(), name
     assert (out_dir / "config.toml").read_text() == (tmp_path / "target.toml").read_text()
@@ -197,6 +197,8 @@ def test_macroturbulence_instrument_and_gravity_darkening_build(tmp_path):
     text = cfg_path.read_text().replace("period = 2.0", "period = 2.0\nmass = 1.1")
     cfg_path.write_text(text + "\n[gravity_darkening]\nenabled = true\nbeta = 0.08\n")
     cfg = load_config(cfg_path)
+    assert cfg.inversion.method == "auto"
+    cfg = dataclasses.replace(cfg, inversion=dataclasses.replace(cfg.inversion, method="binned"))
     prob = build_problem(cfg)
     assert prob["pre"].line.method == "binned" and prob["cell_factors"].shape == (150, 3)
     assert prob["lightcurve"].weight.shape == (120, 150, 3)
@@ -205,8 +207,9 @@ def test_macroturbulence_instrument_and_gravity_darkening_build(tmp_path):
     phot = prob["components"].phot.profile
     assert is_mu_dependent(phot) and phot.zeta == 3.0 and phot.equivalent_width(1.0) == pytest.approx(2.5, rel=1e-3)
     assert len(prob["pre"].line.col_comp) > 3
-    dense_cfg = dataclasses.replace(cfg, inversion=dataclasses.replace(cfg.inversion, method="dense"))
+    dense_cfg = dataclasses.replace(cfg, inversion=dataclasses.replace(cfg.inversion, method="auto"))
     dense = build_problem(dense_cfg)["pre"]
+    assert dense.line.method == "dense"  # "auto" at this small size
     fc, fh = (jnp.asarray(x) for x in dm.spot_map(prob["grid"], dm.DEMO_SPOTS))
     z = jnp.zeros(prob["obs"].n_epoch)
     assert float(jnp.max(jnp.abs(dm.forward(fc, fh, z, z, prob["pre"]) - dm.forward(fc, fh, z, z, dense)))) < 1e-5

@@ -55,7 +55,7 @@ def _random_state(n_cell, n_epoch, seed=0):
 
 def test_binned_matches_dense_and_jit(small_problem):
     star, grid, times, vels, comps, _ = small_problem
-    pb = dm.precompute(grid, star, times, vels, comps)
+    pb = dm.precompute(grid, star, times, vels, comps, method="binned")
     pd = dm.precompute(grid, star, times, vels, comps, method="dense")
     state = _random_state(grid.n_cell, len(times))
     mb = dm.forward(*state, pb)
@@ -157,7 +157,7 @@ def test_folded_dense_equals_dense(small_problem, dtype, atol):
     gf = np.asarray(jax.grad(lambda x: jnp.sum(dm.forward(*lay.split(x), pf) ** 2))(x))
     np.testing.assert_allclose(gf, gd, rtol=0, atol=1e-10 if dtype == "float64" else 2e-5 * np.max(np.abs(gd)))
     with pytest.raises(ValueError, match="dense line model"):
-        fold_dense(dm.precompute(grid, star, times, vels, comps).line)
+        fold_dense(dm.precompute(grid, star, times, vels, comps, method="binned").line)
     with pytest.raises(ValueError, match="float32 or float64"):
         fold_dense(pd.line, "int32")
 
@@ -196,3 +196,12 @@ def test_shift_profiles_is_jnp_interp(uniform):
     g_got = jax.grad(lambda rv, p: jnp.sum(w * shift_profiles(vels, rv, p)), argnums=(0, 1))(rv, prf)
     for a, b in zip(g_got, g_ref):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-12, atol=1e-14)
+
+
+def test_auto_method_picks_dense_while_it_fits(small_problem, monkeypatch):
+    import dopplermap.model as model
+
+    star, grid, times, vels, comps, _ = small_problem
+    assert dm.precompute(grid, star, times, vels, comps).line.method == "dense"
+    monkeypatch.setattr(model, "DENSE_AUTO_BYTES", 1000)
+    assert dm.precompute(grid, star, times, vels, comps).line.method == "binned"

@@ -46,7 +46,7 @@ def test_binned_matches_dense(small):
     star, grid, times, vels, comps, fc, fh = small
     dense = dm.precompute(grid, star, times, vels, comps, method="dense")
     for tol in (1e-5, 1e-7):
-        binned = dm.precompute(grid, star, times, vels, comps, synthesis_tol=tol)
+        binned = dm.precompute(grid, star, times, vels, comps, synthesis_tol=tol, method="binned")
         dev = float(jnp.max(jnp.abs(dm.synthesize(fc, fh, binned.line) - dm.synthesize(fc, fh, dense.line))))
         assert dev <= tol, (tol, dev)
     assert binned.line.nbytes() < dense.line.nbytes() / 5
@@ -55,7 +55,7 @@ def test_binned_matches_dense(small):
 def test_binned_gradient_matches_dense(small):
     star, grid, times, vels, comps, fc, fh = small
     dense = dm.precompute(grid, star, times, vels, comps, method="dense")
-    binned = dm.precompute(grid, star, times, vels, comps)
+    binned = dm.precompute(grid, star, times, vels, comps, method="binned")
     rng = np.random.default_rng(3)
     w = jnp.asarray(rng.normal(size=(len(times), len(vels))))
 
@@ -102,7 +102,7 @@ def test_mu_dependent_dense_equals_direct_loop_and_binned(small):
     got = np.asarray(dm.synthesize(fc, fh, dense.line))
     assert np.max(np.abs(got - ref) / np.abs(ref)) <= 1e-8
     for tol in (1e-5, 1e-7):
-        binned = dm.precompute(grid, star, times[sel], vels, mcomps, synthesis_tol=tol)
+        binned = dm.precompute(grid, star, times[sel], vels, mcomps, synthesis_tol=tol, method="binned")
         assert len(binned.line.col_comp) > 3  # the mu basis has more than one term
         dev = np.max(np.abs(np.asarray(dm.synthesize(fc, fh, binned.line)) - ref))
         assert dev <= tol, (tol, dev)
@@ -114,6 +114,6 @@ def test_mu_dependent_dense_equals_direct_loop_and_binned(small):
 def test_bad_knobs(small):
     star, grid, times, vels, comps, fc, fh = small
     with pytest.raises(ValueError, match="synthesis_tol"):
-        dm.precompute(grid, star, times, vels, comps, synthesis_tol=0.0)
+        dm.precompute(grid, star, times, vels, comps, synthesis_tol=0.0, method="binned")
     with pytest.raises(ValueError, match="bin_width"):
-        dm.precompute(grid, star, times, vels, comps, bin_width=-1.0)
+        dm.precompute(grid, star, times, vels, comps, bin_width=-1.0, method="binned")

@@ -72,10 +72,12 @@ def test_lambda_for_chi2_brackets_and_hits(problem):
         search.lambda_for_chi2(pre, sim.obs, 1e-3, lo=1e-2, hi=1e-1, tol=1e-5)
 
 
-def test_pad_precomputed_keeps_model(problem):
+@pytest.mark.parametrize("method", ["binned", "dense"])
+def test_pad_precomputed_keeps_model(problem, method):
     prob, sim = problem
-    pre = dm.precompute(prob.grid, prob.star, sim.obs.times, sim.obs.vels, prob.components)
-    big = search.pad_precomputed(pre, n_slot=pre.line.cell.shape[1] + 37, n_bin=pre.line.kernel.shape[0] + 50)
+    pre = dm.precompute(prob.grid, prob.star, sim.obs.times, sim.obs.vels, prob.components, method=method)
+    n_bin = pre.line.kernel.shape[0] + 50 if method == "binned" else None
+    big = search.pad_precomputed(pre, n_slot=pre.line.cell.shape[1] + 37, n_bin=n_bin)
     rng = np.random.default_rng(0)
     f1, f2 = rng.uniform(0, 0.5, (2, pre.n_cell))
     rv, amp = rng.normal(0, 0.3, (2, pre.n_epoch)) * [[1.0], [0.01]]

@@ -107,7 +107,7 @@ class InversionConfig:
     fit_amp: bool = True
     tol: float = 1e-5
     maxiter: int = 1000
-    method: str = "binned"
+    method: str = "auto"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -262,8 +262,8 @@ def _validate(cfg: TargetConfig):
     inv = cfg.inversion
     if inv.regulariser not in ("mem", "tikhonov", "none"):
         raise ValueError(f"{s}: [inversion] regulariser must be mem, tikhonov or none, got {inv.regulariser!r}")
-    if inv.method not in ("binned", "dense"):
-        raise ValueError(f"{s}: [inversion] method must be 'binned' or 'dense', got {inv.method!r}")
+    if inv.method not in ("auto", "binned", "dense"):
+        raise ValueError(f"{s}: [inversion] method must be 'auto', 'binned' or 'dense', got {inv.method!r}")
     for k in ("lmbd", "line_weight", "lc_weight"):
         _positive(f"{s}: [inversion] {k}", getattr(inv, k), allow_zero=True)
     _positive(f"{s}: [inversion] tol", inv.tol)
@@ -366,5 +366,5 @@ fit_rv = true                        # free radial-velocity shift per epoch
 fit_amp = true                       # free additive offset per epoch
 tol = 1e-5
 maxiter = 1000
-method = "binned"                    # binned (memory-light) | dense (exact reference)
+method = "auto"                      # auto (dense while its cube <= 512 MiB) | binned (memory-light) | dense (exact)
 '''

@@ -129,7 +129,7 @@ def joint_fit(grid: SurfaceGrid, star: StarParams, obs: Observations, components
     t_start = time.perf_counter()
     times, vels = np.asarray(obs.times), np.asarray(obs.vels)
     if x0 is None:
-        pre = precompute(grid, star, times, vels, components)
+        pre = precompute(grid, star, times, vels, components, method="binned")
         init = invert(pre, obs, lmbd=lmbd, regulariser=regulariser, tol=1e-7, maxiter=maxiter, penalty=penalty,
                       fit_rv=fit_rv, fit_amp=fit_amp)
         x0 = init.x

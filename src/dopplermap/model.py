@@ -277,8 +277,13 @@ class _MuBasis:
         return self.g.sum(axis=0)
 
 
+DENSE_AUTO_BYTES = 512 * 2**20
+"""``method="auto"`` picks ``"dense"`` while the float64 dense cube (n_epoch x n_slot x 3 x
+n_vel x 8 bytes) fits in this many bytes, ``"binned"`` beyond."""
+
+
 def precompute(grid: SurfaceGrid, star: StarParams, times, vels, components: ComponentSet, *,
-               method: str = "binned", synthesis_tol: float = 1e-7, bin_width: float | None = None,
+               method: str = "auto", synthesis_tol: float = 1e-7, bin_width: float | None = None,
                dtype=jnp.float64) -> Precomputed:
     """Precompute the line synthesis for a star, grid, epochs and local profiles.
 
@@ -286,7 +291,12 @@ def precompute(grid: SurfaceGrid, star: StarParams, times, vels, components: Com
         grid: surface grid. star: :class:`StarParams`. times: (n_epoch,) days.
         vels: (n_vel,) increasing velocity grid of the observations, km/s.
         components: photosphere, cool-spot and hot-spot components.
-        method: ``"binned"`` (memory-light, default) or ``"dense"`` (exact cube).
+        method: ``"auto"`` (default), ``"binned"`` (memory-light) or ``"dense"`` (exact cube).
+            ``"auto"`` is ``"dense"`` while its cube fits in :data:`DENSE_AUTO_BYTES`
+            (512 MiB; 144 MB at the seed's 2500 cells x 150 epochs x 32 velocities) and
+            ``"binned"`` beyond: solvers iterate on the dense cube folded to float32
+            (:func:`fold_dense`), the fastest form where it fits, and the same cost with
+            mu-dependent local profiles as without.
         synthesis_tol: bound on the binned method's deviation from the exact model, in
             units of the continuum (ignored by ``"dense"``).
         bin_width: override the binned method's velocity bin width, km/s.
@@ -294,8 +304,8 @@ def precompute(grid: SurfaceGrid, star: StarParams, times, vels, components: Com
     check_star(star)
     vels = _check_vels(vels)
     times = _check_times(times)
-    if method not in ("binned", "dense"):
-        raise ValueError(f"method must be 'binned' or 'dense', got {method!r}")
+    if method not in ("auto", "binned", "dense"):
+        raise ValueError(f"method must be 'auto', 'binned' or 'dense', got {method!r}")
     geo = cell_geometry(grid.lat, grid.lon, grid.area, times, star.inclination, star.vsini_kms,
                         star.period, star.t0, star.domega, xp=np)
     mu = np.asarray(geo.mu)
@@ -307,6 +317,8 @@ def precompute(grid: SurfaceGrid, star: StarParams, times, vels, components: Com
     if np.any(n_vis == 0):
         raise ValueError("no cell is visible at some epoch; check inclination and grid")
     n_slot = int(n_vis.max())
+    if method == "auto":
+        method = "dense" if n_epoch * n_slot * 3 * len(vels) * 8 <= DENSE_AUTO_BYTES else "binned"
 
     if bin_width is not None and not float(bin_width) > 0:
         raise ValueError(f"bin_width must be > 0 km/s, got {bin_width!r}")

@@ -262,7 +262,7 @@ class Problem:
         grid, star, components: the nominal model; ``obs``: the data.
         t_phot, wavelength_nm: photosphere temperature (K) and wavelength (nm), needed to
             turn ``t_cool``/``t_hot`` grid values into Planck intensity ratios.
-        method: precompute method, ``"binned"`` or ``"dense"``.
+        method: precompute method, ``"auto"``, ``"binned"`` or ``"dense"``.
     """
 
     grid: SurfaceGrid
@@ -271,7 +271,7 @@ class Problem:
     components: ComponentSet
     t_phot: float | None = None
     wavelength_nm: float | None = None
-    method: str = "binned"
+    method: str = "auto"
 
 
 @dataclasses.dataclass(frozen=True)
