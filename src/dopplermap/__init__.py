@@ -13,7 +13,7 @@ _jax.config.update("jax_enable_x64", True)
 
 from .geometry import StarParams, cell_geometry, rotation_phase  # noqa: E402
 from .grid import SurfaceGrid, healpix_grid, latitude_band_grid, make_grid  # noqa: E402
-from .model import LineModel, Precomputed, forward, precompute, synthesize  # noqa: E402
+from .model import LineModel, Precomputed, fold_dense, forward, precompute, solve_form, synthesize  # noqa: E402
 from .objective import Layout, Observations, chi2, loss, seed_entropy, tikhonov  # noqa: E402
 from .profiles import (  # noqa: E402
     Component, ComponentSet, LimbDarkening, LocalProfile, gaussian, intensity_ratio, planck, tabulated, voigt,
@@ -25,7 +25,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "StarParams", "cell_geometry", "rotation_phase", "SurfaceGrid", "healpix_grid", "latitude_band_grid",
-    "make_grid", "LineModel", "Precomputed", "forward", "precompute", "synthesize", "Layout", "Observations",
+    "make_grid", "LineModel", "Precomputed", "forward", "precompute", "synthesize", "solve_form", "fold_dense", "Layout", "Observations",
     "chi2", "loss", "seed_entropy", "tikhonov", "Component", "ComponentSet", "LimbDarkening", "LocalProfile",
     "gaussian", "intensity_ratio", "planck", "tabulated", "voigt", "DEMO_SPOTS", "Simulation", "Spot",
     "demo_setup", "simulate", "spot_map", "InversionResult", "invert", "__version__",
