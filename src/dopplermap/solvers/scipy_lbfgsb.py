@@ -60,12 +60,23 @@ def compiled_value_and_grad(x, lmbd, pre, obs, regulariser="mem", penalty=1e4, j
     return compiled, {"trace_lower": t1 - t0, "compile": t2 - t1, "cached": False}
 
 
+MAX_RESTARTS = 10
+"""Restarts after a premature relative-reduction stop (see :func:`lbfgsb`)."""
+
+
 def lbfgsb(fn: Callable, x0: np.ndarray, lower: np.ndarray, upper: np.ndarray, *, tol: float = 1e-5,
-           maxiter: int = 1000, maxcor: int = 10, callback: Callable | None = None):
+           maxiter: int = 1000, maxcor: int = 10, callback: Callable | None = None,
+           max_restarts: int = MAX_RESTARTS):
     """Minimise with scipy L-BFGS-B; ``fn(x) -> (value, grad, aux)`` on float64 arrays.
 
     ``tol`` sets both ``ftol`` and ``gtol`` (as ``scipy.optimize.minimize(tol=...)`` and the
-    seed's jaxopt call do). Returns ``(scipy_result, history)``.
+    seed's jaxopt call do). L-BFGS-B stops as soon as one step reduces the loss by less than
+    ``ftol`` relative; with thousands of bounded variables that happens while the loss is
+    still falling fast (seen at the seed's size: a 6e-7 step right after 1e-3 steps, 3 %
+    above the optimum). So after such a stop the solve restarts from there with a fresh
+    memory, and ends when a restarted run gains less than ``tol`` in total (at most
+    ``max_restarts`` times). Returns ``(scipy_result, history)``; the result's ``nit`` and
+    ``nfev`` count all runs and ``restarts`` says how many there were.
     """
     last = {}
     history = {"loss": [], "chi2": [], "regulariser": []}
@@ -85,9 +96,21 @@ def lbfgsb(fn: Callable, x0: np.ndarray, lower: np.ndarray, upper: np.ndarray, *
             callback(len(history["loss"]), history)
 
     bounds = Bounds(np.asarray(lower, dtype=np.float64), np.asarray(upper, dtype=np.float64))
+    x = np.asarray(x0, dtype=np.float64)
+    nit = nfev = restarts = 0
+    f_before = None  # loss at the start of the current run (None: the first run)
     # One BLAS thread: L-BFGS-B's vectors are small, and OpenBLAS's idle threads spin on the
     # cores XLA needs next (measured: 13.3 -> 8.5 ms per evaluation at the seed size, 2 cores).
     with threadpool_limits(limits=1, user_api="blas"):
-        res = minimize(fun, np.asarray(x0, dtype=np.float64), jac=True, method="L-BFGS-B", bounds=bounds,
-                       tol=tol, callback=cb, options={"maxiter": maxiter, "maxcor": maxcor})
+        while True:
+            res = minimize(fun, x, jac=True, method="L-BFGS-B", bounds=bounds, tol=tol, callback=cb,
+                           options={"maxiter": max(maxiter - nit, 1), "maxcor": maxcor})
+            nit, nfev = nit + int(res.nit), nfev + int(res.nfev)
+            gained = np.inf if f_before is None else (f_before - res.fun) / max(abs(f_before), abs(res.fun), 1.0)
+            f_before, x = float(res.fun), res.x
+            ftol_stop = res.status == 0 and "REDUCTION" in str(res.message).upper()
+            if not ftol_stop or gained < tol or nit >= maxiter or restarts >= max_restarts:
+                break
+            restarts += 1
+    res.nit, res.nfev, res.restarts = nit, nfev, restarts
     return res, {k: np.asarray(v) for k, v in history.items()}
