@@ -228,3 +228,28 @@ def test_lambda_command_reads_target_toml(tmp_path):
     rows = (out_dir / "lcurve.csv").read_text().strip().splitlines()
     assert len(rows) == 4  # header + 3 lambdas
     assert (out_dir / "lcurve.png").stat().st_size > 1000
+
+
+def test_invert_writes_uncertainty_maps(tmp_path, capsys):
+    _dataset(tmp_path, n_epoch=8, n_cell=120, lightcurve=False, extra="")
+    cfg_path = tmp_path / "target.toml"
+    cfg_path.write_text(cfg_path.read_text() + '\n[uncertainty]\nmethods = ["sandwich"]\nn_boot = 3\n')
+    out_dir = tmp_path / "res"
+    # the CLI option overrides the TOML's methods
+    assert main(["invert", str(cfg_path), "--out", str(out_dir), "--quiet",
+                 "--uncertainty", "laplace", "--uncertainty", "bootstrap"]) == 0
+    summary = json.loads((out_dir / "summary.json").read_text())
+    assert summary["complete"]
+    for m in ("laplace", "bootstrap"):
+        name = "bootstrap" if m == "bootstrap" else "laplace-posterior-dense"
+        with np.load(out_dir / f"uncertainty_{name}.npz") as z:
+            hidden, sig = z["never_visible"], z["sigma_fssc"]
+            assert sig.shape == (120,) and np.all(np.isinf(sig[hidden])) and np.all(np.isfinite(sig[~hidden]))
+        assert (out_dir / f"uncertainty_{name}_cool.png").stat().st_size > 0
+        assert summary[f"sigma_fssc_median_{m}"] > 0
+        assert f"uncertainty_{name}.npz" in summary["files"]
+    assert not list(out_dir.glob("uncertainty_laplace-sandwich*"))
+    bad = tmp_path / "bad.toml"
+    bad.write_text(cfg_path.read_text().replace('methods = ["sandwich"]', 'methods = ["jackknife"]'))
+    with pytest.raises(ValueError, match=r"\[uncertainty\] methods\[0\]"):
+        load_config(bad)

@@ -110,6 +110,16 @@ class InversionConfig:
     method: str = "auto"
 
 
+UNCERTAINTY_METHODS = ("laplace", "sandwich", "bootstrap")
+
+
+@dataclasses.dataclass(frozen=True)
+class UncertaintyConfig:
+    methods: tuple[str, ...] = ()
+    n_boot: int = 20
+    seed: int = 0
+
+
 @dataclasses.dataclass(frozen=True)
 class TargetConfig:
     data: DataConfig
@@ -120,6 +130,7 @@ class TargetConfig:
     gravity_darkening: GravityConfig = GravityConfig()
     grid: GridConfig = GridConfig()
     inversion: InversionConfig = InversionConfig()
+    uncertainty: UncertaintyConfig = UncertaintyConfig()
     base_dir: str = "."
     source: str = "<config>"
 
@@ -269,6 +280,13 @@ def _validate(cfg: TargetConfig):
     _positive(f"{s}: [inversion] tol", inv.tol)
     if inv.maxiter < 1:
         raise ValueError(f"{s}: [inversion] maxiter must be >= 1, got {inv.maxiter!r}")
+    unc = cfg.uncertainty
+    for i, m in enumerate(unc.methods):
+        if m not in UNCERTAINTY_METHODS:
+            raise ValueError(f"{s}: [uncertainty] methods[{i}] must be one of {', '.join(UNCERTAINTY_METHODS)}, "
+                             f"got {m!r}")
+    if unc.n_boot < 2:
+        raise ValueError(f"{s}: [uncertainty] n_boot must be >= 2, got {unc.n_boot!r}")
 
 
 def parse_config(table: dict, *, source: str = "<config>", base_dir: str = ".") -> TargetConfig:
@@ -367,4 +385,9 @@ fit_amp = true                       # free additive offset per epoch
 tol = 1e-5
 maxiter = 1000
 method = "auto"                      # auto (dense while its cube <= 512 MiB) | binned (memory-light) | dense (exact)
+
+[uncertainty]                        # per-cell uncertainty maps written into the result folder
+methods = []                         # any of "laplace" (posterior), "sandwich", "bootstrap"; [] = none
+n_boot = 20                          # bootstrap resamples over epochs
+seed = 0                             # bootstrap random seed
 '''

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import time
@@ -114,13 +115,51 @@ def _atomic(path: Path, write):
     os.replace(tmp, path)
 
 
-def run_target(cfg, out: Path, *, plots: bool = True, quiet: bool = True, config_file=None) -> dict:
+def uncertainty_writers(methods, pre, obs, res, grid, *, n_boot: int = 20, seed: int = 0, plots: bool = True,
+                        report=None):
+    """Compute the requested uncertainties; return ``(writers, scalars)`` for :func:`save_result`.
+
+    ``methods``: any of ``laplace`` (posterior width), ``sandwich`` and ``bootstrap``. The
+    Laplace diagonal is exact (dense Hessian) up to 3000 free parameters, Hutchinson beyond.
+    Each method adds ``uncertainty_<name>.npz`` and, with ``plots``, one PNG per component.
+    """
+    from .. import uncertainty as U
+
+    writers, scalars = [], {}
+    hutch = 2 * pre.n_cell + 2 * pre.n_epoch > 3000
+    for m in dict.fromkeys(methods):
+        step = report.step(f"uncertainty ({m})") if report is not None else contextlib.nullcontext()
+        with step:
+            if m == "bootstrap":
+                unc = U.bootstrap(pre, obs, res, n_boot=n_boot, seed=seed)
+            else:
+                unc = U.laplace(pre, obs, res, kind="posterior" if m == "laplace" else "sandwich",
+                                method="hutchinson" if hutch else "dense")
+        seen = ~unc.never_visible
+        scalars[f"sigma_fssc_median_{m}"] = float(np.median(unc.sigma_fssc[seen])) if seen.any() else None
+        scalars[f"sigma_fssh_median_{m}"] = float(np.median(unc.sigma_fssh[seen])) if seen.any() else None
+        scalars[f"uncertainty_time_{m}"] = unc.time
+
+        def write(folder, unc=unc):
+            path = U.save_uncertainty(unc, folder)
+            if plots:
+                for comp, fill in (("cool", res.fssc), ("hot", res.fssh)):
+                    U.plot_uncertainty(grid, fill, unc, folder / f"{path.stem}_{comp}.png", component=comp)
+
+        writers.append(write)
+    return writers, scalars
+
+
+def run_target(cfg, out: Path, *, plots: bool = True, quiet: bool = True, config_file=None,
+               uncertainty=None) -> dict:
     """Run the inversion a target config describes and write a result folder at ``out``.
 
     The folder is the standard one of :func:`dopplermap.io.results.save_result` (map.fits,
     profiles.fits with the light curve of a joint fit, config.json, a copy of the TOML
-    file, summary.json and, unless ``plots`` is False, the figures). Progress goes to
-    stderr unless ``quiet``. Returns the summary written.
+    file, summary.json and, unless ``plots`` is False, the figures), plus the uncertainty
+    maps of ``[uncertainty] methods`` (or of ``uncertainty``, a list overriding them; see
+    :func:`uncertainty_writers`; with a light curve they cover the line profiles only).
+    Progress goes to stderr unless ``quiet``. Returns the summary written.
     """
     import dataclasses
 
@@ -148,15 +187,20 @@ def run_target(cfg, out: Path, *, plots: bool = True, quiet: bool = True, config
             model = lightcurve_model(jnp.asarray(res.fssc), jnp.asarray(res.fssh), lc)
             light_curve = {"times": np.asarray(lc.times), "flux": np.asarray(lc.flux), "err": np.asarray(lc.err),
                            "model": np.asarray(model)}
+        methods = tuple(cfg.uncertainty.methods if uncertainty is None else uncertainty)
+        writers, unc_scalars = uncertainty_writers(methods, prob["pre"], obs, res, grid, n_boot=cfg.uncertainty.n_boot,
+                                                   seed=cfg.uncertainty.seed, plots=plots, report=rep)
+        if methods and lc is not None:
+            unc_scalars["uncertainty_note"] = "line profiles only (the light curve is not part of the uncertainty)"
         config = {"command": "invert", **dataclasses.asdict(cfg)}
         extra = dict(target=cfg.source, n_files=len(prob["files"]), n_cell=grid.n_cell, n_epoch=obs.n_epoch,
                      n_vel=obs.n_vel, n_lc=None if lc is None else lc.n_lc, method=prob["pre"].line.method,
                      macroturbulence=cfg.line.macroturbulence, gravity_darkening=cfg.gravity_darkening.enabled,
-                     setup_time=t_setup, total_time=time.perf_counter() - t0)
+                     setup_time=t_setup, total_time=time.perf_counter() - t0, **unc_scalars)
         with rep.step("write results" + (" + figures" if plots else "")):
             res = with_context(res, grid=grid, star=prob["star"], obs=obs, pre=prob["pre"],
                                components=prob["components"], light_curve=light_curve, config=config, extra=extra)
-            summary = save_result(res, out, plots=plots, config_file=config_file)
+            summary = save_result(res, out, plots=plots, config_file=config_file, extra_writers=writers)
     return summary
 
 
@@ -179,12 +223,16 @@ def register(group):
                   show_default=True, help="Output folder (replaced if it holds an earlier result).")
     @click.option("--quiet", is_flag=True, help="No progress display.")
     @click.option("--no-plots", is_flag=True, help="Skip the figures.")
-    def invert(target, out, quiet, no_plots):
+    @click.option("--uncertainty", "uncertainty", multiple=True,
+                  type=click.Choice(["laplace", "sandwich", "bootstrap"]),
+                  help="Also write per-cell uncertainty maps (repeatable; overrides [uncertainty] methods).")
+    def invert(target, out, quiet, no_plots, uncertainty):
         """Map the star described by the TOML file TARGET; write a result folder to --out."""
         from ..config import load_config
 
         cfg = load_config(target)
-        s = run_target(cfg, out, plots=not no_plots, quiet=quiet, config_file=target)
+        s = run_target(cfg, out, plots=not no_plots, quiet=quiet, config_file=target,
+                       uncertainty=list(uncertainty) if uncertainty else None)
         lc = f"  chi2(lc) {s['chi2_lc']:.4f}" if s.get("chi2_lc") is not None else ""
         click.echo(f"chi2 {s['chi2']:.4f}{lc}  iterations {s['iterations']}  {s['stop_reason']}  "
                    f"solve {s['solve_time']:.1f} s")

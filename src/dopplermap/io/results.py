@@ -314,7 +314,7 @@ def _write_files(res, tmp: Path, config_file, plots: bool, plot_kwargs: dict) ->
 
 
 def save_result(result, path, *, plots: bool = True, config_file=None, overwrite: bool = True,
-                plot_kwargs: dict | None = None) -> dict:
+                plot_kwargs: dict | None = None, extra_writers=()) -> dict:
     """Write a result folder at ``path`` atomically; returns the summary dict written.
 
     Args:
@@ -324,6 +324,8 @@ def save_result(result, path, *, plots: bool = True, config_file=None, overwrite
         plots: also draw the figures of :func:`dopplermap.plot.plot_result`.
         config_file: the user's configuration file, copied verbatim.
         plot_kwargs: passed to :func:`dopplermap.plot.plot_result`.
+        extra_writers: callables ``writer(folder)`` that add files (e.g. uncertainty maps)
+            to the folder before it is completed and swapped into place.
     """
     path = Path(path)
     if _PREFETCH is not None:
@@ -343,6 +345,8 @@ def save_result(result, path, *, plots: bool = True, config_file=None, overwrite
     try:
         t0 = time.perf_counter()
         timings = _write_files(result, tmp, config_file, plots, plot_kwargs or {})
+        for writer in extra_writers:
+            writer(tmp)
         summary = _summary(result, {"write_time": timings["write_time"], "plot_time": timings["plot_time"]})
         summary["figures"] = timings["figures"]
         summary["files"] = sorted(p.name for p in tmp.iterdir()) + [_MARKER]
