@@ -3,9 +3,11 @@
 Each size runs in a fresh process (peak RSS = ru_maxrss of that child; on GPU also the
 device's peak bytes). Doubling series from the seed size (2500 cells, 150 epochs, 32 vels):
 n_cell to 40k, n_epoch to 1200, n_vel to 128, plus the 20k x 600 x 64 memory check.
-Prints a table with the growth factor per doubling.
+Prints a table with the growth factor per doubling. ``--method binned`` (default: the
+memory-light model, the same method at every size) or ``auto`` (what ``precompute`` picks:
+dense, folded to float32 as the solvers use it, up to 512 MiB of cube; binned beyond).
 
-    PYTHONPATH=src python benchmarks/bench_scaling.py [--out scaling.json] [--quick]
+    PYTHONPATH=src python benchmarks/bench_scaling.py [--out scaling.json] [--quick] [--method auto]
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import numpy as np
 BASE = (2500, 150, 32)
 
 
-def child(n_cell, n_epoch, n_vel):
+def child(n_cell, n_epoch, n_vel, method="binned"):
     import jax
     import jax.numpy as jnp
     import dopplermap as dm
@@ -31,7 +33,7 @@ def child(n_cell, n_epoch, n_vel):
     from dopplermap.solvers.scipy_lbfgsb import compiled_value_and_grad
     star, grid, times, vels, comps = dm.demo_setup(n_cell=n_cell, n_epoch=n_epoch, n_vel=n_vel)
     t0 = time.perf_counter()
-    pre = dm.precompute(grid, star, times, vels, comps)
+    pre = dm.solve_form(dm.precompute(grid, star, times, vels, comps, method=method))
     pre_t = time.perf_counter() - t0
     lay = Layout(pre.n_cell, pre.n_epoch)
     x = jnp.asarray(lay.initial(0.05))
@@ -45,15 +47,16 @@ def child(n_cell, n_epoch, n_vel):
         jax.block_until_ready(fn(x, 1.0, pre, obs))
         ts.append(time.perf_counter() - t1)
     stats = jax.devices()[0].memory_stats() or {}
-    return {"n_cell": pre.n_cell, "n_epoch": n_epoch, "n_vel": n_vel, "vg_ms": 1e3 * min(ts),
+    return {"n_cell": pre.n_cell, "n_epoch": n_epoch, "n_vel": n_vel, "method": pre.line.method, "vg_ms": 1e3 * min(ts),
             "precompute_s": pre_t, "compile_s": timing["compile"] + timing["trace_lower"],
             "model_MB": pre.line.nbytes() / 1e6,
             "peak_rss_MB": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "device_peak_MB": stats.get("peak_bytes_in_use", 0) / 1e6}
 
 
-def run(size):
-    p = subprocess.run([sys.executable, __file__, "--child", *map(str, size)], capture_output=True, text=True)
+def run(size, method="binned"):
+    p = subprocess.run([sys.executable, __file__, "--child", *map(str, size), "--method", method],
+                       capture_output=True, text=True)
     if p.returncode != 0:
         return {"n_cell": size[0], "n_epoch": size[1], "n_vel": size[2], "error": p.stderr[-400:]}
     return json.loads(p.stdout.strip().splitlines()[-1])
@@ -64,9 +67,10 @@ def main():
     ap.add_argument("--out")
     ap.add_argument("--quick", action="store_true", help="two doublings per axis only")
     ap.add_argument("--child", nargs=3, type=int)
+    ap.add_argument("--method", choices=["binned", "auto"], default="binned")
     args = ap.parse_args()
     if args.child:
-        print(json.dumps(child(*args.child)))
+        print(json.dumps(child(*args.child, method=args.method)))
         return
     k = 2 if args.quick else 4
     series = {"n_cell": [(BASE[0] * 2**i, BASE[1], BASE[2]) for i in range(k + 1)],
@@ -78,10 +82,10 @@ def main():
         res = []
         for s in sizes:
             if s not in rows:
-                rows[s] = run(s)
+                rows[s] = run(s, args.method)
             res.append(rows[s])
         results["series"][axis] = res
-    results["target"] = run((20000, 600, 64))
+    results["target"] = run((20000, 600, 64), args.method)
     base = rows[BASE]
     hdr = f"{'series':8s} {'n_cell':>7s} {'n_epoch':>7s} {'n_vel':>5s} {'vg ms':>9s} {'x/doubling':>10s} " \
           f"{'size ratio':>10s} {'RSS MB':>8s} {'dev MB':>8s} {'model MB':>9s}"
