@@ -194,26 +194,26 @@ _EVAL_CHUNK = 1 << 20  # points per block of MuProfile evaluation (bounds tempor
 
 def _table_eval(depth, u0, du, v, mu):
     """Bicubic Lagrange interpolation of ``1 - depth`` at (v, mu) (1-D, same length);
-    continuum outside the table. NumPy: no compilation per input shape."""
+    continuum outside the table (those points cost nothing). NumPy: no compilation per shape."""
     n_mu, n_u = depth.shape
     flat = depth.reshape(-1)
-    out = np.empty(v.shape, dtype=float)
-    for i0 in range(0, v.size, _EVAL_CHUNK):
-        sl = slice(i0, i0 + _EVAL_CHUNK)
-        x = (v[sl] - u0) / du
-        inside = (x >= 0.0) & (x <= n_u - 1)
-        jv, tv = _stencil(np.clip(x, 0.0, n_u - 1.0), n_u)
+    x_all = (v - u0) / du
+    out = np.ones(v.shape, dtype=float)
+    idx = np.flatnonzero((x_all >= 0.0) & (x_all <= n_u - 1))
+    for i0 in range(0, idx.size, _EVAL_CHUNK):
+        sl = idx[i0:i0 + _EVAL_CHUNK]
+        jv, tv = _stencil(x_all[sl], n_u)
         jm, tm = _stencil(np.clip(mu[sl], 0.0, 1.0) * (n_mu - 1), n_mu)
         wv = lagrange_weights(tv)
         wm = lagrange_weights(tm)
         base = jm * n_u + jv
-        acc = np.zeros(x.shape)
+        acc = np.zeros(sl.shape)
         for a in range(4):
             row = wv[:, 0] * flat[base + a * n_u]
             for b in range(1, 4):
                 row += wv[:, b] * flat[base + (a * n_u + b)]
             acc += wm[:, a] * row
-        out[sl] = np.where(inside, 1.0 - acc, 1.0)
+        out[sl] = 1.0 - acc
     return out
 
 
@@ -229,18 +229,18 @@ def _rows_eval(rows, u0, du, v, ridx):
     """``1 - rows[ridx, .]`` interpolated (cubic) at velocities ``v`` (1-D, same length)."""
     n_u = rows.shape[1]
     flat = rows.reshape(-1)
-    out = np.empty(v.shape, dtype=float)
-    for i0 in range(0, v.size, _EVAL_CHUNK):
-        sl = slice(i0, i0 + _EVAL_CHUNK)
-        x = (v[sl] - u0) / du
-        inside = (x >= 0.0) & (x <= n_u - 1)
-        jv, tv = _stencil(np.clip(x, 0.0, n_u - 1.0), n_u)
+    x_all = (v - u0) / du
+    out = np.ones(v.shape, dtype=float)
+    idx = np.flatnonzero((x_all >= 0.0) & (x_all <= n_u - 1))
+    for i0 in range(0, idx.size, _EVAL_CHUNK):
+        sl = idx[i0:i0 + _EVAL_CHUNK]
+        jv, tv = _stencil(x_all[sl], n_u)
         wv = lagrange_weights(tv)
         base = ridx[sl] * n_u + jv
         acc = wv[:, 0] * flat[base]
         for b in range(1, 4):
             acc += wv[:, b] * flat[base + b]
-        out[sl] = np.where(inside, 1.0 - acc, 1.0)
+        out[sl] = 1.0 - acc
     return out
 
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import weakref
 
 import jax
 import jax.numpy as jnp
@@ -433,11 +434,19 @@ def with_exact_numerator(solve_pre: Precomputed, pre: Precomputed, fssc, fssh) -
 def solve_form(pre: Precomputed, cube_dtype="float32") -> Precomputed:
     """The model a solver should iterate on: dense models folded (:func:`fold_dense`), others as is.
 
-    ``cube_dtype=None`` (or a non-dense model) returns ``pre`` unchanged.
+    ``cube_dtype=None`` (or a non-dense model) returns ``pre`` unchanged. The folded model
+    is cached per dense model (weakly: it goes when the dense model goes).
     """
     if cube_dtype is None or pre.line.method != "dense":
         return pre
-    return dataclasses.replace(pre, line=fold_dense(pre.line, cube_dtype))
+    key = jnp.dtype(cube_dtype).name
+    folds = _FOLDED.setdefault(pre.line, {})  # a lambda sweep or bootstrap folds each model once
+    if key not in folds:
+        folds[key] = fold_dense(pre.line, cube_dtype)
+    return dataclasses.replace(pre, line=folds[key])
+
+
+_FOLDED: "weakref.WeakKeyDictionary[LineModel, dict]" = weakref.WeakKeyDictionary()
 
 
 def _fill_stack(fssc, fssh):

@@ -112,7 +112,9 @@ def invert_device(pre: Precomputed, obs: Observations, *, lmbd: float = 1.0, reg
     """Like :func:`dopplermap.invert` but solved by projected L-BFGS on the device.
 
     ``tol`` is both the relative-reduction and projected-gradient tolerance (as scipy's);
-    ``cube_dtype`` as in :func:`dopplermap.invert` (dense models only).
+    ``cube_dtype`` as in :func:`dopplermap.invert` (dense models only). Unlike the scipy
+    path, the reported loss, chi2 and model are those of the solver's last evaluation, so
+    with a float32 cube they carry its rounding (~1e-8 relative in the loss).
     """
     if not np.isfinite(lmbd) or lmbd < 0:
         raise ValueError(f"lmbd must be a finite number >= 0, got {lmbd!r}")
