@@ -192,14 +192,18 @@ def _stencil(x, n):
 _EVAL_CHUNK = 1 << 20  # points per block of MuProfile evaluation (bounds temporaries)
 
 
+def _table_positions(v, u0, du, n_u):
+    """Fractional table positions of ``v``, an all-continuum output, and the points inside."""
+    x = (v - u0) / du
+    return x, np.ones(v.shape, dtype=float), np.flatnonzero((x >= 0.0) & (x <= n_u - 1))
+
+
 def _table_eval(depth, u0, du, v, mu):
     """Bicubic Lagrange interpolation of ``1 - depth`` at (v, mu) (1-D, same length);
     continuum outside the table (those points cost nothing). NumPy: no compilation per shape."""
     n_mu, n_u = depth.shape
     flat = depth.reshape(-1)
-    x_all = (v - u0) / du
-    out = np.ones(v.shape, dtype=float)
-    idx = np.flatnonzero((x_all >= 0.0) & (x_all <= n_u - 1))
+    x_all, out, idx = _table_positions(v, u0, du, n_u)
     for i0 in range(0, idx.size, _EVAL_CHUNK):
         sl = idx[i0:i0 + _EVAL_CHUNK]
         jv, tv = _stencil(x_all[sl], n_u)
@@ -229,9 +233,7 @@ def _rows_eval(rows, u0, du, v, ridx):
     """``1 - rows[ridx, .]`` interpolated (cubic) at velocities ``v`` (1-D, same length)."""
     n_u = rows.shape[1]
     flat = rows.reshape(-1)
-    x_all = (v - u0) / du
-    out = np.ones(v.shape, dtype=float)
-    idx = np.flatnonzero((x_all >= 0.0) & (x_all <= n_u - 1))
+    x_all, out, idx = _table_positions(v, u0, du, n_u)
     for i0 in range(0, idx.size, _EVAL_CHUNK):
         sl = idx[i0:i0 + _EVAL_CHUNK]
         jv, tv = _stencil(x_all[sl], n_u)
