@@ -127,12 +127,13 @@ def main():
     print("device tight", out["device_tol1e-8"], flush=True)
     if not args.quick:
         lmbds = np.geomspace(0.1, 10.0, 8)
-        b = invert_batch(pre, sim.obs, lmbds=lmbds, tol=1e-5)
         one = invert_device(pre, sim.obs, lmbd=float(lmbds[0]), tol=1e-5)  # compiled already above? shape same
-        out["batch8"] = {"solve_s": b[0].solve_time, "compile_s": b[0].compile_time,
-                         "one_solve_s": d.solve_time, "ratio_to_one": b[0].solve_time / d.solve_time,
-                         "iterations": [x.iterations for x in b], "one_lmbd0_s": one.solve_time}
-        print("batch", out["batch8"], flush=True)
+        for mode in ("vmap", "sequential"):
+            b = invert_batch(pre, sim.obs, lmbds=lmbds, tol=1e-5, mode=mode)
+            out[f"batch8_{mode}"] = {"solve_s": b[0].solve_time, "compile_s": b[0].compile_time,
+                                     "one_solve_s": d.solve_time, "ratio_to_one": b[0].solve_time / d.solve_time,
+                                     "iterations": [x.iterations for x in b], "one_lmbd0_s": one.solve_time}
+            print(f"batch ({mode})", out[f"batch8_{mode}"], flush=True)
         with tempfile.TemporaryDirectory() as cache:
             runs = []
             for _ in range(2):

@@ -48,19 +48,24 @@ def test_device_reaches_scipy_loss(problem):
 def test_batch_equals_single_solves(problem):
     pre, sim = problem
     lmbds = [0.3, 1.0, 3.0]
-    batch = invert_batch(pre, sim.obs, lmbds=lmbds, tol=1e-9, maxiter=3000)
-    assert [b.lmbd for b in batch] == lmbds
-    for lm, b in zip(lmbds, batch):
+    batch = invert_batch(pre, sim.obs, lmbds=lmbds, tol=1e-9, maxiter=3000, mode="vmap")
+    seq = invert_batch(pre, sim.obs, lmbds=lmbds, tol=1e-9, maxiter=3000, mode="sequential")
+    assert [b.lmbd for b in batch] == lmbds == [b.lmbd for b in seq]
+    for lm, b, q in zip(lmbds, batch, seq):
         one = invert_device(pre, sim.obs, lmbd=lm, tol=1e-9, maxiter=3000)
         # same algorithm; vmap changes float rounding, so the paths differ: compare converged losses
         assert abs(b.loss - one.loss) <= 1e-6 * abs(one.loss)
+        assert q.loss == one.loss  # sequential runs the very same compiled solve
     # more regularisation -> larger chi-square
     assert batch[0].chi2 < batch[2].chi2
     # bootstrap-style batch over observation sets
     rng = np.random.default_rng(0)
     flux = np.asarray(sim.obs.flux)[None] + rng.normal(size=(2,) + sim.obs.flux.shape) * np.asarray(sim.obs.err)
-    boot = invert_batch(pre, sim.obs, flux=flux, tol=1e-6)
+    boot = invert_batch(pre, sim.obs, flux=flux, tol=1e-6, mode="vmap")
+    boot_seq = invert_batch(pre, sim.obs, flux=flux, tol=1e-6, mode="sequential")
     assert len(boot) == 2 and boot[0].loss != boot[1].loss
+    for b, q in zip(boot, boot_seq):
+        assert abs(b.loss - q.loss) <= 1e-4 * abs(q.loss)
 
 
 def test_batch_bad_input(problem):
@@ -69,6 +74,8 @@ def test_batch_bad_input(problem):
         invert_batch(pre, sim.obs, lmbds=[1.0, -2.0])
     with pytest.raises(ValueError, match="flux must have shape"):
         invert_batch(pre, sim.obs, flux=np.ones((2, 3, 4)))
+    with pytest.raises(ValueError, match="mode"):
+        invert_batch(pre, sim.obs, lmbds=[1.0], mode="parallel")
     with pytest.raises(ValueError, match="lmbd"):
         invert_device(pre, sim.obs, lmbd=float("nan"))
 
