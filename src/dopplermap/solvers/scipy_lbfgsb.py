@@ -13,7 +13,14 @@ from typing import Callable
 import jax
 import numpy as np
 from scipy.optimize import Bounds, minimize
-from threadpoolctl import threadpool_limits
+
+try:  # a declared dependency; the fallback only keeps ad-hoc environments (e.g. a bare GPU box) working
+    from threadpoolctl import threadpool_limits
+except ImportError:  # pragma: no cover
+    import contextlib
+
+    def threadpool_limits(**_kwargs):
+        return contextlib.nullcontext()
 
 from ..objective import objective_terms
 
