@@ -88,6 +88,9 @@ def test_dense_solve_float32_cube_reports_float64_values(small_problem):
         assert abs(r.chi2 - float(c2)) <= 1e-12 * float(c2)
         np.testing.assert_allclose(r.model, np.asarray(dm.forward(*map(jnp.asarray, (r.fssc, r.fssh, r.rv, r.amp)), pd)),
                                    rtol=0, atol=1e-13)
+    # the folded model itself is accepted too (values then from its float32 cube)
+    rf = dm.invert(dm.solve_form(pd), sim.obs, lmbd=1.0, tol=1e-6)
+    assert rf.cube_dtype == "float32" and abs(rf.loss - r32.loss) <= 1e-6 * r32.loss
     # float32 iterations stop near the float64 optimum (f64 at tol 1e-5 is 5e-4 above it here)
     assert r64.loss <= r32.loss <= (1 + 2e-4) * r64.loss
     with pytest.raises(ValueError, match="cube_dtype"):

@@ -420,12 +420,13 @@ def dense_numerator(fssc, fssh, line: LineModel) -> np.ndarray:
 def with_exact_numerator(solve_pre: Precomputed, pre: Precomputed, fssc, fssh) -> Precomputed:
     """``solve_pre`` (from :func:`solve_form`) set to evaluate exactly at ``(fssc, fssh)``.
 
-    For a float32 folded model the numerator is computed from the dense ``pre`` in float64
-    NumPy and substituted (value only), so the same compiled objective reports float64
-    values; other models are returned unchanged.
+    For a float32 folded model the numerator is computed from the dense ``pre`` it was
+    folded from, in float64 NumPy, and substituted (value only), so the same compiled
+    objective reports float64 values. Other models, or a ``pre`` that is not dense (a caller
+    that passed the folded model itself), are returned unchanged.
     """
     line = solve_pre.line
-    if line.use_exact is None:
+    if line.use_exact is None or pre.line.method != "dense":
         return solve_pre
     num = jnp.asarray(dense_numerator(fssc, fssh, pre.line), dtype=line.base.dtype)
     return dataclasses.replace(solve_pre, line=dataclasses.replace(line, num_exact=num, use_exact=jnp.asarray(True)))

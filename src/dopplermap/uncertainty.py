@@ -40,9 +40,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from .constants import FILL_MAX, FILL_MIN
-from .model import LineModel, Precomputed
+from .model import _EPOCH_FIELDS, LineModel, Precomputed, solve_form
 from .objective import DEFAULT_PENALTY, Layout, Observations, loss
-from .solvers import InversionResult, invert
+from .solvers import InversionResult, invert, resolve_cube_dtype
 
 __all__ = ["Uncertainty", "bootstrap", "laplace", "resample_epochs", "never_visible", "hvp_function",
            "plot_uncertainty", "save_uncertainty"]
@@ -90,7 +90,7 @@ def resample_epochs(pre: Precomputed, obs: Observations, idx) -> tuple[Precomput
     line = pre.line
     j = jnp.asarray(idx)
     fields = {f.name: getattr(line, f.name) for f in dataclasses.fields(line)}
-    for name in ("cell", "pos", "weight", "beta", "jbase", "local"):
+    for name in _EPOCH_FIELDS:
         if fields[name] is not None:
             fields[name] = fields[name][j]
     new_pre = Precomputed(line=LineModel(**fields), cell_area=pre.cell_area, edges=pre.edges)
@@ -113,6 +113,8 @@ def bootstrap(pre: Precomputed, obs: Observations, best: InversionResult, *, n_b
     t0 = time.perf_counter()
     rng = np.random.default_rng(seed)
     n_e = pre.n_epoch
+    # resample the form the solver iterates on (folding is per epoch): fold once, not per resample
+    pre = solve_form(pre, resolve_cube_dtype("auto", tol))
     samples = np.empty((int(n_boot), 2, pre.n_cell))
     for b in range(int(n_boot)):
         idx = rng.integers(0, n_e, n_e)

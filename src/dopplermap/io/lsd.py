@@ -122,24 +122,33 @@ def _read_donati(path: Path, text: list[str]) -> LineProfile:
     return _check_rows(path, rows, lines)
 
 
+def _data_lines(text: list[str], skip=("#",)):
+    """``(line number, tokens)`` of the data lines: blank lines, lines starting with one of
+    ``skip`` and one leading header line of column names are left out."""
+    header_seen = data_seen = False
+    for ln, line in enumerate(text, start=1):
+        s = line.strip()
+        if not s or s.startswith(skip):
+            continue
+        toks = _split(s)
+        if not data_seen and not header_seen:
+            try:
+                [float(t) for t in toks]
+            except ValueError:
+                header_seen = True  # one header line of column names
+                continue
+        data_seen = True
+        yield ln, toks
+
+
 def read_text_columns(path: Path, text: list[str], what: str) -> tuple[list, list]:
     """First three columns of a whitespace/CSV table as floats, and their line numbers.
 
     Blank and ``#`` lines are skipped, as is one header line of column names; every data
     row needs the first row's column count (>= 3). ``what`` names the columns in errors.
     """
-    rows, lines, n_col, header_seen = [], [], None, False
-    for ln, line in enumerate(text, start=1):
-        s = line.strip()
-        if not s or s.startswith("#"):
-            continue
-        toks = _split(s)
-        if not rows and not header_seen:
-            try:
-                [float(t) for t in toks]
-            except ValueError:
-                header_seen = True  # one header line of column names
-                continue
+    rows, lines, n_col = [], [], None
+    for ln, toks in _data_lines(text):
         if n_col is None:
             n_col = len(toks)
             if n_col < 3:
@@ -400,18 +409,8 @@ def read_local_profile(path):
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"local-profile file not found: {path}")
-    rows, lines, header_seen = [], [], False
-    for ln, line in enumerate(path.read_text().splitlines(), start=1):
-        s = line.strip()
-        if not s or s.startswith("#") or s.startswith("***"):
-            continue
-        toks = _split(s)
-        if not rows and not header_seen:
-            try:
-                [float(t) for t in toks]
-            except ValueError:
-                header_seen = True
-                continue
+    rows, lines = [], []
+    for ln, toks in _data_lines(path.read_text().splitlines(), skip=("#", "***")):
         if len(toks) < 2:
             raise ValueError(f"{path}:{ln}: expected at least 2 columns (velocity, I/Ic), got {len(toks)}")
         row = [_float(t, f"{path}:{ln}") for t in toks[:2]]
