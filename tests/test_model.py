@@ -145,7 +145,7 @@ def test_folded_dense_equals_dense(small_problem, dtype, atol):
     star, grid, times, vels, comps, _ = small_problem
     pd = dm.precompute(grid, star, times, vels, comps, method="dense")
     pf = solve_form(pd, dtype)
-    assert pf.line.method == "folded" and pf.line.local.shape[2] == 2
+    assert pf.line.method == "folded" and pf.line.local.shape[3] == 2 and pf.line.local.shape[1] == pd.line.n_vel + 1
     assert pf.line.local.dtype == jnp.dtype(dtype)
     state = _random_state(grid.n_cell, len(times), 3)
     ref = np.asarray(dm.forward(*state, pd))
