@@ -70,9 +70,22 @@ def _gather_bwd(res, gbar):
 gather_cells.defvjp(_gather_fwd, _gather_bwd)
 
 
-def _take_slots_unsigned(f, cell):
-    # unsigned indices: no negative-index wrap-around (a select per index) before the gather
-    return f.at[cell.astype(jnp.uint32)].get(mode="promise_in_bounds")
+_SLOT_GATHER = jax.lax.GatherDimensionNumbers(offset_dims=(2,), collapsed_slice_dims=(0,), start_index_map=(0,))
+_SLOT_SCATTER = jax.lax.ScatterDimensionNumbers(update_window_dims=(2,), inserted_window_dims=(0,),
+                                                scatter_dims_to_operand_dims=(0,))
+
+
+def _slots_of(f, cell):
+    # lax.gather straight on the int32 indices: jnp indexing would add a negative-index
+    # wrap-around (a select, or a converted copy of the indices) per call
+    return jax.lax.gather(f, cell[..., None], _SLOT_GATHER, (1, f.shape[1]),
+                          mode=jax.lax.GatherScatterMode.PROMISE_IN_BOUNDS)
+
+
+def _slots_add_back(gbar, cell, n_cell):
+    out = jnp.zeros((n_cell, gbar.shape[-1]), gbar.dtype)
+    return jax.lax.scatter_add(out, cell[..., None], gbar, _SLOT_SCATTER,
+                               mode=jax.lax.GatherScatterMode.PROMISE_IN_BOUNDS)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
@@ -88,7 +101,7 @@ def gather_slots(f, cell, pos, dtype):
         f: (n_cell, K). cell: (n_epoch, n_slot) int32. pos: (n_epoch, n_cell) inverse map.
         dtype: dtype of the result (static).
     """
-    return _take_slots_unsigned(f.astype(dtype), cell)
+    return _slots_of(f.astype(dtype), cell)
 
 
 def _slots_fwd(f, cell, pos, dtype):
@@ -99,9 +112,7 @@ def _slots_bwd(dtype, res, gbar):
     cell, pos, proto = res
     gbar = gbar.astype(proto.dtype)
     if jax.default_backend() == "cpu":
-        n_k = gbar.shape[-1]
-        out = jnp.zeros((pos.shape[1], n_k), gbar.dtype)
-        return out.at[cell.reshape(-1).astype(jnp.uint32)].add(gbar.reshape(-1, n_k), mode="promise_in_bounds"), None, None
+        return _slots_add_back(gbar, cell, pos.shape[1]), None, None
     return _take_back(gbar, pos), None, None
 
 
