@@ -128,9 +128,12 @@ def test_epoch_chunks_equal_one_pass(small_problem, method, monkeypatch):
     x = jnp.concatenate(state)
     lay = dm.Layout(grid.n_cell, len(times))
     g_whole = np.asarray(jax.grad(lambda x: jnp.sum(dm.forward(*lay.split(x), pre) ** 2))(x))
-    # 7 epochs per chunk: 24 epochs -> 4 chunks, the last one padded
+    # at most 7 epochs per chunk: 24 epochs -> 4 equal chunks of 6
     monkeypatch.setattr(model, "SLOTS_PER_CHUNK", 7 * pre.line.cell.shape[1])
-    assert model._epoch_chunk(pre.line) == 7
+    assert model._epoch_chunk(pre.line) == 6
+    # at most 5: 5 chunks of 5, the last one padded by an epoch
+    monkeypatch.setattr(model, "SLOTS_PER_CHUNK", 5 * pre.line.cell.shape[1] + 3)
+    assert model._epoch_chunk(pre.line) == 5
     chunked = np.asarray(dm.forward(*state, pre))
     g_chunked = np.asarray(jax.grad(lambda x: jnp.sum(dm.forward(*lay.split(x), pre) ** 2))(x))
     np.testing.assert_allclose(chunked, whole, rtol=0, atol=1e-13)

@@ -242,6 +242,16 @@ def test_npz_rejects_broken_index(tmp_path, dicts):
     np.savez(tmp_path / "bad.npz", **arrays)
     with pytest.raises(ValueError, match="inverse"):
         load_problem(tmp_path / "bad.npz")
+    # a weight on a padded slot (no cell maps there) would add a phantom cell to the model
+    with np.load(path) as z:
+        arrays = dict(z)
+    e = int(np.argmin(prob.n_visible))
+    assert prob.n_visible[e] < arrays["line_cell"].shape[1]
+    arrays["line_weight"] = arrays["line_weight"].copy()
+    arrays["line_weight"][e, -1, 1] = 0.5
+    np.savez(tmp_path / "bad2.npz", **arrays)
+    with pytest.raises(ValueError, match=r"bad2.npz.*'line_weight' must be 0 on padded slots; epoch %d" % e):
+        load_problem(tmp_path / "bad2.npz")
     (tmp_path / "junk.npz").write_bytes(b"not a zip")
     with pytest.raises(ValueError, match="junk.npz"):
         load_problem(tmp_path / "junk.npz")

@@ -2,12 +2,11 @@
 
 The automatic transposes are scatters; these maps choose their transposes:
 
-* :func:`gather_cells` - values of the cells visible at each epoch, in slot order; its
-  transpose gathers back through the inverse index ``pos`` on accelerators and is a
-  masked scatter-add on CPU (faster there, measured).
-* :func:`gather_slots` - the same gather, cast to a storage dtype (float32 for the folded
-  cube), for models whose cotangent on padded slots is zero by construction: its transpose
-  is an unmasked scatter-add (CPU) that accumulates in the input's dtype.
+* :func:`gather_slots` - values of the cells visible at each epoch, in slot order, cast to
+  a storage dtype (float32 for the folded cube); its transpose gathers back through the
+  inverse index ``pos`` on accelerators and is a scatter-add on CPU (faster there,
+  measured), accumulating in the input's dtype. Padded slots must carry a zero cotangent,
+  which every model guarantees (their weights and cube rows are zero there).
 * :func:`deposit` - a weighted histogram of slot values onto velocity bins (a row
   scatter-add with sorted indices); its transpose is an interpolation (gather).
 
@@ -27,47 +26,10 @@ import numpy as np
 N_TAPS = 4  # cubic Lagrange interpolation: bins jbase .. jbase + 3
 
 
-def _take_slots(f, cell):
-    # f: (n_cell, K), cell: (n_epoch, n_slot) -> (n_epoch, n_slot, K)
-    return f.at[cell].get(mode="promise_in_bounds")
-
-
 def _take_back(gbar, pos):
     # gbar: (n_epoch, n_slot, K); pos: (n_epoch, n_cell) in [0, n_slot] (n_slot = pad)
     padded = jnp.pad(gbar, ((0, 0), (0, 1), (0, 0)))
     return jnp.take_along_axis(padded, pos[:, :, None], axis=1, mode="promise_in_bounds").sum(axis=0)
-
-
-@jax.custom_vjp
-def gather_cells(f, cell, pos):
-    """``f[cell]``: (n_cell, K) -> (n_epoch, n_slot, K). ``pos`` is the inverse map."""
-    return _take_slots(f, cell)
-
-
-def _gather_fwd(f, cell, pos):
-    return _take_slots(f, cell), (cell, pos)
-
-
-def _scatter_back(gbar, cell, pos):
-    # the plain transpose, a scatter-add over all slots; padded slots are masked out
-    n_e, n_s, n_k = gbar.shape
-    valid = jnp.take_along_axis(pos, cell, axis=1, mode="promise_in_bounds") == jnp.arange(n_s, dtype=pos.dtype)
-    upd = jnp.where(valid[..., None], gbar, 0.0).reshape(-1, n_k)
-    out = jnp.zeros((pos.shape[1], n_k), gbar.dtype)
-    return out.at[cell.reshape(-1)].add(upd, mode="promise_in_bounds")
-
-
-def _gather_bwd(res, gbar):
-    cell, pos = res
-    if jax.default_backend() == "cpu":
-        # measured on the 2-core dev box (EPYC, 512 KiB L2 per core): the scatter-add beats
-        # the inverse-index gather 2.2x at 2500 cells and 7x at 20k (the gather's sum over
-        # epochs reads one random row per epoch per cell and leaves the caches)
-        return _scatter_back(gbar, cell, pos), None, None
-    return _take_back(gbar, pos), None, None
-
-
-gather_cells.defvjp(_gather_fwd, _gather_bwd)
 
 
 _SLOT_GATHER = jax.lax.GatherDimensionNumbers(offset_dims=(2,), collapsed_slice_dims=(0,), start_index_map=(0,))
@@ -90,12 +52,14 @@ def _slots_add_back(gbar, cell, n_cell):
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
 def gather_slots(f, cell, pos, dtype):
-    """``f[cell].astype(dtype)``, for models that are exactly zero on padded slots.
+    """``f[cell].astype(dtype)``: the cells visible at each epoch, in slot order.
 
-    Unlike :func:`gather_cells` the transpose does not mask padded slots (saving an index
-    gather per call): the caller guarantees a zero cotangent there, as the folded cube does
-    (its rows and weights are zero on padded slots). The cotangent is accumulated in ``f``'s
-    dtype (float64), whatever ``dtype`` the slots are stored in.
+    Padded slots (``cell`` 0, ``pos`` never pointing at them) must get a zero cotangent, as
+    they do in every model (zero weight and cube there): the CPU transpose (a scatter-add,
+    measured faster there than the inverse-index gather: 2.2x at 2500 cells, 7x at 20k,
+    which reads one random row per epoch per cell) does not mask them, which saves an index
+    gather per call. The cotangent is accumulated in ``f``'s dtype (float64), whatever
+    ``dtype`` the slots are stored in.
 
     Args:
         f: (n_cell, K). cell: (n_epoch, n_slot) int32. pos: (n_epoch, n_cell) inverse map.

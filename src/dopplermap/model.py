@@ -491,7 +491,7 @@ def _folded_numerator_norm(f, line: LineModel):
 def _numerator_norm(f, line: LineModel, mu_dep: bool):
     if line.method == "folded":
         return _folded_numerator_norm(f, line)
-    a = line.weight * _linops.gather_cells(f, line.cell, line.pos)  # (E, S, n_col)
+    a = line.weight * _linops.gather_slots(f, line.cell, line.pos, f.dtype)  # (E, S, n_col)
     norm = jnp.einsum("esc,c->e", a, line.cont) if mu_dep else a.sum(axis=(1, 2))  # (E,)
     if line.method == "binned":
         hist = _linops.deposit(a, line.beta, line.jbase, line.kernel.shape[0])  # (E, B, n_col)
@@ -506,7 +506,9 @@ def _numerator_norm(f, line: LineModel, mu_dep: bool):
 def _epoch_chunk(line: LineModel) -> int:
     if jax.default_backend() != "cpu":
         return line.n_epoch
-    return max(1, min(line.n_epoch, SLOTS_PER_CHUNK // max(1, int(line.cell.shape[1]))))
+    most = max(1, min(line.n_epoch, SLOTS_PER_CHUNK // max(1, int(line.cell.shape[1]))))
+    n_chunk = -(-line.n_epoch // most)
+    return -(-line.n_epoch // n_chunk)  # equal chunks: at most n_chunk - 1 padded epochs, not most - 1
 
 
 def synthesize(fssc, fssh, line: LineModel):

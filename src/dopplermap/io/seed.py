@@ -472,6 +472,12 @@ def load_problem(path) -> SeedProblem:
         back = np.take_along_axis(np.pad(cell, ((0, 0), (0, 1)), constant_values=-1), pos, axis=1)
         if np.any(vis & (back != np.arange(n_cell)[None, :])):
             raise ValueError(f"{src}: 'line_pos' is not the inverse of 'line_cell'")
+        used = np.zeros((n_epoch, n_slot + 1), bool)
+        np.put_along_axis(used, pos, True, axis=1)
+        pad = ~used[:, :n_slot]  # slots no cell maps to
+        if np.any(pad[..., None] & (weight != 0)):
+            e, s_ = np.argwhere(pad & np.any(weight != 0, axis=-1))[0]
+            raise ValueError(f"{src}: 'line_weight' must be 0 on padded slots; epoch {e}, slot {s_} is not")
         fields = dict(vels=jnp.asarray(vels), cell=jnp.asarray(cell.astype(np.int32)),
                       pos=jnp.asarray(pos.astype(np.int32)), weight=jnp.asarray(weight), method=method)
         if method == "dense":
