@@ -88,3 +88,22 @@ def test_hutchinson_agrees_with_dense():
     assert 0.8 < r < 1.25
     with pytest.raises(ValueError, match="kind"):
         U.laplace(pre, sim.obs, best, kind="fisher")
+
+
+def test_never_visible_is_the_same_for_every_model_form():
+    """Folded models hold weight differences (here zero for the hot component, as bright as
+    the photosphere with the same limb darkening): never_visible must not be fooled."""
+    import dataclasses
+
+    star, grid, times, vels, comps = dm.demo_setup(n_cell=300, n_epoch=12)
+    comps = dataclasses.replace(comps, hot=dataclasses.replace(comps.phot, profile=comps.hot.profile),
+                                cool=dataclasses.replace(comps.cool, intensity=1.0,
+                                                         limb_darkening=comps.phot.limb_darkening))
+    pd = dm.precompute(grid, star, times, vels, comps, method="dense")
+    ref = U.never_visible(pd)
+    assert ref.any() and not ref.all()
+    np.testing.assert_array_equal(U.never_visible(dm.precompute(grid, star, times, vels, comps, method="binned")), ref)
+    for dtype in ("float64", "float32"):
+        folded = dm.solve_form(pd, dtype)
+        assert np.all(np.asarray(folded.line.weight) == 0)  # both spot weights equal the photosphere's
+        np.testing.assert_array_equal(U.never_visible(folded), ref)

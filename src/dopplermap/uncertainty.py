@@ -71,13 +71,20 @@ class Uncertainty:
 
 
 def never_visible(pre: Precomputed) -> np.ndarray:
-    """(n_cell,) bool: cells that carry zero weight at every epoch."""
+    """(n_cell,) bool: cells that carry zero weight at every epoch.
+
+    Any model form: folded models hold weight *differences* (which may be negative or, for
+    a spot as bright as the photosphere, zero), so they are judged by their cube rows.
+    """
     line = pre.line
     n_slot = int(line.cell.shape[1])
     pos = np.asarray(line.pos)
     seen = np.zeros(line.n_cell, bool)
     e, c = np.nonzero(pos < n_slot)
-    w = np.asarray(line.weight).sum(axis=2)
+    if line.method == "folded":
+        w = np.abs(np.asarray(line.local, dtype=np.float64)).sum(axis=(1, 3))  # (E, S)
+    else:
+        w = np.abs(np.asarray(line.weight)).sum(axis=2)
     seen[c[w[e, pos[e, c]] > 0]] = True
     return ~seen
 
@@ -113,6 +120,7 @@ def bootstrap(pre: Precomputed, obs: Observations, best: InversionResult, *, n_b
     t0 = time.perf_counter()
     rng = np.random.default_rng(seed)
     n_e = pre.n_epoch
+    hidden = never_visible(pre)
     # resample the form the solver iterates on (folding is per epoch): fold once, not per resample
     pre = solve_form(pre, resolve_cube_dtype("auto", tol))
     samples = np.empty((int(n_boot), 2, pre.n_cell))
@@ -126,7 +134,6 @@ def bootstrap(pre: Precomputed, obs: Observations, best: InversionResult, *, n_b
         if progress is not None:
             progress(b + 1, n_boot)
     sd = samples.std(axis=0, ddof=1)
-    hidden = never_visible(pre)
     sd[:, hidden] = np.inf
     return Uncertainty(sigma_fssc=sd[0], sigma_fssh=sd[1], method="bootstrap", never_visible=hidden,
                        samples=samples, time=time.perf_counter() - t0)
