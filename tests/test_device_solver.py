@@ -97,3 +97,33 @@ def test_compilation_cache_config(tmp_path, monkeypatch):
             enable_compilation_cache(blocker / "sub")
     finally:
         jax.config.update("jax_compilation_cache_dir", old)
+
+
+def test_device_restarts_after_a_premature_stop(small_problem):
+    """As the scipy path: a relative-reduction stop far from the optimum restarts the memory."""
+    import functools
+
+    import jax
+
+    from dopplermap.solvers import bounds
+    from dopplermap.solvers.batch import _vg
+
+    star, grid, times, vels, comps, sim = small_problem
+    pre = dm.solve_form(dm.precompute(grid, star, times, vels, comps))
+    lay = dm.Layout(grid.n_cell, len(times))
+    lo, hi = (jnp.asarray(b) for b in bounds(lay))
+    fun = functools.partial(_vg, regulariser="mem", penalty=1e4)
+
+    @functools.partial(jax.jit, static_argnames="max_restarts")
+    def solve(lm, max_restarts):
+        return projected_lbfgs(fun, jnp.asarray(lay.initial()), lo, hi, lm, pre, sim.obs, maxiter=2000,
+                               max_restarts=max_restarts)
+
+    lm = jnp.asarray(0.01)
+    once, full = solve(lm, 0), solve(lm, 10)
+    print(f"no restart: {int(once.n_iter)} it, loss {float(once.f):.6g}; with: {int(full.n_iter)} it, "
+          f"{int(full.restarts)} restarts, loss {float(full.f):.6g}")
+    assert int(once.restarts) == 0 and int(full.restarts) >= 1
+    assert int(once.status) == 1 and int(full.status) in (1, 2)
+    assert float(full.f) < (1 - 1e-3) * float(once.f)
+    assert int(full.n_iter) > int(once.n_iter)

@@ -22,9 +22,10 @@ profiles, once. Two synthesis methods exist:
 
 For solving, :func:`fold_dense` turns a dense model into the ``"folded"`` form: since
 ``f_phot = 1 - f_cool - f_hot``, the photosphere's contribution is a constant per epoch plus
-differences, so the cube shrinks to ``2 x n_epoch x n_vis x n_vel`` weighted differences,
-stored in float32 by default (half the bytes again). Its rounding is ~2e-7 of the continuum
-in the profiles and ~1e-8 relative in the loss (seed size); the rest stays float64.
+differences, so the cube shrinks to ``2 x n_epoch x n_vis x (n_vel + 1)`` weighted
+differences (the extra row: the normalisation), velocity-major and stored in float32 by
+default (half the bytes again). Its rounding is ~2e-7 of the continuum in the profiles and
+~1e-8 relative in the loss (seed size); the rest stays float64.
 
 :func:`forward` is pure and cheap; ``jit``, ``vmap`` and ``grad`` work on it.
 """

@@ -10,6 +10,11 @@ Each iteration (all inside one compiled loop, no host round trip):
    (first iteration: from ``1 / max|g|``);
 4. stop when ``(f_old - f) / max(|f_old|, |f|, 1) <= ftol`` or the projected gradient's
    max norm ``<= gtol`` (scipy L-BFGS-B's criteria), or after ``maxiter`` iterations.
+   As in the scipy path (:func:`dopplermap.solvers.scipy_lbfgsb.lbfgsb`), a relative-
+   reduction stop first restarts the memory (at most ``max_restarts`` times) unless the run
+   since the last restart gained less than ``ftol`` in total: one tiny step amid large
+   ones stops L-BFGS far from the optimum (seen at lambda 0.1 on the seed-size problem:
+   2.4e-4 above scipy's loss with 10 pairs, 3 % with 20).
 
 The function is pure: ``jit`` and ``vmap`` (e.g. over lambda) work on it.
 """
@@ -38,6 +43,7 @@ class LBFGSResult:
         n_iter, n_eval: iterations and objective evaluations.
         status: index into ``STOP_REASONS`` (1 ftol, 2 gtol, 3 maxiter, 4 line search).
         history: (maxiter,) loss after each iteration (NaN beyond ``n_iter``).
+        restarts: memory restarts after relative-reduction stops.
     """
 
     x: jnp.ndarray
@@ -48,6 +54,7 @@ class LBFGSResult:
     n_eval: jnp.ndarray
     status: jnp.ndarray
     history: jnp.ndarray
+    restarts: jnp.ndarray
 
 
 def _two_loop(g, s_hist, y_hist, rho, k, maxcor):
@@ -78,7 +85,7 @@ def _two_loop(g, s_hist, y_hist, rho, k, maxcor):
 
 def projected_lbfgs(fun: Callable, x0, lower, upper, *args, maxiter: int = 1000, ftol: float = 1e-5,
                     gtol: float = 1e-5, maxcor: int = 10, max_backtrack: int = 30,
-                    c1: float = 1e-4) -> LBFGSResult:
+                    c1: float = 1e-4, max_restarts: int = 10) -> LBFGSResult:
     """Minimise ``fun(x, *args) -> (loss, grad, aux)`` subject to ``lower <= x <= upper``.
 
     Args:
@@ -87,6 +94,7 @@ def projected_lbfgs(fun: Callable, x0, lower, upper, *args, maxiter: int = 1000,
         args: extra arguments of ``fun`` (e.g. lambda, data); they may be traced.
         maxiter: iteration cap (static). ftol, gtol: stopping tolerances (see module).
         maxcor: number of stored correction pairs (static).
+        max_restarts: memory restarts after a relative-reduction stop (see module).
     """
     x0 = jnp.clip(jnp.asarray(x0), lower, upper)
     n = x0.shape[0]
@@ -99,7 +107,8 @@ def projected_lbfgs(fun: Callable, x0, lower, upper, *args, maxiter: int = 1000,
     state0 = dict(x=x0, f=f0, g=g0, aux=aux0, s=jnp.zeros((maxcor, n), dtype), y=jnp.zeros((maxcor, n), dtype),
                   rho=jnp.zeros(maxcor, dtype), k=jnp.zeros((), jnp.int32), it=jnp.zeros((), jnp.int32),
                   nev=jnp.ones((), jnp.int32), status=jnp.where(pgnorm(x0, g0) <= gtol, 2, 0).astype(jnp.int32),
-                  hist=jnp.full(maxiter, jnp.nan, dtype))
+                  hist=jnp.full(maxiter, jnp.nan, dtype), f_run=jnp.asarray(jnp.inf, dtype),
+                  restarts=jnp.zeros((), jnp.int32), gamma0=jnp.asarray(jnp.nan, dtype))
 
     def cond(st):
         return st["status"] == 0
@@ -112,7 +121,10 @@ def projected_lbfgs(fun: Callable, x0, lower, upper, *args, maxiter: int = 1000,
         d = jnp.where(fixed, 0.0, d)
         descent = jnp.dot(d, gf) < 0
         d = jnp.where(descent, d, -gf)
-        a0 = jnp.where(st["k"] == 0, 1.0 / jnp.maximum(jnp.max(jnp.abs(gf)), 1e-300), 1.0).astype(dtype)
+        # fresh memory: the first step is 1 / max|g| along -g, or after a restart the last
+        # run's scale s'y / y'y (as the two-loop recursion's H0), so no backtracking from afar
+        first = jnp.where(jnp.isnan(st["gamma0"]), 1.0 / jnp.maximum(jnp.max(jnp.abs(gf)), 1e-300), st["gamma0"])
+        a0 = jnp.where(st["k"] == 0, first, 1.0).astype(dtype)
 
         def ls_cond(c):
             return (~c["ok"]) & (c["i"] < max_backtrack)
@@ -139,13 +151,26 @@ def projected_lbfgs(fun: Callable, x0, lower, upper, *args, maxiter: int = 1000,
         y_hist = jnp.where(keep, st["y"].at[j].set(y), st["y"])
         rho = jnp.where(keep, st["rho"].at[j].set(1.0 / jnp.where(sy > 0, sy, 1.0)), st["rho"])
         it = st["it"] + 1
-        rel = (f - fn) / jnp.maximum(jnp.maximum(jnp.abs(f), jnp.abs(fn)), 1.0)
-        status = jnp.where(~ok, 4, jnp.where(rel <= ftol, 1, jnp.where(pgnorm(xn, gn) <= gtol, 2,
-                                                                        jnp.where(it >= maxiter, 3, 0))))
-        return dict(x=xn, f=fn, g=gn, aux=auxn, s=s_hist, y=y_hist, rho=rho, k=st["k"] + keep.astype(jnp.int32),
+
+        def reduction(a, b):
+            return (a - b) / jnp.maximum(jnp.maximum(jnp.abs(a), jnp.abs(b)), 1.0)
+
+        ftol_stop = reduction(f, fn) <= ftol
+        gained = jnp.where(jnp.isinf(st["f_run"]), jnp.inf, reduction(st["f_run"], fn))  # since the last (re)start
+        restart = ok & ftol_stop & (gained >= ftol) & (st["restarts"] < max_restarts) & (it < maxiter)
+        status = jnp.where(~ok, 4, jnp.where(ftol_stop & ~restart, 1, jnp.where(pgnorm(xn, gn) <= gtol, 2,
+                                                                                 jnp.where(it >= maxiter, 3, 0))))
+        k = st["k"] + keep.astype(jnp.int32)
+        last = (k - 1) % maxcor
+        yy = jnp.dot(y_hist[last], y_hist[last])
+        gamma = jnp.where((k > 0) & (yy > 0), jnp.dot(s_hist[last], y_hist[last]) / jnp.where(yy > 0, yy, 1.0), jnp.nan)
+        k = jnp.where(restart, 0, k)
+        return dict(x=xn, f=fn, g=gn, aux=auxn, s=s_hist, y=y_hist, rho=rho, k=k,
                     it=it, nev=st["nev"] + ls["i"], status=status.astype(jnp.int32),
-                    hist=st["hist"].at[st["it"]].set(fn))
+                    hist=st["hist"].at[st["it"]].set(fn), f_run=jnp.where(restart, fn, st["f_run"]),
+                    restarts=st["restarts"] + restart.astype(jnp.int32),
+                    gamma0=jnp.where(restart, gamma, st["gamma0"]))
 
     st = jax.lax.while_loop(cond, body, state0)
     return LBFGSResult(x=st["x"], f=st["f"], g=st["g"], aux=st["aux"], n_iter=st["it"], n_eval=st["nev"],
-                       status=st["status"], history=st["hist"])
+                       status=st["status"], history=st["hist"], restarts=st["restarts"])
