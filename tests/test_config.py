@@ -51,6 +51,7 @@ def test_template_is_valid_and_complete():
     ({"gravity_darkening__enabled": True}, r"\[gravity_darkening\] enabled needs \[star\] mass"),
     ({"data__time_pattern": "x(?P<time>.*)"}, r"\[data\] give exactly one of times_table or time_pattern"),
     ({"inversion__regulariser": "maxent"}, r"\[inversion\] regulariser must be"),
+    ({"inversion__solver": "newton"}, r"\[inversion\] solver must be 'lbfgsb' or 'projected_lbfgs', got 'newton'"),
     ({"line__profile": "tabulated"}, r"\[line\] files must list 3"),
 ])
 def test_bad_values_name_the_key(changes, match):
@@ -253,3 +254,15 @@ def test_invert_writes_uncertainty_maps(tmp_path, capsys):
     bad.write_text(cfg_path.read_text().replace('methods = ["sandwich"]', 'methods = ["jackknife"]'))
     with pytest.raises(ValueError, match=r"\[uncertainty\] methods\[0\]"):
         load_config(bad)
+
+
+def test_invert_with_the_device_solver(tmp_path, capsys):
+    """[inversion] solver = "projected_lbfgs": the joint fit runs in one compiled loop."""
+    _dataset(tmp_path)
+    toml = tmp_path / "target.toml"
+    toml.write_text(toml.read_text().replace("maxiter = 60", 'maxiter = 60\nsolver = "projected_lbfgs"'))
+    out_dir = tmp_path / "res"
+    assert main(["invert", str(toml), "--out", str(out_dir), "--quiet", "--no-plots"]) == 0
+    summary = json.loads((out_dir / "summary.json").read_text())
+    assert summary["solver"] == "projected_lbfgs" and summary["complete"]
+    assert np.isfinite(summary["chi2_lc"]) and summary["chi2"] < 5.0

@@ -108,6 +108,7 @@ class InversionConfig:
     tol: float = 1e-5
     maxiter: int = 1000
     method: str = "auto"
+    solver: str = "lbfgsb"
 
 
 UNCERTAINTY_METHODS = ("laplace", "sandwich", "bootstrap")
@@ -280,6 +281,8 @@ def _validate(cfg: TargetConfig):
     _positive(f"{s}: [inversion] tol", inv.tol)
     if inv.maxiter < 1:
         raise ValueError(f"{s}: [inversion] maxiter must be >= 1, got {inv.maxiter!r}")
+    if inv.solver not in ("lbfgsb", "projected_lbfgs"):
+        raise ValueError(f"{s}: [inversion] solver must be 'lbfgsb' or 'projected_lbfgs', got {inv.solver!r}")
     unc = cfg.uncertainty
     for i, m in enumerate(unc.methods):
         if m not in UNCERTAINTY_METHODS:
@@ -385,6 +388,7 @@ fit_amp = true                       # free additive offset per epoch
 tol = 1e-5
 maxiter = 1000
 method = "auto"                      # auto (dense while its cube <= 512 MiB) | binned (memory-light) | dense (exact)
+solver = "lbfgsb"                    # lbfgsb (scipy, live progress) | projected_lbfgs (one compiled loop; fastest, GPU)
 
 [uncertainty]                        # per-cell uncertainty maps written into the result folder
 methods = []                         # any of "laplace" (posterior), "sandwich", "bootstrap"; [] = none

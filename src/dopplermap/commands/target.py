@@ -180,7 +180,7 @@ def run_target(cfg, out: Path, *, plots: bool = True, quiet: bool = True, config
         with rep.solve("compile + solve", maxiter=inv.maxiter) as callback:
             res = invert(prob["pre"], prob["obs"], lmbd=inv.lmbd, regulariser=inv.regulariser, tol=inv.tol,
                          maxiter=inv.maxiter, fit_rv=inv.fit_rv, fit_amp=inv.fit_amp, lightcurve=prob["lightcurve"],
-                         line_weight=inv.line_weight, lc_weight=inv.lc_weight, callback=callback)
+                         line_weight=inv.line_weight, lc_weight=inv.lc_weight, callback=callback, solver=inv.solver)
         grid, obs, lc = prob["grid"], prob["obs"], prob["lightcurve"]
         light_curve = None
         if lc is not None:

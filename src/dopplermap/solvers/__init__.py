@@ -69,6 +69,10 @@ def invert(pre: Precomputed, obs: Observations, *, lmbd: float = 1.0, regularise
         tol: L-BFGS-B ftol and gtol (the seed used 1e-5). maxiter: iteration cap.
         fit_rv, fit_amp: whether rv and amp are free.
         penalty: weight of the ``fssc + fssh <= 1`` penalty.
+        solver: ``"lbfgsb"`` (scipy's L-BFGS-B on the compiled value-and-gradient; reports
+            float64 values, calls ``callback``) or ``"projected_lbfgs"`` (the whole solve in
+            one compiled loop, :func:`dopplermap.solvers.batch.invert_device`: the fastest on
+            CPU and by far on a GPU; no per-iteration callback).
         callback: ``callback(iteration, history)`` after every iteration (progress display).
         lightcurve: optional :class:`dopplermap.lightcurve.LightCurveFit` for the joint fit
             ``line_weight * chi2 + lc_weight * chi2_lc + lmbd * reg`` (``result.chi2_lc``).
@@ -89,7 +93,8 @@ def invert(pre: Precomputed, obs: Observations, *, lmbd: float = 1.0, regularise
     if solver == "projected_lbfgs":  # device-resident solve (solvers/batch.py); no per-iteration callback
         from .batch import invert_device
         return invert_device(pre, obs, lmbd=lmbd, regulariser=regulariser, x0=x0, tol=tol, maxiter=maxiter,
-                             fit_rv=fit_rv, fit_amp=fit_amp, penalty=penalty, cube_dtype=cube_dtype)
+                             fit_rv=fit_rv, fit_amp=fit_amp, penalty=penalty, cube_dtype=cube_dtype,
+                             lightcurve=lightcurve, line_weight=line_weight, lc_weight=lc_weight)
     exact_pre, pre = pre, solve_form(pre, resolve_cube_dtype(cube_dtype, tol))
     layout = Layout(pre.n_cell, pre.n_epoch)
     x0 = layout.initial() if x0 is None else np.asarray(x0, dtype=np.float64)
@@ -100,15 +105,7 @@ def invert(pre: Precomputed, obs: Observations, *, lmbd: float = 1.0, regularise
 
     xj = jnp.asarray(x0)
     lm = jnp.asarray(lmbd, dtype=xj.dtype)
-    joint = None
-    if lightcurve is not None:
-        for name, w in (("line_weight", line_weight), ("lc_weight", lc_weight)):
-            if not (np.isfinite(w) and w >= 0):
-                raise ValueError(f"{name} must be a finite number >= 0, got {w!r}")
-        if lightcurve.weight.shape[1] != pre.n_cell:
-            raise ValueError(f"light curve was precomputed for {lightcurve.weight.shape[1]} cells, "
-                             f"the line model has {pre.n_cell}")
-        joint = (lightcurve, jnp.asarray(line_weight, dtype=xj.dtype), jnp.asarray(lc_weight, dtype=xj.dtype))
+    joint = joint_arguments(pre, lightcurve, line_weight, lc_weight, xj.dtype)
     fn, timing = compiled_value_and_grad(xj, lm, pre, obs, regulariser, float(penalty), joint)
 
     def vg(x):
@@ -131,6 +128,19 @@ def invert(pre: Precomputed, obs: Observations, *, lmbd: float = 1.0, regularise
         stop_reason=str(res.message), compile_time=timing["trace_lower"] + timing["compile"],
         solve_time=solve_time, history=history, model=model, max_sum_excess=excess, solver=solver,
         chi2_lc=float(aux[3]) if joint is not None else None, cube_dtype=_cube_dtype(pre))
+
+
+def joint_arguments(pre: Precomputed, lightcurve, line_weight: float, lc_weight: float, dtype):
+    """``None`` without a light curve, else the checked ``(lightcurve, line_weight, lc_weight)``."""
+    if lightcurve is None:
+        return None
+    for name, w in (("line_weight", line_weight), ("lc_weight", lc_weight)):
+        if not (np.isfinite(w) and w >= 0):
+            raise ValueError(f"{name} must be a finite number >= 0, got {w!r}")
+    if lightcurve.weight.shape[1] != pre.n_cell:
+        raise ValueError(f"light curve was precomputed for {lightcurve.weight.shape[1]} cells, "
+                         f"the line model has {pre.n_cell}")
+    return (lightcurve, jnp.asarray(line_weight, dtype=dtype), jnp.asarray(lc_weight, dtype=dtype))
 
 
 FLOAT32_MIN_TOL = 1e-6

@@ -27,21 +27,27 @@ __all__ = ["invert_device", "invert_batch", "compile_solver"]
 _COMPILED: dict = {}
 
 
-def _vg(x, lmbd, pre, obs, regulariser, penalty):
+def _vg(x, lmbd, pre, obs, joint=None, *, regulariser, penalty):
+    # joint: optional (lightcurve, line_weight, lc_weight) for the joint line + light-curve fit
+    extra = () if joint is None else tuple(joint)
     (val, aux), grad = jax.value_and_grad(
-        lambda x: objective_terms(x, lmbd, pre, obs, regulariser, penalty, with_model=True), has_aux=True)(x)
+        lambda x: objective_terms(x, lmbd, pre, obs, regulariser, penalty, *extra, with_model=True), has_aux=True)(x)
     return val, grad, aux
 
 
-def _solve(x0, lo, hi, lmbd, pre, obs, *, regulariser, penalty, maxiter, tol, maxcor):
+def _solve(x0, lo, hi, lmbd, pre, obs, joint=None, *, regulariser, penalty, maxiter, tol, maxcor):
     fun = functools.partial(_vg, regulariser=regulariser, penalty=penalty)
-    return projected_lbfgs(fun, x0, lo, hi, lmbd, pre, obs, maxiter=maxiter, ftol=tol, gtol=tol, maxcor=maxcor)
+    return projected_lbfgs(fun, x0, lo, hi, lmbd, pre, obs, joint, maxiter=maxiter, ftol=tol, gtol=tol,
+                           maxcor=maxcor)
 
 
 def compile_solver(x0, lo, hi, lmbd, pre, obs, *, regulariser="mem", penalty=DEFAULT_PENALTY, maxiter=1000,
-                   tol=1e-5, maxcor=10, batch_lmbd=False, batch_obs=False):
+                   tol=1e-5, maxcor=10, batch_lmbd=False, batch_obs=False, joint=None):
     """AOT-compile the device solve; returns ``(compiled, timings)``.
 
+    The compiled function takes ``(x0, lo, hi, lmbd, pre, obs, joint)``; ``joint`` is
+    ``None`` or ``(lightcurve, line_weight, lc_weight)`` (arrays: new weights reuse the
+    compiled code) for the joint line + light-curve fit.
     ``timings``: ``trace``, ``lower``, ``compile`` seconds (0 when reused in-process).
     With ``batch_lmbd`` / ``batch_obs`` the solve is vmapped over the leading axis of
     ``lmbd`` / of ``obs.flux`` and ``obs.err``.
@@ -51,14 +57,14 @@ def compile_solver(x0, lo, hi, lmbd, pre, obs, *, regulariser="mem", penalty=DEF
     fn = functools.partial(_solve, **kw)
     if batch_lmbd or batch_obs:
         obs_axes = Observations(times=None, vels=None, flux=0, err=0) if batch_obs else None
-        fn = jax.vmap(fn, in_axes=(None, None, None, 0 if batch_lmbd else None, None, obs_axes))
-    leaves, treedef = jax.tree_util.tree_flatten((x0, lo, hi, lmbd, pre, obs))
+        fn = jax.vmap(fn, in_axes=(None, None, None, 0 if batch_lmbd else None, None, obs_axes, None))
+    leaves, treedef = jax.tree_util.tree_flatten((x0, lo, hi, lmbd, pre, obs, joint))
     key = (tuple(sorted(kw.items())), batch_lmbd, batch_obs, treedef,
            tuple((np.shape(v), jnp.result_type(v).name) for v in leaves))
     if key in _COMPILED:
         return _COMPILED[key], {"trace": 0.0, "lower": 0.0, "compile": 0.0, "cached": True}
     t0 = time.perf_counter()
-    traced = jax.jit(fn).trace(x0, lo, hi, lmbd, pre, obs)
+    traced = jax.jit(fn).trace(x0, lo, hi, lmbd, pre, obs, joint)
     t1 = time.perf_counter()
     lowered = traced.lower()
     t2 = time.perf_counter()
@@ -87,7 +93,7 @@ def _setup(pre, obs, regulariser, x0, fit_rv, fit_amp):
     return layout, jnp.asarray(np.clip(x0, lo, hi)), jnp.asarray(lo), jnp.asarray(hi), _check_match
 
 
-def _to_result(layout, r, lmbd, regulariser, pre, timing, solve_time, solver) -> InversionResult:
+def _to_result(layout, r, lmbd, regulariser, pre, timing, solve_time, solver, joint=False) -> InversionResult:
     from . import _cube_dtype, project_feasible
 
     x = np.asarray(r.x)
@@ -102,19 +108,21 @@ def _to_result(layout, r, lmbd, regulariser, pre, timing, solve_time, solver) ->
         n_eval=int(r.n_eval), success=status in (1, 2), stop_reason=STOP_REASONS[status],
         compile_time=timing["trace"] + timing["lower"] + timing["compile"], solve_time=solve_time,
         history={"loss": np.asarray(r.history)[:n_it]}, model=model, max_sum_excess=excess, solver=solver,
-        cube_dtype=_cube_dtype(pre))
+        chi2_lc=float(r.aux[3]) if joint else None, cube_dtype=_cube_dtype(pre))
 
 
 def invert_device(pre: Precomputed, obs: Observations, *, lmbd: float = 1.0, regulariser: str = "mem",
                   x0=None, tol: float = 1e-5, maxiter: int = 1000, fit_rv: bool = True, fit_amp: bool = True,
                   penalty: float = DEFAULT_PENALTY, maxcor: int = 10,
-                  cube_dtype: str | None = "auto") -> InversionResult:
+                  cube_dtype: str | None = "auto", lightcurve=None, line_weight: float = 1.0,
+                  lc_weight: float = 1.0) -> InversionResult:
     """Like :func:`dopplermap.invert` but solved by projected L-BFGS on the device.
 
     ``tol`` is both the relative-reduction and projected-gradient tolerance (as scipy's);
-    ``cube_dtype`` as in :func:`dopplermap.invert` (dense models only). Unlike the scipy
-    path, the reported loss, chi2 and model are those of the solver's last evaluation, so
-    with a float32 cube they carry its rounding (~1e-8 relative in the loss).
+    ``cube_dtype`` and the joint fit (``lightcurve``, ``line_weight``, ``lc_weight``) as in
+    :func:`dopplermap.invert`. Unlike the scipy path, the reported loss, chi2 and model are
+    those of the solver's last evaluation, so with a float32 cube they carry its rounding
+    (~1e-8 relative in the loss).
     """
     if not np.isfinite(lmbd) or lmbd < 0:
         raise ValueError(f"lmbd must be a finite number >= 0, got {lmbd!r}")
@@ -122,12 +130,19 @@ def invert_device(pre: Precomputed, obs: Observations, *, lmbd: float = 1.0, reg
     check(pre, obs)
     pre = solve_form(pre, _resolve(cube_dtype, tol))
     lm = jnp.asarray(lmbd, dtype=xj.dtype)
+    joint = _joint(pre, lightcurve, line_weight, lc_weight, xj.dtype)
     fn, timing = compile_solver(xj, lo, hi, lm, pre, obs, regulariser=regulariser, penalty=penalty,
-                                maxiter=maxiter, tol=tol, maxcor=maxcor)
+                                maxiter=maxiter, tol=tol, maxcor=maxcor, joint=joint)
     t0 = time.perf_counter()
-    r = jax.block_until_ready(fn(xj, lo, hi, lm, pre, obs))
+    r = jax.block_until_ready(fn(xj, lo, hi, lm, pre, obs, joint))
     solve_time = time.perf_counter() - t0
-    return _to_result(layout, r, lmbd, regulariser, pre, timing, solve_time, "projected_lbfgs")
+    return _to_result(layout, r, lmbd, regulariser, pre, timing, solve_time, "projected_lbfgs", joint is not None)
+
+
+def _joint(pre, lightcurve, line_weight, lc_weight, dtype):
+    from . import joint_arguments
+
+    return joint_arguments(pre, lightcurve, line_weight, lc_weight, dtype)
 
 
 def invert_batch(pre: Precomputed, obs: Observations, *, lmbds=None, lmbd: float = 1.0, flux=None, err=None,
@@ -189,7 +204,7 @@ def invert_batch(pre: Precomputed, obs: Observations, *, lmbds=None, lmbd: float
                                 maxiter=maxiter, tol=tol, maxcor=maxcor, batch_lmbd=batch_lmbd,
                                 batch_obs=batch_obs)
     t0 = time.perf_counter()
-    r = jax.block_until_ready(fn(xj, lo, hi, lm, pre, ob))
+    r = jax.block_until_ready(fn(xj, lo, hi, lm, pre, ob, None))
     solve_time = time.perf_counter() - t0
     return [_to_result(layout, jax.tree_util.tree_map(lambda a, i=i: a[i], r), lm_np[i], regulariser, pre, timing,
                        solve_time, "projected_lbfgs") for i in range(n)]
@@ -207,7 +222,7 @@ def _sequential(layout, xj, lo, hi, lmbds, pre, obs, batch_obs, *, regulariser, 
     fn, timing = compile_solver(xj, lo, hi, lm0, pre, ob0, regulariser=regulariser, penalty=penalty,
                                 maxiter=maxiter, tol=tol, maxcor=maxcor)
     t0 = time.perf_counter()
-    runs = [jax.block_until_ready(fn(xj, lo, hi, jnp.asarray(float(lmbds[i])), pre, member(i)))
+    runs = [jax.block_until_ready(fn(xj, lo, hi, jnp.asarray(float(lmbds[i])), pre, member(i), None))
             for i in range(len(lmbds))]
     solve_time = time.perf_counter() - t0
     return [_to_result(layout, r, lmbds[i], regulariser, pre, timing, solve_time, "projected_lbfgs")
