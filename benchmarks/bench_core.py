@@ -139,8 +139,11 @@ def main():
                              "loss": d.loss, "compile_s": d.compile_time, "rel_loss_vs_scipy": (d.loss - r.loss) / r.loss}
     print("device", out["device_tol1e-5"], flush=True)
     d2 = invert_device(pre, sim.obs, lmbd=1.0, tol=1e-8, maxiter=3000)
+    r2 = dm.invert(pre, sim.obs, lmbd=1.0, tol=1e-8, maxiter=3000)  # like for like: both at tol 1e-8
     out["device_tol1e-8"] = {"solve_s": d2.solve_time, "iterations": d2.iterations, "loss": d2.loss,
-                             "compile_s": d2.compile_time, "rel_loss_vs_scipy": (d2.loss - r.loss) / r.loss}
+                             "compile_s": d2.compile_time, "rel_loss_vs_scipy": (d2.loss - r.loss) / r.loss,
+                             "scipy_tol1e-8_solve_s": r2.solve_time, "scipy_tol1e-8_iterations": r2.iterations,
+                             "rel_loss_vs_scipy_tol1e-8": (d2.loss - r2.loss) / r2.loss}
     print("device tight", out["device_tol1e-8"], flush=True)
     if not args.quick:
         lmbds = np.geomspace(0.1, 10.0, 8)
