@@ -127,3 +127,12 @@ def test_device_restarts_after_a_premature_stop(small_problem):
     assert int(once.status) == 1 and int(full.status) in (1, 2)
     assert float(full.f) < (1 - 1e-3) * float(once.f)
     assert int(full.n_iter) > int(once.n_iter)
+
+
+def test_invert_device_path_reports_once_to_the_callback(problem):
+    pre, sim = problem
+    calls = []
+    r = dm.invert(pre, sim.obs, lmbd=1.0, solver="projected_lbfgs",
+                  callback=lambda it, hist: calls.append((it, float(hist["loss"][-1]), float(hist["chi2"][-1]))))
+    assert calls == [(r.iterations, r.history["loss"][-1], r.chi2)]
+    assert r.solver == "projected_lbfgs"

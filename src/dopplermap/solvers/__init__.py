@@ -72,7 +72,7 @@ def invert(pre: Precomputed, obs: Observations, *, lmbd: float = 1.0, regularise
         solver: ``"lbfgsb"`` (scipy's L-BFGS-B on the compiled value-and-gradient; reports
             float64 values, calls ``callback``) or ``"projected_lbfgs"`` (the whole solve in
             one compiled loop, :func:`dopplermap.solvers.batch.invert_device`: the fastest on
-            CPU and by far on a GPU; no per-iteration callback).
+            CPU and by far on a GPU; ``callback`` is called once, at the end).
         callback: ``callback(iteration, history)`` after every iteration (progress display).
         lightcurve: optional :class:`dopplermap.lightcurve.LightCurveFit` for the joint fit
             ``line_weight * chi2 + lc_weight * chi2_lc + lmbd * reg`` (``result.chi2_lc``).
@@ -92,9 +92,13 @@ def invert(pre: Precomputed, obs: Observations, *, lmbd: float = 1.0, regularise
     _check_match(pre, obs)
     if solver == "projected_lbfgs":  # device-resident solve (solvers/batch.py); no per-iteration callback
         from .batch import invert_device
-        return invert_device(pre, obs, lmbd=lmbd, regulariser=regulariser, x0=x0, tol=tol, maxiter=maxiter,
-                             fit_rv=fit_rv, fit_amp=fit_amp, penalty=penalty, cube_dtype=cube_dtype,
-                             lightcurve=lightcurve, line_weight=line_weight, lc_weight=lc_weight)
+        res = invert_device(pre, obs, lmbd=lmbd, regulariser=regulariser, x0=x0, tol=tol, maxiter=maxiter,
+                            fit_rv=fit_rv, fit_amp=fit_amp, penalty=penalty, cube_dtype=cube_dtype,
+                            lightcurve=lightcurve, line_weight=line_weight, lc_weight=lc_weight)
+        if callback is not None:  # once, at the end (the loop runs on the device)
+            callback(res.iterations, {"loss": res.history["loss"], "chi2": np.asarray([res.chi2]),
+                                      "regulariser": np.asarray([res.regulariser_value])})
+        return res
     exact_pre, pre = pre, solve_form(pre, resolve_cube_dtype(cube_dtype, tol))
     layout = Layout(pre.n_cell, pre.n_epoch)
     x0 = layout.initial() if x0 is None else np.asarray(x0, dtype=np.float64)
