@@ -100,14 +100,19 @@ def test_joint_objective_adds_weighted_light_curve_term():
     assert float(joint) == pytest.approx(2.0 * float(c2) + 3.0 * c2lc + 0.5 * float(reg) + float(pen), rel=1e-12)
 
 
-def test_joint_fit_keeps_or_improves_map_and_both_chi2_near_one():
-    star, grid, times, vels, comps = dm.demo_setup(n_cell=600, n_epoch=30, n_vel=32, seed=5)
-    sim = dm.simulate(grid, star, times, vels, comps, dm.DEMO_SPOTS, snr=500, seed=5)
+def _spectra_and_lightcurve(n_cell, n_epoch, n_vel, snr, seed, n_lc, flux_unit=1.0):
+    """Simulated line profiles and a light curve (flux in any unit) of the demo star."""
+    star, grid, times, vels, comps = dm.demo_setup(n_cell=n_cell, n_epoch=n_epoch, n_vel=n_vel, seed=seed)
+    sim = dm.simulate(grid, star, times, vels, comps, dm.DEMO_SPOTS, snr=snr, seed=seed)
     band = LightCurveBand.from_temperatures(5000.0, 3800.0, 6000.0, 550.0, [dm.LimbDarkening("linear", (0.7,))] * 3)
-    t_lc = np.linspace(0.0, 8.0, 400)
-    flux, err, _ = simulate_lightcurve(grid, star, t_lc, band, sim.fssc, sim.fssh, sigma=1e-3, seed=6)
-    lc = precompute_lightcurve(grid, star, t_lc, flux * 3e4, err * 3e4, band)  # any flux units
-    pre = dm.precompute(grid, star, times, vels, comps)
+    t_lc = np.linspace(0.0, 8.0, n_lc)
+    flux, err, _ = simulate_lightcurve(grid, star, t_lc, band, sim.fssc, sim.fssh, sigma=1e-3, seed=seed + 1)
+    lc = precompute_lightcurve(grid, star, t_lc, flux * flux_unit, err * flux_unit, band)
+    return star, grid, comps, sim, lc, dm.precompute(grid, star, times, vels, comps)
+
+
+def test_joint_fit_keeps_or_improves_map_and_both_chi2_near_one():
+    star, grid, comps, sim, lc, pre = _spectra_and_lightcurve(600, 30, 32, 500, 5, 400, flux_unit=3e4)  # any units
     lines = dm.invert(pre, sim.obs, lmbd=1.0)
     joint = dm.invert(pre, sim.obs, lmbd=1.0, lightcurve=lc)
 
@@ -148,13 +153,7 @@ def test_dilution_nuisance_is_profiled_out():
 
 def test_device_solver_fits_the_light_curve_too():
     """solver="projected_lbfgs" minimises the same joint objective as the scipy path."""
-    star, grid, times, vels, comps = dm.demo_setup(n_cell=300, n_epoch=16, n_vel=24, seed=7)
-    sim = dm.simulate(grid, star, times, vels, comps, dm.DEMO_SPOTS, snr=400, seed=7)
-    band = LightCurveBand.from_temperatures(5000.0, 3800.0, 6000.0, 550.0, [dm.LimbDarkening("linear", (0.7,))] * 3)
-    t_lc = np.linspace(0.0, 8.0, 120)
-    flux, err, _ = simulate_lightcurve(grid, star, t_lc, band, sim.fssc, sim.fssh, sigma=1e-3, seed=8)
-    lc = precompute_lightcurve(grid, star, t_lc, flux, err, band)
-    pre = dm.precompute(grid, star, times, vels, comps)
+    _, _, _, sim, lc, pre = _spectra_and_lightcurve(300, 16, 24, 400, 7, 120)
     kw = dict(lmbd=1.0, lightcurve=lc, lc_weight=2.0, tol=1e-9, maxiter=5000, cube_dtype="float64")
     ref = dm.invert(pre, sim.obs, **kw)
     dev = dm.invert(pre, sim.obs, solver="projected_lbfgs", **kw)
