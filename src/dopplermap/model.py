@@ -401,20 +401,29 @@ def fold_dense(line: LineModel, dtype=jnp.float32) -> LineModel:
     if dtype not in (jnp.dtype(jnp.float32), jnp.dtype(jnp.float64)):
         raise ValueError(f"cube dtype must be float32 or float64, got {dtype}")
     w = np.asarray(line.weight, dtype=np.float64)
-    loc = np.asarray(line.local, dtype=np.float64)
-    phot = w[..., 0, None] * loc[:, :, 0]  # (E, S, V)
-    diff = np.stack([w[..., k, None] * loc[:, :, k] - phot for k in (1, 2)], axis=3)  # (E, S, V, 2)
+    loc = np.asarray(line.local)  # (E, S, 3, V)
+    n_e, n_s, _, n_v = loc.shape
     wdiff = w[..., 1:] - w[..., :1]  # (E, S, 2)
     # velocity-major (E, V + 1, S, 2), the weight differences as one more row: both products
     # (forward and transpose) run over contiguous rows and the normalisation comes with the
-    # numerator (2 cores, seed size, float32: 4.3 ms for the pair of products vs 6.8 ms)
-    diff = np.concatenate([diff.transpose(0, 2, 1, 3), wdiff[:, None]], axis=1)
-    diff = np.ascontiguousarray(diff.astype(dtype))
+    # numerator (2 cores, seed size, float32: 4.3 ms for the pair of products vs 6.8 ms).
+    # Filled a few epochs at a time, so the float64 temporaries stay small.
+    diff = np.empty((n_e, n_v + 1, n_s, 2), dtype)
+    base = np.empty((n_e, n_v))
+    step = max(1, (32 << 20) // max(1, n_s * n_v * 8 * 4))
+    for e0 in range(0, n_e, step):
+        sl = slice(e0, min(n_e, e0 + step))
+        lc = loc[sl].astype(np.float64, copy=False)
+        phot = w[sl, :, 0, None] * lc[:, :, 0]  # (e, S, V)
+        base[sl] = phot.sum(axis=1)
+        for k in (1, 2):
+            diff[sl, :n_v, :, k - 1] = (w[sl, :, k, None] * lc[:, :, k] - phot).transpose(0, 2, 1)
+        diff[sl, n_v] = wdiff[sl]
     low = dtype != jnp.dtype(jnp.float64)
     return LineModel(vels=line.vels, cell=line.cell, pos=line.pos,
                      weight=jnp.asarray(wdiff), local=jnp.asarray(diff),
-                     base=jnp.asarray(phot.sum(axis=1)), base_norm=jnp.asarray(w[..., 0].sum(axis=1)),
-                     num_exact=jnp.zeros((phot.shape[0], phot.shape[2] + 1)) if low else None,
+                     base=jnp.asarray(base), base_norm=jnp.asarray(w[..., 0].sum(axis=1)),
+                     num_exact=jnp.zeros((n_e, n_v + 1)) if low else None,
                      use_exact=jnp.asarray(False) if low else None, method="folded")
 
 
