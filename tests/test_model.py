@@ -128,6 +128,11 @@ def test_epoch_chunks_equal_one_pass(small_problem, method, monkeypatch):
     x = jnp.concatenate(state)
     lay = dm.Layout(grid.n_cell, len(times))
     g_whole = np.asarray(jax.grad(lambda x: jnp.sum(dm.forward(*lay.split(x), pre) ** 2))(x))
+
+    def hvp(x, v):
+        grad = jax.grad(lambda x: jnp.sum(dm.forward(*lay.split(x), pre) ** 2))
+        return jax.grad(lambda x: jnp.vdot(grad(x), v))(x)
+
     # at most 7 epochs per chunk: 24 epochs -> 4 equal chunks of 6
     monkeypatch.setattr(model, "SLOTS_PER_CHUNK", 7 * pre.line.cell.shape[1])
     assert model._epoch_chunk(pre.line) == 6
@@ -138,6 +143,11 @@ def test_epoch_chunks_equal_one_pass(small_problem, method, monkeypatch):
     g_chunked = np.asarray(jax.grad(lambda x: jnp.sum(dm.forward(*lay.split(x), pre) ** 2))(x))
     np.testing.assert_allclose(chunked, whole, rtol=0, atol=1e-13)
     np.testing.assert_allclose(g_chunked, g_whole, rtol=1e-10, atol=1e-12)
+    # reverse over reverse (the uncertainty module's Hessian-vector products) through the chunks
+    v = jnp.asarray(np.random.default_rng(8).normal(size=x.shape))
+    hvp_chunked = np.asarray(hvp(x, v))
+    monkeypatch.setattr(model, "SLOTS_PER_CHUNK", 10 ** 9)
+    np.testing.assert_allclose(hvp_chunked, np.asarray(hvp(x, v)), rtol=1e-9, atol=1e-10)
 
 
 @pytest.mark.parametrize("dtype,atol", [("float64", 1e-13), ("float32", 1e-6)])
