@@ -100,7 +100,12 @@ def test_compilation_cache_config(tmp_path, monkeypatch):
 
 
 def test_device_restarts_after_a_premature_stop(small_problem):
-    """As the scipy path: a relative-reduction stop far from the optimum restarts the memory."""
+    """As the scipy path: a relative-reduction stop restarts the memory while runs still gain.
+
+    A coarse ftol (1e-2) makes the first stop come early, far from the optimum (what one
+    tiny step amid large ones does at tol 1e-5 on real problems); the restarts go on until a
+    whole restarted run gains less than ftol.
+    """
     import functools
 
     import jax
@@ -116,17 +121,20 @@ def test_device_restarts_after_a_premature_stop(small_problem):
 
     @functools.partial(jax.jit, static_argnames="max_restarts")
     def solve(lm, max_restarts):
-        return projected_lbfgs(fun, jnp.asarray(lay.initial()), lo, hi, lm, pre, sim.obs, maxiter=2000,
-                               max_restarts=max_restarts)
+        return projected_lbfgs(fun, jnp.asarray(lay.initial()), lo, hi, lm, pre, sim.obs, None, maxiter=2000,
+                               ftol=1e-2, gtol=1e-12, max_restarts=max_restarts)
 
     lm = jnp.asarray(0.01)
     once, full = solve(lm, 0), solve(lm, 10)
     print(f"no restart: {int(once.n_iter)} it, loss {float(once.f):.6g}; with: {int(full.n_iter)} it, "
           f"{int(full.restarts)} restarts, loss {float(full.f):.6g}")
-    assert int(once.restarts) == 0 and int(full.restarts) >= 1
-    assert int(once.status) == 1 and int(full.status) in (1, 2)
-    assert float(full.f) < (1 - 1e-3) * float(once.f)
+    assert int(once.restarts) == 0 and int(once.status) == 1
+    assert 1 <= int(full.restarts) <= 10 and int(full.status) in (1, 2)
+    assert float(full.f) < 0.95 * float(once.f)  # 24 % lower here
     assert int(full.n_iter) > int(once.n_iter)
+    # it ended because the last restarted run gained less than ftol (or on gtol)
+    h = np.asarray(full.history)[:int(full.n_iter)]
+    assert np.all(np.diff(h) <= 1e-12 * np.abs(h[:-1]))  # monotone
 
 
 def test_invert_device_path_reports_once_to_the_callback(problem):
