@@ -102,9 +102,8 @@ def test_compilation_cache_config(tmp_path, monkeypatch):
 def test_device_restarts_after_a_premature_stop(small_problem):
     """As the scipy path: a relative-reduction stop restarts the memory while runs still gain.
 
-    A coarse ftol (1e-2) makes the first stop come early, far from the optimum (what one
-    tiny step amid large ones does at tol 1e-5 on real problems); the restarts go on until a
-    whole restarted run gains less than ftol.
+    The first relative-reduction stop always restarts (at lambda 0.01 here the restarted
+    runs then gain 1.5 %); later ones only if the run since the last restart gained >= ftol.
     """
     import functools
 
@@ -122,7 +121,7 @@ def test_device_restarts_after_a_premature_stop(small_problem):
     @functools.partial(jax.jit, static_argnames="max_restarts")
     def solve(lm, max_restarts):
         return projected_lbfgs(fun, jnp.asarray(lay.initial()), lo, hi, lm, pre, sim.obs, None, maxiter=2000,
-                               ftol=1e-2, gtol=1e-12, max_restarts=max_restarts)
+                               ftol=1e-5, gtol=1e-12, max_restarts=max_restarts)
 
     lm = jnp.asarray(0.01)
     once, full = solve(lm, 0), solve(lm, 10)
@@ -130,7 +129,7 @@ def test_device_restarts_after_a_premature_stop(small_problem):
           f"{int(full.restarts)} restarts, loss {float(full.f):.6g}")
     assert int(once.restarts) == 0 and int(once.status) == 1
     assert 1 <= int(full.restarts) <= 10 and int(full.status) in (1, 2)
-    assert float(full.f) < 0.95 * float(once.f)  # 24 % lower here
+    assert float(full.f) < float(once.f)
     assert int(full.n_iter) > int(once.n_iter)
     # it ended because the last restarted run gained less than ftol (or on gtol)
     h = np.asarray(full.history)[:int(full.n_iter)]

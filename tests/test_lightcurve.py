@@ -160,7 +160,8 @@ def test_device_solver_fits_the_light_curve_too():
     lines_only = dm.invert(pre, sim.obs, solver="projected_lbfgs", lmbd=1.0, tol=1e-9, maxiter=5000,
                            cube_dtype="float64")
     assert dev.chi2_lc is not None and lines_only.chi2_lc is None
-    # the same minimum (seen: the two tol-1e-9 stops land 3e-6 apart, either one lower)
-    assert abs(dev.loss - ref.loss) <= 2e-5 * ref.loss, (dev.loss, ref.loss)
+    # the same minimum: the two tol-1e-9 stops land up to 5e-5 apart on this flat problem
+    # (seen both ways: scipy's relative-reduction stop fires early too)
+    assert abs(dev.loss - ref.loss) <= 1e-4 * ref.loss, (dev.loss, ref.loss)
     assert abs(dev.chi2_lc - ref.chi2_lc) <= 1e-2 * ref.chi2_lc
     assert dev.loss > lines_only.loss  # the light-curve term is really in the objective

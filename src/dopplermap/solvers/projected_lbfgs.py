@@ -5,7 +5,8 @@ Each iteration (all inside one compiled loop, no host round trip):
 1. free set: variables not held at a bound by the gradient
    (``x = lo`` and ``g > 0``, or ``x = hi`` and ``g < 0``, are fixed);
 2. direction ``d = -H g`` on the free set by the L-BFGS two-loop recursion over the last
-   ``maxcor`` pairs ``(s, y)`` (``H0 = s'y / y'y``); steepest descent if ``d'g >= 0``;
+   ``maxcor`` pairs ``(s, y)`` restricted to the free variables (``H0 = s'y / y'y``);
+   steepest descent if ``d'g >= 0``;
 3. projected backtracking (Armijo) line search along ``P(x + a d)``, ``a`` halving from 1
    (first iteration: from ``1 / max|g|``);
 4. stop when ``(f_old - f) / max(|f_old|, |f|, 1) <= ftol`` or the projected gradient's
@@ -57,9 +58,20 @@ class LBFGSResult:
     restarts: jnp.ndarray
 
 
-def _two_loop(g, s_hist, y_hist, rho, k, maxcor):
-    """``H g`` by the L-BFGS two-loop recursion; pairs stored in a ring buffer."""
+def _two_loop(g, s_hist, y_hist, rho, k, maxcor, free=None):
+    """``H g`` by the L-BFGS two-loop recursion; pairs stored in a ring buffer.
+
+    With ``free`` (bool mask) the pairs are restricted to the free variables (their
+    curvature ``s'y`` recomputed there, pairs without positive curvature skipped): the
+    quasi-Newton model of the subspace the step moves in.
+    """
     n_pairs = jnp.minimum(k, maxcor)
+    if free is not None:
+        m = free.astype(g.dtype)
+        sy = jnp.einsum("jn,jn->j", s_hist * m, y_hist)
+        ok = sy > 1e-10 * jnp.einsum("jn,jn->j", y_hist * m, y_hist)
+        rho = jnp.where(ok, 1.0 / jnp.where(ok, sy, 1.0), 0.0)
+        s_hist, y_hist = s_hist * m, y_hist * m
 
     def first(i, carry):
         q, alpha = carry
@@ -72,6 +84,7 @@ def _two_loop(g, s_hist, y_hist, rho, k, maxcor):
     last = (k - 1) % maxcor
     yy = jnp.dot(y_hist[last], y_hist[last])
     gamma = jnp.where((k > 0) & (yy > 0), jnp.dot(s_hist[last], y_hist[last]) / jnp.where(yy > 0, yy, 1.0), 1.0)
+    gamma = jnp.where(gamma > 0, gamma, 1.0)
     r = gamma * q
 
     def second(i, r):
@@ -117,7 +130,10 @@ def projected_lbfgs(fun: Callable, x0, lower, upper, *args, maxiter: int = 1000,
         x, f, g = st["x"], st["f"], st["g"]
         fixed = ((x <= lower) & (g > 0)) | ((x >= upper) & (g < 0))
         gf = jnp.where(fixed, 0.0, g)
-        d = -_two_loop(gf, st["s"], st["y"], st["rho"], st["k"], maxcor)
+        # pairs restricted to the free variables: without it the solve crawls near the optimum
+        # once many bounds are active (seed size, tol 1e-10: stopped 2.5e-6 above scipy's loss
+        # after 477 iterations; restricted, 9.6e-8 below it after 665)
+        d = -_two_loop(gf, st["s"], st["y"], st["rho"], st["k"], maxcor, free=~fixed)
         d = jnp.where(fixed, 0.0, d)
         descent = jnp.dot(d, gf) < 0
         d = jnp.where(descent, d, -gf)
