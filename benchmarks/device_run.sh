@@ -6,6 +6,6 @@ set -u
 export PYTHONPATH=src PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/dm-device}; mkdir -p "$OUT"
 nvidia-smi -L 2>&1 | tee "$OUT/device.txt"; python3 -c "import jax; print(jax.__version__, jax.devices())" 2>&1 | tee -a "$OUT/device.txt"
-JAX_PLATFORMS=cpu taskset -c 0,1 timeout 110 python3 benchmarks/bench_core.py --quick --out "$OUT/core_cpu2.json" 2>&1 | tee "$OUT/core_cpu2.log"
-timeout 90 python3 benchmarks/bench_core.py --out "$OUT/core_gpu.json" 2>&1 | tee "$OUT/core_gpu.log"
+JAX_PLATFORMS=cpu taskset -c 0,1 timeout 150 python3 benchmarks/bench_core.py --quick --out "$OUT/core_cpu2.json" 2>&1 | tee "$OUT/core_cpu2.log"
+timeout 150 python3 benchmarks/bench_core.py --out "$OUT/core_gpu.json" 2>&1 | tee "$OUT/core_gpu.log"
 JAX_PLATFORMS=cpu taskset -c 0,1 timeout 100 python3 benchmarks/bench_scaling.py --child 20000 600 64 2>&1 | tee "$OUT/scaling_cpu2_20k.log"
