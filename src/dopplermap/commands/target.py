@@ -235,5 +235,5 @@ def register(group):
                        uncertainty=list(uncertainty) if uncertainty else None)
         lc = f"  chi2(lc) {s['chi2_lc']:.4f}" if s.get("chi2_lc") is not None else ""
         click.echo(f"chi2 {s['chi2']:.4f}{lc}  iterations {s['iterations']}  {s['stop_reason']}  "
-                   f"solve {s['solve_time']:.1f} s")
+                   f"solve {s['solve_time']:.2f} s")
         click.echo(f"results in {out}")
