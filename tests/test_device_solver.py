@@ -110,7 +110,7 @@ def test_device_restarts_after_a_premature_stop(small_problem):
     import jax
 
     from dopplermap.solvers import bounds
-    from dopplermap.solvers.batch import _vg
+    from dopplermap.solvers.scipy_lbfgsb import _vg
 
     star, grid, times, vels, comps, sim = small_problem
     pre = dm.solve_form(dm.precompute(grid, star, times, vels, comps))

@@ -523,7 +523,7 @@ def _epoch_chunk(line: LineModel) -> int:
         return line.n_epoch
     most = max(1, min(line.n_epoch, SLOTS_PER_CHUNK // max(1, int(line.cell.shape[1]))))
     n_chunk = -(-line.n_epoch // most)
-    return -(-line.n_epoch // n_chunk)  # equal chunks: at most n_chunk - 1 padded epochs, not most - 1
+    return -(-line.n_epoch // n_chunk)  # equal chunks: the last overlaps its neighbour by < n_chunk epochs
 
 
 def synthesize(fssc, fssh, line: LineModel):

@@ -82,7 +82,7 @@ def never_visible(pre: Precomputed) -> np.ndarray:
     seen = np.zeros(line.n_cell, bool)
     e, c = np.nonzero(pos < n_slot)
     if line.method == "folded":
-        w = np.abs(np.asarray(line.local, dtype=np.float64)).sum(axis=(1, 3))  # (E, S)
+        w = np.abs(np.asarray(line.local)).sum(axis=(1, 3))  # (E, S); > 0 is exact in float32 too
     else:
         w = np.abs(np.asarray(line.weight)).sum(axis=2)
     seen[c[w[e, pos[e, c]] > 0]] = True

@@ -18,21 +18,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..model import Precomputed, solve_form
-from ..objective import DEFAULT_PENALTY, REGULARISERS, Layout, Observations, objective_terms
+from ..objective import DEFAULT_PENALTY, REGULARISERS, Layout, Observations
+from . import _check_match, _cube_dtype, bounds, joint_arguments, project_feasible, resolve_cube_dtype
 from .projected_lbfgs import STOP_REASONS, projected_lbfgs
 from .result import InversionResult
+from .scipy_lbfgsb import _vg  # the same compiled value-and-gradient body as the scipy path
 
 __all__ = ["invert_device", "invert_batch", "compile_solver"]
 
 _COMPILED: dict = {}
-
-
-def _vg(x, lmbd, pre, obs, joint=None, *, regulariser, penalty):
-    # joint: optional (lightcurve, line_weight, lc_weight) for the joint line + light-curve fit
-    extra = () if joint is None else tuple(joint)
-    (val, aux), grad = jax.value_and_grad(
-        lambda x: objective_terms(x, lmbd, pre, obs, regulariser, penalty, *extra, with_model=True), has_aux=True)(x)
-    return val, grad, aux
 
 
 def _solve(x0, lo, hi, lmbd, pre, obs, joint=None, *, regulariser, penalty, maxiter, tol, maxcor):
@@ -74,15 +68,7 @@ def compile_solver(x0, lo, hi, lmbd, pre, obs, *, regulariser="mem", penalty=DEF
     return compiled, {"trace": t1 - t0, "lower": t2 - t1, "compile": t3 - t2, "cached": False}
 
 
-def _resolve(cube_dtype, tol):
-    from . import resolve_cube_dtype
-
-    return resolve_cube_dtype(cube_dtype, tol)
-
-
 def _setup(pre, obs, regulariser, x0, fit_rv, fit_amp):
-    from . import _check_match, bounds  # late import: solvers/__init__ imports this module's users
-
     if regulariser not in REGULARISERS:
         raise ValueError(f"regulariser must be one of {REGULARISERS}, got {regulariser!r}")
     layout = Layout(pre.n_cell, pre.n_epoch)
@@ -90,12 +76,10 @@ def _setup(pre, obs, regulariser, x0, fit_rv, fit_amp):
     if x0.shape != (layout.size,):
         raise ValueError(f"x0 must have shape ({layout.size},) = 2 n_cell + 2 n_epoch, got {x0.shape}")
     lo, hi = bounds(layout, fit_rv=fit_rv, fit_amp=fit_amp, x0=x0)
-    return layout, jnp.asarray(np.clip(x0, lo, hi)), jnp.asarray(lo), jnp.asarray(hi), _check_match
+    return layout, jnp.asarray(np.clip(x0, lo, hi)), jnp.asarray(lo), jnp.asarray(hi)
 
 
 def _to_result(layout, r, lmbd, regulariser, pre, timing, solve_time, solver, joint=False) -> InversionResult:
-    from . import _cube_dtype, project_feasible
-
     x = np.asarray(r.x)
     fssc, fssh, rv, amp = layout.split(x)
     fssc, fssh, excess = project_feasible(fssc, fssh)
@@ -126,23 +110,17 @@ def invert_device(pre: Precomputed, obs: Observations, *, lmbd: float = 1.0, reg
     """
     if not np.isfinite(lmbd) or lmbd < 0:
         raise ValueError(f"lmbd must be a finite number >= 0, got {lmbd!r}")
-    layout, xj, lo, hi, check = _setup(pre, obs, regulariser, x0, fit_rv, fit_amp)
-    check(pre, obs)
-    pre = solve_form(pre, _resolve(cube_dtype, tol))
+    layout, xj, lo, hi = _setup(pre, obs, regulariser, x0, fit_rv, fit_amp)
+    _check_match(pre, obs)
+    pre = solve_form(pre, resolve_cube_dtype(cube_dtype, tol))
     lm = jnp.asarray(lmbd, dtype=xj.dtype)
-    joint = _joint(pre, lightcurve, line_weight, lc_weight, xj.dtype)
+    joint = joint_arguments(pre, lightcurve, line_weight, lc_weight, xj.dtype)
     fn, timing = compile_solver(xj, lo, hi, lm, pre, obs, regulariser=regulariser, penalty=penalty,
                                 maxiter=maxiter, tol=tol, maxcor=maxcor, joint=joint)
     t0 = time.perf_counter()
     r = jax.block_until_ready(fn(xj, lo, hi, lm, pre, obs, joint))
     solve_time = time.perf_counter() - t0
     return _to_result(layout, r, lmbd, regulariser, pre, timing, solve_time, "projected_lbfgs", joint is not None)
-
-
-def _joint(pre, lightcurve, line_weight, lc_weight, dtype):
-    from . import joint_arguments
-
-    return joint_arguments(pre, lightcurve, line_weight, lc_weight, dtype)
 
 
 def invert_batch(pre: Precomputed, obs: Observations, *, lmbds=None, lmbd: float = 1.0, flux=None, err=None,
@@ -160,8 +138,9 @@ def invert_batch(pre: Precomputed, obs: Observations, *, lmbds=None, lmbd: float
         mode: ``"vmap"`` - one compiled call for the whole batch (the fast way on a GPU:
             2.8x one solve for 8 lambdas on an H200); ``"sequential"`` - the members one
             after another through one compiled single solve; ``"auto"`` (default) -
-            sequential on CPU, where XLA's gathers under ``vmap`` are slow (a batch of 8
-            lambdas took 42x one solve on 2 cores, sequential ~8x), vmap elsewhere.
+            sequential on CPU, where XLA's batched products, gathers and scatters cost
+            10-20x a single evaluation (8 lambdas on 2 cores: vmapped 22-27x one solve,
+            sequential 9-10x), vmap elsewhere.
     Returns:
         one :class:`InversionResult` per member; ``solve_time`` is the whole batch's.
     """
@@ -169,9 +148,9 @@ def invert_batch(pre: Precomputed, obs: Observations, *, lmbds=None, lmbd: float
         raise ValueError(f"mode must be 'auto', 'vmap' or 'sequential', got {mode!r}")
     if mode == "auto":
         mode = "sequential" if jax.default_backend() == "cpu" else "vmap"
-    layout, xj, lo, hi, check = _setup(pre, obs, regulariser, x0, fit_rv, fit_amp)
-    check(pre, obs)
-    pre = solve_form(pre, _resolve(cube_dtype, tol))
+    layout, xj, lo, hi = _setup(pre, obs, regulariser, x0, fit_rv, fit_amp)
+    _check_match(pre, obs)
+    pre = solve_form(pre, resolve_cube_dtype(cube_dtype, tol))
     batch_lmbd = lmbds is not None
     batch_obs = flux is not None
     if not (batch_lmbd or batch_obs):
