@@ -48,13 +48,15 @@ def test_device_reaches_scipy_loss(problem):
 def test_batch_equals_single_solves(problem):
     pre, sim = problem
     lmbds = [0.3, 1.0, 3.0]
-    batch = invert_batch(pre, sim.obs, lmbds=lmbds, tol=1e-9, maxiter=3000, mode="vmap")
+    batch = invert_batch(pre, sim.obs, lmbds=lmbds, tol=1e-9, maxiter=3000, mode="vmap")  # blocked form on CPU
+    folded = invert_batch(pre, sim.obs, lmbds=lmbds, tol=1e-9, maxiter=3000, mode="vmap", form="folded")
     seq = invert_batch(pre, sim.obs, lmbds=lmbds, tol=1e-9, maxiter=3000, mode="sequential")
     assert [b.lmbd for b in batch] == lmbds == [b.lmbd for b in seq]
     for lm, b, q in zip(lmbds, batch, seq):
         one = invert_device(pre, sim.obs, lmbd=lm, tol=1e-9, maxiter=3000)
         # same algorithm; vmap changes float rounding, so the paths differ: compare converged losses
         assert abs(b.loss - one.loss) <= 1e-6 * abs(one.loss)
+        assert abs(folded[lmbds.index(lm)].loss - one.loss) <= 1e-6 * abs(one.loss)
         assert q.loss == one.loss  # sequential runs the very same compiled solve
     # more regularisation -> larger chi-square
     assert batch[0].chi2 < batch[2].chi2
@@ -76,6 +78,12 @@ def test_batch_bad_input(problem):
         invert_batch(pre, sim.obs, flux=np.ones((2, 3, 4)))
     with pytest.raises(ValueError, match="mode"):
         invert_batch(pre, sim.obs, lmbds=[1.0], mode="parallel")
+    with pytest.raises(ValueError, match="form"):
+        invert_batch(pre, sim.obs, lmbds=[1.0], form="cells")
+    star, grid, times, vels, comps = dm.demo_setup(n_cell=300, n_epoch=20, n_vel=24)
+    binned = dm.precompute(grid, star, times, vels, comps, method="binned")
+    with pytest.raises(ValueError, match="form='blocked' needs a dense model"):
+        invert_batch(binned, sim.obs, lmbds=[1.0], form="blocked")
     with pytest.raises(ValueError, match="lmbd"):
         invert_device(pre, sim.obs, lmbd=float("nan"))
 

@@ -107,3 +107,7 @@ def test_never_visible_is_the_same_for_every_model_form():
         folded = dm.solve_form(pd, dtype)
         assert np.all(np.asarray(folded.line.weight) == 0)  # both spot weights equal the photosphere's
         np.testing.assert_array_equal(U.never_visible(folded), ref)
+        blocked = dm.solve_form(pd, dtype, blocked=True)
+        np.testing.assert_array_equal(U.never_visible(blocked), ref)
+    with pytest.raises(ValueError, match="blocked"):
+        U.resample_epochs(blocked, None, np.arange(pd.n_epoch))

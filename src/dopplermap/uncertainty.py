@@ -81,6 +81,10 @@ def never_visible(pre: Precomputed) -> np.ndarray:
     pos = np.asarray(line.pos)
     seen = np.zeros(line.n_cell, bool)
     e, c = np.nonzero(pos < n_slot)
+    if line.method == "blocked":  # judged by the blocks' columns (each a cell of a block's union)
+        cols = np.abs(np.asarray(line.local)).sum(axis=1).reshape(line.block_cell.shape + (-1,)).sum(axis=2)
+        seen[np.asarray(line.block_cell)[cols > 0]] = True
+        return ~seen
     if line.method == "folded":
         w = np.abs(np.asarray(line.local)).sum(axis=(1, 3))  # (E, S); > 0 is exact in float32 too
     else:
@@ -95,6 +99,9 @@ def resample_epochs(pre: Precomputed, obs: Observations, idx) -> tuple[Precomput
     if idx.ndim != 1 or idx.size == 0 or idx.min() < 0 or idx.max() >= pre.n_epoch:
         raise ValueError(f"epoch indices must be a 1-D array in [0, {pre.n_epoch}), got {idx!r}")
     line = pre.line
+    if line.method == "blocked":
+        raise ValueError("resample_epochs needs a dense, folded or binned model, not the blocked form "
+                         "(resample the dense model, then block it)")
     j = jnp.asarray(idx)
     fields = {f.name: getattr(line, f.name) for f in dataclasses.fields(line)}
     for name in _EPOCH_FIELDS:

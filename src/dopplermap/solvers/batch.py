@@ -126,7 +126,7 @@ def invert_device(pre: Precomputed, obs: Observations, *, lmbd: float = 1.0, reg
 def invert_batch(pre: Precomputed, obs: Observations, *, lmbds=None, lmbd: float = 1.0, flux=None, err=None,
                  regulariser: str = "mem", x0=None, tol: float = 1e-5, maxiter: int = 1000, fit_rv: bool = True,
                  fit_amp: bool = True, penalty: float = DEFAULT_PENALTY, maxcor: int = 10,
-                 cube_dtype: str | None = "auto", mode: str = "auto") -> list[InversionResult]:
+                 cube_dtype: str | None = "auto", mode: str = "auto", form: str = "auto") -> list[InversionResult]:
     """Several device solves in one compiled, ``vmap``-ed call (or one after another).
 
     Args:
@@ -146,11 +146,20 @@ def invert_batch(pre: Precomputed, obs: Observations, *, lmbds=None, lmbd: float
     """
     if mode not in ("auto", "vmap", "sequential"):
         raise ValueError(f"mode must be 'auto', 'vmap' or 'sequential', got {mode!r}")
+    if form not in ("auto", "folded", "blocked"):
+        raise ValueError(f"form must be 'auto', 'folded' or 'blocked', got {form!r}")
+    dtype = resolve_cube_dtype(cube_dtype, tol)
+    cpu = jax.default_backend() == "cpu"
+    if form == "blocked" and (pre.line.method != "dense" or dtype is None):
+        raise ValueError(f"form='blocked' needs a dense model and a cube_dtype, got a {pre.line.method} model "
+                         f"and cube_dtype={cube_dtype!r}")
+    if form == "auto":
+        form = "blocked" if cpu and mode != "sequential" and _blocked_fits(pre, dtype) else "folded"
     if mode == "auto":
-        mode = "sequential" if jax.default_backend() == "cpu" else "vmap"
+        mode = "vmap" if (form == "blocked" or not cpu) else "sequential"
     layout, xj, lo, hi = _setup(pre, obs, regulariser, x0, fit_rv, fit_amp)
     _check_match(pre, obs)
-    pre = solve_form(pre, resolve_cube_dtype(cube_dtype, tol))
+    pre = solve_form(pre, dtype, blocked=form == "blocked")
     batch_lmbd = lmbds is not None
     batch_obs = flux is not None
     if not (batch_lmbd or batch_obs):
@@ -187,6 +196,21 @@ def invert_batch(pre: Precomputed, obs: Observations, *, lmbds=None, lmbd: float
     solve_time = time.perf_counter() - t0
     return [_to_result(layout, jax.tree_util.tree_map(lambda a, i=i: a[i], r), lm_np[i], regulariser, pre, timing,
                        solve_time, "projected_lbfgs") for i in range(n)]
+
+
+BLOCKED_MAX_BYTES = 512 * 2**20
+"""``invert_batch(form="auto")`` uses the blocked form on CPU while both its copies fit this."""
+
+
+def _blocked_fits(pre: Precomputed, dtype) -> bool:
+    """Whether the blocked form of a dense ``pre`` (both copies, ``dtype``) fits ``BLOCKED_MAX_BYTES``."""
+    line = pre.line
+    if dtype is None or line.method != "dense":
+        return False
+    # upper estimate without building it: every block sees at most all the cells ever visible
+    n_e, n_s = line.cell.shape
+    seen = int(np.count_nonzero((np.asarray(line.pos) < n_s).any(axis=0)))
+    return 2 * n_e * (line.n_vel + 1) * 2 * seen * np.dtype(dtype).itemsize <= BLOCKED_MAX_BYTES
 
 
 def _sequential(layout, xj, lo, hi, lmbds, pre, obs, batch_obs, *, regulariser, penalty, maxiter, tol, maxcor):

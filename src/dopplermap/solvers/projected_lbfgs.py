@@ -59,39 +59,47 @@ class LBFGSResult:
 
 
 def _two_loop(g, s_hist, y_hist, rho, k, maxcor, free=None):
-    """``H g`` by the L-BFGS two-loop recursion; pairs stored in a ring buffer.
+    """``H g`` by the L-BFGS two-loop recursion.
+
+    The pairs are stored newest first (row 0 the latest), so every index below is the loop
+    counter, never a per-member value: under ``vmap`` (a batch of solves with different
+    memory lengths) the rows are plain slices, not gathers (8 members on 2 CPU cores: the
+    solver's own work per iteration 4.3 -> 0.6 ms).
 
     With ``free`` (bool mask) the pairs are restricted to the free variables (their
     curvature ``s'y`` recomputed there, pairs without positive curvature skipped): the
     quasi-Newton model of the subspace the step moves in.
     """
     n_pairs = jnp.minimum(k, maxcor)
+    m = None
     if free is not None:
+        # restricted pairs (m s, m y) without forming them: the vectors q and r are kept
+        # masked instead (g is zero on the fixed variables), so s'q = (m s)'q and so on
         m = free.astype(g.dtype)
-        sy = jnp.einsum("jn,jn->j", s_hist * m, y_hist)
-        ok = sy > 1e-10 * jnp.einsum("jn,jn->j", y_hist * m, y_hist)
+        ym = y_hist * m  # elementwise products and sums: one fused pass (XLA CPU's dot here was 3x slower batched)
+        sy = jnp.sum(s_hist * ym, axis=1)
+        ok = sy > 1e-10 * jnp.sum(y_hist * ym, axis=1)
         rho = jnp.where(ok, 1.0 / jnp.where(ok, sy, 1.0), 0.0)
-        s_hist, y_hist = s_hist * m, y_hist * m
+        g = g * m
 
-    def first(i, carry):
+    def first(i, carry):  # newest to oldest
         q, alpha = carry
-        j = (k - 1 - i) % maxcor
-        use = i < n_pairs
-        a = jnp.where(use, rho[j] * jnp.dot(s_hist[j], q), 0.0)
-        return q - a * y_hist[j], alpha.at[j].set(a)
+        a = jnp.where(i < n_pairs, rho[i] * jnp.dot(s_hist[i], q), 0.0)
+        q = q - a * y_hist[i]
+        return (q if m is None else q * m), alpha.at[i].set(a)
 
     q, alpha = jax.lax.fori_loop(0, maxcor, first, (g, jnp.zeros(maxcor, g.dtype)))
-    last = (k - 1) % maxcor
-    yy = jnp.dot(y_hist[last], y_hist[last])
-    gamma = jnp.where((k > 0) & (yy > 0), jnp.dot(s_hist[last], y_hist[last]) / jnp.where(yy > 0, yy, 1.0), 1.0)
+    s0, y0 = (s_hist[0], y_hist[0]) if m is None else (s_hist[0] * m, y_hist[0] * m)
+    yy = jnp.dot(y0, y0)
+    gamma = jnp.where((k > 0) & (yy > 0), jnp.dot(s0, y0) / jnp.where(yy > 0, yy, 1.0), 1.0)
     gamma = jnp.where(gamma > 0, gamma, 1.0)
     r = gamma * q
 
-    def second(i, r):
-        j = (k - n_pairs + i) % maxcor
-        use = i < n_pairs
-        b = rho[j] * jnp.dot(y_hist[j], r)
-        return jnp.where(use, r + s_hist[j] * (alpha[j] - b), r)
+    def second(t, r):  # oldest to newest: rows maxcor - 1 .. 0, those beyond n_pairs skipped
+        i = maxcor - 1 - t
+        b = rho[i] * jnp.dot(y_hist[i], r)
+        rn = r + s_hist[i] * (alpha[i] - b)
+        return jnp.where(i < n_pairs, rn if m is None else rn * m, r)
 
     return jax.lax.fori_loop(0, maxcor, second, r)
 
@@ -162,10 +170,10 @@ def projected_lbfgs(fun: Callable, x0, lower, upper, *args, maxiter: int = 1000,
         s, y = xn - x, gn - g
         sy = jnp.dot(s, y)
         keep = ok & (sy > 1e-10 * jnp.dot(y, y))
-        j = st["k"] % maxcor
-        s_hist = jnp.where(keep, st["s"].at[j].set(s), st["s"])
-        y_hist = jnp.where(keep, st["y"].at[j].set(y), st["y"])
-        rho = jnp.where(keep, st["rho"].at[j].set(1.0 / jnp.where(sy > 0, sy, 1.0)), st["rho"])
+        # newest first: shift the memory down one row (no per-member index: see _two_loop)
+        s_hist = jnp.where(keep, jnp.concatenate([s[None], st["s"][:-1]]), st["s"])
+        y_hist = jnp.where(keep, jnp.concatenate([y[None], st["y"][:-1]]), st["y"])
+        rho = jnp.where(keep, jnp.concatenate([(1.0 / jnp.where(sy > 0, sy, 1.0))[None], st["rho"][:-1]]), st["rho"])
         it = st["it"] + 1
 
         def reduction(a, b):
@@ -177,9 +185,8 @@ def projected_lbfgs(fun: Callable, x0, lower, upper, *args, maxiter: int = 1000,
         status = jnp.where(~ok, 4, jnp.where(ftol_stop & ~restart, 1, jnp.where(pgnorm(xn, gn) <= gtol, 2,
                                                                                  jnp.where(it >= maxiter, 3, 0))))
         k = st["k"] + keep.astype(jnp.int32)
-        last = (k - 1) % maxcor
-        yy = jnp.dot(y_hist[last], y_hist[last])
-        gamma = jnp.where((k > 0) & (yy > 0), jnp.dot(s_hist[last], y_hist[last]) / jnp.where(yy > 0, yy, 1.0), jnp.nan)
+        yy = jnp.dot(y_hist[0], y_hist[0])
+        gamma = jnp.where((k > 0) & (yy > 0), jnp.dot(s_hist[0], y_hist[0]) / jnp.where(yy > 0, yy, 1.0), jnp.nan)
         k = jnp.where(restart, 0, k)
         return dict(x=xn, f=fn, g=gn, aux=auxn, s=s_hist, y=y_hist, rho=rho, k=k,
                     it=it, nev=st["nev"] + ls["i"], status=status.astype(jnp.int32),
