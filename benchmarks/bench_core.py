@@ -148,12 +148,15 @@ def main():
     if not args.quick:
         lmbds = np.geomspace(0.1, 10.0, 8)
         one = invert_device(pre, sim.obs, lmbd=float(lmbds[0]), tol=1e-5)  # compiled already above? shape same
-        for mode in ("vmap", "sequential"):
-            b = invert_batch(pre, sim.obs, lmbds=lmbds, tol=1e-5, mode=mode)
-            out[f"batch8_{mode}"] = {"solve_s": b[0].solve_time, "compile_s": b[0].compile_time,
-                                     "one_solve_s": d.solve_time, "ratio_to_one": b[0].solve_time / d.solve_time,
-                                     "iterations": [x.iterations for x in b], "one_lmbd0_s": one.solve_time}
-            print(f"batch ({mode})", out[f"batch8_{mode}"], flush=True)
+        for mode, form in (("vmap", "blocked"), ("vmap", "folded"), ("sequential", "folded")):
+            b = invert_batch(pre, sim.obs, lmbds=lmbds, tol=1e-5, mode=mode, form=form)
+            if mode == "vmap":  # again, compiled: the second call is the one timed
+                b = invert_batch(pre, sim.obs, lmbds=lmbds, tol=1e-5, mode=mode, form=form)
+            out[f"batch8_{mode}_{form}"] = {
+                "solve_s": b[0].solve_time, "compile_s": b[0].compile_time, "one_solve_s": d.solve_time,
+                "ratio_to_one": b[0].solve_time / d.solve_time, "iterations": [x.iterations for x in b],
+                "n_eval": [x.n_eval for x in b], "one_lmbd0_s": one.solve_time}
+            print(f"batch ({mode}, {form})", out[f"batch8_{mode}_{form}"], flush=True)
         with tempfile.TemporaryDirectory() as cache:
             runs = []
             for _ in range(2):

@@ -135,12 +135,20 @@ def invert_batch(pre: Precomputed, obs: Observations, *, lmbds=None, lmbd: float
             velocities (bootstrap resamples, other stars with the same precomputed model);
             default ``obs`` itself for every member.
         cube_dtype: as in :func:`dopplermap.invert` (dense models only).
-        mode: ``"vmap"`` - one compiled call for the whole batch (the fast way on a GPU:
-            2.8x one solve for 8 lambdas on an H200); ``"sequential"`` - the members one
-            after another through one compiled single solve; ``"auto"`` (default) -
-            sequential on CPU, where XLA's batched products, gathers and scatters cost
-            10-20x a single evaluation (8 lambdas on 2 cores: vmapped 22-27x one solve,
-            sequential 9-10x), vmap elsewhere.
+        mode: ``"vmap"`` - one compiled call for the whole batch; ``"sequential"`` - the
+            members one after another through one compiled single solve; ``"auto"``
+            (default) - vmap, except on CPU when the blocked form (below) does not apply
+            or fit.
+        form: the model form a vmapped batch iterates on. ``"blocked"``
+            (:func:`dopplermap.model.block_dense`): epoch blocks as plain matrices, so each
+            block is one matrix-matrix product for all members - on CPU the only form
+            where batching pays (2 cores, seed size, 8 lambdas: 3.9-5.0x one solve, against
+            8-11x sequential and 20-27x for the folded form vmapped, whose per-epoch small
+            products and gathers XLA CPU runs 10-20x slower batched); ``"folded"``
+            (:func:`dopplermap.model.fold_dense`; session 1 measured 2.8x one solve for
+            8 lambdas on an H200 with the then-default form); ``"auto"`` (default) -
+            blocked on CPU for dense models while both its copies fit
+            ``BLOCKED_MAX_BYTES``, folded otherwise (binned models are used as they are).
     Returns:
         one :class:`InversionResult` per member; ``solve_time`` is the whole batch's.
     """
@@ -207,7 +215,7 @@ def _blocked_fits(pre: Precomputed, dtype) -> bool:
     line = pre.line
     if dtype is None or line.method != "dense":
         return False
-    # upper estimate without building it: every block sees at most all the cells ever visible
+    # estimate without building it: no block sees more than the cells ever visible
     n_e, n_s = line.cell.shape
     seen = int(np.count_nonzero((np.asarray(line.pos) < n_s).any(axis=0)))
     return 2 * n_e * (line.n_vel + 1) * 2 * seen * np.dtype(dtype).itemsize <= BLOCKED_MAX_BYTES
