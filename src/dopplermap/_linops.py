@@ -191,7 +191,8 @@ def _block_fwd(x, blocks, blocks_t):
 
 def _block_bwd(res, g):
     blocks, blocks_t, proto = res
-    return _block_matvec(g, blocks_t).astype(proto.dtype), None, None
+    # through block_product again (its own rule): second derivatives (reverse over reverse) work
+    return block_product(g.astype(proto.dtype), blocks_t, blocks), None, None
 
 
 block_product.defvjp(_block_fwd, _block_bwd)

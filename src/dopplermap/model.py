@@ -47,7 +47,7 @@ from .grid import SurfaceGrid
 from .profiles import ComponentSet
 
 __all__ = ["LineModel", "Precomputed", "precompute", "synthesize", "forward", "apply_nuisance",
-           "choose_bin_width", "is_mu_dependent", "eval_profile", "fold_dense", "block_dense", "phase_order", "solve_form", "dense_numerator", "with_exact_numerator"]
+           "choose_bin_width", "is_mu_dependent", "eval_profile", "fold_dense", "block_dense", "blocked_nbytes", "phase_order", "solve_form", "dense_numerator", "with_exact_numerator"]
 
 _LAGRANGE_ERR = 9.0 / 16.0 / 24.0  # max |prod(t - node)| / 4! for 4 nodes
 
@@ -457,6 +457,17 @@ def phase_order(pos, n_slot: int) -> np.ndarray:
     order = np.argsort(ang, kind="stable")
     gaps = np.diff(np.concatenate([ang[order], ang[order[:1]] + 2 * np.pi]))
     return np.roll(order, -(int(np.argmax(gaps)) + 1))
+
+
+def blocked_nbytes(line: LineModel, dtype=jnp.float32) -> int:
+    """Bytes of :func:`block_dense`'s two copies for a dense ``line``, estimated without building them.
+
+    An upper estimate but for the padding of the last block: no block sees more cells than
+    are ever visible.
+    """
+    n_e, n_s = line.cell.shape
+    seen = int(np.count_nonzero((np.asarray(line.pos) < n_s).any(axis=0)))
+    return 2 * n_e * (line.n_vel + 1) * 2 * seen * np.dtype(dtype).itemsize
 
 
 def block_dense(line: LineModel, n_block: int | None = None, dtype=jnp.float32) -> LineModel:

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..model import Precomputed, solve_form
+from ..model import Precomputed, blocked_nbytes, solve_form
 from ..objective import DEFAULT_PENALTY, REGULARISERS, Layout, Observations
 from . import _check_match, _cube_dtype, bounds, joint_arguments, project_feasible, resolve_cube_dtype
 from .projected_lbfgs import STOP_REASONS, projected_lbfgs
@@ -211,14 +211,7 @@ BLOCKED_MAX_BYTES = 512 * 2**20
 
 
 def _blocked_fits(pre: Precomputed, dtype) -> bool:
-    """Whether the blocked form of a dense ``pre`` (both copies, ``dtype``) fits ``BLOCKED_MAX_BYTES``."""
-    line = pre.line
-    if dtype is None or line.method != "dense":
-        return False
-    # estimate without building it: no block sees more than the cells ever visible
-    n_e, n_s = line.cell.shape
-    seen = int(np.count_nonzero((np.asarray(line.pos) < n_s).any(axis=0)))
-    return 2 * n_e * (line.n_vel + 1) * 2 * seen * np.dtype(dtype).itemsize <= BLOCKED_MAX_BYTES
+    return dtype is not None and pre.line.method == "dense" and blocked_nbytes(pre.line, dtype) <= BLOCKED_MAX_BYTES
 
 
 def _sequential(layout, xj, lo, hi, lmbds, pre, obs, batch_obs, *, regulariser, penalty, maxiter, tol, maxcor):
