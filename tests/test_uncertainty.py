@@ -86,6 +86,11 @@ def test_hutchinson_agrees_with_dense():
     hut = U.laplace(pre, sim.obs, best, method="hutchinson", n_probe=48)
     r = np.median(hut.sigma_fssc) / np.median(dense.sigma_fssc)
     assert 0.8 < r < 1.25
+    # the sandwich too (probes solved together, two CG solves each), 70 probes: two chunks of 64
+    dense_s = U.laplace(pre, sim.obs, best, kind="sandwich")
+    hut_s = U.laplace(pre, sim.obs, best, method="hutchinson", kind="sandwich", n_probe=70)
+    r = np.median(hut_s.sigma_fssc) / np.median(dense_s.sigma_fssc)
+    assert 0.7 < r < 1.4, r
     with pytest.raises(ValueError, match="kind"):
         U.laplace(pre, sim.obs, best, kind="fisher")
 

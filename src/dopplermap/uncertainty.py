@@ -278,24 +278,35 @@ def laplace(pre: Precomputed, obs: Observations, best: InversionResult, *, metho
     else:
         rng = np.random.default_rng(seed)
 
-        def op_of(fn):
+        hpre = hvp_form(pre)
+
+        def op_of(lm, reg, pen):
             def op(v):
                 full = jnp.zeros(lay.size).at[fidx].set(v)
-                return scale * fn(x, full[None])[0][fidx]
+                return scale * _hvp(x, full, lm, hpre, obs, reg, pen)[fidx]
             return op
 
-        op = op_of(hvp)
-        data_op = jax.jit(op_of(hvp_data)) if kind == "sandwich" else None
+        op = op_of(jnp.asarray(best.lmbd, dtype=jnp.float64), best.regulariser, float(penalty))
+        data_op = op_of(jnp.asarray(0.0), "none", 0.0)
 
-        solve = jax.jit(lambda b: jax.scipy.sparse.linalg.cg(op, b, tol=cg_tol, maxiter=cg_maxiter)[0])
+        # the probes' CG solves run together (vmapped, ``chunk`` at a time): every CG step is
+        # then one batch of HVPs, whose products are matrix-matrix products on the blocked form
+        @jax.jit
+        def probe(z):
+            def one(b):
+                y = jax.scipy.sparse.linalg.cg(op, b, tol=cg_tol, maxiter=cg_maxiter)[0]
+                if kind == "sandwich":
+                    y = jax.scipy.sparse.linalg.cg(op, data_op(y), tol=cg_tol, maxiter=cg_maxiter)[0]
+                return b * y
+            return jax.vmap(one)(z).sum(axis=0)
 
+        z_all = rng.choice([-1.0, 1.0], size=(int(n_probe), n_free))  # the same draws as one probe at a time
         acc = np.zeros(n_free)
-        for _ in range(int(n_probe)):
-            z = jnp.asarray(rng.choice([-1.0, 1.0], size=n_free))
-            y = solve(z)
-            if kind == "sandwich":
-                y = solve(data_op(y))
-            acc += np.asarray(z * y)
+        for s in range(0, int(n_probe), chunk):
+            z = z_all[s:s + chunk]
+            if z.shape[0] < chunk:  # same compiled shape; zero probes add zero
+                z = np.concatenate([z, np.zeros((chunk - z.shape[0], n_free))])
+            acc += np.asarray(probe(jnp.asarray(z)))
         diag_inv[fidx] = np.maximum(acc / n_probe, 0.0)
         name = f"laplace-{kind}-hutchinson"
 
