@@ -78,6 +78,41 @@ def test_laplace_and_bootstrap(fitted, tmp_path):
     assert (tmp_path / "unc.png").stat().st_size > 0
 
 
+def test_bootstrap_batch_equals_resampling(fitted):
+    """A resample is the full problem with each epoch's chi-square counted as often as it
+    was drawn: the batched bootstrap (error sets, one vmapped solve) re-solves the same
+    problems as resampling the model and data (its objective at the resampled solution is
+    the resampled loss, to rounding), and both give the same uncertainty map."""
+    from dopplermap.objective import loss
+
+    prob, sim, pre, best = fitted
+    n_e = pre.n_epoch
+    idx = np.random.default_rng(4).integers(0, n_e, n_e)
+    pre_b, obs_b = U.resample_epochs(pre, sim.obs, idx)
+    x0 = np.concatenate([best.fssc, best.fssh, best.rv[idx], best.amp[idx]])
+    r = dm.invert(pre_b, obs_b, lmbd=LMBD, regulariser=REG, x0=x0, tol=1e-8)
+    rv, amp = np.array(best.rv), np.array(best.amp)
+    rv[idx], amp[idx] = r.rv, r.amp  # a repeated epoch's copies share one value (checked next)
+    assert np.allclose(r.rv, rv[idx]) and np.allclose(r.amp, amp[idx])
+    w = np.bincount(idx, minlength=n_e)
+    with np.errstate(divide="ignore"):
+        err_w = jnp.asarray(np.asarray(sim.obs.err) / np.sqrt(w)[:, None])
+    obs_w = dm.Observations(times=sim.obs.times, vels=sim.obs.vels, flux=sim.obs.flux, err=err_w)
+    xw = jnp.asarray(np.concatenate([r.fssc, r.fssh, rv, amp]))
+    assert float(loss(xw, LMBD, pre, obs_w, REG)) == pytest.approx(float(loss(jnp.asarray(r.x), LMBD, pre_b, obs_b, REG)),
+                                                                   rel=1e-12)
+    kw = dict(n_boot=10, seed=4)  # 10: a full batch of 8 and a padded one
+    batch = U.bootstrap(pre, sim.obs, best, mode="batch", **kw)
+    resample = U.bootstrap(pre, sim.obs, best, mode="resample", **kw)
+    assert batch.samples.shape == resample.samples.shape == (10, 2, pre.n_cell)
+    vis = ~batch.never_visible
+    for a, b in ((batch.sigma_fssc, resample.sigma_fssc), (batch.sigma_fssh, resample.sigma_fssh)):
+        assert np.corrcoef(a[vis], b[vis])[0, 1] > 0.98
+        assert 0.9 < np.median(a[vis]) / np.median(b[vis]) < 1.1
+    with pytest.raises(ValueError, match="bootstrap mode"):
+        U.bootstrap(pre, sim.obs, best, mode="vmap")
+
+
 def test_hutchinson_agrees_with_dense():
     prob, sim = small_problem(n_cell=64, n_epoch=10, n_vel=16, inclination=50.0)
     pre = dm.precompute(prob.grid, prob.star, sim.obs.times, sim.obs.vels, prob.components)

@@ -133,7 +133,8 @@ def invert_batch(pre: Precomputed, obs: Observations, *, lmbds=None, lmbd: float
         lmbds: (n_batch,) lambdas (else ``lmbd`` for every member).
         flux, err: (n_batch, n_epoch, n_vel) observation sets sharing ``obs``'s epochs and
             velocities (bootstrap resamples, other stars with the same precomputed model);
-            default ``obs`` itself for every member.
+            default ``obs`` itself for every member. An infinite error drops its point
+            (e.g. an epoch a bootstrap resample did not draw).
         cube_dtype: as in :func:`dopplermap.invert` (dense models only).
         mode: ``"vmap"`` - one compiled call for the whole batch; ``"sequential"`` - the
             members one after another through one compiled single solve; ``"auto"``
@@ -186,8 +187,8 @@ def invert_batch(pre: Precomputed, obs: Observations, *, lmbds=None, lmbd: float
         if err.shape not in (want, flux.shape):
             raise ValueError(f"err must have shape {want} or {flux.shape}, got {err.shape}")
         err = np.broadcast_to(err, flux.shape)
-        if not (np.all(np.isfinite(flux)) and np.all(np.isfinite(err)) and np.all(err > 0)):
-            raise ValueError("flux/err batch contains NaN/inf or err <= 0")
+        if not (np.all(np.isfinite(flux)) and not np.any(np.isnan(err)) and np.all(err > 0)):
+            raise ValueError("flux/err batch contains NaN or inf flux, NaN err or err <= 0")
         if n is not None and flux.shape[0] != n:
             raise ValueError(f"lmbds has {n} values but flux has {flux.shape[0]} sets")
         n = flux.shape[0]
