@@ -1,8 +1,10 @@
 """Per-cell uncertainties of the filling factors.
 
 * :func:`bootstrap` - resample the epochs with replacement, re-solve each resampled data
-  set warm-started from the best map (same shapes, so one compiled objective), and take
-  the standard deviation over the re-solved maps. The bootstrap measures how the map moves
+  set warm-started from the best map, and take the standard deviation over the re-solved
+  maps. A resample is the full problem with each epoch's chi-square counted as often as
+  it was drawn, so by default the resamples are error sets of the one model, solved
+  several at a time in one vmapped device solve. The bootstrap measures how the map moves
   when the data are resampled; a cell that no epoch ever sees never moves (only the
   regulariser fixes it), so such cells are reported as ``inf`` (unconstrained by the
   data) rather than the meaningless spread 0.
