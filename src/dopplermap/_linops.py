@@ -154,8 +154,6 @@ def _deposit_bwd(n_bin, res, hbar):
 deposit.defvjp(_deposit_fwd, _deposit_bwd)
 
 
-
-
 @jax.custom_batching.custom_vmap
 def _block_matvec(x, blocks):
     return jnp.einsum("brc,bc->br", blocks, x.astype(blocks.dtype))

@@ -487,6 +487,7 @@ def block_dense(line: LineModel, n_block: int | None = None, dtype=jnp.float32) 
     value+grad 15 ms against 100 ms for the folded form vmapped (one member: 8 vs 6 ms).
     The block count barely matters there (4, 8, 16 blocks: the same batch solve time
     within noise).
+
     Args:
         line: a ``method="dense"`` :class:`LineModel`.
         n_block: number of epoch blocks (at most n_epoch); default ``DEFAULT_BLOCKS``.

@@ -214,7 +214,8 @@ def hvp_form(pre: Precomputed) -> Precomputed:
 
     Dense models: the blocked form (:func:`dopplermap.model.block_dense`), where a batch of
     vectors turns each block's products into matrix-matrix products (seed size, 2 cores,
-    64 vectors: 2.3 ms per HVP against 46 ms one at a time on the dense cube), or the
+    64 vectors: 2.0 ms per HVP against 27 ms one at a time on the dense cube,
+    ``benchmarks/bench_uncertainty.py``), or the
     folded form when the blocked one is too big. Other models as they are.
     """
     if pre.line.method != "dense":
