@@ -40,6 +40,26 @@ def test_hvp_matches_finite_difference_of_gradient():
         np.testing.assert_allclose(hv, fd, rtol=0, atol=1e-6 * np.abs(fd).max())
 
 
+def test_hvp_paths_agree(fitted, monkeypatch):
+    """Batched HVPs on the blocked form and one at a time on the folded form (what a dense
+    model too big to block gets on CPU) are the same products; so are Hutchinson's
+    estimates with probes solved together or one after another."""
+    prob, sim, pre, best = fitted
+    x = jnp.asarray(best.x)
+    vs = np.random.default_rng(3).normal(size=(5, x.size))
+    fast = U.hvp_function(LMBD, pre, sim.obs, REG, chunk=4)
+    assert fast.batched and U.hvp_form(pre).line.method == "blocked"
+    hut = U.laplace(pre, sim.obs, best, method="hutchinson", n_probe=6, chunk=4)
+    monkeypatch.setattr(U, "HVP_BLOCKED_MAX_BYTES", 0)
+    slow = U.hvp_function(LMBD, pre, sim.obs, REG, chunk=4)
+    assert U.hvp_form(pre).line.method == "folded"
+    assert slow.batched == (jax.default_backend() != "cpu")
+    ref = np.asarray(slow(x, vs))
+    np.testing.assert_allclose(np.asarray(fast(x, vs)), ref, rtol=0, atol=1e-10 * np.abs(ref).max())
+    hut_slow = U.laplace(pre, sim.obs, best, method="hutchinson", n_probe=6, chunk=4)
+    np.testing.assert_allclose(hut.sigma_fssc, hut_slow.sigma_fssc, rtol=1e-5)
+
+
 def test_resample_identity_keeps_model(fitted):
     prob, sim, pre, best = fitted
     idx = np.arange(pre.n_epoch)[::-1]

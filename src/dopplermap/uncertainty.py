@@ -227,16 +227,20 @@ def hvp_function(lmbd, pre: Precomputed, obs: Observations, regulariser: str = "
                  penalty: float = DEFAULT_PENALTY, chunk: int = 64):
     """``hvp(x, V) -> H V`` of the loss for ``V`` of shape (k, n_param) (reverse over reverse).
 
-    The products run ``chunk`` vectors at a time in one vmapped compiled call on
-    :func:`hvp_form`'s model; any call with several rows is padded with zero vectors to a
-    multiple of ``chunk`` (one compiled shape; a chunk costs far less than a compile), a
-    single vector (conjugate-gradient iterations) runs alone.
+    Where batching pays (the blocked form, or any accelerator) the products run ``chunk``
+    vectors at a time in one vmapped compiled call on :func:`hvp_form`'s model; any call
+    with several rows is padded with zero vectors to a multiple of ``chunk`` (one compiled
+    shape; a chunk costs far less than a compile), a single vector (conjugate-gradient
+    iterations) runs alone. Elsewhere (CPU with the folded or binned form, whose batched
+    products cost more than one at a time) the rows run one after another. ``hvp.batched``
+    says which.
     """
     lm = jnp.asarray(lmbd, dtype=jnp.float64)
     pre = hvp_form(pre)
     chunk = int(chunk)
     if chunk < 1:
         raise ValueError(f"chunk must be >= 1, got {chunk}")
+    batched = _batches_well(pre)
 
     def run(x, vs):
         return _hvps_jit(x, vs, lm, pre, obs, regulariser=regulariser, penalty=float(penalty))
@@ -246,12 +250,20 @@ def hvp_function(lmbd, pre: Precomputed, obs: Observations, regulariser: str = "
         k = vs.shape[0]
         if k == 1:
             return run(x, vs)
+        if not batched:
+            return jnp.concatenate([run(x, vs[i:i + 1]) for i in range(k)])
         pad = -k % chunk
         if pad:
             vs = jnp.concatenate([vs, jnp.zeros((pad,) + vs.shape[1:], vs.dtype)])
         return jnp.concatenate([run(x, vs[s:s + chunk]) for s in range(0, k + pad, chunk)])[:k]
 
+    hvp.batched = batched
     return hvp
+
+
+def _batches_well(pre: Precomputed) -> bool:
+    """Whether vmapped products on this model form beat one at a time (measured on XLA CPU)."""
+    return jax.default_backend() != "cpu" or pre.line.method == "blocked"
 
 
 def _free_mask(best: InversionResult, fit_rv: bool, fit_amp: bool) -> np.ndarray:
@@ -300,7 +312,7 @@ def laplace(pre: Precomputed, obs: Observations, best: InversionResult, *, metho
         cols = np.empty((n_free, n_free))
         for s in range(0, n_free, chunk):
             ids = fidx[s:s + chunk]
-            basis = np.zeros((chunk, lay.size))  # always chunk rows: one compiled shape
+            basis = np.zeros((chunk if fn.batched else ids.size, lay.size))  # batched: one compiled shape
             basis[np.arange(ids.size), ids] = 1.0
             cols[s:s + ids.size] = np.asarray(fn(x, jnp.asarray(basis)))[:ids.size, fidx]
         return scale * 0.5 * (cols + cols.T)
@@ -325,6 +337,7 @@ def laplace(pre: Precomputed, obs: Observations, best: InversionResult, *, metho
         rng = np.random.default_rng(seed)
 
         hpre = hvp_form(pre)
+        pchunk = chunk if _batches_well(hpre) else 1  # probes solved together where that pays
 
         def op_of(lm, reg, pen):
             def op(v):
@@ -335,8 +348,8 @@ def laplace(pre: Precomputed, obs: Observations, best: InversionResult, *, metho
         op = op_of(jnp.asarray(best.lmbd, dtype=jnp.float64), best.regulariser, float(penalty))
         data_op = op_of(jnp.asarray(0.0), "none", 0.0)
 
-        # the probes' CG solves run together (vmapped, ``chunk`` at a time): every CG step is
-        # then one batch of HVPs, whose products are matrix-matrix products on the blocked form
+        # the probes' CG solves run together (vmapped, ``chunk`` at a time) where that pays:
+        # every CG step is then one batch of HVPs, matrix-matrix products on the blocked form
         @jax.jit
         def probe(z):
             def one(b):
@@ -348,10 +361,10 @@ def laplace(pre: Precomputed, obs: Observations, best: InversionResult, *, metho
 
         z_all = rng.choice([-1.0, 1.0], size=(int(n_probe), n_free))  # the same draws as one probe at a time
         acc = np.zeros(n_free)
-        for s in range(0, int(n_probe), chunk):
-            z = z_all[s:s + chunk]
-            if z.shape[0] < chunk:  # same compiled shape; zero probes add zero
-                z = np.concatenate([z, np.zeros((chunk - z.shape[0], n_free))])
+        for s in range(0, int(n_probe), pchunk):
+            z = z_all[s:s + pchunk]
+            if z.shape[0] < pchunk:  # same compiled shape; zero probes add zero
+                z = np.concatenate([z, np.zeros((pchunk - z.shape[0], n_free))])
             acc += np.asarray(probe(jnp.asarray(z)))
         diag_inv[fidx] = np.maximum(acc / n_probe, 0.0)
         name = f"laplace-{kind}-hutchinson"
