@@ -88,6 +88,28 @@ def test_batch_bad_input(problem):
         invert_device(pre, sim.obs, lmbd=float("nan"))
 
 
+def test_batch_auto_mode_on_cpu(problem, monkeypatch):
+    """On CPU, auto vmaps a dense model on its blocked form and runs a binned model (no
+    blocked form) member by member; a model whose blocked form would not fit goes
+    member by member too."""
+    import jax
+
+    from dopplermap.solvers import batch as B
+
+    if jax.default_backend() != "cpu":
+        pytest.skip("CPU policy")
+    pre, sim = problem
+    star, grid, times, vels, comps = dm.demo_setup(n_cell=300, n_epoch=20, n_vel=24)
+    binned = dm.precompute(grid, star, times, vels, comps, method="binned")
+    auto = invert_batch(binned, sim.obs, lmbds=[0.5, 2.0], tol=1e-6)
+    seq = invert_batch(binned, sim.obs, lmbds=[0.5, 2.0], tol=1e-6, mode="sequential")
+    assert [a.loss for a in auto] == [q.loss for q in seq]  # the very same compiled single solve
+    monkeypatch.setattr(B, "BLOCKED_MAX_BYTES", 0)
+    auto = invert_batch(pre, sim.obs, lmbds=[0.5, 2.0], tol=1e-6)
+    seq = invert_batch(pre, sim.obs, lmbds=[0.5, 2.0], tol=1e-6, mode="sequential")
+    assert [a.loss for a in auto] == [q.loss for q in seq]
+
+
 def test_compilation_cache_config(tmp_path, monkeypatch):
     import jax
 
