@@ -20,6 +20,7 @@ import tempfile
 import time
 
 import numpy as np
+from _common import write_json  # benchmarks/ is the script's folder
 
 
 def _best(fn, n=20):
@@ -62,8 +63,8 @@ def bandwidth_gbs():
 
 def compile_child(cache_dir: str) -> dict:
     """Time trace/lower/compile of value-and-gradient in this (fresh) process."""
-    import jax
     import jax.numpy as jnp
+
     import dopplermap as dm
     from dopplermap.cache import enable_compilation_cache
     from dopplermap.objective import Layout
@@ -95,6 +96,7 @@ def main():
         return
     import jax
     import jax.numpy as jnp
+
     import dopplermap as dm
     from dopplermap.objective import Layout
     from dopplermap.solvers.batch import invert_batch, invert_device
@@ -166,10 +168,7 @@ def main():
             out["compile_cold"], out["compile_warm_cache"] = runs
             print("compile cold", runs[0], "warm", runs[1], flush=True)
     if args.out:
-        tmp = args.out + ".tmp"
-        with open(tmp, "w") as fh:
-            json.dump(out, fh, indent=2)
-        os.replace(tmp, args.out)
+        write_json(args.out, out)
 
 
 if __name__ == "__main__":

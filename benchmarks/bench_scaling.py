@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import subprocess
 import sys
 import time
 
 import numpy as np
+from _common import write_json  # benchmarks/ is the script's folder
 
 BASE = (2500, 150, 32)
 
@@ -28,6 +28,7 @@ BASE = (2500, 150, 32)
 def child(n_cell, n_epoch, n_vel, method="binned"):
     import jax
     import jax.numpy as jnp
+
     import dopplermap as dm
     from dopplermap.objective import Layout, Observations
     from dopplermap.solvers.scipy_lbfgsb import compiled_value_and_grad
@@ -111,9 +112,7 @@ def main():
     else:
         print("target", t)
     if args.out:
-        with open(args.out + ".tmp", "w") as fh:
-            json.dump(results, fh, indent=2)
-        os.replace(args.out + ".tmp", args.out)
+        write_json(args.out, results)
 
 
 if __name__ == "__main__":

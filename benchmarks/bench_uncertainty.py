@@ -22,6 +22,7 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
+from _common import write_json  # benchmarks/ is the script's folder
 
 import dopplermap as dm
 from dopplermap import uncertainty as U
@@ -98,10 +99,7 @@ def main():
             print(kind, json.dumps(out[f"laplace_{kind}"]), flush=True)
     print("sandwich diagonal", json.dumps(out["sandwich_diagonal"]), flush=True)
     if args.out:
-        tmp = args.out + ".tmp"
-        with open(tmp, "w") as fh:
-            json.dump(out, fh, indent=2)
-        os.replace(tmp, args.out)
+        write_json(args.out, out)
 
 
 if __name__ == "__main__":

@@ -45,6 +45,7 @@ from .constants import FILL_MAX, FILL_MIN
 from .model import _EPOCH_FIELDS, LineModel, Precomputed, blocked_nbytes, solve_form
 from .objective import DEFAULT_PENALTY, Layout, Observations, loss
 from .solvers import InversionResult, invert, resolve_cube_dtype
+from .solvers.batch import _blocked_fits, invert_batch
 
 __all__ = ["Uncertainty", "bootstrap", "laplace", "resample_epochs", "never_visible", "hvp_function", "hvp_form",
            "plot_uncertainty", "save_uncertainty"]
@@ -146,8 +147,6 @@ def bootstrap(pre: Precomputed, obs: Observations, best: InversionResult, *, n_b
         raise ValueError(f"n_boot must be an integer >= 2, got {n_boot!r}")
     if mode not in ("auto", "batch", "resample"):
         raise ValueError(f"bootstrap mode must be 'auto', 'batch' or 'resample', got {mode!r}")
-    from .solvers.batch import _blocked_fits, invert_batch
-
     dtype = resolve_cube_dtype("auto", tol)
     if mode == "auto":
         mode = "batch" if (jax.default_backend() != "cpu" or _blocked_fits(pre, dtype)) else "resample"
