@@ -16,7 +16,15 @@ from .grid import SurfaceGrid, healpix_grid, latitude_band_grid, make_grid  # no
 from .model import LineModel, Precomputed, fold_dense, forward, precompute, solve_form, synthesize  # noqa: E402
 from .objective import Layout, Observations, chi2, loss, seed_entropy, tikhonov  # noqa: E402
 from .profiles import (  # noqa: E402
-    Component, ComponentSet, LimbDarkening, LocalProfile, gaussian, intensity_ratio, planck, tabulated, voigt,
+    Component,
+    ComponentSet,
+    LimbDarkening,
+    LocalProfile,
+    gaussian,
+    intensity_ratio,
+    planck,
+    tabulated,
+    voigt,
 )
 from .simulate import DEMO_SPOTS, Simulation, Spot, demo_setup, simulate, spot_map  # noqa: E402
 from .solvers import InversionResult, invert  # noqa: E402
@@ -39,3 +47,7 @@ from .cache import enable_compilation_cache  # noqa: E402
 from .solvers.batch import invert_batch, invert_device  # noqa: E402
 
 __all__ += ["enable_compilation_cache", "invert_batch", "invert_device"]
+
+from .errors import DopplermapError, DopplermapInputError, DopplermapWarning, MissingFileError  # noqa: E402
+
+__all__ += ["DopplermapError", "DopplermapInputError", "DopplermapWarning", "MissingFileError"]

@@ -19,7 +19,6 @@ Their backward functions are plain differentiable ``jax.numpy``, so second deriv
 
 from __future__ import annotations
 
-
 import functools
 
 import jax

@@ -43,6 +43,7 @@ from scipy import special
 
 from ._linops import lagrange_weights
 from .constants import C_KMS
+from .errors import DopplermapInputError
 from .profiles import ComponentSet, LocalProfile, gaussian, tabulated, voigt
 
 __all__ = [
@@ -59,7 +60,7 @@ DEFAULT_N_MU = 65
 def instrumental_fwhm(resolving_power: float) -> float:
     """FWHM (km/s) of the instrumental Gaussian for resolving power ``R``: ``c / R``."""
     if not (np.isfinite(resolving_power) and resolving_power > 0):
-        raise ValueError(f"resolving_power must be a finite number > 0, got {resolving_power!r}")
+        raise DopplermapInputError(f"resolving_power must be a finite number > 0, got {resolving_power!r}")
     return C_KMS / float(resolving_power)
 
 
@@ -72,9 +73,9 @@ def gaussian_kernel(v, fwhm: float) -> np.ndarray:
 
 def _check_rt(zeta, radial_fraction):
     if not (np.isfinite(zeta) and zeta >= 0):
-        raise ValueError(f"macroturbulence zeta must be >= 0 km/s, got {zeta!r}")
+        raise DopplermapInputError(f"macroturbulence zeta must be >= 0 km/s, got {zeta!r}")
     if not (0.0 <= radial_fraction <= 1.0):
-        raise ValueError(f"radial_fraction must be in [0, 1], got {radial_fraction!r}")
+        raise DopplermapInputError(f"radial_fraction must be in [0, 1], got {radial_fraction!r}")
 
 
 def rt_macroturbulence(v, zeta: float, mu, radial_fraction: float = 0.5) -> np.ndarray:
@@ -89,7 +90,7 @@ def rt_macroturbulence(v, zeta: float, mu, radial_fraction: float = 0.5) -> np.n
     _check_rt(zeta, radial_fraction)
     mu = np.asarray(mu, dtype=float)
     if np.any((mu <= 0) | (mu >= 1)) or not zeta > 0:
-        raise ValueError(f"rt_macroturbulence needs 0 < mu < 1 and zeta > 0, got mu={mu!r}, zeta={zeta!r}")
+        raise DopplermapInputError(f"rt_macroturbulence needs 0 < mu < 1 and zeta > 0, got mu={mu!r}, zeta={zeta!r}")
     v = np.asarray(v, dtype=float)
     a_r = zeta * mu
     a_t = zeta * np.sqrt(1.0 - mu * mu)
@@ -161,25 +162,25 @@ def instrumental_broaden(profile: LocalProfile, resolving_power: float, *, dv: f
 def scale_equivalent_width(profile: LocalProfile, ew: float) -> LocalProfile:
     """Profile whose ``1 - I/Ic`` is scaled so its equivalent width is ``ew`` (km/s)."""
     if not (np.isfinite(ew) and ew > 0):
-        raise ValueError(f"equivalent width must be > 0 km/s, got {ew!r}")
+        raise DopplermapInputError(f"equivalent width must be > 0 km/s, got {ew!r}")
     if profile.kind == "gaussian":
         depth = ew / (profile.fwhm * _FWHM_TO_SIGMA * math.sqrt(2.0 * math.pi))
         if depth >= 1.0:
-            raise ValueError(f"equivalent width {ew!r} km/s needs a Gaussian depth {depth:.3f} >= 1 at FWHM {profile.fwhm} km/s")
+            raise DopplermapInputError(f"equivalent width {ew!r} km/s needs a Gaussian depth {depth:.3f} >= 1 at FWHM {profile.fwhm} km/s")
         return gaussian(depth, profile.fwhm)
     if profile.kind == "voigt":
         sigma = profile.fwhm * _FWHM_TO_SIGMA
         depth = ew * special.voigt_profile(0.0, sigma, 0.5 * profile.fwhm_lorentz)
         if depth >= 1.0:
-            raise ValueError(f"equivalent width {ew!r} km/s needs a Voigt depth {depth:.3f} >= 1")
+            raise DopplermapInputError(f"equivalent width {ew!r} km/s needs a Voigt depth {depth:.3f} >= 1")
         return voigt(depth, profile.fwhm, profile.fwhm_lorentz)
     ew0 = profile.equivalent_width()
     if not ew0 > 0:
-        raise ValueError(f"cannot scale a profile with equivalent width {ew0!r} km/s (no absorption)")
+        raise DopplermapInputError(f"cannot scale a profile with equivalent width {ew0!r} km/s (no absorption)")
     scale = ew / ew0
     inten = 1.0 - scale * (1.0 - profile.intensity)
     if np.min(inten) < 0.0:
-        raise ValueError(f"equivalent width {ew!r} km/s scales the line below zero intensity (scale {scale:.3f})")
+        raise DopplermapInputError(f"equivalent width {ew!r} km/s scales the line below zero intensity (scale {scale:.3f})")
     return tabulated(profile.velocity, inten, name="EW-scaled profile")
 
 
@@ -335,9 +336,9 @@ def mu_dependent_profile(profile: LocalProfile, zeta: float, *, resolving_power:
     """
     _check_rt(zeta, radial_fraction)
     if int(n_mu) != n_mu or n_mu < 4:
-        raise ValueError(f"n_mu must be an integer >= 4, got {n_mu!r}")
+        raise DopplermapInputError(f"n_mu must be an integer >= 4, got {n_mu!r}")
     if not dv > 0:
-        raise ValueError(f"dv must be > 0 km/s, got {dv!r}")
+        raise DopplermapInputError(f"dv must be > 0 km/s, got {dv!r}")
     fwhm_i = instrumental_fwhm(resolving_power) if resolving_power is not None else 0.0
     sigma_inst = fwhm_i * _FWHM_TO_SIGMA
     mu_nodes = np.linspace(0.0, 1.0, int(n_mu))
@@ -359,7 +360,7 @@ def mu_profile_table(profile: LocalProfile, mu_nodes, vels, zeta: float, *, reso
     mu_nodes = np.atleast_1d(np.asarray(mu_nodes, dtype=float))
     vels = np.asarray(vels, dtype=float)
     if np.any((mu_nodes < 0) | (mu_nodes > 1)):
-        raise ValueError(f"mu nodes must lie in [0, 1], got range [{mu_nodes.min()}, {mu_nodes.max()}]")
+        raise DopplermapInputError(f"mu nodes must lie in [0, 1], got range [{mu_nodes.min()}, {mu_nodes.max()}]")
     fwhm_i = instrumental_fwhm(resolving_power) if resolving_power is not None else 0.0
     sigma_inst = fwhm_i * _FWHM_TO_SIGMA
     pad = 10.0 * math.hypot(sigma_inst, zeta / math.sqrt(2.0)) + 4.0 * dv
@@ -386,7 +387,7 @@ def apply_cell_factors(pre, factors):
     if f.ndim == 1:
         f = jnp.broadcast_to(f[:, None], (f.shape[0], 3))
     if f.shape != (line.n_cell, 3):
-        raise ValueError(f"cell factors must have shape (n_cell,) or (n_cell, 3) with n_cell={line.n_cell}, got {f.shape}")
+        raise DopplermapInputError(f"cell factors must have shape (n_cell,) or (n_cell, 3) with n_cell={line.n_cell}, got {f.shape}")
     cols = np.asarray(line.col_comp) if line.method == "binned" else np.arange(3)
     weight = line.weight * f[line.cell][..., cols]
     return dataclasses.replace(pre, line=dataclasses.replace(line, weight=weight))
@@ -399,6 +400,6 @@ def replace_profiles(components: ComponentSet, profiles: Sequence[LocalProfile |
     (either method): the model evaluates each cell's profile at its own mu.
     """
     if len(profiles) != 3:
-        raise ValueError(f"profiles needs 3 entries (phot, cool, hot), got {len(profiles)}")
+        raise DopplermapInputError(f"profiles needs 3 entries (phot, cool, hot), got {len(profiles)}")
     return ComponentSet(*[c if p is None else dataclasses.replace(c, profile=p)
                           for c, p in zip(components, profiles, strict=True)])

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import jax
 
+from .errors import DopplermapInputError
+
 __all__ = ["enable_compilation_cache", "default_cache_dir", "ENV_VAR"]
 
 ENV_VAR = "DOPPLERMAP_CACHE_DIR"
@@ -40,7 +42,7 @@ def enable_compilation_cache(path: str | os.PathLike | None = None, *, min_compi
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise ValueError(f"compilation cache folder {str(folder)!r} cannot be created: {exc}") from exc
+        raise DopplermapInputError(f"compilation cache folder {str(folder)!r} cannot be created: {exc}") from exc
     jax.config.update("jax_compilation_cache_dir", str(folder))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", float(min_compile_seconds))
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)

@@ -17,6 +17,8 @@ import types
 import typing
 from pathlib import Path
 
+from .errors import DopplermapInputError, MissingFileError
+
 __all__ = ["DataConfig", "StarConfig", "TemperatureConfig", "LineConfig", "LightCurveConfig",
            "GravityConfig", "GridConfig", "InversionConfig", "TargetConfig", "load_config", "parse_config",
            "TEMPLATE"]
@@ -158,50 +160,50 @@ def _coerce(value, tp, where: str):
     if origin is tuple:
         (inner, _ellipsis) = typing.get_args(tp)
         if not isinstance(value, list):
-            raise ValueError(f"{where} must be a list of {_type_name(inner)}s, got {value!r}")
+            raise DopplermapInputError(f"{where} must be a list of {_type_name(inner)}s, got {value!r}")
         return tuple(_coerce(v, inner, f"{where}[{i}]") for i, v in enumerate(value))
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ValueError(f"{where} must be a number, got {value!r}")
+            raise DopplermapInputError(f"{where} must be a number, got {value!r}")
         if not math.isfinite(value):
-            raise ValueError(f"{where} must be finite, got {value!r}")
+            raise DopplermapInputError(f"{where} must be finite, got {value!r}")
         return float(value)
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"{where} must be an integer, got {value!r}")
+            raise DopplermapInputError(f"{where} must be an integer, got {value!r}")
         return value
     if tp is bool:
         if not isinstance(value, bool):
-            raise ValueError(f"{where} must be true or false, got {value!r}")
+            raise DopplermapInputError(f"{where} must be true or false, got {value!r}")
         return value
     if tp is str:
         if not isinstance(value, str):
-            raise ValueError(f"{where} must be a string, got {value!r}")
+            raise DopplermapInputError(f"{where} must be a string, got {value!r}")
         return value
     raise TypeError(f"unsupported config annotation {tp!r}")  # pragma: no cover - programming error
 
 
 def _build(cls, table, where: str):
     if not isinstance(table, dict):
-        raise ValueError(f"{where} must be a table, got {table!r}")
+        raise DopplermapInputError(f"{where} must be a table, got {table!r}")
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(table) - set(fields))
     if unknown:
-        raise ValueError(f"{where}: unknown key {unknown[0]!r} (allowed: {', '.join(fields)})")
+        raise DopplermapInputError(f"{where}: unknown key {unknown[0]!r} (allowed: {', '.join(fields)})")
     kwargs = {}
     for name, f in fields.items():
         if name in table:
             kwargs[name] = _coerce(table[name], hints[name], f"{where} {name}")
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            raise ValueError(f"{where}: missing required key {name!r}")
+            raise DopplermapInputError(f"{where}: missing required key {name!r}")
     return cls(**kwargs)
 
 
 def _positive(where, value, allow_zero=False):
     ok = value >= 0 if allow_zero else value > 0
     if not ok:
-        raise ValueError(f"{where} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
+        raise DopplermapInputError(f"{where} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
 
 
 def _check_ld(where, law, coeffs):
@@ -210,28 +212,28 @@ def _check_ld(where, law, coeffs):
     try:
         LimbDarkening(law, tuple(coeffs))
     except ValueError as exc:
-        raise ValueError(f"{where}: {exc}") from None
+        raise DopplermapInputError(f"{where}: {exc}") from None
 
 
 def _validate(cfg: TargetConfig):
     s = cfg.source
     d = cfg.data
     if not d.profiles:
-        raise ValueError(f"{s}: [data] profiles must list at least one file or glob pattern")
+        raise DopplermapInputError(f"{s}: [data] profiles must list at least one file or glob pattern")
     if d.format not in ("auto", "donati", "text", "fits"):
-        raise ValueError(f"{s}: [data] format must be auto, donati, text or fits, got {d.format!r}")
+        raise DopplermapInputError(f"{s}: [data] format must be auto, donati, text or fits, got {d.format!r}")
     if (d.times_table is None) == (d.time_pattern is None):
-        raise ValueError(f"{s}: [data] give exactly one of times_table or time_pattern")
+        raise DopplermapInputError(f"{s}: [data] give exactly one of times_table or time_pattern")
     if d.time_scale not in ("BJD", "HJD"):
-        raise ValueError(f"{s}: [data] time_scale must be 'BJD' or 'HJD', got {d.time_scale!r}")
+        raise DopplermapInputError(f"{s}: [data] time_scale must be 'BJD' or 'HJD', got {d.time_scale!r}")
     if d.velocity_range is not None and (len(d.velocity_range) != 2 or d.velocity_range[0] >= d.velocity_range[1]):
-        raise ValueError(f"{s}: [data] velocity_range must be [min, max] with min < max, got {list(d.velocity_range)}")
+        raise DopplermapInputError(f"{s}: [data] velocity_range must be [min, max] with min < max, got {list(d.velocity_range)}")
     st = cfg.star
     if not 0 < st.inclination <= 90:
-        raise ValueError(f"{s}: [star] inclination must be in (0, 90] deg, got {st.inclination!r}")
+        raise DopplermapInputError(f"{s}: [star] inclination must be in (0, 90] deg, got {st.inclination!r}")
     _positive(f"{s}: [star] period", st.period)
     if (st.vsini is None) == (st.radius is None):
-        raise ValueError(f"{s}: [star] give exactly one of vsini (km/s) or radius (R_sun)")
+        raise DopplermapInputError(f"{s}: [star] give exactly one of vsini (km/s) or radius (R_sun)")
     for k in ("vsini", "radius", "mass"):
         if getattr(st, k) is not None:
             _positive(f"{s}: [star] {k}", getattr(st, k))
@@ -240,69 +242,69 @@ def _validate(cfg: TargetConfig):
     ln = cfg.line
     _positive(f"{s}: [line] wavelength_nm", ln.wavelength_nm)
     if ln.profile not in ("gaussian", "voigt", "tabulated"):
-        raise ValueError(f"{s}: [line] profile must be gaussian, voigt or tabulated, got {ln.profile!r}")
+        raise DopplermapInputError(f"{s}: [line] profile must be gaussian, voigt or tabulated, got {ln.profile!r}")
     if ln.profile == "tabulated":
         if ln.files is None or len(ln.files) != 3:
-            raise ValueError(f"{s}: [line] files must list 3 tabulated profiles (phot, cool, hot) for profile = 'tabulated'")
+            raise DopplermapInputError(f"{s}: [line] files must list 3 tabulated profiles (phot, cool, hot) for profile = 'tabulated'")
     else:
         if len(ln.depth) != 3 or not all(0 <= x < 1 for x in ln.depth):
-            raise ValueError(f"{s}: [line] depth must be 3 values in [0, 1) (phot, cool, hot), got {list(ln.depth)}")
+            raise DopplermapInputError(f"{s}: [line] depth must be 3 values in [0, 1) (phot, cool, hot), got {list(ln.depth)}")
         _positive(f"{s}: [line] fwhm", ln.fwhm)
         _positive(f"{s}: [line] fwhm_lorentz", ln.fwhm_lorentz, allow_zero=True)
     if ln.resolving_power is not None:
         _positive(f"{s}: [line] resolving_power", ln.resolving_power)
     _positive(f"{s}: [line] macroturbulence", ln.macroturbulence, allow_zero=True)
     if not 0 <= ln.radial_fraction <= 1:
-        raise ValueError(f"{s}: [line] radial_fraction must be in [0, 1], got {ln.radial_fraction!r}")
+        raise DopplermapInputError(f"{s}: [line] radial_fraction must be in [0, 1], got {ln.radial_fraction!r}")
     if ln.equivalent_width is not None:
         _positive(f"{s}: [line] equivalent_width", ln.equivalent_width)
     for sec, obj in (("line", ln), ("lightcurve", cfg.lightcurve)):
         for k in ("ld_phot", "ld_cool", "ld_hot"):
             _check_ld(f"{s}: [{sec}] {k}", obj.limb_darkening, getattr(obj, k))
         if obj.intensity is not None and (len(obj.intensity) != 3 or any(x < 0 for x in obj.intensity)):
-            raise ValueError(f"{s}: [{sec}] intensity must be 3 values >= 0 (phot, cool, hot), got {list(obj.intensity)}")
+            raise DopplermapInputError(f"{s}: [{sec}] intensity must be 3 values >= 0 (phot, cool, hot), got {list(obj.intensity)}")
     _positive(f"{s}: [lightcurve] wavelength_nm", cfg.lightcurve.wavelength_nm)
     g = cfg.gravity_darkening
     _positive(f"{s}: [gravity_darkening] beta", g.beta, allow_zero=True)
     if g.enabled and st.mass is None:
-        raise ValueError(f"{s}: [gravity_darkening] enabled needs [star] mass (M_sun)")
+        raise DopplermapInputError(f"{s}: [gravity_darkening] enabled needs [star] mass (M_sun)")
     gr = cfg.grid
     if gr.kind not in ("bands", "healpix"):
-        raise ValueError(f"{s}: [grid] kind must be 'bands' or 'healpix', got {gr.kind!r}")
+        raise DopplermapInputError(f"{s}: [grid] kind must be 'bands' or 'healpix', got {gr.kind!r}")
     if gr.n_cell < 8:
-        raise ValueError(f"{s}: [grid] n_cell must be >= 8, got {gr.n_cell!r}")
+        raise DopplermapInputError(f"{s}: [grid] n_cell must be >= 8, got {gr.n_cell!r}")
     inv = cfg.inversion
     if inv.regulariser not in ("mem", "tikhonov", "none"):
-        raise ValueError(f"{s}: [inversion] regulariser must be mem, tikhonov or none, got {inv.regulariser!r}")
+        raise DopplermapInputError(f"{s}: [inversion] regulariser must be mem, tikhonov or none, got {inv.regulariser!r}")
     if inv.method not in ("auto", "binned", "dense"):
-        raise ValueError(f"{s}: [inversion] method must be 'auto', 'binned' or 'dense', got {inv.method!r}")
+        raise DopplermapInputError(f"{s}: [inversion] method must be 'auto', 'binned' or 'dense', got {inv.method!r}")
     for k in ("lmbd", "line_weight", "lc_weight"):
         _positive(f"{s}: [inversion] {k}", getattr(inv, k), allow_zero=True)
     _positive(f"{s}: [inversion] tol", inv.tol)
     if inv.maxiter < 1:
-        raise ValueError(f"{s}: [inversion] maxiter must be >= 1, got {inv.maxiter!r}")
+        raise DopplermapInputError(f"{s}: [inversion] maxiter must be >= 1, got {inv.maxiter!r}")
     if inv.solver not in ("lbfgsb", "projected_lbfgs"):
-        raise ValueError(f"{s}: [inversion] solver must be 'lbfgsb' or 'projected_lbfgs', got {inv.solver!r}")
+        raise DopplermapInputError(f"{s}: [inversion] solver must be 'lbfgsb' or 'projected_lbfgs', got {inv.solver!r}")
     unc = cfg.uncertainty
     for i, m in enumerate(unc.methods):
         if m not in UNCERTAINTY_METHODS:
-            raise ValueError(f"{s}: [uncertainty] methods[{i}] must be one of {', '.join(UNCERTAINTY_METHODS)}, "
+            raise DopplermapInputError(f"{s}: [uncertainty] methods[{i}] must be one of {', '.join(UNCERTAINTY_METHODS)}, "
                              f"got {m!r}")
     if unc.n_boot < 2:
-        raise ValueError(f"{s}: [uncertainty] n_boot must be >= 2, got {unc.n_boot!r}")
+        raise DopplermapInputError(f"{s}: [uncertainty] n_boot must be >= 2, got {unc.n_boot!r}")
 
 
 def parse_config(table: dict, *, source: str = "<config>", base_dir: str = ".") -> TargetConfig:
     """Build and validate a :class:`TargetConfig` from a parsed TOML table."""
     unknown = sorted(set(table) - set(_SECTIONS))
     if unknown:
-        raise ValueError(f"{source}: unknown section [{unknown[0]}] (allowed: {', '.join(_SECTIONS)})")
+        raise DopplermapInputError(f"{source}: unknown section [{unknown[0]}] (allowed: {', '.join(_SECTIONS)})")
     parts = {}
     for name, f in _SECTIONS.items():
         if name in table:
             parts[name] = _build(_SECTION_TYPES[name], table[name], f"{source}: [{name}]")
         elif f.default is dataclasses.MISSING:
-            raise ValueError(f"{source}: missing section [{name}]")
+            raise DopplermapInputError(f"{source}: missing section [{name}]")
     cfg = TargetConfig(**parts, base_dir=str(base_dir), source=source)
     _validate(cfg)
     return cfg
@@ -312,11 +314,11 @@ def load_config(path) -> TargetConfig:
     """Read and validate a target TOML file."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"target file not found: {path}")
+        raise MissingFileError(f"target file not found: {path}")
     try:
         table = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as exc:
-        raise ValueError(f"{path}: invalid TOML: {exc}") from None
+        raise DopplermapInputError(f"{path}: invalid TOML: {exc}") from None
     return parse_config(table, source=str(path), base_dir=str(path.parent))
 
 

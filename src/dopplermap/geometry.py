@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .constants import DAY_S, R_SUN_KM
+from .errors import DopplermapInputError
 
 __all__ = ["StarParams", "rotation_phase", "cell_geometry", "CellGeometry"]
 
@@ -70,19 +71,19 @@ def check_star(star: StarParams) -> None:
     """Raise ``ValueError`` naming the field for any out-of-range star parameter."""
     inc = star.inclination
     if _is_concrete(inc) and not (0.0 < float(inc) <= 90.0):
-        raise ValueError(f"inclination must be in (0, 90] deg, got {inc!r}")
+        raise DopplermapInputError(f"inclination must be in (0, 90] deg, got {inc!r}")
     if star.vsini is None and star.radius is None:
-        raise ValueError("give either vsini (km/s) or radius (R_sun), got neither")
+        raise DopplermapInputError("give either vsini (km/s) or radius (R_sun), got neither")
     if _is_concrete(star.vsini) and not float(star.vsini) > 0.0:
-        raise ValueError(f"vsini must be > 0 km/s, got {star.vsini!r}")
+        raise DopplermapInputError(f"vsini must be > 0 km/s, got {star.vsini!r}")
     if _is_concrete(star.radius) and not float(star.radius) > 0.0:
-        raise ValueError(f"radius must be > 0 R_sun, got {star.radius!r}")
+        raise DopplermapInputError(f"radius must be > 0 R_sun, got {star.radius!r}")
     if _is_concrete(star.period) and not float(star.period) > 0.0:
-        raise ValueError(f"period must be > 0 days, got {star.period!r}")
+        raise DopplermapInputError(f"period must be > 0 days, got {star.period!r}")
     for name in ("inclination", "period", "t0", "domega"):
         v = getattr(star, name)
         if _is_concrete(v) and not math.isfinite(float(v)):
-            raise ValueError(f"{name} must be finite, got {v!r}")
+            raise DopplermapInputError(f"{name} must be finite, got {v!r}")
 
 
 def rotation_phase(times, t0: float, period: float):

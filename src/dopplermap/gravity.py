@@ -22,6 +22,7 @@ import math
 import numpy as np
 
 from .constants import DAY_S, G_SI, M_SUN_KG, R_SUN_KM
+from .errors import DopplermapInputError
 from .geometry import StarParams
 from .grid import SurfaceGrid
 from .profiles import planck
@@ -41,14 +42,14 @@ def equatorial_radius_km(star: StarParams) -> float:
 def roche_parameter(mass: float, period: float, r_eq_km: float) -> float:
     """``w = omega^2 R_eq^3 / (G M)``; mass in M_sun, period in days, R_eq in km."""
     if not (np.isfinite(mass) and mass > 0):
-        raise ValueError(f"mass must be > 0 M_sun, got {mass!r}")
+        raise DopplermapInputError(f"mass must be > 0 M_sun, got {mass!r}")
     if not (np.isfinite(period) and period > 0):
-        raise ValueError(f"period must be > 0 days, got {period!r}")
+        raise DopplermapInputError(f"period must be > 0 days, got {period!r}")
     omega = 2.0 * math.pi / (period * DAY_S)
     r = r_eq_km * 1e3
     w = omega**2 * r**3 / (G_SI * mass * M_SUN_KG)
     if w >= W_BREAKUP:
-        raise ValueError(f"star rotates at or beyond break-up: omega^2 R_eq^3 / (G M) = {w:.3f} >= 1 "
+        raise DopplermapInputError(f"star rotates at or beyond break-up: omega^2 R_eq^3 / (G M) = {w:.3f} >= 1 "
                          f"(mass {mass} M_sun, period {period} d, R_eq {r_eq_km / R_SUN_KM:.3f} R_sun)")
     return w
 
@@ -88,13 +89,13 @@ def gravity_darkening_factors(grid: SurfaceGrid, star: StarParams, mass: float, 
         (n_cell,) or (n_cell, 3) factors ``B(T g^beta) / B(T)``, 1 at the pole.
     """
     if not (np.isfinite(beta) and beta >= 0):
-        raise ValueError(f"gravity-darkening beta must be >= 0, got {beta!r}")
+        raise DopplermapInputError(f"gravity-darkening beta must be >= 0, got {beta!r}")
     w = roche_parameter(mass, star.period, equatorial_radius_km(star))
     colat = 0.5 * np.pi - np.asarray(grid.lat, dtype=float)
     g = effective_gravity(colat, w) / effective_gravity(np.zeros(1), w)[0]
     temps = np.atleast_1d(np.asarray(temperatures, dtype=float))
     if temps.shape not in ((1,), (3,)) or np.any(temps <= 0):
-        raise ValueError(f"temperatures must be one or three values > 0 K, got {temperatures!r}")
+        raise DopplermapInputError(f"temperatures must be one or three values > 0 K, got {temperatures!r}")
     t_cell = temps[None, :] * g[:, None] ** beta
     fac = planck(wavelength_nm, t_cell) / planck(wavelength_nm, temps[None, :])
     return fac[:, 0] if temps.size == 1 else fac

@@ -14,6 +14,8 @@ import dataclasses
 
 import numpy as np
 
+from .errors import DopplermapInputError
+
 __all__ = ["SurfaceGrid", "latitude_band_grid", "healpix_grid", "make_grid"]
 
 
@@ -80,7 +82,7 @@ def latitude_band_grid(n_cell: int) -> SurfaceGrid:
     cell has exactly the solid angle ``4 pi / n_cell``.
     """
     if int(n_cell) != n_cell or n_cell < 8:
-        raise ValueError(f"n_cell must be an integer >= 8, got {n_cell!r}")
+        raise DopplermapInputError(f"n_cell must be an integer >= 8, got {n_cell!r}")
     n_cell = int(n_cell)
     counts = _band_counts(n_cell)
     cum = np.concatenate([[0], np.cumsum(counts)])
@@ -130,7 +132,7 @@ def healpix_grid(nside: int) -> SurfaceGrid:
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ImportError("healpix grids need healpy: pip install 'dopplermap[healpix]'") from exc
     if nside < 1 or (nside & (nside - 1)) != 0:
-        raise ValueError(f"nside must be a power of 2, got {nside!r}")
+        raise DopplermapInputError(f"nside must be a power of 2, got {nside!r}")
     npix = hp.nside2npix(nside)
     theta, phi = hp.pix2ang(nside, np.arange(npix))
     nb = hp.get_all_neighbours(nside, np.arange(npix))  # (8, npix), -1 where missing
@@ -149,4 +151,4 @@ def make_grid(kind: str = "bands", n_cell: int = 2500, nside: int | None = None)
         if nside is None:
             nside = 1 << max(0, int(round(np.log2(np.sqrt(n_cell / 12.0)))))
         return healpix_grid(nside)
-    raise ValueError(f"grid kind must be 'bands' or 'healpix', got {kind!r}")
+    raise DopplermapInputError(f"grid kind must be 'bands' or 'healpix', got {kind!r}")

@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .constants import FILL_MAX, FILL_MIN
+from .errors import DopplermapInputError
 from .geometry import StarParams, cell_geometry
 from .grid import SurfaceGrid
 from .model import apply_nuisance, precompute
@@ -121,11 +122,11 @@ def joint_fit(grid: SurfaceGrid, star: StarParams, obs: Observations, components
     fit = tuple(fit)
     bad = [p for p in fit if p not in STAR_PARAMETERS]
     if bad or not fit:
-        raise ValueError(f"fit must name star parameters among {sorted(STAR_PARAMETERS)}, got {list(fit)!r}")
+        raise DopplermapInputError(f"fit must name star parameters among {sorted(STAR_PARAMETERS)}, got {list(fit)!r}")
     if regulariser not in REGULARISERS:
-        raise ValueError(f"regulariser must be one of {REGULARISERS}, got {regulariser!r}")
+        raise DopplermapInputError(f"regulariser must be one of {REGULARISERS}, got {regulariser!r}")
     if star.vsini is None:
-        raise ValueError("joint_fit needs star.vsini (km/s), got None (radius given instead)")
+        raise DopplermapInputError("joint_fit needs star.vsini (km/s), got None (radius given instead)")
     t_start = time.perf_counter()
     times, vels = np.asarray(obs.times), np.asarray(obs.vels)
     if x0 is None:
@@ -138,7 +139,7 @@ def joint_fit(grid: SurfaceGrid, star: StarParams, obs: Observations, components
     lay = Layout(grid.n_cell, obs.n_epoch)
     x0 = np.asarray(x0, dtype=float)
     if x0.shape != (lay.size,):
-        raise ValueError(f"x0 must have shape ({lay.size},), got {x0.shape}")
+        raise DopplermapInputError(f"x0 must have shape ({lay.size},), got {x0.shape}")
     model = dense_model(grid, times, vels, components, batch=batch)
     scales = np.array([STAR_PARAMETERS[p][1] for p in fit])
     start = {p: float(getattr(star, p)) for p in fit}

@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .errors import DopplermapInputError
 from .geometry import StarParams, cell_geometry, check_star
 from .grid import SurfaceGrid
 from .profiles import LimbDarkening, intensity_ratio
@@ -39,10 +40,10 @@ class LightCurveBand:
 
     def __post_init__(self):
         if len(self.limb_darkening) != 3 or len(self.intensity) != 3:
-            raise ValueError("a light-curve band needs 3 limb-darkening laws and 3 intensities (phot, cool, hot)")
+            raise DopplermapInputError("a light-curve band needs 3 limb-darkening laws and 3 intensities (phot, cool, hot)")
         for name, val in zip(("phot", "cool", "hot"), self.intensity, strict=True):
             if not (np.isfinite(val) and val >= 0):
-                raise ValueError(f"light-curve intensity of {name} must be >= 0, got {val!r}")
+                raise DopplermapInputError(f"light-curve intensity of {name} must be >= 0, got {val!r}")
 
     @classmethod
     def from_temperatures(cls, t_phot: float, t_cool: float, t_hot: float, wavelength_nm: float,
@@ -90,7 +91,7 @@ def _lc_weights(grid, star, times, band, cell_factors):
         f = np.asarray(cell_factors, dtype=float)
         f = f[:, None] if f.ndim == 1 else f
         if f.shape[0] != grid.n_cell:
-            raise ValueError(f"cell factors must have n_cell={grid.n_cell} rows, got {f.shape}")
+            raise DopplermapInputError(f"cell factors must have n_cell={grid.n_cell} rows, got {f.shape}")
         w = w * f[None, :, :]
     return w
 
@@ -109,17 +110,17 @@ def precompute_lightcurve(grid: SurfaceGrid, star: StarParams, times, flux, err,
     flux = np.atleast_1d(np.asarray(flux, dtype=float))
     err = np.atleast_1d(np.asarray(err, dtype=float))
     if not (times.shape == flux.shape == err.shape) or times.ndim != 1 or times.size < 2:
-        raise ValueError(f"{source}: times, flux and err must be 1-D of equal length >= 2, got "
+        raise DopplermapInputError(f"{source}: times, flux and err must be 1-D of equal length >= 2, got "
                          f"{times.shape}, {flux.shape}, {err.shape}")
     for name, a in (("time", times), ("flux", flux), ("error", err)):
         if not np.all(np.isfinite(a)):
-            raise ValueError(f"{source}: {name} has NaN/inf at row {int(np.argmax(~np.isfinite(a)))}")
+            raise DopplermapInputError(f"{source}: {name} has NaN/inf at row {int(np.argmax(~np.isfinite(a)))}")
     if np.any(err <= 0):
-        raise ValueError(f"{source}: errors must be > 0, row {int(np.argmax(err <= 0))} has {err[err <= 0][0]!r}")
+        raise DopplermapInputError(f"{source}: errors must be > 0, row {int(np.argmax(err <= 0))} has {err[err <= 0][0]!r}")
     if normalise:
         mean = flux.mean()
         if not mean > 0:
-            raise ValueError(f"{source}: mean flux must be > 0 to normalise, got {mean!r}")
+            raise DopplermapInputError(f"{source}: mean flux must be > 0 to normalise, got {mean!r}")
         flux, err = flux / mean, err / mean
     w = _lc_weights(grid, star, times, band, cell_factors)
     return LightCurveFit(weight=jnp.asarray(w), flux=jnp.asarray(flux), err=jnp.asarray(err),
@@ -149,7 +150,7 @@ def simulate_lightcurve(grid: SurfaceGrid, star: StarParams, times, band: LightC
                         sigma: float = 1e-3, seed: int = 0, cell_factors=None):
     """Noisy normalised light curve of the maps: returns (flux (n_lc,), err (n_lc,), noiseless)."""
     if not sigma > 0:
-        raise ValueError(f"sigma must be > 0, got {sigma!r}")
+        raise DopplermapInputError(f"sigma must be > 0, got {sigma!r}")
     times = np.atleast_1d(np.asarray(times, dtype=float))
     w = _lc_weights(grid, star, times, band, cell_factors)
     f = np.stack([1.0 - np.asarray(fssc) - np.asarray(fssh), np.asarray(fssc), np.asarray(fssh)], axis=1)

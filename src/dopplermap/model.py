@@ -42,6 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _linops
+from .errors import DopplermapInputError
 from .geometry import StarParams, cell_geometry, check_star
 from .grid import SurfaceGrid
 from .profiles import ComponentSet
@@ -168,21 +169,21 @@ class Precomputed:
 def _check_vels(vels) -> np.ndarray:
     v = np.asarray(vels, dtype=float)
     if v.ndim != 1 or v.size < 3:
-        raise ValueError(f"vels must be a 1-D array of >= 3 velocities, got shape {v.shape}")
+        raise DopplermapInputError(f"vels must be a 1-D array of >= 3 velocities, got shape {v.shape}")
     if not np.all(np.isfinite(v)):
-        raise ValueError("vels contains NaN or inf")
+        raise DopplermapInputError("vels contains NaN or inf")
     if np.any(np.diff(v) <= 0):
         i = int(np.argmax(np.diff(v) <= 0))
-        raise ValueError(f"vels must be strictly increasing, but vels[{i}]={v[i]!r} >= vels[{i + 1}]={v[i + 1]!r}")
+        raise DopplermapInputError(f"vels must be strictly increasing, but vels[{i}]={v[i]!r} >= vels[{i + 1}]={v[i + 1]!r}")
     return v
 
 
 def _check_times(times) -> np.ndarray:
     t = np.atleast_1d(np.asarray(times, dtype=float))
     if t.ndim != 1 or t.size < 1:
-        raise ValueError(f"times must be a 1-D array, got shape {t.shape}")
+        raise DopplermapInputError(f"times must be a 1-D array, got shape {t.shape}")
     if not np.all(np.isfinite(t)):
-        raise ValueError(f"times contains NaN or inf at index {int(np.argmax(~np.isfinite(t)))}")
+        raise DopplermapInputError(f"times contains NaN or inf at index {int(np.argmax(~np.isfinite(t)))}")
     return t
 
 
@@ -321,7 +322,7 @@ def precompute(grid: SurfaceGrid, star: StarParams, times, vels, components: Com
     vels = _check_vels(vels)
     times = _check_times(times)
     if method not in ("auto", "binned", "dense"):
-        raise ValueError(f"method must be 'auto', 'binned' or 'dense', got {method!r}")
+        raise DopplermapInputError(f"method must be 'auto', 'binned' or 'dense', got {method!r}")
     geo = cell_geometry(grid.lat, grid.lon, grid.area, times, star.inclination, star.vsini_kms,
                         star.period, star.t0, star.domega, xp=np)
     mu = np.asarray(geo.mu)
@@ -331,15 +332,15 @@ def precompute(grid: SurfaceGrid, star: StarParams, times, vels, components: Com
     n_epoch, n_cell = mu.shape
     n_vis = visible.sum(axis=1)
     if np.any(n_vis == 0):
-        raise ValueError("no cell is visible at some epoch; check inclination and grid")
+        raise DopplermapInputError("no cell is visible at some epoch; check inclination and grid")
     n_slot = int(n_vis.max())
     if method == "auto":
         method = "dense" if n_epoch * n_slot * 3 * len(vels) * 8 <= DENSE_AUTO_BYTES else "binned"
 
     if bin_width is not None and not float(bin_width) > 0:
-        raise ValueError(f"bin_width must be > 0 km/s, got {bin_width!r}")
+        raise DopplermapInputError(f"bin_width must be > 0 km/s, got {bin_width!r}")
     if not synthesis_tol > 0:
-        raise ValueError(f"synthesis_tol must be > 0, got {synthesis_tol!r}")
+        raise DopplermapInputError(f"synthesis_tol must be > 0, got {synthesis_tol!r}")
     span = float(np.max(np.abs(v_los[visible]))) + float(vels[-1] - vels[0])
     if method == "binned":
         delta = float(bin_width) if bin_width is not None else choose_bin_width(components, synthesis_tol, span)
@@ -347,7 +348,7 @@ def precompute(grid: SurfaceGrid, star: StarParams, times, vels, components: Com
         u0 = -vmax - 2.0 * delta
         n_base = int(math.floor(2.0 * vmax / delta)) + 3
         if n_base > 200_000:
-            raise ValueError(f"binned synthesis needs {n_base} velocity bins (bin width {delta:.3g} km/s); "
+            raise DopplermapInputError(f"binned synthesis needs {n_base} velocity bins (bin width {delta:.3g} km/s); "
                              "raise synthesis_tol or set bin_width")
         x = (v_los - u0) / delta
         j0 = np.floor(x).astype(np.int64)
@@ -423,10 +424,10 @@ def fold_dense(line: LineModel, dtype=jnp.float32) -> LineModel:
             unspotted part ``base`` and everything after the sum stay float64).
     """
     if line.method != "dense":
-        raise ValueError(f"fold_dense needs a dense line model, got method={line.method!r}")
+        raise DopplermapInputError(f"fold_dense needs a dense line model, got method={line.method!r}")
     dtype = jnp.dtype(dtype)
     if dtype not in (jnp.dtype(jnp.float32), jnp.dtype(jnp.float64)):
-        raise ValueError(f"cube dtype must be float32 or float64, got {dtype}")
+        raise DopplermapInputError(f"cube dtype must be float32 or float64, got {dtype}")
     diff, base, base_norm, wdiff = _fold_arrays(line.weight, line.local, dtype.name)
     low = dtype != jnp.dtype(jnp.float64)
     return LineModel(vels=line.vels, cell=line.cell, pos=line.pos,
@@ -497,7 +498,7 @@ def block_dense(line: LineModel, n_block: int | None = None, dtype=jnp.float32) 
     n_e, n_r, n_s, n_k = folded.local.shape
     n_block = int(DEFAULT_BLOCKS if n_block is None else n_block)
     if not 1 <= n_block:
-        raise ValueError(f"n_block must be >= 1, got {n_block}")
+        raise DopplermapInputError(f"n_block must be >= 1, got {n_block}")
     n_block = min(n_block, n_e)
     per = -(-n_e // n_block)
     n_block = -(-n_e // per)  # no empty block
@@ -535,7 +536,7 @@ def dense_numerator(fssc, fssh, line: LineModel, with_norm: bool = False) -> np.
     ``with_norm``: append the normalisation ``sum_k sum_c a_k`` as a last column.
     """
     if line.method != "dense":
-        raise ValueError(f"dense_numerator needs a dense line model, got method={line.method!r}")
+        raise DopplermapInputError(f"dense_numerator needs a dense line model, got method={line.method!r}")
     f = np.stack([1.0 - np.asarray(fssc) - np.asarray(fssh), np.asarray(fssc), np.asarray(fssh)], axis=1)
     a = np.asarray(line.weight, dtype=np.float64) * f[np.asarray(line.cell)]  # (E, S, 3)
     num = np.einsum("esk,eskv->ev", a, np.asarray(line.local, dtype=np.float64), optimize=True)

@@ -28,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .constants import FILL_MIN
+from .errors import DopplermapInputError
 from .model import Precomputed, forward
 
 __all__ = ["Observations", "Layout", "chi2", "seed_entropy", "tikhonov", "sum_excess",
@@ -60,28 +61,28 @@ class Observations:
         flux = np.asarray(flux, dtype=float)
         err = np.asarray(err, dtype=float)
         if vels.ndim != 1:
-            raise ValueError(f"{source}: vels must be 1-D, got shape {vels.shape}")
+            raise DopplermapInputError(f"{source}: vels must be 1-D, got shape {vels.shape}")
         if np.any(np.diff(vels) <= 0):
             i = int(np.argmax(np.diff(vels) <= 0))
-            raise ValueError(f"{source}: vels must be strictly increasing, vels[{i}]={vels[i]!r} >= vels[{i + 1}]={vels[i + 1]!r}")
+            raise DopplermapInputError(f"{source}: vels must be strictly increasing, vels[{i}]={vels[i]!r} >= vels[{i + 1}]={vels[i + 1]!r}")
         want = (times.size, vels.size)
         for name, arr in (("flux", flux), ("err", err)):
             if arr.shape != want:
-                raise ValueError(f"{source}: {name} must have shape (n_epoch, n_vel) = {want}, got {arr.shape}")
+                raise DopplermapInputError(f"{source}: {name} must have shape (n_epoch, n_vel) = {want}, got {arr.shape}")
             bad = ~np.isfinite(arr)
             if bad.any():
                 e, v = np.argwhere(bad)[0]
-                raise ValueError(f"{source}: {name} has {int(bad.sum())} NaN/inf values, first at epoch {e}, velocity index {v}")
+                raise DopplermapInputError(f"{source}: {name} has {int(bad.sum())} NaN/inf values, first at epoch {e}, velocity index {v}")
         if not np.all(np.isfinite(times)):
-            raise ValueError(f"{source}: times contains NaN or inf")
+            raise DopplermapInputError(f"{source}: times contains NaN or inf")
         if np.any(err <= 0):
             e, v = np.argwhere(err <= 0)[0]
-            raise ValueError(f"{source}: err must be > 0, got {err[e, v]!r} at epoch {e}, velocity index {v} "
+            raise DopplermapInputError(f"{source}: err must be > 0, got {err[e, v]!r} at epoch {e}, velocity index {v} "
                              f"({int((err <= 0).sum())} values <= 0)")
         if normalise:
             mean = flux.mean(axis=1, keepdims=True)
             if np.any(mean <= 0):
-                raise ValueError(f"{source}: a profile has a non-positive mean; cannot normalise")
+                raise DopplermapInputError(f"{source}: a profile has a non-positive mean; cannot normalise")
             flux, err = flux / mean, err / mean
         return cls(times=jnp.asarray(times), vels=jnp.asarray(vels), flux=jnp.asarray(flux), err=jnp.asarray(err))
 
@@ -178,7 +179,7 @@ def _regularised(fssc, fssh, x, c2, lmbd, pre, regulariser, penalty):
     elif regulariser == "none":
         reg = jnp.zeros((), x.dtype)
     else:
-        raise ValueError(f"regulariser must be one of {REGULARISERS}, got {regulariser!r}")
+        raise DopplermapInputError(f"regulariser must be one of {REGULARISERS}, got {regulariser!r}")
     pen = penalty * sum_excess(fssc, fssh)
     return c2 + lmbd * reg + pen, (c2, reg, pen)
 

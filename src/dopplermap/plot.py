@@ -21,6 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .errors import DopplermapInputError
+
 __all__ = ["plot_maps", "plot_orthographic", "plot_profiles", "plot_dynamic_spectrum", "plot_light_curve",
            "plot_convergence", "plot_result", "cell_lookup", "central_meridians"]
 
@@ -164,7 +166,7 @@ class _Raster:
             inside = np.ones_like(plat, dtype=bool)
             self.extent = (0.0, 360.0, -90.0, 90.0)
         else:
-            raise ValueError(f"projection must be 'mollweide' or 'rect', got {projection!r}")
+            raise DopplermapInputError(f"projection must be 'mollweide' or 'rect', got {projection!r}")
         self.inside = inside
         self.index = np.where(inside, lookup(np.where(inside, plat, 0.0), np.where(inside, plon, 0.0)), 0)
 
@@ -325,10 +327,10 @@ def plot_maps(path, lat, lon, maps: dict, *, truth: dict | None = None, lat_boun
     """
     names = [k for k in QUANTITIES if k in maps]
     if not names:
-        raise ValueError(f"maps must contain some of {tuple(QUANTITIES)}, got {tuple(maps)}")
+        raise DopplermapInputError(f"maps must contain some of {tuple(QUANTITIES)}, got {tuple(maps)}")
     for k, v in list(maps.items()) + list((truth or {}).items()):
         if np.shape(v) != np.shape(lat):
-            raise ValueError(f"map {k!r} has shape {np.shape(v)}, expected (n_cell,) = {np.shape(lat)}")
+            raise DopplermapInputError(f"map {k!r} has shape {np.shape(v)}, expected (n_cell,) = {np.shape(lat)}")
     cols = [("true", truth), ("recovered", maps)] if truth else [("recovered", maps)]
     raster = _Raster(cell_lookup(lat, lon, lat_bounds, lon_bounds), projection, resolution)
     nrow, ncol = len(names), len(cols)
@@ -443,10 +445,10 @@ def plot_orthographic(path, lat, lon, values, *, inclination: float, phases=None
     """
     phases = np.arange(6) / 6.0 if phases is None else np.atleast_1d(np.asarray(phases, dtype=float))
     if not 1 <= phases.size <= 8:
-        raise ValueError(f"phases must hold 1 to 8 rotation phases, got {phases.size}")
+        raise DopplermapInputError(f"phases must hold 1 to 8 rotation phases, got {phases.size}")
     for name, v in (("values", values), ("truth", truth)):
         if v is not None and np.shape(v) != np.shape(lat):
-            raise ValueError(f"{name} has shape {np.shape(v)}, expected (n_cell,) = {np.shape(lat)}")
+            raise DopplermapInputError(f"{name} has shape {np.shape(v)}, expected (n_cell,) = {np.shape(lat)}")
     import matplotlib
     from matplotlib.patches import Circle
 
@@ -502,7 +504,7 @@ def _profile_arrays(vels, phases, obs, model):
     """Float arrays of a profile plot; ``obs`` and ``model`` must be (n_epoch, n_vel)."""
     vels, phases, obs, model = (np.asarray(a, float) for a in (vels, phases, obs, model))
     if obs.shape != model.shape or obs.shape != (phases.size, vels.size):
-        raise ValueError(f"obs {obs.shape} and model {model.shape} must both be (n_epoch, n_vel) = "
+        raise DopplermapInputError(f"obs {obs.shape} and model {model.shape} must both be (n_epoch, n_vel) = "
                          f"({phases.size}, {vels.size})")
     return vels, phases, obs, model
 
@@ -651,7 +653,7 @@ def plot_light_curve(path, phases, flux, model, *, err=None, dpi: int = 100) -> 
     flux = np.asarray(flux, float)
     model = np.asarray(model, float)
     if flux.shape != ph.shape or model.shape != ph.shape:
-        raise ValueError(f"flux {flux.shape} and model {model.shape} must match phases {ph.shape}")
+        raise DopplermapInputError(f"flux {flux.shape} and model {model.shape} must match phases {ph.shape}")
     cycle = np.floor(raw)
     order = np.lexsort((ph, cycle))
     xs, ys = [], []
@@ -688,7 +690,7 @@ def plot_convergence(path, history: dict, *, regulariser_label: str = "regularis
     keys = [("loss", "loss"), ("chi2", "reduced χ²"), ("regulariser", regulariser_label)]
     present = [(k, lab) for k, lab in keys if k in history and len(history[k])]
     if not present:
-        raise ValueError(f"history has no per-iteration values (keys {tuple(history)})")
+        raise DopplermapInputError(f"history has no per-iteration values (keys {tuple(history)})")
     fig = _figure((6.0, 1.7 * len(present) + 0.7))
     gs = fig.add_gridspec(len(present), 1, left=0.14, right=0.97, top=0.95, bottom=0.1, hspace=0.08)
     ax0 = None

@@ -21,6 +21,7 @@ from scipy import special
 from scipy.interpolate import CubicSpline
 
 from .constants import C_MS, H_PLANCK, K_BOLTZMANN
+from .errors import DopplermapInputError
 
 __all__ = [
     "LocalProfile", "gaussian", "voigt", "tabulated", "LimbDarkening", "planck",
@@ -58,7 +59,7 @@ class LocalProfile:
             spline = CubicSpline(self.velocity, self.intensity - 1.0, bc_type="clamped")
             inside = (v >= self.velocity[0]) & (v <= self.velocity[-1])
             return 1.0 + np.where(inside, spline(np.clip(v, self.velocity[0], self.velocity[-1])), 0.0)
-        raise ValueError(f"unknown local-profile kind {self.kind!r}")
+        raise DopplermapInputError(f"unknown local-profile kind {self.kind!r}")
 
     @property
     def half_width(self) -> float:
@@ -79,18 +80,18 @@ class LocalProfile:
 def gaussian(depth: float, fwhm: float) -> LocalProfile:
     """Gaussian absorption line: ``1 - depth exp(-4 ln2 v^2 / fwhm^2)``; fwhm in km/s."""
     if not 0.0 <= depth < 1.0:
-        raise ValueError(f"line depth must be in [0, 1), got {depth!r}")
+        raise DopplermapInputError(f"line depth must be in [0, 1), got {depth!r}")
     if not fwhm > 0.0:
-        raise ValueError(f"line fwhm must be > 0 km/s, got {fwhm!r}")
+        raise DopplermapInputError(f"line fwhm must be > 0 km/s, got {fwhm!r}")
     return LocalProfile("gaussian", depth=float(depth), fwhm=float(fwhm))
 
 
 def voigt(depth: float, fwhm_gauss: float, fwhm_lorentz: float) -> LocalProfile:
     """Voigt absorption line of central depth ``depth``; both FWHMs in km/s."""
     if not 0.0 <= depth < 1.0:
-        raise ValueError(f"line depth must be in [0, 1), got {depth!r}")
+        raise DopplermapInputError(f"line depth must be in [0, 1), got {depth!r}")
     if not (fwhm_gauss > 0.0 and fwhm_lorentz >= 0.0):
-        raise ValueError(f"Voigt widths must be fwhm_gauss > 0, fwhm_lorentz >= 0 km/s, got {fwhm_gauss!r}, {fwhm_lorentz!r}")
+        raise DopplermapInputError(f"Voigt widths must be fwhm_gauss > 0, fwhm_lorentz >= 0 km/s, got {fwhm_gauss!r}, {fwhm_lorentz!r}")
     return LocalProfile("voigt", depth=float(depth), fwhm=float(fwhm_gauss), fwhm_lorentz=float(fwhm_lorentz))
 
 
@@ -99,11 +100,11 @@ def tabulated(velocity: Sequence[float], intensity: Sequence[float], name: str =
     v = np.asarray(velocity, dtype=float)
     i = np.asarray(intensity, dtype=float)
     if v.ndim != 1 or v.shape != i.shape or v.size < 4:
-        raise ValueError(f"{name}: velocity and intensity must be 1-D of equal length >= 4, got {v.shape} and {i.shape}")
+        raise DopplermapInputError(f"{name}: velocity and intensity must be 1-D of equal length >= 4, got {v.shape} and {i.shape}")
     if not (np.all(np.isfinite(v)) and np.all(np.isfinite(i))):
-        raise ValueError(f"{name}: velocity/intensity contain NaN or inf")
+        raise DopplermapInputError(f"{name}: velocity/intensity contain NaN or inf")
     if np.any(np.diff(v) <= 0):
-        raise ValueError(f"{name}: velocity must be strictly increasing")
+        raise DopplermapInputError(f"{name}: velocity must be strictly increasing")
     return LocalProfile("tabulated", velocity=v, intensity=i)
 
 
@@ -121,9 +122,9 @@ class LimbDarkening:
     def __post_init__(self):
         need = {"linear": 1, "quadratic": 2, "sqrt": 2}
         if self.law not in need:
-            raise ValueError(f"limb-darkening law must be one of {sorted(need)}, got {self.law!r}")
+            raise DopplermapInputError(f"limb-darkening law must be one of {sorted(need)}, got {self.law!r}")
         if len(self.coeffs) != need[self.law]:
-            raise ValueError(f"{self.law} limb darkening takes {need[self.law]} coefficient(s), got {self.coeffs!r}")
+            raise DopplermapInputError(f"{self.law} limb darkening takes {need[self.law]} coefficient(s), got {self.coeffs!r}")
 
     def __call__(self, mu):
         """``I(mu)/I(1)``; NumPy in, NumPy out; JAX in, JAX out."""
@@ -148,7 +149,7 @@ def intensity_ratio(temperature: float, t_phot: float, wavelength_nm: float) -> 
     """Continuum intensity at ``temperature`` relative to the photosphere (Planck)."""
     for name, val in (("temperature", temperature), ("t_phot", t_phot), ("wavelength_nm", wavelength_nm)):
         if not val > 0:
-            raise ValueError(f"{name} must be > 0, got {val!r}")
+            raise DopplermapInputError(f"{name} must be > 0, got {val!r}")
     return float(planck(wavelength_nm, temperature) / planck(wavelength_nm, t_phot))
 
 

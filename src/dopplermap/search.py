@@ -37,6 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .constants import FILL_MIN
+from .errors import DopplermapInputError
 from .geometry import StarParams
 from .grid import SurfaceGrid
 from .model import LineModel, Precomputed, precompute
@@ -129,13 +130,13 @@ def sweep_lambda(pre: Precomputed, obs: Observations, lmbds: Sequence[float], *,
     """
     lm = np.asarray(lmbds, dtype=float).ravel()
     if lm.size < 1:
-        raise ValueError("lmbds: need at least one lambda")
+        raise DopplermapInputError("lmbds: need at least one lambda")
     if not np.all(np.isfinite(lm)) or np.any(lm <= 0):
-        raise ValueError(f"lmbds must be finite and > 0, got {lm[~(np.isfinite(lm) & (lm > 0))][:3].tolist()}")
+        raise DopplermapInputError(f"lmbds must be finite and > 0, got {lm[~(np.isfinite(lm) & (lm > 0))][:3].tolist()}")
     if np.unique(lm).size != lm.size:
-        raise ValueError("lmbds contains repeated values")
+        raise DopplermapInputError("lmbds contains repeated values")
     if regulariser not in REGULARISERS or regulariser == "none":
-        raise ValueError(f"regulariser for a lambda sweep must be 'mem' or 'tikhonov', got {regulariser!r}")
+        raise DopplermapInputError(f"regulariser for a lambda sweep must be 'mem' or 'tikhonov', got {regulariser!r}")
     t0 = time.perf_counter()
     order = np.argsort(lm)  # upwards: smoothing a detailed map converges better than the reverse
     results: dict[int, InversionResult] = {}
@@ -164,10 +165,10 @@ def lcurve_curvature(lmbd, chi2, reg, floor: float = 0.0) -> np.ndarray:
     """
     lmbd, chi2, reg = (np.asarray(a, dtype=float) for a in (lmbd, chi2, reg))
     if not (lmbd.shape == chi2.shape == reg.shape) or lmbd.size < 5:
-        raise ValueError(f"the L-curve needs >= 5 lambdas of equal-length lambda/chi2/regulariser, got {lmbd.shape}")
+        raise DopplermapInputError(f"the L-curve needs >= 5 lambdas of equal-length lambda/chi2/regulariser, got {lmbd.shape}")
     excess = reg - floor
     if np.any(excess <= 0) or np.any(chi2 <= 0):
-        raise ValueError("the L-curve needs chi2 > 0 and regulariser above its floor at every lambda")
+        raise DopplermapInputError("the L-curve needs chi2 > 0 and regulariser above its floor at every lambda")
     t = np.log(lmbd)
     x, y = np.log(excess), np.log(chi2)
     dx, dy = np.gradient(x, t), np.gradient(y, t)
@@ -193,11 +194,11 @@ def lcurve_corner(sweep: LambdaSweep) -> tuple[float, np.ndarray]:
     score = np.where(ok, kappa, -np.inf)
     i = int(np.argmax(score))
     if not np.isfinite(score[i]) or score[i] <= 0:
-        raise ValueError(f"no L-curve corner inside the sweep {sweep.lmbd[0]:.4g}..{sweep.lmbd[-1]:.4g} "
+        raise DopplermapInputError(f"no L-curve corner inside the sweep {sweep.lmbd[0]:.4g}..{sweep.lmbd[-1]:.4g} "
                          "(no monotone point bends like a corner); extend the lambda range or tighten tol")
     if i == 0 or i == kappa.size - 1:
         side = "smallest" if i == 0 else "largest"
-        raise ValueError(f"L-curve corner lies at the sweep boundary (the {side} lambda, {sweep.lmbd[i]:.4g}); "
+        raise DopplermapInputError(f"L-curve corner lies at the sweep boundary (the {side} lambda, {sweep.lmbd[i]:.4g}); "
                          f"extend the lambda range beyond {sweep.lmbd[0]:.4g}..{sweep.lmbd[-1]:.4g}")
     return float(sweep.lmbd[i]), kappa
 
@@ -212,9 +213,9 @@ def lambda_for_chi2(pre: Precomputed, obs: Observations, target: float, *, lo: f
     rtol``. Returns ``(lambda, result, trials)``; ``trials`` lists ``(lambda, chi2)``.
     """
     if not target > 0:
-        raise ValueError(f"target chi2 must be > 0, got {target!r}")
+        raise DopplermapInputError(f"target chi2 must be > 0, got {target!r}")
     if not (0 < lo < hi):
-        raise ValueError(f"need 0 < lo < hi for the lambda bracket, got lo={lo!r}, hi={hi!r}")
+        raise DopplermapInputError(f"need 0 < lo < hi for the lambda bracket, got lo={lo!r}, hi={hi!r}")
     trials: list[tuple[float, float]] = []
     kw = dict(regulariser=regulariser, tol=tol, maxiter=maxiter, **invert_kw)
 
@@ -236,7 +237,7 @@ def lambda_for_chi2(pre: Precomputed, obs: Observations, target: float, *, lo: f
         lo /= 10.0
         r_lo = solve(lo, r_lo.x)
     if not (r_lo.chi2 <= target <= r_hi.chi2):
-        raise ValueError(f"target chi2 {target:.5g} not reached: chi2 runs from {r_lo.chi2:.5g} (lambda {lo:.3g}) "
+        raise DopplermapInputError(f"target chi2 {target:.5g} not reached: chi2 runs from {r_lo.chi2:.5g} (lambda {lo:.3g}) "
                          f"to {r_hi.chi2:.5g} (lambda {hi:.3g})")
     best = min((r_lo, r_hi), key=lambda r: abs(r.chi2 / target - 1.0))
     while abs(best.chi2 / target - 1.0) >= rtol and len(trials) < max_solves and hi / lo > 1 + 1e-9:
@@ -313,7 +314,7 @@ def _broadened(profile: LocalProfile, zeta: float) -> LocalProfile:
 def _scaled(profile: LocalProfile, s: float) -> LocalProfile:
     if profile.kind in ("gaussian", "voigt"):
         if not 0.0 <= profile.depth * s < 1.0:
-            raise ValueError(f"ew_scale {s!r} makes a line depth {profile.depth * s:.3g} outside [0, 1)")
+            raise DopplermapInputError(f"ew_scale {s!r} makes a line depth {profile.depth * s:.3g} outside [0, 1)")
         return dataclasses.replace(profile, depth=profile.depth * s)
     return tabulated(profile.velocity, 1.0 - s * (1.0 - profile.intensity), name="scaled profile")
 
@@ -322,14 +323,14 @@ def apply_parameters(problem: Problem, params: dict) -> tuple[StarParams, Compon
     """Star and components of ``problem`` with grid parameters ``params`` substituted."""
     unknown = sorted(set(params) - set(GRID_PARAMETERS))
     if unknown:
-        raise ValueError(f"unknown grid parameter(s) {unknown}; known: {sorted(GRID_PARAMETERS)}")
+        raise DopplermapInputError(f"unknown grid parameter(s) {unknown}; known: {sorted(GRID_PARAMETERS)}")
     star = problem.star.replace(**{k: float(params[k]) for k in ("inclination", "vsini", "domega", "period")
                                    if k in params})
     phot, cool, hot = problem.components
     for key in ("t_cool", "t_hot"):
         if key in params:
             if problem.t_phot is None or problem.wavelength_nm is None:
-                raise ValueError(f"grid parameter {key} needs the problem's t_phot and wavelength_nm")
+                raise DopplermapInputError(f"grid parameter {key} needs the problem's t_phot and wavelength_nm")
             ratio = intensity_ratio(float(params[key]), problem.t_phot, problem.wavelength_nm)
             if key == "t_cool":
                 cool = dataclasses.replace(cool, intensity=ratio)
@@ -341,7 +342,7 @@ def apply_parameters(problem: Problem, params: dict) -> tuple[StarParams, Compon
     if "macroturbulence" in params:
         z = float(params["macroturbulence"])
         if z < 0:
-            raise ValueError(f"macroturbulence must be >= 0 km/s, got {z!r}")
+            raise DopplermapInputError(f"macroturbulence must be >= 0 km/s, got {z!r}")
         comps = [dataclasses.replace(c, profile=_broadened(c.profile, z)) for c in comps]
     return star, ComponentSet(*comps)
 
@@ -403,17 +404,17 @@ _RESULT_COLUMNS = ("chi2", "chi2_total", "loss", "regulariser", "entropy", "iter
 def grid_points(axes: dict) -> list[dict]:
     """Cartesian product of ``{name: values}`` as a list of dicts (last axis fastest)."""
     if not axes:
-        raise ValueError("grid search needs at least one parameter axis")
+        raise DopplermapInputError("grid search needs at least one parameter axis")
     names = list(axes)
     vals = []
     for n in names:
         if n not in GRID_PARAMETERS:
-            raise ValueError(f"unknown grid parameter {n!r}; known: {sorted(GRID_PARAMETERS)}")
+            raise DopplermapInputError(f"unknown grid parameter {n!r}; known: {sorted(GRID_PARAMETERS)}")
         v = np.atleast_1d(np.asarray(axes[n], dtype=float))
         if v.ndim != 1 or v.size < 1 or not np.all(np.isfinite(v)):
-            raise ValueError(f"grid parameter {n!r}: need a 1-D list of finite values, got {axes[n]!r}")
+            raise DopplermapInputError(f"grid parameter {n!r}: need a 1-D list of finite values, got {axes[n]!r}")
         if np.unique(v).size != v.size:
-            raise ValueError(f"grid parameter {n!r} has repeated values")
+            raise DopplermapInputError(f"grid parameter {n!r} has repeated values")
         vals.append(v)
     return [dict(zip(names, (float(x) for x in combo), strict=False)) for combo in itertools.product(*vals)]
 
@@ -444,7 +445,7 @@ def read_table(path) -> list[dict]:
         try:
             out.append({k: (int(v) if k in ("point", "iterations", "success") else float(v)) for k, v in row.items()})
         except (TypeError, ValueError) as exc:
-            raise ValueError(f"{path}: row {i + 2} is malformed ({exc})") from None
+            raise DopplermapInputError(f"{path}: row {i + 2} is malformed ({exc})") from None
     return out
 
 
@@ -457,17 +458,17 @@ def _prepare_table(path: Path, names, points, resume: bool) -> set[int]:
     header = _header(names)
     if path.exists() and path.stat().st_size > 0:
         if not resume:
-            raise ValueError(f"{path} exists; pass resume=True (--resume) to continue it, or remove it")
+            raise DopplermapInputError(f"{path} exists; pass resume=True (--resume) to continue it, or remove it")
         with path.open() as fh:
             first = fh.readline().rstrip("\n").split(",")
         if first != header:
-            raise ValueError(f"{path}: columns {first} differ from this search's {header}; not the same search")
+            raise DopplermapInputError(f"{path}: columns {first} differ from this search's {header}; not the same search")
         rows = read_table(path)
         done = set()
         for r in rows:
             p = r["point"]
             if not (0 <= p < len(points)) or any(abs(r[n] - points[p][n]) > 1e-12 * max(1.0, abs(r[n])) for n in names):
-                raise ValueError(f"{path}: row for point {p} does not match this search's grid; not the same search")
+                raise DopplermapInputError(f"{path}: row for point {p} does not match this search's grid; not the same search")
             done.add(p)
         # rewrite without any cut-off last line and without duplicates (keep the first)
         tmp = path.with_suffix(path.suffix + ".tmp")
@@ -577,7 +578,7 @@ def grid_search(problem: Problem, axes: dict, table, *, settings: SolveSettings 
 def best_point(rows: list[dict], names) -> dict:
     """The row of least loss."""
     if not rows:
-        raise ValueError("no rows in the grid-search table")
+        raise DopplermapInputError("no rows in the grid-search table")
     return min(rows, key=lambda r: r["loss"])
 
 
@@ -591,9 +592,9 @@ def delta_chi2_interval(rows: list[dict], name: str, *, delta: float = 1.0, colu
     interval may be wider) and ``profile`` (values, profiled chi2_total).
     """
     if not rows:
-        raise ValueError("no rows in the grid-search table")
+        raise DopplermapInputError("no rows in the grid-search table")
     if name not in rows[0]:
-        raise ValueError(f"parameter {name!r} is not a column of the table ({sorted(rows[0])})")
+        raise DopplermapInputError(f"parameter {name!r} is not a column of the table ({sorted(rows[0])})")
     vals = np.unique([r[name] for r in rows])
     prof = np.array([min(r[column] for r in rows if r[name] == v) for v in vals])
     inside = prof - prof.min() <= delta

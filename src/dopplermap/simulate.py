@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .constants import FILL_MIN
+from .errors import DopplermapInputError
 from .geometry import StarParams
 from .grid import SurfaceGrid, latitude_band_grid
 from .model import forward_jit, precompute
@@ -29,11 +30,11 @@ class Spot:
 
     def __post_init__(self):
         if self.kind not in ("cool", "hot"):
-            raise ValueError(f"spot kind must be 'cool' or 'hot', got {self.kind!r}")
+            raise DopplermapInputError(f"spot kind must be 'cool' or 'hot', got {self.kind!r}")
         if not (0.0 < self.fill <= 1.0):
-            raise ValueError(f"spot fill must be in (0, 1], got {self.fill!r}")
+            raise DopplermapInputError(f"spot fill must be in (0, 1], got {self.fill!r}")
         if not (-90.0 <= self.lat <= 90.0) or not (0.0 < self.radius < 180.0):
-            raise ValueError(f"spot needs -90 <= lat <= 90 and 0 < radius < 180 deg, got lat={self.lat!r}, radius={self.radius!r}")
+            raise DopplermapInputError(f"spot needs -90 <= lat <= 90 and 0 < radius < 180 deg, got lat={self.lat!r}, radius={self.radius!r}")
 
 
 def spot_map(grid: SurfaceGrid, spots, background: float = FILL_MIN):
@@ -84,7 +85,7 @@ def simulate(grid: SurfaceGrid, star: StarParams, times, vels, components: Compo
     discretisation); ``method="dense"`` uses the exact cube.
     """
     if not snr > 0:
-        raise ValueError(f"snr must be > 0, got {snr!r}")
+        raise DopplermapInputError(f"snr must be > 0, got {snr!r}")
     times = np.asarray(times, dtype=float)
     vels = np.asarray(vels, dtype=float)
     fssc, fssh = spot_map(grid, spots)

@@ -42,6 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .constants import FILL_MAX, FILL_MIN
+from .errors import DopplermapInputError
 from .model import _EPOCH_FIELDS, LineModel, Precomputed, blocked_nbytes, solve_form
 from .objective import DEFAULT_PENALTY, Layout, Observations, loss
 from .solvers import InversionResult, invert, resolve_cube_dtype
@@ -100,10 +101,10 @@ def resample_epochs(pre: Precomputed, obs: Observations, idx) -> tuple[Precomput
     """The problem restricted to epochs ``idx`` (with repeats): same shapes when len(idx) = n_epoch."""
     idx = np.asarray(idx, dtype=np.int64)
     if idx.ndim != 1 or idx.size == 0 or idx.min() < 0 or idx.max() >= pre.n_epoch:
-        raise ValueError(f"epoch indices must be a 1-D array in [0, {pre.n_epoch}), got {idx!r}")
+        raise DopplermapInputError(f"epoch indices must be a 1-D array in [0, {pre.n_epoch}), got {idx!r}")
     line = pre.line
     if line.method == "blocked":
-        raise ValueError("resample_epochs needs a dense, folded or binned model, not the blocked form "
+        raise DopplermapInputError("resample_epochs needs a dense, folded or binned model, not the blocked form "
                          "(resample the dense model, then block it)")
     j = jnp.asarray(idx)
     fields = {f.name: getattr(line, f.name) for f in dataclasses.fields(line)}
@@ -144,9 +145,9 @@ def bootstrap(pre: Precomputed, obs: Observations, best: InversionResult, *, n_b
             blocked form on CPU, any model elsewhere), else resample.
     """
     if int(n_boot) != n_boot or n_boot < 2:
-        raise ValueError(f"n_boot must be an integer >= 2, got {n_boot!r}")
+        raise DopplermapInputError(f"n_boot must be an integer >= 2, got {n_boot!r}")
     if mode not in ("auto", "batch", "resample"):
-        raise ValueError(f"bootstrap mode must be 'auto', 'batch' or 'resample', got {mode!r}")
+        raise DopplermapInputError(f"bootstrap mode must be 'auto', 'batch' or 'resample', got {mode!r}")
     dtype = resolve_cube_dtype("auto", tol)
     if mode == "auto":
         mode = "batch" if (jax.default_backend() != "cpu" or _blocked_fits(pre, dtype)) else "resample"
@@ -238,7 +239,7 @@ def hvp_function(lmbd, pre: Precomputed, obs: Observations, regulariser: str = "
     pre = hvp_form(pre)
     chunk = int(chunk)
     if chunk < 1:
-        raise ValueError(f"chunk must be >= 1, got {chunk}")
+        raise DopplermapInputError(f"chunk must be >= 1, got {chunk}")
     batched = _batches_well(pre)
 
     def run(x, vs):
@@ -291,14 +292,14 @@ def laplace(pre: Precomputed, obs: Observations, best: InversionResult, *, metho
     (their conditional width).
     """
     if method not in ("dense", "hutchinson"):
-        raise ValueError(f"Laplace method must be 'dense' or 'hutchinson', got {method!r}")
+        raise DopplermapInputError(f"Laplace method must be 'dense' or 'hutchinson', got {method!r}")
     if kind not in ("posterior", "sandwich"):
-        raise ValueError(f"Laplace kind must be 'posterior' or 'sandwich', got {kind!r}")
+        raise DopplermapInputError(f"Laplace kind must be 'posterior' or 'sandwich', got {kind!r}")
     t0 = time.perf_counter()
     lay = Layout(pre.n_cell, pre.n_epoch)
     x = jnp.asarray(best.x)
     if x.shape != (lay.size,):
-        raise ValueError(f"best map has {x.shape[0]} parameters, the problem needs {lay.size}")
+        raise DopplermapInputError(f"best map has {x.shape[0]} parameters, the problem needs {lay.size}")
     scale = 0.5 * obs.n_epoch * obs.n_vel
     hvp = hvp_function(jnp.asarray(best.lmbd), pre, obs, best.regulariser, float(penalty), chunk=chunk)
     hvp_data = hvp_function(jnp.asarray(0.0), pre, obs, "none", 0.0, chunk=chunk) if kind == "sandwich" else None
@@ -321,7 +322,7 @@ def laplace(pre: Precomputed, obs: Observations, best: InversionResult, *, metho
         try:
             chol = np.linalg.cholesky(h)
         except np.linalg.LinAlgError:
-            raise ValueError("the Hessian at the map is not positive definite (the inversion has not converged "
+            raise DopplermapInputError("the Hessian at the map is not positive definite (the inversion has not converged "
                              "to a minimum); re-solve with a tighter tol") from None
         linv = np.linalg.inv(chol)  # H^-1 = L^-T L^-1
         if kind == "posterior":

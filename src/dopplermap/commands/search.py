@@ -23,6 +23,8 @@ from pathlib import Path
 import click
 import numpy as np
 
+from ..errors import DopplermapInputError, MissingFileError
+
 NPZ_SCALARS = ("inclination", "vsini", "period", "t0", "domega", "n_cell")
 
 
@@ -62,20 +64,20 @@ def load_problem(path=None, *, n_cell=400, n_epoch=30, n_vel=24, snr=500.0, seed
     else:
         path = Path(path)
         if not path.exists():
-            raise FileNotFoundError(f"problem file {path} does not exist")
+            raise MissingFileError(f"problem file {path} does not exist")
         try:
             npz = np.load(path)
         except Exception as exc:
-            raise ValueError(f"{path}: not a readable .npz file ({exc})") from None
+            raise DopplermapInputError(f"{path}: not a readable .npz file ({exc})") from None
         missing = [k for k in ("times", "vels", "flux", "err") if k not in npz.files]
         if missing:
-            raise ValueError(f"{path}: missing array(s) {missing}; need times, vels, flux, err")
+            raise DopplermapInputError(f"{path}: missing array(s) {missing}; need times, vels, flux, err")
         extra = {}
         for k in NPZ_SCALARS:
             if k in npz.files:
                 v = np.asarray(npz[k])
                 if v.shape != () or not np.isfinite(v):
-                    raise ValueError(f"{path}: {k} must be a finite scalar, got {v!r}")
+                    raise DopplermapInputError(f"{path}: {k} must be a finite scalar, got {v!r}")
                 extra[k] = float(v)
         obs = dm.Observations.create(npz["times"], npz["vels"], npz["flux"], npz["err"], source=str(path))
         if "n_cell" in extra:
@@ -92,27 +94,27 @@ def _floats(text: str, name: str) -> np.ndarray:
             return np.array([float(a), float(b), float(int(n))])
         return np.array([float(v) for v in text.split(",") if v.strip()])
     except ValueError:
-        raise ValueError(f"{name}: expected 'start:stop:count' or 'v1,v2,...', got {text!r}") from None
+        raise DopplermapInputError(f"{name}: expected 'start:stop:count' or 'v1,v2,...', got {text!r}") from None
 
 
 def _lambda_list(text: str) -> np.ndarray:
     if ":" in text:
         a, b, n = _floats(text, "--lmbds")
         if not (a > 0 and b > a and n >= 2):
-            raise ValueError(f"--lmbds: need 0 < start < stop and count >= 2, got {text!r}")
+            raise DopplermapInputError(f"--lmbds: need 0 < start < stop and count >= 2, got {text!r}")
         return np.logspace(np.log10(a), np.log10(b), int(n))
     return _floats(text, "--lmbds")
 
 
 def _axis(text: str) -> tuple[str, np.ndarray]:
     if "=" not in text:
-        raise ValueError(f"--param: expected NAME=start:stop:step or NAME=v1,v2,..., got {text!r}")
+        raise DopplermapInputError(f"--param: expected NAME=start:stop:step or NAME=v1,v2,..., got {text!r}")
     name, spec = text.split("=", 1)
     name = name.strip()
     if ":" in spec:
         a, b, step = _floats(spec, f"--param {name}")
         if not step > 0 or b < a:
-            raise ValueError(f"--param {name}: need start <= stop and step > 0, got {spec!r}")
+            raise DopplermapInputError(f"--param {name}: need start <= stop and step > 0, got {spec!r}")
         return name, np.round(np.arange(a, b + 0.5 * step, step), 12)
     return name, _floats(spec, f"--param {name}")
 

@@ -16,6 +16,8 @@ from pathlib import Path
 import click
 import numpy as np
 
+from ..errors import DopplermapInputError
+
 _PATH = click.Path(dir_okay=False, path_type=Path)
 
 
@@ -24,12 +26,12 @@ def _load(idc, sg, cpcs, problem, trust_pickle):
 
     picks = [p for p in (idc, sg, cpcs) if p is not None]
     if problem is not None and picks:
-        raise ValueError("give either --problem FILE.npz or --idc/--sg/--cpcs, not both")
+        raise DopplermapInputError("give either --problem FILE.npz or --idc/--sg/--cpcs, not both")
     if problem is not None:
         return load_problem(problem)
     if len(picks) != 3:
         missing = [n for n, p in (("--idc", idc), ("--sg", sg), ("--cpcs", cpcs)) if p is None]
-        raise ValueError(f"missing {', '.join(missing)}: the seed's problem needs all three pickles "
+        raise DopplermapInputError(f"missing {', '.join(missing)}: the seed's problem needs all three pickles "
                          "(or --problem FILE.npz from `dopplermap convert`)")
     return read_seed(idc, sg, cpcs, trust_pickle=trust_pickle)
 
@@ -206,9 +208,9 @@ def simulate_files(out: Path, *, fmt: str = "npz", n_cell: int = 2500, n_epoch: 
 
     for name, v, lo in (("n-cell", n_cell, 50), ("n-epoch", n_epoch, 1), ("n-vel", n_vel, 3)):
         if v < lo:
-            raise ValueError(f"--{name} must be >= {lo}, got {v}")
+            raise DopplermapInputError(f"--{name} must be >= {lo}, got {v}")
     if fmt not in ("npz", "seed-pickle"):
-        raise ValueError(f"format must be 'npz' or 'seed-pickle', got {fmt!r}")
+        raise DopplermapInputError(f"format must be 'npz' or 'seed-pickle', got {fmt!r}")
     star, grid, times, vels, comps = dm.demo_setup(n_cell=n_cell, n_epoch=n_epoch, n_vel=n_vel, seed=seed)
     sim = dm.simulate(grid, star, times, vels, comps, dm.DEMO_SPOTS, snr=snr, seed=seed)
     kw = dict(keys=keys, per_cell_lis=per_cell_lis, as_jax=as_jax, coordinates=coordinates)

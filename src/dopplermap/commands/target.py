@@ -11,6 +11,8 @@ from pathlib import Path
 import click
 import numpy as np
 
+from ..errors import DopplermapInputError
+
 __all__ = ["build_problem", "run_target", "register"]
 
 
@@ -48,10 +50,10 @@ def _profile_files(cfg):
         full = str(cfg.path(pat))
         hits = sorted(glob.glob(full)) if glob.has_magic(full) else ([full] if Path(full).is_file() else [])
         if not hits:
-            raise ValueError(f"{cfg.source}: [data] profiles: nothing matches {pat!r} (looked for {full})")
+            raise DopplermapInputError(f"{cfg.source}: [data] profiles: nothing matches {pat!r} (looked for {full})")
         files.extend(hits)
     if len(set(files)) != len(files):
-        raise ValueError(f"{cfg.source}: [data] profiles: some files are matched by more than one pattern")
+        raise DopplermapInputError(f"{cfg.source}: [data] profiles: some files are matched by more than one pattern")
     return files
 
 
@@ -74,7 +76,7 @@ def build_problem(cfg):
         v0 = read_lsd(files[0], d.format).vels
         vels = v0[(v0 >= d.velocity_range[0]) & (v0 <= d.velocity_range[1])]
         if vels.size < 3:
-            raise ValueError(f"{cfg.source}: [data] velocity_range {list(d.velocity_range)} keeps {vels.size} points of {files[0]}")
+            raise DopplermapInputError(f"{cfg.source}: [data] velocity_range {list(d.velocity_range)} keeps {vels.size} points of {files[0]}")
     obs = load_observations(files, times_table=cfg.path(d.times_table) if d.times_table else None,
                             time_pattern=d.time_pattern, vels=vels, fmt=d.format, normalise=True)
     s = cfg.star
@@ -213,7 +215,7 @@ def register(group):
         from ..config import TEMPLATE
 
         if path.exists() and not force:
-            raise ValueError(f"{path} exists; use --force to overwrite")
+            raise DopplermapInputError(f"{path} exists; use --force to overwrite")
         _atomic(path, lambda tmp: tmp.write_text(TEMPLATE))
         click.echo(f"wrote {path}; edit it, then run: dopplermap invert {path} --out results")
 

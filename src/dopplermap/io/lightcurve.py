@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import DopplermapInputError, MissingFileError
 from .lsd import _is_fits, read_fits_columns, read_text_columns
 
 __all__ = ["LightCurveData", "read_lightcurve", "write_lightcurve"]
@@ -38,13 +39,13 @@ def _validate(where, arr, lines):
         bad = ~np.isfinite(arr[:, col])
         if bad.any():
             i = int(np.argmax(bad))
-            raise ValueError(f"{where}:{lines[i]}: {name} is {float(arr[i, col])!r} (NaN or inf not allowed)")
+            raise DopplermapInputError(f"{where}:{lines[i]}: {name} is {float(arr[i, col])!r} (NaN or inf not allowed)")
     bad = arr[:, 2] <= 0
     if bad.any():
         i = int(np.argmax(bad))
-        raise ValueError(f"{where}:{lines[i]}: error must be > 0, got {float(arr[i, 2])!r} ({int(bad.sum())} values <= 0)")
+        raise DopplermapInputError(f"{where}:{lines[i]}: error must be > 0, got {float(arr[i, 2])!r} ({int(bad.sum())} values <= 0)")
     if arr.shape[0] < 2:
-        raise ValueError(f"{where}: needs at least 2 rows, got {arr.shape[0]}")
+        raise DopplermapInputError(f"{where}: needs at least 2 rows, got {arr.shape[0]}")
     order = np.argsort(arr[:, 0], kind="stable")
     return LightCurveData(time=arr[order, 0].copy(), flux=arr[order, 1].copy(), err=arr[order, 2].copy(),
                           source=str(where))
@@ -54,16 +55,16 @@ def read_lightcurve(path, fmt: str = "auto") -> LightCurveData:
     """Read a light curve (``fmt``: ``"auto"``, ``"text"`` or ``"fits"``), sorted by time."""
     path = Path(path)
     if fmt not in ("auto", "text", "fits"):
-        raise ValueError(f"light-curve format must be 'auto', 'text' or 'fits', got {fmt!r}")
+        raise DopplermapInputError(f"light-curve format must be 'auto', 'text' or 'fits', got {fmt!r}")
     if not path.is_file():
-        raise FileNotFoundError(f"light-curve file not found: {path}")
+        raise MissingFileError(f"light-curve file not found: {path}")
     if fmt == "fits" or (fmt == "auto" and _is_fits(path)):
         arr = read_fits_columns(path, (_T_NAMES, _F_NAMES, _E_NAMES), "time, flux, error")
         return _validate(f"{path} (table row)", arr, list(range(1, arr.shape[0] + 1)))
     try:
         text = path.read_text().splitlines()
     except UnicodeDecodeError:
-        raise ValueError(f"{path}: not a text file (for FITS use a .fits name or format 'fits')") from None
+        raise DopplermapInputError(f"{path}: not a text file (for FITS use a .fits name or format 'fits')") from None
     rows, lines = read_text_columns(path, text, "time, flux, error")
     return _validate(path, np.asarray(rows, dtype=float), lines)
 
@@ -73,7 +74,7 @@ def write_lightcurve(path, time, flux, err, fmt: str = "csv"):
     path = Path(path)
     t, f, e = (np.asarray(a, dtype=float) for a in (time, flux, err))
     if not (t.shape == f.shape == e.shape and t.ndim == 1):
-        raise ValueError(f"time, flux and err must be 1-D of equal length, got {t.shape}, {f.shape}, {e.shape}")
+        raise DopplermapInputError(f"time, flux and err must be 1-D of equal length, got {t.shape}, {f.shape}, {e.shape}")
     tmp = path.with_name(path.name + ".tmp")
     if fmt == "fits":
         from astropy.io import fits
@@ -88,5 +89,5 @@ def write_lightcurve(path, time, flux, err, fmt: str = "csv"):
         body = "\n".join(sep.join(f"{x:.17g}" for x in r) for r in np.stack([t, f, e], axis=1))
         tmp.write_text(head + body + "\n")
     else:
-        raise ValueError(f"light-curve write format must be 'csv', 'text' or 'fits', got {fmt!r}")
+        raise DopplermapInputError(f"light-curve write format must be 'csv', 'text' or 'fits', got {fmt!r}")
     os.replace(tmp, path)

@@ -37,6 +37,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import DopplermapInputError, MissingFileError
+
 __all__ = ["LineProfile", "read_lsd", "write_lsd", "read_times_table", "times_from_pattern", "resample",
            "load_observations", "read_local_profile", "FORMATS"]
 
@@ -66,7 +68,7 @@ def _float(tok: str, where: str) -> float:
     try:
         return float(tok)
     except ValueError:
-        raise ValueError(f"{where}: non-numeric value {tok!r}") from None
+        raise DopplermapInputError(f"{where}: non-numeric value {tok!r}") from None
 
 
 def _split(line: str):
@@ -80,45 +82,45 @@ def _check_rows(path, rows, lines):
         bad = ~np.isfinite(arr[:, col])
         if bad.any():
             i = int(np.argmax(bad))
-            raise ValueError(f"{path}:{lines[i]}: {name} is {float(arr[i, col])!r} (NaN or inf not allowed)")
+            raise DopplermapInputError(f"{path}:{lines[i]}: {name} is {float(arr[i, col])!r} (NaN or inf not allowed)")
     bad = arr[:, 2] <= 0
     if bad.any():
         i = int(np.argmax(bad))
-        raise ValueError(f"{path}:{lines[i]}: error must be > 0, got {float(arr[i, 2])!r} ({int(bad.sum())} values <= 0 in file)")
+        raise DopplermapInputError(f"{path}:{lines[i]}: error must be > 0, got {float(arr[i, 2])!r} ({int(bad.sum())} values <= 0 in file)")
     dv = np.diff(arr[:, 0])
     if np.any(dv <= 0):
         i = int(np.argmax(dv <= 0)) + 1
-        raise ValueError(f"{path}:{lines[i]}: velocities must increase, {float(arr[i, 0])!r} follows {float(arr[i - 1, 0])!r}")
+        raise DopplermapInputError(f"{path}:{lines[i]}: velocities must increase, {float(arr[i, 0])!r} follows {float(arr[i - 1, 0])!r}")
     if arr.shape[0] < 3:
-        raise ValueError(f"{path}: needs at least 3 data rows, got {arr.shape[0]}")
+        raise DopplermapInputError(f"{path}: needs at least 3 data rows, got {arr.shape[0]}")
     return LineProfile(vels=arr[:, 0].copy(), flux=arr[:, 1].copy(), err=arr[:, 2].copy(), source=str(path))
 
 
 def _read_donati(path: Path, text: list[str]) -> LineProfile:
     if len(text) < 2:
-        raise ValueError(f"{path}: Donati LSD file needs a '***' comment line and an 'N_points N_columns' line")
+        raise DopplermapInputError(f"{path}: Donati LSD file needs a '***' comment line and an 'N_points N_columns' line")
     head = _split(text[1])
     if len(head) < 2:
-        raise ValueError(f"{path}:2: expected 'N_points N_columns', got {text[1].strip()!r}")
+        raise DopplermapInputError(f"{path}:2: expected 'N_points N_columns', got {text[1].strip()!r}")
     try:
         n_pts, n_col = int(head[0]), int(head[1])
     except ValueError:
-        raise ValueError(f"{path}:2: expected two integers 'N_points N_columns', got {text[1].strip()!r}") from None
+        raise DopplermapInputError(f"{path}:2: expected two integers 'N_points N_columns', got {text[1].strip()!r}") from None
     if n_pts < 3 or n_col < 3:
-        raise ValueError(f"{path}:2: need N_points >= 3 and N_columns >= 3, got {n_pts} {n_col}")
+        raise DopplermapInputError(f"{path}:2: need N_points >= 3 and N_columns >= 3, got {n_pts} {n_col}")
     rows, lines = [], []
     for ln, line in enumerate(text[2:], start=3):
         if not line.strip():
             continue
         toks = _split(line)
         if len(toks) != n_col:
-            raise ValueError(f"{path}:{ln}: expected {n_col} columns (header line 2), got {len(toks)}")
+            raise DopplermapInputError(f"{path}:{ln}: expected {n_col} columns (header line 2), got {len(toks)}")
         if len(rows) == n_pts:
-            raise ValueError(f"{path}:{ln}: more data rows than N_points = {n_pts} (line 2)")
+            raise DopplermapInputError(f"{path}:{ln}: more data rows than N_points = {n_pts} (line 2)")
         rows.append([_float(t, f"{path}:{ln}") for t in toks[:3]])
         lines.append(ln)
     if len(rows) != n_pts:
-        raise ValueError(f"{path}:{len(text)}: file ends after {len(rows)} data rows but line 2 says N_points = {n_pts}")
+        raise DopplermapInputError(f"{path}:{len(text)}: file ends after {len(rows)} data rows but line 2 says N_points = {n_pts}")
     return _check_rows(path, rows, lines)
 
 
@@ -152,13 +154,13 @@ def read_text_columns(path: Path, text: list[str], what: str) -> tuple[list, lis
         if n_col is None:
             n_col = len(toks)
             if n_col < 3:
-                raise ValueError(f"{path}:{ln}: expected at least 3 columns ({what}), got {n_col}")
+                raise DopplermapInputError(f"{path}:{ln}: expected at least 3 columns ({what}), got {n_col}")
         if len(toks) != n_col:
-            raise ValueError(f"{path}:{ln}: expected {n_col} columns like the first data row, got {len(toks)}")
+            raise DopplermapInputError(f"{path}:{ln}: expected {n_col} columns like the first data row, got {len(toks)}")
         rows.append([_float(t, f"{path}:{ln}") for t in toks[:3]])
         lines.append(ln)
     if not rows:
-        raise ValueError(f"{path}: no data rows")
+        raise DopplermapInputError(f"{path}: no data rows")
     return rows, lines
 
 
@@ -186,19 +188,19 @@ def read_fits_columns(path: Path, wanted, what: str) -> np.ndarray:
     try:
         hdul = fits.open(path, memmap=False)
     except OSError as exc:
-        raise ValueError(f"{path}: not a readable FITS file ({exc})") from None
+        raise DopplermapInputError(f"{path}: not a readable FITS file ({exc})") from None
     with hdul:
         tab = next((h for h in hdul if isinstance(h, fits.BinTableHDU)), None)
         if tab is None:
-            raise ValueError(f"{path}: no binary-table extension found")
+            raise DopplermapInputError(f"{path}: no binary-table extension found")
         names = list(tab.columns.names)
         if len(names) < 3:
-            raise ValueError(f"{path}: table needs 3 columns ({what}), has {names}")
+            raise DopplermapInputError(f"{path}: table needs 3 columns ({what}), has {names}")
         cols = [_pick(names, w, i) for i, w in enumerate(wanted)]
         try:
             return np.stack([np.asarray(tab.data[c], dtype=float).reshape(-1) for c in cols], axis=1)
         except (ValueError, TypeError) as exc:
-            raise ValueError(f"{path}: columns {cols} are not numeric ({exc})") from None
+            raise DopplermapInputError(f"{path}: columns {cols} are not numeric ({exc})") from None
 
 
 def _read_fits(path: Path) -> LineProfile:
@@ -211,19 +213,19 @@ def read_lsd(path, fmt: str = "auto") -> LineProfile:
     """Read one profile; see the module docstring for ``fmt``."""
     path = Path(path)
     if fmt not in FORMATS:
-        raise ValueError(f"format must be one of {FORMATS}, got {fmt!r}")
+        raise DopplermapInputError(f"format must be one of {FORMATS}, got {fmt!r}")
     if not path.is_file():
-        raise FileNotFoundError(f"profile file not found: {path}")
+        raise MissingFileError(f"profile file not found: {path}")
     if fmt == "fits" or (fmt == "auto" and _is_fits(path)):
         return _read_fits(path)
     try:
         text = path.read_text().splitlines()
     except UnicodeDecodeError:
-        raise ValueError(f"{path}: not a text file (for FITS use a .fits name or format 'fits')") from None
+        raise DopplermapInputError(f"{path}: not a text file (for FITS use a .fits name or format 'fits')") from None
     first = next((ln for ln in text if ln.strip()), "")
     if fmt == "donati" or (fmt == "auto" and first.lstrip().startswith("***")):
         if not text[0].lstrip().startswith("***"):
-            raise ValueError(f"{path}:1: Donati LSD files start with a '***' comment line")
+            raise DopplermapInputError(f"{path}:1: Donati LSD files start with a '***' comment line")
         return _read_donati(path, text)
     return _read_text(path, text)
 
@@ -242,7 +244,7 @@ def write_lsd(path, vels, flux, err, fmt: str = "donati", *, comment: str = "LSD
     path = Path(path)
     v, f, e = (np.asarray(a, dtype=float) for a in (vels, flux, err))
     if not (v.shape == f.shape == e.shape and v.ndim == 1):
-        raise ValueError(f"vels, flux and err must be 1-D of equal length, got {v.shape}, {f.shape}, {e.shape}")
+        raise DopplermapInputError(f"vels, flux and err must be 1-D of equal length, got {v.shape}, {f.shape}, {e.shape}")
     if fmt == "fits":
         from astropy.io import fits
 
@@ -255,7 +257,7 @@ def write_lsd(path, vels, flux, err, fmt: str = "donati", *, comment: str = "LSD
         return
     if fmt == "donati":
         if columns not in (3, 7):
-            raise ValueError(f"Donati LSD files have 3 or 7 columns, got {columns!r}")
+            raise DopplermapInputError(f"Donati LSD files have 3 or 7 columns, got {columns!r}")
         rows = np.stack([v, f, e], axis=1)
         if columns == 7:
             z = np.zeros_like(v)
@@ -268,7 +270,7 @@ def write_lsd(path, vels, flux, err, fmt: str = "donati", *, comment: str = "LSD
         body = "\n".join(sep.join(f"{x:.10g}" for x in r) for r in np.stack([v, f, e], axis=1))
         _atomic_write_text(path, head + body + "\n")
     else:
-        raise ValueError(f"write format must be 'donati', 'text', 'csv' or 'fits', got {fmt!r}")
+        raise DopplermapInputError(f"write format must be 'donati', 'text', 'csv' or 'fits', got {fmt!r}")
 
 
 def read_times_table(path) -> dict[str, float]:
@@ -278,7 +280,7 @@ def read_times_table(path) -> dict[str, float]:
     """
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"times table not found: {path}")
+        raise MissingFileError(f"times table not found: {path}")
     out: dict[str, float] = {}
     with path.open(newline="") as fh:
         for ln, line in enumerate(fh, start=1):
@@ -288,21 +290,21 @@ def read_times_table(path) -> dict[str, float]:
             toks = next(csv.reader([s])) if "," in s else s.split()
             toks = [t.strip() for t in toks if t.strip()]
             if len(toks) < 2:
-                raise ValueError(f"{path}:{ln}: expected 'file_name, time', got {s!r}")
+                raise DopplermapInputError(f"{path}:{ln}: expected 'file_name, time', got {s!r}")
             try:
                 t = float(toks[1])
             except ValueError:
                 if not out:  # header line
                     continue
-                raise ValueError(f"{path}:{ln}: time {toks[1]!r} is not a number") from None
+                raise DopplermapInputError(f"{path}:{ln}: time {toks[1]!r} is not a number") from None
             if not math.isfinite(t):
-                raise ValueError(f"{path}:{ln}: time is {t!r}")
+                raise DopplermapInputError(f"{path}:{ln}: time is {t!r}")
             name = Path(toks[0]).name
             if name in out:
-                raise ValueError(f"{path}:{ln}: file {name!r} listed twice")
+                raise DopplermapInputError(f"{path}:{ln}: file {name!r} listed twice")
             out[name] = t
     if not out:
-        raise ValueError(f"{path}: no rows")
+        raise DopplermapInputError(f"{path}: no rows")
     return out
 
 
@@ -311,20 +313,20 @@ def times_from_pattern(paths: Sequence, pattern: str) -> np.ndarray:
     try:
         rx = re.compile(pattern)
     except re.error as exc:
-        raise ValueError(f"time pattern {pattern!r} is not a valid regular expression: {exc}") from None
+        raise DopplermapInputError(f"time pattern {pattern!r} is not a valid regular expression: {exc}") from None
     if rx.groups < 1:
-        raise ValueError(f"time pattern {pattern!r} needs a group, e.g. 'BJD=(?P<time>[0-9.]+)'")
+        raise DopplermapInputError(f"time pattern {pattern!r} needs a group, e.g. 'BJD=(?P<time>[0-9.]+)'")
     out = []
     for p in paths:
         name = Path(p).name
         m = rx.search(name)
         if m is None:
-            raise ValueError(f"time pattern {pattern!r} does not match file name {name!r}")
+            raise DopplermapInputError(f"time pattern {pattern!r} does not match file name {name!r}")
         tok = m.group("time") if "time" in rx.groupindex else m.group(1)
         try:
             out.append(float(tok))
         except (TypeError, ValueError):
-            raise ValueError(f"time pattern {pattern!r} matched {tok!r} in {name!r}, which is not a number") from None
+            raise DopplermapInputError(f"time pattern {pattern!r} matched {tok!r} in {name!r}, which is not a number") from None
     return np.asarray(out)
 
 
@@ -337,7 +339,7 @@ def resample(vels, flux, err, new_vels, source: str = "profile"):
     v = np.asarray(vels, dtype=float)
     nv = np.asarray(new_vels, dtype=float)
     if nv[0] < v[0] - 1e-9 or nv[-1] > v[-1] + 1e-9:
-        raise ValueError(f"{source}: covers {v[0]:.3f}..{v[-1]:.3f} km/s, cannot resample onto {nv[0]:.3f}..{nv[-1]:.3f} km/s")
+        raise DopplermapInputError(f"{source}: covers {v[0]:.3f}..{v[-1]:.3f} km/s, cannot resample onto {nv[0]:.3f}..{nv[-1]:.3f} km/s")
     i = np.clip(np.searchsorted(v, nv, side="right") - 1, 0, v.size - 2)
     w = np.clip((nv - v[i]) / (v[i + 1] - v[i]), 0.0, 1.0)
     f = (1 - w) * flux[i] + w * flux[i + 1]
@@ -358,30 +360,30 @@ def load_observations(paths: Sequence, *, times=None, times_table=None, time_pat
 
     paths = [Path(p) for p in paths]
     if not paths:
-        raise ValueError("no profile files given")
+        raise DopplermapInputError("no profile files given")
     given = sum(x is not None for x in (times, times_table, time_pattern))
     if given != 1:
-        raise ValueError("give exactly one of times, times_table or time_pattern")
+        raise DopplermapInputError("give exactly one of times, times_table or time_pattern")
     profs = [read_lsd(p, fmt) for p in paths]
     if times_table is not None:
         table = read_times_table(times_table)
         missing = [p.name for p in paths if p.name not in table]
         if missing:
-            raise ValueError(f"{times_table}: no time for {missing[0]!r} ({len(missing)} files missing)")
+            raise DopplermapInputError(f"{times_table}: no time for {missing[0]!r} ({len(missing)} files missing)")
         t = np.array([table[p.name] for p in paths])
     elif time_pattern is not None:
         t = times_from_pattern(paths, time_pattern)
     else:
         t = np.atleast_1d(np.asarray(times, dtype=float))
         if t.shape != (len(paths),):
-            raise ValueError(f"times must have one entry per file ({len(paths)}), got shape {t.shape}")
+            raise DopplermapInputError(f"times must have one entry per file ({len(paths)}), got shape {t.shape}")
     if vels is None:
         lo = max(p.vels[0] for p in profs)
         hi = min(p.vels[-1] for p in profs)
         v0 = profs[0].vels
         vels = v0[(v0 >= lo - 1e-9) & (v0 <= hi + 1e-9)]
         if vels.size < 3:
-            raise ValueError(f"the files share less than 3 velocities of {profs[0].source}'s grid ({lo:.3f}..{hi:.3f} km/s)")
+            raise DopplermapInputError(f"the files share less than 3 velocities of {profs[0].source}'s grid ({lo:.3f}..{hi:.3f} km/s)")
     vels = np.asarray(vels, dtype=float)
     flux = np.empty((len(profs), vels.size))
     err = np.empty_like(flux)
@@ -394,7 +396,7 @@ def load_observations(paths: Sequence, *, times=None, times_table=None, time_pat
     dup = np.diff(t[order]) == 0
     if dup.any():
         i = int(np.argmax(dup))
-        raise ValueError(f"files {paths[order[i]].name!r} and {paths[order[i + 1]].name!r} have the same time {t[order[i]]!r}")
+        raise DopplermapInputError(f"files {paths[order[i]].name!r} and {paths[order[i + 1]].name!r} have the same time {t[order[i]]!r}")
     return Observations.create(t[order], vels, flux[order], err[order], source=f"{len(paths)} profile files",
                                normalise=normalise)
 
@@ -408,19 +410,19 @@ def read_local_profile(path):
 
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"local-profile file not found: {path}")
+        raise MissingFileError(f"local-profile file not found: {path}")
     rows, lines = [], []
     for ln, toks in _data_lines(path.read_text().splitlines(), skip=("#", "***")):
         if len(toks) < 2:
-            raise ValueError(f"{path}:{ln}: expected at least 2 columns (velocity, I/Ic), got {len(toks)}")
+            raise DopplermapInputError(f"{path}:{ln}: expected at least 2 columns (velocity, I/Ic), got {len(toks)}")
         row = [_float(t, f"{path}:{ln}") for t in toks[:2]]
         if not all(math.isfinite(x) for x in row):
-            raise ValueError(f"{path}:{ln}: NaN or inf value")
+            raise DopplermapInputError(f"{path}:{ln}: NaN or inf value")
         if rows and row[0] <= rows[-1][0]:
-            raise ValueError(f"{path}:{ln}: velocities must increase, {row[0]!r} follows {rows[-1][0]!r}")
+            raise DopplermapInputError(f"{path}:{ln}: velocities must increase, {row[0]!r} follows {rows[-1][0]!r}")
         rows.append(row)
         lines.append(ln)
     if len(rows) < 4:
-        raise ValueError(f"{path}: needs at least 4 rows (velocity, I/Ic), got {len(rows)}")
+        raise DopplermapInputError(f"{path}: needs at least 4 rows (velocity, I/Ic), got {len(rows)}")
     arr = np.asarray(rows)
     return tabulated(arr[:, 0], arr[:, 1], name=str(path))

@@ -39,6 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from ..constants import FILL_MIN
+from ..errors import DopplermapInputError
 
 __all__ = ["save_result", "load_result", "with_context", "prefetch_writers", "RESULT_FILES"]
 
@@ -133,7 +134,7 @@ def with_context(result, *, grid=None, star=None, obs=None, pre=None, components
     changes = {}
     if grid is not None:
         if grid.n_cell != result.fssc.shape[0]:
-            raise ValueError(f"grid has {grid.n_cell} cells but the result has {result.fssc.shape[0]}")
+            raise DopplermapInputError(f"grid has {grid.n_cell} cells but the result has {result.fssc.shape[0]}")
         changes["grid"] = grid
     if star is not None:
         changes["star"] = star
@@ -184,7 +185,7 @@ def _map_hdus(res, fits):
 
     grid = res.grid
     if grid is None:
-        raise ValueError("result has no grid: call dopplermap.io.results.with_context(result, grid=...) first")
+        raise DopplermapInputError("result has no grid: call dopplermap.io.results.with_context(result, grid=...) first")
     bright = res.brightness
     cols = [
         fits.Column("LAT", "D", unit="deg", array=np.degrees(grid.lat)),
@@ -242,7 +243,7 @@ def _map_hdus(res, fits):
 def _profile_hdus(res, fits):
     obs = res.obs
     if obs is None:
-        raise ValueError("result has no observations: call with_context(result, obs=...) first")
+        raise DopplermapInputError("result has no observations: call with_context(result, obs=...) first")
     times = np.asarray(obs.times, float)
     vels = np.asarray(obs.vels, float)
     flux = np.asarray(obs.flux, float)
@@ -332,14 +333,14 @@ def save_result(result, path, *, plots: bool = True, config_file=None, overwrite
         _PREFETCH.join()  # no matplotlib use from two threads at once
     if path.exists():
         if not path.is_dir():
-            raise ValueError(f"result path {path} exists and is not a folder")
+            raise DopplermapInputError(f"result path {path} exists and is not a folder")
         if any(path.iterdir()) and not _is_result_dir(path):
-            raise ValueError(f"result path {path} exists, is not empty and is not a dopplermap result folder; "
+            raise DopplermapInputError(f"result path {path} exists, is not empty and is not a dopplermap result folder; "
                              "choose another output folder")
         if _is_result_dir(path) and not overwrite:
-            raise ValueError(f"result folder {path} exists (overwrite=False)")
+            raise DopplermapInputError(f"result folder {path} exists (overwrite=False)")
     if config_file is not None and not Path(config_file).is_file():
-        raise ValueError(f"config_file {config_file} does not exist")
+        raise DopplermapInputError(f"config_file {config_file} does not exist")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.partial-", dir=path.parent))
     try:
@@ -395,23 +396,23 @@ def load_result(path):
 
     path = Path(path)
     if not path.is_dir():
-        raise ValueError(f"result folder {path} does not exist")
+        raise DopplermapInputError(f"result folder {path} does not exist")
     marker = path / _MARKER
     if not marker.is_file():
-        raise ValueError(f"{path} is not a complete dopplermap result folder (no {_MARKER})")
+        raise DopplermapInputError(f"{path} is not a complete dopplermap result folder (no {_MARKER})")
     try:
         summary = json.loads(marker.read_text())
     except json.JSONDecodeError as exc:
-        raise ValueError(f"{marker}: not valid JSON ({exc})") from exc
+        raise DopplermapInputError(f"{marker}: not valid JSON ({exc})") from exc
     if not summary.get("complete"):
-        raise ValueError(f"{marker}: result folder is incomplete")
+        raise DopplermapInputError(f"{marker}: result folder is incomplete")
     for name in ("map.fits", "profiles.fits"):
         if not (path / name).is_file():
-            raise ValueError(f"{path} is missing {name}")
+            raise DopplermapInputError(f"{path} is missing {name}")
 
     with fits.open(path / "map.fits") as hdul:
         if "MAP" not in hdul:
-            raise ValueError(f"{path / 'map.fits'}: no MAP extension")
+            raise DopplermapInputError(f"{path / 'map.fits'}: no MAP extension")
         m = hdul["MAP"].data
         h = hdul["MAP"].header
         names = set(m.columns.names)

@@ -37,6 +37,7 @@ from pathlib import Path
 import jax.numpy as jnp
 import numpy as np
 
+from ..errors import DopplermapInputError, MissingFileError
 from ..geometry import cell_geometry
 from ..model import LineModel, Precomputed
 from ..objective import Observations
@@ -108,12 +109,12 @@ def load_pickle(path, *, trust_pickle: bool = False):
     if not trust_pickle:
         raise UntrustedPickleError(_trust_message(path))
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such file")
+        raise MissingFileError(f"{path}: no such file")
     try:
         with path.open("rb") as fh:
             return pickle.load(fh)
     except (pickle.UnpicklingError, EOFError, AttributeError, ImportError, IndexError, TypeError) as exc:
-        raise ValueError(f"{path}: not a readable pickle ({type(exc).__name__}: {exc})") from None
+        raise DopplermapInputError(f"{path}: not a readable pickle ({type(exc).__name__}: {exc})") from None
 
 
 def _key_text(k) -> str:
@@ -124,11 +125,11 @@ def _key_text(k) -> str:
 
 def _get(mapping, key, where: str, src: str):
     if not isinstance(mapping, Mapping):
-        raise ValueError(f"{src}: {where} must be a dict, got {type(mapping).__name__}")
+        raise DopplermapInputError(f"{src}: {where} must be a dict, got {type(mapping).__name__}")
     try:
         return mapping[key]
     except (KeyError, TypeError):
-        raise ValueError(f"{src}: missing key {where}[{_key_text(key)}]") from None
+        raise DopplermapInputError(f"{src}: missing key {where}[{_key_text(key)}]") from None
 
 
 def _floats(value, where: str, src: str, shape=None, allow_scalar=False) -> np.ndarray:
@@ -136,15 +137,15 @@ def _floats(value, where: str, src: str, shape=None, allow_scalar=False) -> np.n
     try:
         arr = np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError) as exc:
-        raise ValueError(f"{src}: {where} is not numeric ({exc})") from None
+        raise DopplermapInputError(f"{src}: {where} is not numeric ({exc})") from None
     if shape is not None and arr.shape != tuple(shape) and not (allow_scalar and arr.ndim == 0):
         want = f"{tuple(shape)}" + (" or a scalar" if allow_scalar else "")
-        raise ValueError(f"{src}: {where} has shape {arr.shape}, expected {want}")
+        raise DopplermapInputError(f"{src}: {where} has shape {arr.shape}, expected {want}")
     bad = ~np.isfinite(arr)
     if bad.any():
         first = np.argwhere(bad)[0] if arr.ndim else ()
         at = f" first at index {tuple(int(i) for i in first)}" if arr.ndim else ""
-        raise ValueError(f"{src}: {where} has {int(bad.sum())} NaN/inf value(s),{at}".rstrip(","))
+        raise DopplermapInputError(f"{src}: {where} has {int(bad.sum())} NaN/inf value(s),{at}".rstrip(","))
     return arr
 
 
@@ -154,23 +155,23 @@ def _epoch_keys(times, src: str) -> list:
     elif hasattr(times, "__array__") or isinstance(times, np.ndarray):
         arr = np.asarray(times)
         if arr.ndim != 1:
-            raise ValueError(f"{src}: idc['times'] must be 1-D, got shape {arr.shape}")
+            raise DopplermapInputError(f"{src}: idc['times'] must be 1-D, got shape {arr.shape}")
         keys = arr.tolist()
     else:
         try:
             keys = list(times)
         except TypeError:
-            raise ValueError(f"{src}: idc['times'] must be a sequence of epoch keys, got {type(times).__name__}") from None
+            raise DopplermapInputError(f"{src}: idc['times'] must be a sequence of epoch keys, got {type(times).__name__}") from None
     if not keys:
-        raise ValueError(f"{src}: idc['times'] is empty")
+        raise DopplermapInputError(f"{src}: idc['times'] is empty")
     seen = {}
     for i, k in enumerate(keys):
         try:
             hash(k)
         except TypeError:
-            raise ValueError(f"{src}: idc['times'][{i}] = {k!r} is not hashable, so it cannot be a dict key") from None
+            raise DopplermapInputError(f"{src}: idc['times'][{i}] = {k!r} is not hashable, so it cannot be a dict key") from None
         if k in seen:
-            raise ValueError(f"{src}: idc['times'] repeats the key {_key_text(k)} (positions {seen[k]} and {i})")
+            raise DopplermapInputError(f"{src}: idc['times'] repeats the key {_key_text(k)} (positions {seen[k]} and {i})")
         seen[k] = i
     return keys
 
@@ -196,27 +197,27 @@ def seed_problem(idc, sg, cpcs, *, sources=("idc", "sg", "cpcs")) -> SeedProblem
     s_idc, s_sg, s_cpcs = (str(s) for s in sources)
     for obj, name, src in ((idc, "idc", s_idc), (sg, "sg", s_sg), (cpcs, "cpcs", s_cpcs)):
         if not isinstance(obj, Mapping):
-            raise ValueError(f"{src}: expected the {name} dict, got {type(obj).__name__}")
+            raise DopplermapInputError(f"{src}: expected the {name} dict, got {type(obj).__name__}")
 
     keys = _epoch_keys(_get(idc, "times", "idc", s_idc), s_idc)
     vels = _floats(_get(idc, "vels", "idc", s_idc), "idc['vels']", s_idc)
     if vels.ndim != 1 or vels.size < 3:
-        raise ValueError(f"{s_idc}: idc['vels'] must be 1-D with >= 3 velocities, got shape {vels.shape}")
+        raise DopplermapInputError(f"{s_idc}: idc['vels'] must be 1-D with >= 3 velocities, got shape {vels.shape}")
     if np.any(np.diff(vels) <= 0):
         i = int(np.argmax(np.diff(vels) <= 0))
-        raise ValueError(f"{s_idc}: idc['vels'] must increase, but vels[{i}]={vels[i]!r} >= vels[{i + 1}]={vels[i + 1]!r}")
+        raise DopplermapInputError(f"{s_idc}: idc['vels'] must increase, but vels[{i}]={vels[i]!r} >= vels[{i + 1}]={vels[i + 1]!r}")
     n_vel = vels.size
     data = _get(idc, "data", "idc", s_idc)
 
     noes_raw = np.asarray(_get(sg, "noes", "sg", s_sg))
     if (noes_raw.ndim != 0 or not np.issubdtype(noes_raw.dtype, np.number) or not np.isfinite(noes_raw)
             or noes_raw != np.round(noes_raw) or noes_raw < 1):
-        raise ValueError(f"{s_sg}: sg['noes'] must be a positive integer, got {noes_raw!r}")
+        raise DopplermapInputError(f"{s_sg}: sg['noes'] must be a positive integer, got {noes_raw!r}")
     n_cell = int(noes_raw)
     areas_all = _floats(_get(sg, "grid_areas", "sg", s_sg), "sg['grid_areas']", s_sg, shape=(n_cell,))
     if np.any(areas_all <= 0):
         i = int(np.argmax(areas_all <= 0))
-        raise ValueError(f"{s_sg}: sg['grid_areas'] must be > 0, got {areas_all[i]!r} at index {i}")
+        raise DopplermapInputError(f"{s_sg}: sg['grid_areas'] must be > 0, got {areas_all[i]!r} at index {i}")
     lat = lon = None
     if isinstance(sg, Mapping) and "grid_lats" in sg and "grid_longs" in sg:
         lat = _floats(sg["grid_lats"], "sg['grid_lats']", s_sg, shape=(n_cell,))
@@ -237,25 +238,25 @@ def seed_problem(idc, sg, cpcs, *, sources=("idc", "sg", "cpcs")) -> SeedProblem
         errs = _floats(_get(d, "errs", f"idc['data'][{kt}]", s_idc), f"idc['data'][{kt}]['errs']", s_idc,
                        shape=(n_vel,), allow_scalar=True)
         if np.any(errs <= 0):
-            raise ValueError(f"{s_idc}: idc['data'][{kt}]['errs'] must be > 0, got {float(np.min(errs))!r}")
+            raise DopplermapInputError(f"{s_idc}: idc['data'][{kt}]['errs'] must be > 0, got {float(np.min(errs))!r}")
         err[e] = errs
 
         com = _get(common, t, "cpcs['common']", s_cpcs)
         ivis_raw = np.asarray(_get(com, "ivis", f"cpcs['common'][{kt}]", s_cpcs))
         where = f"cpcs['common'][{kt}]['ivis']"
         if ivis_raw.ndim != 1 or ivis_raw.size == 0:
-            raise ValueError(f"{s_cpcs}: {where} must be a non-empty 1-D index array, got shape {ivis_raw.shape}")
+            raise DopplermapInputError(f"{s_cpcs}: {where} must be a non-empty 1-D index array, got shape {ivis_raw.shape}")
         if not np.issubdtype(ivis_raw.dtype, np.integer):
-            raise ValueError(f"{s_cpcs}: {where} must hold integer cell indices, got dtype {ivis_raw.dtype}")
+            raise DopplermapInputError(f"{s_cpcs}: {where} must hold integer cell indices, got dtype {ivis_raw.dtype}")
         ivis = ivis_raw.astype(np.int64)
         bad = (ivis < 0) | (ivis >= n_cell)
         if bad.any():
             i = int(np.argmax(bad))
-            raise ValueError(f"{s_cpcs}: {where}[{i}] = {int(ivis[i])} is out of range [0, {n_cell}) "
+            raise DopplermapInputError(f"{s_cpcs}: {where}[{i}] = {int(ivis[i])} is out of range [0, {n_cell}) "
                              f"(sg['noes'] = {n_cell}; {int(bad.sum())} bad indices)")
         uniq, counts = np.unique(ivis, return_counts=True)
         if np.any(counts > 1):
-            raise ValueError(f"{s_cpcs}: {where} lists cell {int(uniq[np.argmax(counts > 1)])} more than once")
+            raise DopplermapInputError(f"{s_cpcs}: {where} lists cell {int(uniq[np.argmax(counts > 1)])} more than once")
         n_vis = ivis.size
         areas = _floats(_get(com, "areas", f"cpcs['common'][{kt}]", s_cpcs), f"cpcs['common'][{kt}]['areas']",
                         s_cpcs, shape=(n_vis,), allow_scalar=True)
@@ -289,7 +290,7 @@ def seed_problem(idc, sg, cpcs, *, sources=("idc", "sg", "cpcs")) -> SeedProblem
     bad_norm = (weight.sum(axis=(1, 2)) == 0)
     if bad_norm.any():
         e = int(np.argmax(bad_norm))
-        raise ValueError(f"{s_cpcs}: epoch {_key_text(keys[e])} has zero total weight (lis * ldfs * areas * mus)")
+        raise DopplermapInputError(f"{s_cpcs}: epoch {_key_text(keys[e])} has zero total weight (lis * ldfs * areas * mus)")
 
     lm = LineModel(vels=jnp.asarray(vels), cell=jnp.asarray(cell), pos=jnp.asarray(pos),
                    weight=jnp.asarray(weight), local=jnp.asarray(local), method="dense")
@@ -337,7 +338,7 @@ def seed_dicts(sim, *, keys=None, per_cell_lis: bool = False, as_jax: bool = Fal
     vels = np.asarray(obs.vels, dtype=float)
     keys = [float(t) for t in times] if keys is None else list(keys)
     if len(keys) != times.size or len(set(keys)) != len(keys):
-        raise ValueError(f"keys must be {times.size} distinct hashable values, got {len(keys)} ({len(set(keys))} distinct)")
+        raise DopplermapInputError(f"keys must be {times.size} distinct hashable values, got {len(keys)} ({len(set(keys))} distinct)")
     geo = cell_geometry(grid.lat, grid.lon, grid.area, times, star.inclination, star.vsini_kms, star.period,
                         star.t0, star.domega)
     mu = np.asarray(geo.mu)
@@ -418,17 +419,17 @@ def save_problem(path, problem: SeedProblem) -> Path:
 
 def _need(z, key, src, shape=None, kind="f"):
     if key not in z.files:
-        raise ValueError(f"{src}: missing array {key!r}")
+        raise DopplermapInputError(f"{src}: missing array {key!r}")
     a = z[key]
     if shape is not None and a.shape != tuple(shape):
-        raise ValueError(f"{src}: array {key!r} has shape {a.shape}, expected {tuple(shape)}")
+        raise DopplermapInputError(f"{src}: array {key!r} has shape {a.shape}, expected {tuple(shape)}")
     if kind == "f":
         if not np.issubdtype(a.dtype, np.floating):
-            raise ValueError(f"{src}: array {key!r} must be floating point, got dtype {a.dtype}")
+            raise DopplermapInputError(f"{src}: array {key!r} must be floating point, got dtype {a.dtype}")
         if not np.all(np.isfinite(a)):
-            raise ValueError(f"{src}: array {key!r} has NaN/inf values")
+            raise DopplermapInputError(f"{src}: array {key!r} has NaN/inf values")
     elif kind == "i" and not np.issubdtype(a.dtype, np.integer):
-        raise ValueError(f"{src}: array {key!r} must be integer, got dtype {a.dtype}")
+        raise DopplermapInputError(f"{src}: array {key!r} must be integer, got dtype {a.dtype}")
     return a
 
 
@@ -437,47 +438,47 @@ def load_problem(path) -> SeedProblem:
     path = Path(path)
     src = str(path)
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such file")
+        raise MissingFileError(f"{path}: no such file")
     try:
         z = np.load(path, allow_pickle=False)
     except (ValueError, OSError) as exc:
-        raise ValueError(f"{src}: not a readable .npz problem file ({exc})") from None
+        raise DopplermapInputError(f"{src}: not a readable .npz problem file ({exc})") from None
     with z:
         if "format" not in z.files or str(z["format"]) != PROBLEM_FORMAT:
-            raise ValueError(f"{src}: not a dopplermap problem file (no format tag {PROBLEM_FORMAT!r})")
+            raise DopplermapInputError(f"{src}: not a dopplermap problem file (no format tag {PROBLEM_FORMAT!r})")
         version = int(z["version"]) if "version" in z.files else -1
         if version != PROBLEM_VERSION:
-            raise ValueError(f"{src}: problem format version {version} is not supported (expected {PROBLEM_VERSION})")
+            raise DopplermapInputError(f"{src}: problem format version {version} is not supported (expected {PROBLEM_VERSION})")
         method = str(_need(z, "method", src, kind=None))
         if method not in ("dense", "binned"):
-            raise ValueError(f"{src}: method must be 'dense' or 'binned', got {method!r}")
+            raise DopplermapInputError(f"{src}: method must be 'dense' or 'binned', got {method!r}")
         vels = _need(z, "line_vels", src)
         if vels.ndim != 1 or vels.size < 3 or np.any(np.diff(vels) <= 0):
-            raise ValueError(f"{src}: 'line_vels' must be a 1-D increasing array of >= 3 velocities")
+            raise DopplermapInputError(f"{src}: 'line_vels' must be a 1-D increasing array of >= 3 velocities")
         cell = _need(z, "line_cell", src, kind="i")
         if cell.ndim != 2:
-            raise ValueError(f"{src}: 'line_cell' must be 2-D (n_epoch, n_slot), got shape {cell.shape}")
+            raise DopplermapInputError(f"{src}: 'line_cell' must be 2-D (n_epoch, n_slot), got shape {cell.shape}")
         n_epoch, n_slot = cell.shape
         cell_area = _need(z, "cell_area", src)
         if cell_area.ndim != 1 or np.any(cell_area <= 0):
-            raise ValueError(f"{src}: 'cell_area' must be a 1-D array of positive areas")
+            raise DopplermapInputError(f"{src}: 'cell_area' must be a 1-D array of positive areas")
         n_cell, n_vel = cell_area.size, vels.size
         pos = _need(z, "line_pos", src, shape=(n_epoch, n_cell), kind="i")
         weight = _need(z, "line_weight", src, shape=(n_epoch, n_slot, 3))
         if np.any((cell < 0) | (cell >= n_cell)):
-            raise ValueError(f"{src}: 'line_cell' has indices outside [0, {n_cell})")
+            raise DopplermapInputError(f"{src}: 'line_cell' has indices outside [0, {n_cell})")
         if np.any((pos < 0) | (pos > n_slot)):
-            raise ValueError(f"{src}: 'line_pos' has slots outside [0, {n_slot}]")
+            raise DopplermapInputError(f"{src}: 'line_pos' has slots outside [0, {n_slot}]")
         vis = pos < n_slot
         back = np.take_along_axis(np.pad(cell, ((0, 0), (0, 1)), constant_values=-1), pos, axis=1)
         if np.any(vis & (back != np.arange(n_cell)[None, :])):
-            raise ValueError(f"{src}: 'line_pos' is not the inverse of 'line_cell'")
+            raise DopplermapInputError(f"{src}: 'line_pos' is not the inverse of 'line_cell'")
         used = np.zeros((n_epoch, n_slot + 1), bool)
         np.put_along_axis(used, pos, True, axis=1)
         pad = ~used[:, :n_slot]  # slots no cell maps to
         if np.any(pad[..., None] & (weight != 0)):
             e, s_ = np.argwhere(pad & np.any(weight != 0, axis=-1))[0]
-            raise ValueError(f"{src}: 'line_weight' must be 0 on padded slots; epoch {e}, slot {s_} is not")
+            raise DopplermapInputError(f"{src}: 'line_weight' must be 0 on padded slots; epoch {e}, slot {s_} is not")
         fields = dict(vels=jnp.asarray(vels), cell=jnp.asarray(cell.astype(np.int32)),
                       pos=jnp.asarray(pos.astype(np.int32)), weight=jnp.asarray(weight), method=method)
         if method == "dense":
@@ -485,15 +486,15 @@ def load_problem(path) -> SeedProblem:
         else:
             kernel = _need(z, "line_kernel", src)
             if kernel.ndim != 3 or kernel.shape[1:] != (3, n_vel) or kernel.shape[0] < 4:
-                raise ValueError(f"{src}: 'line_kernel' has shape {kernel.shape}, expected (n_bin, 3, {n_vel})")
+                raise DopplermapInputError(f"{src}: 'line_kernel' has shape {kernel.shape}, expected (n_bin, 3, {n_vel})")
             jbase = _need(z, "line_jbase", src, shape=(n_epoch, n_slot), kind="i")
             if np.any((jbase < 0) | (jbase > kernel.shape[0] - 4)):
-                raise ValueError(f"{src}: 'line_jbase' has bins outside [0, {kernel.shape[0] - 4}]")
+                raise DopplermapInputError(f"{src}: 'line_jbase' has bins outside [0, {kernel.shape[0] - 4}]")
             fields.update(beta=jnp.asarray(_need(z, "line_beta", src, shape=(n_epoch, n_slot, 4))),
                           jbase=jnp.asarray(jbase.astype(np.int32)), kernel=jnp.asarray(kernel))
         edges = _need(z, "edges", src, kind="i")
         if edges.ndim != 2 or edges.shape[1] != 2 or np.any((edges < 0) | (edges >= n_cell)):
-            raise ValueError(f"{src}: 'edges' must be (n_edge, 2) cell indices in [0, {n_cell})")
+            raise DopplermapInputError(f"{src}: 'edges' must be (n_edge, 2) cell indices in [0, {n_cell})")
         labels = _need(z, "labels", src, shape=(n_epoch,), kind=None)
         lat = lon = None
         if "lat" in z.files and "lon" in z.files:
@@ -501,7 +502,7 @@ def load_problem(path) -> SeedProblem:
             lon = _need(z, "lon", src, shape=(n_cell,))
         for key in ("flux", "err"):
             if key not in z.files:
-                raise ValueError(f"{src}: missing array {key!r}")
+                raise DopplermapInputError(f"{src}: missing array {key!r}")
         obs = Observations.create(_need(z, "times", src, shape=(n_epoch,)), _need(z, "obs_vels", src, shape=(n_vel,)),
                                   z["flux"], z["err"], source=src)
         source = str(z["source"]) if "source" in z.files else src

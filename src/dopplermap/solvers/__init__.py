@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..constants import FILL_MAX, FILL_MIN
+from ..errors import DopplermapInputError
 from ..model import Precomputed, solve_form, with_exact_numerator
 from ..objective import DEFAULT_PENALTY, REGULARISERS, Layout, Observations
 from .result import InversionResult
@@ -47,11 +48,11 @@ def project_feasible(fssc, fssh):
 
 def _check_match(pre: Precomputed, obs: Observations):
     if obs.n_epoch != pre.n_epoch:
-        raise ValueError(f"observations have {obs.n_epoch} epochs but the precomputed model has {pre.n_epoch}")
+        raise DopplermapInputError(f"observations have {obs.n_epoch} epochs but the precomputed model has {pre.n_epoch}")
     if obs.n_vel != pre.n_vel:
-        raise ValueError(f"observations have {obs.n_vel} velocities but the precomputed model has {pre.n_vel}")
+        raise DopplermapInputError(f"observations have {obs.n_vel} velocities but the precomputed model has {pre.n_vel}")
     if not np.allclose(np.asarray(obs.vels), np.asarray(pre.line.vels), rtol=0, atol=1e-9):
-        raise ValueError("observations' velocity grid differs from the precomputed model's vels")
+        raise DopplermapInputError("observations' velocity grid differs from the precomputed model's vels")
 
 
 def invert(pre: Precomputed, obs: Observations, *, lmbd: float = 1.0, regulariser: str = "mem",
@@ -84,11 +85,11 @@ def invert(pre: Precomputed, obs: Observations, *, lmbd: float = 1.0, regularise
             ``tol >= 1e-6``, else float64. ``None`` solves on ``pre`` as is.
     """
     if regulariser not in REGULARISERS:
-        raise ValueError(f"regulariser must be one of {REGULARISERS}, got {regulariser!r}")
+        raise DopplermapInputError(f"regulariser must be one of {REGULARISERS}, got {regulariser!r}")
     if solver not in SOLVERS:
-        raise ValueError(f"solver must be one of {SOLVERS}, got {solver!r}")
+        raise DopplermapInputError(f"solver must be one of {SOLVERS}, got {solver!r}")
     if not np.isfinite(lmbd) or lmbd < 0:
-        raise ValueError(f"lmbd must be a finite number >= 0, got {lmbd!r}")
+        raise DopplermapInputError(f"lmbd must be a finite number >= 0, got {lmbd!r}")
     _check_match(pre, obs)
     if solver == "projected_lbfgs":  # device-resident solve (solvers/batch.py); no per-iteration callback
         from .batch import invert_device
@@ -103,7 +104,7 @@ def invert(pre: Precomputed, obs: Observations, *, lmbd: float = 1.0, regularise
     layout = Layout(pre.n_cell, pre.n_epoch)
     x0 = layout.initial() if x0 is None else np.asarray(x0, dtype=np.float64)
     if x0.shape != (layout.size,):
-        raise ValueError(f"x0 must have shape ({layout.size},) = 2 n_cell + 2 n_epoch, got {x0.shape}")
+        raise DopplermapInputError(f"x0 must have shape ({layout.size},) = 2 n_cell + 2 n_epoch, got {x0.shape}")
     lo, hi = bounds(layout, fit_rv=fit_rv, fit_amp=fit_amp, x0=x0)
     x0 = np.clip(x0, lo, hi)
 
@@ -140,9 +141,9 @@ def joint_arguments(pre: Precomputed, lightcurve, line_weight: float, lc_weight:
         return None
     for name, w in (("line_weight", line_weight), ("lc_weight", lc_weight)):
         if not (np.isfinite(w) and w >= 0):
-            raise ValueError(f"{name} must be a finite number >= 0, got {w!r}")
+            raise DopplermapInputError(f"{name} must be a finite number >= 0, got {w!r}")
     if lightcurve.weight.shape[1] != pre.n_cell:
-        raise ValueError(f"light curve was precomputed for {lightcurve.weight.shape[1]} cells, "
+        raise DopplermapInputError(f"light curve was precomputed for {lightcurve.weight.shape[1]} cells, "
                          f"the line model has {pre.n_cell}")
     return (lightcurve, jnp.asarray(line_weight, dtype=dtype), jnp.asarray(lc_weight, dtype=dtype))
 
@@ -156,7 +157,7 @@ def resolve_cube_dtype(cube_dtype, tol: float):
     if cube_dtype == "auto":
         return "float32" if tol >= FLOAT32_MIN_TOL else "float64"
     if cube_dtype not in (None, "float32", "float64"):
-        raise ValueError(f"cube_dtype must be 'auto', 'float32', 'float64' or None, got {cube_dtype!r}")
+        raise DopplermapInputError(f"cube_dtype must be 'auto', 'float32', 'float64' or None, got {cube_dtype!r}")
     return cube_dtype
 
 

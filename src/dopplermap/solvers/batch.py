@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..errors import DopplermapInputError
 from ..model import Precomputed, blocked_nbytes, solve_form
 from ..objective import DEFAULT_PENALTY, REGULARISERS, Layout, Observations
 from . import _check_match, _cube_dtype, bounds, joint_arguments, project_feasible, resolve_cube_dtype
@@ -70,11 +71,11 @@ def compile_solver(x0, lo, hi, lmbd, pre, obs, *, regulariser="mem", penalty=DEF
 
 def _setup(pre, obs, regulariser, x0, fit_rv, fit_amp):
     if regulariser not in REGULARISERS:
-        raise ValueError(f"regulariser must be one of {REGULARISERS}, got {regulariser!r}")
+        raise DopplermapInputError(f"regulariser must be one of {REGULARISERS}, got {regulariser!r}")
     layout = Layout(pre.n_cell, pre.n_epoch)
     x0 = layout.initial() if x0 is None else np.asarray(x0, dtype=np.float64)
     if x0.shape != (layout.size,):
-        raise ValueError(f"x0 must have shape ({layout.size},) = 2 n_cell + 2 n_epoch, got {x0.shape}")
+        raise DopplermapInputError(f"x0 must have shape ({layout.size},) = 2 n_cell + 2 n_epoch, got {x0.shape}")
     lo, hi = bounds(layout, fit_rv=fit_rv, fit_amp=fit_amp, x0=x0)
     return layout, jnp.asarray(np.clip(x0, lo, hi)), jnp.asarray(lo), jnp.asarray(hi)
 
@@ -109,7 +110,7 @@ def invert_device(pre: Precomputed, obs: Observations, *, lmbd: float = 1.0, reg
     (~1e-8 relative in the loss).
     """
     if not np.isfinite(lmbd) or lmbd < 0:
-        raise ValueError(f"lmbd must be a finite number >= 0, got {lmbd!r}")
+        raise DopplermapInputError(f"lmbd must be a finite number >= 0, got {lmbd!r}")
     layout, xj, lo, hi = _setup(pre, obs, regulariser, x0, fit_rv, fit_amp)
     _check_match(pre, obs)
     pre = solve_form(pre, resolve_cube_dtype(cube_dtype, tol))
@@ -154,13 +155,13 @@ def invert_batch(pre: Precomputed, obs: Observations, *, lmbds=None, lmbd: float
         one :class:`InversionResult` per member; ``solve_time`` is the whole batch's.
     """
     if mode not in ("auto", "vmap", "sequential"):
-        raise ValueError(f"mode must be 'auto', 'vmap' or 'sequential', got {mode!r}")
+        raise DopplermapInputError(f"mode must be 'auto', 'vmap' or 'sequential', got {mode!r}")
     if form not in ("auto", "folded", "blocked"):
-        raise ValueError(f"form must be 'auto', 'folded' or 'blocked', got {form!r}")
+        raise DopplermapInputError(f"form must be 'auto', 'folded' or 'blocked', got {form!r}")
     dtype = resolve_cube_dtype(cube_dtype, tol)
     cpu = jax.default_backend() == "cpu"
     if form == "blocked" and (pre.line.method != "dense" or dtype is None):
-        raise ValueError(f"form='blocked' needs a dense model and a cube_dtype, got a {pre.line.method} model "
+        raise DopplermapInputError(f"form='blocked' needs a dense model and a cube_dtype, got a {pre.line.method} model "
                          f"and cube_dtype={cube_dtype!r}")
     if form == "auto":
         form = "blocked" if cpu and mode != "sequential" and _blocked_fits(pre, dtype) else "folded"
@@ -172,25 +173,25 @@ def invert_batch(pre: Precomputed, obs: Observations, *, lmbds=None, lmbd: float
     batch_lmbd = lmbds is not None
     batch_obs = flux is not None
     if not (batch_lmbd or batch_obs):
-        raise ValueError("invert_batch needs lmbds and/or flux (with err) to batch over")
+        raise DopplermapInputError("invert_batch needs lmbds and/or flux (with err) to batch over")
     lm = jnp.asarray(np.asarray(lmbds, dtype=float) if batch_lmbd else float(lmbd))
     if batch_lmbd and (lm.ndim != 1 or not np.all(np.isfinite(np.asarray(lm))) or np.any(np.asarray(lm) < 0)):
-        raise ValueError(f"lmbds must be a 1-D array of finite values >= 0, got {np.asarray(lmbds)!r}")
+        raise DopplermapInputError(f"lmbds must be a 1-D array of finite values >= 0, got {np.asarray(lmbds)!r}")
     n = lm.shape[0] if batch_lmbd else None
     ob = obs
     if batch_obs:
         flux = np.asarray(flux, dtype=float)
         want = (obs.n_epoch, obs.n_vel)
         if flux.ndim != 3 or flux.shape[1:] != want:
-            raise ValueError(f"flux must have shape (n_batch, n_epoch, n_vel) = (n, {want[0]}, {want[1]}), got {flux.shape}")
+            raise DopplermapInputError(f"flux must have shape (n_batch, n_epoch, n_vel) = (n, {want[0]}, {want[1]}), got {flux.shape}")
         err = np.asarray(obs.err if err is None else err, dtype=float)
         if err.shape not in (want, flux.shape):
-            raise ValueError(f"err must have shape {want} or {flux.shape}, got {err.shape}")
+            raise DopplermapInputError(f"err must have shape {want} or {flux.shape}, got {err.shape}")
         err = np.broadcast_to(err, flux.shape)
         if not (np.all(np.isfinite(flux)) and not np.any(np.isnan(err)) and np.all(err > 0)):
-            raise ValueError("flux/err batch contains NaN or inf flux, NaN err or err <= 0")
+            raise DopplermapInputError("flux/err batch contains NaN or inf flux, NaN err or err <= 0")
         if n is not None and flux.shape[0] != n:
-            raise ValueError(f"lmbds has {n} values but flux has {flux.shape[0]} sets")
+            raise DopplermapInputError(f"lmbds has {n} values but flux has {flux.shape[0]} sets")
         n = flux.shape[0]
         ob = Observations(times=obs.times, vels=obs.vels, flux=jnp.asarray(flux), err=jnp.asarray(err))
     lm_np = np.broadcast_to(np.asarray(lm), (n,))

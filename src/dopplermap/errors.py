@@ -1,0 +1,70 @@
+"""Errors and warnings of dopplermap: what the user did wrong, what looks suspect.
+
+* :class:`DopplermapInputError` (a ``ValueError``): bad input - a file, a field, a value
+  the user can change. The CLI prints it as one line and exits 2. Every message names the
+  file (or argument), the field and the value.
+* :class:`MissingFileError` (also a ``FileNotFoundError``): an input file that does not exist.
+* :class:`DopplermapWarning` (a ``UserWarning``): legal input or a result that deserves a
+  second look (a light curve that looks like magnitudes, a solve that stopped on the
+  iteration limit, ...). Emitted through Python's :mod:`warnings`, so scripts and notebooks
+  can filter them or turn them into errors (``warnings.simplefilter("error",
+  dm.DopplermapWarning)``); the CLI lists a run's warnings in its summary and in
+  ``summary.json``. Each message says what to check.
+
+Anything else that escapes is a bug of ours: the CLI shows its traceback and exits 1.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+
+__all__ = ["DopplermapError", "DopplermapInputError", "MissingFileError", "DopplermapWarning", "warn",
+           "collect_warnings"]
+
+
+class DopplermapError(Exception):
+    """Base class of the errors dopplermap raises on purpose."""
+
+
+class DopplermapInputError(DopplermapError, ValueError):
+    """Bad user input (file, field, value): one line, exit status 2 in the CLI."""
+
+
+class MissingFileError(DopplermapInputError, FileNotFoundError):
+    """An input file or folder that does not exist."""
+
+
+class DopplermapWarning(UserWarning):
+    """Suspicious but legal input, or a result to check before trusting it."""
+
+
+def warn(message: str, *, stacklevel: int = 2) -> None:
+    """Emit a :class:`DopplermapWarning` attributed to the caller's caller."""
+    warnings.warn(message, DopplermapWarning, stacklevel=stacklevel + 1)
+
+
+@contextlib.contextmanager
+def collect_warnings(echo=None):
+    """Record the :class:`DopplermapWarning` s raised inside the block.
+
+    Yields a list that fills with the warning messages (each once, in order) as they are
+    raised; ``echo``, if given, is called with each new message at that moment (the CLI
+    prints it). Other warning categories are shown as usual.
+    """
+    seen: list[str] = []
+    with warnings.catch_warnings():  # restores the filters and showwarning on exit
+        warnings.simplefilter("always", DopplermapWarning)
+        shown = warnings.showwarning
+
+        def record(message, category, filename, lineno, file=None, line=None):
+            if not issubclass(category, DopplermapWarning):
+                return shown(message, category, filename, lineno, file, line)
+            msg = str(message)
+            if msg not in seen:
+                seen.append(msg)
+                if echo is not None:
+                    echo(msg)
+
+        warnings.showwarning = record
+        yield seen
