@@ -5,31 +5,42 @@
     sim = dm.simulate(grid, star, times, vels, comps, dm.DEMO_SPOTS, snr=500)
     pre = dm.precompute(grid, star, times, vels, comps)
     res = dm.invert(pre, sim.obs, lmbd=1.0)
+
+The public names are imported on first use (PEP 562 module ``__getattr__``), so
+``import dopplermap`` and the CLI's ``--help`` do not load JAX, SciPy or astropy. The
+numeric modules compute in float64: the first of them to be imported turns on
+``jax_enable_x64`` for the process (:mod:`dopplermap._x64`); ``import dopplermap`` alone
+does not.
 """
 
-import jax as _jax
+import importlib
+import sys
+import types
 
-_jax.config.update("jax_enable_x64", True)
-
-from .geometry import StarParams, cell_geometry, rotation_phase  # noqa: E402
-from .grid import SurfaceGrid, healpix_grid, latitude_band_grid, make_grid  # noqa: E402
-from .model import LineModel, Precomputed, fold_dense, forward, precompute, solve_form, synthesize  # noqa: E402
-from .objective import Layout, Observations, chi2, loss, seed_entropy, tikhonov  # noqa: E402
-from .profiles import (  # noqa: E402
-    Component,
-    ComponentSet,
-    LimbDarkening,
-    LocalProfile,
-    gaussian,
-    intensity_ratio,
-    planck,
-    tabulated,
-    voigt,
-)
-from .simulate import DEMO_SPOTS, Simulation, Spot, demo_setup, simulate, spot_map  # noqa: E402
-from .solvers import InversionResult, invert  # noqa: E402
+from .errors import DopplermapError, DopplermapInputError, DopplermapWarning, MissingFileError
 
 __version__ = "0.1.0"
+
+# public name -> submodule that defines it (imported when the name is first used)
+_LAZY = {
+    **dict.fromkeys(("StarParams", "cell_geometry", "rotation_phase"), "geometry"),
+    **dict.fromkeys(("SurfaceGrid", "healpix_grid", "latitude_band_grid", "make_grid"), "grid"),
+    **dict.fromkeys(("LineModel", "Precomputed", "fold_dense", "forward", "precompute", "solve_form",
+                     "synthesize"), "model"),
+    **dict.fromkeys(("Layout", "Observations", "chi2", "loss", "seed_entropy", "tikhonov"), "objective"),
+    **dict.fromkeys(("Component", "ComponentSet", "LimbDarkening", "LocalProfile", "gaussian",
+                     "intensity_ratio", "planck", "tabulated", "voigt"), "profiles"),
+    **dict.fromkeys(("DEMO_SPOTS", "Simulation", "Spot", "demo_setup", "simulate", "spot_map"), "simulate"),
+    **dict.fromkeys(("InversionResult", "invert"), "solvers"),
+    **dict.fromkeys(("load_result", "save_result"), "io.results"),
+    "enable_compilation_cache": "cache",
+    **dict.fromkeys(("invert_batch", "invert_device"), "solvers.batch"),
+}
+
+# submodules reachable as attributes (``dm.model``, ``dm.plot``) without an explicit import
+_SUBMODULES = ("broadening", "cache", "cli", "commands", "config", "constants", "errors", "geometry", "gravity",
+               "grid", "io", "jointfit", "lightcurve", "model", "objective", "plot", "profiles", "progress",
+               "search", "simulate", "solvers", "uncertainty")
 
 __all__ = [
     "StarParams", "cell_geometry", "rotation_phase", "SurfaceGrid", "healpix_grid", "latitude_band_grid",
@@ -37,17 +48,36 @@ __all__ = [
     "chi2", "loss", "seed_entropy", "tikhonov", "Component", "ComponentSet", "LimbDarkening", "LocalProfile",
     "gaussian", "intensity_ratio", "planck", "tabulated", "voigt", "DEMO_SPOTS", "Simulation", "Spot",
     "demo_setup", "simulate", "spot_map", "InversionResult", "invert", "__version__",
+    "load_result", "save_result", "enable_compilation_cache", "invert_batch", "invert_device",
+    "DopplermapError", "DopplermapInputError", "DopplermapWarning", "MissingFileError",
 ]
 
-from .io.results import load_result, save_result  # noqa: E402
 
-__all__ += ["load_result", "save_result"]
+# ``simulate`` names both a submodule and its function: the function wins (as with the
+# eager imports before), so importing the submodule must not rebind the package attribute
+_SHADOWED = frozenset(_LAZY) & frozenset(_SUBMODULES)
 
-from .cache import enable_compilation_cache  # noqa: E402
-from .solvers.batch import invert_batch, invert_device  # noqa: E402
 
-__all__ += ["enable_compilation_cache", "invert_batch", "invert_device"]
+class _Package(types.ModuleType):
+    def __setattr__(self, name, value):
+        if name in _SHADOWED and isinstance(value, types.ModuleType):
+            return  # the import system binding the submodule; __getattr__ answers the function
+        super().__setattr__(name, value)
 
-from .errors import DopplermapError, DopplermapInputError, DopplermapWarning, MissingFileError  # noqa: E402
 
-__all__ += ["DopplermapError", "DopplermapInputError", "DopplermapWarning", "MissingFileError"]
+sys.modules[__name__].__class__ = _Package
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    elif name in _SUBMODULES:
+        value = importlib.import_module(f".{name}", __name__)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__) | set(_SUBMODULES))

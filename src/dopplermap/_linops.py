@@ -25,6 +25,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import _x64  # noqa: F401  (float64 JAX for every numeric module)
+
 N_TAPS = 4  # cubic Lagrange interpolation: bins jbase .. jbase + 3
 
 

@@ -8,9 +8,8 @@ location is ``$DOPPLERMAP_CACHE_DIR`` or ``~/.cache/dopplermap/jax``, and
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
-
-import jax
 
 from .errors import DopplermapInputError
 
@@ -43,7 +42,15 @@ def enable_compilation_cache(path: str | os.PathLike | None = None, *, min_compi
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise DopplermapInputError(f"compilation cache folder {str(folder)!r} cannot be created: {exc}") from exc
-    jax.config.update("jax_compilation_cache_dir", str(folder))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", float(min_compile_seconds))
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+    settings = {"jax_compilation_cache_dir": str(folder),
+                "jax_persistent_cache_min_compile_time_secs": float(min_compile_seconds),
+                "jax_persistent_cache_min_entry_size_bytes": -1}
+    jax = sys.modules.get("jax")
+    if jax is not None:
+        for key, value in settings.items():
+            jax.config.update(key, value)
+    else:
+        # JAX not imported yet (the CLI at start-up): it reads these variables when it is,
+        # so a command that never computes (--help, init, a bad argument) never loads it
+        os.environ.update({key.upper(): str(value) for key, value in settings.items()})
     return folder

@@ -17,6 +17,7 @@ import math
 import jax.numpy as jnp
 import numpy as np
 
+from . import _x64  # noqa: F401  (float64 JAX for every numeric module)
 from .constants import DAY_S, R_SUN_KM
 from .errors import DopplermapInputError
 

@@ -20,6 +20,7 @@ import numpy as np
 from scipy import special
 from scipy.interpolate import CubicSpline
 
+from . import _x64  # noqa: F401  (float64 JAX for every numeric module)
 from .constants import C_MS, H_PLANCK, K_BOLTZMANN
 from .errors import DopplermapInputError
 

@@ -57,7 +57,7 @@ def register(group):
                   show_default=True, help="Output folder.")
     @click.option("--lmbd", type=float, default=1.0, show_default=True, help="Regularisation weight lambda.")
     @click.option("--snr", type=float, default=500.0, show_default=True, help="Signal-to-noise ratio.")
-    @click.option("--n-cell", type=int, default=2500, show_default=True, help="Surface cells.")
+    @click.option("--n-cell", type=click.IntRange(min=8), default=2500, show_default=True, help="Surface cells.")
     @click.option("--seed", type=int, default=1, show_default=True, help="Random seed.")
     @click.option("--quiet", is_flag=True, help="No progress display.")
     @click.option("--no-plots", is_flag=True, help="Skip the figures.")

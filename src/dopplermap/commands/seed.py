@@ -22,17 +22,19 @@ _PATH = click.Path(dir_okay=False, path_type=Path)
 
 
 def _load(idc, sg, cpcs, problem, trust_pickle):
-    from ..io.seed import load_problem, read_seed
-
     picks = [p for p in (idc, sg, cpcs) if p is not None]
     if problem is not None and picks:
         raise DopplermapInputError("give either --problem FILE.npz or --idc/--sg/--cpcs, not both")
     if problem is not None:
+        from ..io.seed import load_problem
+
         return load_problem(problem)
     if len(picks) != 3:
         missing = [n for n, p in (("--idc", idc), ("--sg", sg), ("--cpcs", cpcs)) if p is None]
         raise DopplermapInputError(f"missing {', '.join(missing)}: the seed's problem needs all three pickles "
                          "(or --problem FILE.npz from `dopplermap convert`)")
+    from ..io.seed import read_seed  # after the argument checks: they answer without JAX
+
     return read_seed(idc, sg, cpcs, trust_pickle=trust_pickle)
 
 
@@ -202,15 +204,15 @@ def simulate_files(out: Path, *, fmt: str = "npz", n_cell: int = 2500, n_epoch: 
                    snr: float = 500.0, seed: int = 1, per_cell_lis: bool = False, coordinates: bool = True,
                    keys=None, as_jax: bool = False) -> list[Path]:
     """Simulate the demo star and write its problem (``fmt`` "npz" or "seed-pickle") and ``truth.npz``."""
-    import dopplermap as dm
-
-    from ..io.seed import save_problem, seed_dicts, seed_problem, write_seed_pickles
-
     for name, v, lo in (("n-cell", n_cell, 50), ("n-epoch", n_epoch, 1), ("n-vel", n_vel, 3)):
         if v < lo:
             raise DopplermapInputError(f"--{name} must be >= {lo}, got {v}")
     if fmt not in ("npz", "seed-pickle"):
         raise DopplermapInputError(f"format must be 'npz' or 'seed-pickle', got {fmt!r}")
+    import dopplermap as dm  # after the argument checks: they answer without JAX
+
+    from ..io.seed import save_problem, seed_dicts, seed_problem, write_seed_pickles
+
     star, grid, times, vels, comps = dm.demo_setup(n_cell=n_cell, n_epoch=n_epoch, n_vel=n_vel, seed=seed)
     sim = dm.simulate(grid, star, times, vels, comps, dm.DEMO_SPOTS, snr=snr, seed=seed)
     kw = dict(keys=keys, per_cell_lis=per_cell_lis, as_jax=as_jax, coordinates=coordinates)

@@ -1,0 +1,101 @@
+"""Start-up: the CLI's help, version, init and argument errors, and ``import dopplermap``,
+load no heavy library (JAX, SciPy, astropy, matplotlib); the public names still resolve."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import dopplermap
+
+HEAVY = ("jax", "scipy", "astropy", "matplotlib")
+SRC = str(Path(dopplermap.__file__).resolve().parents[1])
+
+# runs the CLI in-process in a fresh interpreter, then reports its exit status and which
+# heavy modules were imported
+_PROBE = """
+import json, sys
+from dopplermap.cli import main
+rc = main(sys.argv[1:])
+print(json.dumps({"rc": rc, "heavy": [m for m in %r if m in sys.modules],
+                  "x64": bool(sys.modules["jax"].config.jax_enable_x64) if "jax" in sys.modules else None}))
+""" % (HEAVY,)
+
+
+def _run(code: str, *args: str, cwd=None) -> dict:
+    env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               DOPPLERMAP_CACHE_DIR="off")
+    p = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, cwd=cwd,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def _cli(*args: str, cwd=None) -> dict:
+    return _run(_PROBE, *args, cwd=cwd)
+
+
+@pytest.mark.parametrize("args,rc", [
+    (("--help",), 0),
+    (("--version",), 0),
+    (("invert", "--help"), 0),
+    (("invert",), 2),                        # missing argument
+    (("demo", "--n-cell", "-5"), 2),         # bad value
+    (("invert-seed", "--lmbd", "1"), 2),     # missing pickles
+    (("simulate", "--n-cell", "3"), 2),
+    (("no-such-command",), 2),
+])
+def test_cli_answers_without_heavy_imports(args, rc):
+    out = _cli(*args)
+    assert out["rc"] == rc
+    assert out["heavy"] == [], f"dopplermap {' '.join(args)} imported {out['heavy']}"
+
+
+def test_init_writes_a_template_without_heavy_imports(tmp_path):
+    out = _cli("init", str(tmp_path / "target.toml"))
+    assert out["rc"] == 0 and out["heavy"] == []
+    assert "[star]" in (tmp_path / "target.toml").read_text()
+
+
+def test_import_dopplermap_is_light_and_leaves_x64_alone():
+    out = _run("import json, sys, dopplermap as dm; dir(dm); dm.__version__; dm.DopplermapInputError; "
+               f"print(json.dumps({{'heavy': [m for m in {HEAVY!r} if m in sys.modules]}}))")
+    assert out["heavy"] == []
+
+
+def test_public_names_resolve_and_first_use_enables_x64():
+    code = ("import json, jax, dopplermap as dm\n"
+            "before = bool(jax.config.jax_enable_x64)\n"
+            "missing = [n for n in dm.__all__ if not hasattr(dm, n)]\n"
+            "star = dm.StarParams(inclination=50.0)\n"
+            "x = dm.model.jnp.asarray(1.0)\n"
+            "print(json.dumps({'before': before, 'after': bool(jax.config.jax_enable_x64), 'missing': missing,\n"
+            "                  'dtype': str(x.dtype), 'dir': sorted(set(dm.__all__) - set(dir(dm))),\n"
+            "                  'same': dm.StarParams is __import__('dopplermap.geometry').geometry.StarParams}))")
+    out = _run(code)
+    if not os.environ.get("JAX_ENABLE_X64"):
+        assert out["before"] is False  # JAX's default: importing dopplermap did not flip it
+    assert out["after"] is True and out["dtype"] == "float64"
+    assert out["missing"] == [] and out["dir"] == [] and out["same"] is True
+
+
+def test_unknown_attribute_is_an_attribute_error():
+    with pytest.raises(AttributeError, match="no_such_name"):
+        dopplermap.no_such_name  # noqa: B018
+
+
+def test_require_x64_names_the_setting():
+    import jax
+
+    from dopplermap._x64 import require_x64
+
+    require_x64()  # on: no error
+    jax.config.update("jax_enable_x64", False)
+    try:
+        with pytest.raises(dopplermap.DopplermapError, match="jax_enable_x64"):
+            require_x64()
+    finally:
+        jax.config.update("jax_enable_x64", True)
