@@ -22,13 +22,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import _device
 from .errors import DopplermapInputError
 from .geometry import StarParams, cell_geometry, check_star
 from .grid import SurfaceGrid
 from .profiles import LimbDarkening, intensity_ratio
 
 __all__ = ["LightCurveBand", "LightCurveFit", "precompute_lightcurve", "lightcurve_model", "chi2_lightcurve",
-           "simulate_lightcurve"]
+           "lightcurve_residuals", "simulate_lightcurve"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,8 +83,9 @@ class LightCurveFit:
 
 def _lc_weights(grid, star, times, band, cell_factors):
     check_star(star)
+    # NumPy: set-up work, evaluated once (jax.numpy would compile every operation)
     geo = cell_geometry(grid.lat, grid.lon, grid.area, times, star.inclination, star.vsini_kms,
-                        star.period, star.t0, star.domega)
+                        star.period, star.t0, star.domega, xp=np)
     mu = np.asarray(geo.mu)
     pa = np.asarray(geo.proj_area)
     w = np.stack([j * np.asarray(ld(mu)) * pa for ld, j in zip(band.limb_darkening, band.intensity, strict=True)], axis=-1)
@@ -123,8 +125,8 @@ def precompute_lightcurve(grid: SurfaceGrid, star: StarParams, times, flux, err,
             raise DopplermapInputError(f"{source}: mean flux must be > 0 to normalise, got {mean!r}")
         flux, err = flux / mean, err / mean
     w = _lc_weights(grid, star, times, band, cell_factors)
-    return LightCurveFit(weight=jnp.asarray(w), flux=jnp.asarray(flux), err=jnp.asarray(err),
-                         times=jnp.asarray(times), fit_dilution=bool(fit_dilution))
+    return LightCurveFit(weight=_device.asarray(w), flux=_device.asarray(flux), err=_device.asarray(err),
+                         times=_device.asarray(times), fit_dilution=bool(fit_dilution))
 
 
 def lightcurve_model(fssc, fssh, lc: LightCurveFit):
@@ -134,15 +136,20 @@ def lightcurve_model(fssc, fssh, lc: LightCurveFit):
     return flux / jnp.mean(flux)
 
 
-def chi2_lightcurve(fssc, fssh, lc: LightCurveFit):
-    """Reduced chi-square of the light curve: ``sum(((obs - model) / err)^2) / n_lc``."""
+def lightcurve_residuals(fssc, fssh, lc: LightCurveFit):
+    """Normalised residuals ``(obs - model) / err`` (n_lc,), the dilution profiled out if fitted."""
     model = lightcurve_model(fssc, fssh, lc)
     if lc.fit_dilution:
         w = 1.0 / lc.err**2
         dm_, do = model - 1.0, lc.flux - 1.0
         s = jnp.sum(w * dm_ * do) / jnp.maximum(jnp.sum(w * dm_ * dm_), 1e-300)
         model = 1.0 + jnp.clip(s, 0.0, 1.0) * dm_  # dilution only dims the variation
-    r = (lc.flux - model) / lc.err
+    return (lc.flux - model) / lc.err
+
+
+def chi2_lightcurve(fssc, fssh, lc: LightCurveFit):
+    """Reduced chi-square of the light curve: ``sum(((obs - model) / err)^2) / n_lc``."""
+    r = lightcurve_residuals(fssc, fssh, lc)
     return jnp.sum(r * r) / r.size
 
 

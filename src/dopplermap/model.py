@@ -41,7 +41,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _linops
+from . import _device, _linops
 from .errors import DopplermapInputError
 from .geometry import StarParams, cell_geometry, check_star
 from .grid import SurfaceGrid
@@ -367,8 +367,8 @@ def precompute(grid: SurfaceGrid, star: StarParams, times, vels, components: Com
     v_slot = np.take_along_axis(v_los, order, axis=1)
     mu_slot = np.clip(np.take_along_axis(mu, order, axis=1), 0.0, 1.0)
 
-    fields = dict(vels=jnp.asarray(vels, dtype), cell=jnp.asarray(cell), pos=jnp.asarray(pos),
-                  weight=jnp.asarray(w_slot, dtype), method=method)
+    fields = dict(vels=_device.asarray(vels, dtype), cell=_device.asarray(cell), pos=_device.asarray(pos),
+                  weight=_device.asarray(w_slot, dtype), method=method)
     if method == "binned":
         jb = np.where(slot_ok, np.take_along_axis(jbase, order, axis=1), n_base - 1)
         tt = np.where(slot_ok, np.take_along_axis(t, order, axis=1), 0.0)
@@ -380,19 +380,19 @@ def precompute(grid: SurfaceGrid, star: StarParams, times, vels, components: Com
         col_comp = tuple(k for k, bs in enumerate(bases) for _ in range(bs.rank))
         if col_comp != (0, 1, 2):
             w_slot = np.concatenate([w_slot[..., k:k + 1] * bases[k].coefficients(mu_slot) for k in range(3)], axis=-1)
-            fields["weight"] = jnp.asarray(w_slot, dtype)
+            fields["weight"] = _device.asarray(w_slot, dtype)
         dv = vels[None, :] - u[:, None]
         kernel = np.concatenate([bases[k].templates(dv) for k in range(3)], axis=0).transpose(1, 0, 2)
         cont = np.concatenate([bs.continuum() for bs in bases])
-        fields.update(beta=jnp.asarray(beta, dtype), jbase=jnp.asarray(jb.astype(np.int32)),
-                      kernel=jnp.asarray(kernel, dtype), cont=jnp.asarray(cont, dtype), col_comp=col_comp)
+        fields.update(beta=_device.asarray(beta, dtype), jbase=_device.asarray(jb.astype(np.int32)),
+                      kernel=_device.asarray(kernel, dtype), cont=_device.asarray(cont, dtype), col_comp=col_comp)
     else:
         local = np.stack([eval_profile(comp.profile, vels[None, None, :] - v_slot[:, :, None], mu_slot[:, :, None])
                           for comp in components], axis=2)
-        fields.update(local=jnp.asarray(local, dtype))
+        fields.update(local=_device.asarray(local, dtype))
     line = LineModel(**fields)
     edges = np.asarray(grid.edges, dtype=np.int32).reshape(-1, 2)
-    return Precomputed(line=line, cell_area=jnp.asarray(grid.area, dtype), edges=jnp.asarray(edges))
+    return Precomputed(line=line, cell_area=_device.asarray(grid.area, dtype), edges=_device.asarray(edges))
 
 
 @functools.partial(jax.jit, static_argnames="dtype")

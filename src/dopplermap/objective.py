@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import _device
 from .constants import FILL_MIN
 from .errors import DopplermapInputError
 from .model import Precomputed, forward
@@ -84,7 +85,7 @@ class Observations:
             if np.any(mean <= 0):
                 raise DopplermapInputError(f"{source}: a profile has a non-positive mean; cannot normalise")
             flux, err = flux / mean, err / mean
-        return cls(times=jnp.asarray(times), vels=jnp.asarray(vels), flux=jnp.asarray(flux), err=jnp.asarray(err))
+        return cls(times=_device.asarray(times), vels=_device.asarray(vels), flux=_device.asarray(flux), err=_device.asarray(err))
 
     @property
     def n_epoch(self) -> int:

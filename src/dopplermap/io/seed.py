@@ -37,6 +37,7 @@ from pathlib import Path
 import jax.numpy as jnp
 import numpy as np
 
+from .. import _device
 from ..errors import DopplermapInputError, MissingFileError
 from ..geometry import cell_geometry
 from ..model import LineModel, Precomputed
@@ -292,9 +293,9 @@ def seed_problem(idc, sg, cpcs, *, sources=("idc", "sg", "cpcs")) -> SeedProblem
         e = int(np.argmax(bad_norm))
         raise DopplermapInputError(f"{s_cpcs}: epoch {_key_text(keys[e])} has zero total weight (lis * ldfs * areas * mus)")
 
-    lm = LineModel(vels=jnp.asarray(vels), cell=jnp.asarray(cell), pos=jnp.asarray(pos),
-                   weight=jnp.asarray(weight), local=jnp.asarray(local), method="dense")
-    pre = Precomputed(line=lm, cell_area=jnp.asarray(areas_all), edges=jnp.zeros((0, 2), jnp.int32))
+    lm = LineModel(vels=_device.asarray(vels), cell=_device.asarray(cell), pos=_device.asarray(pos),
+                   weight=_device.asarray(weight), local=_device.asarray(local), method="dense")
+    pre = Precomputed(line=lm, cell_area=_device.asarray(areas_all), edges=_device.asarray(np.zeros((0, 2), np.int32)))
     obs = Observations.create(_numeric_times(keys), vels, flux, err, source=s_idc)
     return SeedProblem(pre=pre, obs=obs, labels=tuple(_key_text(k) for k in keys), n_visible=n_visible,
                        lat=lat, lon=lon, source=f"{s_idc}, {s_sg}, {s_cpcs}")

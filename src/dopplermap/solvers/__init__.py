@@ -22,7 +22,7 @@ from .scipy_lbfgsb import compiled_value_and_grad, lbfgsb
 
 __all__ = ["invert", "bounds", "InversionResult", "project_feasible"]
 
-SOLVERS = ("lbfgsb", "projected_lbfgs")
+SOLVERS = ("lbfgsb", "projected_lbfgs", "newton")
 
 
 def bounds(layout: Layout, *, fit_rv: bool = True, fit_amp: bool = True, x0=None):
@@ -73,7 +73,9 @@ def invert(pre: Precomputed, obs: Observations, *, lmbd: float = 1.0, regularise
         solver: ``"lbfgsb"`` (scipy's L-BFGS-B on the compiled value-and-gradient; reports
             float64 values, calls ``callback``) or ``"projected_lbfgs"`` (the whole solve in
             one compiled loop, :func:`dopplermap.solvers.batch.invert_device`: the fastest on
-            CPU and by far on a GPU; ``callback`` is called once, at the end).
+            CPU and by far on a GPU; ``callback`` is called once, at the end) or ``"newton"``
+            (projected Gauss-Newton-CG in one compiled loop, :mod:`dopplermap.solvers.newton`:
+            far fewer objective passes at tight tolerances; ``callback`` once, at the end).
         callback: ``callback(iteration, history)`` after every iteration (progress display).
         lightcurve: optional :class:`dopplermap.lightcurve.LightCurveFit` for the joint fit
             ``line_weight * chi2 + lc_weight * chi2_lc + lmbd * reg`` (``result.chi2_lc``).
@@ -94,6 +96,15 @@ def invert(pre: Precomputed, obs: Observations, *, lmbd: float = 1.0, regularise
     if solver == "projected_lbfgs":  # device-resident solve (solvers/batch.py); no per-iteration callback
         from .batch import invert_device
         res = invert_device(pre, obs, lmbd=lmbd, regulariser=regulariser, x0=x0, tol=tol, maxiter=maxiter,
+                            fit_rv=fit_rv, fit_amp=fit_amp, penalty=penalty, cube_dtype=cube_dtype,
+                            lightcurve=lightcurve, line_weight=line_weight, lc_weight=lc_weight)
+        if callback is not None:  # once, at the end (the loop runs on the device)
+            callback(res.iterations, {"loss": res.history["loss"], "chi2": np.asarray([res.chi2]),
+                                      "regulariser": np.asarray([res.regulariser_value])})
+        return res
+    if solver == "newton":  # projected Gauss-Newton-CG in one compiled loop (solvers/newton.py)
+        from .newton import invert_newton
+        res = invert_newton(pre, obs, lmbd=lmbd, regulariser=regulariser, x0=x0, tol=tol, maxiter=maxiter,
                             fit_rv=fit_rv, fit_amp=fit_amp, penalty=penalty, cube_dtype=cube_dtype,
                             lightcurve=lightcurve, line_weight=line_weight, lc_weight=lc_weight)
         if callback is not None:  # once, at the end (the loop runs on the device)

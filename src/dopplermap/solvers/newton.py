@@ -1,0 +1,513 @@
+"""Projected Gauss-Newton-CG in one ``lax.while_loop``, for tight tolerances.
+
+The loss has the form ``|R(x)|^2 + S(x)``: ``R`` the normalised residuals of the line
+profiles (and of the light curve in a joint fit), scaled so that ``|R|^2`` is the weighted
+reduced chi-square, and ``S`` the smooth rest (``lmbd`` x regulariser + the feasibility
+penalty), separable over cells for the maximum-entropy term. The model is linear in the
+filling factors up to the per-epoch normalisation, so the Gauss-Newton matrix
+``2 J'J + hess S`` is close to the Hessian, and the box bounds are simple. Each iteration
+(all inside one compiled loop, no host round trip):
+
+1. linearise ``R`` at ``x`` once (``jax.vjp``): the gradient is ``2 J'R + grad S``, and
+   ``J v`` is the transpose of the VJP (``jax.linear_transpose``), so the model's linear maps
+   need no forward-mode rule (they are ``custom_vjp``); a Gauss-Newton product
+   ``J'(J v)`` costs one linearised forward and one backward pass, the work of a gradient;
+2. two-metric projection (Bertsekas 1982): variables within ``eps = min(EPS_ACTIVE,
+   |x - P(x - g)|_inf)`` of a bound with the gradient pointing outwards, and fixed ones,
+   are held; they move along the scaled gradient ``-g / M``;
+3. on the free variables, preconditioned CG on ``(2 J'J + hess S + mu M) d = -g``,
+   truncated at a relative residual ``min(0.5, sqrt(|g_F| / |g_F(x0)|))`` (superlinear near
+   the optimum), at ``max_cg`` steps or at negative curvature. ``M`` is diagonal: the
+   exact diagonal of ``hess S`` (for the maximum-entropy term ``lmbd w_c (1/f + 1/s) /
+   n_cell``, which is what makes the problem stiff near the lower bound) plus ``diag(2 J'J)``
+   estimated once at the start from ``n_probe`` random VJPs (``E[(J'u)^2] = diag(J'J)`` for
+   random signs ``u``). ``mu`` (Levenberg damping) grows when the full step is refused and
+   shrinks when it is taken;
+4. projected backtracking (Armijo) along ``P(x + a d)``, ``a`` from 1 (loss values only);
+5. stop as L-BFGS-B does: ``(f_old - f) / max(|f_old|, |f|, 1) <= ftol``, projected
+   gradient ``<= gtol``, or ``maxiter``.
+
+Cost is counted in objective passes (:attr:`NewtonResult.passes`): a loss evaluation, a
+linearisation with its gradient, a Gauss-Newton product and a probe each count as one
+(the last two do a forward and a backward, or only a backward, pass). Pure: ``jit`` works.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import time
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._x64 import require_x64
+from ..errors import DopplermapInputError
+from ..lightcurve import lightcurve_residuals
+from ..model import Precomputed, apply_nuisance, forward, solve_form, synthesize, with_exact_numerator
+from ..objective import DEFAULT_PENALTY, Layout, Observations, seed_entropy, sum_excess, tikhonov
+from . import _cube_dtype, bounds, joint_arguments, project_feasible, resolve_cube_dtype
+from .result import InversionResult
+from .scipy_lbfgsb import compiled_value_and_grad
+
+__all__ = ["NewtonResult", "projected_newton", "invert_newton", "line_residuals", "smooth_terms",
+           "STOP_REASONS", "EPS_ACTIVE"]
+
+STOP_REASONS = ("running", "ftol: relative reduction of the loss <= tol",
+                "gtol: projected gradient <= tol", "maxiter reached", "line search failed")
+
+EPS_ACTIVE = 1e-6
+"""Largest distance to a bound at which a variable pushed outwards is held (two-metric projection)."""
+
+KINK_NUDGE = 1e-7
+"""Offset (in kink spacings) left of a kink at which its left-hand slope is read."""
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class NewtonResult:
+    """Result of :func:`projected_newton` (arrays).
+
+    Attributes:
+        x: (n,) solution. f: its loss. g: (n,) gradient at the last linearisation (the
+            solution's unless the run stopped on ``ftol``, then the previous iterate's).
+        n_iter: Newton iterations. n_fun: loss evaluations (line search). n_lin:
+            linearisations (each with a gradient). n_hvp: Gauss-Newton products (CG steps).
+            n_probe: VJPs of the preconditioner estimate.
+        status: index into ``STOP_REASONS``.
+        history: (maxiter,) loss after each iteration (NaN beyond ``n_iter``).
+        passes_history: (maxiter,) objective passes spent by the end of each iteration.
+    """
+
+    x: jnp.ndarray
+    f: jnp.ndarray
+    g: jnp.ndarray
+    n_iter: jnp.ndarray
+    n_fun: jnp.ndarray
+    n_lin: jnp.ndarray
+    n_hvp: jnp.ndarray
+    n_probe: jnp.ndarray
+    status: jnp.ndarray
+    history: jnp.ndarray
+    passes_history: jnp.ndarray
+
+    @property
+    def passes(self):
+        """Objective passes in all (see the module docstring)."""
+        return self.n_fun + self.n_lin + self.n_hvp + self.n_probe
+
+
+def _block_diagonal(hvp, n_blocks: tuple[int, ...], n: int, dtype):
+    # diag of a Hessian that couples variables only within a cell (the fssc/fssh pair of the
+    # maximum-entropy term and the penalty): one product per block of the layout, read on
+    # that block; exact for such functions, the coupling across cells (Tikhonov) is left out
+    out = jnp.zeros(n, dtype)
+    start = 0
+    for size in n_blocks:
+        e = jnp.zeros(n, dtype).at[start:start + size].set(1.0)
+        out = out + e * hvp(e)
+        start += size
+    return out
+
+
+def _pieces(x, g, g_left, g_right, lower, upper, spacing):
+    """Bounds of this step narrowed to one smooth piece, the one-sided gradient, and the V points.
+
+    The line model's radial-velocity shift interpolates linearly, so on a uniform velocity
+    grid (step ``dv``) the loss is smooth in ``rv`` between multiples of ``dv`` and has kinks
+    at them, often local minima along ``rv`` (a simulated star's optimum sits on one:
+    ``rv = 0``). A Newton step that crosses a kink is built from the wrong piece and is
+    refused by the line search again and again, so each step keeps such a variable inside
+    one piece ``[k dv, (k + 1) dv]``. At a kink (within rounding) the gradient ``g`` is one
+    of the two slopes, depending on rounding; ``g_left``, ``g_right`` are read just left and
+    right of it: the variable moves right if ``g_right < 0``, left if ``g_left > 0`` (with
+    that slope), and is held if neither (a V: the kink is a minimum along it; the search
+    of :func:`rv_step` looks further for a lower one).
+
+    Returns ``(lower, upper, gradient, held)``.
+    """
+    if spacing is None:
+        return lower, upper, g, jnp.zeros(x.shape, bool)
+    kinked = spacing > 0
+    h = jnp.where(kinked, spacing, 1.0)
+    q = x / h
+    k = jnp.round(q)
+    at_kink = kinked & (jnp.abs(q - k) <= 1e-9 * jnp.maximum(1.0, jnp.abs(k)))
+    right = g_right < 0
+    left = ~right & (g_left > 0)
+    base = jnp.where(at_kink, jnp.where(left, k - 1.0, k), jnp.floor(q))
+    lo = jnp.where(kinked, jnp.maximum(lower, base * h), lower)
+    hi = jnp.where(kinked, jnp.minimum(upper, (base + 1.0) * h), upper)
+    g_eff = jnp.where(at_kink, jnp.where(left, g_left, g_right), g)
+    held = at_kink & ~right & ~left
+    return lo, hi, g_eff, held
+
+
+def projected_newton(residual: Callable, smooth: Callable, x0, lower, upper, *args, blocks: tuple[int, ...],
+                     kink_spacing=None, kink_step: Callable | None = None, maxiter: int = 200, ftol: float = 1e-8, gtol: float = 1e-8, max_cg: int = 50,
+                     n_probe: int = 8, max_backtrack: int = 30, c1: float = 1e-4, seed: int = 0) -> NewtonResult:
+    """Minimise ``|residual(x, *args)|^2 + smooth(x, *args)`` subject to ``lower <= x <= upper``.
+
+    Args:
+        residual: ``(x, *args) -> (m,)`` residual vector (jax-traceable; its VJP must be
+            linear-transposable, which holds for every dopplermap model form).
+        smooth: ``(x, *args) -> ()`` the rest of the loss (twice differentiable, forward mode).
+        x0, lower, upper: (n,) start and bounds (``-inf``/``inf`` free; ``lower = upper`` fixed).
+        blocks: sizes of the parameter blocks (e.g. ``(n_cell, n_cell, 2 n_epoch)``) whose
+            Hessian of ``smooth`` is read as a diagonal (see :func:`_block_diagonal`; static).
+        kink_spacing: optional (n,) spacing of the points where the loss is only piecewise
+            smooth in a variable (0: smooth): each step keeps such a variable inside one
+            piece (see :func:`_pieces`). kink_step: with it, ``(x, nudge, *args) -> (x',
+            g_left, g_right)``: a point ``x'`` no worse than ``x`` that differs only in those
+            variables (a cheap search along them), and the gradients of the loss in them
+            (others ignored) at ``x' - nudge`` and ``x' + nudge``, the slopes on either side
+            of a kink.
+        maxiter, max_cg, n_probe, max_backtrack: iteration caps (static).
+        ftol, gtol: stopping tolerances (see the module docstring).
+    """
+    x0 = jnp.clip(jnp.asarray(x0), lower, upper)
+    n = x0.shape[0]
+    dtype = x0.dtype
+    fixed = lower >= upper
+    lower0, upper0 = lower, upper
+
+    def res(x):
+        return residual(x, *args)
+
+    def sm(x):
+        return smooth(x, *args)
+
+    def loss(x):
+        r = res(x)
+        return jnp.vdot(r, r) + sm(x)
+
+    grad_sm = jax.grad(sm)
+
+    def hvp_sm(x, v):
+        return jax.jvp(grad_sm, (x,), (v,))[1]
+
+    def linearise(x):
+        r, vjp = jax.vjp(res, x)
+
+        def jt(u):  # J' u
+            return vjp(u)[0]
+
+        jv = jax.linear_transpose(jt, r)  # J v = transpose of the VJP
+
+        def gn(v):  # 2 J'J v
+            return 2.0 * jt(jv(v)[0])
+
+        g = 2.0 * jt(r) + grad_sm(x)
+        return jnp.vdot(r, r) + sm(x), g, jt, gn
+
+    def pgnorm(x, g):
+        return jnp.max(jnp.abs(x - jnp.clip(x - g, lower, upper)))
+
+    key = jax.random.PRNGKey(seed)
+    m_shape = jax.eval_shape(res, x0).shape
+
+    def probes(jt):  # diag(2 J'J) from random-sign probes (once, at x0)
+        def one(i, acc):
+            u = jax.random.rademacher(jax.random.fold_in(key, i), m_shape, dtype)
+            return acc + jt(u) ** 2
+
+        return 2.0 * jax.lax.fori_loop(0, n_probe, one, jnp.zeros(n, dtype)) / n_probe
+
+    def precond(x, d_gn):
+        m = d_gn + _block_diagonal(lambda v: hvp_sm(x, v), blocks, n, dtype)
+        floor = 1e-12 * jnp.maximum(jnp.max(m), 1e-300)
+        return jnp.maximum(m, floor)
+
+    def cg(x, g, free, gn, m_diag, mu, gf0):
+        mask = free.astype(dtype)
+        b = -g * mask
+        minv = mask / m_diag
+        bnorm = jnp.linalg.norm(b)
+        eta = jnp.minimum(0.5, jnp.sqrt(bnorm / jnp.maximum(gf0, 1e-300)))
+
+        def op(p):
+            p = p * mask
+            return mask * (gn(p) + hvp_sm(x, p) + mu * m_diag * p)
+
+        z0 = minv * b
+        st0 = dict(k=jnp.zeros((), jnp.int32), d=jnp.zeros(n, dtype), r=b, p=z0, rz=jnp.vdot(b, z0),
+                   done=bnorm == 0.0)
+
+        def cond(s):
+            return (~s["done"]) & (s["k"] < max_cg)
+
+        def body(s):
+            p = s["p"]
+            ap = op(p)
+            pap = jnp.vdot(p, ap)
+            neg = pap <= 0.0
+            alpha = s["rz"] / jnp.where(neg, 1.0, pap)
+            d = jnp.where(neg, s["d"], s["d"] + alpha * p)
+            r = jnp.where(neg, s["r"], s["r"] - alpha * ap)
+            z = minv * r
+            rz = jnp.vdot(r, z)
+            p_new = z + (rz / jnp.where(s["rz"] > 0, s["rz"], 1.0)) * p
+            done = neg | (jnp.linalg.norm(r) <= eta * bnorm)
+            return dict(k=s["k"] + 1, d=d, r=r, p=p_new, rz=rz, done=done)
+
+        s = jax.lax.while_loop(cond, body, st0)
+        d = jnp.where(jnp.any(s["d"] != 0.0), s["d"], z0)  # negative curvature at once: scaled gradient
+        return d, s["k"]
+
+    def step(x, f, g, lower, upper, at_v, gn, d_gn, mu, gf0):
+        """One projected Newton step from x within [lower, upper] (the bounds, narrowed to the
+        kink pieces): (new x, its loss, accepted, loss evaluations, CG steps)."""
+        m_diag = precond(x, d_gn)
+        eps = jnp.minimum(EPS_ACTIVE, pgnorm(x, g))
+        held = fixed | at_v | ((x <= lower + eps) & (g > 0)) | ((x >= upper - eps) & (g < 0))
+        d_free, k_cg = cg(x, g, ~held, gn, m_diag, mu, gf0)
+        d = jnp.where(held, jnp.where(fixed | at_v, 0.0, -g / m_diag), d_free)
+
+        def ls_cond(c):
+            return (~c["ok"]) & (c["i"] < max_backtrack)
+
+        def ls_body(c):
+            a = (0.5 ** c["i"]).astype(dtype)
+            xn = jnp.clip(x + a * d, lower, upper)
+            fn = loss(xn)
+            ok = jnp.isfinite(fn) & (fn <= f + c1 * jnp.vdot(g, xn - x))
+            return dict(a=a, i=c["i"] + 1, ok=ok, x=xn, f=fn)
+
+        ls = jax.lax.while_loop(ls_cond, ls_body, dict(a=jnp.ones((), dtype), i=jnp.zeros((), jnp.int32),
+                                                       ok=jnp.zeros((), bool), x=x, f=f))
+        if DEBUG:
+            pgv = jnp.abs(x - jnp.clip(x - jnp.where(at_v, 0.0, g), lower, upper))
+            jax.debug.print("f {f:.12f} held {h} v {v} cg {k} ls {i} a {a:.3g} eps {e:.2e} dnorm {dn:.2e} pg {pg:.2e} at {am} x {xa:.3e} g {ga:.3e}", f=ls["f"], h=jnp.sum(held),
+                            v=jnp.sum(at_v), k=k_cg, i=ls["i"], a=ls["a"], e=eps, dn=jnp.max(jnp.abs(d)), pg=jnp.max(pgv), am=jnp.argmax(pgv), xa=x[jnp.argmax(pgv)], ga=g[jnp.argmax(pgv)])
+        return ls["x"], ls["f"], ls["ok"], ls["i"], k_cg
+
+    state0 = dict(x=x0, f=jnp.asarray(jnp.inf, dtype), g=jnp.zeros(n, dtype), it=jnp.zeros((), jnp.int32),
+                  nfun=jnp.zeros((), jnp.int32), nlin=jnp.zeros((), jnp.int32), nhvp=jnp.zeros((), jnp.int32),
+                  status=jnp.asarray(3 if maxiter <= 0 else 0, jnp.int32), mu=jnp.zeros((), dtype),
+                  d_gn=jnp.zeros(n, dtype), gf0=jnp.zeros((), dtype),
+                  hist=jnp.full(max(maxiter, 1), jnp.nan, dtype), phist=jnp.zeros(max(maxiter, 1), jnp.int32))
+
+    def cond(st):
+        return st["status"] == 0
+
+    def body(st):
+        x = st["x"]
+        kinks = kink_spacing is not None and kink_step is not None
+        if kinks:  # a cheap search along the kinked variables, and the slopes on both sides of the kinks
+            x, g_left, g_right = kink_step(x, KINK_NUDGE * kink_spacing, *args)
+            x = jnp.clip(x, lower0, upper0)
+        # one linearisation per iteration: loss, gradient and the Gauss-Newton product at x
+        f, g, jt, gn = linearise(x)
+        first = st["it"] == 0
+        d_gn = jax.lax.cond(first, lambda: probes(jt), lambda: st["d_gn"])
+        gf0 = jnp.where(first, jnp.linalg.norm(jnp.where(fixed, 0.0, g)), st["gf0"])
+        if kinks:
+            lower, upper, g, at_v = _pieces(x, g, g_left, g_right, lower0, upper0, kink_spacing)
+        else:
+            lower, upper, at_v = lower0, upper0, jnp.zeros(n, bool)
+        converged = jnp.max(jnp.abs(x - jnp.clip(x - jnp.where(at_v, 0.0, g), lower, upper))) <= gtol
+
+        def stay():
+            return x, f, jnp.ones((), bool), jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32)
+
+        xn, fn, ok, n_ls, k_cg = jax.lax.cond(
+            converged, stay, lambda: step(x, f, g, lower, upper, at_v, gn, d_gn, st["mu"], gf0))
+        xn = jnp.where(ok, xn, x)
+        fn = jnp.where(ok, fn, f)
+        full = ok & (n_ls == 1)
+        mu = jnp.where(full, 0.25 * st["mu"], jnp.maximum(4.0 * st["mu"], 1e-6))
+        it = st["it"] + (~converged).astype(jnp.int32)
+        f_prev = jnp.where(first, f, st["f"])  # the loss before the kink search (the previous iterate's)
+        reduction = (jnp.maximum(f, f_prev) - fn) / jnp.maximum(jnp.maximum(jnp.abs(f), jnp.abs(fn)), 1.0)
+        status = jnp.where(converged, 2, jnp.where(~ok, 4, jnp.where(reduction <= ftol, 1,
+                                                                     jnp.where(it >= maxiter, 3, 0))))
+        nfun = st["nfun"] + n_ls
+        nlin = st["nlin"] + (2 if kinks else 1)  # the kink step: one synthesis, counted as a pass
+        nhvp = st["nhvp"] + k_cg
+        passes = nfun + nlin + nhvp + n_probe
+        slot = jnp.minimum(st["it"], maxiter - 1)
+        return dict(x=xn, f=fn, g=g, it=it, nfun=nfun, nlin=nlin, nhvp=nhvp, status=status.astype(jnp.int32),
+                    mu=mu, d_gn=d_gn, gf0=gf0,
+                    hist=jnp.where(converged, st["hist"], st["hist"].at[slot].set(fn)),
+                    phist=jnp.where(converged, st["phist"], st["phist"].at[slot].set(passes)))
+
+    st = jax.lax.while_loop(cond, body, state0)
+    return NewtonResult(x=st["x"], f=st["f"], g=st["g"], n_iter=st["it"], n_fun=st["nfun"], n_lin=st["nlin"],
+                        n_hvp=st["nhvp"], n_probe=jnp.asarray(n_probe, jnp.int32), status=st["status"],
+                        history=st["hist"], passes_history=st["phist"])
+
+
+# ---------------------------------------------------------------- dopplermap's loss in this form
+
+def line_residuals(x, lmbd, pre, obs, joint=None):
+    """``R(x)``: residuals whose squared norm is the (weighted) chi-square of :mod:`dopplermap.objective`.
+
+    ``sqrt(1 / (n_epoch n_vel)) (obs - model) / err`` for the line profiles (times
+    ``sqrt(line_weight)`` in a joint fit), followed by ``sqrt(lc_weight / n_lc)`` times the
+    light curve's normalised residuals when ``joint = (lightcurve, line_weight, lc_weight)``.
+    """
+    lay = Layout(pre.n_cell, pre.n_epoch)
+    fssc, fssh, rv, amp = lay.split(x)
+    r = ((obs.flux - forward(fssc, fssh, rv, amp, pre)) / obs.err).reshape(-1)
+    if joint is None:
+        return r * (1.0 / jnp.sqrt(r.size))
+    lc, w_line, w_lc = joint
+    r_lc = lightcurve_residuals(fssc, fssh, lc)
+    return jnp.concatenate([r * jnp.sqrt(w_line / r.size), r_lc * jnp.sqrt(w_lc / r_lc.size)])
+
+
+RV_SEARCH = 16
+"""The search of :func:`rv_step` tries ``rv + k dv / 8`` and ``rv + k dv / 64`` for ``|k| <= RV_SEARCH``
+(two velocity steps each way, and a quarter step finely)."""
+
+
+def rv_step(x, nudge, lmbd, pre, obs, joint=None):
+    """The kink step of :func:`projected_newton` for ``rv``: search, then the slopes at the kinks.
+
+    Only the line chi-square depends on ``rv_e``, and only through the cheap per-epoch shift
+    of the synthesised profiles (:func:`dopplermap.model.apply_nuisance`), so with the
+    synthesis held fixed each epoch's ``rv`` is tried at ``4 RV_SEARCH + 3`` points around
+    its value (coarse and fine, see :data:`RV_SEARCH`) and moved to the best (the current
+    value is among them: the loss cannot rise). This escapes the local minima that the
+    linear-interpolation shift makes at the kinks, which trap a Newton method (L-BFGS
+    sometimes steps over them). Then the gradients in ``rv`` at ``rv -/+ nudge``. One
+    synthesis in all, no backward pass through the model.
+    """
+    lay = Layout(pre.n_cell, pre.n_epoch)
+    fssc, fssh, rv, amp = lay.split(x)
+    _, _, d_rv, _ = lay.split(nudge)
+    raw = jax.lax.stop_gradient(synthesize(fssc, fssh, pre.line))
+    w = 1.0 if joint is None else joint[1]
+    vels = pre.line.vels
+
+    def chi2_e(rv):  # (n_epoch,) each epoch's share of the line chi-square
+        r = (obs.flux - apply_nuisance(raw, vels, rv, amp)) / obs.err
+        return w * jnp.sum(r * r, axis=1) / r.size
+
+    dv = (vels[-1] - vels[0]) / (vels.shape[0] - 1)
+    k = jnp.arange(-RV_SEARCH, RV_SEARCH + 1, dtype=x.dtype)
+    steps = jnp.concatenate([jnp.zeros(1, x.dtype), dv / 8.0 * k, dv / 64.0 * k])  # coarse and fine
+    cand = rv[None, :] + steps[:, None]  # (K, n_epoch); row 0 the current values
+    vals = jax.lax.map(chi2_e, cand)
+    best = jnp.argmin(vals, axis=0)
+    better = vals[best, jnp.arange(rv.shape[0])] < vals[0]
+    rv = jnp.where(better, cand[best, jnp.arange(rv.shape[0])], rv)
+
+    sl = slice(2 * lay.n_cell, 2 * lay.n_cell + lay.n_epoch)
+    g_left, g_right = (jnp.zeros_like(x).at[sl].set(jax.grad(lambda r: jnp.sum(chi2_e(r)))(rv + s * d_rv))
+                       for s in (-1.0, 1.0))
+    return x.at[sl].set(rv), g_left, g_right
+
+
+def smooth_terms(x, lmbd, pre, obs, joint=None, *, regulariser: str = "mem", penalty: float = DEFAULT_PENALTY):
+    """``S(x) = lmbd * regulariser + penalty * sum max(0, fssc + fssh - 1)^2`` (as the objective's)."""
+    lay = Layout(pre.n_cell, pre.n_epoch)
+    fssc, fssh, _, _ = lay.split(x)
+    if regulariser == "mem":
+        reg = seed_entropy(fssc, fssh, pre.cell_area)
+    elif regulariser == "tikhonov":
+        reg = tikhonov(fssc, fssh, pre.edges)
+    else:
+        reg = jnp.zeros((), x.dtype)
+    return lmbd * reg + penalty * sum_excess(fssc, fssh)
+
+
+def _solve(x0, lo, hi, spacing, lmbd, pre, obs, joint=None, *, regulariser, penalty, maxiter, tol, max_cg, n_probe):
+    n_cell = pre.n_cell
+    smooth = functools.partial(smooth_terms, regulariser=regulariser, penalty=penalty)
+    return projected_newton(line_residuals, smooth, x0, lo, hi, lmbd, pre, obs, joint,
+                            blocks=(n_cell, n_cell, x0.shape[0] - 2 * n_cell), kink_spacing=spacing,
+                            kink_step=rv_step,
+                            maxiter=maxiter, ftol=tol, gtol=tol, max_cg=max_cg, n_probe=n_probe)
+
+
+def kink_spacing(layout: Layout, vels) -> np.ndarray:
+    """(n,) spacing of the kinks of the loss in each parameter: the velocity step for ``rv``
+    on a uniform grid (linear-interpolation shift), 0 elsewhere and on non-uniform grids."""
+    v = np.asarray(vels, dtype=float)
+    dv = np.diff(v)
+    out = np.zeros(layout.size)
+    if dv.size and np.all(np.abs(dv - dv.mean()) <= 1e-9 * abs(dv.mean())):
+        out[2 * layout.n_cell:2 * layout.n_cell + layout.n_epoch] = dv.mean()
+    return out
+
+
+DEFAULT_MAX_CG = 50
+DEFAULT_PROBES = 8
+NEWTON_MAXITER = 200
+"""Newton iteration cap when the caller's ``maxiter`` (sized for L-BFGS) is larger."""
+
+
+_COMPILED: dict = {}
+DEBUG = False
+
+
+def compile_newton(x0, lo, hi, spacing, lmbd, pre, obs, joint=None, *, regulariser="mem", penalty=DEFAULT_PENALTY,
+                   maxiter=200, tol=1e-8, max_cg=DEFAULT_MAX_CG, n_probe=DEFAULT_PROBES):
+    """AOT-compile the Newton solve for these shapes; returns ``(compiled, seconds)`` (0 when reused)."""
+    kw = dict(regulariser=regulariser, penalty=float(penalty), maxiter=int(maxiter), tol=float(tol),
+              max_cg=int(max_cg), n_probe=int(n_probe))
+    leaves, treedef = jax.tree_util.tree_flatten((x0, lo, hi, spacing, lmbd, pre, obs, joint))
+    key = (tuple(sorted(kw.items())), treedef, tuple((jnp.shape(v), jnp.result_type(v).name) for v in leaves))
+    if key in _COMPILED:
+        return _COMPILED[key], 0.0
+    t0 = time.perf_counter()
+    compiled = jax.jit(functools.partial(_solve, **kw)).lower(x0, lo, hi, spacing, lmbd, pre, obs, joint).compile()
+    _COMPILED[key] = compiled
+    return compiled, time.perf_counter() - t0
+
+
+def invert_newton(pre: Precomputed, obs: Observations, *, lmbd: float = 1.0, regulariser: str = "mem", x0=None,
+                  tol: float = 1e-8, maxiter: int = 1000, fit_rv: bool = True, fit_amp: bool = True,
+                  penalty: float = DEFAULT_PENALTY, cube_dtype: str | None = "auto", lightcurve=None,
+                  line_weight: float = 1.0, lc_weight: float = 1.0, max_cg: int = DEFAULT_MAX_CG,
+                  n_probe: int = DEFAULT_PROBES) -> InversionResult:
+    """:func:`dopplermap.invert` with ``solver="newton"``: the projected Gauss-Newton-CG solve.
+
+    Same problem, bounds, start and tolerance semantics (``tol`` = ftol = gtol) as the
+    L-BFGS solvers; ``maxiter`` caps the Newton iterations at ``min(maxiter, NEWTON_MAXITER)``.
+    The reported loss, chi2 and model are evaluated in float64 at the solution, as in the
+    scipy path. ``result.extra["passes"]`` holds the objective passes spent (see the module
+    docstring) and their parts.
+    """
+    require_x64()
+    exact_pre, pre = pre, solve_form(pre, resolve_cube_dtype(cube_dtype, tol))
+    layout = Layout(pre.n_cell, pre.n_epoch)
+    x0 = layout.initial() if x0 is None else np.asarray(x0, dtype=np.float64)
+    if x0.shape != (layout.size,):
+        raise DopplermapInputError(f"x0 must have shape ({layout.size},) = 2 n_cell + 2 n_epoch, got {x0.shape}")
+    lo, hi = bounds(layout, fit_rv=fit_rv, fit_amp=fit_amp, x0=x0)
+    xj = jnp.asarray(np.clip(x0, lo, hi))
+    lo_j, hi_j = jnp.asarray(lo), jnp.asarray(hi)
+    lm = jnp.asarray(lmbd, dtype=xj.dtype)
+    joint = joint_arguments(pre, lightcurve, line_weight, lc_weight, xj.dtype)
+    n_iter_max = int(min(maxiter, NEWTON_MAXITER))
+    spacing = jnp.asarray(kink_spacing(layout, pre.line.vels))
+    fn, t_compile = compile_newton(xj, lo_j, hi_j, spacing, lm, pre, obs, joint, regulariser=regulariser, penalty=penalty,
+                                   maxiter=n_iter_max, tol=tol, max_cg=max_cg, n_probe=n_probe)
+    # the reporting evaluation (float64 values, aux terms): the scipy path's compiled function
+    vg, timing = compiled_value_and_grad(xj, lm, pre, obs, regulariser, float(penalty), joint)
+    t0 = time.perf_counter()
+    r = jax.block_until_ready(fn(xj, lo_j, hi_j, spacing, lm, pre, obs, joint))
+    solve_time = time.perf_counter() - t0
+
+    fssc, fssh, rv, amp = layout.split(np.asarray(r.x))
+    fssc, fssh, excess = project_feasible(fssc, fssh)
+    xf = layout.join(fssc, fssh, rv, amp)
+    final_pre = with_exact_numerator(pre, exact_pre, fssc, fssh)
+    val, _, aux = vg(xf, lm, final_pre, obs) if joint is None else vg(xf, lm, final_pre, obs, joint)
+    status = int(r.status)
+    n_it = int(r.n_iter)
+    passes = dict(total=int(r.passes), loss=int(r.n_fun), linearise=int(r.n_lin), gauss_newton=int(r.n_hvp),
+                  probe=int(r.n_probe))
+    return InversionResult(
+        fssc=fssc, fssh=fssh, rv=rv, amp=amp, loss=float(val), chi2=float(aux[0]),
+        regulariser_value=float(aux[1]), lmbd=float(lmbd), regulariser=regulariser, iterations=n_it,
+        n_eval=passes["total"], success=status in (1, 2), stop_reason=STOP_REASONS[status],
+        compile_time=t_compile + timing["trace_lower"] + timing["compile"], solve_time=solve_time,
+        history={"loss": np.asarray(r.history)[:n_it], "passes": np.asarray(r.passes_history)[:n_it]},
+        model=np.asarray(aux[-1]), max_sum_excess=excess, solver="newton",
+        chi2_lc=float(aux[3]) if joint is not None else None, cube_dtype=_cube_dtype(pre),
+        extra={"passes": passes})
