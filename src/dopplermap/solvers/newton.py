@@ -277,10 +277,6 @@ def projected_newton(residual: Callable, smooth: Callable, x0, lower, upper, *ar
 
         ls = jax.lax.while_loop(ls_cond, ls_body, dict(a=jnp.ones((), dtype), i=jnp.zeros((), jnp.int32),
                                                        ok=jnp.zeros((), bool), x=x, f=f))
-        if DEBUG:
-            pgv = jnp.abs(x - jnp.clip(x - jnp.where(at_v, 0.0, g), lower, upper))
-            jax.debug.print("f {f:.12f} held {h} v {v} cg {k} ls {i} a {a:.3g} eps {e:.2e} dnorm {dn:.2e} pg {pg:.2e} at {am} x {xa:.3e} g {ga:.3e}", f=ls["f"], h=jnp.sum(held),
-                            v=jnp.sum(at_v), k=k_cg, i=ls["i"], a=ls["a"], e=eps, dn=jnp.max(jnp.abs(d)), pg=jnp.max(pgv), am=jnp.argmax(pgv), xa=x[jnp.argmax(pgv)], ga=g[jnp.argmax(pgv)])
         return ls["x"], ls["f"], ls["ok"], ls["i"], k_cg
 
     state0 = dict(x=x0, f=jnp.asarray(jnp.inf, dtype), g=jnp.zeros(n, dtype), it=jnp.zeros((), jnp.int32),
@@ -414,7 +410,7 @@ def smooth_terms(x, lmbd, pre, obs, joint=None, *, regulariser: str = "mem", pen
     return lmbd * reg + penalty * sum_excess(fssc, fssh)
 
 
-def _solve(x0, lo, hi, spacing, lmbd, pre, obs, joint=None, *, regulariser, penalty, maxiter, tol, max_cg, n_probe):
+def _solve(x0, lo, hi, spacing, tol, lmbd, pre, obs, joint=None, *, regulariser, penalty, maxiter, max_cg, n_probe):
     n_cell = pre.n_cell
     smooth = functools.partial(smooth_terms, regulariser=regulariser, penalty=penalty)
     return projected_newton(line_residuals, smooth, x0, lo, hi, lmbd, pre, obs, joint,
@@ -441,20 +437,23 @@ NEWTON_MAXITER = 200
 
 
 _COMPILED: dict = {}
-DEBUG = False
 
 
-def compile_newton(x0, lo, hi, spacing, lmbd, pre, obs, joint=None, *, regulariser="mem", penalty=DEFAULT_PENALTY,
-                   maxiter=200, tol=1e-8, max_cg=DEFAULT_MAX_CG, n_probe=DEFAULT_PROBES):
-    """AOT-compile the Newton solve for these shapes; returns ``(compiled, seconds)`` (0 when reused)."""
-    kw = dict(regulariser=regulariser, penalty=float(penalty), maxiter=int(maxiter), tol=float(tol),
-              max_cg=int(max_cg), n_probe=int(n_probe))
-    leaves, treedef = jax.tree_util.tree_flatten((x0, lo, hi, spacing, lmbd, pre, obs, joint))
+def compile_newton(x0, lo, hi, spacing, tol, lmbd, pre, obs, joint=None, *, regulariser="mem",
+                   penalty=DEFAULT_PENALTY, maxiter=NEWTON_MAXITER, max_cg=DEFAULT_MAX_CG, n_probe=DEFAULT_PROBES):
+    """AOT-compile the Newton solve for these shapes; returns ``(compiled, seconds)`` (0 when reused).
+
+    The compiled function takes ``(x0, lo, hi, spacing, tol, lmbd, pre, obs, joint)``: a new
+    tolerance, lambda or data set of the same shapes reuses it.
+    """
+    kw = dict(regulariser=regulariser, penalty=float(penalty), maxiter=int(maxiter), max_cg=int(max_cg),
+              n_probe=int(n_probe))
+    leaves, treedef = jax.tree_util.tree_flatten((x0, lo, hi, spacing, tol, lmbd, pre, obs, joint))
     key = (tuple(sorted(kw.items())), treedef, tuple((jnp.shape(v), jnp.result_type(v).name) for v in leaves))
     if key in _COMPILED:
         return _COMPILED[key], 0.0
     t0 = time.perf_counter()
-    compiled = jax.jit(functools.partial(_solve, **kw)).lower(x0, lo, hi, spacing, lmbd, pre, obs, joint).compile()
+    compiled = jax.jit(functools.partial(_solve, **kw)).lower(x0, lo, hi, spacing, tol, lmbd, pre, obs, joint).compile()
     _COMPILED[key] = compiled
     return compiled, time.perf_counter() - t0
 
@@ -485,12 +484,13 @@ def invert_newton(pre: Precomputed, obs: Observations, *, lmbd: float = 1.0, reg
     joint = joint_arguments(pre, lightcurve, line_weight, lc_weight, xj.dtype)
     n_iter_max = int(min(maxiter, NEWTON_MAXITER))
     spacing = jnp.asarray(kink_spacing(layout, pre.line.vels))
-    fn, t_compile = compile_newton(xj, lo_j, hi_j, spacing, lm, pre, obs, joint, regulariser=regulariser, penalty=penalty,
-                                   maxiter=n_iter_max, tol=tol, max_cg=max_cg, n_probe=n_probe)
+    tol_j = jnp.asarray(tol, dtype=xj.dtype)
+    fn, t_compile = compile_newton(xj, lo_j, hi_j, spacing, tol_j, lm, pre, obs, joint, regulariser=regulariser,
+                                   penalty=penalty, maxiter=n_iter_max, max_cg=max_cg, n_probe=n_probe)
     # the reporting evaluation (float64 values, aux terms): the scipy path's compiled function
     vg, timing = compiled_value_and_grad(xj, lm, pre, obs, regulariser, float(penalty), joint)
     t0 = time.perf_counter()
-    r = jax.block_until_ready(fn(xj, lo_j, hi_j, spacing, lm, pre, obs, joint))
+    r = jax.block_until_ready(fn(xj, lo_j, hi_j, spacing, tol_j, lm, pre, obs, joint))
     solve_time = time.perf_counter() - t0
 
     fssc, fssh, rv, amp = layout.split(np.asarray(r.x))

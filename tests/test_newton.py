@@ -1,0 +1,121 @@
+"""The projected Gauss-Newton-CG solver (``solver="newton"``): same optimum as scipy's
+L-BFGS-B run to a tight tolerance, bounds, fixed nuisances, the joint light-curve fit,
+one compilation per shape, and its pieces against independent references."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy.optimize import lsq_linear
+
+import dopplermap as dm
+from dopplermap.constants import FILL_MAX, FILL_MIN
+from dopplermap.lightcurve import LightCurveBand, precompute_lightcurve, simulate_lightcurve
+from dopplermap.model import solve_form
+from dopplermap.objective import loss as objective_loss
+from dopplermap.solvers import joint_arguments, newton
+
+TIGHT = dict(tol=1e-10, maxiter=20000)  # scipy reference
+
+
+@pytest.fixture(scope="module")
+def problem(small_problem):
+    star, grid, times, vels, comps, sim = small_problem
+    pre = dm.precompute(grid, star, times, vels, comps, method="dense")
+    return star, grid, pre, sim
+
+
+@pytest.fixture(scope="module")
+def lightcurve(problem):
+    star, grid, pre, sim = problem
+    band = LightCurveBand((dm.LimbDarkening("linear", (0.7,)),) * 3, (1.0, 0.3, 1.5))
+    t = np.linspace(0.0, 3.0, 60)
+    flux, err, _ = simulate_lightcurve(grid, star, t, band, sim.fssc, sim.fssh, sigma=1e-3, seed=5)
+    return precompute_lightcurve(grid, star, t, flux, err, band)
+
+
+def _rel(a, b):
+    return (a - b) / abs(b)
+
+
+@pytest.mark.parametrize("fit_rv,fit_amp", [(True, True), (False, True), (True, False)])
+def test_reaches_the_tight_scipy_loss_and_respects_bounds(problem, fit_rv, fit_amp):
+    _, _, pre, sim = problem
+    ref = dm.invert(pre, sim.obs, lmbd=1.0, fit_rv=fit_rv, fit_amp=fit_amp, **TIGHT)
+    res = dm.invert(pre, sim.obs, lmbd=1.0, fit_rv=fit_rv, fit_amp=fit_amp, tol=1e-9, solver="newton")
+    assert res.solver == "newton" and res.success, res.stop_reason
+    assert _rel(res.loss, ref.loss) <= 1e-7, (res.loss, ref.loss)
+    for f in (res.fssc, res.fssh):
+        assert f.min() >= FILL_MIN and f.max() <= FILL_MAX
+    assert np.all(res.fssc + res.fssh <= 1.0 + 1e-12)
+    if not fit_rv:
+        assert np.all(res.rv == 0.0)
+    if not fit_amp:
+        assert np.all(res.amp == 0.0)
+    # far fewer objective passes than L-BFGS-B's evaluations at the tight tolerance
+    assert res.n_eval == res.extra["passes"]["total"] < ref.n_eval
+
+
+def test_joint_light_curve_fit_matches_scipy(problem, lightcurve):
+    _, _, pre, sim = problem
+    kw = dict(lmbd=1.0, lightcurve=lightcurve, line_weight=1.0, lc_weight=0.5)
+    ref = dm.invert(pre, sim.obs, **kw, **TIGHT)
+    res = dm.invert(pre, sim.obs, **kw, tol=1e-9, solver="newton")
+    assert res.chi2_lc is not None
+    assert _rel(res.loss, ref.loss) <= 1e-7, (res.loss, ref.loss)
+
+
+def test_residual_form_equals_the_objective(problem, lightcurve):
+    """|R|^2 + S is the objective of dopplermap.objective (the loss the other solvers minimise)."""
+    _, _, pre, sim = problem
+    sp = solve_form(pre, "float64")
+    lay = dm.Layout(pre.n_cell, pre.n_epoch)
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(np.concatenate([rng.uniform(1e-5, 0.6, 2 * pre.n_cell), rng.normal(0, 0.3, pre.n_epoch),
+                                    rng.normal(0, 0.01, pre.n_epoch)]))
+    lm = jnp.asarray(0.7)
+    for reg in ("mem", "tikhonov", "none"):
+        for joint in (None, joint_arguments(sp, lightcurve, 0.8, 0.3, x.dtype)):
+            r = newton.line_residuals(x, lm, sp, sim.obs, joint)
+            ours = float(jnp.vdot(r, r) + newton.smooth_terms(x, lm, sp, sim.obs, joint, regulariser=reg))
+            extra = () if joint is None else tuple(joint)
+            theirs = float(objective_loss(x, lm, sp, sim.obs, reg, 1e4, *extra))
+            assert ours == pytest.approx(theirs, rel=1e-12), (reg, joint is None)
+    assert lay.size == x.shape[0]
+
+
+def test_compiles_once_per_shape(problem):
+    _, _, pre, sim = problem
+    before = len(newton._COMPILED)
+    a = dm.invert(pre, sim.obs, lmbd=1.0, tol=1e-8, solver="newton")
+    after_first = len(newton._COMPILED)
+    noisy = dm.Observations.create(sim.obs.times, sim.obs.vels, np.asarray(sim.obs.flux) * 1.0001,
+                                   np.asarray(sim.obs.err))
+    b = dm.invert(pre, noisy, lmbd=0.3, tol=1e-7, solver="newton")  # new data, lambda and tol: same program
+    assert len(newton._COMPILED) == after_first <= before + 1
+    assert b.compile_time < a.compile_time or a.compile_time == b.compile_time == 0.0
+
+
+def test_projected_newton_solves_a_bounded_linear_least_squares_problem():
+    """Against scipy.optimize.lsq_linear on min |A x - b|^2 + c |x|^2 with box bounds."""
+    rng = np.random.default_rng(1)
+    a = rng.normal(size=(40, 12))
+    b = rng.normal(size=40)
+    lo, hi = np.full(12, -0.2), np.full(12, 0.3)
+    lo[3] = hi[3] = 0.1  # one fixed variable
+    c = 1e-3
+    aug = np.vstack([a, np.sqrt(c) * np.eye(12)])
+    ref = lsq_linear(aug, np.concatenate([b, np.zeros(12)]), bounds=(lo, hi), tol=1e-14)
+    aj, bj = jnp.asarray(a), jnp.asarray(b)
+    out = jax.jit(lambda x0: newton.projected_newton(lambda x: aj @ x - bj, lambda x: c * jnp.vdot(x, x), x0,
+                                                     jnp.asarray(lo), jnp.asarray(hi), blocks=(12,), maxiter=50,
+                                                     ftol=1e-15, gtol=1e-12))(jnp.zeros(12))
+    assert np.allclose(np.asarray(out.x), ref.x, atol=1e-8)
+    assert int(out.status) in (1, 2)
+
+
+def test_kink_spacing_only_for_uniform_velocity_grids():
+    lay = dm.Layout(3, 2)
+    s = newton.kink_spacing(lay, np.linspace(-10.0, 10.0, 11))
+    assert np.allclose(s[6:8], 2.0) and not s[:6].any() and not s[8:].any()
+    assert not newton.kink_spacing(lay, np.array([0.0, 1.0, 3.0, 4.0])).any()
