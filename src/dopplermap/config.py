@@ -283,8 +283,8 @@ def _validate(cfg: TargetConfig):
     _positive(f"{s}: [inversion] tol", inv.tol)
     if inv.maxiter < 1:
         raise DopplermapInputError(f"{s}: [inversion] maxiter must be >= 1, got {inv.maxiter!r}")
-    if inv.solver not in ("lbfgsb", "projected_lbfgs"):
-        raise DopplermapInputError(f"{s}: [inversion] solver must be 'lbfgsb' or 'projected_lbfgs', got {inv.solver!r}")
+    if inv.solver not in ("lbfgsb", "projected_lbfgs", "newton"):
+        raise DopplermapInputError(f"{s}: [inversion] solver must be 'lbfgsb', 'projected_lbfgs' or 'newton', got {inv.solver!r}")
     unc = cfg.uncertainty
     for i, m in enumerate(unc.methods):
         if m not in UNCERTAINTY_METHODS:
@@ -390,7 +390,7 @@ fit_amp = true                       # free additive offset per epoch
 tol = 1e-5
 maxiter = 1000
 method = "auto"                      # auto (dense while its cube <= 512 MiB) | binned (memory-light) | dense (exact)
-solver = "lbfgsb"                    # lbfgsb (scipy, live progress) | projected_lbfgs (one compiled loop; fastest, GPU)
+solver = "lbfgsb"                    # lbfgsb (scipy, live progress) | projected_lbfgs (one compiled loop; GPU) | newton (tight tol)
 
 [uncertainty]                        # per-cell uncertainty maps written into the result folder
 methods = []                         # any of "laplace" (posterior), "sandwich", "bootstrap"; [] = none
