@@ -15,9 +15,10 @@
    ``[inversion] solver = "newton"``.
 
 Wall time is measured around each process; its parts come from the process's own report
-(``summary.json``; the seed script's JSON): start-up (``dopplermap --version`` is timed
-apart, and the imports a solve needs in ``import``), read + set-up, compile, solve, and the
-rest (writing files and figures, plus what the report does not split). Ratios are against
+(``summary.json``; the seed script's JSON): start-up (the interpreter and the CLI: a
+``dopplermap --version`` timed apart), read + set-up (from the command's start, so with the
+import of the numeric modules: JAX, SciPy), compile, solve, and the rest (writing files
+and figures, plus what the report does not split). Ratios are against
 the seed's script in the same run.
 """
 
@@ -121,7 +122,7 @@ def startup(env):
     return ver, imp
 
 
-def run_seed_size(name, work, seed_python, skip_seed, imp):
+def run_seed_size(name, work, seed_python, skip_seed, ver):
     n_cell, n_epoch, n_vel = SIZES[name]
     data = work / f"pickles-{name}"
     if not (data / "cpcs.pkl").exists():
@@ -147,13 +148,13 @@ def run_seed_size(name, work, seed_python, skip_seed, imp):
                                str(data / "cpcs.pkl"), "--trust-pickle", "--lmbd", "1.0", "--tol", "1e-5",
                                "--quiet", "--out", str(res)), env=dm_env(cache), log=work / f"dm-{name}-{label}.log")
         s = json.loads((res / "summary.json").read_text())
-        out[f"dm_{label}"] = dict(wall=wall, startup=imp, read=s["read_time"], compile=s["compile_time"],
-                                  solve=s["solve_time"], write=wall - imp - s["total_time"], iterations=s["iterations"],
-                                  loss=s["loss"])
+        out[f"dm_{label}"] = dict(wall=wall, startup=ver, read=s["read_time"], compile=s["compile_time"],
+                                  solve=s["solve_time"], write=wall - ver - s["total_time"], total=s["total_time"],
+                                  iterations=s["iterations"], loss=s["loss"])
     return out
 
 
-def run_small(work, imp):
+def run_small(work, ver):
     root = work / "observed"
     if not (root / "target.toml").exists():
         write_small_dataset(root)
@@ -166,8 +167,9 @@ def run_small(work, imp):
         wall, _ = timed(dm_cmd("invert", str(root / toml), "--quiet", "--out", str(res)), env=dm_env(cache),
                         log=work / f"observed-{label}.log")
         s = json.loads((res / "summary.json").read_text())
-        out[label] = dict(wall=wall, startup=imp, setup=s["setup_time"], compile=s["compile_time"], solve=s["solve_time"],
-                          write=s.get("save_time"), rest=wall - imp - s["total_time"] - (s.get("save_time") or 0.0),
+        out[label] = dict(wall=wall, startup=ver, setup=s["setup_time"], compile=s["compile_time"], solve=s["solve_time"],
+                          write=s.get("save_time"), rest=wall - ver - s["total_time"] - (s.get("save_time") or 0.0),
+                          total=s["total_time"],
                           iterations=s["iterations"], loss=s["loss"], solver=s["solver"], n_eval=s["n_eval"])
     return out
 
@@ -189,10 +191,10 @@ def main(argv=None) -> int:
     result = dict(machine=platform.node(), processor=platform.processor() or platform.machine(),
                   cpu_count=os.cpu_count(), load_start=load0, version_s=ver, import_s=imp, seed=[], workdir=str(work))
     for name in args.sizes:
-        r = run_seed_size(name, work, args.seed_python, args.skip_seed, imp)
+        r = run_seed_size(name, work, args.seed_python, args.skip_seed, ver)
         result["seed"].append(r)
         print(json.dumps(r, indent=1), flush=True)
-    result["observed"] = run_small(work, imp)
+    result["observed"] = run_small(work, ver)
     print(json.dumps(result["observed"], indent=1), flush=True)
     result["load_end"] = os.getloadavg()
 

@@ -146,7 +146,7 @@ def _pieces(x, g, g_left, g_right, lower, upper, spacing):
 
 
 def projected_newton(residual: Callable, smooth: Callable, x0, lower, upper, *args, blocks: tuple[int, ...],
-                     kink_spacing=None, kink_step: Callable | None = None, maxiter: int = 200, ftol: float = 1e-8, gtol: float = 1e-8, max_cg: int = 50,
+                     kink_spacing=None, kink_step: Callable | None = None, smooth_diag: Callable | None = None, maxiter: int = 200, ftol: float = 1e-8, gtol: float = 1e-8, max_cg: int = 50,
                      n_probe: int = 8, max_backtrack: int = 30, c1: float = 1e-4, seed: int = 0) -> NewtonResult:
     """Minimise ``|residual(x, *args)|^2 + smooth(x, *args)`` subject to ``lower <= x <= upper``.
 
@@ -157,6 +157,8 @@ def projected_newton(residual: Callable, smooth: Callable, x0, lower, upper, *ar
         x0, lower, upper: (n,) start and bounds (``-inf``/``inf`` free; ``lower = upper`` fixed).
         blocks: sizes of the parameter blocks (e.g. ``(n_cell, n_cell, 2 n_epoch)``) whose
             Hessian of ``smooth`` is read as a diagonal (see :func:`_block_diagonal`; static).
+        smooth_diag: optional ``(x, *args) -> (n,)`` diagonal of ``smooth``'s Hessian where
+            it couples cells (Tikhonov), added to the block reading.
         kink_spacing: optional (n,) spacing of the points where the loss is only piecewise
             smooth in a variable (0: smooth): each step keeps such a variable inside one
             piece (see :func:`_pieces`). kink_step: with it, ``(x, nudge, *args) -> (x',
@@ -217,6 +219,8 @@ def projected_newton(residual: Callable, smooth: Callable, x0, lower, upper, *ar
 
     def precond(x, d_gn):
         m = d_gn + _block_diagonal(lambda v: hvp_sm(x, v), blocks, n, dtype)
+        if smooth_diag is not None:
+            m = m + smooth_diag(x, *args)
         floor = 1e-12 * jnp.maximum(jnp.max(m), 1e-300)
         return jnp.maximum(m, floor)
 
@@ -410,12 +414,24 @@ def smooth_terms(x, lmbd, pre, obs, joint=None, *, regulariser: str = "mem", pen
     return lmbd * reg + penalty * sum_excess(fssc, fssh)
 
 
+def tikhonov_diagonal(x, lmbd, pre, obs, joint=None):
+    """Diagonal of ``lmbd`` x the Tikhonov term's Hessian: ``2 lmbd deg_c / n_edge`` on fssc and fssh.
+
+    The block reading of :func:`_block_diagonal` sees only a cell's own rows, which for a
+    graph Laplacian sum to zero, so the preconditioner takes this term from here.
+    """
+    i, j = pre.edges[:, 0], pre.edges[:, 1]
+    deg = jnp.zeros(pre.n_cell, x.dtype).at[i].add(1.0).at[j].add(1.0)
+    d = 2.0 * lmbd * deg / max(int(pre.edges.shape[0]), 1)
+    return jnp.concatenate([d, d, jnp.zeros(x.shape[0] - 2 * pre.n_cell, x.dtype)])
+
+
 def _solve(x0, lo, hi, spacing, tol, lmbd, pre, obs, joint=None, *, regulariser, penalty, maxiter, max_cg, n_probe):
     n_cell = pre.n_cell
     smooth = functools.partial(smooth_terms, regulariser=regulariser, penalty=penalty)
     return projected_newton(line_residuals, smooth, x0, lo, hi, lmbd, pre, obs, joint,
                             blocks=(n_cell, n_cell, x0.shape[0] - 2 * n_cell), kink_spacing=spacing,
-                            kink_step=rv_step,
+                            kink_step=rv_step, smooth_diag=tikhonov_diagonal if regulariser == "tikhonov" else None,
                             maxiter=maxiter, ftol=tol, gtol=tol, max_cg=max_cg, n_probe=n_probe)
 
 
