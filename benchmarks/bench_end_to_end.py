@@ -174,6 +174,37 @@ def run_small(work, ver):
     return out
 
 
+def make_table(result) -> str:
+    """Markdown table of a run (the parts are re-derived from the raw figures in ``result``)."""
+    ver = result["version_s"]
+    lines = [f"| run | wall s | start-up | read + set-up | compile | solve | write + rest | it | loss | x seed |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in result["seed"]:
+        tag = f"{r['n_cell']} x {r['n_epoch']} x {r['n_vel']}"
+        s = r.get("seed")
+        if s:
+            lines.append(f"| {tag}: seed script (jaxopt, float64, tol 1e-5) | {s['wall']:.1f} | {s['startup_read']:.1f} "
+                         f"(with read) | | {s['compile']:.1f} | {s['solve']:.1f} | | {s['iterations']} | "
+                         f"{s['loss_reported']:.8g} | 1 |")
+        for label in ("cold", "warm"):
+            d = dict(r[f"dm_{label}"])
+            if "total" not in d:  # a run of the first version of this script: start-up was the import time
+                d["total"] = d["wall"] - d["startup"] - d["write"]
+            d["startup"], d["write"] = ver, d["wall"] - ver - d["total"]
+            ratio = f"{s['wall'] / d['wall']:.1f}x" if s else "-"
+            lines.append(f"| {tag}: `invert-seed`, {label} cache | {d['wall']:.2f} | {d['startup']:.2f} | {d['read']:.2f} | "
+                         f"{d['compile']:.2f} | {d['solve']:.2f} | {d['write']:.2f} | {d['iterations']} | {d['loss']:.8g} | {ratio} |")
+    for label, d in result["observed"].items():
+        d = dict(d)
+        if "total" not in d:
+            d["total"] = d["wall"] - d["startup"] - d["rest"] - (d["write"] or 0.0)
+        d["startup"], d["rest"] = ver, d["wall"] - ver - d["total"] - (d["write"] or 0.0)
+        lines.append(f"| 8 x 47 + 300 lc, 4000 cells, tol 1e-7: `invert` ({d['solver']}), {label.replace('newton_', '')} cache | "
+                     f"{d['wall']:.2f} | {d['startup']:.2f} | {d['setup']:.2f} | {d['compile']:.2f} | {d['solve']:.2f} | "
+                     f"{(d['write'] or 0) + d['rest']:.2f} | {d['iterations']} | {d['loss']:.8g} | - |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seed-python", default=os.environ.get("DOPPLERMAP_SEED_PYTHON", "/work/venv-seed/bin/python"))
@@ -198,25 +229,7 @@ def main(argv=None) -> int:
     print(json.dumps(result["observed"], indent=1), flush=True)
     result["load_end"] = os.getloadavg()
 
-    lines = [f"| run | wall s | start-up | read + set-up | compile | solve | write + rest | it | loss | x seed |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
-    for r in result["seed"]:
-        tag = f"{r['n_cell']} x {r['n_epoch']} x {r['n_vel']}"
-        s = r.get("seed")
-        if s:
-            lines.append(f"| {tag}: seed script (jaxopt, float64, tol 1e-5) | {s['wall']:.1f} | {s['startup_read']:.1f} "
-                         f"(with read) | | {s['compile']:.1f} | {s['solve']:.1f} | | {s['iterations']} | "
-                         f"{s['loss_reported']:.8g} | 1 |")
-        for label in ("cold", "warm"):
-            d = r[f"dm_{label}"]
-            ratio = f"{s['wall'] / d['wall']:.1f}x" if s else "-"
-            lines.append(f"| {tag}: `invert-seed`, {label} cache | {d['wall']:.2f} | {d['startup']:.2f} | {d['read']:.2f} | "
-                         f"{d['compile']:.2f} | {d['solve']:.2f} | {d['write']:.2f} | {d['iterations']} | {d['loss']:.8g} | {ratio} |")
-    for label, d in result["observed"].items():
-        lines.append(f"| 8 x 47 + 300 lc, 4000 cells, tol 1e-7: `invert` ({d['solver']}), {label.replace('newton_', '')} cache | "
-                     f"{d['wall']:.2f} | {d['startup']:.2f} | {d['setup']:.2f} | {d['compile']:.2f} | {d['solve']:.2f} | "
-                     f"{(d['write'] or 0) + d['rest']:.2f} | {d['iterations']} | {d['loss']:.8g} | - |")
-    table = "\n".join(lines)
+    table = make_table(result)
     print("\n" + table)
     print(f"\nmachine {result['machine']} ({result['processor']}, {result['cpu_count']} CPUs); load average "
           f"start {load0[0]:.1f}, end {result['load_end'][0]:.1f}; dopplermap --version {ver:.2f} s")
