@@ -145,8 +145,12 @@ def uncertainty_writers(methods, pre, obs, res, grid, *, n_boot: int = 20, seed:
         def write(folder, unc=unc):
             path = U.save_uncertainty(unc, folder)
             if plots:
-                for comp, fill in (("cool", res.fssc), ("hot", res.fssh)):
-                    U.plot_uncertainty(grid, fill, unc, folder / f"{path.stem}_{comp}.png", component=comp)
+                from ..plot import fitted_components, plot_uncertainty
+                from ..style import save_figure
+
+                for comp in fitted_components(res):
+                    fill = res.fssc if comp == "cool" else res.fssh
+                    save_figure(plot_uncertainty(grid, fill, unc, component=comp), folder / f"{path.stem}_{comp}.png")
 
         writers.append(write)
     return writers, scalars
