@@ -618,7 +618,7 @@ def plot_lcurve(sweep: LambdaSweep, corner: float | None = None, target: float |
     if fig is None:
         fig = style.new_figure(style.TWO_COLUMN, 2.8)
     with style.context():
-        a1, a2 = fig.subplots(1, 2, gridspec_kw=dict(left=0.09, right=0.98, top=0.9, bottom=0.17, wspace=0.3))
+        a1, a2 = fig.subplots(1, 2, gridspec_kw=dict(left=0.11, right=0.98, top=0.9, bottom=0.17, wspace=0.32))
         x = sweep.regulariser - sweep.floor
         a1.loglog(x, sweep.chi2, "o-", ms=3, color="k", label="sweep")
         a2.loglog(sweep.lmbd, sweep.chi2, "o-", ms=3, color="k")
