@@ -348,8 +348,8 @@ def _norm(vmin, vmax):
     return Normalize(vmin=vmin, vmax=vmax)
 
 
-def _legend_strip(sheet, y, *, ticks: bool, shade: bool):
-    """Explain the phase ticks and the hatched band, in one line under the panels."""
+def _legend_strip(sheet, y, *, ticks: bool, shade: bool, missing: str | None = None):
+    """Explain the phase ticks, the hatched band and grey cells, in one line under the panels."""
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
@@ -359,6 +359,8 @@ def _legend_strip(sheet, y, *, ticks: bool, shade: bool):
                               label="central meridian of each observation"))
     if shade:
         handles.append(Patch(label="never visible", **_SHADE))
+    if missing:
+        handles.append(Patch(facecolor=style.GAP_COLOUR, label=missing))
     if handles:
         sheet.ax.legend(handles=handles, loc="lower center", ncols=len(handles), frameon=False,
                         bbox_to_anchor=(0.5, 0.0), bbox_transform=sheet.fig.transFigure,
@@ -370,7 +372,8 @@ def _legend_strip(sheet, y, *, ticks: bool, shade: bool):
 
 def plot_maps(lat, lon, maps: dict, *, truth: dict | None = None, lat_bounds=None, lon_bounds=None,
               inclination: float | None = None, phase_lons=None, projection: str = "mollweide",
-              components=("cool", "hot"), title: str | None = None, resolution: int = 200, fig=None):
+              components=("cool", "hot"), title: str | None = None, resolution: int = 200,
+              missing_label: str | None = None, fig=None):
     """Maps of filling factors / brightness, true beside recovered when ``truth`` is given.
 
     Args:
@@ -384,6 +387,7 @@ def plot_maps(lat, lon, maps: dict, *, truth: dict | None = None, lat_bounds=Non
             above each map, explained in a legend).
         projection: ``"mollweide"`` or ``"rect"``. resolution: image rows per panel.
         components: filling-factor components to draw (``("cool",)`` drops the hot row).
+        missing_label: legend text for cells without a value (NaN or inf: drawn grey).
         fig: an empty Figure to draw into (resized to the layout); default a new one,
             one column wide (3.5 in) for one column of maps, two columns (7.1 in) for two.
 
@@ -405,8 +409,10 @@ def plot_maps(lat, lon, maps: dict, *, truth: dict | None = None, lat_bounds=Non
     width = style.ONE_COLUMN if ncol == 1 else style.TWO_COLUMN
     dec = _decor(projection, inclination, phase_lons)
     has_ticks, has_shade = dec["ticks"] is not None, dec["shade"] is not None
+    missing = missing_label if missing_label and any(
+        not np.all(np.isfinite(np.asarray(d[k], float))) for _, d in cols if d for k in names if k in d) else None
     top = 0.3 + (0.25 if title else 0.0)
-    bottom = 0.3 if (has_ticks or has_shade) else 0.1
+    bottom = 0.3 if (has_ticks or has_shade or missing) else 0.1
     if projection == "mollweide":
         pad = 0.42  # phase-tick strip under each map
         sheet = _Sheet(nrow, ncol, 4 * _SQRT2, 2 * _SQRT2 + pad, 0.32, 0.12, width, (0.3, 0.95, top, bottom), fig)
@@ -432,10 +438,10 @@ def plot_maps(lat, lon, maps: dict, *, truth: dict | None = None, lat_bounds=Non
                                interpolation="nearest", cmap=cm, norm=norm, zorder=1)
                 im.set_label(name)
                 im.set_gid(f"panel:{panel}")
-                missing = raster.inside & ~np.isfinite(np.asarray(data[name], float)[raster.index])
-                if missing.any():  # cells without a value (unconstrained): the gap colour
-                    gap = np.zeros(missing.shape + (4,))
-                    gap[missing] = style.GAP_COLOUR
+                gap_mask = raster.inside & ~np.isfinite(np.asarray(data[name], float)[raster.index])
+                if gap_mask.any():  # cells without a value (unconstrained): the gap colour
+                    gap = np.zeros(gap_mask.shape + (4,))
+                    gap[gap_mask] = style.GAP_COLOUR
                     ax.imshow(gap, extent=(ex[0] + cx, ex[1] + cx, ex[2] + cy, ex[3] + cy), origin="upper",
                               interpolation="nearest", zorder=1)
                 grat.append((dec["grat"][0] + cx, dec["grat"][1] + cy))
@@ -469,7 +475,7 @@ def plot_maps(lat, lon, maps: dict, *, truth: dict | None = None, lat_bounds=Non
         ax.plot(*_nan_join(outline), color="0.15", lw=0.7, zorder=4)
     if ticks:
         ax.vlines(*(np.concatenate(t) for t in zip(*ticks, strict=True)), color="k", lw=0.5)
-    _legend_strip(sheet, 0.0, ticks=has_ticks, shade=has_shade)
+    _legend_strip(sheet, 0.0, ticks=has_ticks, shade=has_shade, missing=missing)
     if title:
         sheet.fig.suptitle(title, fontsize=style.TITLE_PT, y=1.0 - 0.05 / sheet.fig_h, va="top")
     return sheet.fig
@@ -968,10 +974,8 @@ def plot_uncertainty(grid, fill, unc, *, component: str = "cool", inclination: f
     sig = np.where(np.isfinite(sigma), sigma, np.nan)
     fig = plot_maps(grid.lat, grid.lon, {component: np.asarray(fill, float), "uncertainty": sig},
                     lat_bounds=grid.lat_bounds, lon_bounds=grid.lon_bounds, inclination=inclination,
-                    components=(component,), title=f"{component}-spot filling factor and its 1σ ({unc.method})",
-                    fig=fig)
-    if (~np.isfinite(sigma)).any():
-        fig.text(0.02, 0.99, "grey: unconstrained (never seen)", fontsize=style.FONT_PT, ha="left", va="top")
+                    components=(component,), title=f"{component} spots and 1σ ({unc.method})",
+                    missing_label="unconstrained (never seen)", fig=fig)
     return fig
 
 
