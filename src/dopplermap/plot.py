@@ -323,7 +323,7 @@ def _decor(projection, inclination, phase_lons):
         d["ticks"] = None
         if phase_lons is not None and len(phase_lons):
             d["ticks"] = (np.asarray(phase_lons, float), 93.0, 105.0)
-        d["lon_labels"] = [(lo, -94.0, f"{lo}°", "center", "top") for lo in range(0, 361, 90)]
+        d["lon_labels"] = [(lo, -94.0, f"{lo}°", "center", "top") for lo in range(0, 360, 90)]
         d["lat_labels"] = [(-6.0, la, f"{la}°", "right", "center") for la in range(-90, 91, 45)]
         d["image_extent"] = (0.0, 360.0, -90.0, 90.0)
         d["origin"] = (0.0, 90.0)
