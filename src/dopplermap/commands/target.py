@@ -86,7 +86,7 @@ def run_target(cfg, out: Path, *, plots: bool = True, quiet: bool = True, config
             pre, lc = prob.pre, prob.lightcurve  # built here, once
         t_setup = time.perf_counter() - t0
         with rep.solve("compile + solve", maxiter=inv.maxiter) as callback:
-            res = invert(pre, prob.obs, **prob.invert_kwargs(), callback=callback)
+            res = invert(prob, callback=callback)
         grid, obs = prob.grid, prob.obs
         light_curve = None
         if lc is not None:
