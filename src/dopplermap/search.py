@@ -40,7 +40,7 @@ from .constants import FILL_MIN
 from .errors import DopplermapInputError
 from .geometry import StarParams
 from .model import LineModel, Precomputed
-from .objective import REGULARISERS, Observations, seed_entropy
+from .objective import REGULARISERS, SPOTDIPY_FLOOR, Observations, seed_entropy
 from .problem import Problem, Settings
 from .profiles import ComponentSet, LocalProfile, intensity_ratio, tabulated
 from .solvers import InversionResult, invert
@@ -98,6 +98,9 @@ def regulariser_floor(regulariser: str, pre: Precomputed) -> float:
     ``sum(w) / n_cell * min_{a, b} [a ln(a/m) + b ln(b/m) + (a+b) ln((a+b)/(1-m))]``
     (each cell's term is independent), found here by a 2-D minimisation.
     """
+    if regulariser == "mem_spotdipy":  # increasing in both filling factors above 1e-7/e: infimum at the bounds
+        m, s = FILL_MIN, 2.0 * FILL_MIN
+        return float(2.0 * m * np.log(m / SPOTDIPY_FLOOR) + s * np.log(s / SPOTDIPY_FLOOR))
     if regulariser != "mem":
         return 0.0
     from scipy.optimize import minimize

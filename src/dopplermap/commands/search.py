@@ -100,7 +100,7 @@ problem_options = [
     click.option("--n-epoch", type=int, default=30, show_default=True, help="Demo: epochs."),
     click.option("--n-vel", type=int, default=24, show_default=True, help="Demo: velocities."),
     click.option("--snr", type=float, default=500.0, show_default=True, help="Demo: signal-to-noise."),
-    click.option("--regulariser", type=click.Choice(["mem", "tikhonov"]), default=None,
+    click.option("--regulariser", type=click.Choice(["mem", "mem_spotdipy", "tikhonov"]), default=None,
                  help="Default: the target's [inversion] regulariser, else mem."),
     click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True, help="Output folder."),
 ]
