@@ -37,6 +37,8 @@ class InversionResult:
         model: (n_epoch, n_vel) fitted profiles.
         max_sum_excess: largest ``fssc + fssh - 1`` before the final projection.
         cube_dtype: dtype of the (folded) dense cube the solve used, None for the binned model.
+        fit_components: the spot components fitted, ``("cool", "hot")`` or one of them; an
+            unfitted component's filling factor is held at the floor 1e-5.
 
     Context for result files and figures (optional; filled by
     :func:`dopplermap.io.results.with_context` and by :func:`dopplermap.load_result`):
@@ -80,6 +82,10 @@ class InversionResult:
     extra: dict = dataclasses.field(default_factory=dict)
     chi2_lc: float | None = None  # light-curve reduced chi-square of a joint fit
     cube_dtype: str | None = None
+    fit_components: tuple = ("cool", "hot")
+
+    def __post_init__(self):
+        self.fit_components = tuple(self.fit_components)  # a JSON list after a round trip
 
     @property
     def fssp(self) -> np.ndarray:
@@ -101,9 +107,9 @@ class InversionResult:
         """Scalars as a JSON-ready dict."""
         keys = ("loss", "chi2", "regulariser_value", "lmbd", "regulariser", "iterations", "n_eval",
                 "success", "stop_reason", "compile_time", "solve_time", "max_sum_excess", "solver", "chi2_lc",
-                "cube_dtype")
+                "cube_dtype", "fit_components")
         out = {}
         for k in keys:
             v = getattr(self, k)
-            out[k] = v.item() if isinstance(v, np.generic) else v
+            out[k] = v.item() if isinstance(v, np.generic) else list(v) if isinstance(v, tuple) else v
         return out
