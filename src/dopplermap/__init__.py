@@ -29,7 +29,7 @@ from .profiles import (  # noqa: E402
 from .simulate import DEMO_SPOTS, Simulation, Spot, demo_setup, simulate, spot_map  # noqa: E402
 from .solvers import InversionResult, invert  # noqa: E402
 
-__version__ = "0.1.0"
+from ._version import __version__  # noqa: E402
 
 __all__ = [
     "StarParams", "cell_geometry", "rotation_phase", "SurfaceGrid", "healpix_grid", "latitude_band_grid",
