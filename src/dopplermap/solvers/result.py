@@ -175,8 +175,8 @@ class InversionResult:
         lon = (np.arange(2 * ny) + 0.5) * np.pi / ny
         la, lo = np.meshgrid(lat, lon, indexing="ij")
 
-        def unit(b, l):
-            return np.stack([np.cos(b) * np.cos(l), np.cos(b) * np.sin(l), np.sin(b)], axis=-1)
+        def unit(b, lam):
+            return np.stack([np.cos(b) * np.cos(lam), np.cos(b) * np.sin(lam), np.sin(b)], axis=-1)
 
         _, idx = cKDTree(unit(np.asarray(g.lat), np.asarray(g.lon))).query(unit(la, lo).reshape(-1, 3))
         image = np.asarray(self.fssc, dtype=float)[idx].reshape(la.shape)
