@@ -185,7 +185,7 @@ class InversionResult:
         FigureCanvasAgg(fig)
         ax = fig.add_axes((0.02, 0.22, 0.96, 0.76))
         im = ax.imshow(image, extent=(0, 360, -90, 90), origin="upper", cmap=THUMBNAIL_CMAP, vmin=0.0,
-                       vmax=max(float(np.max(image)), 1e-3), interpolation="nearest", aspect="auto")
+                       vmax=max(float(np.nanmax(image)), 1e-3), interpolation="nearest", aspect="auto")
         ax.set_xticks([])
         ax.set_yticks([])
         cax = fig.add_axes((0.05, 0.14, 0.90, 0.05))  # room below for the tick labels
