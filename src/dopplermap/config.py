@@ -114,6 +114,8 @@ class InversionConfig:
 
 
 UNCERTAINTY_METHODS = ("laplace", "sandwich", "bootstrap")
+# dopplermap.objective.REGULARISERS, spelt out here so that parsing a config needs no JAX
+REGULARISER_NAMES = ("mem", "mem_spotdipy", "tikhonov", "none")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -274,8 +276,9 @@ def _validate(cfg: TargetConfig):
     if gr.n_cell < 8:
         raise DopplermapInputError(f"{s}: [grid] n_cell must be >= 8, got {gr.n_cell!r}")
     inv = cfg.inversion
-    if inv.regulariser not in ("mem", "tikhonov", "none"):
-        raise DopplermapInputError(f"{s}: [inversion] regulariser must be mem, tikhonov or none, got {inv.regulariser!r}")
+    if inv.regulariser not in REGULARISER_NAMES:
+        raise DopplermapInputError(f"{s}: [inversion] regulariser must be one of {', '.join(REGULARISER_NAMES)}, "
+                                   f"got {inv.regulariser!r}")
     if inv.method not in ("auto", "binned", "dense"):
         raise DopplermapInputError(f"{s}: [inversion] method must be 'auto', 'binned' or 'dense', got {inv.method!r}")
     for k in ("lmbd", "line_weight", "lc_weight"):
@@ -381,7 +384,7 @@ kind = "bands"                       # bands | healpix
 n_cell = 2500
 
 [inversion]
-regulariser = "mem"                  # mem | tikhonov | none
+regulariser = "mem"                  # mem (the seed's entropy) | mem_spotdipy (SpotDIPy's normalisation) | tikhonov | none
 lmbd = 1.0                           # regularisation weight lambda
 line_weight = 1.0                    # alpha: weight of the line chi-square
 lc_weight = 1.0                      # delta: weight of the light-curve chi-square
