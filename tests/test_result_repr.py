@@ -98,3 +98,14 @@ def test_progress_is_silent_when_stderr_is_not_a_terminal(capsys):
     captured = capsys.readouterr()
     assert captured.err == "" and captured.out == ""
     assert set(rep.timings) == {"precompute", "solve"}
+
+
+def test_fresh_result_saves_without_with_context(small_problem, fitted, tmp_path):
+    star, grid, *_ = small_problem
+    _, res = fitted
+    dm.save_result(res, tmp_path / "r", plots=False)
+    back = dm.load_result(tmp_path / "r")
+    np.testing.assert_allclose(back.grid.lat, grid.lat)
+    assert back.star.inclination == star.inclination and back.intensities == pytest.approx(res.intensities)
+    np.testing.assert_allclose(back.brightness, res.brightness, rtol=1e-6)
+    assert repr(back).startswith("InversionResult(") and len(repr(back)) < 300
