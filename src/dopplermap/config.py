@@ -68,6 +68,7 @@ class LineConfig:
     macroturbulence: float = 0.0
     radial_fraction: float = 0.5
     equivalent_width: float | None = None
+    ew_method: str = "integrated"
     limb_darkening: str = "linear"
     ld_phot: tuple[float, ...] = (0.6,)
     ld_cool: tuple[float, ...] = (0.6,)
@@ -260,6 +261,8 @@ def _validate(cfg: TargetConfig):
         raise DopplermapInputError(f"{s}: [line] radial_fraction must be in [0, 1], got {ln.radial_fraction!r}")
     if ln.equivalent_width is not None:
         _positive(f"{s}: [line] equivalent_width", ln.equivalent_width)
+    if ln.ew_method not in ("integrated", "gaussian_fit"):
+        raise DopplermapInputError(f"{s}: [line] ew_method must be 'integrated' or 'gaussian_fit', got {ln.ew_method!r}")
     for sec, obj in (("line", ln), ("lightcurve", cfg.lightcurve)):
         for k in ("ld_phot", "ld_cool", "ld_hot"):
             _check_ld(f"{s}: [{sec}] {k}", obj.limb_darkening, getattr(obj, k))
@@ -361,6 +364,7 @@ fwhm_lorentz = 0.0                   # voigt only
 macroturbulence = 0.0                # zeta_RT, km/s (radial-tangential, Gray); 0 = off
 radial_fraction = 0.5                # A_R (A_T = 1 - A_R)
 # equivalent_width = 3.0             # km/s: scale every local profile to this EW
+# ew_method = "integrated"           # integrated (1 - I/Ic over the profile) | gaussian_fit (SpotDIPy's)
 limb_darkening = "linear"            # linear | quadratic | sqrt
 ld_phot = [0.65]
 ld_cool = [0.75]

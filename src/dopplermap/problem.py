@@ -194,7 +194,7 @@ def _line_components(cfg) -> ComponentSet:
     else:
         profiles = [voigt(d, ln.fwhm, ln.fwhm_lorentz) for d in ln.depth]
     if ln.equivalent_width is not None:
-        profiles = [scale_equivalent_width(p, ln.equivalent_width) for p in profiles]
+        profiles = [scale_equivalent_width(p, ln.equivalent_width, ln.ew_method) for p in profiles]
     if ln.macroturbulence > 0:
         profiles = [mu_dependent_profile(p, ln.macroturbulence, resolving_power=ln.resolving_power,
                                          radial_fraction=ln.radial_fraction) for p in profiles]
