@@ -10,9 +10,9 @@ The display (rich, on stderr) shows each step with a spinner and its elapsed tim
 solve shows iteration, loss and reduced chi-square, updated from the solver's per-iteration
 callback (never from inside compiled code). In a Jupyter notebook the same lines are one
 output cell updated in place (IPython's display, no ipywidgets needed). ``quiet=True``
-shows nothing, and neither does a run whose stderr is not a terminal (a log file, CI). Every step is also
-logged through :mod:`logging` (logger ``dopplermap.progress``): INFO when a step ends,
-DEBUG per iteration.
+shows nothing, and neither does a run whose stderr is not a terminal (a log file, CI).
+Every step is also logged through :mod:`logging` (logger ``dopplermap.progress``): INFO
+when a step ends, DEBUG per iteration.
 """
 
 from __future__ import annotations
