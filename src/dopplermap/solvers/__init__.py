@@ -16,7 +16,7 @@ import numpy as np
 
 from ..constants import FILL_MAX, FILL_MIN
 from ..errors import DopplermapInputError
-from ..model import Precomputed, solve_form, with_exact_numerator
+from ..model import Precomputed, setup_of, solve_form, with_exact_numerator
 from ..objective import DEFAULT_PENALTY, REGULARISERS, Layout, Observations
 from ..problem import Problem, Settings
 from .result import InversionResult
@@ -149,7 +149,7 @@ def invert(pre: Precomputed | Problem, obs: Observations | None = None, *, lmbd:
         if callback is not None:  # once, at the end (the loop runs on the device)
             callback(res.iterations, {"loss": res.history["loss"], "chi2": np.asarray([res.chi2]),
                                       "regulariser": np.asarray([res.regulariser_value])})
-        return res
+        return with_setup(res, pre, obs)
     exact_pre, pre = pre, solve_form(pre, resolve_cube_dtype(cube_dtype, tol))
     layout = Layout(pre.n_cell, pre.n_epoch)
     x0 = layout.initial() if x0 is None else np.asarray(x0, dtype=np.float64)
@@ -176,14 +176,25 @@ def invert(pre: Precomputed | Problem, obs: Observations | None = None, *, lmbd:
     final_pre = with_exact_numerator(pre, exact_pre, fssc, fssh)  # float64 values from a float32 cube
     val, _, aux = fn(xf, lm, final_pre, obs) if joint is None else fn(xf, lm, final_pre, obs, joint)
     model = np.asarray(aux[-1])
-    return InversionResult(
+    return with_setup(InversionResult(
         fssc=fssc, fssh=fssh, rv=rv, amp=amp, loss=float(val), chi2=float(aux[0]),
         regulariser_value=float(aux[1]), lmbd=float(lmbd), regulariser=regulariser,
         iterations=int(res.nit), n_eval=int(res.nfev), success=bool(res.success),
         stop_reason=str(res.message), compile_time=timing["trace_lower"] + timing["compile"],
         solve_time=solve_time, history=history, model=model, max_sum_excess=excess, solver=solver,
         chi2_lc=float(aux[3]) if joint is not None else None, cube_dtype=_cube_dtype(pre),
-        fit_components=fit_components)
+        fit_components=fit_components), exact_pre, obs)
+
+
+def with_setup(res: InversionResult, pre: Precomputed, obs: Observations) -> InversionResult:
+    """``res`` with ``obs`` and, for a model from :func:`dopplermap.precompute`, its grid, star and
+    continuum intensities (what figures and result files need)."""
+    changes = {"obs": obs}
+    setup = setup_of(pre)
+    if setup is not None:
+        grid, star, components = setup
+        changes.update(grid=grid, star=star, intensities=tuple(float(c.intensity) for c in components))
+    return dataclasses.replace(res, **changes)
 
 
 def joint_arguments(pre: Precomputed, lightcurve, line_weight: float, lc_weight: float, dtype):
