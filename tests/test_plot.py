@@ -182,8 +182,10 @@ def test_no_pyplot_or_backend_switch_in_the_library():
 
 def test_hot_panel_only_when_hot_spots_are_fitted(res):
     cool_only = dataclasses.replace(res, fssh=np.full_like(res.fssh, 1e-5), truth=None)
-    assert plot.fitted_components(cool_only) == ("cool",)
+    assert plot.fitted_components(cool_only) == ("cool",)  # hot at the floor everywhere
     assert plot.fitted_components(res) == ("cool", "hot")
+    if "fit_components" in {f.name for f in dataclasses.fields(res)}:  # flagged not fitted
+        assert plot.fitted_components(dataclasses.replace(res, fit_components=("cool",))) == ("cool",)
     for r, expect in ((cool_only, {"cool", "brightness"}), (res, {"cool", "hot", "brightness"})):
         fig = plot.result_figures(r)["map_mollweide"]()
         drawn = {im.get_label() for im in fig.axes[0].images if (im.get_gid() or "").startswith("panel:")}

@@ -43,21 +43,16 @@ _FILL = {"cool": "fssc", "hot": "fssh"}
 
 
 def fitted_components(result) -> tuple[str, ...]:
-    """The spot components a result fitted: ``("cool", "hot")`` or ``("cool",)``.
+    """The spot components worth drawing for a result: ``("cool", "hot")`` or ``("cool",)``.
 
-    A result says so itself when its config or extra has ``"components"``; otherwise hot
-    spots count as not fitted when every hot filling factor sits at the floor
-    (``FILL_MIN``): a hot panel would only show the bound.
+    A component the fit did not free (``result.fit_components``) is left out, and so is the
+    hot component when every hot filling factor sits at the floor (``FILL_MIN``): a hot
+    panel would only show the bound.
     """
-    for d in (getattr(result, "config", None) or {}, getattr(result, "extra", None) or {}):
-        if d.get("components"):
-            comps = tuple(d["components"])
-            bad = [c for c in comps if c not in _FILL]
-            if bad:
-                raise DopplermapInputError(f"components must be among {tuple(_FILL)}, got {comps!r}")
-            return comps
-    fssh = np.asarray(result.fssh, float)
-    return ("cool", "hot") if np.any(fssh > 2.0 * FILL_MIN) else ("cool",)
+    comps = tuple(getattr(result, "fit_components", None) or ("cool", "hot"))
+    if "hot" in comps and not np.any(np.asarray(result.fssh, float) > 2.0 * FILL_MIN):
+        comps = tuple(c for c in comps if c != "hot")
+    return _check_components(comps or ("cool",))
 
 
 def _check_components(components) -> tuple[str, ...]:
@@ -1036,7 +1031,8 @@ def result_figures(result, *, n_views: int = 6, max_profiles: int = 24, componen
         lph = (np.asarray(lc["times"], float) - star.t0) / star.period  # unwrapped: one curve per rotation
         out["light_curve"] = lambda: plot_light_curve(lph, lc["flux"], lc["model"], err=lc.get("err"))
     if result.history and len(result.history.get("loss", ())):
-        label = {"mem": "entropy term", "tikhonov": "Tikhonov term"}.get(result.regulariser, "regulariser")
+        label = {"mem": "entropy term", "mem_spotdipy": "entropy term (SpotDIPy)",
+                 "tikhonov": "Tikhonov term"}.get(result.regulariser, "regulariser")
         out["convergence"] = lambda: plot_convergence(result.history, regulariser_label=label)
     return out
 
