@@ -95,10 +95,11 @@ def _globe_data(folder: Path, summary: dict) -> dict:
             latb = np.radians(np.stack([m["LAT_MIN"], m["LAT_MAX"]], axis=1).astype(float))
             lonb = np.radians(np.stack([m["LON_MIN"], m["LON_MAX"]], axis=1).astype(float))
         values = {"cool": np.asarray(m["FSSC"], float), "hot": np.asarray(m["FSSH"], float)}
+        fitted = str(hdul["MAP"].header.get("FITCOMP", "cool,hot")).split(",")
         bright = np.asarray(m["BRIGHT"], float)
         if np.all(np.isfinite(bright)):
             values = {"brightness": bright, **values}
-    if np.all(values["hot"] <= 2e-5):  # hot spots not fitted: nothing to paint
+    if "hot" not in fitted or np.all(values["hot"] <= 2e-5):  # hot spots not fitted: nothing to paint
         values.pop("hot")
     raster = _raster(lat, lon, latb, lonb, "rect", 180)
     quantities = []
