@@ -83,6 +83,7 @@ def test_every_function_returns_a_figure_and_takes_fig_or_ax(res):
     assert plot.plot_map(g.lat, g.lon, res.fssh, quantity="hot", ax=ax2, lat_bounds=g.lat_bounds,
                          lon_bounds=g.lon_bounds) is fig
     assert ax2.images and ax2.images[0].get_cmap().name.startswith(style.CMAPS["hot"])
+    assert ax2.images[0].get_cmap().get_bad()[3] == 0  # outside the ellipse stays transparent, not grey
     # notebook use: the figures of a result, nothing written
     figs = plot.result_figures(res)
     assert set(figs) == {"map_mollweide", "map_rect", "orthographic", "profiles", "dynamic_spectrum",

@@ -493,9 +493,15 @@ def plot_map(lat, lon, values, *, quantity: str = "cool", ax=None, lat_bounds=No
     dec = _decor("mollweide", inclination, None)
     lo, hi = _limits(quantity, [values])
     with style.context():
-        im = ax.imshow(raster.image(values), extent=dec["image_extent"], origin="upper", cmap=style.cmap(quantity),
+        cm = style.cmap(quantity).with_extremes(bad=(0.0, 0.0, 0.0, 0.0))  # outside the map: transparent
+        im = ax.imshow(raster.image(values), extent=dec["image_extent"], origin="upper", cmap=cm,
                        norm=_norm(lo if vmin is None else vmin, hi if vmax is None else vmax), zorder=1)
         im.set_label(quantity)
+        gap_mask = raster.inside & ~np.isfinite(np.asarray(values, float)[raster.index])
+        if gap_mask.any():  # cells without a value: the gap colour
+            gap = np.zeros(gap_mask.shape + (4,))
+            gap[gap_mask] = style.GAP_COLOUR
+            ax.imshow(gap, extent=dec["image_extent"], origin="upper", zorder=1)
         ax.plot(*dec["grat"], zorder=3, **_GRAT)
         ax.plot(*dec["outline"], color="0.15", lw=0.7, zorder=4)
         if dec["shade"] is not None:
