@@ -58,6 +58,13 @@ def _texts(fig):
 def test_every_function_returns_a_figure_and_takes_fig_or_ax(res):
     from matplotlib.figure import Figure
 
+    from dopplermap import search
+    from dopplermap.uncertainty import Uncertainty
+
+    unc = Uncertainty(sigma_fssc=0.1 + res.fssc, sigma_fssh=0.1 + res.fssh, method="x",
+                      never_visible=np.zeros(res.fssc.size, bool), time=0.0)
+    rows = [dict(inclination=i, vsini=v, chi2_total=i + v) for i in (50.0, 60.0) for v in (38.0, 40.0)]
+
     g, obs = res.grid, res.obs
     ph = np.asarray(obs.times) / res.star.period
     flux = np.asarray(obs.flux)
@@ -72,6 +79,8 @@ def test_every_function_returns_a_figure_and_takes_fig_or_ax(res):
                                                               res.light_curve["flux"], res.light_curve["model"],
                                                               fig=fig),
         "plot_convergence": lambda fig: plot.plot_convergence(res.history, fig=fig),
+        "plot_uncertainty": lambda fig: plot.plot_uncertainty(g, res.fssc, unc, fig=fig),
+        "search.plot_grid": lambda fig: search.plot_grid(rows, ["inclination", "vsini"], fig=fig),
     }
     for name, call in calls.items():
         mine = style.new_figure(5.0, 4.0)
