@@ -5,7 +5,7 @@ small real data set). The result is built without a solve (the model of the true
 only the writing is timed. In the same process, each repeated ``--repeat`` times (best of):
 
   * before: the result files (FITS, JSON) then every figure with the plotting code of
-    ``--before`` (a git revision; default the merge base with main), one after the other;
+    ``--before`` (a git revision; default c4eba38, the last with the old figures), one after the other;
   * after: ``save_result`` with figures (this tree's plot.py), threads 1 and the default;
   * after + report: the same, then ``report.html``.
 
@@ -91,12 +91,13 @@ def timed(fn, repeat):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--before", default=None, help="git revision of the 'before' plot.py (default: merge-base main)")
+    ap.add_argument("--before", default="c4eba38",
+                    help="git revision of the 'before' plot.py (default: the last one with the old figures)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     root = Path(__file__).resolve().parents[1]
-    rev = args.before or subprocess.run(["git", "merge-base", "HEAD", "main"], capture_output=True, text=True,
-                                        cwd=root, check=True).stdout.strip()
+    rev = subprocess.run(["git", "rev-parse", args.before], capture_output=True, text=True, cwd=root,
+                         check=True).stdout.strip()
 
     from astropy.io import fits
 
