@@ -178,3 +178,15 @@ def test_report_in_headless_chromium(folder, browser, tmp_path):
         keep.mkdir(parents=True, exist_ok=True)
         for p in tmp_path.glob("globe_*.png"):
             shutil.copy(p, keep / p.name)
+
+
+def test_demo_writes_the_report_unless_asked_not_to(tmp_path):
+    from dopplermap.cli import main
+
+    for flags, expect in (([], True), (["--no-report"], False)):
+        out = tmp_path / ("with" if expect else "without")
+        assert main(["demo", "--n-cell", "300", "--out", str(out), "--no-plots", "--quiet", *flags]) == 0
+        assert (out / "report.html").is_file() == expect
+        if expect:
+            text = (out / "report.html").read_text()
+            assert "No figures in this folder" in text and 'id="globe-data"' in text
