@@ -343,7 +343,7 @@ def _norm(vmin, vmax):
     return Normalize(vmin=vmin, vmax=vmax)
 
 
-def _legend_strip(sheet, y, *, ticks: bool, shade: bool, missing: str | None = None):
+def _legend_strip(sheet, *, ticks: bool, shade: bool, missing: str | None = None):
     """Explain the phase ticks, the hatched band and grey cells, in one line under the panels."""
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
@@ -470,7 +470,7 @@ def plot_maps(lat, lon, maps: dict, *, truth: dict | None = None, lat_bounds=Non
         ax.plot(*_nan_join(outline), color="0.15", lw=0.7, zorder=4)
     if ticks:
         ax.vlines(*(np.concatenate(t) for t in zip(*ticks, strict=True)), color="k", lw=0.5)
-    _legend_strip(sheet, 0.0, ticks=has_ticks, shade=has_shade, missing=missing)
+    _legend_strip(sheet, ticks=has_ticks, shade=has_shade, missing=missing)
     if title:
         sheet.fig.suptitle(title, fontsize=style.TITLE_PT, y=1.0 - 0.05 / sheet.fig_h, va="top")
     return sheet.fig
