@@ -727,7 +727,7 @@ def plot_profiles(vels, phases, obs, model, *, err=None, spotless=None, max_prof
         axr.text(xb + 0.02 * span, yb, f"{bar:g}", fontsize=style.FONT_PT, va="center", ha="left", clip_on=False)
         axr.set_ylim(-step, step * sel.size)
         ax.set_ylim(cont - depth - step, cont + (sel.size + 0.6) * step)
-        ax.set_xlim(vels[0], vels[-1] + 0.3 * span)
+        ax.set_xlim(vels[0], vels[-1] + 0.36 * span)
         ax.set_xlabel("velocity (km/s)")
         ax.set_ylabel("normalised intensity + offset")
         shown = f"{sel.size} of {phases.size} epochs" if sel.size < phases.size else f"{phases.size} epochs"
@@ -738,6 +738,8 @@ def plot_profiles(vels, phases, obs, model, *, err=None, spotless=None, max_prof
         axr.set_ylabel(f"residual × {mag:g} + offset (bar: {bar:g})")
         axr.set_yticks([])
         axr.set_title("observed − model" + (", ±1σ grey" if err is not None else ""))
+        for a in (ax, axr):  # no velocity ticks over the label column / scale bar
+            a.set_xticks([t for t in a.get_xticks() if vels[0] - 1e-9 <= t <= vels[-1] + 1e-9])
     return fig
 
 
