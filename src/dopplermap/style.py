@@ -167,7 +167,12 @@ def _colormap(name: str):
 
 
 def context():
-    """``rc_context`` with :data:`RC`: wrap figure creation and saving in it."""
+    """``rc_context`` with :data:`RC`: wrap figure creation and saving in it.
+
+    ``rcParams`` is one dict per process, so to draw from several threads enter this once
+    around them all (as :func:`dopplermap.plot.plot_result` does): the threads' own
+    contexts then set and restore the same values.
+    """
     import matplotlib
 
     return matplotlib.rc_context(RC)
