@@ -56,8 +56,8 @@ _STAR_LABELS = {"inclination": "inclination (deg)", "vsini": "v sin i (km/s)", "
 def _fmt(v) -> str:
     if isinstance(v, bool) or v is None:
         return "—" if v is None else ("yes" if v else "no")
-    if isinstance(v, float):
-        return f"{v:.6g}"
+    if isinstance(v, float):  # Julian dates keep their decimals
+        return f"{v:.12g}" if abs(v) >= 1e5 else f"{v:.6g}"
     return str(v)
 
 
