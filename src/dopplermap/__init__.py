@@ -19,7 +19,7 @@ import types
 
 from .errors import DopplermapError, DopplermapInputError, DopplermapWarning, MissingFileError
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 # public name -> submodule that defines it (imported when the name is first used)
 _LAZY = {

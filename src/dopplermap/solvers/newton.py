@@ -477,8 +477,8 @@ def compile_newton(x0, lo, hi, spacing, tol, lmbd, pre, obs, joint=None, *, regu
 def invert_newton(pre: Precomputed, obs: Observations, *, lmbd: float = 1.0, regulariser: str = "mem", x0=None,
                   tol: float = 1e-8, maxiter: int = 1000, fit_rv: bool = True, fit_amp: bool = True,
                   penalty: float = DEFAULT_PENALTY, cube_dtype: str | None = "auto", lightcurve=None,
-                  line_weight: float = 1.0, lc_weight: float = 1.0, max_cg: int = DEFAULT_MAX_CG,
-                  n_probe: int = DEFAULT_PROBES) -> InversionResult:
+                  line_weight: float = 1.0, lc_weight: float = 1.0, fit_components=("cool", "hot"),
+                  max_cg: int = DEFAULT_MAX_CG, n_probe: int = DEFAULT_PROBES) -> InversionResult:
     """:func:`dopplermap.invert` with ``solver="newton"``: the projected Gauss-Newton-CG solve.
 
     Same problem, bounds, start and tolerance semantics (``tol`` = ftol = gtol) as the
@@ -493,7 +493,7 @@ def invert_newton(pre: Precomputed, obs: Observations, *, lmbd: float = 1.0, reg
     x0 = layout.initial() if x0 is None else np.asarray(x0, dtype=np.float64)
     if x0.shape != (layout.size,):
         raise DopplermapInputError(f"x0 must have shape ({layout.size},) = 2 n_cell + 2 n_epoch, got {x0.shape}")
-    lo, hi = bounds(layout, fit_rv=fit_rv, fit_amp=fit_amp, x0=x0)
+    lo, hi = bounds(layout, fit_rv=fit_rv, fit_amp=fit_amp, x0=x0, fit_components=fit_components)
     xj = jnp.asarray(np.clip(x0, lo, hi))
     lo_j, hi_j = jnp.asarray(lo), jnp.asarray(hi)
     lm = jnp.asarray(lmbd, dtype=xj.dtype)
@@ -526,4 +526,4 @@ def invert_newton(pre: Precomputed, obs: Observations, *, lmbd: float = 1.0, reg
         history={"loss": np.asarray(r.history)[:n_it], "passes": np.asarray(r.passes_history)[:n_it]},
         model=np.asarray(aux[-1]), max_sum_excess=excess, solver="newton",
         chi2_lc=float(aux[3]) if joint is not None else None, cube_dtype=_cube_dtype(pre),
-        extra={"passes": passes})
+        fit_components=tuple(fit_components), extra={"passes": passes})
