@@ -38,11 +38,13 @@ def _rel(a, b):
     return (a - b) / abs(b)
 
 
-@pytest.mark.parametrize("fit_rv,fit_amp", [(True, True), (False, True), (True, False)])
-def test_reaches_the_tight_scipy_loss_and_respects_bounds(problem, fit_rv, fit_amp):
+@pytest.mark.parametrize("fit_rv,fit_amp,comps", [(True, True, ("cool", "hot")), (False, True, ("cool", "hot")),
+                                                   (True, False, ("cool", "hot")), (True, True, ("cool",))])
+def test_reaches_the_tight_scipy_loss_and_respects_bounds(problem, fit_rv, fit_amp, comps):
     _, _, pre, sim = problem
-    ref = dm.invert(pre, sim.obs, lmbd=1.0, fit_rv=fit_rv, fit_amp=fit_amp, **TIGHT)
-    res = dm.invert(pre, sim.obs, lmbd=1.0, fit_rv=fit_rv, fit_amp=fit_amp, tol=1e-9, solver="newton")
+    kw = dict(lmbd=1.0, fit_rv=fit_rv, fit_amp=fit_amp, fit_components=comps)
+    ref = dm.invert(pre, sim.obs, **kw, **TIGHT)
+    res = dm.invert(pre, sim.obs, **kw, tol=1e-9, solver="newton")
     assert res.solver == "newton" and res.success, res.stop_reason
     assert _rel(res.loss, ref.loss) <= 1e-7, (res.loss, ref.loss)
     for f in (res.fssc, res.fssh):
@@ -52,6 +54,8 @@ def test_reaches_the_tight_scipy_loss_and_respects_bounds(problem, fit_rv, fit_a
         assert np.all(res.rv == 0.0)
     if not fit_amp:
         assert np.all(res.amp == 0.0)
+    if comps == ("cool",):
+        assert np.all(res.fssh == FILL_MIN) and res.fit_components == ("cool",)
     # far fewer objective passes than L-BFGS-B's evaluations at the tight tolerance
     assert res.n_eval == res.extra["passes"]["total"] < ref.n_eval
 
