@@ -201,8 +201,7 @@ def projected_newton(residual: Callable, smooth: Callable, x0, lower, upper, *ar
         def gn(v):  # 2 J'J v
             return 2.0 * jt(jv(v)[0])
 
-        g = 2.0 * jt(r) + grad_sm(x)
-        return jnp.vdot(r, r) + sm(x), g, jt, gn
+        return r, jt, gn
 
     def pgnorm(x, g):
         return jnp.max(jnp.abs(x - jnp.clip(x - g, lower, upper)))
@@ -210,12 +209,21 @@ def projected_newton(residual: Callable, smooth: Callable, x0, lower, upper, *ar
     key = jax.random.PRNGKey(seed)
     m_shape = jax.eval_shape(res, x0).shape
 
-    def probes(jt):  # diag(2 J'J) from random-sign probes (once, at x0)
-        def one(i, acc):
-            u = jax.random.rademacher(jax.random.fold_in(key, i), m_shape, dtype)
-            return acc + jt(u) ** 2
+    def gradient_and_probes(x, r, jt, first):
+        """The gradient ``2 J'r + grad S`` and, at the first iteration, ``diag(2 J'J)`` from
+        random-sign probes: all through one loop over ``J'`` (one copy of the backward pass
+        in the compiled program instead of two)."""
+        n_vec = 1 + jnp.where(first, n_probe, 0)
 
-        return 2.0 * jax.lax.fori_loop(0, n_probe, one, jnp.zeros(n, dtype)) / n_probe
+        def one(c):
+            i, jr, acc = c
+            u = jnp.where(i == 0, r, jax.random.rademacher(jax.random.fold_in(key, i), m_shape, dtype))
+            out = jt(u)
+            return i + 1, jnp.where(i == 0, out, jr), acc + jnp.where(i == 0, 0.0, out * out)
+
+        zero = jnp.zeros(n, dtype)
+        _, jr, acc = jax.lax.while_loop(lambda c: c[0] < n_vec, one, (jnp.zeros((), jnp.int32), zero, zero))
+        return 2.0 * jr + grad_sm(x), 2.0 * acc / max(n_probe, 1)
 
     def precond(x, d_gn):
         m = d_gn + _block_diagonal(lambda v: hvp_sm(x, v), blocks, n, dtype)
@@ -299,9 +307,11 @@ def projected_newton(residual: Callable, smooth: Callable, x0, lower, upper, *ar
             x, g_left, g_right = kink_step(x, KINK_NUDGE * kink_spacing, *args)
             x = jnp.clip(x, lower0, upper0)
         # one linearisation per iteration: loss, gradient and the Gauss-Newton product at x
-        f, g, jt, gn = linearise(x)
+        r, jt, gn = linearise(x)
+        f = jnp.vdot(r, r) + sm(x)
         first = st["it"] == 0
-        d_gn = jax.lax.cond(first, lambda: probes(jt), lambda: st["d_gn"])
+        g, d_probe = gradient_and_probes(x, r, jt, first)
+        d_gn = jnp.where(first, d_probe, st["d_gn"])
         gf0 = jnp.where(first, jnp.linalg.norm(jnp.where(fixed, 0.0, g)), st["gf0"])
         if kinks:
             lower, upper, g, at_v = _pieces(x, g, g_left, g_right, lower0, upper0, kink_spacing)
