@@ -82,7 +82,7 @@ def write_small_dataset(root: Path, n_epoch: int = 8, n_vel: int = 47, n_cell: i
     v_tab, tab = ex.synthetic_local_profiles()
     (root / "local").mkdir(parents=True, exist_ok=True)
     for k, i in tab.items():
-        (root / "local" / f"{k}.txt").write_text("\n".join(f"{a:.4f} {b:.8f}" for a, b in zip(v_tab, i)) + "\n")
+        (root / "local" / f"{k}.txt").write_text("\n".join(f"{a:.4f} {b:.8f}" for a, b in zip(v_tab, i, strict=True)) + "\n")
     intrinsic = [dm.tabulated(v_tab, tab[k]) for k in ("phot", "cool", "hot")]
     lds = [dm.LimbDarkening("linear", (ex.LD_LINE[k],)) for k in ("phot", "cool", "hot")]
     comps = dm.ComponentSet.from_temperatures(ex.T_PHOT, ex.T_COOL, ex.T_HOT, ex.LAMBDA_NM, intrinsic, lds)
@@ -177,7 +177,7 @@ def run_small(work, ver):
 def make_table(result) -> str:
     """Markdown table of a run (the parts are re-derived from the raw figures in ``result``)."""
     ver = result["version_s"]
-    lines = [f"| run | wall s | start-up | read + set-up | compile | solve | write + rest | it | loss | x seed |",
+    lines = ["| run | wall s | start-up | read + set-up | compile | solve | write + rest | it | loss | x seed |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in result["seed"]:
         tag = f"{r['n_cell']} x {r['n_epoch']} x {r['n_vel']}"

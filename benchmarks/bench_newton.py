@@ -22,7 +22,6 @@ import platform
 import sys
 import time
 
-import numpy as np
 from _common import write_json  # benchmarks/ is the script's folder
 
 SIZES = {"seed": dict(n_cell=2500, n_epoch=150, n_vel=32), "large": dict(n_cell=4010, n_epoch=150, n_vel=41)}

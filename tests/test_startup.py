@@ -16,13 +16,12 @@ SRC = str(Path(dopplermap.__file__).resolve().parents[1])
 
 # runs the CLI in-process in a fresh interpreter, then reports its exit status and which
 # heavy modules were imported
-_PROBE = """
+_PROBE = f"""
 import json, sys
 from dopplermap.cli import main
 rc = main(sys.argv[1:])
-print(json.dumps({"rc": rc, "heavy": [m for m in %r if m in sys.modules],
-                  "x64": bool(sys.modules["jax"].config.jax_enable_x64) if "jax" in sys.modules else None}))
-""" % (HEAVY,)
+print(json.dumps({{"rc": rc, "heavy": [m for m in {HEAVY!r} if m in sys.modules]}}))
+"""
 
 
 def _run(code: str, *args: str, cwd=None) -> dict:

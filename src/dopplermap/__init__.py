@@ -17,9 +17,8 @@ import importlib
 import sys
 import types
 
-from .errors import DopplermapError, DopplermapInputError, DopplermapWarning, MissingFileError
-
 from ._version import __version__
+from .errors import DopplermapError, DopplermapInputError, DopplermapWarning, MissingFileError
 
 # public name -> submodule that defines it (imported when the name is first used)
 _LAZY = {

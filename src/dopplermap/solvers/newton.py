@@ -37,7 +37,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
