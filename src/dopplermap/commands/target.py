@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import glob
 import os
 import time
 from pathlib import Path
@@ -44,19 +43,6 @@ def _components(cfg):
     return ComponentSet(*[Component(p, ld, i) for p, ld, i in zip(profiles, lds, inten, strict=True)])
 
 
-def _profile_files(cfg):
-    files = []
-    for pat in cfg.data.profiles:
-        full = str(cfg.path(pat))
-        hits = sorted(glob.glob(full)) if glob.has_magic(full) else ([full] if Path(full).is_file() else [])
-        if not hits:
-            raise DopplermapInputError(f"{cfg.source}: [data] profiles: nothing matches {pat!r} (looked for {full})")
-        files.extend(hits)
-    if len(set(files)) != len(files):
-        raise DopplermapInputError(f"{cfg.source}: [data] profiles: some files are matched by more than one pattern")
-    return files
-
-
 def build_problem(cfg):
     """Everything :func:`dopplermap.invert` needs for a :class:`~dopplermap.config.TargetConfig`.
 
@@ -66,19 +52,11 @@ def build_problem(cfg):
     from ..broadening import apply_cell_factors
     from ..geometry import StarParams
     from ..grid import make_grid
-    from ..io.lsd import load_observations, read_lsd
+    from ..io.lsd import load_profiles
     from ..model import precompute
 
-    files = _profile_files(cfg)
     d = cfg.data
-    vels = None
-    if d.velocity_range is not None:
-        v0 = read_lsd(files[0], d.format).vels
-        vels = v0[(v0 >= d.velocity_range[0]) & (v0 <= d.velocity_range[1])]
-        if vels.size < 3:
-            raise DopplermapInputError(f"{cfg.source}: [data] velocity_range {list(d.velocity_range)} keeps {vels.size} points of {files[0]}")
-    obs = load_observations(files, times_table=cfg.path(d.times_table) if d.times_table else None,
-                            time_pattern=d.time_pattern, vels=vels, fmt=d.format, normalise=True)
+    obs, files = load_profiles(cfg)
     s = cfg.star
     star = StarParams(inclination=s.inclination, vsini=s.vsini, period=s.period, t0=s.t0, domega=s.domega,
                       radius=s.radius)
