@@ -10,8 +10,16 @@ import pytest
 import dopplermap as dm
 from dopplermap.errors import DopplermapInputError, DopplermapWarning
 from dopplermap.io.lightcurve import read_lightcurve, write_lightcurve
-from dopplermap.io.lsd import (load_observations, read_epochs_table, read_local_profile, read_lsd, read_times_table,
-                               resample, times_from_pattern, write_lsd)
+from dopplermap.io.lsd import (
+    load_observations,
+    read_epochs_table,
+    read_local_profile,
+    read_lsd,
+    read_times_table,
+    resample,
+    times_from_pattern,
+    write_lsd,
+)
 
 LOPEG = Path(__file__).resolve().parents[2] / "shared" / "data" / "lopeg"
 
@@ -214,7 +222,8 @@ def test_fits_columns_by_name_or_refused(tmp_path):
 
 
 # ---- epochs: tables, systemic velocity, window ------------------------------------------
-def _line_files(tmp_path, centres, v=np.arange(-200.0, 200.1, 1.8)):
+def _line_files(tmp_path, centres):
+    v = np.arange(-200.0, 200.1, 1.8)
     paths = []
     for k, c in enumerate(centres):
         p = tmp_path / f"ep{k}.prof"
