@@ -92,6 +92,7 @@ def _zdipy_model():
     ("no_count.lsd", _donati(7, count=False)),                        # title, no count line
     ("bare.lsd", _donati(7, title=None, count=False)),                # numbers only (SpecpolFlow reads these)
     ("comments.lsd", "# reduced with LSDpy\n# mask: t4500g45\n" + _donati(3, title=None)),
+    ("dated_title.lsd", _donati(7, title="2014 Aug 16 LO Peg 02")),  # a title starting with a number
     ("trailing.lsd", _donati(7, trailer="\n\n   \n")),                # trailing blank lines
     ("lsdpy.lsd", _lsdpy()),
     ("zdipy.model", _zdipy_model()),
@@ -153,6 +154,7 @@ GOOD = "***LSD profile\n 4 2\n-10 1.0 0.01\n-5 0.9 0.01\n0 0.8 0.01\n5 0.95 0.01
     (GOOD.replace(" 4 2", "four 2"), r"bad\.lsd:2: expected a count line 'N_points N_columns' or data"),
     (GOOD.replace("-5 0.9", "-15 0.9"), r"bad\.lsd:4: velocities must increase"),
     (GOOD.replace(" 4 2\n", ""), None),  # no count line: fine
+    (GOOD.replace(" 4 2\n", "").replace("-10 1.0", "-10 abc"), r"bad\.lsd:2: non-numeric value 'abc'"),  # not a title
 ])
 def test_donati_rejects_corrupt_files(tmp_path, text, match):
     (tmp_path / "bad.lsd").write_text(text)
@@ -435,3 +437,42 @@ def test_lightcurve_rejects_corrupt(tmp_path, text, match):
     (tmp_path / "bad.csv").write_text(text)
     with pytest.raises(ValueError, match=match):
         read_lightcurve(tmp_path / "bad.csv")
+
+
+# ---- configuration keys of the readers ------------------------------------------------------
+def _cfg(**over):
+    from dopplermap.config import parse_config
+
+    t = {"data": {"profiles": ["*.lsd"], "times_table": "t.csv"}, "star": {"inclination": 60.0, "vsini": 40.0, "period": 2.0},
+         "temperatures": {"phot": 5000.0, "cool": 4000.0, "hot": 5000.0}, "line": {"wavelength_nm": 600.0}}
+    for sec, kv in over.items():
+        t[sec].update(kv)
+    return parse_config(t, source="t.toml")
+
+
+def test_config_reader_keys():
+    cfg = _cfg(star={"systemic_velocity": -19.8}, data={"fits_columns": ["VEL", "I", "ERR"], "velocity_range": [-80.0, 80.0]})
+    assert cfg.star.systemic_velocity == -19.8 and cfg.data.fits_columns == ("VEL", "I", "ERR")
+    assert _cfg().star.systemic_velocity == 0.0 and _cfg().data.fits_columns is None
+    for over, match in [({"star": {"systemic_velocity": -19800.0}}, r"t\.toml: \[star\] systemic_velocity -19800\.0 km/s"),
+                        ({"star": {"systemic_velocity": "fast"}}, r"t\.toml: \[star\] systemic_velocity must be a number"),
+                        ({"data": {"fits_columns": ["VEL", "I"]}}, r"t\.toml: \[data\] fits_columns must name 3 different")]:
+        with pytest.raises(DopplermapInputError, match=match):
+            _cfg(**over)
+
+
+def test_load_profiles_from_a_target(tmp_path):
+    from dopplermap.config import parse_config
+    from dopplermap.io.lsd import load_profiles
+
+    paths = _line_files(tmp_path, [-19.8, -19.8, -19.8])
+    (tmp_path / "t.csv").write_text("".join(f"{p.name} {2459000.5 + k}\n" for k, p in enumerate(paths)))
+    t = {"data": {"profiles": ["ep*.prof"], "times_table": "t.csv", "velocity_range": [-80.0, 80.0]},
+         "star": {"inclination": 60.0, "vsini": 40.0, "period": 2.0, "systemic_velocity": -19.8},
+         "temperatures": {"phot": 5000.0, "cool": 4000.0, "hot": 5000.0}, "line": {"wavelength_nm": 600.0}}
+    obs, files = load_profiles(parse_config(t, source=str(tmp_path / "t.toml"), base_dir=str(tmp_path)))
+    u = np.asarray(obs.vels)
+    assert len(files) == 3 and u[0] >= -80 and u[-1] <= 80 and abs(u[np.argmin(np.asarray(obs.flux)[0])]) < 1
+    t["data"]["velocity_range"] = [300.0, 400.0]
+    with pytest.raises(DopplermapInputError, match=r"t\.toml: \[data\] velocity_range \[300\.0, 400\.0\]: the files share less"):
+        load_profiles(parse_config(t, source=str(tmp_path / "t.toml"), base_dir=str(tmp_path)))

@@ -172,7 +172,8 @@ def _parse_columns(path: Path, text: list[str], *, fmt: str, min_cols: int, what
             continue
         toks = _split(s)
         if not rows and count is None:
-            if s.startswith("***") or not _is_number(toks[0]):
+            if s.startswith("***") or not _is_number(toks[0]) or (
+                    not all(map(_is_number, toks)) and _next_is_count(text, ln)):
                 if title_seen:
                     raise DopplermapInputError(f"{path}:{ln}: expected a count line 'N_points N_columns' or data "
                                                f"({what}) after the title line, got {s[:60]!r}")
@@ -218,6 +219,13 @@ def _parse_columns(path: Path, text: list[str], *, fmt: str, min_cols: int, what
         warn(f"{path}: {n_col} columns is not a standard LSD layout ({', '.join(f'{k}: {v}' for k, v in _LAYOUTS.items())}); "
              f"read column 1 as velocity, 2 as Stokes I and 3 as its error: check that is right")
     return rows, lines, n_col
+
+
+def _next_is_count(text, ln) -> bool:
+    """Whether the content line after line ``ln`` is a count line (a title such as
+    '2014 Aug 16 LO Peg' starts with a number; a corrupt data row is not followed by one)."""
+    nxt = next((_split(t) for t in text[ln:] if t.strip() and not t.strip().startswith("#")), None)
+    return nxt is not None and _is_count_line(nxt)
 
 
 def _looks_like_count(text, ln, toks) -> bool:
