@@ -74,7 +74,8 @@ def _lsdpy(cols=7):
     """LSDpy / SpecpolFlow LSD.save: one header line, ' npix 6', rows '{:>12.6f} {:>13.6e} ...'."""
     data = (_V, _I, _SI, _VV, _SV, -_VV, _SV)
     rows = "\n".join(f"{r[0]:>12.6f}" + "".join(f" {x:>13.6e}" for x in r[1:cols]) for r in zip(*data, strict=True))
-    return f"#LSDpy profile of obs.s with mask.dat\n {N} {cols - 1}\n" + rows + "\n"
+    title = "***LSD profile normalizing: d=0.200 lande=1.200 wl= 500.0 (I norm weight 0.200, V norm weight 120.000)"
+    return f"{title}\n {N} {cols - 1}\n" + rows + "\n"
 
 
 def _zdipy_model():
@@ -131,11 +132,16 @@ def test_old_total_column_count_reads_with_a_warning(tmp_path):
     assert np.allclose(p.flux, _I)
 
 
-def test_unusual_column_count_warns(tmp_path):
-    rows = "\n".join(f"{v} {i} {s} 0 0 0" for v, i, s in zip(_V, _I, _SI, strict=True))
-    (tmp_path / "six.lsd").write_text(f"***six\n {N} 5\n{rows}\n")
-    with pytest.warns(DopplermapWarning, match=r"six\.lsd: 6 columns is not a standard LSD layout"):
-        read_lsd(tmp_path / "six.lsd")
+def test_unusual_column_counts(tmp_path):
+    rows = "\n".join(f"{v} {i} {s} 0" for v, i, s in zip(_V, _I, _SI, strict=True))
+    (tmp_path / "four.lsd").write_text(f"***four\n {N} 3\n{rows}\n")
+    with pytest.warns(DopplermapWarning, match=r"four\.lsd: 4 columns is not a standard LSD layout"):
+        read_lsd(tmp_path / "four.lsd")
+    # 6 columns: the LSDpy/SpecpolFlow spectrum layout (wl I V N1 N2 sigma): column 3 is V, refused
+    rows = "\n".join(f"{v} {i} 1e-4 0 0 {s}" for v, i, s in zip(_V, _I, _SI, strict=True))
+    (tmp_path / "obs.s").write_text(f"***Reduced spectrum\n {N} 5\n{rows}\n")
+    with pytest.raises(DopplermapInputError, match=r"obs\.s:3: 6 columns is the layout of a spectrum"):
+        read_lsd(tmp_path / "obs.s")
 
 
 GOOD = "***LSD profile\n 4 2\n-10 1.0 0.01\n-5 0.9 0.01\n0 0.8 0.01\n5 0.95 0.01\n"

@@ -11,7 +11,8 @@ Donati's LSD code, LSDpy, SpecpolFlow and read by ZDIpy:
 * ``N_points`` rows of 3 (``v I sigma_I``), 5 (``+ V sigma_V``), 7 (``+ N sigma_N``) or 9
   (``+ N2 sigma_N2``) columns, whitespace or comma separated; velocity in km/s, Stokes I
   from column 2 and its error from column 3 (the rest is not used). Blank lines and ``#``
-  lines anywhere are skipped.
+  lines anywhere are skipped. Six columns is refused: that is the spectrum layout of
+  LSDpy/SpecpolFlow (``wavelength I V N1 N2 sigma``), where column 3 is V.
 
 ``"auto"`` and ``"text"`` accept files with or without the count line (a two-integer line
 before the data can only be a count line: profile rows have at least 3 columns);
@@ -215,6 +216,11 @@ def _parse_columns(path: Path, text: list[str], *, fmt: str, min_cols: int, what
         if len(rows) != n_pts:
             raise DopplermapInputError(f"{path}:{lines[-1]}: file ends after {len(rows)} data rows but the count "
                                        f"line {cl} says N_points = {n_pts}")
+    if min_cols >= 3 and n_col == 6:
+        raise DopplermapInputError(
+            f"{path}:{lines[0]}: 6 columns is the layout of a spectrum (LSDpy/SpecpolFlow .s: wavelength I V N1 N2 "
+            f"sigma), not of an LSD profile (3, 5, 7 or 9 columns: v I sigma_I [V sigma_V [N sigma_N ...]]); "
+            f"column 3 would be V, not the error of I")
     if min_cols >= 3 and n_col not in _LAYOUTS:
         warn(f"{path}: {n_col} columns is not a standard LSD layout ({', '.join(f'{k}: {v}' for k, v in _LAYOUTS.items())}); "
              f"read column 1 as velocity, 2 as Stokes I and 3 as its error: check that is right")
