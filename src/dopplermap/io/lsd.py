@@ -150,7 +150,7 @@ def _check_rows(path, rows, lines, columns: str = "columns 1-3"):
     if med_e >= med_f:
         raise DopplermapInputError(
             f"{path}: median error {med_e:.4g} >= median intensity {med_f:.4g} ({columns} read as velocity, "
-            f"intensity, error): the intensity and error columns look swapped")
+            f"intensity, error): the intensity and error columns look swapped (or column 2 is not I/Ic)")
     return LineProfile(vels=arr[:, 0].copy(), flux=arr[:, 1].copy(), err=arr[:, 2].copy(), source=str(path))
 
 
