@@ -278,6 +278,13 @@ def test_epochs_ecsv_with_units(tmp_path):
     t.write(tmp_path / "epochs.ecsv", format="ascii.ecsv")
     table = read_epochs_table(tmp_path / "epochs.ecsv")
     assert table["ep0.prof"].systemic_velocity == pytest.approx(-19.8) and table["ep1.prof"].time == 2459001.5
+    t["v_rad"] = [1.0, 2.0] * u.day  # not a velocity
+    t.write(tmp_path / "bad.ecsv", format="ascii.ecsv")
+    with pytest.raises(DopplermapInputError, match=r"bad\.ecsv: column 'v_rad' \(unit d\) is not a velocity"):
+        read_epochs_table(tmp_path / "bad.ecsv")
+    (tmp_path / "junk.ecsv").write_text("# %ECSV 1.0\n# ---\n# garbage: [\n")
+    with pytest.raises(DopplermapInputError, match=r"junk\.ecsv: not a readable ECSV table"):
+        read_epochs_table(tmp_path / "junk.ecsv")
 
 
 @pytest.mark.parametrize("text,match", [
