@@ -141,6 +141,8 @@ def _copy_lopeg(tmp_path):
      r"inzdi\.dat:\d+: Julian date of LSDprof/lopeg_31aug14_v_10\.prof\.norm must be a number, got 'later'"),
     (("LSDprof/lopeg_16aug14_v_02.prof.norm", "LSDprof/missing.prof"), r"inzdi\.dat:\d+: profile file 'LSDprof/missing\.prof' not found"),
     (("C  1.0         20", "X  1.0         20"), r"inzdi\.dat:\d+: target form must be 'C'"),
+    (("2456886.39347    -19.8", "2456886.39347    -519.8"), r"inzdi\.dat:\d+: LSDprof/lopeg_16aug14_v_02\.prof\.norm has 0 "
+                                                           r"points in the window -80\.\.80 km/s around its centre Vr -519\.8"),
 ])
 def test_bad_inzdi_gives_one_line(tmp_path, capsys, edit, match):
     d = _copy_lopeg(tmp_path)

@@ -50,7 +50,13 @@ def import_zdipy(inzdi, line_model=None, out="target.toml", *, force: bool = Fal
         p = inzdi.parent / name
         if not p.is_file():
             raise MissingFileError(f"{inzdi}:{ln}: profile file {name!r} not found (looked for {p})")
-        profiles.append(read_lsd(p))
+        prof = read_lsd(p)
+        vr = cfg.v_r[len(profiles)]
+        inside = int(((prof.vels >= cfg.vel_start + vr) & (prof.vels <= cfg.vel_end + vr)).sum())
+        if inside < 3:
+            raise DopplermapInputError(f"{inzdi}:{ln}: {name} has {inside} points in the window {cfg.vel_start:g}..{cfg.vel_end:g} "
+                                       f"km/s around its centre Vr {vr:g} km/s (it covers {prof.vels[0]:g}..{prof.vels[-1]:g})")
+        profiles.append(prof)
     ew = None
     if cfg.estimate_strength:
         ew = observed_equivalent_width(profiles, cfg.v_r, cfg.vel_start, cfg.vel_end)
