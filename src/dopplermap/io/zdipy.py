@@ -380,6 +380,7 @@ def to_target(cfg: ZdipyConfig, line: ZdipyLine | None, toml_path, *, epochs_nam
     if ew is not None:
         w(f"equivalent_width = {_toml(round(ew, 6))}   # ZDIpy 'estimate line strength from EW' = 1: the mean observed EW "
           "in the window, km/s")
+        w('ew_method = "integrated"      # the integral of 1 - I/Ic, as ZDIpy sums it')
     if line is not None and line.gravity_darkening > 0 and cfg.mass > 0:
         beta = gravity_beta(line.gravity_darkening, t_phot, line.wavelength_nm)
         w("")
