@@ -111,6 +111,18 @@ def test_reads_every_published_layout(tmp_path, name, text):
         assert np.allclose(p.err, 1e-8)
 
 
+def test_224_6_layout_as_espadons_lsd_writes_it(tmp_path):
+    """224 points from -200 km/s in 1.8 km/s steps, ' 224 6', rows '%10.4f' then '%11.4e' x 6."""
+    v = -200.0 + 1.8 * np.arange(224)
+    i = 1 - 0.2 * np.exp(-0.5 * ((v + 19.8) / 30) ** 2)
+    cols = (v, i, np.full(224, 1.3888e-3), np.zeros(224), np.full(224, 2.9998e-4), np.zeros(224), np.full(224, 2.9998e-4))
+    rows = "\n".join(f"{r[0]:10.4f}" + "".join(f" {x:11.4e}" for x in r[1:]) for r in zip(*cols, strict=True))
+    (tmp_path / "lopeg.prof").write_text("***Reduced spectrum of 'LOPEG   '          \n 224 6\n" + rows + "\n")
+    p = read_lsd(tmp_path / "lopeg.prof", "donati")
+    assert p.vels.size == 224 and p.vels[-1] == pytest.approx(201.4)
+    assert np.allclose(p.flux, np.round(i, 4), atol=1e-4) and np.all(p.err == 1.3888e-3)
+
+
 @pytest.mark.parametrize("fmt", ["auto", "text", "donati"])
 def test_count_line_is_never_a_data_row_in_any_format(tmp_path, fmt):
     (tmp_path / "p.lsd").write_text(_donati(3))
