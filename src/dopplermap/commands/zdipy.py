@@ -86,13 +86,16 @@ def register(group):
     @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=Path("target.toml"),
                   show_default=True, help="Target TOML to write (an epochs table <stem>-epochs.csv goes beside it).")
     @click.option("--force", is_flag=True, help="Overwrite an existing TOML / epochs table.")
-    @click.option("--teff", type=float, default=5000.0, show_default=True,
-                  help="Photosphere temperature, K (ZDIpy has none; sets the spot contrast).")
+    @click.option("--teff", type=float, default=None,
+                  help="Photosphere temperature, K (ZDIpy has none; sets the spot contrast). Default 5000.")
     @click.option("--spot-teff", type=float, default=None, help="Cool-spot temperature, K (default: teff - 1500).")
     def import_zdipy_cmd(inzdi, line_model, out, force, teff, spot_teff):
         """Convert ZDIpy's INZDI (inzdi.dat) and LINE_MODEL (model-voigt-line.dat) into a dopplermap target."""
-        toml, epochs, lost = import_zdipy(inzdi, line_model, out, force=force, t_phot=teff, t_cool=spot_teff,
-                                          echo=lambda m: click.echo(m, err=True))
+        toml, epochs, lost = import_zdipy(inzdi, line_model, out, force=force, t_phot=5000.0 if teff is None else teff,
+                                          t_cool=spot_teff, echo=lambda m: click.echo(m, err=True))
+        if teff is None:
+            click.echo("temperatures: photosphere 5000 K (ZDIpy has none; give the star's with --teff, the spots' "
+                       "with --spot-teff)", err=True)
         click.echo("not carried over (also listed at the top of the TOML):")
         for item in lost:
             click.echo(f"  - {item}")
