@@ -327,9 +327,8 @@ def to_target(cfg: ZdipyConfig, line: ZdipyLine | None, toml_path, *, epochs_nam
     w("# Not carried over from ZDIpy (no dopplermap equivalent):")
     for item in lost:
         w(f"#  - {item}")
-    w("# Cool spots only: dopplermap maps three components; until two-temperature maps exist the")
-    w("# hot-spot temperature equals the photosphere's, so the hot filling factor has no effect on the")
-    w("# profiles and stays at the regulariser's default (the map is a cool-spot map).")
+    w("# Cool spots only (ZDIpy maps one brightness): [inversion] fit_components = [\"cool\"] holds the")
+    w("# hot-spot map at its floor, and the hot-spot temperature equals the photosphere's besides.")
     w("")
     w("[data]")
     w("profiles = [")
@@ -355,7 +354,7 @@ def to_target(cfg: ZdipyConfig, line: ZdipyLine | None, toml_path, *, epochs_nam
     w("[temperatures]                 # ZDIpy maps relative brightness, not temperatures: set the star's")
     w(f"phot = {_toml(float(t_phot))}")
     w(f"cool = {_toml(float(t_cool))}")
-    w(f"hot = {_toml(float(t_phot))}                   # = phot: no hot spots (see the top of this file)")
+    w(f"hot = {_toml(float(t_phot))}                   # = phot; not fitted (fit_components = [\"cool\"])")
     w("")
     w("[line]")
     if line is None:
@@ -398,6 +397,7 @@ def to_target(cfg: ZdipyConfig, line: ZdipyLine | None, toml_path, *, epochs_nam
     w("lmbd = 1.0")
     if cfg.chi_scale_i != 1.0:
         w(f"line_weight = {_toml(cfg.chi_scale_i)}   # ZDIpy's chi^2 scaling for Stokes I")
+    w('fit_components = ["cool"]      # photosphere + cool spots: a one-brightness map as in ZDIpy')
     w("fit_rv = false                 # ZDIpy holds the centre Vr fixed")
     w("fit_amp = false")
     w("")
