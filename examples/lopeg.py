@@ -12,9 +12,9 @@ dopplermap target and inverted, exactly as the command-line recipe in docs/obser
 ZDIpy's parameters carried over: inclination 45 deg, vsini 67.7 km/s, P 0.4232 d, dOmega
 0.02 rad/d, cycle zero JD 2456892.015, v_rad -19.8 km/s, R 65000, its Voigt line, linear
 limb darkening 0.66, window -80..80 km/s around the line centre, 60 rings (4584 cells).
-Cool spots only: ZDIpy maps a relative brightness; dopplermap's closest set-up is a cool
-spot at 3500 K on a 4500 K photosphere with the hot-spot temperature equal to the
-photosphere's (the hot filling factor then has no effect on the profiles).
+Cool spots only: ZDIpy maps one relative brightness; the imported target fits photosphere
+(4500 K) + cool spots (3500 K) only (``[inversion] fit_components = ["cool"]``, the hot map held
+at its floor; the hot-spot temperature is set equal to the photosphere's besides).
 
 Writes ``OUT/lopeg.toml`` (+ epochs table), the result folder ``OUT/results`` and prints the
 reduced chi-square, iterations, wall time and where the cool spots are.
