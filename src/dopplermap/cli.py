@@ -23,6 +23,7 @@ COMMAND_MODULES = (
     "dopplermap.commands.target",
     "dopplermap.commands.search",
     "dopplermap.commands.report",
+    "dopplermap.commands.zdipy",
 )
 
 

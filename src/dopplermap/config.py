@@ -36,6 +36,7 @@ class DataConfig:
     velocity_range: tuple[float, ...] | None = None
     lightcurve: str | None = None
     lightcurve_format: str = "auto"
+    fits_columns: tuple[str, ...] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,6 +48,7 @@ class StarConfig:
     t0: float = 0.0
     domega: float = 0.0
     mass: float | None = None
+    systemic_velocity: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -232,6 +234,9 @@ def _validate(cfg: TargetConfig):
         raise DopplermapInputError(f"{s}: [data] time_scale must be 'BJD' or 'HJD', got {d.time_scale!r}")
     if d.velocity_range is not None and (len(d.velocity_range) != 2 or d.velocity_range[0] >= d.velocity_range[1]):
         raise DopplermapInputError(f"{s}: [data] velocity_range must be [min, max] with min < max, got {list(d.velocity_range)}")
+    if d.fits_columns is not None and (len(d.fits_columns) != 3 or len(set(d.fits_columns)) != 3):
+        raise DopplermapInputError(f"{s}: [data] fits_columns must name 3 different columns (velocity, intensity, error), "
+                                   f"got {list(d.fits_columns)}")
     st = cfg.star
     if not 0 < st.inclination <= 90:
         raise DopplermapInputError(f"{s}: [star] inclination must be in (0, 90] deg, got {st.inclination!r}")
@@ -241,6 +246,9 @@ def _validate(cfg: TargetConfig):
     for k in ("vsini", "radius", "mass"):
         if getattr(st, k) is not None:
             _positive(f"{s}: [star] {k}", getattr(st, k))
+    if abs(st.systemic_velocity) > 2000.0:
+        raise DopplermapInputError(f"{s}: [star] systemic_velocity {st.systemic_velocity!r} km/s is beyond any star's "
+                                   f"(|v| <= 2000): give it in km/s")
     for k in ("phot", "cool", "hot"):
         _positive(f"{s}: [temperatures] {k}", getattr(cfg.temperatures, k))
     ln = cfg.line
@@ -338,10 +346,11 @@ TEMPLATE = '''# dopplermap target configuration. Run it with:  dopplermap invert
 [data]
 profiles = ["profiles/*.lsd"]        # LSD files (glob patterns allowed), one per epoch
 format = "auto"                      # auto | donati | text | fits
-times_table = "times.csv"            # CSV: file name, time (BJD or HJD) ...
+times_table = "times.csv"            # CSV/ECSV: file, time (BJD or HJD)[, v_sys km/s] ...
 # time_pattern = 'BJD=(?P<time>[0-9.]+)'   # ... or a regex on the file names (not both)
 time_scale = "BJD"                   # BJD | HJD: the scale of the times and of [star] t0
-# velocity_range = [-60.0, 60.0]     # use only this part of the profiles
+# velocity_range = [-60.0, 60.0]     # fit only this part, km/s around the line centre (v - v_sys)
+# fits_columns = ["VEL", "I", "ERR"] # FITS profiles: names of the velocity, intensity, error columns
 # lightcurve = "lightcurve.csv"      # time, flux (any units), error; fitted jointly if given
 
 [star]
@@ -351,6 +360,7 @@ period = 2.0                         # days (equatorial)
 t0 = 0.0                             # time of phase 0, same scale as the times
 domega = 0.0                         # differential rotation, rad/day
 # mass = 1.0                         # M_sun, needed for gravity darkening
+# systemic_velocity = -19.8          # km/s, line centre; profiles are shifted v -> v - v_sys (or per epoch in times_table)
 
 [temperatures]
 phot = 5000.0

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import glob
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +28,7 @@ from .geometry import StarParams
 from .gravity import gravity_darkening_factors
 from .grid import SurfaceGrid, make_grid
 from .io.lightcurve import read_lightcurve
-from .io.lsd import load_observations, read_local_profile, read_lsd
+from .io.lsd import load_profiles, read_local_profile
 from .lightcurve import LightCurveBand, precompute_lightcurve
 from .model import precompute
 from .objective import Observations
@@ -207,33 +206,6 @@ def _line_components(cfg) -> ComponentSet:
     return ComponentSet(*[Component(p, ld, i) for p, ld, i in zip(profiles, lds, inten, strict=True)])
 
 
-def profile_files(cfg) -> list[str]:
-    """The profile files of ``[data] profiles`` (glob patterns expanded, sorted per pattern)."""
-    files = []
-    for pat in cfg.data.profiles:
-        full = str(cfg.path(pat))
-        hits = sorted(glob.glob(full)) if glob.has_magic(full) else ([full] if Path(full).is_file() else [])
-        if not hits:
-            raise DopplermapInputError(f"{cfg.source}: [data] profiles: nothing matches {pat!r} (looked for {full})")
-        files.extend(hits)
-    if len(set(files)) != len(files):
-        raise DopplermapInputError(f"{cfg.source}: [data] profiles: some files are matched by more than one pattern")
-    return files
-
-
-def _observations(cfg, files) -> Observations:
-    d = cfg.data
-    vels = None
-    if d.velocity_range is not None:
-        v0 = read_lsd(files[0], d.format).vels
-        vels = v0[(v0 >= d.velocity_range[0]) & (v0 <= d.velocity_range[1])]
-        if vels.size < 3:
-            raise DopplermapInputError(f"{cfg.source}: [data] velocity_range {list(d.velocity_range)} keeps "
-                                       f"{vels.size} points of {files[0]}")
-    return load_observations(files, times_table=cfg.path(d.times_table) if d.times_table else None,
-                             time_pattern=d.time_pattern, vels=vels, fmt=d.format, normalise=True)
-
-
 def _lightcurve_data(cfg) -> LightCurveData | None:
     d = cfg.data
     if d.lightcurve is None:
@@ -249,8 +221,7 @@ def _lightcurve_data(cfg) -> LightCurveData | None:
 
 def from_config(cfg) -> Problem:
     """The problem a target configuration (:class:`dopplermap.config.TargetConfig`) describes."""
-    files = profile_files(cfg)
-    obs = _observations(cfg, files)
+    obs, files = load_profiles(cfg)  # [data] files, epochs, systemic velocity and window
     s = cfg.star
     star = StarParams(inclination=s.inclination, vsini=s.vsini, period=s.period, t0=s.t0, domega=s.domega,
                       radius=s.radius)
