@@ -30,6 +30,7 @@ import numpy as np
 from .constants import FILL_MIN
 from .errors import DopplermapInputError
 from .model import Precomputed, forward
+from .units import to_epoch, to_unit
 
 __all__ = ["Observations", "Layout", "chi2", "seed_entropy", "tikhonov", "sum_excess",
            "objective_terms", "loss", "REGULARISERS", "DEFAULT_PENALTY"]
@@ -55,11 +56,15 @@ class Observations:
 
     @classmethod
     def create(cls, times, vels, flux, err, *, source: str = "observations", normalise: bool = False):
-        """Validate and build; ``normalise`` divides each profile (and error) by its mean."""
-        times = np.atleast_1d(np.asarray(times, dtype=float))
-        vels = np.asarray(vels, dtype=float)
-        flux = np.asarray(flux, dtype=float)
-        err = np.asarray(err, dtype=float)
+        """Validate and build; ``normalise`` divides each profile (and error) by its mean.
+
+        ``times`` may be an astropy ``Time`` (taken to BJD_TDB) and ``vels`` a velocity
+        Quantity (converted to km/s); see :mod:`dopplermap.units`.
+        """
+        times = np.atleast_1d(np.asarray(to_epoch(times, f"{source}: times"), dtype=float))
+        vels = np.asarray(to_unit(vels, "km/s", f"{source}: vels"), dtype=float)
+        flux = np.asarray(to_unit(flux, "", f"{source}: flux"), dtype=float)
+        err = np.asarray(to_unit(err, "", f"{source}: err"), dtype=float)
         if vels.ndim != 1:
             raise DopplermapInputError(f"{source}: vels must be 1-D, got shape {vels.shape}")
         if np.any(np.diff(vels) <= 0):

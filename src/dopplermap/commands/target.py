@@ -61,12 +61,19 @@ def build_problem(cfg):
     """Everything :func:`dopplermap.invert` needs for a :class:`~dopplermap.config.TargetConfig`.
 
     Returns a dict with ``star, grid, obs, pre, components, lightcurve`` (None without one),
-    ``cell_factors`` (None when gravity darkening is off) and ``files``.
+    ``cell_factors`` (None when gravity darkening is off), ``files`` and ``lightcurve_data``
+    (the :class:`~dopplermap.io.lightcurve.LightCurveData` read, with its counts; or None).
+    Times (profile epochs, ``t0``, the light curve) are in the internal BJD_TDB.
     """
+    import dataclasses
+
+    import jax.numpy as jnp
+
     from ..broadening import apply_cell_factors
     from ..geometry import StarParams
     from ..grid import make_grid
     from ..io.lsd import load_observations, read_lsd
+    from ..io.times import epoch_times
     from ..model import precompute
 
     files = _profile_files(cfg)
@@ -80,7 +87,10 @@ def build_problem(cfg):
     obs = load_observations(files, times_table=cfg.path(d.times_table) if d.times_table else None,
                             time_pattern=d.time_pattern, vels=vels, fmt=d.format, normalise=True)
     s = cfg.star
-    star = StarParams(inclination=s.inclination, vsini=s.vsini, period=s.period, t0=s.t0, domega=s.domega,
+    times, t0 = epoch_times(obs.times, s.t0, time_scale=d.time_scale, t0_scale=s.t0_scale, ra=s.ra, dec=s.dec,
+                            period=s.period, where=cfg.source)
+    obs = dataclasses.replace(obs, times=jnp.asarray(times))
+    star = StarParams(inclination=s.inclination, vsini=s.vsini, period=s.period, t0=t0, domega=s.domega,
                       radius=s.radius)
     grid = make_grid(cfg.grid.kind, cfg.grid.n_cell, cfg.grid.nside)
     comps = _components(cfg)
@@ -94,9 +104,9 @@ def build_problem(cfg):
         lc_factors = gravity_darkening_factors(grid, star, s.mass, temps, cfg.lightcurve.wavelength_nm,
                                                cfg.gravity_darkening.beta)
         pre = apply_cell_factors(pre, factors)
-    lc = None
+    lc = lc_data = None
     if d.lightcurve is not None:
-        from ..io.lightcurve import read_lightcurve
+        from ..io.lightcurve import load_lightcurve
         from ..lightcurve import LightCurveBand, precompute_lightcurve
         from ..profiles import LimbDarkening
 
@@ -104,11 +114,15 @@ def build_problem(cfg):
         lds = [LimbDarkening(lcc.limb_darkening, c) for c in (lcc.ld_phot, lcc.ld_cool, lcc.ld_hot)]
         band = (LightCurveBand(tuple(lds), tuple(lcc.intensity)) if lcc.intensity is not None
                 else LightCurveBand.from_temperatures(*temps, lcc.wavelength_nm, lds))
-        data = read_lightcurve(cfg.path(d.lightcurve), d.lightcurve_format)
-        lc = precompute_lightcurve(grid, star, data.time, data.flux, data.err, band, cell_factors=lc_factors,
-                                   source=data.source, fit_dilution=lcc.fit_dilution)
+        lc_data = load_lightcurve(cfg.path(d.lightcurve), fmt=d.lightcurve_format, column=d.lightcurve_column,
+                                  unit=d.lightcurve_unit, time_scale=d.lightcurve_time_scale,
+                                  fallback_time_scale=d.time_scale, ra=s.ra, dec=s.dec, bin_width=d.lightcurve_bin,
+                                  bin_unit=d.lightcurve_bin_unit, period=star.period, t0=star.t0,
+                                  profile_times=np.asarray(obs.times))
+        lc = precompute_lightcurve(grid, star, lc_data.time, lc_data.flux, lc_data.err, band, cell_factors=lc_factors,
+                                   source=lc_data.source, fit_dilution=lcc.fit_dilution)
     return dict(star=star, grid=grid, obs=obs, pre=pre, components=comps, lightcurve=lc, cell_factors=factors,
-                files=files)
+                files=files, lightcurve_data=lc_data)
 
 
 def _atomic(path: Path, write):
@@ -199,6 +213,11 @@ def run_target(cfg, out: Path, *, plots: bool = True, quiet: bool = True, config
                      n_vel=obs.n_vel, n_lc=None if lc is None else lc.n_lc, method=prob["pre"].line.method,
                      macroturbulence=cfg.line.macroturbulence, gravity_darkening=cfg.gravity_darkening.enabled,
                      setup_time=t_setup, total_time=time.perf_counter() - t0, **unc_scalars)
+        lcd = prob.get("lightcurve_data")
+        if lcd is not None:
+            extra.update(lc_cadences=lcd.n_read if lcd.n_read is not None else lcd.n_points,
+                         lc_dropped_quality=lcd.n_quality, lc_dropped_nan=lcd.n_invalid, lc_points=lcd.n_points,
+                         lc_note=lcd.describe())
         with rep.step("write results" + (" + figures" if plots else "")):
             res = with_context(res, grid=grid, star=prob["star"], obs=obs, pre=prob["pre"],
                                components=prob["components"], light_curve=light_curve, config=config, extra=extra)
@@ -238,4 +257,6 @@ def register(group):
         lc = f"  chi2(lc) {s['chi2_lc']:.4f}" if s.get("chi2_lc") is not None else ""
         click.echo(f"chi2 {s['chi2']:.4f}{lc}  iterations {s['iterations']}  {s['stop_reason']}  "
                    f"solve {s['solve_time']:.2f} s")
+        if s.get("lc_note"):
+            click.echo(f"light curve {s['lc_note']}")
         click.echo(f"results in {out}")
