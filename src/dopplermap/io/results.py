@@ -294,10 +294,10 @@ def _profile_hdus(res, fits):
 def _time_keywords(h):
     """FITS time keywords (Rots et al. 2015) of a TIME column in the internal BJD_TDB, so that
     ``QTable.read(path, hdu=..., astropy_native=True)`` gives a barycentric TDB ``Time``."""
-    h["TIMESYS"] = ("TDB", "time scale of TIME: barycentric dynamical time")
-    h["TREFPOS"] = ("BARYCENTER", "TIME is measured at the solar-system barycentre")
-    h["TIMEREF"] = ("SOLARSYSTEM", "barycentric times (BJD), OGIP/Kepler/TESS keyword")
-    h["JDREF"] = (0.0, "[d] TIME is a full Julian date: BJD_TDB = TIME + JDREF")
+    h["TIMESYS"] = ("TDB", "time scale of TIME")
+    h["TREFPOS"] = ("BARYCENTER", "TIME at the solar-system barycentre")
+    h["TIMEREF"] = ("SOLARSYSTEM", "barycentric times (Kepler/TESS keyword)")
+    h["JDREF"] = (0.0, "[d] BJD_TDB = TIME + JDREF")
     h["TIMEUNIT"] = ("d", "unit of TIME")
 
 

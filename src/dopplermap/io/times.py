@@ -27,11 +27,12 @@ What is converted exactly and what is not:
 
 * the time scale (UTC, TT, TAI, ... to TDB) always, with astropy (leap seconds included:
   TDB - UTC is about 69 s today);
-* HJD to BJD: the heliocentre and the barycentre differ by at most ~8 s of light travel.
+* HJD to BJD: the heliocentre and the barycentre are at most ~2 solar radii apart, a light
+  travel time of a few seconds (< 8.3 s).
   With the target's coordinates (``ra``, ``dec``) the difference is removed with
   astropy's ephemeris; without them it stays (documented, no warning: 8 s is 1e-4 of a
   one-day rotation);
-* geocentric JD/MJD to BJD needs the light-travel time to the barycentre (up to +-8.3 min):
+* geocentric JD/MJD to BJD needs the light-travel time to the barycentre (up to +-8.5 min):
   applied with ``ra``/``dec``, otherwise a :class:`~dopplermap.errors.DopplermapWarning`
   says how large the error can be.
 
@@ -64,6 +65,7 @@ _RX = re.compile(r"^(BJD|HJD|JD|BMJD|HMJD|MJD|BTJD|BKJD)(?:_(TDB|TT|UTC|TAI|TCB|
                  r"(?:-(\d+(?:\.\d*)?))?$")
 _ALLOWED = ("BJD_TDB (default), BJD, HJD, JD, MJD, BMJD, HMJD, BTJD, BKJD, with an optional scale "
             "suffix (_TDB, _TT, _UTC, _TAI) and an optional reduced form like 'BJD-2450000'")
+_MAX_LTT_D = 1.0167 * 499.005 / 86400.0  # light time over the Earth's aphelion distance, days
 _UTC_START_JD = 2436934.5  # 1960-01-01: UTC (and astropy's leap-second table) starts here
 
 
@@ -157,18 +159,21 @@ def to_internal(values, scale="BJD_TDB", *, ra=None, dec=None, where: str = "tim
         return np.asarray(t.tdb.jd, dtype=float)
     if coord is None:
         if ts.frame == "geocentric":
-            frac = "" if period is None else f" = {0.00577 / float(period):.3g} of a rotation"
+            frac = "" if period is None else f" = {_MAX_LTT_D / float(period):.2g} of a rotation"
             warn(f"{where}: times declared {ts.name} are geocentric; without [star] ra and dec the light-travel time "
-                 f"to the barycentre (up to +-8.3 min = 0.0058 d{frac}) is not applied: give ra/dec (deg) "
+                 f"to the barycentre (up to +-8.5 min = 0.0059 d{frac}) is not applied: give ra/dec (deg) "
                  "or barycentric times (BJD_TDB)")
         return np.asarray(t.tdb.jd, dtype=float)
     from astropy.coordinates import EarthLocation
 
     geo = EarthLocation.from_geocentric(0.0, 0.0, 0.0, unit="m")
     if ts.frame == "heliocentric":
-        # HJD = t_geo + ltt_helio(t_geo): one fixed-point step recovers t_geo to < 1 ms
-        t = Time(t, location=geo)
-        t = t - t.light_travel_time(coord, "heliocentric", location=geo)
+        # HJD = t_geo + ltt_helio(t_geo); the fixed point contracts by ~1e-4 (Earth's speed / c)
+        # per step, so three steps recover t_geo to far below a millisecond
+        hjd = Time(t, location=geo)
+        t = hjd
+        for _ in range(3):
+            t = hjd - Time(t, location=geo).light_travel_time(coord, "heliocentric", location=geo)
     t = Time(t, location=geo)
     bary = t.tdb + t.light_travel_time(coord, "barycentric", location=geo)
     return np.asarray(bary.jd, dtype=float)
@@ -221,15 +226,16 @@ def check_time_overlap(profile_times, lc_times, *, period=None, where: str = "li
         return None
     tol = max(60.0, (p1 - p0) + (l1 - l0))
     rng = f"light curve {l0:.6f}..{l1:.6f}, profiles {p0:.6f}..{p1:.6f} (BJD_TDB as converted)"
-    for off, name in MISSION_OFFSETS.items():
-        for shift in (off, -off):
-            if gap(shift) <= tol:
-                which = "light curve" if shift > 0 else "profiles"
-                msg = (f"{where}: {rng} differ by about {off:g} d, the offset of {name}: the {which} times look "
-                       f"reduced; declare their time scale (e.g. lightcurve_time_scale / time_scale = 'BTJD', "
-                       "'BKJD', 'BJD-2450000', 'MJD')")
-                warn(msg, stacklevel=3)
-                return msg
+    need = 0.5 * (p0 + p1) - 0.5 * (l0 + l1)  # shift that would centre the light curve on the profiles
+    fits = [(abs(need - shift), off, shift) for off in MISSION_OFFSETS for shift in (off, -off) if gap(shift) <= tol]
+    if fits:
+        _, off, shift = min(fits)
+        which = "light curve" if shift > 0 else "profiles"
+        msg = (f"{where}: {rng} differ by about {off:.10g} d, the offset of {MISSION_OFFSETS[off]}: the {which} "
+               "times look reduced; declare their time scale (e.g. lightcurve_time_scale / time_scale = 'BTJD', "
+               "'BKJD', 'BJD-2450000', 'MJD')")
+        warn(msg, stacklevel=3)
+        return msg
     rot = "" if period is None else f" = {g / float(period):.4g} rotations"
     msg = (f"{where}: {rng} do not overlap: gap {g:.6g} d{rot}. Spots evolve and phases extrapolate over the gap; "
            "check that both are in the same time scale and belong together")
