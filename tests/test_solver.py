@@ -118,3 +118,21 @@ def test_lbfgsb_restarts_after_a_premature_stop(small_problem):
     assert once.restarts == 0 and full.restarts >= 1
     assert full.fun < (1 - 1e-2) * once.fun  # 5 % lower here
     assert full.nit == len(hist["loss"]) and full.nit > once.nit
+
+
+def test_invert_a_problem_uses_its_settings_and_knows_its_context(small_problem):
+    """`invert(problem)` = `invert(pre, obs, **settings)`, overrides win, the result knows the problem."""
+    from dopplermap.problem import Problem, Settings
+
+    star, grid, times, vels, comps, sim = small_problem
+    prob = Problem(grid=grid, star=star, obs=sim.obs, components=comps, settings=Settings(lmbd=0.3, tol=1e-6))
+    res = dm.invert(prob)
+    ref = dm.invert(prob.pre, sim.obs, lmbd=0.3, tol=1e-6)
+    assert res.loss == ref.loss and res.lmbd == 0.3
+    assert res.grid is grid and res.star is star and res.obs is sim.obs
+    assert res.intensities == tuple(float(c.intensity) for c in comps)
+    assert dm.invert(prob, lmbd=1.0).lmbd == 1.0
+    with pytest.raises(ValueError, match="brings its observations"):
+        dm.invert(prob, sim.obs)
+    with pytest.raises(ValueError, match="observations are missing"):
+        dm.invert(prob.pre)

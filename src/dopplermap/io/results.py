@@ -57,7 +57,7 @@ _FORMAT = "dopplermap-result-1"
 
 # header keyword -> (InversionResult attribute, comment)
 _SCALARS = {
-    "REGUL": ("regulariser", "regulariser: mem, tikhonov or none"),
+    "REGUL": ("regulariser", "regulariser (dopplermap.objective)"),
     "LAMBDA": ("lmbd", "regularisation weight lambda"),
     "CHI2": ("chi2", "reduced chi-square of the line profiles"),
     "REGVAL": ("regulariser_value", "value of the regulariser"),

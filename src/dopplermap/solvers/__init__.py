@@ -7,6 +7,7 @@ compiles its value-and-gradient once per problem shape and minimises it with box
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Callable
 
@@ -17,6 +18,7 @@ from ..constants import FILL_MAX, FILL_MIN
 from ..errors import DopplermapInputError
 from ..model import Precomputed, solve_form, with_exact_numerator
 from ..objective import DEFAULT_PENALTY, REGULARISERS, Layout, Observations
+from ..problem import Problem, Settings
 from .result import InversionResult
 from .scipy_lbfgsb import compiled_value_and_grad, lbfgsb
 
@@ -55,28 +57,38 @@ def _check_match(pre: Precomputed, obs: Observations):
         raise DopplermapInputError("observations' velocity grid differs from the precomputed model's vels")
 
 
-def invert(pre: Precomputed, obs: Observations, *, lmbd: float = 1.0, regulariser: str = "mem",
-           x0=None, tol: float = 1e-5, maxiter: int = 1000, fit_rv: bool = True, fit_amp: bool = True,
-           penalty: float = DEFAULT_PENALTY, solver: str = "lbfgsb",
-           callback: Callable | None = None, lightcurve=None, line_weight: float = 1.0,
-           lc_weight: float = 1.0, cube_dtype: str | None = "auto") -> InversionResult:
+def invert(pre: Precomputed | Problem, obs: Observations | None = None, *, lmbd: float | None = None,
+           regulariser: str | None = None, x0=None, tol: float | None = None, maxiter: int | None = None,
+           fit_rv: bool | None = None, fit_amp: bool | None = None, penalty: float = DEFAULT_PENALTY,
+           solver: str | None = None, callback: Callable | None = None, lightcurve=None,
+           line_weight: float | None = None, lc_weight: float | None = None,
+           cube_dtype: str | None = "auto") -> InversionResult:
     """Fit filling-factor maps (and per-epoch rv, amp) to the observations.
 
+    ``invert(problem)`` solves a :class:`dopplermap.problem.Problem` with its settings and
+    light curve (keyword arguments override single settings) and returns a result that
+    knows the problem's grid, star, observations and intensities (ready for
+    :func:`dopplermap.plot.plot_result`). ``invert(pre, obs, ...)`` solves a bare
+    precomputed model; settings left at None take :class:`dopplermap.problem.Settings`'
+    defaults (shown in brackets below).
+
     Args:
-        pre: :func:`dopplermap.precompute` output. obs: :class:`Observations`.
-        lmbd: regularisation weight lambda (an argument: no recompilation per value).
-        regulariser: ``"mem"`` (the seed's entropy), ``"tikhonov"`` or ``"none"``.
+        pre: a :class:`~dopplermap.problem.Problem`, or :func:`dopplermap.precompute` output
+            with ``obs`` its :class:`Observations`.
+        lmbd: regularisation weight lambda [1] (an argument: no recompilation per value).
+        regulariser: ``"mem"`` (the seed's entropy) [default], ``"tikhonov"`` or ``"none"``.
         x0: starting vector ``[fssc, fssh, rv, amp]``; default the seed's (1e-5, 0).
-        tol: L-BFGS-B ftol and gtol (the seed used 1e-5). maxiter: iteration cap.
-        fit_rv, fit_amp: whether rv and amp are free.
+        tol: L-BFGS-B ftol and gtol [1e-5, the seed's]. maxiter: iteration cap [1000].
+        fit_rv, fit_amp: whether rv and amp are free [True].
         penalty: weight of the ``fssc + fssh <= 1`` penalty.
-        solver: ``"lbfgsb"`` (scipy's L-BFGS-B on the compiled value-and-gradient; reports
-            float64 values, calls ``callback``) or ``"projected_lbfgs"`` (the whole solve in
-            one compiled loop, :func:`dopplermap.solvers.batch.invert_device`: the fastest on
-            CPU and by far on a GPU; ``callback`` is called once, at the end).
+        solver: ``"lbfgsb"`` [default] (scipy's L-BFGS-B on the compiled value-and-gradient;
+            reports float64 values, calls ``callback``) or ``"projected_lbfgs"`` (the whole
+            solve in one compiled loop, :func:`dopplermap.solvers.batch.invert_device`: the
+            fastest on CPU and by far on a GPU; ``callback`` is called once, at the end).
         callback: ``callback(iteration, history)`` after every iteration (progress display).
         lightcurve: optional :class:`dopplermap.lightcurve.LightCurveFit` for the joint fit
-            ``line_weight * chi2 + lc_weight * chi2_lc + lmbd * reg`` (``result.chi2_lc``).
+            ``line_weight * chi2 + lc_weight * chi2_lc + lmbd * reg`` (``result.chi2_lc``);
+            weights [1].
         cube_dtype: dense models only: the solve iterates on the folded cube
             (:func:`dopplermap.model.fold_dense`) stored in this dtype. ``"float32"`` reads a
             third of the dense cube's bytes; its rounding (~1e-8 relative in the loss) only
@@ -84,6 +96,23 @@ def invert(pre: Precomputed, obs: Observations, *, lmbd: float = 1.0, regularise
             but stalls L-BFGS-B below tol ~1e-7. ``"auto"`` (default): float32 when
             ``tol >= 1e-6``, else float64. ``None`` solves on ``pre`` as is.
     """
+    given = dict(lmbd=lmbd, regulariser=regulariser, tol=tol, maxiter=maxiter, fit_rv=fit_rv, fit_amp=fit_amp,
+                 line_weight=line_weight, lc_weight=lc_weight, solver=solver)
+    if isinstance(pre, Problem):
+        if obs is not None or lightcurve is not None:
+            raise DopplermapInputError("invert(problem): the problem brings its observations and light curve; "
+                                       "pass neither obs nor lightcurve")
+        problem = pre
+        res = invert(problem.pre, problem.obs, x0=x0, penalty=penalty, callback=callback,
+                     lightcurve=problem.lightcurve, cube_dtype=cube_dtype,
+                     **problem.settings.replace(**given).invert_kwargs())
+        return dataclasses.replace(res, grid=problem.grid, star=problem.star, obs=problem.obs,
+                                   intensities=tuple(float(c.intensity) for c in problem.components))
+    if obs is None:
+        raise DopplermapInputError("invert(pre, obs): the observations are missing")
+    s = Settings().replace(**given)
+    lmbd, regulariser, tol, maxiter, solver = s.lmbd, s.regulariser, s.tol, s.maxiter, s.solver
+    fit_rv, fit_amp, line_weight, lc_weight = s.fit_rv, s.fit_amp, s.line_weight, s.lc_weight
     if regulariser not in REGULARISERS:
         raise DopplermapInputError(f"regulariser must be one of {REGULARISERS}, got {regulariser!r}")
     if solver not in SOLVERS:
