@@ -263,3 +263,78 @@ def test_load_lightcurve_warns_for_days_from_zero_against_bjd_profiles(tmp_path)
         lc = load_lightcurve(tmp_path / "tess.fits", profile_times=prof, period=0.4232, t0=BJD0, bin_width=0.02,
                              bin_unit="phase")
     assert lc.n_points == 50 and lc.n_read == 2000 and "binned in 0.02 phase; 50 points fitted" in lc.describe()
+
+
+def _target(root, lc_name, *, time_scale="BTJD", star_extra="", data_extra=""):
+    """A target whose profiles are dated in ``time_scale`` (BJD0 + 0.3 .. 2.3 d) and a light curve."""
+    from dopplermap.io.lsd import write_lsd
+    from dopplermap.io.times import parse_time_scale
+
+    off = parse_time_scale(time_scale).offset
+    rows = []
+    vels = np.linspace(-60, 60, 25)
+    for k, t in enumerate(BJD0 + np.linspace(0.3, 2.3, 4)):
+        name = f"ep{k}.lsd"
+        write_lsd(root / name, vels, 1 - 0.3 * np.exp(-(vels / 20) ** 2), np.full(25, 1e-3))
+        rows.append(f"{name},{t - off:.8f}")
+    (root / "times.csv").write_text("file,time\n" + "\n".join(rows) + "\n")
+    (root / "t.toml").write_text(f"""
+[data]
+profiles = ["ep*.lsd"]
+times_table = "times.csv"
+time_scale = "{time_scale}"
+lightcurve = "{lc_name}"
+{data_extra}
+[star]
+inclination = 45.0
+vsini = 30.0
+period = 0.4232
+t0 = {BJD0 - off}
+{star_extra}
+[temperatures]
+phot = 5000.0
+cool = 4000.0
+hot = 6000.0
+
+[line]
+wavelength_nm = 600.0
+
+[grid]
+n_cell = 60
+""")
+    return root / "t.toml"
+
+
+def test_problem_builder_converts_profiles_t0_and_light_curve(tmp_path):
+    from dopplermap.config import load_config
+    from dopplermap.problem import from_config
+
+    bjd, pdc, _, good = mission_fits(tmp_path / "tess_lc.fits", n=1500)
+    cfg = load_config(_target(tmp_path, "tess_lc.fits", data_extra='lightcurve_bin = 0.01\nlightcurve_bin_unit = "d"'))
+    with strict():
+        prob = from_config(cfg)
+    np.testing.assert_allclose(np.asarray(prob.obs.times), BJD0 + np.linspace(0.3, 2.3, 4), atol=1e-8)
+    assert prob.star.t0 == pytest.approx(BJD0, abs=1e-9)
+    read = prob.lightcurve_data.read
+    assert (read.n_read, read.n_quality, read.n_invalid, read.binned) == (1500, 20, 15, "0.01 d")
+    assert read.n_points == prob.lightcurve_data.times.size < 1500 - 35
+    assert bjd[good][0] - 1e-9 <= prob.lightcurve_data.times[0] < bjd[good][0] + 0.01
+
+
+def test_problem_builder_warns_for_reported_light_curve_cases(tmp_path):
+    from dopplermap.config import load_config
+    from dopplermap.problem import from_config
+
+    t = np.linspace(0, 27, 300)
+    np.savetxt(tmp_path / "days.csv", np.c_[t, 1 + 0.01 * np.sin(t), np.full(300, 1e-3)], delimiter=",")
+    with pytest.warns(DopplermapWarning, match=r"days\.csv: light curve 0\.0+\.\.27\.0+, profiles 2459500\.3.* do not "
+                                               r"overlap"):
+        from_config(load_config(_target(tmp_path, "days.csv", time_scale="BJD_TDB")))
+    m = 9.2 + 0.05 * np.sin(2 * np.pi * t / 0.4232)
+    np.savetxt(tmp_path / "mag.csv", np.c_[BJD0 + t / 10, m, np.full(300, 2e-3)], delimiter=",")
+    with pytest.warns(DopplermapWarning, match=r"mag\.csv: fluxes .* look like magnitudes"):
+        from_config(load_config(_target(tmp_path, "mag.csv", time_scale="BJD_TDB")))
+    with strict():
+        prob = from_config(load_config(_target(tmp_path, "mag.csv", time_scale="BJD_TDB",
+                                               data_extra='lightcurve_unit = "mag"')))
+    np.testing.assert_allclose(prob.lightcurve_data.flux, 10 ** (-0.4 * m), rtol=1e-12)
