@@ -338,3 +338,12 @@ def test_problem_builder_warns_for_reported_light_curve_cases(tmp_path):
         prob = from_config(load_config(_target(tmp_path, "mag.csv", time_scale="BJD_TDB",
                                                data_extra='lightcurve_unit = "mag"')))
     np.testing.assert_allclose(prob.lightcurve_data.flux, 10 ** (-0.4 * m), rtol=1e-12)
+
+
+def test_long_unbinned_light_curve_warns(tmp_path):
+    mission_fits(tmp_path / "long.fits", n=20100, n_quality=0, n_nan=0)
+    with pytest.warns(DopplermapWarning, match=r"long\.fits: 20100 light-curve points are fitted unbinned.*lightcurve_bin"):
+        load_lightcurve(tmp_path / "long.fits")
+    with strict():
+        lc = load_lightcurve(tmp_path / "long.fits", bin_width=30.0 / 1440.0)
+    assert lc.n_points == 1340 and lc.n_read == 20100  # 20100 two-minute cadences in 30-min bins
