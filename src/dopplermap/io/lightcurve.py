@@ -27,8 +27,9 @@ error is an error naming the line (these are the user's own files).
 
 ``unit="mag"``: the second column is a magnitude, converted to flux with
 ``F = 10^(-0.4 m)``, ``sigma_F = 0.4 ln(10) F sigma_m``. A flux column that looks like
-magnitudes (a ``mag`` column name or unit, or values 4..25 that vary by less than a fifth)
-is a :class:`~dopplermap.errors.DopplermapWarning`.
+magnitudes (a ``mag`` column name or unit; values 4..25 that vary by less than a fifth;
+values of both signs around 0, like differential magnitudes) is a
+:class:`~dopplermap.errors.DopplermapWarning`.
 
 Times come out in the internal BJD_TDB (full Julian days). :func:`bin_lightcurve` bins a
 long light curve in time or rotation phase (inverse-variance weighted means).
@@ -160,6 +161,10 @@ def _check_flux_kind(source, values, unit, hint):
             warn(f"{source}: fluxes {np.min(values):.4g}..{np.max(values):.4g} (median {med:.4g}, peak-to-peak "
                  f"{100 * spread:.2g}% of it) look like magnitudes of a 4-25 mag star; magnitudes fitted as flux "
                  "reverse the spot signal: if they are magnitudes set [data] lightcurve_unit = 'mag'")
+        elif np.min(values) < 0.0 < np.max(values) and float(np.max(np.abs(values))) < 2.0:
+            warn(f"{source}: fluxes {np.min(values):.4g}..{np.max(values):.4g} change sign around 0: differential "
+                 "magnitudes or a flux variation (F - <F>)? dopplermap needs fluxes > 0 (lightcurve_unit = 'mag' for "
+                 "magnitudes; add the mean back to a flux variation)")
     elif med > 30.0 or (0.5 < med < 2.0 and spread < 0.2):
         warn(f"{source}: values {np.min(values):.4g}..{np.max(values):.4g} are declared magnitudes but look like "
              "fluxes (normalised or in counts): check [data] lightcurve_unit")
