@@ -86,3 +86,11 @@ def test_plain_numbers_keep_the_documented_units():
 def test_incompatible_units_are_one_clear_error(call, match):
     with pytest.raises(DopplermapInputError, match=match):
         call()
+
+
+def test_velocity_grid_in_m_s_given_as_numbers_is_refused():
+    with pytest.raises(DopplermapInputError, match=r"^star\.lsd: vels span 120000 km/s, which only makes sense in m/s"):
+        dm.Observations.create([1.0], np.linspace(-60e3, 60e3, 25), np.ones((1, 25)), np.ones((1, 25)),
+                               source="star.lsd")
+    obs = dm.Observations.create([1.0], np.linspace(-60e3, 60e3, 25) * u.m / u.s, np.ones((1, 25)), np.ones((1, 25)))
+    assert float(obs.vels[-1]) == 60.0

@@ -48,6 +48,7 @@ __all__ = ["Observations", "Layout", "chi2", "seed_entropy", "spotdipy_entropy",
 DEFAULT_PENALTY = 1e4
 SPOTDIPY_FLOOR = 1e-7
 
+_MAX_SPAN_KMS = 1.0e4  # no line profile spans 10^4 km/s: such a grid is in m/s (as io/lsd.py's readers)
 
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -80,6 +81,9 @@ class Observations:
         if np.any(np.diff(vels) <= 0):
             i = int(np.argmax(np.diff(vels) <= 0))
             raise DopplermapInputError(f"{source}: vels must be strictly increasing, vels[{i}]={vels[i]!r} >= vels[{i + 1}]={vels[i + 1]!r}")
+        if vels.size and float(vels[-1] - vels[0]) > _MAX_SPAN_KMS:
+            raise DopplermapInputError(f"{source}: vels span {float(vels[-1] - vels[0]):.6g} km/s, which only makes "
+                                       "sense in m/s: give km/s (divide by 1000) or a Quantity (vels * u.m / u.s)")
         want = (times.size, vels.size)
         for name, arr in (("flux", flux), ("err", err)):
             if arr.shape != want:
