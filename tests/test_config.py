@@ -162,6 +162,21 @@ def test_invert_runs_end_to_end(tmp_path, capsys):
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".res")]  # no partial folders left
 
 
+def test_cool_only_target_writes_a_cool_only_result(tmp_path):
+    _dataset(tmp_path, n_epoch=5, n_cell=120, lightcurve=False)
+    cfg_path = tmp_path / "target.toml"
+    cfg_path.write_text(cfg_path.read_text().replace("[inversion]", '[inversion]\nfit_components = ["cool"]'))
+    assert main(["invert", str(cfg_path), "--out", str(tmp_path / "res"), "--quiet", "--no-plots"]) == 0
+    res = dm.load_result(tmp_path / "res")
+    assert res.fit_components == ("cool",) and np.all(res.fssh == 1e-5)
+    from astropy.io import fits
+
+    assert fits.getheader(tmp_path / "res" / "map.fits", "MAP")["FITCOMP"] == "cool"
+    cfg_path.write_text(cfg_path.read_text().replace('fit_components = ["cool"]', 'fit_components = ["warm"]'))
+    with pytest.raises(ValueError, match=r"fit_components must list 'cool', 'hot' or both, got \['warm'\]"):
+        load_config(cfg_path)
+
+
 def test_invert_refuses_a_foreign_output_folder(tmp_path, capsys):
     _dataset(tmp_path, n_epoch=4, n_cell=100, lightcurve=False)
     (tmp_path / "busy").mkdir()

@@ -120,6 +120,7 @@ class InversionConfig:
     maxiter: int = 1000
     method: str = "auto"
     solver: str = "lbfgsb"
+    fit_components: tuple[str, ...] = ("cool", "hot")
 
 
 UNCERTAINTY_METHODS = ("laplace", "sandwich", "bootstrap")
@@ -316,6 +317,9 @@ def _validate(cfg: TargetConfig):
         raise DopplermapInputError(f"{s}: [inversion] maxiter must be >= 1, got {inv.maxiter!r}")
     if inv.solver not in ("lbfgsb", "projected_lbfgs"):
         raise DopplermapInputError(f"{s}: [inversion] solver must be 'lbfgsb' or 'projected_lbfgs', got {inv.solver!r}")
+    comps = inv.fit_components
+    if not comps or len(set(comps)) != len(comps) or not set(comps) <= {"cool", "hot"}:
+        raise DopplermapInputError(f"{s}: [inversion] fit_components must list 'cool', 'hot' or both, got {list(comps)}")
     unc = cfg.uncertainty
     for i, m in enumerate(unc.methods):
         if m not in UNCERTAINTY_METHODS:
@@ -430,6 +434,7 @@ fit_amp = true                       # free additive offset per epoch
 tol = 1e-5
 maxiter = 1000
 method = "auto"                      # auto (dense while its cube <= 512 MiB) | binned (memory-light) | dense (exact)
+fit_components = ["cool", "hot"]     # spot components fitted; ["cool"]: photosphere + cool spots only
 solver = "lbfgsb"                    # lbfgsb (scipy, live progress) | projected_lbfgs (one compiled loop; fastest, GPU)
 
 [uncertainty]                        # per-cell uncertainty maps written into the result folder

@@ -392,7 +392,22 @@ def precompute(grid: SurfaceGrid, star: StarParams, times, vels, components: Com
         fields.update(local=jnp.asarray(local, dtype))
     line = LineModel(**fields)
     edges = np.asarray(grid.edges, dtype=np.int32).reshape(-1, 2)
-    return Precomputed(line=line, cell_area=jnp.asarray(grid.area, dtype), edges=jnp.asarray(edges))
+    pre = Precomputed(line=line, cell_area=jnp.asarray(grid.area, dtype), edges=jnp.asarray(edges))
+    _SETUP[pre] = (grid, star, components)
+    return pre
+
+
+# (grid, star, components) each model was precomputed from, so that invert's results know
+# them (figures, result files); weak keys: an entry lives as long as its model
+_SETUP: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def setup_of(pre: Precomputed):
+    """``(grid, star, components)`` that :func:`precompute` built ``pre`` from, or None.
+
+    None for a model made otherwise (read from a file, folded, resampled, a pytree copy).
+    """
+    return _SETUP.get(pre)
 
 
 @functools.partial(jax.jit, static_argnames="dtype")

@@ -56,6 +56,7 @@ class Settings:
     line_weight: float = 1.0
     lc_weight: float = 1.0
     solver: str = "lbfgsb"
+    fit_components: tuple[str, ...] = ("cool", "hot")
 
     def replace(self, **changes) -> Settings:
         """A copy with ``changes``; ``None`` values are ignored (unset command-line options)."""
@@ -271,7 +272,7 @@ def from_config(cfg) -> Problem:
     inv = cfg.inversion
     settings = Settings(lmbd=inv.lmbd, regulariser=inv.regulariser, tol=inv.tol, maxiter=inv.maxiter,
                         fit_rv=inv.fit_rv, fit_amp=inv.fit_amp, line_weight=inv.line_weight,
-                        lc_weight=inv.lc_weight, solver=inv.solver)
+                        lc_weight=inv.lc_weight, solver=inv.solver, fit_components=tuple(inv.fit_components))
     return Problem(grid=make_grid(cfg.grid.kind, cfg.grid.n_cell, cfg.grid.nside), star=star, obs=obs,
                    components=_line_components(cfg), method=inv.method, gravity=gravity,
                    lightcurve_data=_lightcurve_data(cfg, star, times), settings=settings, t_phot=float(temps[0]),
