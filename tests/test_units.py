@@ -66,6 +66,10 @@ def test_plain_numbers_keep_the_documented_units():
     assert dm.intensity_ratio(3800.0, 5000.0, nu) == pytest.approx(dm.intensity_ratio(3800.0, 5000.0, 600.0),
                                                                      rel=1e-12)
     assert dm.StarParams(radius=1.0 * u.R_sun, vsini=None).radius == pytest.approx(1.0)
+    v = np.linspace(-20.0, 20.0, 9)
+    np.testing.assert_allclose(dm.tabulated(v * 1e3 * u.m / u.s, 1 - 0.5 * np.exp(-v**2 / 50)).velocity, v, rtol=1e-15)
+    ph = rotation_phase(Time(T0 + 1.0, format="jd", scale="tdb"), Time(T0, format="jd", scale="tdb"), 12 * u.h)
+    assert float(ph) == pytest.approx(2.0, abs=1e-9)
     assert dm.StarParams(period=TimeDelta(1.5, format="jd")).period == pytest.approx(1.5)
 
 

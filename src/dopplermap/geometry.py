@@ -102,7 +102,8 @@ def check_star(star: StarParams) -> None:
 
 
 def rotation_phase(times, t0: float, period: float):
-    """Rotation phase in cycles (not wrapped): ``(times - t0) / period``."""
+    """Rotation phase in cycles (not wrapped): ``(times - t0) / period`` (Times and Quantities accepted)."""
+    times, t0, period = to_epoch(times, "times"), to_epoch(t0, "t0"), to_days(period, "period")
     return (jnp.asarray(times) - t0) / period
 
 

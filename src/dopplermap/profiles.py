@@ -100,8 +100,8 @@ def voigt(depth: float, fwhm_gauss: float, fwhm_lorentz: float) -> LocalProfile:
 
 
 def tabulated(velocity: Sequence[float], intensity: Sequence[float], name: str = "tabulated profile") -> LocalProfile:
-    """Tabulated profile (velocity km/s ascending, I/Ic), resampled by a cubic spline."""
-    v = np.asarray(velocity, dtype=float)
+    """Tabulated profile (velocity km/s ascending, or a Quantity; I/Ic), resampled by a cubic spline."""
+    v = np.asarray(to_unit(velocity, "km/s", f"{name}: velocity"), dtype=float)
     i = np.asarray(intensity, dtype=float)
     if v.ndim != 1 or v.shape != i.shape or v.size < 4:
         raise DopplermapInputError(f"{name}: velocity and intensity must be 1-D of equal length >= 4, got {v.shape} and {i.shape}")
