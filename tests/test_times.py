@@ -10,7 +10,7 @@ import astropy.units as u
 import numpy as np
 import pytest
 from astropy.constants import c as C_LIGHT
-from astropy.coordinates import SkyCoord, get_body_barycentric
+from astropy.coordinates import EarthLocation, SkyCoord, get_body_barycentric
 from astropy.table import QTable
 from astropy.time import Time
 
@@ -76,25 +76,33 @@ def test_hjd_utc_gets_the_leap_seconds():
     np.testing.assert_allclose(d_tt, 0.0, atol=2e-3)
 
 
-def test_hjd_to_bjd_with_coordinates_is_the_sun_barycentre_light_time():
-    """BJD - HJD = (r_sun,bary . n) / c: check against the Sun's barycentric position."""
+def _geo_to_helio_and_bary(t_geo):
+    """HJD_TDB and BJD_TDB of geocentric TDB times, by astropy's light_travel_time."""
+    c = SkyCoord(LOPEG[0] * u.deg, LOPEG[1] * u.deg)
+    geo = EarthLocation.from_geocentric(0, 0, 0, unit="m")
+    t = Time(t_geo, format="jd", scale="tdb", location=geo)
+    return ((t + t.light_travel_time(c, "heliocentric")).jd, (t + t.light_travel_time(c, "barycentric")).jd)
+
+
+@pytest.mark.parametrize("n", [3, 3000])  # directly, and through the interpolated light times
+def test_hjd_and_jd_to_bjd_with_coordinates(n):
+    t_geo = np.array([2456892.015, 2459500.2, 2460100.7]) if n == 3 else 2459500.2 + np.linspace(0, 60, n)
+    hjd, bjd = _geo_to_helio_and_bary(t_geo)
+    np.testing.assert_allclose(to_internal(hjd, "HJD_TDB", ra=LOPEG[0], dec=LOPEG[1]), bjd, rtol=0, atol=1e-3 / 86400)
+    np.testing.assert_allclose(to_internal(t_geo, "JD_TDB", ra=LOPEG[0], dec=LOPEG[1]), bjd, rtol=0,
+                               atol=1e-6 / 86400)
+    assert np.all(np.abs(bjd - hjd) * 86400 < 8.3) and np.all(np.abs(bjd - t_geo) * 86400 < 8.5 * 60)
+    assert np.any(np.abs(bjd - t_geo) * 86400 > 60)
+
+
+def test_bjd_minus_hjd_is_the_sun_barycentre_light_time():
+    """BJD - HJD = (r_sun,bary . n) / c: against the Sun's barycentric position."""
     t = np.array([2456892.015, 2459500.2, 2460100.7])
     bjd = to_internal(t, "HJD_TDB", ra=LOPEG[0], dec=LOPEG[1])
     n = SkyCoord(LOPEG[0] * u.deg, LOPEG[1] * u.deg).cartesian.xyz
     sun = get_body_barycentric("sun", Time(t, format="jd", scale="tdb")).xyz
-    expect = (np.einsum("i,ij->j", n.value, sun.to_value(u.m)) / C_LIGHT.value)
-    np.testing.assert_allclose((bjd - t) * 86400.0, expect, atol=0.01)
-    assert np.all(np.abs(expect) < 8.3)
-
-
-def test_geocentric_jd_with_coordinates_is_the_earth_barycentre_light_time():
-    t = np.array([2456892.015, 2459500.2])
-    bjd = to_internal(t, "JD_TDB", ra=LOPEG[0], dec=LOPEG[1])
-    n = SkyCoord(LOPEG[0] * u.deg, LOPEG[1] * u.deg).cartesian.xyz
-    earth = get_body_barycentric("earth", Time(t, format="jd", scale="tdb")).xyz
-    expect = np.einsum("i,ij->j", n.value, earth.to_value(u.m)) / C_LIGHT.value
-    np.testing.assert_allclose((bjd - t) * 86400.0, expect, atol=0.01)
-    assert np.all(np.abs(expect) < 8.5 * 60) and np.any(np.abs(expect) > 60)
+    expect = np.einsum("i,ij->j", n.value, sun.to_value(u.m)) / C_LIGHT.value
+    np.testing.assert_allclose((bjd - t) * 86400.0, expect, atol=1e-4)
 
 
 def test_geocentric_without_coordinates_warns_with_the_size():
