@@ -350,3 +350,27 @@ def test_long_unbinned_light_curve_warns(tmp_path):
     with strict():
         lc = load_lightcurve(tmp_path / "long.fits", bin_width=30.0 / 1440.0)
     assert lc.n_points == 1340 and lc.n_read == 20100  # 20100 two-minute cadences in 30-min bins
+
+
+def test_invert_prints_what_was_read_dropped_and_fitted(tmp_path, capsys):
+    """`dopplermap invert` with a TESS light curve: the counts on screen and in summary.json;
+    the result's LIGHTCURVE times read back as BJD_TDB Time."""
+    import json
+
+    from astropy.table import QTable
+
+    from dopplermap.cli import main
+
+    bjd, _, _, good = mission_fits(tmp_path / "tess_lc.fits", n=1500)
+    toml = _target(tmp_path, "tess_lc.fits", data_extra='lightcurve_bin = 0.02\nlightcurve_bin_unit = "phase"')
+    toml.write_text(toml.read_text() + "\n[inversion]\nmaxiter = 3\n")
+    rc = main(["invert", str(toml), "--out", str(tmp_path / "res"), "--no-plots", "--quiet"])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "1500 cadences, PDCSAP_FLUX, 35 dropped (QUALITY != 0: 20, NaN: 15), binned in 0.02 phase; " \
+           "50 points fitted" in out
+    s = json.loads((tmp_path / "res" / "summary.json").read_text())
+    assert (s["lc_cadences"], s["lc_dropped_quality"], s["lc_dropped_nan"], s["lc_points"]) == (1500, 20, 15, 50)
+    lc = QTable.read(tmp_path / "res" / "profiles.fits", hdu="LIGHTCURVE", astropy_native=True)
+    assert lc["TIME"].scale == "tdb" and len(lc) == 50
+    assert bjd[good].min() - 0.5 < lc["TIME"].jd.min() and lc["TIME"].jd.max() < bjd[good].max() + 0.5
