@@ -14,6 +14,7 @@ from typing import Callable
 import jax.numpy as jnp
 import numpy as np
 
+from .. import plan
 from ..constants import FILL_MAX, FILL_MIN
 from ..errors import DopplermapInputError
 from ..model import Precomputed, setup_of, solve_form, with_exact_numerator
@@ -210,17 +211,8 @@ def joint_arguments(pre: Precomputed, lightcurve, line_weight: float, lc_weight:
     return (lightcurve, jnp.asarray(line_weight, dtype=dtype), jnp.asarray(lc_weight, dtype=dtype))
 
 
-FLOAT32_MIN_TOL = 1e-6
-"""Smallest tolerance for which ``cube_dtype="auto"`` iterates on a float32 cube."""
-
-
-def resolve_cube_dtype(cube_dtype, tol: float):
-    """``"auto"`` -> float32 if ``tol >= FLOAT32_MIN_TOL`` else float64; others are checked and returned."""
-    if cube_dtype == "auto":
-        return "float32" if tol >= FLOAT32_MIN_TOL else "float64"
-    if cube_dtype not in (None, "float32", "float64"):
-        raise DopplermapInputError(f"cube_dtype must be 'auto', 'float32', 'float64' or None, got {cube_dtype!r}")
-    return cube_dtype
+# the "auto" cube dtype of a solve (dopplermap.plan holds every size/back-end choice)
+resolve_cube_dtype = plan.cube_dtype
 
 
 def _cube_dtype(pre: Precomputed) -> str | None:

@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .. import plan
 from ..errors import DopplermapInputError
 from ..model import Precomputed, blocked_nbytes, solve_form
 from ..objective import DEFAULT_PENALTY, REGULARISERS, Layout, Observations
@@ -160,7 +161,7 @@ def invert_batch(pre: Precomputed, obs: Observations, *, lmbds=None, lmbd: float
             (:func:`dopplermap.model.fold_dense`; session 1 measured 2.8x one solve for
             8 lambdas on an H200 with the then-default form); ``"auto"`` (default) -
             blocked on CPU for dense models while both its copies fit
-            ``BLOCKED_MAX_BYTES``, folded otherwise (binned models are used as they are).
+            ``dopplermap.plan.BLOCKED_MAX_BYTES``, folded otherwise (binned models are used as they are).
     Returns:
         one :class:`InversionResult` per member; ``solve_time`` is the whole batch's.
     """
@@ -169,14 +170,11 @@ def invert_batch(pre: Precomputed, obs: Observations, *, lmbds=None, lmbd: float
     if form not in ("auto", "folded", "blocked"):
         raise DopplermapInputError(f"form must be 'auto', 'folded' or 'blocked', got {form!r}")
     dtype = resolve_cube_dtype(cube_dtype, tol)
-    cpu = jax.default_backend() == "cpu"
     if form == "blocked" and (pre.line.method != "dense" or dtype is None):
         raise DopplermapInputError(f"form='blocked' needs a dense model and a cube_dtype, got a {pre.line.method} model "
                          f"and cube_dtype={cube_dtype!r}")
-    if form == "auto":
-        form = "blocked" if cpu and mode != "sequential" and _blocked_fits(pre, dtype) else "folded"
-    if mode == "auto":
-        mode = "vmap" if (form == "blocked" or not cpu) else "sequential"
+    form = plan.batch_form(form, mode=mode, blocked_fits=_blocked_fits(pre, dtype))
+    mode = plan.batch_mode(mode, form=form)
     layout, xj, lo, hi = _setup(pre, obs, regulariser, x0, fit_rv, fit_amp)
     _check_match(pre, obs)
     pre = solve_form(pre, dtype, blocked=form == "blocked")
@@ -218,12 +216,10 @@ def invert_batch(pre: Precomputed, obs: Observations, *, lmbds=None, lmbd: float
                        solve_time, "projected_lbfgs") for i in range(n)]
 
 
-BLOCKED_MAX_BYTES = 512 * 2**20
-"""``invert_batch(form="auto")`` uses the blocked form on CPU while both its copies fit this."""
 
 
 def _blocked_fits(pre: Precomputed, dtype) -> bool:
-    return dtype is not None and pre.line.method == "dense" and blocked_nbytes(pre.line, dtype) <= BLOCKED_MAX_BYTES
+    return dtype is not None and pre.line.method == "dense" and blocked_nbytes(pre.line, dtype) <= plan.BLOCKED_MAX_BYTES
 
 
 def _sequential(layout, xj, lo, hi, lmbds, pre, obs, batch_obs, *, regulariser, penalty, maxiter, tol, maxcor):
