@@ -95,7 +95,10 @@ def test_laplace_and_bootstrap(fitted, tmp_path):
     path = U.save_uncertainty(post, tmp_path)
     back = np.load(path)
     np.testing.assert_array_equal(back["sigma_fssc"], post.sigma_fssc)
-    U.plot_uncertainty(prob.grid, best.fssc, boot, tmp_path / "unc.png")
+    from dopplermap.plot import plot_uncertainty
+    from dopplermap.style import save_figure
+
+    save_figure(plot_uncertainty(prob.grid, best.fssc, boot), tmp_path / "unc.png")
     assert (tmp_path / "unc.png").stat().st_size > 0
 
 

@@ -17,7 +17,7 @@
   chi-square ``chi2_reduced * n_epoch * n_vel`` lies within ``Delta chi2`` of the minimum
   (profiled over the other grid parameters).
 
-Plots (matplotlib, Agg): :func:`plot_lcurve`, :func:`plot_grid`.
+Plots (Figure API, :mod:`dopplermap.style`): :func:`plot_lcurve`, :func:`plot_grid` return Figures.
 """
 
 from __future__ import annotations
@@ -586,76 +586,75 @@ def delta_chi2_interval(rows: list[dict], name: str, *, delta: float = 1.0, colu
 # ------------------------------------------------------------------------------- plots
 
 
-def _pyplot():
-    import matplotlib
+def plot_lcurve(sweep: LambdaSweep, corner: float | None = None, target: float | None = None, *, fig=None):
+    """L-curve (log chi2 vs log regulariser excess) and chi2(lambda); returns the Figure.
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    ``fig``: an empty Figure to draw into (default a new two-column one, :mod:`dopplermap.style`).
+    Save it with :func:`dopplermap.style.save_figure`.
+    """
+    from . import style
 
-    return plt
-
-
-def _save(fig, path):
-    path = Path(path)
-    tmp = path.with_name(path.stem + ".tmp" + path.suffix)
-    fig.savefig(tmp, dpi=110)
-    tmp.replace(path)
-
-
-def plot_lcurve(sweep: LambdaSweep, path, corner: float | None = None, target: float | None = None) -> Path:
-    """L-curve (log chi2 vs log regulariser excess) and chi2(lambda), as one PNG."""
-    plt = _pyplot()
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
-    x = sweep.regulariser - sweep.floor
-    a1.loglog(x, sweep.chi2, "o-", ms=3)
-    a2.loglog(sweep.lmbd, sweep.chi2, "o-", ms=3)
-    if corner is not None:
-        i = int(np.argmin(np.abs(np.log(sweep.lmbd / corner))))
-        a1.loglog(x[i], sweep.chi2[i], "r*", ms=12, label=f"corner lambda={corner:.3g}")
-        a2.axvline(corner, color="r", ls="--")
-        a1.legend()
-    if target is not None:
-        a2.axhline(target, color="g", ls=":", label="target chi2")
-        a2.legend()
-    a1.set_xlabel("regulariser - floor")
-    a1.set_ylabel("reduced chi2")
-    a2.set_xlabel("lambda")
-    a2.set_ylabel("reduced chi2")
-    fig.tight_layout()
-    _save(fig, path)
-    plt.close(fig)
-    return Path(path)
+    if fig is None:
+        fig = style.new_figure(style.TWO_COLUMN, 2.8)
+    with style.context():
+        a1, a2 = fig.subplots(1, 2, gridspec_kw=dict(left=0.11, right=0.98, top=0.9, bottom=0.17, wspace=0.32))
+        x = sweep.regulariser - sweep.floor
+        a1.loglog(x, sweep.chi2, "o-", ms=3, color="k", label="sweep")
+        a2.loglog(sweep.lmbd, sweep.chi2, "o-", ms=3, color="k")
+        if corner is not None:
+            i = int(np.argmin(np.abs(np.log(sweep.lmbd / corner))))
+            a1.loglog(x[i], sweep.chi2[i], "*", color=style.MODEL_COLOUR, ms=10, label=f"corner λ = {corner:.3g}")
+            a2.axvline(corner, color=style.MODEL_COLOUR, ls="--", label=f"corner λ = {corner:.3g}")
+        if target is not None:
+            a2.axhline(target, color="0.4", ls=":", label=f"target χ² = {target:g}")
+        for a in (a1, a2):
+            if a.get_legend_handles_labels()[0]:
+                a.legend()
+        a1.set_xlabel("regulariser − floor")
+        a1.set_ylabel("reduced χ²")
+        a1.set_title("L-curve")
+        a2.set_xlabel("λ")
+        a2.set_ylabel("reduced χ²")
+        a2.set_title("χ² against λ")
+    return fig
 
 
-def plot_grid(rows: list[dict], names, path, *, column: str = "chi2_total") -> Path:
-    """1-D profiled chi2 curves per parameter and a contour plot per pair, one PNG."""
-    plt = _pyplot()
+def plot_grid(rows: list[dict], names, *, column: str = "chi2_total", fig=None):
+    """1-D profiled chi2 curves per parameter and a Delta-chi2 map per pair; returns the Figure.
+
+    The maps use the ``chi2`` colour map of :mod:`dopplermap.style` with the 1- and
+    2-sigma contours of two parameters (Delta chi2 = 2.30, 6.18). ``fig``: an empty Figure
+    to draw into (default a new one, one column wide per panel up to two columns).
+    """
+    from . import style
+
     names = list(names)
     pairs = list(itertools.combinations(names, 2))
     n = len(names) + len(pairs)
-    fig, axes = plt.subplots(1, n, figsize=(4 * n, 3.6), squeeze=False)
-    axes = axes[0]
-    for ax, name in zip(axes, names, strict=False):
-        iv = delta_chi2_interval(rows, name, column=column)
-        ax.plot(iv["values"], iv["profile"] - iv["profile"].min(), "o-")
-        ax.axhline(1.0, color="gray", ls=":")
-        ax.axvspan(iv["lo"], iv["hi"], color="C1", alpha=0.2)
-        ax.set_xlabel(name)
-        ax.set_ylabel(f"{column} - min")
-    for ax, (p, q) in zip(axes[len(names):], pairs, strict=False):
-        xs, ys = np.unique([r[p] for r in rows]), np.unique([r[q] for r in rows])
-        z = np.full((ys.size, xs.size), np.nan)
-        for r in rows:
-            i, j = np.searchsorted(ys, r[q]), np.searchsorted(xs, r[p])
-            z[i, j] = r[column] if np.isnan(z[i, j]) else min(z[i, j], r[column])
-        z = z - np.nanmin(z)
-        if xs.size > 1 and ys.size > 1:
-            cs = ax.contourf(xs, ys, z, levels=20)
-            ax.contour(xs, ys, z, levels=[2.30, 6.18], colors="w")
-            fig.colorbar(cs, ax=ax)
-        ax.set_xlabel(p)
-        ax.set_ylabel(q)
-    fig.tight_layout()
-    _save(fig, path)
-    plt.close(fig)
-    return Path(path)
+    if fig is None:
+        fig = style.new_figure(min(style.TWO_COLUMN, 2.4 * n + 0.4), 2.6)
+    with style.context():
+        axes = fig.subplots(1, n, squeeze=False, gridspec_kw=dict(left=0.6 / fig.get_size_inches()[0], right=0.97,
+                                                                  top=0.9, bottom=0.2, wspace=0.55))[0]
+        for ax, name in zip(axes, names, strict=False):
+            iv = delta_chi2_interval(rows, name, column=column)
+            ax.plot(iv["values"], iv["profile"] - iv["profile"].min(), "o-", color="k", ms=3)
+            ax.axhline(1.0, color="0.5", ls=":")
+            ax.axvspan(iv["lo"], iv["hi"], color="0.85", label="Δχ² ≤ 1")
+            ax.set_xlabel(name)
+            ax.set_ylabel("Δχ²")
+            ax.set_title(f"{name}: {iv['lo']:.4g}–{iv['hi']:.4g}")
+        for ax, (p, q) in zip(axes[len(names):], pairs, strict=False):
+            xs, ys = np.unique([r[p] for r in rows]), np.unique([r[q] for r in rows])
+            z = np.full((ys.size, xs.size), np.nan)
+            for r in rows:
+                i, j = np.searchsorted(ys, r[q]), np.searchsorted(xs, r[p])
+                z[i, j] = r[column] if np.isnan(z[i, j]) else min(z[i, j], r[column])
+            z = z - np.nanmin(z)
+            if xs.size > 1 and ys.size > 1:
+                cs = ax.contourf(xs, ys, z, levels=20, cmap=style.cmap("chi2"))
+                ax.contour(xs, ys, z, levels=[2.30, 6.18], colors="w", linewidths=0.8)
+                fig.colorbar(cs, ax=ax, label="Δχ²")
+            ax.set_xlabel(p)
+            ax.set_ylabel(q)
+    return fig

@@ -153,7 +153,8 @@ def register(group):
             choice.update(target_chi2=target_chi2, target_lambda=lmt, target_result_chi2=res.chi2,
                           target_trials=trials)
         _write_json(out / "lambda.json", choice)
-        search.plot_lcurve(sw, out / "lcurve.png", corner=corner, target=target_chi2)
+        from ..style import save_figure
+        save_figure(search.plot_lcurve(sw, corner=corner, target=target_chi2), out / "lcurve.png")
         msg = f"L-curve corner lambda {corner:.4g}" if corner is not None else "no L-curve corner"
         if target_chi2 is not None:
             msg += f"; lambda for chi2={target_chi2:g}: {choice['target_lambda']:.4g}"
@@ -196,7 +197,8 @@ def register(group):
             iv = search.delta_chi2_interval(rows, name, delta=delta_chi2)
             intervals[name] = {k: iv[k] for k in ("best", "lo", "hi", "at_edge", "delta", "note")}
         _write_json(out / "grid.json", {"best": best, "intervals": intervals})
-        search.plot_grid(rows, list(axes), out / "grid.png")
+        from ..style import save_figure
+        save_figure(search.plot_grid(rows, list(axes)), out / "grid.png")
         click.echo("best: " + ", ".join(f"{k}={best[k]:g}" for k in axes) + f"  chi2 {best['chi2']:.5g}")
         for name, iv in intervals.items():
             edge = " (reaches the grid edge)" if iv["at_edge"] else ""

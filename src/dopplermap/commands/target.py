@@ -49,15 +49,19 @@ def uncertainty_writers(methods, pre, obs, res, grid, *, n_boot: int = 20, seed:
         def write(folder, unc=unc):
             path = U.save_uncertainty(unc, folder)
             if plots:
-                for comp, fill in (("cool", res.fssc), ("hot", res.fssh)):
-                    U.plot_uncertainty(grid, fill, unc, folder / f"{path.stem}_{comp}.png", component=comp)
+                from ..plot import fitted_components, plot_uncertainty
+                from ..style import save_figure
+
+                for comp in fitted_components(res):
+                    fill = res.fssc if comp == "cool" else res.fssh
+                    save_figure(plot_uncertainty(grid, fill, unc, component=comp), folder / f"{path.stem}_{comp}.png")
 
         writers.append(write)
     return writers, scalars
 
 
 def run_target(cfg, out: Path, *, plots: bool = True, quiet: bool = True, config_file=None,
-               uncertainty=None) -> dict:
+               uncertainty=None, report: bool = True) -> dict:
     """Run the inversion a target config describes and write a result folder at ``out``.
 
     The folder is the standard one of :func:`dopplermap.io.results.save_result` (map.fits,
@@ -65,7 +69,8 @@ def run_target(cfg, out: Path, *, plots: bool = True, quiet: bool = True, config
     file, summary.json and, unless ``plots`` is False, the figures), plus the uncertainty
     maps of ``[uncertainty] methods`` (or of ``uncertainty``, a list overriding them; see
     :func:`uncertainty_writers`; with a light curve they cover the line profiles only).
-    Progress goes to stderr unless ``quiet``. Returns the summary written.
+    Progress goes to stderr unless ``quiet``; ``report.html`` is written unless ``report``
+    is False. Returns the summary written.
     """
     import dataclasses
 
@@ -111,6 +116,9 @@ def run_target(cfg, out: Path, *, plots: bool = True, quiet: bool = True, config
         with rep.step("write results" + (" + figures" if plots else "")):
             res = with_context(res, grid=grid, star=prob.star, obs=obs, pre=pre, components=prob.components, light_curve=light_curve, config=config, extra=extra)
             summary = save_result(res, out, plots=plots, config_file=config_file, extra_writers=writers)
+            if report:
+                from ..report import write_report
+                write_report(out)
     return summary
 
 
@@ -133,16 +141,17 @@ def register(group):
                   show_default=True, help="Output folder (replaced if it holds an earlier result).")
     @click.option("--quiet", is_flag=True, help="No progress display.")
     @click.option("--no-plots", is_flag=True, help="Skip the figures.")
+    @click.option("--no-report", is_flag=True, help="Skip report.html.")
     @click.option("--uncertainty", "uncertainty", multiple=True,
                   type=click.Choice(["laplace", "sandwich", "bootstrap"]),
                   help="Also write per-cell uncertainty maps (repeatable; overrides [uncertainty] methods).")
-    def invert(target, out, quiet, no_plots, uncertainty):
+    def invert(target, out, quiet, no_plots, no_report, uncertainty):
         """Map the star described by the TOML file TARGET; write a result folder to --out."""
         from ..config import load_config
 
         cfg = load_config(target)
         s = run_target(cfg, out, plots=not no_plots, quiet=quiet, config_file=target,
-                       uncertainty=list(uncertainty) if uncertainty else None)
+                       uncertainty=list(uncertainty) if uncertainty else None, report=not no_report)
         lc = f"  chi2(lc) {s['chi2_lc']:.4f}" if s.get("chi2_lc") is not None else ""
         click.echo(f"chi2 {s['chi2']:.4f}{lc}  iterations {s['iterations']}  {s['stop_reason']}  "
                    f"solve {s['solve_time']:.2f} s")

@@ -4,7 +4,8 @@ A result folder holds::
 
     map.fits         HDU 1 "MAP": one row per cell (columns below), header with the star,
                      regularisation and fit statistics; HDU "EDGES": neighbour pairs (I, J);
-                     HDU "CONVERGENCE": per-iteration ITER, LOSS, CHI2, REGUL.
+                     HDU "CONVERGENCE": per-iteration ITER, LOSS, CHI2, REGUL (and CHI2_LC, the
+                     light-curve chi-square of a joint fit).
     profiles.fits    HDU "VELS" (n_vel,) km/s; HDU "PROFILES": one row per epoch with TIME (d),
                      PHASE (in [0, 1)), CYCLE ((TIME - t0) / P, not wrapped), RV (km/s), AMP
                      and (n_vel,) vectors OBS, ERR, MODEL, SPOTLESS, RESID;
@@ -238,7 +239,9 @@ def _map_hdus(res, fits):
     hist = res.history or {}
     n_it = len(hist.get("loss", []))
     hcols = [fits.Column("ITER", "K", array=np.arange(1, n_it + 1))]
-    for name, key in (("LOSS", "loss"), ("CHI2", "chi2"), ("REGUL", "regulariser")):
+    for name, key in (("LOSS", "loss"), ("CHI2", "chi2"), ("REGUL", "regulariser"), ("CHI2_LC", "chi2_lc")):
+        if key == "chi2_lc" and key not in hist:
+            continue
         hcols.append(fits.Column(name, "D", array=np.asarray(hist.get(key, np.full(n_it, np.nan)), float)))
     chdu = fits.BinTableHDU.from_columns(hcols, name="CONVERGENCE")
     primary = fits.PrimaryHDU()
@@ -464,6 +467,8 @@ def load_result(path):
         c = hdul["CONVERGENCE"].data
         history = {"loss": np.asarray(c["LOSS"], float), "chi2": np.asarray(c["CHI2"], float),
                    "regulariser": np.asarray(c["REGUL"], float)}
+        if "CHI2_LC" in c.columns.names:
+            history["chi2_lc"] = np.asarray(c["CHI2_LC"], float)
 
     with fits.open(path / "profiles.fits") as hdul:
         vels = np.asarray(hdul["VELS"].data, float)

@@ -26,7 +26,7 @@ def relative_brightness(fssc, fssh, intensities):
 
 # notebooks show results through these; arrays are never printed (a result holds tens of kB)
 _REPR_STOP_CHARS = 60
-THUMBNAIL_CMAP = "magma_r"
+THUMBNAIL_CMAP = "dm_cool"  # the cool-spot map of dopplermap.style, as in every figure
 """Colour map of the cool-spot filling factor in the HTML thumbnail (0 = unspotted, light)."""
 
 
@@ -190,7 +190,9 @@ class InversionResult:
         fig = Figure(figsize=(width_px / dpi, 0.6 * width_px / dpi), dpi=dpi)
         FigureCanvasAgg(fig)
         ax = fig.add_axes((0.02, 0.22, 0.96, 0.76))
-        im = ax.imshow(image, extent=(0, 360, -90, 90), origin="upper", cmap=THUMBNAIL_CMAP, vmin=0.0,
+        from ..style import cmap
+
+        im = ax.imshow(image, extent=(0, 360, -90, 90), origin="upper", cmap=cmap("cool"), vmin=0.0,
                        vmax=max(float(np.nanmax(image)), 1e-3), interpolation="nearest", aspect="auto")
         ax.set_xticks([])
         ax.set_yticks([])
