@@ -27,8 +27,9 @@ from .errors import DopplermapInputError, MissingFileError
 from .geometry import StarParams
 from .gravity import gravity_darkening_factors
 from .grid import SurfaceGrid, make_grid
-from .io.lightcurve import read_lightcurve
+from .io.lightcurve import load_lightcurve
 from .io.lsd import load_profiles, read_local_profile
+from .io.times import epoch_times
 from .lightcurve import LightCurveBand, precompute_lightcurve
 from .model import precompute
 from .objective import Observations
@@ -89,6 +90,7 @@ class LightCurveData:
     band: object  # dopplermap.lightcurve.LightCurveBand
     fit_dilution: bool = False
     source: str = "light curve"
+    read: object | None = None  # dopplermap.io.lightcurve.LightCurveData: counts read, dropped, binned
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -206,7 +208,7 @@ def _line_components(cfg) -> ComponentSet:
     return ComponentSet(*[Component(p, ld, i) for p, ld, i in zip(profiles, lds, inten, strict=True)])
 
 
-def _lightcurve_data(cfg) -> LightCurveData | None:
+def _lightcurve_data(cfg, star, profile_times) -> LightCurveData | None:
     d = cfg.data
     if d.lightcurve is None:
         return None
@@ -214,16 +216,23 @@ def _lightcurve_data(cfg) -> LightCurveData | None:
     lds = [LimbDarkening(lcc.limb_darkening, c) for c in (lcc.ld_phot, lcc.ld_cool, lcc.ld_hot)]
     band = (LightCurveBand(tuple(lds), tuple(lcc.intensity)) if lcc.intensity is not None
             else LightCurveBand.from_temperatures(temps.phot, temps.cool, temps.hot, lcc.wavelength_nm, lds))
-    data = read_lightcurve(cfg.path(d.lightcurve), d.lightcurve_format)
+    data = load_lightcurve(cfg.path(d.lightcurve), fmt=d.lightcurve_format, column=d.lightcurve_column,
+                           unit=d.lightcurve_unit, time_scale=d.lightcurve_time_scale, fallback_time_scale=d.time_scale,
+                           ra=cfg.star.ra, dec=cfg.star.dec, bin_width=d.lightcurve_bin, bin_unit=d.lightcurve_bin_unit,
+                           period=star.period, t0=star.t0, profile_times=profile_times)
     return LightCurveData(times=data.time, flux=data.flux, err=data.err, band=band, fit_dilution=lcc.fit_dilution,
-                          source=data.source)
+                          source=data.source, read=data)
 
 
 def from_config(cfg) -> Problem:
     """The problem a target configuration (:class:`dopplermap.config.TargetConfig`) describes."""
     obs, files = load_profiles(cfg)  # [data] files, epochs, systemic velocity and window
     s = cfg.star
-    star = StarParams(inclination=s.inclination, vsini=s.vsini, period=s.period, t0=s.t0, domega=s.domega,
+    # every time to the internal BJD_TDB, once (dopplermap.io.times)
+    times, t0 = epoch_times(obs.times, s.t0, time_scale=cfg.data.time_scale, t0_scale=s.t0_scale, ra=s.ra, dec=s.dec,
+                            period=s.period, where=cfg.source)
+    obs = Observations.create(times, obs.vels, obs.flux, obs.err, source=cfg.source)
+    star = StarParams(inclination=s.inclination, vsini=s.vsini, period=s.period, t0=t0, domega=s.domega,
                       radius=s.radius)
     temps = (cfg.temperatures.phot, cfg.temperatures.cool, cfg.temperatures.hot)
     gravity = None
@@ -237,7 +246,7 @@ def from_config(cfg) -> Problem:
                         lc_weight=inv.lc_weight, solver=inv.solver, fit_components=tuple(inv.fit_components))
     return Problem(grid=make_grid(cfg.grid.kind, cfg.grid.n_cell, cfg.grid.nside), star=star, obs=obs,
                    components=_line_components(cfg), method=inv.method, gravity=gravity,
-                   lightcurve_data=_lightcurve_data(cfg), settings=settings, t_phot=float(temps[0]),
+                   lightcurve_data=_lightcurve_data(cfg, star, times), settings=settings, t_phot=float(temps[0]),
                    wavelength_nm=float(cfg.line.wavelength_nm), files=tuple(files), source=cfg.source)
 
 

@@ -108,6 +108,11 @@ def run_target(cfg, out: Path, *, plots: bool = True, quiet: bool = True, config
                      n_vel=obs.n_vel, n_lc=None if lc is None else lc.n_lc, method=pre.line.method,
                      macroturbulence=cfg.line.macroturbulence, gravity_darkening=cfg.gravity_darkening.enabled,
                      setup_time=t_setup, total_time=time.perf_counter() - t0, **unc_scalars)
+        lcd = prob.lightcurve_data.read if prob.lightcurve_data is not None else None
+        if lcd is not None:  # what was read, dropped and binned, for the summary and the screen
+            extra.update(lc_cadences=lcd.n_read if lcd.n_read is not None else lcd.n_points,
+                         lc_dropped_quality=lcd.n_quality, lc_dropped_nan=lcd.n_invalid, lc_points=lcd.n_points,
+                         lc_note=lcd.describe())
         with rep.step("write results" + (" + figures" if plots else "")):
             res = with_context(res, grid=grid, star=prob.star, obs=obs, pre=pre, components=prob.components, light_curve=light_curve, config=config, extra=extra)
             summary = save_result(res, out, plots=plots, config_file=config_file, extra_writers=writers)
@@ -150,4 +155,6 @@ def register(group):
         lc = f"  chi2(lc) {s['chi2_lc']:.4f}" if s.get("chi2_lc") is not None else ""
         click.echo(f"chi2 {s['chi2']:.4f}{lc}  iterations {s['iterations']}  {s['stop_reason']}  "
                    f"solve {s['solve_time']:.2f} s")
+        if s.get("lc_note"):
+            click.echo(f"light curve {s['lc_note']}")
         click.echo(f"results in {out}")

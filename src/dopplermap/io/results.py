@@ -7,8 +7,14 @@ A result folder holds::
                      HDU "CONVERGENCE": per-iteration ITER, LOSS, CHI2, REGUL (and CHI2_LC, the
                      light-curve chi-square of a joint fit).
     profiles.fits    HDU "VELS" (n_vel,) km/s; HDU "PROFILES": one row per epoch with TIME (d),
-                     PHASE, RV (km/s), AMP and (n_vel,) vectors OBS, ERR, MODEL, SPOTLESS, RESID;
-                     HDU "LIGHTCURVE" (TIME, FLUX, ERR, MODEL, RESID) when a light curve was fitted.
+                     PHASE (in [0, 1)), CYCLE ((TIME - t0) / P, not wrapped), RV (km/s), AMP
+                     and (n_vel,) vectors OBS, ERR, MODEL, SPOTLESS, RESID;
+                     HDU "LIGHTCURVE" (TIME, PHASE, CYCLE, FLUX, ERR, MODEL, RESID) when a light
+                     curve was fitted. TIME is BJD_TDB as a full Julian date (the internal
+                     convention) with the FITS time keywords TIMESYS = 'TDB', TREFPOS =
+                     'BARYCENTER', TIMEREF = 'SOLARSYSTEM', JDREF = 0, TIMEUNIT = 'd':
+                     ``QTable.read(path, hdu="PROFILES", astropy_native=True)["TIME"]`` is an
+                     astropy ``Time``.
     config.json      the configuration that produced the run (and a verbatim copy of the
                      user's configuration file when one was given).
     summary.json     scalar results and timings; written last, with ``"complete": true``.
@@ -70,7 +76,7 @@ _STAR = {
     "INCLIN": ("inclination", "[deg] inclination of the rotation axis"),
     "VSINI": ("vsini", "[km/s] projected equatorial velocity"),
     "PERIOD": ("period", "[d] equatorial rotation period"),
-    "T0": ("t0", "[d] time of rotation phase 0"),
+    "T0": ("t0", "[d] time of rotation phase 0 (BJD_TDB)"),
     "DOMEGA": ("domega", "[rad/d] differential rotation shear"),
     "RADIUS": ("radius", "[R_sun] equatorial radius"),
 }
@@ -255,11 +261,12 @@ def _profile_hdus(res, fits):
     n_epoch, n_vel = flux.shape
     model = np.full_like(flux, np.nan) if res.model is None else np.asarray(res.model, float)
     spotless = np.full_like(flux, np.nan) if res.spotless is None else np.asarray(res.spotless, float)
-    phase = np.full(n_epoch, np.nan)
+    cycle = np.full(n_epoch, np.nan)
     if res.star is not None:
-        phase = np.mod((times - res.star.t0) / res.star.period, 1.0)
+        cycle = (times - res.star.t0) / res.star.period
     vec = f"{n_vel}D"
-    cols = [fits.Column("TIME", "D", unit="d", array=times), fits.Column("PHASE", "D", array=phase),
+    cols = [fits.Column("TIME", "D", unit="d", array=times), fits.Column("PHASE", "D", array=np.mod(cycle, 1.0)),
+            fits.Column("CYCLE", "D", array=cycle),
             fits.Column("RV", "D", unit="km/s", array=np.asarray(res.rv, float)),
             fits.Column("AMP", "D", array=np.asarray(res.amp, float)),
             fits.Column("OBS", vec, array=flux), fits.Column("ERR", vec, array=err),
@@ -267,18 +274,35 @@ def _profile_hdus(res, fits):
             fits.Column("RESID", vec, array=flux - model)]
     vh = fits.ImageHDU(vels, name="VELS")
     vh.header["BUNIT"] = "km/s"
-    hdus = [fits.PrimaryHDU(), vh, fits.BinTableHDU.from_columns(cols, name="PROFILES")]
+    prof = fits.BinTableHDU.from_columns(cols, name="PROFILES")
+    _time_keywords(prof.header)
+    hdus = [fits.PrimaryHDU(), vh, prof]
     if res.light_curve is not None:
         lc = res.light_curve
         lt = np.asarray(lc["times"], float)
         lflux = np.asarray(lc["flux"], float)
         lerr = np.asarray(lc.get("err", np.full_like(lflux, np.nan)), float)
         lmodel = np.asarray(lc.get("model", np.full_like(lflux, np.nan)), float)
-        hdus.append(fits.BinTableHDU.from_columns(
-            [fits.Column("TIME", "D", unit="d", array=lt), fits.Column("FLUX", "D", array=lflux),
-             fits.Column("ERR", "D", array=lerr), fits.Column("MODEL", "D", array=lmodel),
-             fits.Column("RESID", "D", array=lflux - lmodel)], name="LIGHTCURVE"))
+        lcols = [fits.Column("TIME", "D", unit="d", array=lt)]
+        if res.star is not None:
+            lcyc = (lt - res.star.t0) / res.star.period
+            lcols += [fits.Column("PHASE", "D", array=np.mod(lcyc, 1.0)), fits.Column("CYCLE", "D", array=lcyc)]
+        lcols += [fits.Column("FLUX", "D", array=lflux), fits.Column("ERR", "D", array=lerr),
+                  fits.Column("MODEL", "D", array=lmodel), fits.Column("RESID", "D", array=lflux - lmodel)]
+        lhdu = fits.BinTableHDU.from_columns(lcols, name="LIGHTCURVE")
+        _time_keywords(lhdu.header)
+        hdus.append(lhdu)
     return fits.HDUList(hdus)
+
+
+def _time_keywords(h):
+    """FITS time keywords (Rots et al. 2015) of a TIME column in the internal BJD_TDB, so that
+    ``QTable.read(path, hdu=..., astropy_native=True)`` gives a barycentric TDB ``Time``."""
+    h["TIMESYS"] = ("TDB", "time scale of TIME")
+    h["TREFPOS"] = ("BARYCENTER", "TIME at the solar-system barycentre")
+    h["TIMEREF"] = ("SOLARSYSTEM", "barycentric times (Kepler/TESS keyword)")
+    h["JDREF"] = (0.0, "[d] BJD_TDB = TIME + JDREF")
+    h["TIMEUNIT"] = ("d", "unit of TIME")
 
 
 def _summary(res, timings: dict) -> dict:
