@@ -20,7 +20,7 @@ import numpy as np
 from ..errors import DopplermapInputError
 from ..model import Precomputed, blocked_nbytes, solve_form
 from ..objective import DEFAULT_PENALTY, REGULARISERS, Layout, Observations
-from . import _check_match, _cube_dtype, bounds, joint_arguments, project_feasible, resolve_cube_dtype
+from . import _check_match, check_solver_args, _cube_dtype, bounds, joint_arguments, project_feasible, resolve_cube_dtype
 from .projected_lbfgs import STOP_REASONS, projected_lbfgs
 from .result import InversionResult
 from .scipy_lbfgsb import _vg  # the same compiled value-and-gradient body as the scipy path
@@ -109,8 +109,7 @@ def invert_device(pre: Precomputed, obs: Observations, *, lmbd: float = 1.0, reg
     those of the solver's last evaluation, so with a float32 cube they carry its rounding
     (~1e-8 relative in the loss).
     """
-    if not np.isfinite(lmbd) or lmbd < 0:
-        raise DopplermapInputError(f"lmbd must be a finite number >= 0, got {lmbd!r}")
+    check_solver_args(tol=tol, maxiter=maxiter, lmbd=lmbd)
     layout, xj, lo, hi = _setup(pre, obs, regulariser, x0, fit_rv, fit_amp)
     _check_match(pre, obs)
     pre = solve_form(pre, resolve_cube_dtype(cube_dtype, tol))
@@ -154,6 +153,7 @@ def invert_batch(pre: Precomputed, obs: Observations, *, lmbds=None, lmbd: float
     Returns:
         one :class:`InversionResult` per member; ``solve_time`` is the whole batch's.
     """
+    check_solver_args(tol=tol, maxiter=maxiter, lmbd=lmbd, lmbds=lmbds)
     if mode not in ("auto", "vmap", "sequential"):
         raise DopplermapInputError(f"mode must be 'auto', 'vmap' or 'sequential', got {mode!r}")
     if form not in ("auto", "folded", "blocked"):
