@@ -240,7 +240,8 @@ def clean_leftovers(path) -> list[str]:
     return notes
 
 
-def check_out(path, kind: str, *, overwrite: bool = False, option: str = "--out", legacy=None) -> Path:
+def check_out(path, kind: str, *, overwrite: bool = False, option: str = "--out", legacy=None,
+              flag: str = "--overwrite") -> Path:
     """Check an output folder before any work; raise :class:`DopplermapInputError` if unusable.
 
     Accepts a path that does not exist yet (its parent must exist and be writable), an
@@ -275,7 +276,7 @@ def check_out(path, kind: str, *, overwrite: bool = False, option: str = "--out"
                 raise DopplermapInputError(f"{option} {path} holds a dopplermap {found} output, not a {kind} output; "
                                            f"choose another {option}")
             if not overwrite:
-                raise DopplermapInputError(f"{option} {path} holds an earlier {kind} output; pass --overwrite to "
+                raise DopplermapInputError(f"{option} {path} holds an earlier {kind} output; pass {flag} to "
                                            f"replace it, or choose another {option}")
         if not os.access(path, os.W_OK | os.X_OK):
             raise DopplermapInputError(f"{option} {path}: the folder is not writable")
@@ -294,7 +295,7 @@ def check_out_file(path, *, overwrite: bool = False, option: str = "--out", flag
     if path.is_dir():
         raise DopplermapInputError(f"{option} {path} is a folder; give a file name")
     if path.exists() and not overwrite:
-        raise DopplermapInputError(f"{option} {path} exists; pass {flag} to replace it")
+        raise DopplermapInputError(f"{option} {path} exists; use {flag} to overwrite it")
     return path
 
 
@@ -339,7 +340,8 @@ class AtomicFolder:
     """
 
     def __init__(self, path, kind: str, *, overwrite: bool = True, inputs: str | None = None,
-                 run_id: str | None = None, option: str = "--out", legacy=None, meta: dict | None = None):
+                 run_id: str | None = None, option: str = "--out", legacy=None, meta: dict | None = None,
+                 flag: str = "--overwrite"):
         self.path = Path(path)
         self.kind = kind
         self.overwrite = overwrite
@@ -347,12 +349,14 @@ class AtomicFolder:
         self.run_id = run_id or new_run_id()
         self.option = option
         self.legacy = legacy
+        self.flag = flag
         self.meta = dict(meta or {})
         self.tmp: Path | None = None
         self._n = 0
 
     def __enter__(self):
-        check_out(self.path, self.kind, overwrite=self.overwrite, option=self.option, legacy=self.legacy)
+        check_out(self.path, self.kind, overwrite=self.overwrite, option=self.option, legacy=self.legacy,
+                  flag=self.flag)
         parent = self.path.parent if str(self.path.parent) else Path(".")
         self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.partial-{os.getpid()}-", dir=parent))
         return self

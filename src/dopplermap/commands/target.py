@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import glob
-import os
 import time
 from pathlib import Path
 
@@ -111,12 +110,6 @@ def build_problem(cfg):
                 files=files)
 
 
-def _atomic(path: Path, write):
-    tmp = path.with_name(path.name + ".tmp")
-    write(tmp)
-    os.replace(tmp, path)
-
-
 def uncertainty_writers(methods, pre, obs, res, grid, *, n_boot: int = 20, seed: int = 0, plots: bool = True,
                         report=None):
     """Compute the requested uncertainties; return ``(writers, scalars)`` for :func:`save_result`.
@@ -153,7 +146,7 @@ def uncertainty_writers(methods, pre, obs, res, grid, *, n_boot: int = 20, seed:
 
 
 def run_target(cfg, out: Path, *, plots: bool = True, quiet: bool = True, config_file=None,
-               uncertainty=None) -> dict:
+               uncertainty=None, overwrite: bool = True) -> dict:
     """Run the inversion a target config describes and write a result folder at ``out``.
 
     The folder is the standard one of :func:`dopplermap.io.results.save_result` (map.fits,
@@ -202,40 +195,47 @@ def run_target(cfg, out: Path, *, plots: bool = True, quiet: bool = True, config
         with rep.step("write results" + (" + figures" if plots else "")):
             res = with_context(res, grid=grid, star=prob["star"], obs=obs, pre=prob["pre"],
                                components=prob["components"], light_curve=light_curve, config=config, extra=extra)
-            summary = save_result(res, out, plots=plots, config_file=config_file, extra_writers=writers)
+            summary = save_result(res, out, plots=plots, config_file=config_file, extra_writers=writers,
+                                  overwrite=overwrite)
     return summary
 
 
 def register(group):
     @group.command()
     @click.argument("path", type=click.Path(dir_okay=False, path_type=Path), default=Path("target.toml"))
-    @click.option("--force", is_flag=True, help="Overwrite an existing file.")
+    @click.option("--force", "--overwrite", "force", is_flag=True, help="Overwrite an existing file.")
     def init(path, force):
         """Write a commented target-configuration template to PATH (default target.toml)."""
+        from ..atomic import check_out_file, write_text
         from ..config import TEMPLATE
 
-        if path.exists() and not force:
-            raise DopplermapInputError(f"{path} exists; use --force to overwrite")
-        _atomic(path, lambda tmp: tmp.write_text(TEMPLATE))
+        check_out_file(path, overwrite=force, option="PATH", flag="--force")
+        write_text(path, TEMPLATE)
         click.echo(f"wrote {path}; edit it, then run: dopplermap invert {path} --out results")
 
     @group.command()
     @click.argument("target", type=click.Path(dir_okay=False, path_type=Path))
     @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("results"),
-                  show_default=True, help="Output folder (replaced if it holds an earlier result).")
-    @click.option("--quiet", is_flag=True, help="No progress display.")
+                  show_default=True, help="Output folder (an earlier result there is replaced only with --overwrite).")
+    @click.option("--overwrite", is_flag=True, help="Replace an earlier result in --out.")
+    @click.option("-q", "--quiet", is_flag=True, help="No progress display.")
     @click.option("--no-plots", is_flag=True, help="Skip the figures.")
     @click.option("--uncertainty", "uncertainty", multiple=True,
                   type=click.Choice(["laplace", "sandwich", "bootstrap"]),
                   help="Also write per-cell uncertainty maps (repeatable; overrides [uncertainty] methods).")
-    def invert(target, out, quiet, no_plots, uncertainty):
+    def invert(target, out, overwrite, quiet, no_plots, uncertainty):
         """Map the star described by the TOML file TARGET; write a result folder to --out."""
+        from ..atomic import check_out
+        from ..cli import exit_status
         from ..config import load_config
+        from ..io.results import _is_result_dir
 
         cfg = load_config(target)
+        check_out(out, "result", overwrite=overwrite, legacy=_is_result_dir)  # before any work
         s = run_target(cfg, out, plots=not no_plots, quiet=quiet, config_file=target,
-                       uncertainty=list(uncertainty) if uncertainty else None)
+                       uncertainty=list(uncertainty) if uncertainty else None, overwrite=overwrite)
         lc = f"  chi2(lc) {s['chi2_lc']:.4f}" if s.get("chi2_lc") is not None else ""
         click.echo(f"chi2 {s['chi2']:.4f}{lc}  iterations {s['iterations']}  {s['stop_reason']}  "
                    f"solve {s['solve_time']:.2f} s")
         click.echo(f"results in {out}")
+        return exit_status(s)

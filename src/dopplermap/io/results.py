@@ -358,7 +358,8 @@ def save_result(result, path, *, plots: bool = True, config_file=None, overwrite
     if config_file is not None and not Path(config_file).is_file():
         raise DopplermapInputError(f"config_file {config_file} does not exist")
     fp = input_fingerprint(result)
-    with AtomicFolder(path, "result", overwrite=overwrite, inputs=fp, legacy=_is_result_dir) as folder:
+    with AtomicFolder(path, "result", overwrite=overwrite, inputs=fp, legacy=_is_result_dir, option="result folder",
+                      flag="overwrite=True") as folder:
         t0 = time.perf_counter()
         timings = _write_files(result, folder, config_file, plots, plot_kwargs or {}, folder.run_id)
         for writer in extra_writers:
