@@ -77,7 +77,7 @@ def check_result(res, obs, *, tol: float, maxiter: int) -> None:
         if "ITERATION" in up or "MAXITER" in up:
             warn(f"solve stopped on the iteration limit (maxiter={maxiter}) before meeting tol={tol:g}: the map is "
                  "not converged; raise maxiter, or check the data and the starting point", category=ConvergenceWarning)
-        elif "LNSRCH" in up or "LINE SEARCH" in up:
+        elif "LNSRCH" in up or "LINE SEARCH" in up or "ABNORMAL" in up:
             warn(f"solve stopped on a line-search failure ({reason}) before meeting tol={tol:g}: tol may be below "
                  "the rounding of the loss (with a float32 cube use tol >= 1e-6 or cube_dtype='float64'), or the "
                  "problem is badly scaled; check the chi2 and the data", category=ConvergenceWarning)
