@@ -14,7 +14,7 @@ import numpy as np
 
 from .errors import ConvergenceWarning, DopplermapInputError, warn
 
-__all__ = ["check_observations", "check_result", "CHI2_HIGH", "CHI2_LOW", "AMP_MAX"]
+__all__ = ["check_observations", "check_result", "check_velocity_window", "CHI2_HIGH", "CHI2_LOW", "AMP_MAX"]
 
 CHI2_HIGH = 4.0
 """Reduced chi-square above which a fit is flagged as not matching the data."""
@@ -110,3 +110,18 @@ def check_result(res, obs, *, tol: float, maxiter: int) -> None:
         elif chi2 < CHI2_LOW:
             warn(f"reduced chi2 of the {name} is {chi2:.4g}, far below 1: the errors look too large (mis-scaled), or "
                  "the map fits the noise (lambda too small)")
+
+
+def check_velocity_window(vels, vsini_kms: float, source: str = "observations") -> None:
+    """Warn when the velocity grid cannot be in km/s for this vsini: a window hundreds of
+    times wider than the line (velocities in m/s?) or narrower than the line itself."""
+    vels = np.asarray(vels, dtype=float)
+    if vels.size < 2 or vsini_kms is None or not np.isfinite(vsini_kms) or vsini_kms <= 0:
+        return
+    half = 0.5 * float(vels[-1] - vels[0])
+    if half > 20.0 * vsini_kms + 100.0:
+        warn(f"{source}: the velocity grid spans +-{half:.4g} km/s, {half / vsini_kms:.0f} x vsini = {vsini_kms:g} km/s: "
+             "are the velocities in m/s? check the velocity units and vsini")
+    elif half < 0.5 * vsini_kms:
+        warn(f"{source}: the velocity grid spans only +-{half:.4g} km/s, less than half of vsini = {vsini_kms:g} km/s, "
+             "so the line does not fit in it: check the velocity units (km/s), the velocity window and vsini")

@@ -43,6 +43,7 @@ import numpy as np
 
 from . import _linops
 from .errors import DopplermapInputError
+from .diagnostics import check_velocity_window
 from .memory import check_precompute_size
 from .geometry import StarParams, cell_geometry, check_star
 from .grid import SurfaceGrid
@@ -325,6 +326,7 @@ def precompute(grid: SurfaceGrid, star: StarParams, times, vels, components: Com
     if method not in ("auto", "binned", "dense"):
         raise DopplermapInputError(f"method must be 'auto', 'binned' or 'dense', got {method!r}")
     check_precompute_size(grid.n_cell, times.size, vels.size, method)  # before the (E, C) arrays
+    check_velocity_window(vels, float(star.vsini_kms))
     geo = cell_geometry(grid.lat, grid.lon, grid.area, times, star.inclination, star.vsini_kms,
                         star.period, star.t0, star.domega, xp=np)
     mu = np.asarray(geo.mu)

@@ -8,7 +8,8 @@
 
 The display (rich, on stderr) shows each step with a spinner and its elapsed time; the
 solve shows iteration, loss and reduced chi-square, updated from the solver's per-iteration
-callback (never from inside compiled code). ``quiet=True`` shows nothing. Every step is also
+callback (never from inside compiled code). A step that finished is ticked; one that raised
+or was interrupted is marked with a red cross and "failed" / "interrupted". ``quiet=True`` shows nothing. Every step is also
 logged through :mod:`logging` (logger ``dopplermap.progress``): INFO when a step ends,
 DEBUG per iteration.
 """
@@ -48,7 +49,8 @@ class Reporter:
 
             console = self._console if self._console is not None else Console(stderr=True)
             self._progress = Progress(
-                SpinnerColumn(finished_text="[green]✓"), TextColumn("{task.description:<18}"),
+                SpinnerColumn(finished_text=""), TextColumn("{task.fields[mark]}"),
+                TextColumn("{task.description:<18}"),
                 TimeElapsedColumn(), TextColumn("{task.fields[info]}"),
                 console=console, transient=self._transient, refresh_per_second=8)
             self._progress.start()
@@ -63,11 +65,18 @@ class Reporter:
     def _add(self, description: str):
         if self._progress is None:
             return None
-        return self._progress.add_task(description, total=None, info="")
+        return self._progress.add_task(description, total=None, info="", mark="")
 
-    def _finish(self, task, info: str):
+    def _finish(self, task, info: str, failed: BaseException | None = None):
+        """End a step: a green tick when it finished, a red cross (and why) when it failed
+        or was interrupted."""
         if self._progress is not None and task is not None:
-            self._progress.update(task, total=1, completed=1, info=info)
+            if failed is None:
+                mark = "[green]✓"
+            else:
+                why = "interrupted" if isinstance(failed, KeyboardInterrupt) else "failed"
+                mark, info = "[red]✗", f"{info}  [red]{why}"
+            self._progress.update(task, total=1, completed=1, info=info, mark=mark)
             self._progress.stop_task(task)
 
     @contextlib.contextmanager
@@ -75,14 +84,18 @@ class Reporter:
         """Show ``name`` with a spinner while the block runs; records and logs its time."""
         task = self._add(name)
         t0, c0 = time.perf_counter(), time.process_time()
+        failed = None
         try:
             yield
+        except BaseException as exc:
+            failed = exc
+            raise
         finally:
             dt, dc = time.perf_counter() - t0, time.process_time() - c0
             self.timings[name] = dt
             self.cpu_timings[name] = dc
-            self._finish(task, f"{dt:.2f} s")
-            log.info("%s: %.2f s (cpu %.2f s)", name, dt, dc)
+            self._finish(task, f"{dt:.2f} s", failed)
+            log.info("%s: %.2f s (cpu %.2f s)%s", name, dt, dc, " - failed" if failed is not None else "")
 
     @contextlib.contextmanager
     def solve(self, name: str = "solve", maxiter: int | None = None):
@@ -108,12 +121,16 @@ class Reporter:
             if self._progress is not None and task is not None:
                 self._progress.update(task, description=name, info=info())
 
+        failed = None
         try:
             yield callback
+        except BaseException as exc:
+            failed = exc
+            raise
         finally:
             dt = time.perf_counter() - t0
             self.timings[name] = dt
-            self._finish(task, info())
+            self._finish(task, info(), failed)
             if self._progress is not None and task is not None:
                 self._progress.update(task, description=name)
             log.info("%s: %d iterations, loss %.6g, chi2 %.5g, %.2f s", name, state["it"], state["loss"],

@@ -66,25 +66,34 @@ def load_problem(path=None, *, n_cell=400, n_epoch=30, n_vel=24, snr=500.0, seed
         path = Path(path)
         if not path.exists():
             raise MissingFileError(f"problem file {path} does not exist")
-        try:
-            npz = np.load(path)
-        except Exception as exc:
-            raise DopplermapInputError(f"{path}: not a readable .npz file ({exc})") from None
-        missing = [k for k in ("times", "vels", "flux", "err") if k not in npz.files]
+        arrays = _read_npz(path)
+        missing = [k for k in ("times", "vels", "flux", "err") if k not in arrays]
         if missing:
             raise DopplermapInputError(f"{path}: missing array(s) {missing}; need times, vels, flux, err")
         extra = {}
         for k in NPZ_SCALARS:
-            if k in npz.files:
-                v = np.asarray(npz[k])
-                if v.shape != () or not np.isfinite(v):
+            if k in arrays:
+                v = arrays[k]
+                if v.shape != () or v.dtype.kind not in "iuf" or not np.isfinite(v):
                     raise DopplermapInputError(f"{path}: {k} must be a finite scalar, got {v!r}")
                 extra[k] = float(v)
-        obs = dm.Observations.create(npz["times"], npz["vels"], npz["flux"], npz["err"], source=str(path))
+        for k in ("times", "vels", "flux", "err"):
+            if arrays[k].dtype.kind not in "iuf":
+                raise DopplermapInputError(f"{path}: array {k!r} must hold numbers, got dtype {arrays[k].dtype}")
+        obs = dm.Observations.create(arrays["times"], arrays["vels"], arrays["flux"], arrays["err"], source=str(path))
         if "n_cell" in extra:
             grid = dm.make_grid("bands", int(extra.pop("n_cell")))
         star = star.replace(**extra)
     return Problem(grid=grid, star=star, obs=obs, components=comps, t_phot=5000.0, wavelength_nm=600.0)
+
+
+def _read_npz(path: Path) -> dict:
+    """Every array of an .npz file (read now, so a damaged member is reported here)."""
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            return {k: np.asarray(npz[k]) for k in npz.files}
+    except Exception as exc:  # zip, header and pickle errors alike: the file is not usable
+        raise DopplermapInputError(f"{path}: not a readable .npz file ({type(exc).__name__}: {exc})") from None
 
 
 def _floats(text: str, name: str) -> np.ndarray:
@@ -139,7 +148,11 @@ def _is_grid(folder: Path) -> bool:
 
 
 def _is_lambda(folder: Path) -> bool:
-    return (folder / "lambda.json").is_file() or (folder / "lcurve.csv").is_file()
+    """A lambda folder written before manifests existed (its lambda.json is ours)."""
+    try:
+        return "lmbds" in json.loads((folder / "lambda.json").read_text())
+    except (OSError, ValueError, TypeError):
+        return False
 
 
 def _search_fingerprint(prob) -> str:
@@ -257,15 +270,11 @@ def register(group):
         """
         from dopplermap import search
 
-        from ..atomic import AtomicFolder, check_out, read_manifest
+        from ..atomic import check_out
 
         axes = dict(_axis(p, max_points) for p in params)
         search.check_grid_size(axes, max_points)
-        if out.is_dir() and resume and _is_grid(out):
-            if read_manifest(out) is not None and not overwrite:
-                raise DopplermapInputError(f"--out {out} holds a finished grid search; nothing to resume "
-                                           "(pass --overwrite to start again)")
-        else:
+        if not (out.is_dir() and resume and _is_grid(out)):  # resuming: grid_search checks the table
             check_out(out, "grid", overwrite=overwrite, legacy=_is_grid,  # before any work
                       flag="--resume (to continue an interrupted search) or --overwrite")
         prob = load_problem(problem, n_cell=n_cell, n_epoch=n_epoch, n_vel=n_vel, snr=snr)

@@ -50,7 +50,10 @@ def _write_npz(path: Path, **arrays) -> None:
 
 def _is_seed_result(folder: Path) -> bool:
     """An ``invert-seed`` folder written before manifests existed."""
-    return (folder / "summary.json").is_file() and (folder / "result.npz").is_file()
+    try:
+        return "loss_definition" in json.loads((folder / "summary.json").read_text()) and (folder / "result.npz").is_file()
+    except (OSError, ValueError, TypeError):
+        return False
 
 
 def plot_seed_result(problem, res, out: Path) -> list[Path]:

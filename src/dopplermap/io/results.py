@@ -178,7 +178,11 @@ def _seed_entropy_np(fssc, fssh, area, m: float = FILL_MIN) -> float:
 
 
 def _is_result_dir(path: Path) -> bool:
-    return (path / _MARKER).is_file()
+    """A result folder (also one written before manifests existed): its summary.json is ours."""
+    try:
+        return json.loads((path / _MARKER).read_text()).get("format") == _FORMAT
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def _map_hdus(res, fits):
