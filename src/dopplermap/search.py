@@ -449,9 +449,10 @@ def check_grid_size(axes: dict, max_points: int | None = None) -> int:
     n = count_points(axes)
     if n > limit:
         sizes = ", ".join(f"{k}: {np.size(v)}" for k, v in axes.items())
+        longest = max(axes, key=lambda k: np.size(axes[k]))
         raise DopplermapInputError(f"grid search of {n:.4g} points ({sizes}) is more than the limit of {limit} "
-                                   "(each point is one inversion): use a larger step or fewer values for the "
-                                   "longest axis (or raise max_points / --max-points)")
+                                   f"(each point is one inversion): use a larger step for {longest} or fewer "
+                                   "values (or raise max_points / --max-points)")
     return n
 
 
