@@ -18,7 +18,8 @@ Every file and folder gets the mode a plain ``open()`` / ``mkdir()`` would give 
 Fault injection for the tests: ``DOPPLERMAP_FAULT=file:K`` kills the process (SIGKILL)
 right after the K-th file of an atomic folder is written, ``DOPPLERMAP_FAULT=marker``
 just before the manifest is written, ``DOPPLERMAP_FAULT=swap`` right after the swap
-(before the old folder is removed).
+(before the old folder is removed) and ``swap:between`` between the two renames of the
+fallback swap (systems without ``renameat2``).
 """
 
 from __future__ import annotations
@@ -400,6 +401,7 @@ class AtomicFolder:
             old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old-{os.getpid()}-", dir=tmp.parent))
             os.rmdir(old)
             os.rename(path, old)
+            _fault("swap:between")  # the one moment with nothing under the target name
             os.rename(tmp, path)
             _fault("swap")
             shutil.rmtree(old, ignore_errors=True)

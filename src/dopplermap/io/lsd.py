@@ -224,7 +224,7 @@ def read_lsd(path, fmt: str = "auto") -> LineProfile:
         raise DopplermapInputError(f"{path}: not a text file (for FITS use a .fits name or format 'fits')") from None
     first = next((ln for ln in text if ln.strip()), "")
     if fmt == "donati" or (fmt == "auto" and first.lstrip().startswith("***")):
-        if not text[0].lstrip().startswith("***"):
+        if not text or not text[0].lstrip().startswith("***"):
             raise DopplermapInputError(f"{path}:1: Donati LSD files start with a '***' comment line")
         return _read_donati(path, text)
     return _read_text(path, text)
