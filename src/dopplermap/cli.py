@@ -68,6 +68,8 @@ def _configure_logging(verbose: int) -> None:
     quiet_others = logging.WARNING if verbose < 2 else logging.DEBUG
     for name in ("jax", "jax._src", "distributed", "dask", "bokeh", "tornado"):
         logging.getLogger(name).setLevel(quiet_others)
+    # Dask worker processes read their log level from the environment they inherit
+    os.environ["DASK_LOGGING__DISTRIBUTED"] = "warning" if verbose < 2 else "info"
 
 
 def _max_memory(ctx, param, value):
@@ -174,6 +176,9 @@ def main(argv=None) -> int:
             _report_bug(exc)
             rv = EXIT_BUG
     _print_warnings(seen)
+    results = sys.modules.get("dopplermap.io.results")
+    if results is not None and results._PREFETCH is not None:  # never exit while it imports (abort 134)
+        results._PREFETCH.join(timeout=60)
     return rv if isinstance(rv, int) else EXIT_OK
 
 

@@ -742,10 +742,10 @@ def _pyplot():
 
 
 def _save(fig, path):
+    from .atomic import write_file
+
     path = Path(path)
-    tmp = path.with_name(path.stem + ".tmp" + path.suffix)
-    fig.savefig(tmp, dpi=110)
-    tmp.replace(path)
+    write_file(path, lambda fh: fig.savefig(fh, dpi=110, format=path.suffix.lstrip(".") or "png"))
 
 
 def plot_lcurve(sweep: LambdaSweep, path, corner: float | None = None, target: float | None = None) -> Path:
