@@ -129,13 +129,14 @@ def latitude_band_grid(n_cell: int) -> SurfaceGrid:
 
 def healpix_grid(nside: int) -> SurfaceGrid:
     """HEALPix grid (RING ordering) with ``12 nside^2`` cells; needs ``healpy``."""
+    if int(nside) != nside or nside < 1 or (int(nside) & (int(nside) - 1)) != 0:
+        raise DopplermapInputError(f"nside must be a power of 2, got {nside!r}")
+    nside = int(nside)
+    check_grid_size(12 * nside ** 2, "healpix")  # before importing healpy (slow)
     try:
         import healpy as hp
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ImportError("healpix grids need healpy: pip install 'dopplermap[healpix]'") from exc
-    if nside < 1 or (nside & (nside - 1)) != 0:
-        raise DopplermapInputError(f"nside must be a power of 2, got {nside!r}")
-    check_grid_size(12 * int(nside) ** 2, "healpix")
     npix = hp.nside2npix(nside)
     theta, phi = hp.pix2ang(nside, np.arange(npix))
     nb = hp.get_all_neighbours(nside, np.arange(npix))  # (8, npix), -1 where missing
