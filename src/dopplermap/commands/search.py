@@ -17,14 +17,16 @@ same problem ``dopplermap invert`` solves, without its light curve); otherwise P
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import warnings
 from pathlib import Path
 
 import click
 import numpy as np
 
-from ..errors import DopplermapInputError, MissingFileError
+from ..errors import DopplermapInputError, DopplermapWarning, MissingFileError
 
 NPZ_SCALARS = ("inclination", "vsini", "period", "t0", "domega", "n_cell")
 
@@ -155,6 +157,15 @@ def _is_lambda(folder: Path) -> bool:
         return False
 
 
+@contextlib.contextmanager
+def _expected_chi2_spread():
+    """In a sweep or a grid, a reduced chi2 far from 1 at some points is the point of the
+    search (too much or too little regularisation, wrong parameters): not a warning."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="reduced chi2", category=DopplermapWarning)
+        yield
+
+
 def _search_fingerprint(prob) -> str:
     from dopplermap.search import problem_fingerprint
 
@@ -209,7 +220,8 @@ def register(group):
         fp = _search_fingerprint(prob)
         obs = prob.obs
         pre = dm.precompute(prob.grid, prob.star, np.asarray(obs.times), np.asarray(obs.vels), prob.components)
-        sw = search.sweep_lambda(pre, obs, lm, regulariser=regulariser, tol=tol)
+        with _expected_chi2_spread():
+            sw = search.sweep_lambda(pre, obs, lm, regulariser=regulariser, tol=tol)
         choice = {"lmbds": sw.lmbd.tolist(), "sweep_time": sw.total_time, "regulariser_floor": sw.floor,
                   "regulariser": regulariser, "tol": tol, "problem": fp}
         try:
@@ -221,8 +233,9 @@ def register(group):
             choice["lcurve_message"] = str(exc)
             click.echo(f"warning: {exc}", err=True)
         if target_chi2 is not None:
-            lmt, res, trials = search.lambda_for_chi2(pre, obs, target_chi2, lo=float(sw.lmbd[0]),
-                                                      hi=float(sw.lmbd[-1]), regulariser=regulariser, tol=tol)
+            with _expected_chi2_spread():
+                lmt, res, trials = search.lambda_for_chi2(pre, obs, target_chi2, lo=float(sw.lmbd[0]),
+                                                          hi=float(sw.lmbd[-1]), regulariser=regulariser, tol=tol)
             choice.update(target_chi2=target_chi2, target_lambda=lmt, target_result_chi2=res.chi2,
                           target_trials=trials)
         lines = sw.table().splitlines()  # each row also names its settings and problem
@@ -283,11 +296,12 @@ def register(group):
             for name in ("grid.csv", "grid.json", "grid.png", "dopplermap.json"):
                 (out / name).unlink(missing_ok=True)
         out.mkdir(exist_ok=True)
-        rows = search.grid_search(prob, axes, out / "grid.csv", settings=settings, resume=resume,
-                                  scheduler=scheduler, n_workers=workers, connect_timeout=connect_timeout,
-                                  max_points=max_points,
-                                  progress=lambda n, total, row: click.echo(f"{n}/{total} chi2 {row['chi2']:.5g}",
-                                                                            err=True))
+        with _expected_chi2_spread():
+            rows = search.grid_search(prob, axes, out / "grid.csv", settings=settings, resume=resume,
+                                      scheduler=scheduler, n_workers=workers, connect_timeout=connect_timeout,
+                                      max_points=max_points,
+                                      progress=lambda n, total, row: click.echo(
+                                          f"{n}/{total} chi2 {row['chi2']:.5g}", err=True))
         best = search.best_point(rows, list(axes))
         intervals = {}
         for name in axes:
