@@ -198,6 +198,12 @@ def _folder_kind(folder: Path, legacy=None) -> str | None:
 _LEFTOVER = re.compile(r"^\.(?P<name>.+)\.(?P<what>partial|old)-(?P<pid>\d+)-[A-Za-z0-9_]+$")
 
 
+def _named(path) -> Path:
+    """``path`` with a real last component (``.``, ``..`` and ``dir/`` resolved)."""
+    path = Path(path)
+    return path.resolve() if path.name in ("", ".", "..") else path
+
+
 def _pid_alive(pid: int) -> bool:
     if pid == os.getpid():
         return True
@@ -253,7 +259,15 @@ def check_out(path, kind: str, *, overwrite: bool = False, option: str = "--out"
     Also clears the leftovers of killed runs beside it (:func:`clean_leftovers`; each
     thing done is reported as a warning).
     """
-    path = Path(path)
+    given = path
+    try:
+        path = _named(path)
+        cwd = Path.cwd().resolve()
+    except OSError:
+        raise DopplermapInputError(f"{option} {given}: the current folder no longer exists") from None
+    if path.exists() and (path.resolve() == cwd or path.resolve() in cwd.parents):
+        raise DopplermapInputError(f"{option} {given} is the current folder (or holds it); the output folder is "
+                                   "replaced as a whole: choose a new sub-folder")
     parent = path.parent if str(path.parent) else Path(".")
     if not parent.is_dir():
         raise DopplermapInputError(f"{option} {path}: the parent folder {parent} does not exist; create it first")
@@ -343,7 +357,7 @@ class AtomicFolder:
     def __init__(self, path, kind: str, *, overwrite: bool = True, inputs: str | None = None,
                  run_id: str | None = None, option: str = "--out", legacy=None, meta: dict | None = None,
                  flag: str = "--overwrite"):
-        self.path = Path(path)
+        self.path = _named(path)
         self.kind = kind
         self.overwrite = overwrite
         self.inputs = inputs
