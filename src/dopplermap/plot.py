@@ -771,6 +771,6 @@ def plot_result(result, out_dir, *, fmt: str = "png", dpi: int = 100, n_views: i
         paths.append(plot_light_curve(out / f"light_curve.{fmt}", lph, lc["flux"], lc["model"],
                                       err=lc.get("err"), dpi=dpi))
     if result.history and len(result.history.get("loss", ())):
-        label = {"mem": "entropy term", "tikhonov": "Tikhonov term"}.get(result.regulariser, "regulariser")
+        label = {"mem": "entropy term", "mem_spotdipy": "entropy term (SpotDIPy)", "tikhonov": "Tikhonov term"}.get(result.regulariser, "regulariser")
         paths.append(plot_convergence(out / f"convergence.{fmt}", result.history, regulariser_label=label, dpi=dpi))
     return paths

@@ -39,9 +39,9 @@ import numpy as np
 from .constants import FILL_MIN
 from .errors import DopplermapInputError
 from .geometry import StarParams
-from .grid import SurfaceGrid
-from .model import LineModel, Precomputed, precompute
-from .objective import REGULARISERS, Observations, seed_entropy
+from .model import LineModel, Precomputed
+from .objective import REGULARISERS, SPOTDIPY_FLOOR, Observations, seed_entropy
+from .problem import Problem, Settings
 from .profiles import ComponentSet, LocalProfile, intensity_ratio, tabulated
 from .solvers import InversionResult, invert
 
@@ -99,6 +99,9 @@ def regulariser_floor(regulariser: str, pre: Precomputed) -> float:
     ``sum(w) / n_cell * min_{a, b} [a ln(a/m) + b ln(b/m) + (a+b) ln((a+b)/(1-m))]``
     (each cell's term is independent), found here by a 2-D minimisation.
     """
+    if regulariser == "mem_spotdipy":  # increasing in both filling factors above 1e-7/e: infimum at the bounds
+        m, s = FILL_MIN, 2.0 * FILL_MIN
+        return float(2.0 * m * np.log(m / SPOTDIPY_FLOOR) + s * np.log(s / SPOTDIPY_FLOOR))
     if regulariser != "mem":
         return 0.0
     from scipy.optimize import minimize
@@ -256,36 +259,8 @@ def lambda_for_chi2(pre: Precomputed, obs: Observations, target: float, *, lo: f
 # ------------------------------------------------------------------------ the problem
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
-class Problem:
-    """Everything a grid point needs to re-precompute and re-solve (picklable).
-
-    Attributes:
-        grid, star, components: the nominal model; ``obs``: the data.
-        t_phot, wavelength_nm: photosphere temperature (K) and wavelength (nm), needed to
-            turn ``t_cool``/``t_hot`` grid values into Planck intensity ratios.
-        method: precompute method, ``"auto"``, ``"binned"`` or ``"dense"``.
-    """
-
-    grid: SurfaceGrid
-    star: StarParams
-    obs: Observations
-    components: ComponentSet
-    t_phot: float | None = None
-    wavelength_nm: float | None = None
-    method: str = "auto"
-
-
-@dataclasses.dataclass(frozen=True)
-class SolveSettings:
-    """Inversion settings shared by every grid point."""
-
-    lmbd: float = 1.0
-    regulariser: str = "mem"
-    tol: float = 1e-6
-    maxiter: int = 1000
-    fit_rv: bool = True
-    fit_amp: bool = True
+# The grid-search settings are the problem's solver settings (lambda, regulariser, tolerance, ...).
+SolveSettings = Settings
 
 
 GRID_PARAMETERS = {
@@ -378,20 +353,23 @@ def pad_precomputed(pre: Precomputed, n_slot: int | None = None, n_bin: int | No
     return Precomputed(line=LineModel(**fields), cell_area=pre.cell_area, edges=pre.edges)
 
 
-def evaluate_point(problem: Problem, params: dict, settings: SolveSettings, x0=None) -> dict:
+def evaluate_point(problem: Problem, params: dict, settings: Settings | None = None, x0=None) -> dict:
     """Re-precompute and re-solve at one grid point; returns the table row (a dict).
 
-    Row fields: the parameters, ``chi2`` (reduced), ``chi2_total`` (un-reduced,
-    ``chi2 * n_epoch * n_vel``), ``loss``, ``regulariser``, ``entropy`` (the seed's entropy
-    of the map, whatever the regulariser), ``iterations``, ``success``.
+    The point is ``problem`` with the grid parameters substituted (:meth:`Problem.replace`),
+    so gravity darkening, a light curve and the synthesis method carry over; ``settings``
+    default to the problem's. Row fields: the parameters, ``chi2`` (reduced, line
+    profiles), ``chi2_total`` (un-reduced, ``chi2 * n_epoch * n_vel``), ``loss``,
+    ``regulariser``, ``entropy`` (the seed's entropy of the map, whatever the regulariser),
+    ``iterations``, ``success``.
     """
     star, comps = apply_parameters(problem, params)
-    obs = problem.obs
-    pre = precompute(problem.grid, star, np.asarray(obs.times), np.asarray(obs.vels), comps, method=problem.method)
-    pre = pad_precomputed(pre)
-    res = invert(pre, obs, lmbd=settings.lmbd, regulariser=settings.regulariser, tol=settings.tol,
-                 maxiter=settings.maxiter, fit_rv=settings.fit_rv, fit_amp=settings.fit_amp, x0=x0)
+    point = problem.replace(star=star, components=comps)
+    pre = pad_precomputed(point.pre)
+    kw = point.invert_kwargs() if settings is None else dict(settings.invert_kwargs(), lightcurve=point.lightcurve)
+    res = invert(pre, point.obs, **kw, x0=x0)
     ent = float(seed_entropy(jnp.asarray(res.fssc), jnp.asarray(res.fssh), pre.cell_area))
+    obs = point.obs
     n_data = obs.n_epoch * obs.n_vel
     return dict(params, chi2=res.chi2, chi2_total=res.chi2 * n_data, loss=res.loss,
                 regulariser=res.regulariser_value, entropy=ent, iterations=res.iterations, success=res.success)
@@ -407,13 +385,17 @@ _STR_COLUMNS = ("regulariser_kind", "problem")
 
 
 def problem_fingerprint(problem: Problem) -> str:
-    """Fingerprint of a search problem: data, star, grid, components and model settings."""
+    """Fingerprint of a search problem: data, star, grid, components, light curve and model
+    settings (not the solver settings, which the table records in their own columns, nor
+    the file name it came from)."""
     from .atomic import fingerprint
 
-    return fingerprint(problem)
+    fields = {f.name: getattr(problem, f.name) for f in dataclasses.fields(problem)
+              if f.name not in ("settings", "source", "files")}
+    return fingerprint(type(problem).__qualname__, fields)
 
 
-def _settings_row(settings: SolveSettings, problem_fp: str) -> dict:
+def _settings_row(settings: Settings, problem_fp: str) -> dict:
     return {"lmbd": float(settings.lmbd), "regulariser_kind": str(settings.regulariser), "tol": float(settings.tol),
             "maxiter": int(settings.maxiter), "fit_rv": int(bool(settings.fit_rv)),
             "fit_amp": int(bool(settings.fit_amp)), "problem": problem_fp}
@@ -632,13 +614,14 @@ def _client(scheduler, n_workers, timeout: float = CONNECT_TIMEOUT):
                                    "the address and that the scheduler is running, or use --scheduler sync") from None
 
 
-def grid_search(problem: Problem, axes: dict, table, *, settings: SolveSettings = SolveSettings(),
+def grid_search(problem: Problem, axes: dict, table, *, settings: Settings | None = None,
                 resume: bool = False, scheduler: str | None = None, n_workers: int | None = None,
                 progress=None, connect_timeout: float = CONNECT_TIMEOUT, max_points: int | None = None) -> list[dict]:
     """Invert at every point of a Cartesian parameter grid; one CSV row per finished point.
 
     Args:
-        problem: :class:`Problem`. axes: ``{parameter: values}`` (see ``GRID_PARAMETERS``).
+        problem: :class:`dopplermap.problem.Problem`. axes: ``{parameter: values}`` (see
+            ``GRID_PARAMETERS``). settings: solver settings (default: the problem's).
         table: CSV path. Rows are appended as points finish (each point is solved from the
             seed's flat start, so results do not depend on the order of execution); at the
             end the table is sorted by point id. Every row also carries the solve settings
@@ -661,6 +644,7 @@ def grid_search(problem: Problem, axes: dict, table, *, settings: SolveSettings 
     from .solvers import check_solver_args
 
     table = Path(table)
+    settings = problem.settings if settings is None else settings
     points = grid_points(axes, max_points)
     names = list(axes)
     check_solver_args(tol=settings.tol, maxiter=settings.maxiter, lmbd=settings.lmbd)

@@ -41,6 +41,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import plan
 from .constants import FILL_MAX, FILL_MIN
 from .errors import DopplermapInputError
 from .model import _EPOCH_FIELDS, LineModel, Precomputed, blocked_nbytes, solve_form
@@ -150,7 +151,7 @@ def bootstrap(pre: Precomputed, obs: Observations, best: InversionResult, *, n_b
         raise DopplermapInputError(f"bootstrap mode must be 'auto', 'batch' or 'resample', got {mode!r}")
     dtype = resolve_cube_dtype("auto", tol)
     if mode == "auto":
-        mode = "batch" if (jax.default_backend() != "cpu" or _blocked_fits(pre, dtype)) else "resample"
+        mode = "batch" if (plan.on_accelerator() or _blocked_fits(pre, dtype)) else "resample"
     t0 = time.perf_counter()
     rng = np.random.default_rng(seed)
     n_e = pre.n_epoch
@@ -204,9 +205,6 @@ def _hvps(x, vs, lmbd, pre, obs, regulariser, penalty):
 
 _hvps_jit = jax.jit(_hvps, static_argnames=("regulariser", "penalty"))
 
-HVP_BLOCKED_MAX_BYTES = 1024 * 2**20
-"""Hessian-vector products run on the blocked float64 form of a dense model while both its
-copies fit this (seed size: 255 MB)."""
 
 
 def hvp_form(pre: Precomputed) -> Precomputed:
@@ -220,7 +218,7 @@ def hvp_form(pre: Precomputed) -> Precomputed:
     """
     if pre.line.method != "dense":
         return pre
-    return solve_form(pre, "float64", blocked=blocked_nbytes(pre.line, "float64") <= HVP_BLOCKED_MAX_BYTES)
+    return solve_form(pre, "float64", blocked=plan.hvp_blocked(blocked_nbytes(pre.line, "float64")))
 
 
 def hvp_function(lmbd, pre: Precomputed, obs: Observations, regulariser: str = "mem",
@@ -263,7 +261,7 @@ def hvp_function(lmbd, pre: Precomputed, obs: Observations, regulariser: str = "
 
 def _batches_well(pre: Precomputed) -> bool:
     """Whether vmapped products on this model form beat one at a time (measured on XLA CPU)."""
-    return jax.default_backend() != "cpu" or pre.line.method == "blocked"
+    return plan.batch_hvps(pre.line.method == "blocked")
 
 
 def _free_mask(best: InversionResult, fit_rv: bool, fit_amp: bool) -> np.ndarray:

@@ -3,7 +3,9 @@
 Problem source: with no PROBLEM argument the built-in demo star is simulated
 (``--n-cell``, ``--n-epoch``, ``--n-vel``, ``--snr``); a PROBLEM ending in ``.toml`` is a
 target configuration (``dopplermap init``: data files, star, temperatures, profiles; the
-same problem ``dopplermap invert`` solves, without its light curve); otherwise PROBLEM is an
+same problem ``dopplermap invert`` solves, light curve, gravity darkening, synthesis method
+and ``[inversion]`` settings included; options given on the command line override those);
+otherwise PROBLEM is an
 ``.npz`` file holding
 
 * ``times`` (n_epoch,) days, ``vels`` (n_vel,) km/s, ``flux`` and ``err`` (n_epoch, n_vel);
@@ -26,76 +28,34 @@ from pathlib import Path
 import click
 import numpy as np
 
-from ..errors import DopplermapInputError, DopplermapWarning, MissingFileError
+from ..errors import DopplermapInputError, DopplermapWarning
 
-NPZ_SCALARS = ("inclination", "vsini", "period", "t0", "domega", "n_cell")
+# solver tolerances of the searches on the demo star or an .npz problem (a target TOML
+# brings its own [inversion] settings); tighter than a single inversion's so that chi2 is
+# smooth across lambdas and grid points
+LAMBDA_TOL, GRID_TOL = 1e-7, 1e-6
 
 
 def save_problem(path, obs, star=None, n_cell: int | None = None) -> Path:
     """Write observations (and optionally star parameters, grid size) as a PROBLEM ``.npz``."""
-    path = Path(path)
-    data = dict(times=np.asarray(obs.times), vels=np.asarray(obs.vels), flux=np.asarray(obs.flux),
-                err=np.asarray(obs.err))
-    if star is not None:
-        data.update(inclination=star.inclination, vsini=star.vsini_kms, period=star.period, t0=star.t0,
-                    domega=star.domega)
-    if n_cell is not None:
-        data["n_cell"] = int(n_cell)
-    from ..atomic import write_file
+    from dopplermap.problem import save_npz
 
-    write_file(path, lambda fh: np.savez(fh, **data))
-    return path
+    return save_npz(path, obs, star=star, n_cell=n_cell)
 
 
-def load_problem(path=None, *, n_cell=400, n_epoch=30, n_vel=24, snr=500.0, seed=1):
-    """A :class:`dopplermap.search.Problem` from an NPZ file, or the simulated demo star."""
-    import dopplermap as dm
-    from dopplermap.search import Problem
+def load_problem(path=None, *, n_cell=400, n_epoch=30, n_vel=24, snr=500.0, seed=1, tol=1e-6):
+    """The :class:`dopplermap.problem.Problem` of a target TOML (exactly what ``dopplermap
+    invert`` solves: gravity darkening, light curve, method and [inversion] settings
+    included), of an ``.npz`` file, or of the simulated demo star (``path`` None)."""
+    from dopplermap import problem as P
+    from dopplermap.config import load_config
 
     if path is not None and Path(path).suffix.lower() == ".toml":
-        from dopplermap.commands.target import build_problem
-        from dopplermap.config import load_config
-
-        cfg = load_config(path)
-        built = build_problem(cfg)
-        return Problem(grid=built["grid"], star=built["star"], obs=built["obs"], components=built["components"],
-                       t_phot=float(cfg.temperatures.phot), wavelength_nm=float(cfg.line.wavelength_nm))
-    star, grid, times, vels, comps = dm.demo_setup(n_cell=n_cell, n_epoch=n_epoch, n_vel=n_vel, seed=seed)
+        return P.from_config(load_config(path))
+    settings = P.Settings(tol=tol)
     if path is None:
-        sim = dm.simulate(grid, star, times, vels, comps, dm.DEMO_SPOTS, snr=snr, seed=seed)
-        obs = sim.obs
-    else:
-        path = Path(path)
-        if not path.exists():
-            raise MissingFileError(f"problem file {path} does not exist")
-        arrays = _read_npz(path)
-        missing = [k for k in ("times", "vels", "flux", "err") if k not in arrays]
-        if missing:
-            raise DopplermapInputError(f"{path}: missing array(s) {missing}; need times, vels, flux, err")
-        extra = {}
-        for k in NPZ_SCALARS:
-            if k in arrays:
-                v = arrays[k]
-                if v.shape != () or v.dtype.kind not in "iuf" or not np.isfinite(v):
-                    raise DopplermapInputError(f"{path}: {k} must be a finite scalar, got {v!r}")
-                extra[k] = float(v)
-        for k in ("times", "vels", "flux", "err"):
-            if arrays[k].dtype.kind not in "iuf":
-                raise DopplermapInputError(f"{path}: array {k!r} must hold numbers, got dtype {arrays[k].dtype}")
-        obs = dm.Observations.create(arrays["times"], arrays["vels"], arrays["flux"], arrays["err"], source=str(path))
-        if "n_cell" in extra:
-            grid = dm.make_grid("bands", int(extra.pop("n_cell")))
-        star = star.replace(**extra)
-    return Problem(grid=grid, star=star, obs=obs, components=comps, t_phot=5000.0, wavelength_nm=600.0)
-
-
-def _read_npz(path: Path) -> dict:
-    """Every array of an .npz file (read now, so a damaged member is reported here)."""
-    try:
-        with np.load(path, allow_pickle=False) as npz:
-            return {k: np.asarray(npz[k]) for k in npz.files}
-    except Exception as exc:  # zip, header and pickle errors alike: the file is not usable
-        raise DopplermapInputError(f"{path}: not a readable .npz file ({type(exc).__name__}: {exc})") from None
+        return P.demo_problem(n_cell=n_cell, n_epoch=n_epoch, n_vel=n_vel, snr=snr, seed=seed, settings=settings)
+    return P.from_npz(path, n_cell=n_cell, settings=settings, seed=seed)
 
 
 def _floats(text: str, name: str) -> np.ndarray:
@@ -179,7 +139,8 @@ problem_options = [
     click.option("--n-vel", type=click.IntRange(min=3), default=24, show_default=True, help="Demo: velocities."),
     click.option("--snr", type=click.FloatRange(min=0, min_open=True), default=500.0, show_default=True,
                  help="Demo: signal-to-noise."),
-    click.option("--regulariser", type=click.Choice(["mem", "tikhonov"]), default="mem", show_default=True),
+    click.option("--regulariser", type=click.Choice(["mem", "mem_spotdipy", "tikhonov"]), default=None,
+                 help="Default: the target's [inversion] regulariser, else mem."),
     click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True, help="Output folder."),
     click.option("--overwrite", is_flag=True, help="Replace an earlier output of this command in --out."),
 ]
@@ -198,8 +159,8 @@ def register(group):
                   help="Lambdas: 'start:stop:count' (log-spaced) or 'v1,v2,...'.")
     @click.option("--target-chi2", type=click.FloatRange(min=0, min_open=True), default=None,
                   help="Also find lambda where reduced chi2 = this.")
-    @click.option("--tol", type=click.FloatRange(min=0, min_open=True), default=1e-7, show_default=True,
-                  help="Solver tolerance.")
+    @click.option("--tol", type=click.FloatRange(min=0, min_open=True), default=None,
+                  help=f"Solver tolerance (default: the target's [inversion] tol, else {LAMBDA_TOL:g}).")
     def lambda_cmd(problem, n_cell, n_epoch, n_vel, snr, regulariser, out, overwrite, lmbds, target_chi2, tol):
         """Sweep lambda; write the L-curve table, its corner, the target-chi2 lambda and a plot.
 
@@ -207,7 +168,6 @@ def register(group):
         The output folder is written atomically; lambda.json and every row of lcurve.csv record
         the regulariser, the tolerance and the problem's fingerprint.
         """
-        import dopplermap as dm
         from dopplermap import search
 
         from ..atomic import AtomicFolder, check_out
@@ -216,12 +176,14 @@ def register(group):
         lm = _lambda_list(lmbds)
         if not np.all(np.isfinite(lm) & (lm >= 0)):
             raise DopplermapInputError(f"--lmbds: every lambda must be finite and >= 0, got {lmbds!r}")
-        prob = load_problem(problem, n_cell=n_cell, n_epoch=n_epoch, n_vel=n_vel, snr=snr)
+        prob = load_problem(problem, n_cell=n_cell, n_epoch=n_epoch, n_vel=n_vel, snr=snr, tol=LAMBDA_TOL)
         fp = _search_fingerprint(prob)
-        obs = prob.obs
-        pre = dm.precompute(prob.grid, prob.star, np.asarray(obs.times), np.asarray(obs.vels), prob.components)
+        obs, pre = prob.obs, prob.pre
+        kw = prob.invert_kwargs(regulariser=regulariser, tol=tol)  # the problem's light curve, weights, solver
+        kw.pop("lmbd")
+        regulariser, tol = kw.pop("regulariser"), kw.pop("tol")
         with _expected_chi2_spread():
-            sw = search.sweep_lambda(pre, obs, lm, regulariser=regulariser, tol=tol)
+            sw = search.sweep_lambda(pre, obs, lm, regulariser=regulariser, tol=tol, **kw)
         choice = {"lmbds": sw.lmbd.tolist(), "sweep_time": sw.total_time, "regulariser_floor": sw.floor,
                   "regulariser": regulariser, "tol": tol, "problem": fp}
         try:
@@ -235,7 +197,8 @@ def register(group):
         if target_chi2 is not None:
             with _expected_chi2_spread():
                 lmt, res, trials = search.lambda_for_chi2(pre, obs, target_chi2, lo=float(sw.lmbd[0]),
-                                                          hi=float(sw.lmbd[-1]), regulariser=regulariser, tol=tol)
+                                                          hi=float(sw.lmbd[-1]), regulariser=regulariser, tol=tol,
+                                                          **kw)
             choice.update(target_chi2=target_chi2, target_lambda=lmt, target_result_chi2=res.chi2,
                           target_trials=trials)
         lines = sw.table().splitlines()  # each row also names its settings and problem
@@ -256,10 +219,10 @@ def register(group):
     @click.option("--param", "params", multiple=True, required=True,
                   help="NAME=start:stop:step or NAME=v1,v2,... (inclination, vsini, domega, period, t_cool, "
                        "t_hot, macroturbulence, ew_scale); repeat for more axes.")
-    @click.option("--lmbd", type=click.FloatRange(min=0), default=1.0, show_default=True,
-                  help="Regularisation weight.")
-    @click.option("--tol", type=click.FloatRange(min=0, min_open=True), default=1e-6, show_default=True,
-                  help="Solver tolerance.")
+    @click.option("--lmbd", type=click.FloatRange(min=0), default=None,
+                  help="Regularisation weight (default: the target's [inversion] lmbd, else 1).")
+    @click.option("--tol", type=click.FloatRange(min=0, min_open=True), default=None,
+                  help=f"Solver tolerance (default: the target's [inversion] tol, else {GRID_TOL:g}).")
     @click.option("--resume", is_flag=True, help="Continue an interrupted search in OUT (same problem and settings).")
     @click.option("--scheduler", default=None,
                   help="Dask scheduler address (it runs the pickled code Dask sends it: use only one you trust); "
@@ -290,8 +253,8 @@ def register(group):
         if not (out.is_dir() and resume and _is_grid(out)):  # resuming: grid_search checks the table
             check_out(out, "grid", overwrite=overwrite, legacy=_is_grid,  # before any work
                       flag="--resume (to continue an interrupted search) or --overwrite")
-        prob = load_problem(problem, n_cell=n_cell, n_epoch=n_epoch, n_vel=n_vel, snr=snr)
-        settings = search.SolveSettings(lmbd=lmbd, regulariser=regulariser, tol=tol)
+        prob = load_problem(problem, n_cell=n_cell, n_epoch=n_epoch, n_vel=n_vel, snr=snr, tol=GRID_TOL)
+        settings = prob.settings.replace(lmbd=lmbd, regulariser=regulariser, tol=tol)
         if overwrite and not resume and out.is_dir():  # an earlier grid search (checked above): start again
             for name in ("grid.csv", "grid.json", "grid.png", "dopplermap.json"):
                 (out / name).unlink(missing_ok=True)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import glob
 import time
 from pathlib import Path
 
@@ -12,102 +11,7 @@ import numpy as np
 
 from ..errors import DopplermapInputError
 
-__all__ = ["build_problem", "run_target", "register"]
-
-
-def _components(cfg):
-    """Line-band components; with macroturbulence their profiles are :class:`MuProfile` tables
-    (RT macroturbulence and instrument, depending on mu), which :func:`dopplermap.precompute`
-    handles with either method."""
-    from ..broadening import instrumental_broaden, mu_dependent_profile, scale_equivalent_width
-    from ..io.lsd import read_local_profile
-    from ..profiles import Component, ComponentSet, LimbDarkening, gaussian, intensity_ratio, voigt
-
-    ln, temps = cfg.line, cfg.temperatures
-    if ln.profile == "tabulated":
-        profiles = [read_local_profile(cfg.path(f)) for f in ln.files]
-    elif ln.profile == "gaussian":
-        profiles = [gaussian(d, ln.fwhm) for d in ln.depth]
-    else:
-        profiles = [voigt(d, ln.fwhm, ln.fwhm_lorentz) for d in ln.depth]
-    if ln.equivalent_width is not None:
-        profiles = [scale_equivalent_width(p, ln.equivalent_width) for p in profiles]
-    if ln.macroturbulence > 0:
-        profiles = [mu_dependent_profile(p, ln.macroturbulence, resolving_power=ln.resolving_power,
-                                         radial_fraction=ln.radial_fraction) for p in profiles]
-    elif ln.resolving_power is not None:
-        profiles = [instrumental_broaden(p, ln.resolving_power) for p in profiles]
-    t = (temps.phot, temps.cool, temps.hot)
-    inten = ln.intensity or tuple(intensity_ratio(x, temps.phot, ln.wavelength_nm) for x in t)
-    lds = [LimbDarkening(ln.limb_darkening, c) for c in (ln.ld_phot, ln.ld_cool, ln.ld_hot)]
-    return ComponentSet(*[Component(p, ld, i) for p, ld, i in zip(profiles, lds, inten, strict=True)])
-
-
-def _profile_files(cfg):
-    files = []
-    for pat in cfg.data.profiles:
-        full = str(cfg.path(pat))
-        hits = sorted(glob.glob(full)) if glob.has_magic(full) else ([full] if Path(full).is_file() else [])
-        if not hits:
-            raise DopplermapInputError(f"{cfg.source}: [data] profiles: nothing matches {pat!r} (looked for {full})")
-        files.extend(hits)
-    if len(set(files)) != len(files):
-        raise DopplermapInputError(f"{cfg.source}: [data] profiles: some files are matched by more than one pattern")
-    return files
-
-
-def build_problem(cfg):
-    """Everything :func:`dopplermap.invert` needs for a :class:`~dopplermap.config.TargetConfig`.
-
-    Returns a dict with ``star, grid, obs, pre, components, lightcurve`` (None without one),
-    ``cell_factors`` (None when gravity darkening is off) and ``files``.
-    """
-    from ..broadening import apply_cell_factors
-    from ..geometry import StarParams
-    from ..grid import make_grid
-    from ..io.lsd import load_observations, read_lsd
-    from ..model import precompute
-
-    files = _profile_files(cfg)
-    d = cfg.data
-    vels = None
-    if d.velocity_range is not None:
-        v0 = read_lsd(files[0], d.format).vels
-        vels = v0[(v0 >= d.velocity_range[0]) & (v0 <= d.velocity_range[1])]
-        if vels.size < 3:
-            raise DopplermapInputError(f"{cfg.source}: [data] velocity_range {list(d.velocity_range)} keeps {vels.size} points of {files[0]}")
-    obs = load_observations(files, times_table=cfg.path(d.times_table) if d.times_table else None,
-                            time_pattern=d.time_pattern, vels=vels, fmt=d.format, normalise=True)
-    s = cfg.star
-    star = StarParams(inclination=s.inclination, vsini=s.vsini, period=s.period, t0=s.t0, domega=s.domega,
-                      radius=s.radius)
-    grid = make_grid(cfg.grid.kind, cfg.grid.n_cell, cfg.grid.nside)
-    comps = _components(cfg)
-    pre = precompute(grid, star, np.asarray(obs.times), np.asarray(obs.vels), comps, method=cfg.inversion.method)
-    temps = (cfg.temperatures.phot, cfg.temperatures.cool, cfg.temperatures.hot)
-    factors = lc_factors = None
-    if cfg.gravity_darkening.enabled:
-        from ..gravity import gravity_darkening_factors
-
-        factors = gravity_darkening_factors(grid, star, s.mass, temps, cfg.line.wavelength_nm, cfg.gravity_darkening.beta)
-        lc_factors = gravity_darkening_factors(grid, star, s.mass, temps, cfg.lightcurve.wavelength_nm,
-                                               cfg.gravity_darkening.beta)
-        pre = apply_cell_factors(pre, factors)
-    lc = None
-    if d.lightcurve is not None:
-        from ..io.lightcurve import read_lightcurve
-        from ..lightcurve import LightCurveBand, precompute_lightcurve
-        from ..profiles import LimbDarkening
-
-        lcc = cfg.lightcurve
-        lds = [LimbDarkening(lcc.limb_darkening, c) for c in (lcc.ld_phot, lcc.ld_cool, lcc.ld_hot)]
-        band = (LightCurveBand(tuple(lds), tuple(lcc.intensity)) if lcc.intensity is not None
-                else LightCurveBand.from_temperatures(*temps, lcc.wavelength_nm, lds))
-        data = read_lightcurve(cfg.path(d.lightcurve), d.lightcurve_format)
-        lc = precompute_lightcurve(grid, star, data.time, data.flux, data.err, band, cell_factors=lc_factors,
-                                   source=data.source, fit_dilution=lcc.fit_dilution)
-    return dict(star=star, grid=grid, obs=obs, pre=pre, components=comps, lightcurve=lc, cell_factors=factors,
-                files=files)
+__all__ = ["run_target", "register"]
 
 
 def uncertainty_writers(methods, pre, obs, res, grid, *, n_boot: int = 20, seed: int = 0, plots: bool = True,
@@ -162,6 +66,7 @@ def run_target(cfg, out: Path, *, plots: bool = True, quiet: bool = True, config
 
     from ..io.results import prefetch_writers, save_result, with_context
     from ..lightcurve import lightcurve_model
+    from ..problem import from_config
     from ..progress import Reporter
     from ..solvers import invert
 
@@ -170,31 +75,29 @@ def run_target(cfg, out: Path, *, plots: bool = True, quiet: bool = True, config
     inv = cfg.inversion
     with Reporter(quiet=quiet) as rep:
         with rep.step("read + precompute"):
-            prob = build_problem(cfg)
+            prob = from_config(cfg)
+            pre, lc = prob.pre, prob.lightcurve  # built here, once
         t_setup = time.perf_counter() - t0
         with rep.solve("compile + solve", maxiter=inv.maxiter) as callback:
-            res = invert(prob["pre"], prob["obs"], lmbd=inv.lmbd, regulariser=inv.regulariser, tol=inv.tol,
-                         maxiter=inv.maxiter, fit_rv=inv.fit_rv, fit_amp=inv.fit_amp, lightcurve=prob["lightcurve"],
-                         line_weight=inv.line_weight, lc_weight=inv.lc_weight, callback=callback, solver=inv.solver)
-        grid, obs, lc = prob["grid"], prob["obs"], prob["lightcurve"]
+            res = invert(prob, callback=callback)
+        grid, obs = prob.grid, prob.obs
         light_curve = None
         if lc is not None:
             model = lightcurve_model(jnp.asarray(res.fssc), jnp.asarray(res.fssh), lc)
             light_curve = {"times": np.asarray(lc.times), "flux": np.asarray(lc.flux), "err": np.asarray(lc.err),
                            "model": np.asarray(model)}
         methods = tuple(cfg.uncertainty.methods if uncertainty is None else uncertainty)
-        writers, unc_scalars = uncertainty_writers(methods, prob["pre"], obs, res, grid, n_boot=cfg.uncertainty.n_boot,
+        writers, unc_scalars = uncertainty_writers(methods, pre, obs, res, grid, n_boot=cfg.uncertainty.n_boot,
                                                    seed=cfg.uncertainty.seed, plots=plots, report=rep)
         if methods and lc is not None:
             unc_scalars["uncertainty_note"] = "line profiles only (the light curve is not part of the uncertainty)"
         config = {"command": "invert", **dataclasses.asdict(cfg)}
-        extra = dict(target=cfg.source, n_files=len(prob["files"]), n_cell=grid.n_cell, n_epoch=obs.n_epoch,
-                     n_vel=obs.n_vel, n_lc=None if lc is None else lc.n_lc, method=prob["pre"].line.method,
+        extra = dict(target=cfg.source, n_files=len(prob.files), n_cell=grid.n_cell, n_epoch=obs.n_epoch,
+                     n_vel=obs.n_vel, n_lc=None if lc is None else lc.n_lc, method=pre.line.method,
                      macroturbulence=cfg.line.macroturbulence, gravity_darkening=cfg.gravity_darkening.enabled,
                      setup_time=t_setup, total_time=time.perf_counter() - t0, **unc_scalars)
         with rep.step("write results" + (" + figures" if plots else "")):
-            res = with_context(res, grid=grid, star=prob["star"], obs=obs, pre=prob["pre"],
-                               components=prob["components"], light_curve=light_curve, config=config, extra=extra)
+            res = with_context(res, grid=grid, star=prob.star, obs=obs, pre=pre, components=prob.components, light_curve=light_curve, config=config, extra=extra)
             summary = save_result(res, out, plots=plots, config_file=config_file, extra_writers=writers,
                                   overwrite=overwrite)
     return summary

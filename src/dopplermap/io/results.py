@@ -52,7 +52,7 @@ _FORMAT = "dopplermap-result-1"
 
 # header keyword -> (InversionResult attribute, comment)
 _SCALARS = {
-    "REGUL": ("regulariser", "regulariser: mem, tikhonov or none"),
+    "REGUL": ("regulariser", "regulariser (dopplermap.objective)"),
     "LAMBDA": ("lmbd", "regularisation weight lambda"),
     "CHI2": ("chi2", "reduced chi-square of the line profiles"),
     "REGVAL": ("regulariser_value", "value of the regulariser"),
@@ -224,6 +224,7 @@ def _map_hdus(res, fits):
         h[key] = (v if v is not None else "NaN", comment)
     if getattr(res, "chi2_lc", None) is not None:
         h["CHI2_LC"] = (float(res.chi2_lc), "reduced chi-square of the light curve")
+    h["FITCOMP"] = (",".join(res.fit_components), "spot components fitted")
     h["ENTROPY"] = (_seed_entropy_np(res.fssc, res.fssh, np.asarray(grid.area, float)),
                     "seed maximum-entropy term of the map")
     if res.intensities is not None:
