@@ -284,7 +284,7 @@ def register(group):
 
 def _finish_grid_folder(out: Path, fp: str) -> None:
     """Write the manifest of a finished grid folder (the table grows in place, for --resume)."""
-    from ..atomic import MANIFEST, _FORMAT, _sha256, new_run_id, write_json
+    from ..atomic import _FORMAT, MANIFEST, _sha256, new_run_id, write_json
 
     files = {p.name: {"bytes": p.stat().st_size, "sha256": _sha256(p)}
              for p in sorted(out.iterdir()) if p.is_file() and p.name != MANIFEST}

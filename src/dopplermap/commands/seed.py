@@ -243,10 +243,9 @@ def simulate_files(out: Path, *, fmt: str = "npz", n_cell: int = 2500, n_epoch: 
                    keys=None, as_jax: bool = False, overwrite: bool = True) -> list[Path]:
     """Simulate the demo star and write its problem (``fmt`` "npz" or "seed-pickle") and ``truth.npz``
     into the folder ``out``, as one atomic folder (kind ``simulation``)."""
-    from ..atomic import AtomicFolder
-
     import dopplermap as dm
 
+    from ..atomic import AtomicFolder
     from ..io.seed import save_problem, seed_dicts, seed_problem, write_seed_pickles
 
     for name, v, lo in (("n-cell", n_cell, 50), ("n-epoch", n_epoch, 1), ("n-vel", n_vel, 3)):

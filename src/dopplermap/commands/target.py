@@ -9,8 +9,6 @@ from pathlib import Path
 import click
 import numpy as np
 
-from ..errors import DopplermapInputError
-
 __all__ = ["run_target", "register"]
 
 
