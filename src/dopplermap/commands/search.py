@@ -253,6 +253,9 @@ def register(group):
         if not (out.is_dir() and resume and _is_grid(out)):  # resuming: grid_search checks the table
             check_out(out, "grid", overwrite=overwrite, legacy=_is_grid,  # before any work
                       flag="--resume (to continue an interrupted search) or --overwrite")
+        if scheduler not in (None, "local", "sync"):  # an unreachable scheduler fails before any work
+            client, _ = search._client(scheduler, workers, connect_timeout)
+            client.close()
         prob = load_problem(problem, n_cell=n_cell, n_epoch=n_epoch, n_vel=n_vel, snr=snr, tol=GRID_TOL)
         settings = prob.settings.replace(lmbd=lmbd, regulariser=regulariser, tol=tol)
         if overwrite and not resume and out.is_dir():  # an earlier grid search (checked above): start again
