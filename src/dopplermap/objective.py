@@ -78,6 +78,8 @@ class Observations:
         err = np.asarray(to_unit(err, "", f"{source}: err"), dtype=float)
         if vels.ndim != 1:
             raise DopplermapInputError(f"{source}: vels must be 1-D, got shape {vels.shape}")
+        if not np.all(np.isfinite(vels)):  # NaN compares false, so the order check below would pass it
+            raise DopplermapInputError(f"{source}: vels has NaN/inf values, first at index {int(np.argmin(np.isfinite(vels)))}")
         if np.any(np.diff(vels) <= 0):
             i = int(np.argmax(np.diff(vels) <= 0))
             raise DopplermapInputError(f"{source}: vels must be strictly increasing, vels[{i}]={vels[i]!r} >= vels[{i + 1}]={vels[i + 1]!r}")

@@ -271,18 +271,22 @@ def from_npz(path, *, n_cell: int = 400, settings: Settings = Settings(), seed: 
     path = Path(path)
     if not path.exists():
         raise MissingFileError(f"problem file {path} does not exist")
-    try:
-        npz = np.load(path)
+    try:  # every member is read here, so a damaged one is reported as a bad file
+        with np.load(path, allow_pickle=False) as z:
+            npz = {k: np.asarray(z[k]) for k in z.files}
     except Exception as exc:
-        raise DopplermapInputError(f"{path}: not a readable .npz file ({exc})") from None
-    missing = [k for k in ("times", "vels", "flux", "err") if k not in npz.files]
+        raise DopplermapInputError(f"{path}: not a readable .npz file ({type(exc).__name__}: {exc})") from None
+    missing = [k for k in ("times", "vels", "flux", "err") if k not in npz]
     if missing:
         raise DopplermapInputError(f"{path}: missing array(s) {missing}; need times, vels, flux, err")
+    for k in ("times", "vels", "flux", "err"):
+        if npz[k].dtype.kind not in "iuf":
+            raise DopplermapInputError(f"{path}: array {k!r} must hold numbers, got dtype {npz[k].dtype}")
     extra = {}
     for k in NPZ_SCALARS:
-        if k in npz.files:
-            v = np.asarray(npz[k])
-            if v.shape != () or not np.isfinite(v):
+        if k in npz:
+            v = npz[k]
+            if v.shape != () or v.dtype.kind not in "iuf" or not np.isfinite(v):
                 raise DopplermapInputError(f"{path}: {k} must be a finite scalar, got {v!r}")
             extra[k] = float(v)
     n_cell = int(extra.pop("n_cell", n_cell))
@@ -302,7 +306,7 @@ def save_npz(path, obs: Observations, star: StarParams | None = None, n_cell: in
                     domega=star.domega)
     if n_cell is not None:
         data["n_cell"] = int(n_cell)
-    tmp = path.with_name(path.stem + ".tmp.npz")
-    np.savez(tmp, **data)
-    tmp.replace(path)
+    from .atomic import write_file
+
+    write_file(path, lambda fh: np.savez(fh, **data))
     return path

@@ -48,7 +48,8 @@ from .solvers import InversionResult, invert
 __all__ = [
     "LambdaSweep", "sweep_lambda", "lcurve_corner", "lcurve_curvature", "regulariser_floor",
     "lambda_for_chi2", "Problem", "SolveSettings", "GRID_PARAMETERS", "apply_parameters",
-    "grid_points", "evaluate_point", "grid_search", "read_table", "best_point",
+    "grid_points", "count_points", "check_grid_size", "validate_points", "problem_fingerprint",
+    "evaluate_point", "grid_search", "read_table", "best_point",
     "delta_chi2_interval", "pad_precomputed", "plot_lcurve", "plot_grid",
 ]
 
@@ -377,27 +378,103 @@ def evaluate_point(problem: Problem, params: dict, settings: Settings | None = N
 # ------------------------------------------------------------------------- grid search
 
 _RESULT_COLUMNS = ("chi2", "chi2_total", "loss", "regulariser", "entropy", "iterations", "success")
+# what makes two rows comparable: the solve settings and the problem, on every row
+_SETTING_COLUMNS = ("lmbd", "regulariser_kind", "tol", "maxiter", "fit_rv", "fit_amp", "problem")
+_INT_COLUMNS = ("point", "iterations", "success", "maxiter", "fit_rv", "fit_amp")
+_STR_COLUMNS = ("regulariser_kind", "problem")
 
 
-def grid_points(axes: dict) -> list[dict]:
+def problem_fingerprint(problem: Problem) -> str:
+    """Fingerprint of a search problem: data, star, grid, components, light curve and model
+    settings (not the solver settings, which the table records in their own columns, nor
+    the file name it came from)."""
+    from .atomic import fingerprint
+
+    fields = {f.name: getattr(problem, f.name) for f in dataclasses.fields(problem)
+              if f.name not in ("settings", "source", "files")}
+    return fingerprint(type(problem).__qualname__, fields)
+
+
+def _settings_row(settings: Settings, problem_fp: str) -> dict:
+    return {"lmbd": float(settings.lmbd), "regulariser_kind": str(settings.regulariser), "tol": float(settings.tol),
+            "maxiter": int(settings.maxiter), "fit_rv": int(bool(settings.fit_rv)),
+            "fit_amp": int(bool(settings.fit_amp)), "problem": problem_fp}
+
+
+def _axis_values(name: str, values) -> np.ndarray:
+    if name not in GRID_PARAMETERS:
+        raise DopplermapInputError(f"unknown grid parameter {name!r}; known: {sorted(GRID_PARAMETERS)}")
+    try:
+        v = np.atleast_1d(np.asarray(values, dtype=float))
+    except (TypeError, ValueError):
+        raise DopplermapInputError(f"grid parameter {name!r}: need numbers, got {values!r}") from None
+    if v.ndim != 1 or v.size < 1 or not np.all(np.isfinite(v)):
+        raise DopplermapInputError(f"grid parameter {name!r}: need a 1-D list of finite values, got {values!r}")
+    if np.unique(v).size != v.size:
+        raise DopplermapInputError(f"grid parameter {name!r} has repeated values")
+    return v
+
+
+def count_points(axes: dict) -> int:
+    """Number of points of the Cartesian grid ``axes`` (without building it)."""
+    if not axes:
+        raise DopplermapInputError("grid search needs at least one parameter axis")
+    return math.prod(int(np.size(v)) for v in axes.values())
+
+
+def check_grid_size(axes: dict, max_points: int | None = None) -> int:
+    """Refuse a grid of more than ``max_points`` points (default
+    :data:`dopplermap.memory.MAX_GRID_POINTS`; each is one inversion); returns the count."""
+    from .memory import MAX_GRID_POINTS
+
+    limit = MAX_GRID_POINTS if max_points is None else int(max_points)
+    n = count_points(axes)
+    if n > limit:
+        sizes = ", ".join(f"{k}: {np.size(v)}" for k, v in axes.items())
+        longest = max(axes, key=lambda k: np.size(axes[k]))
+        raise DopplermapInputError(f"grid search of {n:.4g} points ({sizes}) is more than the limit of {limit} "
+                                   f"(each point is one inversion): use a larger step for {longest} or fewer "
+                                   "values (or raise max_points / --max-points)")
+    return n
+
+
+def grid_points(axes: dict, max_points: int | None = None) -> list[dict]:
     """Cartesian product of ``{name: values}`` as a list of dicts (last axis fastest)."""
     if not axes:
         raise DopplermapInputError("grid search needs at least one parameter axis")
     names = list(axes)
-    vals = []
-    for n in names:
-        if n not in GRID_PARAMETERS:
-            raise DopplermapInputError(f"unknown grid parameter {n!r}; known: {sorted(GRID_PARAMETERS)}")
-        v = np.atleast_1d(np.asarray(axes[n], dtype=float))
-        if v.ndim != 1 or v.size < 1 or not np.all(np.isfinite(v)):
-            raise DopplermapInputError(f"grid parameter {n!r}: need a 1-D list of finite values, got {axes[n]!r}")
-        if np.unique(v).size != v.size:
-            raise DopplermapInputError(f"grid parameter {n!r} has repeated values")
-        vals.append(v)
+    vals = [_axis_values(n, axes[n]) for n in names]
+    check_grid_size(dict(zip(names, vals, strict=True)), max_points)
     return [dict(zip(names, (float(x) for x in combo), strict=False)) for combo in itertools.product(*vals)]
 
 
+def validate_points(problem: Problem, points: list[dict]) -> None:
+    """Check every grid value before the first solve: each axis value on its own (line
+    profile, temperatures, macroturbulence) and the star of every point (so a bad
+    inclination or vsini fails now, not hours into a search)."""
+    from .geometry import check_star
+
+    if not points:
+        return
+    for name in points[0]:
+        for v in sorted({p[name] for p in points}):
+            try:
+                apply_parameters(problem, {name: v})
+            except DopplermapInputError as exc:
+                raise DopplermapInputError(f"grid parameter {name}={v:g}: {exc}") from None
+    star_keys = [k for k in points[0] if k in ("inclination", "vsini", "domega", "period")]
+    if star_keys:
+        for p in points:
+            try:
+                check_star(problem.star.replace(**{k: p[k] for k in star_keys}))
+            except DopplermapInputError as exc:
+                where = ", ".join(f"{k}={p[k]:g}" for k in star_keys)
+                raise DopplermapInputError(f"grid point {where}: {exc}") from None
+
+
 def _fmt(v) -> str:
+    if isinstance(v, str):
+        return v
     if isinstance(v, (bool, np.bool_)):
         return "1" if v else "0"
     if isinstance(v, (int, np.integer)):
@@ -405,8 +482,15 @@ def _fmt(v) -> str:
     return repr(float(v))
 
 
+def _cell(k: str, v: str):
+    if k in _STR_COLUMNS:
+        return v
+    return int(v) if k in _INT_COLUMNS else float(v)
+
+
 def read_table(path) -> list[dict]:
-    """Rows of a grid-search CSV (floats; ``point``, ``iterations`` and ``success`` ints).
+    """Rows of a grid-search CSV (floats; ``point``, ``iterations``, ``success``, ``maxiter``,
+    ``fit_rv``, ``fit_amp`` ints; ``regulariser_kind`` and ``problem`` strings).
 
     A last line without its newline (a write cut off by a kill) is ignored.
     """
@@ -421,18 +505,37 @@ def read_table(path) -> list[dict]:
     out = []
     for i, row in enumerate(reader):
         try:
-            out.append({k: (int(v) if k in ("point", "iterations", "success") else float(v)) for k, v in row.items()})
+            out.append({k: _cell(k, v) for k, v in row.items()})
         except (TypeError, ValueError) as exc:
             raise DopplermapInputError(f"{path}: row {i + 2} is malformed ({exc})") from None
     return out
 
 
 def _header(names) -> list[str]:
-    return ["point", *names, *_RESULT_COLUMNS]
+    return ["point", *names, *_RESULT_COLUMNS, *_SETTING_COLUMNS]
 
 
-def _prepare_table(path: Path, names, points, resume: bool) -> set[int]:
-    """Create the table, or check an existing one and return its finished point ids."""
+def _settings_diff(row: dict, want: dict) -> str | None:
+    """One line naming the settings in which a table row differs from this search, or None."""
+    diffs = []
+    for k, v in want.items():
+        have = row.get(k)
+        same = have == v if isinstance(v, str) else (have is not None and abs(float(have) - v) <= 1e-12 * max(1.0, abs(v)))
+        if not same:
+            label = "problem fingerprint (data, star, grid, model)" if k == "problem" else k
+            diffs.append(f"{label} {have} in the table vs {v} now")
+    return "; ".join(diffs) or None
+
+
+def _prepare_table(path: Path, names, points, resume: bool, settings_row: dict | None = None) -> set[int]:
+    """Create the table, or check an existing one and return its finished point ids.
+
+    A resumed table must have this search's columns, grid points and, on every row, the
+    same solve settings and problem fingerprint (``settings_row``); any difference is
+    refused with a one-line diff, so incomparable rows never share a table.
+    """
+    from .atomic import write_text
+
     header = _header(names)
     if path.exists() and path.stat().st_size > 0:
         if not resume:
@@ -447,29 +550,30 @@ def _prepare_table(path: Path, names, points, resume: bool) -> set[int]:
             p = r["point"]
             if not (0 <= p < len(points)) or any(abs(r[n] - points[p][n]) > 1e-12 * max(1.0, abs(r[n])) for n in names):
                 raise DopplermapInputError(f"{path}: row for point {p} does not match this search's grid; not the same search")
+            diff = None if settings_row is None else _settings_diff(r, settings_row)
+            if diff:
+                raise DopplermapInputError(f"{path}: resume refused, not the same search: {diff}")
             done.add(p)
         # rewrite without any cut-off last line and without duplicates (keep the first)
-        tmp = path.with_suffix(path.suffix + ".tmp")
         seen: set[int] = set()
-        with tmp.open("w", newline="") as fh:
-            w = csv.writer(fh, lineterminator="\n")
-            w.writerow(header)
-            for r in rows:
-                if r["point"] not in seen:
-                    seen.add(r["point"])
-                    w.writerow([_fmt(r[c]) if c not in ("point", "iterations", "success") else int(r[c])
-                                for c in header])
-        tmp.replace(path)
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(header)
+        for r in rows:
+            if r["point"] not in seen:
+                seen.add(r["point"])
+                w.writerow([_fmt(r[c]) if c not in _INT_COLUMNS else int(r[c]) for c in header])
+        write_text(path, buf.getvalue())
         return done
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(",".join(header) + "\n")
-    tmp.replace(path)
+    write_text(path, ",".join(header) + "\n")
     return set()
 
 
-def _append_row(path: Path, names, point: int, row: dict) -> None:
-    line = ",".join([str(point), *(_fmt(row[n]) for n in names), *(_fmt(row[c]) for c in _RESULT_COLUMNS)]) + "\n"
+def _append_row(path: Path, names, point: int, row: dict, settings_row: dict | None = None) -> None:
+    extra = settings_row or {}
+    line = ",".join([str(point), *(_fmt(row[n]) for n in names), *(_fmt(row[c]) for c in _RESULT_COLUMNS),
+                     *(_fmt(extra.get(c, "")) for c in _SETTING_COLUMNS)]) + "\n"
     with path.open("a") as fh:  # one write per row; a cut-off row is dropped on resume
         fh.write(line)
         fh.flush()
@@ -477,29 +581,42 @@ def _append_row(path: Path, names, point: int, row: dict) -> None:
 
 
 def _sort_table(path: Path) -> None:
+    from .atomic import write_text
+
     text = path.read_text().splitlines(keepends=True)
     header, body = text[0], text[1:]
     body.sort(key=lambda s: int(s.split(",", 1)[0]))
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(header + "".join(body))
-    tmp.replace(path)
+    write_text(path, header + "".join(body))
 
 
-def _client(scheduler, n_workers):
+CONNECT_TIMEOUT = 5.0
+"""Seconds to wait for a Dask scheduler (or a local cluster) before giving up."""
+
+
+def _client(scheduler, n_workers, timeout: float = CONNECT_TIMEOUT):
     try:
         from dask.distributed import Client, LocalCluster
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ImportError("parallel grid search needs dask: pip install 'dopplermap[dask]'") from exc
+    if n_workers is not None and (int(n_workers) != n_workers or n_workers < 1):
+        raise DopplermapInputError(f"n_workers (--workers) must be an integer >= 1, got {n_workers!r}")
+    if not (timeout > 0):
+        raise DopplermapInputError(f"connect timeout must be > 0 s, got {timeout!r}")
     if scheduler is None or scheduler == "local":
         n = n_workers or max(1, os.cpu_count() or 1)
         cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None)
         return Client(cluster), cluster
-    return Client(scheduler), None
+    try:
+        return Client(scheduler, timeout=timeout), None
+    except (OSError, TimeoutError, ValueError) as exc:
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise DopplermapInputError(f"--scheduler {scheduler}: could not connect within {timeout:g} s ({msg}); check "
+                                   "the address and that the scheduler is running, or use --scheduler sync") from None
 
 
 def grid_search(problem: Problem, axes: dict, table, *, settings: Settings | None = None,
                 resume: bool = False, scheduler: str | None = None, n_workers: int | None = None,
-                progress=None) -> list[dict]:
+                progress=None, connect_timeout: float = CONNECT_TIMEOUT, max_points: int | None = None) -> list[dict]:
     """Invert at every point of a Cartesian parameter grid; one CSV row per finished point.
 
     Args:
@@ -507,28 +624,41 @@ def grid_search(problem: Problem, axes: dict, table, *, settings: Settings | Non
             ``GRID_PARAMETERS``). settings: solver settings (default: the problem's).
         table: CSV path. Rows are appended as points finish (each point is solved from the
             seed's flat start, so results do not depend on the order of execution); at the
-            end the table is sorted by point id.
+            end the table is sorted by point id. Every row also carries the solve settings
+            (``lmbd``, ``regulariser_kind``, ``tol``, ``maxiter``, ``fit_rv``, ``fit_amp``)
+            and the ``problem`` fingerprint (:func:`problem_fingerprint`).
         resume: continue an existing table, skipping its finished points (a row cut off by
-            a kill is dropped); without it an existing table is an error.
+            a kill is dropped); without it an existing table is an error. A table of
+            another grid, other settings or another problem is refused with a one-line diff.
         scheduler: ``None``/``"local"`` = a local Dask cluster of ``n_workers`` processes
             (default: one per CPU), ``"sync"`` = serially in this process, otherwise the
-            address of a running Dask scheduler (``tcp://host:8786``).
+            address of a running Dask scheduler (``tcp://host:8786``), which must be
+            trusted: Dask sends it pickled code and data, and it runs them.
+        connect_timeout: seconds to wait for that scheduler.
+        max_points: most grid points (default :data:`dopplermap.memory.MAX_GRID_POINTS`).
         progress: optional ``progress(n_done, n_total, row)`` called per finished point.
+    Every grid value is validated before the first solve (:func:`validate_points`).
     Returns:
         All rows of the finished table, sorted by point id.
     """
+    from .solvers import check_solver_args
+
     table = Path(table)
-    points = grid_points(axes)
+    settings = problem.settings if settings is None else settings
+    points = grid_points(axes, max_points)
     names = list(axes)
-    for p in points[:1]:
-        apply_parameters(problem, p)  # raise on bad parameters before starting any worker
-    done = _prepare_table(table, names, points, resume)
+    check_solver_args(tol=settings.tol, maxiter=settings.maxiter, lmbd=settings.lmbd)
+    if settings.regulariser not in REGULARISERS:
+        raise DopplermapInputError(f"regulariser must be one of {REGULARISERS}, got {settings.regulariser!r}")
+    validate_points(problem, points)  # raise on bad parameters before starting any worker
+    srow = _settings_row(settings, problem_fingerprint(problem))
+    done = _prepare_table(table, names, points, resume, srow)
     todo = [i for i in range(len(points)) if i not in done]
     n_done = len(done)
 
     def finish(i, row):
         nonlocal n_done
-        _append_row(table, names, i, row)
+        _append_row(table, names, i, row, srow)
         n_done += 1
         if progress is not None:
             progress(n_done, len(points), row)
@@ -539,7 +669,7 @@ def grid_search(problem: Problem, axes: dict, table, *, settings: Settings | Non
     elif todo:
         from dask.distributed import as_completed
 
-        client, cluster = _client(scheduler, n_workers)
+        client, cluster = _client(scheduler, n_workers, connect_timeout)
         try:
             prob = client.scatter(problem, broadcast=True)
             futs = {client.submit(evaluate_point, prob, points[i], settings, pure=False): i
