@@ -169,10 +169,12 @@ SOLVERS = {
 """``name: (run(pre, scenario, lmbds) -> [InversionResult], lambdas)``. Every solve is given
 the form as it is (``cube_dtype=None``), so the form axis is the model the solver iterates on."""
 
-SOLVE_RTOL = 1e-7
+SOLVE_RTOL = {"plain": 1e-7, "mu_dependent": 1e-7, "padded": 1e-7, "lightcurve": 1e-6}
 """Relative distance of a solved loss from the reference optimum on the exact forms: the
-solvers stop at ``tol = 1e-10`` within ~1e-8 of it (measured 0.4-1e-8). A binned solve may
-lie further, by twice the loss change its profile error can cause (:func:`loss_bound`)."""
+solvers stop at ``tol = 1e-10`` within ~1e-8 of it (measured 0.4-1e-8), except projected
+L-BFGS on the joint fit, which stops up to 3.2e-7 above it (measured; scipy's L-BFGS-B
+within 1e-7). A binned solve may lie further, by twice the loss change its profile error
+can cause (:func:`loss_bound`)."""
 
 
 # ------------------------------------------------------------------------------ the reference

@@ -75,8 +75,16 @@ def _profile_atol(form, scn):
     return H.PROFILE_ATOL["binned_mu" if form == "binned" and scn.name in ("mu_dependent", "padded") else form]
 
 
-@pytest.mark.parametrize("name", H.SCENARIOS)
-@pytest.mark.parametrize("form", [*H.FORM_NAMES, "folded_float32"])
+def _form_cells():
+    for name in H.SCENARIOS:
+        for form in (*H.FORM_NAMES, "folded_float32"):
+            # float32 is a storage choice of the folded form: its plain and mu-dependent cells
+            # show it; the others would each compile one more objective to show the same
+            if form != "folded_float32" or name in ("plain", "mu_dependent"):
+                yield pytest.param(form, name, id=f"{form}-{name}")
+
+
+@pytest.mark.parametrize(("form", "name"), list(_form_cells()))
 def test_form_value_and_gradient_match_dense(form, name):
     scn = H.scenario(name)
     pre = H.build_form(form, scn)
@@ -98,9 +106,8 @@ def test_form_value_and_gradient_match_dense(form, name):
 def test_padding_keeps_every_form_exactly(form, name):
     scn = H.scenario(name)
     pre = H.build_form(form, scn)
-    padded = search.pad_precomputed(pre, n_slot=pre.line.cell.shape[1] + 7,
-                                    n_bin=None if pre.line.kernel is None else pre.line.kernel.shape[0] + 5)
-    assert padded.line.cell.shape[1] == pre.line.cell.shape[1] + 7
+    padded = search.pad_precomputed(pre)  # the default shapes: the padded scenario's compiled objectives
+    assert padded.line.cell.shape[1] > pre.line.cell.shape[1]
     for f in dataclasses.fields(model.LineModel):  # no field dropped or invented
         assert (getattr(padded.line, f.name) is None) == (getattr(pre.line, f.name) is None), f.name
     assert padded.line.method == pre.line.method and padded.line.col_comp == pre.line.col_comp
@@ -110,12 +117,16 @@ def test_padding_keeps_every_form_exactly(form, name):
     assert _rel(v, v0) <= 1e-12 and _grad_err(g, g0) <= 1e-12
 
 
-def test_padding_defaults_round_the_shapes_up():
+def test_padding_shapes():
     pre = H.scenario("mu_dependent").binned
     padded = search.pad_precomputed(pre)
     s, b = padded.line.cell.shape[1], padded.line.kernel.shape[0]
     assert s % 32 == 0 and s >= pre.line.cell.shape[1] and b % 128 == 0 and b >= pre.line.kernel.shape[0]
     assert padded.line.cont is not None and padded.line.col_comp == pre.line.col_comp != (0, 1, 2)
+    given = search.pad_precomputed(pre, n_slot=s + 3, n_bin=b + 5)
+    assert given.line.cell.shape[1] == s + 3
+    assert given.line.kernel.shape[0] == b + 5 and int(np.max(np.asarray(given.line.jbase))) + 4 <= b + 5
+    assert search.pad_precomputed(pre, n_slot=1).line.cell.shape == pre.line.cell.shape  # never shrinks
 
 
 def test_grid_point_on_binned_mu_dependent_model():
@@ -132,7 +143,7 @@ def test_grid_point_on_binned_mu_dependent_model():
     # the same problem as the unpadded binned model of the matrix (default synthesis_tol = BINNED_TOL_MU)
     assert prob.method == "binned" and H.BINNED_TOL_MU == 1e-7
     same = dm.invert(scn.binned, scn.obs, lmbd=H.LMBD, **H.SOLVE_KW)
-    assert _rel(row["loss"], same.loss) <= H.SOLVE_RTOL
+    assert _rel(row["loss"], same.loss) <= H.SOLVE_RTOL["padded"]
 
 
 # ------------------------------------------------------------------------ solvers
@@ -142,7 +153,7 @@ def _cells():
     for name in H.SCENARIOS:
         for solver in H.SOLVERS:
             for form in H.FORM_NAMES:
-                marks = []
+                marks = [pytest.mark.slow] if solver == "batch2" or name == "padded" else []
                 if (solver, name) in UNSUPPORTED:
                     marks.append(pytest.mark.xfail(strict=True, raises=TypeError, reason=UNSUPPORTED[solver, name]))
                 yield pytest.param(form, solver, name, marks=marks, id=f"{form}-{solver}-{name}")
@@ -158,7 +169,7 @@ def test_solver_reaches_reference(form, solver, name):
     for lm, res in zip(lmbds, results):
         ref = H.reference(name, lm)
         x = np.concatenate([res.fssc, res.fssh, res.rv, res.amp])
-        rtol = H.SOLVE_RTOL
+        rtol = H.SOLVE_RTOL[name]
         if form == "binned":  # its optimum is that of a model off by its profile error
             err = max(float(np.max(np.abs(H.value_and_grad(pre, scn, z, lm)[2] - H.exact_profiles(scn, z))))
                       for z in (x, ref.x))

@@ -177,7 +177,8 @@ def register(group):
             click.echo(f"warning: {exc}", err=True)
         if target_chi2 is not None:
             lmt, res, trials = search.lambda_for_chi2(pre, obs, target_chi2, lo=float(sw.lmbd[0]),
-                                                      hi=float(sw.lmbd[-1]), regulariser=regulariser, tol=tol)
+                                                      hi=float(sw.lmbd[-1]), regulariser=regulariser, tol=tol,
+                                                      sweep=sw)
             choice.update(target_chi2=target_chi2, target_lambda=lmt, target_result_chi2=res.chi2,
                           target_trials=trials)
         _write_json(out / "lambda.json", choice)
@@ -216,10 +217,11 @@ def register(group):
                                   scheduler=scheduler, n_workers=workers,
                                   progress=lambda n, total, row: click.echo(f"{n}/{total} chi2 {row['chi2']:.5g}",
                                                                             err=True))
-        best = search.best_point(rows, list(axes))
+        column = "chi2_total"  # one criterion for the best point and the intervals
+        best = search.best_point(rows, list(axes), column=column)
         intervals = {}
         for name in axes:
-            iv = search.delta_chi2_interval(rows, name, delta=delta_chi2)
+            iv = search.delta_chi2_interval(rows, name, delta=delta_chi2, column=column)
             intervals[name] = {k: iv[k] for k in ("best", "lo", "hi", "at_edge", "delta", "note")}
         _write_json(out / "grid.json", {"best": best, "intervals": intervals})
         search.plot_grid(rows, list(axes), out / "grid.png")
