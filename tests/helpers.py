@@ -58,7 +58,7 @@ class Scenario:
     padded: bool = False
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def scenario(name: str) -> Scenario:
     if name not in SCENARIOS:
         raise KeyError(name)
@@ -223,7 +223,7 @@ class Reference:
     restart_gain: float  # relative loss gained by the second run: how far from converged the first was
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def reference(name: str, lmbd: float = LMBD) -> Reference:
     """scipy L-BFGS-B to a tight tolerance on the exact dense model of scenario ``name``.
 

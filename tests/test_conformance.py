@@ -12,13 +12,12 @@ their reason, so a change that makes one work (or breaks a supported one) shows 
 
 import dataclasses
 
+import helpers as H
 import numpy as np
 import pytest
 
 import dopplermap as dm
 from dopplermap import model, search
-
-import helpers as H
 
 UNSUPPORTED = {
     ("batch1", "lightcurve"): "invert_batch takes no light curve (the joint fit runs through invert only)",
@@ -166,7 +165,7 @@ def test_solver_reaches_reference(form, solver, name):
     run, lmbds = H.SOLVERS[solver]
     results = run(pre, scn, lmbds)
     assert len(results) == len(lmbds)
-    for lm, res in zip(lmbds, results):
+    for lm, res in zip(lmbds, results, strict=True):
         ref = H.reference(name, lm)
         x = np.concatenate([res.fssc, res.fssh, res.rv, res.amp])
         rtol = H.SOLVE_RTOL[name]

@@ -13,7 +13,6 @@ import dopplermap as dm
 from dopplermap import search
 from dopplermap.errors import DopplermapWarning
 
-
 # ------------------------------------------------------------------ an analytic L-curve
 
 
@@ -135,7 +134,7 @@ def test_doppler_target_chi2_in_few_solves(doppler, monkeypatch):
     found = []
     with warnings.catch_warnings():
         warnings.simplefilter("error", DopplermapWarning)
-        for obs, sw in zip((obs1, obs2), sweeps):
+        for obs, sw in zip((obs1, obs2), sweeps, strict=True):
             n0 = len(calls)
             lmt, res, trials = search.lambda_for_chi2(pre, obs, 1.1, tol=1e-8, sweep=sw)
             assert len(calls) - n0 == len(trials) <= 10
