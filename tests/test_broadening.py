@@ -11,6 +11,7 @@ import pytest
 import dopplermap as dm
 from dopplermap import broadening as br
 from dopplermap import gravity as gd
+from dopplermap.broadening import scale_equivalent_width
 from dopplermap.constants import C_KMS
 from dopplermap.model import forward_jit, is_mu_dependent
 
@@ -266,3 +267,63 @@ def test_cell_factors_constant_is_invisible_and_nonconstant_is_not():
     fac = gd.gravity_darkening_factors(grid, dm.StarParams(60.0, None, 0.6, radius=2.0), 1.5, 6500.0, 600.0)
     darker = np.asarray(dm.forward(fc, fh, z, z, br.apply_cell_factors(pre, fac)))
     assert np.max(np.abs(darker - base)) > 1e-4
+
+
+# a synthetic-LSD-like local line: continuum 1.5 % below 1 on its table, Lorentzian wings
+_V_TAB = np.linspace(-40.0, 40.0, 161)
+_PEDESTAL = dm.tabulated(_V_TAB, 0.985 - 0.45 * np.exp(-_V_TAB**2 / 32.0) - 0.05 / (1.0 + (_V_TAB / 3.0) ** 2))
+
+
+def _fitted_gaussian_ew(v, i):
+    """An independent Gaussian fit (depth/FWHM parametrisation): area of the fitted Gaussian, and its level."""
+    from scipy.optimize import curve_fit
+
+    def g(x, depth, fwhm, centre, level):
+        return level - depth * np.exp(-4.0 * np.log(2.0) * (x - centre) ** 2 / fwhm**2)
+
+    (depth, fwhm, _c, level), _ = curve_fit(g, v, i, p0=[0.3, 10.0, 0.0, 1.0])
+    return depth * abs(fwhm) * np.sqrt(np.pi / (4.0 * np.log(2.0))), level
+
+
+@pytest.mark.parametrize("profile", [_PEDESTAL, dm.voigt(0.4, 6.0, 3.0)], ids=["pedestal-table", "voigt"])
+def test_gaussian_fit_ew_gives_the_requested_fitted_ew(profile):
+    """SpotDIPy's rule: the fitted Gaussian of the scaled line has area EW / M, M the median
+    continuum of the original table (= EW where the table's continuum is 1)."""
+    v0 = profile.velocity if profile.kind == "tabulated" else np.linspace(-profile.half_width, profile.half_width, 4001)
+    median = np.median(profile(v0))
+    scaled = scale_equivalent_width(profile, 6.0, "gaussian_fit")
+    v = scaled.velocity
+    ew, level = _fitted_gaussian_ew(v, scaled(v))
+    assert ew == pytest.approx(6.0 / median, rel=5e-3)
+    if profile.kind == "voigt":
+        assert ew == pytest.approx(6.0, rel=5e-3)
+    assert level == pytest.approx(1.0, abs=5e-3)  # the median continuum is moved to 1
+
+
+def test_ew_conventions_agree_on_a_gaussian_and_differ_on_a_real_table():
+    g = dm.gaussian(0.5, 9.0)
+    a, b = scale_equivalent_width(g, 4.0, "integrated"), scale_equivalent_width(g, 4.0, "gaussian_fit")
+    assert a.depth == b.depth and a.equivalent_width() == pytest.approx(4.0, rel=1e-6)
+    ia, ib = scale_equivalent_width(_PEDESTAL, 6.0, "integrated"), scale_equivalent_width(_PEDESTAL, 6.0, "gaussian_fit")
+    assert ia.equivalent_width() == pytest.approx(6.0, rel=1e-3)
+    assert 1.0 - ib(0.0) > 1.15 * (1.0 - ia(0.0))  # SpotDIPy's convention makes this line deeper
+    with pytest.raises(ValueError, match="ew_method"):
+        scale_equivalent_width(g, 4.0, "fit")
+
+
+def test_matching_ew_convention_keeps_the_offsets_small():
+    """Data made with SpotDIPy-scaled local lines: inverted with the same convention the
+    offsets stay at the level of a perfectly matched model; with the integrated one they
+    run away to compensate (what users of both codes saw: -0.13 on every epoch)."""
+    star, grid, times, vels, comps = dm.demo_setup(n_cell=300, n_epoch=12, n_vel=30, seed=2)
+
+    def lines(method):
+        return dm.ComponentSet(*[dm.Component(scale_equivalent_width(_PEDESTAL, ew, method), c.limb_darkening, c.intensity)
+                                 for c, ew in zip(comps, (6.0, 7.0, 5.0), strict=True)])
+
+    sim = dm.simulate(grid, star, times, vels, lines("gaussian_fit"), dm.DEMO_SPOTS, snr=500, seed=2, method="dense")
+    amp = {}
+    for method in ("gaussian_fit", "integrated"):
+        pre = dm.precompute(grid, star, times, vels, lines(method), method="dense")
+        amp[method] = np.abs(dm.invert(pre, sim.obs, lmbd=1.0, tol=1e-7).amp).max()
+    assert amp["gaussian_fit"] < 0.04 and amp["integrated"] > 4.0 * amp["gaussian_fit"]

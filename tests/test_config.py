@@ -10,7 +10,7 @@ import pytest
 
 import dopplermap as dm
 from dopplermap.cli import main
-from dopplermap.commands.target import build_problem
+from dopplermap.problem import from_config
 from dopplermap.config import TEMPLATE, load_config, parse_config
 from dopplermap.io.lightcurve import write_lightcurve
 from dopplermap.io.lsd import write_lsd
@@ -162,6 +162,21 @@ def test_invert_runs_end_to_end(tmp_path, capsys):
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".res")]  # no partial folders left
 
 
+def test_cool_only_target_writes_a_cool_only_result(tmp_path):
+    _dataset(tmp_path, n_epoch=5, n_cell=120, lightcurve=False)
+    cfg_path = tmp_path / "target.toml"
+    cfg_path.write_text(cfg_path.read_text().replace("[inversion]", '[inversion]\nfit_components = ["cool"]'))
+    assert main(["invert", str(cfg_path), "--out", str(tmp_path / "res"), "--quiet", "--no-plots"]) == 0
+    res = dm.load_result(tmp_path / "res")
+    assert res.fit_components == ("cool",) and np.all(res.fssh == 1e-5)
+    from astropy.io import fits
+
+    assert fits.getheader(tmp_path / "res" / "map.fits", "MAP")["FITCOMP"] == "cool"
+    cfg_path.write_text(cfg_path.read_text().replace('fit_components = ["cool"]', 'fit_components = ["warm"]'))
+    with pytest.raises(ValueError, match=r"fit_components must list 'cool', 'hot' or both, got \['warm'\]"):
+        load_config(cfg_path)
+
+
 def test_invert_refuses_a_foreign_output_folder(tmp_path, capsys):
     _dataset(tmp_path, n_epoch=4, n_cell=100, lightcurve=False)
     (tmp_path / "busy").mkdir()
@@ -200,25 +215,60 @@ def test_macroturbulence_instrument_and_gravity_darkening_build(tmp_path):
     cfg = load_config(cfg_path)
     assert cfg.inversion.method == "auto"
     cfg = dataclasses.replace(cfg, inversion=dataclasses.replace(cfg.inversion, method="binned"))
-    prob = build_problem(cfg)
-    assert prob["pre"].line.method == "binned" and prob["cell_factors"].shape == (150, 3)
-    assert prob["lightcurve"].weight.shape == (120, 150, 3)
+    prob = from_config(cfg)
+    assert prob.pre.line.method == "binned" and prob.line_factors.shape == (150, 3)
+    assert prob.lightcurve.weight.shape == (120, 150, 3)
     # the local profiles were EW-scaled then broadened and depend on mu: the binned model
     # holds several mu-basis columns per component, and agrees with the dense one
-    phot = prob["components"].phot.profile
+    phot = prob.components.phot.profile
     assert is_mu_dependent(phot) and phot.zeta == 3.0 and phot.equivalent_width(1.0) == pytest.approx(2.5, rel=1e-3)
-    assert len(prob["pre"].line.col_comp) > 3
+    assert len(prob.pre.line.col_comp) > 3
     dense_cfg = dataclasses.replace(cfg, inversion=dataclasses.replace(cfg.inversion, method="auto"))
-    dense = build_problem(dense_cfg)["pre"]
+    dense = from_config(dense_cfg).pre
     assert dense.line.method == "dense"  # "auto" at this small size
-    fc, fh = (jnp.asarray(x) for x in dm.spot_map(prob["grid"], dm.DEMO_SPOTS))
-    z = jnp.zeros(prob["obs"].n_epoch)
-    assert float(jnp.max(jnp.abs(dm.forward(fc, fh, z, z, prob["pre"]) - dm.forward(fc, fh, z, z, dense)))) < 1e-5
+    fc, fh = (jnp.asarray(x) for x in dm.spot_map(prob.grid, dm.DEMO_SPOTS))
+    z = jnp.zeros(prob.obs.n_epoch)
+    assert float(jnp.max(jnp.abs(dm.forward(fc, fh, z, z, prob.pre) - dm.forward(fc, fh, z, z, dense)))) < 1e-5
     # without gravity darkening or macroturbulence the weights differ and the method is binned
-    plain = build_problem(load_config(cfg_path).__class__(**{**cfg.__dict__,
-                          "gravity_darkening": cfg.gravity_darkening.__class__(enabled=False),
-                          "line": cfg.line.__class__(**{**cfg.line.__dict__, "macroturbulence": 0.0})}))
-    assert plain["pre"].line.method == "binned" and plain["cell_factors"] is None
+    plain = from_config(load_config(cfg_path).__class__(**{**cfg.__dict__,
+                        "gravity_darkening": cfg.gravity_darkening.__class__(enabled=False),
+                        "line": cfg.line.__class__(**{**cfg.line.__dict__, "macroturbulence": 0.0})}))
+    assert plain.pre.line.method == "binned" and plain.line_factors is None
+
+
+def test_searches_solve_the_problem_invert_solves(tmp_path):
+    """`grid` and `lambda` on a target TOML solve what `invert` solves: gravity darkening,
+    the light curve, a non-default method and the [inversion] settings all carry over."""
+    import json
+
+    from dopplermap import search
+    from dopplermap.commands.search import load_problem
+
+    _dataset(tmp_path, n_epoch=6, n_cell=150)
+    cfg_path = tmp_path / "target.toml"
+    text = cfg_path.read_text().replace("period = 2.0", "period = 2.0\nmass = 1.1")
+    text = text.replace("lmbd = 1.0\nmaxiter = 60", "method = \"binned\"\nlc_weight = 0.5\nlmbd = 0.7\ntol = 1e-8\n"
+                                                     "maxiter = 3000")
+    cfg_path.write_text(text + "\n[gravity_darkening]\nenabled = true\nbeta = 0.08\n")
+    assert main(["invert", str(cfg_path), "--out", str(tmp_path / "inv"), "--quiet", "--no-plots"]) == 0
+    inv = json.loads((tmp_path / "inv" / "summary.json").read_text())
+    prob = load_problem(cfg_path)
+    assert prob.gravity is not None and prob.lightcurve is not None and prob.pre.line.method == "binned"
+    # the loss of the invert result, evaluated on a grid point's (padded) problem at the TOML's own parameters
+    res = dm.load_result(tmp_path / "inv")
+    point = prob.replace(star=search.apply_parameters(prob, {"inclination": 60.0})[0])
+    kw = point.invert_kwargs()
+    at = dict(lightcurve=point.lightcurve, line_weight=kw["line_weight"], lc_weight=kw["lc_weight"])
+    x, pre = jnp.asarray(res.x), search.pad_precomputed(point.pre)
+    assert float(dm.loss(x, kw["lmbd"], pre, point.obs, kw["regulariser"], **at)) == pytest.approx(inv["loss"], rel=1e-9)
+    # without the light curve or the gravity darkening the loss differs
+    bare = prob.replace(lightcurve_data=None, gravity=None)
+    assert abs(float(dm.loss(x, kw["lmbd"], bare.pre, bare.obs, kw["regulariser"])) - inv["loss"]) > 1e-3
+    assert search.evaluate_point(prob, {"inclination": 60.0})["loss"] == pytest.approx(inv["loss"], rel=1e-3)
+    assert main(["lambda", str(cfg_path), "--out", str(tmp_path / "lam"), "--lmbds", "0.7,2"]) == 0
+    first = (tmp_path / "lam" / "lcurve.csv").read_text().splitlines()
+    header, lam07 = first[0].split(","), first[1].split(",")
+    assert float(lam07[header.index("loss")]) == pytest.approx(inv["loss"], rel=1e-6)
 
 
 def test_lambda_command_reads_target_toml(tmp_path):

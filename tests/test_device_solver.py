@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import dopplermap as dm
+from dopplermap import plan
 from dopplermap.cache import default_cache_dir, enable_compilation_cache
 from dopplermap.solvers.batch import invert_batch, invert_device
 from dopplermap.solvers.projected_lbfgs import projected_lbfgs
@@ -94,7 +95,6 @@ def test_batch_auto_mode_on_cpu(problem, monkeypatch):
     member by member too."""
     import jax
 
-    from dopplermap.solvers import batch as B
 
     if jax.default_backend() != "cpu":
         pytest.skip("CPU policy")
@@ -104,7 +104,7 @@ def test_batch_auto_mode_on_cpu(problem, monkeypatch):
     auto = invert_batch(binned, sim.obs, lmbds=[0.5, 2.0], tol=1e-6)
     seq = invert_batch(binned, sim.obs, lmbds=[0.5, 2.0], tol=1e-6, mode="sequential")
     assert [a.loss for a in auto] == [q.loss for q in seq]  # the very same compiled single solve
-    monkeypatch.setattr(B, "BLOCKED_MAX_BYTES", 0)
+    monkeypatch.setattr(plan, "BLOCKED_MAX_BYTES", 0)
     auto = invert_batch(pre, sim.obs, lmbds=[0.5, 2.0], tol=1e-6)
     seq = invert_batch(pre, sim.obs, lmbds=[0.5, 2.0], tol=1e-6, mode="sequential")
     assert [a.loss for a in auto] == [q.loss for q in seq]

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import dopplermap as dm
+from dopplermap import plan
 
 
 def _comps(profile, u=0.6):
@@ -273,9 +274,8 @@ def test_shift_profiles_is_jnp_interp(uniform):
 
 
 def test_auto_method_picks_dense_while_it_fits(small_problem, monkeypatch):
-    import dopplermap.model as model
 
     star, grid, times, vels, comps, _ = small_problem
     assert dm.precompute(grid, star, times, vels, comps).line.method == "dense"
-    monkeypatch.setattr(model, "DENSE_AUTO_BYTES", 1000)
+    monkeypatch.setattr(plan, "DENSE_AUTO_BYTES", 1000)
     assert dm.precompute(grid, star, times, vels, comps).line.method == "binned"

@@ -65,3 +65,36 @@ def test_observations_bad_shapes():
         dm.Observations.create([0, 1], np.arange(5.0), np.ones((3, 5)), np.ones((2, 5)))
     with pytest.raises(ValueError, match="strictly increasing"):
         dm.Observations.create([0, 1], np.array([0.0, 2, 1, 3, 4]), np.ones((2, 5)), np.ones((2, 5)))
+
+
+def test_spotdipy_entropy_matches_a_numpy_transcription_of_its_formula():
+    """SpotDIPy: sum_i (A_i / sum A) [c ln(c/m) + h ln(h/m) + (1 - p) ln((1 - p)/m)], m = 1e-7, p = 1 - c - h."""
+    from dopplermap.objective import spotdipy_entropy
+
+    rng = np.random.default_rng(1)
+    fc, fh = rng.uniform(1e-5, 0.5, 80), rng.uniform(1e-5, 0.4, 80)
+    area = rng.uniform(0.5, 1.5, 80)
+    fp = 1.0 - (fc + fh)
+    norm_area = area / np.sum(area)
+    ref = np.sum(norm_area * (fc * np.log(fc / 1e-7) + fh * np.log(fh / 1e-7) + (1.0 - fp) * np.log((1.0 - fp) / 1e-7)))
+    got = float(spotdipy_entropy(jnp.asarray(fc), jnp.asarray(fh), jnp.asarray(area)))
+    assert abs(got - ref) <= 1e-12 * abs(ref)
+
+
+def test_every_regulariser_is_selectable_and_the_config_knows_them(small_problem):
+    from dopplermap.config import REGULARISER_NAMES
+    from dopplermap.objective import REGULARISERS, regulariser_value, spotdipy_entropy
+
+    assert set(REGULARISER_NAMES) == set(REGULARISERS)
+    star, grid, times, vels, comps, sim = small_problem
+    pre = dm.precompute(grid, star, times, vels, comps)
+    x = dm.Layout(pre.n_cell, pre.n_epoch).initial(0.2)
+    fc, fh = x[:pre.n_cell], x[pre.n_cell:2 * pre.n_cell]
+    _, (c2, reg, _pen) = objective_terms(jnp.asarray(x), 1.0, pre, sim.obs, "mem_spotdipy")
+    assert float(reg) == pytest.approx(float(spotdipy_entropy(jnp.asarray(fc), jnp.asarray(fh), pre.cell_area)), rel=1e-14)
+    # the two entropies weigh the map differently (the lambdas do not carry over 1:1)
+    assert float(reg) / float(regulariser_value("mem", jnp.asarray(fc), jnp.asarray(fh), pre.cell_area, pre.edges)) > 1.5
+    with pytest.raises(ValueError, match="regulariser must be one of"):
+        objective_terms(jnp.asarray(x), 1.0, pre, sim.obs, "entropy")
+    res = dm.invert(pre, sim.obs, regulariser="mem_spotdipy", lmbd=0.3, tol=1e-6)
+    assert res.success and res.regulariser == "mem_spotdipy" and res.chi2 < 3.0

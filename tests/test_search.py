@@ -94,7 +94,9 @@ def test_grid_best_point_within_one_step(local_table):
     assert iv["lo"] <= 40.0 <= iv["hi"] and "un-reduced" in iv["note"]
     n_data = 20 * 24
     assert all(abs(r["chi2_total"] - r["chi2"] * n_data) < 1e-9 * r["chi2_total"] for r in rows)
-    search.plot_grid(rows, list(AXES), path.with_suffix(".png"))
+    from dopplermap.style import save_figure
+
+    save_figure(search.plot_grid(rows, list(AXES)), path.with_suffix(".png"))
     assert path.with_suffix(".png").stat().st_size > 0
 
 

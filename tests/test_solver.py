@@ -118,3 +118,50 @@ def test_lbfgsb_restarts_after_a_premature_stop(small_problem):
     assert once.restarts == 0 and full.restarts >= 1
     assert full.fun < (1 - 1e-2) * once.fun  # 5 % lower here
     assert full.nit == len(hist["loss"]) and full.nit > once.nit
+
+
+def test_invert_a_problem_uses_its_settings_and_knows_its_context(small_problem):
+    """`invert(problem)` = `invert(pre, obs, **settings)`, overrides win, the result knows the problem."""
+    from dopplermap.problem import Problem, Settings
+
+    star, grid, times, vels, comps, sim = small_problem
+    prob = Problem(grid=grid, star=star, obs=sim.obs, components=comps, settings=Settings(lmbd=0.3, tol=1e-6))
+    res = dm.invert(prob)
+    ref = dm.invert(prob.pre, sim.obs, lmbd=0.3, tol=1e-6)
+    assert res.loss == ref.loss and res.lmbd == 0.3
+    assert res.grid is grid and res.star is star and res.obs is sim.obs
+    assert res.intensities == tuple(float(c.intensity) for c in comps)
+    assert dm.invert(prob, lmbd=1.0).lmbd == 1.0
+    with pytest.raises(ValueError, match="brings its observations"):
+        dm.invert(prob, sim.obs)
+    with pytest.raises(ValueError, match="observations are missing"):
+        dm.invert(prob.pre)
+
+
+def test_cool_only_fit_holds_the_hot_map_at_the_floor():
+    """fit_components=("cool",): n_cell fewer free parameters, the hot map at its floor, the
+    same loss as the objective at that point, and on a star with cool spots only a map at
+    least as close to the truth as the three-component fit's (whose hot map is degenerate)."""
+    from dopplermap.constants import FILL_MIN
+    from dopplermap.solvers import bounds
+
+    star, grid, times, vels, comps = dm.demo_setup(n_cell=300, n_epoch=16, n_vel=28, seed=5)
+    spots = tuple(s for s in dm.DEMO_SPOTS if s.kind == "cool")
+    sim = dm.simulate(grid, star, times, vels, comps, spots, snr=600, seed=5)
+    pre = dm.precompute(grid, star, times, vels, comps)
+    lay = dm.Layout(pre.n_cell, pre.n_epoch)
+    lo, hi = bounds(lay, fit_components=("cool",))
+    assert int(np.sum(lo < hi)) == pre.n_cell + 2 * pre.n_epoch
+    cool = dm.invert(pre, sim.obs, lmbd=1.0, tol=1e-9, fit_components=["cool"])
+    both = dm.invert(pre, sim.obs, lmbd=1.0, tol=1e-9)
+    assert cool.fit_components == ("cool",) and both.fit_components == ("cool", "hot")
+    assert np.all(cool.fssh == FILL_MIN)
+    assert float(dm.loss(jnp.asarray(cool.x), 1.0, pre, sim.obs)) == pytest.approx(cool.loss, rel=1e-12)
+    assert cool.loss >= both.loss * (1 - 1e-6)  # fewer freedoms, never a lower minimum
+    truth = sim.fssc
+    corr = [np.corrcoef(r.fssc, truth)[0, 1] for r in (cool, both)]
+    assert corr[0] >= corr[1] - 0.01
+    dev = dm.invert(pre, sim.obs, lmbd=1.0, tol=1e-9, fit_components=("cool",), solver="projected_lbfgs")
+    assert np.all(dev.fssh == FILL_MIN) and dev.loss == pytest.approx(cool.loss, rel=1e-5)
+    with pytest.raises(ValueError, match="fit_components"):
+        dm.invert(pre, sim.obs, fit_components=("warm",))

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import dopplermap as dm
+from dopplermap import plan
 from dopplermap import uncertainty as U
 from dopplermap.objective import loss
 
@@ -50,7 +51,7 @@ def test_hvp_paths_agree(fitted, monkeypatch):
     fast = U.hvp_function(LMBD, pre, sim.obs, REG, chunk=4)
     assert fast.batched and U.hvp_form(pre).line.method == "blocked"
     hut = U.laplace(pre, sim.obs, best, method="hutchinson", n_probe=6, chunk=4)
-    monkeypatch.setattr(U, "HVP_BLOCKED_MAX_BYTES", 0)
+    monkeypatch.setattr(plan, "HVP_BLOCKED_MAX_BYTES", 0)
     slow = U.hvp_function(LMBD, pre, sim.obs, REG, chunk=4)
     assert U.hvp_form(pre).line.method == "folded"
     assert slow.batched == (jax.default_backend() != "cpu")
@@ -94,7 +95,10 @@ def test_laplace_and_bootstrap(fitted, tmp_path):
     path = U.save_uncertainty(post, tmp_path)
     back = np.load(path)
     np.testing.assert_array_equal(back["sigma_fssc"], post.sigma_fssc)
-    U.plot_uncertainty(prob.grid, best.fssc, boot, tmp_path / "unc.png")
+    from dopplermap.plot import plot_uncertainty
+    from dopplermap.style import save_figure
+
+    save_figure(plot_uncertainty(prob.grid, best.fssc, boot), tmp_path / "unc.png")
     assert (tmp_path / "unc.png").stat().st_size > 0
 
 

@@ -11,6 +11,7 @@ import jax as _jax
 
 _jax.config.update("jax_enable_x64", True)
 
+from ._version import __version__  # noqa: E402
 from .geometry import StarParams, cell_geometry, rotation_phase  # noqa: E402
 from .grid import SurfaceGrid, healpix_grid, latitude_band_grid, make_grid  # noqa: E402
 from .model import LineModel, Precomputed, fold_dense, forward, precompute, solve_form, synthesize  # noqa: E402
@@ -28,8 +29,6 @@ from .profiles import (  # noqa: E402
 )
 from .simulate import DEMO_SPOTS, Simulation, Spot, demo_setup, simulate, spot_map  # noqa: E402
 from .solvers import InversionResult, invert  # noqa: E402
-
-__version__ = "0.1.0"
 
 __all__ = [
     "StarParams", "cell_geometry", "rotation_phase", "SurfaceGrid", "healpix_grid", "latitude_band_grid",

@@ -25,6 +25,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import plan
+
 N_TAPS = 4  # cubic Lagrange interpolation: bins jbase .. jbase + 3
 
 
@@ -77,7 +79,7 @@ def _slots_fwd(f, cell, pos, dtype):
 def _slots_bwd(dtype, res, gbar):
     cell, pos, proto = res
     gbar = gbar.astype(proto.dtype)
-    if jax.default_backend() == "cpu":
+    if not plan.on_accelerator():
         return _slots_add_back(gbar, cell, pos.shape[1]), None, None
     return _take_back(gbar, pos), None, None
 

@@ -13,7 +13,17 @@
   It integrates to 1, is even, and has second moment
   ``zeta^2 (A_R mu^2 + A_T (1 - mu^2)) / 2`` (``zeta^2 / 4`` for equal fractions, whatever
   ``mu``); its shape, and so the local profile, depends on ``mu``.
-* Equivalent-width scaling: ``1 - I/Ic`` is multiplied by ``EW_target / EW``.
+* Equivalent-width scaling (:func:`scale_equivalent_width`), two conventions:
+  ``"integrated"`` (default): ``1 - I/Ic`` is multiplied by ``EW_target / EW`` with
+  ``EW = integral (1 - I/Ic) dv`` over the whole profile (its table, or where an analytic
+  line differs from the continuum by more than 1e-9). ``"gaussian_fit"`` (SpotDIPy's):
+  a Gaussian plus a constant, ``a exp(-(v - v0)^2 / 2 s^2) + b``, is fitted to the table
+  and the continuum is taken as the table's median ``M``; with ``EW_fit = -a s sqrt(2 pi)``
+  the profile becomes ``(I - M) EW_target / (EW_fit M) + 1`` (so the fitted Gaussian of the
+  result has area ``EW_target / M``: the target where the table's continuum is 1, as in
+  SpotDIPy, whose ``set_eqw`` this follows). Both agree on a Gaussian line
+  with continuum 1; on a table whose continuum is not 1 or whose wings are not Gaussian
+  they give different depths (SpotDIPy's lines 13-20 % deeper on its synthetic LSD tables).
 
 Convolutions are done once, at set-up, with NumPy on a fine uniform velocity grid in
 Fourier space, where a Gaussian of standard deviation ``s`` is the multiplier
@@ -39,7 +49,7 @@ from collections.abc import Sequence
 import jax.numpy as jnp
 import numpy as np
 from scipy import fft as sfft
-from scipy import special
+from scipy import optimize, special
 
 from ._linops import lagrange_weights
 from .constants import C_KMS
@@ -48,7 +58,7 @@ from .profiles import ComponentSet, LocalProfile, gaussian, tabulated, voigt
 
 __all__ = [
     "instrumental_fwhm", "gaussian_kernel", "rt_macroturbulence", "rt_second_moment",
-    "instrumental_broaden", "scale_equivalent_width", "MuProfile", "mu_dependent_profile",
+    "instrumental_broaden", "scale_equivalent_width", "gaussian_fit_ew", "EW_METHODS", "MuProfile", "mu_dependent_profile",
     "mu_profile_table", "replace_profiles", "apply_cell_factors",
 ]
 
@@ -159,10 +169,62 @@ def instrumental_broaden(profile: LocalProfile, resolving_power: float, *, dv: f
     return tabulated(u, 1.0 - d[0], name="instrument-broadened profile")
 
 
-def scale_equivalent_width(profile: LocalProfile, ew: float) -> LocalProfile:
-    """Profile whose ``1 - I/Ic`` is scaled so its equivalent width is ``ew`` (km/s)."""
+EW_METHODS = ("integrated", "gaussian_fit")
+
+
+def gaussian_fit_ew(velocity, intensity) -> tuple[float, float]:
+    """SpotDIPy's equivalent width of a tabulated line: ``(EW_fit km/s, median continuum)``.
+
+    A Gaussian plus a constant is least-squares fitted (scipy ``curve_fit``, started from
+    the moments of ``median - I``); ``EW_fit = -a s sqrt(2 pi)`` is its area (not divided by
+    the continuum, as in SpotDIPy).
+    """
+    v, i = np.asarray(velocity, dtype=float), np.asarray(intensity, dtype=float)
+    med = float(np.median(i))
+    d = np.clip(med - i, 0.0, None)
+    if not d.sum() > 0:
+        raise DopplermapInputError("cannot fit a Gaussian to a profile with no absorption below its median")
+    v0 = float(np.sum(v * d) / d.sum())
+    s0 = float(np.sqrt(np.sum(d * (v - v0) ** 2) / d.sum()))
+
+    def model(x, a, c, s, b):
+        return a * np.exp(-((x - c) ** 2) / (2.0 * s * s)) + b
+
+    try:
+        (a, _c, s, _b), _ = optimize.curve_fit(model, v, i, p0=[-float(d.max()), v0, s0, med],
+                                               bounds=([-np.inf, -np.inf, 0.0, -np.inf], [np.inf] * 4))
+    except (RuntimeError, ValueError) as exc:
+        raise DopplermapInputError(f"Gaussian fit of the local profile failed ({exc})") from None
+    return float(-a * s * math.sqrt(2.0 * math.pi)), med
+
+
+def _table(profile: LocalProfile):
+    if profile.kind == "tabulated":
+        return profile.velocity, profile.intensity
+    hw = profile.half_width
+    v = np.linspace(-hw, hw, 4001)
+    return v, profile(v)
+
+
+def scale_equivalent_width(profile: LocalProfile, ew: float, method: str = "integrated") -> LocalProfile:
+    """Profile scaled so that its equivalent width is ``ew`` (km/s) in the convention ``method``.
+
+    ``"integrated"``: ``1 - I/Ic`` times ``ew / EW``; ``"gaussian_fit"``: SpotDIPy's Gaussian
+    fit against the median continuum (see the module docstring). On a Gaussian line with
+    continuum 1 they coincide, and the analytic profile is kept.
+    """
     if not (np.isfinite(ew) and ew > 0):
         raise DopplermapInputError(f"equivalent width must be > 0 km/s, got {ew!r}")
+    if method not in EW_METHODS:
+        raise DopplermapInputError(f"ew_method must be one of {EW_METHODS}, got {method!r}")
+    if method == "gaussian_fit" and profile.kind != "gaussian":
+        v, i = _table(profile)
+        ew_fit, med = gaussian_fit_ew(v, i)
+        inten = (i - med) * (ew / (ew_fit * med)) + 1.0
+        if np.min(inten) < 0.0:
+            raise DopplermapInputError(f"equivalent width {ew!r} km/s (Gaussian fit) scales the line below zero "
+                                       f"intensity (fitted EW {ew_fit:.4g} km/s)")
+        return tabulated(v, inten, name="EW-scaled profile (Gaussian fit)")
     if profile.kind == "gaussian":
         depth = ew / (profile.fwhm * _FWHM_TO_SIGMA * math.sqrt(2.0 * math.pi))
         if depth >= 1.0:

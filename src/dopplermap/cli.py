@@ -22,6 +22,7 @@ COMMAND_MODULES = (
     "dopplermap.commands.plot",
     "dopplermap.commands.target",
     "dopplermap.commands.search",
+    "dopplermap.commands.report",
 )
 
 

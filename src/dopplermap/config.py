@@ -68,6 +68,7 @@ class LineConfig:
     macroturbulence: float = 0.0
     radial_fraction: float = 0.5
     equivalent_width: float | None = None
+    ew_method: str = "integrated"
     limb_darkening: str = "linear"
     ld_phot: tuple[float, ...] = (0.6,)
     ld_cool: tuple[float, ...] = (0.6,)
@@ -111,9 +112,12 @@ class InversionConfig:
     maxiter: int = 1000
     method: str = "auto"
     solver: str = "lbfgsb"
+    fit_components: tuple[str, ...] = ("cool", "hot")
 
 
 UNCERTAINTY_METHODS = ("laplace", "sandwich", "bootstrap")
+# dopplermap.objective.REGULARISERS, spelt out here so that parsing a config needs no JAX
+REGULARISER_NAMES = ("mem", "mem_spotdipy", "tikhonov", "none")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -258,6 +262,8 @@ def _validate(cfg: TargetConfig):
         raise DopplermapInputError(f"{s}: [line] radial_fraction must be in [0, 1], got {ln.radial_fraction!r}")
     if ln.equivalent_width is not None:
         _positive(f"{s}: [line] equivalent_width", ln.equivalent_width)
+    if ln.ew_method not in ("integrated", "gaussian_fit"):
+        raise DopplermapInputError(f"{s}: [line] ew_method must be 'integrated' or 'gaussian_fit', got {ln.ew_method!r}")
     for sec, obj in (("line", ln), ("lightcurve", cfg.lightcurve)):
         for k in ("ld_phot", "ld_cool", "ld_hot"):
             _check_ld(f"{s}: [{sec}] {k}", obj.limb_darkening, getattr(obj, k))
@@ -274,8 +280,9 @@ def _validate(cfg: TargetConfig):
     if gr.n_cell < 8:
         raise DopplermapInputError(f"{s}: [grid] n_cell must be >= 8, got {gr.n_cell!r}")
     inv = cfg.inversion
-    if inv.regulariser not in ("mem", "tikhonov", "none"):
-        raise DopplermapInputError(f"{s}: [inversion] regulariser must be mem, tikhonov or none, got {inv.regulariser!r}")
+    if inv.regulariser not in REGULARISER_NAMES:
+        raise DopplermapInputError(f"{s}: [inversion] regulariser must be one of {', '.join(REGULARISER_NAMES)}, "
+                                   f"got {inv.regulariser!r}")
     if inv.method not in ("auto", "binned", "dense"):
         raise DopplermapInputError(f"{s}: [inversion] method must be 'auto', 'binned' or 'dense', got {inv.method!r}")
     for k in ("lmbd", "line_weight", "lc_weight"):
@@ -285,6 +292,9 @@ def _validate(cfg: TargetConfig):
         raise DopplermapInputError(f"{s}: [inversion] maxiter must be >= 1, got {inv.maxiter!r}")
     if inv.solver not in ("lbfgsb", "projected_lbfgs"):
         raise DopplermapInputError(f"{s}: [inversion] solver must be 'lbfgsb' or 'projected_lbfgs', got {inv.solver!r}")
+    comps = inv.fit_components
+    if not comps or len(set(comps)) != len(comps) or not set(comps) <= {"cool", "hot"}:
+        raise DopplermapInputError(f"{s}: [inversion] fit_components must list 'cool', 'hot' or both, got {list(comps)}")
     unc = cfg.uncertainty
     for i, m in enumerate(unc.methods):
         if m not in UNCERTAINTY_METHODS:
@@ -358,6 +368,7 @@ fwhm_lorentz = 0.0                   # voigt only
 macroturbulence = 0.0                # zeta_RT, km/s (radial-tangential, Gray); 0 = off
 radial_fraction = 0.5                # A_R (A_T = 1 - A_R)
 # equivalent_width = 3.0             # km/s: scale every local profile to this EW
+# ew_method = "integrated"           # integrated (1 - I/Ic over the profile) | gaussian_fit (SpotDIPy's)
 limb_darkening = "linear"            # linear | quadratic | sqrt
 ld_phot = [0.65]
 ld_cool = [0.75]
@@ -381,7 +392,7 @@ kind = "bands"                       # bands | healpix
 n_cell = 2500
 
 [inversion]
-regulariser = "mem"                  # mem | tikhonov | none
+regulariser = "mem"                  # mem (the seed's entropy) | mem_spotdipy (SpotDIPy's normalisation) | tikhonov | none
 lmbd = 1.0                           # regularisation weight lambda
 line_weight = 1.0                    # alpha: weight of the line chi-square
 lc_weight = 1.0                      # delta: weight of the light-curve chi-square
@@ -390,6 +401,7 @@ fit_amp = true                       # free additive offset per epoch
 tol = 1e-5
 maxiter = 1000
 method = "auto"                      # auto (dense while its cube <= 512 MiB) | binned (memory-light) | dense (exact)
+fit_components = ["cool", "hot"]     # spot components fitted; ["cool"]: photosphere + cool spots only
 solver = "lbfgsb"                    # lbfgsb (scipy, live progress) | projected_lbfgs (one compiled loop; fastest, GPU)
 
 [uncertainty]                        # per-cell uncertainty maps written into the result folder

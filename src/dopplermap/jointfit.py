@@ -28,7 +28,7 @@ from .errors import DopplermapInputError
 from .geometry import StarParams, cell_geometry
 from .grid import SurfaceGrid
 from .model import apply_nuisance, precompute
-from .objective import DEFAULT_PENALTY, REGULARISERS, Layout, Observations, chi2, seed_entropy, sum_excess, tikhonov
+from .objective import DEFAULT_PENALTY, REGULARISERS, Layout, Observations, chi2, regulariser_value, sum_excess
 from .profiles import ComponentSet, LocalProfile
 from .solvers import InversionResult, invert
 from .solvers.scipy_lbfgsb import lbfgsb
@@ -151,12 +151,7 @@ def joint_fit(grid: SurfaceGrid, star: StarParams, obs: Observations, components
         sp = dict(fixed, **{p: z[lay.size + i] * scales[i] for i, p in enumerate(fit)})
         m = model(fssc, fssh, rv, amp, sp["inclination"], sp["vsini"], sp["domega"], star.period, star.t0)
         c2 = chi2(m, obs)
-        if regulariser == "mem":
-            reg = seed_entropy(fssc, fssh, area)
-        elif regulariser == "tikhonov":
-            reg = tikhonov(fssc, fssh, edges)
-        else:
-            reg = jnp.zeros((), z.dtype)
+        reg = regulariser_value(regulariser, fssc, fssh, area, edges).astype(z.dtype)
         pen = penalty * sum_excess(fssc, fssh)
         return c2 + lm * reg + pen, (c2, reg, pen)
 

@@ -41,7 +41,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _linops
+from . import _linops, plan
 from .errors import DopplermapInputError
 from .geometry import StarParams, cell_geometry, check_star
 from .grid import SurfaceGrid
@@ -294,11 +294,6 @@ class _MuBasis:
         return self.g.sum(axis=0)
 
 
-DENSE_AUTO_BYTES = 512 * 2**20
-"""``method="auto"`` picks ``"dense"`` while the float64 dense cube (n_epoch x n_slot x 3 x
-n_vel x 8 bytes) fits in this many bytes, ``"binned"`` beyond."""
-
-
 def precompute(grid: SurfaceGrid, star: StarParams, times, vels, components: ComponentSet, *,
                method: str = "auto", synthesis_tol: float = 1e-7, bin_width: float | None = None,
                dtype=jnp.float64) -> Precomputed:
@@ -309,7 +304,7 @@ def precompute(grid: SurfaceGrid, star: StarParams, times, vels, components: Com
         vels: (n_vel,) increasing velocity grid of the observations, km/s.
         components: photosphere, cool-spot and hot-spot components.
         method: ``"auto"`` (default), ``"binned"`` (memory-light) or ``"dense"`` (exact cube).
-            ``"auto"`` is ``"dense"`` while its cube fits in :data:`DENSE_AUTO_BYTES`
+            ``"auto"`` is ``"dense"`` while its cube fits :data:`dopplermap.plan.DENSE_AUTO_BYTES`
             (512 MiB; 144 MB at the seed's 2500 cells x 150 epochs x 32 velocities) and
             ``"binned"`` beyond: solvers iterate on the dense cube folded to float32
             (:func:`fold_dense`), the fastest form where it fits, and the same cost with
@@ -321,7 +316,7 @@ def precompute(grid: SurfaceGrid, star: StarParams, times, vels, components: Com
     check_star(star)
     vels = _check_vels(vels)
     times = _check_times(times)
-    if method not in ("auto", "binned", "dense"):
+    if method not in plan.METHODS:
         raise DopplermapInputError(f"method must be 'auto', 'binned' or 'dense', got {method!r}")
     geo = cell_geometry(grid.lat, grid.lon, grid.area, times, star.inclination, star.vsini_kms,
                         star.period, star.t0, star.domega, xp=np)
@@ -334,8 +329,7 @@ def precompute(grid: SurfaceGrid, star: StarParams, times, vels, components: Com
     if np.any(n_vis == 0):
         raise DopplermapInputError("no cell is visible at some epoch; check inclination and grid")
     n_slot = int(n_vis.max())
-    if method == "auto":
-        method = "dense" if n_epoch * n_slot * 3 * len(vels) * 8 <= DENSE_AUTO_BYTES else "binned"
+    method = plan.synthesis_method(method, n_epoch * n_slot * 3 * len(vels) * 8)
 
     if bin_width is not None and not float(bin_width) > 0:
         raise DopplermapInputError(f"bin_width must be > 0 km/s, got {bin_width!r}")
@@ -392,7 +386,22 @@ def precompute(grid: SurfaceGrid, star: StarParams, times, vels, components: Com
         fields.update(local=jnp.asarray(local, dtype))
     line = LineModel(**fields)
     edges = np.asarray(grid.edges, dtype=np.int32).reshape(-1, 2)
-    return Precomputed(line=line, cell_area=jnp.asarray(grid.area, dtype), edges=jnp.asarray(edges))
+    pre = Precomputed(line=line, cell_area=jnp.asarray(grid.area, dtype), edges=jnp.asarray(edges))
+    _SETUP[pre] = (grid, star, components)
+    return pre
+
+
+# (grid, star, components) each model was precomputed from, so that invert's results know
+# them (figures, result files); weak keys: an entry lives as long as its model
+_SETUP: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def setup_of(pre: Precomputed):
+    """``(grid, star, components)`` that :func:`precompute` built ``pre`` from, or None.
+
+    None for a model made otherwise (read from a file, folded, resampled, a pytree copy).
+    """
+    return _SETUP.get(pre)
 
 
 @functools.partial(jax.jit, static_argnames="dtype")
@@ -635,7 +644,7 @@ def _epoch_chunk(line: LineModel) -> int:
     # set. The dense and folded products stream their cube anyway, and a chunk of it would be
     # copied out first (measured, folded, 4000 cells x 300 epochs: 17 ms whole vs 70 ms in
     # four chunks).
-    if jax.default_backend() != "cpu" or line.method != "binned":
+    if plan.on_accelerator() or line.method != "binned":
         return line.n_epoch
     most = max(1, min(line.n_epoch, SLOTS_PER_CHUNK // max(1, int(line.cell.shape[1]))))
     n_chunk = -(-line.n_epoch // most)

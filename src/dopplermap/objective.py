@@ -9,9 +9,19 @@ layout)::
                        + (fssc_c + fssh_c) ln((fssc_c + fssh_c) / (1 - m)) ] / n_cell
            with w_c = area_c / max(area), m = 1e-5            ("mem": the seed's term)
 
+    mem_spotdipy = sum_c a_c [ fssc_c ln(fssc_c / m') + fssh_c ln(fssh_c / m')
+                               + (fssc_c + fssh_c) ln((fssc_c + fssh_c) / m') ]
+           with a_c = area_c / sum(area), m' = 1e-7        ("mem_spotdipy": SpotDIPy's term)
+
     tikhonov = sum_(i,j) in edges [(fssc_i - fssc_j)^2 + (fssh_i - fssh_j)^2] / n_edge
 
     loss = chi2 + lambda * regulariser + penalty * sum_c max(0, fssc_c + fssh_c - 1)^2
+
+``mem`` is the default and unchanged. ``mem_spotdipy`` is the normalisation of SpotDIPy
+(Bahar et al.; its objective divides the cell areas by their sum and uses a 1e-7 floor in
+all three logarithms), so a lambda tuned in SpotDIPy carries over: with the seed's
+normalisation the same lambda regularises about 3x differently. Its floor m' enters only
+the entropy; the filling factors keep dopplermap's bounds ``[1e-5, 1 - 1e-5]``.
 
 The seed never constrains ``fssc + fssh <= 1`` (which keeps ``fssp >= 0``). dopplermap adds
 the quadratic penalty above (``penalty`` = 1e4 by default; zero wherever the constraint
@@ -31,11 +41,11 @@ from .constants import FILL_MIN
 from .errors import DopplermapInputError
 from .model import Precomputed, forward
 
-__all__ = ["Observations", "Layout", "chi2", "seed_entropy", "tikhonov", "sum_excess",
-           "objective_terms", "loss", "REGULARISERS", "DEFAULT_PENALTY"]
+__all__ = ["Observations", "Layout", "chi2", "seed_entropy", "spotdipy_entropy", "tikhonov", "sum_excess",
+           "regulariser_value", "objective_terms", "loss", "REGULARISERS", "DEFAULT_PENALTY", "SPOTDIPY_FLOOR"]
 
-REGULARISERS = ("mem", "tikhonov", "none")
 DEFAULT_PENALTY = 1e4
+SPOTDIPY_FLOOR = 1e-7
 
 
 @jax.tree_util.register_dataclass
@@ -134,10 +144,36 @@ def seed_entropy(fssc, fssh, cell_area, m: float = FILL_MIN):
     return jnp.sum(wp * term) / fssc.shape[0]
 
 
+def spotdipy_entropy(fssc, fssh, cell_area, m: float = SPOTDIPY_FLOOR):
+    """SpotDIPy's maximum-entropy term (``mem_spotdipy`` in the module docstring)."""
+    a = cell_area / jnp.sum(cell_area)
+    s = fssc + fssh
+    return jnp.sum(a * (fssc * jnp.log(fssc / m) + fssh * jnp.log(fssh / m) + s * jnp.log(s / m)))
+
+
 def tikhonov(fssc, fssh, edges):
     """Mean squared difference of filling factors across neighbouring cells."""
     i, j = edges[:, 0], edges[:, 1]
     return (jnp.sum((fssc[i] - fssc[j]) ** 2) + jnp.sum((fssh[i] - fssh[j]) ** 2)) / edges.shape[0]
+
+
+# one entry per regulariser: (fssc, fssh, cell_area, edges) -> scalar
+_REGULARISER_TERMS = {
+    "mem": lambda fssc, fssh, area, edges: seed_entropy(fssc, fssh, area),
+    "mem_spotdipy": lambda fssc, fssh, area, edges: spotdipy_entropy(fssc, fssh, area),
+    "tikhonov": lambda fssc, fssh, area, edges: tikhonov(fssc, fssh, edges),
+    "none": lambda fssc, fssh, area, edges: jnp.zeros((), jnp.result_type(fssc)),
+}
+REGULARISERS = tuple(_REGULARISER_TERMS)
+
+
+def regulariser_value(name: str, fssc, fssh, cell_area, edges):
+    """The regulariser ``name`` (one of :data:`REGULARISERS`) of the maps ``fssc``, ``fssh``."""
+    try:
+        term = _REGULARISER_TERMS[name]
+    except KeyError:
+        raise DopplermapInputError(f"regulariser must be one of {REGULARISERS}, got {name!r}") from None
+    return term(fssc, fssh, cell_area, edges)
 
 
 def sum_excess(fssc, fssh):
@@ -172,14 +208,7 @@ def objective_terms(x, lmbd, pre: Precomputed, obs: Observations, regulariser: s
 
 
 def _regularised(fssc, fssh, x, c2, lmbd, pre, regulariser, penalty):
-    if regulariser == "mem":
-        reg = seed_entropy(fssc, fssh, pre.cell_area)
-    elif regulariser == "tikhonov":
-        reg = tikhonov(fssc, fssh, pre.edges)
-    elif regulariser == "none":
-        reg = jnp.zeros((), x.dtype)
-    else:
-        raise DopplermapInputError(f"regulariser must be one of {REGULARISERS}, got {regulariser!r}")
+    reg = regulariser_value(regulariser, fssc, fssh, pre.cell_area, pre.edges).astype(x.dtype)
     pen = penalty * sum_excess(fssc, fssh)
     return c2 + lmbd * reg + pen, (c2, reg, pen)
 

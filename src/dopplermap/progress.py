@@ -8,9 +8,11 @@
 
 The display (rich, on stderr) shows each step with a spinner and its elapsed time; the
 solve shows iteration, loss and reduced chi-square, updated from the solver's per-iteration
-callback (never from inside compiled code). ``quiet=True`` shows nothing. Every step is also
-logged through :mod:`logging` (logger ``dopplermap.progress``): INFO when a step ends,
-DEBUG per iteration.
+callback (never from inside compiled code). In a Jupyter notebook the same lines are one
+output cell updated in place (IPython's display, no ipywidgets needed). ``quiet=True``
+shows nothing, and neither does a run whose stderr is not a terminal (a log file, CI).
+Every step is also logged through :mod:`logging` (logger ``dopplermap.progress``): INFO
+when a step ends, DEBUG per iteration.
 """
 
 from __future__ import annotations
@@ -47,11 +49,15 @@ class Reporter:
             from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
             console = self._console if self._console is not None else Console(stderr=True)
-            self._progress = Progress(
-                SpinnerColumn(finished_text="[green]✓"), TextColumn("{task.description:<18}"),
-                TimeElapsedColumn(), TextColumn("{task.fields[info]}"),
-                console=console, transient=self._transient, refresh_per_second=8)
-            self._progress.start()
+            if console.is_jupyter and self._console is None:
+                self._progress = _NotebookProgress()  # rich's notebook display needs ipywidgets
+            elif self._console is not None or console.is_terminal:  # not into non-interactive logs
+                self._progress = Progress(
+                    SpinnerColumn(finished_text="[green]✓"), TextColumn("{task.description:<18}"),
+                    TimeElapsedColumn(), TextColumn("{task.fields[info]}"),
+                    console=console, transient=self._transient, refresh_per_second=8)
+            if self._progress is not None:
+                self._progress.start()
         return self
 
     def __exit__(self, *exc):
@@ -118,3 +124,56 @@ class Reporter:
                 self._progress.update(task, description=name)
             log.info("%s: %d iterations, loss %.6g, chi2 %.5g, %.2f s", name, state["it"], state["loss"],
                      state["chi2"], dt)
+
+
+class _NotebookProgress:
+    """The part of :class:`rich.progress.Progress` that :class:`Reporter` uses, drawn as one
+    text output updated in place through IPython's display (at most 4 redraws a second)."""
+
+    def __init__(self, min_interval: float = 0.25):
+        self._tasks: list[dict] = []
+        self._handle = None
+        self._min_interval = min_interval
+        self._last = -float("inf")
+
+    def start(self):
+        from IPython.display import display
+
+        self._handle = display({"text/plain": ""}, raw=True, display_id=True)
+
+    def stop(self):
+        self._draw(force=True)
+
+    def add_task(self, description: str, total=None, info: str = "", **_):
+        self._tasks.append({"description": description, "info": info, "t0": time.perf_counter(), "dt": None})
+        self._draw(force=True)
+        return len(self._tasks) - 1
+
+    def update(self, task, *, description=None, info=None, total=None, completed=None, **_):
+        t = self._tasks[task]
+        if description is not None:
+            t["description"] = description
+        if info is not None:
+            t["info"] = info
+        done = total is not None and completed is not None and completed >= total
+        if done and t["dt"] is None:
+            t["dt"] = time.perf_counter() - t["t0"]
+        self._draw(force=done)
+
+    def stop_task(self, task):
+        self._draw(force=True)
+
+    def _draw(self, force: bool = False):
+        from rich.text import Text
+
+        now = time.perf_counter()
+        if self._handle is None or (not force and now - self._last < self._min_interval):
+            return
+        self._last = now
+        lines = []
+        for t in self._tasks:
+            dt = t["dt"] if t["dt"] is not None else now - t["t0"]
+            mark = "✓" if t["dt"] is not None else "…"
+            name = Text.from_markup(t["description"]).plain  # descriptions may carry rich markup
+            lines.append(f"{mark} {name:<18} {int(dt) // 60}:{dt % 60:04.1f}  {t['info']}")
+        self._handle.update({"text/plain": "\n".join(lines)}, raw=True)

@@ -19,7 +19,7 @@
   chi-square ``chi2_reduced * n_epoch * n_vel`` lies within ``Delta chi2`` of the minimum
   (profiled over the other grid parameters).
 
-Plots (matplotlib, Agg): :func:`plot_lcurve`, :func:`plot_grid`.
+Plots (Figure API, :mod:`dopplermap.style`): :func:`plot_lcurve`, :func:`plot_grid` return Figures.
 """
 
 from __future__ import annotations
@@ -41,9 +41,9 @@ import numpy as np
 from .constants import FILL_MIN
 from .errors import DopplermapInputError, warn
 from .geometry import StarParams
-from .grid import SurfaceGrid
-from .model import LineModel, Precomputed, precompute
-from .objective import REGULARISERS, Observations, seed_entropy
+from .model import LineModel, Precomputed
+from .objective import REGULARISERS, SPOTDIPY_FLOOR, Observations, seed_entropy
+from .problem import Problem, Settings
 from .profiles import ComponentSet, LocalProfile, intensity_ratio, tabulated
 from .solvers import InversionResult, invert
 
@@ -100,6 +100,9 @@ def regulariser_floor(regulariser: str, pre: Precomputed) -> float:
     ``sum(w) / n_cell * min_{a, b} [a ln(a/m) + b ln(b/m) + (a+b) ln((a+b)/(1-m))]``
     (each cell's term is independent), found here by a 2-D minimisation.
     """
+    if regulariser == "mem_spotdipy":  # increasing in both filling factors above 1e-7/e: infimum at the bounds
+        m, s = FILL_MIN, 2.0 * FILL_MIN
+        return float(2.0 * m * np.log(m / SPOTDIPY_FLOOR) + s * np.log(s / SPOTDIPY_FLOOR))
     if regulariser != "mem":
         return 0.0
     from scipy.optimize import minimize
@@ -338,36 +341,8 @@ def lambda_for_chi2(pre: Precomputed, obs: Observations, target: float, *, lo: f
 # ------------------------------------------------------------------------ the problem
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
-class Problem:
-    """Everything a grid point needs to re-precompute and re-solve (picklable).
-
-    Attributes:
-        grid, star, components: the nominal model; ``obs``: the data.
-        t_phot, wavelength_nm: photosphere temperature (K) and wavelength (nm), needed to
-            turn ``t_cool``/``t_hot`` grid values into Planck intensity ratios.
-        method: precompute method, ``"auto"``, ``"binned"`` or ``"dense"``.
-    """
-
-    grid: SurfaceGrid
-    star: StarParams
-    obs: Observations
-    components: ComponentSet
-    t_phot: float | None = None
-    wavelength_nm: float | None = None
-    method: str = "auto"
-
-
-@dataclasses.dataclass(frozen=True)
-class SolveSettings:
-    """Inversion settings shared by every grid point."""
-
-    lmbd: float = 1.0
-    regulariser: str = "mem"
-    tol: float = 1e-6
-    maxiter: int = 1000
-    fit_rv: bool = True
-    fit_amp: bool = True
+# The grid-search settings are the problem's solver settings (lambda, regulariser, tolerance, ...).
+SolveSettings = Settings
 
 
 GRID_PARAMETERS = {
@@ -505,20 +480,23 @@ def pad_precomputed(pre: Precomputed, n_slot: int | None = None, n_bin: int | No
     return dataclasses.replace(pre, line=LineModel(**fields))
 
 
-def evaluate_point(problem: Problem, params: dict, settings: SolveSettings, x0=None) -> dict:
+def evaluate_point(problem: Problem, params: dict, settings: Settings | None = None, x0=None) -> dict:
     """Re-precompute and re-solve at one grid point; returns the table row (a dict).
 
-    Row fields: the parameters, ``chi2`` (reduced), ``chi2_total`` (un-reduced,
-    ``chi2 * n_epoch * n_vel``), ``loss``, ``regulariser``, ``entropy`` (the seed's entropy
-    of the map, whatever the regulariser), ``iterations``, ``success``.
+    The point is ``problem`` with the grid parameters substituted (:meth:`Problem.replace`),
+    so gravity darkening, a light curve and the synthesis method carry over; ``settings``
+    default to the problem's. Row fields: the parameters, ``chi2`` (reduced, line
+    profiles), ``chi2_total`` (un-reduced, ``chi2 * n_epoch * n_vel``), ``loss``,
+    ``regulariser``, ``entropy`` (the seed's entropy of the map, whatever the regulariser),
+    ``iterations``, ``success``.
     """
     star, comps = apply_parameters(problem, params)
-    obs = problem.obs
-    pre = precompute(problem.grid, star, np.asarray(obs.times), np.asarray(obs.vels), comps, method=problem.method)
-    pre = pad_precomputed(pre)
-    res = invert(pre, obs, lmbd=settings.lmbd, regulariser=settings.regulariser, tol=settings.tol,
-                 maxiter=settings.maxiter, fit_rv=settings.fit_rv, fit_amp=settings.fit_amp, x0=x0)
+    point = problem.replace(star=star, components=comps)
+    pre = pad_precomputed(point.pre)
+    kw = point.invert_kwargs() if settings is None else dict(settings.invert_kwargs(), lightcurve=point.lightcurve)
+    res = invert(pre, point.obs, **kw, x0=x0)
     ent = float(seed_entropy(jnp.asarray(res.fssc), jnp.asarray(res.fssh), pre.cell_area))
+    obs = point.obs
     n_data = obs.n_epoch * obs.n_vel
     return dict(params, chi2=res.chi2, chi2_total=res.chi2 * n_data, loss=res.loss,
                 regulariser=res.regulariser_value, entropy=ent, iterations=res.iterations, success=res.success)
@@ -647,13 +625,14 @@ def _client(scheduler, n_workers):
     return Client(scheduler), None
 
 
-def grid_search(problem: Problem, axes: dict, table, *, settings: SolveSettings = SolveSettings(),
+def grid_search(problem: Problem, axes: dict, table, *, settings: Settings | None = None,
                 resume: bool = False, scheduler: str | None = None, n_workers: int | None = None,
                 progress=None) -> list[dict]:
     """Invert at every point of a Cartesian parameter grid; one CSV row per finished point.
 
     Args:
-        problem: :class:`Problem`. axes: ``{parameter: values}`` (see ``GRID_PARAMETERS``).
+        problem: :class:`dopplermap.problem.Problem`. axes: ``{parameter: values}`` (see
+            ``GRID_PARAMETERS``). settings: solver settings (default: the problem's).
         table: CSV path. Rows are appended as points finish (each point is solved from the
             seed's flat start, so results do not depend on the order of execution); at the
             end the table is sorted by point id.
@@ -739,76 +718,75 @@ def delta_chi2_interval(rows: list[dict], name: str, *, delta: float = 1.0, colu
 # ------------------------------------------------------------------------------- plots
 
 
-def _pyplot():
-    import matplotlib
+def plot_lcurve(sweep: LambdaSweep, corner: float | None = None, target: float | None = None, *, fig=None):
+    """L-curve (log chi2 vs log regulariser excess) and chi2(lambda); returns the Figure.
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    ``fig``: an empty Figure to draw into (default a new two-column one, :mod:`dopplermap.style`).
+    Save it with :func:`dopplermap.style.save_figure`.
+    """
+    from . import style
 
-    return plt
-
-
-def _save(fig, path):
-    path = Path(path)
-    tmp = path.with_name(path.stem + ".tmp" + path.suffix)
-    fig.savefig(tmp, dpi=110)
-    tmp.replace(path)
-
-
-def plot_lcurve(sweep: LambdaSweep, path, corner: float | None = None, target: float | None = None) -> Path:
-    """L-curve (log chi2 vs log regulariser excess) and chi2(lambda), as one PNG."""
-    plt = _pyplot()
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
-    x = sweep.regulariser - sweep.floor
-    a1.loglog(x, sweep.chi2, "o-", ms=3)
-    a2.loglog(sweep.lmbd, sweep.chi2, "o-", ms=3)
-    if corner is not None:
-        i = int(np.argmin(np.abs(np.log(sweep.lmbd / corner))))
-        a1.loglog(x[i], sweep.chi2[i], "r*", ms=12, label=f"corner lambda={corner:.3g}")
-        a2.axvline(corner, color="r", ls="--")
-        a1.legend()
-    if target is not None:
-        a2.axhline(target, color="g", ls=":", label="target chi2")
-        a2.legend()
-    a1.set_xlabel("regulariser - floor")
-    a1.set_ylabel("reduced chi2")
-    a2.set_xlabel("lambda")
-    a2.set_ylabel("reduced chi2")
-    fig.tight_layout()
-    _save(fig, path)
-    plt.close(fig)
-    return Path(path)
+    if fig is None:
+        fig = style.new_figure(style.TWO_COLUMN, 2.8)
+    with style.context():
+        a1, a2 = fig.subplots(1, 2, gridspec_kw=dict(left=0.11, right=0.98, top=0.9, bottom=0.17, wspace=0.32))
+        x = sweep.regulariser - sweep.floor
+        a1.loglog(x, sweep.chi2, "o-", ms=3, color="k", label="sweep")
+        a2.loglog(sweep.lmbd, sweep.chi2, "o-", ms=3, color="k")
+        if corner is not None:
+            i = int(np.argmin(np.abs(np.log(sweep.lmbd / corner))))
+            a1.loglog(x[i], sweep.chi2[i], "*", color=style.MODEL_COLOUR, ms=10, label=f"corner λ = {corner:.3g}")
+            a2.axvline(corner, color=style.MODEL_COLOUR, ls="--", label=f"corner λ = {corner:.3g}")
+        if target is not None:
+            a2.axhline(target, color="0.4", ls=":", label=f"target χ² = {target:g}")
+        for a in (a1, a2):
+            if a.get_legend_handles_labels()[0]:
+                a.legend()
+        a1.set_xlabel("regulariser − floor")
+        a1.set_ylabel("reduced χ²")
+        a1.set_title("L-curve")
+        a2.set_xlabel("λ")
+        a2.set_ylabel("reduced χ²")
+        a2.set_title("χ² against λ")
+    return fig
 
 
-def plot_grid(rows: list[dict], names, path, *, column: str = "chi2_total") -> Path:
-    """1-D profiled chi2 curves per parameter and a contour plot per pair, one PNG."""
-    plt = _pyplot()
+def plot_grid(rows: list[dict], names, *, column: str = "chi2_total", fig=None):
+    """1-D profiled chi2 curves per parameter and a Delta-chi2 map per pair; returns the Figure.
+
+    The maps use the ``chi2`` colour map of :mod:`dopplermap.style` with the 1- and
+    2-sigma contours of two parameters (Delta chi2 = 2.30, 6.18). ``fig``: an empty Figure
+    to draw into (default a new one, one column wide per panel up to two columns).
+    """
+    from . import style
+
     names = list(names)
     pairs = list(itertools.combinations(names, 2))
     n = len(names) + len(pairs)
-    fig, axes = plt.subplots(1, n, figsize=(4 * n, 3.6), squeeze=False)
-    axes = axes[0]
-    for ax, name in zip(axes, names, strict=False):
-        iv = delta_chi2_interval(rows, name, column=column)
-        ax.plot(iv["values"], iv["profile"] - iv["profile"].min(), "o-")
-        ax.axhline(1.0, color="gray", ls=":")
-        ax.axvspan(iv["lo"], iv["hi"], color="C1", alpha=0.2)
-        ax.set_xlabel(name)
-        ax.set_ylabel(f"{column} - min")
-    for ax, (p, q) in zip(axes[len(names):], pairs, strict=False):
-        xs, ys = np.unique([r[p] for r in rows]), np.unique([r[q] for r in rows])
-        z = np.full((ys.size, xs.size), np.nan)
-        for r in rows:
-            i, j = np.searchsorted(ys, r[q]), np.searchsorted(xs, r[p])
-            z[i, j] = r[column] if np.isnan(z[i, j]) else min(z[i, j], r[column])
-        z = z - np.nanmin(z)
-        if xs.size > 1 and ys.size > 1:
-            cs = ax.contourf(xs, ys, z, levels=20)
-            ax.contour(xs, ys, z, levels=[2.30, 6.18], colors="w")
-            fig.colorbar(cs, ax=ax)
-        ax.set_xlabel(p)
-        ax.set_ylabel(q)
-    fig.tight_layout()
-    _save(fig, path)
-    plt.close(fig)
-    return Path(path)
+    if fig is None:
+        fig = style.new_figure(min(style.TWO_COLUMN, 2.4 * n + 0.4), 2.6)
+    with style.context():
+        axes = fig.subplots(1, n, squeeze=False, gridspec_kw=dict(left=0.6 / fig.get_size_inches()[0], right=0.97,
+                                                                  top=0.9, bottom=0.2, wspace=0.55))[0]
+        for ax, name in zip(axes, names, strict=False):
+            iv = delta_chi2_interval(rows, name, column=column)
+            ax.plot(iv["values"], iv["profile"] - iv["profile"].min(), "o-", color="k", ms=3)
+            ax.axhline(1.0, color="0.5", ls=":")
+            ax.axvspan(iv["lo"], iv["hi"], color="0.85", label="Δχ² ≤ 1")
+            ax.set_xlabel(name)
+            ax.set_ylabel("Δχ²")
+            ax.set_title(f"{name}: {iv['lo']:.4g}–{iv['hi']:.4g}")
+        for ax, (p, q) in zip(axes[len(names):], pairs, strict=False):
+            xs, ys = np.unique([r[p] for r in rows]), np.unique([r[q] for r in rows])
+            z = np.full((ys.size, xs.size), np.nan)
+            for r in rows:
+                i, j = np.searchsorted(ys, r[q]), np.searchsorted(xs, r[p])
+                z[i, j] = r[column] if np.isnan(z[i, j]) else min(z[i, j], r[column])
+            z = z - np.nanmin(z)
+            if xs.size > 1 and ys.size > 1:
+                cs = ax.contourf(xs, ys, z, levels=20, cmap=style.cmap("chi2"))
+                ax.contour(xs, ys, z, levels=[2.30, 6.18], colors="w", linewidths=0.8)
+                fig.colorbar(cs, ax=ax, label="Δχ²")
+            ax.set_xlabel(p)
+            ax.set_ylabel(q)
+    return fig

@@ -28,7 +28,7 @@ constrain them, and the number the algebra gives there (the prior's own width fo
 posterior, ~0 for the sandwich and the bootstrap) would read as a measurement. Their
 ``never_visible`` mask travels with the result; plots draw them as "unconstrained".
 
-Plots: :func:`plot_uncertainty` draws map and uncertainty side by side.
+Numbers only: :func:`dopplermap.plot.plot_uncertainty` draws map and uncertainty side by side.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import plan
 from .constants import FILL_MAX, FILL_MIN
 from .errors import DopplermapInputError
 from .model import _EPOCH_FIELDS, LineModel, Precomputed, blocked_nbytes, solve_form
@@ -49,7 +50,7 @@ from .solvers import InversionResult, invert, resolve_cube_dtype
 from .solvers.batch import _blocked_fits, invert_batch
 
 __all__ = ["Uncertainty", "bootstrap", "laplace", "resample_epochs", "never_visible", "hvp_function", "hvp_form",
-           "plot_uncertainty", "save_uncertainty"]
+           "save_uncertainty"]
 
 
 @dataclasses.dataclass
@@ -150,7 +151,7 @@ def bootstrap(pre: Precomputed, obs: Observations, best: InversionResult, *, n_b
         raise DopplermapInputError(f"bootstrap mode must be 'auto', 'batch' or 'resample', got {mode!r}")
     dtype = resolve_cube_dtype("auto", tol)
     if mode == "auto":
-        mode = "batch" if (jax.default_backend() != "cpu" or _blocked_fits(pre, dtype)) else "resample"
+        mode = "batch" if (plan.on_accelerator() or _blocked_fits(pre, dtype)) else "resample"
     t0 = time.perf_counter()
     rng = np.random.default_rng(seed)
     n_e = pre.n_epoch
@@ -204,9 +205,6 @@ def _hvps(x, vs, lmbd, pre, obs, regulariser, penalty):
 
 _hvps_jit = jax.jit(_hvps, static_argnames=("regulariser", "penalty"))
 
-HVP_BLOCKED_MAX_BYTES = 1024 * 2**20
-"""Hessian-vector products run on the blocked float64 form of a dense model while both its
-copies fit this (seed size: 255 MB)."""
 
 
 def hvp_form(pre: Precomputed) -> Precomputed:
@@ -220,7 +218,7 @@ def hvp_form(pre: Precomputed) -> Precomputed:
     """
     if pre.line.method != "dense":
         return pre
-    return solve_form(pre, "float64", blocked=blocked_nbytes(pre.line, "float64") <= HVP_BLOCKED_MAX_BYTES)
+    return solve_form(pre, "float64", blocked=plan.hvp_blocked(blocked_nbytes(pre.line, "float64")))
 
 
 def hvp_function(lmbd, pre: Precomputed, obs: Observations, regulariser: str = "mem",
@@ -263,7 +261,7 @@ def hvp_function(lmbd, pre: Precomputed, obs: Observations, regulariser: str = "
 
 def _batches_well(pre: Precomputed) -> bool:
     """Whether vmapped products on this model form beat one at a time (measured on XLA CPU)."""
-    return jax.default_backend() != "cpu" or pre.line.method == "blocked"
+    return plan.batch_hvps(pre.line.method == "blocked")
 
 
 def _free_mask(best: InversionResult, fit_rv: bool, fit_amp: bool) -> np.ndarray:
@@ -392,37 +390,4 @@ def save_uncertainty(unc: Uncertainty, folder) -> Path:
     np.savez(tmp, sigma_fssc=unc.sigma_fssc, sigma_fssh=unc.sigma_fssh, never_visible=unc.never_visible,
              method=unc.method)
     tmp.replace(path)
-    return path
-
-
-def plot_uncertainty(grid, fill, unc: Uncertainty, path, *, component: str = "cool") -> Path:
-    """Map of the filling factor beside its uncertainty map (lon-lat scatter), one PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    sigma = unc.sigma_fssc if component == "cool" else unc.sigma_fssh
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 3.8))
-    lon, lat = np.degrees(grid.lon), np.degrees(grid.lat)
-    size = 2.5e4 / grid.n_cell
-    s1 = a1.scatter(lon, lat, c=fill, s=size, marker="s", cmap="inferno_r", vmin=0, vmax=1)
-    fig.colorbar(s1, ax=a1, label=f"f ({component})")
-    finite = np.isfinite(sigma)
-    s2 = a2.scatter(lon[finite], lat[finite], c=sigma[finite], s=size, marker="s", cmap="viridis")
-    if (~finite).any():
-        a2.scatter(lon[~finite], lat[~finite], c="lightgray", s=size, marker="x", label="unconstrained")
-        a2.legend(loc="lower right")
-    fig.colorbar(s2, ax=a2, label=f"sigma ({unc.method})")
-    for a in (a1, a2):
-        a.set_xlabel("longitude (deg)")
-        a.set_ylabel("latitude (deg)")
-        a.set_xlim(0, 360)
-        a.set_ylim(-90, 90)
-    fig.tight_layout()
-    path = Path(path)
-    tmp = path.with_name(path.stem + ".tmp" + path.suffix)
-    fig.savefig(tmp, dpi=110)
-    tmp.replace(path)
-    plt.close(fig)
     return path

@@ -16,10 +16,12 @@ def recovery_correlation(true, fitted, lat, inclination_deg):
     return float(np.corrcoef(np.asarray(true)[seen], np.asarray(fitted)[seen])[0, 1])
 
 
-def run_demo(out: Path, *, lmbd: float, snr: float, n_cell: int, seed: int, quiet: bool, plots: bool) -> dict:
+def run_demo(out: Path, *, lmbd: float, snr: float, n_cell: int, seed: int, quiet: bool, plots: bool,
+             report: bool = True) -> dict:
     """Simulate, invert and write a result folder at ``out``; returns the summary written.
 
-    Progress goes to stderr (rich) unless ``quiet``; figures are drawn unless ``plots`` is False.
+    Progress goes to stderr (rich) unless ``quiet``; figures are drawn unless ``plots`` is
+    False; ``report.html`` (:mod:`dopplermap.report`) is written unless ``report`` is False.
     """
     import dopplermap as dm
 
@@ -48,6 +50,9 @@ def run_demo(out: Path, *, lmbd: float, snr: float, n_cell: int, seed: int, quie
             res = with_context(res, grid=grid, star=star, obs=sim.obs, pre=pre, components=comps,
                                truth={"fssc": sim.fssc, "fssh": sim.fssh}, config=config, extra=extra)
             summary = save_result(res, out, plots=plots)
+            if report:
+                from ..report import write_report
+                write_report(out)
     return summary
 
 
@@ -61,9 +66,11 @@ def register(group):
     @click.option("--seed", type=int, default=1, show_default=True, help="Random seed.")
     @click.option("--quiet", is_flag=True, help="No progress display.")
     @click.option("--no-plots", is_flag=True, help="Skip the figures.")
-    def demo(out, lmbd, snr, n_cell, seed, quiet, no_plots):
+    @click.option("--no-report", is_flag=True, help="Skip report.html.")
+    def demo(out, lmbd, snr, n_cell, seed, quiet, no_plots, no_report):
         """Simulate a spotted star at the seed's size (150 x 32, 2500 cells) and map it."""
-        s = run_demo(out, lmbd=lmbd, snr=snr, n_cell=n_cell, seed=seed, quiet=quiet, plots=not no_plots)
+        s = run_demo(out, lmbd=lmbd, snr=snr, n_cell=n_cell, seed=seed, quiet=quiet, plots=not no_plots,
+                     report=not no_report)
         click.echo(f"chi2 {s['chi2']:.4f}  iterations {s['iterations']}  compile {s['compile_time']:.2f} s  "
                    f"solve {s['solve_time']:.2f} s  corr(cool) {s['corr_cool']:.3f}  corr(hot) {s['corr_hot']:.3f}")
         click.echo(f"results in {out}")

@@ -14,11 +14,14 @@ def register(group):
                   help="Folder for the figures (default: RESULT_DIR).")
     @click.option("--format", "fmt", type=click.Choice(["png", "pdf", "svg"]), default="png", show_default=True,
                   help="Figure file format.")
-    @click.option("--dpi", type=click.IntRange(30, 600), default=100, show_default=True, help="Resolution of PNGs.")
+    @click.option("--dpi", type=click.IntRange(30, 600), default=150, show_default=True,
+                  help="Resolution of PNGs (and of images inside PDF/SVG).")
     @click.option("--max-profiles", type=click.IntRange(1, 200), default=24, show_default=True,
                   help="Most line profiles drawn in the stacked-profile figure.")
     def plot(result_dir, out, fmt, dpi, max_profiles):
-        """Draw maps, orthographic views, profile fits, dynamic spectra and convergence of a result."""
+        """Draw maps, orthographic views, profile fits, dynamic spectra and convergence of a result.
+
+        Figures are journal-sized (3.5 or 7.1 in wide, fonts >= 8 pt; TrueType fonts in PDF)."""
         from ..io.results import load_result
         from ..plot import plot_result
 

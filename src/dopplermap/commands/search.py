@@ -3,7 +3,9 @@
 Problem source: with no PROBLEM argument the built-in demo star is simulated
 (``--n-cell``, ``--n-epoch``, ``--n-vel``, ``--snr``); a PROBLEM ending in ``.toml`` is a
 target configuration (``dopplermap init``: data files, star, temperatures, profiles; the
-same problem ``dopplermap invert`` solves, without its light curve); otherwise PROBLEM is an
+same problem ``dopplermap invert`` solves, light curve, gravity darkening, synthesis method
+and ``[inversion]`` settings included; options given on the command line override those);
+otherwise PROBLEM is an
 ``.npz`` file holding
 
 * ``times`` (n_epoch,) days, ``vels`` (n_vel,) km/s, ``flux`` and ``err`` (n_epoch, n_vel);
@@ -23,67 +25,34 @@ from pathlib import Path
 import click
 import numpy as np
 
-from ..errors import DopplermapInputError, MissingFileError
+from ..errors import DopplermapInputError
 
-NPZ_SCALARS = ("inclination", "vsini", "period", "t0", "domega", "n_cell")
+# solver tolerances of the searches on the demo star or an .npz problem (a target TOML
+# brings its own [inversion] settings); tighter than a single inversion's so that chi2 is
+# smooth across lambdas and grid points
+LAMBDA_TOL, GRID_TOL = 1e-7, 1e-6
 
 
 def save_problem(path, obs, star=None, n_cell: int | None = None) -> Path:
     """Write observations (and optionally star parameters, grid size) as a PROBLEM ``.npz``."""
-    path = Path(path)
-    data = dict(times=np.asarray(obs.times), vels=np.asarray(obs.vels), flux=np.asarray(obs.flux),
-                err=np.asarray(obs.err))
-    if star is not None:
-        data.update(inclination=star.inclination, vsini=star.vsini_kms, period=star.period, t0=star.t0,
-                    domega=star.domega)
-    if n_cell is not None:
-        data["n_cell"] = int(n_cell)
-    tmp = path.with_name(path.stem + ".tmp.npz")
-    np.savez(tmp, **data)
-    tmp.replace(path)
-    return path
+    from dopplermap.problem import save_npz
+
+    return save_npz(path, obs, star=star, n_cell=n_cell)
 
 
-def load_problem(path=None, *, n_cell=400, n_epoch=30, n_vel=24, snr=500.0, seed=1):
-    """A :class:`dopplermap.search.Problem` from an NPZ file, or the simulated demo star."""
-    import dopplermap as dm
-    from dopplermap.search import Problem
+def load_problem(path=None, *, n_cell=400, n_epoch=30, n_vel=24, snr=500.0, seed=1, tol=1e-6):
+    """The :class:`dopplermap.problem.Problem` of a target TOML (exactly what ``dopplermap
+    invert`` solves: gravity darkening, light curve, method and [inversion] settings
+    included), of an ``.npz`` file, or of the simulated demo star (``path`` None)."""
+    from dopplermap import problem as P
+    from dopplermap.config import load_config
 
     if path is not None and Path(path).suffix.lower() == ".toml":
-        from dopplermap.commands.target import build_problem
-        from dopplermap.config import load_config
-
-        cfg = load_config(path)
-        built = build_problem(cfg)
-        return Problem(grid=built["grid"], star=built["star"], obs=built["obs"], components=built["components"],
-                       t_phot=float(cfg.temperatures.phot), wavelength_nm=float(cfg.line.wavelength_nm))
-    star, grid, times, vels, comps = dm.demo_setup(n_cell=n_cell, n_epoch=n_epoch, n_vel=n_vel, seed=seed)
+        return P.from_config(load_config(path))
+    settings = P.Settings(tol=tol)
     if path is None:
-        sim = dm.simulate(grid, star, times, vels, comps, dm.DEMO_SPOTS, snr=snr, seed=seed)
-        obs = sim.obs
-    else:
-        path = Path(path)
-        if not path.exists():
-            raise MissingFileError(f"problem file {path} does not exist")
-        try:
-            npz = np.load(path)
-        except Exception as exc:
-            raise DopplermapInputError(f"{path}: not a readable .npz file ({exc})") from None
-        missing = [k for k in ("times", "vels", "flux", "err") if k not in npz.files]
-        if missing:
-            raise DopplermapInputError(f"{path}: missing array(s) {missing}; need times, vels, flux, err")
-        extra = {}
-        for k in NPZ_SCALARS:
-            if k in npz.files:
-                v = np.asarray(npz[k])
-                if v.shape != () or not np.isfinite(v):
-                    raise DopplermapInputError(f"{path}: {k} must be a finite scalar, got {v!r}")
-                extra[k] = float(v)
-        obs = dm.Observations.create(npz["times"], npz["vels"], npz["flux"], npz["err"], source=str(path))
-        if "n_cell" in extra:
-            grid = dm.make_grid("bands", int(extra.pop("n_cell")))
-        star = star.replace(**extra)
-    return Problem(grid=grid, star=star, obs=obs, components=comps, t_phot=5000.0, wavelength_nm=600.0)
+        return P.demo_problem(n_cell=n_cell, n_epoch=n_epoch, n_vel=n_vel, snr=snr, seed=seed, settings=settings)
+    return P.from_npz(path, n_cell=n_cell, settings=settings, seed=seed)
 
 
 def _floats(text: str, name: str) -> np.ndarray:
@@ -131,7 +100,8 @@ problem_options = [
     click.option("--n-epoch", type=int, default=30, show_default=True, help="Demo: epochs."),
     click.option("--n-vel", type=int, default=24, show_default=True, help="Demo: velocities."),
     click.option("--snr", type=float, default=500.0, show_default=True, help="Demo: signal-to-noise."),
-    click.option("--regulariser", type=click.Choice(["mem", "tikhonov"]), default="mem", show_default=True),
+    click.option("--regulariser", type=click.Choice(["mem", "mem_spotdipy", "tikhonov"]), default=None,
+                 help="Default: the target's [inversion] regulariser, else mem."),
     click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True, help="Output folder."),
 ]
 
@@ -148,20 +118,22 @@ def register(group):
     @click.option("--lmbds", default="0.001:100:16", show_default=True,
                   help="Lambdas: 'start:stop:count' (log-spaced) or 'v1,v2,...'.")
     @click.option("--target-chi2", type=float, default=None, help="Also find lambda where reduced chi2 = this.")
-    @click.option("--tol", type=float, default=1e-7, show_default=True, help="Solver tolerance.")
+    @click.option("--tol", type=float, default=None,
+                  help=f"Solver tolerance (default: the target's [inversion] tol, else {LAMBDA_TOL:g}).")
     def lambda_cmd(problem, n_cell, n_epoch, n_vel, snr, regulariser, out, lmbds, target_chi2, tol):
         """Sweep lambda; write the L-curve table, its corner, the target-chi2 lambda and a plot.
 
         PROBLEM: a target .toml, an .npz problem file (see the module docs), or omitted (simulated demo star).
         """
-        import dopplermap as dm
         from dopplermap import search
 
-        prob = load_problem(problem, n_cell=n_cell, n_epoch=n_epoch, n_vel=n_vel, snr=snr)
+        prob = load_problem(problem, n_cell=n_cell, n_epoch=n_epoch, n_vel=n_vel, snr=snr, tol=LAMBDA_TOL)
         lm = _lambda_list(lmbds)
-        obs = prob.obs
-        pre = dm.precompute(prob.grid, prob.star, np.asarray(obs.times), np.asarray(obs.vels), prob.components)
-        sw = search.sweep_lambda(pre, obs, lm, regulariser=regulariser, tol=tol)
+        obs, pre = prob.obs, prob.pre
+        kw = prob.invert_kwargs(regulariser=regulariser, tol=tol)  # the problem's light curve, weights, solver
+        kw.pop("lmbd")
+        regulariser, tol = kw.pop("regulariser"), kw.pop("tol")
+        sw = search.sweep_lambda(pre, obs, lm, regulariser=regulariser, tol=tol, **kw)
         out.mkdir(parents=True, exist_ok=True)
         tmp = out / "lcurve.csv.tmp"
         tmp.write_text(sw.table())
@@ -178,11 +150,12 @@ def register(group):
         if target_chi2 is not None:
             lmt, res, trials = search.lambda_for_chi2(pre, obs, target_chi2, lo=float(sw.lmbd[0]),
                                                       hi=float(sw.lmbd[-1]), regulariser=regulariser, tol=tol,
-                                                      sweep=sw)
+                                                      sweep=sw, **kw)
             choice.update(target_chi2=target_chi2, target_lambda=lmt, target_result_chi2=res.chi2,
                           target_trials=trials)
         _write_json(out / "lambda.json", choice)
-        search.plot_lcurve(sw, out / "lcurve.png", corner=corner, target=target_chi2)
+        from ..style import save_figure
+        save_figure(search.plot_lcurve(sw, corner=corner, target=target_chi2), out / "lcurve.png")
         msg = f"L-curve corner lambda {corner:.4g}" if corner is not None else "no L-curve corner"
         if target_chi2 is not None:
             msg += f"; lambda for chi2={target_chi2:g}: {choice['target_lambda']:.4g}"
@@ -193,8 +166,10 @@ def register(group):
     @click.option("--param", "params", multiple=True, required=True,
                   help="NAME=start:stop:step or NAME=v1,v2,... (inclination, vsini, domega, period, t_cool, "
                        "t_hot, macroturbulence, ew_scale); repeat for more axes.")
-    @click.option("--lmbd", type=float, default=1.0, show_default=True, help="Regularisation weight.")
-    @click.option("--tol", type=float, default=1e-6, show_default=True, help="Solver tolerance.")
+    @click.option("--lmbd", type=float, default=None,
+                  help="Regularisation weight (default: the target's [inversion] lmbd, else 1).")
+    @click.option("--tol", type=float, default=None,
+                  help=f"Solver tolerance (default: the target's [inversion] tol, else {GRID_TOL:g}).")
     @click.option("--resume", is_flag=True, help="Continue an interrupted search in OUT.")
     @click.option("--scheduler", default=None,
                   help="Dask scheduler address; 'sync' = serial in this process; default: a local cluster.")
@@ -210,9 +185,9 @@ def register(group):
         from dopplermap import search
 
         axes = dict(_axis(p) for p in params)
-        prob = load_problem(problem, n_cell=n_cell, n_epoch=n_epoch, n_vel=n_vel, snr=snr)
+        prob = load_problem(problem, n_cell=n_cell, n_epoch=n_epoch, n_vel=n_vel, snr=snr, tol=GRID_TOL)
         out.mkdir(parents=True, exist_ok=True)
-        settings = search.SolveSettings(lmbd=lmbd, regulariser=regulariser, tol=tol)
+        settings = prob.settings.replace(lmbd=lmbd, regulariser=regulariser, tol=tol)
         rows = search.grid_search(prob, axes, out / "grid.csv", settings=settings, resume=resume,
                                   scheduler=scheduler, n_workers=workers,
                                   progress=lambda n, total, row: click.echo(f"{n}/{total} chi2 {row['chi2']:.5g}",
@@ -224,7 +199,8 @@ def register(group):
             iv = search.delta_chi2_interval(rows, name, delta=delta_chi2, column=column)
             intervals[name] = {k: iv[k] for k in ("best", "lo", "hi", "at_edge", "delta", "note")}
         _write_json(out / "grid.json", {"best": best, "intervals": intervals})
-        search.plot_grid(rows, list(axes), out / "grid.png")
+        from ..style import save_figure
+        save_figure(search.plot_grid(rows, list(axes)), out / "grid.png")
         click.echo("best: " + ", ".join(f"{k}={best[k]:g}" for k in axes) + f"  chi2 {best['chi2']:.5g}")
         for name, iv in intervals.items():
             edge = " (reaches the grid edge)" if iv["at_edge"] else ""

@@ -51,51 +51,42 @@ def _write_npz(path: Path, **arrays) -> None:
 def plot_seed_result(problem, res, out: Path) -> list[Path]:
     """Figures of a seed inversion: filling factors (map if coordinates, else per cell
     index) and the normalised residuals. Returns the written paths."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from .. import style
 
     paths = []
-    fig, axes = plt.subplots(2, 1, figsize=(9, 6.5), constrained_layout=True)
-    for ax, f, name, cmap in ((axes[0], res.fssc, "cool-spot filling factor fssc", "Blues"),
-                              (axes[1], res.fssh, "hot-spot filling factor fssh", "Reds")):
-        if problem.has_coordinates:
-            lon = np.degrees(np.mod(problem.lon, 2 * np.pi))
-            sc = ax.scatter(lon, np.degrees(problem.lat), c=f, s=8, cmap=cmap, vmin=0, vmax=max(float(f.max()), 1e-3))
-            ax.set(xlim=(0, 360), ylim=(-90, 90), xlabel="longitude (deg)", ylabel="latitude (deg)", title=name)
-            fig.colorbar(sc, ax=ax)
-        else:
-            ax.plot(np.arange(f.size), f, lw=0.6, color="C0" if cmap == "Blues" else "C3")
-            ax.set(xlabel="cell index (no coordinates in the input: not a map)", ylabel="filling factor",
-                   title=name, xlim=(0, f.size - 1))
-    p = out / "filling_factors.png"
-    _save_fig(fig, p)
-    plt.close(fig)
-    paths.append(p)
+    fig = style.new_figure(style.TWO_COLUMN, 5.5, layout="constrained")
+    with style.context():
+        axes = fig.subplots(2, 1)
+        for ax, f, name, quantity in ((axes[0], res.fssc, "cool-spot filling factor fssc", "cool"),
+                                      (axes[1], res.fssh, "hot-spot filling factor fssh", "hot")):
+            if problem.has_coordinates:
+                lon = np.degrees(np.mod(problem.lon, 2 * np.pi))
+                sc = ax.scatter(lon, np.degrees(problem.lat), c=f, s=6, cmap=style.cmap(quantity), vmin=0,
+                                vmax=max(float(f.max()), 1e-3))
+                ax.set(xlim=(0, 360), ylim=(-90, 90), xlabel="longitude (deg)", ylabel="latitude (deg)", title=name)
+                fig.colorbar(sc, ax=ax, label=style.LABELS[quantity])
+            else:
+                ax.plot(np.arange(f.size), f, lw=0.6, color="k")
+                ax.set(xlabel="cell index (no coordinates in the input: not a map)", ylabel="filling factor",
+                       title=name, xlim=(0, f.size - 1))
+    paths.append(style.save_figure(fig, out / "filling_factors.png"))
 
     resid = (np.asarray(problem.obs.flux) - res.model) / np.asarray(problem.obs.err)
-    fig, axes = plt.subplots(1, 2, figsize=(10, 5), constrained_layout=True)
-    vels = np.asarray(problem.obs.vels)
-    ext = (vels[0], vels[-1], problem.n_epoch - 0.5, -0.5)
-    im = axes[0].imshow(np.asarray(problem.obs.flux), aspect="auto", extent=ext, cmap="gray")
-    axes[0].set(xlabel="velocity (km/s)", ylabel="epoch index", title="observed profiles")
-    fig.colorbar(im, ax=axes[0])
-    lim = float(np.percentile(np.abs(resid), 99)) or 1.0
-    im = axes[1].imshow(resid, aspect="auto", extent=ext, cmap="RdBu_r", vmin=-lim, vmax=lim)
-    axes[1].set(xlabel="velocity (km/s)", title=f"(obs - model) / err, chi2 = {res.chi2:.3f}")
-    fig.colorbar(im, ax=axes[1])
-    p = out / "residuals.png"
-    _save_fig(fig, p)
-    plt.close(fig)
-    paths.append(p)
+    fig = style.new_figure(style.TWO_COLUMN, 3.8, layout="constrained")
+    with style.context():
+        axes = fig.subplots(1, 2)
+        vels = np.asarray(problem.obs.vels)
+        ext = (vels[0], vels[-1], problem.n_epoch - 0.5, -0.5)
+        im = axes[0].imshow(np.asarray(problem.obs.flux), aspect="auto", extent=ext, cmap="gray")
+        axes[0].set(xlabel="velocity (km/s)", ylabel="epoch index", title="observed profiles")
+        fig.colorbar(im, ax=axes[0], label="normalised intensity")
+        lim = float(np.percentile(np.abs(resid), 99)) or 1.0
+        im = axes[1].imshow(resid, aspect="auto", extent=ext, cmap=style.cmap("difference"), vmin=-lim, vmax=lim)
+        im.set_label("difference")
+        axes[1].set(xlabel="velocity (km/s)", ylabel="epoch index", title=f"(obs − model) / err, χ² = {res.chi2:.3f}")
+        fig.colorbar(im, ax=axes[1], label="residual (σ)")
+    paths.append(style.save_figure(fig, out / "residuals.png"))
     return paths
-
-
-def _save_fig(fig, path: Path) -> None:
-    from ..io.seed import _atomic_write
-
-    _atomic_write(path, lambda fh: fig.savefig(fh, format="png", dpi=110))
 
 
 def run_invert_seed(problem, out: Path, *, lmbd: float, tol: float, maxiter: int, quiet: bool, plots: bool,

@@ -4,7 +4,8 @@ A result folder holds::
 
     map.fits         HDU 1 "MAP": one row per cell (columns below), header with the star,
                      regularisation and fit statistics; HDU "EDGES": neighbour pairs (I, J);
-                     HDU "CONVERGENCE": per-iteration ITER, LOSS, CHI2, REGUL.
+                     HDU "CONVERGENCE": per-iteration ITER, LOSS, CHI2, REGUL (and CHI2_LC, the
+                     light-curve chi-square of a joint fit).
     profiles.fits    HDU "VELS" (n_vel,) km/s; HDU "PROFILES": one row per epoch with TIME (d),
                      PHASE, RV (km/s), AMP and (n_vel,) vectors OBS, ERR, MODEL, SPOTLESS, RESID;
                      HDU "LIGHTCURVE" (TIME, FLUX, ERR, MODEL, RESID) when a light curve was fitted.
@@ -51,7 +52,7 @@ _FORMAT = "dopplermap-result-1"
 
 # header keyword -> (InversionResult attribute, comment)
 _SCALARS = {
-    "REGUL": ("regulariser", "regulariser: mem, tikhonov or none"),
+    "REGUL": ("regulariser", "regulariser (dopplermap.objective)"),
     "LAMBDA": ("lmbd", "regularisation weight lambda"),
     "CHI2": ("chi2", "reduced chi-square of the line profiles"),
     "REGVAL": ("regulariser_value", "value of the regulariser"),
@@ -219,6 +220,7 @@ def _map_hdus(res, fits):
         h[key] = (v if v is not None else "NaN", comment)
     if getattr(res, "chi2_lc", None) is not None:
         h["CHI2_LC"] = (float(res.chi2_lc), "reduced chi-square of the light curve")
+    h["FITCOMP"] = (",".join(res.fit_components), "spot components fitted")
     h["ENTROPY"] = (_seed_entropy_np(res.fssc, res.fssh, np.asarray(grid.area, float)),
                     "seed maximum-entropy term of the map")
     if res.intensities is not None:
@@ -231,7 +233,9 @@ def _map_hdus(res, fits):
     hist = res.history or {}
     n_it = len(hist.get("loss", []))
     hcols = [fits.Column("ITER", "K", array=np.arange(1, n_it + 1))]
-    for name, key in (("LOSS", "loss"), ("CHI2", "chi2"), ("REGUL", "regulariser")):
+    for name, key in (("LOSS", "loss"), ("CHI2", "chi2"), ("REGUL", "regulariser"), ("CHI2_LC", "chi2_lc")):
+        if key == "chi2_lc" and key not in hist:
+            continue
         hcols.append(fits.Column(name, "D", array=np.asarray(hist.get(key, np.full(n_it, np.nan)), float)))
     chdu = fits.BinTableHDU.from_columns(hcols, name="CONVERGENCE")
     primary = fits.PrimaryHDU()
@@ -439,6 +443,8 @@ def load_result(path):
         c = hdul["CONVERGENCE"].data
         history = {"loss": np.asarray(c["LOSS"], float), "chi2": np.asarray(c["CHI2"], float),
                    "regulariser": np.asarray(c["REGUL"], float)}
+        if "CHI2_LC" in c.columns.names:
+            history["chi2_lc"] = np.asarray(c["CHI2_LC"], float)
 
     with fits.open(path / "profiles.fits") as hdul:
         vels = np.asarray(hdul["VELS"].data, float)

@@ -7,16 +7,19 @@ compiles its value-and-gradient once per problem shape and minimises it with box
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Callable
 
 import jax.numpy as jnp
 import numpy as np
 
+from .. import plan
 from ..constants import FILL_MAX, FILL_MIN
 from ..errors import DopplermapInputError
-from ..model import Precomputed, solve_form, with_exact_numerator
+from ..model import Precomputed, setup_of, solve_form, with_exact_numerator
 from ..objective import DEFAULT_PENALTY, REGULARISERS, Layout, Observations
+from ..problem import Problem, Settings
 from .result import InversionResult
 from .scipy_lbfgsb import compiled_value_and_grad, lbfgsb
 
@@ -25,10 +28,26 @@ __all__ = ["invert", "bounds", "InversionResult", "project_feasible"]
 SOLVERS = ("lbfgsb", "projected_lbfgs")
 
 
-def bounds(layout: Layout, *, fit_rv: bool = True, fit_amp: bool = True, x0=None):
-    """Lower and upper bounds of the flat vector; fixed nuisances get lower = upper = x0."""
+SPOT_COMPONENTS = ("cool", "hot")
+
+
+def check_fit_components(fit_components) -> tuple[str, ...]:
+    """The spot components to fit, checked: a non-empty subset of ``("cool", "hot")``."""
+    comps = tuple(fit_components)
+    if not comps or len(set(comps)) != len(comps) or not set(comps) <= set(SPOT_COMPONENTS):
+        raise DopplermapInputError(f"fit_components must be 'cool', 'hot' or both (each once), got {list(comps)}")
+    return tuple(c for c in SPOT_COMPONENTS if c in comps)
+
+
+def bounds(layout: Layout, *, fit_rv: bool = True, fit_amp: bool = True, x0=None,
+           fit_components=SPOT_COMPONENTS):
+    """Lower and upper bounds of the flat vector; fixed nuisances get lower = upper = x0, and
+    the filling factors of a component not in ``fit_components`` lower = upper = the floor."""
     lo = np.concatenate([np.full(2 * layout.n_cell, FILL_MIN), np.full(2 * layout.n_epoch, -np.inf)])
     hi = np.concatenate([np.full(2 * layout.n_cell, FILL_MAX), np.full(2 * layout.n_epoch, np.inf)])
+    for k, comp in enumerate(SPOT_COMPONENTS):
+        if comp not in check_fit_components(fit_components):
+            hi[k * layout.n_cell:(k + 1) * layout.n_cell] = FILL_MIN
     x0 = layout.initial() if x0 is None else np.asarray(x0, dtype=float)
     n2 = 2 * layout.n_cell
     if not fit_rv:
@@ -55,35 +74,66 @@ def _check_match(pre: Precomputed, obs: Observations):
         raise DopplermapInputError("observations' velocity grid differs from the precomputed model's vels")
 
 
-def invert(pre: Precomputed, obs: Observations, *, lmbd: float = 1.0, regulariser: str = "mem",
-           x0=None, tol: float = 1e-5, maxiter: int = 1000, fit_rv: bool = True, fit_amp: bool = True,
-           penalty: float = DEFAULT_PENALTY, solver: str = "lbfgsb",
-           callback: Callable | None = None, lightcurve=None, line_weight: float = 1.0,
-           lc_weight: float = 1.0, cube_dtype: str | None = "auto") -> InversionResult:
+def invert(pre: Precomputed | Problem, obs: Observations | None = None, *, lmbd: float | None = None,
+           regulariser: str | None = None, x0=None, tol: float | None = None, maxiter: int | None = None,
+           fit_rv: bool | None = None, fit_amp: bool | None = None, penalty: float = DEFAULT_PENALTY,
+           solver: str | None = None, callback: Callable | None = None, lightcurve=None,
+           line_weight: float | None = None, lc_weight: float | None = None,
+           cube_dtype: str | None = "auto", fit_components=None) -> InversionResult:
     """Fit filling-factor maps (and per-epoch rv, amp) to the observations.
 
+    ``invert(problem)`` solves a :class:`dopplermap.problem.Problem` with its settings and
+    light curve (keyword arguments override single settings) and returns a result that
+    knows the problem's grid, star, observations and intensities (ready for
+    :func:`dopplermap.plot.plot_result`). ``invert(pre, obs, ...)`` solves a bare
+    precomputed model; settings left at None take :class:`dopplermap.problem.Settings`'
+    defaults (shown in brackets below).
+
     Args:
-        pre: :func:`dopplermap.precompute` output. obs: :class:`Observations`.
-        lmbd: regularisation weight lambda (an argument: no recompilation per value).
-        regulariser: ``"mem"`` (the seed's entropy), ``"tikhonov"`` or ``"none"``.
+        pre: a :class:`~dopplermap.problem.Problem`, or :func:`dopplermap.precompute` output
+            with ``obs`` its :class:`Observations`.
+        lmbd: regularisation weight lambda [1] (an argument: no recompilation per value).
+        regulariser: ``"mem"`` (the seed's entropy) [default], ``"tikhonov"`` or ``"none"``.
         x0: starting vector ``[fssc, fssh, rv, amp]``; default the seed's (1e-5, 0).
-        tol: L-BFGS-B ftol and gtol (the seed used 1e-5). maxiter: iteration cap.
-        fit_rv, fit_amp: whether rv and amp are free.
+        tol: L-BFGS-B ftol and gtol [1e-5, the seed's]. maxiter: iteration cap [1000].
+        fit_rv, fit_amp: whether rv and amp are free [True].
         penalty: weight of the ``fssc + fssh <= 1`` penalty.
-        solver: ``"lbfgsb"`` (scipy's L-BFGS-B on the compiled value-and-gradient; reports
-            float64 values, calls ``callback``) or ``"projected_lbfgs"`` (the whole solve in
-            one compiled loop, :func:`dopplermap.solvers.batch.invert_device`: the fastest on
-            CPU and by far on a GPU; ``callback`` is called once, at the end).
+        solver: ``"lbfgsb"`` [default] (scipy's L-BFGS-B on the compiled value-and-gradient;
+            reports float64 values, calls ``callback``) or ``"projected_lbfgs"`` (the whole
+            solve in one compiled loop, :func:`dopplermap.solvers.batch.invert_device`: the
+            fastest on CPU and by far on a GPU; ``callback`` is called once, at the end).
         callback: ``callback(iteration, history)`` after every iteration (progress display).
         lightcurve: optional :class:`dopplermap.lightcurve.LightCurveFit` for the joint fit
-            ``line_weight * chi2 + lc_weight * chi2_lc + lmbd * reg`` (``result.chi2_lc``).
+            ``line_weight * chi2 + lc_weight * chi2_lc + lmbd * reg`` (``result.chi2_lc``);
+            weights [1].
         cube_dtype: dense models only: the solve iterates on the folded cube
             (:func:`dopplermap.model.fold_dense`) stored in this dtype. ``"float32"`` reads a
             third of the dense cube's bytes; its rounding (~1e-8 relative in the loss) only
             affects the iterations (the reported loss, chi2 and model are evaluated in float64)
             but stalls L-BFGS-B below tol ~1e-7. ``"auto"`` (default): float32 when
             ``tol >= 1e-6``, else float64. ``None`` solves on ``pre`` as is.
+        fit_components: the spot components fitted [``("cool", "hot")``]; ``("cool",)`` fits a
+            two-temperature map (photosphere and cool spots: the hot filling factors are held
+            at the floor, so n_cell fewer free parameters).
     """
+    given = dict(lmbd=lmbd, regulariser=regulariser, tol=tol, maxiter=maxiter, fit_rv=fit_rv, fit_amp=fit_amp,
+                 line_weight=line_weight, lc_weight=lc_weight, solver=solver, fit_components=fit_components)
+    if isinstance(pre, Problem):
+        if obs is not None or lightcurve is not None:
+            raise DopplermapInputError("invert(problem): the problem brings its observations and light curve; "
+                                       "pass neither obs nor lightcurve")
+        problem = pre
+        res = invert(problem.pre, problem.obs, x0=x0, penalty=penalty, callback=callback,
+                     lightcurve=problem.lightcurve, cube_dtype=cube_dtype,
+                     **problem.settings.replace(**given).invert_kwargs())
+        return dataclasses.replace(res, grid=problem.grid, star=problem.star, obs=problem.obs,
+                                   intensities=tuple(float(c.intensity) for c in problem.components))
+    if obs is None:
+        raise DopplermapInputError("invert(pre, obs): the observations are missing")
+    s = Settings().replace(**given)
+    lmbd, regulariser, tol, maxiter, solver = s.lmbd, s.regulariser, s.tol, s.maxiter, s.solver
+    fit_rv, fit_amp, line_weight, lc_weight = s.fit_rv, s.fit_amp, s.line_weight, s.lc_weight
+    fit_components = check_fit_components(s.fit_components)
     if regulariser not in REGULARISERS:
         raise DopplermapInputError(f"regulariser must be one of {REGULARISERS}, got {regulariser!r}")
     if solver not in SOLVERS:
@@ -95,17 +145,18 @@ def invert(pre: Precomputed, obs: Observations, *, lmbd: float = 1.0, regularise
         from .batch import invert_device
         res = invert_device(pre, obs, lmbd=lmbd, regulariser=regulariser, x0=x0, tol=tol, maxiter=maxiter,
                             fit_rv=fit_rv, fit_amp=fit_amp, penalty=penalty, cube_dtype=cube_dtype,
-                            lightcurve=lightcurve, line_weight=line_weight, lc_weight=lc_weight)
+                            lightcurve=lightcurve, line_weight=line_weight, lc_weight=lc_weight,
+                            fit_components=fit_components)
         if callback is not None:  # once, at the end (the loop runs on the device)
             callback(res.iterations, {"loss": res.history["loss"], "chi2": np.asarray([res.chi2]),
                                       "regulariser": np.asarray([res.regulariser_value])})
-        return res
+        return with_setup(res, pre, obs)
     exact_pre, pre = pre, solve_form(pre, resolve_cube_dtype(cube_dtype, tol))
     layout = Layout(pre.n_cell, pre.n_epoch)
     x0 = layout.initial() if x0 is None else np.asarray(x0, dtype=np.float64)
     if x0.shape != (layout.size,):
         raise DopplermapInputError(f"x0 must have shape ({layout.size},) = 2 n_cell + 2 n_epoch, got {x0.shape}")
-    lo, hi = bounds(layout, fit_rv=fit_rv, fit_amp=fit_amp, x0=x0)
+    lo, hi = bounds(layout, fit_rv=fit_rv, fit_amp=fit_amp, x0=x0, fit_components=fit_components)
     x0 = np.clip(x0, lo, hi)
 
     xj = jnp.asarray(x0)
@@ -126,13 +177,25 @@ def invert(pre: Precomputed, obs: Observations, *, lmbd: float = 1.0, regularise
     final_pre = with_exact_numerator(pre, exact_pre, fssc, fssh)  # float64 values from a float32 cube
     val, _, aux = fn(xf, lm, final_pre, obs) if joint is None else fn(xf, lm, final_pre, obs, joint)
     model = np.asarray(aux[-1])
-    return InversionResult(
+    return with_setup(InversionResult(
         fssc=fssc, fssh=fssh, rv=rv, amp=amp, loss=float(val), chi2=float(aux[0]),
         regulariser_value=float(aux[1]), lmbd=float(lmbd), regulariser=regulariser,
         iterations=int(res.nit), n_eval=int(res.nfev), success=bool(res.success),
         stop_reason=str(res.message), compile_time=timing["trace_lower"] + timing["compile"],
         solve_time=solve_time, history=history, model=model, max_sum_excess=excess, solver=solver,
-        chi2_lc=float(aux[3]) if joint is not None else None, cube_dtype=_cube_dtype(pre))
+        chi2_lc=float(aux[3]) if joint is not None else None, cube_dtype=_cube_dtype(pre),
+        fit_components=fit_components), exact_pre, obs)
+
+
+def with_setup(res: InversionResult, pre: Precomputed, obs: Observations) -> InversionResult:
+    """``res`` with ``obs`` and, for a model from :func:`dopplermap.precompute`, its grid, star and
+    continuum intensities (what figures and result files need)."""
+    changes = {"obs": obs}
+    setup = setup_of(pre)
+    if setup is not None:
+        grid, star, components = setup
+        changes.update(grid=grid, star=star, intensities=tuple(float(c.intensity) for c in components))
+    return dataclasses.replace(res, **changes)
 
 
 def joint_arguments(pre: Precomputed, lightcurve, line_weight: float, lc_weight: float, dtype):
@@ -148,17 +211,8 @@ def joint_arguments(pre: Precomputed, lightcurve, line_weight: float, lc_weight:
     return (lightcurve, jnp.asarray(line_weight, dtype=dtype), jnp.asarray(lc_weight, dtype=dtype))
 
 
-FLOAT32_MIN_TOL = 1e-6
-"""Smallest tolerance for which ``cube_dtype="auto"`` iterates on a float32 cube."""
-
-
-def resolve_cube_dtype(cube_dtype, tol: float):
-    """``"auto"`` -> float32 if ``tol >= FLOAT32_MIN_TOL`` else float64; others are checked and returned."""
-    if cube_dtype == "auto":
-        return "float32" if tol >= FLOAT32_MIN_TOL else "float64"
-    if cube_dtype not in (None, "float32", "float64"):
-        raise DopplermapInputError(f"cube_dtype must be 'auto', 'float32', 'float64' or None, got {cube_dtype!r}")
-    return cube_dtype
+# the "auto" cube dtype of a solve (dopplermap.plan holds every size/back-end choice)
+resolve_cube_dtype = plan.cube_dtype
 
 
 def _cube_dtype(pre: Precomputed) -> str | None:

@@ -10,6 +10,7 @@ Both compile ahead of time and report trace, lower and compile seconds separatel
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 
@@ -17,10 +18,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .. import plan
 from ..errors import DopplermapInputError
 from ..model import Precomputed, blocked_nbytes, solve_form
 from ..objective import DEFAULT_PENALTY, REGULARISERS, Layout, Observations
-from . import _check_match, _cube_dtype, bounds, joint_arguments, project_feasible, resolve_cube_dtype
+from . import (
+    _check_match,
+    _cube_dtype,
+    bounds,
+    check_fit_components,
+    joint_arguments,
+    project_feasible,
+    resolve_cube_dtype,
+)
 from .projected_lbfgs import STOP_REASONS, projected_lbfgs
 from .result import InversionResult
 from .scipy_lbfgsb import _vg  # the same compiled value-and-gradient body as the scipy path
@@ -69,14 +79,14 @@ def compile_solver(x0, lo, hi, lmbd, pre, obs, *, regulariser="mem", penalty=DEF
     return compiled, {"trace": t1 - t0, "lower": t2 - t1, "compile": t3 - t2, "cached": False}
 
 
-def _setup(pre, obs, regulariser, x0, fit_rv, fit_amp):
+def _setup(pre, obs, regulariser, x0, fit_rv, fit_amp, fit_components=("cool", "hot")):
     if regulariser not in REGULARISERS:
         raise DopplermapInputError(f"regulariser must be one of {REGULARISERS}, got {regulariser!r}")
     layout = Layout(pre.n_cell, pre.n_epoch)
     x0 = layout.initial() if x0 is None else np.asarray(x0, dtype=np.float64)
     if x0.shape != (layout.size,):
         raise DopplermapInputError(f"x0 must have shape ({layout.size},) = 2 n_cell + 2 n_epoch, got {x0.shape}")
-    lo, hi = bounds(layout, fit_rv=fit_rv, fit_amp=fit_amp, x0=x0)
+    lo, hi = bounds(layout, fit_rv=fit_rv, fit_amp=fit_amp, x0=x0, fit_components=fit_components)
     return layout, jnp.asarray(np.clip(x0, lo, hi)), jnp.asarray(lo), jnp.asarray(hi)
 
 
@@ -100,7 +110,7 @@ def invert_device(pre: Precomputed, obs: Observations, *, lmbd: float = 1.0, reg
                   x0=None, tol: float = 1e-5, maxiter: int = 1000, fit_rv: bool = True, fit_amp: bool = True,
                   penalty: float = DEFAULT_PENALTY, maxcor: int = 10,
                   cube_dtype: str | None = "auto", lightcurve=None, line_weight: float = 1.0,
-                  lc_weight: float = 1.0) -> InversionResult:
+                  lc_weight: float = 1.0, fit_components=("cool", "hot")) -> InversionResult:
     """Like :func:`dopplermap.invert` but solved by projected L-BFGS on the device.
 
     ``tol`` is both the relative-reduction and projected-gradient tolerance (as scipy's);
@@ -111,7 +121,7 @@ def invert_device(pre: Precomputed, obs: Observations, *, lmbd: float = 1.0, reg
     """
     if not np.isfinite(lmbd) or lmbd < 0:
         raise DopplermapInputError(f"lmbd must be a finite number >= 0, got {lmbd!r}")
-    layout, xj, lo, hi = _setup(pre, obs, regulariser, x0, fit_rv, fit_amp)
+    layout, xj, lo, hi = _setup(pre, obs, regulariser, x0, fit_rv, fit_amp, fit_components)
     _check_match(pre, obs)
     pre = solve_form(pre, resolve_cube_dtype(cube_dtype, tol))
     lm = jnp.asarray(lmbd, dtype=xj.dtype)
@@ -121,7 +131,8 @@ def invert_device(pre: Precomputed, obs: Observations, *, lmbd: float = 1.0, reg
     t0 = time.perf_counter()
     r = jax.block_until_ready(fn(xj, lo, hi, lm, pre, obs, joint))
     solve_time = time.perf_counter() - t0
-    return _to_result(layout, r, lmbd, regulariser, pre, timing, solve_time, "projected_lbfgs", joint is not None)
+    res = _to_result(layout, r, lmbd, regulariser, pre, timing, solve_time, "projected_lbfgs", joint is not None)
+    return dataclasses.replace(res, fit_components=check_fit_components(fit_components))
 
 
 def invert_batch(pre: Precomputed, obs: Observations, *, lmbds=None, lmbd: float = 1.0, flux=None, err=None,
@@ -150,7 +161,7 @@ def invert_batch(pre: Precomputed, obs: Observations, *, lmbds=None, lmbd: float
             (:func:`dopplermap.model.fold_dense`; session 1 measured 2.8x one solve for
             8 lambdas on an H200 with the then-default form); ``"auto"`` (default) -
             blocked on CPU for dense models while both its copies fit
-            ``BLOCKED_MAX_BYTES``, folded otherwise (binned models are used as they are).
+            ``dopplermap.plan.BLOCKED_MAX_BYTES``, folded otherwise (binned models are used as they are).
     Returns:
         one :class:`InversionResult` per member; ``solve_time`` is the whole batch's.
     """
@@ -159,14 +170,11 @@ def invert_batch(pre: Precomputed, obs: Observations, *, lmbds=None, lmbd: float
     if form not in ("auto", "folded", "blocked"):
         raise DopplermapInputError(f"form must be 'auto', 'folded' or 'blocked', got {form!r}")
     dtype = resolve_cube_dtype(cube_dtype, tol)
-    cpu = jax.default_backend() == "cpu"
     if form == "blocked" and (pre.line.method != "dense" or dtype is None):
         raise DopplermapInputError(f"form='blocked' needs a dense model and a cube_dtype, got a {pre.line.method} model "
                          f"and cube_dtype={cube_dtype!r}")
-    if form == "auto":
-        form = "blocked" if cpu and mode != "sequential" and _blocked_fits(pre, dtype) else "folded"
-    if mode == "auto":
-        mode = "vmap" if (form == "blocked" or not cpu) else "sequential"
+    form = plan.batch_form(form, mode=mode, blocked_fits=_blocked_fits(pre, dtype))
+    mode = plan.batch_mode(mode, form=form)
     layout, xj, lo, hi = _setup(pre, obs, regulariser, x0, fit_rv, fit_amp)
     _check_match(pre, obs)
     pre = solve_form(pre, dtype, blocked=form == "blocked")
@@ -208,12 +216,10 @@ def invert_batch(pre: Precomputed, obs: Observations, *, lmbds=None, lmbd: float
                        solve_time, "projected_lbfgs") for i in range(n)]
 
 
-BLOCKED_MAX_BYTES = 512 * 2**20
-"""``invert_batch(form="auto")`` uses the blocked form on CPU while both its copies fit this."""
 
 
 def _blocked_fits(pre: Precomputed, dtype) -> bool:
-    return dtype is not None and pre.line.method == "dense" and blocked_nbytes(pre.line, dtype) <= BLOCKED_MAX_BYTES
+    return dtype is not None and pre.line.method == "dense" and blocked_nbytes(pre.line, dtype) <= plan.BLOCKED_MAX_BYTES
 
 
 def _sequential(layout, xj, lo, hi, lmbds, pre, obs, batch_obs, *, regulariser, penalty, maxiter, tol, maxcor):

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import base64
 import dataclasses
+import html
+import io
 
 import numpy as np
 
@@ -21,7 +24,13 @@ def relative_brightness(fssc, fssh, intensities):
     return ((1.0 - fssc - fssh) * ip + fssc * ic + fssh * ih) / ip
 
 
-@dataclasses.dataclass
+# notebooks show results through these; arrays are never printed (a result holds tens of kB)
+_REPR_STOP_CHARS = 60
+THUMBNAIL_CMAP = "dm_cool"  # the cool-spot map of dopplermap.style, as in every figure
+"""Colour map of the cool-spot filling factor in the HTML thumbnail (0 = unspotted, light)."""
+
+
+@dataclasses.dataclass(repr=False)
 class InversionResult:
     """Maps, nuisances, fit statistics and timings of one inversion.
 
@@ -37,9 +46,12 @@ class InversionResult:
         model: (n_epoch, n_vel) fitted profiles.
         max_sum_excess: largest ``fssc + fssh - 1`` before the final projection.
         cube_dtype: dtype of the (folded) dense cube the solve used, None for the binned model.
+        fit_components: the spot components fitted, ``("cool", "hot")`` or one of them; an
+            unfitted component's filling factor is held at the floor 1e-5.
 
-    Context for result files and figures (optional; filled by
-    :func:`dopplermap.io.results.with_context` and by :func:`dopplermap.load_result`):
+    Context for result files and figures (optional; filled by :func:`dopplermap.invert` from a
+    model made by :func:`dopplermap.precompute`, by :func:`dopplermap.io.results.with_context`
+    and by :func:`dopplermap.load_result`):
         grid: the :class:`~dopplermap.grid.SurfaceGrid`. star: the :class:`~dopplermap.geometry.StarParams`.
         obs: the fitted :class:`~dopplermap.objective.Observations`.
         spotless: (n_epoch, n_vel) model of the unspotted star with the fitted rv and amp.
@@ -80,6 +92,10 @@ class InversionResult:
     extra: dict = dataclasses.field(default_factory=dict)
     chi2_lc: float | None = None  # light-curve reduced chi-square of a joint fit
     cube_dtype: str | None = None
+    fit_components: tuple = ("cool", "hot")
+
+    def __post_init__(self):
+        self.fit_components = tuple(self.fit_components)  # a JSON list after a round trip
 
     @property
     def fssp(self) -> np.ndarray:
@@ -101,9 +117,87 @@ class InversionResult:
         """Scalars as a JSON-ready dict."""
         keys = ("loss", "chi2", "regulariser_value", "lmbd", "regulariser", "iterations", "n_eval",
                 "success", "stop_reason", "compile_time", "solve_time", "max_sum_excess", "solver", "chi2_lc",
-                "cube_dtype")
+                "cube_dtype", "fit_components")
         out = {}
         for k in keys:
             v = getattr(self, k)
-            out[k] = v.item() if isinstance(v, np.generic) else v
+            out[k] = v.item() if isinstance(v, np.generic) else list(v) if isinstance(v, tuple) else v
         return out
+
+    @property
+    def n_cell(self) -> int:
+        return int(np.shape(self.fssc)[0])
+
+    @property
+    def n_epoch(self) -> int:
+        return int(np.shape(self.rv)[0])
+
+    def __repr__(self) -> str:
+        stop = str(self.stop_reason)
+        if len(stop) > _REPR_STOP_CHARS:
+            stop = stop[:_REPR_STOP_CHARS - 3] + "..."
+        lc = "" if self.chi2_lc is None else f", chi2_lc={self.chi2_lc:.5g}"
+        return (f"InversionResult(chi2={self.chi2:.5g}{lc}, loss={self.loss:.6g}, lmbd={self.lmbd:g}, "
+                f"iterations={self.iterations}, success={self.success}, stop={stop!r}, "
+                f"n_cell={self.n_cell}, n_epoch={self.n_epoch})")
+
+    def _repr_html_(self) -> str:
+        """A table of the main numbers and, when the grid is known, a cool-spot map thumbnail."""
+        esc = html.escape
+        rows = [("reduced chi-square", f"{self.chi2:.6g}")]
+        if self.chi2_lc is not None:
+            rows.append(("light-curve chi-square", f"{self.chi2_lc:.6g}"))
+        rows += [
+            ("loss", f"{self.loss:.8g}"),
+            ("regulariser", f"{self.regulariser}, lambda {self.lmbd:g}, value {self.regulariser_value:.6g}"),
+            ("iterations / evaluations", f"{self.iterations} / {self.n_eval}"),
+            ("stopped", f"{'converged' if self.success else 'not converged'}: {self.stop_reason}"),
+            ("solver", f"{self.solver}; compile {self.compile_time:.2f} s, solve {self.solve_time:.2f} s"),
+            ("sizes", f"{self.n_cell} cells, {self.n_epoch} epochs"
+                      + (f", {int(np.shape(self.model)[1])} velocities" if self.model is not None else "")),
+        ]
+        if self.star is not None:
+            s = self.star
+            rows.append(("star", f"inclination {s.inclination:g} deg, vsini {s.vsini_kms:.4g} km/s, "
+                                 f"period {s.period:g} d"))
+        table = "".join(f"<tr><th style='text-align:left'>{esc(k)}</th><td style='text-align:left'>{esc(v)}</td></tr>"
+                        for k, v in rows)
+        thumb = ""
+        if self.grid is not None:
+            thumb = (f"<div><img alt='cool-spot filling factor map' src='data:image/png;base64,{self._thumbnail_png()}'/>"
+                     "<br/><small>cool-spot filling factor (equirectangular, longitude 0-360 deg)</small></div>")
+        return (f"<div style='display:flex;gap:1em;align-items:flex-start'><table><caption style='text-align:left'>"
+                f"<b>InversionResult</b></caption>{table}</table>{thumb}</div>")
+
+    def _thumbnail_png(self, width_px: int = 240) -> str:
+        """Base64 PNG of ``fssc`` on a longitude-latitude raster (each pixel shows its nearest cell)."""
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+        from scipy.spatial import cKDTree
+
+        g = self.grid
+        ny = width_px // 4
+        lat = np.linspace(np.pi / 2, -np.pi / 2, ny, endpoint=False) - np.pi / (2 * ny)
+        lon = (np.arange(2 * ny) + 0.5) * np.pi / ny
+        la, lo = np.meshgrid(lat, lon, indexing="ij")
+
+        def unit(b, lam):
+            return np.stack([np.cos(b) * np.cos(lam), np.cos(b) * np.sin(lam), np.sin(b)], axis=-1)
+
+        _, idx = cKDTree(unit(np.asarray(g.lat), np.asarray(g.lon))).query(unit(la, lo).reshape(-1, 3))
+        image = np.asarray(self.fssc, dtype=float)[idx].reshape(la.shape)
+        dpi = 100
+        fig = Figure(figsize=(width_px / dpi, 0.6 * width_px / dpi), dpi=dpi)
+        FigureCanvasAgg(fig)
+        ax = fig.add_axes((0.02, 0.22, 0.96, 0.76))
+        from ..style import cmap
+
+        im = ax.imshow(image, extent=(0, 360, -90, 90), origin="upper", cmap=cmap("cool"), vmin=0.0,
+                       vmax=max(float(np.nanmax(image)), 1e-3), interpolation="nearest", aspect="auto")
+        ax.set_xticks([])
+        ax.set_yticks([])
+        cax = fig.add_axes((0.05, 0.14, 0.90, 0.05))  # room below for the tick labels
+        fig.colorbar(im, cax=cax, orientation="horizontal").ax.tick_params(labelsize=7)
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=dpi)
+        return base64.b64encode(buf.getvalue()).decode("ascii")

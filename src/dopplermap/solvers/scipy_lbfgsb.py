@@ -99,6 +99,8 @@ def lbfgsb(fn: Callable, x0: np.ndarray, lower: np.ndarray, upper: np.ndarray, *
         aux = last.get("aux")
         history["chi2"].append(float(aux[0]) if aux is not None else np.nan)
         history["regulariser"].append(float(aux[1]) if aux is not None else np.nan)
+        if aux is not None and len(aux) == 5:  # joint fit: (chi2, reg, penalty, chi2_lc, model)
+            history.setdefault("chi2_lc", []).append(float(aux[3]))
         if callback is not None:
             callback(len(history["loss"]), history)
 

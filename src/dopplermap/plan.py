@@ -1,0 +1,86 @@
+"""Size and back-end policy, in one place: every "auto" choice of the engine and its thresholds.
+
+* synthesis method (:func:`synthesis_method`): ``"dense"`` (the exact per-cell cube) while
+  its float64 cube fits :data:`DENSE_AUTO_BYTES`, ``"binned"`` beyond;
+* cube dtype of a solve (:func:`cube_dtype`): float32 at ``tol >= FLOAT32_MIN_TOL``
+  (a third of the bytes; its rounding stalls L-BFGS-B below ~1e-7), float64 otherwise;
+* batched solves (:func:`batch_form`, :func:`batch_mode`): on CPU a dense model that fits
+  :data:`BLOCKED_MAX_BYTES` is solved in its blocked form, the members together (vmap);
+  otherwise member by member; an accelerator vmaps the folded form;
+* Hessian-vector products (:func:`hvp_blocked`, :func:`batch_hvps`): the blocked float64
+  form while it fits :data:`HVP_BLOCKED_MAX_BYTES`; batched where that pays (blocked form,
+  or any accelerator).
+
+The measurements behind the thresholds are in ``benchmarks/RESULTS.md``; tests change a
+threshold by patching it here.
+"""
+
+from __future__ import annotations
+
+import jax
+
+from .errors import DopplermapInputError
+
+__all__ = ["DENSE_AUTO_BYTES", "FLOAT32_MIN_TOL", "BLOCKED_MAX_BYTES", "HVP_BLOCKED_MAX_BYTES", "on_accelerator",
+           "synthesis_method", "cube_dtype", "batch_form", "batch_mode", "hvp_blocked", "batch_hvps", "METHODS"]
+
+METHODS = ("auto", "binned", "dense")
+
+DENSE_AUTO_BYTES = 512 * 2**20
+"""``method="auto"`` picks ``"dense"`` while the float64 dense cube fits this."""
+
+FLOAT32_MIN_TOL = 1e-6
+"""Smallest tolerance for which ``cube_dtype="auto"`` iterates on a float32 cube."""
+
+BLOCKED_MAX_BYTES = 512 * 2**20
+"""``invert_batch(form="auto")`` uses the blocked form on CPU while both its copies fit this."""
+
+HVP_BLOCKED_MAX_BYTES = 1024 * 2**20
+"""Hessian-vector products run on the blocked float64 form while both its copies fit this."""
+
+
+def on_accelerator() -> bool:
+    """Whether JAX computes on a GPU/TPU (the default device is not the CPU)."""
+    return jax.default_backend() != "cpu"
+
+
+def synthesis_method(method: str, dense_nbytes: int) -> str:
+    """``"dense"`` or ``"binned"``: ``method`` itself, or for ``"auto"`` the choice by size."""
+    if method not in METHODS:
+        raise DopplermapInputError(f"method must be 'auto', 'binned' or 'dense', got {method!r}")
+    if method != "auto":
+        return method
+    return "dense" if dense_nbytes <= DENSE_AUTO_BYTES else "binned"
+
+
+def cube_dtype(choice, tol: float):
+    """``"auto"`` -> float32 if ``tol >= FLOAT32_MIN_TOL`` else float64; others are checked and returned."""
+    if choice == "auto":
+        return "float32" if tol >= FLOAT32_MIN_TOL else "float64"
+    if choice not in (None, "float32", "float64"):
+        raise DopplermapInputError(f"cube_dtype must be 'auto', 'float32', 'float64' or None, got {choice!r}")
+    return choice
+
+
+def batch_form(form: str, *, mode: str, blocked_fits: bool) -> str:
+    """The model form of a batched solve: ``"blocked"`` or ``"folded"``."""
+    if form != "auto":
+        return form
+    return "blocked" if not on_accelerator() and mode != "sequential" and blocked_fits else "folded"
+
+
+def batch_mode(mode: str, *, form: str) -> str:
+    """``"vmap"`` (members together) or ``"sequential"`` for a batched solve."""
+    if mode != "auto":
+        return mode
+    return "vmap" if (form == "blocked" or on_accelerator()) else "sequential"
+
+
+def hvp_blocked(blocked_nbytes: int) -> bool:
+    """Whether Hessian-vector products of a dense model use its blocked float64 form."""
+    return blocked_nbytes <= HVP_BLOCKED_MAX_BYTES
+
+
+def batch_hvps(blocked: bool) -> bool:
+    """Whether many Hessian-vector products are batched (vmap) rather than made one at a time."""
+    return blocked or on_accelerator()

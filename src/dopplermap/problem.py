@@ -1,0 +1,328 @@
+"""The inversion problem, described once and built once.
+
+A :class:`Problem` holds what defines an inversion - surface grid, star, observations,
+local-line components, synthesis method, gravity darkening, light curve and the solver
+settings - and derives from it, once and on first use, the synthesis form (``pre``), the
+light-curve fit and the per-cell gravity-darkening factors. Every entry point builds one:
+``dopplermap invert`` (a target TOML, :func:`from_config`), ``dopplermap lambda`` and
+``dopplermap grid`` (the same TOML, an ``.npz`` problem file, or the demo star), the
+uncertainties and the joint fit. A grid point is the same problem with other stellar
+parameters (:meth:`Problem.replace`), so nothing a configuration asks for (gravity
+darkening, a light curve, the synthesis method, the weights) is lost on the way.
+
+A Problem pickles without its derived arrays (a Dask worker rebuilds them), so shipping it
+to a worker costs the size of the data, not of the synthesis cube.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import glob
+from pathlib import Path
+
+import numpy as np
+
+from .broadening import apply_cell_factors, instrumental_broaden, mu_dependent_profile, scale_equivalent_width
+from .errors import DopplermapInputError, MissingFileError
+from .geometry import StarParams
+from .gravity import gravity_darkening_factors
+from .grid import SurfaceGrid, make_grid
+from .io.lightcurve import read_lightcurve
+from .io.lsd import load_observations, read_local_profile, read_lsd
+from .lightcurve import LightCurveBand, precompute_lightcurve
+from .model import precompute
+from .objective import Observations
+from .profiles import Component, ComponentSet, LimbDarkening, gaussian, intensity_ratio, voigt
+from .simulate import DEMO_SPOTS, demo_setup, simulate
+
+__all__ = ["Settings", "GravityDarkening", "LightCurveData", "Problem", "from_config", "from_npz", "demo_problem",
+           "save_npz", "NPZ_SCALARS"]
+
+_DERIVED = ("pre", "lightcurve", "line_factors", "lc_factors")
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """Solver settings of a problem; the keyword arguments of :func:`dopplermap.invert`."""
+
+    lmbd: float = 1.0
+    regulariser: str = "mem"
+    tol: float = 1e-5
+    maxiter: int = 1000
+    fit_rv: bool = True
+    fit_amp: bool = True
+    line_weight: float = 1.0
+    lc_weight: float = 1.0
+    solver: str = "lbfgsb"
+    fit_components: tuple[str, ...] = ("cool", "hot")
+
+    def replace(self, **changes) -> Settings:
+        """A copy with ``changes``; ``None`` values are ignored (unset command-line options)."""
+        return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+    def invert_kwargs(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class GravityDarkening:
+    """Von Zeipel gravity darkening on a Roche surface (see :mod:`dopplermap.gravity`).
+
+    ``temperatures``: (phot, cool, hot) K; ``line_wavelength_nm`` / ``lc_wavelength_nm``:
+    where the intensity factors of the line band and of the light-curve band are evaluated.
+    """
+
+    mass: float
+    beta: float
+    temperatures: tuple[float, float, float]
+    line_wavelength_nm: float
+    lc_wavelength_nm: float | None = None
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class LightCurveData:
+    """An observed light curve and its band: times (days), flux and err (n_lc,)."""
+
+    times: np.ndarray
+    flux: np.ndarray
+    err: np.ndarray
+    band: object  # dopplermap.lightcurve.LightCurveBand
+    fit_dilution: bool = False
+    source: str = "light curve"
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Problem:
+    """One inversion problem; derived arrays are built on first use and cached.
+
+    Attributes:
+        grid, star, obs, components: the surface, the star, the line profiles and the
+            local-line components of phot, cool and hot.
+        method: synthesis method for :func:`dopplermap.precompute` (``"auto"``, ``"dense"``,
+            ``"binned"``).
+        gravity: gravity darkening, or None.
+        lightcurve_data: an observed light curve fitted jointly, or None.
+        settings: solver settings (lambda, regulariser, tolerance, weights, solver).
+        t_phot, wavelength_nm: photosphere temperature (K) and line wavelength (nm), needed
+            to turn ``t_cool``/``t_hot`` grid values into Planck intensity ratios.
+        files: the profile files read, source: where the problem came from.
+    """
+
+    grid: SurfaceGrid
+    star: StarParams
+    obs: Observations
+    components: ComponentSet
+    method: str = "auto"
+    gravity: GravityDarkening | None = None
+    lightcurve_data: LightCurveData | None = None
+    settings: Settings = Settings()
+    t_phot: float | None = None
+    wavelength_nm: float | None = None
+    files: tuple[str, ...] = ()
+    source: str = "<problem>"
+
+    def __post_init__(self):
+        if self.method not in ("auto", "dense", "binned"):
+            raise DopplermapInputError(f"{self.source}: method must be 'auto', 'dense' or 'binned', got {self.method!r}")
+
+    # ------------------------------------------------------------ derived, built once
+
+    @functools.cached_property
+    def line_factors(self):
+        """(n_cell, 3) gravity-darkening intensity factors of the line band, or None."""
+        return self._factors(self.gravity.line_wavelength_nm) if self.gravity is not None else None
+
+    @functools.cached_property
+    def lc_factors(self):
+        """(n_cell, 3) gravity-darkening factors of the light-curve band, or None."""
+        g = self.gravity
+        if g is None:
+            return None
+        return self._factors(g.lc_wavelength_nm if g.lc_wavelength_nm is not None else g.line_wavelength_nm)
+
+    def _factors(self, wavelength_nm):
+        g = self.gravity
+        return gravity_darkening_factors(self.grid, self.star, g.mass, g.temperatures, wavelength_nm, g.beta)
+
+    @functools.cached_property
+    def pre(self):
+        """The synthesis form of the line profiles (:class:`dopplermap.model.Precomputed`)."""
+        pre = precompute(self.grid, self.star, np.asarray(self.obs.times), np.asarray(self.obs.vels), self.components,
+                         method=self.method)
+        return apply_cell_factors(pre, self.line_factors) if self.line_factors is not None else pre
+
+    @functools.cached_property
+    def lightcurve(self):
+        """The precomputed light-curve fit (:class:`dopplermap.lightcurve.LightCurveFit`), or None."""
+        d = self.lightcurve_data
+        if d is None:
+            return None
+        return precompute_lightcurve(self.grid, self.star, d.times, d.flux, d.err, d.band,
+                                     cell_factors=self.lc_factors, source=d.source, fit_dilution=d.fit_dilution)
+
+    # ------------------------------------------------------------------ variations
+
+    def replace(self, **changes) -> Problem:
+        """The same problem with some fields replaced; derived arrays are rebuilt on use."""
+        return dataclasses.replace(self, **changes)
+
+    def invert_kwargs(self, **overrides) -> dict:
+        """Keyword arguments of :func:`dopplermap.invert` for this problem (settings, light curve)."""
+        kw = self.settings.replace(**overrides).invert_kwargs()
+        kw["lightcurve"] = self.lightcurve
+        return kw
+
+    def __getstate__(self):
+        return {k: v for k, v in self.__dict__.items() if k not in _DERIVED}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+
+
+# ------------------------------------------------------------------ builders
+
+
+def _line_components(cfg) -> ComponentSet:
+    """Line-band components of a target configuration; with macroturbulence their profiles
+    are :class:`~dopplermap.broadening.MuProfile` tables (RT macroturbulence and instrument,
+    depending on mu), which :func:`dopplermap.precompute` handles with either method."""
+    ln, temps = cfg.line, cfg.temperatures
+    if ln.profile == "tabulated":
+        profiles = [read_local_profile(cfg.path(f)) for f in ln.files]
+    elif ln.profile == "gaussian":
+        profiles = [gaussian(d, ln.fwhm) for d in ln.depth]
+    else:
+        profiles = [voigt(d, ln.fwhm, ln.fwhm_lorentz) for d in ln.depth]
+    if ln.equivalent_width is not None:
+        profiles = [scale_equivalent_width(p, ln.equivalent_width, ln.ew_method) for p in profiles]
+    if ln.macroturbulence > 0:
+        profiles = [mu_dependent_profile(p, ln.macroturbulence, resolving_power=ln.resolving_power,
+                                         radial_fraction=ln.radial_fraction) for p in profiles]
+    elif ln.resolving_power is not None:
+        profiles = [instrumental_broaden(p, ln.resolving_power) for p in profiles]
+    t = (temps.phot, temps.cool, temps.hot)
+    inten = ln.intensity or tuple(intensity_ratio(x, temps.phot, ln.wavelength_nm) for x in t)
+    lds = [LimbDarkening(ln.limb_darkening, c) for c in (ln.ld_phot, ln.ld_cool, ln.ld_hot)]
+    return ComponentSet(*[Component(p, ld, i) for p, ld, i in zip(profiles, lds, inten, strict=True)])
+
+
+def profile_files(cfg) -> list[str]:
+    """The profile files of ``[data] profiles`` (glob patterns expanded, sorted per pattern)."""
+    files = []
+    for pat in cfg.data.profiles:
+        full = str(cfg.path(pat))
+        hits = sorted(glob.glob(full)) if glob.has_magic(full) else ([full] if Path(full).is_file() else [])
+        if not hits:
+            raise DopplermapInputError(f"{cfg.source}: [data] profiles: nothing matches {pat!r} (looked for {full})")
+        files.extend(hits)
+    if len(set(files)) != len(files):
+        raise DopplermapInputError(f"{cfg.source}: [data] profiles: some files are matched by more than one pattern")
+    return files
+
+
+def _observations(cfg, files) -> Observations:
+    d = cfg.data
+    vels = None
+    if d.velocity_range is not None:
+        v0 = read_lsd(files[0], d.format).vels
+        vels = v0[(v0 >= d.velocity_range[0]) & (v0 <= d.velocity_range[1])]
+        if vels.size < 3:
+            raise DopplermapInputError(f"{cfg.source}: [data] velocity_range {list(d.velocity_range)} keeps "
+                                       f"{vels.size} points of {files[0]}")
+    return load_observations(files, times_table=cfg.path(d.times_table) if d.times_table else None,
+                             time_pattern=d.time_pattern, vels=vels, fmt=d.format, normalise=True)
+
+
+def _lightcurve_data(cfg) -> LightCurveData | None:
+    d = cfg.data
+    if d.lightcurve is None:
+        return None
+    lcc, temps = cfg.lightcurve, cfg.temperatures
+    lds = [LimbDarkening(lcc.limb_darkening, c) for c in (lcc.ld_phot, lcc.ld_cool, lcc.ld_hot)]
+    band = (LightCurveBand(tuple(lds), tuple(lcc.intensity)) if lcc.intensity is not None
+            else LightCurveBand.from_temperatures(temps.phot, temps.cool, temps.hot, lcc.wavelength_nm, lds))
+    data = read_lightcurve(cfg.path(d.lightcurve), d.lightcurve_format)
+    return LightCurveData(times=data.time, flux=data.flux, err=data.err, band=band, fit_dilution=lcc.fit_dilution,
+                          source=data.source)
+
+
+def from_config(cfg) -> Problem:
+    """The problem a target configuration (:class:`dopplermap.config.TargetConfig`) describes."""
+    files = profile_files(cfg)
+    obs = _observations(cfg, files)
+    s = cfg.star
+    star = StarParams(inclination=s.inclination, vsini=s.vsini, period=s.period, t0=s.t0, domega=s.domega,
+                      radius=s.radius)
+    temps = (cfg.temperatures.phot, cfg.temperatures.cool, cfg.temperatures.hot)
+    gravity = None
+    if cfg.gravity_darkening.enabled:
+        gravity = GravityDarkening(mass=s.mass, beta=cfg.gravity_darkening.beta, temperatures=temps,
+                                   line_wavelength_nm=cfg.line.wavelength_nm,
+                                   lc_wavelength_nm=cfg.lightcurve.wavelength_nm)
+    inv = cfg.inversion
+    settings = Settings(lmbd=inv.lmbd, regulariser=inv.regulariser, tol=inv.tol, maxiter=inv.maxiter,
+                        fit_rv=inv.fit_rv, fit_amp=inv.fit_amp, line_weight=inv.line_weight,
+                        lc_weight=inv.lc_weight, solver=inv.solver, fit_components=tuple(inv.fit_components))
+    return Problem(grid=make_grid(cfg.grid.kind, cfg.grid.n_cell, cfg.grid.nside), star=star, obs=obs,
+                   components=_line_components(cfg), method=inv.method, gravity=gravity,
+                   lightcurve_data=_lightcurve_data(cfg), settings=settings, t_phot=float(temps[0]),
+                   wavelength_nm=float(cfg.line.wavelength_nm), files=tuple(files), source=cfg.source)
+
+
+# the demo's local lines and temperatures, used by .npz problems that carry only data
+DEMO_T_PHOT, DEMO_WAVELENGTH_NM = 5000.0, 600.0
+NPZ_SCALARS = ("inclination", "vsini", "period", "t0", "domega", "n_cell")
+
+
+def demo_problem(*, n_cell: int = 400, n_epoch: int = 30, n_vel: int = 24, snr: float = 500.0, seed: int = 1,
+                 settings: Settings = Settings()) -> Problem:
+    """The simulated demo star (:func:`dopplermap.simulate.demo_setup`, spots ``DEMO_SPOTS``)."""
+    star, grid, times, vels, comps = demo_setup(n_cell=n_cell, n_epoch=n_epoch, n_vel=n_vel, seed=seed)
+    sim = simulate(grid, star, times, vels, comps, DEMO_SPOTS, snr=snr, seed=seed)
+    return Problem(grid=grid, star=star, obs=sim.obs, components=comps, settings=settings, t_phot=DEMO_T_PHOT,
+                   wavelength_nm=DEMO_WAVELENGTH_NM, source="demo star")
+
+
+def from_npz(path, *, n_cell: int = 400, settings: Settings = Settings(), seed: int = 1) -> Problem:
+    """A problem from an ``.npz`` file: ``times`` (n_epoch,) days, ``vels`` (n_vel,) km/s, ``flux``
+    and ``err`` (n_epoch, n_vel); optional scalars :data:`NPZ_SCALARS` (missing ones, the local
+    lines and the temperatures are the demo's; ``n_cell`` applies when the file has none)."""
+    path = Path(path)
+    if not path.exists():
+        raise MissingFileError(f"problem file {path} does not exist")
+    try:
+        npz = np.load(path)
+    except Exception as exc:
+        raise DopplermapInputError(f"{path}: not a readable .npz file ({exc})") from None
+    missing = [k for k in ("times", "vels", "flux", "err") if k not in npz.files]
+    if missing:
+        raise DopplermapInputError(f"{path}: missing array(s) {missing}; need times, vels, flux, err")
+    extra = {}
+    for k in NPZ_SCALARS:
+        if k in npz.files:
+            v = np.asarray(npz[k])
+            if v.shape != () or not np.isfinite(v):
+                raise DopplermapInputError(f"{path}: {k} must be a finite scalar, got {v!r}")
+            extra[k] = float(v)
+    n_cell = int(extra.pop("n_cell", n_cell))
+    star, grid, _times, _vels, comps = demo_setup(n_cell=n_cell, seed=seed)
+    obs = Observations.create(npz["times"], npz["vels"], npz["flux"], npz["err"], source=str(path))
+    return Problem(grid=grid, star=star.replace(**extra), obs=obs, components=comps, settings=settings,
+                   t_phot=DEMO_T_PHOT, wavelength_nm=DEMO_WAVELENGTH_NM, source=str(path))
+
+
+def save_npz(path, obs: Observations, star: StarParams | None = None, n_cell: int | None = None) -> Path:
+    """Write observations (and optionally star parameters, grid size) as a problem ``.npz``."""
+    path = Path(path)
+    data = dict(times=np.asarray(obs.times), vels=np.asarray(obs.vels), flux=np.asarray(obs.flux),
+                err=np.asarray(obs.err))
+    if star is not None:
+        data.update(inclination=star.inclination, vsini=star.vsini_kms, period=star.period, t0=star.t0,
+                    domega=star.domega)
+    if n_cell is not None:
+        data["n_cell"] = int(n_cell)
+    tmp = path.with_name(path.stem + ".tmp.npz")
+    np.savez(tmp, **data)
+    tmp.replace(path)
+    return path

@@ -1,0 +1,227 @@
+"""One figure style for the package: journal sizes, fonts, PDF font type and colour maps.
+
+Every figure of :mod:`dopplermap.plot` (and of the search plots) is made with
+:func:`new_figure` and written with :func:`save_figure`; both apply :data:`RC` through
+``matplotlib.rc_context``, so the user's global ``rcParams`` are never changed (the
+notebook's own settings stay as they were). Figures are drawn at print size: 3.5 in
+(:data:`ONE_COLUMN`) or 7.1 in (:data:`TWO_COLUMN`) wide, as AAS, A&A and MNRAS set them,
+so a font of 8 pt in the file is 8 pt on the page.
+
+Colour maps: one per quantity (:data:`CMAPS`), perceptually uniform (lightness changes
+evenly along the map) and readable with the common colour-vision deficiencies
+(viridis and gray vary monotonically and evenly in lightness;
+RdBu is ColorBrewer's colour-blind-safe diverging scheme; the filling-factor maps are
+single-hue ramps built here, uniform in CIELAB lightness, symmetric in lightness). The
+same quantity has the same map in every figure: maps, orthographic views, dynamic spectra,
+uncertainty maps and search plots.
+
+* ``cool``: cool-spot filling factor, ``dm_cool``: white to dark blue at one hue, CIELAB
+  lightness falling linearly (:func:`lightness_ramp`).
+* ``hot``: hot-spot filling factor, ``dm_hot``: the same ramp in red. A spot is dark in its
+  component's map; blue cool and red hot agree with the dynamic spectra below.
+* ``total``: ``dm_total``, the same ramp in purple.
+* ``brightness``: continuum brightness relative to the photosphere, ``gray`` (the star as
+  a photograph would show it).
+* ``difference``: residuals and differences from the unspotted star (dynamic spectra),
+  ``RdBu`` centred on zero: positive (less absorption, the bump a cool spot makes) blue,
+  like cool spots in the maps; negative red. Gaps without data: :data:`GAP_COLOUR` grey.
+* ``uncertainty``: 1-sigma widths, ``viridis``. ``chi2``: Delta chi-square surfaces, ``viridis_r``.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+__all__ = ["lightness_ramp", "ONE_COLUMN", "TWO_COLUMN", "MIN_FONT_PT", "RC", "CMAPS", "LABELS", "GAP_COLOUR", "MODEL_COLOUR",
+           "context", "cmap", "new_figure", "save_figure"]
+
+ONE_COLUMN = 3.5
+"""Width (in) of a one-column journal figure."""
+TWO_COLUMN = 7.1
+"""Width (in) of a two-column (full-page-width) journal figure."""
+MIN_FONT_PT = 8.0
+"""Smallest font size (pt) in any figure, at print size."""
+
+FONT_PT = 8.0
+TITLE_PT = 9.0
+
+RC = {
+    "font.size": FONT_PT,
+    "axes.titlesize": TITLE_PT,
+    "axes.labelsize": FONT_PT,
+    "xtick.labelsize": FONT_PT,
+    "ytick.labelsize": FONT_PT,
+    "legend.fontsize": FONT_PT,
+    "legend.title_fontsize": FONT_PT,
+    "figure.titlesize": TITLE_PT,
+    "font.family": "sans-serif",
+    "font.sans-serif": ["DejaVu Sans"],  # shipped with matplotlib: the same glyphs on every machine
+    "mathtext.fontset": "dejavusans",
+    "pdf.fonttype": 42,  # TrueType (Type 42) in PDF and PS: editable text, accepted by journals
+    "ps.fonttype": 42,
+    "svg.fonttype": "path",
+    "axes.linewidth": 0.6,
+    "xtick.major.width": 0.6,
+    "ytick.major.width": 0.6,
+    "xtick.minor.width": 0.4,
+    "ytick.minor.width": 0.4,
+    "xtick.major.size": 3.0,
+    "ytick.major.size": 3.0,
+    "xtick.direction": "out",
+    "ytick.direction": "out",
+    "lines.linewidth": 1.0,
+    "lines.markersize": 3.0,
+    "legend.frameon": False,
+    "figure.dpi": 100,
+    "savefig.dpi": 300,
+    "savefig.facecolor": "white",
+    "image.interpolation": "nearest",
+}
+"""matplotlib settings of every dopplermap figure (applied with ``rc_context``)."""
+
+CMAPS = {
+    "cool": "dm_cool",
+    "hot": "dm_hot",
+    "total": "dm_total",
+    "brightness": "gray",
+    "difference": "RdBu",
+    "uncertainty": "viridis",
+    "chi2": "viridis_r",
+}
+"""Quantity -> matplotlib colour map name (see the module docstring)."""
+
+LABELS = {
+    "cool": "cool-spot filling factor",
+    "hot": "hot-spot filling factor",
+    "total": "total spot filling factor",
+    "brightness": "relative brightness",
+    "difference": "difference",
+    "uncertainty": "1σ uncertainty",
+    "chi2": "Δχ²",
+}
+"""Quantity -> axis / colour-bar label."""
+
+GAP_COLOUR = (0.62, 0.62, 0.62, 1.0)
+"""Colour of image pixels without data (dynamic-spectrum gaps, unconstrained cells)."""
+MODEL_COLOUR = "#c0392b"
+"""Colour of model curves (profiles, light curve); data are black."""
+
+
+# hue (CIELAB hue angle, deg) and darkest lightness of the package's own single-hue ramps
+_RAMPS = {"dm_cool": (255.0, 22.0), "dm_hot": (35.0, 25.0), "dm_total": (305.0, 22.0)}
+
+
+def _lab_to_srgb(L, a, b):
+    """CIELAB (D65) -> sRGB in [0, 1] (unclipped) and whether each colour is in gamut."""
+    import numpy as np
+
+    fy = (L + 16.0) / 116.0
+    fx, fz = fy + a / 500.0, fy - b / 200.0
+
+    def finv(f):
+        return np.where(f > 6.0 / 29.0, f**3, 3.0 * (6.0 / 29.0) ** 2 * (f - 4.0 / 29.0))
+
+    xyz = np.stack([0.95047 * finv(fx), finv(fy), 1.08883 * finv(fz)], axis=-1)
+    m = np.array([[3.2404542, -1.5371385, -0.4985314], [-0.9692660, 1.8760108, 0.0415560],
+                  [0.0556434, -0.2040259, 1.0572252]])
+    lin = xyz @ m.T
+    ok = np.all((lin >= -1e-9) & (lin <= 1 + 1e-9), axis=-1)
+    lin = np.clip(lin, 0.0, 1.0)
+    rgb = np.where(lin <= 0.0031308, 12.92 * lin, 1.055 * lin ** (1 / 2.4) - 0.055)
+    return rgb, ok
+
+
+def lightness_ramp(name: str, hue: float, l_dark: float, l_light: float = 98.0, n: int = 256):
+    """A sequential colour map of one CIELAB hue whose lightness L* falls linearly from
+    ``l_light`` to ``l_dark``; the chroma is 85 % of the largest in gamut at each lightness
+    (so the hue stays readable at both ends). Lightness carries the value, which is what
+    survives any colour-vision deficiency and greyscale printing."""
+    import numpy as np
+    from matplotlib.colors import ListedColormap
+
+    L = np.linspace(l_light, l_dark, n)
+    h = np.radians(hue)
+    lo, hi = np.zeros(n), np.full(n, 150.0)
+    for _ in range(40):  # bisection on the largest in-gamut chroma per lightness
+        mid = 0.5 * (lo + hi)
+        _, ok = _lab_to_srgb(L, mid * np.cos(h), mid * np.sin(h))
+        lo, hi = np.where(ok, mid, lo), np.where(ok, hi, mid)
+    c = 0.85 * lo
+    rgb, _ = _lab_to_srgb(L, c * np.cos(h), c * np.sin(h))
+    return ListedColormap(rgb, name=name)
+
+
+_OWN: dict = {}  # the ramps, built on first use (not registered with matplotlib: no global state)
+
+
+def _colormap(name: str):
+    import matplotlib
+
+    if name in _RAMPS:
+        if name not in _OWN:
+            _OWN[name] = lightness_ramp(name, *_RAMPS[name])
+        return _OWN[name]
+    return matplotlib.colormaps[name]
+
+
+def context():
+    """``rc_context`` with :data:`RC`: wrap figure creation and saving in it.
+
+    ``rcParams`` is one dict per process, so to draw from several threads enter this once
+    around them all (as :func:`dopplermap.plot.plot_result` does): the threads' own
+    contexts then set and restore the same values.
+    """
+    import matplotlib
+
+    return matplotlib.rc_context(RC)
+
+
+def cmap(quantity: str):
+    """The colour map of ``quantity`` (a key of :data:`CMAPS`); missing data drawn :data:`GAP_COLOUR`."""
+    from .errors import DopplermapInputError
+
+    if quantity not in CMAPS:
+        raise DopplermapInputError(f"quantity must be one of {tuple(CMAPS)}, got {quantity!r}")
+    return _colormap(CMAPS[quantity]).with_extremes(bad=GAP_COLOUR)
+
+
+def new_figure(width: float, height: float, **kwargs):
+    """A :class:`matplotlib.figure.Figure` of ``width`` x ``height`` inches with an Agg canvas.
+
+    No pyplot: the figure belongs to no GUI and no global state; Jupyter displays it when
+    it is the value of a cell. ``kwargs`` go to ``Figure`` (e.g. ``layout="constrained"``).
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    with context():
+        fig = Figure(figsize=(width, height), **kwargs)
+        FigureCanvasAgg(fig)
+    return fig
+
+
+def save_figure(fig, path, *, dpi: float | None = None) -> Path:
+    """Write ``fig`` to ``path`` (format from the suffix) through a temporary file; returns the path.
+
+    ``dpi`` defaults to 150 for PNG (sharp on screen, small files) and to :data:`RC`'s
+    ``savefig.dpi`` for the images inside vector formats.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fmt = path.suffix.lstrip(".").lower() or "png"
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=f".{fmt}", dir=path.parent)
+    os.close(fd)
+    try:
+        kw = {"pil_kwargs": {"compress_level": 1}} if fmt == "png" else {}
+        with context():
+            fig.savefig(tmp, dpi=dpi if dpi is not None else (150 if fmt == "png" else RC["savefig.dpi"]),
+                        format=fmt, facecolor="white", **kw)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
