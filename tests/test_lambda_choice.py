@@ -180,7 +180,6 @@ def test_grid_command_reports_one_criterion(tmp_path, monkeypatch):
     flux = np.ones((times.size, vels.size))
     save_problem(tmp_path / "p.npz", dm.Observations.create(times, vels, flux, 1e-3 * flux), star, n_cell=100)
     monkeypatch.setattr(search, "grid_search", lambda *a, **k: _rows())
-    monkeypatch.setattr(search, "plot_grid", lambda *a, **k: None)
     rc = main(["grid", str(tmp_path / "p.npz"), "--param", "inclination=40,50,60,70", "--out", str(tmp_path / "o"),
                "--delta-chi2", "5"])
     assert rc == 0
