@@ -121,6 +121,9 @@ exact ones (mean-normalised, continuum ~1). The float32 cube rounds the profiles
 (the model docstring); the binned model promises ``synthesis_tol`` before the mean
 normalisation and the rv shift (which scale it by ~1/mean, about 1.1 here)."""
 
+APPROX_GRAD_RTOL = {"folded_float32": 1e-4, "binned": 1e-6}
+"""Their gradients, relative to max |grad| (measured: float32 up to 1.5e-5, binned 7e-8)."""
+
 
 def build_form(form: str, scn: Scenario) -> model.Precomputed:
     """The model of ``form`` for a scenario (padded as a grid search pads it, if the scenario says so)."""

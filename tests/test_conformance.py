@@ -98,6 +98,7 @@ def test_form_value_and_gradient_match_dense(form, name):
         err = float(np.max(np.abs(prof - H.exact_profiles(scn, x))))
         assert err <= _profile_atol(form, scn), (form, name, err)
         assert abs(v - v0) <= H.loss_bound(scn, x, err) * (1 + 1e-6) + 1e-14 * abs(v0)
+        assert _grad_err(g, g0) <= H.APPROX_GRAD_RTOL[form], (form, name, _grad_err(g, g0))
 
 
 @pytest.mark.parametrize("name", ["plain", "mu_dependent"])
