@@ -138,10 +138,13 @@ maxiter = 60
 def test_invert_runs_end_to_end(tmp_path, capsys):
     sim = _dataset(tmp_path)
     out_dir = tmp_path / "res"
-    assert main(["invert", str(tmp_path / "target.toml"), "--out", str(out_dir), "--quiet"]) == 0
+    rc = main(["invert", str(tmp_path / "target.toml"), "--out", str(out_dir), "--quiet"])
     out = capsys.readouterr()
-    assert "chi2(lc)" in out.out and out.err == ""  # --quiet: no progress display
     summary = json.loads((out_dir / "summary.json").read_text())
+    assert rc == (0 if summary["success"] else 3)  # 3: written, but stopped on maxiter = 60
+    # --quiet: no progress display; only the run's warnings (also in summary.json)
+    assert "chi2(lc)" in out.out and all(w in out.err for w in summary["warnings"])
+    assert "iteration" not in out.err.replace("iteration limit", "")
     assert summary["complete"] and summary["n_epoch"] == 10 and summary["n_lc"] == 120
     assert np.isfinite(summary["chi2_lc"]) and summary["chi2"] < 5.0 and summary["method"] == "dense"  # "auto" at this size
     for name in ("map.fits", "profiles.fits", "config.json", "config.toml"):
@@ -157,7 +160,10 @@ def test_invert_runs_end_to_end(tmp_path, capsys):
     assert res.config["command"] == "invert" and res.config["inversion"]["maxiter"] == 60
     # the model written is the fit's; rerunning replaces the folder, --no-plots draws nothing
     assert np.max(np.abs(res.model - res.obs.flux) / res.obs.err) < 10.0
-    assert main(["invert", str(tmp_path / "target.toml"), "--out", str(out_dir), "--quiet", "--no-plots"]) == 0
+    assert main(["invert", str(tmp_path / "target.toml"), "--out", str(out_dir), "--quiet", "--no-plots"]) == 2
+    assert "--overwrite" in capsys.readouterr().err  # an earlier result is replaced only on request
+    assert main(["invert", str(tmp_path / "target.toml"), "--out", str(out_dir), "--quiet", "--no-plots",
+                 "--overwrite"]) in (0, 3)
     assert not list(out_dir.glob("*.png")) and json.loads((out_dir / "summary.json").read_text())["figures"] == []
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".res")]  # no partial folders left
 
@@ -166,8 +172,9 @@ def test_cool_only_target_writes_a_cool_only_result(tmp_path):
     _dataset(tmp_path, n_epoch=5, n_cell=120, lightcurve=False)
     cfg_path = tmp_path / "target.toml"
     cfg_path.write_text(cfg_path.read_text().replace("[inversion]", '[inversion]\nfit_components = ["cool"]'))
-    assert main(["invert", str(cfg_path), "--out", str(tmp_path / "res"), "--quiet", "--no-plots"]) == 0
+    rc = main(["invert", str(cfg_path), "--out", str(tmp_path / "res"), "--quiet", "--no-plots"])
     res = dm.load_result(tmp_path / "res")
+    assert rc == (0 if res.success else 3)  # 3: written, but stopped on maxiter = 60
     assert res.fit_components == ("cool",) and np.all(res.fssh == 1e-5)
     from astropy.io import fits
 
@@ -312,7 +319,8 @@ def test_invert_with_the_device_solver(tmp_path, capsys):
     toml = tmp_path / "target.toml"
     toml.write_text(toml.read_text().replace("maxiter = 60", 'maxiter = 60\nsolver = "projected_lbfgs"'))
     out_dir = tmp_path / "res"
-    assert main(["invert", str(toml), "--out", str(out_dir), "--quiet", "--no-plots"]) == 0
+    rc = main(["invert", str(toml), "--out", str(out_dir), "--quiet", "--no-plots"])
     summary = json.loads((out_dir / "summary.json").read_text())
+    assert rc == (0 if summary["success"] else 3)
     assert summary["solver"] == "projected_lbfgs" and summary["complete"]
     assert np.isfinite(summary["chi2_lc"]) and summary["chi2"] < 5.0

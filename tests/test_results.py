@@ -201,7 +201,7 @@ def test_bad_paths_and_inputs(result, tmp_path):
     with pytest.raises(ValueError, match="not a complete"):
         dm.load_result(other)
     dm.save_result(result, tmp_path / "r", plots=False)
-    with pytest.raises(ValueError, match="overwrite=False"):
+    with pytest.raises(ValueError, match="overwrite=True"):
         dm.save_result(result, tmp_path / "r", plots=False, overwrite=False)
     (tmp_path / "r" / "summary.json").write_text("{broken")
     with pytest.raises(ValueError, match="not valid JSON"):

@@ -1,15 +1,21 @@
 """Command-line interface: ``dopplermap COMMAND ...``.
 
 ``main(argv=None) -> int`` is the entry point (tests call it directly). User errors
-(bad files, bad values) print one line ``error: ...`` and return 2; each command lives in
-a module of :mod:`dopplermap.commands` that defines ``register(group)``.
+(bad files, bad values: :class:`~dopplermap.errors.DopplermapInputError`, click usage
+errors) print one line ``error: ...`` and return 2; any other exception is a bug of ours:
+traceback, a request to report it, status 1. A written result whose solve did not
+converge returns 3. Each command lives in a module of :mod:`dopplermap.commands` that
+defines ``register(group)``.
 """
 
 from __future__ import annotations
 
+import errno
 import importlib
 import logging
+import os
 import sys
+import traceback
 
 import click
 
@@ -23,25 +29,71 @@ COMMAND_MODULES = (
     "dopplermap.commands.target",
     "dopplermap.commands.search",
     "dopplermap.commands.report",
+    "dopplermap.commands.zdipy",
 )
+
+
+EXIT_OK = 0
+EXIT_BUG = 1
+EXIT_USER = 2
+EXIT_NOT_CONVERGED = 3
+"""Exit status of ``invert``, ``invert-seed`` and ``demo`` when the result was written but
+the solve stopped before meeting its tolerance (iteration limit or line-search failure)."""
+EXIT_INTERRUPTED = 130
+
+# errors of the environment the user controls (disk full, read-only, permissions): one line
+_USER_ERRNOS = {errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM, errno.EDQUOT}
 
 
 class UserError(click.ClickException):
     """An error in the user's input: printed as one line, exit status 2."""
 
-    exit_code = 2
+    exit_code = EXIT_USER
 
     def show(self, file=None):
         click.echo(f"error: {self.format_message()}", err=True)
 
 
+def _verbosity(ctx, param, value):
+    """``-v``/``-q`` given after the subcommand add to those given before it."""
+    if value:
+        root = ctx.find_root()
+        root.meta["dopplermap.verbose"] = root.meta.get("dopplermap.verbose", 0) + value
+        _configure_logging(root.meta["dopplermap.verbose"])
+    return value
+
+
+def _configure_logging(verbose: int) -> None:
+    level = logging.WARNING if verbose <= 0 else logging.INFO if verbose == 1 else logging.DEBUG
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", force=True)
+    # JAX's and Dask's own INFO logs are noise unless asked for with -vv
+    quiet_others = logging.WARNING if verbose < 2 else logging.DEBUG
+    for name in ("jax", "jax._src", "distributed", "dask", "bokeh", "tornado"):
+        logging.getLogger(name).setLevel(quiet_others)
+    # Dask worker processes read their log level from the environment they inherit
+    os.environ["DASK_LOGGING__DISTRIBUTED"] = "warning" if verbose < 2 else "info"
+
+
+def _max_memory(ctx, param, value):
+    if value is not None:
+        from .memory import ENV, parse_size
+
+        parse_size(value)  # a bad value is a one-line error
+        os.environ[ENV] = str(value)
+    return value
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="dopplermap")
-@click.option("-v", "--verbose", count=True, help="More log output (-vv for debug).")
+@click.option("-v", "--verbose", count=True, help="More log output (-vv for debug, with JAX and Dask logs).")
+@click.option("--max-memory", default=None, callback=_max_memory, expose_value=False,
+              help="Refuse grids, models and searches estimated to need more than this (e.g. 8G); "
+                   "default: the memory available.")
 def group(verbose: int):
     """dopplermap: stellar Doppler imaging on JAX."""
-    level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
-    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    root = click.get_current_context().find_root()
+    root.meta["dopplermap.verbose"] = root.meta.get("dopplermap.verbose", 0) + verbose
+    _configure_logging(root.meta["dopplermap.verbose"])
     from .cache import enable_compilation_cache  # persistent XLA cache ($DOPPLERMAP_CACHE_DIR=off disables)
     enable_compilation_cache()
 
@@ -49,22 +101,87 @@ def group(verbose: int):
 for _mod in COMMAND_MODULES:
     importlib.import_module(_mod).register(group)
 
+# every subcommand also takes -v after its name (dopplermap invert target.toml -v)
+for _cmd in group.commands.values():
+    if not any(o.name == "verbose_after" for o in _cmd.params):
+        _cmd.params.append(click.Option(["-v", "--verbose", "verbose_after"], count=True, expose_value=False,
+                                        callback=_verbosity, is_eager=True,
+                                        help="More log output (-vv for debug)."))
+
+
+def exit_status(summary: dict) -> int:
+    """:data:`EXIT_NOT_CONVERGED` for a written result whose solve did not converge, else 0."""
+    if summary.get("success", True):
+        return EXIT_OK
+    click.echo(f"warning: the solve did not converge ({summary.get('stop_reason')}); the result was written, "
+               f"exit status {EXIT_NOT_CONVERGED}", err=True)
+    return EXIT_NOT_CONVERGED
+
+
+def _report_bug(exc: BaseException) -> None:
+    traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
+    click.echo(f"internal error: this is a bug in dopplermap {__version__}, not a problem with your input. "
+               "Please report it with the command line and the traceback above.", err=True)
+
+
+def _print_warnings(seen) -> None:
+    if seen:
+        click.echo(f"{len(seen)} warning(s) (also in summary.json where a result was written):", err=True)
+        for msg in seen:
+            click.echo(f"  warning: {msg}", err=True)
+
 
 def main(argv=None) -> int:
-    """Run the CLI; returns the exit status instead of exiting."""
-    try:
-        group.main(args=list(sys.argv[1:] if argv is None else argv), prog_name="dopplermap",
-                   standalone_mode=False)
-    except click.exceptions.Abort:
-        click.echo("aborted", err=True)
-        return 130
-    except click.ClickException as exc:
-        exc.show()
-        return exc.exit_code
-    except (ValueError, FileNotFoundError, KeyError, PermissionError) as exc:
-        click.echo(f"error: {exc}", err=True)
-        return 2
-    return 0
+    """Run the CLI; returns the exit status instead of exiting.
+
+    0: done. 1: an internal error (a bug: traceback printed). 2: a user error (bad input,
+    bad option, unusable output folder, disk full: one line ``error: ...``). 3: result
+    written but the solve did not converge (:data:`EXIT_NOT_CONVERGED`). 130: interrupted.
+    The run's :class:`~dopplermap.errors.DopplermapWarning` s are listed at the end.
+    """
+    from .errors import DopplermapInputError, collect_warnings
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    with collect_warnings() as seen:
+        try:
+            rv = group.main(args=args, prog_name="dopplermap", standalone_mode=False)
+        except (click.exceptions.Abort, KeyboardInterrupt):
+            click.echo("interrupted", err=True)
+            rv = EXIT_INTERRUPTED
+        except click.exceptions.Exit as exc:
+            rv = exc.exit_code
+        except click.UsageError as exc:
+            hint = f" (see: dopplermap {exc.ctx.info_name} --help)" if exc.ctx is not None and exc.ctx.parent else ""
+            click.echo(f"error: {exc.format_message()}{hint}".replace("\n", " "), err=True)
+            rv = EXIT_USER
+        except click.ClickException as exc:
+            exc.show()
+            rv = exc.exit_code
+        except DopplermapInputError as exc:
+            click.echo(f"error: {exc}", err=True)
+            rv = EXIT_USER
+        except ImportError as exc:
+            if "pip install" in str(exc):  # an optional dependency the user can install
+                click.echo(f"error: {exc}", err=True)
+                rv = EXIT_USER
+            else:
+                _report_bug(exc)
+                rv = EXIT_BUG
+        except OSError as exc:
+            if exc.errno in _USER_ERRNOS:
+                click.echo(f"error: {exc.strerror}: {exc.filename or exc}", err=True)
+                rv = EXIT_USER
+            else:
+                _report_bug(exc)
+                rv = EXIT_BUG
+        except Exception as exc:  # anything else is ours
+            _report_bug(exc)
+            rv = EXIT_BUG
+    _print_warnings(seen)
+    results = sys.modules.get("dopplermap.io.results")
+    if results is not None and results._PREFETCH is not None:  # never exit while it imports (abort 134)
+        results._PREFETCH.join(timeout=60)
+    return rv if isinstance(rv, int) else EXIT_OK
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -32,10 +32,16 @@ class DataConfig:
     format: str = "auto"
     times_table: str | None = None
     time_pattern: str | None = None
-    time_scale: str = "BJD"
+    time_scale: str = "BJD_TDB"
     velocity_range: tuple[float, ...] | None = None
     lightcurve: str | None = None
     lightcurve_format: str = "auto"
+    fits_columns: tuple[str, ...] | None = None
+    lightcurve_column: str = "auto"
+    lightcurve_unit: str = "flux"
+    lightcurve_time_scale: str | None = None
+    lightcurve_bin: float | None = None
+    lightcurve_bin_unit: str = "d"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,6 +53,10 @@ class StarConfig:
     t0: float = 0.0
     domega: float = 0.0
     mass: float | None = None
+    systemic_velocity: float = 0.0
+    t0_scale: str | None = None
+    ra: float | None = None
+    dec: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -228,10 +238,30 @@ def _validate(cfg: TargetConfig):
         raise DopplermapInputError(f"{s}: [data] format must be auto, donati, text or fits, got {d.format!r}")
     if (d.times_table is None) == (d.time_pattern is None):
         raise DopplermapInputError(f"{s}: [data] give exactly one of times_table or time_pattern")
-    if d.time_scale not in ("BJD", "HJD"):
-        raise DopplermapInputError(f"{s}: [data] time_scale must be 'BJD' or 'HJD', got {d.time_scale!r}")
+    from .io.times import parse_time_scale
+
+    parse_time_scale(d.time_scale, f"{s}: [data] time_scale")
+    if d.lightcurve_time_scale is not None:
+        parse_time_scale(d.lightcurve_time_scale, f"{s}: [data] lightcurve_time_scale")
+    if cfg.star.t0_scale is not None:
+        parse_time_scale(cfg.star.t0_scale, f"{s}: [star] t0_scale")
+    if d.lightcurve_unit not in ("flux", "mag"):
+        raise DopplermapInputError(f"{s}: [data] lightcurve_unit must be 'flux' or 'mag', got {d.lightcurve_unit!r}")
+    if d.lightcurve_bin_unit not in ("d", "phase"):
+        raise DopplermapInputError(f"{s}: [data] lightcurve_bin_unit must be 'd' or 'phase', got {d.lightcurve_bin_unit!r}")
+    if d.lightcurve_bin is not None:
+        _positive(f"{s}: [data] lightcurve_bin", d.lightcurve_bin)
+        if d.lightcurve_bin_unit == "phase" and d.lightcurve_bin > 0.5:
+            raise DopplermapInputError(f"{s}: [data] lightcurve_bin in phase must be <= 0.5, got {d.lightcurve_bin!r}")
+    if (cfg.star.ra is None) != (cfg.star.dec is None):
+        raise DopplermapInputError(f"{s}: [star] give both ra and dec (deg) or neither, got ra={cfg.star.ra!r}, dec={cfg.star.dec!r}")
+    if cfg.star.ra is not None and not (0 <= cfg.star.ra < 360 and -90 <= cfg.star.dec <= 90):
+        raise DopplermapInputError(f"{s}: [star] need 0 <= ra < 360 and -90 <= dec <= 90 deg, got ra={cfg.star.ra!r}, dec={cfg.star.dec!r}")
     if d.velocity_range is not None and (len(d.velocity_range) != 2 or d.velocity_range[0] >= d.velocity_range[1]):
         raise DopplermapInputError(f"{s}: [data] velocity_range must be [min, max] with min < max, got {list(d.velocity_range)}")
+    if d.fits_columns is not None and (len(d.fits_columns) != 3 or len(set(d.fits_columns)) != 3):
+        raise DopplermapInputError(f"{s}: [data] fits_columns must name 3 different columns (velocity, intensity, error), "
+                                   f"got {list(d.fits_columns)}")
     st = cfg.star
     if not 0 < st.inclination <= 90:
         raise DopplermapInputError(f"{s}: [star] inclination must be in (0, 90] deg, got {st.inclination!r}")
@@ -241,6 +271,9 @@ def _validate(cfg: TargetConfig):
     for k in ("vsini", "radius", "mass"):
         if getattr(st, k) is not None:
             _positive(f"{s}: [star] {k}", getattr(st, k))
+    if abs(st.systemic_velocity) > 2000.0:
+        raise DopplermapInputError(f"{s}: [star] systemic_velocity {st.systemic_velocity!r} km/s is beyond any star's "
+                                   f"(|v| <= 2000): give it in km/s")
     for k in ("phot", "cool", "hot"):
         _positive(f"{s}: [temperatures] {k}", getattr(cfg.temperatures, k))
     ln = cfg.line
@@ -338,19 +371,29 @@ TEMPLATE = '''# dopplermap target configuration. Run it with:  dopplermap invert
 [data]
 profiles = ["profiles/*.lsd"]        # LSD files (glob patterns allowed), one per epoch
 format = "auto"                      # auto | donati | text | fits
-times_table = "times.csv"            # CSV: file name, time (BJD or HJD) ...
+times_table = "times.csv"            # CSV/ECSV: file, time (BJD or HJD)[, v_sys km/s] ...
 # time_pattern = 'BJD=(?P<time>[0-9.]+)'   # ... or a regex on the file names (not both)
-time_scale = "BJD"                   # BJD | HJD: the scale of the times and of [star] t0
-# velocity_range = [-60.0, 60.0]     # use only this part of the profiles
-# lightcurve = "lightcurve.csv"      # time, flux (any units), error; fitted jointly if given
+time_scale = "BJD_TDB"               # BJD_TDB | HJD | JD | MJD | BTJD | BKJD | 'BJD-2450000' ... of the times and t0
+# velocity_range = [-60.0, 60.0]     # fit only this part, km/s around the line centre (v - v_sys)
+# fits_columns = ["VEL", "I", "ERR"] # FITS profiles: names of the velocity, intensity, error columns
+# lightcurve = "lightcurve.csv"      # time, flux (any units), error; or a TESS/Kepler *_lc.fits; fitted jointly
+# lightcurve_column = "auto"         # FITS flux column (auto: PDCSAP_FLUX of mission files) | "SAP_FLUX" ...
+# lightcurve_unit = "flux"           # flux | mag (magnitudes are converted to flux)
+# lightcurve_time_scale = "BTJD"     # text light curves (default: time_scale); mission FITS use their keywords
+# lightcurve_bin = 0.01              # bin before fitting (inverse-variance weighted means) ...
+# lightcurve_bin_unit = "phase"      # ... in days ("d") or in rotation phase ("phase")
 
 [star]
 inclination = 60.0                   # deg
 vsini = 40.0                         # km/s (or give radius = R_eq in R_sun instead)
 period = 2.0                         # days (equatorial)
-t0 = 0.0                             # time of phase 0, same scale as the times
+t0 = 0.0                             # time of phase 0, in time_scale (or in t0_scale)
+# t0_scale = "HJD"                   # the scale of t0 when it differs from [data] time_scale
 domega = 0.0                         # differential rotation, rad/day
 # mass = 1.0                         # M_sun, needed for gravity darkening
+# systemic_velocity = -19.8          # km/s, line centre; profiles are shifted v -> v - v_sys (or per epoch in times_table)
+# ra = 322.85                        # deg (ICRS): with dec, moves HJD/JD/MJD times to the barycentre
+# dec = 23.335
 
 [temperatures]
 phot = 5000.0

@@ -19,8 +19,8 @@ from __future__ import annotations
 import contextlib
 import warnings
 
-__all__ = ["DopplermapError", "DopplermapInputError", "MissingFileError", "DopplermapWarning", "warn",
-           "collect_warnings"]
+__all__ = ["DopplermapError", "DopplermapInputError", "MissingFileError", "DopplermapWarning",
+           "ConvergenceWarning", "warn", "collect_warnings", "active_warnings"]
 
 
 class DopplermapError(Exception):
@@ -39,9 +39,33 @@ class DopplermapWarning(UserWarning):
     """Suspicious but legal input, or a result to check before trusting it."""
 
 
-def warn(message: str, *, stacklevel: int = 2) -> None:
-    """Emit a :class:`DopplermapWarning` attributed to the caller's caller."""
-    warnings.warn(message, DopplermapWarning, stacklevel=stacklevel + 1)
+class ConvergenceWarning(DopplermapWarning):
+    """A solve stopped before meeting its tolerance (iteration limit, line-search failure)."""
+
+
+def warn(message: str, *, stacklevel: int = 2, category: type = DopplermapWarning) -> None:
+    """Emit a :class:`DopplermapWarning` (or ``category``) attributed to the caller's caller."""
+    warnings.warn(message, category, stacklevel=stacklevel + 1)
+
+
+class _Collected(list):
+    """The messages of :func:`collect_warnings`; ``categories`` maps each to its class."""
+
+    def __init__(self):
+        super().__init__()
+        self.categories: dict[str, type] = {}
+
+    def of(self, category: type) -> list[str]:
+        """The messages of ``category`` (or a subclass)."""
+        return [m for m in self if issubclass(self.categories[m], category)]
+
+
+_ACTIVE: list[_Collected] = []
+
+
+def active_warnings() -> list[str]:
+    """The messages collected so far by the innermost :func:`collect_warnings` ([] outside one)."""
+    return list(_ACTIVE[-1]) if _ACTIVE else []
 
 
 @contextlib.contextmanager
@@ -52,7 +76,7 @@ def collect_warnings(echo=None):
     raised; ``echo``, if given, is called with each new message at that moment (the CLI
     prints it). Other warning categories are shown as usual.
     """
-    seen: list[str] = []
+    seen = _Collected()
     with warnings.catch_warnings():  # restores the filters and showwarning on exit
         warnings.simplefilter("always", DopplermapWarning)
         shown = warnings.showwarning
@@ -63,8 +87,13 @@ def collect_warnings(echo=None):
             msg = str(message)
             if msg not in seen:
                 seen.append(msg)
+                seen.categories[msg] = category
                 if echo is not None:
                     echo(msg)
 
         warnings.showwarning = record
-        yield seen
+        _ACTIVE.append(seen)
+        try:
+            yield seen
+        finally:
+            _ACTIVE.remove(seen)

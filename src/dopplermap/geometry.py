@@ -20,6 +20,7 @@ import numpy as np
 from . import _x64  # noqa: F401  (float64 JAX for every numeric module)
 from .constants import DAY_S, R_SUN_KM
 from .errors import DopplermapInputError
+from .units import to_days, to_epoch, to_unit
 
 __all__ = ["StarParams", "rotation_phase", "cell_geometry", "CellGeometry"]
 
@@ -35,6 +36,10 @@ class StarParams:
         t0: reference time of phase 0, days (same time scale as the epochs).
         domega: differential-rotation shear dOmega, rad/day (0 = rigid rotation).
         radius: equatorial radius, solar radii; used when ``vsini`` is None.
+
+    Each may also be an astropy Quantity (``vsini=40000 * u.m / u.s``, ``inclination=1 * u.rad``,
+    ``domega=0.02 * u.rad / u.d``) and ``t0`` an astropy ``Time`` (taken to BJD_TDB, see
+    :mod:`dopplermap.units`); they are converted to the units above.
     """
 
     inclination: float = 60.0
@@ -45,6 +50,16 @@ class StarParams:
     radius: float | None = None
 
     def __post_init__(self):
+        conv = {"inclination": lambda x: to_unit(x, "deg", "inclination"),
+                "vsini": lambda x: to_unit(x, "km/s", "vsini"),
+                "period": lambda x: to_days(x, "period"),
+                "t0": lambda x: to_epoch(x, "t0"),
+                "domega": lambda x: to_unit(x, "rad/d", "domega"),
+                "radius": lambda x: to_unit(x, "R_sun", "radius")}
+        for name, f in conv.items():
+            v = getattr(self, name)
+            if v is not None and not isinstance(v, (int, float)):
+                object.__setattr__(self, name, f(v))  # frozen: convert Quantity/Time once, at construction
         check_star(self)
 
     @property
@@ -88,7 +103,8 @@ def check_star(star: StarParams) -> None:
 
 
 def rotation_phase(times, t0: float, period: float):
-    """Rotation phase in cycles (not wrapped): ``(times - t0) / period``."""
+    """Rotation phase in cycles (not wrapped): ``(times - t0) / period`` (Times and Quantities accepted)."""
+    times, t0, period = to_epoch(times, "times"), to_epoch(t0, "t0"), to_days(period, "period")
     return (jnp.asarray(times) - t0) / period
 
 

@@ -15,6 +15,7 @@ import dataclasses
 import numpy as np
 
 from .errors import DopplermapInputError
+from .memory import check_grid_size
 
 __all__ = ["SurfaceGrid", "latitude_band_grid", "healpix_grid", "make_grid"]
 
@@ -84,6 +85,7 @@ def latitude_band_grid(n_cell: int) -> SurfaceGrid:
     if int(n_cell) != n_cell or n_cell < 8:
         raise DopplermapInputError(f"n_cell must be an integer >= 8, got {n_cell!r}")
     n_cell = int(n_cell)
+    check_grid_size(n_cell, "bands")
     counts = _band_counts(n_cell)
     cum = np.concatenate([[0], np.cumsum(counts)])
     sin_edges = -1.0 + 2.0 * cum / n_cell
@@ -127,12 +129,14 @@ def latitude_band_grid(n_cell: int) -> SurfaceGrid:
 
 def healpix_grid(nside: int) -> SurfaceGrid:
     """HEALPix grid (RING ordering) with ``12 nside^2`` cells; needs ``healpy``."""
+    if int(nside) != nside or nside < 1 or (int(nside) & (int(nside) - 1)) != 0:
+        raise DopplermapInputError(f"nside must be a power of 2, got {nside!r}")
+    nside = int(nside)
+    check_grid_size(12 * nside ** 2, "healpix")  # before importing healpy (slow)
     try:
         import healpy as hp
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ImportError("healpix grids need healpy: pip install 'dopplermap[healpix]'") from exc
-    if nside < 1 or (nside & (nside - 1)) != 0:
-        raise DopplermapInputError(f"nside must be a power of 2, got {nside!r}")
     npix = hp.nside2npix(nside)
     theta, phi = hp.pix2ang(nside, np.arange(npix))
     nb = hp.get_all_neighbours(nside, np.arange(npix))  # (8, npix), -1 where missing

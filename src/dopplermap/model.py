@@ -42,9 +42,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _device, _linops, plan
+from .diagnostics import check_velocity_window
 from .errors import DopplermapInputError
 from .geometry import StarParams, cell_geometry, check_star
 from .grid import SurfaceGrid
+from .memory import check_precompute_size
 from .profiles import ComponentSet
 
 __all__ = ["LineModel", "Precomputed", "precompute", "synthesize", "forward", "apply_nuisance",
@@ -318,6 +320,8 @@ def precompute(grid: SurfaceGrid, star: StarParams, times, vels, components: Com
     times = _check_times(times)
     if method not in plan.METHODS:
         raise DopplermapInputError(f"method must be 'auto', 'binned' or 'dense', got {method!r}")
+    check_precompute_size(grid.n_cell, times.size, vels.size, method)  # before the (E, C) arrays
+    check_velocity_window(vels, float(star.vsini_kms))
     geo = cell_geometry(grid.lat, grid.lon, grid.area, times, star.inclination, star.vsini_kms,
                         star.period, star.t0, star.domega, xp=np)
     mu = np.asarray(geo.mu)

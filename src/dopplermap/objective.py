@@ -41,6 +41,7 @@ from . import _device
 from .constants import FILL_MIN
 from .errors import DopplermapInputError
 from .model import Precomputed, forward
+from .units import to_epoch, to_unit
 
 __all__ = ["Observations", "Layout", "chi2", "seed_entropy", "spotdipy_entropy", "tikhonov", "sum_excess",
            "regulariser_value", "objective_terms", "loss", "REGULARISERS", "DEFAULT_PENALTY", "SPOTDIPY_FLOOR"]
@@ -48,6 +49,7 @@ __all__ = ["Observations", "Layout", "chi2", "seed_entropy", "spotdipy_entropy",
 DEFAULT_PENALTY = 1e4
 SPOTDIPY_FLOOR = 1e-7
 
+_MAX_SPAN_KMS = 1.0e4  # no line profile spans 10^4 km/s: such a grid is in m/s (as io/lsd.py's readers)
 
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -66,16 +68,25 @@ class Observations:
 
     @classmethod
     def create(cls, times, vels, flux, err, *, source: str = "observations", normalise: bool = False):
-        """Validate and build; ``normalise`` divides each profile (and error) by its mean."""
-        times = np.atleast_1d(np.asarray(times, dtype=float))
-        vels = np.asarray(vels, dtype=float)
-        flux = np.asarray(flux, dtype=float)
-        err = np.asarray(err, dtype=float)
+        """Validate and build; ``normalise`` divides each profile (and error) by its mean.
+
+        ``times`` may be an astropy ``Time`` (taken to BJD_TDB) and ``vels`` a velocity
+        Quantity (converted to km/s); see :mod:`dopplermap.units`.
+        """
+        times = np.atleast_1d(np.asarray(to_epoch(times, f"{source}: times"), dtype=float))
+        vels = np.asarray(to_unit(vels, "km/s", f"{source}: vels"), dtype=float)
+        flux = np.asarray(to_unit(flux, "", f"{source}: flux"), dtype=float)
+        err = np.asarray(to_unit(err, "", f"{source}: err"), dtype=float)
         if vels.ndim != 1:
             raise DopplermapInputError(f"{source}: vels must be 1-D, got shape {vels.shape}")
+        if not np.all(np.isfinite(vels)):  # NaN compares false, so the order check below would pass it
+            raise DopplermapInputError(f"{source}: vels has NaN/inf values, first at index {int(np.argmin(np.isfinite(vels)))}")
         if np.any(np.diff(vels) <= 0):
             i = int(np.argmax(np.diff(vels) <= 0))
             raise DopplermapInputError(f"{source}: vels must be strictly increasing, vels[{i}]={vels[i]!r} >= vels[{i + 1}]={vels[i + 1]!r}")
+        if vels.size and float(vels[-1] - vels[0]) > _MAX_SPAN_KMS:
+            raise DopplermapInputError(f"{source}: vels span {float(vels[-1] - vels[0]):.6g} km/s, which only makes "
+                                       "sense in m/s: give km/s (divide by 1000) or a Quantity (vels * u.m / u.s)")
         want = (times.size, vels.size)
         for name, arr in (("flux", flux), ("err", err)):
             if arr.shape != want:

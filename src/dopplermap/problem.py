@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import glob
 from pathlib import Path
 
 import numpy as np
@@ -28,8 +27,9 @@ from .errors import DopplermapInputError, MissingFileError
 from .geometry import StarParams
 from .gravity import gravity_darkening_factors
 from .grid import SurfaceGrid, make_grid
-from .io.lightcurve import read_lightcurve
-from .io.lsd import load_observations, read_local_profile, read_lsd
+from .io.lightcurve import load_lightcurve
+from .io.lsd import load_profiles, read_local_profile
+from .io.times import epoch_times
 from .lightcurve import LightCurveBand, precompute_lightcurve
 from .model import precompute
 from .objective import Observations
@@ -90,6 +90,7 @@ class LightCurveData:
     band: object  # dopplermap.lightcurve.LightCurveBand
     fit_dilution: bool = False
     source: str = "light curve"
+    read: object | None = None  # dopplermap.io.lightcurve.LightCurveData: counts read, dropped, binned
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -207,34 +208,7 @@ def _line_components(cfg) -> ComponentSet:
     return ComponentSet(*[Component(p, ld, i) for p, ld, i in zip(profiles, lds, inten, strict=True)])
 
 
-def profile_files(cfg) -> list[str]:
-    """The profile files of ``[data] profiles`` (glob patterns expanded, sorted per pattern)."""
-    files = []
-    for pat in cfg.data.profiles:
-        full = str(cfg.path(pat))
-        hits = sorted(glob.glob(full)) if glob.has_magic(full) else ([full] if Path(full).is_file() else [])
-        if not hits:
-            raise DopplermapInputError(f"{cfg.source}: [data] profiles: nothing matches {pat!r} (looked for {full})")
-        files.extend(hits)
-    if len(set(files)) != len(files):
-        raise DopplermapInputError(f"{cfg.source}: [data] profiles: some files are matched by more than one pattern")
-    return files
-
-
-def _observations(cfg, files) -> Observations:
-    d = cfg.data
-    vels = None
-    if d.velocity_range is not None:
-        v0 = read_lsd(files[0], d.format).vels
-        vels = v0[(v0 >= d.velocity_range[0]) & (v0 <= d.velocity_range[1])]
-        if vels.size < 3:
-            raise DopplermapInputError(f"{cfg.source}: [data] velocity_range {list(d.velocity_range)} keeps "
-                                       f"{vels.size} points of {files[0]}")
-    return load_observations(files, times_table=cfg.path(d.times_table) if d.times_table else None,
-                             time_pattern=d.time_pattern, vels=vels, fmt=d.format, normalise=True)
-
-
-def _lightcurve_data(cfg) -> LightCurveData | None:
+def _lightcurve_data(cfg, star, profile_times) -> LightCurveData | None:
     d = cfg.data
     if d.lightcurve is None:
         return None
@@ -242,17 +216,23 @@ def _lightcurve_data(cfg) -> LightCurveData | None:
     lds = [LimbDarkening(lcc.limb_darkening, c) for c in (lcc.ld_phot, lcc.ld_cool, lcc.ld_hot)]
     band = (LightCurveBand(tuple(lds), tuple(lcc.intensity)) if lcc.intensity is not None
             else LightCurveBand.from_temperatures(temps.phot, temps.cool, temps.hot, lcc.wavelength_nm, lds))
-    data = read_lightcurve(cfg.path(d.lightcurve), d.lightcurve_format)
+    data = load_lightcurve(cfg.path(d.lightcurve), fmt=d.lightcurve_format, column=d.lightcurve_column,
+                           unit=d.lightcurve_unit, time_scale=d.lightcurve_time_scale, fallback_time_scale=d.time_scale,
+                           ra=cfg.star.ra, dec=cfg.star.dec, bin_width=d.lightcurve_bin, bin_unit=d.lightcurve_bin_unit,
+                           period=star.period, t0=star.t0, profile_times=profile_times)
     return LightCurveData(times=data.time, flux=data.flux, err=data.err, band=band, fit_dilution=lcc.fit_dilution,
-                          source=data.source)
+                          source=data.source, read=data)
 
 
 def from_config(cfg) -> Problem:
     """The problem a target configuration (:class:`dopplermap.config.TargetConfig`) describes."""
-    files = profile_files(cfg)
-    obs = _observations(cfg, files)
+    obs, files = load_profiles(cfg)  # [data] files, epochs, systemic velocity and window
     s = cfg.star
-    star = StarParams(inclination=s.inclination, vsini=s.vsini, period=s.period, t0=s.t0, domega=s.domega,
+    # every time to the internal BJD_TDB, once (dopplermap.io.times)
+    times, t0 = epoch_times(obs.times, s.t0, time_scale=cfg.data.time_scale, t0_scale=s.t0_scale, ra=s.ra, dec=s.dec,
+                            period=s.period, where=cfg.source)
+    obs = Observations.create(times, obs.vels, obs.flux, obs.err, source=cfg.source)
+    star = StarParams(inclination=s.inclination, vsini=s.vsini, period=s.period, t0=t0, domega=s.domega,
                       radius=s.radius)
     temps = (cfg.temperatures.phot, cfg.temperatures.cool, cfg.temperatures.hot)
     gravity = None
@@ -266,7 +246,7 @@ def from_config(cfg) -> Problem:
                         lc_weight=inv.lc_weight, solver=inv.solver, fit_components=tuple(inv.fit_components))
     return Problem(grid=make_grid(cfg.grid.kind, cfg.grid.n_cell, cfg.grid.nside), star=star, obs=obs,
                    components=_line_components(cfg), method=inv.method, gravity=gravity,
-                   lightcurve_data=_lightcurve_data(cfg), settings=settings, t_phot=float(temps[0]),
+                   lightcurve_data=_lightcurve_data(cfg, star, times), settings=settings, t_phot=float(temps[0]),
                    wavelength_nm=float(cfg.line.wavelength_nm), files=tuple(files), source=cfg.source)
 
 
@@ -291,18 +271,22 @@ def from_npz(path, *, n_cell: int = 400, settings: Settings = Settings(), seed: 
     path = Path(path)
     if not path.exists():
         raise MissingFileError(f"problem file {path} does not exist")
-    try:
-        npz = np.load(path)
+    try:  # every member is read here, so a damaged one is reported as a bad file
+        with np.load(path, allow_pickle=False) as z:
+            npz = {k: np.asarray(z[k]) for k in z.files}
     except Exception as exc:
-        raise DopplermapInputError(f"{path}: not a readable .npz file ({exc})") from None
-    missing = [k for k in ("times", "vels", "flux", "err") if k not in npz.files]
+        raise DopplermapInputError(f"{path}: not a readable .npz file ({type(exc).__name__}: {exc})") from None
+    missing = [k for k in ("times", "vels", "flux", "err") if k not in npz]
     if missing:
         raise DopplermapInputError(f"{path}: missing array(s) {missing}; need times, vels, flux, err")
+    for k in ("times", "vels", "flux", "err"):
+        if npz[k].dtype.kind not in "iuf":
+            raise DopplermapInputError(f"{path}: array {k!r} must hold numbers, got dtype {npz[k].dtype}")
     extra = {}
     for k in NPZ_SCALARS:
-        if k in npz.files:
-            v = np.asarray(npz[k])
-            if v.shape != () or not np.isfinite(v):
+        if k in npz:
+            v = npz[k]
+            if v.shape != () or v.dtype.kind not in "iuf" or not np.isfinite(v):
                 raise DopplermapInputError(f"{path}: {k} must be a finite scalar, got {v!r}")
             extra[k] = float(v)
     n_cell = int(extra.pop("n_cell", n_cell))
@@ -322,7 +306,7 @@ def save_npz(path, obs: Observations, star: StarParams | None = None, n_cell: in
                     domega=star.domega)
     if n_cell is not None:
         data["n_cell"] = int(n_cell)
-    tmp = path.with_name(path.stem + ".tmp.npz")
-    np.savez(tmp, **data)
-    tmp.replace(path)
+    from .atomic import write_file
+
+    write_file(path, lambda fh: np.savez(fh, **data))
     return path

@@ -23,6 +23,7 @@ from scipy.interpolate import CubicSpline
 from . import _x64  # noqa: F401  (float64 JAX for every numeric module)
 from .constants import C_MS, H_PLANCK, K_BOLTZMANN
 from .errors import DopplermapInputError
+from .units import to_unit
 
 __all__ = [
     "LocalProfile", "gaussian", "voigt", "tabulated", "LimbDarkening", "planck",
@@ -79,7 +80,8 @@ class LocalProfile:
 
 
 def gaussian(depth: float, fwhm: float) -> LocalProfile:
-    """Gaussian absorption line: ``1 - depth exp(-4 ln2 v^2 / fwhm^2)``; fwhm in km/s."""
+    """Gaussian absorption line: ``1 - depth exp(-4 ln2 v^2 / fwhm^2)``; fwhm in km/s (or a Quantity)."""
+    fwhm = to_unit(fwhm, "km/s", "fwhm")
     if not 0.0 <= depth < 1.0:
         raise DopplermapInputError(f"line depth must be in [0, 1), got {depth!r}")
     if not fwhm > 0.0:
@@ -88,7 +90,9 @@ def gaussian(depth: float, fwhm: float) -> LocalProfile:
 
 
 def voigt(depth: float, fwhm_gauss: float, fwhm_lorentz: float) -> LocalProfile:
-    """Voigt absorption line of central depth ``depth``; both FWHMs in km/s."""
+    """Voigt absorption line of central depth ``depth``; both FWHMs in km/s (or Quantities)."""
+    fwhm_gauss = to_unit(fwhm_gauss, "km/s", "fwhm_gauss")
+    fwhm_lorentz = to_unit(fwhm_lorentz, "km/s", "fwhm_lorentz")
     if not 0.0 <= depth < 1.0:
         raise DopplermapInputError(f"line depth must be in [0, 1), got {depth!r}")
     if not (fwhm_gauss > 0.0 and fwhm_lorentz >= 0.0):
@@ -97,8 +101,8 @@ def voigt(depth: float, fwhm_gauss: float, fwhm_lorentz: float) -> LocalProfile:
 
 
 def tabulated(velocity: Sequence[float], intensity: Sequence[float], name: str = "tabulated profile") -> LocalProfile:
-    """Tabulated profile (velocity km/s ascending, I/Ic), resampled by a cubic spline."""
-    v = np.asarray(velocity, dtype=float)
+    """Tabulated profile (velocity km/s ascending, or a Quantity; I/Ic), resampled by a cubic spline."""
+    v = np.asarray(to_unit(velocity, "km/s", f"{name}: velocity"), dtype=float)
     i = np.asarray(intensity, dtype=float)
     if v.ndim != 1 or v.shape != i.shape or v.size < 4:
         raise DopplermapInputError(f"{name}: velocity and intensity must be 1-D of equal length >= 4, got {v.shape} and {i.shape}")
@@ -140,14 +144,20 @@ class LimbDarkening:
 
 
 def planck(wavelength_nm, temperature):
-    """Planck spectral radiance B_lambda(T), W m^-3 sr^-1; wavelength in nm, T in K."""
-    lam = np.asarray(wavelength_nm, dtype=float) * 1e-9
-    t = np.asarray(temperature, dtype=float)
+    """Planck spectral radiance B_lambda(T), W m^-3 sr^-1; wavelength in nm, T in K (or Quantities)."""
+    lam = np.asarray(to_unit(wavelength_nm, "nm", "wavelength", kind="spectral"), dtype=float) * 1e-9
+    t = np.asarray(to_unit(temperature, "K", "temperature", kind="temperature"), dtype=float)
     return 2.0 * H_PLANCK * C_MS**2 / lam**5 / np.expm1(H_PLANCK * C_MS / (lam * K_BOLTZMANN * t))
 
 
 def intensity_ratio(temperature: float, t_phot: float, wavelength_nm: float) -> float:
-    """Continuum intensity at ``temperature`` relative to the photosphere (Planck)."""
+    """Continuum intensity at ``temperature`` relative to the photosphere (Planck).
+
+    Temperatures in K and the wavelength in nm, or astropy Quantities (``6000 * u.AA``).
+    """
+    temperature = to_unit(temperature, "K", "temperature", kind="temperature")
+    t_phot = to_unit(t_phot, "K", "t_phot", kind="temperature")
+    wavelength_nm = to_unit(wavelength_nm, "nm", "wavelength_nm", kind="spectral")
     for name, val in (("temperature", temperature), ("t_phot", t_phot), ("wavelength_nm", wavelength_nm)):
         if not val > 0:
             raise DopplermapInputError(f"{name} must be > 0, got {val!r}")

@@ -8,7 +8,8 @@
 
 The display (rich, on stderr) shows each step with a spinner and its elapsed time; the
 solve shows iteration, loss and reduced chi-square, updated from the solver's per-iteration
-callback (never from inside compiled code). In a Jupyter notebook the same lines are one
+callback (never from inside compiled code). A step that finished is ticked; one that raised
+or was interrupted is marked with a red cross and "failed" / "interrupted". In a Jupyter notebook the same lines are one
 output cell updated in place (IPython's display, no ipywidgets needed). ``quiet=True``
 shows nothing, and neither does a run whose stderr is not a terminal (a log file, CI).
 Every step is also logged through :mod:`logging` (logger ``dopplermap.progress``): INFO
@@ -53,7 +54,8 @@ class Reporter:
                 self._progress = _NotebookProgress()  # rich's notebook display needs ipywidgets
             elif self._console is not None or console.is_terminal:  # not into non-interactive logs
                 self._progress = Progress(
-                    SpinnerColumn(finished_text="[green]✓"), TextColumn("{task.description:<18}"),
+                    SpinnerColumn(finished_text=""), TextColumn("{task.fields[mark]}"),
+                    TextColumn("{task.description:<18}"),
                     TimeElapsedColumn(), TextColumn("{task.fields[info]}"),
                     console=console, transient=self._transient, refresh_per_second=8)
             if self._progress is not None:
@@ -69,11 +71,18 @@ class Reporter:
     def _add(self, description: str):
         if self._progress is None:
             return None
-        return self._progress.add_task(description, total=None, info="")
+        return self._progress.add_task(description, total=None, info="", mark="")
 
-    def _finish(self, task, info: str):
+    def _finish(self, task, info: str, failed: BaseException | None = None):
+        """End a step: a green tick when it finished, a red cross (and why) when it failed
+        or was interrupted."""
         if self._progress is not None and task is not None:
-            self._progress.update(task, total=1, completed=1, info=info)
+            if failed is None:
+                mark = "[green]✓"
+            else:
+                why = "interrupted" if isinstance(failed, KeyboardInterrupt) else "failed"
+                mark, info = "[red]✗", f"{info}  [red]{why}"
+            self._progress.update(task, total=1, completed=1, info=info, mark=mark)
             self._progress.stop_task(task)
 
     @contextlib.contextmanager
@@ -81,14 +90,18 @@ class Reporter:
         """Show ``name`` with a spinner while the block runs; records and logs its time."""
         task = self._add(name)
         t0, c0 = time.perf_counter(), time.process_time()
+        failed = None
         try:
             yield
+        except BaseException as exc:
+            failed = exc
+            raise
         finally:
             dt, dc = time.perf_counter() - t0, time.process_time() - c0
             self.timings[name] = dt
             self.cpu_timings[name] = dc
-            self._finish(task, f"{dt:.2f} s")
-            log.info("%s: %.2f s (cpu %.2f s)", name, dt, dc)
+            self._finish(task, f"{dt:.2f} s", failed)
+            log.info("%s: %.2f s (cpu %.2f s)%s", name, dt, dc, " - failed" if failed is not None else "")
 
     @contextlib.contextmanager
     def solve(self, name: str = "solve", maxiter: int | None = None):
@@ -114,12 +127,16 @@ class Reporter:
             if self._progress is not None and task is not None:
                 self._progress.update(task, description=name, info=info())
 
+        failed = None
         try:
             yield callback
+        except BaseException as exc:
+            failed = exc
+            raise
         finally:
             dt = time.perf_counter() - t0
             self.timings[name] = dt
-            self._finish(task, info())
+            self._finish(task, info(), failed)
             if self._progress is not None and task is not None:
                 self._progress.update(task, description=name)
             log.info("%s: %d iterations, loss %.6g, chi2 %.5g, %.2f s", name, state["it"], state["loss"],
@@ -149,8 +166,10 @@ class _NotebookProgress:
         self._draw(force=True)
         return len(self._tasks) - 1
 
-    def update(self, task, *, description=None, info=None, total=None, completed=None, **_):
+    def update(self, task, *, description=None, info=None, total=None, completed=None, mark=None, **_):
         t = self._tasks[task]
+        if mark:
+            t["mark"] = mark
         if description is not None:
             t["description"] = description
         if info is not None:
@@ -173,7 +192,7 @@ class _NotebookProgress:
         lines = []
         for t in self._tasks:
             dt = t["dt"] if t["dt"] is not None else now - t["t0"]
-            mark = "✓" if t["dt"] is not None else "…"
+            mark = Text.from_markup(t["mark"]).plain if t.get("mark") else "✓" if t["dt"] is not None else "…"
             name = Text.from_markup(t["description"]).plain  # descriptions may carry rich markup
             lines.append(f"{mark} {name:<18} {int(dt) // 60}:{dt % 60:04.1f}  {t['info']}")
         self._handle.update({"text/plain": "\n".join(lines)}, raw=True)

@@ -4,10 +4,12 @@
   is an argument of the compiled objective, so one compiled function serves every value;
   each solve starts from the map of the neighbouring (next smaller) lambda.
 * :func:`lcurve_corner` picks lambda at the L-curve corner: the maximum curvature of
-  ``log chi2`` against ``log (regulariser - floor)`` along ``log lambda``. A corner at the
-  first or last lambda of the sweep is refused (the true corner may lie outside it).
-* :func:`lambda_for_chi2` finds the lambda where the reduced chi-square reaches an aim,
-  by bracketing and bisection in ``log lambda`` (chi-square grows with lambda).
+  ``log chi2`` against ``log (regulariser - floor)`` along ``log lambda``, located between
+  the sweep's lambdas on cubic splines through the sweep. A corner at the first or last
+  lambda of the sweep is refused (the true corner may lie outside it).
+* :func:`lambda_for_chi2` finds the lambda where the reduced chi-square reaches an aim:
+  a bracket (from a sweep, or widened from ``lo``/``hi``), then a safeguarded Illinois root
+  finder in ``log lambda`` on warm-started solves.
 * :func:`grid_search` re-precomputes and re-solves at every point of a Cartesian grid of
   stellar parameters (inclination, vsini, domega, period, t_cool, t_hot, macroturbulence,
   ew_scale) and appends one CSV row per finished point, so a killed search resumes where it
@@ -37,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .constants import FILL_MIN
-from .errors import DopplermapInputError
+from .errors import DopplermapInputError, warn
 from .geometry import StarParams
 from .model import LineModel, Precomputed
 from .objective import REGULARISERS, SPOTDIPY_FLOOR, Observations, seed_entropy
@@ -48,7 +50,8 @@ from .solvers import InversionResult, invert
 __all__ = [
     "LambdaSweep", "sweep_lambda", "lcurve_corner", "lcurve_curvature", "regulariser_floor",
     "lambda_for_chi2", "Problem", "SolveSettings", "GRID_PARAMETERS", "apply_parameters",
-    "grid_points", "evaluate_point", "grid_search", "read_table", "best_point",
+    "grid_points", "count_points", "check_grid_size", "validate_points", "problem_fingerprint",
+    "evaluate_point", "grid_search", "read_table", "best_point",
     "delta_chi2_interval", "pad_precomputed", "plot_lcurve", "plot_grid",
 ]
 
@@ -179,8 +182,21 @@ def lcurve_curvature(lmbd, chi2, reg, floor: float = 0.0) -> np.ndarray:
     return (ddx * dy - dx * ddy) / np.maximum(dx * dx + dy * dy, 1e-300) ** 1.5
 
 
-def lcurve_corner(sweep: LambdaSweep) -> tuple[float, np.ndarray]:
-    """The lambda of maximum L-curve curvature and the curvature array.
+def _spline_curvature(t, x, y):
+    """Curvature of the L-curve through cubic splines of ``x(t)`` and ``y(t)``, as a function of t."""
+    from scipy.interpolate import CubicSpline
+
+    sx, sy = CubicSpline(t, x), CubicSpline(t, y)
+
+    def kappa(u):
+        dx, dy, ddx, ddy = sx(u, 1), sy(u, 1), sx(u, 2), sy(u, 2)
+        return (ddx * dy - dx * ddy) / np.maximum(dx * dx + dy * dy, 1e-300) ** 1.5
+
+    return kappa
+
+
+def lcurve_corner(sweep: LambdaSweep, *, refine: bool = True) -> tuple[float, np.ndarray]:
+    """The lambda of maximum L-curve curvature and the curvature array (at the sweep's lambdas).
 
     Exact minimisers give an L-curve on which chi-square rises and the regulariser falls
     with lambda; where a step breaks that (solver noise on the flat, noise-fitting end),
@@ -188,6 +204,12 @@ def lcurve_corner(sweep: LambdaSweep) -> tuple[float, np.ndarray]:
     candidate if the steps to both neighbours are monotone. Raises ``ValueError`` if the
     largest curvature of a monotone point lies at the first or last lambda, or if no point
     inside the sweep bends like a corner (curvature > 0).
+
+    ``refine`` (default): the corner is then located between the sweep's lambdas, as the
+    maximum of the curvature of cubic splines through ``log(reg - floor)`` and ``log chi2``
+    against ``log lambda`` (no further solves), searched between the neighbours of the
+    best sweep point. It moves continuously with the data instead of jumping from one
+    sweep value to the next. ``refine=False``: the best sweep lambda itself.
     """
     kappa = lcurve_curvature(sweep.lmbd, sweep.chi2, sweep.regulariser, sweep.floor)
     step_ok = (np.diff(sweep.chi2) > 0) & (np.diff(sweep.regulariser) < 0)
@@ -203,55 +225,117 @@ def lcurve_corner(sweep: LambdaSweep) -> tuple[float, np.ndarray]:
         side = "smallest" if i == 0 else "largest"
         raise DopplermapInputError(f"L-curve corner lies at the sweep boundary (the {side} lambda, {sweep.lmbd[i]:.4g}); "
                          f"extend the lambda range beyond {sweep.lmbd[0]:.4g}..{sweep.lmbd[-1]:.4g}")
-    return float(sweep.lmbd[i]), kappa
+    if not refine:
+        return float(sweep.lmbd[i]), kappa
+    from scipy.optimize import minimize_scalar
+
+    t = np.log(sweep.lmbd)
+    curv = _spline_curvature(t, np.log(sweep.regulariser - sweep.floor), np.log(sweep.chi2))
+    best = minimize_scalar(lambda u: -float(curv(u)), bounds=(t[i - 1], t[i + 1]), method="bounded",
+                           options={"xatol": 1e-6})
+    u = float(best.x) if -best.fun >= curv(t[i]) else float(t[i])
+    return float(np.exp(u)), kappa
+
+
+def _crossing(sweep: LambdaSweep, target: float):
+    """Indices ``(j, j + 1)`` of the first sweep step whose chi2 crosses ``target`` upwards, or None."""
+    below = sweep.chi2 <= target
+    for j in range(sweep.lmbd.size - 1):
+        if below[j] and not below[j + 1]:
+            return j, j + 1
+    return None
 
 
 def lambda_for_chi2(pre: Precomputed, obs: Observations, target: float, *, lo: float = 1e-3, hi: float = 1e3,
-                    regulariser: str = "mem", rtol: float = 1e-3, max_solves: int = 40, tol: float = 1e-7,
-                    maxiter: int = 2000, x0=None, **invert_kw) -> tuple[float, InversionResult, list]:
-    """The lambda at which the reduced chi-square equals ``target``.
+                    regulariser: str = "mem", rtol: float = 1e-3, max_solves: int = 10, tol: float = 1e-7,
+                    maxiter: int = 2000, x0=None, sweep: LambdaSweep | None = None,
+                    **invert_kw) -> tuple[float, InversionResult, list]:
+    """The lambda at which the reduced chi-square equals ``target``, to ``|chi2 / target - 1| < rtol``.
 
-    Brackets the aim between ``lo`` and ``hi`` (each widened by 10x up to 4 times when
-    needed), then bisects in ``log lambda`` with warm starts until ``|chi2/target - 1| <
-    rtol``. Returns ``(lambda, result, trials)``; ``trials`` lists ``(lambda, chi2)``.
+    A root of ``g(s) = log(chi2(e^s) / target)`` in ``s = log lambda``, found by bracketing and
+    the Illinois variant of regula falsi (superlinear on a smooth ``g``) with a bisection
+    safeguard: after a step that did not halve the smallest ``|g|`` so far, or one that
+    would leave the bracket, the next point is the bracket's midpoint. Every step
+    keeps a sign change, so where chi2 is not monotone in lambda (solver noise near the
+    answer) the result is still a crossing inside the bracket. Each solve is warm-started
+    from the map of the bracket's initial upper end.
+
+    The bracket comes from ``sweep`` (a :class:`LambdaSweep` of the same problem: the first
+    step whose chi2 crosses the target; no new solve) if given, else from ``lo`` and ``hi``
+    (each widened by 10x up to 4 times when needed). Returns ``(lambda, result, trials)``
+    with ``trials`` the ``(lambda, chi2)`` of every solve this call made; at most
+    ``max_solves`` solves (a warning says so if the tolerance was not reached by then).
     """
     if not target > 0:
         raise DopplermapInputError(f"target chi2 must be > 0, got {target!r}")
     if not (0 < lo < hi):
         raise DopplermapInputError(f"need 0 < lo < hi for the lambda bracket, got lo={lo!r}, hi={hi!r}")
+    if not (0 < rtol < 1):
+        raise DopplermapInputError(f"rtol must be in (0, 1), got {rtol!r}")
     trials: list[tuple[float, float]] = []
     kw = dict(regulariser=regulariser, tol=tol, maxiter=maxiter, **invert_kw)
+    aim = math.log1p(rtol)
 
     def solve(lm, start):
         r = invert(pre, obs, lmbd=lm, x0=start, **kw)
         trials.append((lm, r.chi2))
         return r
 
-    r_hi = solve(hi, x0)
-    for _ in range(4):
-        if r_hi.chi2 >= target:
-            break
-        hi *= 10.0
-        r_hi = solve(hi, r_hi.x)
-    r_lo = solve(lo, r_hi.x)
-    for _ in range(4):
-        if r_lo.chi2 <= target:
-            break
-        lo /= 10.0
-        r_lo = solve(lo, r_lo.x)
-    if not (r_lo.chi2 <= target <= r_hi.chi2):
-        raise DopplermapInputError(f"target chi2 {target:.5g} not reached: chi2 runs from {r_lo.chi2:.5g} (lambda {lo:.3g}) "
-                         f"to {r_hi.chi2:.5g} (lambda {hi:.3g})")
-    best = min((r_lo, r_hi), key=lambda r: abs(r.chi2 / target - 1.0))
-    while abs(best.chi2 / target - 1.0) >= rtol and len(trials) < max_solves and hi / lo > 1 + 1e-9:
-        mid = math.sqrt(lo * hi)
-        r = solve(mid, r_hi.x)
-        if r.chi2 < target:
-            lo, r_lo = mid, r
-        else:
-            hi, r_hi = mid, r
-        if abs(r.chi2 / target - 1.0) < abs(best.chi2 / target - 1.0):
+    def g(r):
+        return math.log(r.chi2 / target)
+
+    pair = _crossing(sweep, target) if sweep is not None else None
+    if pair is not None:
+        r_lo, r_hi = sweep.results[pair[0]], sweep.results[pair[1]]
+    else:
+        r_hi = solve(hi, x0)
+        for _ in range(4):
+            if r_hi.chi2 >= target:
+                break
+            hi *= 10.0
+            r_hi = solve(hi, r_hi.x)
+        r_lo = solve(lo, r_hi.x)
+        for _ in range(4):
+            if r_lo.chi2 <= target:
+                break
+            lo /= 10.0
+            r_lo = solve(lo, r_lo.x)
+        if not (r_lo.chi2 <= target <= r_hi.chi2):
+            raise DopplermapInputError(f"target chi2 {target:.5g} not reached: chi2 runs from {r_lo.chi2:.5g} "
+                                       f"(lambda {lo:.3g}) to {r_hi.chi2:.5g} (lambda {hi:.3g})")
+    a, fa = math.log(r_lo.lmbd), g(r_lo)
+    b, fb = math.log(r_hi.lmbd), g(r_hi)
+    # Every step starts from the map of the bracket's first upper end (smoother than the
+    # answer's): a solve warm-started from a map that is already nearly optimal for a close
+    # lambda can stop after a step or two (the relative-reduction test), so chi2 would keep
+    # the start's value and jump with the start instead of following lambda.
+    start = r_hi.x
+    best = min((r_lo, r_hi), key=lambda r: abs(g(r)))
+    side = 0  # which end the last step replaced (Illinois: halve the kept end's value on a repeat)
+    stalled = False
+    while abs(g(best)) >= aim and len(trials) < max_solves and b - a > 1e-12:
+        s = (a * fb - b * fa) / (fb - fa) if fb != fa else 0.5 * (a + b)
+        if stalled or not (a < s < b):
+            s = 0.5 * (a + b)
+        r = solve(math.exp(s), start)
+        fs = g(r)
+        stalled = abs(fs) > 0.5 * abs(g(best))  # no superlinear progress: bisect next
+        if abs(fs) < abs(g(best)):
             best = r
+        if fs <= 0:
+            a, fa, r_lo = s, fs, r
+            if side == -1:
+                fb *= 0.5
+            side = -1
+        else:
+            b, fb, r_hi = s, fs, r
+            if side == 1:
+                fa *= 0.5
+            side = 1
+    if abs(g(best)) >= aim:
+        warn(f"lambda for target chi2 {target:.5g}: best chi2 {best.chi2:.5g} (off by "
+             f"{abs(best.chi2 / target - 1):.2%}) after {len(trials)} solves, between lambda "
+             f"{math.exp(a):.5g} and {math.exp(b):.5g}; raise max_solves or tighten tol")
     return best.lmbd, best, trials
 
 
@@ -326,30 +410,75 @@ def _round_up(n: int, step: int) -> int:
     return int(-(-n // step) * step)
 
 
+def _pad_axis(a, axis: int, n: int, value=0):
+    widths = [(0, 0)] * a.ndim
+    widths[axis] = (0, n)
+    return jnp.pad(a, widths, constant_values=value) if n else a
+
+
+def _padding_rules(line: LineModel, s1: int, b1: int) -> dict:
+    """One rule per :class:`LineModel` field: how the field changes when the slot axis grows
+    from ``n_slot`` to ``s1`` (and, binned, the bin axis to ``b1``). A field without a rule
+    is an error (see :func:`pad_precomputed`), so a new field cannot be dropped silently."""
+    s0 = int(line.cell.shape[1])
+    ds = s1 - s0
+
+    def keep(a):
+        return a
+
+    def slots(axis, value=0):
+        return lambda a: _pad_axis(a, axis, ds, value)
+
+    # the slot axis of ``local`` depends on the form; blocked matrices span the blocks' cells, not slots
+    local_axis = {"dense": 1, "folded": 2, "blocked": None, "binned": None}
+    if line.method not in local_axis:
+        raise DopplermapInputError(f"pad_precomputed: unknown synthesis form {line.method!r}")
+    return {
+        "vels": keep,
+        "cell": slots(1),  # new slots point at cell 0 with zero weight
+        "pos": lambda a: jnp.where(a == s0, s1, a).astype(a.dtype),  # "not visible" is the slot count
+        "weight": slots(1),
+        "beta": slots(1),
+        "jbase": slots(1, b1 - 4),  # any in-range first bin: the slot's weights are zero
+        # bins past the last one receive no weight; edge values keep the templates finite
+        "kernel": lambda a: jnp.pad(a, ((0, b1 - a.shape[0]), (0, 0), (0, 0)), mode="edge"),
+        "cont": keep,
+        "local": keep if local_axis[line.method] is None else slots(local_axis[line.method]),
+        "base": keep,
+        "base_norm": keep,
+        "num_exact": keep,
+        "use_exact": keep,
+        "local_t": keep,
+        "block_cell": keep,
+        "block_row": keep,
+        "method": keep,
+        "col_comp": keep,
+    }
+
+
 def pad_precomputed(pre: Precomputed, n_slot: int | None = None, n_bin: int | None = None) -> Precomputed:
     """Pad the slot and bin axes with zero-weight entries (same model, new shapes).
 
     By default ``n_slot`` is rounded up to a multiple of ``max(32, n_cell // 16)`` and
     ``n_bin`` to a multiple of 128, so that neighbouring grid points share one compiled
-    objective.
+    objective. Every synthesis form (dense, folded, blocked, binned, with or without
+    mu-dependent profiles) is padded field by field; every other field is kept.
     """
     line = pre.line
     s0 = int(line.cell.shape[1])
     s1 = n_slot if n_slot is not None else min(_round_up(s0, max(32, line.n_cell // 16)), line.n_cell)
-    s1 = max(s1, s0)
-    ds = s1 - s0
-    pos = jnp.where(line.pos == s0, s1, line.pos)
-    fields = dict(vels=line.vels, cell=jnp.pad(line.cell, ((0, 0), (0, ds))), pos=pos.astype(line.pos.dtype),
-                  weight=jnp.pad(line.weight, ((0, 0), (0, ds), (0, 0))), method=line.method)
-    if line.method == "binned":
+    s1 = max(int(s1), s0)
+    b1 = 0
+    if line.kernel is not None:
         b0 = int(line.kernel.shape[0])
-        b1 = max(n_bin if n_bin is not None else _round_up(b0, 128), b0)
-        kernel = jnp.pad(line.kernel, ((0, b1 - b0), (0, 0), (0, 0)), mode="edge")
-        jbase = jnp.pad(line.jbase, ((0, 0), (0, ds)), constant_values=b1 - 4)
-        fields.update(beta=jnp.pad(line.beta, ((0, 0), (0, ds), (0, 0))), jbase=jbase, kernel=kernel)
-    else:
-        fields.update(local=jnp.pad(line.local, ((0, 0), (0, ds), (0, 0), (0, 0))))
-    return Precomputed(line=LineModel(**fields), cell_area=pre.cell_area, edges=pre.edges)
+        b1 = max(int(n_bin) if n_bin is not None else _round_up(b0, 128), b0)
+    rules = _padding_rules(line, s1, b1)
+    names = [f.name for f in dataclasses.fields(LineModel)]
+    missing = sorted(set(names) - set(rules))
+    if missing:
+        raise RuntimeError(f"pad_precomputed has no padding rule for LineModel field(s) {missing}")
+    fields = {n: (None if getattr(line, n) is None else rules[n](getattr(line, n))) for n in names}
+    return dataclasses.replace(pre, line=LineModel(**fields))
 
 
 def evaluate_point(problem: Problem, params: dict, settings: Settings | None = None, x0=None) -> dict:
@@ -377,27 +506,103 @@ def evaluate_point(problem: Problem, params: dict, settings: Settings | None = N
 # ------------------------------------------------------------------------- grid search
 
 _RESULT_COLUMNS = ("chi2", "chi2_total", "loss", "regulariser", "entropy", "iterations", "success")
+# what makes two rows comparable: the solve settings and the problem, on every row
+_SETTING_COLUMNS = ("lmbd", "regulariser_kind", "tol", "maxiter", "fit_rv", "fit_amp", "problem")
+_INT_COLUMNS = ("point", "iterations", "success", "maxiter", "fit_rv", "fit_amp")
+_STR_COLUMNS = ("regulariser_kind", "problem")
 
 
-def grid_points(axes: dict) -> list[dict]:
+def problem_fingerprint(problem: Problem) -> str:
+    """Fingerprint of a search problem: data, star, grid, components, light curve and model
+    settings (not the solver settings, which the table records in their own columns, nor
+    the file name it came from)."""
+    from .atomic import fingerprint
+
+    fields = {f.name: getattr(problem, f.name) for f in dataclasses.fields(problem)
+              if f.name not in ("settings", "source", "files")}
+    return fingerprint(type(problem).__qualname__, fields)
+
+
+def _settings_row(settings: Settings, problem_fp: str) -> dict:
+    return {"lmbd": float(settings.lmbd), "regulariser_kind": str(settings.regulariser), "tol": float(settings.tol),
+            "maxiter": int(settings.maxiter), "fit_rv": int(bool(settings.fit_rv)),
+            "fit_amp": int(bool(settings.fit_amp)), "problem": problem_fp}
+
+
+def _axis_values(name: str, values) -> np.ndarray:
+    if name not in GRID_PARAMETERS:
+        raise DopplermapInputError(f"unknown grid parameter {name!r}; known: {sorted(GRID_PARAMETERS)}")
+    try:
+        v = np.atleast_1d(np.asarray(values, dtype=float))
+    except (TypeError, ValueError):
+        raise DopplermapInputError(f"grid parameter {name!r}: need numbers, got {values!r}") from None
+    if v.ndim != 1 or v.size < 1 or not np.all(np.isfinite(v)):
+        raise DopplermapInputError(f"grid parameter {name!r}: need a 1-D list of finite values, got {values!r}")
+    if np.unique(v).size != v.size:
+        raise DopplermapInputError(f"grid parameter {name!r} has repeated values")
+    return v
+
+
+def count_points(axes: dict) -> int:
+    """Number of points of the Cartesian grid ``axes`` (without building it)."""
+    if not axes:
+        raise DopplermapInputError("grid search needs at least one parameter axis")
+    return math.prod(int(np.size(v)) for v in axes.values())
+
+
+def check_grid_size(axes: dict, max_points: int | None = None) -> int:
+    """Refuse a grid of more than ``max_points`` points (default
+    :data:`dopplermap.memory.MAX_GRID_POINTS`; each is one inversion); returns the count."""
+    from .memory import MAX_GRID_POINTS
+
+    limit = MAX_GRID_POINTS if max_points is None else int(max_points)
+    n = count_points(axes)
+    if n > limit:
+        sizes = ", ".join(f"{k}: {np.size(v)}" for k, v in axes.items())
+        longest = max(axes, key=lambda k: np.size(axes[k]))
+        raise DopplermapInputError(f"grid search of {n:.4g} points ({sizes}) is more than the limit of {limit} "
+                                   f"(each point is one inversion): use a larger step for {longest} or fewer "
+                                   "values (or raise max_points / --max-points)")
+    return n
+
+
+def grid_points(axes: dict, max_points: int | None = None) -> list[dict]:
     """Cartesian product of ``{name: values}`` as a list of dicts (last axis fastest)."""
     if not axes:
         raise DopplermapInputError("grid search needs at least one parameter axis")
     names = list(axes)
-    vals = []
-    for n in names:
-        if n not in GRID_PARAMETERS:
-            raise DopplermapInputError(f"unknown grid parameter {n!r}; known: {sorted(GRID_PARAMETERS)}")
-        v = np.atleast_1d(np.asarray(axes[n], dtype=float))
-        if v.ndim != 1 or v.size < 1 or not np.all(np.isfinite(v)):
-            raise DopplermapInputError(f"grid parameter {n!r}: need a 1-D list of finite values, got {axes[n]!r}")
-        if np.unique(v).size != v.size:
-            raise DopplermapInputError(f"grid parameter {n!r} has repeated values")
-        vals.append(v)
+    vals = [_axis_values(n, axes[n]) for n in names]
+    check_grid_size(dict(zip(names, vals, strict=True)), max_points)
     return [dict(zip(names, (float(x) for x in combo), strict=False)) for combo in itertools.product(*vals)]
 
 
+def validate_points(problem: Problem, points: list[dict]) -> None:
+    """Check every grid value before the first solve: each axis value on its own (line
+    profile, temperatures, macroturbulence) and the star of every point (so a bad
+    inclination or vsini fails now, not hours into a search)."""
+    from .geometry import check_star
+
+    if not points:
+        return
+    for name in points[0]:
+        for v in sorted({p[name] for p in points}):
+            try:
+                apply_parameters(problem, {name: v})
+            except DopplermapInputError as exc:
+                raise DopplermapInputError(f"grid parameter {name}={v:g}: {exc}") from None
+    star_keys = [k for k in points[0] if k in ("inclination", "vsini", "domega", "period")]
+    if star_keys:
+        for p in points:
+            try:
+                check_star(problem.star.replace(**{k: p[k] for k in star_keys}))
+            except DopplermapInputError as exc:
+                where = ", ".join(f"{k}={p[k]:g}" for k in star_keys)
+                raise DopplermapInputError(f"grid point {where}: {exc}") from None
+
+
 def _fmt(v) -> str:
+    if isinstance(v, str):
+        return v
     if isinstance(v, (bool, np.bool_)):
         return "1" if v else "0"
     if isinstance(v, (int, np.integer)):
@@ -405,8 +610,15 @@ def _fmt(v) -> str:
     return repr(float(v))
 
 
+def _cell(k: str, v: str):
+    if k in _STR_COLUMNS:
+        return v
+    return int(v) if k in _INT_COLUMNS else float(v)
+
+
 def read_table(path) -> list[dict]:
-    """Rows of a grid-search CSV (floats; ``point``, ``iterations`` and ``success`` ints).
+    """Rows of a grid-search CSV (floats; ``point``, ``iterations``, ``success``, ``maxiter``,
+    ``fit_rv``, ``fit_amp`` ints; ``regulariser_kind`` and ``problem`` strings).
 
     A last line without its newline (a write cut off by a kill) is ignored.
     """
@@ -421,18 +633,37 @@ def read_table(path) -> list[dict]:
     out = []
     for i, row in enumerate(reader):
         try:
-            out.append({k: (int(v) if k in ("point", "iterations", "success") else float(v)) for k, v in row.items()})
+            out.append({k: _cell(k, v) for k, v in row.items()})
         except (TypeError, ValueError) as exc:
             raise DopplermapInputError(f"{path}: row {i + 2} is malformed ({exc})") from None
     return out
 
 
 def _header(names) -> list[str]:
-    return ["point", *names, *_RESULT_COLUMNS]
+    return ["point", *names, *_RESULT_COLUMNS, *_SETTING_COLUMNS]
 
 
-def _prepare_table(path: Path, names, points, resume: bool) -> set[int]:
-    """Create the table, or check an existing one and return its finished point ids."""
+def _settings_diff(row: dict, want: dict) -> str | None:
+    """One line naming the settings in which a table row differs from this search, or None."""
+    diffs = []
+    for k, v in want.items():
+        have = row.get(k)
+        same = have == v if isinstance(v, str) else (have is not None and abs(float(have) - v) <= 1e-12 * max(1.0, abs(v)))
+        if not same:
+            label = "problem fingerprint (data, star, grid, model)" if k == "problem" else k
+            diffs.append(f"{label} {have} in the table vs {v} now")
+    return "; ".join(diffs) or None
+
+
+def _prepare_table(path: Path, names, points, resume: bool, settings_row: dict | None = None) -> set[int]:
+    """Create the table, or check an existing one and return its finished point ids.
+
+    A resumed table must have this search's columns, grid points and, on every row, the
+    same solve settings and problem fingerprint (``settings_row``); any difference is
+    refused with a one-line diff, so incomparable rows never share a table.
+    """
+    from .atomic import write_text
+
     header = _header(names)
     if path.exists() and path.stat().st_size > 0:
         if not resume:
@@ -447,29 +678,30 @@ def _prepare_table(path: Path, names, points, resume: bool) -> set[int]:
             p = r["point"]
             if not (0 <= p < len(points)) or any(abs(r[n] - points[p][n]) > 1e-12 * max(1.0, abs(r[n])) for n in names):
                 raise DopplermapInputError(f"{path}: row for point {p} does not match this search's grid; not the same search")
+            diff = None if settings_row is None else _settings_diff(r, settings_row)
+            if diff:
+                raise DopplermapInputError(f"{path}: resume refused, not the same search: {diff}")
             done.add(p)
         # rewrite without any cut-off last line and without duplicates (keep the first)
-        tmp = path.with_suffix(path.suffix + ".tmp")
         seen: set[int] = set()
-        with tmp.open("w", newline="") as fh:
-            w = csv.writer(fh, lineterminator="\n")
-            w.writerow(header)
-            for r in rows:
-                if r["point"] not in seen:
-                    seen.add(r["point"])
-                    w.writerow([_fmt(r[c]) if c not in ("point", "iterations", "success") else int(r[c])
-                                for c in header])
-        tmp.replace(path)
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(header)
+        for r in rows:
+            if r["point"] not in seen:
+                seen.add(r["point"])
+                w.writerow([_fmt(r[c]) if c not in _INT_COLUMNS else int(r[c]) for c in header])
+        write_text(path, buf.getvalue())
         return done
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(",".join(header) + "\n")
-    tmp.replace(path)
+    write_text(path, ",".join(header) + "\n")
     return set()
 
 
-def _append_row(path: Path, names, point: int, row: dict) -> None:
-    line = ",".join([str(point), *(_fmt(row[n]) for n in names), *(_fmt(row[c]) for c in _RESULT_COLUMNS)]) + "\n"
+def _append_row(path: Path, names, point: int, row: dict, settings_row: dict | None = None) -> None:
+    extra = settings_row or {}
+    line = ",".join([str(point), *(_fmt(row[n]) for n in names), *(_fmt(row[c]) for c in _RESULT_COLUMNS),
+                     *(_fmt(extra.get(c, "")) for c in _SETTING_COLUMNS)]) + "\n"
     with path.open("a") as fh:  # one write per row; a cut-off row is dropped on resume
         fh.write(line)
         fh.flush()
@@ -477,29 +709,42 @@ def _append_row(path: Path, names, point: int, row: dict) -> None:
 
 
 def _sort_table(path: Path) -> None:
+    from .atomic import write_text
+
     text = path.read_text().splitlines(keepends=True)
     header, body = text[0], text[1:]
     body.sort(key=lambda s: int(s.split(",", 1)[0]))
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(header + "".join(body))
-    tmp.replace(path)
+    write_text(path, header + "".join(body))
 
 
-def _client(scheduler, n_workers):
+CONNECT_TIMEOUT = 5.0
+"""Seconds to wait for a Dask scheduler (or a local cluster) before giving up."""
+
+
+def _client(scheduler, n_workers, timeout: float = CONNECT_TIMEOUT):
     try:
         from dask.distributed import Client, LocalCluster
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ImportError("parallel grid search needs dask: pip install 'dopplermap[dask]'") from exc
+    if n_workers is not None and (int(n_workers) != n_workers or n_workers < 1):
+        raise DopplermapInputError(f"n_workers (--workers) must be an integer >= 1, got {n_workers!r}")
+    if not (timeout > 0):
+        raise DopplermapInputError(f"connect timeout must be > 0 s, got {timeout!r}")
     if scheduler is None or scheduler == "local":
         n = n_workers or max(1, os.cpu_count() or 1)
         cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None)
         return Client(cluster), cluster
-    return Client(scheduler), None
+    try:
+        return Client(scheduler, timeout=timeout), None
+    except (OSError, TimeoutError, ValueError) as exc:
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise DopplermapInputError(f"--scheduler {scheduler}: could not connect within {timeout:g} s ({msg}); check "
+                                   "the address and that the scheduler is running, or use --scheduler sync") from None
 
 
 def grid_search(problem: Problem, axes: dict, table, *, settings: Settings | None = None,
                 resume: bool = False, scheduler: str | None = None, n_workers: int | None = None,
-                progress=None) -> list[dict]:
+                progress=None, connect_timeout: float = CONNECT_TIMEOUT, max_points: int | None = None) -> list[dict]:
     """Invert at every point of a Cartesian parameter grid; one CSV row per finished point.
 
     Args:
@@ -507,28 +752,41 @@ def grid_search(problem: Problem, axes: dict, table, *, settings: Settings | Non
             ``GRID_PARAMETERS``). settings: solver settings (default: the problem's).
         table: CSV path. Rows are appended as points finish (each point is solved from the
             seed's flat start, so results do not depend on the order of execution); at the
-            end the table is sorted by point id.
+            end the table is sorted by point id. Every row also carries the solve settings
+            (``lmbd``, ``regulariser_kind``, ``tol``, ``maxiter``, ``fit_rv``, ``fit_amp``)
+            and the ``problem`` fingerprint (:func:`problem_fingerprint`).
         resume: continue an existing table, skipping its finished points (a row cut off by
-            a kill is dropped); without it an existing table is an error.
+            a kill is dropped); without it an existing table is an error. A table of
+            another grid, other settings or another problem is refused with a one-line diff.
         scheduler: ``None``/``"local"`` = a local Dask cluster of ``n_workers`` processes
             (default: one per CPU), ``"sync"`` = serially in this process, otherwise the
-            address of a running Dask scheduler (``tcp://host:8786``).
+            address of a running Dask scheduler (``tcp://host:8786``), which must be
+            trusted: Dask sends it pickled code and data, and it runs them.
+        connect_timeout: seconds to wait for that scheduler.
+        max_points: most grid points (default :data:`dopplermap.memory.MAX_GRID_POINTS`).
         progress: optional ``progress(n_done, n_total, row)`` called per finished point.
+    Every grid value is validated before the first solve (:func:`validate_points`).
     Returns:
         All rows of the finished table, sorted by point id.
     """
+    from .solvers import check_solver_args
+
     table = Path(table)
-    points = grid_points(axes)
+    settings = problem.settings if settings is None else settings
+    points = grid_points(axes, max_points)
     names = list(axes)
-    for p in points[:1]:
-        apply_parameters(problem, p)  # raise on bad parameters before starting any worker
-    done = _prepare_table(table, names, points, resume)
+    check_solver_args(tol=settings.tol, maxiter=settings.maxiter, lmbd=settings.lmbd)
+    if settings.regulariser not in REGULARISERS:
+        raise DopplermapInputError(f"regulariser must be one of {REGULARISERS}, got {settings.regulariser!r}")
+    validate_points(problem, points)  # raise on bad parameters before starting any worker
+    srow = _settings_row(settings, problem_fingerprint(problem))
+    done = _prepare_table(table, names, points, resume, srow)
     todo = [i for i in range(len(points)) if i not in done]
     n_done = len(done)
 
     def finish(i, row):
         nonlocal n_done
-        _append_row(table, names, i, row)
+        _append_row(table, names, i, row, srow)
         n_done += 1
         if progress is not None:
             progress(n_done, len(points), row)
@@ -539,7 +797,7 @@ def grid_search(problem: Problem, axes: dict, table, *, settings: Settings | Non
     elif todo:
         from dask.distributed import as_completed
 
-        client, cluster = _client(scheduler, n_workers)
+        client, cluster = _client(scheduler, n_workers, connect_timeout)
         try:
             prob = client.scatter(problem, broadcast=True)
             futs = {client.submit(evaluate_point, prob, points[i], settings, pure=False): i
@@ -554,11 +812,15 @@ def grid_search(problem: Problem, axes: dict, table, *, settings: Settings | Non
     return read_table(table)
 
 
-def best_point(rows: list[dict], names) -> dict:
-    """The row of least loss."""
+def best_point(rows: list[dict], names, *, column: str = "loss") -> dict:
+    """The row of least ``column`` (default the loss; pass the column of
+    :func:`delta_chi2_interval`, ``"chi2_total"``, to report a best point and intervals from
+    one criterion)."""
     if not rows:
         raise DopplermapInputError("no rows in the grid-search table")
-    return min(rows, key=lambda r: r["loss"])
+    if column not in rows[0]:
+        raise DopplermapInputError(f"column {column!r} is not in the grid-search table ({sorted(rows[0])})")
+    return min(rows, key=lambda r: r[column])
 
 
 def delta_chi2_interval(rows: list[dict], name: str, *, delta: float = 1.0, column: str = "chi2_total") -> dict:

@@ -14,6 +14,7 @@ from .grid import SurfaceGrid, latitude_band_grid
 from .model import forward_jit, precompute
 from .objective import Observations
 from .profiles import Component, ComponentSet, LimbDarkening, gaussian, intensity_ratio
+from .units import to_epoch, to_unit
 
 __all__ = ["Spot", "spot_map", "simulate", "Simulation", "demo_setup", "DEMO_SPOTS"]
 
@@ -82,12 +83,14 @@ def simulate(grid: SurfaceGrid, star: StarParams, times, vels, components: Compo
     The noise has sigma = 1/snr of the continuum (before normalisation by the mean). The
     default synthesis is binned with ``synthesis_tol=1e-11`` (exact for all purposes, and
     a finer velocity binning than an inversion's default, so the two do not share their
-    discretisation); ``method="dense"`` uses the exact cube.
+    discretisation); ``method="dense"`` uses the exact cube. ``times`` may be an astropy
+    ``Time`` and ``vels``/``rv`` velocity Quantities (see :mod:`dopplermap.units`).
     """
     if not snr > 0:
         raise DopplermapInputError(f"snr must be > 0, got {snr!r}")
-    times = np.asarray(times, dtype=float)
-    vels = np.asarray(vels, dtype=float)
+    times = np.asarray(to_epoch(times, "times"), dtype=float)
+    vels = np.asarray(to_unit(vels, "km/s", "vels"), dtype=float)
+    rv = None if rv is None else to_unit(rv, "km/s", "rv")
     fssc, fssh = spot_map(grid, spots)
     n_epoch = times.size
     rv = np.zeros(n_epoch) if rv is None else np.broadcast_to(np.asarray(rv, float), (n_epoch,)).copy()

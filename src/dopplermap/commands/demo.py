@@ -17,7 +17,7 @@ def recovery_correlation(true, fitted, lat, inclination_deg):
 
 
 def run_demo(out: Path, *, lmbd: float, snr: float, n_cell: int, seed: int, quiet: bool, plots: bool,
-             report: bool = True) -> dict:
+             report: bool = True, overwrite: bool = True) -> dict:
     """Simulate, invert and write a result folder at ``out``; returns the summary written.
 
     Progress goes to stderr (rich) unless ``quiet``; figures are drawn unless ``plots`` is
@@ -49,7 +49,7 @@ def run_demo(out: Path, *, lmbd: float, snr: float, n_cell: int, seed: int, quie
         with rep.step("write results" + (" + figures" if plots else "")):
             res = with_context(res, grid=grid, star=star, obs=sim.obs, pre=pre, components=comps,
                                truth={"fssc": sim.fssc, "fssh": sim.fssh}, config=config, extra=extra)
-            summary = save_result(res, out, plots=plots)
+            summary = save_result(res, out, plots=plots, overwrite=overwrite)
             if report:
                 from ..report import write_report
                 write_report(out)
@@ -59,18 +59,27 @@ def run_demo(out: Path, *, lmbd: float, snr: float, n_cell: int, seed: int, quie
 def register(group):
     @group.command()
     @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("demo-out"),
-                  show_default=True, help="Output folder.")
-    @click.option("--lmbd", type=float, default=1.0, show_default=True, help="Regularisation weight lambda.")
-    @click.option("--snr", type=float, default=500.0, show_default=True, help="Signal-to-noise ratio.")
+                  show_default=True, help="Output folder (an earlier demo result there is replaced only with --overwrite).")
+    @click.option("--overwrite", is_flag=True, help="Replace an earlier result in --out.")
+    @click.option("--lmbd", type=click.FloatRange(min=0), default=1.0, show_default=True,
+                  help="Regularisation weight lambda.")
+    @click.option("--snr", type=click.FloatRange(min=0, min_open=True), default=500.0, show_default=True,
+                  help="Signal-to-noise ratio.")
     @click.option("--n-cell", type=click.IntRange(min=8), default=2500, show_default=True, help="Surface cells.")
     @click.option("--seed", type=int, default=1, show_default=True, help="Random seed.")
-    @click.option("--quiet", is_flag=True, help="No progress display.")
+    @click.option("-q", "--quiet", is_flag=True, help="No progress display.")
     @click.option("--no-plots", is_flag=True, help="Skip the figures.")
     @click.option("--no-report", is_flag=True, help="Skip report.html.")
-    def demo(out, lmbd, snr, n_cell, seed, quiet, no_plots, no_report):
+    def demo(out, overwrite, lmbd, snr, n_cell, seed, quiet, no_plots, no_report):
         """Simulate a spotted star at the seed's size (150 x 32, 2500 cells) and map it."""
+        from ..atomic import check_out
+        from ..cli import exit_status
+        from ..io.results import _is_result_dir
+
+        check_out(out, "result", overwrite=overwrite, legacy=_is_result_dir)  # before any work
         s = run_demo(out, lmbd=lmbd, snr=snr, n_cell=n_cell, seed=seed, quiet=quiet, plots=not no_plots,
-                     report=not no_report)
+                     report=not no_report, overwrite=overwrite)
         click.echo(f"chi2 {s['chi2']:.4f}  iterations {s['iterations']}  compile {s['compile_time']:.2f} s  "
                    f"solve {s['solve_time']:.2f} s  corr(cool) {s['corr_cool']:.3f}  corr(hot) {s['corr_hot']:.3f}")
         click.echo(f"results in {out}")
+        return exit_status(s)

@@ -19,13 +19,16 @@ otherwise PROBLEM is an
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
+import warnings
 from pathlib import Path
 
 import click
 import numpy as np
 
-from ..errors import DopplermapInputError
+from ..errors import DopplermapInputError, DopplermapWarning
 
 # solver tolerances of the searches on the demo star or an .npz problem (a target TOML
 # brings its own [inversion] settings); tighter than a single inversion's so that chi2 is
@@ -75,34 +78,71 @@ def _lambda_list(text: str) -> np.ndarray:
     return _floats(text, "--lmbds")
 
 
-def _axis(text: str) -> tuple[str, np.ndarray]:
+def _axis(text: str, max_points: int | None = None) -> tuple[str, np.ndarray]:
+    from ..memory import MAX_GRID_POINTS
+
     if "=" not in text:
         raise DopplermapInputError(f"--param: expected NAME=start:stop:step or NAME=v1,v2,..., got {text!r}")
     name, spec = text.split("=", 1)
     name = name.strip()
     if ":" in spec:
         a, b, step = _floats(spec, f"--param {name}")
-        if not step > 0 or b < a:
-            raise DopplermapInputError(f"--param {name}: need start <= stop and step > 0, got {spec!r}")
+        if not (np.isfinite(a) and np.isfinite(b) and np.isfinite(step)) or not step > 0 or b < a:
+            raise DopplermapInputError(f"--param {name}: need finite start <= stop and step > 0, got {spec!r}")
+        n = math.floor((b - a) / step + 0.5) + 1  # counted before any array is made
+        limit = MAX_GRID_POINTS if max_points is None else max_points
+        if n > limit:
+            raise DopplermapInputError(f"--param {name}={spec} gives {n:.4g} points, more than the limit of {limit} "
+                                       f"(each point is one inversion): use a larger step for {name} "
+                                       "(or raise --max-points)")
         return name, np.round(np.arange(a, b + 0.5 * step, step), 12)
     return name, _floats(spec, f"--param {name}")
 
 
 def _write_json(path: Path, data: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=float))
-    tmp.replace(path)
+    from ..atomic import write_text
+
+    write_text(path, json.dumps(data, indent=2, default=float))
+
+
+def _is_grid(folder: Path) -> bool:
+    return (folder / "grid.csv").is_file()
+
+
+def _is_lambda(folder: Path) -> bool:
+    """A lambda folder written before manifests existed (its lambda.json is ours)."""
+    try:
+        return "lmbds" in json.loads((folder / "lambda.json").read_text())
+    except (OSError, ValueError, TypeError):
+        return False
+
+
+@contextlib.contextmanager
+def _expected_chi2_spread():
+    """In a sweep or a grid, a reduced chi2 far from 1 at some points is the point of the
+    search (too much or too little regularisation, wrong parameters): not a warning."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="reduced chi2", category=DopplermapWarning)
+        yield
+
+
+def _search_fingerprint(prob) -> str:
+    from dopplermap.search import problem_fingerprint
+
+    return problem_fingerprint(prob)
 
 
 problem_options = [
     click.argument("problem", required=False, type=click.Path(dir_okay=False, path_type=Path)),
-    click.option("--n-cell", type=int, default=400, show_default=True, help="Demo: surface cells."),
-    click.option("--n-epoch", type=int, default=30, show_default=True, help="Demo: epochs."),
-    click.option("--n-vel", type=int, default=24, show_default=True, help="Demo: velocities."),
-    click.option("--snr", type=float, default=500.0, show_default=True, help="Demo: signal-to-noise."),
+    click.option("--n-cell", type=click.IntRange(min=8), default=400, show_default=True, help="Demo: surface cells."),
+    click.option("--n-epoch", type=click.IntRange(min=1), default=30, show_default=True, help="Demo: epochs."),
+    click.option("--n-vel", type=click.IntRange(min=3), default=24, show_default=True, help="Demo: velocities."),
+    click.option("--snr", type=click.FloatRange(min=0, min_open=True), default=500.0, show_default=True,
+                 help="Demo: signal-to-noise."),
     click.option("--regulariser", type=click.Choice(["mem", "mem_spotdipy", "tikhonov"]), default=None,
                  help="Default: the target's [inversion] regulariser, else mem."),
     click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True, help="Output folder."),
+    click.option("--overwrite", is_flag=True, help="Replace an earlier output of this command in --out."),
 ]
 
 
@@ -117,28 +157,36 @@ def register(group):
     @_with_problem_options
     @click.option("--lmbds", default="0.001:100:16", show_default=True,
                   help="Lambdas: 'start:stop:count' (log-spaced) or 'v1,v2,...'.")
-    @click.option("--target-chi2", type=float, default=None, help="Also find lambda where reduced chi2 = this.")
-    @click.option("--tol", type=float, default=None,
+    @click.option("--target-chi2", type=click.FloatRange(min=0, min_open=True), default=None,
+                  help="Also find lambda where reduced chi2 = this.")
+    @click.option("--tol", type=click.FloatRange(min=0, min_open=True), default=None,
                   help=f"Solver tolerance (default: the target's [inversion] tol, else {LAMBDA_TOL:g}).")
-    def lambda_cmd(problem, n_cell, n_epoch, n_vel, snr, regulariser, out, lmbds, target_chi2, tol):
+    def lambda_cmd(problem, n_cell, n_epoch, n_vel, snr, regulariser, out, overwrite, lmbds, target_chi2, tol):
         """Sweep lambda; write the L-curve table, its corner, the target-chi2 lambda and a plot.
 
         PROBLEM: a target .toml, an .npz problem file (see the module docs), or omitted (simulated demo star).
+        The output folder is written atomically; lambda.json and every row of lcurve.csv record
+        the regulariser, the tolerance and the problem's fingerprint.
         """
         from dopplermap import search
 
-        prob = load_problem(problem, n_cell=n_cell, n_epoch=n_epoch, n_vel=n_vel, snr=snr, tol=LAMBDA_TOL)
+        from ..atomic import AtomicFolder, check_out
+        from ..style import save_figure
+
+        check_out(out, "lambda", overwrite=overwrite, legacy=_is_lambda)  # before any work
         lm = _lambda_list(lmbds)
+        if not np.all(np.isfinite(lm) & (lm >= 0)):
+            raise DopplermapInputError(f"--lmbds: every lambda must be finite and >= 0, got {lmbds!r}")
+        prob = load_problem(problem, n_cell=n_cell, n_epoch=n_epoch, n_vel=n_vel, snr=snr, tol=LAMBDA_TOL)
+        fp = _search_fingerprint(prob)
         obs, pre = prob.obs, prob.pre
         kw = prob.invert_kwargs(regulariser=regulariser, tol=tol)  # the problem's light curve, weights, solver
         kw.pop("lmbd")
         regulariser, tol = kw.pop("regulariser"), kw.pop("tol")
-        sw = search.sweep_lambda(pre, obs, lm, regulariser=regulariser, tol=tol, **kw)
-        out.mkdir(parents=True, exist_ok=True)
-        tmp = out / "lcurve.csv.tmp"
-        tmp.write_text(sw.table())
-        tmp.replace(out / "lcurve.csv")
-        choice = {"lmbds": sw.lmbd.tolist(), "sweep_time": sw.total_time, "regulariser_floor": sw.floor}
+        with _expected_chi2_spread():
+            sw = search.sweep_lambda(pre, obs, lm, regulariser=regulariser, tol=tol, **kw)
+        choice = {"lmbds": sw.lmbd.tolist(), "sweep_time": sw.total_time, "regulariser_floor": sw.floor,
+                  "regulariser": regulariser, "tol": tol, "problem": fp}
         try:
             corner, _ = search.lcurve_corner(sw)
             choice["lcurve_corner"] = corner
@@ -148,13 +196,20 @@ def register(group):
             choice["lcurve_message"] = str(exc)
             click.echo(f"warning: {exc}", err=True)
         if target_chi2 is not None:
-            lmt, res, trials = search.lambda_for_chi2(pre, obs, target_chi2, lo=float(sw.lmbd[0]),
-                                                      hi=float(sw.lmbd[-1]), regulariser=regulariser, tol=tol, **kw)
+            with _expected_chi2_spread():
+                lmt, res, trials = search.lambda_for_chi2(pre, obs, target_chi2, lo=float(sw.lmbd[0]),
+                                                          hi=float(sw.lmbd[-1]), regulariser=regulariser, tol=tol,
+                                                          sweep=sw, **kw)
             choice.update(target_chi2=target_chi2, target_lambda=lmt, target_result_chi2=res.chi2,
                           target_trials=trials)
-        _write_json(out / "lambda.json", choice)
-        from ..style import save_figure
-        save_figure(search.plot_lcurve(sw, corner=corner, target=target_chi2), out / "lcurve.png")
+        lines = sw.table().splitlines()  # each row also names its settings and problem
+        table = "\n".join([lines[0] + ",regulariser_kind,tol,problem"]
+                          + [f"{ln},{regulariser},{tol!r},{fp}" for ln in lines[1:]]) + "\n"
+        with AtomicFolder(out, "lambda", overwrite=overwrite, inputs=fp, legacy=_is_lambda) as folder:
+            folder.write("lcurve.csv", lambda p: p.write_text(table))
+            choice["run_id"] = folder.run_id
+            folder.write("lambda.json", lambda p: p.write_text(json.dumps(choice, indent=2, default=float)))
+            folder.write("lcurve.png", lambda p: save_figure(search.plot_lcurve(sw, corner=corner, target=target_chi2), p))
         msg = f"L-curve corner lambda {corner:.4g}" if corner is not None else "no L-curve corner"
         if target_chi2 is not None:
             msg += f"; lambda for chi2={target_chi2:g}: {choice['target_lambda']:.4g}"
@@ -165,42 +220,79 @@ def register(group):
     @click.option("--param", "params", multiple=True, required=True,
                   help="NAME=start:stop:step or NAME=v1,v2,... (inclination, vsini, domega, period, t_cool, "
                        "t_hot, macroturbulence, ew_scale); repeat for more axes.")
-    @click.option("--lmbd", type=float, default=None,
+    @click.option("--lmbd", type=click.FloatRange(min=0), default=None,
                   help="Regularisation weight (default: the target's [inversion] lmbd, else 1).")
-    @click.option("--tol", type=float, default=None,
+    @click.option("--tol", type=click.FloatRange(min=0, min_open=True), default=None,
                   help=f"Solver tolerance (default: the target's [inversion] tol, else {GRID_TOL:g}).")
-    @click.option("--resume", is_flag=True, help="Continue an interrupted search in OUT.")
+    @click.option("--resume", is_flag=True, help="Continue an interrupted search in OUT (same problem and settings).")
     @click.option("--scheduler", default=None,
-                  help="Dask scheduler address; 'sync' = serial in this process; default: a local cluster.")
-    @click.option("--workers", type=int, default=None, help="Local cluster size (default: CPU count).")
-    @click.option("--delta-chi2", type=float, default=1.0, show_default=True,
+                  help="Dask scheduler address (it runs the pickled code Dask sends it: use only one you trust); "
+                       "'sync' = serial in this process; default: a local cluster.")
+    @click.option("--connect-timeout", type=click.FloatRange(min=0, min_open=True), default=5.0, show_default=True,
+                  help="Seconds to wait for the Dask scheduler.")
+    @click.option("--workers", type=click.IntRange(min=1), default=None, help="Local cluster size (default: CPU count).")
+    @click.option("--max-points", type=click.IntRange(min=1), default=None,
+                  help="Most grid points (default 100000; each is one inversion).")
+    @click.option("--delta-chi2", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
                   help="Delta of the un-reduced chi2 for the intervals.")
-    def grid_cmd(problem, n_cell, n_epoch, n_vel, snr, regulariser, out, params, lmbd, tol, resume, scheduler,
-                 workers, delta_chi2):
+    def grid_cmd(problem, n_cell, n_epoch, n_vel, snr, regulariser, out, overwrite, params, lmbd, tol, resume,
+                 scheduler, connect_timeout, workers, max_points, delta_chi2):
         """Invert over a grid of stellar parameters; table, best point, intervals and plot.
 
         PROBLEM: a target .toml, an .npz problem file (see the module docs), or omitted (simulated demo star).
+        The table grid.csv is appended as points finish (so --resume can continue a killed
+        search); each row records lambda, the regulariser, the tolerance and the problem's
+        fingerprint, and a resume with any difference is refused. grid.json, grid.png and the
+        manifest are written when the search is complete.
         """
         from dopplermap import search
 
-        axes = dict(_axis(p) for p in params)
+        from ..atomic import check_out
+        from ..style import save_figure
+
+        axes = dict(_axis(p, max_points) for p in params)
+        search.check_grid_size(axes, max_points)
+        if not (out.is_dir() and resume and _is_grid(out)):  # resuming: grid_search checks the table
+            check_out(out, "grid", overwrite=overwrite, legacy=_is_grid,  # before any work
+                      flag="--resume (to continue an interrupted search) or --overwrite")
+        if scheduler not in (None, "local", "sync"):  # an unreachable scheduler fails before any work
+            client, _ = search._client(scheduler, workers, connect_timeout)
+            client.close()
         prob = load_problem(problem, n_cell=n_cell, n_epoch=n_epoch, n_vel=n_vel, snr=snr, tol=GRID_TOL)
-        out.mkdir(parents=True, exist_ok=True)
         settings = prob.settings.replace(lmbd=lmbd, regulariser=regulariser, tol=tol)
-        rows = search.grid_search(prob, axes, out / "grid.csv", settings=settings, resume=resume,
-                                  scheduler=scheduler, n_workers=workers,
-                                  progress=lambda n, total, row: click.echo(f"{n}/{total} chi2 {row['chi2']:.5g}",
-                                                                            err=True))
-        best = search.best_point(rows, list(axes))
+        if overwrite and not resume and out.is_dir():  # an earlier grid search (checked above): start again
+            for name in ("grid.csv", "grid.json", "grid.png", "dopplermap.json"):
+                (out / name).unlink(missing_ok=True)
+        out.mkdir(exist_ok=True)
+        with _expected_chi2_spread():
+            rows = search.grid_search(prob, axes, out / "grid.csv", settings=settings, resume=resume,
+                                      scheduler=scheduler, n_workers=workers, connect_timeout=connect_timeout,
+                                      max_points=max_points,
+                                      progress=lambda n, total, row: click.echo(
+                                          f"{n}/{total} chi2 {row['chi2']:.5g}", err=True))
+        column = "chi2_total"  # one criterion for the best point and the intervals
+        best = search.best_point(rows, list(axes), column=column)
         intervals = {}
         for name in axes:
-            iv = search.delta_chi2_interval(rows, name, delta=delta_chi2)
+            iv = search.delta_chi2_interval(rows, name, delta=delta_chi2, column=column)
             intervals[name] = {k: iv[k] for k in ("best", "lo", "hi", "at_edge", "delta", "note")}
-        _write_json(out / "grid.json", {"best": best, "intervals": intervals})
-        from ..style import save_figure
+        fp = _search_fingerprint(prob)
+        _write_json(out / "grid.json", {"best": best, "intervals": intervals, "lmbd": settings.lmbd,
+                                        "regulariser": settings.regulariser, "tol": settings.tol, "problem": fp})
         save_figure(search.plot_grid(rows, list(axes)), out / "grid.png")
+        _finish_grid_folder(out, fp)
         click.echo("best: " + ", ".join(f"{k}={best[k]:g}" for k in axes) + f"  chi2 {best['chi2']:.5g}")
         for name, iv in intervals.items():
             edge = " (reaches the grid edge)" if iv["at_edge"] else ""
             click.echo(f"{name}: {iv['lo']:g} .. {iv['hi']:g} (Delta chi2_total <= {delta_chi2:g}){edge}")
         click.echo(f"results in {out}")
+
+
+def _finish_grid_folder(out: Path, fp: str) -> None:
+    """Write the manifest of a finished grid folder (the table grows in place, for --resume)."""
+    from ..atomic import _FORMAT, MANIFEST, _sha256, new_run_id, write_json
+
+    files = {p.name: {"bytes": p.stat().st_size, "sha256": _sha256(p)}
+             for p in sorted(out.iterdir()) if p.is_file() and p.name != MANIFEST}
+    write_json(out / MANIFEST, {"format": _FORMAT, "kind": "grid", "run_id": new_run_id(), "inputs": fp,
+                                "files": files, "complete": True})

@@ -39,15 +39,23 @@ def _load(idc, sg, cpcs, problem, trust_pickle):
 
 
 def _write_json(path: Path, obj) -> None:
-    from ..io.seed import _atomic_write
+    from ..atomic import write_json
 
-    _atomic_write(path, lambda fh: fh.write(json.dumps(obj, indent=2).encode()))
+    write_json(path, obj)
 
 
 def _write_npz(path: Path, **arrays) -> None:
-    from ..io.seed import _atomic_write
+    from ..atomic import write_file
 
-    _atomic_write(path, lambda fh: np.savez(fh, **arrays))
+    write_file(path, lambda fh: np.savez(fh, **arrays))
+
+
+def _is_seed_result(folder: Path) -> bool:
+    """An ``invert-seed`` folder written before manifests existed."""
+    try:
+        return "loss_definition" in json.loads((folder / "summary.json").read_text()) and (folder / "result.npz").is_file()
+    except (OSError, ValueError, TypeError):
+        return False
 
 
 def plot_seed_result(problem, res, out: Path) -> list[Path]:
@@ -92,10 +100,19 @@ def plot_seed_result(problem, res, out: Path) -> list[Path]:
 
 
 def run_invert_seed(problem, out: Path, *, lmbd: float, tol: float, maxiter: int, quiet: bool, plots: bool,
-                    read_time: float = 0.0) -> dict:
-    """Invert a :class:`~dopplermap.io.seed.SeedProblem` and write the results to ``out``."""
+                    read_time: float = 0.0, overwrite: bool = True) -> dict:
+    """Invert a :class:`~dopplermap.io.seed.SeedProblem` and write the results to ``out``.
+
+    ``out`` is written as one atomic folder (:class:`dopplermap.atomic.AtomicFolder`, kind
+    ``seed-result``): ``result.npz``, the figures, ``summary.json`` and the manifest, all
+    carrying one run id; a kill leaves the previous folder or the complete new one.
+    """
     import dopplermap as dm
 
+    from ..atomic import AtomicFolder, check_out, fingerprint
+    from ..errors import active_warnings
+
+    check_out(out, "seed-result", overwrite=overwrite, legacy=_is_seed_result)
     t0 = time.perf_counter()
 
     def progress(it, hist):
@@ -105,24 +122,31 @@ def run_invert_seed(problem, out: Path, *, lmbd: float, tol: float, maxiter: int
     res = dm.invert(problem.pre, problem.obs, lmbd=lmbd, regulariser="mem", tol=tol, maxiter=maxiter,
                     callback=progress)
     total = time.perf_counter() - t0 + read_time
+    obs = problem.obs
+    inputs = fingerprint((obs.times, obs.vels, obs.flux, obs.err), problem.pre.cell_area,
+                         {"lmbd": lmbd, "tol": tol, "maxiter": maxiter, "regulariser": "mem"})
     summary = dict(res.summary(), entropy=res.regulariser_value, read_time=read_time, total_time=total,
                    n_cell=problem.n_cell, n_epoch=problem.n_epoch, n_vel=problem.n_vel,
                    n_visible_min=int(problem.n_visible.min()), n_visible_max=int(problem.n_visible.max()),
                    has_coordinates=problem.has_coordinates, source=problem.source,
                    loss_definition="chi2/(n_epoch n_vel) + lmbd * seed MEM (the seed's loss)")
-    out.mkdir(parents=True, exist_ok=True)
-    arrays = dict(fssc=res.fssc, fssh=res.fssh, fssp=res.fssp, rv=res.rv, amp=res.amp, model=res.model,
-                  flux=np.asarray(problem.obs.flux), err=np.asarray(problem.obs.err),
-                  vels=np.asarray(problem.obs.vels), labels=np.array(problem.labels, dtype=str),
-                  history_loss=res.history.get("loss", np.zeros(0)), history_chi2=res.history.get("chi2", np.zeros(0)))
-    if problem.has_coordinates:
-        arrays.update(lat=problem.lat, lon=problem.lon)
-    _write_npz(out / "result.npz", **arrays)
-    if plots:
-        summary["figures"] = [p.name for p in plot_seed_result(problem, res, out)]
-        if not problem.has_coordinates:
-            summary["figure_note"] = "no cell coordinates in the input (sg has no grid_lats/grid_longs): filling factor drawn per cell index"
-    _write_json(out / "summary.json", summary)
+    with AtomicFolder(out, "seed-result", overwrite=overwrite, inputs=inputs, legacy=_is_seed_result) as folder:
+        arrays = dict(fssc=res.fssc, fssh=res.fssh, fssp=res.fssp, rv=res.rv, amp=res.amp, model=res.model,
+                      flux=np.asarray(obs.flux), err=np.asarray(obs.err), vels=np.asarray(obs.vels),
+                      labels=np.array(problem.labels, dtype=str), run_id=np.array(folder.run_id),
+                      history_loss=res.history.get("loss", np.zeros(0)),
+                      history_chi2=res.history.get("chi2", np.zeros(0)))
+        if problem.has_coordinates:
+            arrays.update(lat=problem.lat, lon=problem.lon)
+        folder.write("result.npz", lambda p: _write_npz(p, **arrays))
+        if plots:
+            summary["figures"] = [p.name for p in plot_seed_result(problem, res, folder.tmp)]
+            folder.wrote()
+            if not problem.has_coordinates:
+                summary["figure_note"] = ("no cell coordinates in the input (sg has no grid_lats/grid_longs): "
+                                          "filling factor drawn per cell index")
+        summary.update(run_id=folder.run_id, input_fingerprint=inputs, warnings=active_warnings(), complete=True)
+        folder.write("summary.json", lambda p: _write_json(p, summary))
     return summary
 
 
@@ -134,15 +158,22 @@ def register(group):
     @click.option("--problem", type=_PATH, help="A .npz problem from `dopplermap convert` (instead of pickles).")
     @click.option("--trust-pickle", is_flag=True,
                   help="Allow unpickling (it can run code from the files): only for files you trust.")
-    @click.option("--lmbd", type=float, default=1.0, show_default=True, help="Regularisation weight lambda.")
-    @click.option("--tol", type=float, default=1e-5, show_default=True, help="L-BFGS-B ftol/gtol (the seed's).")
-    @click.option("--maxiter", type=int, default=1000, show_default=True, help="Iteration cap.")
+    @click.option("--lmbd", type=click.FloatRange(min=0), default=1.0, show_default=True,
+                  help="Regularisation weight lambda.")
+    @click.option("--tol", type=click.FloatRange(min=0, min_open=True), default=1e-5, show_default=True,
+                  help="L-BFGS-B ftol/gtol (the seed's).")
+    @click.option("--maxiter", type=click.IntRange(min=1), default=1000, show_default=True, help="Iteration cap.")
     @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("seed-out"),
-                  show_default=True, help="Output folder.")
-    @click.option("--quiet", is_flag=True, help="No progress display.")
+                  show_default=True, help="Output folder (an earlier result there is replaced only with --overwrite).")
+    @click.option("--overwrite", is_flag=True, help="Replace an earlier invert-seed result in --out.")
+    @click.option("-q", "--quiet", is_flag=True, help="No progress display.")
     @click.option("--no-plots", is_flag=True, help="Skip the figures.")
-    def invert_seed(idc, sg, cpcs, problem, trust_pickle, lmbd, tol, maxiter, out, quiet, no_plots):
+    def invert_seed(idc, sg, cpcs, problem, trust_pickle, lmbd, tol, maxiter, out, overwrite, quiet, no_plots):
         """Solve the seed's problem (idc/sg/cpcs pickles or a converted .npz) with the seed's loss."""
+        from ..atomic import check_out
+        from ..cli import exit_status
+
+        check_out(out, "seed-result", overwrite=overwrite, legacy=_is_seed_result)  # before any work
         t0 = time.perf_counter()
         prob = _load(idc, sg, cpcs, problem, trust_pickle)
         read_time = time.perf_counter() - t0
@@ -150,12 +181,13 @@ def register(group):
             click.echo(f"read {prob.n_epoch} epochs x {prob.n_vel} velocities, {prob.n_cell} cells "
                        f"({prob.n_visible.min()}-{prob.n_visible.max()} visible) in {read_time:.2f} s", err=True)
         s = run_invert_seed(prob, out, lmbd=lmbd, tol=tol, maxiter=maxiter, quiet=quiet, plots=not no_plots,
-                            read_time=read_time)
+                            read_time=read_time, overwrite=overwrite)
         click.echo(f"loss {s['loss']:.10g}  chi2 {s['chi2']:.6g}  entropy {s['entropy']:.6g}  "
                    f"iterations {s['iterations']}  compile {s['compile_time']:.2f} s  solve {s['solve_time']:.2f} s")
         if not no_plots and not prob.has_coordinates:
             click.echo("note: the input has no cell coordinates; filling factors are drawn per cell index, not as a map")
         click.echo(f"results in {out}")
+        return exit_status(s)
 
     @group.command("convert")
     @click.option("--idc", type=_PATH, required=True, help="The seed's idc pickle.")
@@ -164,9 +196,13 @@ def register(group):
     @click.option("--trust-pickle", is_flag=True,
                   help="Allow unpickling (it can run code from the files): only for files you trust.")
     @click.option("--out", type=_PATH, required=True, help="Output .npz problem file.")
-    def convert(idc, sg, cpcs, trust_pickle, out):
+    @click.option("--overwrite", is_flag=True, help="Replace an existing --out file.")
+    def convert(idc, sg, cpcs, trust_pickle, out, overwrite):
         """Convert the seed's pickles to a safe .npz problem file (read later without --trust-pickle)."""
+        from ..atomic import check_out_file
         from ..io.seed import read_seed, save_problem
+
+        check_out_file(out, overwrite=overwrite)  # before any work
 
         prob = read_seed(idc, sg, cpcs, trust_pickle=trust_pickle)
         save_problem(out, prob)
@@ -174,7 +210,8 @@ def register(group):
 
     @group.command("simulate")
     @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("sim-out"),
-                  show_default=True, help="Output folder.")
+                  show_default=True, help="Output folder (an earlier simulation there is replaced only with --overwrite).")
+    @click.option("--overwrite", is_flag=True, help="Replace an earlier simulation in --out.")
     @click.option("--format", "fmt", type=click.Choice(["npz", "seed-pickle"]), default="npz", show_default=True,
                   help="npz: a safe problem.npz; seed-pickle: idc.pkl, sg.pkl, cpcs.pkl as the seed's script reads them.")
     @click.option("--n-cell", type=int, default=2500, show_default=True, help="Surface cells.")
@@ -184,17 +221,21 @@ def register(group):
     @click.option("--seed", type=int, default=1, show_default=True, help="Random seed.")
     @click.option("--per-cell-lis", is_flag=True, help="seed-pickle: write lis_* per visible cell, not scalars.")
     @click.option("--no-coordinates", is_flag=True, help="Leave grid_lats/grid_longs out of sg (and the .npz).")
-    def simulate(out, fmt, n_cell, n_epoch, n_vel, snr, seed, per_cell_lis, no_coordinates):
+    def simulate(out, overwrite, fmt, n_cell, n_epoch, n_vel, snr, seed, per_cell_lis, no_coordinates):
         """Simulate the demo star (spots from dopplermap.DEMO_SPOTS) and write its problem files."""
+        from ..atomic import check_out
+
+        check_out(out, "simulation", overwrite=overwrite, legacy=_is_simulation)  # before any work
         sim_files = simulate_files(out, fmt=fmt, n_cell=n_cell, n_epoch=n_epoch, n_vel=n_vel, snr=snr, seed=seed,
-                                   per_cell_lis=per_cell_lis, coordinates=not no_coordinates)
+                                   per_cell_lis=per_cell_lis, coordinates=not no_coordinates, overwrite=overwrite)
         click.echo("wrote " + ", ".join(str(p) for p in sim_files))
 
 
 def simulate_files(out: Path, *, fmt: str = "npz", n_cell: int = 2500, n_epoch: int = 150, n_vel: int = 32,
                    snr: float = 500.0, seed: int = 1, per_cell_lis: bool = False, coordinates: bool = True,
-                   keys=None, as_jax: bool = False) -> list[Path]:
-    """Simulate the demo star and write its problem (``fmt`` "npz" or "seed-pickle") and ``truth.npz``."""
+                   keys=None, as_jax: bool = False, overwrite: bool = True) -> list[Path]:
+    """Simulate the demo star and write its problem (``fmt`` "npz" or "seed-pickle") and ``truth.npz``
+    into the folder ``out``, as one atomic folder (kind ``simulation``)."""
     for name, v, lo in (("n-cell", n_cell, 50), ("n-epoch", n_epoch, 1), ("n-vel", n_vel, 3)):
         if v < lo:
             raise DopplermapInputError(f"--{name} must be >= {lo}, got {v}")
@@ -202,18 +243,29 @@ def simulate_files(out: Path, *, fmt: str = "npz", n_cell: int = 2500, n_epoch: 
         raise DopplermapInputError(f"format must be 'npz' or 'seed-pickle', got {fmt!r}")
     import dopplermap as dm  # after the argument checks: they answer without JAX
 
+    from ..atomic import AtomicFolder
     from ..io.seed import save_problem, seed_dicts, seed_problem, write_seed_pickles
 
     star, grid, times, vels, comps = dm.demo_setup(n_cell=n_cell, n_epoch=n_epoch, n_vel=n_vel, seed=seed)
     sim = dm.simulate(grid, star, times, vels, comps, dm.DEMO_SPOTS, snr=snr, seed=seed)
     kw = dict(keys=keys, per_cell_lis=per_cell_lis, as_jax=as_jax, coordinates=coordinates)
-    if fmt == "seed-pickle":
-        paths = list(write_seed_pickles(sim, out, **kw).values())
-    else:
-        prob = seed_problem(*seed_dicts(sim, **kw), sources=("simulation",) * 3)
-        paths = [save_problem(Path(out) / "problem.npz", prob)]
-    truth = Path(out) / "truth.npz"
-    _write_npz(truth, fssc=sim.fssc, fssh=sim.fssh, rv=sim.rv, amp=sim.amp, lat=grid.lat, lon=grid.lon,
-               times=np.asarray(times), noiseless=sim.noiseless, inclination=star.inclination,
-               vsini=star.vsini_kms, period=star.period, snr=snr)
-    return paths + [truth]
+    out = Path(out)
+    with AtomicFolder(out, "simulation", overwrite=overwrite, legacy=_is_simulation,
+                      meta={"simulation": {"snr": snr, "seed": seed, "format": fmt}}) as folder:
+        tmp = folder.tmp
+        if fmt == "seed-pickle":
+            names = [p.name for p in write_seed_pickles(sim, tmp, **kw).values()]
+        else:
+            prob = seed_problem(*seed_dicts(sim, **kw), sources=("simulation",) * 3)
+            names = [save_problem(tmp / "problem.npz", prob).name]
+        folder.wrote()
+        folder.write("truth.npz", lambda p: _write_npz(
+            p, fssc=sim.fssc, fssh=sim.fssh, rv=sim.rv, amp=sim.amp, lat=grid.lat, lon=grid.lon,
+            times=np.asarray(times), noiseless=sim.noiseless, inclination=star.inclination, vsini=star.vsini_kms,
+            period=star.period, snr=snr, run_id=np.array(folder.run_id)))
+    return [out / n for n in names] + [out / "truth.npz"]
+
+
+def _is_simulation(folder: Path) -> bool:
+    """A ``simulate`` folder written before manifests existed."""
+    return (folder / "truth.npz").is_file()

@@ -3,22 +3,13 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 from pathlib import Path
 
 import click
 import numpy as np
 
-from ..errors import DopplermapInputError
-
 __all__ = ["run_target", "register"]
-
-
-def _atomic(path: Path, write):
-    tmp = path.with_name(path.name + ".tmp")
-    write(tmp)
-    os.replace(tmp, path)
 
 
 def uncertainty_writers(methods, pre, obs, res, grid, *, n_boot: int = 20, seed: int = 0, plots: bool = True,
@@ -61,7 +52,7 @@ def uncertainty_writers(methods, pre, obs, res, grid, *, n_boot: int = 20, seed:
 
 
 def run_target(cfg, out: Path, *, plots: bool = True, quiet: bool = True, config_file=None,
-               uncertainty=None, report: bool = True) -> dict:
+               uncertainty=None, report: bool = True, overwrite: bool = True) -> dict:
     """Run the inversion a target config describes and write a result folder at ``out``.
 
     The folder is the standard one of :func:`dopplermap.io.results.save_result` (map.fits,
@@ -108,9 +99,15 @@ def run_target(cfg, out: Path, *, plots: bool = True, quiet: bool = True, config
                      n_vel=obs.n_vel, n_lc=None if lc is None else lc.n_lc, method=pre.line.method,
                      macroturbulence=cfg.line.macroturbulence, gravity_darkening=cfg.gravity_darkening.enabled,
                      setup_time=t_setup, total_time=time.perf_counter() - t0, **unc_scalars)
+        lcd = prob.lightcurve_data.read if prob.lightcurve_data is not None else None
+        if lcd is not None:  # what was read, dropped and binned, for the summary and the screen
+            extra.update(lc_cadences=lcd.n_read if lcd.n_read is not None else lcd.n_points,
+                         lc_dropped_quality=lcd.n_quality, lc_dropped_nan=lcd.n_invalid, lc_points=lcd.n_points,
+                         lc_note=lcd.describe())
         with rep.step("write results" + (" + figures" if plots else "")):
             res = with_context(res, grid=grid, star=prob.star, obs=obs, pre=pre, components=prob.components, light_curve=light_curve, config=config, extra=extra)
-            summary = save_result(res, out, plots=plots, config_file=config_file, extra_writers=writers)
+            summary = save_result(res, out, plots=plots, config_file=config_file, extra_writers=writers,
+                                  overwrite=overwrite)
             if report:
                 from ..report import write_report
                 write_report(out)
@@ -120,34 +117,43 @@ def run_target(cfg, out: Path, *, plots: bool = True, quiet: bool = True, config
 def register(group):
     @group.command()
     @click.argument("path", type=click.Path(dir_okay=False, path_type=Path), default=Path("target.toml"))
-    @click.option("--force", is_flag=True, help="Overwrite an existing file.")
+    @click.option("--force", "--overwrite", "force", is_flag=True, help="Overwrite an existing file.")
     def init(path, force):
         """Write a commented target-configuration template to PATH (default target.toml)."""
+        from ..atomic import check_out_file, write_text
         from ..config import TEMPLATE
 
-        if path.exists() and not force:
-            raise DopplermapInputError(f"{path} exists; use --force to overwrite")
-        _atomic(path, lambda tmp: tmp.write_text(TEMPLATE))
+        check_out_file(path, overwrite=force, option="PATH", flag="--force")
+        write_text(path, TEMPLATE)
         click.echo(f"wrote {path}; edit it, then run: dopplermap invert {path} --out results")
 
     @group.command()
     @click.argument("target", type=click.Path(dir_okay=False, path_type=Path))
     @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("results"),
-                  show_default=True, help="Output folder (replaced if it holds an earlier result).")
-    @click.option("--quiet", is_flag=True, help="No progress display.")
+                  show_default=True, help="Output folder (an earlier result there is replaced only with --overwrite).")
+    @click.option("--overwrite", is_flag=True, help="Replace an earlier result in --out.")
+    @click.option("-q", "--quiet", is_flag=True, help="No progress display.")
     @click.option("--no-plots", is_flag=True, help="Skip the figures.")
     @click.option("--no-report", is_flag=True, help="Skip report.html.")
     @click.option("--uncertainty", "uncertainty", multiple=True,
                   type=click.Choice(["laplace", "sandwich", "bootstrap"]),
                   help="Also write per-cell uncertainty maps (repeatable; overrides [uncertainty] methods).")
-    def invert(target, out, quiet, no_plots, no_report, uncertainty):
+    def invert(target, out, overwrite, quiet, no_plots, no_report, uncertainty):
         """Map the star described by the TOML file TARGET; write a result folder to --out."""
+        from ..atomic import check_out
+        from ..cli import exit_status
         from ..config import load_config
+        from ..io.results import _is_result_dir
 
         cfg = load_config(target)
+        check_out(out, "result", overwrite=overwrite, legacy=_is_result_dir)  # before any work
         s = run_target(cfg, out, plots=not no_plots, quiet=quiet, config_file=target,
-                       uncertainty=list(uncertainty) if uncertainty else None, report=not no_report)
+                       uncertainty=list(uncertainty) if uncertainty else None, report=not no_report,
+                       overwrite=overwrite)
         lc = f"  chi2(lc) {s['chi2_lc']:.4f}" if s.get("chi2_lc") is not None else ""
         click.echo(f"chi2 {s['chi2']:.4f}{lc}  iterations {s['iterations']}  {s['stop_reason']}  "
                    f"solve {s['solve_time']:.2f} s")
+        if s.get("lc_note"):
+            click.echo(f"light curve {s['lc_note']}")
         click.echo(f"results in {out}")
+        return exit_status(s)

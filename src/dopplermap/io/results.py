@@ -7,8 +7,14 @@ A result folder holds::
                      HDU "CONVERGENCE": per-iteration ITER, LOSS, CHI2, REGUL (and CHI2_LC, the
                      light-curve chi-square of a joint fit).
     profiles.fits    HDU "VELS" (n_vel,) km/s; HDU "PROFILES": one row per epoch with TIME (d),
-                     PHASE, RV (km/s), AMP and (n_vel,) vectors OBS, ERR, MODEL, SPOTLESS, RESID;
-                     HDU "LIGHTCURVE" (TIME, FLUX, ERR, MODEL, RESID) when a light curve was fitted.
+                     PHASE (in [0, 1)), CYCLE ((TIME - t0) / P, not wrapped), RV (km/s), AMP
+                     and (n_vel,) vectors OBS, ERR, MODEL, SPOTLESS, RESID;
+                     HDU "LIGHTCURVE" (TIME, PHASE, CYCLE, FLUX, ERR, MODEL, RESID) when a light
+                     curve was fitted. TIME is BJD_TDB as a full Julian date (the internal
+                     convention) with the FITS time keywords TIMESYS = 'TDB', TREFPOS =
+                     'BARYCENTER', TIMEREF = 'SOLARSYSTEM', JDREF = 0, TIMEUNIT = 'd':
+                     ``QTable.read(path, hdu="PROFILES", astropy_native=True)["TIME"]`` is an
+                     astropy ``Time``.
     config.json      the configuration that produced the run (and a verbatim copy of the
                      user's configuration file when one was given).
     summary.json     scalar results and timings; written last, with ``"complete": true``.
@@ -20,9 +26,12 @@ brightness relative to the unspotted photosphere; NaN when the intensities are u
 LAT_MIN, LAT_MAX, LON_MIN, LON_MAX (deg, cell bounds; latitude-band grids only) and
 TRUE_FSSC, TRUE_FSSH (simulations only).
 
-Everything is written into a hidden temporary folder next to the target, which is renamed
-onto the target only when complete: an interrupted run leaves either the previous result or
-nothing under the target name, never a half-written folder that looks complete.
+Everything is written into a hidden temporary folder next to the target, which is swapped
+onto the target only when complete (:class:`dopplermap.atomic.AtomicFolder`; its manifest
+``dopplermap.json`` lists every file's SHA-256, the run id and a fingerprint of the inputs):
+an interrupted run leaves either the previous result or the complete new one under the
+target name. Every FITS HDU carries the run id (``RUNID``); :func:`load_result` refuses a
+folder whose files come from different runs.
 """
 
 from __future__ import annotations
@@ -31,9 +40,7 @@ import dataclasses
 import json
 import logging
 import math
-import os
 import shutil
-import tempfile
 import time
 from pathlib import Path
 
@@ -70,7 +77,7 @@ _STAR = {
     "INCLIN": ("inclination", "[deg] inclination of the rotation axis"),
     "VSINI": ("vsini", "[km/s] projected equatorial velocity"),
     "PERIOD": ("period", "[d] equatorial rotation period"),
-    "T0": ("t0", "[d] time of rotation phase 0"),
+    "T0": ("t0", "[d] time of rotation phase 0 (BJD_TDB)"),
     "DOMEGA": ("domega", "[rad/d] differential rotation shear"),
     "RADIUS": ("radius", "[R_sun] equatorial radius"),
 }
@@ -178,7 +185,11 @@ def _seed_entropy_np(fssc, fssh, area, m: float = FILL_MIN) -> float:
 
 
 def _is_result_dir(path: Path) -> bool:
-    return (path / _MARKER).is_file()
+    """A result folder (also one written before manifests existed): its summary.json is ours."""
+    try:
+        return json.loads((path / _MARKER).read_text()).get("format") == _FORMAT
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def _map_hdus(res, fits):
@@ -255,11 +266,12 @@ def _profile_hdus(res, fits):
     n_epoch, n_vel = flux.shape
     model = np.full_like(flux, np.nan) if res.model is None else np.asarray(res.model, float)
     spotless = np.full_like(flux, np.nan) if res.spotless is None else np.asarray(res.spotless, float)
-    phase = np.full(n_epoch, np.nan)
+    cycle = np.full(n_epoch, np.nan)
     if res.star is not None:
-        phase = np.mod((times - res.star.t0) / res.star.period, 1.0)
+        cycle = (times - res.star.t0) / res.star.period
     vec = f"{n_vel}D"
-    cols = [fits.Column("TIME", "D", unit="d", array=times), fits.Column("PHASE", "D", array=phase),
+    cols = [fits.Column("TIME", "D", unit="d", array=times), fits.Column("PHASE", "D", array=np.mod(cycle, 1.0)),
+            fits.Column("CYCLE", "D", array=cycle),
             fits.Column("RV", "D", unit="km/s", array=np.asarray(res.rv, float)),
             fits.Column("AMP", "D", array=np.asarray(res.amp, float)),
             fits.Column("OBS", vec, array=flux), fits.Column("ERR", vec, array=err),
@@ -267,18 +279,35 @@ def _profile_hdus(res, fits):
             fits.Column("RESID", vec, array=flux - model)]
     vh = fits.ImageHDU(vels, name="VELS")
     vh.header["BUNIT"] = "km/s"
-    hdus = [fits.PrimaryHDU(), vh, fits.BinTableHDU.from_columns(cols, name="PROFILES")]
+    prof = fits.BinTableHDU.from_columns(cols, name="PROFILES")
+    _time_keywords(prof.header)
+    hdus = [fits.PrimaryHDU(), vh, prof]
     if res.light_curve is not None:
         lc = res.light_curve
         lt = np.asarray(lc["times"], float)
         lflux = np.asarray(lc["flux"], float)
         lerr = np.asarray(lc.get("err", np.full_like(lflux, np.nan)), float)
         lmodel = np.asarray(lc.get("model", np.full_like(lflux, np.nan)), float)
-        hdus.append(fits.BinTableHDU.from_columns(
-            [fits.Column("TIME", "D", unit="d", array=lt), fits.Column("FLUX", "D", array=lflux),
-             fits.Column("ERR", "D", array=lerr), fits.Column("MODEL", "D", array=lmodel),
-             fits.Column("RESID", "D", array=lflux - lmodel)], name="LIGHTCURVE"))
+        lcols = [fits.Column("TIME", "D", unit="d", array=lt)]
+        if res.star is not None:
+            lcyc = (lt - res.star.t0) / res.star.period
+            lcols += [fits.Column("PHASE", "D", array=np.mod(lcyc, 1.0)), fits.Column("CYCLE", "D", array=lcyc)]
+        lcols += [fits.Column("FLUX", "D", array=lflux), fits.Column("ERR", "D", array=lerr),
+                  fits.Column("MODEL", "D", array=lmodel), fits.Column("RESID", "D", array=lflux - lmodel)]
+        lhdu = fits.BinTableHDU.from_columns(lcols, name="LIGHTCURVE")
+        _time_keywords(lhdu.header)
+        hdus.append(lhdu)
     return fits.HDUList(hdus)
+
+
+def _time_keywords(h):
+    """FITS time keywords (Rots et al. 2015) of a TIME column in the internal BJD_TDB, so that
+    ``QTable.read(path, hdu=..., astropy_native=True)`` gives a barycentric TDB ``Time``."""
+    h["TIMESYS"] = ("TDB", "time scale of TIME")
+    h["TREFPOS"] = ("BARYCENTER", "TIME at the solar-system barycentre")
+    h["TIMEREF"] = ("SOLARSYSTEM", "barycentric times (Kepler/TESS keyword)")
+    h["JDREF"] = (0.0, "[d] BJD_TDB = TIME + JDREF")
+    h["TIMEUNIT"] = ("d", "unit of TIME")
 
 
 def _summary(res, timings: dict) -> dict:
@@ -296,94 +325,103 @@ def _summary(res, timings: dict) -> dict:
     return out
 
 
-def _write_files(res, tmp: Path, config_file, plots: bool, plot_kwargs: dict) -> dict:
-    """Write every file of a result folder into ``tmp``; returns timings (s)."""
+def _write_files(res, folder, config_file, plots: bool, plot_kwargs: dict, run_id: str) -> dict:
+    """Write every file of a result folder into ``folder.tmp``; returns timings (s)."""
     from astropy.io import fits
 
     t0 = time.perf_counter()
-    _map_hdus(res, fits).writeto(tmp / "map.fits")
-    _profile_hdus(res, fits).writeto(tmp / "profiles.fits")
-    (tmp / "config.json").write_text(json.dumps(res.config, indent=2, sort_keys=True, default=str) + "\n")
+    for name, make in (("map.fits", _map_hdus), ("profiles.fits", _profile_hdus)):
+        hdus = make(res, fits)
+        for hdu in hdus:  # every HDU names the run, so mixed folders are detected
+            hdu.header["RUNID"] = (run_id, "run that wrote it")
+        folder.write(name, hdus.writeto)
+    folder.write("config.json", lambda p: p.write_text(
+        json.dumps(res.config, indent=2, sort_keys=True, default=str) + "\n"))
     if config_file is not None:
         src = Path(config_file)
         name = "config" + src.suffix if src.suffix and src.suffix != ".json" else "config.input" + src.suffix
-        shutil.copyfile(src, tmp / name)
+        folder.write(name, lambda p: shutil.copyfile(src, p))
     t1 = time.perf_counter()
     figures = []
     if plots:
         from .. import plot
 
-        figures = [p.name for p in plot.plot_result(res, tmp, **plot_kwargs)]
+        figures = [p.name for p in plot.plot_result(res, folder.tmp, **plot_kwargs)]
+        folder.wrote()
     t2 = time.perf_counter()
     return {"write_time": t1 - t0, "plot_time": t2 - t1, "figures": figures}
 
 
+def input_fingerprint(res) -> str:
+    """Fingerprint of what a result was fitted to: data, star, grid and configuration."""
+    from ..atomic import fingerprint
+
+    obs = res.obs
+    data = None if obs is None else (obs.times, obs.vels, obs.flux, obs.err)
+    grid = None if res.grid is None else (res.grid.lat, res.grid.lon, res.grid.area)
+    return fingerprint(data, res.star, grid, res.light_curve and {k: res.light_curve.get(k) for k in
+                                                                   ("times", "flux", "err")},
+                       json.loads(json.dumps(res.config, sort_keys=True, default=str)))
+
+
 def save_result(result, path, *, plots: bool = True, config_file=None, overwrite: bool = True,
-                plot_kwargs: dict | None = None, extra_writers=()) -> dict:
+                plot_kwargs: dict | None = None, extra_writers=(), warnings=None) -> dict:
     """Write a result folder at ``path`` atomically; returns the summary dict written.
 
     Args:
         result: :class:`InversionResult` with context (see :func:`with_context`).
-        path: target folder. If it exists it must be an earlier result folder (it is then
-            replaced, when ``overwrite``) or empty.
+        path: target folder. It may not exist yet (its parent must), be empty, or hold an
+            earlier result folder (replaced when ``overwrite``); anything else is refused
+            and left untouched (:func:`dopplermap.atomic.check_out`).
         plots: also draw the figures of :func:`dopplermap.plot.plot_result`.
         config_file: the user's configuration file, copied verbatim.
         plot_kwargs: passed to :func:`dopplermap.plot.plot_result`.
         extra_writers: callables ``writer(folder)`` that add files (e.g. uncertainty maps)
             to the folder before it is completed and swapped into place.
+        warnings: the run's warning messages for ``summary.json`` (default: those collected
+            so far by the innermost :func:`dopplermap.errors.collect_warnings`).
     """
+    from ..atomic import AtomicFolder
+    from ..errors import active_warnings
+
     path = Path(path)
     if _PREFETCH is not None:
         _PREFETCH.join()  # no matplotlib use from two threads at once
-    if path.exists():
-        if not path.is_dir():
-            raise DopplermapInputError(f"result path {path} exists and is not a folder")
-        if any(path.iterdir()) and not _is_result_dir(path):
-            raise DopplermapInputError(f"result path {path} exists, is not empty and is not a dopplermap result folder; "
-                             "choose another output folder")
-        if _is_result_dir(path) and not overwrite:
-            raise DopplermapInputError(f"result folder {path} exists (overwrite=False)")
     if config_file is not None and not Path(config_file).is_file():
         raise DopplermapInputError(f"config_file {config_file} does not exist")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.partial-", dir=path.parent))
-    try:
+    fp = input_fingerprint(result)
+    with AtomicFolder(path, "result", overwrite=overwrite, inputs=fp, legacy=_is_result_dir, option="result folder",
+                      flag="overwrite=True") as folder:
         t0 = time.perf_counter()
-        timings = _write_files(result, tmp, config_file, plots, plot_kwargs or {})
+        timings = _write_files(result, folder, config_file, plots, plot_kwargs or {}, folder.run_id)
         for writer in extra_writers:
-            writer(tmp)
+            writer(folder.tmp)
+            folder.wrote()
         summary = _summary(result, {"write_time": timings["write_time"], "plot_time": timings["plot_time"]})
         summary["figures"] = timings["figures"]
-        summary["files"] = sorted(p.name for p in tmp.iterdir()) + [_MARKER]
+        summary["run_id"] = folder.run_id
+        summary["input_fingerprint"] = fp
+        summary["warnings"] = list(active_warnings() if warnings is None else warnings)
+        summary["files"] = sorted([p.name for p in folder.tmp.iterdir()] + [_MARKER, "dopplermap.json"])
         summary["complete"] = True
         summary["save_time"] = time.perf_counter() - t0
-        with open(tmp / _MARKER, "w") as fh:  # the completeness marker: written last
-            json.dump(summary, fh, indent=2)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o755)
-        _swap_into_place(tmp, path)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        folder.write(_MARKER, lambda p: p.write_text(json.dumps(summary, indent=2)))
     log.info("wrote result folder %s (%.2f s)", path, summary["save_time"])
     return summary
-
-
-def _swap_into_place(tmp: Path, path: Path) -> None:
-    if not path.exists():
-        os.rename(tmp, path)
-        return
-    old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old-", dir=path.parent))
-    os.rmdir(old)
-    os.rename(path, old)
-    os.rename(tmp, path)
-    shutil.rmtree(old, ignore_errors=True)
 
 
 def _header_value(h, key):
     v = h.get(key)
     return float("nan") if v == "NaN" else v
+
+
+def _check_same_run(path: Path, run_ids: dict) -> None:
+    """Refuse a folder whose files name different runs (files without a run id are older)."""
+    named = {k: v for k, v in run_ids.items() if v}
+    if len(set(named.values())) > 1 or (named and len(named) < len(run_ids)):
+        parts = ", ".join(f"{k} from run {v or '(none)'}" for k, v in run_ids.items())
+        raise DopplermapInputError(f"{path}: the files come from different runs ({parts}); rerun the inversion "
+                                   "into an empty folder")
 
 
 def load_result(path):
@@ -413,12 +451,17 @@ def load_result(path):
     for name in ("map.fits", "profiles.fits"):
         if not (path / name).is_file():
             raise DopplermapInputError(f"{path} is missing {name}")
+    from ..atomic import verify_folder
+
+    verify_folder(path, "result")
+    run_ids = {"summary.json": summary.get("run_id")}
 
     with fits.open(path / "map.fits") as hdul:
         if "MAP" not in hdul:
             raise DopplermapInputError(f"{path / 'map.fits'}: no MAP extension")
         m = hdul["MAP"].data
         h = hdul["MAP"].header
+        run_ids["map.fits"] = h.get("RUNID")
         names = set(m.columns.names)
         lat = np.radians(np.asarray(m["LAT"], float))
         lon = np.radians(np.asarray(m["LON"], float))
@@ -447,6 +490,8 @@ def load_result(path):
             history["chi2_lc"] = np.asarray(c["CHI2_LC"], float)
 
     with fits.open(path / "profiles.fits") as hdul:
+        run_ids["profiles.fits"] = hdul["PROFILES"].header.get("RUNID") if "PROFILES" in hdul else None
+        _check_same_run(path, run_ids)
         vels = np.asarray(hdul["VELS"].data, float)
         p = hdul["PROFILES"].data
         obs = Observations.create(np.asarray(p["TIME"], float), vels, np.asarray(p["OBS"], float),
@@ -462,13 +507,14 @@ def load_result(path):
             light_curve["times"] = light_curve.pop("time")
 
     config = json.loads((path / "config.json").read_text()) if (path / "config.json").is_file() else {}
+
     # further scalar fields of InversionResult (e.g. chi2_lc) travel through summary.json
     context = {"fssc", "fssh", "rv", "amp", "history", "model", "grid", "star", "obs", "spotless", "intensities",
                "truth", "light_curve", "config", "extra"}
     more = {f.name for f in dataclasses.fields(InversionResult)} - context - set(scalars)
     known = set(scalars) | more
     bookkeeping = {"star", "grid_kind", "dopplermap_version", "format", "figures", "files", "complete",
-                   "write_time", "plot_time", "save_time"}
+                   "write_time", "plot_time", "save_time", "run_id", "input_fingerprint", "warnings"}
     extra = {k: v for k, v in summary.items() if k not in known and k not in bookkeeping}
     types = {"iterations": int, "n_eval": int, "success": bool, "regulariser": str, "stop_reason": str,
              "solver": str}

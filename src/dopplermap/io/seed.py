@@ -30,7 +30,6 @@ import dataclasses
 import numbers
 import os
 import pickle
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -52,7 +51,7 @@ PROBLEM_VERSION = 1
 _LINE_FIELDS = ("vels", "cell", "pos", "weight", "beta", "jbase", "kernel", "local")
 
 
-class UntrustedPickleError(ValueError):
+class UntrustedPickleError(DopplermapInputError):
     """Raised when a pickle would be loaded without ``trust_pickle=True``."""
 
 
@@ -368,16 +367,10 @@ def seed_dicts(sim, *, keys=None, per_cell_lis: bool = False, as_jax: bool = Fal
 
 
 def _atomic_write(path: Path, write) -> None:
+    from ..atomic import write_file  # the package's one atomic writer
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            write(fh)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_file(path, write)
 
 
 def write_seed_pickles(sim, out_dir, **kwargs) -> dict:

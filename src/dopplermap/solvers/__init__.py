@@ -16,6 +16,7 @@ import numpy as np
 
 from .. import plan
 from ..constants import FILL_MAX, FILL_MIN
+from ..diagnostics import check_observations, check_result
 from ..errors import DopplermapInputError
 from ..model import Precomputed, setup_of, solve_form, with_exact_numerator
 from ..objective import DEFAULT_PENALTY, REGULARISERS, Layout, Observations
@@ -23,7 +24,7 @@ from ..problem import Problem, Settings
 from .result import InversionResult
 from .scipy_lbfgsb import compiled_value_and_grad, lbfgsb
 
-__all__ = ["invert", "bounds", "InversionResult", "project_feasible"]
+__all__ = ["invert", "bounds", "InversionResult", "project_feasible", "check_solver_args"]
 
 SOLVERS = ("lbfgsb", "projected_lbfgs", "newton")
 
@@ -106,6 +107,7 @@ def invert(pre: Precomputed | Problem, obs: Observations | None = None, *, lmbd:
             :mod:`dopplermap.solvers.newton`: far fewer objective passes at tight tolerances;
             ``callback`` once, at the end).
         callback: ``callback(iteration, history)`` after every iteration (progress display).
+
         lightcurve: optional :class:`dopplermap.lightcurve.LightCurveFit` for the joint fit
             ``line_weight * chi2 + lc_weight * chi2_lc + lmbd * reg`` (``result.chi2_lc``);
             weights [1].
@@ -118,6 +120,12 @@ def invert(pre: Precomputed | Problem, obs: Observations | None = None, *, lmbd:
         fit_components: the spot components fitted [``("cool", "hot")``]; ``("cool",)`` fits a
             two-temperature map (photosphere and cool spots: the hot filling factors are held
             at the floor, so n_cell fewer free parameters).
+
+    Raises :class:`~dopplermap.errors.DopplermapInputError` for ``tol <= 0``, ``maxiter < 1``,
+    ``lmbd < 0`` or data with no line, and warns (:class:`~dopplermap.errors.DopplermapWarning`,
+    see :mod:`dopplermap.diagnostics`) about suspect data and results: a solve stopped on
+    the iteration limit or a line-search failure (a ``ConvergenceWarning``), runaway rv/amp,
+    a reduced chi2 far from 1, one or duplicate epochs, profile means far from 1.
     """
     given = dict(lmbd=lmbd, regulariser=regulariser, tol=tol, maxiter=maxiter, fit_rv=fit_rv, fit_amp=fit_amp,
                  line_weight=line_weight, lc_weight=lc_weight, solver=solver, fit_components=fit_components)
@@ -141,9 +149,34 @@ def invert(pre: Precomputed | Problem, obs: Observations | None = None, *, lmbd:
         raise DopplermapInputError(f"regulariser must be one of {REGULARISERS}, got {regulariser!r}")
     if solver not in SOLVERS:
         raise DopplermapInputError(f"solver must be one of {SOLVERS}, got {solver!r}")
-    if not np.isfinite(lmbd) or lmbd < 0:
-        raise DopplermapInputError(f"lmbd must be a finite number >= 0, got {lmbd!r}")
+    check_solver_args(tol=tol, maxiter=maxiter, lmbd=lmbd)
     _check_match(pre, obs)
+    check_observations(obs)
+    res = _invert(pre, obs, lmbd=lmbd, regulariser=regulariser, x0=x0, tol=tol, maxiter=maxiter, fit_rv=fit_rv,
+                  fit_amp=fit_amp, penalty=penalty, solver=solver, callback=callback, lightcurve=lightcurve,
+                  line_weight=line_weight, lc_weight=lc_weight, cube_dtype=cube_dtype, fit_components=fit_components)
+    check_result(res, obs, tol=tol, maxiter=maxiter)
+    return res
+
+
+def check_solver_args(*, tol=None, maxiter=None, lmbd=None, lmbds=None) -> None:
+    """Raise :class:`DopplermapInputError` for a tolerance <= 0, an iteration cap < 1 or a
+    negative lambda (each would end in a meaningless "result")."""
+    if tol is not None and not (isinstance(tol, (int, float, np.floating, np.integer)) and np.isfinite(tol)
+                                and tol > 0):
+        raise DopplermapInputError(f"tol must be a finite number > 0, got {tol!r}")
+    if maxiter is not None and (isinstance(maxiter, bool) or int(maxiter) != maxiter or maxiter < 1):
+        raise DopplermapInputError(f"maxiter must be an integer >= 1, got {maxiter!r}")
+    if lmbd is not None and not (np.isfinite(lmbd) and lmbd >= 0):
+        raise DopplermapInputError(f"lmbd must be a finite number >= 0, got {lmbd!r}")
+    if lmbds is not None:
+        lm = np.asarray(lmbds, dtype=float)
+        if lm.size == 0 or not np.all(np.isfinite(lm) & (lm >= 0)):
+            raise DopplermapInputError(f"lmbds must be finite numbers >= 0, got {lmbds!r}")
+
+
+def _invert(pre, obs, *, lmbd, regulariser, x0, tol, maxiter, fit_rv, fit_amp, penalty, solver, callback,
+            lightcurve, line_weight, lc_weight, cube_dtype, fit_components) -> InversionResult:
     if solver == "projected_lbfgs":  # device-resident solve (solvers/batch.py); no per-iteration callback
         from .batch import invert_device
         res = invert_device(pre, obs, lmbd=lmbd, regulariser=regulariser, x0=x0, tol=tol, maxiter=maxiter,

@@ -27,6 +27,7 @@ from . import (
     _cube_dtype,
     bounds,
     check_fit_components,
+    check_solver_args,
     joint_arguments,
     project_feasible,
     resolve_cube_dtype,
@@ -119,8 +120,7 @@ def invert_device(pre: Precomputed, obs: Observations, *, lmbd: float = 1.0, reg
     those of the solver's last evaluation, so with a float32 cube they carry its rounding
     (~1e-8 relative in the loss).
     """
-    if not np.isfinite(lmbd) or lmbd < 0:
-        raise DopplermapInputError(f"lmbd must be a finite number >= 0, got {lmbd!r}")
+    check_solver_args(tol=tol, maxiter=maxiter, lmbd=lmbd)
     layout, xj, lo, hi = _setup(pre, obs, regulariser, x0, fit_rv, fit_amp, fit_components)
     _check_match(pre, obs)
     pre = solve_form(pre, resolve_cube_dtype(cube_dtype, tol))
@@ -165,6 +165,7 @@ def invert_batch(pre: Precomputed, obs: Observations, *, lmbds=None, lmbd: float
     Returns:
         one :class:`InversionResult` per member; ``solve_time`` is the whole batch's.
     """
+    check_solver_args(tol=tol, maxiter=maxiter, lmbd=lmbd, lmbds=lmbds)
     if mode not in ("auto", "vmap", "sequential"):
         raise DopplermapInputError(f"mode must be 'auto', 'vmap' or 'sequential', got {mode!r}")
     if form not in ("auto", "folded", "blocked"):

@@ -1,0 +1,477 @@
+"""Outputs that never lose a file: atomic files and atomic result folders.
+
+* :func:`write_file` writes through a temporary file beside the target, flushed to disk,
+  then renamed onto it: a reader (or a killed run) sees the old file or the new one.
+* :class:`AtomicFolder` builds a whole output folder in a hidden temporary folder beside
+  the target (``.NAME.partial-PID-XXXX``), writes the manifest ``dopplermap.json`` (its
+  completeness marker) last and only then swaps it into place (one atomic exchange where
+  the kernel has ``renameat2``). A kill at any moment leaves the previous folder or the
+  complete new one under the target name.
+* :func:`check_out` checks an ``--out`` before any work: missing parent, read-only parent,
+  a file, a non-empty folder that is not a dopplermap output of the same kind (refused;
+  never deleted), or an earlier output of the same kind (replaced only with
+  ``overwrite``). It also clears what killed runs left beside the target.
+
+Every file and folder gets the mode a plain ``open()`` / ``mkdir()`` would give (0666 /
+0777 minus the umask), whatever the temporary-file machinery used.
+
+Fault injection for the tests: ``DOPPLERMAP_FAULT=file:K`` kills the process (SIGKILL)
+right after the K-th file of an atomic folder is written, ``DOPPLERMAP_FAULT=marker``
+just before the manifest is written, ``DOPPLERMAP_FAULT=swap`` right after the swap
+(before the old folder is removed) and ``swap:between`` between the two renames of the
+fallback swap (systems without ``renameat2``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import tempfile
+import uuid
+from pathlib import Path
+
+import numpy as np
+
+from .errors import DopplermapInputError, warn
+
+__all__ = ["write_file", "write_text", "write_json", "AtomicFolder", "check_out", "check_out_file",
+           "read_manifest", "verify_folder", "clean_leftovers", "fingerprint", "new_run_id", "MANIFEST", "file_mode", "dir_mode"]
+
+MANIFEST = "dopplermap.json"
+_FORMAT = "dopplermap-folder-1"
+_FAULT = "DOPPLERMAP_FAULT"
+
+
+def _umask() -> int:
+    m = os.umask(0)
+    os.umask(m)
+    return m
+
+
+def file_mode() -> int:
+    """Mode of a new file: 0666 minus the umask (as ``open(path, "w")`` gives)."""
+    return 0o666 & ~_umask()
+
+
+def dir_mode() -> int:
+    """Mode of a new folder: 0777 minus the umask (as ``mkdir`` gives)."""
+    return 0o777 & ~_umask()
+
+
+def new_run_id() -> str:
+    """A fresh run id (hex): recorded in every file of one output folder."""
+    return uuid.uuid4().hex
+
+
+def _fault(stage: str) -> None:
+    if os.environ.get(_FAULT) == stage:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+# ----------------------------------------------------------------------------- files
+
+
+def write_file(path, write, *, binary: bool = True) -> Path:
+    """Write ``path`` atomically: ``write(fh)`` fills a temporary file beside it, which is
+    flushed, synced and renamed onto ``path``. Returns ``path``."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb" if binary else "w") as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, file_mode())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def write_text(path, text: str) -> Path:
+    """Write a text file atomically."""
+    return write_file(path, lambda fh: fh.write(text), binary=False)
+
+
+def write_json(path, obj) -> Path:
+    """Write a JSON file atomically (indented; numpy scalars and non-finite floats allowed)."""
+    return write_text(path, json.dumps(obj, indent=2, default=_json_default) + "\n")
+
+
+def _json_default(v):
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, np.ndarray):
+        return v.tolist()
+    return str(v)
+
+
+# ------------------------------------------------------------------------ fingerprints
+
+
+def _feed(h, obj, depth: int = 0) -> None:
+    if depth > 20:
+        raise DopplermapInputError("fingerprint: object nested too deeply")
+    if obj is None or isinstance(obj, (bool, int, float, str, np.generic)):
+        h.update(f"{type(obj).__name__}:{obj!r};".encode())
+    elif hasattr(obj, "shape") and hasattr(obj, "dtype"):  # numpy / JAX arrays
+        a = np.ascontiguousarray(np.asarray(obj))
+        h.update(f"array{a.shape}{a.dtype.str};".encode())
+        h.update(a.tobytes())
+    elif isinstance(obj, dict):
+        h.update(b"{")
+        for k in sorted(obj, key=str):
+            h.update(f"{k!s}=".encode())
+            _feed(h, obj[k], depth + 1)
+        h.update(b"}")
+    elif isinstance(obj, (list, tuple)):
+        h.update(f"{type(obj).__name__}[".encode())
+        for v in obj:
+            _feed(h, v, depth + 1)
+        h.update(b"]")
+    elif hasattr(obj, "__dataclass_fields__"):
+        h.update(f"{type(obj).__qualname__}(".encode())
+        for name in obj.__dataclass_fields__:
+            h.update(f"{name}=".encode())
+            _feed(h, getattr(obj, name), depth + 1)
+        h.update(b")")
+    elif isinstance(obj, Path):
+        h.update(f"path:{obj};".encode())
+    elif hasattr(obj, "__dict__"):
+        _feed(h, {"__type__": type(obj).__qualname__, **vars(obj)}, depth + 1)
+    elif callable(obj):  # functions: by name (their code is the package's)
+        h.update(f"callable:{getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', '')};".encode())
+    else:
+        h.update(f"{type(obj).__qualname__}:{obj!r};".encode())
+
+
+def fingerprint(*objs) -> str:
+    """A short stable hash (16 hex digits) of arrays, dataclasses, dicts, lists and scalars:
+    equal for equal inputs, different when any value, shape or dtype differs."""
+    h = hashlib.sha256()
+    for o in objs:
+        _feed(h, o)
+    return h.hexdigest()[:16]
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+# ---------------------------------------------------------------------- folder checks
+
+
+def read_manifest(folder) -> dict | None:
+    """The manifest of a dopplermap output folder, or None when it has none (or not JSON)."""
+    p = Path(folder) / MANIFEST
+    if not p.is_file():
+        return None
+    try:
+        m = json.loads(p.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError, OSError):
+        return None
+    return m if isinstance(m, dict) and m.get("format") == _FORMAT else None
+
+
+def _folder_kind(folder: Path, legacy=None) -> str | None:
+    """Kind of dopplermap output in ``folder`` ("result", "grid", ...), None if not one."""
+    m = read_manifest(folder)
+    if m is not None and m.get("complete"):
+        return str(m.get("kind"))
+    if legacy is not None and legacy(folder):
+        return "legacy"
+    return None
+
+
+_LEFTOVER = re.compile(r"^\.(?P<name>.+)\.(?P<what>partial|old)-(?P<pid>\d+)-[A-Za-z0-9_]+$")
+
+
+def _named(path) -> Path:
+    """``path`` with a real last component (``.``, ``..`` and ``dir/`` resolved)."""
+    path = Path(path)
+    return path.resolve() if path.name in ("", ".", "..") else path
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def clean_leftovers(path) -> list[str]:
+    """Clear what killed runs left beside ``path``; returns one note per thing done.
+
+    A partial folder of a dead process is removed (it was never complete); an old folder
+    whose swap completed is removed; an old folder with no folder under the target name
+    (a kill between the two renames of a system without ``renameat2``) is put back.
+    Leftovers of a live process (a concurrent run) are only reported.
+    """
+    path = Path(path)
+    notes = []
+    parent = path.parent if str(path.parent) else Path(".")
+    try:
+        entries = list(parent.iterdir())
+    except OSError:
+        return notes
+    for e in sorted(entries):
+        m = _LEFTOVER.match(e.name)
+        if not m or m["name"] != path.name or not e.is_dir():
+            continue
+        if _pid_alive(int(m["pid"])):
+            notes.append(f"{e} belongs to a running dopplermap process (pid {m['pid']}); left alone")
+            continue
+        if m["what"] == "old" and not path.exists():
+            os.rename(e, path)
+            notes.append(f"restored the previous output {path} from {e.name} (a run was killed while swapping)")
+        else:
+            shutil.rmtree(e, ignore_errors=True)
+            notes.append(f"removed {e.name}, left by a killed run")
+    return notes
+
+
+def check_out(path, kind: str, *, overwrite: bool = False, option: str = "--out", legacy=None,
+              flag: str = "--overwrite") -> Path:
+    """Check an output folder before any work; raise :class:`DopplermapInputError` if unusable.
+
+    Accepts a path that does not exist yet (its parent must exist and be writable), an
+    empty folder, or an earlier dopplermap output of the same ``kind`` when ``overwrite``.
+    Refuses a file, a read-only place, a non-empty folder that is not a dopplermap output
+    of this kind (such a folder is never deleted). ``legacy(folder) -> bool`` recognises
+    outputs written before manifests existed (treated as the same kind).
+    Also clears the leftovers of killed runs beside it (:func:`clean_leftovers`; each
+    thing done is reported as a warning).
+    """
+    given = path
+    try:
+        path = _named(path)
+        cwd = Path.cwd().resolve()
+    except OSError:
+        raise DopplermapInputError(f"{option} {given}: the current folder no longer exists") from None
+    if path.exists() and (path.resolve() == cwd or path.resolve() in cwd.parents):
+        raise DopplermapInputError(f"{option} {given} is the current folder (or holds it); the output folder is "
+                                   "replaced as a whole: choose a new sub-folder")
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise DopplermapInputError(f"{option} {path}: the parent folder {parent} does not exist; create it first")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise DopplermapInputError(f"{option} {path}: the folder {parent} is not writable")
+    for note in clean_leftovers(path):
+        warn(note)
+    if path.exists() or path.is_symlink():
+        if not path.is_dir():
+            raise DopplermapInputError(f"{option} {path} exists and is not a folder; choose another {option}")
+        try:
+            empty = not any(path.iterdir())
+        except PermissionError:
+            raise DopplermapInputError(f"{option} {path}: the folder is not readable") from None
+        if not empty:
+            found = _folder_kind(path, legacy)
+            if found is None:
+                raise DopplermapInputError(f"{option} {path} is not empty and is not a dopplermap {kind} folder; "
+                                           f"nothing was changed: choose another {option}")
+            if found not in (kind, "legacy"):
+                raise DopplermapInputError(f"{option} {path} holds a dopplermap {found} output, not a {kind} output; "
+                                           f"choose another {option}")
+            if not overwrite:
+                raise DopplermapInputError(f"{option} {path} holds an earlier {kind} output; pass {flag} to "
+                                           f"replace it, or choose another {option}")
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise DopplermapInputError(f"{option} {path}: the folder is not writable")
+    return path
+
+
+def check_out_file(path, *, overwrite: bool = False, option: str = "--out", flag: str = "--overwrite") -> Path:
+    """Check an output file before any work (parent exists and is writable, not a folder,
+    an existing file only with ``overwrite``)."""
+    path = Path(path)
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise DopplermapInputError(f"{option} {path}: the parent folder {parent} does not exist; create it first")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise DopplermapInputError(f"{option} {path}: the folder {parent} is not writable")
+    if path.is_dir():
+        raise DopplermapInputError(f"{option} {path} is a folder; give a file name")
+    if path.exists() and not overwrite:
+        raise DopplermapInputError(f"{option} {path} exists; use {flag} to overwrite it")
+    return path
+
+
+# ------------------------------------------------------------------------ the folder
+
+
+def _libc_renameat2():
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_RENAMEAT2 = _libc_renameat2()
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Atomically swap two paths (Linux renameat2); False where unsupported."""
+    if _RENAMEAT2 is None:
+        return False
+    r = _RENAMEAT2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE)
+    return r == 0
+
+
+class AtomicFolder:
+    """Build an output folder beside its target and swap it into place when complete.
+
+        with AtomicFolder(out, kind="grid", inputs=fp) as folder:
+            folder.write("grid.json", lambda p: p.write_text(...))
+            folder.tmp  # the temporary folder, for writers that take a folder
+
+    On a normal exit the manifest is written last (kind, run id, input fingerprint, each
+    file's size and SHA-256) and the folder replaces the target; on an exception the
+    temporary folder is removed and the target is untouched. ``check_out`` is called on
+    entry (so a caller that did not check earlier still cannot lose a foreign folder).
+    """
+
+    def __init__(self, path, kind: str, *, overwrite: bool = True, inputs: str | None = None,
+                 run_id: str | None = None, option: str = "--out", legacy=None, meta: dict | None = None,
+                 flag: str = "--overwrite"):
+        self.path = _named(path)
+        self.kind = kind
+        self.overwrite = overwrite
+        self.inputs = inputs
+        self.run_id = run_id or new_run_id()
+        self.option = option
+        self.legacy = legacy
+        self.flag = flag
+        self.meta = dict(meta or {})
+        self.tmp: Path | None = None
+        self._n = 0
+
+    def __enter__(self):
+        check_out(self.path, self.kind, overwrite=self.overwrite, option=self.option, legacy=self.legacy,
+                  flag=self.flag)
+        parent = self.path.parent if str(self.path.parent) else Path(".")
+        self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.partial-{os.getpid()}-", dir=parent))
+        return self
+
+    def write(self, name: str, write) -> Path:
+        """``write(path)`` creates the file ``name`` in the temporary folder."""
+        p = self.tmp / name
+        write(p)
+        self.wrote()
+        return p
+
+    def wrote(self) -> None:
+        """Count one more file written into :attr:`tmp` (a fault-injection checkpoint)."""
+        self._n += 1
+        _fault(f"file:{self._n}")
+
+    def _finish(self) -> None:
+        files = {}
+        for p in sorted(self.tmp.rglob("*")):
+            if p.is_file():
+                os.chmod(p, file_mode())
+                files[str(p.relative_to(self.tmp))] = {"bytes": p.stat().st_size, "sha256": _sha256(p)}
+            elif p.is_dir():
+                os.chmod(p, dir_mode())
+        _fault("marker")
+        manifest = {"format": _FORMAT, "kind": self.kind, "run_id": self.run_id, "inputs": self.inputs,
+                    "files": files, **self.meta, "complete": True}
+        write_json(self.tmp / MANIFEST, manifest)
+        _fsync_dir(self.tmp)
+        os.chmod(self.tmp, dir_mode())
+        self._swap()
+
+    def _swap(self) -> None:
+        path, tmp = self.path, self.tmp
+        if not path.exists():
+            os.rename(tmp, path)
+        elif _exchange(tmp, path):  # tmp now holds the previous folder
+            _fault("swap")
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old-{os.getpid()}-", dir=tmp.parent))
+            os.rmdir(old)
+            os.rename(path, old)
+            _fault("swap:between")  # the one moment with nothing under the target name
+            os.rename(tmp, path)
+            _fault("swap")
+            shutil.rmtree(old, ignore_errors=True)
+        _fsync_dir(path.parent if str(path.parent) else Path("."))
+        self.tmp = None
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            try:
+                self._finish()
+            except BaseException:
+                if self.tmp is not None:
+                    shutil.rmtree(self.tmp, ignore_errors=True)
+                raise
+        elif self.tmp is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+        return False
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+_FIGURES = (".png", ".pdf", ".svg")
+
+
+def verify_folder(folder, kind: str | None = None) -> dict | None:
+    """Check a folder against its manifest; returns the manifest (None for a legacy folder).
+
+    Raises :class:`DopplermapInputError` when a file listed there is missing or differs
+    (e.g. ``map.fits`` copied in from another run).
+    """
+    folder = Path(folder)
+    m = read_manifest(folder)
+    if m is None:
+        return None
+    if not m.get("complete"):
+        raise DopplermapInputError(f"{folder}: incomplete dopplermap output (its manifest says so)")
+    if kind is not None and m.get("kind") != kind:
+        raise DopplermapInputError(f"{folder} holds a dopplermap {m.get('kind')} output, not a {kind} output")
+    for name, info in m.get("files", {}).items():
+        if Path(name).suffix.lower() in _FIGURES:  # `dopplermap plot` redraws figures in place
+            continue
+        p = folder / name
+        if not p.is_file():
+            raise DopplermapInputError(f"{folder}: {name} is missing (listed in {MANIFEST} of run {m.get('run_id')})")
+        if p.stat().st_size != info.get("bytes") or _sha256(p) != info.get("sha256"):
+            raise DopplermapInputError(f"{folder}: {name} is not the file run {m.get('run_id')} wrote (changed or "
+                                       "copied from another run); the folder mixes runs: rerun, or restore the file")
+    return m

@@ -1,0 +1,127 @@
+"""Checks of the data before a solve and of a result after it.
+
+:func:`check_observations` refuses data with no line at all and warns
+(:class:`~dopplermap.errors.DopplermapWarning`) about one epoch, duplicate epochs, profiles
+whose means are far from 1 (the model's profiles are mean-normalised) and epochs without a
+line. :func:`check_result` warns when a solve stopped before meeting its tolerance
+(:class:`~dopplermap.errors.ConvergenceWarning`), when nuisances ran away, and when the
+reduced chi-square is far from 1. Every message says what to check.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .errors import ConvergenceWarning, DopplermapInputError, warn
+
+__all__ = ["check_observations", "check_result", "check_velocity_window", "CHI2_HIGH", "CHI2_LOW", "AMP_MAX"]
+
+CHI2_HIGH = 4.0
+"""Reduced chi-square above which a fit is flagged as not matching the data."""
+CHI2_LOW = 0.25
+"""Reduced chi-square below which the errors look overestimated."""
+AMP_MAX = 0.5
+"""Largest plausible additive offset ``amp`` (in units of the mean-normalised profile)."""
+
+
+def _epochs(idx, limit: int = 5) -> str:
+    idx = [int(i) for i in idx]
+    return ", ".join(map(str, idx[:limit])) + (f" ... ({len(idx)} in all)" if len(idx) > limit else "")
+
+
+def check_observations(obs, source: str = "observations") -> None:
+    """Refuse data without any line; warn about suspect but legal observations."""
+    flux = np.asarray(obs.flux, dtype=float)
+    err = np.asarray(obs.err, dtype=float)
+    times = np.asarray(obs.times, dtype=float)
+    n_epoch, n_vel = flux.shape
+    mean = flux.mean(axis=1)
+    # chi-square of a constant per epoch: ~1 for a profile that is noise about its mean
+    flat_chi2 = (((flux - mean[:, None]) / err) ** 2).sum(axis=1)
+    dof = max(n_vel - 1, 1)
+    total = flat_chi2.sum() / (n_epoch * dof)
+    if total < 1.0 + 5.0 * np.sqrt(2.0 / (n_epoch * dof)):
+        raise DopplermapInputError(
+            f"{source}: no line in any profile: every profile is flat within its errors (chi2 of a constant "
+            f"{total:.3g} per point); check that the files hold line profiles (not a continuum or an error "
+            "column), the velocity window and the error scale")
+    flat = np.nonzero(flat_chi2 / dof < 1.0 + 5.0 * np.sqrt(2.0 / dof))[0]
+    if flat.size:
+        warn(f"{source}: epoch(s) {_epochs(flat)} show no line (flat within their errors); check those files "
+             "and their velocity grid")
+    if n_epoch == 1:
+        warn(f"{source}: only one epoch: one profile sees the star at one phase, so the map is not constrained "
+             "in longitude; add epochs that cover the rotation")
+    order = np.argsort(times, kind="stable")
+    same = np.nonzero(np.diff(times[order]) <= 1e-6)[0]
+    if same.size:
+        pairs = [(int(order[i]), int(order[i + 1])) for i in same]
+        text = ", ".join(f"{a} and {b}" for a, b in pairs[:3]) + (" ..." if len(pairs) > 3 else "")
+        warn(f"{source}: duplicate epochs: epochs {text} have the same time (a file listed twice weighs double); "
+             "check the file list and the times")
+    sigma_mean = np.sqrt((err ** 2).sum(axis=1)) / n_vel
+    off = np.abs(mean - 1.0)
+    far = np.nonzero((off > 5.0 * sigma_mean) & (off > 1e-3))[0]
+    if far.size:
+        e = int(far[np.argmax(off[far])])
+        warn(f"{source}: {far.size} of {n_epoch} profiles have means far from 1 (epoch {e}: {mean[e]:.4g}), "
+             "but the model's profiles are normalised to mean 1: normalise the data (Observations.create(..., "
+             "normalise=True), or divide each profile and its errors by its mean)")
+
+
+def check_result(res, obs, *, tol: float, maxiter: int) -> None:
+    """Warn about a solve that did not converge, runaway nuisances and a chi2 far from 1."""
+    reason = str(res.stop_reason)
+    up = reason.upper()
+    if not res.success:
+        if "ITERATION" in up or "MAXITER" in up:
+            warn(f"solve stopped on the iteration limit (maxiter={maxiter}) before meeting tol={tol:g}: the map is "
+                 "not converged; raise maxiter, or check the data and the starting point", category=ConvergenceWarning)
+        elif "LNSRCH" in up or "LINE SEARCH" in up or "ABNORMAL" in up:
+            warn(f"solve stopped on a line-search failure ({reason}) before meeting tol={tol:g}: tol may be below "
+                 "the rounding of the loss (with a float32 cube use tol >= 1e-6 or cube_dtype='float64'), or the "
+                 "problem is badly scaled; check the chi2 and the data", category=ConvergenceWarning)
+        else:
+            warn(f"solve did not meet its tolerance tol={tol:g} ({reason}); check the data and the settings",
+                 category=ConvergenceWarning)
+    vels = np.asarray(obs.vels, dtype=float)
+    half_span = 0.5 * float(vels[-1] - vels[0])
+    rv = np.asarray(res.rv, dtype=float)
+    big = np.nonzero(np.abs(rv) > half_span)[0]
+    if big.size:
+        e = int(big[np.argmax(np.abs(rv[big]))])
+        warn(f"radial-velocity offsets ran away: |rv| up to {abs(rv[e]):.3g} km/s (epoch {e}) at {big.size} epoch(s), "
+             f"more than half the velocity span ({half_span:.3g} km/s); the line is not where the model puts it: "
+             "check the systemic velocity, the velocity units (km/s) and vsini")
+    amp = np.asarray(res.amp, dtype=float)
+    big = np.nonzero(np.abs(amp) > AMP_MAX)[0]
+    if big.size:
+        e = int(big[np.argmax(np.abs(amp[big]))])
+        warn(f"additive offsets ran away: |amp| up to {abs(amp[e]):.3g} (epoch {e}) at {big.size} epoch(s), beyond "
+             f"{AMP_MAX} of the continuum; the line depth or the normalisation does not match the data: check the "
+             "local line profile (depth, equivalent width) and the profiles' normalisation")
+    for name, chi2 in (("line profiles", res.chi2), ("light curve", getattr(res, "chi2_lc", None))):
+        if chi2 is None or not np.isfinite(chi2):
+            continue
+        if chi2 > CHI2_HIGH:
+            warn(f"reduced chi2 of the {name} is {chi2:.4g}, far above 1: the model does not fit to within the errors; "
+                 "the errors may be too small (mis-scaled), the star or line parameters wrong (vsini, inclination, "
+                 "line depth), the data not normalised like the model, or lambda too large")
+        elif chi2 < CHI2_LOW:
+            warn(f"reduced chi2 of the {name} is {chi2:.4g}, far below 1: the errors look too large (mis-scaled), or "
+                 "the map fits the noise (lambda too small)")
+
+
+def check_velocity_window(vels, vsini_kms: float, source: str = "observations") -> None:
+    """Warn when the velocity grid cannot be in km/s for this vsini: a window hundreds of
+    times wider than the line (velocities in m/s?) or narrower than the line itself."""
+    vels = np.asarray(vels, dtype=float)
+    if vels.size < 2 or vsini_kms is None or not np.isfinite(vsini_kms) or vsini_kms <= 0:
+        return
+    half = 0.5 * float(vels[-1] - vels[0])
+    if half > 20.0 * vsini_kms + 100.0:
+        warn(f"{source}: the velocity grid spans +-{half:.4g} km/s, {half / vsini_kms:.0f} x vsini = {vsini_kms:g} km/s: "
+             "are the velocities in m/s? check the velocity units and vsini")
+    elif half < 0.5 * vsini_kms:
+        warn(f"{source}: the velocity grid spans only +-{half:.4g} km/s, less than half of vsini = {vsini_kms:g} km/s, "
+             "so the line does not fit in it: check the velocity units (km/s), the velocity window and vsini")

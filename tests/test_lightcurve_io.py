@@ -1,0 +1,376 @@
+"""Light-curve files: TESS/Kepler FITS in the missions' layout, magnitudes, binning, warnings."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import warnings
+
+import astropy.units as u
+import numpy as np
+import pytest
+from astropy.io import fits
+
+from dopplermap.errors import DopplermapInputError, DopplermapWarning
+from dopplermap.io.lightcurve import LightCurveData, bin_lightcurve, load_lightcurve, read_lightcurve
+
+BJD0 = 2459500.0  # a TESS sector (Oct 2021)
+
+
+@contextlib.contextmanager
+def strict():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DopplermapWarning)
+        yield
+
+
+def mission_fits(path, *, mission="TESS", n=400, n_quality=20, n_nan=15, drop=(), set_=None, seed=0, tunit=None):
+    """A light-curve file in the layout of the TESS Science Data Products Description (SPOC
+    ``*_lc.fits``) or of the Kepler Archive Manual (``kplr*_llc.fits``): primary header with
+    the target, binary table LIGHTCURVE with the mission's columns, units and time keywords.
+    Returns the true BJD_TDB, the PDCSAP and SAP fluxes and the mask of good cadences."""
+    rng = np.random.default_rng(seed)
+    refi = 2457000 if mission == "TESS" else 2454833
+    dt = 2.0 / 1440.0 if mission == "TESS" else 29.4244 / 1440.0
+    bjd = BJD0 + 0.25 + dt * np.arange(n)
+    pdc = (12000.0 * (1 + 0.01 * np.sin(2 * np.pi * (bjd - BJD0) / 0.4232)) + rng.normal(0, 5, n)).astype(np.float32)
+    sap = (pdc * 1.07 + 40.0).astype(np.float32)  # SAP differs: picking it by mistake is visible
+    quality = np.zeros(n, dtype=np.int32)
+    qi = rng.choice(n, n_quality, replace=False)
+    quality[qi] = rng.choice([1, 4, 32, 128, 1024, 4096], n_quality)
+    ni = rng.choice(np.setdiff1d(np.arange(n), qi), n_nan, replace=False)
+    pdc[ni] = np.nan
+    time = bjd - refi
+    time_col = time.copy()
+    time_col[qi[:3]] = np.nan  # the pipelines leave NaN times in flagged gaps
+    good = np.ones(n, bool)
+    good[qi] = good[ni] = False
+    qname = "QUALITY" if mission == "TESS" else "SAP_QUALITY"
+    tunit = tunit or ("BJD - 2457000, days" if mission == "TESS" else "BJD - 2454833")
+    cols = [fits.Column("TIME", "D", unit=tunit, array=time_col),
+            fits.Column("TIMECORR", "E", unit="d", array=np.full(n, 3.1e-3, np.float32)),
+            fits.Column("CADENCENO", "J", array=np.arange(n, dtype=np.int32) + 100000),
+            fits.Column("SAP_FLUX", "E", unit="e-/s", array=sap),
+            fits.Column("SAP_FLUX_ERR", "E", unit="e-/s", array=np.full(n, 6.0, np.float32)),
+            fits.Column("SAP_BKG", "E", unit="e-/s", array=np.full(n, 300.0, np.float32)),
+            fits.Column("SAP_BKG_ERR", "E", unit="e-/s", array=np.full(n, 2.0, np.float32)),
+            fits.Column("PDCSAP_FLUX", "E", unit="e-/s", array=pdc),
+            fits.Column("PDCSAP_FLUX_ERR", "E", unit="e-/s", array=np.full(n, 5.0, np.float32)),
+            fits.Column(qname, "J", array=quality),
+            fits.Column("PSF_CENTR1", "D", unit="pixel", array=np.full(n, np.nan)),
+            fits.Column("PSF_CENTR2", "D", unit="pixel", array=np.full(n, np.nan)),
+            fits.Column("MOM_CENTR1", "D", unit="pixel", array=np.full(n, 1024.3)),
+            fits.Column("MOM_CENTR2", "D", unit="pixel", array=np.full(n, 512.7)),
+            fits.Column("POS_CORR1", "E", unit="pixel", array=np.zeros(n, np.float32)),
+            fits.Column("POS_CORR2", "E", unit="pixel", array=np.zeros(n, np.float32))]
+    tab = fits.BinTableHDU.from_columns(cols, name="LIGHTCURVE")
+    h = tab.header
+    keys = dict(TELESCOP=mission if mission == "TESS" else "Kepler", TIMEREF="SOLARSYSTEM", TASSIGN="SPACECRAFT",
+                TIMESYS="TDB", BJDREFI=refi, BJDREFF=0.0, TIMEUNIT="d", TELAPSE=float(n * dt),
+                TSTART=float(time[0]), TSTOP=float(time[-1]), TIMEPIXR=0.5, TIERRELA=1.16e-5, TIMEDEL=dt,
+                INT_TIME=1.98, DEADC=0.8)
+    keys.update(set_ or {})
+    for k, v in keys.items():
+        if k not in drop:
+            h[k] = v
+    prim = fits.PrimaryHDU()
+    ph = prim.header
+    if mission == "TESS":
+        ph.update(TELESCOP="TESS", INSTRUME="TESS Photometer", OBJECT="TIC 123456789", TICID=123456789, SECTOR=44,
+                  CAMERA=1, CCD=2, RA_OBJ=322.85, DEC_OBJ=23.3356, ORIGIN="NASA/Ames", CREATOR="SPOC")
+    else:
+        ph.update(TELESCOP="Kepler", INSTRUME="Kepler Photometer", OBJECT="KIC 1234567", KEPLERID=1234567,
+                  QUARTER=5, RA_OBJ=290.0, DEC_OBJ=44.5, ORIGIN="NASA/Ames")
+    aperture = fits.ImageHDU(np.ones((11, 11), np.int32), name="APERTURE")
+    fits.HDUList([prim, tab, aperture]).writeto(path)
+    return bjd, pdc.astype(float), sap.astype(float), good
+
+
+@pytest.mark.parametrize("mission", ["TESS", "Kepler"])
+def test_mission_fits_times_pdcsap_quality_nan(tmp_path, mission):
+    path = tmp_path / ("tess_lc.fits" if mission == "TESS" else "kplr_llc.fits")
+    bjd, pdc, _, good = mission_fits(path, mission=mission)
+    with strict():
+        lc = read_lightcurve(path)
+    assert lc.column == "PDCSAP_FLUX"
+    np.testing.assert_allclose(lc.time, bjd[good], rtol=0, atol=1e-6)  # BJD_TDB, full JD
+    np.testing.assert_allclose(lc.flux, pdc[good], rtol=1e-7)
+    assert np.all(lc.err == 5.0)
+    assert (lc.n_read, lc.n_quality, lc.n_invalid, lc.n_points) == (400, 20, 15, 365)
+    assert "400 cadences, PDCSAP_FLUX, 35 dropped (QUALITY != 0: 20, NaN: 15); 365 points fitted" in lc.describe()
+
+
+def test_sap_flux_on_request(tmp_path):
+    bjd, pdc, sap, good = mission_fits(tmp_path / "lc.fits", n_nan=0)
+    lc = read_lightcurve(tmp_path / "lc.fits", column="sap_flux")
+    assert lc.column == "SAP_FLUX"
+    np.testing.assert_allclose(lc.flux, sap[good], rtol=1e-7)
+    with pytest.raises(DopplermapInputError, match=r"lc\.fits: lightcurve_column 'KSPSAP_FLUX' is not a column"):
+        read_lightcurve(tmp_path / "lc.fits", column="KSPSAP_FLUX")
+
+
+@pytest.mark.parametrize("drop,set_,match", [
+    (("BJDREFI",), None, r"tess\.fits: keyword BJDREFI is missing \(needed for BJD = TIME \+ BJDREFI \+ BJDREFF\)"),
+    (("BJDREFF",), None, r"tess\.fits: keyword BJDREFF is missing"),
+    (("TIMESYS",), None, r"tess\.fits: keyword TIMESYS is missing"),
+    (("TIMEUNIT",), None, r"tess\.fits: keyword TIMEUNIT is missing"),
+    ((), {"TIMESYS": "GPS"}, r"tess\.fits: keyword TIMESYS = 'GPS' is not a time scale"),
+    ((), {"TIMEUNIT": "yr"}, r"tess\.fits: keyword TIMEUNIT = 'yr' is not a time unit"),
+    ((), {"BJDREFI": "2457000"}, r"tess\.fits: keyword BJDREFI = '2457000' is not a number"),
+    ((), {"TIMEREF": "LOCAL"}, r"tess\.fits: keyword TIMEREF = 'LOCAL' is not a reference position"),
+    ((), {"BJDREFI": 2454833}, r"tess\.fits: TIME unit 'BJD - 2457000, days' disagrees with BJDREFI \+ BJDREFF"),
+])
+def test_mission_keywords_are_read_never_assumed(tmp_path, drop, set_, match):
+    mission_fits(tmp_path / "tess.fits", drop=drop, set_=set_)
+    with pytest.raises(DopplermapInputError, match=match) as exc:
+        read_lightcurve(tmp_path / "tess.fits")
+    assert "\n" not in str(exc.value)
+
+
+def test_mission_time_keywords_are_applied(tmp_path):
+    """TIMESYS = 'TT' and a fractional BJDREFF are converted, not ignored."""
+    bjd, *_ , good = mission_fits(tmp_path / "a.fits", set_={"BJDREFF": 0.25}, n_nan=0,
+                                 tunit="BJD - 2457000.25, days")
+    lc = read_lightcurve(tmp_path / "a.fits")
+    np.testing.assert_allclose(lc.time, bjd[good] + 0.25, rtol=0, atol=1e-6)
+    mission_fits(tmp_path / "b.fits", set_={"TIMESYS": "TT"}, n_nan=0)
+    tt = read_lightcurve(tmp_path / "b.fits")
+    d = (tt.time - bjd[good]) * 86400.0  # TDB - TT: periodic, |.| < 1.7 ms
+    assert np.all(np.abs(d) < 2e-3) and np.all(d != 0.0)
+
+
+def test_declared_scale_of_a_mission_file_must_agree(tmp_path):
+    mission_fits(tmp_path / "tess.fits")
+    read_lightcurve(tmp_path / "tess.fits", time_scale="BTJD")
+    with pytest.raises(DopplermapInputError, match=r"lightcurve_time_scale = 'BKJD' disagrees with the file's keywords"):
+        read_lightcurve(tmp_path / "tess.fits", time_scale="BKJD")
+
+
+def test_many_dropped_cadences_warn(tmp_path):
+    mission_fits(tmp_path / "tess.fits", n_quality=90, n_nan=30)
+    with pytest.warns(DopplermapWarning, match=r"tess\.fits: 120 of 400 cadences dropped \(90 with QUALITY != 0, 30"):
+        lc = read_lightcurve(tmp_path / "tess.fits")
+    assert lc.n_points == 280
+
+
+def test_text_light_curve_in_btjd(tmp_path):
+    bjd = BJD0 + np.linspace(0.0, 5.0, 30)
+    np.savetxt(tmp_path / "lc.csv", np.c_[bjd - 2457000.0, np.ones(30), np.full(30, 1e-3)], delimiter=",",
+               header="btjd,flux,flux_err", comments="")
+    with strict():
+        lc = read_lightcurve(tmp_path / "lc.csv", time_scale="BTJD")
+    np.testing.assert_allclose(lc.time, bjd, rtol=0, atol=1e-9)
+    assert lc.n_read is None and lc.n_dropped == 0
+
+
+def test_magnitudes_converted_with_propagated_errors(tmp_path):
+    rng = np.random.default_rng(2)
+    t = BJD0 + np.linspace(0, 3, 60)
+    m = 9.2 + 0.05 * np.sin(2 * np.pi * t / 0.4232) + 0.002 * rng.standard_normal(60)
+    sm = np.full(60, 0.002) * (1 + rng.random(60))
+    np.savetxt(tmp_path / "lc.dat", np.c_[t, m, sm], header="time mag err")
+    with strict():
+        lc = read_lightcurve(tmp_path / "lc.dat", unit="mag")
+    want = u.Magnitude(m).physical  # astropy's definition of a magnitude: F = 10^(-0.4 m)
+    np.testing.assert_allclose(lc.flux, want, rtol=1e-13)
+    h = 1e-6  # error propagation = |dF/dm| sigma_m, by central differences
+    deriv = (10 ** (-0.4 * (m - h)) - 10 ** (-0.4 * (m + h))) / (2 * h)
+    np.testing.assert_allclose(lc.err, deriv * sm, rtol=1e-8)
+    np.testing.assert_allclose(lc.err / lc.flux, 0.4 * math.log(10) * sm, rtol=1e-12)
+    assert np.corrcoef(lc.flux, m)[0, 1] < -0.99  # brighter = smaller magnitude
+
+
+def test_magnitudes_fed_as_flux_warn(tmp_path):
+    t = BJD0 + np.linspace(0, 3, 60)
+    m = 9.2 + 0.05 * np.sin(2 * np.pi * t / 0.4232)
+    np.savetxt(tmp_path / "plain.csv", np.c_[t, m, np.full(60, 0.002)], delimiter=",")
+    with pytest.warns(DopplermapWarning, match=r"plain\.csv: fluxes 9\.15\.\.9\.25 .* look like magnitudes.*"
+                                               r"lightcurve_unit = 'mag'"):
+        read_lightcurve(tmp_path / "plain.csv")
+    np.savetxt(tmp_path / "named.csv", np.c_[t, 10 ** (-0.4 * m), np.full(60, 1e-6)], delimiter=",",
+               header="time,Vmag,err", comments="")
+    with pytest.warns(DopplermapWarning, match=r"named\.csv: the flux column is labelled 'Vmag'"):
+        read_lightcurve(tmp_path / "named.csv")
+    np.savetxt(tmp_path / "flux.csv", np.c_[t, 1 + 0.01 * np.sin(t), np.full(60, 1e-3)], delimiter=",")
+    with pytest.warns(DopplermapWarning, match=r"flux\.csv: values .* are declared magnitudes but look like fluxes"):
+        read_lightcurve(tmp_path / "flux.csv", unit="mag")
+    np.savetxt(tmp_path / "dmag.csv", np.c_[t, m - 9.2, np.full(60, 0.002)], delimiter=",")
+    with pytest.warns(DopplermapWarning, match=r"dmag\.csv: fluxes -0\.04978\.\.0\.05 change sign around 0: differential"):
+        read_lightcurve(tmp_path / "dmag.csv")
+    with strict():  # normalised fluxes and counts are not magnitudes
+        read_lightcurve(tmp_path / "flux.csv")
+        np.savetxt(tmp_path / "counts.csv", np.c_[t, 12000 + 100 * np.sin(t), np.full(60, 10.0)], delimiter=",")
+        read_lightcurve(tmp_path / "counts.csv")
+
+
+def _lc(t, f, e):
+    return LightCurveData(time=np.asarray(t, float), flux=np.asarray(f, float), err=np.asarray(e, float), source="x")
+
+
+def test_time_binning_weighted_means_and_errors():
+    t = np.array([0.0, 0.01, 0.02, 0.10, 0.11, 0.30])
+    f = np.array([1.0, 2.0, 4.0, 3.0, 5.0, 7.0])
+    e = np.array([0.1, 0.2, 0.4, 0.1, 0.1, 0.5])
+    b = bin_lightcurve(_lc(t, f, e), 0.05)
+    w = 1 / e**2
+    groups = [slice(0, 3), slice(3, 5), slice(5, 6)]
+    np.testing.assert_allclose(b.flux, [np.average(f[g], weights=w[g]) for g in groups], rtol=1e-14)
+    np.testing.assert_allclose(b.err, [1 / np.sqrt(w[g].sum()) for g in groups], rtol=1e-14)
+    np.testing.assert_allclose(b.time, [np.average(t[g], weights=w[g]) for g in groups], rtol=1e-14)
+    # the weighted mean of the whole light curve and its error are kept
+    wb = 1 / b.err**2
+    assert np.average(b.flux, weights=wb) == pytest.approx(np.average(f, weights=w), rel=1e-14)
+    assert wb.sum() == pytest.approx(w.sum(), rel=1e-14)
+    assert (b.n_read, b.n_points, b.binned) == (6, 3, "0.05 d")
+
+
+def test_phase_binning_folds_cycles():
+    period, t0 = 0.5, BJD0
+    rng = np.random.default_rng(3)
+    phase = rng.random(2000)
+    cycle = rng.integers(0, 40, 2000)
+    t = np.sort(t0 + period * (cycle + phase))
+    ph = np.mod((t - t0) / period, 1.0)
+    f = 1 + 0.02 * np.cos(2 * np.pi * ph) + 1e-3 * rng.standard_normal(2000)
+    e = np.full(2000, 1e-3)
+    b = bin_lightcurve(_lc(t, f, e), 0.05, unit="phase", period=period, t0=t0)
+    assert b.n_points == 20 and b.binned == "0.05 phase"
+    bph = np.mod((b.time - t0) / period, 1.0)
+    for k in range(20):
+        inside = (ph >= 0.05 * k) & (ph < 0.05 * (k + 1))
+        j = int(np.argmin(np.abs(bph - ph[inside].mean())))
+        assert b.flux[j] == pytest.approx(f[inside].mean(), rel=1e-12)
+        assert b.err[j] == pytest.approx(1e-3 / np.sqrt(inside.sum()), rel=1e-12)
+    n_ref = math.floor(np.median((t - t0) / period))
+    assert np.all(np.floor((b.time - t0) / period) == n_ref)  # one cycle: the median cadence's
+
+
+def test_bad_binning_is_refused():
+    lc = _lc([0, 1, 2], [1, 1, 1], [1, 1, 1])
+    for width, unit, match in ((0.0, "d", r"lightcurve_bin must be > 0, got 0\.0"),
+                               (0.7, "phase", r"in phase must be <= 0\.5, got 0\.7"),
+                               (0.1, "cycles", r"lightcurve_bin_unit must be 'd' or 'phase', got 'cycles'")):
+        with pytest.raises(DopplermapInputError, match=match):
+            bin_lightcurve(lc, width, unit=unit, period=1.0, t0=0.0)
+
+
+def test_load_lightcurve_warns_for_days_from_zero_against_bjd_profiles(tmp_path):
+    """The reported case: light-curve times in days from 0, profiles in BJD 2459500."""
+    t = np.linspace(0, 27, 300)
+    np.savetxt(tmp_path / "lc.csv", np.c_[t, 1 + 0.01 * np.sin(t), np.full(300, 1e-3)], delimiter=",")
+    prof = BJD0 + np.linspace(0, 10, 15)
+    with pytest.warns(DopplermapWarning, match=r"lc\.csv: light curve 0\.0+\.\.27\.0+, profiles 2459500.*do not overlap"):
+        load_lightcurve(tmp_path / "lc.csv", profile_times=prof, period=0.4232, t0=BJD0)
+    mission_fits(tmp_path / "tess.fits", n=2000)
+    with strict():
+        lc = load_lightcurve(tmp_path / "tess.fits", profile_times=prof, period=0.4232, t0=BJD0, bin_width=0.02,
+                             bin_unit="phase")
+    assert lc.n_points == 50 and lc.n_read == 2000 and "binned in 0.02 phase; 50 points fitted" in lc.describe()
+
+
+def _target(root, lc_name, *, time_scale="BTJD", star_extra="", data_extra=""):
+    """A target whose profiles are dated in ``time_scale`` (BJD0 + 0.3 .. 2.3 d) and a light curve."""
+    from dopplermap.io.lsd import write_lsd
+    from dopplermap.io.times import parse_time_scale
+
+    off = parse_time_scale(time_scale).offset
+    rows = []
+    vels = np.linspace(-60, 60, 25)
+    for k, t in enumerate(BJD0 + np.linspace(0.3, 2.3, 4)):
+        name = f"ep{k}.lsd"
+        write_lsd(root / name, vels, 1 - 0.3 * np.exp(-(vels / 20) ** 2), np.full(25, 1e-3))
+        rows.append(f"{name},{t - off:.8f}")
+    (root / "times.csv").write_text("file,time\n" + "\n".join(rows) + "\n")
+    (root / "t.toml").write_text(f"""
+[data]
+profiles = ["ep*.lsd"]
+times_table = "times.csv"
+time_scale = "{time_scale}"
+lightcurve = "{lc_name}"
+{data_extra}
+[star]
+inclination = 45.0
+vsini = 30.0
+period = 0.4232
+t0 = {BJD0 - off}
+{star_extra}
+[temperatures]
+phot = 5000.0
+cool = 4000.0
+hot = 6000.0
+
+[line]
+wavelength_nm = 600.0
+
+[grid]
+n_cell = 60
+""")
+    return root / "t.toml"
+
+
+def test_problem_builder_converts_profiles_t0_and_light_curve(tmp_path):
+    from dopplermap.config import load_config
+    from dopplermap.problem import from_config
+
+    bjd, pdc, _, good = mission_fits(tmp_path / "tess_lc.fits", n=1500)
+    cfg = load_config(_target(tmp_path, "tess_lc.fits", data_extra='lightcurve_bin = 0.01\nlightcurve_bin_unit = "d"'))
+    with strict():
+        prob = from_config(cfg)
+    np.testing.assert_allclose(np.asarray(prob.obs.times), BJD0 + np.linspace(0.3, 2.3, 4), atol=1e-8)
+    assert prob.star.t0 == pytest.approx(BJD0, abs=1e-9)
+    read = prob.lightcurve_data.read
+    assert (read.n_read, read.n_quality, read.n_invalid, read.binned) == (1500, 20, 15, "0.01 d")
+    assert read.n_points == prob.lightcurve_data.times.size < 1500 - 35
+    assert bjd[good][0] - 1e-9 <= prob.lightcurve_data.times[0] < bjd[good][0] + 0.01
+
+
+def test_problem_builder_warns_for_reported_light_curve_cases(tmp_path):
+    from dopplermap.config import load_config
+    from dopplermap.problem import from_config
+
+    t = np.linspace(0, 27, 300)
+    np.savetxt(tmp_path / "days.csv", np.c_[t, 1 + 0.01 * np.sin(t), np.full(300, 1e-3)], delimiter=",")
+    with pytest.warns(DopplermapWarning, match=r"days\.csv: light curve 0\.0+\.\.27\.0+, profiles 2459500\.3.* do not "
+                                               r"overlap"):
+        from_config(load_config(_target(tmp_path, "days.csv", time_scale="BJD_TDB")))
+    m = 9.2 + 0.05 * np.sin(2 * np.pi * t / 0.4232)
+    np.savetxt(tmp_path / "mag.csv", np.c_[BJD0 + t / 10, m, np.full(300, 2e-3)], delimiter=",")
+    with pytest.warns(DopplermapWarning, match=r"mag\.csv: fluxes .* look like magnitudes"):
+        from_config(load_config(_target(tmp_path, "mag.csv", time_scale="BJD_TDB")))
+    with strict():
+        prob = from_config(load_config(_target(tmp_path, "mag.csv", time_scale="BJD_TDB",
+                                               data_extra='lightcurve_unit = "mag"')))
+    np.testing.assert_allclose(prob.lightcurve_data.flux, 10 ** (-0.4 * m), rtol=1e-12)
+
+
+def test_long_unbinned_light_curve_warns(tmp_path):
+    mission_fits(tmp_path / "long.fits", n=20100, n_quality=0, n_nan=0)
+    with pytest.warns(DopplermapWarning, match=r"long\.fits: 20100 light-curve points are fitted unbinned.*lightcurve_bin"):
+        load_lightcurve(tmp_path / "long.fits")
+    with strict():
+        lc = load_lightcurve(tmp_path / "long.fits", bin_width=30.0 / 1440.0)
+    assert lc.n_points == 1340 and lc.n_read == 20100  # 20100 two-minute cadences in 30-min bins
+
+
+def test_invert_prints_what_was_read_dropped_and_fitted(tmp_path, capsys):
+    """`dopplermap invert` with a TESS light curve: the counts on screen and in summary.json;
+    the result's LIGHTCURVE times read back as BJD_TDB Time."""
+    import json
+
+    from astropy.table import QTable
+
+    from dopplermap.cli import main
+
+    bjd, _, _, good = mission_fits(tmp_path / "tess_lc.fits", n=1500)
+    toml = _target(tmp_path, "tess_lc.fits", data_extra='lightcurve_bin = 0.02\nlightcurve_bin_unit = "phase"')
+    toml.write_text(toml.read_text() + "\n[inversion]\nmaxiter = 3\n")
+    rc = main(["invert", str(toml), "--out", str(tmp_path / "res"), "--no-plots", "--quiet"])
+    assert rc == 3  # maxiter = 3 keeps the test short: a complete result, reported as not converged
+    out = capsys.readouterr().out
+    assert "1500 cadences, PDCSAP_FLUX, 35 dropped (QUALITY != 0: 20, NaN: 15), binned in 0.02 phase; " \
+           "50 points fitted" in out
+    s = json.loads((tmp_path / "res" / "summary.json").read_text())
+    assert (s["lc_cadences"], s["lc_dropped_quality"], s["lc_dropped_nan"], s["lc_points"]) == (1500, 20, 15, 50)
+    lc = QTable.read(tmp_path / "res" / "profiles.fits", hdu="LIGHTCURVE", astropy_native=True)
+    assert lc["TIME"].scale == "tdb" and len(lc) == 50
+    assert bjd[good].min() - 0.5 < lc["TIME"].jd.min() and lc["TIME"].jd.max() < bjd[good].max() + 0.5

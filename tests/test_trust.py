@@ -1,0 +1,365 @@
+"""Trust (issue 14): warnings, honest exit codes, outputs that refuse to lose files,
+searches that refuse to mix, size guards. One test (at least) per reported case."""
+
+from __future__ import annotations
+
+import errno
+import json
+import shutil
+import types
+import warnings
+
+import numpy as np
+import pytest
+
+import dopplermap as dm
+from dopplermap import diagnostics, search
+from dopplermap.cli import EXIT_NOT_CONVERGED, main
+from dopplermap.errors import ConvergenceWarning, DopplermapInputError, DopplermapWarning, collect_warnings
+
+N_CELL, N_EPOCH, N_VEL = 150, 12, 24
+
+
+@pytest.fixture(scope="module")
+def small():
+    star, grid, times, vels, comps = dm.demo_setup(n_cell=N_CELL, n_epoch=N_EPOCH, n_vel=N_VEL, seed=3)
+    sim = dm.simulate(grid, star, times, vels, comps, dm.DEMO_SPOTS, snr=400, seed=3)
+    pre = dm.precompute(grid, star, times, vels, comps)
+    return types.SimpleNamespace(star=star, grid=grid, times=times, vels=vels, comps=comps, sim=sim, pre=pre)
+
+
+def _obs(small, flux=None, err=None, times=None):
+    o = small.sim.obs
+    return dm.Observations.create(o.times if times is None else times, o.vels,
+                                  np.asarray(o.flux) if flux is None else flux,
+                                  np.asarray(o.err) if err is None else err)
+
+
+def _messages(fn):
+    with collect_warnings() as seen:
+        out = fn()
+    return out, list(seen)
+
+
+# ------------------------------------------------------------------ 1. warnings
+
+
+def test_clean_data_raise_no_warning(small):
+    res, seen = _messages(lambda: dm.invert(small.pre, small.sim.obs, lmbd=1.0))
+    assert res.success and seen == []
+
+
+def test_continuum_normalised_data_without_normalise_warn(small):
+    """The reported case: chi2 in the hundreds and success=True, silently."""
+    f = np.asarray(small.sim.obs.flux)
+    obs = _obs(small, flux=f / f.max(axis=1, keepdims=True))  # continuum 1, mean < 1
+    res, seen = _messages(lambda: dm.invert(small.pre, obs))
+    assert res.chi2 > 50
+    assert any("means far from 1" in m and "normalise=True" in m for m in seen)
+    assert any("reduced chi2" in m and "far above 1" in m for m in seen)
+
+
+def test_flat_profiles_are_refused(small):
+    o = small.sim.obs
+    with pytest.raises(DopplermapInputError, match="no line in any profile"):
+        dm.invert(small.pre, _obs(small, flux=np.ones_like(np.asarray(o.flux))))
+    rng = np.random.default_rng(0)  # noise only, no line
+    err = np.asarray(o.err)
+    with pytest.raises(DopplermapInputError, match="no line"):
+        diagnostics.check_observations(_obs(small, flux=1.0 + err * rng.standard_normal(err.shape)))
+
+
+def test_one_epoch_duplicate_epochs_flat_epoch_warn(small):
+    o = small.sim.obs
+    with pytest.warns(DopplermapWarning, match="only one epoch"):
+        diagnostics.check_observations(dm.Observations.create(o.times[:1], o.vels, np.asarray(o.flux)[:1],
+                                                              np.asarray(o.err)[:1]))
+    t = np.asarray(o.times).copy()
+    t[4] = t[2]
+    with pytest.warns(DopplermapWarning, match="duplicate epochs: epochs 2 and 4"):
+        diagnostics.check_observations(_obs(small, times=t))
+    f = np.asarray(o.flux).copy()
+    f[5] = 1.0
+    with pytest.warns(DopplermapWarning, match=r"epoch\(s\) 5 show no line"):
+        diagnostics.check_observations(_obs(small, flux=f))
+
+
+def test_iteration_limit_warns(small):
+    with pytest.warns(ConvergenceWarning, match=r"iteration limit \(maxiter=3\).*raise maxiter"):
+        res = dm.invert(small.pre, small.sim.obs, maxiter=3)
+    assert not res.success
+
+
+def _fake_result(**kw):
+    base = dict(success=True, stop_reason="CONVERGENCE", rv=np.zeros(3), amp=np.zeros(3), chi2=1.0, chi2_lc=None)
+    return types.SimpleNamespace(**{**base, **kw})
+
+
+def test_result_checks_name_what_to_check():
+    obs = types.SimpleNamespace(vels=np.linspace(-60, 60, 24))
+    cases = [
+        (dict(success=False, stop_reason="ABNORMAL_TERMINATION_IN_LNSRCH"), "line-search failure"),
+        (dict(rv=np.array([0.0, -100.0, 1.0])), "radial-velocity offsets ran away.*systemic velocity"),
+        (dict(amp=np.array([0.0, 2100.0, 0.0])), "additive offsets ran away.*line depth"),
+        (dict(chi2=0.01), "far below 1.*errors look too large"),
+        (dict(chi2=1.0, chi2_lc=40.0), "light curve is 40.*far above 1"),
+    ]
+    for kw, pattern in cases:
+        with pytest.warns(DopplermapWarning, match=pattern):
+            diagnostics.check_result(_fake_result(**kw), obs, tol=1e-5, maxiter=100)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        diagnostics.check_result(_fake_result(), obs, tol=1e-5, maxiter=100)
+
+
+def test_velocities_in_m_per_s_warn(small):
+    with pytest.warns(DopplermapWarning, match="m/s"):
+        diagnostics.check_velocity_window(np.linspace(-60000, 60000, 24), 40.0)
+    with pytest.warns(DopplermapWarning, match="does not fit"):
+        diagnostics.check_velocity_window(np.linspace(-0.06, 0.06, 24), 40.0)
+
+
+def test_api_arguments_are_checked_where_they_enter(small):
+    for kw, name in ((dict(tol=-1.0), "tol"), (dict(tol=0.0), "tol"), (dict(maxiter=0), "maxiter"),
+                     (dict(maxiter=-5), "maxiter"), (dict(lmbd=-1.0), "lmbd")):
+        with pytest.raises(DopplermapInputError, match=name):
+            dm.invert(small.pre, small.sim.obs, **kw)
+    from dopplermap.solvers.batch import invert_batch, invert_device
+
+    with pytest.raises(DopplermapInputError, match="tol"):
+        invert_device(small.pre, small.sim.obs, tol=-1.0)
+    with pytest.raises(DopplermapInputError, match="lmbds"):
+        invert_batch(small.pre, small.sim.obs, lmbds=[1.0, -2.0])
+
+
+# ------------------------------------------------------------ 2. output folders
+
+
+def _demo(out, *extra):
+    return main(["demo", "--n-cell", "100", "--out", str(out), "--no-plots", "--quiet", *extra])
+
+
+@pytest.fixture(scope="module")
+def demo_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("demo") / "res"
+    assert _demo(out) == 0
+    return out
+
+
+def test_summary_lists_warnings_and_nonconverged_exit(tmp_path, capsys):
+    assert main(["simulate", "--out", str(tmp_path / "sim"), "--n-cell", "100", "--n-epoch", "10"]) == 0
+    out = tmp_path / "seed"
+    rc = main(["invert-seed", "--problem", str(tmp_path / "sim" / "problem.npz"), "--maxiter", "3", "--out", str(out),
+               "--no-plots", "--quiet"])
+    err = capsys.readouterr().err
+    s = json.loads((out / "summary.json").read_text())
+    assert rc == EXIT_NOT_CONVERGED and not s["success"]
+    assert any("iteration limit" in w for w in s["warnings"]) and "iteration limit" in err
+    assert "did not converge" in err and s["run_id"] and s["input_fingerprint"]
+
+
+def test_out_is_checked_before_any_work(tmp_path, demo_dir, capsys, monkeypatch):
+    import dopplermap.commands.demo as demo_mod
+
+    def no_work(*a, **k):
+        raise AssertionError("work started before --out was checked")
+
+    monkeypatch.setattr(demo_mod, "run_demo", no_work)
+    user = tmp_path / "mine"
+    user.mkdir()
+    (user / "summary.json").write_text('{"my": "notes"}')
+    afile = tmp_path / "file.txt"
+    afile.write_text("x")
+    cases = [(tmp_path / "no" / "such" / "dir", "parent folder"), (afile, "is a file"),
+             (user, "not a dopplermap result folder"), (demo_dir, "--overwrite")]
+    for out, pattern in cases:
+        assert _demo(out) == 2, out
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and err.startswith("error:") and pattern in err, err
+    assert (user / "summary.json").read_text() == '{"my": "notes"}'
+
+
+def test_invert_seed_and_lambda_never_overwrite_user_files(tmp_path, demo_dir, capsys):
+    user = tmp_path / "mine"
+    user.mkdir()
+    (user / "summary.json").write_text("user's")
+    (user / "lambda.json").write_text("user's too")
+    before = sorted(p.name for p in demo_dir.iterdir())
+    for args in (["invert-seed", "--problem", "x.npz", "--out", str(user)],
+                 ["invert-seed", "--problem", "x.npz", "--out", str(demo_dir)],
+                 ["lambda", "--out", str(user)],
+                 ["plot", str(demo_dir), "--out", str(user)],
+                 ["simulate", "--out", str(user)]):
+        assert main(args) == 2, args
+        err = capsys.readouterr().err
+        assert err.startswith("error: --out") and err.count("\n") == 1, err
+    assert (user / "summary.json").read_text() == "user's" and (user / "lambda.json").read_text() == "user's too"
+    assert sorted(p.name for p in demo_dir.iterdir()) == before
+    assert "holds a dopplermap result output, not a seed-result" in (
+        main(["invert-seed", "--problem", "x.npz", "--out", str(demo_dir)]) and capsys.readouterr().err)
+    npz = tmp_path / "p.npz"
+    npz.write_text("mine")
+    assert main(["convert", "--idc", "a", "--sg", "b", "--cpcs", "c", "--out", str(npz)]) == 2
+    assert "--overwrite" in capsys.readouterr().err and npz.read_text() == "mine"
+
+
+def test_overwrite_replaces_a_result_atomically(tmp_path, demo_dir):
+    out = tmp_path / "res"
+    shutil.copytree(demo_dir, out)
+    run0 = json.loads((out / "dopplermap.json").read_text())["run_id"]
+    assert _demo(out, "--overwrite", "--lmbd", "2") == 0
+    m = json.loads((out / "dopplermap.json").read_text())
+    assert m["run_id"] != run0 and m["kind"] == "result" and m["complete"]
+    assert dm.load_result(out).lmbd == 2.0
+    assert [p.name for p in tmp_path.iterdir()] == ["res"]  # no temporary folder left
+    mode = (out / "map.fits").stat().st_mode & 0o777
+    assert {p.stat().st_mode & 0o777 for p in out.iterdir()} == {mode}  # one file mode
+
+
+def test_plot_refuses_a_folder_that_mixes_runs(tmp_path, demo_dir, capsys):
+    a, b = tmp_path / "a", tmp_path / "b"
+    shutil.copytree(demo_dir, a)
+    assert _demo(b, "--lmbd", "3") == 0
+    shutil.copyfile(b / "map.fits", a / "map.fits")
+    with pytest.raises(DopplermapInputError, match="map.fits is not the file run"):
+        dm.load_result(a)
+    (a / "dopplermap.json").unlink()  # even without the manifest: the run ids disagree
+    with pytest.raises(DopplermapInputError, match="different runs"):
+        dm.load_result(a)
+    assert main(["plot", str(a), "--out", str(tmp_path / "figs")]) == 2
+    assert "different runs" in capsys.readouterr().err and not (tmp_path / "figs").exists()
+
+
+def test_plot_out_is_an_atomic_folder(tmp_path, demo_dir):
+    figs = tmp_path / "figs"
+    assert main(["plot", str(demo_dir), "--out", str(figs), "--max-profiles", "4"]) == 0
+    m = json.loads((figs / "dopplermap.json").read_text())
+    assert m["kind"] == "figures" and m["files"] and all((figs / f).is_file() for f in m["files"])
+    assert main(["plot", str(demo_dir), "--out", str(figs)]) == 2  # again only with --overwrite
+
+
+# ------------------------------------------------------------------ 5. exit codes
+
+
+def test_exit_codes_are_honest(tmp_path, capsys, monkeypatch):
+    import dopplermap.commands.demo as demo_mod
+
+    def bug(*a, **k):
+        raise ValueError("an internal inconsistency")
+
+    monkeypatch.setattr(demo_mod, "run_demo", bug)
+    assert _demo(tmp_path / "a") == 1  # a bare ValueError from inside is a bug
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "ValueError: an internal inconsistency" in err and "report" in err
+
+    def disk_full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "a" / "map.fits"))
+
+    monkeypatch.setattr(demo_mod, "run_demo", disk_full)
+    assert _demo(tmp_path / "a") == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith("error: No space left on device")
+    assert main(["demo", "--no-such-option"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith("error:") and "--no-such-option" in err
+    assert main(["invert-seed", "--tol", "-1", "--out", str(tmp_path / "s")]) == 2
+    assert "--tol" in capsys.readouterr().err
+    monkeypatch.undo()
+    assert main(["init", str(tmp_path / "t.toml"), "-v"]) == 0  # -v after the subcommand
+
+
+def test_progress_marks_a_failed_step():
+    import io
+
+    from rich.console import Console
+
+    from dopplermap.progress import Reporter
+
+    buf = io.StringIO()
+    with pytest.raises(RuntimeError), Reporter(console=Console(file=buf, force_terminal=False, width=100)) as rep:
+        with rep.step("read"):
+            pass
+        with rep.step("precompute"):
+            raise RuntimeError("boom")
+    lines = [ln for ln in buf.getvalue().splitlines() if ln.strip()]
+    read = next(ln for ln in lines if "read" in ln)
+    pre = next(ln for ln in lines if "precompute" in ln)
+    assert "✓" in read and "✗" in pre and "failed" in pre and "✓" not in pre
+
+
+def test_dask_scheduler_unreachable_is_a_clear_error():
+    pytest.importorskip("dask.distributed")
+    with pytest.raises(DopplermapInputError, match=r"could not connect within 0.5 s"):
+        search._client("tcp://127.0.0.1:1", None, timeout=0.5)
+    with pytest.raises(DopplermapInputError, match="n_workers"):
+        search._client(None, -1)
+
+
+# ---------------------------------------------------------------- 3. searches
+
+
+@pytest.fixture(scope="module")
+def sprob(small):
+    return search.Problem(grid=small.grid, star=small.star, obs=small.sim.obs, components=small.comps)
+
+
+def test_grid_resume_refuses_other_settings_or_problem(sprob, small, tmp_path):
+    table = tmp_path / "grid.csv"
+    axes = {"vsini": [38.0, 40.0]}
+    settings = search.SolveSettings(lmbd=1.0, tol=1e-5)
+    rows = search.grid_search(sprob, axes, table, settings=settings, scheduler="sync")
+    assert {r["lmbd"] for r in rows} == {1.0} and {r["regulariser_kind"] for r in rows} == {"mem"}
+    assert len({r["problem"] for r in rows}) == 1 and {r["tol"] for r in rows} == {1e-5}
+    text = table.read_text()
+    with pytest.raises(DopplermapInputError, match=r"resume refused.*lmbd 1.0 in the table vs 10.0 now"):
+        search.grid_search(sprob, axes, table, settings=search.SolveSettings(lmbd=10.0, tol=1e-5),
+                           scheduler="sync", resume=True)
+    other = search.Problem(grid=small.grid, star=small.star.replace(inclination=50.0), obs=small.sim.obs,
+                           components=small.comps)
+    with pytest.raises(DopplermapInputError, match="resume refused.*problem fingerprint"):
+        search.grid_search(other, axes, table, settings=settings, scheduler="sync", resume=True)
+    assert table.read_text() == text  # refused before touching the table
+
+
+def test_cli_grid_resume_with_another_lambda_is_refused(tmp_path, capsys):
+    out = tmp_path / "g"
+    base = ["grid", "--n-cell", "100", "--n-epoch", "8", "--n-vel", "16", "--out", str(out), "--param",
+            "vsini=39,40", "--scheduler", "sync", "--tol", "1e-4"]
+    assert main(base) == 0
+    assert main(base + ["--resume", "--lmbd", "10"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("error:") and "lmbd 1.0 in the table vs 10.0 now" in err
+
+
+def test_every_grid_value_is_validated_before_the_first_solve(sprob, tmp_path, monkeypatch):
+    monkeypatch.setattr(search, "evaluate_point", lambda *a, **k: pytest.fail("solved before validating"))
+    for axes, pattern in (({"inclination": [50.0, 60.0, 120.0]}, "inclination=120"),
+                          ({"vsini": [40.0, -1.0]}, "vsini"), ({"macroturbulence": [0.0, -2.0]}, "macroturbulence"),
+                          ({"ew_scale": [1.0, 50.0]}, "ew_scale")):
+        with pytest.raises(DopplermapInputError, match=pattern):
+            search.grid_search(sprob, axes, tmp_path / "t.csv", scheduler="sync")
+        assert not (tmp_path / "t.csv").exists()
+
+
+# ------------------------------------------------------------- 4. size guards
+
+
+def test_memory_guards_refuse_before_allocating(small, monkeypatch, capsys):
+    with pytest.raises(DopplermapInputError, match="reduce n_cell"):
+        dm.latitude_band_grid(10 ** 12)
+    with pytest.raises(DopplermapInputError, match="use a larger step for vsini"):
+        search.grid_points({"vsini": np.arange(1.0, 2e5)})
+    assert main(["grid", "--param", "vsini=1:1e9:1", "--out", "x"]) == 2
+    assert "1e+09 points" in capsys.readouterr().err
+    monkeypatch.setenv("DOPPLERMAP_MAX_MEMORY", "100K")
+    with pytest.raises(DopplermapInputError, match=r"precompute .* more than the limit"):
+        dm.precompute(small.grid, small.star, small.times, small.vels, small.comps)
+    monkeypatch.delenv("DOPPLERMAP_MAX_MEMORY")
+    assert main(["--max-memory", "10K", "demo", "--out", "x", "--n-cell", "5000"]) == 2
+    assert "reduce n_cell" in capsys.readouterr().err
+
+
+def test_healpix_guard():
+    pytest.importorskip("healpy")
+    with pytest.raises(DopplermapInputError, match="reduce nside"):
+        dm.healpix_grid(2 ** 20)
