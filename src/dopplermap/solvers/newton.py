@@ -531,7 +531,8 @@ def invert_newton(pre: Precomputed, obs: Observations, *, lmbd: float = 1.0, reg
     return InversionResult(
         fssc=fssc, fssh=fssh, rv=rv, amp=amp, loss=float(val), chi2=float(aux[0]),
         regulariser_value=float(aux[1]), lmbd=float(lmbd), regulariser=regulariser, iterations=n_it,
-        n_eval=passes["total"], success=status in (1, 2), stop_reason=STOP_REASONS[status],
+        n_eval=passes["total"], success=status in (1, 2),
+        stop_reason=STOP_REASONS[status] + (f" ({n_iter_max} Newton iterations)" if status == 3 else ""),
         compile_time=t_compile + timing["trace_lower"] + timing["compile"], solve_time=solve_time,
         history={"loss": np.asarray(r.history)[:n_it], "passes": np.asarray(r.passes_history)[:n_it]},
         model=np.asarray(aux[-1]), max_sum_excess=excess, solver="newton",
