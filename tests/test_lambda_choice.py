@@ -69,7 +69,8 @@ def test_corner_between_sweep_points_matches_the_analytic_corner(linear_problem)
 def _fake_invert(chi2_of_lambda, calls):
     def invert(pre, obs, *, lmbd, x0=None, **kw):
         calls.append(lmbd)
-        return types.SimpleNamespace(lmbd=lmbd, chi2=float(chi2_of_lambda(lmbd)), x=np.array([lmbd]))
+        c2 = float(chi2_of_lambda(lmbd))
+        return types.SimpleNamespace(lmbd=lmbd, chi2=c2, loss=c2, iterations=50, x=np.array([lmbd]))
     return invert
 
 
