@@ -16,6 +16,7 @@ already loaded, so the checks cost nothing for plain numbers.
 
 from __future__ import annotations
 
+import importlib
 import sys
 
 import numpy as np
@@ -26,22 +27,34 @@ __all__ = ["to_unit", "to_days", "to_epoch"]
 
 
 def _astropy(name):
-    return sys.modules.get(name)
+    """The astropy module ``name`` if it is loaded (or being loaded), else None.
+
+    ``sys.modules`` alone is not enough: a background thread (``prefetch_writers``) may be
+    half-way through importing astropy; importing it here waits for that import to finish."""
+    if name not in sys.modules:
+        return None
+    return importlib.import_module(name)
+
+
+def _class(module: str, name: str):
+    """``module.name`` if that module is imported; None otherwise, and while another thread
+    is still importing it (the result writers' prefetch): nothing can be an instance yet."""
+    return getattr(_astropy(module), name, None)
 
 
 def _is_quantity(x) -> bool:
-    u = _astropy("astropy.units")
-    return u is not None and isinstance(x, u.Quantity)
+    q = _class("astropy.units", "Quantity")
+    return q is not None and isinstance(x, q)
 
 
 def _is_time(x) -> bool:
-    t = _astropy("astropy.time")
-    return t is not None and isinstance(x, t.Time) and not isinstance(x, t.TimeDelta)
+    t, td = _class("astropy.time", "Time"), _class("astropy.time", "TimeDelta")
+    return t is not None and isinstance(x, t) and not (td is not None and isinstance(x, td))
 
 
 def _is_timedelta(x) -> bool:
-    t = _astropy("astropy.time")
-    return t is not None and isinstance(x, t.TimeDelta)
+    td = _class("astropy.time", "TimeDelta")
+    return td is not None and isinstance(x, td)
 
 
 def _convert(x, unit: str, name: str, equivalencies=()):

@@ -12,8 +12,13 @@ def register(group):
     @click.argument("result_dir", type=click.Path(file_okay=False, path_type=Path))
     @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
                   help="HTML file to write (default: RESULT_DIR/report.html).")
-    def report(result_dir, out):
+    @click.option("--overwrite", is_flag=True, help="Replace an existing --out file.")
+    def report(result_dir, out, overwrite):
         """Write an offline HTML report: figures, parameters, warnings, uncertainties, configuration, 3-D star."""
+        from ..atomic import check_out_file
         from ..report import write_report
+
+        if out is not None:
+            check_out_file(out, overwrite=overwrite)  # before any work
 
         click.echo(str(write_report(result_dir, out)))

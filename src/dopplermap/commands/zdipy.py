@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import click
@@ -13,9 +12,9 @@ __all__ = ["import_zdipy", "register"]
 
 
 def _write_atomic(path: Path, text: str):
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    from ..atomic import write_text
+
+    write_text(path, text)
 
 
 def import_zdipy(inzdi, line_model=None, out="target.toml", *, force: bool = False, t_phot: float = 5000.0,
