@@ -69,7 +69,8 @@ def test_corner_between_sweep_points_matches_the_analytic_corner(linear_problem)
 def _fake_invert(chi2_of_lambda, calls):
     def invert(pre, obs, *, lmbd, x0=None, **kw):
         calls.append(lmbd)
-        return types.SimpleNamespace(lmbd=lmbd, chi2=float(chi2_of_lambda(lmbd)), x=np.array([lmbd]))
+        c2 = float(chi2_of_lambda(lmbd))
+        return types.SimpleNamespace(lmbd=lmbd, chi2=c2, loss=c2, iterations=50, x=np.array([lmbd]))
     return invert
 
 
@@ -186,3 +187,21 @@ def test_grid_command_reports_one_criterion(tmp_path, monkeypatch):
     out = json.loads((tmp_path / "o" / "grid.json").read_text())
     assert out["best"]["inclination"] == out["intervals"]["inclination"]["best"] == 60.0
     assert out["intervals"]["inclination"]["lo"] == 50.0 and out["intervals"]["inclination"]["hi"] == 60.0
+
+
+def test_stalled_warm_start_is_checked_from_the_flat_start(monkeypatch):
+    # a warm start that stops at once keeps the previous map; the flat start finds a lower loss
+    calls = []
+
+    def invert(pre, obs, *, lmbd, x0=None, **kw):
+        calls.append((lmbd, x0 is None))
+        stalled = x0 is not None and lmbd > 1.0
+        loss = lmbd + (0.5 if stalled else 0.0)
+        return types.SimpleNamespace(lmbd=lmbd, chi2=loss, loss=loss, regulariser_value=1.0 / lmbd,
+                                     iterations=2 if stalled else 40, x=np.array([lmbd]))
+
+    monkeypatch.setattr(search, "invert", invert)
+    monkeypatch.setattr(search, "regulariser_floor", lambda *a: 0.0)
+    sw = search.sweep_lambda(None, None, [0.5, 2.0, 4.0])
+    assert calls == [(0.5, True), (2.0, False), (2.0, True), (4.0, False), (4.0, True)]
+    assert list(sw.loss) == [0.5, 2.0, 4.0] and list(sw.iterations) == [40, 40, 40]

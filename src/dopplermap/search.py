@@ -121,6 +121,30 @@ def regulariser_floor(regulariser: str, pre: Precomputed) -> float:
     return float(wp.sum() / area.size * min(best.fun, term(np.log([m, m]))))
 
 
+STALL_ITERATIONS = 3
+"""A warm-started solve that stops within this many iterations is checked against a solve
+from the flat start (see :func:`_warm_solve`)."""
+
+
+def _warm_solve(pre, obs, lmbd, start, cold, on_solve=None, **kw) -> InversionResult:
+    """``invert`` from ``start``; if it stops within ``STALL_ITERATIONS``, also from ``cold``
+    and the lower loss is kept. From a map that is nearly optimal for a nearby lambda, the
+    first steps can be so short that the relative-reduction test stops the solve at once,
+    leaving the old map (seen: lambda 0.008 -> 0.023, 2 iterations, chi2 and regulariser
+    unchanged), which bends the L-curve and shifts chi2(lambda)."""
+    res = invert(pre, obs, lmbd=lmbd, x0=start, **kw)
+    if on_solve is not None:
+        on_solve(lmbd, res)
+    if start is None or start is cold or res.iterations > STALL_ITERATIONS:
+        return res
+    other = invert(pre, obs, lmbd=lmbd, x0=cold, **kw)
+    if on_solve is not None:
+        on_solve(lmbd, other)
+    log.info("lambda %.4g: warm start stopped after %d iterations; flat start: loss %.8g vs %.8g",
+             lmbd, res.iterations, other.loss, res.loss)
+    return other if other.loss < res.loss else res
+
+
 def sweep_lambda(pre: Precomputed, obs: Observations, lmbds: Sequence[float], *, regulariser: str = "mem",
                  warm_start: bool = True, x0=None, tol: float = 1e-7, maxiter: int = 2000,
                  **invert_kw) -> LambdaSweep:
@@ -128,8 +152,9 @@ def sweep_lambda(pre: Precomputed, obs: Observations, lmbds: Sequence[float], *,
 
     Args:
         pre, obs: the problem. lmbds: positive regularisation weights (any order, unique).
-        warm_start: start each solve from the previous (smaller-lambda) map; otherwise
-            every solve starts from ``x0`` (default: the seed's flat map).
+        warm_start: start each solve from the previous (smaller-lambda) map (one that
+            stops within ``STALL_ITERATIONS`` is re-solved from ``x0`` and the lower loss
+            kept); otherwise every solve starts from ``x0`` (default: the seed's flat map).
         tol, maxiter, invert_kw: passed to :func:`dopplermap.invert`.
     Returns:
         :class:`LambdaSweep`, ascending in lambda.
@@ -148,8 +173,8 @@ def sweep_lambda(pre: Precomputed, obs: Observations, lmbds: Sequence[float], *,
     results: dict[int, InversionResult] = {}
     start = x0
     for i in order:
-        res = invert(pre, obs, lmbd=float(lm[i]), regulariser=regulariser, x0=start, tol=tol, maxiter=maxiter,
-                     **invert_kw)
+        res = _warm_solve(pre, obs, float(lm[i]), start, x0, regulariser=regulariser, tol=tol, maxiter=maxiter,
+                          **invert_kw)
         results[int(i)] = res
         if warm_start:
             start = res.x
@@ -207,8 +232,8 @@ def lcurve_corner(sweep: LambdaSweep, *, refine: bool = True) -> tuple[float, np
 
     ``refine`` (default): the corner is then located between the sweep's lambdas, as the
     maximum of the curvature of cubic splines through ``log(reg - floor)`` and ``log chi2``
-    against ``log lambda`` (no further solves), searched between the neighbours of the
-    best sweep point. It moves continuously with the data instead of jumping from one
+    against ``log lambda`` at the five sweep points around the best one (no further
+    solves), searched between its neighbours. It moves continuously with the data instead of jumping from one
     sweep value to the next. ``refine=False``: the best sweep lambda itself.
     """
     kappa = lcurve_curvature(sweep.lmbd, sweep.chi2, sweep.regulariser, sweep.floor)
@@ -229,8 +254,11 @@ def lcurve_corner(sweep: LambdaSweep, *, refine: bool = True) -> tuple[float, np
         return float(sweep.lmbd[i]), kappa
     from scipy.optimize import minimize_scalar
 
+    # splines through the five points around the best one only: noise at the far (flat,
+    # noise-fitting) end of the sweep must not move the corner
+    w = slice(max(0, i - 2), min(kappa.size, i + 3))
     t = np.log(sweep.lmbd)
-    curv = _spline_curvature(t, np.log(sweep.regulariser - sweep.floor), np.log(sweep.chi2))
+    curv = _spline_curvature(t[w], np.log(sweep.regulariser[w] - sweep.floor), np.log(sweep.chi2[w]))
     best = minimize_scalar(lambda u: -float(curv(u)), bounds=(t[i - 1], t[i + 1]), method="bounded",
                            options={"xatol": 1e-6})
     u = float(best.x) if -best.fun >= curv(t[i]) else float(t[i])
@@ -263,7 +291,8 @@ def lambda_for_chi2(pre: Precomputed, obs: Observations, target: float, *, lo: f
     The bracket comes from ``sweep`` (a :class:`LambdaSweep` of the same problem: the first
     step whose chi2 crosses the target; no new solve) if given, else from ``lo`` and ``hi``
     (each widened by 10x up to 4 times when needed). Returns ``(lambda, result, trials)``
-    with ``trials`` the ``(lambda, chi2)`` of every solve this call made; at most
+    with ``trials`` the ``(lambda, chi2)`` of every solve this call made (a stalled warm
+    start re-solved from ``x0`` counts twice, see :func:`_warm_solve`); it stops after
     ``max_solves`` solves (a warning says so if the tolerance was not reached by then).
     """
     if not target > 0:
@@ -277,9 +306,7 @@ def lambda_for_chi2(pre: Precomputed, obs: Observations, target: float, *, lo: f
     aim = math.log1p(rtol)
 
     def solve(lm, start):
-        r = invert(pre, obs, lmbd=lm, x0=start, **kw)
-        trials.append((lm, r.chi2))
-        return r
+        return _warm_solve(pre, obs, lm, start, x0, on_solve=lambda m, r: trials.append((m, r.chi2)), **kw)
 
     def g(r):
         return math.log(r.chi2 / target)

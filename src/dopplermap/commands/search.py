@@ -212,7 +212,8 @@ def register(group):
             folder.write("lcurve.png", lambda p: save_figure(search.plot_lcurve(sw, corner=corner, target=target_chi2), p))
         msg = f"L-curve corner lambda {corner:.4g}" if corner is not None else "no L-curve corner"
         if target_chi2 is not None:
-            msg += f"; lambda for chi2={target_chi2:g}: {choice['target_lambda']:.4g}"
+            msg += (f"; lambda for chi2={target_chi2:g}: {choice['target_lambda']:.4g} "
+                    f"(chi2 {choice['target_result_chi2']:.5g}, {len(choice['target_trials'])} more solves)")
         click.echo(f"{msg}  ({len(lm)} solves in {sw.total_time:.1f} s); results in {out}")
 
     @group.command("grid")
