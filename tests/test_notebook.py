@@ -69,4 +69,4 @@ def test_result_reprs_are_small(executed):
         thumb = re.search(r"data:image/png;base64,[A-Za-z0-9+/=]+", page)
         assert thumb, "no thumbnail"
         assert len(page) - len(thumb.group(0)) < 2000  # the table
-        assert len(thumb.group(0)) < 8000  # the thumbnail
+        assert len(thumb.group(0)) < 1500 and len(page) < 2000  # the thumbnail; the whole display

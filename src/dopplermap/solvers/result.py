@@ -160,23 +160,29 @@ class InversionResult:
             s = self.star
             rows.append(("star", f"inclination {s.inclination:g} deg, vsini {s.vsini_kms:.4g} km/s, "
                                  f"period {s.period:g} d"))
-        table = "".join(f"<tr><th style='text-align:left'>{esc(k)}</th><td style='text-align:left'>{esc(v)}</td></tr>"
-                        for k, v in rows)
+        table = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in rows)
         thumb = ""
         if self.grid is not None:
-            thumb = (f"<div><img alt='cool-spot filling factor map' src='data:image/png;base64,{self._thumbnail_png()}'/>"
-                     "<br/><small>cool-spot filling factor (equirectangular, longitude 0-360 deg)</small></div>")
-        return (f"<div style='display:flex;gap:1em;align-items:flex-start'><table><caption style='text-align:left'>"
-                f"<b>InversionResult</b></caption>{table}</table>{thumb}</div>")
+            top = max(float(np.max(self.fssc)), 1e-3)
+            thumb = (f"<div><img alt='cool-spot filling factor map' width='240' style='image-rendering:pixelated' "
+                     f"src='data:image/png;base64,{self._thumbnail_png()}'/><br/><small>cool-spot filling factor "
+                     f"0 (white) to {top:.2f} (dark), longitude 0-360 deg</small></div>")
+        return (f"<div style='display:flex;gap:1em;text-align:left'><table><caption><b>InversionResult</b>"
+                f"</caption>{table}</table>{thumb}</div>")
 
-    def _thumbnail_png(self, width_px: int = 240) -> str:
-        """Base64 PNG of ``fssc`` on a longitude-latitude raster (each pixel shows its nearest cell)."""
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
+    def _thumbnail_png(self, width_px: int = 120, levels: int = 16) -> str:
+        """Base64 PNG of ``fssc`` on a longitude-latitude raster (each pixel shows its nearest cell).
+
+        A palette image of ``levels`` colours of the cool-spot map, drawn with Pillow (what
+        matplotlib saves through) rather than a Figure: a few hundred bytes, so a notebook's
+        result display stays small; the browser scales it up."""
+        from PIL import Image
         from scipy.spatial import cKDTree
 
+        from ..style import cmap
+
         g = self.grid
-        ny = width_px // 4
+        ny = width_px // 2
         lat = np.linspace(np.pi / 2, -np.pi / 2, ny, endpoint=False) - np.pi / (2 * ny)
         lon = (np.arange(2 * ny) + 0.5) * np.pi / ny
         la, lo = np.meshgrid(lat, lon, indexing="ij")
@@ -186,18 +192,12 @@ class InversionResult:
 
         _, idx = cKDTree(unit(np.asarray(g.lat), np.asarray(g.lon))).query(unit(la, lo).reshape(-1, 3))
         image = np.asarray(self.fssc, dtype=float)[idx].reshape(la.shape)
-        dpi = 100
-        fig = Figure(figsize=(width_px / dpi, 0.6 * width_px / dpi), dpi=dpi)
-        FigureCanvasAgg(fig)
-        ax = fig.add_axes((0.02, 0.22, 0.96, 0.76))
-        from ..style import cmap
-
-        im = ax.imshow(image, extent=(0, 360, -90, 90), origin="upper", cmap=cmap("cool"), vmin=0.0,
-                       vmax=max(float(np.nanmax(image)), 1e-3), interpolation="nearest", aspect="auto")
-        ax.set_xticks([])
-        ax.set_yticks([])
-        cax = fig.add_axes((0.05, 0.14, 0.90, 0.05))  # room below for the tick labels
-        fig.colorbar(im, cax=cax, orientation="horizontal").ax.tick_params(labelsize=7)
+        top = max(float(np.nanmax(image)), 1e-3)
+        q = np.clip(np.rint(image / top * (levels - 1)), 0, levels - 1).astype(np.uint8)
+        cm = cmap("cool")
+        palette = (np.array([cm(i / (levels - 1))[:3] for i in range(levels)]) * 255).round().astype(np.uint8)
+        img = Image.fromarray(q, mode="P")
+        img.putpalette(palette.ravel().tolist())
         buf = io.BytesIO()
-        fig.savefig(buf, format="png", dpi=dpi)
+        img.save(buf, format="PNG", optimize=True)
         return base64.b64encode(buf.getvalue()).decode("ascii")
