@@ -17,12 +17,11 @@ import base64
 import html
 import io
 import json
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
+from .atomic import write_text
 from .errors import DopplermapInputError, MissingFileError
 
 __all__ = ["report_html", "write_report", "FIGURE_ORDER"]
@@ -176,17 +175,7 @@ def write_report(result_dir, path=None) -> Path:
     text = report_html(result_dir)
     path = Path(result_dir) / "report.html" if path is None else Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".report.", suffix=".html", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
+    return write_text(path, text)
 
 
 _CSS = """

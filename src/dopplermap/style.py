@@ -30,9 +30,9 @@ uncertainty maps and search plots.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
+
+from .atomic import write_file
 
 __all__ = ["lightness_ramp", "ONE_COLUMN", "TWO_COLUMN", "MIN_FONT_PT", "RC", "CMAPS", "LABELS", "GAP_COLOUR", "MODEL_COLOUR",
            "context", "cmap", "new_figure", "save_figure"]
@@ -211,17 +211,11 @@ def save_figure(fig, path, *, dpi: float | None = None) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fmt = path.suffix.lstrip(".").lower() or "png"
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=f".{fmt}", dir=path.parent)
-    os.close(fd)
-    try:
-        kw = {"pil_kwargs": {"compress_level": 1}} if fmt == "png" else {}
+    kw = {"pil_kwargs": {"compress_level": 1}} if fmt == "png" else {}
+
+    def draw(fh):
         with context():
-            fig.savefig(tmp, dpi=dpi if dpi is not None else (150 if fmt == "png" else RC["savefig.dpi"]),
+            fig.savefig(fh, dpi=dpi if dpi is not None else (150 if fmt == "png" else RC["savefig.dpi"]),
                         format=fmt, facecolor="white", **kw)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
+
+    return write_file(path, draw)

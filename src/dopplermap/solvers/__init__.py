@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import jax.numpy as jnp
 import numpy as np
@@ -56,6 +56,16 @@ def bounds(layout: Layout, *, fit_rv: bool = True, fit_amp: bool = True, x0=None
     if not fit_amp:
         lo[n2 + layout.n_epoch:] = hi[n2 + layout.n_epoch:] = x0[n2 + layout.n_epoch:]
     return lo, hi
+
+
+def start(pre: Precomputed, x0, *, fit_rv: bool, fit_amp: bool, fit_components):
+    """``(layout, x0, lower, upper)`` of a solve: the checked start (default the seed's) inside its bounds."""
+    layout = Layout(pre.n_cell, pre.n_epoch)
+    x0 = layout.initial() if x0 is None else np.asarray(x0, dtype=np.float64)
+    if x0.shape != (layout.size,):
+        raise DopplermapInputError(f"x0 must have shape ({layout.size},) = 2 n_cell + 2 n_epoch, got {x0.shape}")
+    lo, hi = bounds(layout, fit_rv=fit_rv, fit_amp=fit_amp, x0=x0, fit_components=fit_components)
+    return layout, np.clip(x0, lo, hi), lo, hi
 
 
 def project_feasible(fssc, fssh):
@@ -177,33 +187,20 @@ def check_solver_args(*, tol=None, maxiter=None, lmbd=None, lmbds=None) -> None:
 
 def _invert(pre, obs, *, lmbd, regulariser, x0, tol, maxiter, fit_rv, fit_amp, penalty, solver, callback,
             lightcurve, line_weight, lc_weight, cube_dtype, fit_components) -> InversionResult:
-    if solver == "projected_lbfgs":  # device-resident solve (solvers/batch.py); no per-iteration callback
-        from .batch import invert_device
-        res = invert_device(pre, obs, lmbd=lmbd, regulariser=regulariser, x0=x0, tol=tol, maxiter=maxiter,
-                            fit_rv=fit_rv, fit_amp=fit_amp, penalty=penalty, cube_dtype=cube_dtype,
-                            lightcurve=lightcurve, line_weight=line_weight, lc_weight=lc_weight,
-                            fit_components=fit_components)
-        if callback is not None:  # once, at the end (the loop runs on the device)
-            callback(res.iterations, {"loss": res.history["loss"], "chi2": np.asarray([res.chi2]),
-                                      "regulariser": np.asarray([res.regulariser_value])})
-        return with_setup(res, pre, obs)
-    if solver == "newton":  # projected Gauss-Newton-CG in one compiled loop (solvers/newton.py)
-        from .newton import invert_newton
-        res = invert_newton(pre, obs, lmbd=lmbd, regulariser=regulariser, x0=x0, tol=tol, maxiter=maxiter,
-                            fit_rv=fit_rv, fit_amp=fit_amp, penalty=penalty, cube_dtype=cube_dtype,
-                            lightcurve=lightcurve, line_weight=line_weight, lc_weight=lc_weight,
-                            fit_components=fit_components)
-        if callback is not None:  # once, at the end (the loop runs on the device)
+    if solver in ("projected_lbfgs", "newton"):  # one compiled loop on the device: callback once, at the end
+        if solver == "newton":  # projected Gauss-Newton-CG (solvers/newton.py)
+            from .newton import invert_newton as run
+        else:  # projected L-BFGS (solvers/batch.py)
+            from .batch import invert_device as run
+        res = run(pre, obs, lmbd=lmbd, regulariser=regulariser, x0=x0, tol=tol, maxiter=maxiter, fit_rv=fit_rv,
+                  fit_amp=fit_amp, penalty=penalty, cube_dtype=cube_dtype, lightcurve=lightcurve,
+                  line_weight=line_weight, lc_weight=lc_weight, fit_components=fit_components)
+        if callback is not None:
             callback(res.iterations, {"loss": res.history["loss"], "chi2": np.asarray([res.chi2]),
                                       "regulariser": np.asarray([res.regulariser_value])})
         return with_setup(res, pre, obs)
     exact_pre, pre = pre, solve_form(pre, resolve_cube_dtype(cube_dtype, tol))
-    layout = Layout(pre.n_cell, pre.n_epoch)
-    x0 = layout.initial() if x0 is None else np.asarray(x0, dtype=np.float64)
-    if x0.shape != (layout.size,):
-        raise DopplermapInputError(f"x0 must have shape ({layout.size},) = 2 n_cell + 2 n_epoch, got {x0.shape}")
-    lo, hi = bounds(layout, fit_rv=fit_rv, fit_amp=fit_amp, x0=x0, fit_components=fit_components)
-    x0 = np.clip(x0, lo, hi)
+    layout, x0, lo, hi = start(pre, x0, fit_rv=fit_rv, fit_amp=fit_amp, fit_components=fit_components)
 
     xj = jnp.asarray(x0)
     lm = jnp.asarray(lmbd, dtype=xj.dtype)

@@ -44,11 +44,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._x64 import require_x64
-from ..errors import DopplermapInputError
 from ..lightcurve import lightcurve_residuals
 from ..model import Precomputed, apply_nuisance, forward, solve_form, synthesize, with_exact_numerator
 from ..objective import DEFAULT_PENALTY, Layout, Observations, seed_entropy, sum_excess, tikhonov
-from . import _cube_dtype, bounds, joint_arguments, project_feasible, resolve_cube_dtype
+from . import _cube_dtype, joint_arguments, project_feasible, resolve_cube_dtype, start
 from .result import InversionResult
 from .scipy_lbfgsb import compiled_value_and_grad
 
@@ -499,12 +498,8 @@ def invert_newton(pre: Precomputed, obs: Observations, *, lmbd: float = 1.0, reg
     """
     require_x64()
     exact_pre, pre = pre, solve_form(pre, resolve_cube_dtype(cube_dtype, tol))
-    layout = Layout(pre.n_cell, pre.n_epoch)
-    x0 = layout.initial() if x0 is None else np.asarray(x0, dtype=np.float64)
-    if x0.shape != (layout.size,):
-        raise DopplermapInputError(f"x0 must have shape ({layout.size},) = 2 n_cell + 2 n_epoch, got {x0.shape}")
-    lo, hi = bounds(layout, fit_rv=fit_rv, fit_amp=fit_amp, x0=x0, fit_components=fit_components)
-    xj = jnp.asarray(np.clip(x0, lo, hi))
+    layout, x0, lo, hi = start(pre, x0, fit_rv=fit_rv, fit_amp=fit_amp, fit_components=fit_components)
+    xj = jnp.asarray(x0)
     lo_j, hi_j = jnp.asarray(lo), jnp.asarray(hi)
     lm = jnp.asarray(lmbd, dtype=xj.dtype)
     joint = joint_arguments(pre, lightcurve, line_weight, lc_weight, xj.dtype)

@@ -23,7 +23,7 @@ The function is pure: ``jit`` and ``vmap`` (e.g. over lambda) work on it.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp

@@ -8,7 +8,7 @@ new data set or lambda of the same shape reuses the compiled function.
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 import numpy as np
