@@ -168,6 +168,33 @@ def test_invert_runs_end_to_end(tmp_path, capsys):
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".res")]  # no partial folders left
 
 
+def test_invert_command_line_overrides_are_used_and_recorded(tmp_path):
+    _dataset(tmp_path, n_epoch=5, n_cell=120, lightcurve=False)
+    cfg_path = tmp_path / "target.toml"
+    rc = main(["invert", str(cfg_path), "--out", str(tmp_path / "res"), "--quiet", "--no-plots", "--no-report",
+               "--lmbd", "0.25", "--tol", "1e-6", "--maxiter", "400", "--solver", "projected_lbfgs"])
+    assert rc == 0
+    s = json.loads((tmp_path / "res" / "summary.json").read_text())
+    assert s["lmbd"] == 0.25 and s["solver"] == "projected_lbfgs"
+    cfg = json.loads((tmp_path / "res" / "config.json").read_text())
+    assert cfg["inversion"]["tol"] == 1e-6 and cfg["inversion"]["maxiter"] == 400
+    assert cfg["overrides"] == {"lmbd": 0.25, "tol": 1e-6, "maxiter": 400, "solver": "projected_lbfgs"}
+    assert "lmbd = 1.0" in (tmp_path / "res" / "config.toml").read_text()  # the TOML itself is kept as given
+    assert main(["invert", str(cfg_path), "--out", str(tmp_path / "r2"), "--tol", "-1"]) == 2
+
+
+def test_search_commands_show_progress(tmp_path, capsys):
+    _dataset(tmp_path, n_epoch=5, n_cell=120, lightcurve=False)
+    cfg_path = tmp_path / "target.toml"
+    assert main(["lambda", str(cfg_path), "--out", str(tmp_path / "lam"), "--lmbds", "0.3,3", "--tol", "1e-5"]) == 0
+    err = capsys.readouterr().err
+    assert "lambda 1/2: 0.3  chi2" in err and "lambda 2/2: 3  chi2" in err
+    assert main(["grid", str(cfg_path), "--out", str(tmp_path / "g"), "--param", "vsini=38,40", "--scheduler", "sync",
+                 "--tol", "1e-5"]) == 0
+    err = capsys.readouterr().err
+    assert "point 2/2: chi2" in err and "best so far vsini=" in err
+
+
 def test_cool_only_target_writes_a_cool_only_result(tmp_path):
     _dataset(tmp_path, n_epoch=5, n_cell=120, lightcurve=False)
     cfg_path = tmp_path / "target.toml"

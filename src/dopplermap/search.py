@@ -146,7 +146,7 @@ def _warm_solve(pre, obs, lmbd, start, cold, on_solve=None, **kw) -> InversionRe
 
 
 def sweep_lambda(pre: Precomputed, obs: Observations, lmbds: Sequence[float], *, regulariser: str = "mem",
-                 warm_start: bool = True, x0=None, tol: float = 1e-7, maxiter: int = 2000,
+                 warm_start: bool = True, x0=None, tol: float = 1e-7, maxiter: int = 2000, progress=None,
                  **invert_kw) -> LambdaSweep:
     """Invert at every lambda, from the smallest to the largest, warm-starting each solve.
 
@@ -156,6 +156,7 @@ def sweep_lambda(pre: Precomputed, obs: Observations, lmbds: Sequence[float], *,
             stops within ``STALL_ITERATIONS`` is re-solved from ``x0`` and the lower loss
             kept); otherwise every solve starts from ``x0`` (default: the seed's flat map).
         tol, maxiter, invert_kw: passed to :func:`dopplermap.invert`.
+        progress: optional ``progress(n_done, n_total, result)`` called after each solve.
     Returns:
         :class:`LambdaSweep`, ascending in lambda.
     """
@@ -179,6 +180,8 @@ def sweep_lambda(pre: Precomputed, obs: Observations, lmbds: Sequence[float], *,
         if warm_start:
             start = res.x
         log.info("lambda %.4g: chi2 %.5g reg %.5g (%d it)", lm[i], res.chi2, res.regulariser_value, res.iterations)
+        if progress is not None:
+            progress(len(results), lm.size, res)
     asc = np.argsort(lm)
     rs = [results[int(i)] for i in asc]
     return LambdaSweep(lmbd=lm[asc], chi2=np.array([r.chi2 for r in rs]),

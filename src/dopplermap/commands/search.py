@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import time
 import warnings
 from pathlib import Path
 
@@ -183,8 +184,14 @@ def register(group):
         kw = prob.invert_kwargs(regulariser=regulariser, tol=tol)  # the problem's light curve, weights, solver
         kw.pop("lmbd")
         regulariser, tol = kw.pop("regulariser"), kw.pop("tol")
+        t_start = time.perf_counter()
+
+        def progress(n, total, res):  # points done, the solve's chi2, elapsed
+            click.echo(f"lambda {n}/{total}: {res.lmbd:.4g}  chi2 {res.chi2:.5g}  ({res.iterations} it; "
+                       f"{time.perf_counter() - t_start:.1f} s)", err=True)
+
         with _expected_chi2_spread():
-            sw = search.sweep_lambda(pre, obs, lm, regulariser=regulariser, tol=tol, **kw)
+            sw = search.sweep_lambda(pre, obs, lm, regulariser=regulariser, tol=tol, progress=progress, **kw)
         choice = {"lmbds": sw.lmbd.tolist(), "sweep_time": sw.total_time, "regulariser_floor": sw.floor,
                   "regulariser": regulariser, "tol": tol, "problem": fp}
         try:
@@ -265,12 +272,19 @@ def register(group):
             for name in ("grid.csv", "grid.json", "grid.png", "dopplermap.json"):
                 (out / name).unlink(missing_ok=True)
         out.mkdir(exist_ok=True)
+        t_start, best_so_far = time.perf_counter(), {}
+
+        def progress(n, total, row):  # points done, best so far (the grid's criterion), elapsed
+            if not best_so_far or row["chi2_total"] < best_so_far["chi2_total"]:
+                best_so_far.update(row)
+            at = ", ".join(f"{k}={best_so_far[k]:g}" for k in axes)
+            click.echo(f"point {n}/{total}: chi2 {row['chi2']:.5g}; best so far {at} (chi2 {best_so_far['chi2']:.5g}); "
+                       f"{time.perf_counter() - t_start:.1f} s", err=True)
+
         with _expected_chi2_spread():
             rows = search.grid_search(prob, axes, out / "grid.csv", settings=settings, resume=resume,
                                       scheduler=scheduler, n_workers=workers, connect_timeout=connect_timeout,
-                                      max_points=max_points,
-                                      progress=lambda n, total, row: click.echo(
-                                          f"{n}/{total} chi2 {row['chi2']:.5g}", err=True))
+                                      max_points=max_points, progress=progress)
         column = "chi2_total"  # one criterion for the best point and the intervals
         best = search.best_point(rows, list(axes), column=column)
         intervals = {}

@@ -52,7 +52,7 @@ def uncertainty_writers(methods, pre, obs, res, grid, *, n_boot: int = 20, seed:
 
 
 def run_target(cfg, out: Path, *, plots: bool = True, quiet: bool = True, config_file=None,
-               uncertainty=None, report: bool = True, overwrite: bool = True) -> dict:
+               uncertainty=None, report: bool = True, overwrite: bool = True, overrides=None) -> dict:
     """Run the inversion a target config describes and write a result folder at ``out``.
 
     The folder is the standard one of :func:`dopplermap.io.results.save_result` (map.fits,
@@ -94,7 +94,7 @@ def run_target(cfg, out: Path, *, plots: bool = True, quiet: bool = True, config
                                                    seed=cfg.uncertainty.seed, plots=plots, report=rep)
         if methods and lc is not None:
             unc_scalars["uncertainty_note"] = "line profiles only (the light curve is not part of the uncertainty)"
-        config = {"command": "invert", **dataclasses.asdict(cfg)}
+        config = {"command": "invert", **dataclasses.asdict(cfg), "overrides": dict(overrides or {})}
         extra = dict(target=cfg.source, n_files=len(prob.files), n_cell=grid.n_cell, n_epoch=obs.n_epoch,
                      n_vel=obs.n_vel, n_lc=None if lc is None else lc.n_lc, method=pre.line.method,
                      macroturbulence=cfg.line.macroturbulence, gravity_darkening=cfg.gravity_darkening.enabled,
@@ -138,18 +138,32 @@ def register(group):
     @click.option("--uncertainty", "uncertainty", multiple=True,
                   type=click.Choice(["laplace", "sandwich", "bootstrap"]),
                   help="Also write per-cell uncertainty maps (repeatable; overrides [uncertainty] methods).")
-    def invert(target, out, overwrite, quiet, no_plots, no_report, uncertainty):
-        """Map the star described by the TOML file TARGET; write a result folder to --out."""
+    @click.option("--lmbd", type=click.FloatRange(min=0), default=None, help="Override [inversion] lmbd.")
+    @click.option("--tol", type=click.FloatRange(min=0, min_open=True), default=None, help="Override [inversion] tol.")
+    @click.option("--maxiter", type=click.IntRange(min=1), default=None, help="Override [inversion] maxiter.")
+    @click.option("--solver", type=click.Choice(["lbfgsb", "projected_lbfgs", "newton"]), default=None,
+                  help="Override [inversion] solver.")
+    def invert(target, out, overwrite, quiet, no_plots, no_report, uncertainty, lmbd, tol, maxiter, solver):
+        """Map the star described by the TOML file TARGET; write a result folder to --out.
+
+        --lmbd, --tol, --maxiter and --solver override the TOML's [inversion] values for this run
+        (the TOML stays the record: the result's config.json holds the values used and lists
+        the overrides)."""
+        import dataclasses
+
         from ..atomic import check_out
         from ..cli import exit_status
         from ..config import load_config
         from ..io.results import _is_result_dir
 
         cfg = load_config(target)
+        overrides = {k: v for k, v in dict(lmbd=lmbd, tol=tol, maxiter=maxiter, solver=solver).items() if v is not None}
+        if overrides:
+            cfg = dataclasses.replace(cfg, inversion=dataclasses.replace(cfg.inversion, **overrides))
         check_out(out, "result", overwrite=overwrite, legacy=_is_result_dir)  # before any work
         s = run_target(cfg, out, plots=not no_plots, quiet=quiet, config_file=target,
                        uncertainty=list(uncertainty) if uncertainty else None, report=not no_report,
-                       overwrite=overwrite)
+                       overwrite=overwrite, overrides=overrides)
         lc = f"  chi2(lc) {s['chi2_lc']:.4f}" if s.get("chi2_lc") is not None else ""
         click.echo(f"chi2 {s['chi2']:.4f}{lc}  iterations {s['iterations']}  {s['stop_reason']}  "
                    f"solve {s['solve_time']:.2f} s")
