@@ -43,8 +43,8 @@ def small_run():
     import jax.numpy as jnp
 
     import dopplermap as dm
-    from dopplermap.io.results import with_context
-    from dopplermap.solvers.result import InversionResult
+    from dopplermap.app import with_context
+    from dopplermap.result import InversionResult
 
     star, grid, times, vels, comps = dm.demo_setup(n_cell=4000, n_epoch=8, n_vel=47)
     sim = dm.simulate(grid, star, times, vels, comps, dm.DEMO_SPOTS, snr=500, seed=1)
@@ -101,14 +101,14 @@ def main():
 
     from astropy.io import fits
 
-    from dopplermap import plot
+    from dopplermap import app, plot
     from dopplermap.io import results as rio
     from dopplermap.report import write_report
 
     res = small_run()
     old = load_before(rev)
     work = Path(tempfile.mkdtemp(prefix="bench-figures-"))
-    rio.save_result(res, work / "warm", plots=True)  # imports, fonts, caches: the same for both sides
+    app.save_result(res, work / "warm", plots=True)  # imports, fonts, caches: the same for both sides
     old.plot_result(res, work / "warm_old")
 
     def before():
@@ -121,11 +121,11 @@ def main():
 
     def after(workers):
         def run():
-            rio.save_result(res, work / f"after{workers}", plots=True, plot_kwargs={"workers": workers})
+            app.save_result(res, work / f"after{workers}", plots=True, plot_kwargs={"workers": workers})
         return run
 
     def after_report():
-        rio.save_result(res, work / "after_r", plots=True)
+        app.save_result(res, work / "after_r", plots=True)
         write_report(work / "after_r")
 
     rows = {"before (files + figures, serial)": timed(before, args.repeat),

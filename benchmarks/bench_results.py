@@ -41,7 +41,7 @@ def main(argv=None):
     ap.add_argument("--n-cell", type=int, default=2500)
     args = ap.parse_args(argv)
     import dopplermap as dm
-    from dopplermap.io.results import save_result, with_context
+    from dopplermap.app import save_result, with_context
 
     star, grid, times, vels, comps = dm.demo_setup(n_cell=args.n_cell)
     sim = dm.simulate(grid, star, times, vels, comps, dm.DEMO_SPOTS, snr=500, seed=1)

@@ -140,13 +140,13 @@ def test_device_restarts_after_a_premature_stop(small_problem):
     import jax
 
     from dopplermap.solvers import bounds
-    from dopplermap.solvers.scipy_lbfgsb import _vg
+    from dopplermap.solvers.scipy_lbfgsb import value_and_grad_body
 
     star, grid, times, vels, comps, sim = small_problem
     pre = dm.solve_form(dm.precompute(grid, star, times, vels, comps))
     lay = dm.Layout(grid.n_cell, len(times))
     lo, hi = (jnp.asarray(b) for b in bounds(lay))
-    fun = functools.partial(_vg, regulariser="mem", penalty=1e4)
+    fun = functools.partial(value_and_grad_body, regulariser="mem", penalty=1e4)
 
     @functools.partial(jax.jit, static_argnames="max_restarts")
     def solve(lm, max_restarts):

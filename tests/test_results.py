@@ -19,7 +19,7 @@ import pytest
 import dopplermap as dm
 from dopplermap.io import results as rio
 from dopplermap.objective import seed_entropy
-from dopplermap.solvers.result import InversionResult
+from dopplermap.result import InversionResult
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
@@ -46,7 +46,7 @@ def small_result(n_cell=300, n_epoch=20, light_curve=False):
         lc = {"times": t, "flux": 1 + 0.01 * np.sin(t), "err": np.full(50, 1e-3), "model": 1 + 0.011 * np.sin(t)}
     if light_curve and "chi2_lc" in {f.name for f in dataclasses.fields(InversionResult)}:
         res = dataclasses.replace(res, chi2_lc=1.0456)
-    return rio.with_context(res, grid=grid, star=star, obs=sim.obs, pre=pre, components=comps,
+    return dm.app.with_context(res, grid=grid, star=star, obs=sim.obs, pre=pre, components=comps,
                             truth={"fssc": sim.fssc, "fssh": sim.fssh}, light_curve=lc,
                             config={"command": "test", "lmbd": 0.75, "nested": {"a": [1, 2]}},
                             extra={"corr_cool": 0.9, "n_cell": n_cell})

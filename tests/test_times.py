@@ -18,7 +18,7 @@ import dopplermap as dm
 from dopplermap.errors import DopplermapInputError, DopplermapWarning
 from dopplermap.io import results as rio
 from dopplermap.io.times import check_time_overlap, epoch_times, parse_time_scale, to_internal
-from dopplermap.solvers.result import InversionResult
+from dopplermap.result import InversionResult
 
 LOPEG = (322.8500, 23.3356)  # LO Peg, ICRS deg (21h31m24s +23d20m08s)
 
@@ -171,7 +171,7 @@ def test_result_fits_read_back_as_time(tmp_path):
     lt = to_internal(np.linspace(-108.0, -101.0, 30), "BTJD")
     lc = {"times": lt, "flux": np.ones(30), "err": np.full(30, 1e-3), "model": np.ones(30)}
     res = _result_with_times(times, lc)
-    rio.save_result(res, tmp_path / "r", plots=False)
+    rio.save_result(res, tmp_path / "r")
     path = tmp_path / "r" / "profiles.fits"
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # astropy must understand every time keyword

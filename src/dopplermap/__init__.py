@@ -31,15 +31,16 @@ _LAZY = {
                      "intensity_ratio", "planck", "tabulated", "voigt"), "profiles"),
     **dict.fromkeys(("DEMO_SPOTS", "Simulation", "Spot", "demo_setup", "simulate", "spot_map"), "simulate"),
     **dict.fromkeys(("InversionResult", "invert"), "solvers"),
-    **dict.fromkeys(("load_result", "save_result"), "io.results"),
+    "load_result": "io.results",
+    "save_result": "app",
     "enable_compilation_cache": "cache",
     **dict.fromkeys(("invert_batch", "invert_device"), "solvers.batch"),
 }
 
 # submodules reachable as attributes (``dm.model``, ``dm.plot``) without an explicit import
-_SUBMODULES = ("broadening", "cache", "cli", "commands", "config", "constants", "errors", "geometry", "gravity",
+_SUBMODULES = ("app", "broadening", "cache", "cli", "commands", "config", "constants", "errors", "geometry", "gravity",
                "grid", "io", "jointfit", "lightcurve", "model", "objective", "plot", "profiles", "progress",
-               "search", "simulate", "solvers", "uncertainty")
+               "result", "search", "simulate", "solvers", "uncertainty")
 
 __all__ = [
     "StarParams", "cell_geometry", "rotation_phase", "SurfaceGrid", "healpix_grid", "latitude_band_grid",

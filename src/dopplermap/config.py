@@ -18,6 +18,8 @@ import typing
 from pathlib import Path
 
 from .errors import DopplermapInputError, MissingFileError
+from .io.times import parse_time_scale
+from .limb_darkening import LimbDarkening
 
 __all__ = ["DataConfig", "StarConfig", "TemperatureConfig", "LineConfig", "LightCurveConfig",
            "GravityConfig", "GridConfig", "InversionConfig", "TargetConfig", "load_config", "parse_config",
@@ -221,8 +223,6 @@ def _positive(where, value, allow_zero=False):
 
 
 def _check_ld(where, law, coeffs):
-    from .profiles import LimbDarkening
-
     try:
         LimbDarkening(law, tuple(coeffs))
     except ValueError as exc:
@@ -238,7 +238,6 @@ def _validate(cfg: TargetConfig):
         raise DopplermapInputError(f"{s}: [data] format must be auto, donati, text or fits, got {d.format!r}")
     if (d.times_table is None) == (d.time_pattern is None):
         raise DopplermapInputError(f"{s}: [data] give exactly one of times_table or time_pattern")
-    from .io.times import parse_time_scale
 
     parse_time_scale(d.time_scale, f"{s}: [data] time_scale")
     if d.lightcurve_time_scale is not None:

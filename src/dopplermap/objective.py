@@ -40,6 +40,7 @@ import numpy as np
 from . import _device
 from .constants import FILL_MIN
 from .errors import DopplermapInputError
+from .lightcurve import chi2_lightcurve
 from .model import Precomputed, forward
 from .units import to_epoch, to_unit
 
@@ -209,8 +210,6 @@ def objective_terms(x, lmbd, pre: Precomputed, obs: Observations, regulariser: s
     c2 = chi2(model, obs)
     tail = (model,) if with_model else ()
     if lightcurve is not None:
-        from .lightcurve import chi2_lightcurve
-
         c2_lc = chi2_lightcurve(fssc, fssh, lightcurve)
         val, (_, reg, pen) = _regularised(fssc, fssh, x, c2, lmbd, pre, regulariser, penalty)
         joint = line_weight * c2 + lc_weight * c2_lc + lmbd * reg + pen

@@ -27,6 +27,7 @@ import numpy as np
 from . import style
 from .constants import FILL_MIN
 from .errors import DopplermapInputError
+from .result import relative_brightness
 
 __all__ = ["plot_maps", "plot_map", "plot_orthographic", "plot_profiles", "plot_dynamic_spectrum",
            "plot_light_curve", "plot_convergence", "plot_uncertainty", "result_figures", "plot_result",
@@ -177,7 +178,7 @@ class _Raster:
 _RASTERS: dict = {}
 
 
-def _raster(lat, lon, lat_bounds, lon_bounds, projection, ny) -> _Raster:
+def grid_raster(lat, lon, lat_bounds, lon_bounds, projection, ny) -> _Raster:
     """:class:`_Raster` of a grid, cached (the same grid is drawn in several figures)."""
     import hashlib
 
@@ -325,7 +326,8 @@ def _decor(projection, inclination, phase_lons):
     return d
 
 
-def _limits(name, arrays):
+def colour_limits(name, arrays):
+    """``(lo, hi)`` colour-bar limits of quantity ``name`` over the finite values of ``arrays``."""
     vals = np.concatenate([np.asarray(a, dtype=float).ravel() for a in arrays])
     vals = vals[np.isfinite(vals)]
     if name == "brightness":
@@ -399,7 +401,7 @@ def plot_maps(lat, lon, maps: dict, *, truth: dict | None = None, lat_bounds=Non
     cols = [("true", truth), ("recovered", maps)] if truth else [("recovered", maps)]
     if projection not in ("mollweide", "rect"):
         raise DopplermapInputError(f"projection must be 'mollweide' or 'rect', got {projection!r}")
-    raster = _raster(lat, lon, lat_bounds, lon_bounds, projection, resolution)
+    raster = grid_raster(lat, lon, lat_bounds, lon_bounds, projection, resolution)
     nrow, ncol = len(names), len(cols)
     width = style.ONE_COLUMN if ncol == 1 else style.TWO_COLUMN
     dec = _decor(projection, inclination, phase_lons)
@@ -421,7 +423,7 @@ def plot_maps(lat, lon, maps: dict, *, truth: dict | None = None, lat_bounds=Non
     ex = dec["image_extent"]
     for r, name in enumerate(names):
         shown = [d[name] for _, d in cols if d is not None and name in d]
-        norm = _norm(*_limits(name, shown))
+        norm = _norm(*colour_limits(name, shown))
         cm = style.cmap(name).with_extremes(bad=(0.0, 0.0, 0.0, 0.0))  # outside the map: transparent
         for c, (colname, data) in enumerate(cols):
             x0, y0 = sheet.origin(r, c)
@@ -489,9 +491,9 @@ def plot_map(lat, lon, values, *, quantity: str = "cool", ax=None, lat_bounds=No
         with style.context():
             ax = fig.add_subplot()
     fig = ax.figure
-    raster = _raster(lat, lon, lat_bounds, lon_bounds, "mollweide", resolution)
+    raster = grid_raster(lat, lon, lat_bounds, lon_bounds, "mollweide", resolution)
     dec = _decor("mollweide", inclination, None)
-    lo, hi = _limits(quantity, [values])
+    lo, hi = colour_limits(quantity, [values])
     with style.context():
         cm = style.cmap(quantity).with_extremes(bad=(0.0, 0.0, 0.0, 0.0))  # outside the map: transparent
         im = ax.imshow(raster.image(values), extent=dec["image_extent"], origin="upper", cmap=cm,
@@ -588,7 +590,7 @@ def plot_orthographic(lat, lon, values, *, inclination: float, phases=None, trut
 
     lookup = cell_lookup(lat, lon, lat_bounds, lon_bounds)
     rows = [("true", truth), ("recovered", values)] if truth is not None else [("recovered", values)]
-    lo, hi = _limits(quantity, [v for _, v in rows])
+    lo, hi = colour_limits(quantity, [v for _, v in rows])
     lo, hi = (lo if vmin is None else vmin), (hi if vmax is None else vmax)
     if hi <= lo:
         hi = lo + 1e-3
@@ -994,8 +996,6 @@ def result_figures(result, *, n_views: int = 6, max_profiles: int = 24, componen
     call draws one), so a caller can draw only those it needs or draw them in parallel.
     ``components``: filling-factor components to show (default :func:`fitted_components`).
     """
-    from .solvers.result import relative_brightness
-
     comps = fitted_components(result) if components is None else _check_components(components)
     grid, star, obs = result.grid, result.star, result.obs
     inc = None if star is None else float(star.inclination)

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .atomic import write_file
 from .broadening import apply_cell_factors, instrumental_broaden, mu_dependent_profile, scale_equivalent_width
 from .errors import DopplermapInputError, MissingFileError
 from .geometry import StarParams
@@ -306,7 +307,6 @@ def save_npz(path, obs: Observations, star: StarParams | None = None, n_cell: in
                     domega=star.domega)
     if n_cell is not None:
         data["n_cell"] = int(n_cell)
-    from .atomic import write_file
 
     write_file(path, lambda fh: np.savez(fh, **data))
     return path

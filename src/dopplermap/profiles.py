@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Sequence
 
-import jax.numpy as jnp
 import numpy as np
 from scipy import special
 from scipy.interpolate import CubicSpline
@@ -23,6 +22,7 @@ from scipy.interpolate import CubicSpline
 from . import _x64  # noqa: F401  (float64 JAX for every numeric module)
 from .constants import C_MS, H_PLANCK, K_BOLTZMANN
 from .errors import DopplermapInputError
+from .limb_darkening import LimbDarkening
 from .units import to_unit
 
 __all__ = [
@@ -111,36 +111,6 @@ def tabulated(velocity: Sequence[float], intensity: Sequence[float], name: str =
     if np.any(np.diff(v) <= 0):
         raise DopplermapInputError(f"{name}: velocity must be strictly increasing")
     return LocalProfile("tabulated", velocity=v, intensity=i)
-
-
-@dataclasses.dataclass(frozen=True)
-class LimbDarkening:
-    """Limb-darkening law ``I(mu)/I(1)``.
-
-    ``law``: ``"linear"`` (u): ``1 - u (1 - mu)``; ``"quadratic"`` (a, b):
-    ``1 - a (1 - mu) - b (1 - mu)^2``; ``"sqrt"`` (c, d): ``1 - c (1 - mu) - d (1 - sqrt mu)``.
-    """
-
-    law: str = "linear"
-    coeffs: tuple[float, ...] = (0.6,)
-
-    def __post_init__(self):
-        need = {"linear": 1, "quadratic": 2, "sqrt": 2}
-        if self.law not in need:
-            raise DopplermapInputError(f"limb-darkening law must be one of {sorted(need)}, got {self.law!r}")
-        if len(self.coeffs) != need[self.law]:
-            raise DopplermapInputError(f"{self.law} limb darkening takes {need[self.law]} coefficient(s), got {self.coeffs!r}")
-
-    def __call__(self, mu):
-        """``I(mu)/I(1)``; NumPy in, NumPy out; JAX in, JAX out."""
-        xp = np if isinstance(mu, (np.ndarray, float, int)) else jnp
-        mu = xp.clip(mu, 0.0, 1.0)
-        c = self.coeffs
-        if self.law == "linear":
-            return 1.0 - c[0] * (1.0 - mu)
-        if self.law == "quadratic":
-            return 1.0 - c[0] * (1.0 - mu) - c[1] * (1.0 - mu) ** 2
-        return 1.0 - c[0] * (1.0 - mu) - c[1] * (1.0 - xp.sqrt(mu))
 
 
 def planck(wavelength_nm, temperature):

@@ -21,8 +21,11 @@ from pathlib import Path
 
 import numpy as np
 
+from . import style
+from ._version import __version__
 from .atomic import write_text
 from .errors import DopplermapInputError, MissingFileError
+from .plot import colour_limits, grid_raster
 
 __all__ = ["report_html", "write_report", "FIGURE_ORDER"]
 
@@ -82,9 +85,6 @@ def _globe_data(folder: Path, summary: dict) -> dict:
     of the quantities of ``map.fits``, with the colour-bar stops of each."""
     from astropy.io import fits
 
-    from . import style
-    from .plot import _limits, _raster
-
     with fits.open(folder / "map.fits") as hdul:
         m = hdul["MAP"].data
         names = set(m.columns.names)
@@ -100,10 +100,10 @@ def _globe_data(folder: Path, summary: dict) -> dict:
             values = {"brightness": bright, **values}
     if "hot" not in fitted or np.all(values["hot"] <= 2e-5):  # hot spots not fitted: nothing to paint
         values.pop("hot")
-    raster = _raster(lat, lon, latb, lonb, "rect", 180)
+    raster = grid_raster(lat, lon, latb, lonb, "rect", 180)
     quantities = []
     for q, v in values.items():
-        lo, hi = _limits(q, [v])
+        lo, hi = colour_limits(q, [v])
         cm = style.cmap(q)
         rgba = cm((v - lo) / (hi - lo) if hi > lo else np.zeros_like(v), bytes=True)
         rgb = np.ascontiguousarray(rgba[raster.index][..., :3])
@@ -159,7 +159,6 @@ def report_html(result_dir) -> str:
 
     globe = _globe_data(folder, summary) if (folder / "map.fits").is_file() else None
     title = f"dopplermap result: {summary.get('target') or config.get('command') or folder.name}"
-    from . import __version__
 
     return _TEMPLATE.format(
         title=html.escape(str(title)), version=html.escape(str(summary.get("dopplermap_version", __version__))),

@@ -38,14 +38,17 @@ from pathlib import Path
 import jax.numpy as jnp
 import numpy as np
 
+from . import style
+from .atomic import fingerprint, write_text
 from .constants import FILL_MIN
 from .errors import DopplermapInputError, warn
-from .geometry import StarParams
+from .geometry import StarParams, check_star
+from .memory import MAX_GRID_POINTS
 from .model import LineModel, Precomputed
 from .objective import REGULARISERS, SPOTDIPY_FLOOR, Observations, seed_entropy
 from .problem import Problem, Settings
 from .profiles import ComponentSet, LocalProfile, intensity_ratio, tabulated
-from .solvers import InversionResult, invert
+from .solvers import InversionResult, check_solver_args, invert
 
 __all__ = [
     "LambdaSweep", "sweep_lambda", "lcurve_corner", "lcurve_curvature", "regulariser_floor",
@@ -546,8 +549,6 @@ def problem_fingerprint(problem: Problem) -> str:
     """Fingerprint of a search problem: data, star, grid, components, light curve and model
     settings (not the solver settings, which the table records in their own columns, nor
     the file name it came from)."""
-    from .atomic import fingerprint
-
     fields = {f.name: getattr(problem, f.name) for f in dataclasses.fields(problem)
               if f.name not in ("settings", "source", "files")}
     return fingerprint(type(problem).__qualname__, fields)
@@ -583,8 +584,6 @@ def count_points(axes: dict) -> int:
 def check_grid_size(axes: dict, max_points: int | None = None) -> int:
     """Refuse a grid of more than ``max_points`` points (default
     :data:`dopplermap.memory.MAX_GRID_POINTS`; each is one inversion); returns the count."""
-    from .memory import MAX_GRID_POINTS
-
     limit = MAX_GRID_POINTS if max_points is None else int(max_points)
     n = count_points(axes)
     if n > limit:
@@ -610,8 +609,6 @@ def validate_points(problem: Problem, points: list[dict]) -> None:
     """Check every grid value before the first solve: each axis value on its own (line
     profile, temperatures, macroturbulence) and the star of every point (so a bad
     inclination or vsini fails now, not hours into a search)."""
-    from .geometry import check_star
-
     if not points:
         return
     for name in points[0]:
@@ -692,8 +689,6 @@ def _prepare_table(path: Path, names, points, resume: bool, settings_row: dict |
     same solve settings and problem fingerprint (``settings_row``); any difference is
     refused with a one-line diff, so incomparable rows never share a table.
     """
-    from .atomic import write_text
-
     header = _header(names)
     if path.exists() and path.stat().st_size > 0:
         if not resume:
@@ -739,8 +734,6 @@ def _append_row(path: Path, names, point: int, row: dict, settings_row: dict | N
 
 
 def _sort_table(path: Path) -> None:
-    from .atomic import write_text
-
     text = path.read_text().splitlines(keepends=True)
     header, body = text[0], text[1:]
     body.sort(key=lambda s: int(s.split(",", 1)[0]))
@@ -799,8 +792,6 @@ def grid_search(problem: Problem, axes: dict, table, *, settings: Settings | Non
     Returns:
         All rows of the finished table, sorted by point id.
     """
-    from .solvers import check_solver_args
-
     table = Path(table)
     settings = problem.settings if settings is None else settings
     points = grid_points(axes, max_points)
@@ -884,8 +875,6 @@ def plot_lcurve(sweep: LambdaSweep, corner: float | None = None, target: float |
     ``fig``: an empty Figure to draw into (default a new two-column one, :mod:`dopplermap.style`).
     Save it with :func:`dopplermap.style.save_figure`.
     """
-    from . import style
-
     if fig is None:
         fig = style.new_figure(style.TWO_COLUMN, 2.8)
     with style.context():
@@ -918,8 +907,6 @@ def plot_grid(rows: list[dict], names, *, column: str = "chi2_total", fig=None):
     2-sigma contours of two parameters (Delta chi2 = 2.30, 6.18). ``fig``: an empty Figure
     to draw into (default a new one, one column wide per panel up to two columns).
     """
-    from . import style
-
     names = list(names)
     pairs = list(itertools.combinations(names, 2))
     n = len(names) + len(pairs)

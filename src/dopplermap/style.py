@@ -33,6 +33,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .atomic import write_file
+from .errors import DopplermapInputError
 
 __all__ = ["lightness_ramp", "ONE_COLUMN", "TWO_COLUMN", "MIN_FONT_PT", "RC", "CMAPS", "LABELS", "GAP_COLOUR", "MODEL_COLOUR",
            "context", "cmap", "new_figure", "save_figure"]
@@ -180,8 +181,6 @@ def context():
 
 def cmap(quantity: str):
     """The colour map of ``quantity`` (a key of :data:`CMAPS`); missing data drawn :data:`GAP_COLOUR`."""
-    from .errors import DopplermapInputError
-
     if quantity not in CMAPS:
         raise DopplermapInputError(f"quantity must be one of {tuple(CMAPS)}, got {quantity!r}")
     return _colormap(CMAPS[quantity]).with_extremes(bad=GAP_COLOUR)

@@ -25,11 +25,14 @@ def run_demo(out: Path, *, lmbd: float, snr: float, n_cell: int, seed: int, quie
     """
     import dopplermap as dm
 
-    from ..io.results import prefetch_writers, save_result, with_context
-    from ..progress import Reporter
+    from ..io.results import prefetch_writers
 
     t_start = time.perf_counter()
-    prefetch_writers(plots)  # imports overlap with simulate / compile / solve
+    prefetch_writers(plots)  # imports overlap with JAX's import and simulate / compile / solve
+
+    from ..app import save_result, with_context
+    from ..progress import Reporter
+
     with Reporter(quiet=quiet) as rep:
         with rep.step("simulate"):
             star, grid, times, vels, comps = dm.demo_setup(n_cell=n_cell, seed=seed)
@@ -74,9 +77,9 @@ def register(group):
         """Simulate a spotted star at the seed's size (150 x 32, 2500 cells) and map it."""
         from ..atomic import check_out
         from ..cli import exit_status
-        from ..io.results import _is_result_dir
+        from ..io.results import is_result_dir
 
-        check_out(out, "result", overwrite=overwrite, legacy=_is_result_dir)  # before any work
+        check_out(out, "result", overwrite=overwrite, legacy=is_result_dir)  # before any work
         s = run_demo(out, lmbd=lmbd, snr=snr, n_cell=n_cell, seed=seed, quiet=quiet, plots=not no_plots,
                      report=not no_report, overwrite=overwrite)
         click.echo(f"chi2 {s['chi2']:.4f}  iterations {s['iterations']}  compile {s['compile_time']:.2f} s  "

@@ -67,7 +67,8 @@ def run_target(cfg, out: Path, *, plots: bool = True, quiet: bool = True, config
 
     import jax.numpy as jnp
 
-    from ..io.results import prefetch_writers, save_result, with_context
+    from ..app import save_result, with_context
+    from ..io.results import prefetch_writers
     from ..lightcurve import lightcurve_model
     from ..problem import from_config
     from ..progress import Reporter
@@ -154,13 +155,13 @@ def register(group):
         from ..atomic import check_out
         from ..cli import exit_status
         from ..config import load_config
-        from ..io.results import _is_result_dir
+        from ..io.results import is_result_dir
 
         cfg = load_config(target)
         overrides = {k: v for k, v in dict(lmbd=lmbd, tol=tol, maxiter=maxiter, solver=solver).items() if v is not None}
         if overrides:
             cfg = dataclasses.replace(cfg, inversion=dataclasses.replace(cfg.inversion, **overrides))
-        check_out(out, "result", overwrite=overwrite, legacy=_is_result_dir)  # before any work
+        check_out(out, "result", overwrite=overwrite, legacy=is_result_dir)  # before any work
         s = run_target(cfg, out, plots=not no_plots, quiet=quiet, config_file=target,
                        uncertainty=list(uncertainty) if uncertainty else None, report=not no_report,
                        overwrite=overwrite, overrides=overrides)

@@ -62,6 +62,8 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DopplermapInputError, MissingFileError, warn
+from ..objective import Observations
+from ..profiles import tabulated
 
 __all__ = ["LineProfile", "read_lsd", "write_lsd", "read_times_table", "read_epochs_table", "Epoch",
            "times_from_pattern", "resample", "load_observations", "load_profiles", "profile_files",
@@ -652,8 +654,6 @@ def load_observations(paths: Sequence, *, times=None, times_table=None, time_pat
     grid restricted to the range all files cover and to ``velocity_range``. Each profile
     (and its error) is divided by its mean when ``normalise``.
     """
-    from ..objective import Observations
-
     paths = [Path(p) for p in paths]
     if not paths:
         raise DopplermapInputError("no profile files given")
@@ -746,8 +746,6 @@ def read_local_profile(path):
     Title, ``#`` comment and count (`` 201 2``) lines as for observed profiles; columns 1 and
     2 are used. Returns a :class:`dopplermap.LocalProfile`; errors name the file and line.
     """
-    from ..profiles import tabulated
-
     path = Path(path)
     if not path.is_file():
         raise MissingFileError(f"local-profile file not found: {path}")

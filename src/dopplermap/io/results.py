@@ -18,7 +18,8 @@ A result folder holds::
     config.json      the configuration that produced the run (and a verbatim copy of the
                      user's configuration file when one was given).
     summary.json     scalar results and timings; written last, with ``"complete": true``.
-    *.png            figures (:mod:`dopplermap.plot`), unless plots are switched off.
+    *.png            figures, when the caller passes a figure writer (``figures=``;
+                     :func:`dopplermap.app.save_result` passes :func:`dopplermap.plot.plot_result`).
 
 MAP columns: LAT, LON (deg, cell centre; longitude 0 faces the observer at phase 0),
 AREA (sr), FSSC, FSSH, FSSP (cool, hot, unspotted filling factors), BRIGHT (continuum
@@ -32,6 +33,9 @@ onto the target only when complete (:class:`dopplermap.atomic.AtomicFolder`; its
 an interrupted run leaves either the previous result or the complete new one under the
 target name. Every FITS HDU carries the run id (``RUNID``); :func:`load_result` refuses a
 folder whose files come from different runs.
+
+This module reads and writes data only: the spotless model is computed by the caller
+(:func:`dopplermap.app.with_context`) and figures are drawn by the writer it passes in.
 """
 
 from __future__ import annotations
@@ -46,10 +50,14 @@ from pathlib import Path
 
 import numpy as np
 
+from .._version import __version__
+from ..atomic import AtomicFolder, fingerprint, verify_folder
 from ..constants import FILL_MIN
-from ..errors import DopplermapInputError
+from ..errors import DopplermapInputError, active_warnings
+from ..grid import SurfaceGrid
+from ..result import InversionResult
 
-__all__ = ["save_result", "load_result", "with_context", "prefetch_writers", "RESULT_FILES"]
+__all__ = ["save_result", "load_result", "with_context", "prefetch_writers", "is_result_dir", "RESULT_FILES"]
 
 log = logging.getLogger(__name__)
 
@@ -92,8 +100,8 @@ def prefetch_writers(plots: bool = True):
     import importlib
     import threading
 
-    names = ["astropy.io.fits"] + (["matplotlib.figure", "matplotlib.backends.backend_agg", "PIL.PngImagePlugin",
-                                    "dopplermap.plot"] if plots else [])
+    names = ["astropy.io.fits"] + (["matplotlib.figure", "matplotlib.backends.backend_agg", "PIL.PngImagePlugin"]
+                                   if plots else [])
 
     def run():
         try:
@@ -128,13 +136,14 @@ def prefetch_writers(plots: bool = True):
 _PREFETCH = None
 
 
-def with_context(result, *, grid=None, star=None, obs=None, pre=None, components=None, truth=None,
+def with_context(result, *, grid=None, star=None, obs=None, spotless=None, components=None, truth=None,
                  light_curve=None, config=None, extra=None):
     """Return ``result`` with the context needed for result files and figures.
 
     Args:
         grid: :class:`SurfaceGrid`. star: :class:`StarParams`. obs: :class:`Observations`.
-        pre: :class:`Precomputed`; with it the spotless model (n_epoch, n_vel) is computed.
+        spotless: (n_epoch, n_vel) model of the unspotted star with the fitted rv and amp
+            (:func:`dopplermap.app.with_context` computes it from a precomputed model).
         components: :class:`ComponentSet`; gives the relative continuum intensities.
         truth: ``{"fssc", "fssh"}`` true maps. light_curve: ``{"times", "flux", "err", "model"}``.
         config: JSON-ready dict. extra: JSON-ready scalars merged into ``result.extra``.
@@ -148,13 +157,12 @@ def with_context(result, *, grid=None, star=None, obs=None, pre=None, components
         changes["star"] = star
     if obs is not None:
         changes["obs"] = obs
-    if pre is not None:
-        import jax.numpy as jnp
-
-        from ..model import forward_jit
-
-        zero = jnp.zeros(pre.n_cell)
-        changes["spotless"] = np.asarray(forward_jit(zero, zero, jnp.asarray(result.rv), jnp.asarray(result.amp), pre))
+    if spotless is not None:
+        spotless = np.asarray(spotless, dtype=float)
+        if spotless.ndim != 2 or spotless.shape[0] != len(result.rv):
+            raise DopplermapInputError(f"spotless model must be (n_epoch, n_vel) with n_epoch = {len(result.rv)}, "
+                                       f"got shape {spotless.shape}")
+        changes["spotless"] = spotless
     if components is not None:
         changes["intensities"] = tuple(float(c.intensity) for c in components)
     if truth is not None:
@@ -184,7 +192,7 @@ def _seed_entropy_np(fssc, fssh, area, m: float = FILL_MIN) -> float:
     return float(np.sum(wp * term) / fssc.shape[0])
 
 
-def _is_result_dir(path: Path) -> bool:
+def is_result_dir(path: Path) -> bool:
     """A result folder (also one written before manifests existed): its summary.json is ours."""
     try:
         return json.loads((path / _MARKER).read_text()).get("format") == _FORMAT
@@ -193,8 +201,6 @@ def _is_result_dir(path: Path) -> bool:
 
 
 def _map_hdus(res, fits):
-    from .. import __version__
-
     grid = res.grid
     if grid is None:
         raise DopplermapInputError("result has no grid: call dopplermap.io.results.with_context(result, grid=...) first")
@@ -311,8 +317,6 @@ def _time_keywords(h):
 
 
 def _summary(res, timings: dict) -> dict:
-    from .. import __version__
-
     out = {k: _jsonable(v) for k, v in res.summary().items()}
     out.update({k: _jsonable(v) for k, v in res.extra.items()})
     if res.star is not None:
@@ -325,7 +329,7 @@ def _summary(res, timings: dict) -> dict:
     return out
 
 
-def _write_files(res, folder, config_file, plots: bool, plot_kwargs: dict, run_id: str) -> dict:
+def _write_files(res, folder, config_file, figures, run_id: str) -> dict:
     """Write every file of a result folder into ``folder.tmp``; returns timings (s)."""
     from astropy.io import fits
 
@@ -342,20 +346,16 @@ def _write_files(res, folder, config_file, plots: bool, plot_kwargs: dict, run_i
         name = "config" + src.suffix if src.suffix and src.suffix != ".json" else "config.input" + src.suffix
         folder.write(name, lambda p: shutil.copyfile(src, p))
     t1 = time.perf_counter()
-    figures = []
-    if plots:
-        from .. import plot
-
-        figures = [p.name for p in plot.plot_result(res, folder.tmp, **plot_kwargs)]
+    names = []
+    if figures is not None:
+        names = [Path(p).name for p in figures(res, folder.tmp)]
         folder.wrote()
     t2 = time.perf_counter()
-    return {"write_time": t1 - t0, "plot_time": t2 - t1, "figures": figures}
+    return {"write_time": t1 - t0, "plot_time": t2 - t1, "figures": names}
 
 
 def input_fingerprint(res) -> str:
     """Fingerprint of what a result was fitted to: data, star, grid and configuration."""
-    from ..atomic import fingerprint
-
     obs = res.obs
     data = None if obs is None else (obs.times, obs.vels, obs.flux, obs.err)
     grid = None if res.grid is None else (res.grid.lat, res.grid.lon, res.grid.area)
@@ -364,8 +364,8 @@ def input_fingerprint(res) -> str:
                        json.loads(json.dumps(res.config, sort_keys=True, default=str)))
 
 
-def save_result(result, path, *, plots: bool = True, config_file=None, overwrite: bool = True,
-                plot_kwargs: dict | None = None, extra_writers=(), warnings=None) -> dict:
+def save_result(result, path, *, figures=None, config_file=None, overwrite: bool = True, extra_writers=(),
+                warnings=None) -> dict:
     """Write a result folder at ``path`` atomically; returns the summary dict written.
 
     Args:
@@ -373,27 +373,25 @@ def save_result(result, path, *, plots: bool = True, config_file=None, overwrite
         path: target folder. It may not exist yet (its parent must), be empty, or hold an
             earlier result folder (replaced when ``overwrite``); anything else is refused
             and left untouched (:func:`dopplermap.atomic.check_out`).
-        plots: also draw the figures of :func:`dopplermap.plot.plot_result`.
+        figures: ``figures(result, folder) -> paths`` draws the figures into the folder (their
+            names go into ``summary.json``); None: no figures. :func:`dopplermap.app.save_result`
+            (``dopplermap.save_result``) passes :func:`dopplermap.plot.plot_result`.
         config_file: the user's configuration file, copied verbatim.
-        plot_kwargs: passed to :func:`dopplermap.plot.plot_result`.
         extra_writers: callables ``writer(folder)`` that add files (e.g. uncertainty maps)
             to the folder before it is completed and swapped into place.
         warnings: the run's warning messages for ``summary.json`` (default: those collected
             so far by the innermost :func:`dopplermap.errors.collect_warnings`).
     """
-    from ..atomic import AtomicFolder
-    from ..errors import active_warnings
-
     path = Path(path)
     if _PREFETCH is not None:
         _PREFETCH.join()  # no matplotlib use from two threads at once
     if config_file is not None and not Path(config_file).is_file():
         raise DopplermapInputError(f"config_file {config_file} does not exist")
     fp = input_fingerprint(result)
-    with AtomicFolder(path, "result", overwrite=overwrite, inputs=fp, legacy=_is_result_dir, option="result folder",
+    with AtomicFolder(path, "result", overwrite=overwrite, inputs=fp, legacy=is_result_dir, option="result folder",
                       flag="overwrite=True") as folder:
         t0 = time.perf_counter()
-        timings = _write_files(result, folder, config_file, plots, plot_kwargs or {}, folder.run_id)
+        timings = _write_files(result, folder, config_file, figures, folder.run_id)
         for writer in extra_writers:
             writer(folder.tmp)
             folder.wrote()
@@ -431,10 +429,10 @@ def load_result(path):
     """
     from astropy.io import fits
 
+    # JAX-backed types, imported here so that this module stays light: the CLI imports it for
+    # its argument checks and to start prefetch_writers before JAX loads
     from ..geometry import StarParams
-    from ..grid import SurfaceGrid
     from ..objective import Observations
-    from ..solvers.result import InversionResult
 
     path = Path(path)
     if not path.is_dir():
@@ -451,8 +449,6 @@ def load_result(path):
     for name in ("map.fits", "profiles.fits"):
         if not (path / name).is_file():
             raise DopplermapInputError(f"{path} is missing {name}")
-    from ..atomic import verify_folder
-
     verify_folder(path, "result")
     run_ids = {"summary.json": summary.get("run_id")}
 

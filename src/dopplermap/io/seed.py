@@ -37,6 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _device
+from ..atomic import write_file
 from ..errors import DopplermapInputError, MissingFileError
 from ..geometry import cell_geometry
 from ..model import LineModel, Precomputed
@@ -367,8 +368,6 @@ def seed_dicts(sim, *, keys=None, per_cell_lis: bool = False, as_jax: bool = Fal
 
 
 def _atomic_write(path: Path, write) -> None:
-    from ..atomic import write_file  # the package's one atomic writer
-
     path.parent.mkdir(parents=True, exist_ok=True)
     write_file(path, write)
 

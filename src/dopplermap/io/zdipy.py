@@ -48,6 +48,7 @@ from pathlib import Path
 import numpy as np
 from scipy import special
 
+from ..constants import C_MS, H_PLANCK, K_BOLTZMANN
 from ..errors import DopplermapInputError, MissingFileError
 
 __all__ = ["ZdipyConfig", "ZdipyLine", "read_inzdi", "read_zdipy_line", "zdipy_n_cell", "voigt_parameters",
@@ -258,8 +259,6 @@ def gravity_beta(zdipy_exponent: float, t_phot: float, wavelength_nm: float) -> 
     Planck: ``d ln B / d ln T = x / (1 - e^-x)``, ``x = h c / (lambda k T)``; so
     ``beta = exponent / (d ln B / d ln T)`` (to first order in the gravity contrast).
     """
-    from ..constants import C_MS, H_PLANCK, K_BOLTZMANN
-
     x = H_PLANCK * C_MS / (wavelength_nm * 1e-9 * K_BOLTZMANN * t_phot)
     return float(zdipy_exponent / (x / -math.expm1(-x)))
 

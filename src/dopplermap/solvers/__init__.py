@@ -14,75 +14,33 @@ from collections.abc import Callable
 import jax.numpy as jnp
 import numpy as np
 
-from .. import plan
-from ..constants import FILL_MAX, FILL_MIN
 from ..diagnostics import check_observations, check_result
 from ..errors import DopplermapInputError
-from ..model import Precomputed, setup_of, solve_form, with_exact_numerator
-from ..objective import DEFAULT_PENALTY, REGULARISERS, Layout, Observations
+from ..model import Precomputed, solve_form, with_exact_numerator
+from ..objective import DEFAULT_PENALTY, REGULARISERS, Observations
 from ..problem import Problem, Settings
-from .result import InversionResult
+from ._common import (
+    SPOT_COMPONENTS,
+    bounds,
+    check_fit_components,
+    check_match,
+    check_solver_args,
+    cube_dtype_of,
+    joint_arguments,
+    project_feasible,
+    resolve_cube_dtype,
+    start,
+    with_setup,
+)
+from .batch import invert_device
+from .newton import invert_newton
+from .result import InversionResult  # the re-export keeps dopplermap.solvers.result bound
 from .scipy_lbfgsb import compiled_value_and_grad, lbfgsb
 
-__all__ = ["invert", "bounds", "InversionResult", "project_feasible", "check_solver_args"]
+__all__ = ["invert", "bounds", "InversionResult", "project_feasible", "check_solver_args", "check_fit_components",
+           "joint_arguments", "resolve_cube_dtype", "start", "with_setup", "SPOT_COMPONENTS"]
 
 SOLVERS = ("lbfgsb", "projected_lbfgs", "newton")
-
-
-SPOT_COMPONENTS = ("cool", "hot")
-
-
-def check_fit_components(fit_components) -> tuple[str, ...]:
-    """The spot components to fit, checked: a non-empty subset of ``("cool", "hot")``."""
-    comps = tuple(fit_components)
-    if not comps or len(set(comps)) != len(comps) or not set(comps) <= set(SPOT_COMPONENTS):
-        raise DopplermapInputError(f"fit_components must be 'cool', 'hot' or both (each once), got {list(comps)}")
-    return tuple(c for c in SPOT_COMPONENTS if c in comps)
-
-
-def bounds(layout: Layout, *, fit_rv: bool = True, fit_amp: bool = True, x0=None,
-           fit_components=SPOT_COMPONENTS):
-    """Lower and upper bounds of the flat vector; fixed nuisances get lower = upper = x0, and
-    the filling factors of a component not in ``fit_components`` lower = upper = the floor."""
-    lo = np.concatenate([np.full(2 * layout.n_cell, FILL_MIN), np.full(2 * layout.n_epoch, -np.inf)])
-    hi = np.concatenate([np.full(2 * layout.n_cell, FILL_MAX), np.full(2 * layout.n_epoch, np.inf)])
-    for k, comp in enumerate(SPOT_COMPONENTS):
-        if comp not in check_fit_components(fit_components):
-            hi[k * layout.n_cell:(k + 1) * layout.n_cell] = FILL_MIN
-    x0 = layout.initial() if x0 is None else np.asarray(x0, dtype=float)
-    n2 = 2 * layout.n_cell
-    if not fit_rv:
-        lo[n2:n2 + layout.n_epoch] = hi[n2:n2 + layout.n_epoch] = x0[n2:n2 + layout.n_epoch]
-    if not fit_amp:
-        lo[n2 + layout.n_epoch:] = hi[n2 + layout.n_epoch:] = x0[n2 + layout.n_epoch:]
-    return lo, hi
-
-
-def start(pre: Precomputed, x0, *, fit_rv: bool, fit_amp: bool, fit_components):
-    """``(layout, x0, lower, upper)`` of a solve: the checked start (default the seed's) inside its bounds."""
-    layout = Layout(pre.n_cell, pre.n_epoch)
-    x0 = layout.initial() if x0 is None else np.asarray(x0, dtype=np.float64)
-    if x0.shape != (layout.size,):
-        raise DopplermapInputError(f"x0 must have shape ({layout.size},) = 2 n_cell + 2 n_epoch, got {x0.shape}")
-    lo, hi = bounds(layout, fit_rv=fit_rv, fit_amp=fit_amp, x0=x0, fit_components=fit_components)
-    return layout, np.clip(x0, lo, hi), lo, hi
-
-
-def project_feasible(fssc, fssh):
-    """Scale ``(fssc, fssh)`` down where their sum exceeds 1; returns (fssc, fssh, max excess)."""
-    s = fssc + fssh
-    excess = float(np.max(s - 1.0, initial=0.0))
-    scale = np.where(s > 1.0, 1.0 / s, 1.0)
-    return fssc * scale, fssh * scale, max(excess, 0.0)
-
-
-def _check_match(pre: Precomputed, obs: Observations):
-    if obs.n_epoch != pre.n_epoch:
-        raise DopplermapInputError(f"observations have {obs.n_epoch} epochs but the precomputed model has {pre.n_epoch}")
-    if obs.n_vel != pre.n_vel:
-        raise DopplermapInputError(f"observations have {obs.n_vel} velocities but the precomputed model has {pre.n_vel}")
-    if not np.allclose(np.asarray(obs.vels), np.asarray(pre.line.vels), rtol=0, atol=1e-9):
-        raise DopplermapInputError("observations' velocity grid differs from the precomputed model's vels")
 
 
 def invert(pre: Precomputed | Problem, obs: Observations | None = None, *, lmbd: float | None = None,
@@ -160,7 +118,7 @@ def invert(pre: Precomputed | Problem, obs: Observations | None = None, *, lmbd:
     if solver not in SOLVERS:
         raise DopplermapInputError(f"solver must be one of {SOLVERS}, got {solver!r}")
     check_solver_args(tol=tol, maxiter=maxiter, lmbd=lmbd)
-    _check_match(pre, obs)
+    check_match(pre, obs)
     check_observations(obs)
     res = _invert(pre, obs, lmbd=lmbd, regulariser=regulariser, x0=x0, tol=tol, maxiter=maxiter, fit_rv=fit_rv,
                   fit_amp=fit_amp, penalty=penalty, solver=solver, callback=callback, lightcurve=lightcurve,
@@ -169,29 +127,11 @@ def invert(pre: Precomputed | Problem, obs: Observations | None = None, *, lmbd:
     return res
 
 
-def check_solver_args(*, tol=None, maxiter=None, lmbd=None, lmbds=None) -> None:
-    """Raise :class:`DopplermapInputError` for a tolerance <= 0, an iteration cap < 1 or a
-    negative lambda (each would end in a meaningless "result")."""
-    if tol is not None and not (isinstance(tol, (int, float, np.floating, np.integer)) and np.isfinite(tol)
-                                and tol > 0):
-        raise DopplermapInputError(f"tol must be a finite number > 0, got {tol!r}")
-    if maxiter is not None and (isinstance(maxiter, bool) or int(maxiter) != maxiter or maxiter < 1):
-        raise DopplermapInputError(f"maxiter must be an integer >= 1, got {maxiter!r}")
-    if lmbd is not None and not (np.isfinite(lmbd) and lmbd >= 0):
-        raise DopplermapInputError(f"lmbd must be a finite number >= 0, got {lmbd!r}")
-    if lmbds is not None:
-        lm = np.asarray(lmbds, dtype=float)
-        if lm.size == 0 or not np.all(np.isfinite(lm) & (lm >= 0)):
-            raise DopplermapInputError(f"lmbds must be finite numbers >= 0, got {lmbds!r}")
-
-
 def _invert(pre, obs, *, lmbd, regulariser, x0, tol, maxiter, fit_rv, fit_amp, penalty, solver, callback,
             lightcurve, line_weight, lc_weight, cube_dtype, fit_components) -> InversionResult:
     if solver in ("projected_lbfgs", "newton"):  # one compiled loop on the device: callback once, at the end
-        if solver == "newton":  # projected Gauss-Newton-CG (solvers/newton.py)
-            from .newton import invert_newton as run
-        else:  # projected L-BFGS (solvers/batch.py)
-            from .batch import invert_device as run
+        # projected Gauss-Newton-CG (solvers/newton.py) or projected L-BFGS (solvers/batch.py)
+        run = invert_newton if solver == "newton" else invert_device
         res = run(pre, obs, lmbd=lmbd, regulariser=regulariser, x0=x0, tol=tol, maxiter=maxiter, fit_rv=fit_rv,
                   fit_amp=fit_amp, penalty=penalty, cube_dtype=cube_dtype, lightcurve=lightcurve,
                   line_weight=line_weight, lc_weight=lc_weight, fit_components=fit_components)
@@ -226,39 +166,5 @@ def _invert(pre, obs, *, lmbd, regulariser, x0, tol, maxiter, fit_rv, fit_amp, p
         iterations=int(res.nit), n_eval=int(res.nfev), success=bool(res.success),
         stop_reason=str(res.message), compile_time=timing["trace_lower"] + timing["compile"],
         solve_time=solve_time, history=history, model=model, max_sum_excess=excess, solver=solver,
-        chi2_lc=float(aux[3]) if joint is not None else None, cube_dtype=_cube_dtype(pre),
+        chi2_lc=float(aux[3]) if joint is not None else None, cube_dtype=cube_dtype_of(pre),
         fit_components=fit_components), exact_pre, obs)
-
-
-def with_setup(res: InversionResult, pre: Precomputed, obs: Observations) -> InversionResult:
-    """``res`` with ``obs`` and, for a model from :func:`dopplermap.precompute`, its grid, star and
-    continuum intensities (what figures and result files need)."""
-    changes = {"obs": obs}
-    setup = setup_of(pre)
-    if setup is not None:
-        grid, star, components = setup
-        changes.update(grid=grid, star=star, intensities=tuple(float(c.intensity) for c in components))
-    return dataclasses.replace(res, **changes)
-
-
-def joint_arguments(pre: Precomputed, lightcurve, line_weight: float, lc_weight: float, dtype):
-    """``None`` without a light curve, else the checked ``(lightcurve, line_weight, lc_weight)``."""
-    if lightcurve is None:
-        return None
-    for name, w in (("line_weight", line_weight), ("lc_weight", lc_weight)):
-        if not (np.isfinite(w) and w >= 0):
-            raise DopplermapInputError(f"{name} must be a finite number >= 0, got {w!r}")
-    if lightcurve.weight.shape[1] != pre.n_cell:
-        raise DopplermapInputError(f"light curve was precomputed for {lightcurve.weight.shape[1]} cells, "
-                         f"the line model has {pre.n_cell}")
-    return (lightcurve, jnp.asarray(line_weight, dtype=dtype), jnp.asarray(lc_weight, dtype=dtype))
-
-
-# the "auto" cube dtype of a solve (dopplermap.plan holds every size/back-end choice)
-resolve_cube_dtype = plan.cube_dtype
-
-
-def _cube_dtype(pre: Precomputed) -> str | None:
-    """Dtype of the dense/folded cube a solve used (None for the binned model)."""
-    line = pre.line
-    return None if line.method == "binned" else str(line.local.dtype)

@@ -22,19 +22,19 @@ from .. import plan
 from ..errors import DopplermapInputError
 from ..model import Precomputed, blocked_nbytes, solve_form
 from ..objective import DEFAULT_PENALTY, REGULARISERS, Layout, Observations
-from . import (
-    _check_match,
-    _cube_dtype,
+from ..result import InversionResult
+from ._common import (
     bounds,
     check_fit_components,
+    check_match,
     check_solver_args,
+    cube_dtype_of,
     joint_arguments,
     project_feasible,
     resolve_cube_dtype,
 )
 from .projected_lbfgs import STOP_REASONS, projected_lbfgs
-from .result import InversionResult
-from .scipy_lbfgsb import _vg  # the same compiled value-and-gradient body as the scipy path
+from .scipy_lbfgsb import value_and_grad_body  # the same compiled value-and-gradient body as the scipy path
 
 __all__ = ["invert_device", "invert_batch", "compile_solver"]
 
@@ -42,7 +42,7 @@ _COMPILED: dict = {}
 
 
 def _solve(x0, lo, hi, lmbd, pre, obs, joint=None, *, regulariser, penalty, maxiter, tol, maxcor):
-    fun = functools.partial(_vg, regulariser=regulariser, penalty=penalty)
+    fun = functools.partial(value_and_grad_body, regulariser=regulariser, penalty=penalty)
     return projected_lbfgs(fun, x0, lo, hi, lmbd, pre, obs, joint, maxiter=maxiter, ftol=tol, gtol=tol,
                            maxcor=maxcor)
 
@@ -104,7 +104,7 @@ def _to_result(layout, r, lmbd, regulariser, pre, timing, solve_time, solver, jo
         n_eval=int(r.n_eval), success=status in (1, 2), stop_reason=STOP_REASONS[status],
         compile_time=timing["trace"] + timing["lower"] + timing["compile"], solve_time=solve_time,
         history={"loss": np.asarray(r.history)[:n_it]}, model=model, max_sum_excess=excess, solver=solver,
-        chi2_lc=float(r.aux[3]) if joint else None, cube_dtype=_cube_dtype(pre))
+        chi2_lc=float(r.aux[3]) if joint else None, cube_dtype=cube_dtype_of(pre))
 
 
 def invert_device(pre: Precomputed, obs: Observations, *, lmbd: float = 1.0, regulariser: str = "mem",
@@ -122,7 +122,7 @@ def invert_device(pre: Precomputed, obs: Observations, *, lmbd: float = 1.0, reg
     """
     check_solver_args(tol=tol, maxiter=maxiter, lmbd=lmbd)
     layout, xj, lo, hi = _setup(pre, obs, regulariser, x0, fit_rv, fit_amp, fit_components)
-    _check_match(pre, obs)
+    check_match(pre, obs)
     pre = solve_form(pre, resolve_cube_dtype(cube_dtype, tol))
     lm = jnp.asarray(lmbd, dtype=xj.dtype)
     joint = joint_arguments(pre, lightcurve, line_weight, lc_weight, xj.dtype)
@@ -177,7 +177,7 @@ def invert_batch(pre: Precomputed, obs: Observations, *, lmbds=None, lmbd: float
     form = plan.batch_form(form, mode=mode, blocked_fits=_blocked_fits(pre, dtype))
     mode = plan.batch_mode(mode, form=form)
     layout, xj, lo, hi = _setup(pre, obs, regulariser, x0, fit_rv, fit_amp)
-    _check_match(pre, obs)
+    check_match(pre, obs)
     pre = solve_form(pre, dtype, blocked=form == "blocked")
     batch_lmbd = lmbds is not None
     batch_obs = flux is not None

@@ -47,8 +47,8 @@ from .._x64 import require_x64
 from ..lightcurve import lightcurve_residuals
 from ..model import Precomputed, apply_nuisance, forward, solve_form, synthesize, with_exact_numerator
 from ..objective import DEFAULT_PENALTY, Layout, Observations, seed_entropy, sum_excess, tikhonov
-from . import _cube_dtype, joint_arguments, project_feasible, resolve_cube_dtype, start
-from .result import InversionResult
+from ..result import InversionResult
+from ._common import cube_dtype_of, joint_arguments, project_feasible, resolve_cube_dtype, start
 from .scipy_lbfgsb import compiled_value_and_grad
 
 __all__ = ["NewtonResult", "projected_newton", "invert_newton", "line_residuals", "smooth_terms",
@@ -531,5 +531,5 @@ def invert_newton(pre: Precomputed, obs: Observations, *, lmbd: float = 1.0, reg
         compile_time=t_compile + timing["trace_lower"] + timing["compile"], solve_time=solve_time,
         history={"loss": np.asarray(r.history)[:n_it], "passes": np.asarray(r.passes_history)[:n_it]},
         model=np.asarray(aux[-1]), max_sum_excess=excess, solver="newton",
-        chi2_lc=float(aux[3]) if joint is not None else None, cube_dtype=_cube_dtype(pre),
+        chi2_lc=float(aux[3]) if joint is not None else None, cube_dtype=cube_dtype_of(pre),
         fit_components=tuple(fit_components), extra={"passes": passes})

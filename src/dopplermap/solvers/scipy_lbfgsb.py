@@ -29,7 +29,7 @@ __all__ = ["compiled_value_and_grad", "lbfgsb"]
 _CACHE: dict = {}
 
 
-def _vg(x, lmbd, pre, obs, joint=None, *, regulariser, penalty):
+def value_and_grad_body(x, lmbd, pre, obs, joint=None, *, regulariser, penalty):
     # joint: optional (lightcurve, line_weight, lc_weight) for the joint line + light-curve fit
     extra = () if joint is None else tuple(joint)
     (val, aux), grad = jax.value_and_grad(
@@ -38,7 +38,7 @@ def _vg(x, lmbd, pre, obs, joint=None, *, regulariser, penalty):
     return val, grad, aux
 
 
-_vg_jit = jax.jit(_vg, static_argnames=("regulariser", "penalty"))
+_vg_jit = jax.jit(value_and_grad_body, static_argnames=("regulariser", "penalty"))
 
 
 def _signature(x, pre, obs, regulariser, penalty, joint=None):

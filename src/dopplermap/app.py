@@ -1,0 +1,42 @@
+"""Result folders with their model context and figures: what the CLI and notebooks call.
+
+:mod:`dopplermap.io.results` reads and writes the data only; this layer above it computes
+what the files need from the model (the spotless profiles) and passes the figure writer
+(:func:`dopplermap.plot.plot_result`) in.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax.numpy as jnp
+import numpy as np
+
+from .io import results as _files
+from .model import Precomputed, forward_jit
+from .plot import plot_result
+
+__all__ = ["spotless_model", "with_context", "save_result"]
+
+
+def spotless_model(pre: Precomputed, rv, amp) -> np.ndarray:
+    """(n_epoch, n_vel) profiles of the unspotted star (all filling factors 0) with the given
+    ``rv`` (n_epoch,) km/s and ``amp`` (n_epoch,) offsets."""
+    zero = jnp.zeros(pre.n_cell)
+    return np.asarray(forward_jit(zero, zero, jnp.asarray(rv), jnp.asarray(amp), pre))
+
+
+def with_context(result, *, pre: Precomputed | None = None, **context):
+    """:func:`dopplermap.io.results.with_context`, plus ``pre``: with it the spotless model
+    (:func:`spotless_model` at the result's rv and amp) is added."""
+    if pre is not None:
+        context["spotless"] = spotless_model(pre, result.rv, result.amp)
+    return _files.with_context(result, **context)
+
+
+def save_result(result, path, *, plots: bool = True, plot_kwargs: dict | None = None, **kwargs) -> dict:
+    """Write a result folder (:func:`dopplermap.io.results.save_result`, which takes the other
+    keyword arguments) with the figures of :func:`dopplermap.plot.plot_result` when ``plots``
+    (``plot_kwargs`` are passed to it); returns the summary dict written."""
+    figures = functools.partial(plot_result, **(plot_kwargs or {})) if plots else None
+    return _files.save_result(result, path, figures=figures, **kwargs)

@@ -1,0 +1,204 @@
+"""Result of an inversion: a data type (NumPy only), below the solvers that make it and the io,
+figures and reports that read it."""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import html
+import io
+
+import numpy as np
+
+__all__ = ["InversionResult", "relative_brightness"]
+
+
+def relative_brightness(fssc, fssh, intensities):
+    """(n_cell,) continuum brightness relative to the photosphere.
+
+    ``(fssp I_phot + fssc I_cool + fssh I_hot) / I_phot`` with ``fssp = 1 - fssc - fssh`` and
+    ``intensities = (I_phot, I_cool, I_hot)``.
+    """
+    ip, ic, ih = intensities
+    fssc = np.asarray(fssc, dtype=float)
+    fssh = np.asarray(fssh, dtype=float)
+    return ((1.0 - fssc - fssh) * ip + fssc * ic + fssh * ih) / ip
+
+
+# notebooks show results through these; arrays are never printed (a result holds tens of kB)
+_REPR_STOP_CHARS = 60
+THUMBNAIL_CMAP = "dm_cool"  # the cool-spot map of dopplermap.style, as in every figure
+"""Colour map of the cool-spot filling factor in the HTML thumbnail (0 = unspotted, light)."""
+
+
+@dataclasses.dataclass(repr=False)
+class InversionResult:
+    """Maps, nuisances, fit statistics and timings of one inversion.
+
+    Attributes:
+        fssc, fssh: (n_cell,) cool- and hot-spot filling factors; ``fssp = 1 - fssc - fssh``.
+        rv: (n_epoch,) km/s. amp: (n_epoch,) additive offsets.
+        loss, chi2, regulariser_value: final objective, reduced chi-square, regulariser.
+        lmbd: regularisation weight. regulariser: ``"mem"``, ``"tikhonov"`` or ``"none"``.
+        iterations, n_eval: solver iterations and objective evaluations.
+        success: whether the solver met its tolerance. stop_reason: the solver's message.
+        compile_time, solve_time: seconds (compile = trace + lower + XLA compile).
+        history: dict of per-iteration arrays (``loss``, ``chi2``, ``regulariser``).
+        model: (n_epoch, n_vel) fitted profiles.
+        max_sum_excess: largest ``fssc + fssh - 1`` before the final projection.
+        cube_dtype: dtype of the (folded) dense cube the solve used, None for the binned model.
+        fit_components: the spot components fitted, ``("cool", "hot")`` or one of them; an
+            unfitted component's filling factor is held at the floor 1e-5.
+
+    Context for result files and figures (optional; filled by :func:`dopplermap.invert` from a
+    model made by :func:`dopplermap.precompute`, by :func:`dopplermap.io.results.with_context`
+    and by :func:`dopplermap.load_result`):
+        grid: the :class:`~dopplermap.grid.SurfaceGrid`. star: the :class:`~dopplermap.geometry.StarParams`.
+        obs: the fitted :class:`~dopplermap.objective.Observations`.
+        spotless: (n_epoch, n_vel) model of the unspotted star with the fitted rv and amp.
+        intensities: continuum intensities (phot, cool, hot) relative to the photosphere.
+        truth: ``{"fssc": (n_cell,), "fssh": (n_cell,)}`` true maps of a simulation.
+        light_curve: ``{"times", "flux", "err", "model"}`` (n_obs,) arrays when a light curve was fitted.
+        config: the configuration (JSON-ready dict) that produced the run.
+        extra: further JSON-ready scalars (timings, recovery scores, ...).
+    """
+
+    fssc: np.ndarray
+    fssh: np.ndarray
+    rv: np.ndarray
+    amp: np.ndarray
+    loss: float
+    chi2: float
+    regulariser_value: float
+    lmbd: float
+    regulariser: str
+    iterations: int
+    n_eval: int
+    success: bool
+    stop_reason: str
+    compile_time: float
+    solve_time: float
+    history: dict = dataclasses.field(default_factory=dict)
+    model: np.ndarray | None = None
+    max_sum_excess: float = 0.0
+    solver: str = "lbfgsb"
+    grid: object | None = None
+    star: object | None = None
+    obs: object | None = None
+    spotless: np.ndarray | None = None
+    intensities: tuple | None = None
+    truth: dict | None = None
+    light_curve: dict | None = None
+    config: dict = dataclasses.field(default_factory=dict)
+    extra: dict = dataclasses.field(default_factory=dict)
+    chi2_lc: float | None = None  # light-curve reduced chi-square of a joint fit
+    cube_dtype: str | None = None
+    fit_components: tuple = ("cool", "hot")
+
+    def __post_init__(self):
+        self.fit_components = tuple(self.fit_components)  # a JSON list after a round trip
+
+    @property
+    def fssp(self) -> np.ndarray:
+        return 1.0 - self.fssc - self.fssh
+
+    @property
+    def brightness(self) -> np.ndarray | None:
+        """(n_cell,) continuum brightness relative to the unspotted photosphere (needs ``intensities``)."""
+        if self.intensities is None:
+            return None
+        return relative_brightness(self.fssc, self.fssh, self.intensities)
+
+    @property
+    def x(self) -> np.ndarray:
+        """The flat parameter vector ``[fssc, fssh, rv, amp]``."""
+        return np.concatenate([self.fssc, self.fssh, self.rv, self.amp])
+
+    def summary(self) -> dict:
+        """Scalars as a JSON-ready dict."""
+        keys = ("loss", "chi2", "regulariser_value", "lmbd", "regulariser", "iterations", "n_eval",
+                "success", "stop_reason", "compile_time", "solve_time", "max_sum_excess", "solver", "chi2_lc",
+                "cube_dtype", "fit_components")
+        out = {}
+        for k in keys:
+            v = getattr(self, k)
+            out[k] = v.item() if isinstance(v, np.generic) else list(v) if isinstance(v, tuple) else v
+        return out
+
+    @property
+    def n_cell(self) -> int:
+        return int(np.shape(self.fssc)[0])
+
+    @property
+    def n_epoch(self) -> int:
+        return int(np.shape(self.rv)[0])
+
+    def __repr__(self) -> str:
+        stop = str(self.stop_reason)
+        if len(stop) > _REPR_STOP_CHARS:
+            stop = stop[:_REPR_STOP_CHARS - 3] + "..."
+        lc = "" if self.chi2_lc is None else f", chi2_lc={self.chi2_lc:.5g}"
+        return (f"InversionResult(chi2={self.chi2:.5g}{lc}, loss={self.loss:.6g}, lmbd={self.lmbd:g}, "
+                f"iterations={self.iterations}, success={self.success}, stop={stop!r}, "
+                f"n_cell={self.n_cell}, n_epoch={self.n_epoch})")
+
+    def _repr_html_(self) -> str:
+        """A table of the main numbers and, when the grid is known, a cool-spot map thumbnail."""
+        esc = html.escape
+        rows = [("reduced chi-square", f"{self.chi2:.6g}")]
+        if self.chi2_lc is not None:
+            rows.append(("light-curve chi-square", f"{self.chi2_lc:.6g}"))
+        rows += [
+            ("loss", f"{self.loss:.8g}"),
+            ("regulariser", f"{self.regulariser}, lambda {self.lmbd:g}, value {self.regulariser_value:.6g}"),
+            ("iterations / evaluations", f"{self.iterations} / {self.n_eval}"),
+            ("stopped", f"{'converged' if self.success else 'not converged'}: {self.stop_reason}"),
+            ("solver", f"{self.solver}; compile {self.compile_time:.2f} s, solve {self.solve_time:.2f} s"),
+            ("sizes", f"{self.n_cell} cells, {self.n_epoch} epochs"
+                      + (f", {int(np.shape(self.model)[1])} velocities" if self.model is not None else "")),
+        ]
+        if self.star is not None:
+            s = self.star
+            rows.append(("star", f"inclination {s.inclination:g} deg, vsini {s.vsini_kms:.4g} km/s, "
+                                 f"period {s.period:g} d"))
+        table = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in rows)
+        thumb = ""
+        if self.grid is not None:
+            top = max(float(np.max(self.fssc)), 1e-3)
+            thumb = (f"<div><img alt='cool-spot filling factor map' width='240' style='image-rendering:pixelated' "
+                     f"src='data:image/png;base64,{self._thumbnail_png()}'/><br/><small>cool-spot filling factor "
+                     f"0 (white) to {top:.2f} (dark), longitude 0-360 deg</small></div>")
+        return (f"<div style='display:flex;gap:1em;text-align:left'><table><caption><b>InversionResult</b>"
+                f"</caption>{table}</table>{thumb}</div>")
+
+    def _thumbnail_png(self, width_px: int = 120, levels: int = 16) -> str:
+        """Base64 PNG of ``fssc`` on a longitude-latitude raster (each pixel shows its nearest cell).
+
+        A palette image of ``levels`` colours of the cool-spot map, drawn with Pillow (what
+        matplotlib saves through) rather than a Figure: a few hundred bytes, so a notebook's
+        result display stays small; the browser scales it up."""
+        from PIL import Image
+        from scipy.spatial import cKDTree
+
+        from .style import cmap
+
+        g = self.grid
+        ny = width_px // 2
+        lat = np.linspace(np.pi / 2, -np.pi / 2, ny, endpoint=False) - np.pi / (2 * ny)
+        lon = (np.arange(2 * ny) + 0.5) * np.pi / ny
+        la, lo = np.meshgrid(lat, lon, indexing="ij")
+
+        def unit(b, lam):
+            return np.stack([np.cos(b) * np.cos(lam), np.cos(b) * np.sin(lam), np.sin(b)], axis=-1)
+
+        _, idx = cKDTree(unit(np.asarray(g.lat), np.asarray(g.lon))).query(unit(la, lo).reshape(-1, 3))
+        image = np.asarray(self.fssc, dtype=float)[idx].reshape(la.shape)
+        top = max(float(np.nanmax(image)), 1e-3)
+        q = np.clip(np.rint(image / top * (levels - 1)), 0, levels - 1).astype(np.uint8)
+        cm = cmap("cool")
+        palette = (np.array([cm(i / (levels - 1))[:3] for i in range(levels)]) * 255).round().astype(np.uint8)
+        img = Image.fromarray(q, mode="P")
+        img.putpalette(palette.ravel().tolist())
+        buf = io.BytesIO()
+        img.save(buf, format="PNG", optimize=True)
+        return base64.b64encode(buf.getvalue()).decode("ascii")

@@ -1,0 +1,244 @@
+"""Import layering of the package, read from the source with ``ast`` (nothing is imported).
+
+Data flows one way (``/work/shared/STYLE.md``): io -> physics -> model -> objective ->
+solvers -> analysis -> plot/report -> commands/cli. These tests keep it so:
+
+* no import cycle among the imports a module runs when it is imported;
+* ``io`` reads and writes data types only: no package root, no figures, no solvers, no
+  forward model; the figure modules use no solver; nothing imports the CLI;
+* imports of dopplermap modules inside functions ("late" imports) are kept for the CLI's
+  start-up (``commands/``, ``cli.py``) and for the few cases listed in :data:`ALLOWED_LATE`.
+
+Each failure names the file, the line and the import.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import dopplermap
+
+SRC = Path(dopplermap.__file__).resolve().parent
+ROOT = "dopplermap"
+
+# (module, imported module) -> why the import has to wait until the function runs
+ALLOWED_LATE = {
+    ("dopplermap.result", "dopplermap.style"):
+        "notebook thumbnail of a result: the figure colour map sits in the layer above the result type",
+    ("dopplermap.io.results", "dopplermap.geometry"):
+        "load_result's StarParams loads JAX; the CLI imports io.results light, for its --out checks "
+        "and to start prefetch_writers before JAX",
+    ("dopplermap.io.results", "dopplermap.objective"):
+        "load_result's Observations loads JAX (same reason as geometry)",
+}
+
+
+@dataclass(frozen=True)
+class Import:
+    module: str          # importing module, e.g. "dopplermap.io.results"
+    path: str            # file relative to the package's parent, e.g. "dopplermap/io/results.py"
+    line: int
+    target: str          # module the statement runs, e.g. "dopplermap.plot"
+    names: tuple         # names taken from it (empty for ``import x``)
+    late: bool           # inside a function
+    type_only: bool      # under ``if TYPE_CHECKING:`` (never runs)
+
+    def __str__(self):
+        what = f"from {self.target} import {', '.join(self.names)}" if self.names else f"import {self.target}"
+        return f"{self.path}:{self.line}: {what}"
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_module_name(p): p for p in sorted(SRC.rglob("*.py"))}
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    t = node.test
+    return (isinstance(t, ast.Name) and t.id == "TYPE_CHECKING") or (
+        isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING")
+
+
+def _imports(module: str, path: Path) -> list[Import]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    rel = str(path.relative_to(SRC.parent))
+    out = []
+
+    def visit(node, late, type_only):
+        for child in ast.iter_child_nodes(node):
+            c_late = late or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+            c_type = type_only or (isinstance(node, ast.If) and _is_type_checking(node) and child in node.body)
+            if isinstance(child, ast.Import):
+                for a in child.names:
+                    if a.name.split(".")[0] == ROOT:
+                        out.append(Import(module, rel, child.lineno, a.name, (), c_late, c_type))
+            elif isinstance(child, ast.ImportFrom):
+                if child.level:
+                    base = package[: len(package) - child.level + 1]
+                    source = ".".join(base + ([child.module] if child.module else []))
+                else:
+                    source = child.module or ""
+                if source.split(".")[0] == ROOT:
+                    # ``from pkg import sub`` runs the submodule; ``from pkg import name`` runs pkg
+                    subs = tuple(a.name for a in child.names if f"{source}.{a.name}" in MODULES)
+                    rest = tuple(a.name for a in child.names if f"{source}.{a.name}" not in MODULES)
+                    for s in subs:
+                        out.append(Import(module, rel, child.lineno, f"{source}.{s}", (), c_late, c_type))
+                    if rest:
+                        out.append(Import(module, rel, child.lineno, source, rest, c_late, c_type))
+            visit(child, c_late, c_type)
+
+    visit(tree, False, False)
+    return out
+
+
+IMPORTS = [imp for m, p in MODULES.items() for imp in _imports(m, p)]
+
+
+def _runs(imp: Import) -> list[str]:
+    """Modules whose top level an import statement runs: the target and the packages above it,
+    less the packages that contain the importer (already being imported)."""
+    parts = imp.target.split(".")
+    prefixes = [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
+    inside = {".".join(imp.module.split(".")[:i]) for i in range(1, imp.module.count(".") + 2)}
+    return [p for p in prefixes if p in MODULES and (p == imp.target or p not in inside)]
+
+
+def _cycles(imports=None) -> list[list[Import]]:
+    """Each strongly connected component of the import-time graph, as the imports inside it."""
+    edges: dict[str, list[tuple[str, Import]]] = {m: [] for m in MODULES}
+    for imp in IMPORTS if imports is None else imports:
+        if not imp.late and not imp.type_only:
+            for t in _runs(imp):
+                if t != imp.module:
+                    edges[imp.module].append((t, imp))
+    index, low, stack, on, comps = {}, {}, [], set(), []
+
+    def strong(v):  # Tarjan
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w, _ in edges[v]:
+            if w not in index:
+                strong(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = set()
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.add(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                comps.append(sorted({imp for u in comp for w, imp in edges[u] if w in comp}, key=str))
+
+    for v in MODULES:
+        if v not in index:
+            strong(v)
+    return comps
+
+
+def _under(module: str, *prefixes: str) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+def _layer_violations() -> list[str]:
+    io, figures = f"{ROOT}.io", (f"{ROOT}.plot", f"{ROOT}.style", f"{ROOT}.report")
+    solvers, app = f"{ROOT}.solvers", (f"{ROOT}.commands", f"{ROOT}.cli")
+    bad = []
+    for imp in IMPORTS:
+        m, t = imp.module, imp.target
+        if _under(m, io):
+            if t == ROOT:
+                bad.append(f"{imp}  (io imports the package root; import the defining module)")
+            elif _under(t, *figures):
+                bad.append(f"{imp}  (io draws no figures: take a figure writer from the caller)")
+            elif _under(t, solvers):
+                bad.append(f"{imp}  (io imports no solver)")
+            elif _under(t, f"{ROOT}.simulate") or (t == f"{ROOT}.model" and (
+                    not imp.names or any(n.startswith("forward") or n == "synthesize" for n in imp.names))):
+                bad.append(f"{imp}  (io runs no forward model: the caller computes it)")
+        if _under(m, *figures) and _under(t, solvers):
+            bad.append(f"{imp}  (figures take results, they import no solver)")
+        if not _under(m, *app) and _under(t, *app):
+            bad.append(f"{imp}  (only the CLI imports the CLI)")
+    return bad
+
+
+def _late_internal() -> list[Import]:
+    return [imp for imp in IMPORTS if imp.late and not _under(imp.module, f"{ROOT}.commands", f"{ROOT}.cli")]
+
+
+def test_the_scan_sees_the_package():
+    # guards the scan itself: known imports are found, at the right place and kind
+    found = {(i.module, i.target, i.late) for i in IMPORTS}
+    assert ("dopplermap.solvers", "dopplermap.model", False) in found        # from ..model import ...
+    assert ("dopplermap.solvers.batch", "dopplermap.plan", False) in found   # from .. import plan
+    assert ("dopplermap.commands.demo", "dopplermap.io.results", True) in found  # inside the command
+    assert len(MODULES) > 40
+
+
+def test_cycle_finder_finds_a_cycle():
+    a = Import("dopplermap.solvers", "dopplermap/solvers/__init__.py", 3, "dopplermap.solvers.batch", (), False, False)
+    b = Import("dopplermap.solvers.batch", "dopplermap/solvers/batch.py", 5, "dopplermap.solvers", ("start",),
+               False, False)
+    late = dataclasses.replace(b, late=True)
+    assert _cycles([a, b]) == [[a, b]]
+    assert _cycles([a, late]) == []  # an import inside a function runs later: no cycle at import time
+
+
+def test_no_import_cycles():
+    cycles = _cycles()
+    assert not cycles, "import cycles (move the shared piece into a lower module):\n" + "\n\n".join(
+        "\n".join(map(str, c)) for c in cycles)
+
+
+def test_layer_order():
+    bad = _layer_violations()
+    assert not bad, "imports against the layer order:\n" + "\n".join(bad)
+
+
+def test_late_internal_imports_are_few_and_listed():
+    late = _late_internal()
+    unlisted = [f"{i}  (move it to the top of the module)" for i in late if (i.module, i.target) not in ALLOWED_LATE]
+    assert not unlisted, "imports of dopplermap modules inside functions:\n" + "\n".join(unlisted)
+    assert len(late) <= 5, "more than 5 late internal imports outside commands/ and cli.py:\n" + "\n".join(map(str, late))
+    stale = set(ALLOWED_LATE) - {(i.module, i.target) for i in late}
+    assert not stale, f"ALLOWED_LATE lists imports that no longer exist: {sorted(stale)}"
+
+
+def test_result_io_stays_light():
+    # why ALLOWED_LATE keeps load_result's types late: the CLI imports io.results before JAX
+    code = ("import sys, dopplermap.io.results\n"
+            "print([m for m in ('jax', 'scipy', 'astropy', 'matplotlib') if m in sys.modules])")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHONPATH": str(SRC.parent)})
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "[]"
+
+
+def test_scan_reports_a_violation():
+    # the checks can fail: a fake io module importing plot and the root is caught, by line
+    fake = Import("dopplermap.io.fake", "dopplermap/io/fake.py", 7, "dopplermap.plot", (), True, False)
+    root = Import("dopplermap.io.fake", "dopplermap/io/fake.py", 8, ROOT, ("__version__",), False, False)
+    IMPORTS.extend([fake, root])
+    try:
+        bad = _layer_violations()
+        assert any(b.startswith("dopplermap/io/fake.py:7: import dopplermap.plot") for b in bad)
+        assert any(b.startswith("dopplermap/io/fake.py:8: from dopplermap import __version__") for b in bad)
+        assert fake in _late_internal()
+    finally:
+        del IMPORTS[-2:]
