@@ -360,6 +360,67 @@ def alt_estimates(rows):
     return dict(alt_inc_maxent=b_ent, alt_inc_maxlmbd=b_lm)
 
 
+def run_evidence(s, incs=None, chunk=64):
+    """Laplace evidence of each inclination (vsini at the truth), map integrated out at fixed lambda.
+
+    ``-log Z = N/2 loss + 1/2 log det H - 1/2 log det H_prior`` at the MAP, ``N = n_epoch n_vel``,
+    ``H`` the Hessian of ``N/2 loss`` over the free parameters (filling factors off their
+    bounds, rv, amp), ``H_prior`` its map block without the chi-square (MacKay's Occam factor;
+    rv and amp have flat priors, a constant). Measured only; dopplermap does not do this.
+    """
+    import dopplermap as dm
+    import jax.numpy as jnp
+    from dopplermap.objective import DEFAULT_PENALTY
+    from dopplermap.search import pad_precomputed
+    from dopplermap.uncertainty import _free_mask, hvp_function
+
+    p = s["problem"]
+    incs = INC_GRID if incs is None else incs
+    t0 = time.perf_counter()
+    rows = []
+    for inc in incs:
+        pt = p.replace(star=p.star.replace(inclination=float(inc)))
+        pre = pad_precomputed(pt.pre)
+        kw = pt.invert_kwargs()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            best = dm.invert(pre, pt.obs, **kw)
+        n = pt.obs.n_epoch * pt.obs.n_vel
+        scale = 0.5 * n
+        x = jnp.asarray(best.x)
+        free = _free_mask(best, kw["fit_rv"], kw["fit_amp"])
+        fidx = np.nonzero(free)[0]
+        hv = hvp_function(jnp.asarray(best.lmbd), pre, pt.obs, best.regulariser, DEFAULT_PENALTY, chunk=chunk)
+        hd = hvp_function(jnp.asarray(0.0), pre, pt.obs, "none", 0.0, chunk=chunk)
+
+        def columns(fn):
+            cols = np.empty((fidx.size, fidx.size))
+            for a in range(0, fidx.size, chunk):
+                ids = fidx[a:a + chunk]
+                basis = np.zeros((chunk if fn.batched else ids.size, x.size))
+                basis[np.arange(ids.size), ids] = 1.0
+                cols[a:a + ids.size] = np.asarray(fn(x, jnp.asarray(basis)))[:ids.size, fidx]
+            return scale * 0.5 * (cols + cols.T)
+
+        h = columns(hv)
+        hp = h - columns(hd)
+        m = fidx < 2 * pre.n_cell
+        s1, ld = np.linalg.slogdet(h)
+        s2, ldp = np.linalg.slogdet(hp[np.ix_(m, m)])
+        rows.append(dict(inc=float(inc), loss=float(best.loss), chi2=float(best.chi2), n_free=int(fidx.size),
+                         logdet_h=float(ld) if s1 > 0 else None, logdet_prior=float(ldp) if s2 > 0 else None,
+                         neg_log_z=float(scale * best.loss + 0.5 * (ld - ldp)) if s1 > 0 and s2 > 0 else None))
+    ok = [r for r in rows if r["neg_log_z"] is not None]
+    out = dict(ev_wall_s=time.perf_counter() - t0, ev_rows=rows)
+    if len(ok) >= 3:
+        v = np.array([r["inc"] for r in ok])
+        nlz = np.array([r["neg_log_z"] for r in ok])
+        b, lo, hi = continuous_interval(v, 2.0 * nlz, 1.0)  # -2 log Z plays the role of chi2
+        out.update(ev_inc=b, ev_inc_lo68=lo, ev_inc_hi68=hi, ev_inc_in68=bool(lo <= s["inc"] <= hi),
+                   ev_inc_loss=continuous_interval(v, np.array([r["loss"] for r in ok]), 0.0)[0])
+    return out
+
+
 # ---------------------------------------------------------------------------------- report
 
 def summarise(rows):
@@ -380,6 +441,10 @@ def summarise(rows):
         for key in ("inc", "vsini"):
             out[f"{est}_{key}_cover68"] = frac(f"{est}_{key}_in68")
             out[f"{est}_{key}_cover95"] = frac(f"{est}_{key}_in95")
+    if any("ev_inc" in r for r in rows):
+        out["ev_inc"] = stats("ev_inc", "inc")
+        out["ev_inc_loss"] = stats("ev_inc_loss", "inc")
+        out["ev_inc_cover68"] = frac("ev_inc_in68")
     if any("alt_inc_maxent" in r for r in rows):
         out["alt_inc_maxent"] = stats("alt_inc_maxent", "inc")
         out["alt_inc_maxlmbd"] = stats("alt_inc_maxlmbd", "inc")
@@ -412,6 +477,7 @@ def main():
     ap.add_argument("--stars", default=None, help="comma-separated star indices (default all, or --quick's)")
     ap.add_argument("--coverage", type=int, default=3, help="per-cell coverage on the first N stars run")
     ap.add_argument("--alt", type=int, default=0, help="max-entropy-at-chi2=1 estimator on the first N stars run")
+    ap.add_argument("--evidence", type=int, default=0, help="Laplace evidence per inclination on the first N stars run")
     ap.add_argument("--no-joint", action="store_true")
     ap.add_argument("--out", default=None, help="JSON results file")
     ap.add_argument("--resummarise", default=None, help="recompute the summary and table of a results JSON")
@@ -447,13 +513,16 @@ def main():
             r.update(run_coverage(s))
         if n < args.alt:
             r.update(run_alt(s))
+        if n < args.evidence:
+            r.update(run_evidence(s))
         rows.append(r)
         print(f"star {k}: inc {s['inc']:.0f} -> grid {r['grid_inc']:.0f} [{r['grid_inc_lo68']:.0f},{r['grid_inc_hi68']:.0f}]"
               f" cont {r['cont_inc']:.1f} joint {r.get('joint_inc', float('nan')):.1f}; vsini {s['vsini']:.0f} -> "
               f"grid {r['grid_vsini']:.0f} cont {r['cont_vsini']:.2f} joint {r.get('joint_vsini', float('nan')):.2f}"
               + (f"; coverage post {r['cov_laplace-posterior_both']:.2f} sand {r['cov_laplace-sandwich_both']:.2f}"
                  f" boot {r['cov_bootstrap_both']:.2f}" if "cov_bootstrap_both" in r else "")
-              + (f"; alt maxent inc {r.get('alt_inc_maxent', float('nan')):.1f}" if "alt_wall_s" in r else ""),
+              + (f"; alt maxent inc {r.get('alt_inc_maxent', float('nan')):.1f}" if "alt_wall_s" in r else "")
+              + (f"; evidence inc {r.get('ev_inc', float('nan')):.1f}" if "ev_wall_s" in r else ""),
               flush=True)
     summ = summarise(rows)
     print(table(rows))
