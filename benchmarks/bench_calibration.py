@@ -156,7 +156,7 @@ INC_GRID = np.arange(10.0, 90.1, 5.0)
 VSINI_STEPS = np.array([-2.0, -1.0, 0.0, 1.0, 2.0])  # km/s about the star's vsini
 
 
-def make_star(k: int, n_lat: int = 96, n_cell: int = N_CELL, n_vel: int = N_VEL):
+def make_star(k: int, n_lat: int = 96, n_cell: int = N_CELL, n_vel: int = N_VEL, rv_sigma: float = 0.5):
     """Star ``k`` of :data:`STARS`: a dict with the problem, its truth and the simulation."""
     import dopplermap as dm
     from dopplermap.problem import DEMO_T_PHOT, DEMO_WAVELENGTH_NM, Problem
@@ -174,7 +174,7 @@ def make_star(k: int, n_lat: int = 96, n_cell: int = N_CELL, n_vel: int = N_VEL)
     spots.append((float(rng.uniform(0, 50)), float(rng.uniform(0, 360)), 12.0, "hot", 0.6))
     half = vsini + 2.0 + 2.5 * LINES[0][1]
     vels = np.linspace(-half, half, n_vel)
-    rv = rng.normal(0.0, 0.5, n_epoch)
+    rv = rng.normal(0.0, 1.0, n_epoch) * rv_sigma  # true per-epoch rv, km/s
     flat, flon, farea = fine_grid(n_lat)
     fc, fh = spot_fill(flat, flon, spots)
     clean = brute_force_profiles(flat, flon, farea, fc, fh, times, vels, inc, vsini, PERIOD, rv)
@@ -213,13 +213,17 @@ def continuous_interval(vals, prof, delta=1.0):
     linearly interpolated profile is within ``delta`` of the parabola's minimum."""
     vals, prof = np.asarray(vals, float), np.asarray(prof, float)
     i = int(np.argmin(prof))
-    best, pmin = vals[i], prof[i]
+    best, pmin, a = vals[i], prof[i], 0.0
     if 0 < i < vals.size - 1:
         a, b, c = np.polyfit(vals[i - 1:i + 2], prof[i - 1:i + 2], 2)
         if a > 0:
             best = -b / (2 * a)
             pmin = c - b * b / (4 * a)
     d = prof - pmin - delta
+    if a > 0 and (d[i] > 0 or vals[i - 1] <= best - math.sqrt(delta / a) <= best + math.sqrt(delta / a) <= vals[i + 1]):
+        # the interval lies within the minimum's neighbours: the parabola's own
+        w = math.sqrt(delta / a)
+        return float(best), float(best - w), float(best + w)
     lo, hi = vals[0], vals[-1]
     for j in range(i, 0, -1):
         if d[j - 1] > 0 >= d[j]:
@@ -488,6 +492,12 @@ def main():
         with open(args.resummarise) as fh:
             out = json.load(fh)
         for r in out["stars"]:
+            for key, truth in (("inc", r["inc"]), ("vsini", r["vsini"])):
+                v, pr = r[f"profile_{key}"]
+                b, lo, hi = continuous_interval(v, pr, 1.0)
+                _, lo95, hi95 = continuous_interval(v, pr, 4.0)
+                r.update({f"cont_{key}": b, f"cont_{key}_lo68": lo, f"cont_{key}_hi68": hi,
+                          f"cont_{key}_in68": bool(lo <= truth <= hi), f"cont_{key}_in95": bool(lo95 <= truth <= hi95)})
             if "alt_rows" in r:
                 r.update(alt_estimates(r["alt_rows"]))
         out["summary"] = summarise(out["stars"])

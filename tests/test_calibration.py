@@ -86,3 +86,10 @@ def test_continuous_interval_on_a_parabola():
     assert best == pytest.approx(47.0, abs=1e-9)
     # linear interpolation of a parabola overestimates it between nodes: the interval is inside +-3
     assert 44.0 <= lo < 47.0 < hi <= 50.0 and hi - lo > 4.0
+
+
+def test_continuous_interval_narrower_than_the_grid_step():
+    v = np.arange(20.0, 31.0, 1.0)
+    best, lo, hi = B.continuous_interval(v, 100.0 * (v - 25.3) ** 2, 1.0)
+    assert best == pytest.approx(25.3, abs=1e-9)
+    assert lo == pytest.approx(25.2, abs=1e-9) and hi == pytest.approx(25.4, abs=1e-9)
