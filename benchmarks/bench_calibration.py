@@ -66,7 +66,7 @@ def fine_grid(n_lat: int = 96):
     """
     edges = np.linspace(-np.pi / 2, np.pi / 2, n_lat + 1)
     lat, lon, area = [], [], []
-    for lo, hi in zip(edges[:-1], edges[1:]):
+    for lo, hi in zip(edges[:-1], edges[1:], strict=True):
         c = 0.5 * (lo + hi)
         n = max(4, int(round(2 * n_lat * math.cos(c))))
         le = np.linspace(0.0, 2 * np.pi, n + 1)
@@ -113,7 +113,7 @@ def brute_force_profiles(lat, lon, area, fc, fh, times, vels, inclination, vsini
     dv = np.asarray(vels)[None, None, :] - vlos[:, :, None] - rv[:, None, None]  # (E, C, V)
     num = np.zeros((len(times), len(vels)))
     norm = np.zeros((len(times), 1))
-    for (depth, fwhm, u), ik, f in zip(lines, intensities, fills):
+    for (depth, fwhm, u), ik, f in zip(lines, intensities, fills, strict=True):
         w = ik * (1.0 - u * (1.0 - mu)) * pa * f[None, :]  # (E, C)
         prof = 1.0 - depth * np.exp(-4.0 * math.log(2.0) * (dv / fwhm) ** 2)
         num += np.einsum("ec,ecv->ev", w, prof)
@@ -321,14 +321,14 @@ def run_coverage(s, n_boot=20, min_frac=0.5):
 
 def run_alt(s, incs=None):
     """Maximum entropy at reduced chi2 = 1, per inclination (vsini at the truth)."""
-    from dopplermap.search import lambda_for_chi2, pad_precomputed, seed_entropy
     import jax.numpy as jnp
+
+    from dopplermap.search import lambda_for_chi2, pad_precomputed, seed_entropy
 
     p = s["problem"]
     incs = INC_GRID if incs is None else incs
     t0 = time.perf_counter()
     rows = []
-    x0 = None
     for inc in incs:
         pt = p.replace(star=p.star.replace(inclination=float(inc)))
         pre = pad_precomputed(pt.pre)
@@ -364,6 +364,19 @@ def alt_estimates(rows):
     return dict(alt_inc_maxent=b_ent, alt_inc_maxlmbd=b_lm)
 
 
+def _hessian(hvp, x, fidx, scale, chunk):
+    """Dense ``scale * H`` over the parameters ``fidx`` from ``hvp`` (as in uncertainty.laplace)."""
+    import jax.numpy as jnp
+
+    cols = np.empty((fidx.size, fidx.size))
+    for a in range(0, fidx.size, chunk):
+        ids = fidx[a:a + chunk]
+        basis = np.zeros((chunk if hvp.batched else ids.size, x.size))
+        basis[np.arange(ids.size), ids] = 1.0
+        cols[a:a + ids.size] = np.asarray(hvp(x, jnp.asarray(basis)))[:ids.size, fidx]
+    return scale * 0.5 * (cols + cols.T)
+
+
 def run_evidence(s, incs=None, chunk=64):
     """Laplace evidence of each inclination (vsini at the truth), map integrated out at fixed lambda.
 
@@ -372,8 +385,9 @@ def run_evidence(s, incs=None, chunk=64):
     bounds, rv, amp), ``H_prior`` its map block without the chi-square (MacKay's Occam factor;
     rv and amp have flat priors, a constant). Measured only; dopplermap does not do this.
     """
-    import dopplermap as dm
     import jax.numpy as jnp
+
+    import dopplermap as dm
     from dopplermap.objective import DEFAULT_PENALTY
     from dopplermap.search import pad_precomputed
     from dopplermap.uncertainty import _free_mask, hvp_function
@@ -397,17 +411,8 @@ def run_evidence(s, incs=None, chunk=64):
         hv = hvp_function(jnp.asarray(best.lmbd), pre, pt.obs, best.regulariser, DEFAULT_PENALTY, chunk=chunk)
         hd = hvp_function(jnp.asarray(0.0), pre, pt.obs, "none", 0.0, chunk=chunk)
 
-        def columns(fn):
-            cols = np.empty((fidx.size, fidx.size))
-            for a in range(0, fidx.size, chunk):
-                ids = fidx[a:a + chunk]
-                basis = np.zeros((chunk if fn.batched else ids.size, x.size))
-                basis[np.arange(ids.size), ids] = 1.0
-                cols[a:a + ids.size] = np.asarray(fn(x, jnp.asarray(basis)))[:ids.size, fidx]
-            return scale * 0.5 * (cols + cols.T)
-
-        h = columns(hv)
-        hp = h - columns(hd)
+        h = _hessian(hv, x, fidx, scale, chunk)
+        hp = h - _hessian(hd, x, fidx, scale, chunk)
         m = fidx < 2 * pre.n_cell
         s1, ld = np.linalg.slogdet(h)
         s2, ldp = np.linalg.slogdet(hp[np.ix_(m, m)])
