@@ -156,7 +156,8 @@ INC_GRID = np.arange(10.0, 90.1, 5.0)
 VSINI_STEPS = np.array([-2.0, -1.0, 0.0, 1.0, 2.0])  # km/s about the star's vsini
 
 
-def make_star(k: int, n_lat: int = 96, n_cell: int = N_CELL, n_vel: int = N_VEL, rv_sigma: float = 0.5):
+def make_star(k: int, n_lat: int = 96, n_cell: int = N_CELL, n_vel: int = N_VEL, rv_sigma: float = 0.5,
+              noise_seed: int | None = None, noise: bool = True):
     """Star ``k`` of :data:`STARS`: a dict with the problem, its truth and the simulation."""
     import dopplermap as dm
     from dopplermap.problem import DEMO_T_PHOT, DEMO_WAVELENGTH_NM, Problem
@@ -178,7 +179,9 @@ def make_star(k: int, n_lat: int = 96, n_cell: int = N_CELL, n_vel: int = N_VEL,
     flat, flon, farea = fine_grid(n_lat)
     fc, fh = spot_fill(flat, flon, spots)
     clean = brute_force_profiles(flat, flon, farea, fc, fh, times, vels, inc, vsini, PERIOD, rv)
-    noisy = clean + rng.normal(size=clean.shape) / snr
+    # noise_seed: another noise draw of the same star; noise=False: noise-free data (same errors)
+    nrng = rng if noise_seed is None else np.random.default_rng(noise_seed)
+    noisy = clean + (nrng.normal(size=clean.shape) / snr if noise else 0.0)
     mean = clean.mean(axis=1, keepdims=True)  # the model is mean-normalised
     obs = dm.Observations.create(times, vels, noisy / mean, np.full_like(noisy, 1.0 / snr) / mean,
                                  source=f"calibration star {k}")
@@ -430,6 +433,24 @@ def run_evidence(s, incs=None, chunk=64):
     return out
 
 
+def diagnose(k, incs=np.arange(35.0, 76.0, 5.0), seeds=(1, 2, 3)):
+    """Bias or scatter? The fixed-lambda profile of star ``k`` (vsini at the truth) on noise-free
+    data and on other noise draws of the same star."""
+    from dopplermap.search import evaluate_point
+
+    out = []
+    for kw in [dict(noise=False)] + [dict(noise_seed=sd) for sd in seeds]:
+        s = make_star(k, **kw)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            prof = np.array([evaluate_point(s["problem"], {"inclination": float(i)})["chi2_total"] for i in incs])
+        b, lo, hi = continuous_interval(incs, prof, 1.0)
+        out.append(dict(kw, best=b, lo68=lo, hi68=hi, dchi2_truth=float(np.interp(s["inc"], incs, prof) - prof.min())))
+        print(f"star {k} (inc {s['inc']:.0f}) {kw}: best {b:.1f} [{lo:.1f}, {hi:.1f}], "
+              f"dchi2(truth) {out[-1]['dchi2_truth']:.1f}", flush=True)
+    return out
+
+
 # ---------------------------------------------------------------------------------- report
 
 def summarise(rows):
@@ -488,9 +509,15 @@ def main():
     ap.add_argument("--alt", type=int, default=0, help="max-entropy-at-chi2=1 estimator on the first N stars run")
     ap.add_argument("--evidence", type=int, default=0, help="Laplace evidence per inclination on the first N stars run")
     ap.add_argument("--no-joint", action="store_true")
+    ap.add_argument("--diagnose", type=int, default=None, help="star K: profile on noise-free data and 3 other noise draws")
     ap.add_argument("--out", default=None, help="JSON results file")
     ap.add_argument("--resummarise", default=None, help="recompute the summary and table of a results JSON")
     args = ap.parse_args()
+    if args.diagnose is not None:
+        import jax
+
+        jax.config.update("jax_enable_x64", True)
+        return diagnose(args.diagnose)
     if args.resummarise:
         import json
 
