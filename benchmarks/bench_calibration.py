@@ -433,7 +433,10 @@ def run_evidence(s, incs=None, chunk=64):
     return out
 
 
-def diagnose(k, incs=np.arange(35.0, 76.0, 5.0), seeds=(1, 2, 3)):
+DIAGNOSE_INCS = np.arange(35.0, 76.0, 5.0)
+
+
+def diagnose(k, incs=DIAGNOSE_INCS, seeds=(1, 2, 3)):
     """Bias or scatter? The fixed-lambda profile of star ``k`` (vsini at the truth) on noise-free
     data and on other noise draws of the same star."""
     from dopplermap.search import evaluate_point
