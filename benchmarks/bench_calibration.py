@@ -309,7 +309,7 @@ def run_coverage(s, n_boot=20, min_frac=0.5):
                         xp=np)
     seen = (np.asarray(geo.mu) > 0.2).mean(axis=0)  # fraction of epochs a cell is well on the disc
     well = seen >= min_frac
-    out = dict(cov_n_well=int(well.sum()), cov_laplace_s=t1 - t0, cov_boot_s=t2 - t1,
+    out = dict(cov_n_well=int(well.sum()), cov_n_spotted=int((well & (s["truth_fssc"] > 0.1)).sum()), cov_laplace_s=t1 - t0, cov_boot_s=t2 - t1,
                map_corr_cool=float(np.corrcoef(best.fssc[well], s["truth_fssc"][well])[0, 1]))
     for name, u in uncs.items():
         cc = np.abs(best.fssc - s["truth_fssc"]) <= u.sigma_fssc
@@ -317,6 +317,10 @@ def run_coverage(s, n_boot=20, min_frac=0.5):
         out[f"cov_{name}_cool"] = float(cc[well].mean())
         out[f"cov_{name}_hot"] = float(ch[well].mean())
         out[f"cov_{name}_both"] = float(np.concatenate([cc[well], ch[well]]).mean())
+        spotted = well & (s["truth_fssc"] > 0.1)  # the cells whose value is not the floor
+        out[f"cov_{name}_cool_spotted"] = float(cc[spotted].mean()) if spotted.any() else None
+        out[f"cov_{name}_cool_spotted_z"] = (np.abs(best.fssc - s["truth_fssc"])[spotted]
+                                              / u.sigma_fssc[spotted]).tolist()
         out[f"sig_{name}_median"] = float(np.median(u.sigma_fssc[well]))
         out[f"cov_{name}_never_visible_inf"] = bool(np.all(np.isinf(u.sigma_fssc[u.never_visible])))
     return out
