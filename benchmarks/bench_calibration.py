@@ -27,6 +27,11 @@ star parameters. ``--alt N``: on the first N stars, an alternative criterion mea
 the fixed-lambda one: at each inclination (vsini at the truth) lambda is solved for
 reduced chi2 = 1 (:func:`dopplermap.search.lambda_for_chi2`) and the entropy at that fit is
 compared (maximum entropy at fixed chi2); nothing in dopplermap's defaults changes.
+``--evidence N``: on the first N stars, the Laplace evidence of each inclination at fixed
+lambda (:func:`run_evidence`). ``--diagnose K``: star K's fixed-lambda profile on noise-free
+data and on three other noise draws (bias or scatter?). ``--resummarise FILE``: recompute
+a results file's summary and table. Results and their discussion: benchmarks/RESULTS.md,
+topic "Stellar parameters: calibration".
 """
 
 from __future__ import annotations
