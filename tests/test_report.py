@@ -190,3 +190,7 @@ def test_demo_writes_the_report_unless_asked_not_to(tmp_path):
         if expect:
             text = (out / "report.html").read_text()
             assert "No figures in this folder" in text and 'id="globe-data"' in text
+            # written inside the atomic result folder: in the manifest and the summary's file list
+            manifest = json.loads((out / "dopplermap.json").read_text())
+            assert "report.html" in manifest["files"]
+            assert "report.html" in json.loads((out / "summary.json").read_text())["files"]

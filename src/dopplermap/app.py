@@ -15,6 +15,7 @@ import numpy as np
 from .io import results as _files
 from .model import Precomputed, forward_jit
 from .plot import plot_result
+from .report import write_report
 
 __all__ = ["spotless_model", "with_context", "save_result"]
 
@@ -34,9 +35,13 @@ def with_context(result, *, pre: Precomputed | None = None, **context):
     return _files.with_context(result, **context)
 
 
-def save_result(result, path, *, plots: bool = True, plot_kwargs: dict | None = None, **kwargs) -> dict:
+def save_result(result, path, *, plots: bool = True, plot_kwargs: dict | None = None, report: bool = False,
+                **kwargs) -> dict:
     """Write a result folder (:func:`dopplermap.io.results.save_result`, which takes the other
     keyword arguments) with the figures of :func:`dopplermap.plot.plot_result` when ``plots``
-    (``plot_kwargs`` are passed to it); returns the summary dict written."""
+    (``plot_kwargs`` are passed to it) and, with ``report``, ``report.html``
+    (:func:`dopplermap.report.write_report`) written inside the same atomic folder; returns
+    the summary dict written."""
     figures = functools.partial(plot_result, **(plot_kwargs or {})) if plots else None
-    return _files.save_result(result, path, figures=figures, **kwargs)
+    finishers = (("report.html", write_report),) if report else ()
+    return _files.save_result(result, path, figures=figures, finishers=finishers, **kwargs)

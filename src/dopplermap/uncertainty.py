@@ -42,6 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import plan
+from .atomic import write_file
 from .constants import FILL_MAX, FILL_MIN
 from .errors import DopplermapInputError
 from .model import _EPOCH_FIELDS, LineModel, Precomputed, blocked_nbytes, solve_form
@@ -385,9 +386,6 @@ def save_uncertainty(unc: Uncertainty, folder) -> Path:
     """Write ``uncertainty_<method>.npz`` (sigma_fssc, sigma_fssh, never_visible) into ``folder``."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"uncertainty_{unc.method}.npz"
-    tmp = folder / f"uncertainty_{unc.method}.tmp.npz"
-    np.savez(tmp, sigma_fssc=unc.sigma_fssc, sigma_fssh=unc.sigma_fssh, never_visible=unc.never_visible,
-             method=unc.method)
-    tmp.replace(path)
-    return path
+    return write_file(folder / f"uncertainty_{unc.method}.npz",
+                      lambda fh: np.savez(fh, sigma_fssc=unc.sigma_fssc, sigma_fssh=unc.sigma_fssh,
+                                          never_visible=unc.never_visible, method=unc.method))

@@ -52,10 +52,7 @@ def run_demo(out: Path, *, lmbd: float, snr: float, n_cell: int, seed: int, quie
         with rep.step("write results" + (" + figures" if plots else "")):
             res = with_context(res, grid=grid, star=star, obs=sim.obs, pre=pre, components=comps,
                                truth={"fssc": sim.fssc, "fssh": sim.fssh}, config=config, extra=extra)
-            summary = save_result(res, out, plots=plots, overwrite=overwrite)
-            if report:
-                from ..report import write_report
-                write_report(out)
+            summary = save_result(res, out, plots=plots, overwrite=overwrite, report=report)
     return summary
 
 

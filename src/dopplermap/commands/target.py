@@ -108,10 +108,7 @@ def run_target(cfg, out: Path, *, plots: bool = True, quiet: bool = True, config
         with rep.step("write results" + (" + figures" if plots else "")):
             res = with_context(res, grid=grid, star=prob.star, obs=obs, pre=pre, components=prob.components, light_curve=light_curve, config=config, extra=extra)
             summary = save_result(res, out, plots=plots, config_file=config_file, extra_writers=writers,
-                                  overwrite=overwrite)
-            if report:
-                from ..report import write_report
-                write_report(out)
+                                  overwrite=overwrite, report=report)
     return summary
 
 

@@ -41,12 +41,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import re
 from pathlib import Path
 
 import numpy as np
 
+from ..atomic import write_file, write_text
 from ..errors import DopplermapInputError, MissingFileError, warn
 from .times import TimeScale, check_time_overlap, parse_time_scale, to_internal
 
@@ -440,19 +440,17 @@ def write_lightcurve(path, time, flux, err, fmt: str = "csv"):
     t, f, e = (np.asarray(a, dtype=float) for a in (time, flux, err))
     if not (t.shape == f.shape == e.shape and t.ndim == 1):
         raise DopplermapInputError(f"time, flux and err must be 1-D of equal length, got {t.shape}, {f.shape}, {e.shape}")
-    tmp = path.with_name(path.name + ".tmp")
     if fmt == "fits":
         from astropy.io import fits
 
         hdu = fits.BinTableHDU.from_columns([fits.Column(name="time", format="D", unit="d", array=t),
                                              fits.Column(name="flux", format="D", array=f),
                                              fits.Column(name="err", format="D", array=e)])
-        fits.HDUList([fits.PrimaryHDU(), hdu]).writeto(tmp, overwrite=True)
+        write_file(path, lambda fh: fits.HDUList([fits.PrimaryHDU(), hdu]).writeto(fh))
     elif fmt in ("csv", "text"):
         sep = "," if fmt == "csv" else " "
         head = "time,flux,err\n" if fmt == "csv" else "# time flux err\n"
         body = "\n".join(sep.join(f"{x:.17g}" for x in r) for r in np.stack([t, f, e], axis=1))
-        tmp.write_text(head + body + "\n")
+        write_text(path, head + body + "\n")
     else:
         raise DopplermapInputError(f"light-curve write format must be 'csv', 'text' or 'fits', got {fmt!r}")
-    os.replace(tmp, path)

@@ -54,13 +54,13 @@ import csv
 import dataclasses
 import glob
 import math
-import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
+from ..atomic import write_file, write_text
 from ..errors import DopplermapInputError, MissingFileError, warn
 from ..objective import Observations
 from ..profiles import tabulated
@@ -375,12 +375,6 @@ def read_lsd(path, fmt: str = "auto", *, fits_columns=None) -> LineProfile:
     return _check_rows(path, rows, lines)
 
 
-def _atomic_write_text(path: Path, text: str):
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def write_lsd(path, vels, flux, err, fmt: str = "donati", *, comment: str = "LSD profile written by dopplermap",
               columns: int = 3):
     """Write one profile.
@@ -401,9 +395,7 @@ def write_lsd(path, vels, flux, err, fmt: str = "donati", *, comment: str = "LSD
         hdu = fits.BinTableHDU.from_columns([fits.Column(name="v", format="D", unit="km/s", array=v),
                                              fits.Column(name="flux", format="D", array=f),
                                              fits.Column(name="err", format="D", array=e)])
-        tmp = path.with_name(path.name + ".tmp")
-        fits.HDUList([fits.PrimaryHDU(), hdu]).writeto(tmp, overwrite=True)
-        os.replace(tmp, path)
+        write_file(path, lambda fh: fits.HDUList([fits.PrimaryHDU(), hdu]).writeto(fh))
         return
     if fmt == "donati":
         if columns not in (3, 7):
@@ -413,12 +405,12 @@ def write_lsd(path, vels, flux, err, fmt: str = "donati", *, comment: str = "LSD
             z = np.zeros_like(v)
             rows = np.stack([v, f, e, z, e, z, e], axis=1)
         body = "\n".join(" ".join(f"{x:.10g}" for x in r) for r in rows)
-        _atomic_write_text(path, f"***{comment}\n {v.size} {columns - 1}\n{body}\n")
+        write_text(path, f"***{comment}\n {v.size} {columns - 1}\n{body}\n")
     elif fmt in ("text", "csv"):
         sep = "," if fmt == "csv" else " "
         head = "v,flux,err\n" if fmt == "csv" else f"# {comment}\n# v flux err\n"
         body = "\n".join(sep.join(f"{x:.10g}" for x in r) for r in np.stack([v, f, e], axis=1))
-        _atomic_write_text(path, head + body + "\n")
+        write_text(path, head + body + "\n")
     else:
         raise DopplermapInputError(f"write format must be 'donati', 'text', 'csv' or 'fits', got {fmt!r}")
 

@@ -365,7 +365,7 @@ def input_fingerprint(res) -> str:
 
 
 def save_result(result, path, *, figures=None, config_file=None, overwrite: bool = True, extra_writers=(),
-                warnings=None) -> dict:
+                warnings=None, finishers=()) -> dict:
     """Write a result folder at ``path`` atomically; returns the summary dict written.
 
     Args:
@@ -381,6 +381,9 @@ def save_result(result, path, *, figures=None, config_file=None, overwrite: bool
             to the folder before it is completed and swapped into place.
         warnings: the run's warning messages for ``summary.json`` (default: those collected
             so far by the innermost :func:`dopplermap.errors.collect_warnings`).
+        finishers: ``(name, writer)`` pairs; ``writer(folder)`` writes file ``name`` after
+            ``summary.json`` (e.g. the HTML report, which reads it), still inside the atomic
+            folder; the names are listed in ``summary.json``.
     """
     path = Path(path)
     if _PREFETCH is not None:
@@ -400,10 +403,14 @@ def save_result(result, path, *, figures=None, config_file=None, overwrite: bool
         summary["run_id"] = folder.run_id
         summary["input_fingerprint"] = fp
         summary["warnings"] = list(active_warnings() if warnings is None else warnings)
-        summary["files"] = sorted([p.name for p in folder.tmp.iterdir()] + [_MARKER, "dopplermap.json"])
+        summary["files"] = sorted([p.name for p in folder.tmp.iterdir()] + [_MARKER, "dopplermap.json"]
+                                  + [name for name, _ in finishers])
         summary["complete"] = True
         summary["save_time"] = time.perf_counter() - t0
         folder.write(_MARKER, lambda p: p.write_text(json.dumps(summary, indent=2)))
+        for _name, writer in finishers:
+            writer(folder.tmp)
+            folder.wrote()
     log.info("wrote result folder %s (%.2f s)", path, summary["save_time"])
     return summary
 
