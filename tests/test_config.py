@@ -193,6 +193,9 @@ def test_search_commands_show_progress(tmp_path, capsys):
                  "--tol", "1e-5"]) == 0
     err = capsys.readouterr().err
     assert "point 2/2: chi2" in err and "best so far vsini=" in err
+    assert main(["lambda", str(cfg_path), "--out", str(tmp_path / "lam2"), "--lmbds", "0.3,3", "--tol", "1e-5",
+                 "-q"]) == 0
+    assert "lambda 1/2" not in capsys.readouterr().err
 
 
 def test_cool_only_target_writes_a_cool_only_result(tmp_path):
