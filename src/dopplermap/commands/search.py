@@ -143,6 +143,7 @@ problem_options = [
                  help="Default: the target's [inversion] regulariser, else mem."),
     click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True, help="Output folder."),
     click.option("--overwrite", is_flag=True, help="Replace an earlier output of this command in --out."),
+    click.option("-q", "--quiet", is_flag=True, help="No progress lines."),
 ]
 
 
@@ -161,7 +162,8 @@ def register(group):
                   help="Also find lambda where reduced chi2 = this.")
     @click.option("--tol", type=click.FloatRange(min=0, min_open=True), default=None,
                   help=f"Solver tolerance (default: the target's [inversion] tol, else {LAMBDA_TOL:g}).")
-    def lambda_cmd(problem, n_cell, n_epoch, n_vel, snr, regulariser, out, overwrite, lmbds, target_chi2, tol):
+    def lambda_cmd(problem, n_cell, n_epoch, n_vel, snr, regulariser, out, overwrite, quiet, lmbds, target_chi2,
+                   tol):
         """Sweep lambda; write the L-curve table, its corner, the target-chi2 lambda and a plot.
 
         PROBLEM: a target .toml, an .npz problem file (see the module docs), or omitted (simulated demo star).
@@ -235,8 +237,8 @@ def register(group):
                   help="Most grid points (default 100000; each is one inversion).")
     @click.option("--delta-chi2", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
                   help="Delta of the un-reduced chi2 for the intervals.")
-    def grid_cmd(problem, n_cell, n_epoch, n_vel, snr, regulariser, out, overwrite, params, lmbd, tol, resume,
-                 scheduler, connect_timeout, workers, max_points, delta_chi2):
+    def grid_cmd(problem, n_cell, n_epoch, n_vel, snr, regulariser, out, overwrite, quiet, params, lmbd, tol,
+                 resume, scheduler, connect_timeout, workers, max_points, delta_chi2):
         """Invert over a grid of stellar parameters; table, best point, intervals and plot.
 
         PROBLEM: a target .toml, an .npz problem file (see the module docs), or omitted (simulated demo star).
@@ -268,7 +270,7 @@ def register(group):
             rows = search.grid_search(prob, axes, out / "grid.csv", settings=settings, resume=resume,
                                       scheduler=scheduler, n_workers=workers, connect_timeout=connect_timeout,
                                       max_points=max_points,
-                                      progress=lambda n, total, row: click.echo(
+                                      progress=None if quiet else lambda n, total, row: click.echo(
                                           f"{n}/{total} chi2 {row['chi2']:.5g}", err=True))
         best = search.best_point(rows, list(axes))
         intervals = {}
