@@ -1,7 +1,13 @@
 """32 lambdas at the seed's size (2500 cells, 150 epochs, 32 velocities): one compiled
 objective, each solve warm-started from the previous lambda, against 32 cold solves.
 
+``--demo``: instead, the demo star of ``dopplermap lambda`` (400 cells, 30 epochs, 24
+velocities, S/N 500, its default sweep 0.001..100 in 16 steps, tol 1e-7): the L-curve corner
+(refined and snapped to the sweep), and the target-chi2 lambda with the number of solves it
+took, bracketed from the sweep (as the command does) and from the sweep's ends alone.
+
     PYTHONPATH=src python benchmarks/bench_lambda.py [--n-lambda 32] [--n-cell 2500]
+    PYTHONPATH=src python benchmarks/bench_lambda.py --demo [--target-chi2 1.0 1.2]
 """
 
 import argparse
@@ -15,13 +21,40 @@ import dopplermap as dm
 from dopplermap import search
 
 
+def demo(targets):
+    from dopplermap.commands.search import load_problem
+
+    prob = load_problem(None)  # the command's demo star
+    obs = prob.obs
+    pre = dm.precompute(prob.grid, prob.star, np.asarray(obs.times), np.asarray(obs.vels), prob.components)
+    lm = np.logspace(-3, 2, 16)
+    print(f"demo star: n_cell {prob.grid.n_cell} n_epoch {obs.n_epoch} n_vel {obs.n_vel}, 16 lambdas 0.001..100, "
+          f"tol 1e-7, backend {jax.default_backend()}")
+    t = time.perf_counter()
+    sw = search.sweep_lambda(pre, obs, lm, tol=1e-7)
+    print(f"sweep {time.perf_counter() - t:.1f} s")
+    c, _ = search.lcurve_corner(sw)
+    c0, _ = search.lcurve_corner(sw, refine=False)
+    print(f"L-curve corner: lambda {c:.5g} (refined), {c0:.5g} (best sweep point)")
+    for target in targets:
+        for name, kw in (("sweep bracket", dict(sweep=sw)), ("lo/hi bracket", dict(lo=float(lm[0]), hi=float(lm[-1])))):
+            t = time.perf_counter()
+            lmt, res, trials = search.lambda_for_chi2(pre, obs, target, tol=1e-7, **kw)
+            print(f"target chi2 {target:g} ({name}): lambda {lmt:.5g}, chi2/target - 1 = {res.chi2 / target - 1:+.2e}, "
+                  f"{len(trials)} solves, {time.perf_counter() - t:.1f} s")
+
+
 def main():
     ap = argparse.ArgumentParser()
+    ap.add_argument("--demo", action="store_true", help="corner and target-chi2 lambda on the CLI's demo star")
+    ap.add_argument("--target-chi2", type=float, nargs="+", default=[1.0, 1.2])
     ap.add_argument("--n-lambda", type=int, default=32)
     ap.add_argument("--n-cell", type=int, default=2500)
     ap.add_argument("--n-epoch", type=int, default=150)
     ap.add_argument("--tol", type=float, default=1e-5, help="the seed's tolerance")
     a = ap.parse_args()
+    if a.demo:
+        return demo(a.target_chi2)
     star, grid, times, vels, comps = dm.demo_setup(n_cell=a.n_cell, n_epoch=a.n_epoch)
     sim = dm.simulate(grid, star, times, vels, comps, dm.DEMO_SPOTS, snr=500.0)
     pre = dm.precompute(grid, star, times, vels, comps)

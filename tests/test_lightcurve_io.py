@@ -365,7 +365,7 @@ def test_invert_prints_what_was_read_dropped_and_fitted(tmp_path, capsys):
     toml = _target(tmp_path, "tess_lc.fits", data_extra='lightcurve_bin = 0.02\nlightcurve_bin_unit = "phase"')
     toml.write_text(toml.read_text() + "\n[inversion]\nmaxiter = 3\n")
     rc = main(["invert", str(toml), "--out", str(tmp_path / "res"), "--no-plots", "--quiet"])
-    assert rc == 0
+    assert rc == 3  # maxiter = 3 keeps the test short: a complete result, reported as not converged
     out = capsys.readouterr().out
     assert "1500 cadences, PDCSAP_FLUX, 35 dropped (QUALITY != 0: 20, NaN: 15), binned in 0.02 phase; " \
            "50 points fitted" in out

@@ -4,10 +4,12 @@
   is an argument of the compiled objective, so one compiled function serves every value;
   each solve starts from the map of the neighbouring (next smaller) lambda.
 * :func:`lcurve_corner` picks lambda at the L-curve corner: the maximum curvature of
-  ``log chi2`` against ``log (regulariser - floor)`` along ``log lambda``. A corner at the
-  first or last lambda of the sweep is refused (the true corner may lie outside it).
-* :func:`lambda_for_chi2` finds the lambda where the reduced chi-square reaches an aim,
-  by bracketing and bisection in ``log lambda`` (chi-square grows with lambda).
+  ``log chi2`` against ``log (regulariser - floor)`` along ``log lambda``, located between
+  the sweep's lambdas on cubic splines through the sweep. A corner at the first or last
+  lambda of the sweep is refused (the true corner may lie outside it).
+* :func:`lambda_for_chi2` finds the lambda where the reduced chi-square reaches an aim:
+  a bracket (from a sweep, or widened from ``lo``/``hi``), then a safeguarded Illinois root
+  finder in ``log lambda`` on warm-started solves.
 * :func:`grid_search` re-precomputes and re-solves at every point of a Cartesian grid of
   stellar parameters (inclination, vsini, domega, period, t_cool, t_hot, macroturbulence,
   ew_scale) and appends one CSV row per finished point, so a killed search resumes where it
@@ -37,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .constants import FILL_MIN
-from .errors import DopplermapInputError
+from .errors import DopplermapInputError, warn
 from .geometry import StarParams
 from .model import LineModel, Precomputed
 from .objective import REGULARISERS, SPOTDIPY_FLOOR, Observations, seed_entropy
@@ -180,8 +182,21 @@ def lcurve_curvature(lmbd, chi2, reg, floor: float = 0.0) -> np.ndarray:
     return (ddx * dy - dx * ddy) / np.maximum(dx * dx + dy * dy, 1e-300) ** 1.5
 
 
-def lcurve_corner(sweep: LambdaSweep) -> tuple[float, np.ndarray]:
-    """The lambda of maximum L-curve curvature and the curvature array.
+def _spline_curvature(t, x, y):
+    """Curvature of the L-curve through cubic splines of ``x(t)`` and ``y(t)``, as a function of t."""
+    from scipy.interpolate import CubicSpline
+
+    sx, sy = CubicSpline(t, x), CubicSpline(t, y)
+
+    def kappa(u):
+        dx, dy, ddx, ddy = sx(u, 1), sy(u, 1), sx(u, 2), sy(u, 2)
+        return (ddx * dy - dx * ddy) / np.maximum(dx * dx + dy * dy, 1e-300) ** 1.5
+
+    return kappa
+
+
+def lcurve_corner(sweep: LambdaSweep, *, refine: bool = True) -> tuple[float, np.ndarray]:
+    """The lambda of maximum L-curve curvature and the curvature array (at the sweep's lambdas).
 
     Exact minimisers give an L-curve on which chi-square rises and the regulariser falls
     with lambda; where a step breaks that (solver noise on the flat, noise-fitting end),
@@ -189,6 +204,12 @@ def lcurve_corner(sweep: LambdaSweep) -> tuple[float, np.ndarray]:
     candidate if the steps to both neighbours are monotone. Raises ``ValueError`` if the
     largest curvature of a monotone point lies at the first or last lambda, or if no point
     inside the sweep bends like a corner (curvature > 0).
+
+    ``refine`` (default): the corner is then located between the sweep's lambdas, as the
+    maximum of the curvature of cubic splines through ``log(reg - floor)`` and ``log chi2``
+    against ``log lambda`` (no further solves), searched between the neighbours of the
+    best sweep point. It moves continuously with the data instead of jumping from one
+    sweep value to the next. ``refine=False``: the best sweep lambda itself.
     """
     kappa = lcurve_curvature(sweep.lmbd, sweep.chi2, sweep.regulariser, sweep.floor)
     step_ok = (np.diff(sweep.chi2) > 0) & (np.diff(sweep.regulariser) < 0)
@@ -204,55 +225,117 @@ def lcurve_corner(sweep: LambdaSweep) -> tuple[float, np.ndarray]:
         side = "smallest" if i == 0 else "largest"
         raise DopplermapInputError(f"L-curve corner lies at the sweep boundary (the {side} lambda, {sweep.lmbd[i]:.4g}); "
                          f"extend the lambda range beyond {sweep.lmbd[0]:.4g}..{sweep.lmbd[-1]:.4g}")
-    return float(sweep.lmbd[i]), kappa
+    if not refine:
+        return float(sweep.lmbd[i]), kappa
+    from scipy.optimize import minimize_scalar
+
+    t = np.log(sweep.lmbd)
+    curv = _spline_curvature(t, np.log(sweep.regulariser - sweep.floor), np.log(sweep.chi2))
+    best = minimize_scalar(lambda u: -float(curv(u)), bounds=(t[i - 1], t[i + 1]), method="bounded",
+                           options={"xatol": 1e-6})
+    u = float(best.x) if -best.fun >= curv(t[i]) else float(t[i])
+    return float(np.exp(u)), kappa
+
+
+def _crossing(sweep: LambdaSweep, target: float):
+    """Indices ``(j, j + 1)`` of the first sweep step whose chi2 crosses ``target`` upwards, or None."""
+    below = sweep.chi2 <= target
+    for j in range(sweep.lmbd.size - 1):
+        if below[j] and not below[j + 1]:
+            return j, j + 1
+    return None
 
 
 def lambda_for_chi2(pre: Precomputed, obs: Observations, target: float, *, lo: float = 1e-3, hi: float = 1e3,
-                    regulariser: str = "mem", rtol: float = 1e-3, max_solves: int = 40, tol: float = 1e-7,
-                    maxiter: int = 2000, x0=None, **invert_kw) -> tuple[float, InversionResult, list]:
-    """The lambda at which the reduced chi-square equals ``target``.
+                    regulariser: str = "mem", rtol: float = 1e-3, max_solves: int = 10, tol: float = 1e-7,
+                    maxiter: int = 2000, x0=None, sweep: LambdaSweep | None = None,
+                    **invert_kw) -> tuple[float, InversionResult, list]:
+    """The lambda at which the reduced chi-square equals ``target``, to ``|chi2 / target - 1| < rtol``.
 
-    Brackets the aim between ``lo`` and ``hi`` (each widened by 10x up to 4 times when
-    needed), then bisects in ``log lambda`` with warm starts until ``|chi2/target - 1| <
-    rtol``. Returns ``(lambda, result, trials)``; ``trials`` lists ``(lambda, chi2)``.
+    A root of ``g(s) = log(chi2(e^s) / target)`` in ``s = log lambda``, found by bracketing and
+    the Illinois variant of regula falsi (superlinear on a smooth ``g``) with a bisection
+    safeguard: after a step that did not halve the smallest ``|g|`` so far, or one that
+    would leave the bracket, the next point is the bracket's midpoint. Every step
+    keeps a sign change, so where chi2 is not monotone in lambda (solver noise near the
+    answer) the result is still a crossing inside the bracket. Each solve is warm-started
+    from the map of the bracket's initial upper end.
+
+    The bracket comes from ``sweep`` (a :class:`LambdaSweep` of the same problem: the first
+    step whose chi2 crosses the target; no new solve) if given, else from ``lo`` and ``hi``
+    (each widened by 10x up to 4 times when needed). Returns ``(lambda, result, trials)``
+    with ``trials`` the ``(lambda, chi2)`` of every solve this call made; at most
+    ``max_solves`` solves (a warning says so if the tolerance was not reached by then).
     """
     if not target > 0:
         raise DopplermapInputError(f"target chi2 must be > 0, got {target!r}")
     if not (0 < lo < hi):
         raise DopplermapInputError(f"need 0 < lo < hi for the lambda bracket, got lo={lo!r}, hi={hi!r}")
+    if not (0 < rtol < 1):
+        raise DopplermapInputError(f"rtol must be in (0, 1), got {rtol!r}")
     trials: list[tuple[float, float]] = []
     kw = dict(regulariser=regulariser, tol=tol, maxiter=maxiter, **invert_kw)
+    aim = math.log1p(rtol)
 
     def solve(lm, start):
         r = invert(pre, obs, lmbd=lm, x0=start, **kw)
         trials.append((lm, r.chi2))
         return r
 
-    r_hi = solve(hi, x0)
-    for _ in range(4):
-        if r_hi.chi2 >= target:
-            break
-        hi *= 10.0
-        r_hi = solve(hi, r_hi.x)
-    r_lo = solve(lo, r_hi.x)
-    for _ in range(4):
-        if r_lo.chi2 <= target:
-            break
-        lo /= 10.0
-        r_lo = solve(lo, r_lo.x)
-    if not (r_lo.chi2 <= target <= r_hi.chi2):
-        raise DopplermapInputError(f"target chi2 {target:.5g} not reached: chi2 runs from {r_lo.chi2:.5g} (lambda {lo:.3g}) "
-                         f"to {r_hi.chi2:.5g} (lambda {hi:.3g})")
-    best = min((r_lo, r_hi), key=lambda r: abs(r.chi2 / target - 1.0))
-    while abs(best.chi2 / target - 1.0) >= rtol and len(trials) < max_solves and hi / lo > 1 + 1e-9:
-        mid = math.sqrt(lo * hi)
-        r = solve(mid, r_hi.x)
-        if r.chi2 < target:
-            lo, r_lo = mid, r
-        else:
-            hi, r_hi = mid, r
-        if abs(r.chi2 / target - 1.0) < abs(best.chi2 / target - 1.0):
+    def g(r):
+        return math.log(r.chi2 / target)
+
+    pair = _crossing(sweep, target) if sweep is not None else None
+    if pair is not None:
+        r_lo, r_hi = sweep.results[pair[0]], sweep.results[pair[1]]
+    else:
+        r_hi = solve(hi, x0)
+        for _ in range(4):
+            if r_hi.chi2 >= target:
+                break
+            hi *= 10.0
+            r_hi = solve(hi, r_hi.x)
+        r_lo = solve(lo, r_hi.x)
+        for _ in range(4):
+            if r_lo.chi2 <= target:
+                break
+            lo /= 10.0
+            r_lo = solve(lo, r_lo.x)
+        if not (r_lo.chi2 <= target <= r_hi.chi2):
+            raise DopplermapInputError(f"target chi2 {target:.5g} not reached: chi2 runs from {r_lo.chi2:.5g} "
+                                       f"(lambda {lo:.3g}) to {r_hi.chi2:.5g} (lambda {hi:.3g})")
+    a, fa = math.log(r_lo.lmbd), g(r_lo)
+    b, fb = math.log(r_hi.lmbd), g(r_hi)
+    # Every step starts from the map of the bracket's first upper end (smoother than the
+    # answer's): a solve warm-started from a map that is already nearly optimal for a close
+    # lambda can stop after a step or two (the relative-reduction test), so chi2 would keep
+    # the start's value and jump with the start instead of following lambda.
+    start = r_hi.x
+    best = min((r_lo, r_hi), key=lambda r: abs(g(r)))
+    side = 0  # which end the last step replaced (Illinois: halve the kept end's value on a repeat)
+    stalled = False
+    while abs(g(best)) >= aim and len(trials) < max_solves and b - a > 1e-12:
+        s = (a * fb - b * fa) / (fb - fa) if fb != fa else 0.5 * (a + b)
+        if stalled or not (a < s < b):
+            s = 0.5 * (a + b)
+        r = solve(math.exp(s), start)
+        fs = g(r)
+        stalled = abs(fs) > 0.5 * abs(g(best))  # no superlinear progress: bisect next
+        if abs(fs) < abs(g(best)):
             best = r
+        if fs <= 0:
+            a, fa, r_lo = s, fs, r
+            if side == -1:
+                fb *= 0.5
+            side = -1
+        else:
+            b, fb, r_hi = s, fs, r
+            if side == 1:
+                fa *= 0.5
+            side = 1
+    if abs(g(best)) >= aim:
+        warn(f"lambda for target chi2 {target:.5g}: best chi2 {best.chi2:.5g} (off by "
+             f"{abs(best.chi2 / target - 1):.2%}) after {len(trials)} solves, between lambda "
+             f"{math.exp(a):.5g} and {math.exp(b):.5g}; raise max_solves or tighten tol")
     return best.lmbd, best, trials
 
 
@@ -327,30 +410,75 @@ def _round_up(n: int, step: int) -> int:
     return int(-(-n // step) * step)
 
 
+def _pad_axis(a, axis: int, n: int, value=0):
+    widths = [(0, 0)] * a.ndim
+    widths[axis] = (0, n)
+    return jnp.pad(a, widths, constant_values=value) if n else a
+
+
+def _padding_rules(line: LineModel, s1: int, b1: int) -> dict:
+    """One rule per :class:`LineModel` field: how the field changes when the slot axis grows
+    from ``n_slot`` to ``s1`` (and, binned, the bin axis to ``b1``). A field without a rule
+    is an error (see :func:`pad_precomputed`), so a new field cannot be dropped silently."""
+    s0 = int(line.cell.shape[1])
+    ds = s1 - s0
+
+    def keep(a):
+        return a
+
+    def slots(axis, value=0):
+        return lambda a: _pad_axis(a, axis, ds, value)
+
+    # the slot axis of ``local`` depends on the form; blocked matrices span the blocks' cells, not slots
+    local_axis = {"dense": 1, "folded": 2, "blocked": None, "binned": None}
+    if line.method not in local_axis:
+        raise DopplermapInputError(f"pad_precomputed: unknown synthesis form {line.method!r}")
+    return {
+        "vels": keep,
+        "cell": slots(1),  # new slots point at cell 0 with zero weight
+        "pos": lambda a: jnp.where(a == s0, s1, a).astype(a.dtype),  # "not visible" is the slot count
+        "weight": slots(1),
+        "beta": slots(1),
+        "jbase": slots(1, b1 - 4),  # any in-range first bin: the slot's weights are zero
+        # bins past the last one receive no weight; edge values keep the templates finite
+        "kernel": lambda a: jnp.pad(a, ((0, b1 - a.shape[0]), (0, 0), (0, 0)), mode="edge"),
+        "cont": keep,
+        "local": keep if local_axis[line.method] is None else slots(local_axis[line.method]),
+        "base": keep,
+        "base_norm": keep,
+        "num_exact": keep,
+        "use_exact": keep,
+        "local_t": keep,
+        "block_cell": keep,
+        "block_row": keep,
+        "method": keep,
+        "col_comp": keep,
+    }
+
+
 def pad_precomputed(pre: Precomputed, n_slot: int | None = None, n_bin: int | None = None) -> Precomputed:
     """Pad the slot and bin axes with zero-weight entries (same model, new shapes).
 
     By default ``n_slot`` is rounded up to a multiple of ``max(32, n_cell // 16)`` and
     ``n_bin`` to a multiple of 128, so that neighbouring grid points share one compiled
-    objective.
+    objective. Every synthesis form (dense, folded, blocked, binned, with or without
+    mu-dependent profiles) is padded field by field; every other field is kept.
     """
     line = pre.line
     s0 = int(line.cell.shape[1])
     s1 = n_slot if n_slot is not None else min(_round_up(s0, max(32, line.n_cell // 16)), line.n_cell)
-    s1 = max(s1, s0)
-    ds = s1 - s0
-    pos = jnp.where(line.pos == s0, s1, line.pos)
-    fields = dict(vels=line.vels, cell=jnp.pad(line.cell, ((0, 0), (0, ds))), pos=pos.astype(line.pos.dtype),
-                  weight=jnp.pad(line.weight, ((0, 0), (0, ds), (0, 0))), method=line.method)
-    if line.method == "binned":
+    s1 = max(int(s1), s0)
+    b1 = 0
+    if line.kernel is not None:
         b0 = int(line.kernel.shape[0])
-        b1 = max(n_bin if n_bin is not None else _round_up(b0, 128), b0)
-        kernel = jnp.pad(line.kernel, ((0, b1 - b0), (0, 0), (0, 0)), mode="edge")
-        jbase = jnp.pad(line.jbase, ((0, 0), (0, ds)), constant_values=b1 - 4)
-        fields.update(beta=jnp.pad(line.beta, ((0, 0), (0, ds), (0, 0))), jbase=jbase, kernel=kernel)
-    else:
-        fields.update(local=jnp.pad(line.local, ((0, 0), (0, ds), (0, 0), (0, 0))))
-    return Precomputed(line=LineModel(**fields), cell_area=pre.cell_area, edges=pre.edges)
+        b1 = max(int(n_bin) if n_bin is not None else _round_up(b0, 128), b0)
+    rules = _padding_rules(line, s1, b1)
+    names = [f.name for f in dataclasses.fields(LineModel)]
+    missing = sorted(set(names) - set(rules))
+    if missing:
+        raise RuntimeError(f"pad_precomputed has no padding rule for LineModel field(s) {missing}")
+    fields = {n: (None if getattr(line, n) is None else rules[n](getattr(line, n))) for n in names}
+    return dataclasses.replace(pre, line=LineModel(**fields))
 
 
 def evaluate_point(problem: Problem, params: dict, settings: Settings | None = None, x0=None) -> dict:
@@ -684,11 +812,15 @@ def grid_search(problem: Problem, axes: dict, table, *, settings: Settings | Non
     return read_table(table)
 
 
-def best_point(rows: list[dict], names) -> dict:
-    """The row of least loss."""
+def best_point(rows: list[dict], names, *, column: str = "loss") -> dict:
+    """The row of least ``column`` (default the loss; pass the column of
+    :func:`delta_chi2_interval`, ``"chi2_total"``, to report a best point and intervals from
+    one criterion)."""
     if not rows:
         raise DopplermapInputError("no rows in the grid-search table")
-    return min(rows, key=lambda r: r["loss"])
+    if column not in rows[0]:
+        raise DopplermapInputError(f"column {column!r} is not in the grid-search table ({sorted(rows[0])})")
+    return min(rows, key=lambda r: r[column])
 
 
 def delta_chi2_interval(rows: list[dict], name: str, *, delta: float = 1.0, column: str = "chi2_total") -> dict:

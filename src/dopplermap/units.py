@@ -16,6 +16,7 @@ already loaded, so the checks cost nothing for plain numbers.
 
 from __future__ import annotations
 
+import importlib
 import sys
 
 import numpy as np
@@ -26,7 +27,13 @@ __all__ = ["to_unit", "to_days", "to_epoch"]
 
 
 def _astropy(name):
-    return sys.modules.get(name)
+    """The astropy module ``name`` if it is loaded (or being loaded), else None.
+
+    ``sys.modules`` alone is not enough: a background thread (``prefetch_writers``) may be
+    half-way through importing astropy; importing it here waits for that import to finish."""
+    if name not in sys.modules:
+        return None
+    return importlib.import_module(name)
 
 
 def _class(module: str, name: str):

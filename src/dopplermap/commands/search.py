@@ -201,7 +201,7 @@ def register(group):
             with _expected_chi2_spread():
                 lmt, res, trials = search.lambda_for_chi2(pre, obs, target_chi2, lo=float(sw.lmbd[0]),
                                                           hi=float(sw.lmbd[-1]), regulariser=regulariser, tol=tol,
-                                                          **kw)
+                                                          sweep=sw, **kw)
             choice.update(target_chi2=target_chi2, target_lambda=lmt, target_result_chi2=res.chi2,
                           target_trials=trials)
         lines = sw.table().splitlines()  # each row also names its settings and problem
@@ -272,10 +272,11 @@ def register(group):
                                       max_points=max_points,
                                       progress=None if quiet else lambda n, total, row: click.echo(
                                           f"{n}/{total} chi2 {row['chi2']:.5g}", err=True))
-        best = search.best_point(rows, list(axes))
+        column = "chi2_total"  # one criterion for the best point and the intervals
+        best = search.best_point(rows, list(axes), column=column)
         intervals = {}
         for name in axes:
-            iv = search.delta_chi2_interval(rows, name, delta=delta_chi2)
+            iv = search.delta_chi2_interval(rows, name, delta=delta_chi2, column=column)
             intervals[name] = {k: iv[k] for k in ("best", "lo", "hi", "at_edge", "delta", "note")}
         fp = _search_fingerprint(prob)
         _write_json(out / "grid.json", {"best": best, "intervals": intervals, "lmbd": settings.lmbd,

@@ -1,0 +1,188 @@
+"""Choosing lambda: a continuous L-curve corner, a bracketing root finder for the target chi2,
+and one criterion for the grid's best point and intervals."""
+
+import json
+import math
+import types
+import warnings
+
+import numpy as np
+import pytest
+
+import dopplermap as dm
+from dopplermap import search
+from dopplermap.errors import DopplermapWarning
+
+# ------------------------------------------------------------------ an analytic L-curve
+
+
+def _tikhonov_sweep(lmbd, b, u, sv):
+    """Tikhonov ``min |A x - b|^2 + lmbd |x|^2`` by the SVD ``A = U diag(sv) V'``: the exact
+    residual and solution norms (Hansen's L-curve), as a :class:`LambdaSweep`."""
+    beta = u.T @ b
+    lm = np.atleast_1d(lmbd)[:, None]
+    filt = sv**2 / (sv**2 + lm)
+    res = np.sum(((1 - filt) * beta) ** 2, axis=1) + (b @ b - beta @ beta)
+    norm = np.sum((filt * beta / sv) ** 2, axis=1)
+    n = lm.shape[0]
+    return search.LambdaSweep(lmbd=np.asarray(lmbd, float), chi2=res / b.size, regulariser=norm, loss=res + lm[:, 0] * norm,
+                              iterations=np.zeros(n, int), results=[], floor=0.0, total_time=0.0)
+
+
+@pytest.fixture(scope="module")
+def linear_problem():
+    rng = np.random.default_rng(0)
+    m = n = 40
+    u, _ = np.linalg.qr(rng.normal(size=(m, m)))
+    sv = np.logspace(0, -4, n)
+    x_true = np.ones(n)
+    b_clean = u @ (sv * x_true)
+    return u, sv, b_clean, 1e-3 * rng.normal(size=m)
+
+
+def _true_corner(u, sv, b):
+    t = np.linspace(math.log(1e-9), math.log(1e1), 40001)
+    fine = _tikhonov_sweep(np.exp(t), b, u, sv)
+    kappa = search.lcurve_curvature(fine.lmbd, fine.chi2, fine.regulariser)
+    return float(fine.lmbd[int(np.argmax(kappa))])
+
+
+def test_corner_between_sweep_points_matches_the_analytic_corner(linear_problem):
+    u, sv, b_clean, noise = linear_problem
+    b = b_clean + noise
+    lm = np.logspace(-9, 1, 13)  # a factor 6.8 apart
+    sw = _tikhonov_sweep(lm, b, u, sv)
+    exact = _true_corner(u, sv, b)
+    corner, _ = search.lcurve_corner(sw)
+    snapped, _ = search.lcurve_corner(sw, refine=False)
+    assert snapped in lm
+    assert abs(math.log(corner / exact)) < 0.2 < abs(math.log(snapped / exact))  # well inside a 1.9 log step
+    # continuous in the data: a slightly different noise draw moves the corner slightly
+    moved, _ = search.lcurve_corner(_tikhonov_sweep(lm, b_clean + 1.01 * noise, u, sv))
+    assert 0 < abs(math.log(moved / corner)) < 0.05
+    assert search.lcurve_corner(_tikhonov_sweep(lm, b_clean + 1.01 * noise, u, sv), refine=False)[0] == snapped
+
+
+# ------------------------------------------------------------------ the root finder
+
+
+def _fake_invert(chi2_of_lambda, calls):
+    def invert(pre, obs, *, lmbd, x0=None, **kw):
+        calls.append(lmbd)
+        return types.SimpleNamespace(lmbd=lmbd, chi2=float(chi2_of_lambda(lmbd)), x=np.array([lmbd]))
+    return invert
+
+
+def test_target_chi2_on_a_non_monotone_curve(monkeypatch):
+    # chi2 rises with lambda but wiggles (d log chi2 / d log lambda changes sign near the answer)
+    def chi2(lm):
+        s = math.log(lm)
+        return 1.3 * math.exp(0.35 * (s - 0.4) + 0.04 * math.sin(12.0 * s))
+
+    calls = []
+    monkeypatch.setattr(search, "invert", _fake_invert(chi2, calls))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DopplermapWarning)
+        lm, res, trials = search.lambda_for_chi2(None, None, 1.3, lo=1e-3, hi=1e3, rtol=1e-3, max_solves=12)
+    assert abs(res.chi2 / 1.3 - 1) < 1e-3
+    assert len(calls) == len(trials) <= 12 and res.lmbd == lm
+    s = np.linspace(math.log(lm) - 0.3, math.log(lm) + 0.3, 601)
+    assert np.any(np.diff([chi2(math.exp(v)) for v in s]) < 0)  # the curve really is non-monotone there
+
+
+def test_target_chi2_warns_when_out_of_solves(monkeypatch):
+    calls = []
+    monkeypatch.setattr(search, "invert", _fake_invert(lambda lm: 0.5 + lm, calls))
+    with pytest.warns(DopplermapWarning, match="after 3 solves"):
+        search.lambda_for_chi2(None, None, 1.7, lo=1e-3, hi=1e3, rtol=1e-9, max_solves=3)
+    assert len(calls) == 3
+
+
+# ------------------------------------------------------------------ a small Doppler problem
+
+
+@pytest.fixture(scope="module")
+def doppler():
+    star, grid, times, vels, comps = dm.demo_setup(n_cell=200, n_epoch=10, n_vel=20, seed=3)
+    sim = dm.simulate(grid, star, times, vels, comps, dm.DEMO_SPOTS, snr=300.0, seed=3)
+    pre = dm.precompute(grid, star, times, vels, comps)
+    rng = np.random.default_rng(9)  # the same data with 1 % of the noise added again
+    flux2 = np.asarray(sim.obs.flux) + 0.01 * np.asarray(sim.obs.err) * rng.normal(size=sim.obs.flux.shape)
+    obs2 = dm.Observations.create(sim.obs.times, sim.obs.vels, flux2, sim.obs.err)
+    lm = np.logspace(-3, 2, 12)
+    sweeps = [search.sweep_lambda(pre, o, lm, tol=1e-8) for o in (sim.obs, obs2)]
+    return pre, (sim.obs, obs2), lm, sweeps
+
+
+def test_doppler_corner_is_continuous(doppler):
+    _, _, lm, (sw1, sw2) = doppler
+    c1, c2 = (search.lcurve_corner(s)[0] for s in (sw1, sw2))
+    assert min(abs(math.log(c1 / v)) for v in lm) > 1e-4  # not snapped to a sweep value
+    assert 0 < abs(math.log(c2 / c1)) < 0.05  # log spacing of the sweep: 1.05
+
+
+def test_doppler_target_chi2_in_few_solves(doppler, monkeypatch):
+    pre, (obs1, obs2), lm, sweeps = doppler
+    calls = []
+    real = search.invert
+
+    def counting(*a, **k):
+        calls.append(k["lmbd"])
+        return real(*a, **k)
+
+    monkeypatch.setattr(search, "invert", counting)
+    found = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DopplermapWarning)
+        for obs, sw in zip((obs1, obs2), sweeps, strict=True):
+            n0 = len(calls)
+            lmt, res, trials = search.lambda_for_chi2(pre, obs, 1.1, tol=1e-8, sweep=sw)
+            assert len(calls) - n0 == len(trials) <= 10
+            assert abs(res.chi2 / 1.1 - 1) < 5e-3
+            found.append(lmt)
+        # without a sweep: bracketed from lo/hi (5 decades)
+        n0 = len(calls)
+        lmt, res, trials = search.lambda_for_chi2(pre, obs1, 1.1, lo=1e-3, hi=1e2, tol=1e-8)
+        assert len(calls) - n0 == len(trials) <= 10 and abs(res.chi2 / 1.1 - 1) < 5e-3
+    assert min(abs(math.log(found[0] / v)) for v in lm) > 1e-4
+    assert abs(math.log(found[1] / found[0])) < 0.05
+    assert abs(math.log(lmt / found[0])) < 0.05  # the same answer from either bracket
+
+
+# ------------------------------------------------------------------ grid: one criterion
+
+
+def _rows():
+    # the least loss (inclination 50) and the least chi2 (inclination 60) disagree
+    rows = []
+    for p, inc in enumerate((40.0, 50.0, 60.0, 70.0)):
+        chi2 = {40.0: 1.10, 50.0: 1.04, 60.0: 1.00, 70.0: 1.06}[inc]
+        loss = {40.0: 1.30, 50.0: 1.18, 60.0: 1.20, 70.0: 1.25}[inc]
+        rows.append(dict(point=p, inclination=inc, chi2=chi2, chi2_total=chi2 * 100, loss=loss, regulariser=0.1,
+                         entropy=0.1, iterations=10, success=1))
+    return rows
+
+
+def test_best_point_by_column():
+    rows = _rows()
+    assert search.best_point(rows, ["inclination"])["inclination"] == 50.0  # the default, least loss
+    best = search.best_point(rows, ["inclination"], column="chi2_total")
+    assert best["inclination"] == search.delta_chi2_interval(rows, "inclination")["best"] == 60.0
+    with pytest.raises(ValueError, match="column"):
+        search.best_point(rows, ["inclination"], column="nope")
+
+
+def test_grid_command_reports_one_criterion(tmp_path, monkeypatch):
+    from dopplermap.cli import main
+    from dopplermap.commands.search import save_problem
+
+    star, grid, times, vels, comps = dm.demo_setup(n_cell=100, n_epoch=6, n_vel=12)
+    flux = np.ones((times.size, vels.size))
+    save_problem(tmp_path / "p.npz", dm.Observations.create(times, vels, flux, 1e-3 * flux), star, n_cell=100)
+    monkeypatch.setattr(search, "grid_search", lambda *a, **k: _rows())
+    rc = main(["grid", str(tmp_path / "p.npz"), "--param", "inclination=40,50,60,70", "--out", str(tmp_path / "o"),
+               "--delta-chi2", "5"])
+    assert rc == 0
+    out = json.loads((tmp_path / "o" / "grid.json").read_text())
+    assert out["best"]["inclination"] == out["intervals"]["inclination"]["best"] == 60.0
+    assert out["intervals"]["inclination"]["lo"] == 50.0 and out["intervals"]["inclination"]["hi"] == 60.0
