@@ -117,3 +117,22 @@ def test_bad_knobs(small):
         dm.precompute(grid, star, times, vels, comps, synthesis_tol=0.0, method="binned")
     with pytest.raises(ValueError, match="bin_width"):
         dm.precompute(grid, star, times, vels, comps, bin_width=-1.0, method="binned")
+
+
+def test_mu_basis_that_cannot_reach_the_tolerance_warns():
+    """With every mu node used the separation error of a macroturbulent profile stops near
+    1e-8 (the spline in mu); a synthesis_tol below it was missed silently before."""
+    import warnings
+
+    from dopplermap.broadening import mu_dependent_profile
+    from dopplermap.errors import DopplermapWarning
+    from dopplermap.model import _MuBasis
+
+    profile = mu_dependent_profile(dm.gaussian(0.5, 9.0), 4.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DopplermapWarning)
+        ok = _MuBasis(profile, 1e-7, profile.half_width, 0.5)  # reachable: no warning
+    assert ok.error <= 1e-7 and ok.rank < 65
+    with pytest.warns(DopplermapWarning, match=r"separates only to .* above synthesis_tol = 1e-15"):
+        tight = _MuBasis(profile, 1e-15, profile.half_width, 0.5)
+    assert tight.error > 1e-15
