@@ -41,7 +41,7 @@ import numpy as np
 from .errors import DopplermapInputError, warn
 
 __all__ = ["write_file", "write_text", "write_json", "AtomicFolder", "check_out", "check_out_file",
-           "read_manifest", "verify_folder", "clean_leftovers", "fingerprint", "new_run_id", "MANIFEST", "file_mode", "dir_mode"]
+           "read_manifest", "write_manifest", "verify_folder", "clean_leftovers", "fingerprint", "new_run_id", "MANIFEST", "file_mode", "dir_mode"]
 
 MANIFEST = "dopplermap.json"
 _FORMAT = "dopplermap-folder-1"
@@ -183,6 +183,16 @@ def read_manifest(folder) -> dict | None:
     except (json.JSONDecodeError, UnicodeDecodeError, OSError):
         return None
     return m if isinstance(m, dict) and m.get("format") == _FORMAT else None
+
+
+def write_manifest(folder, *, kind: str, run_id: str, inputs, meta=None) -> Path:
+    """Write the completeness marker :data:`MANIFEST` of ``folder``: kind, run id, input
+    fingerprint and each file's size and SHA-256 (every file below ``folder`` but itself)."""
+    folder = Path(folder)
+    files = {str(p.relative_to(folder)): {"bytes": p.stat().st_size, "sha256": _sha256(p)}
+             for p in sorted(folder.rglob("*")) if p.is_file() and p.relative_to(folder) != Path(MANIFEST)}
+    return write_json(folder / MANIFEST, {"format": _FORMAT, "kind": kind, "run_id": run_id, "inputs": inputs,
+                                          "files": files, **(meta or {}), "complete": True})
 
 
 def _folder_kind(folder: Path, legacy=None) -> str | None:
@@ -389,17 +399,10 @@ class AtomicFolder:
         _fault(f"file:{self._n}")
 
     def _finish(self) -> None:
-        files = {}
-        for p in sorted(self.tmp.rglob("*")):
-            if p.is_file():
-                os.chmod(p, file_mode())
-                files[str(p.relative_to(self.tmp))] = {"bytes": p.stat().st_size, "sha256": _sha256(p)}
-            elif p.is_dir():
-                os.chmod(p, dir_mode())
+        for p in self.tmp.rglob("*"):
+            os.chmod(p, file_mode() if p.is_file() else dir_mode())
         _fault("marker")
-        manifest = {"format": _FORMAT, "kind": self.kind, "run_id": self.run_id, "inputs": self.inputs,
-                    "files": files, **self.meta, "complete": True}
-        write_json(self.tmp / MANIFEST, manifest)
+        write_manifest(self.tmp, kind=self.kind, run_id=self.run_id, inputs=self.inputs, meta=self.meta)
         _fsync_dir(self.tmp)
         os.chmod(self.tmp, dir_mode())
         self._swap()

@@ -525,10 +525,9 @@ def evaluate_point(problem: Problem, params: dict, settings: Settings | None = N
     ``iterations``, ``success``.
     """
     star, comps = apply_parameters(problem, params)
-    point = problem.replace(star=star, components=comps)
+    point = problem.replace(star=star, components=comps, settings=settings or problem.settings)
     pre = pad_precomputed(point.pre)
-    kw = point.invert_kwargs() if settings is None else dict(settings.invert_kwargs(), lightcurve=point.lightcurve)
-    res = invert(pre, point.obs, **kw, x0=x0)
+    res = invert(pre, point.obs, **point.invert_kwargs(), x0=x0)
     ent = float(seed_entropy(jnp.asarray(res.fssc), jnp.asarray(res.fssh), pre.cell_area))
     obs = point.obs
     n_data = obs.n_epoch * obs.n_vel

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import warnings
 from pathlib import Path
 
 import jax
@@ -44,7 +45,7 @@ import numpy as np
 from . import plan
 from .atomic import write_file
 from .constants import FILL_MAX, FILL_MIN
-from .errors import DopplermapInputError
+from .errors import DopplermapInputError, DopplermapWarning
 from .model import _EPOCH_FIELDS, LineModel, Precomputed, blocked_nbytes, solve_form
 from .objective import DEFAULT_PENALTY, Layout, Observations, loss
 from .solvers import InversionResult, invert, resolve_cube_dtype
@@ -182,8 +183,10 @@ def bootstrap(pre: Precomputed, obs: Observations, best: InversionResult, *, n_b
         for b, idx in enumerate(draws):
             pre_b, obs_b = resample_epochs(pre, obs, idx)
             x0 = np.concatenate([best.fssc, best.fssh, best.rv[idx], best.amp[idx]])
-            r = invert(pre_b, obs_b, lmbd=best.lmbd, regulariser=best.regulariser, x0=x0, tol=tol,
-                       maxiter=maxiter, fit_rv=fit_rv, fit_amp=fit_amp)
+            with warnings.catch_warnings():  # a resample repeats epochs on purpose
+                warnings.filterwarnings("ignore", message=".*duplicate epochs", category=DopplermapWarning)
+                r = invert(pre_b, obs_b, lmbd=best.lmbd, regulariser=best.regulariser, x0=x0, tol=tol,
+                           maxiter=maxiter, fit_rv=fit_rv, fit_amp=fit_amp)
             samples[b, 0], samples[b, 1] = r.fssc, r.fssh
             if progress is not None:
                 progress(b + 1, n_boot)

@@ -308,9 +308,6 @@ def register(group):
 
 def _finish_grid_folder(out: Path, fp: str) -> None:
     """Write the manifest of a finished grid folder (the table grows in place, for --resume)."""
-    from ..atomic import _FORMAT, MANIFEST, _sha256, new_run_id, write_json
+    from ..atomic import new_run_id, write_manifest
 
-    files = {p.name: {"bytes": p.stat().st_size, "sha256": _sha256(p)}
-             for p in sorted(out.iterdir()) if p.is_file() and p.name != MANIFEST}
-    write_json(out / MANIFEST, {"format": _FORMAT, "kind": "grid", "run_id": new_run_id(), "inputs": fp,
-                                "files": files, "complete": True})
+    write_manifest(out, kind="grid", run_id=new_run_id(), inputs=fp)
