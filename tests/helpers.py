@@ -141,7 +141,7 @@ def value_and_grad(pre: model.Precomputed, scn: Scenario, x, lmbd: float = LMBD)
     joint = None if scn.lightcurve is None else (scn.lightcurve, jnp.asarray(1.0), jnp.asarray(1.0))
     fn, _ = compiled_value_and_grad(xj, lm, pre, scn.obs, "mem", float(DEFAULT_PENALTY), joint)
     val, grad, aux = fn(xj, lm, pre, scn.obs) if joint is None else fn(xj, lm, pre, scn.obs, joint)
-    return float(val), np.asarray(grad), np.asarray(aux[-1])
+    return float(val), np.asarray(grad), np.asarray(aux.model)
 
 
 # ------------------------------------------------------------------------------ solvers

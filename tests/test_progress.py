@@ -7,6 +7,7 @@ import logging
 
 import numpy as np
 
+from dopplermap.objective import Terms
 from dopplermap.progress import Reporter
 from dopplermap.solvers.scipy_lbfgsb import lbfgsb
 
@@ -16,7 +17,7 @@ def quadratic(x):
     target = np.linspace(-1, 2, x.size)
     r = x - target
     val = float(r @ r)
-    return val, 2 * r, (val / x.size, 0.5, 0.0)
+    return val, 2 * r, Terms(val / x.size, 0.5, 0.0)
 
 
 def console():

@@ -28,7 +28,7 @@ from .errors import DopplermapInputError
 from .geometry import StarParams, cell_geometry
 from .grid import SurfaceGrid
 from .model import apply_nuisance, precompute
-from .objective import DEFAULT_PENALTY, REGULARISERS, Layout, Observations, chi2, regulariser_value, sum_excess
+from .objective import DEFAULT_PENALTY, REGULARISERS, Layout, Observations, Terms, chi2, regulariser_value, sum_excess
 from .profiles import ComponentSet, LocalProfile
 from .solvers import InversionResult, invert
 from .solvers.scipy_lbfgsb import lbfgsb
@@ -153,7 +153,7 @@ def joint_fit(grid: SurfaceGrid, star: StarParams, obs: Observations, components
         c2 = chi2(m, obs)
         reg = regulariser_value(regulariser, fssc, fssh, area, edges).astype(z.dtype)
         pen = penalty * sum_excess(fssc, fssh)
-        return c2 + lm * reg + pen, (c2, reg, pen)
+        return c2 + lm * reg + pen, Terms(c2, reg, pen)
 
     vg = jax.jit(jax.value_and_grad(terms, has_aux=True))
     lm = jnp.asarray(float(lmbd))
@@ -185,8 +185,8 @@ def joint_fit(grid: SurfaceGrid, star: StarParams, obs: Observations, components
     fssc, fssh, rv, amp = lay.split(z[:lay.size])
     m = np.asarray(model(jnp.asarray(fssc), jnp.asarray(fssh), jnp.asarray(rv), jnp.asarray(amp),
                          new_star.inclination, new_star.vsini, new_star.domega, star.period, star.t0))
-    result = InversionResult(fssc=fssc, fssh=fssh, rv=rv, amp=amp, loss=float(val), chi2=float(aux[0]),
-                             regulariser_value=float(aux[1]), lmbd=float(lmbd), regulariser=regulariser,
+    result = InversionResult(fssc=fssc, fssh=fssh, rv=rv, amp=amp, loss=float(val), chi2=float(aux.chi2),
+                             regulariser_value=float(aux.regulariser), lmbd=float(lmbd), regulariser=regulariser,
                              iterations=int(res.nit), n_eval=int(res.nfev), success=bool(res.success),
                              stop_reason=str(res.message), compile_time=0.0, solve_time=solve_time,
                              history=history, model=m, solver="lbfgsb-joint")

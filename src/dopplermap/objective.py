@@ -32,6 +32,7 @@ remaining tiny excess back onto ``fssc + fssh = 1``.
 from __future__ import annotations
 
 import dataclasses
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -44,7 +45,7 @@ from .lightcurve import chi2_lightcurve
 from .model import Precomputed, forward
 from .units import to_epoch, to_unit
 
-__all__ = ["Observations", "Layout", "chi2", "seed_entropy", "spotdipy_entropy", "tikhonov", "sum_excess",
+__all__ = ["Observations", "Layout", "Terms", "chi2", "seed_entropy", "spotdipy_entropy", "tikhonov", "sum_excess",
            "regulariser_value", "objective_terms", "loss", "REGULARISERS", "DEFAULT_PENALTY", "SPOTDIPY_FLOOR"]
 
 DEFAULT_PENALTY = 1e4
@@ -194,34 +195,41 @@ def sum_excess(fssc, fssh):
     return jnp.sum(jnp.maximum(fssc + fssh - 1.0, 0.0) ** 2)
 
 
+class Terms(NamedTuple):
+    """The named terms of one objective evaluation (a pytree: it passes through ``jit``).
+
+    ``chi2``: reduced chi-square of the line profiles; ``regulariser``: the regulariser's
+    value (before lambda); ``penalty``: the ``fssc + fssh <= 1`` penalty (weighted);
+    ``chi2_lc``: the light curve's reduced chi-square, or None without one; ``model``: the
+    model profiles (n_epoch, n_vel) when asked for, else None.
+    """
+
+    chi2: jax.Array
+    regulariser: jax.Array
+    penalty: jax.Array
+    chi2_lc: jax.Array | None = None
+    model: jax.Array | None = None
+
+
 def objective_terms(x, lmbd, pre: Precomputed, obs: Observations, regulariser: str = "mem",
                     penalty: float = DEFAULT_PENALTY, lightcurve=None, line_weight=1.0, lc_weight=1.0, *,
-                    with_model: bool = False):
-    """``(loss, (chi2, regulariser_value, penalty_value))`` for the flat vector ``x``.
+                    with_model: bool = False) -> tuple[jax.Array, Terms]:
+    """``(loss, Terms)`` for the flat vector ``x``.
 
     With ``lightcurve`` (a :class:`dopplermap.lightcurve.LightCurveFit`) the loss is the
-    joint ``line_weight * chi2 + lc_weight * chi2_lc + lmbd * reg + penalty`` and the aux
-    tuple gains a fourth entry, ``chi2_lc``. ``with_model=True`` appends the model profiles
-    (n_epoch, n_vel) as the last aux entry (so solvers need no separate forward pass).
+    joint ``line_weight * chi2 + lc_weight * chi2_lc + lmbd * reg + penalty`` and
+    ``Terms.chi2_lc`` is set. ``with_model=True`` sets ``Terms.model`` to the model profiles
+    (n_epoch, n_vel), so solvers need no separate forward pass.
     """
     lay = Layout(pre.n_cell, pre.n_epoch)
     fssc, fssh, rv, amp = lay.split(x)
     model = forward(fssc, fssh, rv, amp, pre)
     c2 = chi2(model, obs)
-    tail = (model,) if with_model else ()
-    if lightcurve is not None:
-        c2_lc = chi2_lightcurve(fssc, fssh, lightcurve)
-        val, (_, reg, pen) = _regularised(fssc, fssh, x, c2, lmbd, pre, regulariser, penalty)
-        joint = line_weight * c2 + lc_weight * c2_lc + lmbd * reg + pen
-        return joint, (c2, reg, pen, c2_lc) + tail
-    val, aux = _regularised(fssc, fssh, x, c2, lmbd, pre, regulariser, penalty)
-    return val, aux + tail
-
-
-def _regularised(fssc, fssh, x, c2, lmbd, pre, regulariser, penalty):
     reg = regulariser_value(regulariser, fssc, fssh, pre.cell_area, pre.edges).astype(x.dtype)
     pen = penalty * sum_excess(fssc, fssh)
-    return c2 + lmbd * reg + pen, (c2, reg, pen)
+    c2_lc = None if lightcurve is None else chi2_lightcurve(fssc, fssh, lightcurve)
+    line = c2 if lightcurve is None else line_weight * c2 + lc_weight * c2_lc
+    return line + lmbd * reg + pen, Terms(c2, reg, pen, c2_lc, model if with_model else None)
 
 
 def loss(x, lmbd, pre: Precomputed, obs: Observations, regulariser: str = "mem",

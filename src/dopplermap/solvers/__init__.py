@@ -159,12 +159,12 @@ def _invert(pre, obs, *, lmbd, regulariser, x0, tol, maxiter, fit_rv, fit_amp, p
     xf = layout.join(fssc, fssh, rv, amp)
     final_pre = with_exact_numerator(pre, exact_pre, fssc, fssh)  # float64 values from a float32 cube
     val, _, aux = fn(xf, lm, final_pre, obs) if joint is None else fn(xf, lm, final_pre, obs, joint)
-    model = np.asarray(aux[-1])
+    model = np.asarray(aux.model)
     return with_setup(InversionResult(
-        fssc=fssc, fssh=fssh, rv=rv, amp=amp, loss=float(val), chi2=float(aux[0]),
-        regulariser_value=float(aux[1]), lmbd=float(lmbd), regulariser=regulariser,
+        fssc=fssc, fssh=fssh, rv=rv, amp=amp, loss=float(val), chi2=float(aux.chi2),
+        regulariser_value=float(aux.regulariser), lmbd=float(lmbd), regulariser=regulariser,
         iterations=int(res.nit), n_eval=int(res.nfev), success=bool(res.success),
         stop_reason=str(res.message), compile_time=timing["trace_lower"] + timing["compile"],
         solve_time=solve_time, history=history, model=model, max_sum_excess=excess, solver=solver,
-        chi2_lc=float(aux[3]) if joint is not None else None, cube_dtype=cube_dtype_of(pre),
+        chi2_lc=float(aux.chi2_lc) if joint is not None else None, cube_dtype=cube_dtype_of(pre),
         fit_components=fit_components), exact_pre, obs)

@@ -95,16 +95,16 @@ def _to_result(layout, r, lmbd, regulariser, pre, timing, solve_time, solver, jo
     x = np.asarray(r.x)
     fssc, fssh, rv, amp = layout.split(x)
     fssc, fssh, excess = project_feasible(fssc, fssh)
-    model = np.asarray(r.aux[-1])  # at the solver's x (before the feasibility projection, which moves < 1e-5)
+    model = np.asarray(r.aux.model)  # at the solver's x (before the feasibility projection, which moves < 1e-5)
     n_it = int(r.n_iter)
     status = int(r.status)
     return InversionResult(
-        fssc=fssc, fssh=fssh, rv=rv, amp=amp, loss=float(r.f), chi2=float(r.aux[0]),
-        regulariser_value=float(r.aux[1]), lmbd=float(lmbd), regulariser=regulariser, iterations=n_it,
+        fssc=fssc, fssh=fssh, rv=rv, amp=amp, loss=float(r.f), chi2=float(r.aux.chi2),
+        regulariser_value=float(r.aux.regulariser), lmbd=float(lmbd), regulariser=regulariser, iterations=n_it,
         n_eval=int(r.n_eval), success=status in (1, 2), stop_reason=STOP_REASONS[status],
         compile_time=timing["trace"] + timing["lower"] + timing["compile"], solve_time=solve_time,
         history={"loss": np.asarray(r.history)[:n_it]}, model=model, max_sum_excess=excess, solver=solver,
-        chi2_lc=float(r.aux[3]) if joint else None, cube_dtype=cube_dtype_of(pre))
+        chi2_lc=float(r.aux.chi2_lc) if joint else None, cube_dtype=cube_dtype_of(pre))
 
 
 def invert_device(pre: Precomputed, obs: Observations, *, lmbd: float = 1.0, regulariser: str = "mem",

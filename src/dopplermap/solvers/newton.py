@@ -524,12 +524,12 @@ def invert_newton(pre: Precomputed, obs: Observations, *, lmbd: float = 1.0, reg
     passes = dict(total=int(r.passes), loss=int(r.n_fun), linearise=int(r.n_lin), gauss_newton=int(r.n_hvp),
                   probe=int(r.n_probe))
     return InversionResult(
-        fssc=fssc, fssh=fssh, rv=rv, amp=amp, loss=float(val), chi2=float(aux[0]),
-        regulariser_value=float(aux[1]), lmbd=float(lmbd), regulariser=regulariser, iterations=n_it,
+        fssc=fssc, fssh=fssh, rv=rv, amp=amp, loss=float(val), chi2=float(aux.chi2),
+        regulariser_value=float(aux.regulariser), lmbd=float(lmbd), regulariser=regulariser, iterations=n_it,
         n_eval=passes["total"], success=status in (1, 2),
         stop_reason=STOP_REASONS[status] + (f" ({n_iter_max} Newton iterations)" if status == 3 else ""),
         compile_time=t_compile + timing["trace_lower"] + timing["compile"], solve_time=solve_time,
         history={"loss": np.asarray(r.history)[:n_it], "passes": np.asarray(r.passes_history)[:n_it]},
-        model=np.asarray(aux[-1]), max_sum_excess=excess, solver="newton",
-        chi2_lc=float(aux[3]) if joint is not None else None, cube_dtype=cube_dtype_of(pre),
+        model=np.asarray(aux.model), max_sum_excess=excess, solver="newton",
+        chi2_lc=float(aux.chi2_lc) if joint is not None else None, cube_dtype=cube_dtype_of(pre),
         fit_components=tuple(fit_components), extra={"passes": passes})

@@ -97,10 +97,10 @@ def lbfgsb(fn: Callable, x0: np.ndarray, lower: np.ndarray, upper: np.ndarray, *
     def cb(intermediate_result):
         history["loss"].append(float(intermediate_result.fun))
         aux = last.get("aux")
-        history["chi2"].append(float(aux[0]) if aux is not None else np.nan)
-        history["regulariser"].append(float(aux[1]) if aux is not None else np.nan)
-        if aux is not None and len(aux) == 5:  # joint fit: (chi2, reg, penalty, chi2_lc, model)
-            history.setdefault("chi2_lc", []).append(float(aux[3]))
+        history["chi2"].append(float(aux.chi2) if aux is not None else np.nan)
+        history["regulariser"].append(float(aux.regulariser) if aux is not None else np.nan)
+        if aux is not None and aux.chi2_lc is not None:  # joint fit
+            history.setdefault("chi2_lc", []).append(float(aux.chi2_lc))
         if callback is not None:
             callback(len(history["loss"]), history)
 
