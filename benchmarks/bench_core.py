@@ -99,7 +99,7 @@ def main():
 
     import dopplermap as dm
     from dopplermap.objective import Layout
-    from dopplermap.solvers.batch import invert_batch, invert_device
+    from dopplermap.solvers import invert_batch, invert_device
     from dopplermap.solvers.scipy_lbfgsb import compiled_value_and_grad
 
     dev = jax.devices()[0]

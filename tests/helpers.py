@@ -28,7 +28,7 @@ from dopplermap.broadening import mu_dependent_profile, replace_profiles
 from dopplermap.constants import FILL_MAX, FILL_MIN
 from dopplermap.lightcurve import LightCurveBand, precompute_lightcurve, simulate_lightcurve
 from dopplermap.objective import DEFAULT_PENALTY
-from dopplermap.solvers.batch import invert_batch
+from dopplermap.solvers import invert_batch
 from dopplermap.solvers.scipy_lbfgsb import compiled_value_and_grad
 
 N_CELL, N_EPOCH, N_VEL = 300, 10, 20
@@ -164,6 +164,7 @@ def _batch(mode):
 SOLVERS = {
     "lbfgsb": (_invert("lbfgsb"), (LMBD,)),
     "projected_lbfgs": (_invert("projected_lbfgs"), (LMBD,)),
+    "newton": (_invert("newton"), (LMBD,)),
     # one member: the member-by-member path (the CPU policy for binned models); it runs the very
     # compiled solve of projected_lbfgs, so it costs no compilation of its own
     "batch1": (_batch("sequential"), (LMBD,)),

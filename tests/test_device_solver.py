@@ -7,7 +7,7 @@ import pytest
 import dopplermap as dm
 from dopplermap import plan
 from dopplermap.cache import default_cache_dir, enable_compilation_cache
-from dopplermap.solvers.batch import invert_batch, invert_device
+from dopplermap.solvers import invert_batch, invert_device
 from dopplermap.solvers.projected_lbfgs import projected_lbfgs
 
 
@@ -166,10 +166,15 @@ def test_device_restarts_after_a_premature_stop(small_problem):
     assert np.all(np.diff(h) <= 1e-12 * np.abs(h[:-1]))  # monotone
 
 
-def test_invert_device_path_reports_once_to_the_callback(problem):
+@pytest.mark.parametrize("solver", ["lbfgsb", "projected_lbfgs", "newton"])
+def test_the_callback_means_every_iteration_for_every_solver(problem, solver):
     pre, sim = problem
     calls = []
-    r = dm.invert(pre, sim.obs, lmbd=1.0, solver="projected_lbfgs",
-                  callback=lambda it, hist: calls.append((it, float(hist["loss"][-1]), float(hist["chi2"][-1]))))
-    assert calls == [(r.iterations, r.history["loss"][-1], r.chi2)]
-    assert r.solver == "projected_lbfgs"
+    r = dm.invert(pre, sim.obs, lmbd=1.0, solver=solver, tol=1e-6,
+                  callback=lambda it, hist: calls.append((it, len(hist["loss"]), float(hist["loss"][-1]))))
+    assert r.solver == solver and r.outcome is not None
+    assert [c[0] for c in calls] == list(range(1, r.iterations + 1))  # once per iteration, in order
+    assert all(n == it for it, n, _ in calls)  # the history grows with the iterations
+    losses = np.array([c[2] for c in calls])
+    assert np.all(np.diff(losses) <= 1e-9 * np.abs(losses[:-1]))  # monotone: each report is an accepted step
+    assert losses[-1] == pytest.approx(r.loss, rel=1e-5)  # the reported result is the last iterate (projected)

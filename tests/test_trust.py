@@ -124,7 +124,7 @@ def test_api_arguments_are_checked_where_they_enter(small):
                      (dict(maxiter=-5), "maxiter"), (dict(lmbd=-1.0), "lmbd")):
         with pytest.raises(DopplermapInputError, match=name):
             dm.invert(small.pre, small.sim.obs, **kw)
-    from dopplermap.solvers.batch import invert_batch, invert_device
+    from dopplermap.solvers import invert_batch, invert_device
 
     with pytest.raises(DopplermapInputError, match="tol"):
         invert_device(small.pre, small.sim.obs, tol=-1.0)

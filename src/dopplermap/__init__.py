@@ -34,7 +34,7 @@ _LAZY = {
     "load_result": "io.results",
     "save_result": "app",
     "enable_compilation_cache": "cache",
-    **dict.fromkeys(("invert_batch", "invert_device"), "solvers.batch"),
+    **dict.fromkeys(("invert_batch", "invert_device"), "solvers"),
 }
 
 # submodules reachable as attributes (``dm.model``, ``dm.plot``) without an explicit import

@@ -73,11 +73,15 @@ def check_result(res, obs, *, tol: float, maxiter: int) -> None:
     """Warn about a solve that did not converge, runaway nuisances and a chi2 far from 1."""
     reason = str(res.stop_reason)
     up = reason.upper()
+    outcome = getattr(res, "outcome", None)
+    if outcome is None:  # a result from elsewhere: read the solver's words
+        outcome = ("max_iterations" if "ITERATION" in up or "MAXITER" in up else
+                   "line_search_failed" if "LNSRCH" in up or "LINE SEARCH" in up or "ABNORMAL" in up else "other")
     if not res.success:
-        if "ITERATION" in up or "MAXITER" in up:
+        if outcome == "max_iterations":
             warn(f"solve stopped on the iteration limit (maxiter={maxiter}) before meeting tol={tol:g}: the map is "
                  "not converged; raise maxiter, or check the data and the starting point", category=ConvergenceWarning)
-        elif "LNSRCH" in up or "LINE SEARCH" in up or "ABNORMAL" in up:
+        elif outcome == "line_search_failed":
             warn(f"solve stopped on a line-search failure ({reason}) before meeting tol={tol:g}: tol may be below "
                  "the rounding of the loss (with a float32 cube use tol >= 1e-6 or cube_dtype='float64'), or the "
                  "problem is badly scaled; check the chi2 and the data", category=ConvergenceWarning)

@@ -30,6 +30,7 @@ from .grid import SurfaceGrid
 from .model import apply_nuisance, precompute
 from .objective import DEFAULT_PENALTY, REGULARISERS, Layout, Observations, Terms, chi2, regulariser_value, sum_excess
 from .profiles import ComponentSet, LocalProfile
+from .result import Outcome
 from .solvers import InversionResult, invert
 from .solvers.scipy_lbfgsb import lbfgsb
 
@@ -188,6 +189,7 @@ def joint_fit(grid: SurfaceGrid, star: StarParams, obs: Observations, components
     result = InversionResult(fssc=fssc, fssh=fssh, rv=rv, amp=amp, loss=float(val), chi2=float(aux.chi2),
                              regulariser_value=float(aux.regulariser), lmbd=float(lmbd), regulariser=regulariser,
                              iterations=int(res.nit), n_eval=int(res.nfev), success=bool(res.success),
+                             outcome=Outcome.from_scipy(res.message, int(res.status)),
                              stop_reason=str(res.message), compile_time=0.0, solve_time=solve_time,
                              history=history, model=m, solver="lbfgsb-joint")
     return JointFitResult(star=new_star, fitted=fit, start=start, map=result, initial_map=init,

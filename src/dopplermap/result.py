@@ -5,12 +5,49 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import enum
 import html
 import io
 
 import numpy as np
 
-__all__ = ["InversionResult", "relative_brightness"]
+__all__ = ["InversionResult", "Outcome", "relative_brightness"]
+
+
+class Outcome(enum.StrEnum):
+    """How a solve ended, in one vocabulary for every solver (``result.outcome``).
+
+    ``FTOL``/``GTOL`` met the tolerance (relative reduction of the loss / projected
+    gradient); the others did not: the iteration cap, the evaluation cap, a failed line
+    search. ``result.stop_reason`` keeps the back end's own words.
+    """
+
+    FTOL = "ftol"
+    GTOL = "gtol"
+    MAX_ITERATIONS = "max_iterations"
+    MAX_EVALUATIONS = "max_evaluations"
+    LINE_SEARCH = "line_search_failed"
+
+    @property
+    def converged(self) -> bool:
+        return self in (Outcome.FTOL, Outcome.GTOL)
+
+    @classmethod
+    def from_status(cls, status: int) -> Outcome:
+        """The compiled loops' status codes (1 ftol, 2 gtol, 3 iteration cap, 4 line search)."""
+        return {1: cls.FTOL, 2: cls.GTOL, 3: cls.MAX_ITERATIONS, 4: cls.LINE_SEARCH}[int(status)]
+
+    @classmethod
+    def from_scipy(cls, message: str, status: int) -> Outcome:
+        """scipy L-BFGS-B's ``(message, status)``."""
+        up = str(message).upper()
+        if status == 0:
+            return cls.GTOL if "GRADIENT" in up else cls.FTOL
+        if "ITERATION" in up:
+            return cls.MAX_ITERATIONS
+        if status == 1:
+            return cls.MAX_EVALUATIONS
+        return cls.LINE_SEARCH
 
 
 def relative_brightness(fssc, fssh, intensities):
@@ -31,9 +68,10 @@ THUMBNAIL_CMAP = "dm_cool"  # the cool-spot map of dopplermap.style, as in every
 """Colour map of the cool-spot filling factor in the HTML thumbnail (0 = unspotted, light)."""
 
 
-@dataclasses.dataclass(repr=False)
+@dataclasses.dataclass(repr=False, frozen=True)
 class InversionResult:
-    """Maps, nuisances, fit statistics and timings of one inversion.
+    """Maps, nuisances, fit statistics and timings of one inversion (immutable: derive
+    changed copies with ``dataclasses.replace``).
 
     Attributes:
         fssc, fssh: (n_cell,) cool- and hot-spot filling factors; ``fssp = 1 - fssc - fssh``.
@@ -41,7 +79,9 @@ class InversionResult:
         loss, chi2, regulariser_value: final objective, reduced chi-square, regulariser.
         lmbd: regularisation weight. regulariser: ``"mem"``, ``"tikhonov"`` or ``"none"``.
         iterations, n_eval: solver iterations and objective evaluations.
-        success: whether the solver met its tolerance. stop_reason: the solver's message.
+        success: whether the solver met its tolerance (``outcome.converged``).
+        stop_reason: the solver's message. outcome: the :class:`Outcome` (None for a result
+            read from files written before it existed).
         compile_time, solve_time: seconds (compile = trace + lower + XLA compile).
         history: dict of per-iteration arrays (``loss``, ``chi2``, ``regulariser``).
         model: (n_epoch, n_vel) fitted profiles.
@@ -94,9 +134,12 @@ class InversionResult:
     chi2_lc: float | None = None  # light-curve reduced chi-square of a joint fit
     cube_dtype: str | None = None
     fit_components: tuple = ("cool", "hot")
+    outcome: Outcome | None = None
 
     def __post_init__(self):
-        self.fit_components = tuple(self.fit_components)  # a JSON list after a round trip
+        object.__setattr__(self, "fit_components", tuple(self.fit_components))  # a JSON list after a round trip
+        if self.outcome is not None:
+            object.__setattr__(self, "outcome", Outcome(self.outcome))
 
     @property
     def fssp(self) -> np.ndarray:
@@ -117,7 +160,7 @@ class InversionResult:
     def summary(self) -> dict:
         """Scalars as a JSON-ready dict."""
         keys = ("loss", "chi2", "regulariser_value", "lmbd", "regulariser", "iterations", "n_eval",
-                "success", "stop_reason", "compile_time", "solve_time", "max_sum_excess", "solver", "chi2_lc",
+                "success", "outcome", "stop_reason", "compile_time", "solve_time", "max_sum_excess", "solver", "chi2_lc",
                 "cube_dtype", "fit_components")
         out = {}
         for k in keys:

@@ -48,8 +48,8 @@ from .constants import FILL_MAX, FILL_MIN
 from .errors import DopplermapInputError, DopplermapWarning
 from .model import _EPOCH_FIELDS, LineModel, Precomputed, blocked_nbytes, solve_form
 from .objective import DEFAULT_PENALTY, Layout, Observations, loss
-from .solvers import InversionResult, invert, resolve_cube_dtype
-from .solvers.batch import _blocked_fits, invert_batch
+from .solvers import InversionResult, invert, invert_batch, resolve_cube_dtype
+from .solvers.batch import blocked_fits
 
 __all__ = ["Uncertainty", "bootstrap", "laplace", "resample_epochs", "never_visible", "hvp_function", "hvp_form",
            "save_uncertainty"]
@@ -153,7 +153,7 @@ def bootstrap(pre: Precomputed, obs: Observations, best: InversionResult, *, n_b
         raise DopplermapInputError(f"bootstrap mode must be 'auto', 'batch' or 'resample', got {mode!r}")
     dtype = resolve_cube_dtype("auto", tol)
     if mode == "auto":
-        mode = "batch" if (plan.on_accelerator() or _blocked_fits(pre, dtype)) else "resample"
+        mode = "batch" if (plan.on_accelerator() or blocked_fits(pre, dtype)) else "resample"
     t0 = time.perf_counter()
     rng = np.random.default_rng(seed)
     n_e = pre.n_epoch

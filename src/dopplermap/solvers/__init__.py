@@ -1,19 +1,35 @@
-"""Solvers: the :func:`invert` front door and its back ends.
+"""Solvers: the one front door (:func:`invert`) and its back ends.
 
-``invert(pre, obs, lmbd=...)`` builds the objective (see :mod:`dopplermap.objective`),
-compiles its value-and-gradient once per problem shape and minimises it with box bounds
-``[1e-5, 1 - 1e-5]`` on the filling factors (the seed's), free or fixed ``rv``/``amp``.
+``invert(problem)`` (or ``invert(pre, obs, ...)``) checks the problem once, builds one
+:class:`~dopplermap.solvers._common.SolveSetup` (bounds, start, the model form to iterate
+on, the joint light-curve arguments), hands it to a back end and turns the back end's
+:class:`~dopplermap.solvers._common.RawSolve` into the
+:class:`~dopplermap.result.InversionResult` in one place: the feasibility projection, the
+float64 evaluation of the reported loss, chi2 and model, the :class:`~dopplermap.result.Outcome`,
+the warnings. Back ends (``solver=``):
+
+* ``"lbfgsb"`` (default): scipy's L-BFGS-B on the compiled value-and-gradient
+  (:mod:`dopplermap.solvers.scipy_lbfgsb`);
+* ``"projected_lbfgs"``: the whole solve in one compiled loop
+  (:mod:`dopplermap.solvers.batch`), the fastest on CPU and by far on a GPU;
+* ``"newton"``: projected Gauss-Newton-CG in one compiled loop
+  (:mod:`dopplermap.solvers.newton`): far fewer objective passes at tight tolerances.
+
+The callback means the same for all three: ``callback(iteration, history)`` after every
+iteration (the compiled loops report through ``jax.debug.callback``). :func:`invert_device`
+is ``invert(solver="projected_lbfgs")``; :func:`invert_batch` is the same device solve
+``vmap``-ed over lambdas and/or observation sets.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Callable
 
 import jax.numpy as jnp
 import numpy as np
 
+from .. import plan
 from ..diagnostics import check_observations, check_result
 from ..errors import DopplermapInputError
 from ..model import Precomputed, solve_form, with_exact_numerator
@@ -21,6 +37,9 @@ from ..objective import DEFAULT_PENALTY, REGULARISERS, Observations
 from ..problem import Problem, Settings
 from ._common import (
     SPOT_COMPONENTS,
+    Progress,
+    RawSolve,
+    SolveSetup,
     bounds,
     check_fit_components,
     check_match,
@@ -32,15 +51,23 @@ from ._common import (
     start,
     with_setup,
 )
-from .batch import invert_device
-from .newton import invert_newton
+from .batch import blocked_fits, solve_batch, solve_device
+from .newton import solve_newton
 from .result import InversionResult  # the re-export keeps dopplermap.solvers.result bound
-from .scipy_lbfgsb import compiled_value_and_grad, lbfgsb
+from .scipy_lbfgsb import compiled_value_and_grad
+from .scipy_lbfgsb import solve as solve_scipy
 
-__all__ = ["invert", "bounds", "InversionResult", "project_feasible", "check_solver_args", "check_fit_components",
-           "joint_arguments", "resolve_cube_dtype", "start", "with_setup", "SPOT_COMPONENTS"]
+__all__ = ["invert", "invert_device", "invert_batch", "prepare", "finish", "bounds", "InversionResult",
+           "project_feasible", "check_solver_args", "check_fit_components", "joint_arguments", "resolve_cube_dtype",
+           "start", "with_setup", "SPOT_COMPONENTS", "SOLVERS"]
 
-SOLVERS = ("lbfgsb", "projected_lbfgs", "newton")
+# one entry per back end: (setup, callback) -> RawSolve
+_BACKENDS: dict[str, Callable[..., RawSolve]] = {
+    "lbfgsb": solve_scipy,
+    "projected_lbfgs": solve_device,
+    "newton": solve_newton,
+}
+SOLVERS = tuple(_BACKENDS)
 
 
 def invert(pre: Precomputed | Problem, obs: Observations | None = None, *, lmbd: float | None = None,
@@ -48,7 +75,7 @@ def invert(pre: Precomputed | Problem, obs: Observations | None = None, *, lmbd:
            fit_rv: bool | None = None, fit_amp: bool | None = None, penalty: float = DEFAULT_PENALTY,
            solver: str | None = None, callback: Callable | None = None, lightcurve=None,
            line_weight: float | None = None, lc_weight: float | None = None,
-           cube_dtype: str | None = "auto", fit_components=None) -> InversionResult:
+           cube_dtype: str | None = "auto", fit_components=None, options: dict | None = None) -> InversionResult:
     """Fit filling-factor maps (and per-epoch rv, amp) to the observations.
 
     ``invert(problem)`` solves a :class:`dopplermap.problem.Problem` with its settings and
@@ -62,20 +89,15 @@ def invert(pre: Precomputed | Problem, obs: Observations | None = None, *, lmbd:
         pre: a :class:`~dopplermap.problem.Problem`, or :func:`dopplermap.precompute` output
             with ``obs`` its :class:`Observations`.
         lmbd: regularisation weight lambda [1] (an argument: no recompilation per value).
-        regulariser: ``"mem"`` (the seed's entropy) [default], ``"tikhonov"`` or ``"none"``.
+        regulariser: one of :data:`dopplermap.objective.REGULARISERS` [``"mem"``, the seed's entropy].
         x0: starting vector ``[fssc, fssh, rv, amp]``; default the seed's (1e-5, 0).
-        tol: L-BFGS-B ftol and gtol [1e-5, the seed's]. maxiter: iteration cap [1000].
+        tol: ftol and gtol [1e-5, the seed's]. maxiter: iteration cap [1000].
         fit_rv, fit_amp: whether rv and amp are free [True].
         penalty: weight of the ``fssc + fssh <= 1`` penalty.
-        solver: ``"lbfgsb"`` [default] (scipy's L-BFGS-B on the compiled value-and-gradient;
-            reports float64 values, calls ``callback``) or ``"projected_lbfgs"`` (the whole
-            solve in one compiled loop, :func:`dopplermap.solvers.batch.invert_device`: the
-            fastest on CPU and by far on a GPU; ``callback`` is called once, at the end) or
-            ``"newton"`` (projected Gauss-Newton-CG in one compiled loop,
-            :mod:`dopplermap.solvers.newton`: far fewer objective passes at tight tolerances;
-            ``callback`` once, at the end).
-        callback: ``callback(iteration, history)`` after every iteration (progress display).
-
+        solver: ``"lbfgsb"`` [default], ``"projected_lbfgs"`` or ``"newton"`` (see the module).
+        callback: ``callback(iteration, history)`` after every iteration (progress display),
+            for every solver; ``history`` holds the ``loss``, ``chi2`` and ``regulariser``
+            lists so far (``chi2``/``regulariser`` NaN where the back end does not form them).
         lightcurve: optional :class:`dopplermap.lightcurve.LightCurveFit` for the joint fit
             ``line_weight * chi2 + lc_weight * chi2_lc + lmbd * reg`` (``result.chi2_lc``);
             weights [1].
@@ -88,6 +110,8 @@ def invert(pre: Precomputed | Problem, obs: Observations | None = None, *, lmbd:
         fit_components: the spot components fitted [``("cool", "hot")``]; ``("cool",)`` fits a
             two-temperature map (photosphere and cool spots: the hot filling factors are held
             at the floor, so n_cell fewer free parameters).
+        options: back-end options: ``maxcor`` (L-BFGS memory, 10), ``max_cg`` and
+            ``n_probe`` (Newton).
 
     Raises :class:`~dopplermap.errors.DopplermapInputError` for ``tol <= 0``, ``maxiter < 1``,
     ``lmbd < 0`` or data with no line, and warns (:class:`~dopplermap.errors.DopplermapWarning`,
@@ -97,74 +121,169 @@ def invert(pre: Precomputed | Problem, obs: Observations | None = None, *, lmbd:
     """
     given = dict(lmbd=lmbd, regulariser=regulariser, tol=tol, maxiter=maxiter, fit_rv=fit_rv, fit_amp=fit_amp,
                  line_weight=line_weight, lc_weight=lc_weight, solver=solver, fit_components=fit_components)
+    problem = None
     if isinstance(pre, Problem):
         if obs is not None or lightcurve is not None:
             raise DopplermapInputError("invert(problem): the problem brings its observations and light curve; "
                                        "pass neither obs nor lightcurve")
-        problem = pre
-        res = invert(problem.pre, problem.obs, x0=x0, penalty=penalty, callback=callback,
-                     lightcurve=problem.lightcurve, cube_dtype=cube_dtype,
-                     **problem.settings.replace(**given).invert_kwargs())
-        return dataclasses.replace(res, grid=problem.grid, star=problem.star, obs=problem.obs,
-                                   intensities=tuple(float(c.intensity) for c in problem.components))
-    if obs is None:
+        problem, settings = pre, pre.settings.replace(**given)
+        pre, obs, lightcurve = problem.pre, problem.obs, problem.lightcurve
+    elif obs is None:
         raise DopplermapInputError("invert(pre, obs): the observations are missing")
-    s = Settings().replace(**given)
-    lmbd, regulariser, tol, maxiter, solver = s.lmbd, s.regulariser, s.tol, s.maxiter, s.solver
-    fit_rv, fit_amp, line_weight, lc_weight = s.fit_rv, s.fit_amp, s.line_weight, s.lc_weight
-    fit_components = check_fit_components(s.fit_components)
-    if regulariser not in REGULARISERS:
-        raise DopplermapInputError(f"regulariser must be one of {REGULARISERS}, got {regulariser!r}")
-    if solver not in SOLVERS:
-        raise DopplermapInputError(f"solver must be one of {SOLVERS}, got {solver!r}")
-    check_solver_args(tol=tol, maxiter=maxiter, lmbd=lmbd)
-    check_match(pre, obs)
+    else:
+        settings = Settings().replace(**given)
+    if settings.solver not in SOLVERS:
+        raise DopplermapInputError(f"solver must be one of {SOLVERS}, got {settings.solver!r}")
+    setup = prepare(pre, obs, settings, x0=x0, penalty=penalty, lightcurve=lightcurve, cube_dtype=cube_dtype,
+                    options=options)
     check_observations(obs)
-    res = _invert(pre, obs, lmbd=lmbd, regulariser=regulariser, x0=x0, tol=tol, maxiter=maxiter, fit_rv=fit_rv,
-                  fit_amp=fit_amp, penalty=penalty, solver=solver, callback=callback, lightcurve=lightcurve,
-                  line_weight=line_weight, lc_weight=lc_weight, cube_dtype=cube_dtype, fit_components=fit_components)
-    check_result(res, obs, tol=tol, maxiter=maxiter)
+    with Progress(callback) as progress:
+        if settings.solver == "lbfgsb":
+            raw = solve_scipy(setup, callback)
+        else:
+            raw = _BACKENDS[settings.solver](setup, progress if progress.on else None)
+    if callback is not None and not progress.on and settings.solver != "lbfgsb":
+        # another compiled solve held the progress reports: one report, at the end
+        callback(raw.iterations, {"loss": list(np.asarray(raw.history["loss"])), "chi2": [], "regulariser": []})
+    res = finish(setup, raw, settings.solver)
+    check_result(res, obs, tol=setup.tol, maxiter=setup.maxiter)
+    if problem is not None:
+        res = dataclasses.replace(res, grid=problem.grid, star=problem.star, obs=problem.obs,
+                                  intensities=tuple(float(c.intensity) for c in problem.components))
     return res
 
 
-def _invert(pre, obs, *, lmbd, regulariser, x0, tol, maxiter, fit_rv, fit_amp, penalty, solver, callback,
-            lightcurve, line_weight, lc_weight, cube_dtype, fit_components) -> InversionResult:
-    if solver in ("projected_lbfgs", "newton"):  # one compiled loop on the device: callback once, at the end
-        # projected Gauss-Newton-CG (solvers/newton.py) or projected L-BFGS (solvers/batch.py)
-        run = invert_newton if solver == "newton" else invert_device
-        res = run(pre, obs, lmbd=lmbd, regulariser=regulariser, x0=x0, tol=tol, maxiter=maxiter, fit_rv=fit_rv,
-                  fit_amp=fit_amp, penalty=penalty, cube_dtype=cube_dtype, lightcurve=lightcurve,
-                  line_weight=line_weight, lc_weight=lc_weight, fit_components=fit_components)
-        if callback is not None:
-            callback(res.iterations, {"loss": res.history["loss"], "chi2": np.asarray([res.chi2]),
-                                      "regulariser": np.asarray([res.regulariser_value])})
-        return with_setup(res, pre, obs)
-    exact_pre, pre = pre, solve_form(pre, resolve_cube_dtype(cube_dtype, tol))
-    layout, x0, lo, hi = start(pre, x0, fit_rv=fit_rv, fit_amp=fit_amp, fit_components=fit_components)
+def prepare(pre: Precomputed, obs: Observations, settings: Settings, *, x0=None, penalty: float = DEFAULT_PENALTY,
+            lightcurve=None, cube_dtype: str | None = "auto", blocked: bool = False,
+            options: dict | None = None) -> SolveSetup:
+    """Check a solve's arguments and build its :class:`SolveSetup` (every back end's input)."""
+    if settings.regulariser not in REGULARISERS:
+        raise DopplermapInputError(f"regulariser must be one of {REGULARISERS}, got {settings.regulariser!r}")
+    check_solver_args(tol=settings.tol, maxiter=settings.maxiter, lmbd=settings.lmbd)
+    fit_components = check_fit_components(settings.fit_components)
+    check_match(pre, obs)
+    form = solve_form(pre, resolve_cube_dtype(cube_dtype, settings.tol), blocked=blocked)
+    layout, x0, lo, hi = start(form, x0, fit_rv=settings.fit_rv, fit_amp=settings.fit_amp,
+                               fit_components=fit_components)
+    joint = joint_arguments(form, lightcurve, settings.line_weight, settings.lc_weight, jnp.float64)
+    return SolveSetup(layout=layout, x0=x0, lower=lo, upper=hi, lmbd=float(settings.lmbd),
+                      regulariser=settings.regulariser, penalty=float(penalty), tol=float(settings.tol),
+                      maxiter=int(settings.maxiter), pre=form, exact_pre=pre, obs=obs, joint=joint,
+                      fit_components=fit_components, options=dict(options or {}))
 
-    xj = jnp.asarray(x0)
-    lm = jnp.asarray(lmbd, dtype=xj.dtype)
-    joint = joint_arguments(pre, lightcurve, line_weight, lc_weight, xj.dtype)
-    fn, timing = compiled_value_and_grad(xj, lm, pre, obs, regulariser, float(penalty), joint)
 
-    def vg(x):
-        return fn(x, lm, pre, obs) if joint is None else fn(x, lm, pre, obs, joint)
-
-    t0 = time.perf_counter()
-    res, history = lbfgsb(vg, x0, lo, hi, tol=tol, maxiter=maxiter, callback=callback)
-    solve_time = time.perf_counter() - t0
-
-    fssc, fssh, rv, amp = layout.split(np.asarray(res.x))
+def finish(setup: SolveSetup, raw: RawSolve, solver: str, obs: Observations | None = None,
+           lmbd: float | None = None) -> InversionResult:
+    """The :class:`InversionResult` of a back end's solve: the maps projected onto
+    ``fssc + fssh <= 1`` and the loss, terms and model evaluated there in float64 (from the
+    dense model when the solve iterated on a float32 cube). ``obs``/``lmbd``: a batch member's."""
+    obs = setup.obs if obs is None else obs
+    lmbd = setup.lmbd if lmbd is None else float(lmbd)
+    lay = setup.layout
+    fssc, fssh, rv, amp = lay.split(np.asarray(raw.x))
     fssc, fssh, excess = project_feasible(fssc, fssh)
-    xf = layout.join(fssc, fssh, rv, amp)
-    final_pre = with_exact_numerator(pre, exact_pre, fssc, fssh)  # float64 values from a float32 cube
-    val, _, aux = fn(xf, lm, final_pre, obs) if joint is None else fn(xf, lm, final_pre, obs, joint)
-    model = np.asarray(aux.model)
-    return with_setup(InversionResult(
-        fssc=fssc, fssh=fssh, rv=rv, amp=amp, loss=float(val), chi2=float(aux.chi2),
-        regulariser_value=float(aux.regulariser), lmbd=float(lmbd), regulariser=regulariser,
-        iterations=int(res.nit), n_eval=int(res.nfev), success=bool(res.success),
-        stop_reason=str(res.message), compile_time=timing["trace_lower"] + timing["compile"],
-        solve_time=solve_time, history=history, model=model, max_sum_excess=excess, solver=solver,
-        chi2_lc=float(aux.chi2_lc) if joint is not None else None, cube_dtype=cube_dtype_of(pre),
-        fit_components=fit_components), exact_pre, obs)
+    xf = jnp.asarray(lay.join(fssc, fssh, rv, amp))
+    lm = jnp.asarray(lmbd, dtype=xf.dtype)
+    vg, timing = compiled_value_and_grad(xf, lm, setup.pre, obs, setup.regulariser, setup.penalty, setup.joint)
+    final_pre = with_exact_numerator(setup.pre, setup.exact_pre, fssc, fssh)
+    extra = () if setup.joint is None else (setup.joint,)
+    val, _, terms = vg(xf, lm, final_pre, obs, *extra)
+    res = InversionResult(
+        fssc=fssc, fssh=fssh, rv=rv, amp=amp, loss=float(val), chi2=float(terms.chi2),
+        regulariser_value=float(terms.regulariser), lmbd=lmbd, regulariser=setup.regulariser,
+        iterations=raw.iterations, n_eval=raw.n_eval, success=raw.outcome.converged, outcome=raw.outcome,
+        stop_reason=raw.stop_reason, compile_time=raw.compile_time + timing["trace_lower"] + timing["compile"],
+        solve_time=raw.solve_time, history=raw.history, model=np.asarray(terms.model), max_sum_excess=excess,
+        solver=solver, chi2_lc=None if terms.chi2_lc is None else float(terms.chi2_lc),
+        cube_dtype=cube_dtype_of(setup.pre), fit_components=setup.fit_components, extra=dict(raw.extra))
+    return with_setup(res, setup.exact_pre, obs)
+
+
+def invert_device(pre: Precomputed | Problem, obs: Observations | None = None, *, maxcor: int = 10,
+                  **kwargs) -> InversionResult:
+    """:func:`invert` with ``solver="projected_lbfgs"`` (the whole solve in one compiled loop);
+    ``maxcor``: the L-BFGS memory."""
+    return invert(pre, obs, solver="projected_lbfgs", options={"maxcor": int(maxcor)}, **kwargs)
+
+
+def invert_batch(pre: Precomputed, obs: Observations, *, lmbds=None, lmbd: float = 1.0, flux=None, err=None,
+                 regulariser: str = "mem", x0=None, tol: float = 1e-5, maxiter: int = 1000, fit_rv: bool = True,
+                 fit_amp: bool = True, penalty: float = DEFAULT_PENALTY, maxcor: int = 10,
+                 cube_dtype: str | None = "auto", mode: str = "auto", form: str = "auto", lightcurve=None,
+                 line_weight: float = 1.0, lc_weight: float = 1.0,
+                 fit_components=SPOT_COMPONENTS) -> list[InversionResult]:
+    """Several device solves (:func:`invert_device`) in one compiled, ``vmap``-ed call (or one after another).
+
+    Args:
+        lmbds: (n_batch,) lambdas (else ``lmbd`` for every member).
+        flux, err: (n_batch, n_epoch, n_vel) observation sets sharing ``obs``'s epochs and
+            velocities (bootstrap resamples, other stars with the same precomputed model);
+            default ``obs`` itself for every member. An infinite error drops its point
+            (e.g. an epoch a bootstrap resample did not draw).
+        cube_dtype: as in :func:`invert` (dense models only).
+        mode: ``"vmap"`` - one compiled call for the whole batch; ``"sequential"`` - the
+            members one after another through one compiled single solve; ``"auto"``
+            (default) - vmap, except on CPU when the blocked form (below) does not apply
+            or fit.
+        form: the model form a vmapped batch iterates on. ``"blocked"``
+            (:func:`dopplermap.model.block_dense`): epoch blocks as plain matrices, so each
+            block is one matrix-matrix product for all members - on CPU the only form
+            where batching pays (see benchmarks/RESULTS.md); ``"folded"``
+            (:func:`dopplermap.model.fold_dense`); ``"auto"`` (default) - blocked on CPU for
+            dense models while both its copies fit ``dopplermap.plan.BLOCKED_MAX_BYTES``,
+            folded otherwise (binned models are used as they are).
+        lightcurve, line_weight, lc_weight, fit_components: as in :func:`invert` (shared by
+            every member).
+    Returns:
+        one :class:`InversionResult` per member (each evaluated as :func:`invert` reports
+        it); ``solve_time`` is the whole batch's.
+    """
+    check_solver_args(tol=tol, maxiter=maxiter, lmbd=lmbd, lmbds=lmbds)
+    if mode not in ("auto", "vmap", "sequential"):
+        raise DopplermapInputError(f"mode must be 'auto', 'vmap' or 'sequential', got {mode!r}")
+    if form not in ("auto", "folded", "blocked"):
+        raise DopplermapInputError(f"form must be 'auto', 'folded' or 'blocked', got {form!r}")
+    dtype = resolve_cube_dtype(cube_dtype, tol)
+    if form == "blocked" and (pre.line.method != "dense" or dtype is None):
+        raise DopplermapInputError(f"form='blocked' needs a dense model and a cube_dtype, got a {pre.line.method} model "
+                                   f"and cube_dtype={cube_dtype!r}")
+    form = plan.batch_form(form, mode=mode, blocked_fits=blocked_fits(pre, dtype))
+    mode = plan.batch_mode(mode, form=form)
+    batch_lmbd, batch_obs = lmbds is not None, flux is not None
+    if not (batch_lmbd or batch_obs):
+        raise DopplermapInputError("invert_batch needs lmbds and/or flux (with err) to batch over")
+    settings = Settings(lmbd=float(lmbd), regulariser=regulariser, tol=tol, maxiter=maxiter, fit_rv=fit_rv,
+                        fit_amp=fit_amp, line_weight=line_weight, lc_weight=lc_weight, solver="projected_lbfgs",
+                        fit_components=tuple(fit_components))
+    setup = prepare(pre, obs, settings, x0=x0, penalty=penalty, lightcurve=lightcurve, cube_dtype=cube_dtype,
+                    blocked=form == "blocked", options={"maxcor": int(maxcor)})
+    lm = np.asarray(lmbds, dtype=float) if batch_lmbd else None
+    if batch_lmbd and lm.ndim != 1:
+        raise DopplermapInputError(f"lmbds must be a 1-D array of finite values >= 0, got {np.asarray(lmbds)!r}")
+    n = lm.shape[0] if batch_lmbd else None
+    ob = obs
+    if batch_obs:
+        flux = np.asarray(flux, dtype=float)
+        want = (obs.n_epoch, obs.n_vel)
+        if flux.ndim != 3 or flux.shape[1:] != want:
+            raise DopplermapInputError(f"flux must have shape (n_batch, n_epoch, n_vel) = (n, {want[0]}, {want[1]}), "
+                                       f"got {flux.shape}")
+        err = np.asarray(obs.err if err is None else err, dtype=float)
+        if err.shape not in (want, flux.shape):
+            raise DopplermapInputError(f"err must have shape {want} or {flux.shape}, got {err.shape}")
+        err = np.broadcast_to(err, flux.shape)
+        if not (np.all(np.isfinite(flux)) and not np.any(np.isnan(err)) and np.all(err > 0)):
+            raise DopplermapInputError("flux/err batch contains NaN or inf flux, NaN err or err <= 0")
+        if n is not None and flux.shape[0] != n:
+            raise DopplermapInputError(f"lmbds has {n} values but flux has {flux.shape[0]} sets")
+        n = flux.shape[0]
+        ob = Observations(times=obs.times, vels=obs.vels, flux=jnp.asarray(flux), err=jnp.asarray(err))
+    lm_all = np.broadcast_to(lm if batch_lmbd else float(lmbd), (n,))
+    raws = solve_batch(setup, lm_all, ob, batch_lmbd=batch_lmbd, batch_obs=batch_obs, mode=mode)
+
+    def member(i):
+        if not batch_obs:
+            return obs
+        return Observations(times=obs.times, vels=obs.vels, flux=ob.flux[i], err=ob.err[i])
+
+    return [finish(setup, raw, "projected_lbfgs", obs=member(i), lmbd=lm_all[i]) for i, raw in enumerate(raws)]

@@ -4,7 +4,10 @@ the result's set-up context. Below :mod:`dopplermap.solvers` and its back ends, 
 from __future__ import annotations
 
 import dataclasses
+import threading
+from collections.abc import Callable
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -13,10 +16,108 @@ from ..constants import FILL_MAX, FILL_MIN
 from ..errors import DopplermapInputError
 from ..model import Precomputed, setup_of
 from ..objective import Layout, Observations
-from ..result import InversionResult
+from ..result import InversionResult, Outcome
 
 __all__ = ["SPOT_COMPONENTS", "check_fit_components", "bounds", "start", "project_feasible", "check_match",
-           "check_solver_args", "with_setup", "joint_arguments", "resolve_cube_dtype", "cube_dtype_of"]
+           "check_solver_args", "with_setup", "joint_arguments", "resolve_cube_dtype", "cube_dtype_of",
+           "SolveSetup", "RawSolve", "Progress", "report_progress"]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class SolveSetup:
+    """A checked solve, as every back end receives it (built once by the front door).
+
+    Attributes:
+        layout: the parameter layout. x0, lower, upper: (n,) float64 start and bounds.
+        lmbd, regulariser, penalty, tol, maxiter: the objective and the stopping rule.
+        pre: the model form the solver iterates on (folded/blocked from a dense model).
+        exact_pre: the model as given, for the float64 evaluation of the reported result.
+        obs: the observations. joint: None, or ``(lightcurve, line_weight, lc_weight)``.
+        fit_components: the spot components fitted. options: back-end options (maxcor ...).
+    """
+
+    layout: Layout
+    x0: np.ndarray
+    lower: np.ndarray
+    upper: np.ndarray
+    lmbd: float
+    regulariser: str
+    penalty: float
+    tol: float
+    maxiter: int
+    pre: Precomputed
+    exact_pre: Precomputed
+    obs: Observations
+    joint: tuple | None
+    fit_components: tuple[str, ...]
+    options: dict = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class RawSolve:
+    """What a back end returns: the solver's point and its bookkeeping; the front door turns
+    it into the :class:`~dopplermap.result.InversionResult` (one place for every solver)."""
+
+    x: np.ndarray
+    iterations: int
+    n_eval: int
+    outcome: Outcome
+    stop_reason: str
+    history: dict
+    compile_time: float
+    solve_time: float
+    extra: dict = dataclasses.field(default_factory=dict)
+
+
+class Progress:
+    """Per-iteration progress of a compiled solve, delivered to ``callback(iteration, history)``.
+
+    The compiled loops call :func:`report_progress` through ``jax.debug.callback`` (so the
+    compiled program does not depend on which callback it serves); it forwards to the
+    active :class:`Progress`, which keeps the same ``history`` dict as the scipy path
+    (``loss``, ``chi2``, ``regulariser`` lists). One compiled solve reports at a time per
+    process; a second one started meanwhile in another thread runs without reports.
+    """
+
+    _active: Progress | None = None
+    _lock = threading.Lock()
+
+    def __init__(self, callback: Callable | None):
+        self.callback = callback
+        self.history = {"loss": [], "chi2": [], "regulariser": []}
+        self.on = False
+
+    def __enter__(self):
+        if self.callback is not None:
+            with Progress._lock:
+                if Progress._active is None:
+                    Progress._active, self.on = self, True
+        return self
+
+    def __exit__(self, *exc):
+        if self.on:
+            with Progress._lock:
+                Progress._active = None
+        return False
+
+    def __call__(self, iteration, loss, chi2, reg):
+        self.history["loss"].append(float(loss))
+        self.history["chi2"].append(float(chi2))
+        self.history["regulariser"].append(float(reg))
+        self.callback(int(iteration), self.history)
+
+
+def _deliver(iteration, loss, chi2, reg):
+    p = Progress._active
+    if p is not None:
+        p(iteration, loss, chi2, reg)
+
+
+def report_progress(iteration, loss, chi2=None, reg=None):
+    """Inside a compiled loop: hand one iteration to the active :class:`Progress` (host side)."""
+    nan = jnp.full((), jnp.nan, jnp.result_type(loss))
+    jax.debug.callback(_deliver, iteration, loss, nan if chi2 is None else chi2, nan if reg is None else reg,
+                       ordered=True)
 
 SPOT_COMPONENTS = ("cool", "hot")
 

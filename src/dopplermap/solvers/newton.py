@@ -45,13 +45,12 @@ import numpy as np
 
 from .._x64 import require_x64
 from ..lightcurve import lightcurve_residuals
-from ..model import Precomputed, apply_nuisance, forward, solve_form, synthesize, with_exact_numerator
-from ..objective import DEFAULT_PENALTY, Layout, Observations, seed_entropy, sum_excess, tikhonov
-from ..result import InversionResult
-from ._common import cube_dtype_of, joint_arguments, project_feasible, resolve_cube_dtype, start
-from .scipy_lbfgsb import compiled_value_and_grad
+from ..model import apply_nuisance, forward, synthesize
+from ..objective import DEFAULT_PENALTY, Layout, regulariser_value, sum_excess
+from ..result import Outcome
+from ._common import RawSolve, SolveSetup, report_progress
 
-__all__ = ["NewtonResult", "projected_newton", "invert_newton", "line_residuals", "smooth_terms",
+__all__ = ["NewtonResult", "projected_newton", "solve_newton", "compile_newton", "line_residuals", "smooth_terms",
            "STOP_REASONS", "EPS_ACTIVE"]
 
 STOP_REASONS = ("running", "ftol: relative reduction of the loss <= tol",
@@ -146,7 +145,8 @@ def _pieces(x, g, g_left, g_right, lower, upper, spacing):
 
 def projected_newton(residual: Callable, smooth: Callable, x0, lower, upper, *args, blocks: tuple[int, ...],
                      kink_spacing=None, kink_step: Callable | None = None, smooth_diag: Callable | None = None, maxiter: int = 200, ftol: float = 1e-8, gtol: float = 1e-8, max_cg: int = 50,
-                     n_probe: int = 8, max_backtrack: int = 30, c1: float = 1e-4, seed: int = 0) -> NewtonResult:
+                     n_probe: int = 8, max_backtrack: int = 30, c1: float = 1e-4, seed: int = 0,
+                     report: Callable | None = None) -> NewtonResult:
     """Minimise ``|residual(x, *args)|^2 + smooth(x, *args)`` subject to ``lower <= x <= upper``.
 
     Args:
@@ -167,6 +167,8 @@ def projected_newton(residual: Callable, smooth: Callable, x0, lower, upper, *ar
             of a kink.
         maxiter, max_cg, n_probe, max_backtrack: iteration caps (static).
         ftol, gtol: stopping tolerances (see the module docstring).
+        report: optional ``report(iteration, loss)`` traced into the loop after every
+            iteration (e.g. a ``jax.debug.callback`` for progress; static).
     """
     x0 = jnp.clip(jnp.asarray(x0), lower, upper)
     n = x0.shape[0]
@@ -337,6 +339,8 @@ def projected_newton(residual: Callable, smooth: Callable, x0, lower, upper, *ar
         nhvp = st["nhvp"] + k_cg
         passes = nfun + nlin + nhvp + n_probe
         slot = jnp.minimum(st["it"], maxiter - 1)
+        if report is not None:
+            jax.lax.cond(converged, lambda: None, lambda: report(it, fn))
         return dict(x=xn, f=fn, g=g, it=it, nfun=nfun, nlin=nlin, nhvp=nhvp, status=status.astype(jnp.int32),
                     mu=mu, d_gn=d_gn, gf0=gf0,
                     hist=jnp.where(converged, st["hist"], st["hist"].at[slot].set(fn)),
@@ -414,12 +418,7 @@ def smooth_terms(x, lmbd, pre, obs, joint=None, *, regulariser: str = "mem", pen
     """``S(x) = lmbd * regulariser + penalty * sum max(0, fssc + fssh - 1)^2`` (as the objective's)."""
     lay = Layout(pre.n_cell, pre.n_epoch)
     fssc, fssh, _, _ = lay.split(x)
-    if regulariser == "mem":
-        reg = seed_entropy(fssc, fssh, pre.cell_area)
-    elif regulariser == "tikhonov":
-        reg = tikhonov(fssc, fssh, pre.edges)
-    else:
-        reg = jnp.zeros((), x.dtype)
+    reg = regulariser_value(regulariser, fssc, fssh, pre.cell_area, pre.edges).astype(x.dtype)
     return lmbd * reg + penalty * sum_excess(fssc, fssh)
 
 
@@ -435,13 +434,19 @@ def tikhonov_diagonal(x, lmbd, pre, obs, joint=None):
     return jnp.concatenate([d, d, jnp.zeros(x.shape[0] - 2 * pre.n_cell, x.dtype)])
 
 
-def _solve(x0, lo, hi, spacing, tol, lmbd, pre, obs, joint=None, *, regulariser, penalty, maxiter, max_cg, n_probe):
+def _report(it, f):
+    report_progress(it, f)
+
+
+def _solve(x0, lo, hi, spacing, tol, lmbd, pre, obs, joint=None, *, regulariser, penalty, maxiter, max_cg, n_probe,
+           progress=False):
     n_cell = pre.n_cell
     smooth = functools.partial(smooth_terms, regulariser=regulariser, penalty=penalty)
     return projected_newton(line_residuals, smooth, x0, lo, hi, lmbd, pre, obs, joint,
                             blocks=(n_cell, n_cell, x0.shape[0] - 2 * n_cell), kink_spacing=spacing,
                             kink_step=rv_step, smooth_diag=tikhonov_diagonal if regulariser == "tikhonov" else None,
-                            maxiter=maxiter, ftol=tol, gtol=tol, max_cg=max_cg, n_probe=n_probe)
+                            maxiter=maxiter, ftol=tol, gtol=tol, max_cg=max_cg, n_probe=n_probe,
+                            report=_report if progress else None)
 
 
 def kink_spacing(layout: Layout, vels) -> np.ndarray:
@@ -465,14 +470,15 @@ _COMPILED: dict = {}
 
 
 def compile_newton(x0, lo, hi, spacing, tol, lmbd, pre, obs, joint=None, *, regulariser="mem",
-                   penalty=DEFAULT_PENALTY, maxiter=NEWTON_MAXITER, max_cg=DEFAULT_MAX_CG, n_probe=DEFAULT_PROBES):
+                   penalty=DEFAULT_PENALTY, maxiter=NEWTON_MAXITER, max_cg=DEFAULT_MAX_CG, n_probe=DEFAULT_PROBES,
+                   progress=False):
     """AOT-compile the Newton solve for these shapes; returns ``(compiled, seconds)`` (0 when reused).
 
     The compiled function takes ``(x0, lo, hi, spacing, tol, lmbd, pre, obs, joint)``: a new
     tolerance, lambda or data set of the same shapes reuses it.
     """
     kw = dict(regulariser=regulariser, penalty=float(penalty), maxiter=int(maxiter), max_cg=int(max_cg),
-              n_probe=int(n_probe))
+              n_probe=int(n_probe), progress=bool(progress))
     leaves, treedef = jax.tree_util.tree_flatten((x0, lo, hi, spacing, tol, lmbd, pre, obs, joint))
     key = (tuple(sorted(kw.items())), treedef, tuple((jnp.shape(v), jnp.result_type(v).name) for v in leaves))
     if key in _COMPILED:
@@ -483,53 +489,33 @@ def compile_newton(x0, lo, hi, spacing, tol, lmbd, pre, obs, joint=None, *, regu
     return compiled, time.perf_counter() - t0
 
 
-def invert_newton(pre: Precomputed, obs: Observations, *, lmbd: float = 1.0, regulariser: str = "mem", x0=None,
-                  tol: float = 1e-8, maxiter: int = 1000, fit_rv: bool = True, fit_amp: bool = True,
-                  penalty: float = DEFAULT_PENALTY, cube_dtype: str | None = "auto", lightcurve=None,
-                  line_weight: float = 1.0, lc_weight: float = 1.0, fit_components=("cool", "hot"),
-                  max_cg: int = DEFAULT_MAX_CG, n_probe: int = DEFAULT_PROBES) -> InversionResult:
-    """:func:`dopplermap.invert` with ``solver="newton"``: the projected Gauss-Newton-CG solve.
+def solve_newton(setup: SolveSetup, callback=None) -> RawSolve:
+    """The ``"newton"`` back end: projected Gauss-Newton-CG in one compiled loop.
 
     Same problem, bounds, start and tolerance semantics (``tol`` = ftol = gtol) as the
-    L-BFGS solvers; ``maxiter`` caps the Newton iterations at ``min(maxiter, NEWTON_MAXITER)``.
-    The reported loss, chi2 and model are evaluated in float64 at the solution, as in the
-    scipy path. ``result.extra["passes"]`` holds the objective passes spent (see the module
-    docstring) and their parts.
+    L-BFGS solvers; the Newton iterations are capped at ``min(maxiter, NEWTON_MAXITER)``;
+    ``options`` may set ``max_cg`` and ``n_probe``. ``extra["passes"]`` holds the objective
+    passes spent (see the module docstring) and their parts.
     """
     require_x64()
-    exact_pre, pre = pre, solve_form(pre, resolve_cube_dtype(cube_dtype, tol))
-    layout, x0, lo, hi = start(pre, x0, fit_rv=fit_rv, fit_amp=fit_amp, fit_components=fit_components)
-    xj = jnp.asarray(x0)
-    lo_j, hi_j = jnp.asarray(lo), jnp.asarray(hi)
-    lm = jnp.asarray(lmbd, dtype=xj.dtype)
-    joint = joint_arguments(pre, lightcurve, line_weight, lc_weight, xj.dtype)
-    n_iter_max = int(min(maxiter, NEWTON_MAXITER))
-    spacing = jnp.asarray(kink_spacing(layout, pre.line.vels))
-    tol_j = jnp.asarray(tol, dtype=xj.dtype)
-    fn, t_compile = compile_newton(xj, lo_j, hi_j, spacing, tol_j, lm, pre, obs, joint, regulariser=regulariser,
-                                   penalty=penalty, maxiter=n_iter_max, max_cg=max_cg, n_probe=n_probe)
-    # the reporting evaluation (float64 values, aux terms): the scipy path's compiled function
-    vg, timing = compiled_value_and_grad(xj, lm, pre, obs, regulariser, float(penalty), joint)
+    xj, lo_j, hi_j = jnp.asarray(setup.x0), jnp.asarray(setup.lower), jnp.asarray(setup.upper)
+    lm = jnp.asarray(setup.lmbd, dtype=xj.dtype)
+    n_iter_max = int(min(setup.maxiter, NEWTON_MAXITER))
+    spacing = jnp.asarray(kink_spacing(setup.layout, setup.pre.line.vels))
+    tol_j = jnp.asarray(setup.tol, dtype=xj.dtype)
+    fn, t_compile = compile_newton(xj, lo_j, hi_j, spacing, tol_j, lm, setup.pre, setup.obs, setup.joint,
+                                   regulariser=setup.regulariser, penalty=setup.penalty, maxiter=n_iter_max,
+                                   max_cg=int(setup.options.get("max_cg", DEFAULT_MAX_CG)),
+                                   n_probe=int(setup.options.get("n_probe", DEFAULT_PROBES)),
+                                   progress=callback is not None)
     t0 = time.perf_counter()
-    r = jax.block_until_ready(fn(xj, lo_j, hi_j, spacing, tol_j, lm, pre, obs, joint))
+    r = jax.block_until_ready(fn(xj, lo_j, hi_j, spacing, tol_j, lm, setup.pre, setup.obs, setup.joint))
     solve_time = time.perf_counter() - t0
-
-    fssc, fssh, rv, amp = layout.split(np.asarray(r.x))
-    fssc, fssh, excess = project_feasible(fssc, fssh)
-    xf = layout.join(fssc, fssh, rv, amp)
-    final_pre = with_exact_numerator(pre, exact_pre, fssc, fssh)
-    val, _, aux = vg(xf, lm, final_pre, obs) if joint is None else vg(xf, lm, final_pre, obs, joint)
     status = int(r.status)
     n_it = int(r.n_iter)
     passes = dict(total=int(r.passes), loss=int(r.n_fun), linearise=int(r.n_lin), gauss_newton=int(r.n_hvp),
                   probe=int(r.n_probe))
-    return InversionResult(
-        fssc=fssc, fssh=fssh, rv=rv, amp=amp, loss=float(val), chi2=float(aux.chi2),
-        regulariser_value=float(aux.regulariser), lmbd=float(lmbd), regulariser=regulariser, iterations=n_it,
-        n_eval=passes["total"], success=status in (1, 2),
-        stop_reason=STOP_REASONS[status] + (f" ({n_iter_max} Newton iterations)" if status == 3 else ""),
-        compile_time=t_compile + timing["trace_lower"] + timing["compile"], solve_time=solve_time,
-        history={"loss": np.asarray(r.history)[:n_it], "passes": np.asarray(r.passes_history)[:n_it]},
-        model=np.asarray(aux.model), max_sum_excess=excess, solver="newton",
-        chi2_lc=float(aux.chi2_lc) if joint is not None else None, cube_dtype=cube_dtype_of(pre),
-        fit_components=tuple(fit_components), extra={"passes": passes})
+    return RawSolve(x=np.asarray(r.x), iterations=n_it, n_eval=passes["total"], outcome=Outcome.from_status(status),
+                    stop_reason=STOP_REASONS[status] + (f" ({n_iter_max} Newton iterations)" if status == 3 else ""),
+                    history={"loss": np.asarray(r.history)[:n_it], "passes": np.asarray(r.passes_history)[:n_it]},
+                    compile_time=t_compile, solve_time=solve_time, extra={"passes": passes})

@@ -111,7 +111,7 @@ def _two_loop(g, s_hist, y_hist, rho, k, maxcor, free=None):
 
 def projected_lbfgs(fun: Callable, x0, lower, upper, *args, maxiter: int = 1000, ftol: float = 1e-5,
                     gtol: float = 1e-5, maxcor: int = 10, max_backtrack: int = 30,
-                    c1: float = 1e-4, max_restarts: int = 10) -> LBFGSResult:
+                    c1: float = 1e-4, max_restarts: int = 10, report: Callable | None = None) -> LBFGSResult:
     """Minimise ``fun(x, *args) -> (loss, grad, aux)`` subject to ``lower <= x <= upper``.
 
     Args:
@@ -121,6 +121,8 @@ def projected_lbfgs(fun: Callable, x0, lower, upper, *args, maxiter: int = 1000,
         maxiter: iteration cap (static). ftol, gtol: stopping tolerances (see module).
         maxcor: number of stored correction pairs (static).
         max_restarts: memory restarts after a relative-reduction stop (see module).
+        report: optional ``report(iteration, loss, aux)``, traced into the loop body after
+            every iteration (e.g. a ``jax.debug.callback`` for progress; static).
     """
     x0 = jnp.clip(jnp.asarray(x0), lower, upper)
     n = x0.shape[0]
@@ -200,6 +202,8 @@ def projected_lbfgs(fun: Callable, x0, lower, upper, *args, maxiter: int = 1000,
         k = st["k"] + keep.astype(jnp.int32)
         gamma = _h0_scale(s_hist[0], y_hist[0], k)
         k = jnp.where(restart, 0, k)
+        if report is not None:  # not for the init pass, which only evaluates x0
+            jax.lax.cond(st["init"], lambda: None, lambda: report(it, fn, auxn))
         return dict(x=xn, f=fn, g=gn, aux=auxn, s=s_hist, y=y_hist, rho=rho, k=k,
                     it=it, nev=st["nev"] + ls["i"], status=status.astype(jnp.int32),
                     hist=jnp.where(st["init"], st["hist"], st["hist"].at[st["it"]].set(fn)),

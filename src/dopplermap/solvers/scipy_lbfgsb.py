@@ -22,9 +22,13 @@ except ImportError:  # pragma: no cover
     def threadpool_limits(**_kwargs):
         return contextlib.nullcontext()
 
-from ..objective import objective_terms
+import jax.numpy as jnp
 
-__all__ = ["compiled_value_and_grad", "lbfgsb"]
+from ..objective import objective_terms
+from ..result import Outcome
+from ._common import RawSolve, SolveSetup
+
+__all__ = ["compiled_value_and_grad", "lbfgsb", "solve"]
 
 _CACHE: dict = {}
 
@@ -123,3 +127,24 @@ def lbfgsb(fn: Callable, x0: np.ndarray, lower: np.ndarray, upper: np.ndarray, *
             restarts += 1
     res.nit, res.nfev, res.restarts = nit, nfev, restarts
     return res, {k: np.asarray(v) for k, v in history.items()}
+
+
+def solve(setup: SolveSetup, callback: Callable | None = None) -> RawSolve:
+    """The ``"lbfgsb"`` back end: scipy's L-BFGS-B on the compiled value-and-gradient;
+    ``callback(iteration, history)`` after every iteration."""
+    xj = jnp.asarray(setup.x0)
+    lm = jnp.asarray(setup.lmbd, dtype=xj.dtype)
+    joint = setup.joint
+    fn, timing = compiled_value_and_grad(xj, lm, setup.pre, setup.obs, setup.regulariser, float(setup.penalty), joint)
+    extra = () if joint is None else (joint,)
+
+    def vg(x):
+        return fn(x, lm, setup.pre, setup.obs, *extra)
+
+    t0 = time.perf_counter()
+    res, history = lbfgsb(vg, setup.x0, setup.lower, setup.upper, tol=setup.tol, maxiter=setup.maxiter,
+                          maxcor=int(setup.options.get("maxcor", 10)), callback=callback)
+    return RawSolve(x=np.asarray(res.x), iterations=int(res.nit), n_eval=int(res.nfev),
+                    outcome=Outcome.from_scipy(res.message, int(res.status)), stop_reason=str(res.message),
+                    history=history, compile_time=timing["trace_lower"] + timing["compile"],
+                    solve_time=time.perf_counter() - t0, extra={"restarts": int(res.restarts)})
