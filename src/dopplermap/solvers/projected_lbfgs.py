@@ -69,8 +69,8 @@ def _two_loop(g, s_hist, y_hist, rho, k, maxcor, free=None):
 
     The pairs are stored newest first (row 0 the latest), so every index below is the loop
     counter, never a per-member value: under ``vmap`` (a batch of solves with different
-    memory lengths) the rows are plain slices, not gathers (8 members on 2 CPU cores: the
-    solver's own work per iteration 4.3 -> 3.5 ms, with the masking below).
+    memory lengths) the rows are plain slices, not gathers (cheaper per iteration; see
+    benchmarks/RESULTS.md, solver design measurements).
 
     With ``free`` (bool mask) the pairs are restricted to the free variables (their
     curvature ``s'y`` recomputed there, pairs without positive curvature skipped): the
@@ -130,8 +130,7 @@ def projected_lbfgs(fun: Callable, x0, lower, upper, *args, maxiter: int = 1000,
     # The objective is written into the program once, in the line search: the first pass of
     # the loop (``init``) only evaluates x0 (loss +inf and zero gradient make its direction
     # zero and its step acceptable). A separate evaluation before the loop compiled the
-    # objective twice (seed size, 2 cores: whole-solve compile 3.2 -> 2.4-3.0 s; a vmapped
-    # batch of 8: 6.3 -> 4.7 s).
+    # objective twice.
     aux_shape = jax.eval_shape(fun, x0, *args)[2]
 
     def pgnorm(x, g):
@@ -153,8 +152,7 @@ def projected_lbfgs(fun: Callable, x0, lower, upper, *args, maxiter: int = 1000,
         fixed = ((x <= lower) & (g > 0)) | ((x >= upper) & (g < 0))
         gf = jnp.where(fixed, 0.0, g)
         # pairs restricted to the free variables: without it the solve crawls near the optimum
-        # once many bounds are active (seed size, tol 1e-10: stopped 2.5e-6 above scipy's loss
-        # after 477 iterations; restricted, 9.6e-8 below it after 665)
+        # once many bounds are active
         d = -_two_loop(gf, st["s"], st["y"], st["rho"], st["k"], maxcor, free=~fixed)
         d = jnp.where(fixed, 0.0, d)
         descent = jnp.dot(d, gf) < 0
