@@ -20,7 +20,7 @@ import numpy as np
 
 from .. import plan
 from ..errors import DopplermapInputError
-from ..model import Precomputed, blocked_nbytes, solve_form
+from ..model import Precomputed, solve_form
 from ..objective import DEFAULT_PENALTY, REGULARISERS, Layout, Observations
 from ..result import InversionResult
 from ._common import (
@@ -171,8 +171,8 @@ def invert_batch(pre: Precomputed, obs: Observations, *, lmbds=None, lmbd: float
     if form not in ("auto", "folded", "blocked"):
         raise DopplermapInputError(f"form must be 'auto', 'folded' or 'blocked', got {form!r}")
     dtype = resolve_cube_dtype(cube_dtype, tol)
-    if form == "blocked" and (pre.line.method != "dense" or dtype is None):
-        raise DopplermapInputError(f"form='blocked' needs a dense model and a cube_dtype, got a {pre.line.method} model "
+    if form == "blocked" and (not pre.line.foldable or dtype is None):
+        raise DopplermapInputError(f"form='blocked' needs a dense model and a cube_dtype, got a {pre.line.kind} model "
                          f"and cube_dtype={cube_dtype!r}")
     form = plan.batch_form(form, mode=mode, blocked_fits=_blocked_fits(pre, dtype))
     mode = plan.batch_mode(mode, form=form)
@@ -220,7 +220,8 @@ def invert_batch(pre: Precomputed, obs: Observations, *, lmbds=None, lmbd: float
 
 
 def _blocked_fits(pre: Precomputed, dtype) -> bool:
-    return dtype is not None and pre.line.method == "dense" and blocked_nbytes(pre.line, dtype) <= plan.BLOCKED_MAX_BYTES
+    nbytes = None if dtype is None else pre.line.blocked_nbytes(dtype)
+    return nbytes is not None and nbytes <= plan.BLOCKED_MAX_BYTES
 
 
 def _sequential(layout, xj, lo, hi, lmbds, pre, obs, batch_obs, *, regulariser, penalty, maxiter, tol, maxcor):
