@@ -58,7 +58,7 @@ def choose_bin_width(components, tol: float, vspan: float = 200.0) -> float:
         hw = half_width(comp.profile, vspan)
         mus = (0.1, 0.4, 0.7, 1.0) if is_mu_dependent(comp.profile) else (None,)
         for mu in mus:
-            m4 = max(m4, _max_fourth_derivative(lambda v: eval_profile(comp.profile, v, mu), hw))
+            m4 = max(m4, _max_fourth_derivative(lambda v, p=comp.profile, m=mu: eval_profile(p, v, m), hw))
     if m4 <= 0.0:
         return 1.0
     return float((tol / (_LAGRANGE_ERR * m4)) ** 0.25)

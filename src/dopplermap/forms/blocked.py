@@ -107,7 +107,7 @@ class BlockedForm(Form):
         block_row = np.zeros(n_e, np.int32)
         col = np.empty(folded.n_cell, np.int64)
         local_e = np.empty(n_e, np.int64)
-        for b, (g, u) in enumerate(zip(groups, unions)):
+        for b, (g, u) in enumerate(zip(groups, unions, strict=True)):
             block_cell[b, :u.size] = u
             col[u] = np.arange(u.size)
             local_e[g] = np.arange(g.size)
