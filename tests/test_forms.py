@@ -156,3 +156,70 @@ def test_solve_forms_are_cached_per_dense_model(all_forms):
     assert dense.solve_form("float32").cube_dtype == "float32" and dense.solve_form(None) is dense
     assert lines["binned"].solve_form("float32") is lines["binned"] and lines["binned"].cube_dtype is None
     assert dense.blocked_nbytes("float64") > 0 and lines["binned"].blocked_nbytes("float64") is None
+
+
+# ------------------------------------------------------------------ exact rv shift (binned)
+
+
+@pytest.fixture(scope="module")
+def rv_problem():
+    star, grid, times, vels, comps = dm.demo_setup(n_cell=300, n_epoch=6, n_vel=24, seed=1)
+    rng = np.random.default_rng(5)
+    fc, fh = (jnp.asarray(rng.uniform(0.0, 0.5, grid.n_cell)) for _ in range(2))
+    exact = dm.precompute(grid, star, times, vels, comps, method="binned", rv_shift="exact")
+    return star, grid, times, np.asarray(vels), comps, fc, fh, exact
+
+
+def test_exact_rv_is_the_shifted_local_profiles(rv_problem):
+    """Against the exact dense model precomputed on the velocity grid moved by -rv (the local
+    profiles themselves shifted): the exact shift meets the synthesis tolerance, the seed's
+    interpolation misses by its interpolation error, and the two differ by just that."""
+    star, grid, times, vels, comps, fc, fh, exact = rv_problem
+    n_e = len(times)
+    z = jnp.zeros(n_e)
+    interp = dm.precompute(grid, star, times, vels, comps, method="dense")
+    rvs = (0.37, -2.9)
+    truth = [np.asarray(dm.forward(fc, fh, z, z, dm.precompute(grid, star, times, vels - r, comps, method="dense")))
+             for r in rvs]
+    rv = jnp.asarray([rvs[e % 2] for e in range(n_e)])  # a different shift at alternate epochs
+    want = np.stack([truth[e % 2][e] for e in range(n_e)])
+    got = np.asarray(dm.forward(fc, fh, rv, z, exact))
+    seed = np.asarray(dm.forward(fc, fh, rv, z, interp))
+    tol = 3e-7  # synthesis_tol 1e-7, times the mean normalisation
+    assert np.max(np.abs(got - want)) <= tol
+    interp_err = np.max(np.abs(seed - want))
+    assert interp_err > 1e-5  # a grid step of 5 km/s: the seed's linear interpolation is far coarser
+    assert abs(np.max(np.abs(got - seed)) - interp_err) <= tol
+    plain = dm.precompute(grid, star, times, vels, comps, method="binned")
+    np.testing.assert_allclose(np.asarray(dm.forward(fc, fh, z, z, exact)), np.asarray(dm.forward(fc, fh, z, z, plain)),
+                               rtol=0, atol=1e-13)  # no shift: the plain binned model
+
+
+def test_exact_rv_gradient_and_chunks(rv_problem, monkeypatch):
+    star, grid, times, vels, comps, fc, fh, exact = rv_problem
+    n_e = len(times)
+    w = jnp.asarray(np.random.default_rng(6).normal(size=(n_e, len(vels))))
+    amp = jnp.full(n_e, 0.01)
+
+    def val(rv):
+        return jnp.sum(w * dm.forward(fc, fh, rv, amp, exact))
+
+    rv = jnp.asarray(np.linspace(-3.0, 2.5, n_e))
+    g = np.asarray(jax.grad(val)(rv))
+    h = 1e-5
+    fd = np.array([(float(val(rv.at[e].add(h))) - float(val(rv.at[e].add(-h)))) / (2 * h) for e in range(n_e)])
+    np.testing.assert_allclose(g, fd, rtol=1e-5, atol=1e-8 * np.max(np.abs(fd)))
+    whole = np.asarray(dm.forward(fc, fh, rv, amp, exact))
+    padded = exact.line.pad(exact.line.n_slot + 5, exact.line.n_bin + 7)
+    np.testing.assert_allclose(np.asarray(dm.forward(fc, fh, rv, amp, padded)), whole, rtol=0, atol=1e-14)
+    monkeypatch.setattr(forms.BinnedForm, "epoch_chunk", lambda self: 4)  # the chunked path slices rv too
+    np.testing.assert_allclose(np.asarray(dm.forward(fc, fh, rv, amp, exact)), whole, rtol=0, atol=1e-14)
+
+
+def test_exact_rv_needs_the_binned_form(rv_problem):
+    star, grid, times, vels, comps, *_ = rv_problem
+    with pytest.raises(DopplermapInputError, match="needs method='binned'"):
+        dm.precompute(grid, star, times, vels, comps, method="dense", rv_shift="exact")
+    with pytest.raises(DopplermapInputError, match="rv_shift must be"):
+        dm.precompute(grid, star, times, vels, comps, rv_shift="cubic")
+    assert dm.precompute(grid, star, times, vels, comps, rv_shift="exact").line.kind == "binned"  # "auto"

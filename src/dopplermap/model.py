@@ -46,7 +46,7 @@ from .forms import (
     is_mu_dependent,
     phase_order,
 )
-from .forms.base import form_pytree
+from .forms.base import form_pytree, shift_profiles
 from .geometry import StarParams, cell_geometry, check_star
 from .grid import SurfaceGrid
 from .memory import check_precompute_size
@@ -54,7 +54,10 @@ from .profiles import ComponentSet
 
 __all__ = ["LineModel", "Precomputed", "precompute", "synthesize", "forward", "apply_nuisance",
            "choose_bin_width", "is_mu_dependent", "eval_profile", "fold_dense", "block_dense", "blocked_nbytes",
-           "phase_order", "solve_form", "dense_numerator", "with_exact_numerator", "DEFAULT_BLOCKS"]
+           "phase_order", "solve_form", "dense_numerator", "with_exact_numerator", "DEFAULT_BLOCKS", "shift_profiles"]
+
+RV_SHIFTS = {"interpolate": False, "exact": True}
+"""``precompute(rv_shift=...)``: whether the form synthesises the rv shift exactly."""
 
 LineModel = Form
 """The base class of every synthesis form (the name older code uses)."""
@@ -117,7 +120,7 @@ def _component_weights(components: ComponentSet, mu, proj_area):
 
 def precompute(grid: SurfaceGrid, star: StarParams, times, vels, components: ComponentSet, *,
                method: str = "auto", synthesis_tol: float = 1e-7, bin_width: float | None = None,
-               dtype=jnp.float64) -> Precomputed:
+               dtype=jnp.float64, rv_shift: str = "interpolate") -> Precomputed:
     """Precompute the line synthesis for a star, grid, epochs and local profiles.
 
     Args:
@@ -133,6 +136,10 @@ def precompute(grid: SurfaceGrid, star: StarParams, times, vels, components: Com
         synthesis_tol: bound on the binned method's deviation from the exact model, in
             units of the continuum (ignored by ``"dense"``).
         bin_width: override the binned method's velocity bin width, km/s.
+        rv_shift: ``"interpolate"`` (default: the seed's linear interpolation of the
+            disc-integrated profile on the data grid) or ``"exact"`` (binned only, and what
+            ``"auto"`` then picks: the local profiles' velocities moved by rv, to
+            ``synthesis_tol``, for shifts up to half the velocity window).
     """
     check_star(star)
     vels = _check_vels(vels)
@@ -154,7 +161,10 @@ def precompute(grid: SurfaceGrid, star: StarParams, times, vels, components: Com
     if np.any(n_vis == 0):
         raise DopplermapInputError("no cell is visible at some epoch; check inclination and grid")
     n_slot = int(n_vis.max())
-    form = FORMS[plan.synthesis_method(method, n_epoch * n_slot * 3 * len(vels) * 8)]
+    if rv_shift not in RV_SHIFTS:
+        raise DopplermapInputError(f"rv_shift must be one of {', '.join(map(repr, RV_SHIFTS))}, got {rv_shift!r}")
+    exact_rv = RV_SHIFTS[rv_shift]
+    form = FORMS[plan.synthesis_method(method, n_epoch * n_slot * 3 * len(vels) * 8, exact_rv=exact_rv)]
 
     if bin_width is not None and not float(bin_width) > 0:
         raise DopplermapInputError(f"bin_width must be > 0 km/s, got {bin_width!r}")
@@ -163,7 +173,7 @@ def precompute(grid: SurfaceGrid, star: StarParams, times, vels, components: Com
     span = float(np.max(np.abs(v_los[visible]))) + float(vels[-1] - vels[0])
     line = form.build(Setup(vels=vels, v_los=v_los, mu=mu, visible=visible, weights=weights, n_slot=n_slot,
                             components=components, span=span, synthesis_tol=synthesis_tol, bin_width=bin_width,
-                            dtype=dtype))
+                            dtype=dtype, rv_margin=0.5 * float(vels[-1] - vels[0]) if exact_rv else None))
     edges = np.asarray(grid.edges, dtype=np.int32).reshape(-1, 2)
     pre = Precomputed(line=line, cell_area=_device.asarray(grid.area, dtype), edges=_device.asarray(edges))
     _SETUP[pre] = (grid, star, components)
@@ -218,29 +228,6 @@ def synthesize(fssc, fssh, line: Form):
     return num / norm[:, None]
 
 
-def shift_profiles(vels, rv, prf):
-    """Row ``e`` of ``prf`` shifted by ``rv[e]``: ``jnp.interp(vels, vels + rv[e], prf[e])`` for all rows.
-
-    The same arithmetic as ``jnp.interp`` (constant ends), written for the whole batch with a
-    compare-all search (``n_vel`` is small): several times cheaper to compile than a vmapped
-    ``jnp.interp``, for any increasing grid.
-    """
-    xp = vels[None, :] + rv[:, None]  # (E, V) shifted abscissae
-    n = vels.shape[0]
-    i = jnp.sum(xp[:, None, :] <= vels[None, :, None], axis=2)  # searchsorted(xp, vels, 'right')
-    i = jnp.clip(i, 1, n - 1)
-    f_hi = jnp.take_along_axis(prf, i, axis=1)
-    f_lo = jnp.take_along_axis(prf, i - 1, axis=1)
-    x_hi = jnp.take_along_axis(xp, i, axis=1)
-    x_lo = jnp.take_along_axis(xp, i - 1, axis=1)
-    dx = x_hi - x_lo
-    eps = np.spacing(np.finfo(np.dtype(xp.dtype)).eps)
-    dx0 = jnp.abs(dx) <= eps
-    f = jnp.where(dx0, f_lo, f_lo + ((vels[None, :] - x_lo) / jnp.where(dx0, 1, dx)) * (f_hi - f_lo))
-    f = jnp.where(vels[None, :] < xp[:, :1], prf[:, :1], f)
-    return jnp.where(vels[None, :] > xp[:, -1:], prf[:, -1:], f)
-
-
 def apply_nuisance(raw, vels, rv, amp):
     """The seed's per-epoch rv shift (linear interpolation), additive amp, mean normalisation."""
     shifted = shift_profiles(vels, rv, raw) + amp[:, None]
@@ -250,13 +237,18 @@ def apply_nuisance(raw, vels, rv, amp):
 def forward(fssc, fssh, rv, amp, pre: Precomputed | Form):
     """Model profiles (n_epoch, n_vel), each normalised by its mean.
 
+    The rv shift is the form's (:meth:`dopplermap.forms.Form.shifted_profiles`): the seed's
+    linear interpolation of the synthesised profiles, or for a binned model precomputed with
+    ``rv_shift="exact"`` the local profiles' velocities moved by rv.
+
     Args:
         fssc, fssh: (n_cell,) cool- and hot-spot filling factors in [0, 1].
         rv: (n_epoch,) radial-velocity shifts, km/s. amp: (n_epoch,) additive offsets.
         pre: :class:`Precomputed` (or its synthesis form).
     """
     line = pre.line if isinstance(pre, Precomputed) else pre
-    return apply_nuisance(synthesize(fssc, fssh, line), line.vels, rv, amp)
+    shifted = line.shifted_profiles(fssc, fssh, rv) + amp[:, None]
+    return shifted / jnp.mean(shifted, axis=1, keepdims=True)
 
 
 forward_jit = jax.jit(forward)

@@ -41,6 +41,9 @@ class DenseForm(Form):
     @classmethod
     def build(cls, setup: Setup) -> DenseForm:
         """From the precomputation's geometry: the local profiles of every visible cell."""
+        if setup.rv_margin is not None:
+            raise DopplermapInputError("rv_shift='exact' needs method='binned': the dense cube holds the local "
+                                       "profiles at fixed velocities (the seed's interpolation shifts them)")
         sl = setup.slots(np.where(setup.visible, 0, 1))
         vels, dtype = setup.vels, setup.dtype
         local = np.stack([eval_profile(comp.profile, vels[None, None, :] - sl.v_los[:, :, None], sl.mu[:, :, None])
