@@ -74,11 +74,11 @@ class BlockedForm(Form):
 
     weight: jnp.ndarray
     local: jnp.ndarray
+    base: jnp.ndarray
+    base_norm: jnp.ndarray
     local_t: jnp.ndarray
     block_cell: jnp.ndarray
     block_row: jnp.ndarray
-    base: jnp.ndarray
-    base_norm: jnp.ndarray
 
     kind: ClassVar[str] = "blocked"
     epoch_fields: ClassVar[tuple[str, ...]] = ()  # blocks span epochs: synthesised whole
