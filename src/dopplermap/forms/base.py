@@ -5,6 +5,8 @@ it through this protocol and never asks which form it is:
 
 * ``numerator_norm(fssc, fssh)``: the disc-integrated numerator ``(n_epoch, n_vel)`` and
   normalisation ``(n_epoch,)`` of a map (the profiles are their ratio);
+* ``shifted_profiles(fssc, fssh, rv)``: those profiles moved by the per-epoch rv (the
+  seed's interpolation, or the binned form's exact shift);
 * ``select_epochs(idx)``, ``pad(n_slot, n_bin)``: the same model on other epochs / in
   larger shapes (zero-weight padding);
 * ``seen_cells()``: which cells any epoch sees;
