@@ -119,7 +119,7 @@ def test_precompute_bad_input(small_problem):
 
 @pytest.mark.parametrize("method", ["binned", "dense", "folded"])
 def test_epoch_chunks_equal_one_pass(small_problem, method, monkeypatch):
-    import dopplermap.model as model
+    import dopplermap.forms.binned as binned_form
 
     star, grid, times, vels, comps, _ = small_problem
     if method == "folded":
@@ -138,13 +138,12 @@ def test_epoch_chunks_equal_one_pass(small_problem, method, monkeypatch):
 
     # at most 7 epochs per chunk: 24 epochs -> 4 equal chunks of 6 (binned only: the dense and
     # folded products stream their cube whole); at most 5: 5 chunks of 5, the last overlapping
-    monkeypatch.setattr(model, "SLOTS_PER_CHUNK", 7 * pre.line.cell.shape[1])
-    assert model._epoch_chunk(pre.line) == (6 if method == "binned" else 24)
-    monkeypatch.setattr(model, "SLOTS_PER_CHUNK", 5 * pre.line.cell.shape[1] + 3)
-    assert model._epoch_chunk(pre.line) == (5 if method == "binned" else 24)
+    monkeypatch.setattr(binned_form, "SLOTS_PER_CHUNK", 7 * pre.line.cell.shape[1])
+    assert pre.line.epoch_chunk() == (6 if method == "binned" else 24)
+    monkeypatch.setattr(binned_form, "SLOTS_PER_CHUNK", 5 * pre.line.cell.shape[1] + 3)
+    assert pre.line.epoch_chunk() == (5 if method == "binned" else 24)
     # the chunked path itself serves every model form
-    default_chunk = model._epoch_chunk
-    monkeypatch.setattr(model, "_epoch_chunk", lambda line: 5)
+    monkeypatch.setattr(type(pre.line), "epoch_chunk", lambda self: 5)
     chunked = np.asarray(dm.forward(*state, pre))
     g_chunked = np.asarray(jax.grad(lambda x: jnp.sum(dm.forward(*lay.split(x), pre) ** 2))(x))
     np.testing.assert_allclose(chunked, whole, rtol=0, atol=1e-13)
@@ -152,8 +151,8 @@ def test_epoch_chunks_equal_one_pass(small_problem, method, monkeypatch):
     # reverse over reverse (the uncertainty module's Hessian-vector products) through the chunks
     v = jnp.asarray(np.random.default_rng(8).normal(size=x.shape))
     hvp_chunked = np.asarray(hvp(x, v))
-    monkeypatch.setattr(model, "_epoch_chunk", default_chunk)
-    monkeypatch.setattr(model, "SLOTS_PER_CHUNK", 10 ** 9)
+    monkeypatch.undo()
+    monkeypatch.setattr(binned_form, "SLOTS_PER_CHUNK", 10 ** 9)
     np.testing.assert_allclose(hvp_chunked, np.asarray(hvp(x, v)), rtol=1e-9, atol=1e-10)
 
 
@@ -165,7 +164,7 @@ def test_folded_dense_equals_dense(small_problem, dtype, atol):
     star, grid, times, vels, comps, _ = small_problem
     pd = dm.precompute(grid, star, times, vels, comps, method="dense")
     pf = solve_form(pd, dtype)
-    assert pf.line.method == "folded" and pf.line.local.shape[3] == 2 and pf.line.local.shape[1] == pd.line.n_vel + 1
+    assert pf.line.kind == "folded" and pf.line.local.shape[3] == 2 and pf.line.local.shape[1] == pd.line.n_vel + 1
     assert pf.line.local.dtype == jnp.dtype(dtype)
     state = _random_state(grid.n_cell, len(times), 3)
     ref = np.asarray(dm.forward(*state, pd))
@@ -196,7 +195,7 @@ def test_blocked_equals_folded(small_problem, n_block):
     pd = dm.precompute(grid, star, times, vels, comps, method="dense")
     pf = solve_form(pd, "float64")
     pb = dataclasses.replace(pd, line=block_dense(pd.line, n_block, dtype="float64"))
-    assert pb.line.method == "blocked" and pb.line.local.shape[0] == min(n_block, len(times))
+    assert pb.line.kind == "blocked" and pb.line.local.shape[0] == min(n_block, len(times))
     lay = dm.Layout(grid.n_cell, len(times))
     states = [jnp.concatenate(_random_state(grid.n_cell, len(times), s)) for s in (11, 12, 13)]
 
@@ -276,6 +275,6 @@ def test_shift_profiles_is_jnp_interp(uniform):
 def test_auto_method_picks_dense_while_it_fits(small_problem, monkeypatch):
 
     star, grid, times, vels, comps, _ = small_problem
-    assert dm.precompute(grid, star, times, vels, comps).line.method == "dense"
+    assert dm.precompute(grid, star, times, vels, comps).line.kind == "dense"
     monkeypatch.setattr(plan, "DENSE_AUTO_BYTES", 1000)
-    assert dm.precompute(grid, star, times, vels, comps).line.method == "binned"
+    assert dm.precompute(grid, star, times, vels, comps).line.kind == "binned"

@@ -46,7 +46,6 @@ import dataclasses
 import math
 from collections.abc import Sequence
 
-import jax.numpy as jnp
 import numpy as np
 from scipy import fft as sfft
 from scipy import optimize, special
@@ -438,21 +437,12 @@ def mu_profile_table(profile: LocalProfile, mu_nodes, vels, zeta: float, *, reso
 def apply_cell_factors(pre, factors):
     """Multiply the model's per-cell weights by ``factors`` (n_cell,) or (n_cell, 3).
 
-    Used for gravity darkening (see :mod:`dopplermap.gravity`); works for the binned and
-    dense methods because both hold ``weight[e, slot, col]`` for cell ``cell[e, slot]``,
-    column ``col`` belonging to component ``col_comp[col]`` (several columns per component
-    for binned mu-dependent profiles).
+    Used for gravity darkening (see :mod:`dopplermap.gravity`), on the binned and dense
+    forms (:meth:`dopplermap.forms.Form.with_cell_factors`; the folded ones hold weight
+    differences and refuse).
     Returns a new :class:`~dopplermap.model.Precomputed`.
     """
-    line = pre.line
-    f = jnp.asarray(factors, dtype=line.weight.dtype)
-    if f.ndim == 1:
-        f = jnp.broadcast_to(f[:, None], (f.shape[0], 3))
-    if f.shape != (line.n_cell, 3):
-        raise DopplermapInputError(f"cell factors must have shape (n_cell,) or (n_cell, 3) with n_cell={line.n_cell}, got {f.shape}")
-    cols = np.asarray(line.col_comp) if line.method == "binned" else np.arange(3)
-    weight = line.weight * f[line.cell][..., cols]
-    return dataclasses.replace(pre, line=dataclasses.replace(line, weight=weight))
+    return dataclasses.replace(pre, line=pre.line.with_cell_factors(factors))
 
 
 def replace_profiles(components: ComponentSet, profiles: Sequence[LocalProfile | MuProfile | None]) -> ComponentSet:

@@ -83,12 +83,10 @@ def check_grid_size(n_cell: int, kind: str = "bands") -> None:
     check_bytes(240.0 * n_cell, f"a {kind} grid of {n_cell:.4g} cells", change)
 
 
-def check_precompute_size(n_cell: int, n_epoch: int, n_vel: int, method: str) -> None:
+def check_precompute_size(n_cell: int, n_epoch: int, n_vel: int, method: str, form_bytes: float = 0.0) -> None:
     """Guard for :func:`dopplermap.precompute`: its (n_epoch, n_cell) geometry and weight
-    arrays (about a dozen float64 planes) and, for ``method="dense"``, the cube of about half
-    the cells (the visible ones) x 3 components x n_vel, plus its folded copy."""
-    n = 12.0 * 8 * n_epoch * n_cell
-    if method == "dense":
-        n += 2 * 8.0 * n_epoch * (n_cell / 2 + 1) * 3 * n_vel
+    arrays (about a dozen float64 planes) plus ``form_bytes``, the synthesis form's own
+    estimate of what it adds (the dense form: its cube and the folded copy)."""
+    n = 12.0 * 8 * n_epoch * n_cell + float(form_bytes)
     check_bytes(n, f"precompute ({n_cell} cells x {n_epoch} epochs x {n_vel} velocities, method {method!r})",
                 "the grid's n_cell (or the epochs/velocities, or use method='binned')")

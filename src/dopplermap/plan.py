@@ -44,13 +44,14 @@ def on_accelerator() -> bool:
     return jax.default_backend() != "cpu"
 
 
-def synthesis_method(method: str, dense_nbytes: int) -> str:
-    """``"dense"`` or ``"binned"``: ``method`` itself, or for ``"auto"`` the choice by size."""
+def synthesis_method(method: str, dense_nbytes: int, exact_rv: bool = False) -> str:
+    """``"dense"`` or ``"binned"``: ``method`` itself, or for ``"auto"`` the choice by size
+    (binned whenever the rv shift is to be synthesised exactly: only it can)."""
     if method not in METHODS:
         raise DopplermapInputError(f"method must be 'auto', 'binned' or 'dense', got {method!r}")
     if method != "auto":
         return method
-    return "dense" if dense_nbytes <= DENSE_AUTO_BYTES else "binned"
+    return "dense" if dense_nbytes <= DENSE_AUTO_BYTES and not exact_rv else "binned"
 
 
 def cube_dtype(choice, tol: float):

@@ -44,7 +44,7 @@ from .constants import FILL_MIN
 from .errors import DopplermapInputError, warn
 from .geometry import StarParams, check_star
 from .memory import MAX_GRID_POINTS
-from .model import LineModel, Precomputed
+from .model import Precomputed
 from .objective import REGULARISERS, SPOTDIPY_FLOOR, Observations, seed_entropy
 from .problem import Problem, Settings
 from .profiles import ComponentSet, LocalProfile, intensity_ratio, tabulated
@@ -439,79 +439,15 @@ def apply_parameters(problem: Problem, params: dict) -> tuple[StarParams, Compon
     return star, ComponentSet(*comps)
 
 
-def _round_up(n: int, step: int) -> int:
-    return int(-(-n // step) * step)
-
-
-def _pad_axis(a, axis: int, n: int, value=0):
-    widths = [(0, 0)] * a.ndim
-    widths[axis] = (0, n)
-    return jnp.pad(a, widths, constant_values=value) if n else a
-
-
-def _padding_rules(line: LineModel, s1: int, b1: int) -> dict:
-    """One rule per :class:`LineModel` field: how the field changes when the slot axis grows
-    from ``n_slot`` to ``s1`` (and, binned, the bin axis to ``b1``). A field without a rule
-    is an error (see :func:`pad_precomputed`), so a new field cannot be dropped silently."""
-    s0 = int(line.cell.shape[1])
-    ds = s1 - s0
-
-    def keep(a):
-        return a
-
-    def slots(axis, value=0):
-        return lambda a: _pad_axis(a, axis, ds, value)
-
-    # the slot axis of ``local`` depends on the form; blocked matrices span the blocks' cells, not slots
-    local_axis = {"dense": 1, "folded": 2, "blocked": None, "binned": None}
-    if line.method not in local_axis:
-        raise DopplermapInputError(f"pad_precomputed: unknown synthesis form {line.method!r}")
-    return {
-        "vels": keep,
-        "cell": slots(1),  # new slots point at cell 0 with zero weight
-        "pos": lambda a: jnp.where(a == s0, s1, a).astype(a.dtype),  # "not visible" is the slot count
-        "weight": slots(1),
-        "beta": slots(1),
-        "jbase": slots(1, b1 - 4),  # any in-range first bin: the slot's weights are zero
-        # bins past the last one receive no weight; edge values keep the templates finite
-        "kernel": lambda a: jnp.pad(a, ((0, b1 - a.shape[0]), (0, 0), (0, 0)), mode="edge"),
-        "cont": keep,
-        "local": keep if local_axis[line.method] is None else slots(local_axis[line.method]),
-        "base": keep,
-        "base_norm": keep,
-        "num_exact": keep,
-        "use_exact": keep,
-        "local_t": keep,
-        "block_cell": keep,
-        "block_row": keep,
-        "method": keep,
-        "col_comp": keep,
-    }
-
-
 def pad_precomputed(pre: Precomputed, n_slot: int | None = None, n_bin: int | None = None) -> Precomputed:
     """Pad the slot and bin axes with zero-weight entries (same model, new shapes).
 
     By default ``n_slot`` is rounded up to a multiple of ``max(32, n_cell // 16)`` and
     ``n_bin`` to a multiple of 128, so that neighbouring grid points share one compiled
-    objective. Every synthesis form (dense, folded, blocked, binned, with or without
-    mu-dependent profiles) is padded field by field; every other field is kept.
+    objective. Each synthesis form pads its own arrays (:meth:`dopplermap.forms.Form.pad`)
+    and keeps every other field.
     """
-    line = pre.line
-    s0 = int(line.cell.shape[1])
-    s1 = n_slot if n_slot is not None else min(_round_up(s0, max(32, line.n_cell // 16)), line.n_cell)
-    s1 = max(int(s1), s0)
-    b1 = 0
-    if line.kernel is not None:
-        b0 = int(line.kernel.shape[0])
-        b1 = max(int(n_bin) if n_bin is not None else _round_up(b0, 128), b0)
-    rules = _padding_rules(line, s1, b1)
-    names = [f.name for f in dataclasses.fields(LineModel)]
-    missing = sorted(set(names) - set(rules))
-    if missing:
-        raise RuntimeError(f"pad_precomputed has no padding rule for LineModel field(s) {missing}")
-    fields = {n: (None if getattr(line, n) is None else rules[n](getattr(line, n))) for n in names}
-    return dataclasses.replace(pre, line=LineModel(**fields))
+    return dataclasses.replace(pre, line=pre.line.pad(n_slot, n_bin))
 
 
 def evaluate_point(problem: Problem, params: dict, settings: Settings | None = None, x0=None) -> dict:

@@ -46,7 +46,7 @@ from . import plan
 from .atomic import write_file
 from .constants import FILL_MAX, FILL_MIN
 from .errors import DopplermapInputError, DopplermapWarning
-from .model import _EPOCH_FIELDS, LineModel, Precomputed, blocked_nbytes, solve_form
+from .model import Precomputed, solve_form
 from .objective import DEFAULT_PENALTY, Layout, Observations, loss
 from .solvers import InversionResult, invert, invert_batch, resolve_cube_dtype
 from .solvers.batch import blocked_fits
@@ -83,21 +83,7 @@ def never_visible(pre: Precomputed) -> np.ndarray:
     Any model form: folded models hold weight *differences* (which may be negative or, for
     a spot as bright as the photosphere, zero), so they are judged by their cube rows.
     """
-    line = pre.line
-    n_slot = int(line.cell.shape[1])
-    pos = np.asarray(line.pos)
-    seen = np.zeros(line.n_cell, bool)
-    e, c = np.nonzero(pos < n_slot)
-    if line.method == "blocked":  # judged by the blocks' columns (each a cell of a block's union)
-        cols = np.abs(np.asarray(line.local)).sum(axis=1).reshape(line.block_cell.shape + (-1,)).sum(axis=2)
-        seen[np.asarray(line.block_cell)[cols > 0]] = True
-        return ~seen
-    if line.method == "folded":
-        w = np.abs(np.asarray(line.local)).sum(axis=(1, 3))  # (E, S); > 0 is exact in float32 too
-    else:
-        w = np.abs(np.asarray(line.weight)).sum(axis=2)
-    seen[c[w[e, pos[e, c]] > 0]] = True
-    return ~seen
+    return ~pre.line.seen_cells()
 
 
 def resample_epochs(pre: Precomputed, obs: Observations, idx) -> tuple[Precomputed, Observations]:
@@ -105,16 +91,8 @@ def resample_epochs(pre: Precomputed, obs: Observations, idx) -> tuple[Precomput
     idx = np.asarray(idx, dtype=np.int64)
     if idx.ndim != 1 or idx.size == 0 or idx.min() < 0 or idx.max() >= pre.n_epoch:
         raise DopplermapInputError(f"epoch indices must be a 1-D array in [0, {pre.n_epoch}), got {idx!r}")
-    line = pre.line
-    if line.method == "blocked":
-        raise DopplermapInputError("resample_epochs needs a dense, folded or binned model, not the blocked form "
-                         "(resample the dense model, then block it)")
+    new_pre = Precomputed(line=pre.line.select_epochs(idx), cell_area=pre.cell_area, edges=pre.edges)
     j = jnp.asarray(idx)
-    fields = {f.name: getattr(line, f.name) for f in dataclasses.fields(line)}
-    for name in _EPOCH_FIELDS:
-        if fields[name] is not None:
-            fields[name] = fields[name][j]
-    new_pre = Precomputed(line=LineModel(**fields), cell_area=pre.cell_area, edges=pre.edges)
     new_obs = Observations(times=obs.times[j], vels=obs.vels, flux=obs.flux[j], err=obs.err[j])
     return new_pre, new_obs
 
@@ -220,9 +198,9 @@ def hvp_form(pre: Precomputed) -> Precomputed:
     ``benchmarks/bench_uncertainty.py``), or the
     folded form when the blocked one is too big. Other models as they are.
     """
-    if pre.line.method != "dense":
+    if not pre.line.foldable:
         return pre
-    return solve_form(pre, "float64", blocked=plan.hvp_blocked(blocked_nbytes(pre.line, "float64")))
+    return solve_form(pre, "float64", blocked=plan.hvp_blocked(pre.line.blocked_nbytes("float64")))
 
 
 def hvp_function(lmbd, pre: Precomputed, obs: Observations, regulariser: str = "mem",
@@ -265,7 +243,7 @@ def hvp_function(lmbd, pre: Precomputed, obs: Observations, regulariser: str = "
 
 def _batches_well(pre: Precomputed) -> bool:
     """Whether vmapped products on this model form beat one at a time (measured on XLA CPU)."""
-    return plan.batch_hvps(pre.line.method == "blocked")
+    return plan.batch_hvps(pre.line.batches_well)
 
 
 def _free_mask(best: InversionResult, fit_rv: bool, fit_amp: bool) -> np.ndarray:

@@ -14,7 +14,7 @@ The user's script keeps its problem in three pickled dicts::
           line[t]          ldfs_k (n_vis,), lis_k scalar or (n_vis,), lps_k (n_vis, n_vel)
                            for k in phot, cool, hot
 
-:func:`read_seed` turns them into a dense :class:`~dopplermap.model.LineModel`
+:func:`read_seed` turns them into a dense :class:`~dopplermap.forms.DenseForm`
 (``weight = lis * ldfs * areas * mus``, ``local = lps``; epochs with fewer visible
 elements are padded with zero weight) plus :class:`~dopplermap.objective.Observations`,
 so that ``dopplermap.objective.loss(x, lmbd, pre, obs, regulariser="mem")`` is the seed's
@@ -39,8 +39,9 @@ import numpy as np
 from .. import _device
 from ..atomic import write_file
 from ..errors import DopplermapInputError, MissingFileError
+from ..forms import FORMS, DenseForm
 from ..geometry import cell_geometry
-from ..model import LineModel, Precomputed
+from ..model import Precomputed
 from ..objective import Observations
 
 __all__ = ["SeedProblem", "UntrustedPickleError", "load_pickle", "read_seed", "seed_problem", "seed_dicts",
@@ -293,8 +294,8 @@ def seed_problem(idc, sg, cpcs, *, sources=("idc", "sg", "cpcs")) -> SeedProblem
         e = int(np.argmax(bad_norm))
         raise DopplermapInputError(f"{s_cpcs}: epoch {_key_text(keys[e])} has zero total weight (lis * ldfs * areas * mus)")
 
-    lm = LineModel(vels=_device.asarray(vels), cell=_device.asarray(cell), pos=_device.asarray(pos),
-                   weight=_device.asarray(weight), local=_device.asarray(local), method="dense")
+    lm = DenseForm(vels=_device.asarray(vels), cell=_device.asarray(cell), pos=_device.asarray(pos),
+                   weight=_device.asarray(weight), local=_device.asarray(local))
     pre = Precomputed(line=lm, cell_area=_device.asarray(areas_all), edges=_device.asarray(np.zeros((0, 2), np.int32)))
     obs = Observations.create(_numeric_times(keys), vels, flux, err, source=s_idc)
     return SeedProblem(pre=pre, obs=obs, labels=tuple(_key_text(k) for k in keys), n_visible=n_visible,
@@ -393,14 +394,14 @@ def save_problem(path, problem: SeedProblem) -> Path:
     path = Path(path)
     lm = problem.pre.line
     arrays = {"format": np.array(PROBLEM_FORMAT), "version": np.array(PROBLEM_VERSION),
-              "method": np.array(lm.method), "cell_area": np.asarray(problem.pre.cell_area),
+              "method": np.array(lm.kind), "cell_area": np.asarray(problem.pre.cell_area),
               "edges": np.asarray(problem.pre.edges, dtype=np.int32).reshape(-1, 2),
               "times": np.asarray(problem.obs.times), "obs_vels": np.asarray(problem.obs.vels),
               "flux": np.asarray(problem.obs.flux), "err": np.asarray(problem.obs.err),
               "labels": np.array([str(s) for s in problem.labels], dtype=str),
               "source": np.array(str(problem.source))}
     for f in _LINE_FIELDS:
-        v = getattr(lm, f)
+        v = getattr(lm, f, None)
         if v is not None:
             arrays[f"line_{f}"] = np.asarray(v)
     if problem.has_coordinates:
@@ -424,6 +425,26 @@ def _need(z, key, src, shape=None, kind="f"):
     elif kind == "i" and not np.issubdtype(a.dtype, np.integer):
         raise DopplermapInputError(f"{src}: array {key!r} must be integer, got dtype {a.dtype}")
     return a
+
+
+def _dense_arrays(z, src, n_epoch, n_slot, n_vel) -> dict:
+    return {"local": jnp.asarray(_need(z, "line_local", src, shape=(n_epoch, n_slot, 3, n_vel)))}
+
+
+def _binned_arrays(z, src, n_epoch, n_slot, n_vel) -> dict:
+    kernel = _need(z, "line_kernel", src)
+    if kernel.ndim != 3 or kernel.shape[1:] != (3, n_vel) or kernel.shape[0] < 4:
+        raise DopplermapInputError(f"{src}: 'line_kernel' has shape {kernel.shape}, expected (n_bin, 3, {n_vel})")
+    jbase = _need(z, "line_jbase", src, shape=(n_epoch, n_slot), kind="i")
+    if np.any((jbase < 0) | (jbase > kernel.shape[0] - 4)):
+        raise DopplermapInputError(f"{src}: 'line_jbase' has bins outside [0, {kernel.shape[0] - 4}]")
+    return {"beta": jnp.asarray(_need(z, "line_beta", src, shape=(n_epoch, n_slot, 4))),
+            "jbase": jnp.asarray(jbase.astype(np.int32)), "kernel": jnp.asarray(kernel),
+            "cont": jnp.ones(3, kernel.dtype)}  # one column per component: mu-independent profiles
+
+
+# the line arrays of each form a problem file may hold, beyond vels/cell/pos/weight
+_FORM_ARRAYS = {"dense": _dense_arrays, "binned": _binned_arrays}
 
 
 def load_problem(path) -> SeedProblem:
@@ -473,18 +494,8 @@ def load_problem(path) -> SeedProblem:
             e, s_ = np.argwhere(pad & np.any(weight != 0, axis=-1))[0]
             raise DopplermapInputError(f"{src}: 'line_weight' must be 0 on padded slots; epoch {e}, slot {s_} is not")
         fields = dict(vels=jnp.asarray(vels), cell=jnp.asarray(cell.astype(np.int32)),
-                      pos=jnp.asarray(pos.astype(np.int32)), weight=jnp.asarray(weight), method=method)
-        if method == "dense":
-            fields["local"] = jnp.asarray(_need(z, "line_local", src, shape=(n_epoch, n_slot, 3, n_vel)))
-        else:
-            kernel = _need(z, "line_kernel", src)
-            if kernel.ndim != 3 or kernel.shape[1:] != (3, n_vel) or kernel.shape[0] < 4:
-                raise DopplermapInputError(f"{src}: 'line_kernel' has shape {kernel.shape}, expected (n_bin, 3, {n_vel})")
-            jbase = _need(z, "line_jbase", src, shape=(n_epoch, n_slot), kind="i")
-            if np.any((jbase < 0) | (jbase > kernel.shape[0] - 4)):
-                raise DopplermapInputError(f"{src}: 'line_jbase' has bins outside [0, {kernel.shape[0] - 4}]")
-            fields.update(beta=jnp.asarray(_need(z, "line_beta", src, shape=(n_epoch, n_slot, 4))),
-                          jbase=jnp.asarray(jbase.astype(np.int32)), kernel=jnp.asarray(kernel))
+                      pos=jnp.asarray(pos.astype(np.int32)), weight=jnp.asarray(weight))
+        fields.update(_FORM_ARRAYS[method](z, src, n_epoch, n_slot, n_vel))
         edges = _need(z, "edges", src, kind="i")
         if edges.ndim != 2 or edges.shape[1] != 2 or np.any((edges < 0) | (edges >= n_cell)):
             raise DopplermapInputError(f"{src}: 'edges' must be (n_edge, 2) cell indices in [0, {n_cell})")
@@ -499,7 +510,7 @@ def load_problem(path) -> SeedProblem:
         obs = Observations.create(_need(z, "times", src, shape=(n_epoch,)), _need(z, "obs_vels", src, shape=(n_vel,)),
                                   z["flux"], z["err"], source=src)
         source = str(z["source"]) if "source" in z.files else src
-    pre = Precomputed(line=LineModel(**fields), cell_area=jnp.asarray(cell_area),
+    pre = Precomputed(line=FORMS[method](**fields), cell_area=jnp.asarray(cell_area),
                       edges=jnp.asarray(edges.astype(np.int32)))
     return SeedProblem(pre=pre, obs=obs, labels=tuple(str(s) for s in labels), n_visible=vis.sum(axis=1),
                        lat=lat, lon=lon, source=source)

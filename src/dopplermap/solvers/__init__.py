@@ -244,8 +244,8 @@ def invert_batch(pre: Precomputed, obs: Observations, *, lmbds=None, lmbd: float
     if form not in ("auto", "folded", "blocked"):
         raise DopplermapInputError(f"form must be 'auto', 'folded' or 'blocked', got {form!r}")
     dtype = resolve_cube_dtype(cube_dtype, tol)
-    if form == "blocked" and (pre.line.method != "dense" or dtype is None):
-        raise DopplermapInputError(f"form='blocked' needs a dense model and a cube_dtype, got a {pre.line.method} model "
+    if form == "blocked" and (not pre.line.foldable or dtype is None):
+        raise DopplermapInputError(f"form='blocked' needs a dense model and a cube_dtype, got a {pre.line.kind} model "
                                    f"and cube_dtype={cube_dtype!r}")
     form = plan.batch_form(form, mode=mode, blocked_fits=blocked_fits(pre, dtype))
     mode = plan.batch_mode(mode, form=form)

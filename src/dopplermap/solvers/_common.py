@@ -221,5 +221,4 @@ resolve_cube_dtype = plan.cube_dtype
 
 def cube_dtype_of(pre: Precomputed) -> str | None:
     """Dtype of the dense/folded cube a solve used (None for the binned model)."""
-    line = pre.line
-    return None if line.method == "binned" else str(line.local.dtype)
+    return pre.line.cube_dtype

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import plan
-from ..model import Precomputed, blocked_nbytes
+from ..model import Precomputed
 from ..objective import DEFAULT_PENALTY, Observations
 from ..result import Outcome
 from ._common import RawSolve, SolveSetup, report_progress
@@ -134,4 +134,5 @@ def solve_batch(setup: SolveSetup, lmbds, obs: Observations, *, batch_lmbd: bool
 
 def blocked_fits(pre: Precomputed, dtype) -> bool:
     """Whether the blocked form of a dense ``pre`` (both its copies) fits ``plan.BLOCKED_MAX_BYTES``."""
-    return dtype is not None and pre.line.method == "dense" and blocked_nbytes(pre.line, dtype) <= plan.BLOCKED_MAX_BYTES
+    nbytes = None if dtype is None else pre.line.blocked_nbytes(dtype)
+    return nbytes is not None and nbytes <= plan.BLOCKED_MAX_BYTES

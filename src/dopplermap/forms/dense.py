@@ -1,0 +1,148 @@
+"""The dense form: the exact cube of shifted local profiles, as the seed stores it.
+
+``num[e, v] = sum_s sum_k weight[e, s, k] f_k[cell[e, s]] local[e, s, k, v]``,
+``norm[e] = sum_s sum_k weight[e, s, k] f_k[cell[e, s]]``. Solvers iterate on its folded
+(:mod:`.folded`) or blocked (:mod:`.blocked`) rearrangement (:meth:`DenseForm.solve_form`).
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import ClassVar
+
+import jax.numpy as jnp
+import numpy as np
+
+from .. import _device, _linops
+from ..errors import DopplermapInputError
+from .base import Form, Setup, eval_profile, fill_stack, form_pytree, pad_axis
+from .blocked import BlockedForm, blocked_nbytes
+from .folded import FoldedForm
+
+__all__ = ["DenseForm", "fold_dense", "block_dense", "dense_numerator"]
+
+
+@form_pytree
+class DenseForm(Form):
+    """Exact line synthesis for fixed star, grid, epochs and local profiles.
+
+    Attributes:
+        weight: (n_epoch, n_slot, 3) ``I_k LD_k(mu) area mu`` (0 in padding).
+        local: (n_epoch, n_slot, 3, n_vel) ``L_k(v - v_los, mu)``.
+    """
+
+    weight: jnp.ndarray
+    local: jnp.ndarray
+
+    kind: ClassVar[str] = "dense"
+    epoch_fields: ClassVar[tuple[str, ...]] = ("cell", "pos", "weight", "local")
+    foldable: ClassVar[bool] = True
+
+    @classmethod
+    def build(cls, setup: Setup) -> DenseForm:
+        """From the precomputation's geometry: the local profiles of every visible cell."""
+        if setup.rv_margin is not None:
+            raise DopplermapInputError("rv_shift='exact' needs method='binned': the dense cube holds the local "
+                                       "profiles at fixed velocities (the seed's interpolation shifts them)")
+        sl = setup.slots(np.where(setup.visible, 0, 1))
+        vels, dtype = setup.vels, setup.dtype
+        local = np.stack([eval_profile(comp.profile, vels[None, None, :] - sl.v_los[:, :, None], sl.mu[:, :, None])
+                          for comp in setup.components], axis=2)
+        return cls(vels=_device.asarray(vels, dtype), cell=_device.asarray(sl.cell), pos=_device.asarray(sl.pos),
+                   weight=_device.asarray(sl.weight, dtype), local=_device.asarray(local, dtype))
+
+    @staticmethod
+    def precompute_nbytes(n_cell: int, n_epoch: int, n_vel: int) -> float:
+        """Bytes of the cube of about half the cells (the visible ones) x 3 components x
+        n_vel, plus its folded copy (beyond the precomputation's geometry arrays)."""
+        return 2 * 8.0 * n_epoch * (n_cell / 2 + 1) * 3 * n_vel
+
+    @property
+    def cube_dtype(self) -> str:
+        return str(self.local.dtype)
+
+    def fill(self, fssc, fssh):
+        return fill_stack(fssc, fssh)
+
+    def epoch_numerator_norm(self, f):
+        a = self.weight * _linops.gather_slots(f, self.cell, self.pos, f.dtype)  # (E, S, 3)
+        norm = a.sum(axis=(1, 2))
+        # one merged contraction axis: XLA CPU is far slower contracting (s, k) as two axes
+        n_e, n_s, n_k, n_v = self.local.shape
+        num = jnp.einsum("es,esv->ev", a.reshape(n_e, n_s * n_k), self.local.reshape(n_e, n_s * n_k, n_v))
+        return num, norm
+
+    def padding(self, s1, n_bin):
+        ds = s1 - self.n_slot
+        return {**super().padding(s1, n_bin), "weight": lambda a: pad_axis(a, 1, ds),
+                "local": lambda a: pad_axis(a, 1, ds)}
+
+    def slot_activity(self):
+        return np.abs(np.asarray(self.weight)).sum(axis=2)
+
+    def weight_components(self):
+        return (0, 1, 2)
+
+    def solve_form(self, cube_dtype="float32", blocked: bool = False) -> Form:
+        """The folded form (:func:`fold_dense`), or the blocked one (:func:`block_dense`), in
+        ``cube_dtype``; None: this form. Cached per dense model (weakly: it goes when the
+        dense model goes), so a lambda sweep or bootstrap folds each model once."""
+        if cube_dtype is None:
+            return self
+        key = (jnp.dtype(cube_dtype).name, blocked)
+        folds = _DERIVED.setdefault(self, {})
+        if key not in folds:
+            folds[key] = (block_dense if blocked else fold_dense)(self, dtype=cube_dtype)
+        return folds[key]
+
+    def blocked_nbytes(self, dtype=jnp.float32) -> int:
+        return blocked_nbytes(self, dtype)
+
+    def exact_numerator(self, fssc, fssh, with_norm: bool = False) -> np.ndarray:
+        """(n_epoch, n_vel) numerator ``sum_k sum_c a_k L_k``, float64 NumPy; ``with_norm``:
+        the normalisation ``sum_k sum_c a_k`` appended as a last column."""
+        f = np.stack([1.0 - np.asarray(fssc) - np.asarray(fssh), np.asarray(fssc), np.asarray(fssh)], axis=1)
+        a = np.asarray(self.weight, dtype=np.float64) * f[np.asarray(self.cell)]  # (E, S, 3)
+        num = np.einsum("esk,eskv->ev", a, np.asarray(self.local, dtype=np.float64), optimize=True)
+        return np.concatenate([num, a.sum(axis=(1, 2))[:, None]], axis=1) if with_norm else num
+
+
+_DERIVED: weakref.WeakKeyDictionary[DenseForm, dict] = weakref.WeakKeyDictionary()
+
+
+def _need_dense(line, what: str) -> None:
+    if not isinstance(line, DenseForm):
+        raise DopplermapInputError(f"{what} needs a dense line model, got method={line.kind!r}")
+
+
+def fold_dense(line: DenseForm, dtype=jnp.float32) -> FoldedForm:
+    """The folded form of a dense model, for fast solving (same model, 2/3 of the cube);
+    see :class:`~dopplermap.forms.folded.FoldedForm`.
+
+    Args:
+        line: a :class:`DenseForm`.
+        dtype: storage (and arithmetic) type of the difference cube. ``float32`` halves the
+            bytes read per evaluation; its rounding is ~2e-7 of the continuum (the
+            unspotted part ``base`` and everything after the sum stay float64).
+    """
+    _need_dense(line, "fold_dense")
+    return FoldedForm.from_dense(line, dtype)
+
+
+def block_dense(line: DenseForm, n_block: int | None = None, dtype=jnp.float32) -> BlockedForm:
+    """The blocked form of a dense model (see :class:`~dopplermap.forms.blocked.BlockedForm`).
+
+    Args:
+        line: a :class:`DenseForm`.
+        n_block: number of epoch blocks (at most n_epoch); default ``DEFAULT_BLOCKS``.
+        dtype: storage type of the blocks (as :func:`fold_dense`).
+    """
+    _need_dense(line, "block_dense")
+    return BlockedForm.from_folded(FoldedForm.from_dense(line, dtype), n_block)
+
+
+def dense_numerator(fssc, fssh, line: DenseForm, with_norm: bool = False) -> np.ndarray:
+    """(n_epoch, n_vel) numerator ``sum_k sum_c a_k L_k`` of a dense model, float64 NumPy
+    (:meth:`DenseForm.exact_numerator`)."""
+    _need_dense(line, "dense_numerator")
+    return line.exact_numerator(fssc, fssh, with_norm)
