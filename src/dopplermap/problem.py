@@ -31,13 +31,13 @@ from .grid import SurfaceGrid, make_grid
 from .io.lightcurve import load_lightcurve
 from .io.lsd import load_profiles, read_local_profile
 from .io.times import epoch_times
-from .lightcurve import LightCurveBand, precompute_lightcurve
+from .lightcurve import LightCurveBand, LightCurveSet, precompute_lightcurve
 from .model import precompute
-from .objective import Observations
+from .objective import LineSets, Observations
 from .profiles import Component, ComponentSet, LimbDarkening, gaussian, intensity_ratio, voigt
 from .simulate import DEMO_SPOTS, demo_setup, simulate
 
-__all__ = ["Settings", "GravityDarkening", "LightCurveData", "Problem", "from_config", "from_npz", "demo_problem",
+__all__ = ["Settings", "GravityDarkening", "LightCurveData", "LineData", "Problem", "from_config", "from_npz", "demo_problem",
            "save_npz", "NPZ_SCALARS"]
 
 _DERIVED = ("pre", "lightcurve", "line_factors", "lc_factors")
@@ -92,6 +92,25 @@ class LightCurveData:
     fit_dilution: bool = False
     source: str = "light curve"
     read: object | None = None  # dopplermap.io.lightcurve.LightCurveData: counts read, dropped, binned
+    name: str = "lightcurve"
+    weight: float = 1.0  # of this band among several (dopplermap.lightcurve.LightCurveSet)
+    wavelength_nm: float | None = None  # gravity-darkening factors; None: GravityDarkening.lc_wavelength_nm
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class LineData:
+    """One line data set of several (an instrument, an LSD mask): its profiles and local lines.
+
+    ``weight``: of this set in the loss (see :mod:`dopplermap.objective`); ``wavelength_nm``:
+    where its gravity-darkening factors are evaluated (None: ``GravityDarkening.line_wavelength_nm``).
+    """
+
+    obs: Observations
+    components: ComponentSet
+    name: str = "lines"
+    weight: float = 1.0
+    wavelength_nm: float | None = None
+    files: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -100,11 +119,15 @@ class Problem:
 
     Attributes:
         grid, star, obs, components: the surface, the star, the line profiles and the
-            local-line components of phot, cool and hot.
+            local-line components of phot, cool and hot (None with ``lines``).
+        lines: several line data sets (:class:`LineData`) fitted with one map, instead of
+            ``obs`` and ``components``; ``pre`` is then a :class:`~dopplermap.objective.LineSets`
+            and :attr:`observations` a tuple.
         method: synthesis method for :func:`dopplermap.precompute` (``"auto"``, ``"dense"``,
             ``"binned"``).
         gravity: gravity darkening, or None.
-        lightcurve_data: an observed light curve fitted jointly, or None.
+        lightcurve_data: an observed light curve fitted jointly, a tuple of them (several
+            bands, :class:`~dopplermap.lightcurve.LightCurveSet`), or None.
         settings: solver settings (lambda, regulariser, tolerance, weights, solver).
         t_phot, wavelength_nm: photosphere temperature (K) and line wavelength (nm), needed
             to turn ``t_cool``/``t_hot`` grid values into Planck intensity ratios.
@@ -113,20 +136,48 @@ class Problem:
 
     grid: SurfaceGrid
     star: StarParams
-    obs: Observations
-    components: ComponentSet
+    obs: Observations | None
+    components: ComponentSet | None
     method: str = "auto"
     gravity: GravityDarkening | None = None
-    lightcurve_data: LightCurveData | None = None
+    lightcurve_data: LightCurveData | tuple[LightCurveData, ...] | None = None
     settings: Settings = Settings()
     t_phot: float | None = None
     wavelength_nm: float | None = None
     files: tuple[str, ...] = ()
     source: str = "<problem>"
+    lines: tuple[LineData, ...] = ()
 
     def __post_init__(self):
         if self.method not in ("auto", "dense", "binned"):
             raise DopplermapInputError(f"{self.source}: method must be 'auto', 'dense' or 'binned', got {self.method!r}")
+        if bool(self.lines) == (self.obs is not None or self.components is not None):
+            raise DopplermapInputError(f"{self.source}: give either obs and components (one line data set) or lines "
+                                       "(several), not both")
+
+    @property
+    def multi(self) -> bool:
+        """Whether the problem has several line data sets (``lines``)."""
+        return bool(self.lines)
+
+    @property
+    def observations(self):
+        """``obs``, or the tuple of every line data set's observations."""
+        return tuple(ld.obs for ld in self.lines) if self.lines else self.obs
+
+    @property
+    def intensities(self) -> tuple[float, float, float]:
+        """Continuum intensities (phot, cool, hot) of the line band (several sets: the first
+        set's), for the brightness map."""
+        comps = self.lines[0].components if self.lines else self.components
+        return tuple(float(c.intensity) for c in comps)
+
+    def single(self, what: str) -> Problem:
+        """This problem, or a clear error where ``what`` handles one line data set only."""
+        if self.lines:
+            raise DopplermapInputError(f"{self.source}: {what} handles one line data set; this problem has "
+                                       f"{len(self.lines)} ([[lines]])")
+        return self
 
     # ------------------------------------------------------------ derived, built once
 
@@ -147,21 +198,41 @@ class Problem:
         g = self.gravity
         return gravity_darkening_factors(self.grid, self.star, g.mass, g.temperatures, wavelength_nm, g.beta)
 
+    def _precompute(self, obs, components, wavelength_nm=None):
+        pre = precompute(self.grid, self.star, np.asarray(obs.times), np.asarray(obs.vels), components,
+                         method=self.method)
+        if self.gravity is None:
+            return pre
+        factors = self.line_factors if wavelength_nm is None else self._factors(wavelength_nm)
+        return apply_cell_factors(pre, factors)
+
     @functools.cached_property
     def pre(self):
-        """The synthesis form of the line profiles (:class:`dopplermap.model.Precomputed`)."""
-        pre = precompute(self.grid, self.star, np.asarray(self.obs.times), np.asarray(self.obs.vels), self.components,
-                         method=self.method)
-        return apply_cell_factors(pre, self.line_factors) if self.line_factors is not None else pre
+        """The synthesis form of the line profiles (:class:`dopplermap.model.Precomputed`), or
+        with ``lines`` one per set (:class:`dopplermap.objective.LineSets`)."""
+        if not self.lines:
+            return self._precompute(self.obs, self.components)
+        return LineSets.create([self._precompute(ld.obs, ld.components, ld.wavelength_nm) for ld in self.lines],
+                               weights=[ld.weight for ld in self.lines], names=[ld.name for ld in self.lines])
 
     @functools.cached_property
     def lightcurve(self):
-        """The precomputed light-curve fit (:class:`dopplermap.lightcurve.LightCurveFit`), or None."""
+        """The precomputed light-curve fit (:class:`dopplermap.lightcurve.LightCurveFit`), one
+        per band (:class:`~dopplermap.lightcurve.LightCurveSet`) for a tuple, or None."""
         d = self.lightcurve_data
         if d is None:
             return None
+        if isinstance(d, LightCurveData):
+            return self._lightcurve(d)
+        return LightCurveSet.create([self._lightcurve(b) for b in d], weights=[b.weight for b in d],
+                                    names=[b.name for b in d])
+
+    def _lightcurve(self, d: LightCurveData):
+        factors = self.lc_factors
+        if self.gravity is not None and d.wavelength_nm is not None:
+            factors = self._factors(d.wavelength_nm)
         return precompute_lightcurve(self.grid, self.star, d.times, d.flux, d.err, d.band,
-                                     cell_factors=self.lc_factors, source=d.source, fit_dilution=d.fit_dilution)
+                                     cell_factors=factors, source=d.source, fit_dilution=d.fit_dilution)
 
     # ------------------------------------------------------------------ variations
 

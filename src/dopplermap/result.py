@@ -44,7 +44,11 @@ class InversionResult:
         success: whether the solver met its tolerance. stop_reason: the solver's message.
         compile_time, solve_time: seconds (compile = trace + lower + XLA compile).
         history: dict of per-iteration arrays (``loss``, ``chi2``, ``regulariser``).
-        model: (n_epoch, n_vel) fitted profiles.
+        model: (n_epoch, n_vel) fitted profiles; several line data sets: a tuple, one per set
+            (``obs`` and ``spotless`` likewise; ``rv`` and ``amp`` hold the sets one after another).
+        chi2_sets, chi2_lc_sets: ``{name: reduced chi2}`` of each line data set / light-curve
+            band when there are several (``chi2`` / ``chi2_lc`` are then pooled over all
+            points, see :mod:`dopplermap.objective`), else None.
         max_sum_excess: largest ``fssc + fssh - 1`` before the final projection.
         cube_dtype: dtype of the (folded) dense cube the solve used, None for the binned model.
         fit_components: the spot components fitted, ``("cool", "hot")`` or one of them; an
@@ -94,6 +98,8 @@ class InversionResult:
     chi2_lc: float | None = None  # light-curve reduced chi-square of a joint fit
     cube_dtype: str | None = None
     fit_components: tuple = ("cool", "hot")
+    chi2_sets: dict | None = None  # {name: reduced chi2} of several line data sets (chi2: the pooled one)
+    chi2_lc_sets: dict | None = None  # {name: reduced chi2} of several light-curve bands (chi2_lc: pooled)
 
     def __post_init__(self):
         self.fit_components = tuple(self.fit_components)  # a JSON list after a round trip
@@ -118,11 +124,12 @@ class InversionResult:
         """Scalars as a JSON-ready dict."""
         keys = ("loss", "chi2", "regulariser_value", "lmbd", "regulariser", "iterations", "n_eval",
                 "success", "stop_reason", "compile_time", "solve_time", "max_sum_excess", "solver", "chi2_lc",
-                "cube_dtype", "fit_components")
+                "cube_dtype", "fit_components", "chi2_sets", "chi2_lc_sets")
         out = {}
         for k in keys:
             v = getattr(self, k)
-            out[k] = v.item() if isinstance(v, np.generic) else list(v) if isinstance(v, tuple) else v
+            out[k] = v.item() if isinstance(v, np.generic) else list(v) if isinstance(v, tuple) else \
+                dict(v) if isinstance(v, dict) else v
         return out
 
     @property
@@ -138,6 +145,8 @@ class InversionResult:
         if len(stop) > _REPR_STOP_CHARS:
             stop = stop[:_REPR_STOP_CHARS - 3] + "..."
         lc = "" if self.chi2_lc is None else f", chi2_lc={self.chi2_lc:.5g}"
+        for k, v in {**(self.chi2_sets or {}), **(self.chi2_lc_sets or {})}.items():
+            lc += f", chi2[{k}]={v:.5g}"
         return (f"InversionResult(chi2={self.chi2:.5g}{lc}, loss={self.loss:.6g}, lmbd={self.lmbd:g}, "
                 f"iterations={self.iterations}, success={self.success}, stop={stop!r}, "
                 f"n_cell={self.n_cell}, n_epoch={self.n_epoch})")
@@ -146,8 +155,10 @@ class InversionResult:
         """A table of the main numbers and, when the grid is known, a cool-spot map thumbnail."""
         esc = html.escape
         rows = [("reduced chi-square", f"{self.chi2:.6g}")]
+        rows += [(f"chi-square of {k}", f"{v:.6g}") for k, v in (self.chi2_sets or {}).items()]
         if self.chi2_lc is not None:
             rows.append(("light-curve chi-square", f"{self.chi2_lc:.6g}"))
+        rows += [(f"chi-square of light curve {k}", f"{v:.6g}") for k, v in (self.chi2_lc_sets or {}).items()]
         rows += [
             ("loss", f"{self.loss:.8g}"),
             ("regulariser", f"{self.regulariser}, lambda {self.lmbd:g}, value {self.regulariser_value:.6g}"),
@@ -155,7 +166,8 @@ class InversionResult:
             ("stopped", f"{'converged' if self.success else 'not converged'}: {self.stop_reason}"),
             ("solver", f"{self.solver}; compile {self.compile_time:.2f} s, solve {self.solve_time:.2f} s"),
             ("sizes", f"{self.n_cell} cells, {self.n_epoch} epochs"
-                      + (f", {int(np.shape(self.model)[1])} velocities" if self.model is not None else "")),
+                      + (f", {int(np.shape(self.model)[1])} velocities" if isinstance(self.model, np.ndarray)
+                         else f", {len(self.model)} line data sets" if self.model is not None else "")),
         ]
         if self.star is not None:
             s = self.star

@@ -11,13 +11,14 @@ import dataclasses
 import time
 from collections.abc import Callable
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
 from ..diagnostics import check_observations, check_result
 from ..errors import DopplermapInputError
-from ..model import Precomputed, solve_form, with_exact_numerator
-from ..objective import DEFAULT_PENALTY, REGULARISERS, Observations
+from ..model import Precomputed
+from ..objective import DEFAULT_PENALTY, REGULARISERS, LineSets, Observations, set_chi2, solve_form, with_exact_numerator
 from ..problem import Problem, Settings
 from ._common import (
     SPOT_COMPONENTS,
@@ -102,11 +103,11 @@ def invert(pre: Precomputed | Problem, obs: Observations | None = None, *, lmbd:
             raise DopplermapInputError("invert(problem): the problem brings its observations and light curve; "
                                        "pass neither obs nor lightcurve")
         problem = pre
-        res = invert(problem.pre, problem.obs, x0=x0, penalty=penalty, callback=callback,
+        res = invert(problem.pre, problem.observations, x0=x0, penalty=penalty, callback=callback,
                      lightcurve=problem.lightcurve, cube_dtype=cube_dtype,
                      **problem.settings.replace(**given).invert_kwargs())
-        return dataclasses.replace(res, grid=problem.grid, star=problem.star, obs=problem.obs,
-                                   intensities=tuple(float(c.intensity) for c in problem.components))
+        return dataclasses.replace(res, grid=problem.grid, star=problem.star, obs=problem.observations,
+                                   intensities=problem.intensities)
     if obs is None:
         raise DopplermapInputError("invert(pre, obs): the observations are missing")
     s = Settings().replace(**given)
@@ -119,7 +120,13 @@ def invert(pre: Precomputed | Problem, obs: Observations | None = None, *, lmbd:
         raise DopplermapInputError(f"solver must be one of {SOLVERS}, got {solver!r}")
     check_solver_args(tol=tol, maxiter=maxiter, lmbd=lmbd)
     check_match(pre, obs)
-    check_observations(obs)
+    if isinstance(pre, LineSets):
+        if solver == "newton":
+            raise DopplermapInputError("solver 'newton' fits one line data set; with several use 'lbfgsb' or 'projected_lbfgs'")
+        for name, o in zip(pre.names, obs, strict=True):
+            check_observations(o, source=f"line data set {name!r}")
+    else:
+        check_observations(obs)
     res = _invert(pre, obs, lmbd=lmbd, regulariser=regulariser, x0=x0, tol=tol, maxiter=maxiter, fit_rv=fit_rv,
                   fit_amp=fit_amp, penalty=penalty, solver=solver, callback=callback, lightcurve=lightcurve,
                   line_weight=line_weight, lc_weight=lc_weight, cube_dtype=cube_dtype, fit_components=fit_components)
@@ -159,7 +166,7 @@ def _invert(pre, obs, *, lmbd, regulariser, x0, tol, maxiter, fit_rv, fit_amp, p
     xf = layout.join(fssc, fssh, rv, amp)
     final_pre = with_exact_numerator(pre, exact_pre, fssc, fssh)  # float64 values from a float32 cube
     val, _, aux = fn(xf, lm, final_pre, obs) if joint is None else fn(xf, lm, final_pre, obs, joint)
-    model = np.asarray(aux.model)
+    model = jax.tree_util.tree_map(np.asarray, aux.model)  # a tuple for several line data sets
     return with_setup(InversionResult(
         fssc=fssc, fssh=fssh, rv=rv, amp=amp, loss=float(val), chi2=float(aux.chi2),
         regulariser_value=float(aux.regulariser), lmbd=float(lmbd), regulariser=regulariser,
@@ -167,4 +174,4 @@ def _invert(pre, obs, *, lmbd, regulariser, x0, tol, maxiter, fit_rv, fit_amp, p
         stop_reason=str(res.message), compile_time=timing["trace_lower"] + timing["compile"],
         solve_time=solve_time, history=history, model=model, max_sum_excess=excess, solver=solver,
         chi2_lc=float(aux.chi2_lc) if joint is not None else None, cube_dtype=cube_dtype_of(pre),
-        fit_components=fit_components), exact_pre, obs)
+        fit_components=fit_components, **set_chi2(pre, lightcurve, aux)), exact_pre, obs)

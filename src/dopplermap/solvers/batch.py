@@ -20,8 +20,8 @@ import numpy as np
 
 from .. import plan
 from ..errors import DopplermapInputError
-from ..model import Precomputed, blocked_nbytes, solve_form
-from ..objective import DEFAULT_PENALTY, REGULARISERS, Layout, Observations
+from ..model import Precomputed, blocked_nbytes
+from ..objective import DEFAULT_PENALTY, REGULARISERS, Layout, LineSets, Observations, set_chi2, solve_form
 from ..result import InversionResult
 from ._common import (
     bounds,
@@ -95,7 +95,7 @@ def _to_result(layout, r, lmbd, regulariser, pre, timing, solve_time, solver, jo
     x = np.asarray(r.x)
     fssc, fssh, rv, amp = layout.split(x)
     fssc, fssh, excess = project_feasible(fssc, fssh)
-    model = np.asarray(r.aux.model)  # at the solver's x (before the feasibility projection, which moves < 1e-5)
+    model = jax.tree_util.tree_map(np.asarray, r.aux.model)  # at the solver's x (before the feasibility projection, which moves < 1e-5)
     n_it = int(r.n_iter)
     status = int(r.status)
     return InversionResult(
@@ -132,7 +132,8 @@ def invert_device(pre: Precomputed, obs: Observations, *, lmbd: float = 1.0, reg
     r = jax.block_until_ready(fn(xj, lo, hi, lm, pre, obs, joint))
     solve_time = time.perf_counter() - t0
     res = _to_result(layout, r, lmbd, regulariser, pre, timing, solve_time, "projected_lbfgs", joint is not None)
-    return dataclasses.replace(res, fit_components=check_fit_components(fit_components))
+    return dataclasses.replace(res, fit_components=check_fit_components(fit_components),
+                               **set_chi2(pre, lightcurve, r.aux))
 
 
 def invert_batch(pre: Precomputed, obs: Observations, *, lmbds=None, lmbd: float = 1.0, flux=None, err=None,
@@ -166,6 +167,8 @@ def invert_batch(pre: Precomputed, obs: Observations, *, lmbds=None, lmbd: float
         one :class:`InversionResult` per member; ``solve_time`` is the whole batch's.
     """
     check_solver_args(tol=tol, maxiter=maxiter, lmbd=lmbd, lmbds=lmbds)
+    if isinstance(pre, LineSets):
+        raise DopplermapInputError("invert_batch solves one line data set; several sets go through invert()")
     if mode not in ("auto", "vmap", "sequential"):
         raise DopplermapInputError(f"mode must be 'auto', 'vmap' or 'sequential', got {mode!r}")
     if form not in ("auto", "folded", "blocked"):
