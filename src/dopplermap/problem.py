@@ -256,11 +256,12 @@ class Problem:
 # ------------------------------------------------------------------ builders
 
 
-def _line_components(cfg) -> ComponentSet:
-    """Line-band components of a target configuration; with macroturbulence their profiles
-    are :class:`~dopplermap.broadening.MuProfile` tables (RT macroturbulence and instrument,
-    depending on mu), which :func:`dopplermap.precompute` handles with either method."""
-    ln, temps = cfg.line, cfg.temperatures
+def _line_components(cfg, ln=None) -> ComponentSet:
+    """Line-band components of a target configuration (``ln``: a line table, default
+    ``[line]``); with macroturbulence their profiles are :class:`~dopplermap.broadening.MuProfile`
+    tables (RT macroturbulence and instrument, depending on mu), which
+    :func:`dopplermap.precompute` handles with either method."""
+    ln, temps = cfg.line if ln is None else ln, cfg.temperatures
     if ln.profile == "tabulated":
         profiles = [read_local_profile(cfg.path(f)) for f in ln.files]
     elif ln.profile == "gaussian":
@@ -280,46 +281,89 @@ def _line_components(cfg) -> ComponentSet:
     return ComponentSet(*[Component(p, ld, i) for p, ld, i in zip(profiles, lds, inten, strict=True)])
 
 
-def _lightcurve_data(cfg, star, profile_times) -> LightCurveData | None:
-    d = cfg.data
-    if d.lightcurve is None:
-        return None
-    lcc, temps = cfg.lightcurve, cfg.temperatures
+def _band(cfg, lcc) -> LightCurveBand:
+    temps = cfg.temperatures
     lds = [LimbDarkening(lcc.limb_darkening, c) for c in (lcc.ld_phot, lcc.ld_cool, lcc.ld_hot)]
-    band = (LightCurveBand(tuple(lds), tuple(lcc.intensity)) if lcc.intensity is not None
+    return (LightCurveBand(tuple(lds), tuple(lcc.intensity)) if lcc.intensity is not None
             else LightCurveBand.from_temperatures(temps.phot, temps.cool, temps.hot, lcc.wavelength_nm, lds))
-    data = load_lightcurve(cfg.path(d.lightcurve), fmt=d.lightcurve_format, column=d.lightcurve_column,
-                           unit=d.lightcurve_unit, time_scale=d.lightcurve_time_scale, fallback_time_scale=d.time_scale,
-                           ra=cfg.star.ra, dec=cfg.star.dec, bin_width=d.lightcurve_bin, bin_unit=d.lightcurve_bin_unit,
-                           period=star.period, t0=star.t0, profile_times=profile_times)
-    return LightCurveData(times=data.time, flux=data.flux, err=data.err, band=band, fit_dilution=lcc.fit_dilution,
-                          source=data.source, read=data)
+
+
+def _read_lightcurve(cfg, star, profile_times, path, fmt, column, unit, time_scale, bin_width, bin_unit, fallback):
+    return load_lightcurve(cfg.path(path), fmt=fmt, column=column, unit=unit, time_scale=time_scale,
+                           fallback_time_scale=fallback, ra=cfg.star.ra, dec=cfg.star.dec, bin_width=bin_width,
+                           bin_unit=bin_unit, period=star.period, t0=star.t0, profile_times=profile_times)
+
+
+def _lightcurve_data(cfg, star, profile_times, time_scale):
+    """The ``[data] lightcurve`` (a LightCurveData), the ``[[lightcurves]]`` (a tuple) or None."""
+    if cfg.lightcurves:
+        out = []
+        for lc in cfg.lightcurves:
+            data = _read_lightcurve(cfg, star, profile_times, lc.file, lc.format, lc.column, lc.unit, lc.time_scale,
+                                    lc.bin, lc.bin_unit, time_scale)
+            out.append(LightCurveData(times=data.time, flux=data.flux, err=data.err, band=_band(cfg, lc),
+                                      fit_dilution=lc.fit_dilution, source=data.source, read=data, name=lc.name,
+                                      weight=lc.weight, wavelength_nm=lc.wavelength_nm))
+        return tuple(out)
+    d = cfg.data
+    if d is None or d.lightcurve is None:
+        return None
+    lcc = cfg.lightcurve
+    data = _read_lightcurve(cfg, star, profile_times, d.lightcurve, d.lightcurve_format, d.lightcurve_column,
+                            d.lightcurve_unit, d.lightcurve_time_scale, d.lightcurve_bin, d.lightcurve_bin_unit,
+                            d.time_scale)
+    return LightCurveData(times=data.time, flux=data.flux, err=data.err, band=_band(cfg, lcc),
+                          fit_dilution=lcc.fit_dilution, source=data.source, read=data)
 
 
 def from_config(cfg) -> Problem:
-    """The problem a target configuration (:class:`dopplermap.config.TargetConfig`) describes."""
-    obs, files = load_profiles(cfg)  # [data] files, epochs, systemic velocity and window
+    """The problem a target configuration (:class:`dopplermap.config.TargetConfig`) describes:
+    one line data set (``[data]`` and ``[line]``) or several (``[[lines]]``, :class:`LineData`)."""
     s = cfg.star
-    # every time to the internal BJD_TDB, once (dopplermap.io.times)
-    times, t0 = epoch_times(obs.times, s.t0, time_scale=cfg.data.time_scale, t0_scale=s.t0_scale, ra=s.ra, dec=s.dec,
-                            period=s.period, where=cfg.source)
-    obs = Observations.create(times, obs.vels, obs.flux, obs.err, source=cfg.source)
+    sets, t0 = [], None
+    for ls in cfg.line_sets():
+        sub = dataclasses.replace(cfg, data=ls.data, line=ls.line)
+        where = cfg.source if not cfg.lines else f"{cfg.source}: [[lines]] {ls.name!r}"
+        obs, files = load_profiles(sub)  # files, epochs, systemic velocity and window of this set
+        # every time to the internal BJD_TDB, once (dopplermap.io.times)
+        times, t0_set = epoch_times(obs.times, s.t0, time_scale=ls.data.time_scale, t0_scale=s.t0_scale, ra=s.ra,
+                                    dec=s.dec, period=s.period, where=where)
+        if t0 is not None and abs(t0_set - t0) > 1e-9:
+            raise DopplermapInputError(f"{cfg.source}: [star] t0 = {s.t0!r} means BJD_TDB {t0!r} in the first data "
+                                       f"set's time_scale but {t0_set!r} in {ls.name!r}'s ({ls.data.time_scale}): "
+                                       "give [star] t0_scale")
+        t0 = t0_set
+        obs = Observations.create(times, obs.vels, obs.flux, obs.err, source=where)
+        sets.append(LineData(obs=obs, components=_line_components(cfg, ls.line), name=ls.name, weight=ls.weight,
+                             wavelength_nm=float(ls.line.wavelength_nm), files=tuple(files)))
     star = StarParams(inclination=s.inclination, vsini=s.vsini, period=s.period, t0=t0, domega=s.domega,
                       radius=s.radius)
     temps = (cfg.temperatures.phot, cfg.temperatures.cool, cfg.temperatures.hot)
+    first = cfg.line_sets()[0]
     gravity = None
     if cfg.gravity_darkening.enabled:
         gravity = GravityDarkening(mass=s.mass, beta=cfg.gravity_darkening.beta, temperatures=temps,
-                                   line_wavelength_nm=cfg.line.wavelength_nm,
+                                   line_wavelength_nm=first.line.wavelength_nm,
                                    lc_wavelength_nm=cfg.lightcurve.wavelength_nm)
     inv = cfg.inversion
     settings = Settings(lmbd=inv.lmbd, regulariser=inv.regulariser, tol=inv.tol, maxiter=inv.maxiter,
                         fit_rv=inv.fit_rv, fit_amp=inv.fit_amp, line_weight=inv.line_weight,
                         lc_weight=inv.lc_weight, solver=inv.solver, fit_components=tuple(inv.fit_components))
-    return Problem(grid=make_grid(cfg.grid.kind, cfg.grid.n_cell, cfg.grid.nside), star=star, obs=obs,
-                   components=_line_components(cfg), method=inv.method, gravity=gravity,
-                   lightcurve_data=_lightcurve_data(cfg, star, times), settings=settings, t_phot=float(temps[0]),
-                   wavelength_nm=float(cfg.line.wavelength_nm), files=tuple(files), source=cfg.source)
+    profile_times = np.concatenate([np.asarray(ld.obs.times) for ld in sets])
+    lc = _lightcurve_data(cfg, star, profile_times, first.data.time_scale)
+    if isinstance(lc, tuple) and len(lc) == 1:  # one band: the plain joint fit, its weight on lc_weight
+        settings = settings.replace(lc_weight=settings.lc_weight * lc[0].weight)
+        lc = lc[0]
+    common = dict(grid=make_grid(cfg.grid.kind, cfg.grid.n_cell, cfg.grid.nside), star=star, method=inv.method,
+                  gravity=gravity, lightcurve_data=lc, t_phot=float(temps[0]),
+                  wavelength_nm=float(first.line.wavelength_nm), source=cfg.source)
+    if len(sets) == 1:  # one set (also one [[lines]] table): the plain problem, its weight on line_weight
+        one = sets[0]
+        if cfg.lines:
+            settings = settings.replace(line_weight=settings.line_weight * one.weight)
+        return Problem(obs=one.obs, components=one.components, settings=settings, files=one.files, **common)
+    return Problem(obs=None, components=None, lines=tuple(sets), settings=settings,
+                   files=tuple(f for ld in sets for f in ld.files), **common)
 
 
 # the demo's local lines and temperatures, used by .npz problems that carry only data
