@@ -10,7 +10,7 @@ import io
 
 import numpy as np
 
-__all__ = ["InversionResult", "relative_brightness"]
+__all__ = ["InversionResult", "relative_brightness", "line_sets", "light_curves"]
 
 
 def relative_brightness(fssc, fssh, intensities):
@@ -23,6 +23,40 @@ def relative_brightness(fssc, fssh, intensities):
     fssc = np.asarray(fssc, dtype=float)
     fssh = np.asarray(fssh, dtype=float)
     return ((1.0 - fssc - fssh) * ip + fssc * ic + fssh * ih) / ip
+
+
+def line_sets(result) -> list[dict]:
+    """The line data sets of a result, each ``{"name", "obs", "model", "spotless", "rv", "amp",
+    "chi2"}`` (model / spotless None when unknown): one entry for a single set, whose name is
+    ``"lines"`` and chi2 the result's. Empty without observations."""
+    obs = result.obs
+    if obs is None:
+        return []
+    if not isinstance(obs, (tuple, list)):
+        return [dict(name="lines", obs=obs, model=result.model, spotless=result.spotless, rv=result.rv,
+                     amp=result.amp, chi2=result.chi2)]
+    names = list(result.chi2_sets or {}) or [f"lines{i + 1}" for i in range(len(obs))]
+    chi2 = result.chi2_sets or {}
+    out, start = [], 0
+    for i, (name, o) in enumerate(zip(names, obs, strict=True)):
+        sl = slice(start, start + o.n_epoch)
+        start = sl.stop
+        out.append(dict(name=name, obs=o, model=None if result.model is None else result.model[i],
+                        spotless=None if result.spotless is None else result.spotless[i],
+                        rv=np.asarray(result.rv)[sl], amp=np.asarray(result.amp)[sl], chi2=chi2.get(name)))
+    return out
+
+
+def light_curves(result) -> list[dict]:
+    """The fitted light curves of a result, each ``{"name", "times", "flux", "err", "model",
+    "chi2"}`` (one band: name ``"lightcurve"``, chi2 the result's ``chi2_lc``)."""
+    lc = result.light_curve
+    if lc is None:
+        return []
+    if isinstance(lc, dict):
+        return [{"name": "lightcurve", **lc, "chi2": result.chi2_lc}]
+    chi2 = result.chi2_lc_sets or {}
+    return [{**b, "chi2": chi2.get(b.get("name"))} for b in lc]
 
 
 # notebooks show results through these; arrays are never printed (a result holds tens of kB)
@@ -62,7 +96,9 @@ class InversionResult:
         spotless: (n_epoch, n_vel) model of the unspotted star with the fitted rv and amp.
         intensities: continuum intensities (phot, cool, hot) relative to the photosphere.
         truth: ``{"fssc": (n_cell,), "fssh": (n_cell,)}`` true maps of a simulation.
-        light_curve: ``{"times", "flux", "err", "model"}`` (n_obs,) arrays when a light curve was fitted.
+        light_curve: ``{"times", "flux", "err", "model"}`` (n_obs,) arrays when a light curve was
+            fitted; several bands: a tuple of such dicts, each with its ``"name"``
+            (:func:`light_curves` reads either; :func:`line_sets` the line data sets).
         config: the configuration (JSON-ready dict) that produced the run.
         extra: further JSON-ready scalars (timings, recovery scores, ...).
     """
