@@ -84,9 +84,11 @@ def check_result(res, obs, *, tol: float, maxiter: int) -> None:
         else:
             warn(f"solve did not meet its tolerance tol={tol:g} ({reason}); check the data and the settings",
                  category=ConvergenceWarning)
-    sets = tuple(obs) if isinstance(obs, (tuple, list)) else (obs,)  # several line data sets: rv set after set
-    half_span = np.concatenate([np.full(o.n_epoch, 0.5 * float(o.vels[-1] - o.vels[0])) for o in sets])
     rv = np.asarray(res.rv, dtype=float)
+    if isinstance(obs, (tuple, list)):  # several line data sets: rv holds them set after set
+        half_span = np.concatenate([np.full(np.shape(o.flux)[0], 0.5 * float(o.vels[-1] - o.vels[0])) for o in obs])
+    else:
+        half_span = np.full(rv.shape, 0.5 * float(obs.vels[-1] - obs.vels[0]))
     big = np.nonzero(np.abs(rv) > half_span)[0]
     if big.size:
         e = int(big[np.argmax(np.abs(rv[big]))])

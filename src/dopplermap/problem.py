@@ -151,9 +151,11 @@ class Problem:
     def __post_init__(self):
         if self.method not in ("auto", "dense", "binned"):
             raise DopplermapInputError(f"{self.source}: method must be 'auto', 'dense' or 'binned', got {self.method!r}")
-        if bool(self.lines) == (self.obs is not None or self.components is not None):
-            raise DopplermapInputError(f"{self.source}: give either obs and components (one line data set) or lines "
-                                       "(several), not both")
+        single = (self.obs is not None, self.components is not None)
+        if (self.lines and any(single)) or (not self.lines and not all(single)):
+            what = "both" if self.lines else "neither" if not any(single) else "only one of obs and components"
+            raise DopplermapInputError(f"{self.source}: give obs and components (one line data set) or lines "
+                                       f"(several line data sets), got {what}")
 
     @property
     def multi(self) -> bool:

@@ -181,8 +181,8 @@ class InversionResult:
         if len(stop) > _REPR_STOP_CHARS:
             stop = stop[:_REPR_STOP_CHARS - 3] + "..."
         lc = "" if self.chi2_lc is None else f", chi2_lc={self.chi2_lc:.5g}"
-        for k, v in {**(self.chi2_sets or {}), **(self.chi2_lc_sets or {})}.items():
-            lc += f", chi2[{k}]={v:.5g}"
+        lc += "".join(f", chi2[{k}]={v:.5g}" for k, v in (self.chi2_sets or {}).items())
+        lc += "".join(f", chi2_lc[{k}]={v:.5g}" for k, v in (self.chi2_lc_sets or {}).items())
         return (f"InversionResult(chi2={self.chi2:.5g}{lc}, loss={self.loss:.6g}, lmbd={self.lmbd:g}, "
                 f"iterations={self.iterations}, success={self.success}, stop={stop!r}, "
                 f"n_cell={self.n_cell}, n_epoch={self.n_epoch})")
