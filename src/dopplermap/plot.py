@@ -1066,14 +1066,24 @@ def _set_label(name, chi2) -> str:
     return f"{name}" + ("" if chi2 is None else f": reduced χ² {chi2:.3f}")
 
 
-def _labelled(make, label):
-    """``make`` with ``label`` (a data set's name and chi2) written in the figure's top-left corner."""
+def _labelled(make, label, strip_in: float = 0.24):
+    """``make`` with ``label`` (a data set's name and chi2) on a strip ``strip_in`` inches high
+    added above the figure (the axes, laid out in inches, keep their size and place)."""
     if label is None:
         return make
 
     def draw():
         fig = make()
-        fig.text(0.005, 0.995, label, ha="left", va="top", fontsize=7)
+        w, h = fig.get_size_inches()
+        k = h / (h + strip_in)
+        fig.set_size_inches(w, h + strip_in)
+        for ax in fig.axes:
+            p = ax.get_position()
+            ax.set_position([p.x0, p.y0 * k, p.width, p.height * k])
+        for t in fig.texts:
+            x, y = t.get_position()
+            t.set_position((x, y * k))
+        fig.text(0.01, 1.0 - 0.04 / (h + strip_in), label, ha="left", va="top", fontsize=style.TITLE_PT)
         return fig
 
     return draw
