@@ -227,6 +227,10 @@ def test_lines_and_lightcurves_tables_end_to_end(tmp_path, capsys):
     assert [m.shape for m in res.model] == [(7, 67), (5, 31)] and len(res.spotless) == 2
     assert [b["name"] for b in res.light_curve] == ["V", "I"]
     assert res.chi2_sets["narval"] == pytest.approx(_ssr(res.obs[1], res.model[1]) / res.obs[1].flux.size, rel=1e-6)
+    # what handles one set says so, in one line
+    assert main(["lambda", str(tmp_path / "target.toml"), "--out", str(tmp_path / "lam"), "--quiet"]) != 0
+    err = capsys.readouterr().err
+    assert "the lambda and grid searches: one line data set only" in err and "Traceback" not in err
 
 
 def _tables():
@@ -270,8 +274,8 @@ def test_unsupported_paths_say_so(two_instruments):
         dm.invert(joint.pre, joint.observations[:1])
     with pytest.raises(DopplermapInputError, match="narval.*\\(n_epoch, n_vel\\)"):
         dm.invert(joint.pre, (joint.observations[0], joint.observations[0]))
-    with pytest.raises(DopplermapInputError, match="one line data set"):
-        joint.single("the grid search")
+    with pytest.raises(DopplermapInputError, match="the grid search: one line data set only"):
+        dm.search.evaluate_point(joint, {"inclination": 50.0})
     with pytest.raises(DopplermapInputError, match="got both"):
         Problem(grid=case["grid"], star=case["star"], obs=case["sets"][0][1], components=case["sets"][0][2],
                 lines=(LineData(case["sets"][0][1], case["sets"][0][2]),))

@@ -177,7 +177,7 @@ class Problem:
     def single(self, what: str) -> Problem:
         """This problem, or a clear error where ``what`` handles one line data set only."""
         if self.lines:
-            raise DopplermapInputError(f"{self.source}: {what} handles one line data set; this problem has "
+            raise DopplermapInputError(f"{self.source}: {what}: one line data set only, this problem has "
                                        f"{len(self.lines)} ([[lines]])")
         return self
 
