@@ -14,7 +14,7 @@ averaged into the inversion cells; ``cost`` times one value-and-gradient of a la
 alone, with a 2-epoch set added (its own shapes), and with that set padded to the large
 set's epochs (what a common grid would cost).
 
-    PYTHONPATH=src python benchmarks/bench_multi.py [--quick]
+    PYTHONPATH=src python benchmarks/bench_multi.py [--quick] [--cost]   (--cost: the timing only)
 """
 
 from __future__ import annotations
@@ -108,8 +108,12 @@ def recovery(quick: bool = False):
     return rows
 
 
-def cost(n_cell: int = 2500, n_big: int = 150, n_small: int = 2, repeat: int = 30):
-    """Seconds per value-and-gradient: big set alone, plus a small set, plus the small set padded."""
+def cost(n_cell: int = 2500, n_big: int = 150, n_small: int = 2, rounds: int = 15, repeat: int = 10):
+    """Seconds per value-and-gradient (float32 folded form, as the solvers iterate on): the
+    big set alone, the small set alone, both as two sets (each its own shapes), and the big
+    set with the small one padded to ``n_big`` epochs (what one common epoch axis would cost).
+    The cases are timed in turn, ``rounds`` times, and the best of each is kept (a shared
+    machine's load only ever adds time)."""
     import jax
     import jax.numpy as jnp
 
@@ -119,31 +123,37 @@ def cost(n_cell: int = 2500, n_big: int = 150, n_small: int = 2, repeat: int = 3
     star, grid, times, vels, comps = dm.demo_setup(n_cell=n_cell, n_epoch=n_big, seed=1)
     sim = dm.simulate(grid, star, times, vels, comps, dm.DEMO_SPOTS, snr=500)
     small_t = times[:n_small] + 0.37
-    small_v = np.linspace(-60.0, 60.0, 61)  # another grid
+    small_v = np.linspace(-60.0, 60.0, 61)  # another velocity grid
     sim2 = dm.simulate(grid, star, small_t, small_v, comps, dm.DEMO_SPOTS, snr=500)
-    pad_t = np.concatenate([small_t, times[: n_big - n_small] + 0.37])  # the small set padded to n_big epochs
+    pad_t = np.concatenate([small_t, times[: n_big - n_small] + 0.37])
     sim3 = dm.simulate(grid, star, pad_t, small_v, comps, dm.DEMO_SPOTS, snr=500)
     big = dm.precompute(grid, star, times, vels, comps)
     small = dm.precompute(grid, star, small_t, small_v, comps)
     padded = dm.precompute(grid, star, pad_t, small_v, comps)
-    cases = {"big alone": (big, sim.obs),
+    cases = {"big set alone": (big, sim.obs), f"{n_small}-epoch set alone": (small, sim2.obs),
              f"big + {n_small}-epoch set": (LineSets.create([big, small]), (sim.obs, sim2.obs)),
              f"big + that set padded to {n_big} epochs": (LineSets.create([big, padded]), (sim.obs, sim3.obs))}
-    out = {}
+    fns = {}
     for name, (pre, obs) in cases.items():
         pre = solve_form(pre, "float32")
         x = jnp.asarray(dm.Layout(pre.n_cell, pre.n_epoch).initial(0.05))
         fn = jax.jit(jax.value_and_grad(lambda x, pre, obs: objective_terms(x, 1.0, pre, obs)[0]))
         jax.block_until_ready(fn(x, pre, obs))
-        t0 = time.perf_counter()
-        for _ in range(repeat):
-            jax.block_until_ready(fn(x, pre, obs))
-        out[name] = (time.perf_counter() - t0) / repeat
-        print(f"{name:40s} {1e3 * out[name]:7.2f} ms per value-and-gradient", flush=True)
-    return out
+        fns[name] = (fn, x, pre, obs)
+    best = dict.fromkeys(fns, np.inf)
+    for _ in range(rounds):
+        for name, (fn, x, pre, obs) in fns.items():
+            t0 = time.perf_counter()
+            for _ in range(repeat):
+                jax.block_until_ready(fn(x, pre, obs))
+            best[name] = min(best[name], (time.perf_counter() - t0) / repeat)
+    for name, sec in best.items():
+        print(f"{name:40s} {1e3 * sec:7.2f} ms per value-and-gradient", flush=True)
+    return best
 
 
 if __name__ == "__main__":
     quick = "--quick" in sys.argv
-    recovery(quick)
+    if "--cost" not in sys.argv:
+        recovery(quick)
     cost(n_cell=800 if quick else 2500)
