@@ -15,7 +15,13 @@ from dopplermap.config import parse_config
 from dopplermap.errors import DopplermapInputError
 from dopplermap.io.lightcurve import write_lightcurve
 from dopplermap.io.lsd import write_lsd
-from dopplermap.lightcurve import LightCurveBand, LightCurveSet, lightcurve_model, precompute_lightcurve, simulate_lightcurve
+from dopplermap.lightcurve import (
+    LightCurveBand,
+    LightCurveSet,
+    lightcurve_model,
+    precompute_lightcurve,
+    simulate_lightcurve,
+)
 from dopplermap.objective import LineSets, objective_terms, regulariser_value
 from dopplermap.problem import LineData, Problem, Settings
 

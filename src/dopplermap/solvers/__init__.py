@@ -18,7 +18,15 @@ import numpy as np
 from ..diagnostics import check_observations, check_result
 from ..errors import DopplermapInputError
 from ..model import Precomputed
-from ..objective import DEFAULT_PENALTY, REGULARISERS, LineSets, Observations, set_chi2, solve_form, with_exact_numerator
+from ..objective import (
+    DEFAULT_PENALTY,
+    REGULARISERS,
+    LineSets,
+    Observations,
+    set_chi2,
+    solve_form,
+    with_exact_numerator,
+)
 from ..problem import Problem, Settings
 from ._common import (
     SPOT_COMPONENTS,
