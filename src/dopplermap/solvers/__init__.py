@@ -69,7 +69,9 @@ def invert(pre: Precomputed | Problem, obs: Observations | None = None, *, lmbd:
 
     Args:
         pre: a :class:`~dopplermap.problem.Problem`, or :func:`dopplermap.precompute` output
-            with ``obs`` its :class:`Observations`.
+            with ``obs`` its :class:`Observations`, or several line data sets
+            (:class:`~dopplermap.objective.LineSets`) with ``obs`` a tuple of them (solvers
+            ``lbfgsb`` and ``projected_lbfgs``; ``result.chi2_sets`` per set).
         lmbd: regularisation weight lambda [1] (an argument: no recompilation per value).
         regulariser: ``"mem"`` (the seed's entropy) [default], ``"tikhonov"`` or ``"none"``.
         x0: starting vector ``[fssc, fssh, rv, amp]``; default the seed's (1e-5, 0).
@@ -85,7 +87,8 @@ def invert(pre: Precomputed | Problem, obs: Observations | None = None, *, lmbd:
             ``callback`` once, at the end).
         callback: ``callback(iteration, history)`` after every iteration (progress display).
 
-        lightcurve: optional :class:`dopplermap.lightcurve.LightCurveFit` for the joint fit
+        lightcurve: optional :class:`dopplermap.lightcurve.LightCurveFit` (or a
+            :class:`~dopplermap.lightcurve.LightCurveSet` of bands, ``result.chi2_lc_sets``) for the joint fit
             ``line_weight * chi2 + lc_weight * chi2_lc + lmbd * reg`` (``result.chi2_lc``);
             weights [1].
         cube_dtype: dense models only: the solve iterates on the folded cube
