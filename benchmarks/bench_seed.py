@@ -69,7 +69,8 @@ def seed_loss64(prob, x, lmbd):
 
     from dopplermap.objective import objective_terms
 
-    val, (c2, reg, _, _, _) = objective_terms(jnp.asarray(x, dtype=jnp.float64), lmbd, prob.pre, prob.obs, "mem", 0.0)
+    val, t = objective_terms(jnp.asarray(x, dtype=jnp.float64), lmbd, prob.pre, prob.obs, "mem", 0.0)
+    c2, reg = t.chi2, t.regulariser
     return float(val), float(c2), float(reg)
 
 

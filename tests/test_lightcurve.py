@@ -93,7 +93,8 @@ def test_joint_objective_adds_weighted_light_curve_term():
     lc = precompute_lightcurve(grid, star, t, flux, err, BAND)
     x = jnp.asarray(Layout(grid.n_cell, len(times)).initial(0.1))
     terms = jax.jit(objective_terms, static_argnames=("regulariser",))
-    base, (c2, reg, pen, _, _) = terms(x, 0.5, pre, sim.obs, regulariser="mem")
+    base, tm = terms(x, 0.5, pre, sim.obs, regulariser="mem")
+    c2, reg, pen = tm.chi2, tm.regulariser, tm.penalty
     joint, aux = terms(x, 0.5, pre, sim.obs, regulariser="mem", lightcurve=lc, line_weight=2.0, lc_weight=3.0)
     c2lc = float(chi2_lightcurve(x[:200], x[200:400], lc))
     assert float(aux.chi2_lc) == pytest.approx(c2lc)

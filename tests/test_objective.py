@@ -37,10 +37,10 @@ def test_sum_penalty_only_when_infeasible(small_problem):
     pre = dm.precompute(grid, star, times, vels, comps)
     lay = dm.Layout(grid.n_cell, len(times))
     x = lay.initial(0.3)
-    _, (_, _, pen, _, _) = objective_terms(jnp.asarray(x), 1.0, pre, sim.obs)
+    pen = objective_terms(jnp.asarray(x), 1.0, pre, sim.obs)[1].penalty
     assert float(pen) == 0.0
     x[:grid.n_cell] = 0.8  # fssc + fssh = 1.1
-    _, (_, _, pen, _, _) = objective_terms(jnp.asarray(x), 1.0, pre, sim.obs)
+    pen = objective_terms(jnp.asarray(x), 1.0, pre, sim.obs)[1].penalty
     assert np.isclose(float(pen), 1e4 * grid.n_cell * 0.1**2)
     assert float(sum_excess(jnp.asarray([0.5]), jnp.asarray([0.4]))) == 0.0
 
@@ -90,7 +90,7 @@ def test_every_regulariser_is_selectable_and_the_config_knows_them(small_problem
     pre = dm.precompute(grid, star, times, vels, comps)
     x = dm.Layout(pre.n_cell, pre.n_epoch).initial(0.2)
     fc, fh = x[:pre.n_cell], x[pre.n_cell:2 * pre.n_cell]
-    _, (c2, reg, _pen, _, _) = objective_terms(jnp.asarray(x), 1.0, pre, sim.obs, "mem_spotdipy")
+    reg = objective_terms(jnp.asarray(x), 1.0, pre, sim.obs, "mem_spotdipy")[1].regulariser
     assert float(reg) == pytest.approx(float(spotdipy_entropy(jnp.asarray(fc), jnp.asarray(fh), pre.cell_area)), rel=1e-14)
     # the two entropies weigh the map differently (the lambdas do not carry over 1:1)
     assert float(reg) / float(regulariser_value("mem", jnp.asarray(fc), jnp.asarray(fh), pre.cell_area, pre.edges)) > 1.5

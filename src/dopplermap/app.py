@@ -14,6 +14,7 @@ import numpy as np
 
 from .io import results as _files
 from .model import Precomputed, forward_jit
+from .objective import LineSets
 from .plot import plot_result
 from .report import write_report
 
@@ -22,7 +23,11 @@ __all__ = ["spotless_model", "with_context", "save_result"]
 
 def spotless_model(pre: Precomputed, rv, amp) -> np.ndarray:
     """(n_epoch, n_vel) profiles of the unspotted star (all filling factors 0) with the given
-    ``rv`` (n_epoch,) km/s and ``amp`` (n_epoch,) offsets."""
+    ``rv`` (n_epoch,) km/s and ``amp`` (n_epoch,) offsets; several line data sets
+    (:class:`~dopplermap.objective.LineSets`): a tuple, one per set."""
+    if isinstance(pre, LineSets):
+        return tuple(spotless_model(p, np.asarray(rv)[sl], np.asarray(amp)[sl])
+                     for p, sl in zip(pre.sets, pre.epoch_slices, strict=True))
     zero = jnp.zeros(pre.n_cell)
     return np.asarray(forward_jit(zero, zero, jnp.asarray(rv), jnp.asarray(amp), pre))
 

@@ -21,7 +21,8 @@ from .errors import DopplermapInputError, MissingFileError
 from .io.times import parse_time_scale
 from .limb_darkening import LimbDarkening
 
-__all__ = ["DataConfig", "StarConfig", "TemperatureConfig", "LineConfig", "LightCurveConfig",
+__all__ = ["DataConfig", "StarConfig", "TemperatureConfig", "LineConfig", "LightCurveConfig", "LineSetConfig",
+           "LightCurveSetConfig",
            "GravityConfig", "GridConfig", "InversionConfig", "TargetConfig", "load_config", "parse_config",
            "TEMPLATE"]
 
@@ -100,6 +101,41 @@ class LightCurveConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class LineSetConfig:
+    """One ``[[lines]]`` table: a line data set (an instrument, an LSD mask) with its own
+    ``data`` (as ``[data]``, without the light-curve keys) and ``line`` (as ``[line]``)
+    sub-tables, a ``name`` (results, figures) and a ``weight`` in the loss."""
+
+    data: DataConfig
+    line: LineConfig
+    name: str = ""
+    weight: float = 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class LightCurveSetConfig:
+    """One ``[[lightcurves]]`` table: a light curve in one band. ``file`` and the reading keys
+    are ``[data]``'s ``lightcurve*`` keys without the prefix; the band keys are ``[lightcurve]``'s."""
+
+    file: str
+    name: str = ""
+    weight: float = 1.0
+    format: str = "auto"
+    column: str = "auto"
+    unit: str = "flux"
+    time_scale: str | None = None
+    bin: float | None = None
+    bin_unit: str = "d"
+    wavelength_nm: float = 550.0
+    limb_darkening: str = "linear"
+    ld_phot: tuple[float, ...] = (0.6,)
+    ld_cool: tuple[float, ...] = (0.6,)
+    ld_hot: tuple[float, ...] = (0.6,)
+    intensity: tuple[float, ...] | None = None
+    fit_dilution: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
 class GravityConfig:
     enabled: bool = False
     beta: float = 0.25
@@ -141,17 +177,27 @@ class UncertaintyConfig:
 
 @dataclasses.dataclass(frozen=True)
 class TargetConfig:
-    data: DataConfig
+    """A parsed target file. One line data set: ``data`` and ``line`` (``[data]``, ``[line]``);
+    several: ``lines`` (``[[lines]]``) with ``data`` and ``line`` None. Light curves: ``[data]
+    lightcurve`` with ``[lightcurve]``, or ``lightcurves`` (``[[lightcurves]]``, one per band)."""
+
+    data: DataConfig | None
     star: StarConfig
     temperatures: TemperatureConfig
-    line: LineConfig
+    line: LineConfig | None
     lightcurve: LightCurveConfig = LightCurveConfig()
     gravity_darkening: GravityConfig = GravityConfig()
     grid: GridConfig = GridConfig()
     inversion: InversionConfig = InversionConfig()
     uncertainty: UncertaintyConfig = UncertaintyConfig()
+    lines: tuple[LineSetConfig, ...] = ()
+    lightcurves: tuple[LightCurveSetConfig, ...] = ()
     base_dir: str = "."
     source: str = "<config>"
+
+    def line_sets(self) -> list[LineSetConfig]:
+        """Every line data set: the ``[[lines]]`` tables, or ``[data]`` with ``[line]``."""
+        return list(self.lines) if self.lines else [LineSetConfig(self.data, self.line, "lines", 1.0)]
 
     def path(self, rel: str) -> Path:
         """A data path resolved against the folder of the TOML file."""
@@ -160,7 +206,10 @@ class TargetConfig:
 
 
 _SECTIONS = {f.name: f for f in dataclasses.fields(TargetConfig) if f.name not in ("base_dir", "source")}
-_SECTION_TYPES = typing.get_type_hints(TargetConfig)
+_ARRAYS = ("lines", "lightcurves")  # arrays of tables, parsed by _line_sets / _lightcurve_sets
+_OPTIONAL_WITH_LINES = ("data", "line")  # absent when [[lines]] are given
+_SECTION_TYPES = {k: next(a for a in typing.get_args(t) if a is not type(None)) if typing.get_args(t) else t
+                  for k, t in typing.get_type_hints(TargetConfig).items()}  # DataConfig | None -> DataConfig
 
 
 def _type_name(tp) -> str:
@@ -229,38 +278,102 @@ def _check_ld(where, law, coeffs):
         raise DopplermapInputError(f"{where}: {exc}") from None
 
 
+def _validate_data(s: str, d: DataConfig, sec: str = "[data]"):
+    if not d.profiles:
+        raise DopplermapInputError(f"{s}: {sec} profiles must list at least one file or glob pattern")
+    if d.format not in ("auto", "donati", "text", "fits"):
+        raise DopplermapInputError(f"{s}: {sec} format must be auto, donati, text or fits, got {d.format!r}")
+    if (d.times_table is None) == (d.time_pattern is None):
+        raise DopplermapInputError(f"{s}: {sec} give exactly one of times_table or time_pattern")
+    parse_time_scale(d.time_scale, f"{s}: {sec} time_scale")
+    if d.velocity_range is not None and (len(d.velocity_range) != 2 or d.velocity_range[0] >= d.velocity_range[1]):
+        raise DopplermapInputError(f"{s}: {sec} velocity_range must be [min, max] with min < max, got {list(d.velocity_range)}")
+    if d.fits_columns is not None and (len(d.fits_columns) != 3 or len(set(d.fits_columns)) != 3):
+        raise DopplermapInputError(f"{s}: {sec} fits_columns must name 3 different columns (velocity, intensity, error), "
+                                   f"got {list(d.fits_columns)}")
+
+
+def _validate_line(s: str, ln: LineConfig, sec: str = "[line]"):
+    _positive(f"{s}: {sec} wavelength_nm", ln.wavelength_nm)
+    if ln.profile not in ("gaussian", "voigt", "tabulated"):
+        raise DopplermapInputError(f"{s}: {sec} profile must be gaussian, voigt or tabulated, got {ln.profile!r}")
+    if ln.profile == "tabulated":
+        if ln.files is None or len(ln.files) != 3:
+            raise DopplermapInputError(f"{s}: {sec} files must list 3 tabulated profiles (phot, cool, hot) for profile = 'tabulated'")
+    else:
+        if len(ln.depth) != 3 or not all(0 <= x < 1 for x in ln.depth):
+            raise DopplermapInputError(f"{s}: {sec} depth must be 3 values in [0, 1) (phot, cool, hot), got {list(ln.depth)}")
+        _positive(f"{s}: {sec} fwhm", ln.fwhm)
+        _positive(f"{s}: {sec} fwhm_lorentz", ln.fwhm_lorentz, allow_zero=True)
+    if ln.resolving_power is not None:
+        _positive(f"{s}: {sec} resolving_power", ln.resolving_power)
+    _positive(f"{s}: {sec} macroturbulence", ln.macroturbulence, allow_zero=True)
+    if not 0 <= ln.radial_fraction <= 1:
+        raise DopplermapInputError(f"{s}: {sec} radial_fraction must be in [0, 1], got {ln.radial_fraction!r}")
+    if ln.equivalent_width is not None:
+        _positive(f"{s}: {sec} equivalent_width", ln.equivalent_width)
+    if ln.ew_method not in ("integrated", "gaussian_fit"):
+        raise DopplermapInputError(f"{s}: {sec} ew_method must be 'integrated' or 'gaussian_fit', got {ln.ew_method!r}")
+    _validate_band(s, ln, sec)
+
+
+def _validate_band(s: str, obj, sec: str):
+    for k in ("ld_phot", "ld_cool", "ld_hot"):
+        _check_ld(f"{s}: {sec} {k}", obj.limb_darkening, getattr(obj, k))
+    if obj.intensity is not None and (len(obj.intensity) != 3 or any(x < 0 for x in obj.intensity)):
+        raise DopplermapInputError(f"{s}: {sec} intensity must be 3 values >= 0 (phot, cool, hot), got {list(obj.intensity)}")
+
+
+def _validate_lc_reading(s: str, sec: str, unit, bin_width, bin_unit, time_scale):
+    if time_scale is not None:
+        parse_time_scale(time_scale, f"{s}: {sec}time_scale")
+    if unit not in ("flux", "mag"):
+        raise DopplermapInputError(f"{s}: {sec}unit must be 'flux' or 'mag', got {unit!r}")
+    if bin_unit not in ("d", "phase"):
+        raise DopplermapInputError(f"{s}: {sec}bin_unit must be 'd' or 'phase', got {bin_unit!r}")
+    if bin_width is not None:
+        _positive(f"{s}: {sec}bin", bin_width)
+        if bin_unit == "phase" and bin_width > 0.5:
+            raise DopplermapInputError(f"{s}: {sec}bin in phase must be <= 0.5, got {bin_width!r}")
+
+
 def _validate(cfg: TargetConfig):
     s = cfg.source
+    for i, ls in enumerate(cfg.line_sets()):
+        multi = bool(cfg.lines)
+        sec = f"[[lines]] {i + 1} ({ls.name!r})" if multi else ""
+        _validate_data(s, ls.data, f"{sec} data" if multi else "[data]")
+        _validate_line(s, ls.line, f"{sec} line" if multi else "[line]")
+        if multi:
+            _positive(f"{s}: {sec} weight", ls.weight, allow_zero=True)
+            lc_keys = [f.name for f in dataclasses.fields(DataConfig) if f.name.startswith("lightcurve")
+                       and getattr(ls.data, f.name) != f.default]
+            if lc_keys:
+                raise DopplermapInputError(f"{s}: {sec} data: {lc_keys[0]!r} belongs in a [[lightcurves]] table")
+    names = [ls.name for ls in cfg.lines]
+    if len(set(names)) != len(names):
+        raise DopplermapInputError(f"{s}: [[lines]] names must differ, got {names}")
+    for i, lc in enumerate(cfg.lightcurves):
+        sec = f"[[lightcurves]] {i + 1} ({lc.name!r})"
+        _validate_lc_reading(s, f"{sec} ", lc.unit, lc.bin, lc.bin_unit, lc.time_scale)
+        _positive(f"{s}: {sec} weight", lc.weight, allow_zero=True)
+        _positive(f"{s}: {sec} wavelength_nm", lc.wavelength_nm)
+        _validate_band(s, lc, sec)
+    names = [lc.name for lc in cfg.lightcurves]
+    if len(set(names)) != len(names):
+        raise DopplermapInputError(f"{s}: [[lightcurves]] names must differ, got {names}")
     d = cfg.data
-    if not d.profiles:
-        raise DopplermapInputError(f"{s}: [data] profiles must list at least one file or glob pattern")
-    if d.format not in ("auto", "donati", "text", "fits"):
-        raise DopplermapInputError(f"{s}: [data] format must be auto, donati, text or fits, got {d.format!r}")
-    if (d.times_table is None) == (d.time_pattern is None):
-        raise DopplermapInputError(f"{s}: [data] give exactly one of times_table or time_pattern")
-
-    parse_time_scale(d.time_scale, f"{s}: [data] time_scale")
-    if d.lightcurve_time_scale is not None:
-        parse_time_scale(d.lightcurve_time_scale, f"{s}: [data] lightcurve_time_scale")
+    if d is not None and d.lightcurve is not None and cfg.lightcurves:
+        raise DopplermapInputError(f"{s}: give the light curve as [data] lightcurve or as [[lightcurves]] tables, not both")
+    if d is not None:
+        _validate_lc_reading(s, "[data] lightcurve_", d.lightcurve_unit, d.lightcurve_bin, d.lightcurve_bin_unit,
+                             d.lightcurve_time_scale)
     if cfg.star.t0_scale is not None:
         parse_time_scale(cfg.star.t0_scale, f"{s}: [star] t0_scale")
-    if d.lightcurve_unit not in ("flux", "mag"):
-        raise DopplermapInputError(f"{s}: [data] lightcurve_unit must be 'flux' or 'mag', got {d.lightcurve_unit!r}")
-    if d.lightcurve_bin_unit not in ("d", "phase"):
-        raise DopplermapInputError(f"{s}: [data] lightcurve_bin_unit must be 'd' or 'phase', got {d.lightcurve_bin_unit!r}")
-    if d.lightcurve_bin is not None:
-        _positive(f"{s}: [data] lightcurve_bin", d.lightcurve_bin)
-        if d.lightcurve_bin_unit == "phase" and d.lightcurve_bin > 0.5:
-            raise DopplermapInputError(f"{s}: [data] lightcurve_bin in phase must be <= 0.5, got {d.lightcurve_bin!r}")
     if (cfg.star.ra is None) != (cfg.star.dec is None):
         raise DopplermapInputError(f"{s}: [star] give both ra and dec (deg) or neither, got ra={cfg.star.ra!r}, dec={cfg.star.dec!r}")
     if cfg.star.ra is not None and not (0 <= cfg.star.ra < 360 and -90 <= cfg.star.dec <= 90):
         raise DopplermapInputError(f"{s}: [star] need 0 <= ra < 360 and -90 <= dec <= 90 deg, got ra={cfg.star.ra!r}, dec={cfg.star.dec!r}")
-    if d.velocity_range is not None and (len(d.velocity_range) != 2 or d.velocity_range[0] >= d.velocity_range[1]):
-        raise DopplermapInputError(f"{s}: [data] velocity_range must be [min, max] with min < max, got {list(d.velocity_range)}")
-    if d.fits_columns is not None and (len(d.fits_columns) != 3 or len(set(d.fits_columns)) != 3):
-        raise DopplermapInputError(f"{s}: [data] fits_columns must name 3 different columns (velocity, intensity, error), "
-                                   f"got {list(d.fits_columns)}")
     st = cfg.star
     if not 0 < st.inclination <= 90:
         raise DopplermapInputError(f"{s}: [star] inclination must be in (0, 90] deg, got {st.inclination!r}")
@@ -275,32 +388,7 @@ def _validate(cfg: TargetConfig):
                                    f"(|v| <= 2000): give it in km/s")
     for k in ("phot", "cool", "hot"):
         _positive(f"{s}: [temperatures] {k}", getattr(cfg.temperatures, k))
-    ln = cfg.line
-    _positive(f"{s}: [line] wavelength_nm", ln.wavelength_nm)
-    if ln.profile not in ("gaussian", "voigt", "tabulated"):
-        raise DopplermapInputError(f"{s}: [line] profile must be gaussian, voigt or tabulated, got {ln.profile!r}")
-    if ln.profile == "tabulated":
-        if ln.files is None or len(ln.files) != 3:
-            raise DopplermapInputError(f"{s}: [line] files must list 3 tabulated profiles (phot, cool, hot) for profile = 'tabulated'")
-    else:
-        if len(ln.depth) != 3 or not all(0 <= x < 1 for x in ln.depth):
-            raise DopplermapInputError(f"{s}: [line] depth must be 3 values in [0, 1) (phot, cool, hot), got {list(ln.depth)}")
-        _positive(f"{s}: [line] fwhm", ln.fwhm)
-        _positive(f"{s}: [line] fwhm_lorentz", ln.fwhm_lorentz, allow_zero=True)
-    if ln.resolving_power is not None:
-        _positive(f"{s}: [line] resolving_power", ln.resolving_power)
-    _positive(f"{s}: [line] macroturbulence", ln.macroturbulence, allow_zero=True)
-    if not 0 <= ln.radial_fraction <= 1:
-        raise DopplermapInputError(f"{s}: [line] radial_fraction must be in [0, 1], got {ln.radial_fraction!r}")
-    if ln.equivalent_width is not None:
-        _positive(f"{s}: [line] equivalent_width", ln.equivalent_width)
-    if ln.ew_method not in ("integrated", "gaussian_fit"):
-        raise DopplermapInputError(f"{s}: [line] ew_method must be 'integrated' or 'gaussian_fit', got {ln.ew_method!r}")
-    for sec, obj in (("line", ln), ("lightcurve", cfg.lightcurve)):
-        for k in ("ld_phot", "ld_cool", "ld_hot"):
-            _check_ld(f"{s}: [{sec}] {k}", obj.limb_darkening, getattr(obj, k))
-        if obj.intensity is not None and (len(obj.intensity) != 3 or any(x < 0 for x in obj.intensity)):
-            raise DopplermapInputError(f"{s}: [{sec}] intensity must be 3 values >= 0 (phot, cool, hot), got {list(obj.intensity)}")
+    _validate_band(s, cfg.lightcurve, "[lightcurve]")
     _positive(f"{s}: [lightcurve] wavelength_nm", cfg.lightcurve.wavelength_nm)
     g = cfg.gravity_darkening
     _positive(f"{s}: [gravity_darkening] beta", g.beta, allow_zero=True)
@@ -336,13 +424,58 @@ def _validate(cfg: TargetConfig):
         raise DopplermapInputError(f"{s}: [uncertainty] n_boot must be >= 2, got {unc.n_boot!r}")
 
 
+def _line_sets(tables, source: str) -> tuple[LineSetConfig, ...]:
+    if not isinstance(tables, list) or not tables:
+        raise DopplermapInputError(f"{source}: lines must be [[lines]] tables (an array of tables), got {tables!r}")
+    out = []
+    for i, t in enumerate(tables):
+        where = f"{source}: [[lines]] {i + 1}"
+        if not isinstance(t, dict):
+            raise DopplermapInputError(f"{where} must be a table, got {t!r}")
+        unknown = sorted(set(t) - {"name", "weight", "data", "line"})
+        if unknown:
+            raise DopplermapInputError(f"{where}: unknown key {unknown[0]!r} (allowed: name, weight, data, line)")
+        for key in ("data", "line"):
+            if key not in t:
+                raise DopplermapInputError(f"{where}: missing sub-table [lines.{key}]")
+        out.append(LineSetConfig(data=_build(DataConfig, t["data"], f"{where} data"),
+                                 line=_build(LineConfig, t["line"], f"{where} line"),
+                                 name=_coerce(t.get("name", f"lines{i + 1}"), str, f"{where} name"),
+                                 weight=_coerce(t.get("weight", 1.0), float, f"{where} weight")))
+    return tuple(out)
+
+
+def _lightcurve_sets(tables, source: str) -> tuple[LightCurveSetConfig, ...]:
+    if not isinstance(tables, list) or not tables:
+        raise DopplermapInputError(f"{source}: lightcurves must be [[lightcurves]] tables (an array of tables), got {tables!r}")
+    out = []
+    for i, t in enumerate(tables):
+        lc = _build(LightCurveSetConfig, t, f"{source}: [[lightcurves]] {i + 1}")
+        out.append(lc if lc.name else dataclasses.replace(lc, name=f"lightcurve{i + 1}"))
+    return tuple(out)
+
+
 def parse_config(table: dict, *, source: str = "<config>", base_dir: str = ".") -> TargetConfig:
     """Build and validate a :class:`TargetConfig` from a parsed TOML table."""
     unknown = sorted(set(table) - set(_SECTIONS))
     if unknown:
         raise DopplermapInputError(f"{source}: unknown section [{unknown[0]}] (allowed: {', '.join(_SECTIONS)})")
     parts = {}
+    if "lines" in table:
+        parts["lines"] = _line_sets(table["lines"], source)
+        both = [k for k in _OPTIONAL_WITH_LINES if k in table]
+        if both:
+            raise DopplermapInputError(f"{source}: [{both[0]}] and [[lines]] both given: with [[lines]] every line data "
+                                       "set has its own data and line sub-tables")
+        parts.update(data=None, line=None)
+    if "lightcurves" in table:
+        parts["lightcurves"] = _lightcurve_sets(table["lightcurves"], source)
+        if "lightcurve" in table:
+            raise DopplermapInputError(f"{source}: [lightcurve] and [[lightcurves]] both given: each [[lightcurves]] "
+                                       "table holds its band")
     for name, f in _SECTIONS.items():
+        if name in _ARRAYS or name in parts:
+            continue
         if name in table:
             parts[name] = _build(_SECTION_TYPES[name], table[name], f"{source}: [{name}]")
         elif f.default is dataclasses.MISSING:
@@ -424,6 +557,9 @@ ld_phot = [0.70]
 ld_cool = [0.80]
 ld_hot = [0.65]
 fit_dilution = false                 # free light-curve offset (contaminating light), profiled out
+
+# Several instruments or masks: [[lines]] tables (each with [lines.data] and [lines.line]) instead of
+# [data] and [line], and one [[lightcurves]] table per photometric band; see docs/datasets.md.
 
 [gravity_darkening]
 enabled = false                      # von Zeipel on a Roche surface; needs [star] mass

@@ -88,14 +88,16 @@ def check_result(res, obs, *, tol: float, maxiter: int) -> None:
         else:
             warn(f"solve did not meet its tolerance tol={tol:g} ({reason}); check the data and the settings",
                  category=ConvergenceWarning)
-    vels = np.asarray(obs.vels, dtype=float)
-    half_span = 0.5 * float(vels[-1] - vels[0])
     rv = np.asarray(res.rv, dtype=float)
+    if isinstance(obs, (tuple, list)):  # several line data sets: rv holds them set after set
+        half_span = np.concatenate([np.full(np.shape(o.flux)[0], 0.5 * float(o.vels[-1] - o.vels[0])) for o in obs])
+    else:
+        half_span = np.full(rv.shape, 0.5 * float(obs.vels[-1] - obs.vels[0]))
     big = np.nonzero(np.abs(rv) > half_span)[0]
     if big.size:
         e = int(big[np.argmax(np.abs(rv[big]))])
         warn(f"radial-velocity offsets ran away: |rv| up to {abs(rv[e]):.3g} km/s (epoch {e}) at {big.size} epoch(s), "
-             f"more than half the velocity span ({half_span:.3g} km/s); the line is not where the model puts it: "
+             f"more than half the velocity span ({half_span[e]:.3g} km/s); the line is not where the model puts it: "
              "check the systemic velocity, the velocity units (km/s) and vsini")
     amp = np.asarray(res.amp, dtype=float)
     big = np.nonzero(np.abs(amp) > AMP_MAX)[0]
@@ -104,7 +106,10 @@ def check_result(res, obs, *, tol: float, maxiter: int) -> None:
         warn(f"additive offsets ran away: |amp| up to {abs(amp[e]):.3g} (epoch {e}) at {big.size} epoch(s), beyond "
              f"{AMP_MAX} of the continuum; the line depth or the normalisation does not match the data: check the "
              "local line profile (depth, equivalent width) and the profiles' normalisation")
-    for name, chi2 in (("line profiles", res.chi2), ("light curve", getattr(res, "chi2_lc", None))):
+    named = [("line profiles", res.chi2), ("light curve", getattr(res, "chi2_lc", None))]
+    named += [(f"line data set {k!r}", v) for k, v in (getattr(res, "chi2_sets", None) or {}).items()]
+    named += [(f"light curve {k!r}", v) for k, v in (getattr(res, "chi2_lc_sets", None) or {}).items()]
+    for name, chi2 in named:
         if chi2 is None or not np.isfinite(chi2):
             continue
         if chi2 > CHI2_HIGH:

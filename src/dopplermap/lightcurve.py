@@ -10,6 +10,16 @@ the photosphere, ``LDlc_k`` its limb darkening in that band, ``g`` optional per-
 (gravity darkening) and ``f = (1 - fssc - fssh, fssc, fssh)``. The observed light curve is
 normalised by its mean too. Light curves are small, so the weight
 ``W[e, c, k]`` is precomputed densely: (n_lc, n_cell, 3).
+
+Several bands (:class:`LightCurveSet`) share the maps; each has its own weights, times and
+normalisation. Their chi-square is pooled over all points, as for several line data sets
+(:mod:`dopplermap.objective`)::
+
+    chi2_lc   = sum_b SSR_b / sum_b n_b          (reported; one band: its reduced chi2)
+    loss term = sum_b w_b SSR_b / sum_b n_b      (w_b: the band's weight, 1 by default)
+    chi2_b    = SSR_b / n_b                      (reported per band)
+
+with ``SSR_b`` the band's sum of squared normalised residuals.
 """
 
 from __future__ import annotations
@@ -28,8 +38,8 @@ from .geometry import StarParams, cell_geometry, check_star
 from .grid import SurfaceGrid
 from .profiles import LimbDarkening, intensity_ratio
 
-__all__ = ["LightCurveBand", "LightCurveFit", "precompute_lightcurve", "lightcurve_model", "chi2_lightcurve",
-           "lightcurve_residuals", "simulate_lightcurve"]
+__all__ = ["LightCurveBand", "LightCurveFit", "LightCurveSet", "precompute_lightcurve", "lightcurve_model",
+           "chi2_lightcurve", "chi2_lightcurves", "lightcurve_residuals", "simulate_lightcurve"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,6 +89,50 @@ class LightCurveFit:
     @property
     def n_lc(self) -> int:
         return int(self.flux.shape[0])
+
+    @property
+    def n_cell(self) -> int:
+        return int(self.weight.shape[1])
+
+
+@functools.partial(jax.tree_util.register_dataclass, data_fields=["bands", "weights"], meta_fields=["names"])
+@dataclasses.dataclass(frozen=True, eq=False)
+class LightCurveSet:
+    """Light curves in several bands fitted with one map (see the module docstring).
+
+    Attributes:
+        bands: one :class:`LightCurveFit` per band. weights: (n_band,) weight of each band
+            in the loss. names: (n_band,) unique names (results, figures).
+    """
+
+    bands: tuple
+    weights: jnp.ndarray
+    names: tuple
+
+    @classmethod
+    def create(cls, bands, weights=None, names=None) -> LightCurveSet:
+        """Validate and build; ``weights`` default 1, ``names`` default ``band1``, ``band2`` ..."""
+        bands = tuple(bands)
+        if not bands or not all(isinstance(b, LightCurveFit) for b in bands):
+            raise DopplermapInputError(f"a light-curve set needs at least one LightCurveFit, got {len(bands)} items")
+        names = tuple(f"band{i + 1}" for i in range(len(bands))) if names is None else tuple(map(str, names))
+        weights = np.ones(len(bands)) if weights is None else np.asarray(weights, dtype=float)
+        if len(names) != len(bands) or len(set(names)) != len(names):
+            raise DopplermapInputError(f"light-curve names must be {len(bands)} unique names, got {list(names)}")
+        if weights.shape != (len(bands),) or not np.all(np.isfinite(weights) & (weights >= 0)):
+            raise DopplermapInputError(f"light-curve weights must be {len(bands)} finite numbers >= 0, got {weights.tolist()}")
+        cells = {b.n_cell for b in bands}
+        if len(cells) != 1:
+            raise DopplermapInputError(f"light curves precomputed for different grids: n_cell {sorted(cells)}")
+        return cls(bands=bands, weights=_device.asarray(weights), names=names)
+
+    @property
+    def n_cell(self) -> int:
+        return self.bands[0].n_cell
+
+    @property
+    def n_lc(self) -> int:
+        return sum(b.n_lc for b in self.bands)
 
 
 def _lc_weights(grid, star, times, band, cell_factors):
@@ -151,6 +205,22 @@ def chi2_lightcurve(fssc, fssh, lc: LightCurveFit):
     """Reduced chi-square of the light curve: ``sum(((obs - model) / err)^2) / n_lc``."""
     r = lightcurve_residuals(fssc, fssh, lc)
     return jnp.sum(r * r) / r.size
+
+
+def chi2_lightcurves(fssc, fssh, lcs):
+    """``(chi2_lc, weighted, per_band)`` of a :class:`LightCurveSet` (module docstring), or
+    ``(chi2, chi2, None)`` of one :class:`LightCurveFit`."""
+    if isinstance(lcs, LightCurveFit):
+        c2 = chi2_lightcurve(fssc, fssh, lcs)
+        return c2, c2, None
+    ssr = []
+    for b in lcs.bands:  # one term per band (each its own shape): traced once
+        r = lightcurve_residuals(fssc, fssh, b)
+        ssr.append(jnp.sum(r * r))
+    ssr = jnp.stack(ssr)
+    sizes = np.asarray([b.n_lc for b in lcs.bands], dtype=float)
+    n = float(sizes.sum())
+    return jnp.sum(ssr) / n, jnp.dot(lcs.weights.astype(ssr.dtype), ssr) / n, tuple(ssr / sizes)
 
 
 def simulate_lightcurve(grid: SurfaceGrid, star: StarParams, times, band: LightCurveBand, fssc, fssh, *,

@@ -17,6 +17,20 @@ layout)::
 
     loss = chi2 + lambda * regulariser + penalty * sum_c max(0, fssc_c + fssh_c - 1)^2
 
+Several line data sets (:class:`LineSets`: instruments, LSD masks, each with its own epochs,
+velocity grid and local lines) share the maps; ``rv`` and ``amp`` then hold every set's
+epochs, set after set (``n_epoch`` = the total), and the line chi-square is pooled over all
+points, so every point counts the same whatever set it is in::
+
+    chi2      = sum_d SSR_d / sum_d N_d        (reported; one set: the seed's chi2 above)
+    loss term = sum_d w_d SSR_d / sum_d N_d    (w_d: the set's weight, 1 by default)
+    chi2_d    = SSR_d / N_d                    (reported per set, ``Terms.chi2_sets``)
+
+with ``SSR_d`` the set's sum of squared normalised residuals and ``N_d`` its number of
+points (epochs x velocities). Each set is synthesised on its own grid: a set with few
+epochs costs few epochs. Several light-curve bands likewise
+(:class:`dopplermap.lightcurve.LightCurveSet`).
+
 ``mem`` is the default and unchanged. ``mem_spotdipy`` is the normalisation of SpotDIPy
 (Bahar et al.; its objective divides the cell areas by their sum and uses a 1e-7 floor in
 all three logarithms), so a lambda tuned in SpotDIPy carries over: with the seed's
@@ -32,6 +46,7 @@ remaining tiny excess back onto ``fssc + fssh = 1``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import NamedTuple
 
 import jax
@@ -41,11 +56,14 @@ import numpy as np
 from . import _device
 from .constants import FILL_MIN
 from .errors import DopplermapInputError
-from .lightcurve import chi2_lightcurve
+from .lightcurve import chi2_lightcurves
 from .model import Precomputed, forward
+from .model import solve_form as _solve_form
+from .model import with_exact_numerator as _with_exact_numerator
 from .units import to_epoch, to_unit
 
-__all__ = ["Observations", "Layout", "Terms", "chi2", "seed_entropy", "spotdipy_entropy", "tikhonov", "sum_excess",
+__all__ = ["Observations", "LineSets", "Layout", "Terms", "check_sets", "solve_form", "with_exact_numerator",
+           "set_chi2", "chi2", "seed_entropy", "spotdipy_entropy", "tikhonov", "sum_excess",
            "regulariser_value", "objective_terms", "loss", "REGULARISERS", "DEFAULT_PENALTY", "SPOTDIPY_FLOOR"]
 
 DEFAULT_PENALTY = 1e4
@@ -117,6 +135,108 @@ class Observations:
     @property
     def n_vel(self) -> int:
         return int(self.flux.shape[1])
+
+
+@functools.partial(jax.tree_util.register_dataclass, data_fields=["sets", "weights"], meta_fields=["names"])
+@dataclasses.dataclass(frozen=True, eq=False)
+class LineSets:
+    """Several line data sets fitted with one map (see the module docstring).
+
+    Attributes:
+        sets: one :class:`~dopplermap.model.Precomputed` per set (its own epochs, velocity
+            grid, local lines, synthesis form), all on the same surface grid.
+        weights: (n_set,) weight of each set in the loss. names: (n_set,) unique names.
+
+    The observations of a ``LineSets`` are a tuple of :class:`Observations`, one per set.
+    """
+
+    sets: tuple
+    weights: jnp.ndarray
+    names: tuple
+
+    @classmethod
+    def create(cls, sets, weights=None, names=None) -> LineSets:
+        """Validate and build; ``weights`` default 1, ``names`` default ``lines1``, ``lines2`` ..."""
+        sets = tuple(sets)
+        if not sets or not all(isinstance(p, Precomputed) for p in sets):
+            raise DopplermapInputError(f"line data sets need at least one precomputed model each, got {len(sets)} items")
+        names = tuple(f"lines{i + 1}" for i in range(len(sets))) if names is None else tuple(map(str, names))
+        weights = np.ones(len(sets)) if weights is None else np.asarray(weights, dtype=float)
+        if len(names) != len(sets) or len(set(names)) != len(names):
+            raise DopplermapInputError(f"line data set names must be {len(sets)} unique names, got {list(names)}")
+        if weights.shape != (len(sets),) or not np.all(np.isfinite(weights) & (weights >= 0)):
+            raise DopplermapInputError(f"line data set weights must be {len(sets)} finite numbers >= 0, got {weights.tolist()}")
+        cells = [p.n_cell for p in sets]
+        if len(set(cells)) != 1:
+            raise DopplermapInputError(f"line data sets precomputed for different grids: n_cell {cells}")
+        return cls(sets=sets, weights=_device.asarray(weights), names=names)
+
+    @property
+    def n_sets(self) -> int:
+        return len(self.sets)
+
+    @property
+    def n_cell(self) -> int:
+        return self.sets[0].n_cell
+
+    @property
+    def n_epoch(self) -> int:
+        """All sets' epochs together (the length of ``rv`` and ``amp``)."""
+        return sum(p.n_epoch for p in self.sets)
+
+    @property
+    def epoch_slices(self) -> tuple[slice, ...]:
+        """Each set's part of ``rv`` and ``amp``."""
+        ends = np.cumsum([0] + [p.n_epoch for p in self.sets])
+        return tuple(slice(int(a), int(b)) for a, b in zip(ends[:-1], ends[1:], strict=True))
+
+    @property
+    def cell_area(self):
+        return self.sets[0].cell_area
+
+    @property
+    def edges(self):
+        return self.sets[0].edges
+
+
+def check_sets(pre: LineSets, obs) -> None:
+    """Refuse observations that do not match their sets (a tuple, one :class:`Observations` each)."""
+    if not isinstance(obs, (tuple, list)) or len(obs) != pre.n_sets:
+        raise DopplermapInputError(f"{pre.n_sets} line data sets need a tuple of {pre.n_sets} Observations, "
+                                   f"got {type(obs).__name__}")
+    for name, p, o in zip(pre.names, pre.sets, obs, strict=True):
+        if not isinstance(o, Observations):
+            raise DopplermapInputError(f"line data set {name!r}: observations must be Observations, got {type(o).__name__}")
+        if (o.n_epoch, o.n_vel) != (p.n_epoch, p.n_vel):
+            raise DopplermapInputError(f"line data set {name!r}: observations are (n_epoch, n_vel) = "
+                                       f"{(o.n_epoch, o.n_vel)} but its model is {(p.n_epoch, p.n_vel)}")
+        if not np.allclose(np.asarray(o.vels), np.asarray(p.line.vels), rtol=0, atol=1e-9):
+            raise DopplermapInputError(f"line data set {name!r}: velocity grid differs from its model's")
+
+
+def solve_form(pre, cube_dtype="float32", *, blocked: bool = False):
+    """:func:`dopplermap.model.solve_form` of a model, or of each set of a :class:`LineSets`."""
+    if isinstance(pre, LineSets):
+        return dataclasses.replace(pre, sets=tuple(_solve_form(p, cube_dtype, blocked=blocked) for p in pre.sets))
+    return _solve_form(pre, cube_dtype, blocked=blocked)
+
+
+def with_exact_numerator(solve_pre, pre, fssc, fssh):
+    """:func:`dopplermap.model.with_exact_numerator`, set by set for a :class:`LineSets`."""
+    if isinstance(solve_pre, LineSets):
+        return dataclasses.replace(solve_pre, sets=tuple(_with_exact_numerator(s, p, fssc, fssh)
+                                                         for s, p in zip(solve_pre.sets, pre.sets, strict=True)))
+    return _with_exact_numerator(solve_pre, pre, fssc, fssh)
+
+
+def set_chi2(pre, lightcurve, terms) -> dict:
+    """``{"chi2_sets": {name: chi2}, "chi2_lc_sets": {name: chi2}}`` of several line data sets /
+    light-curve bands (None where there is one): the result's per-set statistics."""
+    def named(names, values):
+        return None if values is None else {n: float(v) for n, v in zip(names, values, strict=True)}
+
+    return {"chi2_sets": named(getattr(pre, "names", ()), terms.chi2_sets),
+            "chi2_lc_sets": named(getattr(lightcurve, "names", ()), terms.chi2_lc_sets)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -201,14 +321,37 @@ class Terms(NamedTuple):
     ``chi2``: reduced chi-square of the line profiles; ``regulariser``: the regulariser's
     value (before lambda); ``penalty``: the ``fssc + fssh <= 1`` penalty (weighted);
     ``chi2_lc``: the light curve's reduced chi-square, or None without one; ``model``: the
-    model profiles (n_epoch, n_vel) when asked for, else None.
+    model profiles (n_epoch, n_vel) when asked for, else None (several line data sets: a
+    tuple, one per set). ``chi2_sets`` / ``chi2_lc_sets``: the reduced chi-square of each line
+    data set / light-curve band when there are several (``chi2`` / ``chi2_lc`` are then the
+    pooled ones, see the module docstring), else None.
     """
 
     chi2: jax.Array
     regulariser: jax.Array
     penalty: jax.Array
     chi2_lc: jax.Array | None = None
-    model: jax.Array | None = None
+    model: jax.Array | tuple | None = None
+    chi2_sets: tuple | None = None
+    chi2_lc_sets: tuple | None = None
+
+
+def _line_chi2(fssc, fssh, rv, amp, pre, obs):
+    """``(chi2, weighted, per_set, model)`` of one model or of a :class:`LineSets` (module docstring)."""
+    if not isinstance(pre, LineSets):
+        model = forward(fssc, fssh, rv, amp, pre)
+        c2 = chi2(model, obs)
+        return c2, c2, None, model
+    ssr, models = [], []
+    for p, o, sl in zip(pre.sets, obs, pre.epoch_slices, strict=True):  # one term per set (each its own shape)
+        m = forward(fssc, fssh, rv[sl], amp[sl], p)
+        r = (o.flux - m) / o.err
+        ssr.append(jnp.sum(r * r))
+        models.append(m)
+    ssr = jnp.stack(ssr)
+    sizes = np.asarray([o.flux.size for o in obs], dtype=float)
+    n = float(sizes.sum())
+    return jnp.sum(ssr) / n, jnp.dot(pre.weights.astype(ssr.dtype), ssr) / n, tuple(ssr / sizes), tuple(models)
 
 
 def objective_terms(x, lmbd, pre: Precomputed, obs: Observations, regulariser: str = "mem",
@@ -216,20 +359,22 @@ def objective_terms(x, lmbd, pre: Precomputed, obs: Observations, regulariser: s
                     with_model: bool = False) -> tuple[jax.Array, Terms]:
     """``(loss, Terms)`` for the flat vector ``x``.
 
-    With ``lightcurve`` (a :class:`dopplermap.lightcurve.LightCurveFit`) the loss is the
-    joint ``line_weight * chi2 + lc_weight * chi2_lc + lmbd * reg + penalty`` and
-    ``Terms.chi2_lc`` is set. ``with_model=True`` sets ``Terms.model`` to the model profiles
-    (n_epoch, n_vel), so solvers need no separate forward pass.
+    With ``lightcurve`` (a :class:`dopplermap.lightcurve.LightCurveFit`, or a
+    :class:`~dopplermap.lightcurve.LightCurveSet` of several bands) the loss is the joint
+    ``line_weight * chi2 + lc_weight * chi2_lc + lmbd * reg + penalty`` and ``Terms.chi2_lc``
+    is set. ``pre`` may be a :class:`LineSets` with ``obs`` a tuple of :class:`Observations`
+    (the chi-squares are then the pooled and weighted ones of the module docstring).
+    ``with_model=True`` sets ``Terms.model`` to the model profiles (n_epoch, n_vel), so
+    solvers need no separate forward pass.
     """
     lay = Layout(pre.n_cell, pre.n_epoch)
     fssc, fssh, rv, amp = lay.split(x)
-    model = forward(fssc, fssh, rv, amp, pre)
-    c2 = chi2(model, obs)
+    c2, c2_w, c2_sets, model = _line_chi2(fssc, fssh, rv, amp, pre, obs)
     reg = regulariser_value(regulariser, fssc, fssh, pre.cell_area, pre.edges).astype(x.dtype)
     pen = penalty * sum_excess(fssc, fssh)
-    c2_lc = None if lightcurve is None else chi2_lightcurve(fssc, fssh, lightcurve)
-    line = c2 if lightcurve is None else line_weight * c2 + lc_weight * c2_lc
-    return line + lmbd * reg + pen, Terms(c2, reg, pen, c2_lc, model if with_model else None)
+    c2_lc, c2_lc_w, c2_lc_sets = (None, None, None) if lightcurve is None else chi2_lightcurves(fssc, fssh, lightcurve)
+    line = c2_w if lightcurve is None else line_weight * c2_w + lc_weight * c2_lc_w
+    return line + lmbd * reg + pen, Terms(c2, reg, pen, c2_lc, model if with_model else None, c2_sets, c2_lc_sets)
 
 
 def loss(x, lmbd, pre: Precomputed, obs: Observations, regulariser: str = "mem",

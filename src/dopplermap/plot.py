@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -27,7 +28,7 @@ import numpy as np
 from . import style
 from .constants import FILL_MIN
 from .errors import DopplermapInputError
-from .result import relative_brightness
+from .result import light_curves, line_sets, relative_brightness
 
 __all__ = ["plot_maps", "plot_map", "plot_orthographic", "plot_profiles", "plot_dynamic_spectrum",
            "plot_light_curve", "plot_convergence", "plot_uncertainty", "result_figures", "plot_result",
@@ -997,11 +998,13 @@ def result_figures(result, *, n_views: int = 6, max_profiles: int = 24, componen
     ``components``: filling-factor components to show (default :func:`fitted_components`).
     """
     comps = fitted_components(result) if components is None else _check_components(components)
-    grid, star, obs = result.grid, result.star, result.obs
+    grid, star = result.grid, result.star
+    sets, bands = line_sets(result), light_curves(result)
+    several = isinstance(result.obs, tuple)  # several line data sets: one profile figure pair per set
     inc = None if star is None else float(star.inclination)
-    phases = None  # unwrapped rotation phases of the line-profile epochs
-    if obs is not None and star is not None:
-        phases = (np.asarray(obs.times, float) - star.t0) / star.period
+    phases = None  # unwrapped rotation phases of the line-profile epochs (every set's)
+    if sets and star is not None:
+        phases = (np.concatenate([np.asarray(d["obs"].times, float) for d in sets]) - star.t0) / star.period
     phase_lons = None if phases is None else central_meridians(phases)
     out = {}
 
@@ -1026,23 +1029,64 @@ def result_figures(result, *, n_views: int = 6, max_profiles: int = 24, componen
                 quantity=key)
     else:
         log.info("no grid in the result: map figures skipped")
-    if obs is not None and result.model is not None:
-        ph = phases if phases is not None else np.arange(obs.n_epoch) / obs.n_epoch
+    for d in sets:
+        if d["model"] is None:
+            continue
+        obs = d["obs"]
+        ph = (np.asarray(obs.times, float) - star.t0) / star.period if star is not None \
+            else np.arange(obs.n_epoch) / obs.n_epoch
         flux, err = np.asarray(obs.flux), np.asarray(obs.err)
-        out["profiles"] = lambda: plot_profiles(obs.vels, ph, flux, result.model, err=err, spotless=result.spotless,
-                                                max_profiles=max_profiles)
-        out["dynamic_spectrum"] = lambda: plot_dynamic_spectrum(
-            obs.vels, ph, flux, result.model, spotless=result.spotless, err=err,
-            vsini=None if star is None else star.vsini_kms)
-    if result.light_curve is not None and star is not None:
-        lc = result.light_curve
-        lph = (np.asarray(lc["times"], float) - star.t0) / star.period  # unwrapped: one curve per rotation
-        out["light_curve"] = lambda: plot_light_curve(lph, lc["flux"], lc["model"], err=lc.get("err"))
+        suffix = f"_{_file_name(d['name'])}" if several else ""
+        label = _set_label(d["name"], d["chi2"]) if several else None
+        out[f"profiles{suffix}"] = _labelled(lambda obs=obs, ph=ph, flux=flux, err=err, d=d: plot_profiles(
+            obs.vels, ph, flux, d["model"], err=err, spotless=d["spotless"], max_profiles=max_profiles), label)
+        out[f"dynamic_spectrum{suffix}"] = _labelled(lambda obs=obs, ph=ph, flux=flux, err=err, d=d: plot_dynamic_spectrum(
+            obs.vels, ph, flux, d["model"], spotless=d["spotless"], err=err,
+            vsini=None if star is None else star.vsini_kms), label)
+    if star is not None:
+        for lc in bands:
+            lph = (np.asarray(lc["times"], float) - star.t0) / star.period  # unwrapped: one curve per rotation
+            named = isinstance(result.light_curve, tuple)
+            suffix = f"_{_file_name(lc['name'])}" if named else ""
+            out[f"light_curve{suffix}"] = _labelled(lambda lc=lc, lph=lph: plot_light_curve(
+                lph, lc["flux"], lc["model"], err=lc.get("err")), _set_label(lc["name"], lc["chi2"]) if named else None)
     if result.history and len(result.history.get("loss", ())):
         label = {"mem": "entropy term", "mem_spotdipy": "entropy term (SpotDIPy)",
                  "tikhonov": "Tikhonov term"}.get(result.regulariser, "regulariser")
         out["convergence"] = lambda: plot_convergence(result.history, regulariser_label=label)
     return out
+
+
+def _file_name(name: str) -> str:
+    """A data set's name as part of a file name."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", str(name)).strip("_") or "set"
+
+
+def _set_label(name, chi2) -> str:
+    return f"{name}" + ("" if chi2 is None else f": reduced χ² {chi2:.3f}")
+
+
+def _labelled(make, label, strip_in: float = 0.24):
+    """``make`` with ``label`` (a data set's name and chi2) on a strip ``strip_in`` inches high
+    added above the figure (the axes, laid out in inches, keep their size and place)."""
+    if label is None:
+        return make
+
+    def draw():
+        fig = make()
+        w, h = fig.get_size_inches()
+        k = h / (h + strip_in)
+        fig.set_size_inches(w, h + strip_in)
+        for ax in fig.axes:
+            p = ax.get_position()
+            ax.set_position([p.x0, p.y0 * k, p.width, p.height * k])
+        for t in fig.texts:
+            x, y = t.get_position()
+            t.set_position((x, y * k))
+        fig.text(0.01, 1.0 - 0.04 / (h + strip_in), label, ha="left", va="top", fontsize=style.TITLE_PT)
+        return fig
+
+    return draw
 
 
 def plot_result(result, out_dir, *, fmt: str = "png", dpi: float | None = None, n_views: int = 6,

@@ -31,13 +31,13 @@ from .grid import SurfaceGrid, make_grid
 from .io.lightcurve import load_lightcurve
 from .io.lsd import load_profiles, read_local_profile
 from .io.times import epoch_times
-from .lightcurve import LightCurveBand, precompute_lightcurve
+from .lightcurve import LightCurveBand, LightCurveSet, precompute_lightcurve
 from .model import precompute
-from .objective import Observations
+from .objective import LineSets, Observations
 from .profiles import Component, ComponentSet, LimbDarkening, gaussian, intensity_ratio, voigt
 from .simulate import DEMO_SPOTS, demo_setup, simulate
 
-__all__ = ["Settings", "GravityDarkening", "LightCurveData", "Problem", "from_config", "from_npz", "demo_problem",
+__all__ = ["Settings", "GravityDarkening", "LightCurveData", "LineData", "Problem", "from_config", "from_npz", "demo_problem",
            "save_npz", "NPZ_SCALARS"]
 
 _DERIVED = ("pre", "lightcurve", "line_factors", "lc_factors")
@@ -92,6 +92,25 @@ class LightCurveData:
     fit_dilution: bool = False
     source: str = "light curve"
     read: object | None = None  # dopplermap.io.lightcurve.LightCurveData: counts read, dropped, binned
+    name: str = "lightcurve"
+    weight: float = 1.0  # of this band among several (dopplermap.lightcurve.LightCurveSet)
+    wavelength_nm: float | None = None  # gravity-darkening factors; None: GravityDarkening.lc_wavelength_nm
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class LineData:
+    """One line data set of several (an instrument, an LSD mask): its profiles and local lines.
+
+    ``weight``: of this set in the loss (see :mod:`dopplermap.objective`); ``wavelength_nm``:
+    where its gravity-darkening factors are evaluated (None: ``GravityDarkening.line_wavelength_nm``).
+    """
+
+    obs: Observations
+    components: ComponentSet
+    name: str = "lines"
+    weight: float = 1.0
+    wavelength_nm: float | None = None
+    files: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -100,11 +119,15 @@ class Problem:
 
     Attributes:
         grid, star, obs, components: the surface, the star, the line profiles and the
-            local-line components of phot, cool and hot.
+            local-line components of phot, cool and hot (None with ``lines``).
+        lines: several line data sets (:class:`LineData`) fitted with one map, instead of
+            ``obs`` and ``components``; ``pre`` is then a :class:`~dopplermap.objective.LineSets`
+            and :attr:`observations` a tuple.
         method: synthesis method for :func:`dopplermap.precompute` (``"auto"``, ``"dense"``,
             ``"binned"``).
         gravity: gravity darkening, or None.
-        lightcurve_data: an observed light curve fitted jointly, or None.
+        lightcurve_data: an observed light curve fitted jointly, a tuple of them (several
+            bands, :class:`~dopplermap.lightcurve.LightCurveSet`), or None.
         settings: solver settings (lambda, regulariser, tolerance, weights, solver).
         t_phot, wavelength_nm: photosphere temperature (K) and line wavelength (nm), needed
             to turn ``t_cool``/``t_hot`` grid values into Planck intensity ratios.
@@ -113,20 +136,50 @@ class Problem:
 
     grid: SurfaceGrid
     star: StarParams
-    obs: Observations
-    components: ComponentSet
+    obs: Observations | None
+    components: ComponentSet | None
     method: str = "auto"
     gravity: GravityDarkening | None = None
-    lightcurve_data: LightCurveData | None = None
+    lightcurve_data: LightCurveData | tuple[LightCurveData, ...] | None = None
     settings: Settings = Settings()
     t_phot: float | None = None
     wavelength_nm: float | None = None
     files: tuple[str, ...] = ()
     source: str = "<problem>"
+    lines: tuple[LineData, ...] = ()
 
     def __post_init__(self):
         if self.method not in ("auto", "dense", "binned"):
             raise DopplermapInputError(f"{self.source}: method must be 'auto', 'dense' or 'binned', got {self.method!r}")
+        single = (self.obs is not None, self.components is not None)
+        if (self.lines and any(single)) or (not self.lines and not all(single)):
+            what = "both" if self.lines else "neither" if not any(single) else "only one of obs and components"
+            raise DopplermapInputError(f"{self.source}: give obs and components (one line data set) or lines "
+                                       f"(several line data sets), got {what}")
+
+    @property
+    def multi(self) -> bool:
+        """Whether the problem has several line data sets (``lines``)."""
+        return bool(self.lines)
+
+    @property
+    def observations(self):
+        """``obs``, or the tuple of every line data set's observations."""
+        return tuple(ld.obs for ld in self.lines) if self.lines else self.obs
+
+    @property
+    def intensities(self) -> tuple[float, float, float]:
+        """Continuum intensities (phot, cool, hot) of the line band (several sets: the first
+        set's), for the brightness map."""
+        comps = self.lines[0].components if self.lines else self.components
+        return tuple(float(c.intensity) for c in comps)
+
+    def single(self, what: str) -> Problem:
+        """This problem, or a clear error where ``what`` handles one line data set only."""
+        if self.lines:
+            raise DopplermapInputError(f"{self.source}: {what}: one line data set only, this problem has "
+                                       f"{len(self.lines)} ([[lines]])")
+        return self
 
     # ------------------------------------------------------------ derived, built once
 
@@ -147,21 +200,41 @@ class Problem:
         g = self.gravity
         return gravity_darkening_factors(self.grid, self.star, g.mass, g.temperatures, wavelength_nm, g.beta)
 
+    def _precompute(self, obs, components, wavelength_nm=None):
+        pre = precompute(self.grid, self.star, np.asarray(obs.times), np.asarray(obs.vels), components,
+                         method=self.method)
+        if self.gravity is None:
+            return pre
+        factors = self.line_factors if wavelength_nm is None else self._factors(wavelength_nm)
+        return apply_cell_factors(pre, factors)
+
     @functools.cached_property
     def pre(self):
-        """The synthesis form of the line profiles (:class:`dopplermap.model.Precomputed`)."""
-        pre = precompute(self.grid, self.star, np.asarray(self.obs.times), np.asarray(self.obs.vels), self.components,
-                         method=self.method)
-        return apply_cell_factors(pre, self.line_factors) if self.line_factors is not None else pre
+        """The synthesis form of the line profiles (:class:`dopplermap.model.Precomputed`), or
+        with ``lines`` one per set (:class:`dopplermap.objective.LineSets`)."""
+        if not self.lines:
+            return self._precompute(self.obs, self.components)
+        return LineSets.create([self._precompute(ld.obs, ld.components, ld.wavelength_nm) for ld in self.lines],
+                               weights=[ld.weight for ld in self.lines], names=[ld.name for ld in self.lines])
 
     @functools.cached_property
     def lightcurve(self):
-        """The precomputed light-curve fit (:class:`dopplermap.lightcurve.LightCurveFit`), or None."""
+        """The precomputed light-curve fit (:class:`dopplermap.lightcurve.LightCurveFit`), one
+        per band (:class:`~dopplermap.lightcurve.LightCurveSet`) for a tuple, or None."""
         d = self.lightcurve_data
         if d is None:
             return None
+        if isinstance(d, LightCurveData):
+            return self._lightcurve(d)
+        return LightCurveSet.create([self._lightcurve(b) for b in d], weights=[b.weight for b in d],
+                                    names=[b.name for b in d])
+
+    def _lightcurve(self, d: LightCurveData):
+        factors = self.lc_factors
+        if self.gravity is not None and d.wavelength_nm is not None:
+            factors = self._factors(d.wavelength_nm)
         return precompute_lightcurve(self.grid, self.star, d.times, d.flux, d.err, d.band,
-                                     cell_factors=self.lc_factors, source=d.source, fit_dilution=d.fit_dilution)
+                                     cell_factors=factors, source=d.source, fit_dilution=d.fit_dilution)
 
     # ------------------------------------------------------------------ variations
 
@@ -185,11 +258,12 @@ class Problem:
 # ------------------------------------------------------------------ builders
 
 
-def _line_components(cfg) -> ComponentSet:
-    """Line-band components of a target configuration; with macroturbulence their profiles
-    are :class:`~dopplermap.broadening.MuProfile` tables (RT macroturbulence and instrument,
-    depending on mu), which :func:`dopplermap.precompute` handles with either method."""
-    ln, temps = cfg.line, cfg.temperatures
+def _line_components(cfg, ln=None) -> ComponentSet:
+    """Line-band components of a target configuration (``ln``: a line table, default
+    ``[line]``); with macroturbulence their profiles are :class:`~dopplermap.broadening.MuProfile`
+    tables (RT macroturbulence and instrument, depending on mu), which
+    :func:`dopplermap.precompute` handles with either method."""
+    ln, temps = cfg.line if ln is None else ln, cfg.temperatures
     if ln.profile == "tabulated":
         profiles = [read_local_profile(cfg.path(f)) for f in ln.files]
     elif ln.profile == "gaussian":
@@ -209,46 +283,89 @@ def _line_components(cfg) -> ComponentSet:
     return ComponentSet(*[Component(p, ld, i) for p, ld, i in zip(profiles, lds, inten, strict=True)])
 
 
-def _lightcurve_data(cfg, star, profile_times) -> LightCurveData | None:
-    d = cfg.data
-    if d.lightcurve is None:
-        return None
-    lcc, temps = cfg.lightcurve, cfg.temperatures
+def _band(cfg, lcc) -> LightCurveBand:
+    temps = cfg.temperatures
     lds = [LimbDarkening(lcc.limb_darkening, c) for c in (lcc.ld_phot, lcc.ld_cool, lcc.ld_hot)]
-    band = (LightCurveBand(tuple(lds), tuple(lcc.intensity)) if lcc.intensity is not None
+    return (LightCurveBand(tuple(lds), tuple(lcc.intensity)) if lcc.intensity is not None
             else LightCurveBand.from_temperatures(temps.phot, temps.cool, temps.hot, lcc.wavelength_nm, lds))
-    data = load_lightcurve(cfg.path(d.lightcurve), fmt=d.lightcurve_format, column=d.lightcurve_column,
-                           unit=d.lightcurve_unit, time_scale=d.lightcurve_time_scale, fallback_time_scale=d.time_scale,
-                           ra=cfg.star.ra, dec=cfg.star.dec, bin_width=d.lightcurve_bin, bin_unit=d.lightcurve_bin_unit,
-                           period=star.period, t0=star.t0, profile_times=profile_times)
-    return LightCurveData(times=data.time, flux=data.flux, err=data.err, band=band, fit_dilution=lcc.fit_dilution,
-                          source=data.source, read=data)
+
+
+def _read_lightcurve(cfg, star, profile_times, path, fmt, column, unit, time_scale, bin_width, bin_unit, fallback):
+    return load_lightcurve(cfg.path(path), fmt=fmt, column=column, unit=unit, time_scale=time_scale,
+                           fallback_time_scale=fallback, ra=cfg.star.ra, dec=cfg.star.dec, bin_width=bin_width,
+                           bin_unit=bin_unit, period=star.period, t0=star.t0, profile_times=profile_times)
+
+
+def _lightcurve_data(cfg, star, profile_times, time_scale):
+    """The ``[data] lightcurve`` (a LightCurveData), the ``[[lightcurves]]`` (a tuple) or None."""
+    if cfg.lightcurves:
+        out = []
+        for lc in cfg.lightcurves:
+            data = _read_lightcurve(cfg, star, profile_times, lc.file, lc.format, lc.column, lc.unit, lc.time_scale,
+                                    lc.bin, lc.bin_unit, time_scale)
+            out.append(LightCurveData(times=data.time, flux=data.flux, err=data.err, band=_band(cfg, lc),
+                                      fit_dilution=lc.fit_dilution, source=data.source, read=data, name=lc.name,
+                                      weight=lc.weight, wavelength_nm=lc.wavelength_nm))
+        return tuple(out)
+    d = cfg.data
+    if d is None or d.lightcurve is None:
+        return None
+    lcc = cfg.lightcurve
+    data = _read_lightcurve(cfg, star, profile_times, d.lightcurve, d.lightcurve_format, d.lightcurve_column,
+                            d.lightcurve_unit, d.lightcurve_time_scale, d.lightcurve_bin, d.lightcurve_bin_unit,
+                            d.time_scale)
+    return LightCurveData(times=data.time, flux=data.flux, err=data.err, band=_band(cfg, lcc),
+                          fit_dilution=lcc.fit_dilution, source=data.source, read=data)
 
 
 def from_config(cfg) -> Problem:
-    """The problem a target configuration (:class:`dopplermap.config.TargetConfig`) describes."""
-    obs, files = load_profiles(cfg)  # [data] files, epochs, systemic velocity and window
+    """The problem a target configuration (:class:`dopplermap.config.TargetConfig`) describes:
+    one line data set (``[data]`` and ``[line]``) or several (``[[lines]]``, :class:`LineData`)."""
     s = cfg.star
-    # every time to the internal BJD_TDB, once (dopplermap.io.times)
-    times, t0 = epoch_times(obs.times, s.t0, time_scale=cfg.data.time_scale, t0_scale=s.t0_scale, ra=s.ra, dec=s.dec,
-                            period=s.period, where=cfg.source)
-    obs = Observations.create(times, obs.vels, obs.flux, obs.err, source=cfg.source)
+    sets, t0 = [], None
+    for ls in cfg.line_sets():
+        sub = dataclasses.replace(cfg, data=ls.data, line=ls.line)
+        where = cfg.source if not cfg.lines else f"{cfg.source}: [[lines]] {ls.name!r}"
+        obs, files = load_profiles(sub)  # files, epochs, systemic velocity and window of this set
+        # every time to the internal BJD_TDB, once (dopplermap.io.times)
+        times, t0_set = epoch_times(obs.times, s.t0, time_scale=ls.data.time_scale, t0_scale=s.t0_scale, ra=s.ra,
+                                    dec=s.dec, period=s.period, where=where)
+        if t0 is not None and abs(t0_set - t0) > 1e-9:
+            raise DopplermapInputError(f"{cfg.source}: [star] t0 = {s.t0!r} means BJD_TDB {t0!r} in the first data "
+                                       f"set's time_scale but {t0_set!r} in {ls.name!r}'s ({ls.data.time_scale}): "
+                                       "give [star] t0_scale")
+        t0 = t0_set
+        obs = Observations.create(times, obs.vels, obs.flux, obs.err, source=where)
+        sets.append(LineData(obs=obs, components=_line_components(cfg, ls.line), name=ls.name, weight=ls.weight,
+                             wavelength_nm=float(ls.line.wavelength_nm), files=tuple(files)))
     star = StarParams(inclination=s.inclination, vsini=s.vsini, period=s.period, t0=t0, domega=s.domega,
                       radius=s.radius)
     temps = (cfg.temperatures.phot, cfg.temperatures.cool, cfg.temperatures.hot)
+    first = cfg.line_sets()[0]
     gravity = None
     if cfg.gravity_darkening.enabled:
         gravity = GravityDarkening(mass=s.mass, beta=cfg.gravity_darkening.beta, temperatures=temps,
-                                   line_wavelength_nm=cfg.line.wavelength_nm,
+                                   line_wavelength_nm=first.line.wavelength_nm,
                                    lc_wavelength_nm=cfg.lightcurve.wavelength_nm)
     inv = cfg.inversion
     settings = Settings(lmbd=inv.lmbd, regulariser=inv.regulariser, tol=inv.tol, maxiter=inv.maxiter,
                         fit_rv=inv.fit_rv, fit_amp=inv.fit_amp, line_weight=inv.line_weight,
                         lc_weight=inv.lc_weight, solver=inv.solver, fit_components=tuple(inv.fit_components))
-    return Problem(grid=make_grid(cfg.grid.kind, cfg.grid.n_cell, cfg.grid.nside), star=star, obs=obs,
-                   components=_line_components(cfg), method=inv.method, gravity=gravity,
-                   lightcurve_data=_lightcurve_data(cfg, star, times), settings=settings, t_phot=float(temps[0]),
-                   wavelength_nm=float(cfg.line.wavelength_nm), files=tuple(files), source=cfg.source)
+    profile_times = np.concatenate([np.asarray(ld.obs.times) for ld in sets])
+    lc = _lightcurve_data(cfg, star, profile_times, first.data.time_scale)
+    if isinstance(lc, tuple) and len(lc) == 1:  # one band: the plain joint fit, its weight on lc_weight
+        settings = settings.replace(lc_weight=settings.lc_weight * lc[0].weight)
+        lc = lc[0]
+    common = dict(grid=make_grid(cfg.grid.kind, cfg.grid.n_cell, cfg.grid.nside), star=star, method=inv.method,
+                  gravity=gravity, lightcurve_data=lc, t_phot=float(temps[0]),
+                  wavelength_nm=float(first.line.wavelength_nm), source=cfg.source)
+    if len(sets) == 1:  # one set (also one [[lines]] table): the plain problem, its weight on line_weight
+        one = sets[0]
+        if cfg.lines:
+            settings = settings.replace(line_weight=settings.line_weight * one.weight)
+        return Problem(obs=one.obs, components=one.components, settings=settings, files=one.files, **common)
+    return Problem(obs=None, components=None, lines=tuple(sets), settings=settings,
+                   files=tuple(f for ld in sets for f in ld.files), **common)
 
 
 # the demo's local lines and temperatures, used by .npz problems that carry only data

@@ -55,6 +55,15 @@ _STAR_LABELS = {"inclination": "inclination (deg)", "vsini": "v sin i (km/s)", "
                 "t0": "t0 (d)", "domega": "dΩ (rad/d)", "radius": "radius (R☉)"}
 
 
+def _caption(name: str) -> str:
+    if name in _CAPTIONS:
+        return _CAPTIONS[name]
+    for kind, text in _CAPTIONS.items():  # one data set's figure: profiles_<set>, light_curve_<band>
+        if name.startswith(kind + "_"):
+            return f"{text} Data set {name[len(kind) + 1:]}."
+    return "Uncertainty map." if name.startswith("uncertainty") else ""
+
+
 def _fmt(v) -> str:
     if isinstance(v, bool) or v is None:
         return "—" if v is None else ("yes" if v else "no")
@@ -131,11 +140,14 @@ def report_html(result_dir) -> str:
     inputs = sorted(p for p in folder.glob("config.*") if p.name != "config.json")
 
     pngs = {p.stem: p for p in folder.glob("*.png") if not p.name.startswith(".")}
-    order = [n for n in FIGURE_ORDER if n in pngs] + sorted(n for n in pngs if n not in FIGURE_ORDER)
+    # a data set's figures (profiles_<set>, light_curve_<band>) follow their kind's place
+    order = [m for n in FIGURE_ORDER for m in ([n] if n in pngs else []) + sorted(
+        k for k in pngs if k.startswith(n + "_") and k not in FIGURE_ORDER)]
+    order += sorted(n for n in pngs if n not in order)
     figures = "".join(
         f'<figure id="fig-{html.escape(n)}"><img alt="{html.escape(n)}" data-name="{html.escape(n)}" '
         f'src="{_png_data(pngs[n])}"><figcaption><b>{html.escape(n)}</b>. '
-        f'{html.escape(_CAPTIONS.get(n, "Uncertainty map." if n.startswith("uncertainty") else ""))}</figcaption></figure>'
+        f'{html.escape(_caption(n))}</figcaption></figure>'
         for n in order) or "<p>No figures in this folder (run with figures, or <code>dopplermap plot</code>).</p>"
 
     warnings = summary.get("warnings") or []
@@ -145,7 +157,15 @@ def report_html(result_dir) -> str:
         f"<li>{html.escape(w if isinstance(w, str) else json.dumps(w, default=str))}</li>" for w in warnings)
         + "</ul>") if warnings else "<p>No warnings.</p>"
 
-    fit_rows = [(label, summary[k]) for k, label in _FIT_KEYS if k in summary and summary[k] is not None]
+    fit_rows = []
+    for k, label in _FIT_KEYS:
+        if k in summary and summary[k] is not None:
+            fit_rows.append((label + (", all sets" if k == "chi2" and summary.get("chi2_sets") else
+                                      ", all bands" if k == "chi2_lc" and summary.get("chi2_lc_sets") else ""),
+                             summary[k]))
+        if k in ("chi2", "chi2_lc"):  # several line data sets / bands: one row each
+            what = "line profiles" if k == "chi2" else "light curve"
+            fit_rows += [(f"reduced χ² ({what} {name})", v) for name, v in (summary.get(f"{k}_sets") or {}).items()]
     star_rows = [(_STAR_LABELS.get(k, k), v) for k, v in (summary.get("star") or {}).items() if v is not None]
     unc_rows = [(k, v) for k, v in summary.items() if k.startswith(("sigma_", "uncertainty_"))]
     unc_files = sorted(p.name for p in folder.glob("uncertainty_*.npz"))

@@ -11,7 +11,7 @@ import io
 
 import numpy as np
 
-__all__ = ["InversionResult", "Outcome", "relative_brightness"]
+__all__ = ["InversionResult", "Outcome", "relative_brightness", "line_sets", "light_curves"]
 
 
 class Outcome(enum.StrEnum):
@@ -62,6 +62,40 @@ def relative_brightness(fssc, fssh, intensities):
     return ((1.0 - fssc - fssh) * ip + fssc * ic + fssh * ih) / ip
 
 
+def line_sets(result) -> list[dict]:
+    """The line data sets of a result, each ``{"name", "obs", "model", "spotless", "rv", "amp",
+    "chi2"}`` (model / spotless None when unknown): one entry for a single set, whose name is
+    ``"lines"`` and chi2 the result's. Empty without observations."""
+    obs = result.obs
+    if obs is None:
+        return []
+    if not isinstance(obs, (tuple, list)):
+        return [dict(name="lines", obs=obs, model=result.model, spotless=result.spotless, rv=result.rv,
+                     amp=result.amp, chi2=result.chi2)]
+    names = list(result.chi2_sets or {}) or [f"lines{i + 1}" for i in range(len(obs))]
+    chi2 = result.chi2_sets or {}
+    out, start = [], 0
+    for i, (name, o) in enumerate(zip(names, obs, strict=True)):
+        sl = slice(start, start + o.n_epoch)
+        start = sl.stop
+        out.append(dict(name=name, obs=o, model=None if result.model is None else result.model[i],
+                        spotless=None if result.spotless is None else result.spotless[i],
+                        rv=np.asarray(result.rv)[sl], amp=np.asarray(result.amp)[sl], chi2=chi2.get(name)))
+    return out
+
+
+def light_curves(result) -> list[dict]:
+    """The fitted light curves of a result, each ``{"name", "times", "flux", "err", "model",
+    "chi2"}`` (one band: name ``"lightcurve"``, chi2 the result's ``chi2_lc``)."""
+    lc = result.light_curve
+    if lc is None:
+        return []
+    if isinstance(lc, dict):
+        return [{"name": "lightcurve", **lc, "chi2": result.chi2_lc}]
+    chi2 = result.chi2_lc_sets or {}
+    return [{**b, "chi2": chi2.get(b.get("name"))} for b in lc]
+
+
 # notebooks show results through these; arrays are never printed (a result holds tens of kB)
 _REPR_STOP_CHARS = 60
 THUMBNAIL_CMAP = "dm_cool"  # the cool-spot map of dopplermap.style, as in every figure
@@ -84,7 +118,11 @@ class InversionResult:
             read from files written before it existed).
         compile_time, solve_time: seconds (compile = trace + lower + XLA compile).
         history: dict of per-iteration arrays (``loss``, ``chi2``, ``regulariser``).
-        model: (n_epoch, n_vel) fitted profiles.
+        model: (n_epoch, n_vel) fitted profiles; several line data sets: a tuple, one per set
+            (``obs`` and ``spotless`` likewise; ``rv`` and ``amp`` hold the sets one after another).
+        chi2_sets, chi2_lc_sets: ``{name: reduced chi2}`` of each line data set / light-curve
+            band when there are several (``chi2`` / ``chi2_lc`` are then pooled over all
+            points, see :mod:`dopplermap.objective`), else None.
         max_sum_excess: largest ``fssc + fssh - 1`` before the final projection.
         cube_dtype: dtype of the (folded) dense cube the solve used, None for the binned model.
         fit_components: the spot components fitted, ``("cool", "hot")`` or one of them; an
@@ -98,7 +136,9 @@ class InversionResult:
         spotless: (n_epoch, n_vel) model of the unspotted star with the fitted rv and amp.
         intensities: continuum intensities (phot, cool, hot) relative to the photosphere.
         truth: ``{"fssc": (n_cell,), "fssh": (n_cell,)}`` true maps of a simulation.
-        light_curve: ``{"times", "flux", "err", "model"}`` (n_obs,) arrays when a light curve was fitted.
+        light_curve: ``{"times", "flux", "err", "model"}`` (n_obs,) arrays when a light curve was
+            fitted; several bands: a tuple of such dicts, each with its ``"name"``
+            (:func:`light_curves` reads either; :func:`line_sets` the line data sets).
         config: the configuration (JSON-ready dict) that produced the run.
         extra: further JSON-ready scalars (timings, recovery scores, ...).
     """
@@ -135,6 +175,8 @@ class InversionResult:
     cube_dtype: str | None = None
     fit_components: tuple = ("cool", "hot")
     outcome: Outcome | None = None
+    chi2_sets: dict | None = None  # {name: reduced chi2} of several line data sets (chi2: the pooled one)
+    chi2_lc_sets: dict | None = None  # {name: reduced chi2} of several light-curve bands (chi2_lc: pooled)
 
     def __post_init__(self):
         object.__setattr__(self, "fit_components", tuple(self.fit_components))  # a JSON list after a round trip
@@ -161,11 +203,12 @@ class InversionResult:
         """Scalars as a JSON-ready dict."""
         keys = ("loss", "chi2", "regulariser_value", "lmbd", "regulariser", "iterations", "n_eval",
                 "success", "outcome", "stop_reason", "compile_time", "solve_time", "max_sum_excess", "solver", "chi2_lc",
-                "cube_dtype", "fit_components")
+                "cube_dtype", "fit_components", "chi2_sets", "chi2_lc_sets")
         out = {}
         for k in keys:
             v = getattr(self, k)
-            out[k] = v.item() if isinstance(v, np.generic) else list(v) if isinstance(v, tuple) else v
+            out[k] = v.item() if isinstance(v, np.generic) else list(v) if isinstance(v, tuple) else \
+                dict(v) if isinstance(v, dict) else v
         return out
 
     @property
@@ -181,6 +224,8 @@ class InversionResult:
         if len(stop) > _REPR_STOP_CHARS:
             stop = stop[:_REPR_STOP_CHARS - 3] + "..."
         lc = "" if self.chi2_lc is None else f", chi2_lc={self.chi2_lc:.5g}"
+        lc += "".join(f", chi2[{k}]={v:.5g}" for k, v in (self.chi2_sets or {}).items())
+        lc += "".join(f", chi2_lc[{k}]={v:.5g}" for k, v in (self.chi2_lc_sets or {}).items())
         return (f"InversionResult(chi2={self.chi2:.5g}{lc}, loss={self.loss:.6g}, lmbd={self.lmbd:g}, "
                 f"iterations={self.iterations}, success={self.success}, stop={stop!r}, "
                 f"n_cell={self.n_cell}, n_epoch={self.n_epoch})")
@@ -189,8 +234,10 @@ class InversionResult:
         """A table of the main numbers and, when the grid is known, a cool-spot map thumbnail."""
         esc = html.escape
         rows = [("reduced chi-square", f"{self.chi2:.6g}")]
+        rows += [(f"chi-square of {k}", f"{v:.6g}") for k, v in (self.chi2_sets or {}).items()]
         if self.chi2_lc is not None:
             rows.append(("light-curve chi-square", f"{self.chi2_lc:.6g}"))
+        rows += [(f"chi-square of light curve {k}", f"{v:.6g}") for k, v in (self.chi2_lc_sets or {}).items()]
         rows += [
             ("loss", f"{self.loss:.8g}"),
             ("regulariser", f"{self.regulariser}, lambda {self.lmbd:g}, value {self.regulariser_value:.6g}"),
@@ -198,7 +245,8 @@ class InversionResult:
             ("stopped", f"{'converged' if self.success else 'not converged'}: {self.stop_reason}"),
             ("solver", f"{self.solver}; compile {self.compile_time:.2f} s, solve {self.solve_time:.2f} s"),
             ("sizes", f"{self.n_cell} cells, {self.n_epoch} epochs"
-                      + (f", {int(np.shape(self.model)[1])} velocities" if self.model is not None else "")),
+                      + (f", {int(np.shape(self.model)[1])} velocities" if isinstance(self.model, np.ndarray)
+                         else f", {len(self.model)} line data sets" if self.model is not None else "")),
         ]
         if self.star is not None:
             s = self.star

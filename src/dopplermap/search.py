@@ -413,6 +413,7 @@ def _scaled(profile: LocalProfile, s: float) -> LocalProfile:
 
 def apply_parameters(problem: Problem, params: dict) -> tuple[StarParams, ComponentSet]:
     """Star and components of ``problem`` with grid parameters ``params`` substituted."""
+    problem.single("the grid search")
     unknown = sorted(set(params) - set(GRID_PARAMETERS))
     if unknown:
         raise DopplermapInputError(f"unknown grid parameter(s) {unknown}; known: {sorted(GRID_PARAMETERS)}")

@@ -52,7 +52,7 @@ def load_problem(path=None, *, n_cell=400, n_epoch=30, n_vel=24, snr=500.0, seed
     from dopplermap.config import load_config
 
     if path is not None and Path(path).suffix.lower() == ".toml":
-        return P.from_config(load_config(path))
+        return P.from_config(load_config(path)).single("the lambda and grid searches")
     settings = P.Settings(tol=tol)
     if path is None:
         return P.demo_problem(n_cell=n_cell, n_epoch=n_epoch, n_vel=n_vel, snr=snr, seed=seed, settings=settings)

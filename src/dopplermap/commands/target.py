@@ -9,7 +9,16 @@ from pathlib import Path
 import click
 import numpy as np
 
-__all__ = ["run_target", "register"]
+__all__ = ["run_target", "register", "summary_line"]
+
+
+def summary_line(s: dict) -> str:
+    """The line ``dopplermap invert`` prints: chi2 (and each line data set's / band's), iterations, stop."""
+    lc = f"  chi2(lc) {s['chi2_lc']:.4f}" if s.get("chi2_lc") is not None else ""
+    sets = "".join(f"  chi2({k}) {v:.4f}" for k, v in (s.get("chi2_sets") or {}).items())
+    sets += "".join(f"  chi2(lc {k}) {v:.4f}" for k, v in (s.get("chi2_lc_sets") or {}).items())
+    return (f"chi2 {s['chi2']:.4f}{lc}{sets}  iterations {s['iterations']}  {s['stop_reason']}  "
+            f"solve {s['solve_time']:.2f} s")
 
 
 def uncertainty_writers(methods, pre, obs, res, grid, *, n_boot: int = 20, seed: int = 0, plots: bool = True,
@@ -68,13 +77,18 @@ def run_target(cfg, out: Path, *, plots: bool = True, quiet: bool = True, config
     import jax.numpy as jnp
 
     from ..app import save_result, with_context
+    from ..errors import DopplermapInputError
     from ..io.results import prefetch_writers
-    from ..lightcurve import lightcurve_model
+    from ..lightcurve import LightCurveFit, lightcurve_model
     from ..problem import from_config
     from ..progress import Reporter
     from ..solvers import invert
 
     t0 = time.perf_counter()
+    methods = tuple(cfg.uncertainty.methods if uncertainty is None else uncertainty)
+    if methods and cfg.lines and len(cfg.lines) > 1:  # before any work
+        raise DopplermapInputError(f"{cfg.source}: [uncertainty] methods {list(methods)} handle one line data set; "
+                                   f"this target has {len(cfg.lines)} ([[lines]]): set methods = []")
     prefetch_writers(plots)  # imports overlap with set-up / compile / solve
     inv = cfg.inversion
     with Reporter(quiet=quiet) as rep:
@@ -84,29 +98,52 @@ def run_target(cfg, out: Path, *, plots: bool = True, quiet: bool = True, config
         t_setup = time.perf_counter() - t0
         with rep.solve("compile + solve", maxiter=inv.maxiter) as callback:
             res = invert(prob, callback=callback)
-        grid, obs = prob.grid, prob.obs
+        grid, obs = prob.grid, prob.observations
         light_curve = None
         if lc is not None:
-            model = lightcurve_model(jnp.asarray(res.fssc), jnp.asarray(res.fssh), lc)
-            light_curve = {"times": np.asarray(lc.times), "flux": np.asarray(lc.flux), "err": np.asarray(lc.err),
-                           "model": np.asarray(model)}
+            fssc, fssh = jnp.asarray(res.fssc), jnp.asarray(res.fssh)
+
+            def band(b, name=None):
+                out = {"times": np.asarray(b.times), "flux": np.asarray(b.flux), "err": np.asarray(b.err),
+                       "model": np.asarray(lightcurve_model(fssc, fssh, b))}
+                return out if name is None else {"name": name, **out}
+
+            light_curve = (band(lc) if isinstance(lc, LightCurveFit)
+                           else tuple(band(b, n) for b, n in zip(lc.bands, lc.names, strict=True)))
         methods = tuple(cfg.uncertainty.methods if uncertainty is None else uncertainty)
         writers, unc_scalars = uncertainty_writers(methods, pre, obs, res, grid, n_boot=cfg.uncertainty.n_boot,
                                                    seed=cfg.uncertainty.seed, plots=plots, report=rep)
         if methods and lc is not None:
             unc_scalars["uncertainty_note"] = "line profiles only (the light curve is not part of the uncertainty)"
         config = {"command": "invert", **dataclasses.asdict(cfg), "overrides": dict(overrides or {})}
-        extra = dict(target=cfg.source, n_files=len(prob.files), n_cell=grid.n_cell, n_epoch=obs.n_epoch,
-                     n_vel=obs.n_vel, n_lc=None if lc is None else lc.n_lc, method=pre.line.method,
-                     macroturbulence=cfg.line.macroturbulence, gravity_darkening=cfg.gravity_darkening.enabled,
+        sets = cfg.line_sets()
+        if prob.multi:  # per set: epochs, velocities, synthesis method, macroturbulence
+            per_set = {"n_epoch": sum(o.n_epoch for o in obs), "n_vel": None,
+                       "method": ",".join(dict.fromkeys(p.line.method for p in pre.sets)),
+                       "macroturbulence": None,
+                       "line_sets": [dict(name=ls.name, weight=ls.weight, n_epoch=o.n_epoch, n_vel=o.n_vel,
+                                          method=p.line.method, macroturbulence=ls.line.macroturbulence,
+                                          resolving_power=ls.line.resolving_power)
+                                     for ls, o, p in zip(sets, obs, pre.sets, strict=True)]}
+        else:
+            per_set = {"n_epoch": obs.n_epoch, "n_vel": obs.n_vel, "method": pre.line.method,
+                       "macroturbulence": sets[0].line.macroturbulence}
+        extra = dict(target=cfg.source, n_files=len(prob.files), n_cell=grid.n_cell, **per_set,
+                     n_lc=None if lc is None else lc.n_lc, gravity_darkening=cfg.gravity_darkening.enabled,
                      setup_time=t_setup, total_time=time.perf_counter() - t0, **unc_scalars)
-        lcd = prob.lightcurve_data.read if prob.lightcurve_data is not None else None
-        if lcd is not None:  # what was read, dropped and binned, for the summary and the screen
+        lcds = prob.lightcurve_data if isinstance(prob.lightcurve_data, tuple) else (prob.lightcurve_data,)
+        reads = [d.read for d in lcds if d is not None and d.read is not None]
+        if len(reads) == 1:  # what was read, dropped and binned, for the summary and the screen
+            lcd = reads[0]
             extra.update(lc_cadences=lcd.n_read if lcd.n_read is not None else lcd.n_points,
                          lc_dropped_quality=lcd.n_quality, lc_dropped_nan=lcd.n_invalid, lc_points=lcd.n_points,
-                         lc_note=lcd.describe())
+                         lc_note=(f"{lcds[0].name}: " if len(lcds) > 1 else "") + lcd.describe())
+        elif reads:
+            extra.update(lc_points=sum(r.n_points for r in reads),
+                         lc_note="; ".join(f"{d.name}: {d.read.describe()}" for d in lcds))
         with rep.step("write results" + (" + figures" if plots else "")):
-            res = with_context(res, grid=grid, star=prob.star, obs=obs, pre=pre, components=prob.components, light_curve=light_curve, config=config, extra=extra)
+            res = with_context(res, grid=grid, star=prob.star, obs=obs, pre=pre, light_curve=light_curve, config=config,
+                               extra=extra)
             summary = save_result(res, out, plots=plots, config_file=config_file, extra_writers=writers,
                                   overwrite=overwrite, report=report)
     return summary
@@ -162,9 +199,7 @@ def register(group):
         s = run_target(cfg, out, plots=not no_plots, quiet=quiet, config_file=target,
                        uncertainty=list(uncertainty) if uncertainty else None, report=not no_report,
                        overwrite=overwrite, overrides=overrides)
-        lc = f"  chi2(lc) {s['chi2_lc']:.4f}" if s.get("chi2_lc") is not None else ""
-        click.echo(f"chi2 {s['chi2']:.4f}{lc}  iterations {s['iterations']}  {s['stop_reason']}  "
-                   f"solve {s['solve_time']:.2f} s")
+        click.echo(summary_line(s))
         if s.get("lc_note"):
             click.echo(f"light curve {s['lc_note']}")
         click.echo(f"results in {out}")

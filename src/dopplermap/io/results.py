@@ -14,7 +14,10 @@ A result folder holds::
                      convention) with the FITS time keywords TIMESYS = 'TDB', TREFPOS =
                      'BARYCENTER', TIMEREF = 'SOLARSYSTEM', JDREF = 0, TIMEUNIT = 'd':
                      ``QTable.read(path, hdu="PROFILES", astropy_native=True)["TIME"]`` is an
-                     astropy ``Time``.
+                     astropy ``Time``. Several line data sets: one "VELS" and one "PROFILES"
+                     HDU per set (EXTVER 1, 2, ... in set order, header SETNAME, SETCHI2);
+                     several light-curve bands: one "LIGHTCURVE" HDU per band (EXTVER,
+                     BANDNAME, BANDCHI2).
     config.json      the configuration that produced the run (and a verbatim copy of the
                      user's configuration file when one was given).
     summary.json     scalar results and timings; written last, with ``"complete": true``.
@@ -55,7 +58,7 @@ from ..atomic import AtomicFolder, fingerprint, verify_folder
 from ..constants import FILL_MIN
 from ..errors import DopplermapInputError, active_warnings
 from ..grid import SurfaceGrid
-from ..result import InversionResult
+from ..result import InversionResult, light_curves, line_sets
 
 __all__ = ["save_result", "load_result", "with_context", "prefetch_writers", "is_result_dir", "RESULT_FILES"]
 
@@ -156,19 +159,31 @@ def with_context(result, *, grid=None, star=None, obs=None, spotless=None, compo
     if star is not None:
         changes["star"] = star
     if obs is not None:
-        changes["obs"] = obs
+        changes["obs"] = tuple(obs) if isinstance(obs, list) else obs
     if spotless is not None:
-        spotless = np.asarray(spotless, dtype=float)
-        if spotless.ndim != 2 or spotless.shape[0] != len(result.rv):
-            raise DopplermapInputError(f"spotless model must be (n_epoch, n_vel) with n_epoch = {len(result.rv)}, "
-                                       f"got shape {spotless.shape}")
+        sets = (obs if obs is not None else result.obs)
+        if isinstance(sets, (tuple, list)):  # several line data sets: one spotless model per set
+            spotless = tuple(np.asarray(s, dtype=float) for s in spotless)
+            want = [(o.n_epoch, o.n_vel) for o in sets]
+            if [s.shape for s in spotless] != want:
+                raise DopplermapInputError(f"spotless models must have the sets' shapes {want}, "
+                                           f"got {[s.shape for s in spotless]}")
+        else:
+            spotless = np.asarray(spotless, dtype=float)
+            if spotless.ndim != 2 or spotless.shape[0] != len(result.rv):
+                raise DopplermapInputError(f"spotless model must be (n_epoch, n_vel) with n_epoch = {len(result.rv)}, "
+                                           f"got shape {spotless.shape}")
         changes["spotless"] = spotless
     if components is not None:
         changes["intensities"] = tuple(float(c.intensity) for c in components)
     if truth is not None:
         changes["truth"] = {k: np.asarray(truth[k], dtype=float) for k in ("fssc", "fssh")}
     if light_curve is not None:
-        changes["light_curve"] = {k: np.asarray(v, dtype=float) for k, v in light_curve.items()}
+        def arrays(lc):
+            return {k: (str(v) if k == "name" else np.asarray(v, dtype=float)) for k, v in lc.items()}
+
+        changes["light_curve"] = (arrays(light_curve) if isinstance(light_curve, dict)
+                                  else tuple(arrays(b) for b in light_curve))
     if config is not None:
         changes["config"] = dict(config)
     if extra is not None:
@@ -262,24 +277,48 @@ def _map_hdus(res, fits):
 
 
 def _profile_hdus(res, fits):
-    obs = res.obs
-    if obs is None:
+    sets = line_sets(res)
+    if not sets:
         raise DopplermapInputError("result has no observations: call with_context(result, obs=...) first")
+    hdus = [fits.PrimaryHDU()]
+    for k, d in enumerate(sets, start=1):
+        vh, prof = _set_hdus(res, d, fits)
+        if len(sets) > 1:  # several line data sets: EXTVER in set order, named
+            for h in (vh, prof):
+                h.ver = k
+                h.header["SETNAME"] = (d["name"], "line data set")
+            prof.header["SETCHI2"] = (_jsonable(d["chi2"]) if d["chi2"] is not None else "NaN",
+                                      "reduced chi-square of this set")
+        hdus += [vh, prof]
+    bands = light_curves(res)
+    for k, lc in enumerate(bands, start=1):
+        lhdu = _lightcurve_hdu(res, lc, fits)
+        if len(bands) > 1 or isinstance(res.light_curve, tuple):
+            lhdu.ver = k
+            lhdu.header["BANDNAME"] = (lc["name"], "light-curve band")
+            lhdu.header["BANDCHI2"] = (_jsonable(lc["chi2"]) if lc["chi2"] is not None else "NaN",
+                                       "reduced chi-square of this band")
+        hdus.append(lhdu)
+    return fits.HDUList(hdus)
+
+
+def _set_hdus(res, d, fits):
+    obs = d["obs"]
     times = np.asarray(obs.times, float)
     vels = np.asarray(obs.vels, float)
     flux = np.asarray(obs.flux, float)
     err = np.asarray(obs.err, float)
     n_epoch, n_vel = flux.shape
-    model = np.full_like(flux, np.nan) if res.model is None else np.asarray(res.model, float)
-    spotless = np.full_like(flux, np.nan) if res.spotless is None else np.asarray(res.spotless, float)
+    model = np.full_like(flux, np.nan) if d["model"] is None else np.asarray(d["model"], float)
+    spotless = np.full_like(flux, np.nan) if d["spotless"] is None else np.asarray(d["spotless"], float)
     cycle = np.full(n_epoch, np.nan)
     if res.star is not None:
         cycle = (times - res.star.t0) / res.star.period
     vec = f"{n_vel}D"
     cols = [fits.Column("TIME", "D", unit="d", array=times), fits.Column("PHASE", "D", array=np.mod(cycle, 1.0)),
             fits.Column("CYCLE", "D", array=cycle),
-            fits.Column("RV", "D", unit="km/s", array=np.asarray(res.rv, float)),
-            fits.Column("AMP", "D", array=np.asarray(res.amp, float)),
+            fits.Column("RV", "D", unit="km/s", array=np.asarray(d["rv"], float)),
+            fits.Column("AMP", "D", array=np.asarray(d["amp"], float)),
             fits.Column("OBS", vec, array=flux), fits.Column("ERR", vec, array=err),
             fits.Column("MODEL", vec, array=model), fits.Column("SPOTLESS", vec, array=spotless),
             fits.Column("RESID", vec, array=flux - model)]
@@ -287,23 +326,23 @@ def _profile_hdus(res, fits):
     vh.header["BUNIT"] = "km/s"
     prof = fits.BinTableHDU.from_columns(cols, name="PROFILES")
     _time_keywords(prof.header)
-    hdus = [fits.PrimaryHDU(), vh, prof]
-    if res.light_curve is not None:
-        lc = res.light_curve
-        lt = np.asarray(lc["times"], float)
-        lflux = np.asarray(lc["flux"], float)
-        lerr = np.asarray(lc.get("err", np.full_like(lflux, np.nan)), float)
-        lmodel = np.asarray(lc.get("model", np.full_like(lflux, np.nan)), float)
-        lcols = [fits.Column("TIME", "D", unit="d", array=lt)]
-        if res.star is not None:
-            lcyc = (lt - res.star.t0) / res.star.period
-            lcols += [fits.Column("PHASE", "D", array=np.mod(lcyc, 1.0)), fits.Column("CYCLE", "D", array=lcyc)]
-        lcols += [fits.Column("FLUX", "D", array=lflux), fits.Column("ERR", "D", array=lerr),
-                  fits.Column("MODEL", "D", array=lmodel), fits.Column("RESID", "D", array=lflux - lmodel)]
-        lhdu = fits.BinTableHDU.from_columns(lcols, name="LIGHTCURVE")
-        _time_keywords(lhdu.header)
-        hdus.append(lhdu)
-    return fits.HDUList(hdus)
+    return vh, prof
+
+
+def _lightcurve_hdu(res, lc, fits):
+    lt = np.asarray(lc["times"], float)
+    lflux = np.asarray(lc["flux"], float)
+    lerr = np.asarray(lc.get("err", np.full_like(lflux, np.nan)), float)
+    lmodel = np.asarray(lc.get("model", np.full_like(lflux, np.nan)), float)
+    lcols = [fits.Column("TIME", "D", unit="d", array=lt)]
+    if res.star is not None:
+        lcyc = (lt - res.star.t0) / res.star.period
+        lcols += [fits.Column("PHASE", "D", array=np.mod(lcyc, 1.0)), fits.Column("CYCLE", "D", array=lcyc)]
+    lcols += [fits.Column("FLUX", "D", array=lflux), fits.Column("ERR", "D", array=lerr),
+              fits.Column("MODEL", "D", array=lmodel), fits.Column("RESID", "D", array=lflux - lmodel)]
+    lhdu = fits.BinTableHDU.from_columns(lcols, name="LIGHTCURVE")
+    _time_keywords(lhdu.header)
+    return lhdu
 
 
 def _time_keywords(h):
@@ -356,12 +395,12 @@ def _write_files(res, folder, config_file, figures, run_id: str) -> dict:
 
 def input_fingerprint(res) -> str:
     """Fingerprint of what a result was fitted to: data, star, grid and configuration."""
-    obs = res.obs
-    data = None if obs is None else (obs.times, obs.vels, obs.flux, obs.err)
+    sets = [(d["obs"].times, d["obs"].vels, d["obs"].flux, d["obs"].err) for d in line_sets(res)]
+    data = None if not sets else sets[0] if not isinstance(res.obs, tuple) else tuple(sets)
     grid = None if res.grid is None else (res.grid.lat, res.grid.lon, res.grid.area)
-    return fingerprint(data, res.star, grid, res.light_curve and {k: res.light_curve.get(k) for k in
-                                                                   ("times", "flux", "err")},
-                       json.loads(json.dumps(res.config, sort_keys=True, default=str)))
+    bands = [{k: b.get(k) for k in ("times", "flux", "err")} for b in light_curves(res)]
+    lc = None if not bands else bands[0] if isinstance(res.light_curve, dict) else tuple(bands)
+    return fingerprint(data, res.star, grid, lc, json.loads(json.dumps(res.config, sort_keys=True, default=str)))
 
 
 def save_result(result, path, *, figures=None, config_file=None, overwrite: bool = True, extra_writers=(),
@@ -495,19 +534,38 @@ def load_result(path):
     with fits.open(path / "profiles.fits") as hdul:
         run_ids["profiles.fits"] = hdul["PROFILES"].header.get("RUNID") if "PROFILES" in hdul else None
         _check_same_run(path, run_ids)
-        vels = np.asarray(hdul["VELS"].data, float)
-        p = hdul["PROFILES"].data
-        obs = Observations.create(np.asarray(p["TIME"], float), vels, np.asarray(p["OBS"], float),
-                                  np.asarray(p["ERR"], float), source=str(path / "profiles.fits"))
-        model = np.asarray(p["MODEL"], float)
-        spotless = np.asarray(p["SPOTLESS"], float)
-        rv = np.asarray(p["RV"], float)
-        amp = np.asarray(p["AMP"], float)
-        light_curve = None
-        if "LIGHTCURVE" in hdul:
-            lc = hdul["LIGHTCURVE"].data
-            light_curve = {k.lower(): np.asarray(lc[k], float) for k in ("TIME", "FLUX", "ERR", "MODEL")}
-            light_curve["times"] = light_curve.pop("time")
+        profs = [h for h in hdul if h.name == "PROFILES"]
+        vels_hdus = [h for h in hdul if h.name == "VELS"]
+        if not profs or len(vels_hdus) != len(profs):
+            raise DopplermapInputError(f"{path / 'profiles.fits'}: {len(profs)} PROFILES but {len(vels_hdus)} VELS HDUs")
+        obs, model, spotless, rv, amp = [], [], [], [], []
+        for vh, ph in zip(vels_hdus, profs, strict=True):
+            p = ph.data
+            obs.append(Observations.create(np.asarray(p["TIME"], float), np.asarray(vh.data, float),
+                                           np.asarray(p["OBS"], float), np.asarray(p["ERR"], float),
+                                           source=str(path / "profiles.fits")))
+            model.append(np.asarray(p["MODEL"], float))
+            spotless.append(np.asarray(p["SPOTLESS"], float))
+            rv.append(np.asarray(p["RV"], float))
+            amp.append(np.asarray(p["AMP"], float))
+        rv, amp = np.concatenate(rv), np.concatenate(amp)
+        if len(profs) == 1:
+            obs, model, spotless = obs[0], model[0], spotless[0]
+            model = None if np.all(np.isnan(model)) else model
+            spotless = None if np.all(np.isnan(spotless)) else spotless
+        else:  # several line data sets
+            obs = tuple(obs)
+            model = None if all(np.all(np.isnan(m)) for m in model) else tuple(model)
+            spotless = None if all(np.all(np.isnan(m)) for m in spotless) else tuple(spotless)
+        bands = []
+        for lh in (h for h in hdul if h.name == "LIGHTCURVE"):
+            lc = lh.data
+            band = {k.lower(): np.asarray(lc[k], float) for k in ("TIME", "FLUX", "ERR", "MODEL")}
+            band["times"] = band.pop("time")
+            if "BANDNAME" in lh.header:
+                band["name"] = str(lh.header["BANDNAME"])
+            bands.append(band)
+        light_curve = None if not bands else bands[0] if "name" not in bands[0] else tuple(bands)
 
     config = json.loads((path / "config.json").read_text()) if (path / "config.json").is_file() else {}
 
@@ -528,7 +586,6 @@ def load_result(path):
     scal.update({a: summary[a] for a in more if a in summary})
     return InversionResult(
         fssc=fssc, fssh=fssh, rv=rv, amp=amp, history=history,
-        model=None if np.all(np.isnan(model)) else model,
-        spotless=None if np.all(np.isnan(spotless)) else spotless,
+        model=model, spotless=spotless,
         grid=grid, star=star, obs=obs, intensities=intens, truth=truth, light_curve=light_curve,
         config=config, extra=extra, **scal)

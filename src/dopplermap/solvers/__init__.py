@@ -26,14 +26,23 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
 from .. import plan
 from ..diagnostics import check_observations, check_result
 from ..errors import DopplermapInputError
-from ..model import Precomputed, solve_form, with_exact_numerator
-from ..objective import DEFAULT_PENALTY, REGULARISERS, Observations
+from ..model import Precomputed
+from ..objective import (
+    DEFAULT_PENALTY,
+    REGULARISERS,
+    LineSets,
+    Observations,
+    set_chi2,
+    solve_form,
+    with_exact_numerator,
+)
 from ..problem import Problem, Settings
 from ._common import (
     SPOT_COMPONENTS,
@@ -87,7 +96,9 @@ def invert(pre: Precomputed | Problem, obs: Observations | None = None, *, lmbd:
 
     Args:
         pre: a :class:`~dopplermap.problem.Problem`, or :func:`dopplermap.precompute` output
-            with ``obs`` its :class:`Observations`.
+            with ``obs`` its :class:`Observations`, or several line data sets
+            (:class:`~dopplermap.objective.LineSets`) with ``obs`` a tuple of them (solvers
+            ``lbfgsb`` and ``projected_lbfgs``; ``result.chi2_sets`` per set).
         lmbd: regularisation weight lambda [1] (an argument: no recompilation per value).
         regulariser: one of :data:`dopplermap.objective.REGULARISERS` [``"mem"``, the seed's entropy].
         x0: starting vector ``[fssc, fssh, rv, amp]``; default the seed's (1e-5, 0).
@@ -98,7 +109,8 @@ def invert(pre: Precomputed | Problem, obs: Observations | None = None, *, lmbd:
         callback: ``callback(iteration, history)`` after every iteration (progress display),
             for every solver; ``history`` holds the ``loss``, ``chi2`` and ``regulariser``
             lists so far (``chi2``/``regulariser`` NaN where the back end does not form them).
-        lightcurve: optional :class:`dopplermap.lightcurve.LightCurveFit` for the joint fit
+        lightcurve: optional :class:`dopplermap.lightcurve.LightCurveFit` (or a
+            :class:`~dopplermap.lightcurve.LightCurveSet` of bands, ``result.chi2_lc_sets``) for the joint fit
             ``line_weight * chi2 + lc_weight * chi2_lc + lmbd * reg`` (``result.chi2_lc``);
             weights [1].
         cube_dtype: dense models only: the solve iterates on the folded cube
@@ -127,7 +139,7 @@ def invert(pre: Precomputed | Problem, obs: Observations | None = None, *, lmbd:
             raise DopplermapInputError("invert(problem): the problem brings its observations and light curve; "
                                        "pass neither obs nor lightcurve")
         problem, settings = pre, pre.settings.replace(**given)
-        pre, obs, lightcurve = problem.pre, problem.obs, problem.lightcurve
+        pre, obs, lightcurve = problem.pre, problem.observations, problem.lightcurve
     elif obs is None:
         raise DopplermapInputError("invert(pre, obs): the observations are missing")
     else:
@@ -136,7 +148,14 @@ def invert(pre: Precomputed | Problem, obs: Observations | None = None, *, lmbd:
         raise DopplermapInputError(f"solver must be one of {SOLVERS}, got {settings.solver!r}")
     setup = prepare(pre, obs, settings, x0=x0, penalty=penalty, lightcurve=lightcurve, cube_dtype=cube_dtype,
                     options=options)
-    check_observations(obs)
+    if isinstance(pre, LineSets):
+        if settings.solver == "newton":
+            raise DopplermapInputError("solver 'newton' fits one line data set; with several use 'lbfgsb' or "
+                                       "'projected_lbfgs'")
+        for name, o in zip(pre.names, obs, strict=True):
+            check_observations(o, source=f"line data set {name!r}")
+    else:
+        check_observations(obs)
     with Progress(callback) as progress:
         if settings.solver == "lbfgsb":
             raw = solve_scipy(setup, callback)
@@ -148,8 +167,8 @@ def invert(pre: Precomputed | Problem, obs: Observations | None = None, *, lmbd:
     res = finish(setup, raw, settings.solver)
     check_result(res, obs, tol=setup.tol, maxiter=setup.maxiter)
     if problem is not None:
-        res = dataclasses.replace(res, grid=problem.grid, star=problem.star, obs=problem.obs,
-                                  intensities=tuple(float(c.intensity) for c in problem.components))
+        res = dataclasses.replace(res, grid=problem.grid, star=problem.star, obs=problem.observations,
+                                  intensities=problem.intensities)
     return res
 
 
@@ -193,9 +212,11 @@ def finish(setup: SolveSetup, raw: RawSolve, solver: str, obs: Observations | No
         regulariser_value=float(terms.regulariser), lmbd=lmbd, regulariser=setup.regulariser,
         iterations=raw.iterations, n_eval=raw.n_eval, success=raw.outcome.converged, outcome=raw.outcome,
         stop_reason=raw.stop_reason, compile_time=raw.compile_time + timing["trace_lower"] + timing["compile"],
-        solve_time=raw.solve_time, history=raw.history, model=np.asarray(terms.model), max_sum_excess=excess,
+        solve_time=raw.solve_time, history=raw.history, model=jax.tree_util.tree_map(np.asarray, terms.model),
+        max_sum_excess=excess,
         solver=solver, chi2_lc=None if terms.chi2_lc is None else float(terms.chi2_lc),
-        cube_dtype=cube_dtype_of(setup.pre), fit_components=setup.fit_components, extra=dict(raw.extra))
+        cube_dtype=cube_dtype_of(setup.pre), fit_components=setup.fit_components, extra=dict(raw.extra),
+        **set_chi2(setup.pre, None if setup.joint is None else setup.joint[0], terms))
     return with_setup(res, setup.exact_pre, obs)
 
 
@@ -239,6 +260,8 @@ def invert_batch(pre: Precomputed, obs: Observations, *, lmbds=None, lmbd: float
         it); ``solve_time`` is the whole batch's.
     """
     check_solver_args(tol=tol, maxiter=maxiter, lmbd=lmbd, lmbds=lmbds)
+    if isinstance(pre, LineSets):
+        raise DopplermapInputError("invert_batch solves one line data set; several sets go through invert()")
     if mode not in ("auto", "vmap", "sequential"):
         raise DopplermapInputError(f"mode must be 'auto', 'vmap' or 'sequential', got {mode!r}")
     if form not in ("auto", "folded", "blocked"):

@@ -15,7 +15,7 @@ from .. import plan
 from ..constants import FILL_MAX, FILL_MIN
 from ..errors import DopplermapInputError
 from ..model import Precomputed, setup_of
-from ..objective import Layout, Observations
+from ..objective import Layout, LineSets, Observations, check_sets
 from ..result import InversionResult, Outcome
 
 __all__ = ["SPOT_COMPONENTS", "check_fit_components", "bounds", "start", "project_feasible", "check_match",
@@ -167,6 +167,8 @@ def project_feasible(fssc, fssh):
 
 
 def check_match(pre: Precomputed, obs: Observations):
+    if isinstance(pre, LineSets):
+        return check_sets(pre, obs)
     if obs.n_epoch != pre.n_epoch:
         raise DopplermapInputError(f"observations have {obs.n_epoch} epochs but the precomputed model has {pre.n_epoch}")
     if obs.n_vel != pre.n_vel:
@@ -209,8 +211,8 @@ def joint_arguments(pre: Precomputed, lightcurve, line_weight: float, lc_weight:
     for name, w in (("line_weight", line_weight), ("lc_weight", lc_weight)):
         if not (np.isfinite(w) and w >= 0):
             raise DopplermapInputError(f"{name} must be a finite number >= 0, got {w!r}")
-    if lightcurve.weight.shape[1] != pre.n_cell:
-        raise DopplermapInputError(f"light curve was precomputed for {lightcurve.weight.shape[1]} cells, "
+    if lightcurve.n_cell != pre.n_cell:
+        raise DopplermapInputError(f"light curve was precomputed for {lightcurve.n_cell} cells, "
                          f"the line model has {pre.n_cell}")
     return (lightcurve, jnp.asarray(line_weight, dtype=dtype), jnp.asarray(lc_weight, dtype=dtype))
 
@@ -221,4 +223,5 @@ resolve_cube_dtype = plan.cube_dtype
 
 def cube_dtype_of(pre: Precomputed) -> str | None:
     """Dtype of the dense/folded cube a solve used (None for the binned model)."""
-    return pre.line.cube_dtype
+    line = pre.sets[0].line if isinstance(pre, LineSets) else pre.line
+    return line.cube_dtype
