@@ -223,3 +223,15 @@ def test_exact_rv_needs_the_binned_form(rv_problem):
     with pytest.raises(DopplermapInputError, match="rv_shift must be"):
         dm.precompute(grid, star, times, vels, comps, rv_shift="cubic")
     assert dm.precompute(grid, star, times, vels, comps, rv_shift="exact").line.kind == "binned"  # "auto"
+
+
+def test_exact_rv_model_is_not_saved_as_another(rv_problem, tmp_path):
+    from dopplermap.io.seed import SeedProblem, save_problem
+
+    star, grid, times, vels, comps, fc, fh, exact = rv_problem
+    flux = np.ones((len(times), len(vels)))
+    obs = dm.Observations.create(times, vels, flux, 1e-3 * flux)
+    prob = SeedProblem(pre=exact, obs=obs, labels=tuple(map(str, range(len(times)))), n_visible=np.ones(len(times)))
+    with pytest.raises(DopplermapInputError, match="rv_shift='exact' cannot be saved"):
+        save_problem(tmp_path / "p.npz", prob)
+    assert not (tmp_path / "p.npz").exists()

@@ -393,6 +393,8 @@ def save_problem(path, problem: SeedProblem) -> Path:
     """Write ``problem`` to an NPZ (no pickled objects; read with :func:`load_problem`), atomically."""
     path = Path(path)
     lm = problem.pre.line
+    if getattr(lm, "shift_kernel", None) is not None:  # the format has no place for it: it would load as another model
+        raise DopplermapInputError(f"{path}: a binned model with rv_shift='exact' cannot be saved as a problem file")
     arrays = {"format": np.array(PROBLEM_FORMAT), "version": np.array(PROBLEM_VERSION),
               "method": np.array(lm.kind), "cell_area": np.asarray(problem.pre.cell_area),
               "edges": np.asarray(problem.pre.edges, dtype=np.int32).reshape(-1, 2),
