@@ -127,3 +127,13 @@ def test_kink_spacing_only_for_uniform_velocity_grids():
     s = newton.kink_spacing(lay, np.linspace(-10.0, 10.0, 11))
     assert np.allclose(s[6:8], 2.0) and not s[:6].any() and not s[8:].any()
     assert not newton.kink_spacing(lay, np.array([0.0, 1.0, 3.0, 4.0])).any()
+
+
+def test_refuses_an_exact_rv_model():
+    # its rv search scores moves with the linear shift, which an exact-rv model does not use
+    star, grid, times, vels, comps = dm.demo_setup(n_cell=150, n_epoch=6, n_vel=24)
+    pre = dm.precompute(grid, star, times, vels, comps, method="binned", rv_shift="exact")
+    obs = dm.Observations.create(times, vels, np.ones((6, 24)), np.full((6, 24), 1e-3))
+    assert pre.line.exact_rv
+    with pytest.raises(dm.DopplermapInputError, match="rv_shift='exact'"):
+        dm.invert(pre, obs, solver="newton")

@@ -180,6 +180,12 @@ class Form:
     batches_well: ClassVar[bool] = False
     """Whether vmapped products over many maps beat one at a time on the CPU (matrix-matrix)."""
 
+    @property
+    def exact_rv(self) -> bool:
+        """Whether :meth:`shifted_profiles` moves the local profiles by rv (``rv_shift="exact"``)
+        instead of interpolating the disc-integrated profile (the seed's shift)."""
+        return False
+
     # ------------------------------------------------------------------ sizes
 
     @property

@@ -256,6 +256,10 @@ class BinnedForm(Form):
             num = hist.reshape(hist.shape[0], -1) @ self.shift_kernel.reshape(-1, self.shift_kernel.shape[-1])
         return num, norm
 
+    @property
+    def exact_rv(self) -> bool:
+        return self.shift_kernel is not None
+
     def shifted_profiles(self, fssc, fssh, rv):
         """The seed's interpolation, or (``rv_shift="exact"``) the histogram moved by ``rv``:
         the local profiles' velocities shifted, to the binned synthesis' tolerance."""

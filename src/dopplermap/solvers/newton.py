@@ -44,6 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._x64 import require_x64
+from ..errors import DopplermapInputError
 from ..lightcurve import lightcurve_residuals
 from ..model import apply_nuisance, forward, synthesize
 from ..objective import DEFAULT_PENALTY, Layout, regulariser_value, sum_excess
@@ -498,6 +499,9 @@ def solve_newton(setup: SolveSetup, callback=None) -> RawSolve:
     passes spent (see the module docstring) and their parts.
     """
     require_x64()
+    if setup.pre.line.exact_rv:  # its rv search (rv_step) scores moves with the seed's linear shift
+        raise DopplermapInputError("solver 'newton' needs the interpolating rv shift; a model precomputed with "
+                                   "rv_shift='exact' is solved by 'lbfgsb' or 'projected_lbfgs'")
     xj, lo_j, hi_j = jnp.asarray(setup.x0), jnp.asarray(setup.lower), jnp.asarray(setup.upper)
     lm = jnp.asarray(setup.lmbd, dtype=xj.dtype)
     n_iter_max = int(min(setup.maxiter, NEWTON_MAXITER))
