@@ -133,7 +133,8 @@ def test_refuses_an_exact_rv_model():
     # its rv search scores moves with the linear shift, which an exact-rv model does not use
     star, grid, times, vels, comps = dm.demo_setup(n_cell=150, n_epoch=6, n_vel=24)
     pre = dm.precompute(grid, star, times, vels, comps, method="binned", rv_shift="exact")
-    obs = dm.Observations.create(times, vels, np.ones((6, 24)), np.full((6, 24), 1e-3))
+    flux = 1.0 - 0.3 * np.exp(-0.5 * (vels / 20.0) ** 2)
+    obs = dm.Observations.create(times, vels, np.tile(flux, (6, 1)), np.full((6, 24), 1e-3), normalise=True)
     assert pre.line.exact_rv
     with pytest.raises(dm.DopplermapInputError, match="rv_shift='exact'"):
         dm.invert(pre, obs, solver="newton")
