@@ -53,6 +53,8 @@ def test_template_is_valid_and_complete():
     ({"inversion__regulariser": "maxent"}, r"\[inversion\] regulariser must be"),
     ({"inversion__solver": "gauss"}, r"\[inversion\] solver must be 'lbfgsb', 'projected_lbfgs' or 'newton', got 'gauss'"),
     ({"line__profile": "tabulated"}, r"\[line\] files must list 3"),
+    ({"inversion__rv_shift": "spline"}, r"\[inversion\] rv_shift must be 'interpolate' or 'exact', got 'spline'"),
+    ({"inversion__rv_shift": "exact", "inversion__method": "dense"}, r"rv_shift = 'exact' needs method 'binned'"),
 ])
 def test_bad_values_name_the_key(changes, match):
     with pytest.raises(ValueError, match=match):
@@ -354,3 +356,11 @@ def test_invert_with_the_device_solver(tmp_path, capsys):
     assert rc == (0 if summary["success"] else 3)
     assert summary["solver"] == "projected_lbfgs" and summary["complete"]
     assert np.isfinite(summary["chi2_lc"]) and summary["chi2"] < 5.0
+
+
+def test_exact_rv_shift_reaches_the_model(tmp_path):
+    _dataset(tmp_path, n_epoch=4, n_cell=80, lightcurve=False)
+    cfg_path = tmp_path / "target.toml"
+    cfg_path.write_text(cfg_path.read_text().replace("[inversion]", '[inversion]\nrv_shift = "exact"'))
+    problem = from_config(load_config(cfg_path))
+    assert problem.rv_shift == "exact" and problem.pre.line.exact_rv and problem.pre.line.kind == "binned"

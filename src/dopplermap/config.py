@@ -159,6 +159,7 @@ class InversionConfig:
     tol: float = 1e-5
     maxiter: int = 1000
     method: str = "auto"
+    rv_shift: str = "interpolate"
     solver: str = "lbfgsb"
     fit_components: tuple[str, ...] = ("cool", "hot")
 
@@ -410,6 +411,11 @@ def _validate(cfg: TargetConfig):
     _positive(f"{s}: [inversion] tol", inv.tol)
     if inv.maxiter < 1:
         raise DopplermapInputError(f"{s}: [inversion] maxiter must be >= 1, got {inv.maxiter!r}")
+    if inv.rv_shift not in ("interpolate", "exact"):
+        raise DopplermapInputError(f"{s}: [inversion] rv_shift must be 'interpolate' or 'exact', got {inv.rv_shift!r}")
+    if inv.rv_shift == "exact" and inv.method == "dense":
+        raise DopplermapInputError(f"{s}: [inversion] rv_shift = 'exact' needs method 'binned' or 'auto', got "
+                                   "method 'dense' (the dense cube holds the local profiles at fixed velocities)")
     if inv.solver not in ("lbfgsb", "projected_lbfgs", "newton"):
         raise DopplermapInputError(f"{s}: [inversion] solver must be 'lbfgsb', 'projected_lbfgs' or 'newton', got {inv.solver!r}")
     comps = inv.fit_components
@@ -580,6 +586,7 @@ tol = 1e-5
 maxiter = 1000
 method = "auto"                      # auto (dense while its cube <= 512 MiB) | binned (memory-light) | dense (exact)
 fit_components = ["cool", "hot"]     # spot components fitted; ["cool"]: photosphere + cool spots only
+# rv_shift = "interpolate"           # interpolate (the seed's shift of the disc-integrated profile) | exact (binned)
 solver = "lbfgsb"                    # lbfgsb (scipy, live progress) | projected_lbfgs (one compiled loop; GPU) | newton (tight tol)
 
 [uncertainty]                        # per-cell uncertainty maps written into the result folder

@@ -123,6 +123,9 @@ class Problem:
         lines: several line data sets (:class:`LineData`) fitted with one map, instead of
             ``obs`` and ``components``; ``pre`` is then a :class:`~dopplermap.objective.LineSets`
             and :attr:`observations` a tuple.
+        rv_shift: ``"interpolate"`` (the seed's shift of the disc-integrated profile) or
+            ``"exact"`` (the local profiles moved by rv; binned synthesis), see
+            :func:`dopplermap.precompute`.
         method: synthesis method for :func:`dopplermap.precompute` (``"auto"``, ``"dense"``,
             ``"binned"``).
         gravity: gravity darkening, or None.
@@ -147,10 +150,16 @@ class Problem:
     files: tuple[str, ...] = ()
     source: str = "<problem>"
     lines: tuple[LineData, ...] = ()
+    rv_shift: str = "interpolate"
 
     def __post_init__(self):
         if self.method not in ("auto", "dense", "binned"):
             raise DopplermapInputError(f"{self.source}: method must be 'auto', 'dense' or 'binned', got {self.method!r}")
+        if self.rv_shift not in ("interpolate", "exact"):
+            raise DopplermapInputError(f"{self.source}: rv_shift must be 'interpolate' or 'exact', got {self.rv_shift!r}")
+        if self.rv_shift == "exact" and self.method == "dense":
+            raise DopplermapInputError(f"{self.source}: rv_shift = 'exact' needs method 'binned' or 'auto' (the dense "
+                                       "cube holds the local profiles at fixed velocities)")
         single = (self.obs is not None, self.components is not None)
         if (self.lines and any(single)) or (not self.lines and not all(single)):
             what = "both" if self.lines else "neither" if not any(single) else "only one of obs and components"
@@ -202,7 +211,7 @@ class Problem:
 
     def _precompute(self, obs, components, wavelength_nm=None):
         pre = precompute(self.grid, self.star, np.asarray(obs.times), np.asarray(obs.vels), components,
-                         method=self.method)
+                         method=self.method, rv_shift=self.rv_shift)
         if self.gravity is None:
             return pre
         factors = self.line_factors if wavelength_nm is None else self._factors(wavelength_nm)
@@ -357,7 +366,7 @@ def from_config(cfg) -> Problem:
         settings = settings.replace(lc_weight=settings.lc_weight * lc[0].weight)
         lc = lc[0]
     common = dict(grid=make_grid(cfg.grid.kind, cfg.grid.n_cell, cfg.grid.nside), star=star, method=inv.method,
-                  gravity=gravity, lightcurve_data=lc, t_phot=float(temps[0]),
+                  rv_shift=inv.rv_shift, gravity=gravity, lightcurve_data=lc, t_phot=float(temps[0]),
                   wavelength_nm=float(first.line.wavelength_nm), source=cfg.source)
     if len(sets) == 1:  # one set (also one [[lines]] table): the plain problem, its weight on line_weight
         one = sets[0]
