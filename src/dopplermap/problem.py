@@ -6,7 +6,8 @@ settings - and derives from it, once and on first use, the synthesis form (``pre
 light-curve fit and the per-cell gravity-darkening factors. Every entry point builds one:
 ``dopplermap invert`` (a target TOML, :func:`from_config`), ``dopplermap lambda`` and
 ``dopplermap grid`` (the same TOML, an ``.npz`` problem file, or the demo star), the
-uncertainties and the joint fit. A grid point is the same problem with other stellar
+uncertainties, the joint fit and ``dopplermap invert-seed`` (the seed's pickles or their
+``.npz``, :func:`from_seed`: a problem whose synthesis form is given as data). A grid point is the same problem with other stellar
 parameters (:meth:`Problem.replace`), so nothing a configuration asks for (gravity
 darkening, a light curve, the synthesis method, the weights) is lost on the way.
 
@@ -32,13 +33,13 @@ from .io.lightcurve import load_lightcurve
 from .io.lsd import load_profiles, read_local_profile
 from .io.times import epoch_times
 from .lightcurve import LightCurveBand, precompute_lightcurve
-from .model import precompute
+from .model import Precomputed, precompute
 from .objective import Observations
 from .profiles import Component, ComponentSet, LimbDarkening, gaussian, intensity_ratio, voigt
 from .simulate import DEMO_SPOTS, demo_setup, simulate
 
-__all__ = ["Settings", "GravityDarkening", "LightCurveData", "Problem", "from_config", "from_npz", "demo_problem",
-           "save_npz", "NPZ_SCALARS"]
+__all__ = ["Settings", "GravityDarkening", "LightCurveData", "Problem", "from_config", "from_npz", "from_seed",
+           "demo_problem", "save_npz", "NPZ_SCALARS"]
 
 _DERIVED = ("pre", "lightcurve", "line_factors", "lc_factors")
 
@@ -109,6 +110,10 @@ class Problem:
         t_phot, wavelength_nm: photosphere temperature (K) and line wavelength (nm), needed
             to turn ``t_cool``/``t_hot`` grid values into Planck intensity ratios.
         files: the profile files read, source: where the problem came from.
+        form: a synthesis form given as data (:class:`dopplermap.model.Precomputed`, e.g. the
+            seed's pickles, :func:`from_seed`), used as ``pre`` instead of one built from the
+            grid, star and components; ``star`` and ``components`` are then None (the form
+            holds what they would give) and ``grid`` holds the cells' centres when known.
     """
 
     grid: SurfaceGrid
@@ -123,10 +128,29 @@ class Problem:
     wavelength_nm: float | None = None
     files: tuple[str, ...] = ()
     source: str = "<problem>"
+    form: Precomputed | None = None
 
     def __post_init__(self):
         if self.method not in ("auto", "dense", "binned"):
             raise DopplermapInputError(f"{self.source}: method must be 'auto', 'dense' or 'binned', got {self.method!r}")
+        if self.form is None:
+            missing = [k for k in ("grid", "star", "components") if getattr(self, k) is None]
+            if missing:
+                raise DopplermapInputError(f"{self.source}: a problem needs {', '.join(missing)} (or a given form)")
+        else:
+            if self.gravity is not None or self.star is not None or self.components is not None:
+                raise DopplermapInputError(f"{self.source}: a problem with a given synthesis form takes no star, "
+                                           "components or gravity darkening (the form already holds them)")
+            if self.lightcurve_data is not None:
+                raise DopplermapInputError(f"{self.source}: a light curve needs the star; a problem with a given "
+                                           "synthesis form has none")
+            if (self.form.n_epoch, self.form.n_vel) != (self.obs.n_epoch, self.obs.n_vel):
+                raise DopplermapInputError(f"{self.source}: the given form has {self.form.n_epoch} epochs x "
+                                           f"{self.form.n_vel} velocities, the observations {self.obs.n_epoch} x "
+                                           f"{self.obs.n_vel}")
+            if self.grid is not None and self.grid.n_cell != self.form.n_cell:
+                raise DopplermapInputError(f"{self.source}: the grid has {self.grid.n_cell} cells, the given form "
+                                           f"{self.form.n_cell}")
 
     # ------------------------------------------------------------ derived, built once
 
@@ -150,6 +174,8 @@ class Problem:
     @functools.cached_property
     def pre(self):
         """The synthesis form of the line profiles (:class:`dopplermap.model.Precomputed`)."""
+        if self.form is not None:
+            return self.form
         pre = precompute(self.grid, self.star, np.asarray(self.obs.times), np.asarray(self.obs.vels), self.components,
                          method=self.method)
         return apply_cell_factors(pre, self.line_factors) if self.line_factors is not None else pre
@@ -166,7 +192,14 @@ class Problem:
     # ------------------------------------------------------------------ variations
 
     def replace(self, **changes) -> Problem:
-        """The same problem with some fields replaced; derived arrays are rebuilt on use."""
+        """The same problem with some fields replaced; derived arrays are rebuilt on use.
+
+        A given form is not rebuilt from anything: other stellar parameters, components or a
+        method cannot apply to it and are refused."""
+        fixed = sorted(k for k in ("grid", "star", "components", "method", "gravity") if k in changes)
+        if self.form is not None and "form" not in changes and fixed:
+            raise DopplermapInputError(f"{self.source}: the synthesis form is given as data; changing "
+                                       f"{', '.join(fixed)} would not change it")
         return dataclasses.replace(self, **changes)
 
     def invert_kwargs(self, **overrides) -> dict:
@@ -295,6 +328,22 @@ def from_npz(path, *, n_cell: int = 400, settings: Settings = Settings(), seed: 
     obs = Observations.create(npz["times"], npz["vels"], npz["flux"], npz["err"], source=str(path))
     return Problem(grid=grid, star=star.replace(**extra), obs=obs, components=comps, settings=settings,
                    t_phot=DEMO_T_PHOT, wavelength_nm=DEMO_WAVELENGTH_NM, source=str(path))
+
+
+def from_seed(seed, *, settings: Settings = Settings()) -> Problem:
+    """The problem of the seed's files (:class:`dopplermap.io.seed.SeedProblem`, from
+    :func:`~dopplermap.io.seed.read_seed` or :func:`~dopplermap.io.seed.load_problem`): its dense
+    synthesis form as given, its observations, and a grid of its cell centres when the files
+    hold them (solid angles: the given areas scaled to 4 pi; no neighbour pairs are known, so
+    ``regulariser="tikhonov"`` has nothing to smooth)."""
+    grid = None
+    if seed.has_coordinates:
+        area = np.asarray(seed.pre.cell_area, dtype=float)
+        grid = SurfaceGrid(lat=np.asarray(seed.lat, dtype=float), lon=np.mod(np.asarray(seed.lon, dtype=float), 2 * np.pi),
+                           area=area * (4 * np.pi / area.sum()), edges=np.asarray(seed.pre.edges, dtype=np.int64),
+                           kind="given")
+    return Problem(grid=grid, star=None, obs=seed.obs, components=None, method=seed.pre.line.method,
+                   settings=settings, source=seed.source, form=seed.pre)
 
 
 def save_npz(path, obs: Observations, star: StarParams | None = None, n_cell: int | None = None) -> Path:

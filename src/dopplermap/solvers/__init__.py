@@ -106,7 +106,8 @@ def invert(pre: Precomputed | Problem, obs: Observations | None = None, *, lmbd:
                      lightcurve=problem.lightcurve, cube_dtype=cube_dtype,
                      **problem.settings.replace(**given).invert_kwargs())
         return dataclasses.replace(res, grid=problem.grid, star=problem.star, obs=problem.obs,
-                                   intensities=tuple(float(c.intensity) for c in problem.components))
+                                   intensities=None if problem.components is None else
+                                   tuple(float(c.intensity) for c in problem.components))
     if obs is None:
         raise DopplermapInputError("invert(pre, obs): the observations are missing")
     s = Settings().replace(**given)
