@@ -21,18 +21,22 @@ from ..errors import DopplermapInputError
 _PATH = click.Path(dir_okay=False, path_type=Path)
 
 
-def _load(idc, sg, cpcs, problem, trust_pickle):
+def _load_arguments(idc, sg, cpcs, problem):
     picks = [p for p in (idc, sg, cpcs) if p is not None]
     if problem is not None and picks:
         raise DopplermapInputError("give either --problem FILE.npz or --idc/--sg/--cpcs, not both")
+    if problem is None and len(picks) != 3:
+        missing = [n for n, p in (("--idc", idc), ("--sg", sg), ("--cpcs", cpcs)) if p is None]
+        raise DopplermapInputError(f"missing {', '.join(missing)}: the seed's problem needs all three pickles "
+                         "(or --problem FILE.npz from `dopplermap convert`)")
+
+
+def _load(idc, sg, cpcs, problem, trust_pickle):
+    _load_arguments(idc, sg, cpcs, problem)
     if problem is not None:
         from ..io.seed import load_problem
 
         return load_problem(problem)
-    if len(picks) != 3:
-        missing = [n for n, p in (("--idc", idc), ("--sg", sg), ("--cpcs", cpcs)) if p is None]
-        raise DopplermapInputError(f"missing {', '.join(missing)}: the seed's problem needs all three pickles "
-                         "(or --problem FILE.npz from `dopplermap convert`)")
     from ..io.seed import read_seed  # after the argument checks: they answer without JAX
 
     return read_seed(idc, sg, cpcs, trust_pickle=trust_pickle)
@@ -132,13 +136,19 @@ def plot_seed_result(problem, res, out: Path) -> list[Path]:
 
 
 def run_invert_seed(problem, out: Path, *, lmbd: float, tol: float, maxiter: int, quiet: bool, plots: bool,
-                    read_time: float = 0.0, overwrite: bool = True) -> dict:
+                    read_time: float = 0.0, overwrite: bool = True, figure_process=None) -> dict:
     """Invert a :class:`~dopplermap.io.seed.SeedProblem` and write the results to ``out``.
 
-    ``out`` is written as one atomic folder (:class:`dopplermap.atomic.AtomicFolder`, kind
-    ``seed-result``): ``result.npz``, the figures, ``summary.json`` and the manifest, all
-    carrying one run id; a kill leaves the previous folder or the complete new one.
+    The problem is solved as a :class:`dopplermap.problem.Problem` (:func:`~dopplermap.problem.from_seed`)
+    by :func:`dopplermap.invert`. ``out`` is written as one atomic folder
+    (:class:`dopplermap.atomic.AtomicFolder`, kind ``seed-result``): ``result.npz``, the
+    figures, ``summary.json`` and the manifest, all carrying one run id; a kill leaves the
+    previous folder or the complete new one. The figures are drawn by ``figure_process`` (a
+    :class:`dopplermap.figure_process.FigureProcess` started with
+    ``preload=("dopplermap.commands.seed",)``) while the result file is written, or here.
     """
+    from ..figure_process import submit
+
     from ..atomic import AtomicFolder, check_out, fingerprint
     from ..errors import active_warnings
     from ..problem import Settings, from_seed
@@ -170,9 +180,12 @@ def run_invert_seed(problem, out: Path, *, lmbd: float, tol: float, maxiter: int
                       history_chi2=res.history.get("chi2", np.zeros(0)))
         if problem.has_coordinates:
             arrays.update(lat=problem.lat, lon=problem.lon)
+        if plots:
+            figures = submit(figure_process, "dopplermap.commands.seed:plot_seed_figures", folder.tmp,
+                             seed_figure_arrays(problem, res))
         folder.write("result.npz", lambda p: _write_npz(p, **arrays))
         if plots:
-            summary["figures"] = [p.name for p in plot_seed_result(problem, res, folder.tmp)]
+            summary["figures"] = [p.name for p in figures()]
             folder.wrote()
             if not problem.has_coordinates:
                 summary["figure_note"] = ("no cell coordinates in the input (sg has no grid_lats/grid_longs): "
@@ -202,18 +215,24 @@ def register(group):
     @click.option("--no-plots", is_flag=True, help="Skip the figures.")
     def invert_seed(idc, sg, cpcs, problem, trust_pickle, lmbd, tol, maxiter, out, overwrite, quiet, no_plots):
         """Solve the seed's problem (idc/sg/cpcs pickles or a converted .npz) with the seed's loss."""
+        import contextlib
+
         from ..atomic import check_out
         from ..cli import exit_status
+        from ..figure_process import FigureProcess
 
         check_out(out, "seed-result", overwrite=overwrite, legacy=_is_seed_result)  # before any work
+        _load_arguments(idc, sg, cpcs, problem)
         t0 = time.perf_counter()
-        prob = _load(idc, sg, cpcs, problem, trust_pickle)
-        read_time = time.perf_counter() - t0
-        if not quiet:
-            click.echo(f"read {prob.n_epoch} epochs x {prob.n_vel} velocities, {prob.n_cell} cells "
-                       f"({prob.n_visible.min()}-{prob.n_visible.max()} visible) in {read_time:.2f} s", err=True)
-        s = run_invert_seed(prob, out, lmbd=lmbd, tol=tol, maxiter=maxiter, quiet=quiet, plots=not no_plots,
-                            read_time=read_time, overwrite=overwrite)
+        # matplotlib loads in a child on another core while this process reads and solves
+        with FigureProcess(preload=("dopplermap.commands.seed",)) if not no_plots else contextlib.nullcontext() as figs:
+            prob = _load(idc, sg, cpcs, problem, trust_pickle)
+            read_time = time.perf_counter() - t0
+            if not quiet:
+                click.echo(f"read {prob.n_epoch} epochs x {prob.n_vel} velocities, {prob.n_cell} cells "
+                           f"({prob.n_visible.min()}-{prob.n_visible.max()} visible) in {read_time:.2f} s", err=True)
+            s = run_invert_seed(prob, out, lmbd=lmbd, tol=tol, maxiter=maxiter, quiet=quiet, plots=not no_plots,
+                                read_time=read_time, overwrite=overwrite, figure_process=figs)
         click.echo(f"loss {s['loss']:.10g}  chi2 {s['chi2']:.6g}  entropy {s['entropy']:.6g}  "
                    f"iterations {s['iterations']}  compile {s['compile_time']:.2f} s  solve {s['solve_time']:.2f} s")
         if not no_plots and not prob.has_coordinates:
