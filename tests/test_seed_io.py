@@ -403,30 +403,6 @@ def test_seed_figures_from_arrays(tmp_path, dicts):
         assert all(p.stat().st_size > 10_000 and p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in paths)
 
 
-def test_figure_process_draws_the_same_files_and_falls_back(tmp_path, dicts, caplog):
-    """A child interpreter draws byte-identical figures; a child that cannot import its
-    modules (it exits before the call) leaves the drawing to this process, with a log line."""
-    from dopplermap.commands.seed import plot_seed_figures
-    from dopplermap.figure_process import FigureProcess, submit
-
-    sp = seed_problem(*dicts)
-    flux = np.asarray(sp.obs.flux)
-    arrays = dict(fssc=np.linspace(1e-5, 0.6, N_CELL), fssh=np.full(N_CELL, 0.05), model=flux * 0.999, flux=flux,
-                  err=np.asarray(sp.obs.err), vels=np.asarray(sp.obs.vels), chi2=1.25, lat=sp.lat, lon=sp.lon)
-    here = plot_seed_figures(tmp_path / "here", arrays)
-    func = "dopplermap.commands.seed:plot_seed_figures"
-    with FigureProcess(preload=("dopplermap.commands.seed",)) as fp:
-        paths = submit(fp, func, tmp_path / "child", arrays)()
-    assert [p.name for p in paths] == [p.name for p in here]
-    assert all(a.read_bytes() == b.read_bytes() for a, b in zip(paths, here, strict=True))
-    with FigureProcess(preload=("dopplermap.no_such_module",)) as fp:
-        finish = submit(fp, func, tmp_path / "fallback", arrays)
-        with caplog.at_level("WARNING", logger="dopplermap.figure_process"):
-            paths = finish()
-    assert [p.read_bytes() for p in paths] == [p.read_bytes() for p in here]
-    assert "drawing the figures in this process" in caplog.text and "no_such_module" in caplog.text
-
-
 # ------------------------------------------------------------------ end to end
 
 def test_cli_simulate_convert_invert(tmp_path, capsys):
