@@ -35,7 +35,9 @@ _PACKAGE_PARENT = str(Path(__file__).resolve().parents[1])
 # the child: import what the call needs, warm up matplotlib, then wait for the call on stdin
 _CHILD = """
 import importlib, io, pickle, sys
-for name in sys.argv[1:]:
+if sys.argv[1] not in sys.path:  # the parent's dopplermap, without putting other packages first
+    sys.path.insert(0, sys.argv[1])
+for name in sys.argv[2:]:
     importlib.import_module(name)
 from matplotlib.figure import Figure
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -65,11 +67,10 @@ class FigureProcess:
 
     def __init__(self, preload=("dopplermap.plot",)):
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join([_PACKAGE_PARENT] + [p for p in [env.get("PYTHONPATH")] if p])
         env.setdefault("MPLBACKEND", "agg")
         self._err = tempfile.TemporaryFile()  # a file, not a pipe: a chatty child cannot block on it
         try:
-            self._proc = subprocess.Popen([sys.executable, "-c", _CHILD, *preload], stdin=subprocess.PIPE,
+            self._proc = subprocess.Popen([sys.executable, "-c", _CHILD, _PACKAGE_PARENT, *preload], stdin=subprocess.PIPE,
                                           stdout=subprocess.PIPE, stderr=self._err, env=env)
         except OSError as exc:  # no usable interpreter (frozen or embedded Python)
             self._proc, self._start_error = None, exc
