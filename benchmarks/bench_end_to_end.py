@@ -70,7 +70,8 @@ def dm_env(cache):
 
 
 def dm_cmd(*args):
-    return [sys.executable, "-c", "import sys; from dopplermap.cli import main; sys.exit(main())", *args]
+    """The ``dopplermap`` console command (``dopplermap.cli:run``) from this source tree."""
+    return [sys.executable, "-c", "from dopplermap.cli import run; run()", *args]
 
 
 def write_small_dataset(root: Path, n_epoch: int = 8, n_vel: int = 47, n_cell: int = 4000, n_lc: int = 300):
