@@ -371,12 +371,14 @@ def test_seed_problem_solves_through_invert_problem(tmp_path, dicts):
 
 def test_seed_problem_refuses_what_its_form_cannot_follow(dicts):
     from dopplermap.errors import DopplermapInputError
-    from dopplermap.problem import from_seed
+    from dopplermap.problem import Settings, from_seed
 
     idc, sg, cpcs = copy.deepcopy(dicts)
     del sg["grid_lats"], sg["grid_longs"]
     prob = from_seed(seed_problem(idc, sg, cpcs))
     assert prob.grid is None
+    with pytest.raises(DopplermapInputError, match="'tikhonov' needs neighbouring cells"):
+        from_seed(seed_problem(idc, sg, cpcs), settings=Settings(regulariser="tikhonov"))
     star, *_ = dm.demo_setup(n_cell=N_CELL, n_epoch=N_EPOCH, n_vel=N_VEL, seed=3)
     with pytest.raises(DopplermapInputError, match="given as data; changing star"):
         prob.replace(star=star)

@@ -334,8 +334,12 @@ def from_seed(seed, *, settings: Settings = Settings()) -> Problem:
     """The problem of the seed's files (:class:`dopplermap.io.seed.SeedProblem`, from
     :func:`~dopplermap.io.seed.read_seed` or :func:`~dopplermap.io.seed.load_problem`): its dense
     synthesis form as given, its observations, and a grid of its cell centres when the files
-    hold them (solid angles: the given areas scaled to 4 pi; no neighbour pairs are known, so
-    ``regulariser="tikhonov"`` has nothing to smooth)."""
+    hold them (solid angles: the given areas scaled to 4 pi). The seed's files name no
+    neighbour pairs, so ``regulariser="tikhonov"`` (which smooths across them) is refused
+    unless the form carries them (an ``.npz`` written with edges)."""
+    if settings.regulariser == "tikhonov" and np.asarray(seed.pre.edges).size == 0:
+        raise DopplermapInputError(f"{seed.source}: regulariser 'tikhonov' needs neighbouring cells, and these files "
+                                   "name none; use 'mem' (the seed's) or 'none'")
     grid = None
     if seed.has_coordinates:
         area = np.asarray(seed.pre.cell_area, dtype=float)
