@@ -72,7 +72,8 @@ class LightCurveFit:
             the light curve insensitive to the spots' overall contrast.
         base, diff: the folded weights, (n_lc,) ``sum_c W[:, c, 0]`` and (n_lc, 2 n_cell)
             ``W[..., 1:] - W[..., :1]`` (cool cells, then hot), as
-            :func:`precompute_lightcurve` builds them; None: the model reads ``weight``.
+            :func:`precompute_lightcurve` builds them; None: the model reads ``weight``. They
+            are derived from ``weight``: a copy with other weights sets them None (or rebuilds).
     """
 
     weight: jnp.ndarray
