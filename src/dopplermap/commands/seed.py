@@ -147,10 +147,9 @@ def run_invert_seed(problem, out: Path, *, lmbd: float, tol: float, maxiter: int
     :class:`dopplermap.figure_process.FigureProcess` started with
     ``preload=("dopplermap.commands.seed",)``) while the result file is written, or here.
     """
-    from ..figure_process import submit
-
     from ..atomic import AtomicFolder, check_out, fingerprint
     from ..errors import active_warnings
+    from ..figure_process import submit
     from ..problem import Settings, from_seed
     from ..solvers import invert
 
