@@ -18,8 +18,11 @@ Wall time is measured around each process; its parts come from the process's own
 (``summary.json``; the seed script's JSON): start-up (the interpreter and the CLI: a
 ``dopplermap --version`` timed apart), read + set-up (from the command's start, so with the
 import of the numeric modules: JAX, SciPy), compile, solve, and the rest (writing files
-and figures, plus what the report does not split). Ratios are against
-the seed's script in the same run.
+and figures, plus what the report does not split; both commands draw their figures in a
+child interpreter started at the command's start, so what is left of them here is their
+tail after the solve). CPU s is the CPU time of the whole process tree (the figure child
+included): on a shared machine it shows how far the wall times are stretched by the load.
+Ratios are against the seed's script in the same run.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import shutil
 import subprocess
 import sys
@@ -42,10 +46,18 @@ SRC = HERE.parent / "src"
 SIZES = {"seed": (2500, 150, 32), "large": (4010, 150, 41)}
 
 
+def _children_cpu():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def timed(cmd, env=None, log=None, timeout=3600):
-    t0 = time.perf_counter()
+    """Wall seconds of ``cmd`` and the completed process; ``timed.cpu`` holds the CPU seconds
+    of its process tree (with the figure child), which the machine's load does not inflate."""
+    c0, t0 = _children_cpu(), time.perf_counter()
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     wall = time.perf_counter() - t0
+    timed.cpu = _children_cpu() - c0
     if log is not None:
         Path(log).write_text(p.stdout + "\n" + p.stderr)
     if p.returncode != 0:
@@ -58,7 +70,8 @@ def dm_env(cache):
 
 
 def dm_cmd(*args):
-    return [sys.executable, "-c", "import sys; from dopplermap.cli import main; sys.exit(main())", *args]
+    """The ``dopplermap`` console command (``dopplermap.cli:run``) from this source tree."""
+    return [sys.executable, "-c", "from dopplermap.cli import run; run()", *args]
 
 
 def write_small_dataset(root: Path, n_epoch: int = 8, n_vel: int = 47, n_cell: int = 4000, n_lc: int = 300):
@@ -137,7 +150,7 @@ def run_seed_size(name, work, seed_python, skip_seed, ver):
         wall, _ = timed([seed_python, str(HERE / "seed_baseline.py"), "--dir", str(data), "--lmbd", "1.0",
                          "--tol", "1e-5", "--maxiter", "1000", "--x64", "--out", str(rep)], log=work / f"seed-{name}.log")
         s = json.loads(rep.read_text())
-        out["seed"] = dict(wall=wall, compile=s["compile_time"] + s["trace_lower_time"], solve=s["solve_time"],
+        out["seed"] = dict(wall=wall, cpu=timed.cpu, compile=s["compile_time"] + s["trace_lower_time"], solve=s["solve_time"],
                            startup_read=wall - s["total_time"], iterations=s["iterations"], loss_reported=s["loss_reported"],
                            x_file=s["x_file"])
     cache = work / f"cache-{name}"
@@ -148,7 +161,7 @@ def run_seed_size(name, work, seed_python, skip_seed, ver):
                                str(data / "cpcs.pkl"), "--trust-pickle", "--lmbd", "1.0", "--tol", "1e-5",
                                "--quiet", "--out", str(res)), env=dm_env(cache), log=work / f"dm-{name}-{label}.log")
         s = json.loads((res / "summary.json").read_text())
-        out[f"dm_{label}"] = dict(wall=wall, startup=ver, read=s["read_time"], compile=s["compile_time"],
+        out[f"dm_{label}"] = dict(wall=wall, cpu=timed.cpu, startup=ver, read=s["read_time"], compile=s["compile_time"],
                                   solve=s["solve_time"], write=wall - ver - s["total_time"], total=s["total_time"],
                                   iterations=s["iterations"], loss=s["loss"])
     return out
@@ -167,7 +180,7 @@ def run_small(work, ver):
         wall, _ = timed(dm_cmd("invert", str(root / toml), "--quiet", "--out", str(res)), env=dm_env(cache),
                         log=work / f"observed-{label}.log")
         s = json.loads((res / "summary.json").read_text())
-        out[label] = dict(wall=wall, startup=ver, setup=s["setup_time"], compile=s["compile_time"], solve=s["solve_time"],
+        out[label] = dict(wall=wall, cpu=timed.cpu, startup=ver, setup=s["setup_time"], compile=s["compile_time"], solve=s["solve_time"],
                           write=s.get("save_time"), rest=wall - ver - s["total_time"] - (s.get("save_time") or 0.0),
                           total=s["total_time"],
                           iterations=s["iterations"], loss=s["loss"], solver=s["solver"], n_eval=s["n_eval"])
@@ -177,13 +190,17 @@ def run_small(work, ver):
 def make_table(result) -> str:
     """Markdown table of a run (the parts are re-derived from the raw figures in ``result``)."""
     ver = result["version_s"]
-    lines = ["| run | wall s | start-up | read + set-up | compile | solve | write + rest | it | loss | x seed |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| run | wall s | CPU s | start-up | read + set-up | compile | solve | write + rest | it | loss | x seed |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+
+    def cpu(d):
+        return f"{d['cpu']:.1f}" if d.get("cpu") is not None else "-"
+
     for r in result["seed"]:
         tag = f"{r['n_cell']} x {r['n_epoch']} x {r['n_vel']}"
         s = r.get("seed")
         if s:
-            lines.append(f"| {tag}: seed script (jaxopt, float64, tol 1e-5) | {s['wall']:.1f} | {s['startup_read']:.1f} "
+            lines.append(f"| {tag}: seed script (jaxopt, float64, tol 1e-5) | {s['wall']:.1f} | {cpu(s)} | {s['startup_read']:.1f} "
                          f"(with read) | | {s['compile']:.1f} | {s['solve']:.1f} | | {s['iterations']} | "
                          f"{s['loss_reported']:.8g} | 1 |")
         for label in ("cold", "warm"):
@@ -192,7 +209,7 @@ def make_table(result) -> str:
                 d["total"] = d["wall"] - d["startup"] - d["write"]
             d["startup"], d["write"] = ver, d["wall"] - ver - d["total"]
             ratio = f"{s['wall'] / d['wall']:.1f}x" if s else "-"
-            lines.append(f"| {tag}: `invert-seed`, {label} cache | {d['wall']:.2f} | {d['startup']:.2f} | {d['read']:.2f} | "
+            lines.append(f"| {tag}: `invert-seed`, {label} cache | {d['wall']:.2f} | {cpu(d)} | {d['startup']:.2f} | {d['read']:.2f} | "
                          f"{d['compile']:.2f} | {d['solve']:.2f} | {d['write']:.2f} | {d['iterations']} | {d['loss']:.8g} | {ratio} |")
     for label, d in result["observed"].items():
         d = dict(d)
@@ -200,7 +217,7 @@ def make_table(result) -> str:
             d["total"] = d["wall"] - d["startup"] - d["rest"] - (d["write"] or 0.0)
         d["startup"], d["rest"] = ver, d["wall"] - ver - d["total"] - (d["write"] or 0.0)
         lines.append(f"| 8 x 47 + 300 lc, 4000 cells, tol 1e-7: `invert` ({d['solver']}), {label.replace('newton_', '')} cache | "
-                     f"{d['wall']:.2f} | {d['startup']:.2f} | {d['setup']:.2f} | {d['compile']:.2f} | {d['solve']:.2f} | "
+                     f"{d['wall']:.2f} | {cpu(d)} | {d['startup']:.2f} | {d['setup']:.2f} | {d['compile']:.2f} | {d['solve']:.2f} | "
                      f"{(d['write'] or 0) + d['rest']:.2f} | {d['iterations']} | {d['loss']:.8g} | - |")
     return "\n".join(lines)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import pickle
 
@@ -337,6 +338,71 @@ def test_cli_errors_are_one_line(tmp_path, sim, capsys):
     assert not (tmp_path / "out").exists()
     assert main(["invert-seed", "--idc", str(paths["idc"]), "--out", str(tmp_path / "o2")]) == 2
     assert "missing --sg, --cpcs" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ the seed's files as a Problem
+
+def test_seed_problem_solves_through_invert_problem(tmp_path, dicts):
+    """from_seed gives a Problem: its form is the pickles' model (the seed's loss, read from the
+    NumPy transcription), invert(problem) solves it with its settings, and its grid holds the
+    given cell centres with the areas as solid angles."""
+    from dopplermap.problem import Problem, Settings, from_seed
+
+    d = ragged(dicts, seed=5)
+    sp = seed_problem(*d)
+    prob = from_seed(sp, settings=Settings(lmbd=0.7, tol=1e-8, maxiter=3000))
+    assert isinstance(prob, Problem) and prob.pre is sp.pre and prob.star is None and prob.components is None
+    x = random_feasible(N_CELL, N_EPOCH, np.random.default_rng(9))
+    ref = seed_loss_numpy(x, 0.7, *d)
+    assert abs(float(loss(jnp.asarray(x), 0.7, prob.pre, prob.obs, regulariser="mem")) - ref) <= 1e-11 * ref
+    areas = np.asarray(d[1]["grid_areas"])
+    np.testing.assert_allclose(prob.grid.area, areas / areas.sum() * 4 * np.pi, rtol=1e-14)
+    np.testing.assert_array_equal(prob.grid.lat, np.asarray(d[1]["grid_lats"]))
+    assert np.all((prob.grid.lon >= 0) & (prob.grid.lon < 2 * np.pi))
+    res = dm.invert(prob)
+    assert res.lmbd == 0.7 and res.grid is prob.grid and res.intensities is None
+    xr = np.concatenate([res.fssc, res.fssh, res.rv, res.amp])
+    assert abs(res.loss - seed_loss_numpy(xr, 0.7, *d)) <= 1e-10 * res.loss
+    assert res.loss < ref
+    # the same problem read back from the safe .npz
+    back = from_seed(load_problem(save_problem(tmp_path / "p.npz", sp)), settings=prob.settings)
+    assert abs(float(loss(jnp.asarray(x), 0.7, back.pre, back.obs, regulariser="mem")) - ref) <= 1e-11 * ref
+
+
+def test_seed_problem_refuses_what_its_form_cannot_follow(dicts):
+    from dopplermap.errors import DopplermapInputError
+    from dopplermap.problem import Settings, from_seed
+
+    idc, sg, cpcs = copy.deepcopy(dicts)
+    del sg["grid_lats"], sg["grid_longs"]
+    prob = from_seed(seed_problem(idc, sg, cpcs))
+    assert prob.grid is None
+    with pytest.raises(DopplermapInputError, match="'tikhonov' needs neighbouring cells"):
+        from_seed(seed_problem(idc, sg, cpcs), settings=Settings(regulariser="tikhonov"))
+    star, *_ = dm.demo_setup(n_cell=N_CELL, n_epoch=N_EPOCH, n_vel=N_VEL, seed=3)
+    with pytest.raises(DopplermapInputError, match="given as data; changing star"):
+        prob.replace(star=star)
+    with pytest.raises(DopplermapInputError, match="takes no star"):
+        dataclasses.replace(prob, star=star)
+    other = seed_problem(*rekey(dicts, list(range(N_EPOCH))))
+    short = dm.Observations.create(np.asarray(other.obs.times)[:-1], other.obs.vels, other.obs.flux[:-1],
+                                   other.obs.err[:-1])
+    with pytest.raises(DopplermapInputError, match="19 x 32"):
+        prob.replace(obs=short)
+
+
+def test_seed_figures_from_arrays(tmp_path, dicts):
+    """The figures need plain arrays only (what a figure process receives)."""
+    from dopplermap.commands.seed import plot_seed_figures
+
+    sp = seed_problem(*dicts)
+    flux = np.asarray(sp.obs.flux)
+    base = dict(fssc=np.full(N_CELL, 0.1), fssh=np.full(N_CELL, 1e-5), model=flux * 1.001, flux=flux,
+                err=np.asarray(sp.obs.err), vels=np.asarray(sp.obs.vels), chi2=1.0)
+    for name, coords in (("map", dict(lat=sp.lat, lon=sp.lon)), ("index", dict(lat=None, lon=None))):
+        paths = plot_seed_figures(tmp_path / name, dict(base, **coords))
+        assert [p.name for p in paths] == ["filling_factors.png", "residuals.png"]
+        assert all(p.stat().st_size > 10_000 and p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in paths)
 
 
 # ------------------------------------------------------------------ end to end

@@ -98,3 +98,26 @@ def test_require_x64_names_the_setting():
             require_x64()
     finally:
         jax.config.update("jax_enable_x64", True)
+
+
+@pytest.mark.parametrize("args,rc,stream,text", [
+    (("--version",), 0, "stdout", dopplermap.__version__),
+    (("invert-seed", "--lmbd", "1"), 2, "stderr", "error: missing --idc, --sg, --cpcs"),
+])
+def test_console_command_exits_with_the_status_after_the_exit_handlers(tmp_path, args, rc, stream, text):
+    """``dopplermap`` (cli.run) skips the interpreter's teardown, not its output or exit handlers."""
+    marker = tmp_path / "atexit"
+    code = ("import atexit, sys\n"
+            f"atexit.register(lambda: open({str(marker)!r}, 'w').write('ran'))\n"
+            "from dopplermap.cli import run\n"
+            "sys.stdout.write('buffered ')\n"
+            "run()\n"
+            "raise SystemExit('not reached')\n")
+    env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""), DOPPLERMAP_CACHE_DIR="off")
+    p = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, timeout=120)
+    assert p.returncode == rc, p.stderr
+    assert p.stdout.startswith("buffered ") and text in getattr(p, stream)
+    assert marker.read_text() == "ran"
+    pyproject = Path(SRC).parent / "pyproject.toml"
+    if pyproject.is_file():
+        assert 'dopplermap = "dopplermap.cli:run"' in pyproject.read_text()

@@ -7,11 +7,18 @@ what the files need from the model (the spotless profiles) and passes the figure
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import os
+import shutil
+import tempfile
+import types
+from pathlib import Path
 
 import jax.numpy as jnp
 import numpy as np
 
+from .figure_process import submit
 from .io import results as _files
 from .model import Precomputed, forward_jit
 from .objective import LineSets
@@ -40,13 +47,58 @@ def with_context(result, *, pre: Precomputed | None = None, **context):
     return _files.with_context(result, **context)
 
 
+def figure_view(result):
+    """``result`` with plain NumPy stand-ins for its star and observations, holding what
+    :func:`dopplermap.plot.result_figures` reads: picklable to a figure process that has no JAX."""
+    star, obs = result.star, result.obs
+    if star is not None:
+        star = types.SimpleNamespace(inclination=float(star.inclination), t0=float(star.t0), period=float(star.period),
+                                     vsini_kms=None if star.vsini_kms is None else float(star.vsini_kms))
+
+    def plain(o):
+        return types.SimpleNamespace(times=np.asarray(o.times), vels=np.asarray(o.vels), flux=np.asarray(o.flux),
+                                     err=np.asarray(o.err), n_epoch=int(o.n_epoch), n_vel=int(o.n_vel))
+
+    if obs is not None:  # several line data sets: a tuple, one per set
+        obs = tuple(plain(o) for o in obs) if isinstance(obs, tuple) else plain(obs)
+    model = result.model
+    if model is not None:
+        model = tuple(np.asarray(m) for m in model) if isinstance(model, tuple) else np.asarray(model)
+    return dataclasses.replace(result, star=star, obs=obs, model=model)
+
+
 def save_result(result, path, *, plots: bool = True, plot_kwargs: dict | None = None, report: bool = False,
-                **kwargs) -> dict:
+                figure_process=None, **kwargs) -> dict:
     """Write a result folder (:func:`dopplermap.io.results.save_result`, which takes the other
     keyword arguments) with the figures of :func:`dopplermap.plot.plot_result` when ``plots``
     (``plot_kwargs`` are passed to it) and, with ``report``, ``report.html``
     (:func:`dopplermap.report.write_report`) written inside the same atomic folder; returns
-    the summary dict written."""
-    figures = functools.partial(plot_result, **(plot_kwargs or {})) if plots else None
+    the summary dict written.
+
+    With ``figure_process`` (a :class:`dopplermap.figure_process.FigureProcess`, started
+    early) the figures are drawn there while this process writes the other files, into a
+    staging folder next to ``path`` whose files then move into the result folder.
+    """
     finishers = (("report.html", write_report),) if report else ()
-    return _files.save_result(result, path, figures=figures, finishers=finishers, **kwargs)
+    if not plots or figure_process is None:
+        figures = functools.partial(plot_result, **(plot_kwargs or {})) if plots else None
+        return _files.save_result(result, path, figures=figures, finishers=finishers, **kwargs)
+    parent = Path(path).absolute().parent
+    parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{Path(path).name}.figures-", dir=parent))  # same file system
+    collected = []
+    try:
+        finish = submit(figure_process, "dopplermap.plot:plot_result", figure_view(result), staging,
+                        **(plot_kwargs or {}))
+
+        def figures(_result, folder):
+            for p in finish():
+                os.replace(p, Path(folder) / p.name)
+                collected.append(Path(folder) / p.name)
+            return collected
+
+        return _files.save_result(result, path, figures=figures, finishers=finishers, **kwargs)
+    finally:
+        if not collected:  # refused or failed before the figures: stop the child writing into staging
+            figure_process.close()
+        shutil.rmtree(staging, ignore_errors=True)

@@ -413,9 +413,6 @@ def _validate(cfg: TargetConfig):
         raise DopplermapInputError(f"{s}: [inversion] maxiter must be >= 1, got {inv.maxiter!r}")
     if inv.rv_shift not in ("interpolate", "exact"):
         raise DopplermapInputError(f"{s}: [inversion] rv_shift must be 'interpolate' or 'exact', got {inv.rv_shift!r}")
-    if inv.rv_shift == "exact" and inv.method == "dense":
-        raise DopplermapInputError(f"{s}: [inversion] rv_shift = 'exact' needs method 'binned' or 'auto', got "
-                                   "method 'dense' (the dense cube holds the local profiles at fixed velocities)")
     if inv.solver not in ("lbfgsb", "projected_lbfgs", "newton"):
         raise DopplermapInputError(f"{s}: [inversion] solver must be 'lbfgsb', 'projected_lbfgs' or 'newton', got {inv.solver!r}")
     comps = inv.fit_components

@@ -9,6 +9,10 @@ with ``J_k`` the continuum intensity of component k in the light-curve band rela
 the photosphere, ``LDlc_k`` its limb darkening in that band, ``g`` optional per-cell factors
 (gravity darkening) and ``f = (1 - fssc - fssh, fssc, fssh)``. The observed light curve is
 normalised by its mean too. Light curves are small, so the weight
+``W[e, c, k]`` is precomputed densely: (n_lc, n_cell, 3). The model reads it folded, as
+``flux = sum_c W[:, c, 0] + (W[..., 1:] - W[..., :1]) . (fssc, fssh)`` (the same sum; a
+third fewer bytes, in one plain matrix product).
+
 ``W[e, c, k]`` is precomputed densely: (n_lc, n_cell, 3).
 
 Several bands (:class:`LightCurveSet`) share the maps; each has its own weights, times and
@@ -64,8 +68,8 @@ class LightCurveBand:
         return cls(tuple(limb_darkening), inten)
 
 
-@functools.partial(jax.tree_util.register_dataclass, data_fields=["weight", "flux", "err", "times"],
-                   meta_fields=["fit_dilution"])
+@functools.partial(jax.tree_util.register_dataclass,
+                   data_fields=["weight", "flux", "err", "times", "base", "diff"], meta_fields=["fit_dilution"])
 @dataclasses.dataclass(frozen=True, eq=False)
 class LightCurveFit:
     """Precomputed light-curve weights with the (mean-normalised) data.
@@ -78,6 +82,10 @@ class LightCurveFit:
             ``1 + s (model - 1)`` with ``s = 1 / (1 + D / mean flux)`` profiled out by weighted
             least squares at every evaluation (no extra parameter). Off by default: it makes
             the light curve insensitive to the spots' overall contrast.
+        base, diff: the folded weights, (n_lc,) ``sum_c W[:, c, 0]`` and (n_lc, 2 n_cell)
+            ``W[..., 1:] - W[..., :1]`` (cool cells, then hot), as
+            :func:`precompute_lightcurve` builds them; None: the model reads ``weight``. They
+            are derived from ``weight``: a copy with other weights sets them None (or rebuilds).
     """
 
     weight: jnp.ndarray
@@ -85,6 +93,8 @@ class LightCurveFit:
     err: jnp.ndarray
     times: jnp.ndarray
     fit_dilution: bool = False
+    base: jnp.ndarray | None = None
+    diff: jnp.ndarray | None = None
 
     @property
     def n_lc(self) -> int:
@@ -179,14 +189,19 @@ def precompute_lightcurve(grid: SurfaceGrid, star: StarParams, times, flux, err,
             raise DopplermapInputError(f"{source}: mean flux must be > 0 to normalise, got {mean!r}")
         flux, err = flux / mean, err / mean
     w = _lc_weights(grid, star, times, band, cell_factors)
+    diff = np.concatenate([w[..., 1] - w[..., 0], w[..., 2] - w[..., 0]], axis=1)
     return LightCurveFit(weight=_device.asarray(w), flux=_device.asarray(flux), err=_device.asarray(err),
-                         times=_device.asarray(times), fit_dilution=bool(fit_dilution))
+                         times=_device.asarray(times), fit_dilution=bool(fit_dilution),
+                         base=_device.asarray(w[..., 0].sum(axis=1)), diff=_device.asarray(diff))
 
 
 def lightcurve_model(fssc, fssh, lc: LightCurveFit):
     """Model light curve (n_lc,), normalised by its mean; fssc, fssh: (n_cell,)."""
-    f = jnp.stack([1.0 - fssc - fssh, fssc, fssh], axis=1)
-    flux = jnp.einsum("eck,ck->e", lc.weight, f)
+    if lc.diff is not None:  # the folded weights: one (n_lc, 2 n_cell) product
+        flux = lc.base + lc.diff @ jnp.concatenate([fssc, fssh])
+    else:
+        f = jnp.stack([1.0 - fssc - fssh, fssc, fssh], axis=1)
+        flux = jnp.einsum("eck,ck->e", lc.weight, f)
     return flux / jnp.mean(flux)
 
 

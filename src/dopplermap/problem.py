@@ -6,7 +6,8 @@ settings - and derives from it, once and on first use, the synthesis form (``pre
 light-curve fit and the per-cell gravity-darkening factors. Every entry point builds one:
 ``dopplermap invert`` (a target TOML, :func:`from_config`), ``dopplermap lambda`` and
 ``dopplermap grid`` (the same TOML, an ``.npz`` problem file, or the demo star), the
-uncertainties and the joint fit. A grid point is the same problem with other stellar
+uncertainties, the joint fit and ``dopplermap invert-seed`` (the seed's pickles or their
+``.npz``, :func:`from_seed`: a problem whose synthesis form is given as data). A grid point is the same problem with other stellar
 parameters (:meth:`Problem.replace`), so nothing a configuration asks for (gravity
 darkening, a light curve, the synthesis method, the weights) is lost on the way.
 
@@ -32,13 +33,13 @@ from .io.lightcurve import load_lightcurve
 from .io.lsd import load_profiles, read_local_profile
 from .io.times import epoch_times
 from .lightcurve import LightCurveBand, LightCurveSet, precompute_lightcurve
-from .model import precompute
+from .model import Precomputed, precompute
 from .objective import LineSets, Observations
 from .profiles import Component, ComponentSet, LimbDarkening, gaussian, intensity_ratio, voigt
 from .simulate import DEMO_SPOTS, demo_setup, simulate
 
-__all__ = ["Settings", "GravityDarkening", "LightCurveData", "LineData", "Problem", "from_config", "from_npz", "demo_problem",
-           "save_npz", "NPZ_SCALARS"]
+__all__ = ["Settings", "GravityDarkening", "LightCurveData", "LineData", "Problem", "from_config", "from_npz",
+           "from_seed", "demo_problem", "save_npz", "NPZ_SCALARS"]
 
 _DERIVED = ("pre", "lightcurve", "line_factors", "lc_factors")
 
@@ -135,6 +136,10 @@ class Problem:
         t_phot, wavelength_nm: photosphere temperature (K) and line wavelength (nm), needed
             to turn ``t_cool``/``t_hot`` grid values into Planck intensity ratios.
         files: the profile files read, source: where the problem came from.
+        form: a synthesis form given as data (:class:`dopplermap.model.Precomputed`, e.g. the
+            seed's pickles, :func:`from_seed`), used as ``pre`` instead of one built from the
+            grid, star and components; ``star`` and ``components`` are then None (the form
+            holds what they would give) and ``grid`` holds the cells' centres when known.
     """
 
     grid: SurfaceGrid
@@ -151,20 +156,38 @@ class Problem:
     source: str = "<problem>"
     lines: tuple[LineData, ...] = ()
     rv_shift: str = "interpolate"
+    form: Precomputed | None = None
 
     def __post_init__(self):
         if self.method not in ("auto", "dense", "binned"):
             raise DopplermapInputError(f"{self.source}: method must be 'auto', 'dense' or 'binned', got {self.method!r}")
         if self.rv_shift not in ("interpolate", "exact"):
             raise DopplermapInputError(f"{self.source}: rv_shift must be 'interpolate' or 'exact', got {self.rv_shift!r}")
-        if self.rv_shift == "exact" and self.method == "dense":
-            raise DopplermapInputError(f"{self.source}: rv_shift = 'exact' needs method 'binned' or 'auto' (the dense "
-                                       "cube holds the local profiles at fixed velocities)")
-        single = (self.obs is not None, self.components is not None)
-        if (self.lines and any(single)) or (not self.lines and not all(single)):
-            what = "both" if self.lines else "neither" if not any(single) else "only one of obs and components"
-            raise DopplermapInputError(f"{self.source}: give obs and components (one line data set) or lines "
-                                       f"(several line data sets), got {what}")
+        if self.form is None:
+            if self.grid is None or self.star is None:
+                raise DopplermapInputError(f"{self.source}: a problem needs a grid and a star (or a given form)")
+            single = (self.obs is not None, self.components is not None)
+            if (self.lines and any(single)) or (not self.lines and not all(single)):
+                what = "both" if self.lines else "neither" if not any(single) else "only one of obs and components"
+                raise DopplermapInputError(f"{self.source}: give obs and components (one line data set) or lines "
+                                           f"(several line data sets), got {what}")
+        else:
+            if self.lines or self.obs is None:
+                raise DopplermapInputError(f"{self.source}: a problem with a given synthesis form needs its one "
+                                           "line data set's obs (and no lines)")
+            if self.gravity is not None or self.star is not None or self.components is not None:
+                raise DopplermapInputError(f"{self.source}: a problem with a given synthesis form takes no star, "
+                                           "components or gravity darkening (the form already holds them)")
+            if self.lightcurve_data is not None:
+                raise DopplermapInputError(f"{self.source}: a light curve needs the star; a problem with a given "
+                                           "synthesis form has none")
+            if (self.form.n_epoch, self.form.n_vel) != (self.obs.n_epoch, self.obs.n_vel):
+                raise DopplermapInputError(f"{self.source}: the given form has {self.form.n_epoch} epochs x "
+                                           f"{self.form.n_vel} velocities, the observations {self.obs.n_epoch} x "
+                                           f"{self.obs.n_vel}")
+            if self.grid is not None and self.grid.n_cell != self.form.n_cell:
+                raise DopplermapInputError(f"{self.source}: the grid has {self.grid.n_cell} cells, the given form "
+                                           f"{self.form.n_cell}")
 
     @property
     def multi(self) -> bool:
@@ -177,11 +200,11 @@ class Problem:
         return tuple(ld.obs for ld in self.lines) if self.lines else self.obs
 
     @property
-    def intensities(self) -> tuple[float, float, float]:
+    def intensities(self) -> tuple[float, float, float] | None:
         """Continuum intensities (phot, cool, hot) of the line band (several sets: the first
-        set's), for the brightness map."""
+        set's), for the brightness map; None for a given form (the seed's files)."""
         comps = self.lines[0].components if self.lines else self.components
-        return tuple(float(c.intensity) for c in comps)
+        return None if comps is None else tuple(float(c.intensity) for c in comps)
 
     def single(self, what: str) -> Problem:
         """This problem, or a clear error where ``what`` handles one line data set only."""
@@ -220,7 +243,9 @@ class Problem:
     @functools.cached_property
     def pre(self):
         """The synthesis form of the line profiles (:class:`dopplermap.model.Precomputed`), or
-        with ``lines`` one per set (:class:`dopplermap.objective.LineSets`)."""
+        with ``lines`` one per set (:class:`dopplermap.objective.LineSets`); a given ``form`` as it is."""
+        if self.form is not None:
+            return self.form
         if not self.lines:
             return self._precompute(self.obs, self.components)
         return LineSets.create([self._precompute(ld.obs, ld.components, ld.wavelength_nm) for ld in self.lines],
@@ -248,7 +273,14 @@ class Problem:
     # ------------------------------------------------------------------ variations
 
     def replace(self, **changes) -> Problem:
-        """The same problem with some fields replaced; derived arrays are rebuilt on use."""
+        """The same problem with some fields replaced; derived arrays are rebuilt on use.
+
+        A given form is not rebuilt from anything: other stellar parameters, components or a
+        method cannot apply to it and are refused."""
+        fixed = sorted(k for k in ("grid", "star", "components", "method", "gravity", "rv_shift") if k in changes)
+        if self.form is not None and "form" not in changes and fixed:
+            raise DopplermapInputError(f"{self.source}: the synthesis form is given as data; changing "
+                                       f"{', '.join(fixed)} would not change it")
         return dataclasses.replace(self, **changes)
 
     def invert_kwargs(self, **overrides) -> dict:
@@ -421,6 +453,26 @@ def from_npz(path, *, n_cell: int = 400, settings: Settings = Settings(), seed: 
     obs = Observations.create(npz["times"], npz["vels"], npz["flux"], npz["err"], source=str(path))
     return Problem(grid=grid, star=star.replace(**extra), obs=obs, components=comps, settings=settings,
                    t_phot=DEMO_T_PHOT, wavelength_nm=DEMO_WAVELENGTH_NM, source=str(path))
+
+
+def from_seed(seed, *, settings: Settings = Settings()) -> Problem:
+    """The problem of the seed's files (:class:`dopplermap.io.seed.SeedProblem`, from
+    :func:`~dopplermap.io.seed.read_seed` or :func:`~dopplermap.io.seed.load_problem`): its dense
+    synthesis form as given, its observations, and a grid of its cell centres when the files
+    hold them (solid angles: the given areas scaled to 4 pi). The seed's files name no
+    neighbour pairs, so ``regulariser="tikhonov"`` (which smooths across them) is refused
+    unless the form carries them (an ``.npz`` written with edges)."""
+    if settings.regulariser == "tikhonov" and np.asarray(seed.pre.edges).size == 0:
+        raise DopplermapInputError(f"{seed.source}: regulariser 'tikhonov' needs neighbouring cells, and these files "
+                                   "name none; use 'mem' (the seed's) or 'none'")
+    grid = None
+    if seed.has_coordinates:
+        area = np.asarray(seed.pre.cell_area, dtype=float)
+        grid = SurfaceGrid(lat=np.asarray(seed.lat, dtype=float), lon=np.mod(np.asarray(seed.lon, dtype=float), 2 * np.pi),
+                           area=area * (4 * np.pi / area.sum()), edges=np.asarray(seed.pre.edges, dtype=np.int64),
+                           kind="given")
+    return Problem(grid=grid, star=None, obs=seed.obs, components=None, method=seed.pre.line.method,
+                   settings=settings, source=seed.source, form=seed.pre)
 
 
 def save_npz(path, obs: Observations, star: StarParams | None = None, n_cell: int | None = None) -> Path:

@@ -21,18 +21,22 @@ from ..errors import DopplermapInputError
 _PATH = click.Path(dir_okay=False, path_type=Path)
 
 
-def _load(idc, sg, cpcs, problem, trust_pickle):
+def _load_arguments(idc, sg, cpcs, problem):
     picks = [p for p in (idc, sg, cpcs) if p is not None]
     if problem is not None and picks:
         raise DopplermapInputError("give either --problem FILE.npz or --idc/--sg/--cpcs, not both")
+    if problem is None and len(picks) != 3:
+        missing = [n for n, p in (("--idc", idc), ("--sg", sg), ("--cpcs", cpcs)) if p is None]
+        raise DopplermapInputError(f"missing {', '.join(missing)}: the seed's problem needs all three pickles "
+                         "(or --problem FILE.npz from `dopplermap convert`)")
+
+
+def _load(idc, sg, cpcs, problem, trust_pickle):
+    _load_arguments(idc, sg, cpcs, problem)
     if problem is not None:
         from ..io.seed import load_problem
 
         return load_problem(problem)
-    if len(picks) != 3:
-        missing = [n for n, p in (("--idc", idc), ("--sg", sg), ("--cpcs", cpcs)) if p is None]
-        raise DopplermapInputError(f"missing {', '.join(missing)}: the seed's problem needs all three pickles "
-                         "(or --problem FILE.npz from `dopplermap convert`)")
     from ..io.seed import read_seed  # after the argument checks: they answer without JAX
 
     return read_seed(idc, sg, cpcs, trust_pickle=trust_pickle)
@@ -58,59 +62,96 @@ def _is_seed_result(folder: Path) -> bool:
         return False
 
 
-def plot_seed_result(problem, res, out: Path) -> list[Path]:
-    """Figures of a seed inversion: filling factors (map if coordinates, else per cell
-    index) and the normalised residuals. Returns the written paths."""
+def seed_figure_arrays(problem, res) -> dict:
+    """What the figures of a seed inversion draw, as plain NumPy arrays (picklable without JAX)."""
+    obs = problem.obs
+    return dict(fssc=np.asarray(res.fssc), fssh=np.asarray(res.fssh), model=np.asarray(res.model),
+                flux=np.asarray(obs.flux), err=np.asarray(obs.err), vels=np.asarray(obs.vels), chi2=float(res.chi2),
+                lat=None if problem.lat is None else np.asarray(problem.lat),
+                lon=None if problem.lon is None else np.asarray(problem.lon))
+
+
+def _inch_axes(fig, x0, y0, w, h):
+    """Axes at (x0, y0) with size w x h, in inches: a fixed layout (no layout engine to run)."""
+    fw, fh = fig.get_size_inches()
+    return fig.add_axes((x0 / fw, y0 / fh, w / fw, h / fh))
+
+
+def _filling_figure(fssc, fssh, lat, lon, **_):
     from .. import style
 
-    paths = []
-    fig = style.new_figure(style.TWO_COLUMN, 5.5, layout="constrained")
+    fig = style.new_figure(style.TWO_COLUMN, 5.5)
+    w = style.TWO_COLUMN
     with style.context():
-        axes = fig.subplots(2, 1)
-        for ax, f, name, quantity in ((axes[0], res.fssc, "cool-spot filling factor fssc", "cool"),
-                                      (axes[1], res.fssh, "hot-spot filling factor fssh", "hot")):
-            if problem.has_coordinates:
-                lon = np.degrees(np.mod(problem.lon, 2 * np.pi))
-                sc = ax.scatter(lon, np.degrees(problem.lat), c=f, s=6, cmap=style.cmap(quantity), vmin=0,
-                                vmax=max(float(f.max()), 1e-3))
+        for row, (f, name, quantity) in enumerate(((fssc, "cool-spot filling factor fssc", "cool"),
+                                                   (fssh, "hot-spot filling factor fssh", "hot"))):
+            ax = _inch_axes(fig, 0.75, 3.15 - 2.7 * row, w - 2.1 if lat is not None else w - 1.05, 2.0)
+            if lat is not None:
+                sc = ax.scatter(np.degrees(np.mod(lon, 2 * np.pi)), np.degrees(lat), c=f, s=6, cmap=style.cmap(quantity),
+                                vmin=0, vmax=max(float(f.max()), 1e-3))
                 ax.set(xlim=(0, 360), ylim=(-90, 90), xlabel="longitude (deg)", ylabel="latitude (deg)", title=name)
-                fig.colorbar(sc, ax=ax, label=style.LABELS[quantity])
+                fig.colorbar(sc, cax=_inch_axes(fig, w - 1.2, 3.15 - 2.7 * row, 0.12, 2.0), label=style.LABELS[quantity])
             else:
                 ax.plot(np.arange(f.size), f, lw=0.6, color="k")
                 ax.set(xlabel="cell index (no coordinates in the input: not a map)", ylabel="filling factor",
                        title=name, xlim=(0, f.size - 1))
-    paths.append(style.save_figure(fig, out / "filling_factors.png"))
+    return fig
 
-    resid = (np.asarray(problem.obs.flux) - res.model) / np.asarray(problem.obs.err)
-    fig = style.new_figure(style.TWO_COLUMN, 3.8, layout="constrained")
+
+def _residual_figure(flux, err, vels, model, chi2, **_):
+    from .. import style
+
+    resid = (flux - model) / err
+    fig = style.new_figure(style.TWO_COLUMN, 3.8)
+    panel = (style.TWO_COLUMN - 2.6) / 2
     with style.context():
-        axes = fig.subplots(1, 2)
-        vels = np.asarray(problem.obs.vels)
-        ext = (vels[0], vels[-1], problem.n_epoch - 0.5, -0.5)
-        im = axes[0].imshow(np.asarray(problem.obs.flux), aspect="auto", extent=ext, cmap="gray")
-        axes[0].set(xlabel="velocity (km/s)", ylabel="epoch index", title="observed profiles")
-        fig.colorbar(im, ax=axes[0], label="normalised intensity")
+        ext = (vels[0], vels[-1], flux.shape[0] - 0.5, -0.5)
         lim = float(np.percentile(np.abs(resid), 99)) or 1.0
-        im = axes[1].imshow(resid, aspect="auto", extent=ext, cmap=style.cmap("difference"), vmin=-lim, vmax=lim)
-        im.set_label("difference")
-        axes[1].set(xlabel="velocity (km/s)", ylabel="epoch index", title=f"(obs − model) / err, χ² = {res.chi2:.3f}")
-        fig.colorbar(im, ax=axes[1], label="residual (σ)")
-    paths.append(style.save_figure(fig, out / "residuals.png"))
-    return paths
+        for i, (img, title, kw, label) in enumerate((
+                (flux, "observed profiles", dict(cmap="gray"), "normalised intensity"),
+                (resid, f"(obs − model) / err, χ² = {chi2:.3f}",
+                 dict(cmap=style.cmap("difference"), vmin=-lim, vmax=lim), "residual (σ)"))):
+            x0 = 0.6 + i * (panel + 1.25)
+            ax = _inch_axes(fig, x0, 0.55, panel, 2.9)
+            im = ax.imshow(img, aspect="auto", extent=ext, **kw)
+            ax.set(xlabel="velocity (km/s)", ylabel="epoch index" if i == 0 else None, title=title)
+            fig.colorbar(im, cax=_inch_axes(fig, x0 + panel + 0.1, 0.55, 0.1, 2.9), label=label)
+    return fig
+
+
+def plot_seed_figures(out, arrays: dict) -> list[Path]:
+    """Figures of a seed inversion (arrays of :func:`seed_figure_arrays`) into the folder ``out``:
+    filling factors (a map with cell coordinates, else per cell index) and the normalised
+    residuals. Returns the written paths."""
+    from .. import style
+
+    out = Path(out)
+    return [style.save_figure(_filling_figure(**arrays), out / "filling_factors.png"),
+            style.save_figure(_residual_figure(**arrays), out / "residuals.png")]
+
+
+def plot_seed_result(problem, res, out: Path) -> list[Path]:
+    """:func:`plot_seed_figures` of a :class:`~dopplermap.io.seed.SeedProblem` and its result."""
+    return plot_seed_figures(out, seed_figure_arrays(problem, res))
 
 
 def run_invert_seed(problem, out: Path, *, lmbd: float, tol: float, maxiter: int, quiet: bool, plots: bool,
-                    read_time: float = 0.0, overwrite: bool = True) -> dict:
+                    read_time: float = 0.0, overwrite: bool = True, figure_process=None) -> dict:
     """Invert a :class:`~dopplermap.io.seed.SeedProblem` and write the results to ``out``.
 
-    ``out`` is written as one atomic folder (:class:`dopplermap.atomic.AtomicFolder`, kind
-    ``seed-result``): ``result.npz``, the figures, ``summary.json`` and the manifest, all
-    carrying one run id; a kill leaves the previous folder or the complete new one.
+    The problem is solved as a :class:`dopplermap.problem.Problem` (:func:`~dopplermap.problem.from_seed`)
+    by :func:`dopplermap.invert`. ``out`` is written as one atomic folder
+    (:class:`dopplermap.atomic.AtomicFolder`, kind ``seed-result``): ``result.npz``, the
+    figures, ``summary.json`` and the manifest, all carrying one run id; a kill leaves the
+    previous folder or the complete new one. The figures are drawn by ``figure_process`` (a
+    :class:`dopplermap.figure_process.FigureProcess` started with
+    ``preload=("dopplermap.commands.seed",)``) while the result file is written, or here.
     """
-    import dopplermap as dm
-
     from ..atomic import AtomicFolder, check_out, fingerprint
     from ..errors import active_warnings
+    from ..figure_process import submit
+    from ..problem import Settings, from_seed
+    from ..solvers import invert
 
     check_out(out, "seed-result", overwrite=overwrite, legacy=_is_seed_result)
     t0 = time.perf_counter()
@@ -119,8 +160,8 @@ def run_invert_seed(problem, out: Path, *, lmbd: float, tol: float, maxiter: int
         if not quiet and it % 25 == 0:
             click.echo(f"  iteration {it:4d}  loss {hist['loss'][-1]:.8g}", err=True)
 
-    res = dm.invert(problem.pre, problem.obs, lmbd=lmbd, regulariser="mem", tol=tol, maxiter=maxiter,
-                    callback=progress)
+    prob = from_seed(problem, settings=Settings(lmbd=lmbd, regulariser="mem", tol=tol, maxiter=maxiter))
+    res = invert(prob, callback=progress)
     total = time.perf_counter() - t0 + read_time
     obs = problem.obs
     inputs = fingerprint((obs.times, obs.vels, obs.flux, obs.err), problem.pre.cell_area,
@@ -138,9 +179,12 @@ def run_invert_seed(problem, out: Path, *, lmbd: float, tol: float, maxiter: int
                       history_chi2=res.history.get("chi2", np.zeros(0)))
         if problem.has_coordinates:
             arrays.update(lat=problem.lat, lon=problem.lon)
+        if plots:
+            figures = submit(figure_process, "dopplermap.commands.seed:plot_seed_figures", folder.tmp,
+                             seed_figure_arrays(problem, res))
         folder.write("result.npz", lambda p: _write_npz(p, **arrays))
         if plots:
-            summary["figures"] = [p.name for p in plot_seed_result(problem, res, folder.tmp)]
+            summary["figures"] = [p.name for p in figures()]
             folder.wrote()
             if not problem.has_coordinates:
                 summary["figure_note"] = ("no cell coordinates in the input (sg has no grid_lats/grid_longs): "
@@ -170,18 +214,24 @@ def register(group):
     @click.option("--no-plots", is_flag=True, help="Skip the figures.")
     def invert_seed(idc, sg, cpcs, problem, trust_pickle, lmbd, tol, maxiter, out, overwrite, quiet, no_plots):
         """Solve the seed's problem (idc/sg/cpcs pickles or a converted .npz) with the seed's loss."""
+        import contextlib
+
         from ..atomic import check_out
         from ..cli import exit_status
+        from ..figure_process import FigureProcess
 
         check_out(out, "seed-result", overwrite=overwrite, legacy=_is_seed_result)  # before any work
+        _load_arguments(idc, sg, cpcs, problem)
         t0 = time.perf_counter()
-        prob = _load(idc, sg, cpcs, problem, trust_pickle)
-        read_time = time.perf_counter() - t0
-        if not quiet:
-            click.echo(f"read {prob.n_epoch} epochs x {prob.n_vel} velocities, {prob.n_cell} cells "
-                       f"({prob.n_visible.min()}-{prob.n_visible.max()} visible) in {read_time:.2f} s", err=True)
-        s = run_invert_seed(prob, out, lmbd=lmbd, tol=tol, maxiter=maxiter, quiet=quiet, plots=not no_plots,
-                            read_time=read_time, overwrite=overwrite)
+        # matplotlib loads in a child on another core while this process reads and solves
+        with FigureProcess(preload=("dopplermap.commands.seed",)) if not no_plots else contextlib.nullcontext() as figs:
+            prob = _load(idc, sg, cpcs, problem, trust_pickle)
+            read_time = time.perf_counter() - t0
+            if not quiet:
+                click.echo(f"read {prob.n_epoch} epochs x {prob.n_vel} velocities, {prob.n_cell} cells "
+                           f"({prob.n_visible.min()}-{prob.n_visible.max()} visible) in {read_time:.2f} s", err=True)
+            s = run_invert_seed(prob, out, lmbd=lmbd, tol=tol, maxiter=maxiter, quiet=quiet, plots=not no_plots,
+                                read_time=read_time, overwrite=overwrite, figure_process=figs)
         click.echo(f"loss {s['loss']:.10g}  chi2 {s['chi2']:.6g}  entropy {s['entropy']:.6g}  "
                    f"iterations {s['iterations']}  compile {s['compile_time']:.2f} s  solve {s['solve_time']:.2f} s")
         if not no_plots and not prob.has_coordinates:

@@ -74,6 +74,10 @@ def run_target(cfg, out: Path, *, plots: bool = True, quiet: bool = True, config
     """
     import dataclasses
 
+    from ..figure_process import FigureProcess
+
+    # matplotlib loads in a child on another core meanwhile (it exits on its own if unused)
+    figs = FigureProcess() if plots else None
     import jax.numpy as jnp
 
     from ..app import save_result, with_context
@@ -145,7 +149,7 @@ def run_target(cfg, out: Path, *, plots: bool = True, quiet: bool = True, config
             res = with_context(res, grid=grid, star=prob.star, obs=obs, pre=pre, light_curve=light_curve, config=config,
                                extra=extra)
             summary = save_result(res, out, plots=plots, config_file=config_file, extra_writers=writers,
-                                  overwrite=overwrite, report=report)
+                                  overwrite=overwrite, report=report, figure_process=figs)
     return summary
 
 
