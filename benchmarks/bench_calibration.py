@@ -279,6 +279,36 @@ def run_grid(s, scheduler="sync", incs=INC_GRID, vsini_steps=VSINI_STEPS):
     return out
 
 
+CAL_TRIALS = INC_GRID[::2]  # trial inclinations of the calibration (every 10 deg)
+
+
+def run_calibrated(s, grid, n_sim=16, seed=0, incs=INC_GRID, trials=CAL_TRIALS, vsini_steps=VSINI_STEPS,
+                   lmbd=None):
+    """The calibrated estimator (:func:`dopplermap.calibrate.calibrate_parameter`): inclination
+    with vsini held at the grid's best vsini, then vsini with the inclination held at the
+    calibrated inclination; ``grid`` is :func:`run_grid`'s output."""
+    from dopplermap.calibrate import calibrate_parameter
+
+    p = s["problem"]
+    settings = p.settings if lmbd is None else p.settings.replace(lmbd=lmbd)
+    out = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ci = calibrate_parameter(p, "inclination", incs, fixed={"vsini": grid["grid_vsini"]}, trials=trials,
+                                 n_sim=n_sim, seed=seed, settings=settings)
+        vs = s["vsini"] + np.asarray(vsini_steps, float)
+        cv = calibrate_parameter(p, "vsini", vs, fixed={"inclination": ci.estimate}, n_sim=n_sim, seed=seed + 1,
+                                 settings=settings)
+    for key, c, truth in (("inc", ci, s["inc"]), ("vsini", cv, s["vsini"])):
+        out.update({f"cal_{key}": c.estimate, f"cal_{key}_raw": c.raw, f"cal_{key}_lo68": c.lo68,
+                    f"cal_{key}_hi68": c.hi68, f"cal_{key}_lo95": c.lo95, f"cal_{key}_hi95": c.hi95,
+                    f"cal_{key}_in68": bool(c.lo68 <= truth <= c.hi68), f"cal_{key}_in95": bool(c.lo95 <= truth <= c.hi95),
+                    f"cal_{key}_no_crossing": c.no_crossing, f"cal_{key}_solves": c.n_solves,
+                    f"cal_{key}_s": c.seconds, f"cal_{key}_center": c.center.tolist(),
+                    f"cal_{key}_spread": c.spread.tolist(), f"cal_{key}_trials": c.trials.tolist()})
+    return out
+
+
 def run_joint(s, start_inc=45.0, dvsini=2.0, maxiter=3000):
     from dopplermap.jointfit import joint_fit
 
@@ -476,10 +506,10 @@ def summarise(rows):
         return float(np.mean(v)) if v else None
 
     out = {}
-    for est in ("grid", "cont", "joint"):
+    for est in ("grid", "cont", "joint", "cal"):
         out[f"{est}_inc"] = stats(f"{est}_inc", "inc")
         out[f"{est}_vsini"] = stats(f"{est}_vsini", "vsini")
-    for est in ("grid", "cont"):
+    for est in ("grid", "cont", "cal"):
         for key in ("inc", "vsini"):
             out[f"{est}_{key}_cover68"] = frac(f"{est}_{key}_in68")
             out[f"{est}_{key}_cover95"] = frac(f"{est}_{key}_in95")
@@ -513,6 +543,24 @@ def table(rows):
     return "\n".join(lines)
 
 
+def cal_table(rows):
+    """The calibrated estimator against the raw read-out it calibrates."""
+    h = ("| star | inc | vsini | E | gap | S/N | raw inc | calibrated inc [68 %] | 95 % | raw vsini | "
+         "calibrated vsini [68 %] | 95 % | solves | s |")
+    lines = [h, "|" + "---|" * (h.count("|") - 1)]
+    for r in rows:
+        if "cal_inc" not in r:
+            continue
+        lines.append(
+            f"| {r['k']} | {r['inc']:.0f} | {r['vsini']:.0f} | {r['n_epoch']} | {'y' if r['gap'] else 'n'} | "
+            f"{r['snr']:.0f} | {r['cal_inc_raw']:.1f} | {r['cal_inc']:.1f} [{r['cal_inc_lo68']:.1f}, "
+            f"{r['cal_inc_hi68']:.1f}] | [{r['cal_inc_lo95']:.1f}, {r['cal_inc_hi95']:.1f}] | "
+            f"{r['cal_vsini_raw']:.2f} | {r['cal_vsini']:.2f} [{r['cal_vsini_lo68']:.2f}, {r['cal_vsini_hi68']:.2f}] | "
+            f"[{r['cal_vsini_lo95']:.2f}, {r['cal_vsini_hi95']:.2f}] | {r['cal_inc_solves'] + r['cal_vsini_solves']} | "
+            f"{r['cal_inc_s'] + r['cal_vsini_s']:.0f} |")
+    return "\n".join(lines)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help=f"stars {QUICK} only")
@@ -521,6 +569,9 @@ def main():
     ap.add_argument("--alt", type=int, default=0, help="max-entropy-at-chi2=1 estimator on the first N stars run")
     ap.add_argument("--evidence", type=int, default=0, help="Laplace evidence per inclination on the first N stars run")
     ap.add_argument("--no-joint", action="store_true")
+    ap.add_argument("--calibrate", type=int, default=0, metavar="N",
+                    help="the calibrated estimator with N simulations per trial (0: not run)")
+    ap.add_argument("--cal-lmbd", type=float, default=None, help="lambda of the calibrated estimator's base read-out")
     ap.add_argument("--diagnose", type=int, default=None, help="star K: profile on noise-free data and 3 other noise draws")
     ap.add_argument("--out", default=None, help="JSON results file")
     ap.add_argument("--resummarise", default=None, help="recompute the summary and table of a results JSON")
@@ -563,6 +614,8 @@ def main():
         r.update(run_grid(s))
         if not args.no_joint:
             r.update(run_joint(s))
+        if args.calibrate:
+            r.update(run_calibrated(s, r, n_sim=args.calibrate, lmbd=args.cal_lmbd))
         if n < args.coverage:
             r.update(run_coverage(s))
         if n < args.alt:
@@ -576,16 +629,22 @@ def main():
               + (f"; coverage post {r['cov_laplace-posterior_both']:.2f} sand {r['cov_laplace-sandwich_both']:.2f}"
                  f" boot {r['cov_bootstrap_both']:.2f}" if "cov_bootstrap_both" in r else "")
               + (f"; alt maxent inc {r.get('alt_inc_maxent', float('nan')):.1f}" if "alt_wall_s" in r else "")
-              + (f"; evidence inc {r.get('ev_inc', float('nan')):.1f}" if "ev_wall_s" in r else ""),
+              + (f"; evidence inc {r.get('ev_inc', float('nan')):.1f}" if "ev_wall_s" in r else "")
+              + (f"; calibrated inc {r['cal_inc']:.1f} [{r['cal_inc_lo68']:.1f}, {r['cal_inc_hi68']:.1f}] vsini "
+                 f"{r['cal_vsini']:.2f} [{r['cal_vsini_lo68']:.2f}, {r['cal_vsini_hi68']:.2f}]" if "cal_inc" in r else ""),
               flush=True)
+        if args.out:  # a partial file after every star: the run can be stopped at any moment
+            write_json(args.out, dict(partial=True, stars=rows, summary=summarise(rows)))
     summ = summarise(rows)
     print(table(rows))
+    print(cal_table(rows))
     for k, v in summ.items():
         print(k, v)
     out = dict(machine=platform.node(), cpu_count=os.cpu_count(), backend=jax.default_backend(),
                load_before=load0, load_after=os.getloadavg(), wall_s=time.perf_counter() - t_all,
                settings=dict(n_cell=N_CELL, n_vel=N_VEL, inc_grid=INC_GRID.tolist(), vsini_steps=VSINI_STEPS.tolist(),
-                             fine_grid_cells=int(fine_grid()[0].size)),
+                             fine_grid_cells=int(fine_grid()[0].size), calibrate_n_sim=args.calibrate,
+                             calibrate_trials=CAL_TRIALS.tolist(), calibrate_lmbd=args.cal_lmbd),
                stars=rows, summary=summ)
     if args.out:
         write_json(args.out, out)
