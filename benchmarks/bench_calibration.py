@@ -283,22 +283,24 @@ CAL_TRIALS = INC_GRID[::2]  # trial inclinations of the calibration (every 10 de
 
 
 def run_calibrated(s, grid, n_sim=16, seed=0, incs=INC_GRID, trials=CAL_TRIALS, vsini_steps=VSINI_STEPS,
-                   lmbd=None):
+                   lmbd=None, sim_lmbd=None, column="loss"):
     """The calibrated estimator (:func:`dopplermap.calibrate.calibrate_parameter`): inclination
     with vsini held at the grid's best vsini, then vsini with the inclination held at the
-    calibrated inclination; ``grid`` is :func:`run_grid`'s output."""
-    from dopplermap.calibrate import calibrate_parameter
+    calibrated inclination; ``grid`` is :func:`run_grid`'s output. The other base read-out
+    (``loss`` / ``chi2_total``) is calibrated too from the same solves (keys ``calx_``)."""
+    from dopplermap.calibrate import COLUMNS, belt_estimate, calibrate_parameter, profile_minimum
 
     p = s["problem"]
     settings = p.settings if lmbd is None else p.settings.replace(lmbd=lmbd)
+    other = [c for c in COLUMNS if c != column][0]
     out = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ci = calibrate_parameter(p, "inclination", incs, fixed={"vsini": grid["grid_vsini"]}, trials=trials,
-                                 n_sim=n_sim, seed=seed, settings=settings)
+                                 n_sim=n_sim, seed=seed, settings=settings, sim_lmbd=sim_lmbd, column=column)
         vs = s["vsini"] + np.asarray(vsini_steps, float)
         cv = calibrate_parameter(p, "vsini", vs, fixed={"inclination": ci.estimate}, n_sim=n_sim, seed=seed + 1,
-                                 settings=settings)
+                                 settings=settings, sim_lmbd=sim_lmbd, column=column)
     for key, c, truth in (("inc", ci, s["inc"]), ("vsini", cv, s["vsini"])):
         out.update({f"cal_{key}": c.estimate, f"cal_{key}_raw": c.raw, f"cal_{key}_lo68": c.lo68,
                     f"cal_{key}_hi68": c.hi68, f"cal_{key}_lo95": c.lo95, f"cal_{key}_hi95": c.hi95,
@@ -306,6 +308,13 @@ def run_calibrated(s, grid, n_sim=16, seed=0, incs=INC_GRID, trials=CAL_TRIALS, 
                     f"cal_{key}_no_crossing": c.no_crossing, f"cal_{key}_solves": c.n_solves,
                     f"cal_{key}_s": c.seconds, f"cal_{key}_center": c.center.tolist(),
                     f"cal_{key}_spread": c.spread.tolist(), f"cal_{key}_trials": c.trials.tolist()})
+        pr = c.member_profiles[other]
+        est = np.array([profile_minimum(c.values, pr[:, m]) for m in range(pr.shape[1])])
+        b = belt_estimate(c.trials, est[1:].reshape(c.trials.size, c.n_sim), est[0])
+        out.update({f"calx_{key}": b["estimate"], f"calx_{key}_raw": float(est[0]), f"calx_{key}_lo68": b["lo68"],
+                    f"calx_{key}_hi68": b["hi68"], f"calx_{key}_in68": bool(b["lo68"] <= truth <= b["hi68"]),
+                    f"calx_{key}_in95": bool(b["lo95"] <= truth <= b["hi95"])})
+    out.update(cal_column=column, calx_column=other, cal_sim_lmbd=ci.sim_lmbd, cal_lmbd=float(settings.lmbd))
     return out
 
 
@@ -506,10 +515,10 @@ def summarise(rows):
         return float(np.mean(v)) if v else None
 
     out = {}
-    for est in ("grid", "cont", "joint", "cal"):
+    for est in ("grid", "cont", "joint", "cal", "calx"):
         out[f"{est}_inc"] = stats(f"{est}_inc", "inc")
         out[f"{est}_vsini"] = stats(f"{est}_vsini", "vsini")
-    for est in ("grid", "cont", "cal"):
+    for est in ("grid", "cont", "cal", "calx"):
         for key in ("inc", "vsini"):
             out[f"{est}_{key}_cover68"] = frac(f"{est}_{key}_in68")
             out[f"{est}_{key}_cover95"] = frac(f"{est}_{key}_in95")
@@ -572,6 +581,8 @@ def main():
     ap.add_argument("--calibrate", type=int, default=0, metavar="N",
                     help="the calibrated estimator with N simulations per trial (0: not run)")
     ap.add_argument("--cal-lmbd", type=float, default=None, help="lambda of the calibrated estimator's base read-out")
+    ap.add_argument("--cal-sim-lmbd", type=float, default=None, help="lambda of its trial maps (default 0.1 x lambda)")
+    ap.add_argument("--cal-column", default="loss", help="its base read-out: loss or chi2_total")
     ap.add_argument("--diagnose", type=int, default=None, help="star K: profile on noise-free data and 3 other noise draws")
     ap.add_argument("--out", default=None, help="JSON results file")
     ap.add_argument("--resummarise", default=None, help="recompute the summary and table of a results JSON")
@@ -615,7 +626,8 @@ def main():
         if not args.no_joint:
             r.update(run_joint(s))
         if args.calibrate:
-            r.update(run_calibrated(s, r, n_sim=args.calibrate, lmbd=args.cal_lmbd))
+            r.update(run_calibrated(s, r, n_sim=args.calibrate, lmbd=args.cal_lmbd, sim_lmbd=args.cal_sim_lmbd,
+                                    column=args.cal_column))
         if n < args.coverage:
             r.update(run_coverage(s))
         if n < args.alt:
@@ -644,7 +656,8 @@ def main():
                load_before=load0, load_after=os.getloadavg(), wall_s=time.perf_counter() - t_all,
                settings=dict(n_cell=N_CELL, n_vel=N_VEL, inc_grid=INC_GRID.tolist(), vsini_steps=VSINI_STEPS.tolist(),
                              fine_grid_cells=int(fine_grid()[0].size), calibrate_n_sim=args.calibrate,
-                             calibrate_trials=CAL_TRIALS.tolist(), calibrate_lmbd=args.cal_lmbd),
+                             calibrate_trials=CAL_TRIALS.tolist(), calibrate_lmbd=args.cal_lmbd,
+                             calibrate_sim_lmbd=args.cal_sim_lmbd, calibrate_column=args.cal_column),
                stars=rows, summary=summ)
     if args.out:
         write_json(args.out, out)

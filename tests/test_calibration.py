@@ -184,3 +184,29 @@ def test_calibrate_parameter_on_a_small_star():
         calibrate_parameter(s["problem"], "inclination", vals, fixed={"inclination": 50.0})
     with pytest.raises(dm.DopplermapInputError, match="n_sim"):
         calibrate_parameter(s["problem"], "inclination", vals, n_sim=2)
+
+
+def test_cli_grid_calibrate_prints_one_criterion(tmp_path, capsys):
+    import json
+
+    from dopplermap.cli import main
+    from dopplermap.commands.search import save_problem
+
+    s = B.make_star(7, n_lat=48, n_cell=120, n_vel=20)
+    npz = save_problem(tmp_path / "p.npz", s["problem"].obs, s["problem"].star, n_cell=120)
+    out = tmp_path / "g"
+    rc = main(["grid", str(npz), "--out", str(out), "--param", "inclination=60,70,80", "--param", "vsini=35",
+               "--calibrate", "4", "--scheduler", "sync", "-q"])
+    assert rc == 0
+    text = capsys.readouterr().out
+    cal = json.loads((out / "grid.json").read_text())["calibrated"]
+    assert list(cal) == ["inclination"] and cal["inclination"]["n_sim"] == 4
+    c = cal["inclination"]
+    assert c["lo95"] <= c["lo68"] <= c["estimate"] <= c["hi68"] <= c["hi95"]
+    # the printed best point and interval are the calibrated ones; vsini (one value) is held
+    assert f"inclination={c['estimate']:.4g}" in text and "vsini=35 (held)" in text
+    assert f"68 % {c['lo68']:.4g} .. {c['hi68']:.4g}" in text and "Delta chi2" not in text
+    # nothing to calibrate: refused before the search
+    assert main(["grid", str(npz), "--out", str(tmp_path / "h"), "--param", "inclination=60,70", "--calibrate", "4",
+                 "--scheduler", "sync"]) == 2
+    assert not (tmp_path / "h" / "grid.csv").exists()

@@ -2,36 +2,28 @@
 
 The chi-square of a regularised fit, read along a grid of a stellar parameter (inclination,
 vsini, ...), is not a likelihood: the regulariser trades against the geometry, so its
-minimum is biased and its ``Delta chi2 <= 1`` range is far too narrow (measured in
+minimum is biased and its ``Delta chi2 <= 1`` range far too narrow (measured in
 ``benchmarks/RESULTS.md``, "Stellar parameters: calibration"). Instead of reading it as a
-likelihood, this module learns what the read-out does by simulation and inverts that
-(Neyman 1937; the parametric bootstrap of Efron 1979; docs/parameters.md):
+likelihood, :func:`calibrate_parameter` learns by simulation what the read-out does and
+inverts that (Neyman 1937; the parametric bootstrap of Efron 1979; docs/parameters.md):
 
-1. **Base estimate** :math:`\\hat\\theta(d)`: the minimum of the profile ``chi2_total`` along
-   the parameter's grid values (other grid parameters fixed), located by a parabola through
-   the lowest node and its neighbours (:func:`profile_minimum`).
-2. For each trial value :math:`\\theta_t` (by default every grid value) the map is
-   reconstructed from the observed data at :math:`\\theta_t`: it is what the data say if
-   :math:`\\theta_t` were true. ``n_sim`` data sets are simulated from its model profiles with
-   the observed errors and epochs (Gaussian noise) and the base estimate is taken on each, by
-   the same solver and read-out as on the observed data (all in one batched solve per grid
-   value, :func:`dopplermap.solvers.invert_batch`, the observed data as the batch's first member).
-3. Per trial, the sampling distribution of the base estimate is summarised by its median and
-   its central spread; ``P(theta_t) = Pr(estimate <= observed | theta_t)`` follows (normal
-   model on median and quantile spread, so that estimates piled at a grid edge do not distort
-   it), smoothed to be non-increasing in :math:`\\theta_t` (the estimate grows with the truth).
-4. The point estimate is the :math:`\\theta_t` at which ``P = 1/2`` (the median of the estimate
-   equals the observed estimate: median-unbiased), and the 68 % / 95 % confidence sets are
-   :math:`\\{\\theta_t : P \\in [0.16, 0.84]\\}` / ``[0.025, 0.975]``, linearly interpolated
-   between trials.
+1. Base estimate ``theta_hat(d)``: the minimum of the profile ``chi2_total`` along the
+   parameter's grid values (other grid parameters held), located by a parabola through the
+   lowest node and its neighbours (:func:`profile_minimum`).
+2. For each trial value ``theta_t`` (by default every grid value) the map is reconstructed
+   from the observed data at ``theta_t``: what the data say if ``theta_t`` were true.
+   ``n_sim`` data sets are simulated from its model profiles with the observed errors and
+   epochs, and the base estimate is taken on each by the same solver and read-out as on the
+   observed data (one batched solve per grid value, the observed data its first member).
+3. The trials' simulated estimates form the belt (:func:`belt_estimate`): the point
+   estimate is the ``theta_t`` whose median estimate equals the observed one
+   (median-unbiased), the 68 % / 95 % confidence sets are the ``theta_t`` whose central
+   68 % / 95 % of estimates hold the observed one.
 
-Cost: ``n_trial`` solves for the trial maps and ``n_grid`` batched solves of
-``1 + n_trial * n_sim`` members each (:func:`calibration_cost`).
-
-Assumptions (docs/parameters.md): the map reconstructed at the trial value stands for the
-true map (the regulariser's smoothing of it is not simulated); the noise is Gaussian with
-the stated errors; the forward model is exact (the model error of a coarse surface grid is
-not simulated); the other grid parameters are held at their given values.
+Cost: :func:`calibration_cost`. Assumptions (docs/parameters.md): the map reconstructed at
+the trial value stands for the true map; Gaussian noise with the stated errors; an exact
+forward model (a coarse grid's model error is not simulated); the other grid parameters
+held at their given values.
 """
 
 from __future__ import annotations
@@ -50,7 +42,13 @@ from .search import apply_parameters, pad_precomputed
 from .solvers.batch import invert_batch
 
 __all__ = ["Calibration", "calibrate_parameter", "calibration_cost", "profile_minimum", "belt_estimate",
-           "check_calibratable", "LEVELS"]
+           "check_calibratable", "LEVELS", "COLUMNS", "SIM_LMBD_FACTOR"]
+
+COLUMNS = ("loss", "chi2_total")
+"""Base read-outs: the profile of ``n_data`` x the objective, or of the un-reduced chi-square."""
+
+SIM_LMBD_FACTOR = 0.1
+"""Default lambda of the trial maps, as a fraction of the read-out's lambda."""
 
 LEVELS = (0.6826894921370859, 0.9544997361036416)
 """Confidence levels of the reported sets: the normal 1- and 2-sigma probabilities."""
@@ -199,7 +197,9 @@ class Calibration:
             parameters as held. sims: (n_trial, n_sim) simulated base estimates.
         center, spread: median (made non-decreasing) and half 68 % width of each trial's
             estimates. profile: (n_grid,) the observed profile ``chi2_total``.
-        n_sim, n_solves, seconds, seed, column: the cost and the settings.
+        n_sim, n_solves, seconds, seed, column, sim_lmbd: the cost and the settings.
+        member_profiles: ``{column: (n_grid, 1 + n_trial n_sim)}`` profiles of every data
+            set (the observed first) for each of :data:`COLUMNS`.
     """
 
     name: str
@@ -223,12 +223,14 @@ class Calibration:
     n_solves: int
     seconds: float
     seed: int
-    column: str = "chi2_total"
+    column: str = "loss"
+    sim_lmbd: float | None = None
+    member_profiles: dict | None = dataclasses.field(default=None, repr=False)
 
     def summary(self) -> dict:
         """JSON-ready summary (no per-simulation arrays)."""
         keys = ("name", "estimate", "lo68", "hi68", "lo95", "hi95", "raw", "lo_open", "hi_open", "no_crossing",
-                "fixed", "n_sim", "n_solves", "seconds", "seed", "column")
+                "fixed", "n_sim", "n_solves", "seconds", "seed", "column", "sim_lmbd")
         out = {k: getattr(self, k) for k in keys}
         out.update(trials=self.trials.tolist(), center=self.center.tolist(), spread=self.spread.tolist(),
                    values=self.values.tolist(), profile=self.profile.tolist(),
@@ -259,7 +261,7 @@ def check_calibratable(problem: Problem, settings: Settings) -> None:
 
 def calibrate_parameter(problem: Problem, name: str, values, *, fixed: dict | None = None, trials=None,
                         n_sim: int = 32, seed: int = 0, settings: Settings | None = None,
-                        progress=None) -> Calibration:
+                        column: str = "loss", sim_lmbd: float | None = None, progress=None) -> Calibration:
     """Calibrate grid parameter ``name`` by simulation (module docs; docs/parameters.md).
 
     Args:
@@ -270,12 +272,21 @@ def calibrate_parameter(problem: Problem, name: str, values, *, fixed: dict | No
         trials: trial true values (default ``values``). n_sim: simulated data sets per trial.
         seed: of the noise draws. settings: solver settings (default the problem's;
             lambda, regulariser, tol and maxiter are used, fit_rv and fit_amp as given).
+        column: the base read-out, ``"loss"`` (default; ``n_data`` x the objective,
+            regulariser included) or ``"chi2_total"`` (the un-reduced chi-square, as the
+            plain ``grid`` read-out). Chosen by measurement (docs/parameters.md).
+        sim_lmbd: lambda of the trial maps the data sets are simulated from (default
+            ``SIM_LMBD_FACTOR * settings.lmbd``): a map less smoothed than the read-out's keeps
+            more of the surface's structure, so that the simulations see the regulariser's
+            bias as the real data do (measured: docs/parameters.md).
         progress: optional ``progress(stage, i, n)`` per trial map and per grid value.
     Returns:
         :class:`Calibration`.
     """
     settings = problem.settings if settings is None else settings
     check_calibratable(problem, settings)
+    if column not in COLUMNS:
+        raise DopplermapInputError(f"calibrate {name}: column must be one of {COLUMNS}, got {column!r}")
     fixed = dict(fixed or {})
     if name in fixed:
         raise DopplermapInputError(f"calibrate_parameter: {name!r} is both calibrated and fixed")
@@ -291,6 +302,9 @@ def calibrate_parameter(problem: Problem, name: str, values, *, fixed: dict | No
     t_start = time.perf_counter()
     kw = dict(lmbd=settings.lmbd, regulariser=settings.regulariser, tol=settings.tol, maxiter=settings.maxiter,
               fit_rv=settings.fit_rv, fit_amp=settings.fit_amp)
+    lm_sim = SIM_LMBD_FACTOR * float(settings.lmbd) if sim_lmbd is None else float(sim_lmbd)
+    if not (math.isfinite(lm_sim) and lm_sim >= 0):
+        raise DopplermapInputError(f"calibrate {name}: sim_lmbd must be finite and >= 0, got {sim_lmbd!r}")
 
     def at(value):
         star, comps = apply_parameters(problem, dict(fixed, **{name: float(value)}))
@@ -305,19 +319,22 @@ def calibrate_parameter(problem: Problem, name: str, values, *, fixed: dict | No
     flux = [np.asarray(obs.flux, float)[None]]
     for i, tv in enumerate(t):  # the map the data give at each trial value, and data sets drawn from it
         point = at(tv)
-        res = invert_batch(pad_precomputed(point.pre), point.obs, flux=flux[0], err=err, mode=mode, **kw)[0]
+        res = invert_batch(pad_precomputed(point.pre), point.obs, flux=flux[0], err=err, mode=mode,
+                           **dict(kw, lmbd=lm_sim))[0]
         flux.append(np.asarray(res.model)[None] + err[None] * rng.standard_normal((n_sim, *err.shape)))
         if progress is not None:
             progress("trial", i + 1, t.size)
     flux = np.concatenate(flux)
     n_data = obs.n_epoch * obs.n_vel
-    prof = np.empty((v.size, flux.shape[0]))
+    profiles = {c: np.empty((v.size, flux.shape[0])) for c in COLUMNS}
     for j, gv in enumerate(v):  # every data set solved at each grid value, in one batch
         point = at(gv)
         rs = invert_batch(pad_precomputed(point.pre), point.obs, flux=flux, err=err, mode=mode, **kw)
-        prof[j] = [r.chi2 * n_data for r in rs]
+        profiles["chi2_total"][j] = [r.chi2 * n_data for r in rs]
+        profiles["loss"][j] = [r.loss * n_data for r in rs]
         if progress is not None:
             progress("grid", j + 1, v.size)
+    prof = profiles[column]
     est = np.array([profile_minimum(v, prof[:, m]) for m in range(flux.shape[0])])
     sims = est[1:].reshape(t.size, n_sim)
     belt = belt_estimate(t, sims, est[0])
@@ -326,4 +343,5 @@ def calibrate_parameter(problem: Problem, name: str, values, *, fixed: dict | No
                        lo95=belt["lo95"], hi95=belt["hi95"], raw=float(est[0]), lo_open=belt["lo_open"],
                        hi_open=belt["hi_open"], no_crossing=belt["no_crossing"], values=v, trials=t, fixed=fixed,
                        sims=sims, center=belt["center"], spread=belt["spread"], profile=prof[:, 0],
-                       n_sim=n_sim, n_solves=cost["total"], seconds=time.perf_counter() - t_start, seed=int(seed))
+                       n_sim=n_sim, n_solves=cost["total"], seconds=time.perf_counter() - t_start, seed=int(seed),
+                       column=column, sim_lmbd=lm_sim, member_profiles=profiles)
