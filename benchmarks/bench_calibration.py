@@ -1,7 +1,7 @@
 """Calibration of the stellar-parameter estimators and uncertainty maps on simulated stars.
 
     PYTHONPATH=src python benchmarks/bench_calibration.py [--quick] [--out results.json]
-        [--coverage N] [--alt N]
+        [--coverage N] [--alt N] [--calibrate N]
 
 Each star is simulated by :func:`brute_force_profiles`, a disc integrator written here in
 NumPy and independent of dopplermap's model: a fine latitude-longitude grid (~16x the
@@ -27,6 +27,11 @@ star parameters. ``--alt N``: on the first N stars, an alternative criterion mea
 the fixed-lambda one: at each inclination (vsini at the truth) lambda is solved for
 reduced chi2 = 1 (:func:`dopplermap.search.lambda_for_chi2`) and the entropy at that fit is
 compared (maximum entropy at fixed chi2); nothing in dopplermap's defaults changes.
+``--calibrate N``: the calibrated estimator of :mod:`dopplermap.calibrate` (what
+``dopplermap grid --calibrate N`` reports; :func:`run_calibrated`) with N simulated data sets
+per trial, trial inclinations every 10 deg; ``--cal-column``, ``--cal-lmbd``,
+``--cal-sim-lmbd`` change its read-out, its lambda and its trial maps' lambda,
+``--cal-oversample K`` simulates its data sets on a band grid of K times the cells.
 ``--evidence N``: on the first N stars, the Laplace evidence of each inclination at fixed
 lambda (:func:`run_evidence`). ``--diagnose K``: star K's fixed-lambda profile on noise-free
 data and on three other noise draws (bias or scatter?). ``--resummarise FILE``: recompute
@@ -283,7 +288,7 @@ CAL_TRIALS = INC_GRID[::2]  # trial inclinations of the calibration (every 10 de
 
 
 def run_calibrated(s, grid, n_sim=16, seed=0, incs=INC_GRID, trials=CAL_TRIALS, vsini_steps=VSINI_STEPS,
-                   lmbd=None, sim_lmbd=None, column="loss"):
+                   lmbd=None, sim_lmbd=None, column="loss", oversample=1):
     """The calibrated estimator (:func:`dopplermap.calibrate.calibrate_parameter`): inclination
     with vsini held at the grid's best vsini, then vsini with the inclination held at the
     calibrated inclination; ``grid`` is :func:`run_grid`'s output. The other base read-out
@@ -297,10 +302,11 @@ def run_calibrated(s, grid, n_sim=16, seed=0, incs=INC_GRID, trials=CAL_TRIALS, 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ci = calibrate_parameter(p, "inclination", incs, fixed={"vsini": grid["grid_vsini"]}, trials=trials,
-                                 n_sim=n_sim, seed=seed, settings=settings, sim_lmbd=sim_lmbd, column=column)
+                                 n_sim=n_sim, seed=seed, settings=settings, sim_lmbd=sim_lmbd, column=column,
+                                 sim_oversample=oversample)
         vs = s["vsini"] + np.asarray(vsini_steps, float)
         cv = calibrate_parameter(p, "vsini", vs, fixed={"inclination": ci.estimate}, n_sim=n_sim, seed=seed + 1,
-                                 settings=settings, sim_lmbd=sim_lmbd, column=column)
+                                 settings=settings, sim_lmbd=sim_lmbd, column=column, sim_oversample=oversample)
     for key, c, truth in (("inc", ci, s["inc"]), ("vsini", cv, s["vsini"])):
         out.update({f"cal_{key}": c.estimate, f"cal_{key}_raw": c.raw, f"cal_{key}_lo68": c.lo68,
                     f"cal_{key}_hi68": c.hi68, f"cal_{key}_lo95": c.lo95, f"cal_{key}_hi95": c.hi95,
@@ -314,7 +320,8 @@ def run_calibrated(s, grid, n_sim=16, seed=0, incs=INC_GRID, trials=CAL_TRIALS, 
         out.update({f"calx_{key}": b["estimate"], f"calx_{key}_raw": float(est[0]), f"calx_{key}_lo68": b["lo68"],
                     f"calx_{key}_hi68": b["hi68"], f"calx_{key}_in68": bool(b["lo68"] <= truth <= b["hi68"]),
                     f"calx_{key}_in95": bool(b["lo95"] <= truth <= b["hi95"])})
-    out.update(cal_column=column, calx_column=other, cal_sim_lmbd=ci.sim_lmbd, cal_lmbd=float(settings.lmbd))
+    out.update(cal_column=column, calx_column=other, cal_sim_lmbd=ci.sim_lmbd, cal_lmbd=float(settings.lmbd),
+               cal_oversample=int(oversample))
     return out
 
 
@@ -583,6 +590,7 @@ def main():
     ap.add_argument("--cal-lmbd", type=float, default=None, help="lambda of the calibrated estimator's base read-out")
     ap.add_argument("--cal-sim-lmbd", type=float, default=None, help="lambda of its trial maps (default 0.1 x lambda)")
     ap.add_argument("--cal-column", default="loss", help="its base read-out: loss or chi2_total")
+    ap.add_argument("--cal-oversample", type=int, default=1, help="its simulations on a grid of this many times the cells")
     ap.add_argument("--diagnose", type=int, default=None, help="star K: profile on noise-free data and 3 other noise draws")
     ap.add_argument("--out", default=None, help="JSON results file")
     ap.add_argument("--resummarise", default=None, help="recompute the summary and table of a results JSON")
@@ -627,7 +635,7 @@ def main():
             r.update(run_joint(s))
         if args.calibrate:
             r.update(run_calibrated(s, r, n_sim=args.calibrate, lmbd=args.cal_lmbd, sim_lmbd=args.cal_sim_lmbd,
-                                    column=args.cal_column))
+                                    column=args.cal_column, oversample=args.cal_oversample))
         if n < args.coverage:
             r.update(run_coverage(s))
         if n < args.alt:
@@ -657,7 +665,8 @@ def main():
                settings=dict(n_cell=N_CELL, n_vel=N_VEL, inc_grid=INC_GRID.tolist(), vsini_steps=VSINI_STEPS.tolist(),
                              fine_grid_cells=int(fine_grid()[0].size), calibrate_n_sim=args.calibrate,
                              calibrate_trials=CAL_TRIALS.tolist(), calibrate_lmbd=args.cal_lmbd,
-                             calibrate_sim_lmbd=args.cal_sim_lmbd, calibrate_column=args.cal_column),
+                             calibrate_sim_lmbd=args.cal_sim_lmbd, calibrate_column=args.cal_column,
+                             calibrate_oversample=args.cal_oversample),
                stars=rows, summary=summ)
     if args.out:
         write_json(args.out, out)

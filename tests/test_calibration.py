@@ -210,3 +210,19 @@ def test_cli_grid_calibrate_prints_one_criterion(tmp_path, capsys):
     assert main(["grid", str(npz), "--out", str(tmp_path / "h"), "--param", "inclination=60,70", "--calibrate", "4",
                  "--scheduler", "sync"]) == 2
     assert not (tmp_path / "h" / "grid.csv").exists()
+
+
+def test_owner_cells_by_bounds_and_by_nearest_centre():
+    import dataclasses
+
+    from dopplermap.calibrate import owner_cells
+
+    coarse, fine = dm.latitude_band_grid(200), dm.latitude_band_grid(800)
+    o = owner_cells(coarse, fine)
+    lb, ob = np.asarray(coarse.lat_bounds)[o], np.asarray(coarse.lon_bounds)[o]
+    lat, lon = np.asarray(fine.lat), np.mod(np.asarray(fine.lon), 2 * np.pi)
+    assert np.all((lb[:, 0] <= lat) & (lat < lb[:, 1]) & (ob[:, 0] <= lon) & (lon < ob[:, 1]))
+    assert np.bincount(o, minlength=200).min() >= 1  # every coarse cell is sampled
+    # without bounds (any other grid kind): the nearest centre, mostly the same cell
+    bare = dataclasses.replace(coarse, lat_bounds=None, lon_bounds=None)
+    assert np.mean(owner_cells(bare, fine) == o) > 0.8

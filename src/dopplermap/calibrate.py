@@ -36,13 +36,15 @@ from collections.abc import Sequence
 import numpy as np
 
 from .errors import DopplermapInputError
+from .grid import SurfaceGrid, latitude_band_grid
+from .model import forward
 from .plan import on_accelerator
 from .problem import Problem, Settings
 from .search import apply_parameters, pad_precomputed
 from .solvers.batch import invert_batch
 
 __all__ = ["Calibration", "calibrate_parameter", "calibration_cost", "profile_minimum", "belt_estimate",
-           "check_calibratable", "LEVELS", "COLUMNS", "SIM_LMBD_FACTOR"]
+           "check_calibratable", "owner_cells", "LEVELS", "COLUMNS", "SIM_LMBD_FACTOR"]
 
 COLUMNS = ("loss", "chi2_total")
 """Base read-outs: the profile of ``n_data`` x the objective, or of the un-reduced chi-square."""
@@ -197,7 +199,7 @@ class Calibration:
             parameters as held. sims: (n_trial, n_sim) simulated base estimates.
         center, spread: median (made non-decreasing) and half 68 % width of each trial's
             estimates. profile: (n_grid,) the observed profile ``chi2_total``.
-        n_sim, n_solves, seconds, seed, column, sim_lmbd: the cost and the settings.
+        n_sim, n_solves, seconds, seed, column, sim_lmbd, sim_oversample: the cost and the settings.
         member_profiles: ``{column: (n_grid, 1 + n_trial n_sim)}`` profiles of every data
             set (the observed first) for each of :data:`COLUMNS`.
     """
@@ -225,17 +227,36 @@ class Calibration:
     seed: int
     column: str = "loss"
     sim_lmbd: float | None = None
+    sim_oversample: int = 1
     member_profiles: dict | None = dataclasses.field(default=None, repr=False)
 
     def summary(self) -> dict:
         """JSON-ready summary (no per-simulation arrays)."""
         keys = ("name", "estimate", "lo68", "hi68", "lo95", "hi95", "raw", "lo_open", "hi_open", "no_crossing",
-                "fixed", "n_sim", "n_solves", "seconds", "seed", "column", "sim_lmbd")
+                "fixed", "n_sim", "n_solves", "seconds", "seed", "column", "sim_lmbd", "sim_oversample")
         out = {k: getattr(self, k) for k in keys}
         out.update(trials=self.trials.tolist(), center=self.center.tolist(), spread=self.spread.tolist(),
                    values=self.values.tolist(), profile=self.profile.tolist(),
                    method="parametric-bootstrap Neyman construction (docs/parameters.md)")
         return out
+
+
+def owner_cells(coarse: SurfaceGrid, fine: SurfaceGrid) -> np.ndarray:
+    """(fine.n_cell,) index of the ``coarse`` cell each ``fine`` cell's centre lies in (by the
+    cells' bounds on a band grid, else the nearest centre)."""
+    lat, lon = np.asarray(fine.lat), np.mod(np.asarray(fine.lon), 2 * np.pi)
+    if coarse.lat_bounds is not None and coarse.lon_bounds is not None:
+        lb, ob = np.asarray(coarse.lat_bounds), np.asarray(coarse.lon_bounds)
+        inside = ((lat[:, None] >= lb[None, :, 0]) & (lat[:, None] < lb[None, :, 1])
+                  & (lon[:, None] >= ob[None, :, 0]) & (lon[:, None] < ob[None, :, 1]))
+        if np.all(inside.sum(axis=1) == 1):
+            return np.argmax(inside, axis=1)
+
+    def unit(g):
+        la, lo = np.asarray(g.lat), np.asarray(g.lon)
+        return np.stack([np.cos(la) * np.cos(lo), np.cos(la) * np.sin(lo), np.sin(la)], axis=1)
+
+    return np.argmax(unit(fine) @ unit(coarse).T, axis=1)
 
 
 def calibration_cost(n_grid: int, n_trial: int, n_sim: int) -> dict:
@@ -261,7 +282,8 @@ def check_calibratable(problem: Problem, settings: Settings) -> None:
 
 def calibrate_parameter(problem: Problem, name: str, values, *, fixed: dict | None = None, trials=None,
                         n_sim: int = 32, seed: int = 0, settings: Settings | None = None,
-                        column: str = "loss", sim_lmbd: float | None = None, progress=None) -> Calibration:
+                        column: str = "loss", sim_lmbd: float | None = None, sim_oversample: int = 1,
+                        progress=None) -> Calibration:
     """Calibrate grid parameter ``name`` by simulation (module docs; docs/parameters.md).
 
     Args:
@@ -279,6 +301,10 @@ def calibrate_parameter(problem: Problem, name: str, values, *, fixed: dict | No
             ``SIM_LMBD_FACTOR * settings.lmbd``): a map less smoothed than the read-out's keeps
             more of the surface's structure, so that the simulations see the regulariser's
             bias as the real data do (measured: docs/parameters.md).
+        sim_oversample: simulate the data sets on a band grid of ``sim_oversample`` times the
+            problem's cells (each fine cell takes the value of the cell it lies in), so that
+            they carry the surface grid's own discretisation error as real data do; 1 (default):
+            the problem's grid.
         progress: optional ``progress(stage, i, n)`` per trial map and per grid value.
     Returns:
         :class:`Calibration`.
@@ -316,12 +342,21 @@ def calibrate_parameter(problem: Problem, name: str, values, *, fixed: dict | No
     obs = problem.obs
     err = np.asarray(obs.err, float)
     rng = np.random.default_rng(seed)
+    if int(sim_oversample) != sim_oversample or sim_oversample < 1:
+        raise DopplermapInputError(f"calibrate {name}: sim_oversample must be an integer >= 1, got {sim_oversample!r}")
+    fine = latitude_band_grid(int(sim_oversample) * problem.grid.n_cell) if sim_oversample > 1 else None
+    owner = owner_cells(problem.grid, fine) if fine is not None else None
     flux = [np.asarray(obs.flux, float)[None]]
     for i, tv in enumerate(t):  # the map the data give at each trial value, and data sets drawn from it
         point = at(tv)
         res = invert_batch(pad_precomputed(point.pre), point.obs, flux=flux[0], err=err, mode=mode,
                            **dict(kw, lmbd=lm_sim))[0]
-        flux.append(np.asarray(res.model)[None] + err[None] * rng.standard_normal((n_sim, *err.shape)))
+        model = np.asarray(res.model)
+        if fine is not None:
+            fp = point.replace(grid=fine)
+            model = np.asarray(forward(np.asarray(res.fssc)[owner], np.asarray(res.fssh)[owner], np.asarray(res.rv),
+                                       np.asarray(res.amp), fp.pre))
+        flux.append(model[None] + err[None] * rng.standard_normal((n_sim, *err.shape)))
         if progress is not None:
             progress("trial", i + 1, t.size)
     flux = np.concatenate(flux)
@@ -344,4 +379,4 @@ def calibrate_parameter(problem: Problem, name: str, values, *, fixed: dict | No
                        hi_open=belt["hi_open"], no_crossing=belt["no_crossing"], values=v, trials=t, fixed=fixed,
                        sims=sims, center=belt["center"], spread=belt["spread"], profile=prof[:, 0],
                        n_sim=n_sim, n_solves=cost["total"], seconds=time.perf_counter() - t_start, seed=int(seed),
-                       column=column, sim_lmbd=lm_sim, member_profiles=profiles)
+                       column=column, sim_lmbd=lm_sim, sim_oversample=int(sim_oversample), member_profiles=profiles)

@@ -251,8 +251,12 @@ def register(group):
                        "(parametric-bootstrap Neyman construction, docs/parameters.md); then the best point and "
                        "the 68 %/95 % intervals printed are the calibrated ones.")
     @click.option("--calibrate-seed", type=int, default=0, show_default=True, help="Seed of the simulated noise.")
+    @click.option("--calibrate-oversample", type=click.IntRange(min=1), default=1, show_default=True,
+                  help="Simulate the calibration's data sets on a band grid of this many times the cells "
+                       "(so that they carry the grid's discretisation error).")
     def grid_cmd(problem, n_cell, n_epoch, n_vel, snr, regulariser, out, overwrite, quiet, params, lmbd, tol,
-                 resume, scheduler, connect_timeout, workers, max_points, delta_chi2, n_sim, calibrate_seed):
+                 resume, scheduler, connect_timeout, workers, max_points, delta_chi2, n_sim, calibrate_seed,
+                 calibrate_oversample):
         """Invert over a grid of stellar parameters; table, best point, intervals and plot.
 
         PROBLEM: a target .toml, an .npz problem file (see the module docs), or omitted (simulated demo star).
@@ -310,7 +314,7 @@ def register(group):
                    "regulariser": settings.regulariser, "tol": settings.tol, "problem": fp}
         calibrated = None
         if n_sim is not None:
-            calibrated = _calibrate(prob, axes, best, settings, n_sim, calibrate_seed, quiet)
+            calibrated = _calibrate(prob, axes, best, settings, n_sim, calibrate_seed, calibrate_oversample, quiet)
             summary["calibrated"] = {name: c.summary() for name, c in calibrated.items()}
         _write_json(out / "grid.json", summary)
         save_figure(search.plot_grid(rows, list(axes)), out / "grid.png")
@@ -332,7 +336,7 @@ def register(group):
         click.echo(f"results in {out}")
 
 
-def _calibrate(prob, axes, best, settings, n_sim, seed, quiet) -> dict:
+def _calibrate(prob, axes, best, settings, n_sim, seed, oversample, quiet) -> dict:
     """Calibrate every axis of >= 3 values, the others held at the grid's best point."""
     from dopplermap import calibrate
 
@@ -354,7 +358,8 @@ def _calibrate(prob, axes, best, settings, n_sim, seed, quiet) -> dict:
 
         with _expected_chi2_spread():
             out[name] = calibrate.calibrate_parameter(prob, name, v, fixed=fixed, n_sim=n_sim, seed=seed,
-                                                      settings=settings, progress=progress)
+                                                      settings=settings, sim_oversample=oversample,
+                                                      progress=progress)
     return out
 
 
