@@ -180,6 +180,10 @@ def test_calibrate_parameter_on_a_small_star():
     assert 60.0 <= c.lo95 and c.hi95 <= 80.0
     # the raw estimate is read off the observed profile: within a step of its lowest node
     assert abs(c.raw - vals[int(np.argmin(c.profile))]) <= 10.0 and np.all(np.isfinite(c.profile))
+    from dopplermap.calibrate import calibrated_star
+
+    st = calibrated_star(s["problem"].star, {"inclination": c})
+    assert st.inclination == c.estimate and st.vsini == s["problem"].star.vsini
     with pytest.raises(dm.DopplermapInputError, match="both calibrated and fixed"):
         calibrate_parameter(s["problem"], "inclination", vals, fixed={"inclination": 50.0})
     with pytest.raises(dm.DopplermapInputError, match="n_sim"):

@@ -44,7 +44,7 @@ from .search import apply_parameters, pad_precomputed
 from .solvers.batch import invert_batch
 
 __all__ = ["Calibration", "calibrate_parameter", "calibration_cost", "profile_minimum", "belt_estimate",
-           "check_calibratable", "owner_cells", "LEVELS", "COLUMNS", "SIM_LMBD_FACTOR"]
+           "check_calibratable", "owner_cells", "calibrated_star", "LEVELS", "COLUMNS", "SIM_LMBD_FACTOR"]
 
 COLUMNS = ("loss", "chi2_total")
 """Base read-outs: the profile of ``n_data`` x the objective, or of the un-reduced chi-square."""
@@ -257,6 +257,19 @@ def owner_cells(coarse: SurfaceGrid, fine: SurfaceGrid) -> np.ndarray:
         return np.stack([np.cos(la) * np.cos(lo), np.cos(la) * np.sin(lo), np.sin(la)], axis=1)
 
     return np.argmax(unit(fine) @ unit(coarse).T, axis=1)
+
+
+STAR_FIELDS = ("inclination", "vsini", "domega", "period")
+"""Grid parameters that are fields of :class:`dopplermap.geometry.StarParams`."""
+
+
+def calibrated_star(star, calibrations):
+    """``star`` with the calibrated estimates of its fields (``calibrations``: Calibration
+    objects or ``{name: Calibration}``) substituted, e.g. a start for
+    :func:`dopplermap.jointfit.joint_fit`; calibrated component parameters (``t_cool``, ...)
+    are not star fields and are left out."""
+    cals = calibrations.values() if isinstance(calibrations, dict) else calibrations
+    return star.replace(**{c.name: float(c.estimate) for c in cals if c.name in STAR_FIELDS})
 
 
 def calibration_cost(n_grid: int, n_trial: int, n_sim: int) -> dict:
