@@ -288,7 +288,7 @@ CAL_TRIALS = INC_GRID[::2]  # trial inclinations of the calibration (every 10 de
 
 
 def run_calibrated(s, grid, n_sim=16, seed=0, incs=INC_GRID, trials=CAL_TRIALS, vsini_steps=VSINI_STEPS,
-                   lmbd=None, sim_lmbd=None, column="loss", oversample=1):
+                   lmbd=None, sim_lmbd=None, column="chi2_total", oversample=4):
     """The calibrated estimator (:func:`dopplermap.calibrate.calibrate_parameter`): inclination
     with vsini held at the grid's best vsini, then vsini with the inclination held at the
     calibrated inclination; ``grid`` is :func:`run_grid`'s output. The other base read-out
@@ -589,8 +589,8 @@ def main():
                     help="the calibrated estimator with N simulations per trial (0: not run)")
     ap.add_argument("--cal-lmbd", type=float, default=None, help="lambda of the calibrated estimator's base read-out")
     ap.add_argument("--cal-sim-lmbd", type=float, default=None, help="lambda of its trial maps (default 0.1 x lambda)")
-    ap.add_argument("--cal-column", default="loss", help="its base read-out: loss or chi2_total")
-    ap.add_argument("--cal-oversample", type=int, default=1, help="its simulations on a grid of this many times the cells")
+    ap.add_argument("--cal-column", default="chi2_total", help="its base read-out: chi2_total or loss")
+    ap.add_argument("--cal-oversample", type=int, default=4, help="its simulations on a grid of this many times the cells")
     ap.add_argument("--diagnose", type=int, default=None, help="star K: profile on noise-free data and 3 other noise draws")
     ap.add_argument("--out", default=None, help="JSON results file")
     ap.add_argument("--resummarise", default=None, help="recompute the summary and table of a results JSON")

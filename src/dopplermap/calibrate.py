@@ -44,10 +44,14 @@ from .search import apply_parameters, pad_precomputed
 from .solvers.batch import invert_batch
 
 __all__ = ["Calibration", "calibrate_parameter", "calibration_cost", "profile_minimum", "belt_estimate",
-           "check_calibratable", "owner_cells", "calibrated_star", "LEVELS", "COLUMNS", "SIM_LMBD_FACTOR"]
+           "check_calibratable", "owner_cells", "calibrated_star", "LEVELS", "COLUMNS", "SIM_LMBD_FACTOR",
+           "SIM_OVERSAMPLE"]
 
-COLUMNS = ("loss", "chi2_total")
-"""Base read-outs: the profile of ``n_data`` x the objective, or of the un-reduced chi-square."""
+COLUMNS = ("chi2_total", "loss")
+"""Base read-outs: the profile of the un-reduced chi-square, or of ``n_data`` x the objective."""
+
+SIM_OVERSAMPLE = 4
+"""Default ratio of the simulations' surface cells to the problem's."""
 
 SIM_LMBD_FACTOR = 0.1
 """Default lambda of the trial maps, as a fraction of the read-out's lambda."""
@@ -225,9 +229,9 @@ class Calibration:
     n_solves: int
     seconds: float
     seed: int
-    column: str = "loss"
+    column: str = "chi2_total"
     sim_lmbd: float | None = None
-    sim_oversample: int = 1
+    sim_oversample: int = SIM_OVERSAMPLE
     member_profiles: dict | None = dataclasses.field(default=None, repr=False)
 
     def summary(self) -> dict:
@@ -295,7 +299,8 @@ def check_calibratable(problem: Problem, settings: Settings) -> None:
 
 def calibrate_parameter(problem: Problem, name: str, values, *, fixed: dict | None = None, trials=None,
                         n_sim: int = 32, seed: int = 0, settings: Settings | None = None,
-                        column: str = "loss", sim_lmbd: float | None = None, sim_oversample: int = 1,
+                        column: str = "chi2_total", sim_lmbd: float | None = None,
+                        sim_oversample: int = SIM_OVERSAMPLE,
                         progress=None) -> Calibration:
     """Calibrate grid parameter ``name`` by simulation (module docs; docs/parameters.md).
 
@@ -307,17 +312,17 @@ def calibrate_parameter(problem: Problem, name: str, values, *, fixed: dict | No
         trials: trial true values (default ``values``). n_sim: simulated data sets per trial.
         seed: of the noise draws. settings: solver settings (default the problem's;
             lambda, regulariser, tol and maxiter are used, fit_rv and fit_amp as given).
-        column: the base read-out, ``"loss"`` (default; ``n_data`` x the objective,
-            regulariser included) or ``"chi2_total"`` (the un-reduced chi-square, as the
-            plain ``grid`` read-out). Chosen by measurement (docs/parameters.md).
+        column: the base read-out, ``"chi2_total"`` (default; the un-reduced chi-square,
+            the plain ``grid`` read-out's) or ``"loss"`` (``n_data`` x the objective,
+            regulariser included). Chosen by measurement (docs/parameters.md).
         sim_lmbd: lambda of the trial maps the data sets are simulated from (default
             ``SIM_LMBD_FACTOR * settings.lmbd``): a map less smoothed than the read-out's keeps
             more of the surface's structure, so that the simulations see the regulariser's
             bias as the real data do (measured: docs/parameters.md).
         sim_oversample: simulate the data sets on a band grid of ``sim_oversample`` times the
-            problem's cells (each fine cell takes the value of the cell it lies in), so that
-            they carry the surface grid's own discretisation error as real data do; 1 (default):
-            the problem's grid.
+            problem's cells (default :data:`SIM_OVERSAMPLE`; each fine cell takes the value of
+            the cell it lies in), so that they carry the surface grid's own discretisation
+            error as real data do; 1: on the problem's grid.
         progress: optional ``progress(stage, i, n)`` per trial map and per grid value.
     Returns:
         :class:`Calibration`.

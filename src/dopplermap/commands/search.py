@@ -251,7 +251,7 @@ def register(group):
                        "(parametric-bootstrap Neyman construction, docs/parameters.md); then the best point and "
                        "the 68 %/95 % intervals printed are the calibrated ones.")
     @click.option("--calibrate-seed", type=int, default=0, show_default=True, help="Seed of the simulated noise.")
-    @click.option("--calibrate-oversample", type=click.IntRange(min=1), default=1, show_default=True,
+    @click.option("--calibrate-oversample", type=click.IntRange(min=1), default=4, show_default=True,
                   help="Simulate the calibration's data sets on a band grid of this many times the cells "
                        "(so that they carry the grid's discretisation error).")
     def grid_cmd(problem, n_cell, n_epoch, n_vel, snr, regulariser, out, overwrite, quiet, params, lmbd, tol,
