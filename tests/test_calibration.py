@@ -106,7 +106,10 @@ def test_profile_minimum_is_the_parabola_vertex():
     assert profile_minimum(v, -np.abs(v - 25.0)) == 10.0  # no upward curvature: the lowest node
 
 
-def _synthetic_belt(truth, rng, n_sim=40, trials=np.arange(10.0, 90.1, 5.0)):
+SYNTHETIC_TRIALS = np.arange(10.0, 90.1, 5.0)
+
+
+def _synthetic_belt(truth, rng, n_sim=40, trials=SYNTHETIC_TRIALS):
     """A biased, compressive, clipped estimator (what the regularised read-out looks like):
     estimate = clip(0.6 truth + 14 + N(0, 4), 10, 90)."""
     def estimator(t, size):
