@@ -233,3 +233,21 @@ def test_owner_cells_by_bounds_and_by_nearest_centre():
     # without bounds (any other grid kind): the nearest centre, mostly the same cell
     bare = dataclasses.replace(coarse, lat_bounds=None, lon_bounds=None)
     assert np.mean(owner_cells(bare, fine) == o) > 0.8
+
+
+def test_cli_calibrates_in_axis_order_holding_calibrated_values(tmp_path):
+    import json
+
+    from dopplermap.cli import main
+    from dopplermap.commands.search import save_problem
+
+    s = B.make_star(7, n_lat=48, n_cell=120, n_vel=20)
+    npz = save_problem(tmp_path / "p.npz", s["problem"].obs, s["problem"].star, n_cell=120)
+    out = tmp_path / "g"
+    assert main(["grid", str(npz), "--out", str(out), "--param", "inclination=60,70,80", "--param", "vsini=34,35,36",
+                 "--calibrate", "4", "--calibrate-oversample", "1", "--scheduler", "sync", "-q"]) == 0
+    g = json.loads((out / "grid.json").read_text())
+    cal = g["calibrated"]
+    assert list(cal) == ["inclination", "vsini"] and cal["vsini"]["sim_oversample"] == 1
+    assert cal["inclination"]["fixed"] == {"vsini": g["best"]["vsini"]}  # the grid's best
+    assert cal["vsini"]["fixed"] == {"inclination": cal["inclination"]["estimate"]}  # the calibrated value
