@@ -251,9 +251,10 @@ def register(group):
                        "(parametric-bootstrap Neyman construction, docs/parameters.md); then the best point and "
                        "the 68 %/95 % intervals printed are the calibrated ones.")
     @click.option("--calibrate-seed", type=int, default=0, show_default=True, help="Seed of the simulated noise.")
-    @click.option("--calibrate-oversample", type=click.IntRange(min=1), default=4, show_default=True,
-                  help="Simulate the calibration's data sets on a band grid of this many times the cells "
-                       "(so that they carry the grid's discretisation error).")
+    @click.option("--calibrate-oversample", type=click.IntRange(min=1), default=None,
+                  help="Simulate the calibration's data sets on a band grid of this many times the cells, so "
+                       "that they carry the grid's discretisation error as observed data do (default 4; 1 for "
+                       "the built-in demo star, whose data are made on the inversion grid itself).")
     def grid_cmd(problem, n_cell, n_epoch, n_vel, snr, regulariser, out, overwrite, quiet, params, lmbd, tol,
                  resume, scheduler, connect_timeout, workers, max_points, delta_chi2, n_sim, calibrate_seed,
                  calibrate_oversample):
@@ -314,6 +315,10 @@ def register(group):
                    "regulariser": settings.regulariser, "tol": settings.tol, "problem": fp}
         calibrated = None
         if n_sim is not None:
+            if calibrate_oversample is None:
+                from dopplermap.calibrate import SIM_OVERSAMPLE
+
+                calibrate_oversample = 1 if problem is None else SIM_OVERSAMPLE
             calibrated = _calibrate(prob, axes, best, settings, n_sim, calibrate_seed, calibrate_oversample, quiet)
             summary["calibrated"] = {name: c.summary() for name, c in calibrated.items()}
         _write_json(out / "grid.json", summary)
