@@ -251,3 +251,14 @@ def test_cli_calibrates_in_axis_order_holding_calibrated_values(tmp_path):
     assert list(cal) == ["inclination", "vsini"] and cal["vsini"]["sim_oversample"] == 1
     assert cal["inclination"]["fixed"] == {"vsini": g["best"]["vsini"]}  # the grid's best
     assert cal["vsini"]["fixed"] == {"inclination": cal["inclination"]["estimate"]}  # the calibrated value
+
+
+def test_calibration_refuses_what_it_does_not_simulate():
+    from dopplermap.calibrate import check_calibratable
+
+    p = B.make_star(7, n_lat=24, n_cell=60, n_vel=12)["problem"]
+    check_calibratable(p, p.settings)  # the plain line-profile problem is fine
+    with pytest.raises(dm.DopplermapInputError, match="fit_components"):
+        check_calibratable(p, p.settings.replace(fit_components=("cool",)))
+    with pytest.raises(dm.DopplermapInputError, match="line_weight"):
+        check_calibratable(p, p.settings.replace(line_weight=2.0))
