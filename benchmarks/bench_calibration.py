@@ -1,7 +1,7 @@
 """Calibration of the stellar-parameter estimators and uncertainty maps on simulated stars.
 
     PYTHONPATH=src python benchmarks/bench_calibration.py [--quick] [--out results.json]
-        [--coverage N] [--alt N]
+        [--coverage N] [--alt N] [--calibrate N]
 
 Each star is simulated by :func:`brute_force_profiles`, a disc integrator written here in
 NumPy and independent of dopplermap's model: a fine latitude-longitude grid (~16x the
@@ -27,6 +27,11 @@ star parameters. ``--alt N``: on the first N stars, an alternative criterion mea
 the fixed-lambda one: at each inclination (vsini at the truth) lambda is solved for
 reduced chi2 = 1 (:func:`dopplermap.search.lambda_for_chi2`) and the entropy at that fit is
 compared (maximum entropy at fixed chi2); nothing in dopplermap's defaults changes.
+``--calibrate N``: the calibrated estimator of :mod:`dopplermap.calibrate` (what
+``dopplermap grid --calibrate N`` reports; :func:`run_calibrated`) with N simulated data sets
+per trial, trial inclinations every 10 deg; ``--cal-column``, ``--cal-lmbd``,
+``--cal-sim-lmbd`` change its read-out, its lambda and its trial maps' lambda,
+``--cal-oversample K`` simulates its data sets on a band grid of K times the cells.
 ``--evidence N``: on the first N stars, the Laplace evidence of each inclination at fixed
 lambda (:func:`run_evidence`). ``--diagnose K``: star K's fixed-lambda profile on noise-free
 data and on three other noise draws (bias or scatter?). ``--resummarise FILE``: recompute
@@ -279,6 +284,47 @@ def run_grid(s, scheduler="sync", incs=INC_GRID, vsini_steps=VSINI_STEPS):
     return out
 
 
+CAL_TRIALS = INC_GRID[::2]  # trial inclinations of the calibration (every 10 deg)
+
+
+def run_calibrated(s, grid, n_sim=16, seed=0, incs=INC_GRID, trials=CAL_TRIALS, vsini_steps=VSINI_STEPS,
+                   lmbd=None, sim_lmbd=None, column="chi2_total", oversample=4):
+    """The calibrated estimator (:func:`dopplermap.calibrate.calibrate_parameter`): inclination
+    with vsini held at the grid's best vsini, then vsini with the inclination held at the
+    calibrated inclination; ``grid`` is :func:`run_grid`'s output. The other base read-out
+    (``loss`` / ``chi2_total``) is calibrated too from the same solves (keys ``calx_``)."""
+    from dopplermap.calibrate import COLUMNS, belt_estimate, calibrate_parameter, profile_minimum
+
+    p = s["problem"]
+    settings = p.settings if lmbd is None else p.settings.replace(lmbd=lmbd)
+    other = [c for c in COLUMNS if c != column][0]
+    out = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ci = calibrate_parameter(p, "inclination", incs, fixed={"vsini": grid["grid_vsini"]}, trials=trials,
+                                 n_sim=n_sim, seed=seed, settings=settings, sim_lmbd=sim_lmbd, column=column,
+                                 sim_oversample=oversample)
+        vs = s["vsini"] + np.asarray(vsini_steps, float)
+        cv = calibrate_parameter(p, "vsini", vs, fixed={"inclination": ci.estimate}, n_sim=n_sim, seed=seed + 1,
+                                 settings=settings, sim_lmbd=sim_lmbd, column=column, sim_oversample=oversample)
+    for key, c, truth in (("inc", ci, s["inc"]), ("vsini", cv, s["vsini"])):
+        out.update({f"cal_{key}": c.estimate, f"cal_{key}_raw": c.raw, f"cal_{key}_lo68": c.lo68,
+                    f"cal_{key}_hi68": c.hi68, f"cal_{key}_lo95": c.lo95, f"cal_{key}_hi95": c.hi95,
+                    f"cal_{key}_in68": bool(c.lo68 <= truth <= c.hi68), f"cal_{key}_in95": bool(c.lo95 <= truth <= c.hi95),
+                    f"cal_{key}_no_crossing": c.no_crossing, f"cal_{key}_solves": c.n_solves,
+                    f"cal_{key}_s": c.seconds, f"cal_{key}_center": c.center.tolist(),
+                    f"cal_{key}_spread": c.spread.tolist(), f"cal_{key}_trials": c.trials.tolist()})
+        pr = c.member_profiles[other]
+        est = np.array([profile_minimum(c.values, pr[:, m]) for m in range(pr.shape[1])])
+        b = belt_estimate(c.trials, est[1:].reshape(c.trials.size, c.n_sim), est[0])
+        out.update({f"calx_{key}": b["estimate"], f"calx_{key}_raw": float(est[0]), f"calx_{key}_lo68": b["lo68"],
+                    f"calx_{key}_hi68": b["hi68"], f"calx_{key}_in68": bool(b["lo68"] <= truth <= b["hi68"]),
+                    f"calx_{key}_in95": bool(b["lo95"] <= truth <= b["hi95"])})
+    out.update(cal_column=column, calx_column=other, cal_sim_lmbd=ci.sim_lmbd, cal_lmbd=float(settings.lmbd),
+               cal_oversample=int(oversample))
+    return out
+
+
 def run_joint(s, start_inc=45.0, dvsini=2.0, maxiter=3000):
     from dopplermap.jointfit import joint_fit
 
@@ -476,10 +522,10 @@ def summarise(rows):
         return float(np.mean(v)) if v else None
 
     out = {}
-    for est in ("grid", "cont", "joint"):
+    for est in ("grid", "cont", "joint", "cal", "calx"):
         out[f"{est}_inc"] = stats(f"{est}_inc", "inc")
         out[f"{est}_vsini"] = stats(f"{est}_vsini", "vsini")
-    for est in ("grid", "cont"):
+    for est in ("grid", "cont", "cal", "calx"):
         for key in ("inc", "vsini"):
             out[f"{est}_{key}_cover68"] = frac(f"{est}_{key}_in68")
             out[f"{est}_{key}_cover95"] = frac(f"{est}_{key}_in95")
@@ -513,6 +559,24 @@ def table(rows):
     return "\n".join(lines)
 
 
+def cal_table(rows):
+    """The calibrated estimator against the raw read-out it calibrates."""
+    h = ("| star | inc | vsini | E | gap | S/N | raw inc | calibrated inc [68 %] | 95 % | raw vsini | "
+         "calibrated vsini [68 %] | 95 % | solves | s |")
+    lines = [h, "|" + "---|" * (h.count("|") - 1)]
+    for r in rows:
+        if "cal_inc" not in r:
+            continue
+        lines.append(
+            f"| {r['k']} | {r['inc']:.0f} | {r['vsini']:.0f} | {r['n_epoch']} | {'y' if r['gap'] else 'n'} | "
+            f"{r['snr']:.0f} | {r['cal_inc_raw']:.1f} | {r['cal_inc']:.1f} [{r['cal_inc_lo68']:.1f}, "
+            f"{r['cal_inc_hi68']:.1f}] | [{r['cal_inc_lo95']:.1f}, {r['cal_inc_hi95']:.1f}] | "
+            f"{r['cal_vsini_raw']:.2f} | {r['cal_vsini']:.2f} [{r['cal_vsini_lo68']:.2f}, {r['cal_vsini_hi68']:.2f}] | "
+            f"[{r['cal_vsini_lo95']:.2f}, {r['cal_vsini_hi95']:.2f}] | {r['cal_inc_solves'] + r['cal_vsini_solves']} | "
+            f"{r['cal_inc_s'] + r['cal_vsini_s']:.0f} |")
+    return "\n".join(lines)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help=f"stars {QUICK} only")
@@ -521,6 +585,12 @@ def main():
     ap.add_argument("--alt", type=int, default=0, help="max-entropy-at-chi2=1 estimator on the first N stars run")
     ap.add_argument("--evidence", type=int, default=0, help="Laplace evidence per inclination on the first N stars run")
     ap.add_argument("--no-joint", action="store_true")
+    ap.add_argument("--calibrate", type=int, default=0, metavar="N",
+                    help="the calibrated estimator with N simulations per trial (0: not run)")
+    ap.add_argument("--cal-lmbd", type=float, default=None, help="lambda of the calibrated estimator's base read-out")
+    ap.add_argument("--cal-sim-lmbd", type=float, default=None, help="lambda of its trial maps (default 0.1 x lambda)")
+    ap.add_argument("--cal-column", default="chi2_total", help="its base read-out: chi2_total or loss")
+    ap.add_argument("--cal-oversample", type=int, default=4, help="its simulations on a grid of this many times the cells")
     ap.add_argument("--diagnose", type=int, default=None, help="star K: profile on noise-free data and 3 other noise draws")
     ap.add_argument("--out", default=None, help="JSON results file")
     ap.add_argument("--resummarise", default=None, help="recompute the summary and table of a results JSON")
@@ -563,6 +633,9 @@ def main():
         r.update(run_grid(s))
         if not args.no_joint:
             r.update(run_joint(s))
+        if args.calibrate:
+            r.update(run_calibrated(s, r, n_sim=args.calibrate, lmbd=args.cal_lmbd, sim_lmbd=args.cal_sim_lmbd,
+                                    column=args.cal_column, oversample=args.cal_oversample))
         if n < args.coverage:
             r.update(run_coverage(s))
         if n < args.alt:
@@ -576,16 +649,24 @@ def main():
               + (f"; coverage post {r['cov_laplace-posterior_both']:.2f} sand {r['cov_laplace-sandwich_both']:.2f}"
                  f" boot {r['cov_bootstrap_both']:.2f}" if "cov_bootstrap_both" in r else "")
               + (f"; alt maxent inc {r.get('alt_inc_maxent', float('nan')):.1f}" if "alt_wall_s" in r else "")
-              + (f"; evidence inc {r.get('ev_inc', float('nan')):.1f}" if "ev_wall_s" in r else ""),
+              + (f"; evidence inc {r.get('ev_inc', float('nan')):.1f}" if "ev_wall_s" in r else "")
+              + (f"; calibrated inc {r['cal_inc']:.1f} [{r['cal_inc_lo68']:.1f}, {r['cal_inc_hi68']:.1f}] vsini "
+                 f"{r['cal_vsini']:.2f} [{r['cal_vsini_lo68']:.2f}, {r['cal_vsini_hi68']:.2f}]" if "cal_inc" in r else ""),
               flush=True)
+        if args.out:  # a partial file after every star: the run can be stopped at any moment
+            write_json(args.out, dict(partial=True, stars=rows, summary=summarise(rows)))
     summ = summarise(rows)
     print(table(rows))
+    print(cal_table(rows))
     for k, v in summ.items():
         print(k, v)
     out = dict(machine=platform.node(), cpu_count=os.cpu_count(), backend=jax.default_backend(),
                load_before=load0, load_after=os.getloadavg(), wall_s=time.perf_counter() - t_all,
                settings=dict(n_cell=N_CELL, n_vel=N_VEL, inc_grid=INC_GRID.tolist(), vsini_steps=VSINI_STEPS.tolist(),
-                             fine_grid_cells=int(fine_grid()[0].size)),
+                             fine_grid_cells=int(fine_grid()[0].size), calibrate_n_sim=args.calibrate,
+                             calibrate_trials=CAL_TRIALS.tolist(), calibrate_lmbd=args.cal_lmbd,
+                             calibrate_sim_lmbd=args.cal_sim_lmbd, calibrate_column=args.cal_column,
+                             calibrate_oversample=args.cal_oversample),
                stars=rows, summary=summ)
     if args.out:
         write_json(args.out, out)

@@ -93,3 +93,172 @@ def test_continuous_interval_narrower_than_the_grid_step():
     best, lo, hi = B.continuous_interval(v, 100.0 * (v - 25.3) ** 2, 1.0)
     assert best == pytest.approx(25.3, abs=1e-9)
     assert lo == pytest.approx(25.2, abs=1e-9) and hi == pytest.approx(25.4, abs=1e-9)
+
+
+# ------------------------------------------------- the calibrated estimator (dopplermap.calibrate)
+
+def test_profile_minimum_is_the_parabola_vertex():
+    from dopplermap.calibrate import profile_minimum
+
+    v = np.array([10.0, 20.0, 25.0, 40.0])  # uneven steps
+    assert profile_minimum(v, 3.0 * (v - 23.0) ** 2 + 7.0) == pytest.approx(23.0, abs=1e-9)
+    assert profile_minimum(v, v) == 10.0  # minimum at the edge: the node
+    assert profile_minimum(v, -np.abs(v - 25.0)) == 10.0  # no upward curvature: the lowest node
+
+
+SYNTHETIC_TRIALS = np.arange(10.0, 90.1, 5.0)
+
+
+def _synthetic_belt(truth, rng, n_sim=40, trials=SYNTHETIC_TRIALS):
+    """A biased, compressive, clipped estimator (what the regularised read-out looks like):
+    estimate = clip(0.6 truth + 14 + N(0, 4), 10, 90)."""
+    def estimator(t, size):
+        return np.clip(0.6 * t + 14.0 + rng.normal(0.0, 4.0, size), 10.0, 90.0)
+
+    sims = np.stack([estimator(t, n_sim) for t in trials])
+    return trials, sims, float(estimator(truth, 1)[0])
+
+
+def test_neyman_belt_removes_a_known_bias_and_covers():
+    from dopplermap.calibrate import belt_estimate
+
+    rng = np.random.default_rng(3)
+    truths = np.tile([25.0, 40.0, 55.0, 70.0], 100)
+    err, raw_err, in68, in95 = [], [], [], []
+    for truth in truths:
+        trials, sims, obs = _synthetic_belt(truth, rng)
+        b = belt_estimate(trials, sims, obs)
+        err.append(b["estimate"] - truth)
+        raw_err.append(obs - truth)
+        in68.append(b["lo68"] <= truth <= b["hi68"])
+        in95.append(b["lo95"] <= truth <= b["hi95"])
+        assert b["lo95"] <= b["lo68"] <= b["estimate"] <= b["hi68"] <= b["hi95"]
+    err, raw_err = np.array(err), np.array(raw_err)
+    # the raw estimate is biased by 14 - 0.4 truth (+4 at 25, -14 at 70 deg); the calibrated one is
+    # not, and its scatter is the raw scatter / 0.6 (4 / 0.6 = 6.7 deg), so 400 draws give its mean
+    # to +-0.35 deg and each truth's 100 to +-0.7 (bounds at 3.4 and 4 sigma)
+    assert np.mean(raw_err[truths == 70.0]) < -12.0 and np.mean(raw_err[truths == 25.0]) > 2.5
+    assert abs(np.mean(err)) < 1.2
+    for t in (25.0, 40.0, 55.0, 70.0):
+        assert abs(np.mean(err[truths == t])) < 3.0
+    assert 6.0 < np.std(err) < 7.8
+    assert 0.58 <= np.mean(in68) <= 0.78
+    assert 0.90 <= np.mean(in95) <= 0.99
+
+
+def test_neyman_belt_flat_estimator_gives_a_wide_honest_set():
+    from dopplermap.calibrate import belt_estimate
+
+    # an estimator that ignores the truth above 50: the set must span everything above ~50
+    rng = np.random.default_rng(4)
+    trials = np.arange(10.0, 90.1, 10.0)
+    sims = np.stack([np.minimum(t, 50.0) + rng.normal(0.0, 2.0, 30) for t in trials])
+    b = belt_estimate(trials, sims, 50.0)
+    assert b["lo68"] < 50.0 and b["hi68"] == 90.0 and b["hi_open"]
+    b = belt_estimate(trials, sims, 5.0)  # below every trial's estimates
+    assert b["no_crossing"] and b["estimate"] == 10.0
+
+
+def test_neyman_belt_sharp_estimator_between_trials():
+    from dopplermap.calibrate import belt_estimate
+
+    # spread 0.05 with trials 1 apart: the set is the spread's width, not the trials' step
+    rng = np.random.default_rng(5)
+    trials = np.arange(30.0, 35.1, 1.0)
+    sims = np.stack([t - 0.2 + rng.normal(0.0, 0.05, 400) for t in trials])
+    b = belt_estimate(trials, sims, 32.3)
+    assert b["estimate"] == pytest.approx(32.5, abs=0.02)
+    assert 0.07 < b["hi68"] - b["lo68"] < 0.13
+
+
+def test_calibrate_parameter_on_a_small_star():
+    from dopplermap.calibrate import calibrate_parameter, calibration_cost
+
+    s = B.make_star(7, n_lat=48, n_cell=120, n_vel=20)
+    vals = [60.0, 70.0, 80.0]
+    c = calibrate_parameter(s["problem"], "inclination", vals, fixed={"vsini": s["vsini"]}, n_sim=4, seed=2)
+    assert c.sims.shape == (3, 4) and c.n_solves == calibration_cost(3, 3, 4)["total"] == 3 + 3 * 13
+    assert np.all((c.sims >= 60.0) & (c.sims <= 80.0)) and 60.0 <= c.raw <= 80.0
+    assert c.lo95 <= c.lo68 <= c.estimate <= c.hi68 <= c.hi95
+    assert 60.0 <= c.lo95 and c.hi95 <= 80.0
+    # the raw estimate is read off the observed profile: within a step of its lowest node
+    assert abs(c.raw - vals[int(np.argmin(c.profile))]) <= 10.0 and np.all(np.isfinite(c.profile))
+    from dopplermap.calibrate import calibrated_star
+
+    st = calibrated_star(s["problem"].star, {"inclination": c})
+    assert st.inclination == c.estimate and st.vsini == s["problem"].star.vsini
+    with pytest.raises(dm.DopplermapInputError, match="both calibrated and fixed"):
+        calibrate_parameter(s["problem"], "inclination", vals, fixed={"inclination": 50.0})
+    with pytest.raises(dm.DopplermapInputError, match="n_sim"):
+        calibrate_parameter(s["problem"], "inclination", vals, n_sim=2)
+
+
+def test_cli_grid_calibrate_prints_one_criterion(tmp_path, capsys):
+    import json
+
+    from dopplermap.cli import main
+    from dopplermap.commands.search import save_problem
+
+    s = B.make_star(7, n_lat=48, n_cell=120, n_vel=20)
+    npz = save_problem(tmp_path / "p.npz", s["problem"].obs, s["problem"].star, n_cell=120)
+    out = tmp_path / "g"
+    rc = main(["grid", str(npz), "--out", str(out), "--param", "inclination=60,70,80", "--param", "vsini=35",
+               "--calibrate", "4", "--scheduler", "sync", "-q"])
+    assert rc == 0
+    text = capsys.readouterr().out
+    cal = json.loads((out / "grid.json").read_text())["calibrated"]
+    assert list(cal) == ["inclination"] and cal["inclination"]["n_sim"] == 4
+    c = cal["inclination"]
+    assert c["lo95"] <= c["lo68"] <= c["estimate"] <= c["hi68"] <= c["hi95"]
+    # the printed best point and interval are the calibrated ones; vsini (one value) is held
+    assert f"inclination={c['estimate']:.4g}" in text and "vsini=35 (held)" in text
+    assert f"68 % {c['lo68']:.4g} .. {c['hi68']:.4g}" in text and "Delta chi2" not in text
+    # nothing to calibrate: refused before the search
+    assert main(["grid", str(npz), "--out", str(tmp_path / "h"), "--param", "inclination=60,70", "--calibrate", "4",
+                 "--scheduler", "sync"]) == 2
+    assert not (tmp_path / "h" / "grid.csv").exists()
+
+
+def test_owner_cells_by_bounds_and_by_nearest_centre():
+    import dataclasses
+
+    from dopplermap.calibrate import owner_cells
+
+    coarse, fine = dm.latitude_band_grid(200), dm.latitude_band_grid(800)
+    o = owner_cells(coarse, fine)
+    lb, ob = np.asarray(coarse.lat_bounds)[o], np.asarray(coarse.lon_bounds)[o]
+    lat, lon = np.asarray(fine.lat), np.mod(np.asarray(fine.lon), 2 * np.pi)
+    assert np.all((lb[:, 0] <= lat) & (lat < lb[:, 1]) & (ob[:, 0] <= lon) & (lon < ob[:, 1]))
+    assert np.bincount(o, minlength=200).min() >= 1  # every coarse cell is sampled
+    # without bounds (any other grid kind): the nearest centre, mostly the same cell
+    bare = dataclasses.replace(coarse, lat_bounds=None, lon_bounds=None)
+    assert np.mean(owner_cells(bare, fine) == o) > 0.8
+
+
+def test_cli_calibrates_in_axis_order_holding_calibrated_values(tmp_path):
+    import json
+
+    from dopplermap.cli import main
+    from dopplermap.commands.search import save_problem
+
+    s = B.make_star(7, n_lat=48, n_cell=120, n_vel=20)
+    npz = save_problem(tmp_path / "p.npz", s["problem"].obs, s["problem"].star, n_cell=120)
+    out = tmp_path / "g"
+    assert main(["grid", str(npz), "--out", str(out), "--param", "inclination=60,70,80", "--param", "vsini=34,35,36",
+                 "--calibrate", "4", "--calibrate-oversample", "1", "--scheduler", "sync", "-q"]) == 0
+    g = json.loads((out / "grid.json").read_text())
+    cal = g["calibrated"]
+    assert list(cal) == ["inclination", "vsini"] and cal["vsini"]["sim_oversample"] == 1
+    assert cal["inclination"]["fixed"] == {"vsini": g["best"]["vsini"]}  # the grid's best
+    assert cal["vsini"]["fixed"] == {"inclination": cal["inclination"]["estimate"]}  # the calibrated value
+
+
+def test_calibration_refuses_what_it_does_not_simulate():
+    from dopplermap.calibrate import check_calibratable
+
+    p = B.make_star(7, n_lat=24, n_cell=60, n_vel=12)["problem"]
+    check_calibratable(p, p.settings)  # the plain line-profile problem is fine
+    with pytest.raises(dm.DopplermapInputError, match="fit_components"):
+        check_calibratable(p, p.settings.replace(fit_components=("cool",)))
+    with pytest.raises(dm.DopplermapInputError, match="line_weight"):
+        check_calibratable(p, p.settings.replace(line_weight=2.0))

@@ -246,8 +246,18 @@ def register(group):
                   help="Most grid points (default 100000; each is one inversion).")
     @click.option("--delta-chi2", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
                   help="Delta of the un-reduced chi2 for the intervals.")
+    @click.option("--calibrate", "n_sim", type=click.IntRange(min=4), default=None,
+                  help="Calibrate each parameter of >= 3 values by simulation with N data sets per trial value "
+                       "(parametric-bootstrap Neyman construction, docs/parameters.md); then the best point and "
+                       "the 68 %/95 % intervals printed are the calibrated ones.")
+    @click.option("--calibrate-seed", type=int, default=0, show_default=True, help="Seed of the simulated noise.")
+    @click.option("--calibrate-oversample", type=click.IntRange(min=1), default=None,
+                  help="Simulate the calibration's data sets on a band grid of this many times the cells, so "
+                       "that they carry the grid's discretisation error as observed data do (default 4; 1 for "
+                       "the built-in demo star, whose data are made on the inversion grid itself).")
     def grid_cmd(problem, n_cell, n_epoch, n_vel, snr, regulariser, out, overwrite, quiet, params, lmbd, tol,
-                 resume, scheduler, connect_timeout, workers, max_points, delta_chi2):
+                 resume, scheduler, connect_timeout, workers, max_points, delta_chi2, n_sim, calibrate_seed,
+                 calibrate_oversample):
         """Invert over a grid of stellar parameters; table, best point, intervals and plot.
 
         PROBLEM: a target .toml, an .npz problem file (see the module docs), or omitted (simulated demo star).
@@ -271,6 +281,12 @@ def register(group):
             client.close()
         prob = load_problem(problem, n_cell=n_cell, n_epoch=n_epoch, n_vel=n_vel, snr=snr, tol=GRID_TOL)
         settings = prob.settings.replace(lmbd=lmbd, regulariser=regulariser, tol=tol)
+        if n_sim is not None:  # refuse what cannot be calibrated before the search, not after it
+            from dopplermap.calibrate import check_calibratable
+
+            check_calibratable(prob, settings)
+            if not any(np.size(v) >= 3 for v in axes.values()):
+                raise DopplermapInputError("--calibrate needs a --param axis of at least 3 values")
         if overwrite and not resume and out.is_dir():  # an earlier grid search (checked above): start again
             for name in ("grid.csv", "grid.json", "grid.png", "dopplermap.json"):
                 (out / name).unlink(missing_ok=True)
@@ -295,15 +311,65 @@ def register(group):
             iv = search.delta_chi2_interval(rows, name, delta=delta_chi2, column=column)
             intervals[name] = {k: iv[k] for k in ("best", "lo", "hi", "at_edge", "delta", "note")}
         fp = _search_fingerprint(prob)
-        _write_json(out / "grid.json", {"best": best, "intervals": intervals, "lmbd": settings.lmbd,
-                                        "regulariser": settings.regulariser, "tol": settings.tol, "problem": fp})
+        summary = {"best": best, "intervals": intervals, "lmbd": settings.lmbd,
+                   "regulariser": settings.regulariser, "tol": settings.tol, "problem": fp}
+        calibrated = None
+        if n_sim is not None:
+            if calibrate_oversample is None:
+                from dopplermap.calibrate import SIM_OVERSAMPLE
+
+                calibrate_oversample = 1 if problem is None else SIM_OVERSAMPLE
+            calibrated = _calibrate(prob, axes, best, settings, n_sim, calibrate_seed, calibrate_oversample, quiet)
+            summary["calibrated"] = {name: c.summary() for name, c in calibrated.items()}
+        _write_json(out / "grid.json", summary)
         save_figure(search.plot_grid(rows, list(axes)), out / "grid.png")
         _finish_grid_folder(out, fp)
-        click.echo("best: " + ", ".join(f"{k}={best[k]:g}" for k in axes) + f"  chi2 {best['chi2']:.5g}")
-        for name, iv in intervals.items():
-            edge = " (reaches the grid edge)" if iv["at_edge"] else ""
-            click.echo(f"{name}: {iv['lo']:g} .. {iv['hi']:g} (Delta chi2_total <= {delta_chi2:g}){edge}")
+        if calibrated:  # one criterion for the best point and the intervals: the calibrated one
+            click.echo("best (calibrated): " + ", ".join(
+                f"{k}={calibrated[k].estimate:.4g}" if k in calibrated else f"{k}={best[k]:g} (held)" for k in axes))
+            for name, c in calibrated.items():
+                edge = " (reaches the grid edge)" if (c.lo_open or c.hi_open) else ""
+                cross = "; the observed estimate is beyond every trial's, widen the grid" if c.no_crossing else ""
+                click.echo(f"{name}: {c.estimate:.4g}, 68 % {c.lo68:.4g} .. {c.hi68:.4g}, 95 % {c.lo95:.4g} .. "
+                           f"{c.hi95:.4g} (calibrated by {c.n_sim} simulations per trial, {c.n_solves} solves, "
+                           f"{c.seconds:.0f} s){edge}{cross}")
+        else:
+            click.echo("best: " + ", ".join(f"{k}={best[k]:g}" for k in axes) + f"  chi2 {best['chi2']:.5g}")
+            for name, iv in intervals.items():
+                edge = " (reaches the grid edge)" if iv["at_edge"] else ""
+                click.echo(f"{name}: {iv['lo']:g} .. {iv['hi']:g} (Delta chi2_total <= {delta_chi2:g}){edge}")
         click.echo(f"results in {out}")
+
+
+def _calibrate(prob, axes, best, settings, n_sim, seed, oversample, quiet) -> dict:
+    """Calibrate every axis of >= 3 values in the order of the axes; the others are held at
+    the grid's best point, or at their calibrated value once calibrated (as the benchmark
+    measured it: inclination, then vsini at the calibrated inclination)."""
+    from dopplermap import calibrate
+
+    names = [n for n in axes if np.size(axes[n]) >= 3]
+    if not names:
+        raise DopplermapInputError("--calibrate needs a --param axis of at least 3 values")
+    out = {}
+    held = {k: float(best[k]) for k in axes}
+    for i, name in enumerate(names):
+        v = np.sort(np.asarray(axes[name], float))
+        cost = calibrate.calibration_cost(v.size, v.size, n_sim)
+        if not quiet:
+            click.echo(f"calibrating {name}: {cost['trial_solves']} trial maps + {cost['batched_calls']} batched "
+                       f"solves of {cost['members']} data sets ({cost['total']} solves)", err=True)
+        fixed = {k: x for k, x in held.items() if k != name}
+
+        def progress(stage, i, n, name=name):
+            if not quiet:
+                click.echo(f"calibrating {name}: {stage} {i}/{n}", err=True)
+
+        with _expected_chi2_spread():
+            out[name] = calibrate.calibrate_parameter(prob, name, v, fixed=fixed, n_sim=n_sim, seed=seed + i,
+                                                      settings=settings, sim_oversample=oversample,
+                                                      progress=progress)
+        held[name] = out[name].estimate
+    return out
 
 
 def _finish_grid_folder(out: Path, fp: str) -> None:

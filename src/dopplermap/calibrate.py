@@ -1,0 +1,400 @@
+"""Stellar parameters calibrated by simulation: a parametric-bootstrap Neyman construction.
+
+The chi-square of a regularised fit, read along a grid of a stellar parameter (inclination,
+vsini, ...), is not a likelihood: the regulariser trades against the geometry, so its
+minimum is biased and its ``Delta chi2 <= 1`` range far too narrow (measured in
+``benchmarks/RESULTS.md``, "Stellar parameters: calibration"). Instead of reading it as a
+likelihood, :func:`calibrate_parameter` learns by simulation what the read-out does and
+inverts that (Neyman 1937; the parametric bootstrap of Efron 1979; docs/parameters.md):
+
+1. Base estimate ``theta_hat(d)``: the minimum of the profile ``chi2_total`` along the
+   parameter's grid values (other grid parameters held), located by a parabola through the
+   lowest node and its neighbours (:func:`profile_minimum`).
+2. For each trial value ``theta_t`` (by default every grid value) the map is reconstructed
+   from the observed data at ``theta_t``: what the data say if ``theta_t`` were true.
+   ``n_sim`` data sets are simulated from its model profiles with the observed errors and
+   epochs, and the base estimate is taken on each by the same solver and read-out as on the
+   observed data (one batched solve per grid value, the observed data its first member).
+3. The trials' simulated estimates form the belt (:func:`belt_estimate`): the point
+   estimate is the ``theta_t`` whose median estimate equals the observed one
+   (median-unbiased), the 68 % / 95 % confidence sets are the ``theta_t`` whose central
+   68 % / 95 % of estimates hold the observed one.
+
+Cost: :func:`calibration_cost`. Assumptions (docs/parameters.md): the map reconstructed at
+the trial value stands for the true map; Gaussian noise with the stated errors; an exact
+forward model (a coarse grid's model error is not simulated); the other grid parameters
+held at their given values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+from .errors import DopplermapInputError
+from .grid import SurfaceGrid, latitude_band_grid
+from .model import forward
+from .plan import on_accelerator
+from .problem import Problem, Settings
+from .search import apply_parameters, pad_precomputed
+from .solvers import invert_batch
+
+__all__ = ["Calibration", "calibrate_parameter", "calibration_cost", "profile_minimum", "belt_estimate",
+           "check_calibratable", "owner_cells", "calibrated_star", "LEVELS", "COLUMNS", "SIM_LMBD_FACTOR",
+           "SIM_OVERSAMPLE"]
+
+COLUMNS = ("chi2_total", "loss")
+"""Base read-outs: the profile of the un-reduced chi-square, or of ``n_data`` x the objective."""
+
+SIM_OVERSAMPLE = 4
+"""Default ratio of the simulations' surface cells to the problem's."""
+
+SIM_LMBD_FACTOR = 0.1
+"""Default lambda of the trial maps, as a fraction of the read-out's lambda."""
+
+LEVELS = (0.6826894921370859, 0.9544997361036416)
+"""Confidence levels of the reported sets: the normal 1- and 2-sigma probabilities."""
+
+
+def profile_minimum(values, profile) -> float:
+    """Minimum of a profile sampled at ``values``: the vertex of the parabola through the
+    lowest node and its two neighbours (kept within them), the node itself at a grid edge
+    or where the three points do not curve upwards."""
+    v, p = np.asarray(values, float), np.asarray(profile, float)
+    if v.ndim != 1 or v.shape != p.shape or v.size < 1:
+        raise DopplermapInputError(f"profile_minimum: need equal-length 1-D values and profile, got {v.shape}, {p.shape}")
+    i = int(np.argmin(p))
+    if i == 0 or i == v.size - 1:
+        return float(v[i])
+    x, y = v[i - 1:i + 2], p[i - 1:i + 2]
+    # divided differences: robust on an uneven grid
+    d1, d2 = (y[1] - y[0]) / (x[1] - x[0]), (y[2] - y[1]) / (x[2] - x[1])
+    a = (d2 - d1) / (x[2] - x[0])
+    if not a > 0:
+        return float(v[i])
+    b = d1 - a * (x[0] + x[1])
+    return float(np.clip(-b / (2.0 * a), x[0], x[2]))
+
+
+def _increasing(y: np.ndarray) -> np.ndarray:
+    """Least-squares non-decreasing fit of ``y`` (pool-adjacent-violators)."""
+    vals, counts = [], []
+    for v in np.asarray(y, float):
+        vals.append(v)
+        counts.append(1)
+        while len(vals) > 1 and vals[-2] > vals[-1]:
+            n = counts[-2] + counts[-1]
+            vals[-2] = (vals[-2] * counts[-2] + vals[-1] * counts[-1]) / n
+            counts[-2] = n
+            vals.pop()
+            counts.pop()
+    return np.repeat(vals, counts)
+
+
+def _normal_cdf(z):
+    from scipy.special import ndtr
+
+    return ndtr(z)
+
+
+def _crossings(t: np.ndarray, d: np.ndarray) -> list[float]:
+    """Where the piecewise-linear ``d(t)`` changes sign (or is zero)."""
+    out = []
+    for j in range(t.size - 1):
+        if d[j] == 0:
+            out.append(float(t[j]))
+        elif d[j] * d[j + 1] < 0:
+            out.append(float(t[j] + (t[j + 1] - t[j]) * d[j] / (d[j] - d[j + 1])))
+    if d[-1] == 0:
+        out.append(float(t[-1]))
+    return out
+
+
+BELT_POINTS = 2001
+"""Points of the fine trial axis on which the belt is evaluated."""
+
+
+def belt_estimate(trials, sims, observed, levels: Sequence[float] = LEVELS) -> dict:
+    """Point estimate and confidence sets from simulated base estimates (the Neyman belt).
+
+    Per trial, the simulated estimates are summarised by their median ``center`` and half
+    their central 68 % range ``spread`` (quantiles, so that estimates piled at a grid edge
+    do not distort them); ``center`` is made non-decreasing in the trial value (the estimate
+    grows with the truth; pool-adjacent-violators), both are interpolated linearly between
+    trials, and ``P(t) = Phi((observed - center(t)) / spread(t))`` is evaluated on a fine
+    axis. The estimate is where ``center(t) = observed`` (the middle of that range where
+    ``center`` is flat there); the set of level ``L`` is ``{t : (1-L)/2 <= P(t) <= (1+L)/2}``.
+
+    Args:
+        trials: (n_trial,) ascending trial values. sims: (n_trial, n_sim) base estimates of
+            the data sets simulated at each trial. observed: the base estimate of the data.
+    Returns a dict: ``estimate``; per level ``lo{L}``, ``hi{L}`` (``L`` = 68, 95; the hull of
+    the set); ``center``, ``spread`` per trial; ``lo_open`` / ``hi_open`` (the 95 % set
+    reaches the first / last trial, so the true set may extend beyond the trials);
+    ``no_crossing`` (the observed estimate lies outside every trial's center; the estimate
+    is then the nearest trial).
+    """
+    t = np.asarray(trials, float)
+    e = np.asarray(sims, float)
+    if t.ndim != 1 or e.ndim != 2 or e.shape[0] != t.size or t.size < 2 or e.shape[1] < 4:
+        raise DopplermapInputError(f"belt_estimate: need >= 2 trials and >= 4 simulations each, got trials {t.shape}, "
+                                   f"sims {e.shape}")
+    if np.any(np.diff(t) <= 0):
+        raise DopplermapInputError("belt_estimate: trials must be strictly ascending")
+    if not (np.all(np.isfinite(e)) and math.isfinite(observed)):
+        raise DopplermapInputError("belt_estimate: simulated and observed estimates must be finite")
+    q16, q50, q84 = np.quantile(e, [0.15865525393145707, 0.5, 0.8413447460685429], axis=1)
+    spread = 0.5 * (q84 - q16)
+    # a trial whose simulations agree exactly (all at a grid edge) has no spread of its
+    # own: give it the smallest spread seen (or a tiny one)
+    pos = spread[spread > 0]
+    floor = pos.min() if pos.size else 1e-9 * max(1.0, float(np.ptp(t)))
+    spread = np.maximum(spread, floor)
+    center = _increasing(q50)
+    obs = float(observed)
+    tf = np.linspace(t[0], t[-1], BELT_POINTS)
+    cf, sf = np.interp(tf, t, center), np.interp(tf, t, spread)
+    p = _normal_cdf((obs - cf) / sf)
+    out = dict(center=center, raw_center=q50, spread=spread, trials=t, observed=obs)
+    if obs < center[0] or obs > center[-1]:
+        out["no_crossing"] = True
+        out["estimate"] = float(t[0] if obs < center[0] else t[-1])
+    else:
+        out["no_crossing"] = False
+        on = np.nonzero(np.abs(cf - obs) <= 1e-12 * max(1.0, abs(obs)))[0]
+        cross = _crossings(tf, cf - obs)
+        if on.size:
+            out["estimate"] = float(0.5 * (tf[on[0]] + tf[on[-1]]))
+        else:
+            out["estimate"] = float(np.median(cross))
+    for lev in levels:
+        a = 0.5 * (1.0 - lev)
+        inside = (p >= a) & (p <= 1.0 - a)
+        key = int(round(100 * lev))
+        idx = np.nonzero(inside)[0]
+        if idx.size:
+            lo, hi = float(tf[idx[0]]), float(tf[idx[-1]])
+        else:  # the belt is narrower than the fine axis' step here
+            lo = hi = out["estimate"]
+        out[f"lo{key}"], out[f"hi{key}"] = min(lo, out["estimate"]), max(hi, out["estimate"])
+        out[f"gaps{key}"] = bool(idx.size and idx[-1] - idx[0] + 1 != idx.size)  # a set of several pieces
+    a95 = 0.5 * (1.0 - levels[-1])
+    out["lo_open"] = bool(p[0] <= 1.0 - a95)
+    out["hi_open"] = bool(p[-1] >= a95)
+    return out
+
+
+@dataclasses.dataclass
+class Calibration:
+    """A stellar parameter calibrated by simulation (:func:`calibrate_parameter`).
+
+    Attributes:
+        name: the parameter. estimate: the calibrated (median-unbiased) value.
+        lo68, hi68, lo95, hi95: the 68.3 % and 95.4 % confidence sets (their hull).
+        raw: the base estimate of the observed data (profile chi2 minimum).
+        lo_open, hi_open: the 95 % set reaches the first / last trial value (the true set may
+            extend beyond the grid). no_crossing: the observed estimate lies outside every
+            trial's median estimate (the estimate is the nearest trial; widen the grid).
+        values: grid values of the profile. trials: trial values. fixed: the other
+            parameters as held. sims: (n_trial, n_sim) simulated base estimates.
+        center, spread: median (made non-decreasing) and half 68 % width of each trial's
+            estimates. profile: (n_grid,) the observed profile ``chi2_total``.
+        n_sim, n_solves, seconds, seed, column, sim_lmbd, sim_oversample: the cost and the settings.
+        member_profiles: ``{column: (n_grid, 1 + n_trial n_sim)}`` profiles of every data
+            set (the observed first) for each of :data:`COLUMNS`.
+    """
+
+    name: str
+    estimate: float
+    lo68: float
+    hi68: float
+    lo95: float
+    hi95: float
+    raw: float
+    lo_open: bool
+    hi_open: bool
+    no_crossing: bool
+    values: np.ndarray
+    trials: np.ndarray
+    fixed: dict
+    sims: np.ndarray
+    center: np.ndarray
+    spread: np.ndarray
+    profile: np.ndarray
+    n_sim: int
+    n_solves: int
+    seconds: float
+    seed: int
+    column: str = "chi2_total"
+    sim_lmbd: float | None = None
+    sim_oversample: int = SIM_OVERSAMPLE
+    member_profiles: dict | None = dataclasses.field(default=None, repr=False)
+
+    def summary(self) -> dict:
+        """JSON-ready summary (no per-simulation arrays)."""
+        keys = ("name", "estimate", "lo68", "hi68", "lo95", "hi95", "raw", "lo_open", "hi_open", "no_crossing",
+                "fixed", "n_sim", "n_solves", "seconds", "seed", "column", "sim_lmbd", "sim_oversample")
+        out = {k: getattr(self, k) for k in keys}
+        out.update(trials=self.trials.tolist(), center=self.center.tolist(), spread=self.spread.tolist(),
+                   values=self.values.tolist(), profile=self.profile.tolist(),
+                   method="parametric-bootstrap Neyman construction (docs/parameters.md)")
+        return out
+
+
+def owner_cells(coarse: SurfaceGrid, fine: SurfaceGrid) -> np.ndarray:
+    """(fine.n_cell,) index of the ``coarse`` cell each ``fine`` cell's centre lies in (by the
+    cells' bounds on a band grid, else the nearest centre)."""
+    lat, lon = np.asarray(fine.lat), np.mod(np.asarray(fine.lon), 2 * np.pi)
+    if coarse.lat_bounds is not None and coarse.lon_bounds is not None:
+        lb, ob = np.asarray(coarse.lat_bounds), np.asarray(coarse.lon_bounds)
+        inside = ((lat[:, None] >= lb[None, :, 0]) & (lat[:, None] < lb[None, :, 1])
+                  & (lon[:, None] >= ob[None, :, 0]) & (lon[:, None] < ob[None, :, 1]))
+        if np.all(inside.sum(axis=1) == 1):
+            return np.argmax(inside, axis=1)
+
+    def unit(g):
+        la, lo = np.asarray(g.lat), np.asarray(g.lon)
+        return np.stack([np.cos(la) * np.cos(lo), np.cos(la) * np.sin(lo), np.sin(la)], axis=1)
+
+    return np.argmax(unit(fine) @ unit(coarse).T, axis=1)
+
+
+STAR_FIELDS = ("inclination", "vsini", "domega", "period")
+"""Grid parameters that are fields of :class:`dopplermap.geometry.StarParams`."""
+
+
+def calibrated_star(star, calibrations):
+    """``star`` with the calibrated estimates of its fields (``calibrations``: Calibration
+    objects or ``{name: Calibration}``) substituted, e.g. a start for
+    :func:`dopplermap.jointfit.joint_fit`; calibrated component parameters (``t_cool``, ...)
+    are not star fields and are left out."""
+    cals = calibrations.values() if isinstance(calibrations, dict) else calibrations
+    return star.replace(**{c.name: float(c.estimate) for c in cals if c.name in STAR_FIELDS})
+
+
+def calibration_cost(n_grid: int, n_trial: int, n_sim: int) -> dict:
+    """Solves of one calibration: ``n_trial`` trial maps plus ``n_grid`` batched solves of
+    ``1 + n_trial * n_sim`` members (the observed data and every simulated set)."""
+    members = 1 + n_trial * n_sim
+    return dict(trial_solves=n_trial, batched_calls=n_grid, members=members,
+                member_solves=n_grid * members, total=n_trial + n_grid * members)
+
+
+def check_calibratable(problem: Problem, settings: Settings) -> None:
+    """Refuse a problem the simulation does not reproduce (a light curve, other fitted
+    components, a line weight): its calibration would describe another problem."""
+    if problem.lightcurve_data is not None:
+        raise DopplermapInputError(f"{problem.source}: calibration by simulation does not simulate light curves yet; "
+                                   "calibrate on the line profiles alone (a target without [data] lightcurve)")
+    if tuple(settings.fit_components) != ("cool", "hot"):
+        raise DopplermapInputError(f"{problem.source}: calibration needs fit_components ('cool', 'hot'), got "
+                                   f"{tuple(settings.fit_components)!r}")
+    if settings.line_weight != 1.0:
+        raise DopplermapInputError(f"{problem.source}: calibration needs line_weight 1, got {settings.line_weight!r}")
+
+
+def calibrate_parameter(problem: Problem, name: str, values, *, fixed: dict | None = None, trials=None,
+                        n_sim: int = 32, seed: int = 0, settings: Settings | None = None,
+                        column: str = "chi2_total", sim_lmbd: float | None = None,
+                        sim_oversample: int = SIM_OVERSAMPLE,
+                        progress=None) -> Calibration:
+    """Calibrate grid parameter ``name`` by simulation (module docs; docs/parameters.md).
+
+    Args:
+        problem: the observed problem. name: a grid parameter (``dopplermap.search.GRID_PARAMETERS``).
+        values: (n_grid >= 3,) ascending grid values of ``name`` along which the base estimate
+            (the profile ``chi2_total`` minimum) is read.
+        fixed: the other grid parameters, held at these values (e.g. the grid's best point).
+        trials: trial true values (default ``values``). n_sim: simulated data sets per trial.
+        seed: of the noise draws. settings: solver settings (default the problem's;
+            lambda, regulariser, tol and maxiter are used, fit_rv and fit_amp as given).
+        column: the base read-out, ``"chi2_total"`` (default; the un-reduced chi-square,
+            the plain ``grid`` read-out's) or ``"loss"`` (``n_data`` x the objective,
+            regulariser included). Chosen by measurement (docs/parameters.md).
+        sim_lmbd: lambda of the trial maps the data sets are simulated from (default
+            ``SIM_LMBD_FACTOR * settings.lmbd``): a map less smoothed than the read-out's keeps
+            more of the surface's structure, so that the simulations see the regulariser's
+            bias as the real data do (measured: docs/parameters.md).
+        sim_oversample: simulate the data sets on a band grid of ``sim_oversample`` times the
+            problem's cells (default :data:`SIM_OVERSAMPLE`; each fine cell takes the value of
+            the cell it lies in), so that they carry the surface grid's own discretisation
+            error as real data do; 1: on the problem's grid.
+        progress: optional ``progress(stage, i, n)`` per trial map and per grid value.
+    Returns:
+        :class:`Calibration`.
+    """
+    settings = problem.settings if settings is None else settings
+    check_calibratable(problem, settings)
+    if column not in COLUMNS:
+        raise DopplermapInputError(f"calibrate {name}: column must be one of {COLUMNS}, got {column!r}")
+    fixed = dict(fixed or {})
+    if name in fixed:
+        raise DopplermapInputError(f"calibrate_parameter: {name!r} is both calibrated and fixed")
+    v = np.asarray(values, float)
+    if v.ndim != 1 or v.size < 3 or np.any(np.diff(v) <= 0):
+        raise DopplermapInputError(f"calibrate {name}: need >= 3 ascending grid values, got {np.asarray(values).tolist()}")
+    t = v if trials is None else np.asarray(trials, float)
+    if t.ndim != 1 or t.size < 2 or np.any(np.diff(t) <= 0):
+        raise DopplermapInputError(f"calibrate {name}: need >= 2 ascending trial values, got {np.asarray(trials).tolist()}")
+    if int(n_sim) != n_sim or n_sim < 4:
+        raise DopplermapInputError(f"calibrate {name}: n_sim must be an integer >= 4, got {n_sim!r}")
+    n_sim = int(n_sim)
+    t_start = time.perf_counter()
+    kw = dict(lmbd=settings.lmbd, regulariser=settings.regulariser, tol=settings.tol, maxiter=settings.maxiter,
+              fit_rv=settings.fit_rv, fit_amp=settings.fit_amp)
+    lm_sim = SIM_LMBD_FACTOR * float(settings.lmbd) if sim_lmbd is None else float(sim_lmbd)
+    if not (math.isfinite(lm_sim) and lm_sim >= 0):
+        raise DopplermapInputError(f"calibrate {name}: sim_lmbd must be finite and >= 0, got {sim_lmbd!r}")
+
+    def at(value):
+        star, comps = apply_parameters(problem, dict(fixed, **{name: float(value)}))
+        return problem.replace(star=star, components=comps, settings=settings)
+
+    # on CPU the members go one after another through one compiled solve: the vmapped
+    # (blocked) form's shapes change with the parameter, and each new shape compiles anew
+    mode = "auto" if on_accelerator() else "sequential"
+    obs = problem.obs
+    err = np.asarray(obs.err, float)
+    rng = np.random.default_rng(seed)
+    if int(sim_oversample) != sim_oversample or sim_oversample < 1:
+        raise DopplermapInputError(f"calibrate {name}: sim_oversample must be an integer >= 1, got {sim_oversample!r}")
+    fine = latitude_band_grid(int(sim_oversample) * problem.grid.n_cell) if sim_oversample > 1 else None
+    owner = owner_cells(problem.grid, fine) if fine is not None else None
+    flux = [np.asarray(obs.flux, float)[None]]
+    for i, tv in enumerate(t):  # the map the data give at each trial value, and data sets drawn from it
+        point = at(tv)
+        res = invert_batch(pad_precomputed(point.pre), point.obs, flux=flux[0], err=err, mode=mode,
+                           **dict(kw, lmbd=lm_sim))[0]
+        model = np.asarray(res.model)
+        if fine is not None:
+            fp = point.replace(grid=fine)
+            model = np.asarray(forward(np.asarray(res.fssc)[owner], np.asarray(res.fssh)[owner], np.asarray(res.rv),
+                                       np.asarray(res.amp), fp.pre))
+        flux.append(model[None] + err[None] * rng.standard_normal((n_sim, *err.shape)))
+        if progress is not None:
+            progress("trial", i + 1, t.size)
+    flux = np.concatenate(flux)
+    n_data = obs.n_epoch * obs.n_vel
+    profiles = {c: np.empty((v.size, flux.shape[0])) for c in COLUMNS}
+    for j, gv in enumerate(v):  # every data set solved at each grid value, in one batch
+        point = at(gv)
+        rs = invert_batch(pad_precomputed(point.pre), point.obs, flux=flux, err=err, mode=mode, **kw)
+        profiles["chi2_total"][j] = [r.chi2 * n_data for r in rs]
+        profiles["loss"][j] = [r.loss * n_data for r in rs]
+        if progress is not None:
+            progress("grid", j + 1, v.size)
+    prof = profiles[column]
+    est = np.array([profile_minimum(v, prof[:, m]) for m in range(flux.shape[0])])
+    sims = est[1:].reshape(t.size, n_sim)
+    belt = belt_estimate(t, sims, est[0])
+    cost = calibration_cost(v.size, t.size, n_sim)
+    return Calibration(name=name, estimate=belt["estimate"], lo68=belt["lo68"], hi68=belt["hi68"],
+                       lo95=belt["lo95"], hi95=belt["hi95"], raw=float(est[0]), lo_open=belt["lo_open"],
+                       hi_open=belt["hi_open"], no_crossing=belt["no_crossing"], values=v, trials=t, fixed=fixed,
+                       sims=sims, center=belt["center"], spread=belt["spread"], profile=prof[:, 0],
+                       n_sim=n_sim, n_solves=cost["total"], seconds=time.perf_counter() - t_start, seed=int(seed),
+                       column=column, sim_lmbd=lm_sim, sim_oversample=int(sim_oversample), member_profiles=profiles)
