@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import dopplermap as dm
+from dopplermap import uncertainty
 from dopplermap.broadening import instrumental_broaden
 from dopplermap.cli import main
 from dopplermap.config import parse_config
@@ -285,3 +286,7 @@ def test_unsupported_paths_say_so(two_instruments):
     with pytest.raises(DopplermapInputError, match="got both"):
         Problem(grid=case["grid"], star=case["star"], obs=case["sets"][0][1], components=case["sets"][0][2],
                 lines=(LineData(case["sets"][0][1], case["sets"][0][2]),))
+    with pytest.raises(DopplermapInputError, match="laplace: one line data set only, got 2 sets"):
+        uncertainty.laplace(joint.pre, joint.observations, None)
+    with pytest.raises(DopplermapInputError, match="never_visible: one line data set only"):
+        uncertainty.never_visible(joint.pre)

@@ -47,7 +47,7 @@ from .atomic import write_file
 from .constants import FILL_MAX, FILL_MIN
 from .errors import DopplermapInputError, DopplermapWarning
 from .model import Precomputed, solve_form
-from .objective import DEFAULT_PENALTY, Layout, Observations, loss
+from .objective import DEFAULT_PENALTY, Layout, LineSets, Observations, loss
 from .solvers import InversionResult, invert, invert_batch, resolve_cube_dtype
 from .solvers.batch import blocked_fits
 
@@ -77,17 +77,25 @@ class Uncertainty:
     time: float = 0.0
 
 
+def _one_set(pre, what: str) -> None:
+    if isinstance(pre, LineSets):
+        raise DopplermapInputError(f"{what}: one line data set only, got {len(pre.sets)} sets "
+                                   f"({', '.join(pre.names)}); compute uncertainty maps per set")
+
+
 def never_visible(pre: Precomputed) -> np.ndarray:
     """(n_cell,) bool: cells that carry zero weight at every epoch.
 
     Any model form: folded models hold weight *differences* (which may be negative or, for
     a spot as bright as the photosphere, zero), so they are judged by their cube rows.
     """
+    _one_set(pre, "never_visible")
     return ~pre.line.seen_cells()
 
 
 def resample_epochs(pre: Precomputed, obs: Observations, idx) -> tuple[Precomputed, Observations]:
     """The problem restricted to epochs ``idx`` (with repeats): same shapes when len(idx) = n_epoch."""
+    _one_set(pre, "resample_epochs")
     idx = np.asarray(idx, dtype=np.int64)
     if idx.ndim != 1 or idx.size == 0 or idx.min() < 0 or idx.max() >= pre.n_epoch:
         raise DopplermapInputError(f"epoch indices must be a 1-D array in [0, {pre.n_epoch}), got {idx!r}")
@@ -125,6 +133,7 @@ def bootstrap(pre: Precomputed, obs: Observations, best: InversionResult, *, n_b
             (default) - batch when ``invert_batch`` would vmap (a dense model that fits the
             blocked form on CPU, any model elsewhere), else resample.
     """
+    _one_set(pre, "bootstrap")
     if int(n_boot) != n_boot or n_boot < 2:
         raise DopplermapInputError(f"n_boot must be an integer >= 2, got {n_boot!r}")
     if mode not in ("auto", "batch", "resample"):
@@ -215,6 +224,7 @@ def hvp_function(lmbd, pre: Precomputed, obs: Observations, regulariser: str = "
     products cost more than one at a time) the rows run one after another. ``hvp.batched``
     says which.
     """
+    _one_set(pre, "hvp_function")
     lm = jnp.asarray(lmbd, dtype=jnp.float64)
     pre = hvp_form(pre)
     chunk = int(chunk)
@@ -271,6 +281,7 @@ def laplace(pre: Precomputed, obs: Observations, best: InversionResult, *, metho
     Filling factors sitting on a bound are not free; they get ``1 / sqrt(N/2 H_ii)``
     (their conditional width).
     """
+    _one_set(pre, "laplace")
     if method not in ("dense", "hutchinson"):
         raise DopplermapInputError(f"Laplace method must be 'dense' or 'hutchinson', got {method!r}")
     if kind not in ("posterior", "sandwich"):
