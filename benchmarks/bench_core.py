@@ -45,7 +45,7 @@ def _bytes_read(line) -> int:
     import jax
 
     skip = {"pos"} if jax.default_backend() == "cpu" else set()
-    if line.method == "folded":
+    if line.kind == "folded":
         skip.add("weight")
     return sum(int(getattr(line, f.name).nbytes) for f in dataclasses.fields(line)
                if f.name not in skip and hasattr(getattr(line, f.name), "nbytes"))
@@ -131,7 +131,7 @@ def main():
                        "compile_s": timing["compile"]}
         print(method, json.dumps(out[method]), flush=True)
     pre = dm.precompute(grid, star, times, vels, comps)  # "auto": dense here; solvers fold it to float32
-    out["default_method"] = pre.line.method
+    out["default_method"] = pre.line.kind
     r = dm.invert(pre, sim.obs, lmbd=1.0)
     out["scipy"] = {"solve_s": r.solve_time, "iterations": r.iterations, "n_eval": r.n_eval, "loss": r.loss,
                     "compile_s": r.compile_time}

@@ -68,7 +68,7 @@ def main():
         pre = build()
         t_pre = time.perf_counter() - t0
         comp, run = bench(pre, sim.obs, a.rep)
-        cases[name] = (t_pre, comp, run, pre.line.nbytes() / 2**20, pre.line.method)
+        cases[name] = (t_pre, comp, run, pre.line.nbytes() / 2**20, pre.line.kind)
         if name.endswith("+mu"):
             pres[name] = pre
     fc, fh = (jnp.asarray(x) for x in dm.spot_map(grid, dm.DEMO_SPOTS))

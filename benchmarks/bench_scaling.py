@@ -48,7 +48,7 @@ def child(n_cell, n_epoch, n_vel, method="binned"):
         jax.block_until_ready(fn(x, 1.0, pre, obs))
         ts.append(time.perf_counter() - t1)
     stats = jax.devices()[0].memory_stats() or {}
-    return {"n_cell": pre.n_cell, "n_epoch": n_epoch, "n_vel": n_vel, "method": pre.line.method, "vg_ms": 1e3 * min(ts),
+    return {"n_cell": pre.n_cell, "n_epoch": n_epoch, "n_vel": n_vel, "method": pre.line.kind, "vg_ms": 1e3 * min(ts),
             "precompute_s": pre_t, "compile_s": timing["compile"] + timing["trace_lower"],
             "model_MB": pre.line.nbytes() / 1e6,
             "peak_rss_MB": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,

@@ -50,7 +50,7 @@ def main():
     best = dm.invert(pre, sim.obs, lmbd=1.0)
     out = {"machine": platform.node(), "cpu_count": os.cpu_count(), "backend": jax.default_backend(),
            "jax": jax.__version__, "size": {"n_cell": grid.n_cell, "n_epoch": len(times), "n_vel": len(vels)},
-           "method": pre.line.method, "chunk": args.chunk}
+           "method": pre.line.kind, "chunk": args.chunk}
     x = jnp.asarray(best.x)
     lm = jnp.asarray(1.0)
     n = x.size
@@ -72,7 +72,7 @@ def main():
     t_setup = time.perf_counter() - t0
     t_new, got = _best_of(lambda: np.asarray(hvp(x, basis)), 3)
     out["hvp"] = {"dense_single_ms": t_old / 8 * 1e3, "batched_ms": t_new / args.chunk * 1e3,
-                  "speedup": (t_old / 8) / (t_new / args.chunk), "form": U.hvp_form(pre).line.method,
+                  "speedup": (t_old / 8) / (t_new / args.chunk), "form": U.hvp_form(pre).line.kind,
                   "setup_and_compile_s": t_setup - t_new,
                   "max_rel_diff": float(np.max(np.abs(got[:8] - ref)) / np.max(np.abs(ref)))}
     assert np.array_equal(first, got)

@@ -254,7 +254,7 @@ def test_macroturbulence_instrument_and_gravity_darkening_build(tmp_path):
     assert cfg.inversion.method == "auto"
     cfg = dataclasses.replace(cfg, inversion=dataclasses.replace(cfg.inversion, method="binned"))
     prob = from_config(cfg)
-    assert prob.pre.line.method == "binned" and prob.line_factors.shape == (150, 3)
+    assert prob.pre.line.kind == "binned" and prob.line_factors.shape == (150, 3)
     assert prob.lightcurve.weight.shape == (120, 150, 3)
     # the local profiles were EW-scaled then broadened and depend on mu: the binned model
     # holds several mu-basis columns per component, and agrees with the dense one
@@ -263,7 +263,7 @@ def test_macroturbulence_instrument_and_gravity_darkening_build(tmp_path):
     assert len(prob.pre.line.col_comp) > 3
     dense_cfg = dataclasses.replace(cfg, inversion=dataclasses.replace(cfg.inversion, method="auto"))
     dense = from_config(dense_cfg).pre
-    assert dense.line.method == "dense"  # "auto" at this small size
+    assert dense.line.kind == "dense"  # "auto" at this small size
     fc, fh = (jnp.asarray(x) for x in dm.spot_map(prob.grid, dm.DEMO_SPOTS))
     z = jnp.zeros(prob.obs.n_epoch)
     assert float(jnp.max(jnp.abs(dm.forward(fc, fh, z, z, prob.pre) - dm.forward(fc, fh, z, z, dense)))) < 1e-5
@@ -271,7 +271,7 @@ def test_macroturbulence_instrument_and_gravity_darkening_build(tmp_path):
     plain = from_config(load_config(cfg_path).__class__(**{**cfg.__dict__,
                         "gravity_darkening": cfg.gravity_darkening.__class__(enabled=False),
                         "line": cfg.line.__class__(**{**cfg.line.__dict__, "macroturbulence": 0.0})}))
-    assert plain.pre.line.method == "binned" and plain.line_factors is None
+    assert plain.pre.line.kind == "binned" and plain.line_factors is None
 
 
 def test_searches_solve_the_problem_invert_solves(tmp_path):
@@ -291,7 +291,7 @@ def test_searches_solve_the_problem_invert_solves(tmp_path):
     assert main(["invert", str(cfg_path), "--out", str(tmp_path / "inv"), "--quiet", "--no-plots"]) == 0
     inv = json.loads((tmp_path / "inv" / "summary.json").read_text())
     prob = load_problem(cfg_path)
-    assert prob.gravity is not None and prob.lightcurve is not None and prob.pre.line.method == "binned"
+    assert prob.gravity is not None and prob.lightcurve is not None and prob.pre.line.kind == "binned"
     # the loss of the invert result, evaluated on a grid point's (padded) problem at the TOML's own parameters
     res = dm.load_result(tmp_path / "inv")
     point = prob.replace(star=search.apply_parameters(prob, {"inclination": 60.0})[0])

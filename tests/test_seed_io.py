@@ -228,7 +228,7 @@ def test_npz_roundtrip(tmp_path, dicts):
     back = load_problem(path)
     for a, b in zip(jax.tree_util.tree_leaves((prob.pre, prob.obs)), jax.tree_util.tree_leaves((back.pre, back.obs)), strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
-    assert back.labels == prob.labels and back.pre.line.method == "dense"
+    assert back.labels == prob.labels and back.pre.line.kind == "dense"
     np.testing.assert_array_equal(back.n_visible, prob.n_visible)
     np.testing.assert_array_equal(back.lat, prob.lat)
 

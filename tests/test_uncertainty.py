@@ -49,11 +49,11 @@ def test_hvp_paths_agree(fitted, monkeypatch):
     x = jnp.asarray(best.x)
     vs = np.random.default_rng(3).normal(size=(5, x.size))
     fast = U.hvp_function(LMBD, pre, sim.obs, REG, chunk=4)
-    assert fast.batched and U.hvp_form(pre).line.method == "blocked"
+    assert fast.batched and U.hvp_form(pre).line.kind == "blocked"
     hut = U.laplace(pre, sim.obs, best, method="hutchinson", n_probe=6, chunk=4)
     monkeypatch.setattr(plan, "HVP_BLOCKED_MAX_BYTES", 0)
     slow = U.hvp_function(LMBD, pre, sim.obs, REG, chunk=4)
-    assert U.hvp_form(pre).line.method == "folded"
+    assert U.hvp_form(pre).line.kind == "folded"
     assert slow.batched == (jax.default_backend() != "cpu")
     ref = np.asarray(slow(x, vs))
     np.testing.assert_allclose(np.asarray(fast(x, vs)), ref, rtol=0, atol=1e-10 * np.abs(ref).max())

@@ -471,7 +471,7 @@ def from_seed(seed, *, settings: Settings = Settings()) -> Problem:
         grid = SurfaceGrid(lat=np.asarray(seed.lat, dtype=float), lon=np.mod(np.asarray(seed.lon, dtype=float), 2 * np.pi),
                            area=area * (4 * np.pi / area.sum()), edges=np.asarray(seed.pre.edges, dtype=np.int64),
                            kind="given")
-    return Problem(grid=grid, star=None, obs=seed.obs, components=None, method=seed.pre.line.method,
+    return Problem(grid=grid, star=None, obs=seed.obs, components=None, method=seed.pre.line.kind,
                    settings=settings, source=seed.source, form=seed.pre)
 
 

@@ -123,14 +123,14 @@ def run_target(cfg, out: Path, *, plots: bool = True, quiet: bool = True, config
         sets = cfg.line_sets()
         if prob.multi:  # per set: epochs, velocities, synthesis method, macroturbulence
             per_set = {"n_epoch": sum(o.n_epoch for o in obs), "n_vel": None,
-                       "method": ",".join(dict.fromkeys(p.line.method for p in pre.sets)),
+                       "method": ",".join(dict.fromkeys(p.line.kind for p in pre.sets)),
                        "macroturbulence": None,
                        "line_sets": [dict(name=ls.name, weight=ls.weight, n_epoch=o.n_epoch, n_vel=o.n_vel,
-                                          method=p.line.method, macroturbulence=ls.line.macroturbulence,
+                                          method=p.line.kind, macroturbulence=ls.line.macroturbulence,
                                           resolving_power=ls.line.resolving_power)
                                      for ls, o, p in zip(sets, obs, pre.sets, strict=True)]}
         else:
-            per_set = {"n_epoch": obs.n_epoch, "n_vel": obs.n_vel, "method": pre.line.method,
+            per_set = {"n_epoch": obs.n_epoch, "n_vel": obs.n_vel, "method": pre.line.kind,
                        "macroturbulence": sets[0].line.macroturbulence}
         extra = dict(target=cfg.source, n_files=len(prob.files), n_cell=grid.n_cell, **per_set,
                      n_lc=None if lc is None else lc.n_lc, gravity_darkening=cfg.gravity_darkening.enabled,
