@@ -101,7 +101,12 @@ def run_target(cfg, out: Path, *, plots: bool = True, quiet: bool = True, config
             pre, lc = prob.pre, prob.lightcurve  # built here, once
         t_setup = time.perf_counter() - t0
         with rep.solve("compile + solve", maxiter=inv.maxiter) as callback:
-            res = invert(prob, callback=callback)
+            # live progress from scipy's host loop only: a compiled loop that calls back to the
+            # host is not kept in JAX's persistent compilation cache (every run would recompile)
+            live = prob.settings.solver == "lbfgsb"
+            res = invert(prob, callback=callback if live else None)
+            if not live:
+                callback(res.iterations, {"loss": [res.loss], "chi2": [res.chi2]})
         grid, obs = prob.grid, prob.observations
         light_curve = None
         if lc is not None:

@@ -109,6 +109,9 @@ def invert(pre: Precomputed | Problem, obs: Observations | None = None, *, lmbd:
         callback: ``callback(iteration, history)`` after every iteration (progress display),
             for every solver; ``history`` holds the ``loss``, ``chi2`` and ``regulariser``
             lists so far (``chi2``/``regulariser`` NaN where the back end does not form them).
+            The compiled loops then call back to the host each iteration, and JAX keeps no
+            such program in its persistent compilation cache: a callback costs them the
+            cache (compiled once per process instead of once per machine).
         lightcurve: optional :class:`dopplermap.lightcurve.LightCurveFit` (or a
             :class:`~dopplermap.lightcurve.LightCurveSet` of bands, ``result.chi2_lc_sets``) for the joint fit
             ``line_weight * chi2 + lc_weight * chi2_lc + lmbd * reg`` (``result.chi2_lc``);
