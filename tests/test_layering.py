@@ -157,7 +157,7 @@ def _under(module: str, *prefixes: str) -> bool:
 
 def _layer_violations() -> list[str]:
     io, figures = f"{ROOT}.io", (f"{ROOT}.plot", f"{ROOT}.style", f"{ROOT}.report")
-    solvers, app = f"{ROOT}.solvers", (f"{ROOT}.commands", f"{ROOT}.cli")
+    solvers, app = f"{ROOT}.solvers", (f"{ROOT}.commands", f"{ROOT}.cli", f"{ROOT}.__main__")  # __main__: python -m
     bad = []
     for imp in IMPORTS:
         m, t = imp.module, imp.target
