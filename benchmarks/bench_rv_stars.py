@@ -20,10 +20,9 @@ import platform
 import sys
 import warnings
 
+import bench_calibration as BC
 import numpy as np
 from _common import write_json  # benchmarks/ is the script's folder
-
-import bench_calibration as BC
 
 CASES = (("dense", "interpolate"), ("binned", "interpolate"), ("binned", "exact"))
 
