@@ -37,6 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _device
+from ._sets import names_and_weights
 from .errors import DopplermapInputError
 from .geometry import StarParams, cell_geometry, check_star
 from .grid import SurfaceGrid
@@ -125,16 +126,8 @@ class LightCurveSet:
         bands = tuple(bands)
         if not bands or not all(isinstance(b, LightCurveFit) for b in bands):
             raise DopplermapInputError(f"a light-curve set needs at least one LightCurveFit, got {len(bands)} items")
-        names = tuple(f"band{i + 1}" for i in range(len(bands))) if names is None else tuple(map(str, names))
-        weights = np.ones(len(bands)) if weights is None else np.asarray(weights, dtype=float)
-        if len(names) != len(bands) or len(set(names)) != len(names):
-            raise DopplermapInputError(f"light-curve names must be {len(bands)} unique names, got {list(names)}")
-        if weights.shape != (len(bands),) or not np.all(np.isfinite(weights) & (weights >= 0)):
-            raise DopplermapInputError(f"light-curve weights must be {len(bands)} finite numbers >= 0, got {weights.tolist()}")
-        cells = {b.n_cell for b in bands}
-        if len(cells) != 1:
-            raise DopplermapInputError(f"light curves precomputed for different grids: n_cell {sorted(cells)}")
-        return cls(bands=bands, weights=_device.asarray(weights), names=names)
+        names, weights = names_and_weights("light curve", "band", [b.n_cell for b in bands], names, weights)
+        return cls(bands=bands, weights=weights, names=names)
 
     @property
     def n_cell(self) -> int:

@@ -54,6 +54,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _device
+from ._sets import names_and_weights
 from .constants import FILL_MIN
 from .errors import DopplermapInputError
 from .lightcurve import chi2_lightcurves
@@ -160,16 +161,8 @@ class LineSets:
         sets = tuple(sets)
         if not sets or not all(isinstance(p, Precomputed) for p in sets):
             raise DopplermapInputError(f"line data sets need at least one precomputed model each, got {len(sets)} items")
-        names = tuple(f"lines{i + 1}" for i in range(len(sets))) if names is None else tuple(map(str, names))
-        weights = np.ones(len(sets)) if weights is None else np.asarray(weights, dtype=float)
-        if len(names) != len(sets) or len(set(names)) != len(names):
-            raise DopplermapInputError(f"line data set names must be {len(sets)} unique names, got {list(names)}")
-        if weights.shape != (len(sets),) or not np.all(np.isfinite(weights) & (weights >= 0)):
-            raise DopplermapInputError(f"line data set weights must be {len(sets)} finite numbers >= 0, got {weights.tolist()}")
-        cells = [p.n_cell for p in sets]
-        if len(set(cells)) != 1:
-            raise DopplermapInputError(f"line data sets precomputed for different grids: n_cell {cells}")
-        return cls(sets=sets, weights=_device.asarray(weights), names=names)
+        names, weights = names_and_weights("line data set", "lines", [p.n_cell for p in sets], names, weights)
+        return cls(sets=sets, weights=weights, names=names)
 
     @property
     def n_sets(self) -> int:
