@@ -175,6 +175,27 @@ def test_dense_model_equals_precompute(sim, dicts):
     assert np.max(np.abs(clean - sim.noiseless)) < 1e-12
 
 
+def test_dense_cube_holds_the_pickle_values_and_is_adopted_without_a_copy(dicts):
+    """The cube is each epoch's ``lps_*`` in its visible slots and zero after them; on the CPU
+    the device array is the reader's own (aligned) buffer, not a second copy of it."""
+    from dopplermap import _device
+
+    prob = seed_problem(*dicts)
+    local = np.asarray(prob.pre.line.local)
+    idc, _, cpcs = dicts
+    for e, t in enumerate(idc["times"]):
+        n = len(np.asarray(cpcs["common"][t]["ivis"]))
+        for k, name in enumerate(("phot", "cool", "hot")):
+            assert np.array_equal(local[e, :n, k], np.asarray(cpcs["line"][t][f"lps_{name}"]))
+        assert not local[e, n:].any()
+    buf = _device.host_array((3, 5, 7))
+    assert buf.ctypes.data % 64 == 0 and buf.shape == (3, 5, 7) and buf.dtype == np.float64
+    if jax.default_backend() == "cpu":
+        assert prob.pre.line.local.unsafe_buffer_pointer() % 64 == 0
+        buf[:] = 1.0
+        assert _device.asarray(buf).unsafe_buffer_pointer() == buf.ctypes.data
+
+
 def test_padding_layout_and_gradient(dicts):
     """Ragged epochs: pos inverts cell, padding has zero weight, and the gradient matches finite differences."""
     d = ragged(dicts)

@@ -274,21 +274,24 @@ def seed_problem(idc, sg, cpcs, *, sources=("idc", "sg", "cpcs")) -> SeedProblem
                            allow_scalar=True)
             lps = _floats(_get(ln, f"lps_{k}", base, s_cpcs), f"{base}['lps_{k}']", s_cpcs, shape=(n_vis, n_vel))
             weights.append(np.broadcast_to(lis * ldfs * areas * mus, (n_vis,)))  # the seed's coeffs_k
-            locals_.append(lps)
-        per_epoch.append((ivis, np.stack(weights, axis=1), np.stack(locals_, axis=1)))
+            locals_.append(lps)  # the pickle's own arrays: copied once, into the cube below
+        per_epoch.append((ivis, np.stack(weights, axis=1), locals_))
 
     n_visible = np.array([p[0].size for p in per_epoch], dtype=np.int64)
     n_slot = int(n_visible.max())
     cell = np.zeros((n_epoch, n_slot), np.int32)
     pos = np.full((n_epoch, n_cell), n_slot, np.int32)
     weight = np.zeros((n_epoch, n_slot, 3))
-    local = np.zeros((n_epoch, n_slot, 3, n_vel))
-    for e, (ivis, w, lp) in enumerate(per_epoch):
+    # the cube is most of the input's bytes: written once, into a buffer the device adopts
+    local = _device.host_array((n_epoch, n_slot, 3, n_vel))
+    for e, (ivis, w, lps) in enumerate(per_epoch):
         n = ivis.size
         cell[e, :n] = ivis
         pos[e, ivis] = np.arange(n, dtype=np.int32)
         weight[e, :n] = w
-        local[e, :n] = lp
+        for k, lp in enumerate(lps):
+            local[e, :n, k] = lp
+        local[e, n:] = 0.0
     bad_norm = (weight.sum(axis=(1, 2)) == 0)
     if bad_norm.any():
         e = int(np.argmax(bad_norm))
