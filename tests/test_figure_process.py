@@ -4,6 +4,9 @@ in this process, a fallback when the child fails, and nothing left behind."""
 from __future__ import annotations
 
 import pickle
+import subprocess
+import sys
+from pathlib import Path
 
 import jax.numpy as jnp
 import numpy as np
@@ -75,3 +78,68 @@ def test_result_folder_figures_from_a_child_equal_those_drawn_here(tmp_path):
             dm.app.save_result(result, tmp_path / "child", overwrite=False, figure_process=fp)
         assert fp._proc.poll() is not None
     assert sorted(p.name for p in tmp_path.iterdir()) == ["child", "here"]
+
+
+_FORK_SCRIPT = r"""
+import os, sys, threading, pickle
+from pathlib import Path
+from dopplermap import style
+assert "jax" not in sys.modules and threading.active_count() == 1
+out = Path(sys.argv[1])
+(out / "who").mkdir()
+def maker(k):
+    def make():
+        (out / "who" / f"{k}-{os.getpid()}").touch()
+        fig = style.new_figure(2.0, 1.5)
+        ax = fig.add_axes((0.2, 0.2, 0.7, 0.7))
+        ax.plot([0, 1, 2], [k, k * k, 1]); ax.set_title(f"figure {k}")
+        return fig
+    return make
+makers = {f"f{k}": maker(k) for k in range(5)}
+main = os.getpid()
+forked = style.save_figures(makers, out / "forked", processes=2, costs={"f0": 3.0})
+drew_forked = sorted(p.name for p in (out / "who").iterdir())
+for p in (out / "who").iterdir():
+    p.unlink()
+threads = style.save_figures(makers, out / "threads", processes=1)
+drew_threads = sorted(p.name for p in (out / "who").iterdir())
+def broken():
+    if os.getpid() != main:
+        raise ValueError("drawing failed in a forked share")
+    return maker(9)()
+try:
+    style.save_figures({"a": maker(1), "b": broken}, out / "broken", processes=2)
+    failed = None
+except RuntimeError as exc:
+    failed = str(exc)
+print(pickle.dumps(([str(p) for p in forked], [str(p) for p in threads], drew_forked, drew_threads, failed)).hex())
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="figures are drawn in forked processes on Linux only")
+def test_figures_shared_among_forked_processes_come_back_in_order(tmp_path):
+    """Where the interpreter may fork (no JAX, no other thread: the figure child), the figures
+    are drawn by forked copies: the same files as drawn in one process, the paths in the
+    makers' order, and a share that fails is an error, not a missing figure."""
+    p = subprocess.run([sys.executable, "-c", _FORK_SCRIPT, str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    forked, threads, drew_forked, drew_threads, failed = pickle.loads(bytes.fromhex(p.stdout.strip().splitlines()[-1]))
+    assert [Path(f).name for f in forked] == [f"f{k}.png" for k in range(5)] == [Path(f).name for f in threads]
+    for f, t in zip(forked, threads, strict=True):
+        assert Path(f).read_bytes() == Path(t).read_bytes()
+    assert len({w.split("-")[1] for w in drew_forked}) == 2 and len(drew_forked) == 5  # two processes drew
+    assert len({w.split("-")[1] for w in drew_threads}) == 1
+    assert failed is not None and "1 forked process(es) failed" in failed
+    assert "drawing failed in a forked share" in p.stderr
+
+
+def test_figure_shares_balance_the_drawing_cost():
+    from dopplermap.style import _shares
+
+    items = [(n, None) for n in ("map", "rect", "profiles", "dynamic_spectrum", "light_curve", "conv", "profiles_b")]
+    costs = {"dynamic_spectrum": 3.0, "profiles": 1.5}
+    shares = _shares(items, costs, 2)
+    assert sorted(i for s in shares for i in s) == list(range(len(items)))
+    load = [sum({**costs, "profiles_b": 1.5}.get(items[i][0], 1.0) for i in s) for s in shares]
+    assert abs(load[0] - load[1]) <= 1.0 and all(s == sorted(s) for s in shares)
+    assert _shares(items[:1], {}, 3) == [[0], [], []]

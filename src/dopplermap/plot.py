@@ -17,10 +17,8 @@ each quantity come from :data:`dopplermap.style.CMAPS` and :data:`dopplermap.sty
 
 from __future__ import annotations
 
-import gc
 import logging
 import re
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -1089,34 +1087,19 @@ def _labelled(make, label, strip_in: float = 0.24):
     return draw
 
 
+# relative drawing costs (the rest 1), to balance the figures among processes
+_DRAW_COST = {"dynamic_spectrum": 3.0, "profiles": 1.5}
+
+
 def plot_result(result, out_dir, *, fmt: str = "png", dpi: float | None = None, n_views: int = 6,
-                max_profiles: int = 24, components=None, workers: int | None = None) -> list[Path]:
+                max_profiles: int = 24, components=None, workers: int | None = None,
+                processes: int | None = None) -> list[Path]:
     """Save every figure of :func:`result_figures` into ``out_dir`` as ``NAME.{fmt}``; returns the paths.
 
-    The figures are drawn and written in parallel threads (each thread its own Figure and
-    Agg canvas, so no state is shared; the style is entered once around them all).
-    ``workers``: threads (default: up to 4, one per CPU).
+    The figures are drawn in parallel (:func:`dopplermap.style.save_figures`): in forked
+    processes where that is safe (the figure child of a CLI run), else in ``workers``
+    threads (each its own Figure and Agg canvas, so no state is shared).
     """
-    import os
-
-    out = Path(out_dir)
     figs = result_figures(result, n_views=n_views, max_profiles=max_profiles, components=components)
+    return style.save_figures(figs, out_dir, fmt=fmt, dpi=dpi, costs=_DRAW_COST, processes=processes, workers=workers)
 
-    def one(item):
-        name, make = item
-        return style.save_figure(make(), out / f"{name}.{fmt}", dpi=dpi)
-
-    n = workers if workers is not None else max(1, min(4, os.cpu_count() or 1, len(figs)))
-    # matplotlib makes many short-lived objects: the cyclic collector's passes cost ~10 % here
-    # and find nothing to free until the figures are dropped, so it pauses while they are drawn
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        with style.context():  # entered once here: the threads' own rc_contexts then change nothing
-            if n <= 1:
-                return [one(it) for it in figs.items()]
-            with ThreadPoolExecutor(max_workers=n, thread_name_prefix="dopplermap-plot") as pool:
-                return list(pool.map(one, figs.items()))
-    finally:
-        if collecting:
-            gc.enable()

@@ -30,13 +30,20 @@ uncertainty maps and search plots.
 
 from __future__ import annotations
 
+import gc
+import os
+import pickle
+import sys
+import threading
+import traceback
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .atomic import write_file
 from .errors import DopplermapInputError
 
 __all__ = ["lightness_ramp", "ONE_COLUMN", "TWO_COLUMN", "MIN_FONT_PT", "RC", "CMAPS", "LABELS", "GAP_COLOUR", "MODEL_COLOUR",
-           "context", "cmap", "new_figure", "save_figure"]
+           "context", "cmap", "new_figure", "save_figure", "save_figures"]
 
 ONE_COLUMN = 3.5
 """Width (in) of a one-column journal figure."""
@@ -218,3 +225,97 @@ def save_figure(fig, path, *, dpi: float | None = None) -> Path:
                         format=fmt, facecolor="white", **kw)
 
     return write_file(path, draw)
+
+
+def _can_fork() -> bool:
+    """Whether this interpreter may fork copies of itself to draw: Linux, no other Python
+    thread, and no JAX (whose native threads a forked copy would not have)."""
+    return (sys.platform.startswith("linux") and hasattr(os, "fork") and threading.active_count() == 1
+            and "jax" not in sys.modules)
+
+
+def _shares(items, costs: dict, n: int) -> list[list[int]]:
+    """Figure indices in ``n`` shares of about equal drawing cost (largest first, each to the
+    lightest share), each share in figure order."""
+    def cost(name):  # a data set's figure (profiles_<set>) costs what its kind does
+        return next((c for k, c in costs.items() if name == k or name.startswith(k + "_")), 1.0)
+
+    load, shares = [0.0] * n, [[] for _ in range(n)]
+    for i in sorted(range(len(items)), key=lambda i: -cost(items[i][0])):
+        k = min(range(n), key=load.__getitem__)
+        shares[k].append(i)
+        load[k] += cost(items[i][0])
+    return [sorted(s) for s in shares]
+
+
+def save_figures(makers: dict, out_dir, *, fmt: str = "png", dpi: float | None = None, costs: dict | None = None,
+                 processes: int | None = None, workers: int | None = None) -> list[Path]:
+    """Draw ``makers`` (``name -> callable returning a Figure``) into ``out_dir`` as
+    ``NAME.{fmt}``; returns the paths in the order of ``makers``.
+
+    Drawing holds the GIL, so threads barely overlap it. Where this interpreter can fork
+    safely (:func:`_can_fork`: the figure child of :mod:`dopplermap.figure_process` can, a
+    process with JAX loaded cannot) the figures are shared among ``processes`` forked copies
+    of it (default: one per CPU, at most 4), balanced by ``costs`` (``name -> relative cost``,
+    default 1); otherwise they are drawn in ``workers`` threads (default: up to 4).
+    """
+    out = Path(out_dir)
+    items = list(makers.items())
+
+    def one(item):
+        name, make = item
+        return save_figure(make(), out / f"{name}.{fmt}", dpi=dpi)
+
+    n_cpu = os.cpu_count() or 1
+    n_proc = processes if processes is not None else min(4, n_cpu, len(items))
+    # matplotlib makes many short-lived objects: the cyclic collector's passes cost ~10 % here
+    # and find nothing to free until the figures are dropped, so it pauses while they are drawn
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        with context():  # entered once here: the threads' own rc_contexts then change nothing
+            if n_proc > 1 and len(items) > 1 and _can_fork():
+                return _draw_forked(one, items, _shares(items, costs or {}, n_proc))
+            n = workers if workers is not None else max(1, min(4, n_cpu, len(items)))
+            if n <= 1:
+                return [one(it) for it in items]
+            with ThreadPoolExecutor(max_workers=n, thread_name_prefix="dopplermap-plot") as pool:
+                return list(pool.map(one, items))
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _draw_forked(one, items, shares) -> list[Path]:
+    """Share 0 here, the others in forked copies that send back their paths through pipes."""
+    children = []
+    for share in shares[1:]:
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the copy: draw, report, exit without running the parent's exit handlers
+            os.close(r)
+            code = 0
+            try:
+                data = pickle.dumps([(i, str(one(items[i]))) for i in share])
+            except BaseException:  # noqa: BLE001 - reported to the parent as a failed share
+                traceback.print_exc()
+                data, code = b"", 1
+            with os.fdopen(w, "wb") as fh:
+                fh.write(data)
+            sys.stderr.flush()
+            os._exit(code)
+        os.close(w)
+        children.append((pid, r))
+    paths = {i: one(items[i]) for i in shares[0]}
+    failed = []
+    for pid, r in children:
+        with os.fdopen(r, "rb") as fh:
+            data = fh.read()
+        _, status = os.waitpid(pid, 0)
+        if status != 0 or not data:
+            failed.append(pid)
+            continue
+        paths.update((i, Path(p)) for i, p in pickle.loads(data))
+    if failed:
+        raise RuntimeError(f"drawing figures: {len(failed)} forked process(es) failed (their tracebacks are on stderr)")
+    return [paths[i] for i in range(len(items))]

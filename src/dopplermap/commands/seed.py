@@ -125,9 +125,8 @@ def plot_seed_figures(out, arrays: dict) -> list[Path]:
     residuals. Returns the written paths."""
     from .. import style
 
-    out = Path(out)
-    return [style.save_figure(_filling_figure(**arrays), out / "filling_factors.png"),
-            style.save_figure(_residual_figure(**arrays), out / "residuals.png")]
+    return style.save_figures({"filling_factors": lambda: _filling_figure(**arrays),
+                               "residuals": lambda: _residual_figure(**arrays)}, out)
 
 
 def plot_seed_result(problem, res, out: Path) -> list[Path]:
