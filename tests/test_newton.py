@@ -138,3 +138,26 @@ def test_refuses_an_exact_rv_model():
     assert pre.line.exact_rv
     with pytest.raises(dm.DopplermapInputError, match="rv_shift='exact'"):
         dm.invert(pre, obs, solver="newton")
+
+
+def test_auto_takes_newton_at_tight_tolerances_where_it_applies(problem):
+    """``solver="auto"`` (the TOML's default): Newton at tol <= NEWTON_TOL, L-BFGS-B above it,
+    and L-BFGS-B for what Newton cannot fit (an exact-rv model, several line data sets)."""
+    from dopplermap.objective import LineSets
+    from dopplermap.problem import Settings
+    from dopplermap.solvers import NEWTON_TOL, choose_solver
+
+    _, _, pre, sim = problem
+    tight = dm.invert(pre, sim.obs, solver="auto", tol=1e-8, maxiter=3000)
+    loose = dm.invert(pre, sim.obs, solver="auto", tol=1e-5)
+    assert tight.solver == "newton" and loose.solver == "lbfgsb"
+    assert choose_solver(settings=Settings(solver="auto", tol=NEWTON_TOL), pre=pre) == "newton"
+    assert choose_solver(settings=Settings(solver="auto", tol=2 * NEWTON_TOL), pre=pre) == "lbfgsb"
+    assert choose_solver(settings=Settings(solver="projected_lbfgs", tol=1e-9), pre=pre) == "projected_lbfgs"
+    star, grid, times, vels, comps = dm.demo_setup(n_cell=150, n_epoch=6, n_vel=24)
+    exact = dm.precompute(grid, star, times, vels, comps, method="binned", rv_shift="exact")
+    assert choose_solver(settings=Settings(solver="auto", tol=1e-8), pre=exact) == "lbfgsb"
+    sets = LineSets.create((pre, pre), names=("a", "b"))
+    assert choose_solver(settings=Settings(solver="auto", tol=1e-8), pre=sets) == "lbfgsb"
+    with pytest.raises(dm.DopplermapInputError, match="solver must be 'auto' or one of"):
+        dm.invert(pre, sim.obs, solver="gauss")

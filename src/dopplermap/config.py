@@ -160,7 +160,7 @@ class InversionConfig:
     maxiter: int = 1000
     method: str = "auto"
     rv_shift: str = "interpolate"
-    solver: str = "lbfgsb"
+    solver: str = "auto"
     fit_components: tuple[str, ...] = ("cool", "hot")
 
 
@@ -413,8 +413,9 @@ def _validate(cfg: TargetConfig):
         raise DopplermapInputError(f"{s}: [inversion] maxiter must be >= 1, got {inv.maxiter!r}")
     if inv.rv_shift not in ("interpolate", "exact"):
         raise DopplermapInputError(f"{s}: [inversion] rv_shift must be 'interpolate' or 'exact', got {inv.rv_shift!r}")
-    if inv.solver not in ("lbfgsb", "projected_lbfgs", "newton"):
-        raise DopplermapInputError(f"{s}: [inversion] solver must be 'lbfgsb', 'projected_lbfgs' or 'newton', got {inv.solver!r}")
+    if inv.solver not in ("auto", "lbfgsb", "projected_lbfgs", "newton"):
+        raise DopplermapInputError(f"{s}: [inversion] solver must be 'auto', 'lbfgsb', 'projected_lbfgs' or 'newton', "
+                                   f"got {inv.solver!r}")
     comps = inv.fit_components
     if not comps or len(set(comps)) != len(comps) or not set(comps) <= {"cool", "hot"}:
         raise DopplermapInputError(f"{s}: [inversion] fit_components must list 'cool', 'hot' or both, got {list(comps)}")
@@ -584,7 +585,8 @@ maxiter = 1000
 method = "auto"                      # auto (dense while its cube <= 512 MiB) | binned (memory-light) | dense (exact)
 fit_components = ["cool", "hot"]     # spot components fitted; ["cool"]: photosphere + cool spots only
 # rv_shift = "interpolate"           # interpolate (the seed's shift of the disc-integrated profile) | exact (binned)
-solver = "lbfgsb"                    # lbfgsb (scipy, live progress) | projected_lbfgs (one compiled loop; GPU) | newton (tight tol)
+solver = "auto"                      # auto (newton at tol <= 1e-6, else lbfgsb) | lbfgsb (scipy, live progress)
+                                     # | projected_lbfgs (one compiled loop; GPU) | newton (Gauss-Newton-CG)
 
 [uncertainty]                        # per-cell uncertainty maps written into the result folder
 methods = []                         # any of "laplace" (posterior), "sandwich", "bootstrap"; [] = none

@@ -86,7 +86,7 @@ def run_target(cfg, out: Path, *, plots: bool = True, quiet: bool = True, config
     from ..lightcurve import LightCurveFit, lightcurve_model
     from ..problem import from_config
     from ..progress import Reporter
-    from ..solvers import invert
+    from ..solvers import choose_solver, invert
 
     t0 = time.perf_counter()
     methods = tuple(cfg.uncertainty.methods if uncertainty is None else uncertainty)
@@ -103,7 +103,7 @@ def run_target(cfg, out: Path, *, plots: bool = True, quiet: bool = True, config
         with rep.solve("compile + solve", maxiter=inv.maxiter) as callback:
             # live progress from scipy's host loop only: a compiled loop that calls back to the
             # host is not kept in JAX's persistent compilation cache (every run would recompile)
-            live = prob.settings.solver == "lbfgsb"
+            live = choose_solver(prob) == "lbfgsb"
             res = invert(prob, callback=callback if live else None)
             if not live:
                 callback(res.iterations, {"loss": [res.loss], "chi2": [res.chi2]})
@@ -185,7 +185,7 @@ def register(group):
     @click.option("--lmbd", type=click.FloatRange(min=0), default=None, help="Override [inversion] lmbd.")
     @click.option("--tol", type=click.FloatRange(min=0, min_open=True), default=None, help="Override [inversion] tol.")
     @click.option("--maxiter", type=click.IntRange(min=1), default=None, help="Override [inversion] maxiter.")
-    @click.option("--solver", type=click.Choice(["lbfgsb", "projected_lbfgs", "newton"]), default=None,
+    @click.option("--solver", type=click.Choice(["auto", "lbfgsb", "projected_lbfgs", "newton"]), default=None,
                   help="Override [inversion] solver.")
     def invert(target, out, overwrite, quiet, no_plots, no_report, uncertainty, lmbd, tol, maxiter, solver):
         """Map the star described by the TOML file TARGET; write a result folder to --out.
