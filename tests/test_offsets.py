@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import dopplermap as dm
+from dopplermap import uncertainty
 from dopplermap.broadening import scale_equivalent_width
 from dopplermap.config import load_config, parse_config
 from dopplermap.errors import DopplermapInputError
@@ -251,3 +252,10 @@ def test_prior_keeps_the_offsets_below_001_on_a_spotdipy_scaled_star():
     assert np.max(np.abs(prior.amp)) < 0.01
     assert 0.85 < prior.chi2 < 1.15
     assert np.corrcoef(prior.fssc, truth)[0, 1] >= np.corrcoef(free.fssc, truth)[0, 1]
+
+
+def test_uncertainty_maps_say_they_leave_the_prior_out(star):
+    pre, sim = star
+    res = dm.invert(pre, sim.obs, lmbd=1.0, tol=1e-6, offset_sigma=0.005)
+    with pytest.warns(dm.DopplermapWarning, match="offset prior"), pytest.raises(DopplermapInputError, match="method"):
+        uncertainty.laplace(pre, sim.obs, res, method="none")  # warns first, then refuses the method
