@@ -46,9 +46,9 @@ normalised residuals), so in the normalised loss it is divided by the same numbe
     offset_prior = sum_e (amp_e / sigma_e)^2 / (n_epoch n_vel)
     loss         = (SSR + sum_e (amp_e / sigma_e)^2) / (n_epoch n_vel) + lambda * reg + penalty
 
-Each offset thus counts as one more data point ``0 +- sigma`` of its data set: the posterior
-of the offsets given the profiles is the Bayesian one, and ``sigma`` reads "the continuum
-normalisation of each profile is known to +-sigma". It belongs to its line data set: with
+Each offset thus counts as one more data point ``0 +- sigma`` of its data set (``n_epoch n_vel
+loss / 2`` is minus the log posterior, up to the regulariser and a constant), and ``sigma``
+reads "the continuum normalisation of each profile is known to +-sigma". It belongs to its line data set: with
 several sets each epoch has its set's sigma, the term is pooled and weighted like the
 line chi-square (``sum_d w_d (SSR_d + P_d) / sum_d N_d``, ``P_d`` the set's prior sum), and
 in a joint fit it is multiplied by ``line_weight`` with the line chi-square.
@@ -369,10 +369,10 @@ def _line_chi2(fssc, fssh, rv, amp, pre, obs):
 
 
 def _check_sigma(value, where: str) -> float:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)) \
-            or not np.isfinite(value) or value <= 0:
+    arr = None if isinstance(value, (bool, str, bytes)) else np.asarray(value)  # NumPy/JAX scalars too
+    if arr is None or arr.ndim != 0 or arr.dtype.kind not in "iuf" or not np.isfinite(arr) or arr <= 0:
         raise DopplermapInputError(f"{where} must be a finite number > 0, got {value!r}")
-    return float(value)
+    return float(arr)
 
 
 def offset_sigmas(pre, offset_sigma, where: str = "offset_sigma") -> np.ndarray | None:
