@@ -42,13 +42,21 @@ def star():
     return pre, sim
 
 
+@pytest.fixture(scope="module")
+def lightcurve(star):
+    """A flat light curve of the same star (20 points), for the joint-fit weighting."""
+    pre, sim = star
+    band = LightCurveBand.from_temperatures(5000.0, 3800.0, 6000.0, 550.0, [dm.LimbDarkening("linear", (0.6,))] * 3)
+    return precompute_lightcurve(sim.grid, sim.star, np.linspace(0, 3, 20), np.ones(20), np.full(20, 1e-3), band)
+
+
 def _point(pre, seed=0):
     rng = np.random.default_rng(seed)
     return np.concatenate([rng.uniform(1e-3, 0.4, 2 * pre.n_cell), rng.normal(0.0, 0.3, pre.n_epoch),
                            rng.normal(0.0, 0.01, pre.n_epoch)])
 
 
-def test_term_is_the_formula(star):
+def test_term_is_the_formula(star, lightcurve):
     """offset_prior = sum_e (amp_e / sigma)^2 / (n_epoch n_vel), added to the loss as it is."""
     pre, sim = star
     x = _point(pre)
@@ -62,11 +70,8 @@ def test_term_is_the_formula(star):
         assert float(with_prior - plain) == pytest.approx(want, rel=1e-9)
         assert float(t.chi2) == float(t0.chi2)  # chi2 stays the data's
     # a joint fit multiplies it with the line chi-square by line_weight
-    lc = precompute_lightcurve(dm.latitude_band_grid(pre.n_cell), sim.star, np.linspace(0, 3, 20),
-                                  np.ones(20), np.full(20, 1e-3), LightCurveBand.from_temperatures(
-                                      5000.0, 3800.0, 6000.0, 550.0, [dm.LimbDarkening("linear", (0.6,))] * 3))
-    a = objective_terms(jnp.asarray(x), 0.8, pre, sim.obs, "mem", 1e4, lc, 0.3, 2.0)[0]
-    b = objective_terms(jnp.asarray(x), 0.8, pre, sim.obs, "mem", 1e4, lc, 0.3, 2.0, offset_sigma=0.007)[0]
+    a = objective_terms(jnp.asarray(x), 0.8, pre, sim.obs, "mem", 1e4, lightcurve, 0.3, 2.0)[0]
+    b = objective_terms(jnp.asarray(x), 0.8, pre, sim.obs, "mem", 1e4, lightcurve, 0.3, 2.0, offset_sigma=0.007)[0]
     assert float(b - a) == pytest.approx(0.3 * np.sum((amp / 0.007) ** 2) / n, rel=1e-9)
 
 
@@ -267,3 +272,18 @@ def test_uncertainty_maps_say_they_leave_the_prior_out(star):
     res = dm.invert(pre, sim.obs, lmbd=1.0, tol=1e-6, offset_sigma=0.005)
     with pytest.warns(dm.DopplermapWarning, match="offset prior"), pytest.raises(DopplermapInputError, match="method"):
         uncertainty.laplace(pre, sim.obs, res, method="none")  # warns first, then refuses the method
+
+
+def test_newton_residuals_hold_the_prior_exactly(star, lightcurve):
+    """|R|^2 + S of the Gauss-Newton form is the objective with the prior, alone and in a joint fit."""
+    from dopplermap.solvers import joint_arguments, newton
+
+    pre, sim = star
+    x = jnp.asarray(_point(pre, seed=6))
+    sigma = jnp.asarray(np.linspace(0.003, 0.02, pre.n_epoch))
+    for joint in (None, joint_arguments(pre, lightcurve, 0.8, 0.3, x.dtype)):
+        r = newton.line_residuals(x, 0.7, pre, sim.obs, joint, sigma)
+        ours = float(jnp.vdot(r, r) + newton.smooth_terms(x, 0.7, pre, sim.obs, joint, sigma))
+        extra = () if joint is None else tuple(joint)
+        theirs = float(objective_terms(x, 0.7, pre, sim.obs, "mem", 1e4, *extra, offset_sigma=sigma)[0])
+        assert ours == pytest.approx(theirs, rel=1e-12), joint is None
