@@ -227,13 +227,22 @@ def test_target_file_sigma_per_set_falls_back_to_the_inversion_one(tmp_path):
     assert parse_config(t, source="t.toml").inversion.offset_sigma is None
 
 
-def test_three_solvers_agree_with_the_prior(star):
-    """Newton takes the prior as pseudo-data residuals, the L-BFGS solvers as a loss term: same
-    optimum. (rv held: its interpolation kinks stall the L-BFGS solvers at ~1e-5 either way.)"""
+_TIGHT = dict(lmbd=1.0, tol=1e-10, maxiter=5000, cube_dtype="float64", fit_rv=False)
+
+
+@pytest.fixture(scope="module")
+def solved(star):
+    """The star solved with offset_sigma 0.003 by each solver, tightly (rv held: its interpolation
+    kinks stall the L-BFGS solvers at ~1e-5 of the loss with or without a prior)."""
     pre, sim = star
-    kw = dict(lmbd=1.0, tol=1e-10, maxiter=5000, cube_dtype="float64", fit_rv=False)
-    res = {s: dm.invert(pre, sim.obs, offset_sigma=0.003, solver=s, **kw)
-           for s in ("lbfgsb", "projected_lbfgs", "newton")}
+    return {s: dm.invert(pre, sim.obs, offset_sigma=0.003, solver=s, **_TIGHT)
+            for s in ("lbfgsb", "projected_lbfgs", "newton")}
+
+
+def test_three_solvers_agree_with_the_prior(star, solved):
+    """Newton takes the prior as pseudo-data residuals, the L-BFGS solvers as a loss term: same optimum."""
+    pre, sim = star
+    res = solved
     ref = res["lbfgsb"]
     assert ref.offset_prior > 0
     for s, r in res.items():
@@ -241,7 +250,7 @@ def test_three_solvers_agree_with_the_prior(star):
         assert r.offset_prior == pytest.approx(ref.offset_prior, rel=1e-3), s
         assert np.max(np.abs(r.amp - ref.amp)) < 1e-5, s
     # the prior pulls the offsets towards 0: smaller than with a (practically) flat one
-    free = dm.invert(pre, sim.obs, offset_sigma=1e3, **kw)
+    free = dm.invert(pre, sim.obs, offset_sigma=1e3, **_TIGHT)
     assert np.sum(ref.amp**2) < 0.1 * np.sum(free.amp**2)
 
 
@@ -267,9 +276,9 @@ def test_prior_keeps_the_offsets_below_001_on_a_spotdipy_scaled_star():
     assert np.corrcoef(prior.fssc, truth)[0, 1] >= np.corrcoef(free.fssc, truth)[0, 1]
 
 
-def test_uncertainty_maps_say_they_leave_the_prior_out(star):
+def test_uncertainty_maps_say_they_leave_the_prior_out(star, solved):
     pre, sim = star
-    res = dm.invert(pre, sim.obs, lmbd=1.0, tol=1e-6, offset_sigma=0.005)
+    res = solved["lbfgsb"]
     with pytest.warns(dm.DopplermapWarning, match="offset prior"), pytest.raises(DopplermapInputError, match="method"):
         uncertainty.laplace(pre, sim.obs, res, method="none")  # warns first, then refuses the method
 
