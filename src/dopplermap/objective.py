@@ -401,6 +401,17 @@ def offset_sigmas(pre, offset_sigma, where: str = "offset_sigma") -> np.ndarray 
     return np.full(n_epoch, _check_sigma(offset_sigma, where))
 
 
+def _checked_epoch_sigmas(pre, offset_sigma) -> np.ndarray:
+    """A number or an (n_epoch,) array of sigmas (inf allowed: no prior there), checked."""
+    if np.ndim(offset_sigma) == 0:
+        return offset_sigmas(pre, offset_sigma)
+    arr = np.asarray(offset_sigma)
+    if arr.shape != (pre.n_epoch,) or arr.dtype.kind not in "iuf" or np.any(np.isnan(arr) | (arr <= 0)):
+        raise DopplermapInputError(f"offset_sigma must be a number > 0 or {pre.n_epoch} values > 0 (one per epoch), "
+                                   f"got {offset_sigma!r}")
+    return arr.astype(float)
+
+
 def offset_prior(amp, sigma, pre, obs):
     """``(term, weighted)``: ``sum_e (amp_e / sigma_e)^2 / n_points`` and the same with each
     set's weight (several line data sets; one set: the same), see the module docstring.
@@ -437,12 +448,7 @@ def objective_terms(x, lmbd, pre: Precomputed, obs: Observations, regulariser: s
     prior = None
     if offset_sigma is not None:
         if not isinstance(offset_sigma, jax.core.Tracer):
-            arr = np.asarray(offset_sigma, dtype=float)
-            sigma = offset_sigmas(pre, float(arr)) if arr.ndim == 0 else arr
-            if sigma.shape != (pre.n_epoch,) or np.any(np.isnan(sigma) | (sigma <= 0)):
-                raise DopplermapInputError(f"offset_sigma must be a number > 0 or ({pre.n_epoch},) values > 0, "
-                                           f"got {offset_sigma!r}")
-            offset_sigma = sigma
+            offset_sigma = _checked_epoch_sigmas(pre, offset_sigma)
         prior, prior_w = offset_prior(amp, jnp.asarray(offset_sigma, dtype=x.dtype), pre, obs)
         c2_w = c2_w + prior_w
     reg = regulariser_value(regulariser, fssc, fssh, pre.cell_area, pre.edges).astype(x.dtype)
