@@ -345,7 +345,7 @@ def calibrate_parameter(problem: Problem, name: str, values, *, fixed: dict | No
     n_sim = int(n_sim)
     t_start = time.perf_counter()
     kw = dict(lmbd=settings.lmbd, regulariser=settings.regulariser, tol=settings.tol, maxiter=settings.maxiter,
-              fit_rv=settings.fit_rv, fit_amp=settings.fit_amp)
+              fit_rv=settings.fit_rv, fit_amp=settings.fit_amp, offset_sigma=settings.offset_sigma)
     lm_sim = SIM_LMBD_FACTOR * float(settings.lmbd) if sim_lmbd is None else float(sim_lmbd)
     if not (math.isfinite(lm_sim) and lm_sim >= 0):
         raise DopplermapInputError(f"calibrate {name}: sim_lmbd must be finite and >= 0, got {sim_lmbd!r}")

@@ -104,12 +104,14 @@ class LightCurveConfig:
 class LineSetConfig:
     """One ``[[lines]]`` table: a line data set (an instrument, an LSD mask) with its own
     ``data`` (as ``[data]``, without the light-curve keys) and ``line`` (as ``[line]``)
-    sub-tables, a ``name`` (results, figures) and a ``weight`` in the loss."""
+    sub-tables, a ``name`` (results, figures), a ``weight`` in the loss and an
+    ``offset_sigma`` (the prior on this set's offsets; None: ``[inversion] offset_sigma``)."""
 
     data: DataConfig
     line: LineConfig
     name: str = ""
     weight: float = 1.0
+    offset_sigma: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -162,6 +164,7 @@ class InversionConfig:
     rv_shift: str = "interpolate"
     solver: str = "auto"
     fit_components: tuple[str, ...] = ("cool", "hot")
+    offset_sigma: float | None = None  # Gaussian prior on the per-epoch offsets (dopplermap.objective)
 
 
 UNCERTAINTY_METHODS = ("laplace", "sandwich", "bootstrap")
@@ -347,6 +350,8 @@ def _validate(cfg: TargetConfig):
         _validate_line(s, ls.line, f"{sec} line" if multi else "[line]")
         if multi:
             _positive(f"{s}: {sec} weight", ls.weight, allow_zero=True)
+            if ls.offset_sigma is not None:
+                _positive(f"{s}: {sec} offset_sigma", ls.offset_sigma)
             lc_keys = [f.name for f in dataclasses.fields(DataConfig) if f.name.startswith("lightcurve")
                        and getattr(ls.data, f.name) != f.default]
             if lc_keys:
@@ -409,6 +414,8 @@ def _validate(cfg: TargetConfig):
     for k in ("lmbd", "line_weight", "lc_weight"):
         _positive(f"{s}: [inversion] {k}", getattr(inv, k), allow_zero=True)
     _positive(f"{s}: [inversion] tol", inv.tol)
+    if inv.offset_sigma is not None:
+        _positive(f"{s}: [inversion] offset_sigma", inv.offset_sigma)
     if inv.maxiter < 1:
         raise DopplermapInputError(f"{s}: [inversion] maxiter must be >= 1, got {inv.maxiter!r}")
     if inv.rv_shift not in ("interpolate", "exact"):
@@ -436,16 +443,19 @@ def _line_sets(tables, source: str) -> tuple[LineSetConfig, ...]:
         where = f"{source}: [[lines]] {i + 1}"
         if not isinstance(t, dict):
             raise DopplermapInputError(f"{where} must be a table, got {t!r}")
-        unknown = sorted(set(t) - {"name", "weight", "data", "line"})
+        unknown = sorted(set(t) - {"name", "weight", "offset_sigma", "data", "line"})
         if unknown:
-            raise DopplermapInputError(f"{where}: unknown key {unknown[0]!r} (allowed: name, weight, data, line)")
+            raise DopplermapInputError(f"{where}: unknown key {unknown[0]!r} "
+                                       "(allowed: name, weight, offset_sigma, data, line)")
         for key in ("data", "line"):
             if key not in t:
                 raise DopplermapInputError(f"{where}: missing sub-table [lines.{key}]")
         out.append(LineSetConfig(data=_build(DataConfig, t["data"], f"{where} data"),
                                  line=_build(LineConfig, t["line"], f"{where} line"),
                                  name=_coerce(t.get("name", f"lines{i + 1}"), str, f"{where} name"),
-                                 weight=_coerce(t.get("weight", 1.0), float, f"{where} weight")))
+                                 weight=_coerce(t.get("weight", 1.0), float, f"{where} weight"),
+                                 offset_sigma=(None if "offset_sigma" not in t else
+                                               _coerce(t["offset_sigma"], float, f"{where} offset_sigma"))))
     return tuple(out)
 
 
@@ -580,6 +590,7 @@ line_weight = 1.0                    # alpha: weight of the line chi-square
 lc_weight = 1.0                      # delta: weight of the light-curve chi-square
 fit_rv = true                        # free radial-velocity shift per epoch
 fit_amp = true                       # free additive offset per epoch
+# offset_sigma = 0.01                # Gaussian prior amp ~ N(0, sigma^2) on those offsets; default none (docs/observations.md)
 tol = 1e-5
 maxiter = 1000
 method = "auto"                      # auto (dense while its cube <= 512 MiB) | binned (memory-light) | dense (exact)

@@ -16,6 +16,7 @@ layout)::
     tikhonov = sum_(i,j) in edges [(fssc_i - fssc_j)^2 + (fssh_i - fssh_j)^2] / n_edge
 
     loss = chi2 + lambda * regulariser + penalty * sum_c max(0, fssc_c + fssh_c - 1)^2
+           [+ offset_prior, with ``offset_sigma``; see below]
 
 Several line data sets (:class:`LineSets`: instruments, LSD masks, each with its own epochs,
 velocity grid and local lines) share the maps; ``rv`` and ``amp`` then hold every set's
@@ -36,6 +37,23 @@ epochs costs few epochs. Several light-curve bands likewise
 all three logarithms), so a lambda tuned in SpotDIPy carries over: with the seed's
 normalisation the same lambda regularises about 3x differently. Its floor m' enters only
 the entropy; the filling factors keep dopplermap's bounds ``[1e-5, 1 - 1e-5]``.
+
+**Offset prior** (``offset_sigma``, default None: no term, the loss above unchanged). A
+Gaussian prior ``amp_e ~ N(0, sigma^2)`` on each per-epoch continuum offset adds
+``-2 ln p = (amp_e / sigma)^2`` to the *un-normalised* chi-square (the sum of squared
+normalised residuals), so in the normalised loss it is divided by the same number of points::
+
+    offset_prior = sum_e (amp_e / sigma_e)^2 / (n_epoch n_vel)
+    loss         = (SSR + sum_e (amp_e / sigma_e)^2) / (n_epoch n_vel) + lambda * reg + penalty
+
+Each offset thus counts as one more data point ``0 +- sigma`` of its data set (``n_epoch n_vel
+loss / 2`` is minus the log posterior, up to the regulariser and a constant), and ``sigma``
+reads "the continuum normalisation of each profile is known to +-sigma". It belongs to its line data set: with
+several sets each epoch has its set's sigma, the term is pooled and weighted like the
+line chi-square (``sum_d w_d (SSR_d + P_d) / sum_d N_d``, ``P_d`` the set's prior sum), and
+in a joint fit it is multiplied by ``line_weight`` with the line chi-square.
+``Terms.offset_prior`` reports ``sum_e (amp_e / sigma_e)^2 / sum_d N_d`` (unweighted, as
+``chi2``). An infinite sigma is no prior for that epoch.
 
 The seed never constrains ``fssc + fssh <= 1`` (which keeps ``fssp >= 0``). dopplermap adds
 the quadratic penalty above (``penalty`` = 1e4 by default; zero wherever the constraint
@@ -65,7 +83,8 @@ from .units import to_epoch, to_unit
 
 __all__ = ["Observations", "LineSets", "Layout", "Terms", "check_sets", "solve_form", "with_exact_numerator",
            "set_chi2", "chi2", "seed_entropy", "spotdipy_entropy", "tikhonov", "sum_excess",
-           "regulariser_value", "objective_terms", "loss", "REGULARISERS", "DEFAULT_PENALTY", "SPOTDIPY_FLOOR"]
+           "regulariser_value", "offset_sigmas", "offset_prior", "objective_terms", "loss", "REGULARISERS",
+           "DEFAULT_PENALTY", "SPOTDIPY_FLOOR"]
 
 DEFAULT_PENALTY = 1e4
 SPOTDIPY_FLOOR = 1e-7
@@ -311,13 +330,14 @@ def sum_excess(fssc, fssh):
 class Terms(NamedTuple):
     """The named terms of one objective evaluation (a pytree: it passes through ``jit``).
 
-    ``chi2``: reduced chi-square of the line profiles; ``regulariser``: the regulariser's
+    ``chi2``: reduced chi-square of the line profiles (without the offset prior); ``regulariser``: the regulariser's
     value (before lambda); ``penalty``: the ``fssc + fssh <= 1`` penalty (weighted);
     ``chi2_lc``: the light curve's reduced chi-square, or None without one; ``model``: the
     model profiles (n_epoch, n_vel) when asked for, else None (several line data sets: a
     tuple, one per set). ``chi2_sets`` / ``chi2_lc_sets``: the reduced chi-square of each line
     data set / light-curve band when there are several (``chi2`` / ``chi2_lc`` are then the
-    pooled ones, see the module docstring), else None.
+    pooled ones, see the module docstring), else None. ``offset_prior``: the offset prior's
+    term ``sum_e (amp_e / sigma_e)^2 / n_points`` (before the set weights), or None without one.
     """
 
     chi2: jax.Array
@@ -327,6 +347,7 @@ class Terms(NamedTuple):
     model: jax.Array | tuple | None = None
     chi2_sets: tuple | None = None
     chi2_lc_sets: tuple | None = None
+    offset_prior: jax.Array | None = None
 
 
 def _line_chi2(fssc, fssh, rv, amp, pre, obs):
@@ -347,9 +368,68 @@ def _line_chi2(fssc, fssh, rv, amp, pre, obs):
     return jnp.sum(ssr) / n, jnp.dot(pre.weights.astype(ssr.dtype), ssr) / n, tuple(ssr / sizes), tuple(models)
 
 
+def _check_sigma(value, where: str) -> float:
+    arr = None if isinstance(value, (bool, str, bytes)) else np.asarray(value)  # NumPy/JAX scalars too
+    if arr is None or arr.ndim != 0 or arr.dtype.kind not in "iuf" or not np.isfinite(arr) or arr <= 0:
+        raise DopplermapInputError(f"{where} must be a finite number > 0, got {value!r}")
+    return float(arr)
+
+
+def offset_sigmas(pre, offset_sigma, where: str = "offset_sigma") -> np.ndarray | None:
+    """The (n_epoch,) per-epoch sigma of the offset prior (module docstring), checked, or None.
+
+    ``offset_sigma``: None (no prior), a number (every epoch), or for a :class:`LineSets` a
+    sequence with one entry per set (a number, or None: no prior on that set's offsets,
+    stored as ``inf``). Raises :class:`DopplermapInputError` naming ``where`` and the value
+    for anything but finite numbers > 0.
+    """
+    if offset_sigma is None:
+        return None
+    n_epoch = pre.n_epoch
+    if isinstance(offset_sigma, (tuple, list)):
+        slices = pre.epoch_slices if isinstance(pre, LineSets) else (slice(0, n_epoch),)
+        if len(offset_sigma) != len(slices):
+            raise DopplermapInputError(f"{where} needs one value per line data set ({len(slices)}), "
+                                       f"got {list(offset_sigma)!r}")
+        if all(v is None for v in offset_sigma):
+            return None
+        out = np.full(n_epoch, np.inf)
+        for i, (sl, v) in enumerate(zip(slices, offset_sigma, strict=True)):
+            if v is not None:
+                out[sl] = _check_sigma(v, f"{where}[{i}]")
+        return out
+    return np.full(n_epoch, _check_sigma(offset_sigma, where))
+
+
+def _checked_epoch_sigmas(pre, offset_sigma) -> np.ndarray:
+    """A number or an (n_epoch,) array of sigmas (inf allowed: no prior there), checked."""
+    if np.ndim(offset_sigma) == 0:
+        return offset_sigmas(pre, offset_sigma)
+    arr = np.asarray(offset_sigma)
+    if arr.shape != (pre.n_epoch,) or arr.dtype.kind not in "iuf" or np.any(np.isnan(arr) | (arr <= 0)):
+        raise DopplermapInputError(f"offset_sigma must be a number > 0 or {pre.n_epoch} values > 0 (one per epoch), "
+                                   f"got {offset_sigma!r}")
+    return arr.astype(float)
+
+
+def offset_prior(amp, sigma, pre, obs):
+    """``(term, weighted)``: ``sum_e (amp_e / sigma_e)^2 / n_points`` and the same with each
+    set's weight (several line data sets; one set: the same), see the module docstring.
+
+    amp, sigma: (n_epoch,); ``n_points`` is the line chi-square's (all sets' epochs x velocities).
+    """
+    q = (amp / sigma) ** 2
+    if not isinstance(pre, LineSets):
+        total = jnp.sum(q) / obs.flux.size
+        return total, total
+    n = float(sum(o.flux.size for o in obs))
+    per_set = jnp.stack([jnp.sum(q[sl]) for sl in pre.epoch_slices])
+    return jnp.sum(per_set) / n, jnp.dot(pre.weights.astype(q.dtype), per_set) / n
+
+
 def objective_terms(x, lmbd, pre: Precomputed, obs: Observations, regulariser: str = "mem",
                     penalty: float = DEFAULT_PENALTY, lightcurve=None, line_weight=1.0, lc_weight=1.0, *,
-                    with_model: bool = False) -> tuple[jax.Array, Terms]:
+                    with_model: bool = False, offset_sigma=None) -> tuple[jax.Array, Terms]:
     """``(loss, Terms)`` for the flat vector ``x``.
 
     With ``lightcurve`` (a :class:`dopplermap.lightcurve.LightCurveFit`, or a
@@ -358,19 +438,29 @@ def objective_terms(x, lmbd, pre: Precomputed, obs: Observations, regulariser: s
     is set. ``pre`` may be a :class:`LineSets` with ``obs`` a tuple of :class:`Observations`
     (the chi-squares are then the pooled and weighted ones of the module docstring).
     ``with_model=True`` sets ``Terms.model`` to the model profiles (n_epoch, n_vel), so
-    solvers need no separate forward pass.
+    solvers need no separate forward pass. ``offset_sigma``: the offset prior (module
+    docstring): None (none), a number or :func:`offset_sigmas`' (n_epoch,) array (checked
+    unless traced); it adds ``Terms.offset_prior`` to the line term.
     """
     lay = Layout(pre.n_cell, pre.n_epoch)
     fssc, fssh, rv, amp = lay.split(x)
     c2, c2_w, c2_sets, model = _line_chi2(fssc, fssh, rv, amp, pre, obs)
+    prior = None
+    if offset_sigma is not None:
+        if not isinstance(offset_sigma, jax.core.Tracer):
+            offset_sigma = _checked_epoch_sigmas(pre, offset_sigma)
+        prior, prior_w = offset_prior(amp, jnp.asarray(offset_sigma, dtype=x.dtype), pre, obs)
+        c2_w = c2_w + prior_w
     reg = regulariser_value(regulariser, fssc, fssh, pre.cell_area, pre.edges).astype(x.dtype)
     pen = penalty * sum_excess(fssc, fssh)
     c2_lc, c2_lc_w, c2_lc_sets = (None, None, None) if lightcurve is None else chi2_lightcurves(fssc, fssh, lightcurve)
     line = c2_w if lightcurve is None else line_weight * c2_w + lc_weight * c2_lc_w
-    return line + lmbd * reg + pen, Terms(c2, reg, pen, c2_lc, model if with_model else None, c2_sets, c2_lc_sets)
+    return line + lmbd * reg + pen, Terms(c2, reg, pen, c2_lc, model if with_model else None, c2_sets, c2_lc_sets,
+                                          prior)
 
 
 def loss(x, lmbd, pre: Precomputed, obs: Observations, regulariser: str = "mem",
-         penalty: float = DEFAULT_PENALTY, lightcurve=None, line_weight=1.0, lc_weight=1.0):
+         penalty: float = DEFAULT_PENALTY, lightcurve=None, line_weight=1.0, lc_weight=1.0, *, offset_sigma=None):
     """Scalar objective (see module docstring and :func:`objective_terms`)."""
-    return objective_terms(x, lmbd, pre, obs, regulariser, penalty, lightcurve, line_weight, lc_weight)[0]
+    return objective_terms(x, lmbd, pre, obs, regulariser, penalty, lightcurve, line_weight, lc_weight,
+                           offset_sigma=offset_sigma)[0]

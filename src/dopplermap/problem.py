@@ -58,6 +58,7 @@ class Settings:
     lc_weight: float = 1.0
     solver: str = "lbfgsb"
     fit_components: tuple[str, ...] = ("cool", "hot")
+    offset_sigma: float | tuple | None = None  # Gaussian prior on the offsets (dopplermap.objective); per set: a tuple
 
     def replace(self, **changes) -> Settings:
         """A copy with ``changes``; ``None`` values are ignored (unset command-line options)."""
@@ -389,9 +390,13 @@ def from_config(cfg) -> Problem:
                                    line_wavelength_nm=first.line.wavelength_nm,
                                    lc_wavelength_nm=cfg.lightcurve.wavelength_nm)
     inv = cfg.inversion
+    # each set's offsets get its own [[lines]] offset_sigma, else the [inversion] one
+    sigmas = tuple(inv.offset_sigma if ls.offset_sigma is None else ls.offset_sigma for ls in cfg.line_sets())
     settings = Settings(lmbd=inv.lmbd, regulariser=inv.regulariser, tol=inv.tol, maxiter=inv.maxiter,
                         fit_rv=inv.fit_rv, fit_amp=inv.fit_amp, line_weight=inv.line_weight,
-                        lc_weight=inv.lc_weight, solver=inv.solver, fit_components=tuple(inv.fit_components))
+                        lc_weight=inv.lc_weight, solver=inv.solver, fit_components=tuple(inv.fit_components),
+                        offset_sigma=None if all(v is None for v in sigmas) else
+                        sigmas[0] if len(sigmas) == 1 else sigmas)
     profile_times = np.concatenate([np.asarray(ld.obs.times) for ld in sets])
     lc = _lightcurve_data(cfg, star, profile_times, first.data.time_scale)
     if isinstance(lc, tuple) and len(lc) == 1:  # one band: the plain joint fit, its weight on lc_weight

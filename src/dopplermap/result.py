@@ -123,6 +123,8 @@ class InversionResult:
         chi2_sets, chi2_lc_sets: ``{name: reduced chi2}`` of each line data set / light-curve
             band when there are several (``chi2`` / ``chi2_lc`` are then pooled over all
             points, see :mod:`dopplermap.objective`), else None.
+        offset_prior: the offset prior's term in the loss, ``sum_e (amp_e / sigma_e)^2 /
+            n_points`` (:mod:`dopplermap.objective`), or None without a prior.
         max_sum_excess: largest ``fssc + fssh - 1`` before the final projection.
         cube_dtype: dtype of the (folded) dense cube the solve used, None for the binned model.
         fit_components: the spot components fitted, ``("cool", "hot")`` or one of them; an
@@ -177,6 +179,7 @@ class InversionResult:
     outcome: Outcome | None = None
     chi2_sets: dict | None = None  # {name: reduced chi2} of several line data sets (chi2: the pooled one)
     chi2_lc_sets: dict | None = None  # {name: reduced chi2} of several light-curve bands (chi2_lc: pooled)
+    offset_prior: float | None = None  # the offset prior's term in the loss (None: no prior)
 
     def __post_init__(self):
         object.__setattr__(self, "fit_components", tuple(self.fit_components))  # a JSON list after a round trip
@@ -203,7 +206,7 @@ class InversionResult:
         """Scalars as a JSON-ready dict."""
         keys = ("loss", "chi2", "regulariser_value", "lmbd", "regulariser", "iterations", "n_eval",
                 "success", "outcome", "stop_reason", "compile_time", "solve_time", "max_sum_excess", "solver", "chi2_lc",
-                "cube_dtype", "fit_components", "chi2_sets", "chi2_lc_sets")
+                "cube_dtype", "fit_components", "chi2_sets", "chi2_lc_sets", "offset_prior")
         out = {}
         for k in keys:
             v = getattr(self, k)
@@ -226,6 +229,7 @@ class InversionResult:
         lc = "" if self.chi2_lc is None else f", chi2_lc={self.chi2_lc:.5g}"
         lc += "".join(f", chi2[{k}]={v:.5g}" for k, v in (self.chi2_sets or {}).items())
         lc += "".join(f", chi2_lc[{k}]={v:.5g}" for k, v in (self.chi2_lc_sets or {}).items())
+        lc += "" if self.offset_prior is None else f", offset_prior={self.offset_prior:.5g}"
         return (f"InversionResult(chi2={self.chi2:.5g}{lc}, loss={self.loss:.6g}, lmbd={self.lmbd:g}, "
                 f"iterations={self.iterations}, success={self.success}, stop={stop!r}, "
                 f"n_cell={self.n_cell}, n_epoch={self.n_epoch})")
@@ -238,6 +242,8 @@ class InversionResult:
         if self.chi2_lc is not None:
             rows.append(("light-curve chi-square", f"{self.chi2_lc:.6g}"))
         rows += [(f"chi-square of light curve {k}", f"{v:.6g}") for k, v in (self.chi2_lc_sets or {}).items()]
+        if self.offset_prior is not None:
+            rows.append(("offset prior term", f"{self.offset_prior:.6g}"))
         rows += [
             ("loss", f"{self.loss:.8g}"),
             ("regulariser", f"{self.regulariser}, lambda {self.lmbd:g}, value {self.regulariser_value:.6g}"),

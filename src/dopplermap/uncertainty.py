@@ -45,7 +45,7 @@ import numpy as np
 from . import plan
 from .atomic import write_file
 from .constants import FILL_MAX, FILL_MIN
-from .errors import DopplermapInputError, DopplermapWarning
+from .errors import DopplermapInputError, DopplermapWarning, warn
 from .model import Precomputed, solve_form
 from .objective import DEFAULT_PENALTY, Layout, LineSets, Observations, loss
 from .solvers import InversionResult, invert, invert_batch, resolve_cube_dtype
@@ -81,6 +81,13 @@ def _one_set(pre, what: str) -> None:
     if isinstance(pre, LineSets):
         raise DopplermapInputError(f"{what}: one line data set only, got {len(pre.sets)} sets "
                                    f"({', '.join(pre.names)}); compute uncertainty maps per set")
+
+
+def _without_offset_prior(best: InversionResult, what: str) -> None:
+    # the maps here come from the objective without the offset prior: say so rather than mislead
+    if getattr(best, "offset_prior", None) is not None:
+        warn(f"{what}: the map was fitted with an offset prior (offset_sigma); these uncertainties leave the "
+             "prior out", stacklevel=3)
 
 
 def never_visible(pre: Precomputed) -> np.ndarray:
@@ -134,6 +141,7 @@ def bootstrap(pre: Precomputed, obs: Observations, best: InversionResult, *, n_b
             blocked form on CPU, any model elsewhere), else resample.
     """
     _one_set(pre, "bootstrap")
+    _without_offset_prior(best, "bootstrap")
     if int(n_boot) != n_boot or n_boot < 2:
         raise DopplermapInputError(f"n_boot must be an integer >= 2, got {n_boot!r}")
     if mode not in ("auto", "batch", "resample"):
@@ -282,6 +290,7 @@ def laplace(pre: Precomputed, obs: Observations, best: InversionResult, *, metho
     (their conditional width).
     """
     _one_set(pre, "laplace")
+    _without_offset_prior(best, "laplace")
     if method not in ("dense", "hutchinson"):
         raise DopplermapInputError(f"Laplace method must be 'dense' or 'hutchinson', got {method!r}")
     if kind not in ("posterior", "sandwich"):

@@ -39,6 +39,7 @@ from ..objective import (
     REGULARISERS,
     LineSets,
     Observations,
+    offset_sigmas,
     set_chi2,
     solve_form,
     with_exact_numerator,
@@ -63,7 +64,7 @@ from ._common import (
 from .batch import blocked_fits, solve_batch, solve_device
 from .newton import solve_newton
 from .result import InversionResult  # the re-export keeps dopplermap.solvers.result bound
-from .scipy_lbfgsb import compiled_value_and_grad
+from .scipy_lbfgsb import compiled_value_and_grad, trailing_args
 from .scipy_lbfgsb import solve as solve_scipy
 
 __all__ = ["invert", "invert_device", "invert_batch", "prepare", "finish", "bounds", "InversionResult",
@@ -100,7 +101,8 @@ def invert(pre: Precomputed | Problem, obs: Observations | None = None, *, lmbd:
            fit_rv: bool | None = None, fit_amp: bool | None = None, penalty: float = DEFAULT_PENALTY,
            solver: str | None = None, callback: Callable | None = None, lightcurve=None,
            line_weight: float | None = None, lc_weight: float | None = None,
-           cube_dtype: str | None = "auto", fit_components=None, options: dict | None = None) -> InversionResult:
+           cube_dtype: str | None = "auto", fit_components=None, offset_sigma=None,
+           options: dict | None = None) -> InversionResult:
     """Fit filling-factor maps (and per-epoch rv, amp) to the observations.
 
     ``invert(problem)`` solves a :class:`dopplermap.problem.Problem` with its settings and
@@ -144,6 +146,10 @@ def invert(pre: Precomputed | Problem, obs: Observations | None = None, *, lmbd:
         fit_components: the spot components fitted [``("cool", "hot")``]; ``("cool",)`` fits a
             two-temperature map (photosphere and cool spots: the hot filling factors are held
             at the floor, so n_cell fewer free parameters).
+        offset_sigma: a Gaussian prior ``amp_e ~ N(0, offset_sigma^2)`` on the per-epoch
+            continuum offsets [None: no prior], added to the un-normalised chi-square (see
+            :mod:`dopplermap.objective`; ``result.offset_prior`` reports its term): a number, or
+            with several line data sets one value (or None) per set. Every solver.
         options: back-end options: ``maxcor`` (L-BFGS memory, 10), ``max_cg`` and
             ``n_probe`` (Newton).
 
@@ -154,7 +160,8 @@ def invert(pre: Precomputed | Problem, obs: Observations | None = None, *, lmbd:
     a reduced chi2 far from 1, one or duplicate epochs, profile means far from 1.
     """
     given = dict(lmbd=lmbd, regulariser=regulariser, tol=tol, maxiter=maxiter, fit_rv=fit_rv, fit_amp=fit_amp,
-                 line_weight=line_weight, lc_weight=lc_weight, solver=solver, fit_components=fit_components)
+                 line_weight=line_weight, lc_weight=lc_weight, solver=solver, fit_components=fit_components,
+                 offset_sigma=offset_sigma)
     problem = None
     if isinstance(pre, Problem):
         if obs is not None or lightcurve is not None:
@@ -208,10 +215,12 @@ def prepare(pre: Precomputed, obs: Observations, settings: Settings, *, x0=None,
     layout, x0, lo, hi = start(form, x0, fit_rv=settings.fit_rv, fit_amp=settings.fit_amp,
                                fit_components=fit_components)
     joint = joint_arguments(form, lightcurve, settings.line_weight, settings.lc_weight, jnp.float64)
+    sigma = offset_sigmas(pre, settings.offset_sigma)
     return SolveSetup(layout=layout, x0=x0, lower=lo, upper=hi, lmbd=float(settings.lmbd),
                       regulariser=settings.regulariser, penalty=float(penalty), tol=float(settings.tol),
                       maxiter=int(settings.maxiter), pre=form, exact_pre=pre, obs=obs, joint=joint,
-                      fit_components=fit_components, options=dict(options or {}))
+                      fit_components=fit_components, options=dict(options or {}),
+                      offset_sigma=None if sigma is None else jnp.asarray(sigma, dtype=jnp.float64))
 
 
 def finish(setup: SolveSetup, raw: RawSolve, solver: str, obs: Observations | None = None,
@@ -226,9 +235,10 @@ def finish(setup: SolveSetup, raw: RawSolve, solver: str, obs: Observations | No
     fssc, fssh, excess = project_feasible(fssc, fssh)
     xf = jnp.asarray(lay.join(fssc, fssh, rv, amp))
     lm = jnp.asarray(lmbd, dtype=xf.dtype)
-    vg, timing = compiled_value_and_grad(xf, lm, setup.pre, obs, setup.regulariser, setup.penalty, setup.joint)
+    vg, timing = compiled_value_and_grad(xf, lm, setup.pre, obs, setup.regulariser, setup.penalty, setup.joint,
+                                         setup.offset_sigma)
     final_pre = with_exact_numerator(setup.pre, setup.exact_pre, fssc, fssh)
-    extra = () if setup.joint is None else (setup.joint,)
+    extra = trailing_args(setup.joint, setup.offset_sigma)
     val, _, terms = vg(xf, lm, final_pre, obs, *extra)
     res = InversionResult(
         fssc=fssc, fssh=fssh, rv=rv, amp=amp, loss=float(val), chi2=float(terms.chi2),
@@ -238,6 +248,7 @@ def finish(setup: SolveSetup, raw: RawSolve, solver: str, obs: Observations | No
         solve_time=raw.solve_time, history=raw.history, model=jax.tree_util.tree_map(np.asarray, terms.model),
         max_sum_excess=excess,
         solver=solver, chi2_lc=None if terms.chi2_lc is None else float(terms.chi2_lc),
+        offset_prior=None if terms.offset_prior is None else float(terms.offset_prior),
         cube_dtype=cube_dtype_of(setup.pre), fit_components=setup.fit_components, extra=dict(raw.extra),
         **set_chi2(setup.pre, None if setup.joint is None else setup.joint[0], terms))
     return with_setup(res, setup.exact_pre, obs)
@@ -255,7 +266,7 @@ def invert_batch(pre: Precomputed, obs: Observations, *, lmbds=None, lmbd: float
                  fit_amp: bool = True, penalty: float = DEFAULT_PENALTY, maxcor: int = 10,
                  cube_dtype: str | None = "auto", mode: str = "auto", form: str = "auto", lightcurve=None,
                  line_weight: float = 1.0, lc_weight: float = 1.0,
-                 fit_components=SPOT_COMPONENTS) -> list[InversionResult]:
+                 fit_components=SPOT_COMPONENTS, offset_sigma=None) -> list[InversionResult]:
     """Several device solves (:func:`invert_device`) in one compiled, ``vmap``-ed call (or one after another).
 
     Args:
@@ -276,8 +287,8 @@ def invert_batch(pre: Precomputed, obs: Observations, *, lmbds=None, lmbd: float
             (:func:`dopplermap.model.fold_dense`); ``"auto"`` (default) - blocked on CPU for
             dense models while both its copies fit ``dopplermap.plan.BLOCKED_MAX_BYTES``,
             folded otherwise (binned models are used as they are).
-        lightcurve, line_weight, lc_weight, fit_components: as in :func:`invert` (shared by
-            every member).
+        lightcurve, line_weight, lc_weight, fit_components, offset_sigma: as in
+            :func:`invert` (shared by every member).
     Returns:
         one :class:`InversionResult` per member (each evaluated as :func:`invert` reports
         it); ``solve_time`` is the whole batch's.
@@ -300,7 +311,7 @@ def invert_batch(pre: Precomputed, obs: Observations, *, lmbds=None, lmbd: float
         raise DopplermapInputError("invert_batch needs lmbds and/or flux (with err) to batch over")
     settings = Settings(lmbd=float(lmbd), regulariser=regulariser, tol=tol, maxiter=maxiter, fit_rv=fit_rv,
                         fit_amp=fit_amp, line_weight=line_weight, lc_weight=lc_weight, solver="projected_lbfgs",
-                        fit_components=tuple(fit_components))
+                        fit_components=tuple(fit_components), offset_sigma=offset_sigma)
     setup = prepare(pre, obs, settings, x0=x0, penalty=penalty, lightcurve=lightcurve, cube_dtype=cube_dtype,
                     blocked=form == "blocked", options={"maxcor": int(maxcor)})
     lm = np.asarray(lmbds, dtype=float) if batch_lmbd else None

@@ -34,6 +34,8 @@ class SolveSetup:
         exact_pre: the model as given, for the float64 evaluation of the reported result.
         obs: the observations. joint: None, or ``(lightcurve, line_weight, lc_weight)``.
         fit_components: the spot components fitted. options: back-end options (maxcor ...).
+        offset_sigma: None, or the (n_epoch,) sigma of the Gaussian prior on the offsets
+            (``inf``: none on that epoch; see :mod:`dopplermap.objective`).
     """
 
     layout: Layout
@@ -51,6 +53,7 @@ class SolveSetup:
     joint: tuple | None
     fit_components: tuple[str, ...]
     options: dict = dataclasses.field(default_factory=dict)
+    offset_sigma: jax.Array | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -37,19 +37,22 @@ def _report(it, f, aux):
     report_progress(it, f, aux.chi2, aux.regulariser)
 
 
-def _solve(x0, lo, hi, lmbd, pre, obs, joint=None, *, regulariser, penalty, maxiter, tol, maxcor, progress=False):
+def _solve(x0, lo, hi, lmbd, pre, obs, joint=None, offset_sigma=None, *, regulariser, penalty, maxiter, tol, maxcor,
+           progress=False):
     fun = functools.partial(value_and_grad_body, regulariser=regulariser, penalty=penalty)
-    return projected_lbfgs(fun, x0, lo, hi, lmbd, pre, obs, joint, maxiter=maxiter, ftol=tol, gtol=tol,
+    return projected_lbfgs(fun, x0, lo, hi, lmbd, pre, obs, joint, offset_sigma, maxiter=maxiter, ftol=tol, gtol=tol,
                            maxcor=maxcor, report=_report if progress else None)
 
 
 def compile_solver(x0, lo, hi, lmbd, pre, obs, *, regulariser="mem", penalty=DEFAULT_PENALTY, maxiter=1000,
-                   tol=1e-5, maxcor=10, batch_lmbd=False, batch_obs=False, joint=None, progress=False):
+                   tol=1e-5, maxcor=10, batch_lmbd=False, batch_obs=False, joint=None, offset_sigma=None,
+                   progress=False):
     """AOT-compile the device solve; returns ``(compiled, timings)``.
 
-    The compiled function takes ``(x0, lo, hi, lmbd, pre, obs, joint)``; ``joint`` is
+    The compiled function takes ``(x0, lo, hi, lmbd, pre, obs, joint, offset_sigma)``; ``joint`` is
     ``None`` or ``(lightcurve, line_weight, lc_weight)`` (arrays: new weights reuse the
-    compiled code) for the joint line + light-curve fit.
+    compiled code) for the joint line + light-curve fit; ``offset_sigma`` None or the
+    (n_epoch,) sigma of the offset prior (:mod:`dopplermap.objective`).
     ``timings``: ``trace``, ``lower``, ``compile`` seconds (0 when reused in-process).
     With ``batch_lmbd`` / ``batch_obs`` the solve is vmapped over the leading axis of
     ``lmbd`` / of ``obs.flux`` and ``obs.err``. ``progress``: report every iteration to the
@@ -60,15 +63,15 @@ def compile_solver(x0, lo, hi, lmbd, pre, obs, *, regulariser="mem", penalty=DEF
     fn = functools.partial(_solve, **kw)
     if batch_lmbd or batch_obs:
         obs_axes = Observations(times=None, vels=None, flux=0, err=0) if batch_obs else None
-        # joint (light curve, weights) is shared by every member
-        fn = jax.vmap(fn, in_axes=(None, None, None, 0 if batch_lmbd else None, None, obs_axes, None))
-    leaves, treedef = jax.tree_util.tree_flatten((x0, lo, hi, lmbd, pre, obs, joint))
+        # joint (light curve, weights) and the offset prior are shared by every member
+        fn = jax.vmap(fn, in_axes=(None, None, None, 0 if batch_lmbd else None, None, obs_axes, None, None))
+    leaves, treedef = jax.tree_util.tree_flatten((x0, lo, hi, lmbd, pre, obs, joint, offset_sigma))
     key = (tuple(sorted(kw.items())), batch_lmbd, batch_obs, treedef,
            tuple((np.shape(v), jnp.result_type(v).name) for v in leaves))
     if key in _COMPILED:
         return _COMPILED[key], {"trace": 0.0, "lower": 0.0, "compile": 0.0, "cached": True}
     t0 = time.perf_counter()
-    traced = jax.jit(fn).trace(x0, lo, hi, lmbd, pre, obs, joint)
+    traced = jax.jit(fn).trace(x0, lo, hi, lmbd, pre, obs, joint, offset_sigma)
     t1 = time.perf_counter()
     lowered = traced.lower()
     t2 = time.perf_counter()
@@ -95,9 +98,9 @@ def solve_device(setup: SolveSetup, callback=None) -> RawSolve:
     fn, timing = compile_solver(xj, lo, hi, lm, setup.pre, setup.obs, regulariser=setup.regulariser,
                                 penalty=setup.penalty, maxiter=setup.maxiter, tol=setup.tol,
                                 maxcor=int(setup.options.get("maxcor", 10)), joint=setup.joint,
-                                progress=callback is not None)
+                                offset_sigma=setup.offset_sigma, progress=callback is not None)
     t0 = time.perf_counter()
-    r = jax.block_until_ready(fn(xj, lo, hi, lm, setup.pre, setup.obs, setup.joint))
+    r = jax.block_until_ready(fn(xj, lo, hi, lm, setup.pre, setup.obs, setup.joint, setup.offset_sigma))
     return _raw(r, timing, time.perf_counter() - t0)
 
 
@@ -117,17 +120,18 @@ def solve_batch(setup: SolveSetup, lmbds, obs: Observations, *, batch_lmbd: bool
             return Observations(times=obs.times, vels=obs.vels, flux=obs.flux[i], err=obs.err[i])
 
         fn, timing = compile_solver(xj, lo, hi, jnp.asarray(float(lmbds[0])), setup.pre, member(0),
-                                    joint=setup.joint, **kw)
+                                    joint=setup.joint, offset_sigma=setup.offset_sigma, **kw)
         t0 = time.perf_counter()
-        runs = [jax.block_until_ready(fn(xj, lo, hi, jnp.asarray(float(lm)), setup.pre, member(i), setup.joint))
+        runs = [jax.block_until_ready(fn(xj, lo, hi, jnp.asarray(float(lm)), setup.pre, member(i), setup.joint,
+                                         setup.offset_sigma))
                 for i, lm in enumerate(lmbds)]
         solve_time = time.perf_counter() - t0
         return [_raw(r, timing, solve_time) for r in runs]
     lm = jnp.asarray(lmbds if batch_lmbd else float(lmbds[0]))
     fn, timing = compile_solver(xj, lo, hi, lm, setup.pre, obs, batch_lmbd=batch_lmbd, batch_obs=batch_obs,
-                                joint=setup.joint, **kw)
+                                joint=setup.joint, offset_sigma=setup.offset_sigma, **kw)
     t0 = time.perf_counter()
-    r = jax.block_until_ready(fn(xj, lo, hi, lm, setup.pre, obs, setup.joint))
+    r = jax.block_until_ready(fn(xj, lo, hi, lm, setup.pre, obs, setup.joint, setup.offset_sigma))
     solve_time = time.perf_counter() - t0
     return [_raw(jax.tree_util.tree_map(lambda a, i=i: a[i], r), timing, solve_time) for i in range(lmbds.size)]
 

@@ -355,21 +355,27 @@ def projected_newton(residual: Callable, smooth: Callable, x0, lower, upper, *ar
 
 # ---------------------------------------------------------------- dopplermap's loss in this form
 
-def line_residuals(x, lmbd, pre, obs, joint=None):
+def line_residuals(x, lmbd, pre, obs, joint=None, offset_sigma=None):
     """``R(x)``: residuals whose squared norm is the (weighted) chi-square of :mod:`dopplermap.objective`.
 
     ``sqrt(1 / (n_epoch n_vel)) (obs - model) / err`` for the line profiles (times
     ``sqrt(line_weight)`` in a joint fit), followed by ``sqrt(lc_weight / n_lc)`` times the
     light curve's normalised residuals when ``joint = (lightcurve, line_weight, lc_weight)``.
+    With ``offset_sigma`` ((n_epoch,)) the offset prior joins as ``n_epoch`` more residuals
+    ``amp_e / sigma_e`` on the line profiles' scale: pseudo-data, linear in ``amp``, so the
+    Gauss-Newton model holds it exactly.
     """
     lay = Layout(pre.n_cell, pre.n_epoch)
     fssc, fssh, rv, amp = lay.split(x)
     r = ((obs.flux - forward(fssc, fssh, rv, amp, pre)) / obs.err).reshape(-1)
+    n_line = r.size
+    if offset_sigma is not None:
+        r = jnp.concatenate([r, amp / offset_sigma])
     if joint is None:
-        return r * (1.0 / jnp.sqrt(r.size))
+        return r * (1.0 / jnp.sqrt(n_line))
     lc, w_line, w_lc = joint
     r_lc = lightcurve_residuals(fssc, fssh, lc)
-    return jnp.concatenate([r * jnp.sqrt(w_line / r.size), r_lc * jnp.sqrt(w_lc / r_lc.size)])
+    return jnp.concatenate([r * jnp.sqrt(w_line / n_line), r_lc * jnp.sqrt(w_lc / r_lc.size)])
 
 
 RV_SEARCH = 16
@@ -377,7 +383,7 @@ RV_SEARCH = 16
 (two velocity steps each way, and a quarter step finely)."""
 
 
-def rv_step(x, nudge, lmbd, pre, obs, joint=None):
+def rv_step(x, nudge, lmbd, pre, obs, joint=None, offset_sigma=None):
     """The kink step of :func:`projected_newton` for ``rv``: search, then the slopes at the kinks.
 
     Only the line chi-square depends on ``rv_e``, and only through the cheap per-epoch shift
@@ -415,7 +421,8 @@ def rv_step(x, nudge, lmbd, pre, obs, joint=None):
     return x.at[sl].set(rv), g_left, g_right
 
 
-def smooth_terms(x, lmbd, pre, obs, joint=None, *, regulariser: str = "mem", penalty: float = DEFAULT_PENALTY):
+def smooth_terms(x, lmbd, pre, obs, joint=None, offset_sigma=None, *, regulariser: str = "mem",
+                 penalty: float = DEFAULT_PENALTY):
     """``S(x) = lmbd * regulariser + penalty * sum max(0, fssc + fssh - 1)^2`` (as the objective's)."""
     lay = Layout(pre.n_cell, pre.n_epoch)
     fssc, fssh, _, _ = lay.split(x)
@@ -423,7 +430,7 @@ def smooth_terms(x, lmbd, pre, obs, joint=None, *, regulariser: str = "mem", pen
     return lmbd * reg + penalty * sum_excess(fssc, fssh)
 
 
-def tikhonov_diagonal(x, lmbd, pre, obs, joint=None):
+def tikhonov_diagonal(x, lmbd, pre, obs, joint=None, offset_sigma=None):
     """Diagonal of ``lmbd`` x the Tikhonov term's Hessian: ``2 lmbd deg_c / n_edge`` on fssc and fssh.
 
     The block reading of :func:`_block_diagonal` sees only a cell's own rows, which for a
@@ -439,11 +446,11 @@ def _report(it, f):
     report_progress(it, f)
 
 
-def _solve(x0, lo, hi, spacing, tol, lmbd, pre, obs, joint=None, *, regulariser, penalty, maxiter, max_cg, n_probe,
-           progress=False):
+def _solve(x0, lo, hi, spacing, tol, lmbd, pre, obs, joint=None, offset_sigma=None, *, regulariser, penalty, maxiter,
+           max_cg, n_probe, progress=False):
     n_cell = pre.n_cell
     smooth = functools.partial(smooth_terms, regulariser=regulariser, penalty=penalty)
-    return projected_newton(line_residuals, smooth, x0, lo, hi, lmbd, pre, obs, joint,
+    return projected_newton(line_residuals, smooth, x0, lo, hi, lmbd, pre, obs, joint, offset_sigma,
                             blocks=(n_cell, n_cell, x0.shape[0] - 2 * n_cell), kink_spacing=spacing,
                             kink_step=rv_step, smooth_diag=tikhonov_diagonal if regulariser == "tikhonov" else None,
                             maxiter=maxiter, ftol=tol, gtol=tol, max_cg=max_cg, n_probe=n_probe,
@@ -470,22 +477,23 @@ NEWTON_MAXITER = 200
 _COMPILED: dict = {}
 
 
-def compile_newton(x0, lo, hi, spacing, tol, lmbd, pre, obs, joint=None, *, regulariser="mem",
+def compile_newton(x0, lo, hi, spacing, tol, lmbd, pre, obs, joint=None, offset_sigma=None, *, regulariser="mem",
                    penalty=DEFAULT_PENALTY, maxiter=NEWTON_MAXITER, max_cg=DEFAULT_MAX_CG, n_probe=DEFAULT_PROBES,
                    progress=False):
     """AOT-compile the Newton solve for these shapes; returns ``(compiled, seconds)`` (0 when reused).
 
-    The compiled function takes ``(x0, lo, hi, spacing, tol, lmbd, pre, obs, joint)``: a new
-    tolerance, lambda or data set of the same shapes reuses it.
+    The compiled function takes ``(x0, lo, hi, spacing, tol, lmbd, pre, obs, joint, offset_sigma)``:
+    a new tolerance, lambda, offset sigma or data set of the same shapes reuses it.
     """
     kw = dict(regulariser=regulariser, penalty=float(penalty), maxiter=int(maxiter), max_cg=int(max_cg),
               n_probe=int(n_probe), progress=bool(progress))
-    leaves, treedef = jax.tree_util.tree_flatten((x0, lo, hi, spacing, tol, lmbd, pre, obs, joint))
+    args = (x0, lo, hi, spacing, tol, lmbd, pre, obs, joint, offset_sigma)
+    leaves, treedef = jax.tree_util.tree_flatten(args)
     key = (tuple(sorted(kw.items())), treedef, tuple((jnp.shape(v), jnp.result_type(v).name) for v in leaves))
     if key in _COMPILED:
         return _COMPILED[key], 0.0
     t0 = time.perf_counter()
-    compiled = jax.jit(functools.partial(_solve, **kw)).lower(x0, lo, hi, spacing, tol, lmbd, pre, obs, joint).compile()
+    compiled = jax.jit(functools.partial(_solve, **kw)).lower(*args).compile()
     _COMPILED[key] = compiled
     return compiled, time.perf_counter() - t0
 
@@ -508,12 +516,13 @@ def solve_newton(setup: SolveSetup, callback=None) -> RawSolve:
     spacing = jnp.asarray(kink_spacing(setup.layout, setup.pre.line.vels))
     tol_j = jnp.asarray(setup.tol, dtype=xj.dtype)
     fn, t_compile = compile_newton(xj, lo_j, hi_j, spacing, tol_j, lm, setup.pre, setup.obs, setup.joint,
-                                   regulariser=setup.regulariser, penalty=setup.penalty, maxiter=n_iter_max,
+                                   setup.offset_sigma, regulariser=setup.regulariser, penalty=setup.penalty, maxiter=n_iter_max,
                                    max_cg=int(setup.options.get("max_cg", DEFAULT_MAX_CG)),
                                    n_probe=int(setup.options.get("n_probe", DEFAULT_PROBES)),
                                    progress=callback is not None)
     t0 = time.perf_counter()
-    r = jax.block_until_ready(fn(xj, lo_j, hi_j, spacing, tol_j, lm, setup.pre, setup.obs, setup.joint))
+    r = jax.block_until_ready(fn(xj, lo_j, hi_j, spacing, tol_j, lm, setup.pre, setup.obs, setup.joint,
+                                 setup.offset_sigma))
     solve_time = time.perf_counter() - t0
     status = int(r.status)
     n_it = int(r.n_iter)

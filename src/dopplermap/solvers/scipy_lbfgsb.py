@@ -28,16 +28,18 @@ from ..objective import objective_terms
 from ..result import Outcome
 from ._common import RawSolve, SolveSetup
 
-__all__ = ["compiled_value_and_grad", "lbfgsb", "solve"]
+__all__ = ["compiled_value_and_grad", "trailing_args", "lbfgsb", "solve"]
 
 _CACHE: dict = {}
 
 
-def value_and_grad_body(x, lmbd, pre, obs, joint=None, *, regulariser, penalty):
-    # joint: optional (lightcurve, line_weight, lc_weight) for the joint line + light-curve fit
+def value_and_grad_body(x, lmbd, pre, obs, joint=None, offset_sigma=None, *, regulariser, penalty):
+    # joint: optional (lightcurve, line_weight, lc_weight) for the joint line + light-curve fit;
+    # offset_sigma: optional (n_epoch,) sigma of the offset prior (dopplermap.objective)
     extra = () if joint is None else tuple(joint)
     (val, aux), grad = jax.value_and_grad(
-        lambda x: objective_terms(x, lmbd, pre, obs, regulariser, penalty, *extra, with_model=True),
+        lambda x: objective_terms(x, lmbd, pre, obs, regulariser, penalty, *extra, with_model=True,
+                                  offset_sigma=offset_sigma),
         has_aux=True)(x)
     return val, grad, aux
 
@@ -45,24 +47,35 @@ def value_and_grad_body(x, lmbd, pre, obs, joint=None, *, regulariser, penalty):
 _vg_jit = jax.jit(value_and_grad_body, static_argnames=("regulariser", "penalty"))
 
 
-def _signature(x, pre, obs, regulariser, penalty, joint=None):
-    leaves, treedef = jax.tree_util.tree_flatten((pre, obs, joint))
+def trailing_args(joint=None, offset_sigma=None) -> tuple:
+    """The compiled value-and-gradient's arguments after ``(x, lmbd, pre, obs)``: none, ``(joint,)``
+    or ``(joint, offset_sigma)`` (see :func:`compiled_value_and_grad`)."""
+    if offset_sigma is None:
+        return () if joint is None else (joint,)
+    return (joint, offset_sigma)
+
+
+def _signature(x, pre, obs, regulariser, penalty, joint=None, offset_sigma=None):
+    leaves, treedef = jax.tree_util.tree_flatten((pre, obs, joint, offset_sigma))
     return (x.shape, x.dtype.name, treedef, tuple((lf.shape, lf.dtype.name) for lf in leaves), regulariser, penalty)
 
 
-def compiled_value_and_grad(x, lmbd, pre, obs, regulariser="mem", penalty=1e4, joint=None):
+def compiled_value_and_grad(x, lmbd, pre, obs, regulariser="mem", penalty=1e4, joint=None, offset_sigma=None):
     """AOT-compiled ``(x, lmbd, pre, obs) -> (loss, grad, (chi2, reg, pen, model))``.
 
     With ``joint = (lightcurve, line_weight, lc_weight)`` (arrays, so new weights reuse the
     compiled code) the function is ``(x, lmbd, pre, obs, joint)`` and aux gains ``chi2_lc`` (before ``model``).
+    With ``offset_sigma`` ((n_epoch,) array: the offset prior of :mod:`dopplermap.objective`)
+    it is ``(x, lmbd, pre, obs, joint, offset_sigma)`` (``joint`` may be None);
+    :func:`trailing_args` gives the arguments after ``obs`` either way.
     Returns ``(fn, timings)`` where ``timings`` holds ``trace_lower`` and ``compile``
     seconds (both 0 when the function came from this process's cache).
     """
-    key = _signature(x, pre, obs, regulariser, penalty, joint)
+    key = _signature(x, pre, obs, regulariser, penalty, joint, offset_sigma)
     if key in _CACHE:
         return _CACHE[key], {"trace_lower": 0.0, "compile": 0.0, "cached": True}
     t0 = time.perf_counter()
-    args = (x, lmbd, pre, obs) if joint is None else (x, lmbd, pre, obs, joint)
+    args = (x, lmbd, pre, obs, *trailing_args(joint, offset_sigma))
     lowered = _vg_jit.lower(*args, regulariser=regulariser, penalty=penalty)
     t1 = time.perf_counter()
     compiled = lowered.compile()
@@ -135,8 +148,9 @@ def solve(setup: SolveSetup, callback: Callable | None = None) -> RawSolve:
     xj = jnp.asarray(setup.x0)
     lm = jnp.asarray(setup.lmbd, dtype=xj.dtype)
     joint = setup.joint
-    fn, timing = compiled_value_and_grad(xj, lm, setup.pre, setup.obs, setup.regulariser, float(setup.penalty), joint)
-    extra = () if joint is None else (joint,)
+    fn, timing = compiled_value_and_grad(xj, lm, setup.pre, setup.obs, setup.regulariser, float(setup.penalty), joint,
+                                         setup.offset_sigma)
+    extra = trailing_args(joint, setup.offset_sigma)
 
     def vg(x):
         return fn(x, lm, setup.pre, setup.obs, *extra)
