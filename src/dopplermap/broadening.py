@@ -251,7 +251,7 @@ def _stencil(x, n):
     return j0 - 1, x - j0
 
 
-_EVAL_CHUNK = 1 << 20  # points per block of MuProfile evaluation (bounds temporaries)
+_EVAL_CHUNK = 1 << 14  # points per block of MuProfile evaluation: its ~15 temporaries then stay in cache
 
 
 def _table_positions(v, u0, du, n_u):
