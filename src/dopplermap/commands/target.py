@@ -93,13 +93,15 @@ def run_target(cfg, out: Path, *, plots: bool = True, quiet: bool = True, config
     if methods and cfg.lines and len(cfg.lines) > 1:  # before any work
         raise DopplermapInputError(f"{cfg.source}: [uncertainty] methods {list(methods)} handle one line data set; "
                                    f"this target has {len(cfg.lines)} ([[lines]]): set methods = []")
-    prefetch_writers(plots)  # imports overlap with set-up / compile / solve
     inv = cfg.inversion
     with Reporter(quiet=quiet) as rep:
         with rep.step("read + precompute"):
             prob = from_config(cfg)
             pre, lc = prob.pre, prob.lightcurve  # built here, once
         t_setup = time.perf_counter() - t0
+        # astropy's FITS writer (and matplotlib, if the figures are drawn here) loads in a thread
+        # during the solve, which runs without the GIL; during set-up (NumPy) it would slow it
+        prefetch_writers(plots and figs is None)
         with rep.solve("compile + solve", maxiter=inv.maxiter) as callback:
             # live progress from scipy's host loop only: a compiled loop that calls back to the
             # host is not kept in JAX's persistent compilation cache (every run would recompile)
