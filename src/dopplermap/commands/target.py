@@ -99,9 +99,9 @@ def run_target(cfg, out: Path, *, plots: bool = True, quiet: bool = True, config
             prob = from_config(cfg)
             pre, lc = prob.pre, prob.lightcurve  # built here, once
         t_setup = time.perf_counter() - t0
-        # astropy's FITS writer (and matplotlib, if the figures are drawn here) loads in a thread
+        # astropy's FITS writer (and what the figures drawn here and the report need) loads in a thread
         # during the solve, which runs without the GIL; during set-up (NumPy) it would slow it
-        prefetch_writers(plots and figs is None)
+        prefetch_writers(plots and figs is None, report=report)
         with rep.solve("compile + solve", maxiter=inv.maxiter) as callback:
             # live progress from scipy's host loop only: a compiled loop that calls back to the
             # host is not kept in JAX's persistent compilation cache (every run would recompile)

@@ -94,17 +94,20 @@ _STAR = {
 }
 
 
-def prefetch_writers(plots: bool = True):
-    """Import astropy's FITS writer (and matplotlib, when ``plots``) in a background thread.
+def prefetch_writers(plots: bool = True, report: bool = False):
+    """Import astropy's FITS writer (and matplotlib, when ``plots``; its colour maps and the PNG
+    encoder, when ``report``) in a background thread.
 
-    Call it before a long step (compile, solve): the imports then overlap with that step
-    instead of adding their time to the final write. Returns the (daemon) thread.
+    Call it before a long step that runs without the GIL (a solve): the imports then overlap
+    with that step instead of adding their time to the final write. Returns the (daemon) thread.
     """
     import importlib
     import threading
 
-    names = ["astropy.io.fits"] + (["matplotlib.figure", "matplotlib.backends.backend_agg", "PIL.PngImagePlugin"]
-                                   if plots else [])
+    names = (["astropy.io.fits"]
+             + (["matplotlib.figure", "matplotlib.backends.backend_agg"] if plots else [])
+             + (["matplotlib.colors", "matplotlib.cm"] if report else [])
+             + (["PIL.Image", "PIL.PngImagePlugin"] if plots or report else []))
 
     def run():
         try:
@@ -119,6 +122,10 @@ def prefetch_writers(plots: bool = True):
                                                  fits.Column("B", "2D", array=np.zeros((2, 2)))], name="X")
             hdu.header["K"] = ("x" * 100, "long")
             fits.HDUList([fits.PrimaryHDU(), hdu]).writeto(io.BytesIO())
+            if report:  # the report's colour maps and its PNG encoder, once
+                from PIL import Image
+
+                Image.fromarray(np.zeros((2, 2, 3), np.uint8), "RGB").save(io.BytesIO(), format="PNG")
             if plots:  # load fonts and PNG writer once: draw a tiny figure into memory
                 from matplotlib.figure import Figure
 
