@@ -23,12 +23,15 @@ def run_demo(out: Path, *, lmbd: float, snr: float, n_cell: int, seed: int, quie
     Progress goes to stderr (rich) unless ``quiet``; figures are drawn unless ``plots`` is
     False; ``report.html`` (:mod:`dopplermap.report`) is written unless ``report`` is False.
     """
+    from ..figure_process import FigureProcess
+
+    t_start = time.perf_counter()
+    # matplotlib loads in a child on another core meanwhile (it exits on its own if unused)
+    figs = FigureProcess() if plots else None
+
     import dopplermap as dm
 
     from ..io.results import prefetch_writers
-
-    t_start = time.perf_counter()
-    prefetch_writers(plots)  # imports overlap with JAX's import and simulate / compile / solve
 
     from ..app import save_result, with_context
     from ..progress import Reporter
@@ -41,6 +44,7 @@ def run_demo(out: Path, *, lmbd: float, snr: float, n_cell: int, seed: int, quie
         with rep.step("precompute"):
             pre = dm.precompute(grid, star, times, vels, comps)
         pre_time = time.perf_counter() - t_pre
+        prefetch_writers(plots and figs is None, report=report)  # during the solve (it runs without the GIL)
         with rep.solve("compile + solve", maxiter=1000) as callback:
             res = dm.invert(pre, sim.obs, lmbd=lmbd, callback=callback)
         corr_cool = recovery_correlation(sim.fssc, res.fssc, grid.lat, star.inclination)
@@ -52,7 +56,7 @@ def run_demo(out: Path, *, lmbd: float, snr: float, n_cell: int, seed: int, quie
         with rep.step("write results" + (" + figures" if plots else "")):
             res = with_context(res, grid=grid, star=star, obs=sim.obs, pre=pre, components=comps,
                                truth={"fssc": sim.fssc, "fssh": sim.fssh}, config=config, extra=extra)
-            summary = save_result(res, out, plots=plots, overwrite=overwrite, report=report)
+            summary = save_result(res, out, plots=plots, overwrite=overwrite, report=report, figure_process=figs)
     return summary
 
 
