@@ -42,10 +42,14 @@ def test_marginal_block_equals_inverse_of_full_matrix_and_monte_carlo():
     sigma = rng.uniform(0.5, 2.0, m)
     prior = np.diag(rng.uniform(0.1, 1.0, p))
     f = fisher_matrix(a, sigma)
-    b = parameter_bound(f, [2, 5], prior_hessian=prior)
+    prior = prior * 20.0  # strong enough that the posterior and the sampling widths differ
+    b = parameter_bound(f, [2, 5], prior_hessian=prior, data_fisher=f)
     full = np.linalg.inv(f + prior)
     np.testing.assert_allclose(b.covariance, full[np.ix_([2, 5], [2, 5])], rtol=1e-10)
-    # the linear-Gaussian MAP attains it: its scatter over noise draws is the bound
+    sandwich = full @ f @ full
+    np.testing.assert_allclose(b.sampling_covariance, sandwich[np.ix_([2, 5], [2, 5])], rtol=1e-10)
+    assert np.all(np.diag(b.sampling_covariance) < 0.9 * np.diag(b.covariance))
+    # the MAP's scatter over noise draws is the sandwich
     theta = rng.normal(size=p)
     w = 1.0 / sigma ** 2
     lhs = a.T @ (w[:, None] * a) + prior
@@ -54,7 +58,10 @@ def test_marginal_block_equals_inverse_of_full_matrix_and_monte_carlo():
         y = a @ theta + sigma * rng.normal(size=m)
         draws.append(np.linalg.solve(lhs, a.T @ (w * y) + prior @ theta))  # prior centred on the truth
     emp = np.cov(np.array(draws)[:, [2, 5]].T)
-    np.testing.assert_allclose(np.sqrt(np.diag(emp)), b.sd, rtol=0.05)
+    np.testing.assert_allclose(np.sqrt(np.diag(emp)), np.sqrt(np.diag(b.sampling_covariance)), rtol=0.05)
+    # without a prior the two are the same
+    nb = parameter_bound(f, [2, 5], data_fisher=f)
+    np.testing.assert_allclose(nb.sampling_covariance, nb.covariance, rtol=1e-9)
 
 
 def test_shift_is_the_prior_pull_of_the_linear_gaussian_map():

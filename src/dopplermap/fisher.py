@@ -90,6 +90,9 @@ class Bound:
         conditional_sd: (k,) ``1 / sqrt(F_jj)``: the standard deviation were every other
             parameter known (the smallest the data and prior allow).
         shift: (k,) ``-[F^-1 g]_index`` for the gradient ``g`` given, else None.
+        sampling_covariance: (k, k) ``[F^-1 F_d F^-1]_ii``, the covariance over noise draws
+            of the MAP (linearised; the sandwich) when the data's own information ``F_d`` is
+            given, else None. Without a prior it equals ``covariance``.
         n_free: number of free parameters (not held).
     """
 
@@ -98,10 +101,12 @@ class Bound:
     sd: np.ndarray
     conditional_sd: np.ndarray
     shift: np.ndarray | None
+    sampling_covariance: np.ndarray | None
     n_free: int
 
 
-def parameter_bound(fisher, index, *, prior_hessian=None, held=None, gradient=None, rcond: float = 1e-13) -> Bound:
+def parameter_bound(fisher, index, *, prior_hessian=None, held=None, gradient=None, data_fisher=None,
+                    rcond: float = 1e-13) -> Bound:
     """Marginal covariance of the parameters ``index`` from the information ``fisher`` (p, p).
 
     Args:
@@ -110,6 +115,8 @@ def parameter_bound(fisher, index, *, prior_hessian=None, held=None, gradient=No
         prior_hessian: (p, p) Hessian of the negative log prior, added to ``fisher``.
         held: (p,) bool mask of parameters held at known values (removed before inverting).
         gradient: (p,) gradient of the negative log posterior at the point; gives ``shift``.
+        data_fisher: (p, p) the data's information alone (usually ``fisher``); gives
+            ``sampling_covariance``.
         rcond: relative eigenvalue cut-off of the pseudo-inverse of the marginalised block.
     """
     f = np.asarray(fisher, dtype=float)
@@ -145,21 +152,29 @@ def parameter_bound(fisher, index, *, prior_hessian=None, held=None, gradient=No
     cov = (vs * inv_w) @ vs.T if ok.all() else _with_inf(vs, inv_w, ok)
     with np.errstate(divide="ignore"):
         cond = 1.0 / np.sqrt(np.diag(f_ii))
-    shift = None
-    if gradient is not None:
-        g = np.asarray(gradient, dtype=float)
-        if g.shape != (p,):
-            raise DopplermapInputError(f"parameter_bound: gradient must be ({p},), got {g.shape}")
-        # the full step -F^-1 g over the free parameters, read on ``index``
+    shift = sampling = None
+    if gradient is not None or data_fisher is not None:
+        # rows ``index`` of F^-1 over the free parameters (pseudo-inverse)
         free = np.nonzero(~held)[0]
-        ff = f[np.ix_(free, free)]
-        wf, vf = np.linalg.eigh(ff)
+        wf, vf = np.linalg.eigh(f[np.ix_(free, free)])
         kf = wf > rcond * max(float(wf.max()), 1e-300)
-        step = -(vf[:, kf] @ ((vf[:, kf].T @ g[free]) / wf[kf]))
         pos = np.searchsorted(free, index)
-        shift = np.where(np.isfinite(np.diag(cov)), step[pos], np.nan)
+        rows = (vf[pos][:, kf] / wf[kf]) @ vf[:, kf].T  # (k, n_free)
+        bad = ~np.isfinite(np.diag(cov))
+        if gradient is not None:
+            g = np.asarray(gradient, dtype=float)
+            if g.shape != (p,):
+                raise DopplermapInputError(f"parameter_bound: gradient must be ({p},), got {g.shape}")
+            shift = np.where(bad, np.nan, -(rows @ g[free]))
+        if data_fisher is not None:
+            fd = np.asarray(data_fisher, dtype=float)
+            if fd.shape != (p, p):
+                raise DopplermapInputError(f"parameter_bound: data_fisher must be ({p}, {p}), got {fd.shape}")
+            sampling = rows @ fd[np.ix_(free, free)] @ rows.T
+            sampling[bad, :] = np.inf
+            sampling[:, bad] = np.inf
     return Bound(index=index, covariance=cov, sd=np.sqrt(np.diag(cov)), conditional_sd=cond, shift=shift,
-                 n_free=int((~held).sum()))
+                 sampling_covariance=sampling, n_free=int((~held).sum()))
 
 
 def _with_inf(vs, inv_w, ok):
