@@ -1,0 +1,391 @@
+"""What the calibration stars' profiles can tell about the inclination: the information bound.
+
+    PYTHONPATH=src python benchmarks/bench_inclination_bound.py [--stars 0,1] [--no-map] [--out FILE]
+
+For each star of ``bench_calibration.STARS`` (the same simulated data, imported), with
+dopplermap's differentiable dense model (:func:`dopplermap.jointfit.dense_model`, the one
+``joint_fit`` fits) and the parameters ``theta = [fssc (300), fssh (300), rv (E), amp (E),
+inclination, vsini]``:
+
+* ``F_d = J^T W J``, the Gauss-Newton information of the line profiles at the truth
+  (``W = 1 / err^2``, the simulation's errors), ``J`` by forward-mode autodiff;
+* the prior: ``joint_fit`` minimises ``chi2_reduced + lambda R``, i.e. ``-log posterior =
+  SSR / 2 + (N / 2) lambda R`` with ``N = E n_vel`` points, so the prior's Hessian is
+  ``(N / 2) lambda d^2R`` (the MEM term, evaluated by JAX); rv and amp have flat priors;
+* sd(inclination), sd(vsini) = the marginal ``[F^-1]`` with the map, rv and amp integrated
+  out (:func:`dopplermap.fisher.parameter_bound`, a Schur complement).
+
+The true map has exact zeros, where the entropy's curvature ``1 / f`` is infinite: the
+map is evaluated at the truth clipped into the interior, ``max(truth, F_EMPTY)`` with
+``F_EMPTY`` = 8.2e-4, the entropy's own minimum for an empty cell (the value the
+regulariser alone gives a cell no data constrain), and the clip is varied (1e-5, 1e-2).
+Bound variants (all at the truth):
+
+* ``prior lambda`` for lambda 1, 0.1, 0.01, 1e-4, and no prior at all (``none``): the
+  posterior width; without a prior, the Cramer-Rao bound for unbiased estimators
+  (inf where the map directions leave the inclination unconstrained);
+* ``support``: no prior, the cells whose true fill is < 0.01 held at it (each component
+  apart): an estimator told where the spots are not. It has more information than any real
+  one, so its sd is a lower limit for unbiased estimators;
+* ``known map``: the whole map held, only rv, amp, inclination, vsini free;
+* ``fitted``: at the MAP of the noisy data (``invert`` at the true inclination and vsini,
+  lambda 1; cells at their bounds held): the Laplace sd one could report from real data.
+
+The prior's pull (bias): ``-[F^-1 g]_inc`` with ``g = (N/2) lambda grad R`` at the truth
+(linear prediction), and the discretisation error's: ``[F^-1 J^T W r0]_inc`` with ``r0`` the
+noise-free independent simulation minus the dense model at the (clipped) truth. Measured:
+the inclination of ``joint_fit`` (inclination, vsini and the map) started at the truth, on
+noise-free data made by the dense model itself (the prior alone) and on the noise-free
+independent simulation (prior + surface grid). ``--no-map`` skips those fits. Results:
+benchmarks/RESULTS.md, "The information bound".
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import platform
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import write_json  # noqa: E402  (benchmarks/ is the script's folder)
+from bench_calibration import PERIOD, STARS, make_star  # noqa: E402
+
+FILL_M = 1e-5  # the seed entropy's default map m
+# minimum of the seed entropy for a cell with fssc = fssh = f: 2 f^2 / (m (1 - m)) = e^-2
+F_EMPTY = math.sqrt(FILL_M * (1 - FILL_M) * math.exp(-2.0) / 2.0)
+LAMBDAS = (1.0, 0.1, 0.01, 1e-4)
+SUPPORT_MIN = 0.01
+MAE_TARGET = 3.0
+
+
+def _setup(k, clip=F_EMPTY):
+    import jax
+    import jax.numpy as jnp
+
+    from dopplermap.fisher import fisher_matrix, jacobian
+    from dopplermap.jointfit import dense_model
+    from dopplermap.objective import regulariser_value
+
+    s = make_star(k)
+    p = s["problem"]
+    grid, obs = p.grid, p.obs
+    n, e, v = grid.n_cell, obs.n_epoch, obs.n_vel
+    model = dense_model(grid, obs.times, obs.vels, p.components)
+    area, edges = jnp.asarray(grid.area), jnp.asarray(np.asarray(grid.edges, dtype=np.int32))
+
+    def f(th):
+        return model(th[:n], th[n:2 * n], th[2 * n:2 * n + e], th[2 * n + e:2 * n + 2 * e], th[-2], th[-1], 0.0,
+                     PERIOD, 0.0)
+
+    def reg(z):
+        return regulariser_value("mem", z[:n], z[n:], area, edges)
+
+    fc = np.clip(s["truth_fssc"], clip, 1 - clip)
+    fh = np.clip(s["truth_fssh"], clip, 1 - clip)
+    th0 = np.concatenate([fc, fh, s["rv"], np.zeros(e), [s["inc"], s["vsini"]]])
+    t0 = time.perf_counter()
+    jac = jacobian(f, th0)
+    t_jac = time.perf_counter() - t0
+    sigma = np.asarray(obs.err).ravel()
+    fd = fisher_matrix(jac, sigma)
+    z0 = jnp.asarray(th0[:2 * n])
+    hr = np.asarray(jax.hessian(reg)(z0))
+    gr = np.asarray(jax.grad(reg)(z0))
+    m0 = np.asarray(f(jnp.asarray(th0)))
+    # the autodiff inclination column against a central difference (0.01 deg)
+    dz = np.zeros(th0.size)
+    dz[-2] = 1e-2
+    fdiff = (np.asarray(f(jnp.asarray(th0 + dz))) - np.asarray(f(jnp.asarray(th0 - dz)))).ravel() / 2e-2
+    jac_fd = float(np.max(np.abs(fdiff - jac[:, -2])) / np.max(np.abs(fdiff)))
+    return dict(jac_fd_inc=jac_fd, s=s, p=p, n=n, e=e, v=v, npt=e * v, th0=th0, jac=jac, sigma=sigma, fd=fd, hr=hr, gr=gr, m0=m0,
+                f=f, reg=reg, t_jac=t_jac)
+
+
+def _embed(block, size, n2):
+    out = np.zeros((size, size)) if block.ndim == 2 else np.zeros(size)
+    if block.ndim == 2:
+        out[:n2, :n2] = block
+    else:
+        out[:n2] = block
+    return out
+
+
+def bounds(c):
+    """The sd variants and the linear shifts of one star (``c`` from :func:`_setup`)."""
+    from dopplermap.fisher import parameter_bound
+
+    n, e, size = c["n"], c["e"], c["th0"].size
+    n2 = 2 * n
+    idx = [size - 2, size - 1]
+    half_n = 0.5 * c["npt"]
+    out = {}
+
+    def rec(name, b):
+        out[f"sd_inc_{name}"] = float(b.sd[0])
+        out[f"sd_vsini_{name}"] = float(b.sd[1])
+        if b.sampling_covariance is not None:
+            out[f"sdmap_inc_{name}"] = float(np.sqrt(b.sampling_covariance[0, 0]))
+        if b.shift is not None:
+            out[f"shift_inc_{name}"] = float(b.shift[0])
+            out[f"shift_vsini_{name}"] = float(b.shift[1])
+
+    for lm in LAMBDAS:
+        hp = _embed(half_n * lm * c["hr"], size, n2)
+        gp = _embed(half_n * lm * c["gr"], size, n2)
+        rec(f"lam{lm:g}", parameter_bound(c["fd"], idx, prior_hessian=hp, gradient=gp, data_fisher=c["fd"]))
+    rec("none", parameter_bound(c["fd"], idx))
+    truth = np.concatenate([c["s"]["truth_fssc"], c["s"]["truth_fssh"]])
+    held = np.zeros(size, bool)
+    held[:n2] = truth < SUPPORT_MIN
+    out["n_support"] = int((~held[:n2]).sum())
+    rec("support", parameter_bound(c["fd"], idx, held=held))
+    held = np.zeros(size, bool)
+    held[:n2] = True
+    rec("known_map", parameter_bound(c["fd"], idx, held=held))
+    # the discretisation error's pull: one Gauss-Newton step from the truth towards the
+    # independent simulation's noise-free profiles, with the prior at lambda 1
+    clean = _clean_profiles(c)
+    r0 = (clean - c["m0"]).ravel()
+    out["chi2_discretisation"] = float(np.sum((r0 / c["sigma"]) ** 2))
+    g = -(c["jac"].T @ (r0 / c["sigma"] ** 2))
+    for lm in (1.0, 0.1):
+        hp = _embed(half_n * lm * c["hr"], size, n2)
+        b = parameter_bound(c["fd"], idx, prior_hessian=hp, gradient=g)
+        out[f"shift_inc_grid_lam{lm:g}"] = float(b.shift[0])
+        out[f"shift_vsini_grid_lam{lm:g}"] = float(b.shift[1])
+    return out
+
+
+def _clean_profiles(c):
+    """The independent simulation's noise-free profiles, normalised as the observations."""
+    sn = make_star(c["s"]["k"], noise=False)
+    return np.asarray(sn["problem"].obs.flux)
+
+
+def clip_variants(c, clips=(FILL_M, 1e-2)):
+    """sd(inc) at lambda 1 and 0.1 with the true map clipped at other floors: the prior's
+    Hessian at the other clip (the profiles' Jacobian kept; it moves by ~1e-3 of itself)."""
+    import jax
+    import jax.numpy as jnp
+
+    from dopplermap.fisher import parameter_bound
+
+    out = {}
+    n, size = c["n"], c["th0"].size
+    truth = np.concatenate([c["s"]["truth_fssc"], c["s"]["truth_fssh"]])
+    for clip in clips:
+        hr = np.asarray(jax.hessian(c["reg"])(jnp.asarray(np.clip(truth, clip, 1 - clip))))
+        for lm in (1.0, 0.1):
+            hp = _embed(0.5 * c["npt"] * lm * hr, size, 2 * n)
+            b = parameter_bound(c["fd"], [size - 2, size - 1], prior_hessian=hp)
+            out[f"sd_inc_lam{lm:g}_clip{clip:g}"] = float(b.sd[0])
+    return out
+
+
+def fitted_bound(c):
+    """Laplace sd at the MAP of the noisy data at the true inclination and vsini (lambda 1)."""
+    import jax.numpy as jnp
+
+    import dopplermap as dm
+    from dopplermap.constants import FILL_MAX, FILL_MIN
+    from dopplermap.fisher import fisher_matrix, jacobian, parameter_bound
+
+    p = c["p"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        best = dm.invert(p.pre, p.obs, **p.invert_kwargs())
+    n, size = c["n"], c["th0"].size
+    th = np.concatenate([best.fssc, best.fssh, best.rv, best.amp, c["th0"][-2:]])
+    jac = jacobian(c["f"], th)
+    fd = fisher_matrix(jac, c["sigma"])
+    import jax
+
+    hr = np.asarray(jax.hessian(c["reg"])(jnp.asarray(th[:2 * n])))
+    held = np.zeros(size, bool)
+    held[:2 * n] = (th[:2 * n] <= FILL_MIN * 1.01) | (th[:2 * n] >= FILL_MAX - 1e-7)
+    hp = _embed(0.5 * c["npt"] * p.settings.lmbd * hr, size, 2 * n)
+    b = parameter_bound(fd, [size - 2, size - 1], prior_hessian=hp, held=held, data_fisher=fd)
+    return dict(sd_inc_fitted=float(b.sd[0]), sd_vsini_fitted=float(b.sd[1]),
+                sdmap_inc_fitted=float(np.sqrt(b.sampling_covariance[0, 0])), fitted_n_held=int(held.sum()),
+                fitted_chi2=float(best.chi2))
+
+
+def map_shifts(c, lambdas=(1.0,)):
+    """Inclination of joint_fit started at the truth on noise-free data: the dense model's own
+    (the prior's pull alone) and the independent simulation's (prior + surface grid)."""
+    import dopplermap as dm
+    from dopplermap.jointfit import joint_fit
+
+    p, s = c["p"], c["s"]
+    obs = p.obs
+    own = dm.Observations.create(np.asarray(obs.times), np.asarray(obs.vels), c["m0"], np.asarray(obs.err),
+                                 source=f"star {s['k']} dense model, noise-free")
+    indep = make_star(s["k"], noise=False)["problem"].obs
+    star = p.star.replace(inclination=s["inc"], vsini=s["vsini"])
+    x0 = c["th0"][:-2]
+    out = {}
+    for lm in lambdas:
+        for name, o in (("own", own), ("indep", indep)):
+            t0 = time.perf_counter()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                r = joint_fit(p.grid, star, o, p.components, lmbd=lm, x0=x0, tol=1e-10, maxiter=4000)
+            out[f"map_inc_{name}_lam{lm:g}"] = float(r.star.inclination)
+            out[f"map_vsini_{name}_lam{lm:g}"] = float(r.star.vsini)
+            out[f"map_{name}_lam{lm:g}_iter"] = int(r.map.iterations)
+            out[f"map_{name}_lam{lm:g}_s"] = time.perf_counter() - t0
+    return out
+
+
+def expected_abs(bias, sd):
+    """E|bias + sd Z| for Z ~ N(0, 1)."""
+    if not np.isfinite(sd):
+        return float("inf")
+    if sd == 0:
+        return abs(bias)
+    a = bias / sd
+    return float(sd * math.sqrt(2 / math.pi) * math.exp(-0.5 * a * a) + bias * math.erf(a / math.sqrt(2)))
+
+
+def table(rows):
+    h = ("| star | inc | vsini | E | gap | S/N | sd(inc) lam 1 | lam 0.1 | lam 0.01 | lam 1e-4 | no prior | support, "
+         "no prior | known map | fitted, lam 1 | sd(vsini) lam 1 / 1e-4 / support |")
+    lines = [h, "|" + "---|" * (h.count("|") - 1)]
+
+    def fmt(x):
+        return "inf" if not np.isfinite(x) else (f"{x:.2f}" if x < 10 else f"{x:.0f}")
+
+    for r in rows:
+        lines.append(
+            f"| {r['k']} | {r['inc']:.0f} | {r['vsini']:.0f} | {r['n_epoch']} | {'y' if r['gap'] else 'n'} | "
+            f"{r['snr']:.0f} | {fmt(r['sd_inc_lam1'])} | {fmt(r['sd_inc_lam0.1'])} | {fmt(r['sd_inc_lam0.01'])} | "
+            f"{fmt(r['sd_inc_lam0.0001'])} | {fmt(r['sd_inc_none'])} | {fmt(r['sd_inc_support'])} "
+            f"({r['n_support']}) | {fmt(r['sd_inc_known_map'])} | {fmt(r.get('sd_inc_fitted', float('nan')))} | "
+            f"{r['sd_vsini_lam1']:.3f} / {r['sd_vsini_lam0.0001']:.3f} / {r['sd_vsini_support']:.3f} |")
+    return "\n".join(lines)
+
+
+def bias_table(rows):
+    h = ("| star | inc | linear prior pull lam 1 | lam 0.1 | linear grid pull lam 1 | joint MAP own data lam 1 | "
+         "joint MAP indep. data lam 1 | sampling sd of the MAP lam 1 | predicted E abs err | measured joint / cal |")
+    lines = [h, "|" + "---|" * (h.count("|") - 1)]
+    for r in rows:
+        own = r.get("map_inc_own_lam1", float("nan")) - r["inc"]
+        ind = r.get("map_inc_indep_lam1", float("nan")) - r["inc"]
+        lines.append(
+            f"| {r['k']} | {r['inc']:.0f} | {r['shift_inc_lam1']:+.1f} | {r['shift_inc_lam0.1']:+.1f} | "
+            f"{r['shift_inc_grid_lam1']:+.1f} | {own:+.1f} | {ind:+.1f} | {r['sdmap_inc_lam1']:.2f} | "
+            f"{r.get('pred_abs_err', float('nan')):.1f} | {r.get('measured_joint_err', float('nan')):+.1f} / "
+            f"{r.get('measured_cal_err', float('nan')):+.1f} |")
+    return "\n".join(lines)
+
+
+def _measured():
+    """The joint_fit and calibrated inclinations of the earlier runs (results files beside this one)."""
+    import json
+
+    here = Path(__file__).resolve().parent
+    out = {}
+    for name, key, dst in (("results_calibration_devbox.json", "joint_inc", "joint"),
+                           ("results_calibration_neyman_chi2_ov4_devbox.json", "cal_inc", "cal")):
+        f = here / name
+        if not f.exists():
+            continue
+        for r in json.loads(f.read_text())["stars"]:
+            if key in r:
+                out.setdefault(r["k"], {})[dst] = float(r[key]) - float(r["inc"])
+                if dst == "cal":
+                    out[r["k"]]["cal_width68"] = float(r["cal_inc_hi68"] - r["cal_inc_lo68"])
+    return out
+
+
+def summarise(rows):
+    def col(key):
+        return np.array([r[key] for r in rows if key in r], float)
+
+    out = {}
+    for key in ("sd_inc_lam1", "sd_inc_lam0.1", "sd_inc_lam0.01", "sd_inc_lam0.0001", "sd_inc_none",
+                "sd_inc_support", "sd_inc_known_map", "sd_inc_fitted", "sdmap_inc_lam1"):
+        v = col(key)
+        if v.size:
+            out[key] = dict(median=float(np.median(v)), min=float(v.min()), max=float(v.max()),
+                            n_below_2=int((v < 2).sum()), n_above_3=int((v > 3).sum()),
+                            expected_mae_unbiased=float(np.mean(0.7979 * v)))
+    for key in ("pred_abs_err",):
+        v = col(key)
+        if v.size:
+            out["predicted_mae_map_lam1"] = float(np.mean(v))
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--stars", default=None, help="comma-separated star indices (default all 12)")
+    ap.add_argument("--no-map", action="store_true", help="skip the joint_fit runs on noise-free data")
+    ap.add_argument("--no-fitted", action="store_true", help="skip the Laplace sd at the fitted map")
+    ap.add_argument("--no-clip", action="store_true", help="skip the clip variants")
+    ap.add_argument("--out", default=None, help="JSON results file")
+    args = ap.parse_args()
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    ks = [int(x) for x in args.stars.split(",")] if args.stars else list(range(len(STARS)))
+    measured = _measured()
+    load0 = os.getloadavg()
+    t_all = time.perf_counter()
+    rows = []
+    for k in ks:
+        t0 = time.perf_counter()
+        c = _setup(k)
+        s = c["s"]
+        r = {key: s[key] for key in ("k", "inc", "vsini", "n_epoch", "gap", "snr")}
+        r["jacobian_s"], r["jac_fd_inc"] = c["t_jac"], c["jac_fd_inc"]
+        r.update(bounds(c))
+        if not args.no_clip:
+            r.update(clip_variants(c))
+        if not args.no_fitted:
+            r.update(fitted_bound(c))
+        if not args.no_map:
+            r.update(map_shifts(c))
+        m = measured.get(k, {})
+        if "joint" in m:
+            r["measured_joint_err"] = m["joint"]
+        if "cal" in m:
+            r["measured_cal_err"], r["cal_width68"] = m["cal"], m["cal_width68"]
+        bias = r.get("map_inc_indep_lam1", float("nan")) - s["inc"]
+        if np.isfinite(bias):
+            r["pred_abs_err"] = expected_abs(bias, r["sdmap_inc_lam1"])
+        r["star_s"] = time.perf_counter() - t0
+        rows.append(r)
+        print(f"star {k} (inc {s['inc']:.0f}): sd(inc) lam1 {r['sd_inc_lam1']:.2f} lam0.1 {r['sd_inc_lam0.1']:.2f} "
+              f"lam0.01 {r['sd_inc_lam0.01']:.2f} lam1e-4 {r['sd_inc_lam0.0001']:.2f} none {r['sd_inc_none']:.3g} "
+              f"support {r['sd_inc_support']:.2f} known {r['sd_inc_known_map']:.3f} "
+              f"fitted {r.get('sd_inc_fitted', float('nan')):.2f}; pull lam1 {r['shift_inc_lam1']:+.2f} "
+              f"grid {r['shift_inc_grid_lam1']:+.2f} (chi2 {r['chi2_discretisation']:.1f}); MAP own {r.get('map_inc_own_lam1', float('nan')):.2f} "
+              f"indep {r.get('map_inc_indep_lam1', float('nan')):.2f} ({r['star_s']:.0f} s)", flush=True)
+        if args.out:
+            write_json(args.out, dict(partial=True, stars=rows, summary=summarise(rows)))
+    summ = summarise(rows)
+    print(table(rows))
+    print(bias_table(rows))
+    for k, v in summ.items():
+        print(k, v)
+    out = dict(machine=platform.node(), cpu=platform.processor() or platform.machine(), cpu_count=os.cpu_count(),
+               backend=jax.default_backend(), load_before=load0, load_after=os.getloadavg(),
+               wall_s=time.perf_counter() - t_all,
+               settings=dict(f_empty=F_EMPTY, lambdas=list(LAMBDAS), support_min=SUPPORT_MIN, period=PERIOD),
+               stars=rows, summary=summ)
+    if args.out:
+        write_json(args.out, out)
+    return out
+
+
+if __name__ == "__main__":
+    main()
