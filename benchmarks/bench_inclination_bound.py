@@ -121,7 +121,7 @@ def bounds(c):
     """The sd variants and the linear shifts of one star (``c`` from :func:`_setup`)."""
     from dopplermap.fisher import parameter_bound
 
-    n, e, size = c["n"], c["e"], c["th0"].size
+    n, size = c["n"], c["th0"].size
     n2 = 2 * n
     idx = [size - 2, size - 1]
     half_n = 0.5 * c["npt"]
