@@ -311,7 +311,7 @@ def fd_check(k, h_inc=0.5, h_vsini=0.05):
     return out
 
 
-def profile_map(k, lambdas=(1.0, 0.1), coarse=None, half=4.0):
+def profile_map(k, lambdas=(1.0, 0.1), coarse=None, half=4.0, which=("own", "indep", "noisy")):
     """The MAP inclination as the minimum of the profiled loss (vsini at the truth): at each
     inclination the map, rv and amp are solved (the binned model ``grid`` uses, at fixed
     inclination, so no optimiser meets the limb's kinks), on a 5 deg grid then 1 deg steps
@@ -333,6 +333,7 @@ def profile_map(k, lambdas=(1.0, 0.1), coarse=None, half=4.0):
     data = {"own": dm.Observations.create(np.asarray(p.obs.times), np.asarray(p.obs.vels), model, np.asarray(p.obs.err),
                                           source=f"star {k} own model, noise-free"),
             "indep": make_star(k, noise=False)["problem"].obs, "noisy": p.obs}
+    data = {name: o for name, o in data.items() if name in which}
     out = {}
     for lm in lambdas:
         for name, obs in data.items():
@@ -354,9 +355,8 @@ def profile_map(k, lambdas=(1.0, 0.1), coarse=None, half=4.0):
             b = continuous_interval(v, np.array([prof[x] for x in v]), 0.0)[0]
             out[f"prof_inc_{name}_lam{lm:g}"] = b
             out[f"prof_{name}_lam{lm:g}"] = [v.tolist(), [prof[x] for x in v]]
-        print(f"  star {k} lam {lm:g}: profiled MAP inc own {out[f'prof_inc_own_lam{lm:g}']:.1f} "
-              f"indep {out[f'prof_inc_indep_lam{lm:g}']:.1f} noisy {out[f'prof_inc_noisy_lam{lm:g}']:.1f} "
-              f"(truth {s['inc']:.0f})", flush=True)
+        print(f"  star {k} lam {lm:g}: profiled MAP inc " + " ".join(
+            f"{name} {out[f'prof_inc_{name}_lam{lm:g}']:.1f}" for name in data) + f" (truth {s['inc']:.0f})", flush=True)
     return out
 
 
@@ -441,6 +441,90 @@ def summarise(rows):
     return out
 
 
+def kink_distance(k, incs, n_cell=None):
+    """Distance (deg) from each inclination in ``incs`` to the nearest inclination at which a cell
+    of star ``k``'s grid crosses the limb at an epoch (``mu = 0``): there the dense model's
+    weight ``max(mu, 0)`` has a kink, and a gradient optimiser can stop."""
+    s = make_star(k) if n_cell is None else make_star(k, n_cell=n_cell)
+    g, t = s["problem"].grid, np.asarray(s["problem"].obs.times)
+    lat = np.asarray(g.lat)[None, :]
+    alpha = np.asarray(g.lon)[None, :] + 2 * np.pi * t[:, None] / PERIOD
+    # sin i cos(lat) cos(alpha) + cos i sin(lat) = 0
+    kinks = np.sort((np.degrees(np.arctan2(-np.sin(lat), np.cos(lat) * np.cos(alpha))) % 180.0).ravel())
+    return [float(np.min(np.abs(kinks - x))) for x in incs]
+
+
+def report(here=None):
+    """The tables of benchmarks/RESULTS.md from the results files of the runs."""
+    import json
+
+    here = Path(__file__).resolve().parent if here is None else Path(here)
+    rows = json.loads((here / "results_inclination_bound_devbox.json").read_text())["stars"]
+    prof_file = here / "results_inclination_bound_profile_devbox.json"
+    prof = {r["k"]: r for r in json.loads(prof_file.read_text())["stars"]} if prof_file.exists() else {}
+
+    def f(x, nd=1):
+        return "inf" if not np.isfinite(x) else (f"{x:.{nd}f}" if x < 90 else "> 90")
+
+    h = ("| star | inc | vsini | E | gap | S/N | lam 1 | lam 0.1 | lam 0.01 | lam 1e-4 | no prior | support (free) | "
+         "known map | fitted lam 1 | sd(vsini) lam 1 / support | calibrated 68 % width | 2 sd(lam 1) |")
+    out = [h, "|" + "---|" * (h.count("|") - 1)]
+    for r in rows:
+        out.append(f"| {r['k']} | {r['inc']:.0f} | {r['vsini']:.0f} | {r['n_epoch']} | {'y' if r['gap'] else 'n'} | "
+                   f"{r['snr']:.0f} | {f(r['sd_inc_lam1'])} | {f(r['sd_inc_lam0.1'])} | {f(r['sd_inc_lam0.01'])} | "
+                   f"{f(r['sd_inc_lam0.0001'])} | {f(r['sd_inc_none'])} | {f(r['sd_inc_support'])} ({r['n_support']}) | "
+                   f"{f(r['sd_inc_known_map'])} | {f(r['sd_inc_fitted'])} | {r['sd_vsini_lam1']:.2f} / "
+                   f"{r['sd_vsini_support']:.2f} | {r.get('cal_width68', float('nan')):.1f} | "
+                   f"{2 * r['sd_inc_lam1']:.1f} |")
+    mean = {key: 0.7979 * float(np.mean([r[key] for r in rows])) for key in
+            ("sd_inc_lam1", "sd_inc_lam0.1", "sd_inc_lam0.01", "sd_inc_lam0.0001", "sd_inc_support",
+             "sd_inc_known_map", "sd_inc_fitted", "sdmap_inc_lam1", "sdmap_inc_lam0.1")}
+    n3 = {key: int(sum(r[key] > 3 for r in rows)) for key in mean}
+    out.append("")
+    out.append("| bound | lam 1 | lam 0.1 | lam 0.01 | lam 1e-4 | no prior | support | known map | fitted lam 1 |")
+    out.append("|---|---|---|---|---|---|---|---|---|")
+    out.append("| mean of 0.80 sd (the MAE of an unbiased Gaussian estimator) | " + " | ".join(
+        f"{mean[k]:.2f}" for k in ("sd_inc_lam1", "sd_inc_lam0.1", "sd_inc_lam0.01", "sd_inc_lam0.0001")) +
+        " | inf | " + " | ".join(f"{mean[k]:.2f}" for k in ("sd_inc_support", "sd_inc_known_map", "sd_inc_fitted")) + " |")
+    out.append("| stars with sd > 3 deg | " + " | ".join(
+        str(n3[k]) for k in ("sd_inc_lam1", "sd_inc_lam0.1", "sd_inc_lam0.01", "sd_inc_lam0.0001")) +
+        " | 12 | " + " | ".join(str(n3[k]) for k in ("sd_inc_support", "sd_inc_known_map", "sd_inc_fitted")) + " |")
+    out.append("")
+    h = ("| star | inc | sd MAP lam 1 / 0.1 | own lam 1 | indep lam 1 | noisy lam 1 | own lam 0.1 | indep lam 0.1 | "
+         "noisy lam 0.1 | joint_fit own / indep (stopped at a kink?) | linear pull lam 1 | joint (45 deg start) / calibrated |")
+    out += ["", h, "|" + "---|" * (h.count("|") - 1)]
+    errs = {}
+    for r in rows:
+        pr = prof.get(r["k"], {})
+        cells = []
+        for lm in ("1", "0.1"):
+            for name in ("own", "indep", "noisy"):
+                v = pr.get(f"prof_inc_{name}_lam{lm}", float("nan")) - r["inc"]
+                errs.setdefault(f"{name}_lam{lm}", []).append(v)
+                cells.append(f"{v:+.1f}")
+        cells = cells[:3] + cells[3:]
+        kinks = dict(zip(("own", "indep"), kink_distance(r["k"], [r["map_inc_own_lam1"], r["map_inc_indep_lam1"]]),
+                         strict=True))
+        jo = r["map_inc_own_lam1"] - r["inc"]
+        ji = r["map_inc_indep_lam1"] - r["inc"]
+        mark = {n: (" (k)" if kinks.get(n, 1.0) < 1e-4 else "") for n in ("own", "indep")}
+        errs.setdefault("joint", []).append(r.get("measured_joint_err", float("nan")))
+        errs.setdefault("cal", []).append(r.get("measured_cal_err", float("nan")))
+        out.append(f"| {r['k']} | {r['inc']:.0f} | {r['sdmap_inc_lam1']:.1f} / {r['sdmap_inc_lam0.1']:.1f} | "
+                   + " | ".join(cells) + f" | {jo:+.1f}{mark['own']} / {ji:+.1f}{mark['indep']} | "
+                   f"{r['shift_inc_lam1']:+.1f} | {r.get('measured_joint_err', float('nan')):+.1f} / "
+                   f"{r.get('measured_cal_err', float('nan')):+.1f} |")
+    out.append("")
+    out.append("| errors over the 12 stars | MAE | bias |")
+    out.append("|---|---|---|")
+    for key, v in errs.items():
+        v = np.array(v, float)
+        out.append(f"| {key} | {np.nanmean(np.abs(v)):.1f} | {np.nanmean(v):+.1f} |")
+    text = "\n".join(out)
+    print(text)
+    return text
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--stars", default=None, help="comma-separated star indices (default all 12)")
@@ -450,17 +534,24 @@ def main():
     ap.add_argument("--fine", default=None, help="comma-separated stars: only the joint MAP on 1200 cells (fine_fits)")
     ap.add_argument("--fd-check", default=None, help="comma-separated stars: only fd_check (smoothed J columns)")
     ap.add_argument("--profile", default=None, help="comma-separated stars (or 'all'): only profile_map")
+    ap.add_argument("--profile-lambdas", default="1,0.1", help="lambdas of --profile")
+    ap.add_argument("--profile-data", default="own,indep,noisy", help="data sets of --profile")
+    ap.add_argument("--report", action="store_true", help="print RESULTS.md's tables from the results files")
     ap.add_argument("--out", default=None, help="JSON results file")
     args = ap.parse_args()
     import jax
 
     jax.config.update("jax_enable_x64", True)
+    if args.report:
+        return report()
     if args.profile:
         ks = range(len(STARS)) if args.profile == "all" else [int(x) for x in args.profile.split(",")]
         load0, t0 = os.getloadavg(), time.perf_counter()
         rows = []
         for k in ks:
-            rows.append(dict(k=k, inc=STARS[k][0], vsini=STARS[k][1], **profile_map(k)))
+            rows.append(dict(k=k, inc=STARS[k][0], vsini=STARS[k][1],
+                             **profile_map(k, lambdas=[float(x) for x in args.profile_lambdas.split(",")],
+                                           which=tuple(args.profile_data.split(",")))))
             if args.out:
                 write_json(args.out, dict(partial=True, stars=rows))
         out = dict(machine=platform.node(), cpu_count=os.cpu_count(), backend=jax.default_backend(), load_before=load0,
