@@ -311,29 +311,35 @@ def fd_check(k, h_inc=0.5, h_vsini=0.05):
     return out
 
 
-def profile_map(k, lambdas=(1.0, 0.1), coarse=None, half=4.0, which=("own", "indep", "noisy")):
+def profile_map(k, lambdas=(1.0, 0.1), coarse=None, half=4.0, which=("own", "indep", "noisy"), n_cell=None):
     """The MAP inclination as the minimum of the profiled loss (vsini at the truth): at each
     inclination the map, rv and amp are solved (the binned model ``grid`` uses, at fixed
     inclination, so no optimiser meets the limb's kinks), on a 5 deg grid then 1 deg steps
     +-``half`` deg about its lowest node; the minimum by a parabola through the lowest node
     and its neighbours. Data: ``own`` (noise-free, made by the same binned model from the
     true map: the prior's pull alone), ``indep`` (the independent simulation, noise-free:
-    prior + surface grid + rv interpolation) and ``noisy`` (the benchmark's draw)."""
+    prior + surface grid + rv interpolation), ``indep_rv0`` (the same with every rv = 0, which
+    the interpolating shift reproduces exactly: prior + surface grid) and ``noisy`` (the
+    benchmark's draw). ``n_cell``: the inversion's surface grid (default the benchmark's 300)."""
     from bench_calibration import INC_GRID, continuous_interval
 
     import dopplermap as dm
     from dopplermap.search import evaluate_point
 
     coarse = INC_GRID if coarse is None else coarse
-    s = make_star(k)
+    kw = {} if n_cell is None else dict(n_cell=n_cell)
+    s = make_star(k, **kw)
     p = s["problem"]
     fc = np.clip(s["truth_fssc"], F_EMPTY, 1 - F_EMPTY)
     fh = np.clip(s["truth_fssh"], F_EMPTY, 1 - F_EMPTY)
     model = np.asarray(dm.model.forward(fc, fh, np.asarray(s["rv"]), np.zeros(p.obs.n_epoch), p.pre))
     data = {"own": dm.Observations.create(np.asarray(p.obs.times), np.asarray(p.obs.vels), model, np.asarray(p.obs.err),
                                           source=f"star {k} own model, noise-free"),
-            "indep": make_star(k, noise=False)["problem"].obs, "noisy": p.obs}
-    data = {name: o for name, o in data.items() if name in which}
+            "noisy": p.obs}
+    for name, extra in (("indep", {}), ("indep_rv0", dict(rv_sigma=0.0))):
+        if name in which:
+            data[name] = make_star(k, noise=False, **kw, **extra)["problem"].obs
+    data = {name: data[name] for name in which}
     out = {}
     for lm in lambdas:
         for name, obs in data.items():
@@ -536,6 +542,7 @@ def main():
     ap.add_argument("--profile", default=None, help="comma-separated stars (or 'all'): only profile_map")
     ap.add_argument("--profile-lambdas", default="1,0.1", help="lambdas of --profile")
     ap.add_argument("--profile-data", default="own,indep,noisy", help="data sets of --profile")
+    ap.add_argument("--profile-cells", type=int, default=None, help="surface grid of --profile (default 300)")
     ap.add_argument("--report", action="store_true", help="print RESULTS.md's tables from the results files")
     ap.add_argument("--out", default=None, help="JSON results file")
     args = ap.parse_args()
@@ -551,7 +558,7 @@ def main():
         for k in ks:
             rows.append(dict(k=k, inc=STARS[k][0], vsini=STARS[k][1],
                              **profile_map(k, lambdas=[float(x) for x in args.profile_lambdas.split(",")],
-                                           which=tuple(args.profile_data.split(",")))))
+                                           which=tuple(args.profile_data.split(",")), n_cell=args.profile_cells)))
             if args.out:
                 write_json(args.out, dict(partial=True, stars=rows))
         out = dict(machine=platform.node(), cpu_count=os.cpu_count(), backend=jax.default_backend(), load_before=load0,
