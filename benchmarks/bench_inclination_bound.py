@@ -311,6 +311,66 @@ def fd_check(k, h_inc=0.5, h_vsini=0.05):
     return out
 
 
+def _profiled_minimum(q, coarse, half):
+    """Minimum of problem ``q``'s profiled loss over the inclination: the nodes ``coarse``, then
+    1 deg steps +-``half`` about the lowest, a parabola through the lowest node and its
+    neighbours. Returns (minimum, inclinations, losses)."""
+    from bench_calibration import continuous_interval
+
+    from dopplermap.search import evaluate_point
+
+    prof = {}
+
+    def at(inc):
+        if inc not in prof:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                prof[inc] = float(evaluate_point(q, {"inclination": float(inc)})["loss"])
+
+    for inc in coarse:
+        at(float(inc))
+    best = min(prof, key=prof.get)
+    for inc in np.arange(max(best - half, 2.0), min(best + half, 90.0) + 0.01, 1.0):
+        at(float(inc))
+    v = np.array(sorted(prof))
+    pr = np.array([prof[x] for x in v])
+    return continuous_interval(v, pr, 0.0)[0], v.tolist(), pr.tolist()
+
+
+def own_data(s):
+    """Noise-free profiles of star ``s`` made by the inversion's own (binned) model from the true
+    map (averaged into the cells, clipped at ``F_EMPTY``) with the true rv: what the inversion
+    would fit exactly."""
+    import dopplermap as dm
+
+    p = s["problem"]
+    fc = np.clip(s["truth_fssc"], F_EMPTY, 1 - F_EMPTY)
+    fh = np.clip(s["truth_fssh"], F_EMPTY, 1 - F_EMPTY)
+    return np.asarray(dm.model.forward(fc, fh, np.asarray(s["rv"]), np.zeros(p.obs.n_epoch), p.pre))
+
+
+def mc_check(k, n_draw=12, lmbd=1.0, span=25.0):
+    """Scatter of the profiled MAP over noise draws of the own-model data (the forward model
+    exact), to set beside the linearised sampling sd of the MAP (``sdmap_inc``)."""
+    import dopplermap as dm
+
+    s = make_star(k)
+    p = s["problem"]
+    model, err = own_data(s), np.asarray(p.obs.err)
+    coarse = np.arange(max(5.0, s["inc"] - span), min(90.0, s["inc"] + span) + 0.01, 5.0)
+    est = []
+    for d in range(n_draw):
+        rng = np.random.default_rng(5000 + 100 * k + d)
+        obs = dm.Observations.create(np.asarray(p.obs.times), np.asarray(p.obs.vels),
+                                     model + err * rng.normal(size=model.shape), err, source=f"star {k} draw {d}")
+        est.append(_profiled_minimum(p.replace(obs=obs, settings=p.settings.replace(lmbd=lmbd)), coarse, 4.0)[0])
+    est = np.array(est)
+    out = dict(k=k, inc=s["inc"], lmbd=lmbd, estimates=est.tolist(), mc_mean=float(est.mean()),
+               mc_sd=float(est.std(ddof=1)), mc_mae=float(np.mean(np.abs(est - s["inc"]))))
+    print(out, flush=True)
+    return out
+
+
 def profile_map(k, lambdas=(1.0, 0.1), coarse=None, half=4.0, which=("own", "indep", "noisy"), n_cell=None):
     """The MAP inclination as the minimum of the profiled loss (vsini at the truth): at each
     inclination the map, rv and amp are solved (the binned model ``grid`` uses, at fixed
@@ -321,18 +381,15 @@ def profile_map(k, lambdas=(1.0, 0.1), coarse=None, half=4.0, which=("own", "ind
     prior + surface grid + rv interpolation), ``indep_rv0`` (the same with every rv = 0, which
     the interpolating shift reproduces exactly: prior + surface grid) and ``noisy`` (the
     benchmark's draw). ``n_cell``: the inversion's surface grid (default the benchmark's 300)."""
-    from bench_calibration import INC_GRID, continuous_interval
+    from bench_calibration import INC_GRID
 
     import dopplermap as dm
-    from dopplermap.search import evaluate_point
 
     coarse = INC_GRID if coarse is None else coarse
     kw = {} if n_cell is None else dict(n_cell=n_cell)
     s = make_star(k, **kw)
     p = s["problem"]
-    fc = np.clip(s["truth_fssc"], F_EMPTY, 1 - F_EMPTY)
-    fh = np.clip(s["truth_fssh"], F_EMPTY, 1 - F_EMPTY)
-    model = np.asarray(dm.model.forward(fc, fh, np.asarray(s["rv"]), np.zeros(p.obs.n_epoch), p.pre))
+    model = own_data(s)
     data = {"own": dm.Observations.create(np.asarray(p.obs.times), np.asarray(p.obs.vels), model, np.asarray(p.obs.err),
                                           source=f"star {k} own model, noise-free"),
             "noisy": p.obs}
@@ -344,23 +401,9 @@ def profile_map(k, lambdas=(1.0, 0.1), coarse=None, half=4.0, which=("own", "ind
     for lm in lambdas:
         for name, obs in data.items():
             q = p.replace(obs=obs, settings=p.settings.replace(lmbd=lm))
-            prof = {}
-
-            def at(inc, q=q, prof=prof):
-                if inc not in prof:
-                    with warnings.catch_warnings():
-                        warnings.simplefilter("ignore")
-                        prof[inc] = float(evaluate_point(q, {"inclination": float(inc)})["loss"])
-
-            for inc in coarse:
-                at(float(inc))
-            best = min(prof, key=prof.get)
-            for inc in np.arange(max(best - half, 2.0), min(best + half, 90.0) + 0.01, 1.0):
-                at(float(inc))
-            v = np.array(sorted(prof))
-            b = continuous_interval(v, np.array([prof[x] for x in v]), 0.0)[0]
+            b, v, pr = _profiled_minimum(q, coarse, half)
             out[f"prof_inc_{name}_lam{lm:g}"] = b
-            out[f"prof_{name}_lam{lm:g}"] = [v.tolist(), [prof[x] for x in v]]
+            out[f"prof_{name}_lam{lm:g}"] = [v, pr]
         print(f"  star {k} lam {lm:g}: profiled MAP inc " + " ".join(
             f"{name} {out[f'prof_inc_{name}_lam{lm:g}']:.1f}" for name in data) + f" (truth {s['inc']:.0f})", flush=True)
     return out
@@ -543,6 +586,7 @@ def main():
     ap.add_argument("--profile-lambdas", default="1,0.1", help="lambdas of --profile")
     ap.add_argument("--profile-data", default="own,indep,noisy", help="data sets of --profile")
     ap.add_argument("--profile-cells", type=int, default=None, help="surface grid of --profile (default 300)")
+    ap.add_argument("--mc", default=None, help="comma-separated stars: only mc_check (noise draws of own data)")
     ap.add_argument("--report", action="store_true", help="print RESULTS.md's tables from the results files")
     ap.add_argument("--out", default=None, help="JSON results file")
     args = ap.parse_args()
@@ -551,6 +595,11 @@ def main():
     jax.config.update("jax_enable_x64", True)
     if args.report:
         return report()
+    if args.mc:
+        rows = [mc_check(int(x)) for x in args.mc.split(",")]
+        if args.out:
+            write_json(args.out, dict(machine=platform.node(), load=os.getloadavg(), stars=rows))
+        return rows
     if args.profile:
         ks = range(len(STARS)) if args.profile == "all" else [int(x) for x in args.profile.split(",")]
         load0, t0 = os.getloadavg(), time.perf_counter()
