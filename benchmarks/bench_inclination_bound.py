@@ -351,13 +351,16 @@ def own_data(s):
 
 def mc_check(k, n_draw=12, lmbd=1.0, span=25.0):
     """Scatter of the profiled MAP over noise draws of the own-model data (the forward model
-    exact), to set beside the linearised sampling sd of the MAP (``sdmap_inc``)."""
+    exact), to set beside the linearised sampling sd of the MAP (``sdmap_inc``). ``span``:
+    the coarse nodes cover truth +-span (None: the benchmark's 10-90 deg)."""
+    from bench_calibration import INC_GRID
+
     import dopplermap as dm
 
     s = make_star(k)
     p = s["problem"]
     model, err = own_data(s), np.asarray(p.obs.err)
-    coarse = np.arange(max(5.0, s["inc"] - span), min(90.0, s["inc"] + span) + 0.01, 5.0)
+    coarse = INC_GRID if span is None else np.arange(max(5.0, s["inc"] - span), min(90.0, s["inc"] + span) + 0.01, 5.0)
     est = []
     for d in range(n_draw):
         rng = np.random.default_rng(5000 + 100 * k + d)
@@ -587,6 +590,9 @@ def main():
     ap.add_argument("--profile-data", default="own,indep,noisy", help="data sets of --profile")
     ap.add_argument("--profile-cells", type=int, default=None, help="surface grid of --profile (default 300)")
     ap.add_argument("--mc", default=None, help="comma-separated stars: only mc_check (noise draws of own data)")
+    ap.add_argument("--mc-draws", type=int, default=12, help="noise draws per star of --mc")
+    ap.add_argument("--mc-lambdas", default="1", help="lambdas of --mc")
+    ap.add_argument("--mc-full", action="store_true", help="--mc over the whole 10-90 deg range (not truth +-25)")
     ap.add_argument("--report", action="store_true", help="print RESULTS.md's tables from the results files")
     ap.add_argument("--out", default=None, help="JSON results file")
     args = ap.parse_args()
@@ -596,7 +602,13 @@ def main():
     if args.report:
         return report()
     if args.mc:
-        rows = [mc_check(int(x)) for x in args.mc.split(",")]
+        ks = range(len(STARS)) if args.mc == "all" else [int(x) for x in args.mc.split(",")]
+        rows = []
+        for lm in (float(x) for x in args.mc_lambdas.split(",")):
+            for k in ks:
+                rows.append(mc_check(k, n_draw=args.mc_draws, lmbd=lm, span=None if args.mc_full else 25.0))
+                if args.out:
+                    write_json(args.out, dict(partial=True, stars=rows))
         if args.out:
             write_json(args.out, dict(machine=platform.node(), load=os.getloadavg(), stars=rows))
         return rows
