@@ -1,6 +1,9 @@
 """What the calibration stars' profiles can tell about the inclination: the information bound.
 
     PYTHONPATH=src python benchmarks/bench_inclination_bound.py [--stars 0,1] [--no-map] [--out FILE]
+    ... --profile all [--profile-lambdas 1,0.1] [--profile-data own,indep,noisy] [--profile-cells N]
+    ... --mc all [--mc-draws 2] [--mc-lambdas 0.1] [--mc-full]
+    ... --fd-check 3,5   |   --fine 7   |   --report
 
 For each star of ``bench_calibration.STARS`` (the same simulated data, imported), with
 dopplermap's differentiable dense model (:func:`dopplermap.jointfit.dense_model`, the one
@@ -36,8 +39,14 @@ The prior's pull (bias): ``-[F^-1 g]_inc`` with ``g = (N/2) lambda grad R`` at t
 noise-free independent simulation minus the dense model at the (clipped) truth. Measured:
 the inclination of ``joint_fit`` (inclination, vsini and the map) started at the truth, on
 noise-free data made by the dense model itself (the prior alone) and on the noise-free
-independent simulation (prior + surface grid). ``--no-map`` skips those fits. Results:
-benchmarks/RESULTS.md, "The information bound".
+independent simulation (prior + surface grid). ``--no-map`` skips those fits; these
+``joint_fit`` runs often stop at a limb kink (:func:`kink_distance`), so the MAP itself is
+measured by ``--profile`` (:func:`profile_map`: the minimum of the profiled loss over the
+inclination, on own-model, independent and noisy data) and its scatter over noise draws by
+``--mc`` (:func:`mc_check`). ``--fd-check``: the bound with finite-difference star-parameter
+columns (:func:`fd_check`); ``--fine``: ``joint_fit`` on 1200 cells (:func:`fine_fits`);
+``--report``: RESULTS.md's tables from the results files. Results: benchmarks/RESULTS.md,
+"The information bound".
 """
 
 from __future__ import annotations
