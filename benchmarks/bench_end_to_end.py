@@ -156,6 +156,7 @@ def run_seed_size(name, work, seed_python, skip_seed, ver):
     shutil.rmtree(cache, ignore_errors=True)
     for label in ("cold", "warm"):
         res = work / f"dm-{name}-{label}"
+        shutil.rmtree(res, ignore_errors=True)  # this script's own output of an earlier run
         wall, _ = timed(dm_cmd("invert-seed", "--idc", str(data / "idc.pkl"), "--sg", str(data / "sg.pkl"), "--cpcs",
                                str(data / "cpcs.pkl"), "--trust-pickle", "--lmbd", "1.0", "--tol", "1e-5",
                                "--quiet", "--out", str(res)), env=dm_env(cache), log=work / f"dm-{name}-{label}.log")
@@ -179,6 +180,7 @@ def run_small(work, ver):
     for toml, label in (("target.toml", "cold"), ("target.toml", "warm"), ("target_lbfgsb.toml", "lbfgsb_cold"),
                         ("target_lbfgsb.toml", "lbfgsb_warm")):
         res = work / f"observed-{label}"
+        shutil.rmtree(res, ignore_errors=True)
         wall, _ = timed(dm_cmd("invert", str(root / toml), "--quiet", "--out", str(res)), env=dm_env(cache),
                         log=work / f"observed-{label}.log")
         s = json.loads((res / "summary.json").read_text())
