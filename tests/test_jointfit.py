@@ -74,3 +74,48 @@ def test_bad_fit_names(problem):
     prob, sim = problem
     with pytest.raises(ValueError, match="star parameters"):
         J.joint_fit(prob.grid, prob.star, sim.obs, prob.components, fit=("gravity",))
+
+
+def test_limb_kink_distance_finds_the_limb_crossings(problem):
+    """The crossings where some cell's mu changes sign, found by brute force on a fine
+    inclination grid, are where limb_kink_distance says they are; a fitted inclination on one
+    is reported with a warning (the gradient fit stalls on these kinks)."""
+    from dopplermap.geometry import cell_geometry
+
+    prob, sim = problem
+    times = np.asarray(sim.obs.times)
+    star = prob.star
+    incs = np.linspace(50.0, 51.0, 2001)  # 5e-4 deg apart
+    mus = np.stack([cell_geometry(prob.grid.lat, prob.grid.lon, prob.grid.area, times, i, 1.0, star.period,
+                                  star.t0, star.domega, xp=np).mu for i in incs])
+    flips = np.flatnonzero(np.any(np.sign(mus[1:]) != np.sign(mus[:-1]), axis=(1, 2)))
+    assert flips.size > 3
+    for k in flips[:5]:
+        between = 0.5 * (incs[k] + incs[k + 1])
+        assert J.limb_kink_distance(prob.grid, times, star.replace(inclination=between)) <= 2.6e-4
+    calm = [i for i in range(len(incs) - 40) if not np.any((flips >= i - 40) & (flips <= i + 40))]
+    if calm:  # 40 steps (0.02 deg) from every flip
+        assert J.limb_kink_distance(prob.grid, times, star.replace(inclination=incs[calm[0]])) > 0.015
+    # exactly on a crossing: mu of that cell is zero there
+    b = cell_geometry(prob.grid.lat, prob.grid.lon, prob.grid.area, times, 0.0, 1.0, star.period, star.t0,
+                      star.domega, xp=np).mu
+    a = cell_geometry(prob.grid.lat, prob.grid.lon, prob.grid.area, times, 90.0, 1.0, star.period, star.t0,
+                      star.domega, xp=np).mu
+    crossing = np.degrees(np.arctan2(-b, a)) % 180.0
+    e, c = np.unravel_index(np.argmin(np.abs(crossing - 50.5)), b.shape)
+    i0 = float(crossing[e, c])
+    assert J.limb_kink_distance(prob.grid, times, star.replace(inclination=i0)) < 1e-9
+    mu0 = cell_geometry(prob.grid.lat, prob.grid.lon, prob.grid.area, times, i0, 1.0, star.period, star.t0,
+                        star.domega, xp=np).mu[e, c]
+    assert abs(mu0) < 1e-12
+
+
+def test_joint_fit_warns_when_it_stops_on_a_limb_kink(problem, monkeypatch):
+    prob, sim = problem
+    x0 = np.concatenate([sim.fssc, sim.fssh, np.zeros(sim.obs.n_epoch), np.zeros(sim.obs.n_epoch)])
+    monkeypatch.setattr(J, "limb_kink_distance", lambda *a: 0.0)
+    with pytest.warns(dm.DopplermapWarning, match="crosses the limb"):
+        jf = J.joint_fit(prob.grid, prob.star, sim.obs, prob.components, lmbd=LMBD, x0=x0, maxiter=2)
+    assert jf.limb_kink_deg == 0.0
+    monkeypatch.undo()
+    assert J.limb_kink_distance(prob.grid, sim.obs.times, jf.star) > 0.0

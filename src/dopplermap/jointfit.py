@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .constants import FILL_MAX, FILL_MIN
-from .errors import DopplermapInputError
+from .errors import DopplermapInputError, warn
 from .geometry import StarParams, cell_geometry
 from .grid import SurfaceGrid
 from .model import apply_nuisance, precompute
@@ -34,10 +34,30 @@ from .result import Outcome
 from .solvers import InversionResult, invert
 from .solvers.scipy_lbfgsb import lbfgsb
 
-__all__ = ["JointFitResult", "joint_fit", "dense_model", "STAR_PARAMETERS"]
+__all__ = ["JointFitResult", "joint_fit", "dense_model", "limb_kink_distance", "STAR_PARAMETERS", "LIMB_KINK_DEG"]
 
 # fitted star parameters: bounds and the scale of one optimiser unit
 STAR_PARAMETERS = {"inclination": ((1.0, 90.0), 1.0), "vsini": ((0.1, None), 1.0), "domega": ((-2.0, 2.0), 0.1)}
+
+LIMB_KINK_DEG = 1e-3
+"""A fitted inclination this close (deg) to a limb crossing is reported as stalled there."""
+
+
+def limb_kink_distance(grid: SurfaceGrid, times, star: StarParams) -> float:
+    """Degrees from ``star.inclination`` to the nearest inclination at which some cell
+    crosses the limb (``mu = 0``) at some epoch.
+
+    The model weighs a cell by ``max(mu, 0)``, so the loss has a kink in the inclination at
+    every such crossing; a gradient fit (L-BFGS-B) often stops on one. ``mu = a sin i + b cos i``
+    with ``a = mu(90 deg)`` and ``b = mu(0)`` (both from :func:`dopplermap.geometry.cell_geometry`),
+    so the crossings are ``i = arctan(-b / a)`` modulo 180 deg.
+    """
+    def mu(inc):
+        return cell_geometry(grid.lat, grid.lon, grid.area, np.asarray(times, dtype=float), inc, 1.0, star.period,
+                             star.t0, star.domega, xp=np).mu
+
+    crossings = np.degrees(np.arctan2(-mu(0.0), mu(90.0))) % 180.0
+    return float(np.min(np.abs(crossings - float(star.inclination))))
 
 
 def _profile_fn(profile: LocalProfile):
@@ -105,6 +125,7 @@ class JointFitResult:
     map: InversionResult
     initial_map: InversionResult
     time: float
+    limb_kink_deg: float | None = None  # fitted inclination's distance to a limb kink (None: not fitted)
 
 
 def joint_fit(grid: SurfaceGrid, star: StarParams, obs: Observations, components: ComponentSet, *,
@@ -192,5 +213,13 @@ def joint_fit(grid: SurfaceGrid, star: StarParams, obs: Observations, components
                              outcome=Outcome.from_scipy(res.message, int(res.status)),
                              stop_reason=str(res.message), compile_time=0.0, solve_time=solve_time,
                              history=history, model=m, solver="lbfgsb-joint")
+    kink = None
+    if "inclination" in fit:
+        kink = limb_kink_distance(grid, times, new_star)
+        if kink < LIMB_KINK_DEG:
+            warn(f"joint_fit: the fitted inclination {new_star.inclination:.4f} deg is {kink:.1e} deg from an "
+                 "inclination where a surface cell crosses the limb at an epoch; the model's limb weight max(mu, 0) "
+                 "has a kink there, where the gradient fit stalls, so this is probably not the optimum: profile the "
+                 "inclination instead (dopplermap grid, or grid --calibrate N)")
     return JointFitResult(star=new_star, fitted=fit, start=start, map=result, initial_map=init,
-                          time=time.perf_counter() - t_start)
+                          time=time.perf_counter() - t_start, limb_kink_deg=kink)
