@@ -306,16 +306,18 @@ def _draw_forked(one, items, shares) -> list[Path]:
             os._exit(code)
         os.close(w)
         children.append((pid, r))
-    paths = {i: one(items[i]) for i in shares[0]}
-    failed = []
-    for pid, r in children:
-        with os.fdopen(r, "rb") as fh:
-            data = fh.read()
-        _, status = os.waitpid(pid, 0)
-        if status != 0 or not data:
-            failed.append(pid)
-            continue
-        paths.update((i, Path(p)) for i, p in pickle.loads(data))
+    failed, paths = [], {}
+    try:
+        paths.update((i, one(items[i])) for i in shares[0])
+    finally:  # the copies are always waited for, also when this share fails
+        for pid, r in children:
+            with os.fdopen(r, "rb") as fh:
+                data = fh.read()
+            _, status = os.waitpid(pid, 0)
+            if status != 0 or not data:
+                failed.append(pid)
+                continue
+            paths.update((i, Path(p)) for i, p in pickle.loads(data))
     if failed:
         raise RuntimeError(f"drawing figures: {len(failed)} forked process(es) failed (their tracebacks are on stderr)")
     return [paths[i] for i in range(len(items))]
