@@ -357,6 +357,23 @@ def test_invert_with_the_device_solver(tmp_path, capsys):
     assert np.isfinite(summary["chi2_lc"]) and summary["chi2"] < 5.0
 
 
+def test_invert_default_solver_takes_newton_at_a_tight_tolerance(tmp_path):
+    """The TOML's default solver ("auto"): Newton at --tol 1e-7, L-BFGS-B at the default 1e-5;
+    an exact-rv model stays with L-BFGS-B (Newton cannot fit it)."""
+    _dataset(tmp_path, n_epoch=4, n_cell=80, lightcurve=False)
+    toml = tmp_path / "target.toml"
+    assert load_config(toml).inversion.solver == "auto"
+    for tol, want in (("1e-7", "newton"), ("1e-5", "lbfgsb")):
+        out_dir = tmp_path / f"res-{tol}"
+        rc = main(["invert", str(toml), "--out", str(out_dir), "--quiet", "--no-plots", "--no-report", "--tol", tol])
+        summary = json.loads((out_dir / "summary.json").read_text())
+        assert rc in (0, 3) and summary["solver"] == want and summary["complete"]
+    toml.write_text(toml.read_text().replace("[inversion]", '[inversion]\nrv_shift = "exact"'))
+    out_dir = tmp_path / "res-exact"
+    main(["invert", str(toml), "--out", str(out_dir), "--quiet", "--no-plots", "--no-report", "--tol", "1e-7"])
+    assert json.loads((out_dir / "summary.json").read_text())["solver"] == "lbfgsb"
+
+
 def test_exact_rv_shift_reaches_the_model(tmp_path):
     _dataset(tmp_path, n_epoch=4, n_cell=80, lightcurve=False)
     cfg_path = tmp_path / "target.toml"
