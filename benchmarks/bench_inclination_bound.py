@@ -629,6 +629,24 @@ def report(here=None):
     return text
 
 
+def _run_stars(jobs, out_file):
+    """Run ``jobs`` (callables, one result row each); after each the rows so far go to
+    ``out_file`` (a partial record), at the end the run's record with machine, load and time."""
+    import jax
+
+    load0, t0 = os.getloadavg(), time.perf_counter()
+    rows = []
+    for job in jobs:
+        rows.append(job())
+        if out_file:
+            write_json(out_file, dict(partial=True, stars=rows))
+    out = dict(machine=platform.node(), cpu_count=os.cpu_count(), backend=jax.default_backend(), load_before=load0,
+               load_after=os.getloadavg(), wall_s=time.perf_counter() - t0, stars=rows)
+    if out_file:
+        write_json(out_file, out)
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--stars", default=None, help="comma-separated star indices (default all 12)")
@@ -654,58 +672,25 @@ def main():
     jax.config.update("jax_enable_x64", True)
     if args.report:
         return report()
+    def stars(arg):
+        return range(len(STARS)) if arg == "all" else [int(x) for x in arg.split(",")]
+
     if args.oracle:
-        rows = []
-        for k in (int(x) for x in args.oracle.split(",")):
-            rows.append(oracle_mc(k))
-            if args.out:
-                write_json(args.out, dict(partial=True, stars=rows))
-        if args.out:
-            write_json(args.out, dict(machine=platform.node(), load=os.getloadavg(), stars=rows))
-        return rows
+        return _run_stars([lambda k=k: oracle_mc(k) for k in stars(args.oracle)], args.out)
     if args.mc:
-        ks = range(len(STARS)) if args.mc == "all" else [int(x) for x in args.mc.split(",")]
-        rows = []
-        for lm in (float(x) for x in args.mc_lambdas.split(",")):
-            for k in ks:
-                rows.append(mc_check(k, n_draw=args.mc_draws, lmbd=lm, span=None if args.mc_full else 25.0))
-                if args.out:
-                    write_json(args.out, dict(partial=True, stars=rows))
-        if args.out:
-            write_json(args.out, dict(machine=platform.node(), load=os.getloadavg(), stars=rows))
-        return rows
+        span = None if args.mc_full else 25.0
+        return _run_stars([lambda k=k, lm=lm: mc_check(k, n_draw=args.mc_draws, lmbd=lm, span=span)
+                           for lm in (float(x) for x in args.mc_lambdas.split(",")) for k in stars(args.mc)], args.out)
     if args.profile:
-        ks = range(len(STARS)) if args.profile == "all" else [int(x) for x in args.profile.split(",")]
-        load0, t0 = os.getloadavg(), time.perf_counter()
-        rows = []
-        for k in ks:
-            rows.append(dict(k=k, inc=STARS[k][0], vsini=STARS[k][1],
-                             **profile_map(k, lambdas=[float(x) for x in args.profile_lambdas.split(",")],
-                                           which=tuple(args.profile_data.split(",")), n_cell=args.profile_cells)))
-            if args.out:
-                write_json(args.out, dict(partial=True, stars=rows))
-        out = dict(machine=platform.node(), cpu_count=os.cpu_count(), backend=jax.default_backend(), load_before=load0,
-                   load_after=os.getloadavg(), wall_s=time.perf_counter() - t0, stars=rows)
-        if args.out:
-            write_json(args.out, out)
-        return out
+        lambdas, which = [float(x) for x in args.profile_lambdas.split(",")], tuple(args.profile_data.split(","))
+        return _run_stars([lambda k=k: dict(k=k, inc=STARS[k][0], vsini=STARS[k][1],
+                                            **profile_map(k, lambdas=lambdas, which=which, n_cell=args.profile_cells))
+                           for k in stars(args.profile)], args.out)
     if args.fd_check:
-        rows = [fd_check(int(x)) for x in args.fd_check.split(",")]
-        if args.out:
-            write_json(args.out, dict(machine=platform.node(), load=os.getloadavg(), stars=rows))
-        return rows
+        return _run_stars([lambda k=k: fd_check(k) for k in stars(args.fd_check)], args.out)
     if args.fine:
-        load0, t0 = os.getloadavg(), time.perf_counter()
-        rows = []
-        for k in (int(x) for x in args.fine.split(",")):
-            rows.append(dict(k=k, inc=STARS[k][0], vsini=STARS[k][1], **fine_fits(k)))
-            if args.out:
-                write_json(args.out, dict(partial=True, stars=rows))
-        out = dict(machine=platform.node(), cpu_count=os.cpu_count(), backend=jax.default_backend(), load_before=load0,
-                   load_after=os.getloadavg(), wall_s=time.perf_counter() - t0, stars=rows)
-        if args.out:
-            write_json(args.out, out)
-        return out
+        return _run_stars([lambda k=k: dict(k=k, inc=STARS[k][0], vsini=STARS[k][1], **fine_fits(k))
+                           for k in stars(args.fine)], args.out)
     ks = [int(x) for x in args.stars.split(",")] if args.stars else list(range(len(STARS)))
     measured = _measured()
     load0 = os.getloadavg()

@@ -26,6 +26,7 @@ import dopplermap as dm
 from dopplermap import model, objective, search
 from dopplermap.broadening import mu_dependent_profile, replace_profiles
 from dopplermap.constants import FILL_MAX, FILL_MIN
+from dopplermap.io.lsd import write_lsd
 from dopplermap.lightcurve import LightCurveBand, precompute_lightcurve, simulate_lightcurve
 from dopplermap.objective import DEFAULT_PENALTY
 from dopplermap.solvers import invert_batch
@@ -279,3 +280,15 @@ def numpy_loss(scn: Scenario, x, lmbd: float = LMBD) -> float:
     ent = np.sum(w * (fc * np.log(fc / m) + fh * np.log(fh / m) + s * np.log(s / (1.0 - m)))) / n
     pen = DEFAULT_PENALTY * np.sum(np.maximum(s - 1.0, 0.0) ** 2)
     return float(chi + lmbd * ent + pen)
+
+
+def write_lsd_set(root, name: str, obs) -> None:
+    """The epochs of ``obs`` as 3-column Donati LSD files in ``root/name/`` and their times
+    table ``root/name.csv`` (columns file, bjd): one line data set of a target file."""
+    (root / name).mkdir()
+    rows = []
+    for k, t in enumerate(np.asarray(obs.times)):
+        fname = f"{name}_{k:02d}.lsd"
+        write_lsd(root / name / fname, obs.vels, obs.flux[k], obs.err[k], columns=3)
+        rows.append(f"{fname},{t:.8f}")
+    (root / f"{name}.csv").write_text("file,bjd\n" + "\n".join(rows) + "\n")

@@ -7,6 +7,7 @@ from pathlib import Path
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import write_lsd_set
 
 import dopplermap as dm
 from dopplermap import uncertainty
@@ -15,7 +16,6 @@ from dopplermap.cli import main
 from dopplermap.config import parse_config
 from dopplermap.errors import DopplermapInputError
 from dopplermap.io.lightcurve import write_lightcurve
-from dopplermap.io.lsd import write_lsd
 from dopplermap.lightcurve import (
     LightCurveBand,
     LightCurveSet,
@@ -126,16 +126,6 @@ def test_profiles_and_two_band_light_curve_in_one_fit():
     assert np.corrcoef(res.fssc, sim.fssc)[0, 1] > 0.6
 
 
-def _write_set(root, name, sim):
-    (root / name).mkdir()
-    rows = []
-    for k, t in enumerate(np.asarray(sim.obs.times)):
-        fname = f"{name}_{k:02d}.lsd"
-        write_lsd(root / name / fname, sim.obs.vels, sim.obs.flux[k], sim.obs.err[k], columns=3)
-        rows.append(f"{fname},{t:.8f}")
-    (root / f"{name}.csv").write_text("file,bjd\n" + "\n".join(rows) + "\n")
-
-
 TARGET = """
 [star]
 inclination = 60.0
@@ -208,7 +198,8 @@ def test_lines_and_lightcurves_tables_end_to_end(tmp_path, capsys):
         comps = dm.ComponentSet(*[dm.Component(instrumental_broaden(c.profile, R), c.limb_darkening, c.intensity)
                                   for c in base])
         vels = np.arange(-60.0, 60.0 + 1e-9, dv)
-        _write_set(tmp_path, name, dm.simulate(grid, star, times, vels, comps, dm.DEMO_SPOTS, snr=400, seed=len(name)))
+        write_lsd_set(tmp_path, name, dm.simulate(grid, star, times, vels, comps, dm.DEMO_SPOTS, snr=400,
+                                                  seed=len(name)).obs)
     sim = dm.simulate(grid, star, [0.0], np.linspace(-60, 60, 30), base, dm.DEMO_SPOTS, snr=400)  # the maps
     for name, lam in (("v", 550.0), ("i", 800.0)):
         band = LightCurveBand.from_temperatures(5000.0, 3800.0, 6000.0, lam, [dm.LimbDarkening("linear", (0.7,))] * 3)

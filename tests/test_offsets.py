@@ -13,13 +13,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import write_lsd_set
 
 import dopplermap as dm
 from dopplermap import uncertainty
 from dopplermap.broadening import scale_equivalent_width
 from dopplermap.config import load_config, parse_config
 from dopplermap.errors import DopplermapInputError
-from dopplermap.io.lsd import write_lsd
 from dopplermap.lightcurve import LightCurveBand, precompute_lightcurve
 from dopplermap.objective import (
     LineSets,
@@ -205,13 +205,7 @@ def test_bad_sigma_in_the_target_file_names_the_key(where, value, match):
 def test_target_file_sigma_per_set_falls_back_to_the_inversion_one(tmp_path):
     star, grid, times, vels, comps = dm.demo_setup(n_cell=100, n_epoch=6, n_vel=24, seed=1)
     for name, sl in (("a", slice(0, 4)), ("b", slice(4, 6))):
-        sim = dm.simulate(grid, star, times[sl], vels, comps, dm.DEMO_SPOTS, snr=400, seed=1)
-        (tmp_path / name).mkdir()
-        rows = []
-        for k, t in enumerate(np.asarray(sim.obs.times)):
-            write_lsd(tmp_path / name / f"{k}.lsd", sim.obs.vels, sim.obs.flux[k], sim.obs.err[k], columns=3)
-            rows.append(f"{k}.lsd,{t:.8f}")
-        (tmp_path / f"{name}.csv").write_text("file,bjd\n" + "\n".join(rows) + "\n")
+        write_lsd_set(tmp_path, name, dm.simulate(grid, star, times[sl], vels, comps, dm.DEMO_SPOTS, snr=400, seed=1).obs)
     (tmp_path / "target.toml").write_text(TARGET)
     prob = from_config(load_config(tmp_path / "target.toml"))
     assert prob.settings.offset_sigma == (0.004, 0.01)

@@ -9,6 +9,8 @@ import numpy as np
 
 from . import _x64  # noqa: F401  (float64 arrays stay float64)
 
+_ALIGN = 64  # bytes: the alignment JAX's CPU client needs to adopt a NumPy buffer
+
 
 def host_array(shape, dtype=np.float64) -> np.ndarray:
     """An uninitialised NumPy array on a 64-byte boundary, for set-up arrays that go to the device.
@@ -23,9 +25,6 @@ def host_array(shape, dtype=np.float64) -> np.ndarray:
     raw = np.empty(n + _ALIGN, np.uint8)
     off = (-raw.ctypes.data) % _ALIGN
     return raw[off:off + n].view(dtype).reshape(shape)
-
-
-_ALIGN = 64
 
 
 def asarray(x, dtype=None):
