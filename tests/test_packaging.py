@@ -85,7 +85,8 @@ def test_no_upper_caps_unless_documented():
 
 def test_every_runtime_dependency_is_imported():
     modules = {"jax": "jax", "numpy": "numpy", "scipy": "scipy", "matplotlib": "matplotlib", "astropy": "astropy",
-               "rich": "rich", "click": "click", "threadpoolctl": "threadpoolctl"}
+               "rich": "rich", "click": "click", "threadpoolctl": "threadpoolctl",
+               "flatbuffers": "flatbuffers"}
     # declared only to constrain a dependency's dependency (each with its "# cap" reason)
     transitive = {"ml_dtypes"}
     source = "\n".join(p.read_text() for p in (ROOT / "src" / "dopplermap").rglob("*.py"))

@@ -17,7 +17,6 @@ from typing import Sequence
 
 import numpy as np
 from scipy import special
-from scipy.interpolate import CubicSpline
 
 from . import _x64  # noqa: F401  (float64 JAX for every numeric module)
 from .constants import C_MS, H_PLANCK, K_BOLTZMANN
@@ -58,6 +57,10 @@ class LocalProfile:
             peak = special.voigt_profile(0.0, sigma, gamma)
             return 1.0 - self.depth * special.voigt_profile(v, sigma, gamma) / peak
         if self.kind == "tabulated":
+            # here, not at the top: scipy.interpolate costs ~0.2 s of every run's start, and
+            # only tabulated profiles use it
+            from scipy.interpolate import CubicSpline
+
             spline = CubicSpline(self.velocity, self.intensity - 1.0, bc_type="clamped")
             inside = (v >= self.velocity[0]) & (v <= self.velocity[-1])
             return 1.0 + np.where(inside, spline(np.clip(v, self.velocity[0], self.velocity[-1])), 0.0)

@@ -49,6 +49,7 @@ from ..lightcurve import lightcurve_residuals
 from ..model import apply_nuisance, forward, synthesize
 from ..objective import DEFAULT_PENALTY, Layout, regulariser_value, sum_excess
 from ..result import Outcome
+from ..compiled import compile_cached
 from ._common import RawSolve, SolveSetup, report_progress
 
 __all__ = ["NewtonResult", "projected_newton", "solve_newton", "compile_newton", "line_residuals", "smooth_terms",
@@ -492,10 +493,10 @@ def compile_newton(x0, lo, hi, spacing, tol, lmbd, pre, obs, joint=None, offset_
     key = (tuple(sorted(kw.items())), treedef, tuple((jnp.shape(v), jnp.result_type(v).name) for v in leaves))
     if key in _COMPILED:
         return _COMPILED[key], 0.0
-    t0 = time.perf_counter()
-    compiled = jax.jit(functools.partial(_solve, **kw)).lower(*args).compile()
+    # a host callback (progress) cannot be exported: that program is traced every run
+    compiled, timing = compile_cached("newton", _solve, args, kw, cache=not kw["progress"])
     _COMPILED[key] = compiled
-    return compiled, time.perf_counter() - t0
+    return compiled, timing["trace_lower"] + timing["compile"]
 
 
 def solve_newton(setup: SolveSetup, callback=None) -> RawSolve:

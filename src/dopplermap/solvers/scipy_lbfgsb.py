@@ -12,7 +12,6 @@ from collections.abc import Callable
 
 import jax
 import numpy as np
-from scipy.optimize import Bounds, minimize
 
 try:  # a declared dependency; the fallback only keeps ad-hoc environments (e.g. a bare GPU box) working
     from threadpoolctl import threadpool_limits
@@ -24,6 +23,7 @@ except ImportError:  # pragma: no cover
 
 import jax.numpy as jnp
 
+from ..compiled import compile_cached
 from ..objective import objective_terms
 from ..result import Outcome
 from ._common import RawSolve, SolveSetup
@@ -74,14 +74,11 @@ def compiled_value_and_grad(x, lmbd, pre, obs, regulariser="mem", penalty=1e4, j
     key = _signature(x, pre, obs, regulariser, penalty, joint, offset_sigma)
     if key in _CACHE:
         return _CACHE[key], {"trace_lower": 0.0, "compile": 0.0, "cached": True}
-    t0 = time.perf_counter()
     args = (x, lmbd, pre, obs, *trailing_args(joint, offset_sigma))
-    lowered = _vg_jit.lower(*args, regulariser=regulariser, penalty=penalty)
-    t1 = time.perf_counter()
-    compiled = lowered.compile()
-    t2 = time.perf_counter()
+    compiled, timing = compile_cached("value_and_grad", value_and_grad_body, args,
+                                      {"regulariser": regulariser, "penalty": penalty})
     _CACHE[key] = compiled
-    return compiled, {"trace_lower": t1 - t0, "compile": t2 - t1, "cached": False}
+    return compiled, {"trace_lower": timing["trace_lower"], "compile": timing["compile"], "cached": False}
 
 
 MAX_RESTARTS = 10
@@ -120,6 +117,9 @@ def lbfgsb(fn: Callable, x0: np.ndarray, lower: np.ndarray, upper: np.ndarray, *
             history.setdefault("chi2_lc", []).append(float(aux.chi2_lc))
         if callback is not None:
             callback(len(history["loss"]), history)
+
+    # scipy.optimize here, not at the top: ~0.2 s of start-up that the Newton and device solvers never use
+    from scipy.optimize import Bounds, minimize
 
     bounds = Bounds(np.asarray(lower, dtype=np.float64), np.asarray(upper, dtype=np.float64))
     x = np.asarray(x0, dtype=np.float64)

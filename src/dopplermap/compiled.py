@@ -1,0 +1,150 @@
+"""Compile a solver's program once per machine, skipping the trace on later runs.
+
+JAX's persistent compilation cache (:mod:`dopplermap.cache`) saves XLA's compile, but every
+new process still traces the Python function and lowers it to StableHLO before it can look
+the executable up: for the Newton loop that is about as long as loading the executable.
+:func:`compile_cached` therefore also keeps the lowered program, as a serialized
+:mod:`jax.export` module in ``<cache>/dopplermap-exported/``, keyed by everything the trace
+depends on: the function, its static arguments, the arguments' tree and shapes, this
+package's source, the JAX/NumPy versions and the backend. A later process deserializes it
+(milliseconds) and compiles it through the persistent cache.
+
+The program is always compiled from the exported module, on the first run too, so the
+executable the persistent cache stores is the one later runs look up. Without a compilation
+cache folder (API use by default) it is an ordinary ``jit(...).lower(...).compile()``. A file
+that cannot be read is replaced; the cache never changes a result, only when it is computed.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import pickle
+import time
+from pathlib import Path
+
+import jax
+import jaxlib
+import numpy as np
+from jax import export
+
+from . import _x64  # noqa: F401  (float64 JAX for every numeric module)
+
+try:  # jax.export's serializer needs it (a declared dependency; a bare environment runs without the files)
+    import flatbuffers  # noqa: F401
+    _CAN_SERIALIZE = True
+except ImportError:  # pragma: no cover
+    _CAN_SERIALIZE = False
+
+__all__ = ["compile_cached", "source_digest", "EXPORT_FOLDER"]
+
+EXPORT_FOLDER = "dopplermap-exported"
+_SUFFIX = ".jaxexport"
+
+
+@functools.cache
+def source_digest() -> str:
+    """SHA-256 of this package's Python source: a changed module retraces every program."""
+    h = hashlib.sha256()
+    root = Path(__file__).resolve().parent
+    for path in sorted(root.rglob("*.py")):
+        h.update(str(path.relative_to(root)).encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def _export_folder() -> Path | None:
+    folder = jax.config.jax_compilation_cache_dir
+    return Path(folder) / EXPORT_FOLDER if folder and _CAN_SERIALIZE else None
+
+
+def _key(name: str, static: dict, treedef, leaves) -> str:
+    avals = tuple((tuple(np.shape(v)), str(jax.numpy.result_type(v)), bool(getattr(v, "weak_type", False)))
+                  for v in leaves)
+    devices = jax.devices()
+    parts = (name, sorted(static.items()), pickle.dumps(treedef), avals, source_digest(), jax.__version__,
+             jaxlib.__version__, np.__version__,
+             jax.default_backend(), devices[0].device_kind, len(devices), bool(jax.config.jax_enable_x64),
+             str(jax.config.jax_default_matmul_precision))
+    return hashlib.sha256(pickle.dumps(parts)).hexdigest()[:40]
+
+
+class _Flat:
+    """A compiled flat-argument program called with the original pytree arguments."""
+
+    def __init__(self, compiled, in_tree, out_tree):
+        self._compiled, self._in_tree, self._out_tree = compiled, in_tree, out_tree
+
+    def __call__(self, *args):
+        leaves, tree = jax.tree_util.tree_flatten(args)
+        if tree != self._in_tree:  # as a jax Compiled does: never feed leaves to the wrong slots
+            raise TypeError(f"compiled for arguments {self._in_tree}, called with {tree}")
+        return jax.tree_util.tree_unflatten(self._out_tree, self._compiled(*leaves))
+
+
+def _read(path: Path):
+    try:
+        blob, out_tree = pickle.loads(path.read_bytes())
+        return export.deserialize(bytearray(blob)), out_tree
+    except Exception:  # noqa: BLE001 - a damaged or foreign cache file is only a miss
+        return None
+
+
+def _write(path: Path, exp, out_tree) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(pickle.dumps((bytes(exp.serialize()), out_tree)))
+        os.replace(tmp, path)
+    except OSError:  # a read-only or full cache folder: the run goes on without it
+        pass
+
+
+def compile_cached(name: str, fun, args: tuple, static: dict | None = None, *, cache: bool = True):
+    """Compile ``fun(*args, **static)`` for these argument shapes; returns ``(fn, timings)``.
+
+    ``fn(*args)`` takes arguments of the same tree and shapes and returns ``fun``'s output
+    tree. ``static`` holds hashable, picklable keyword arguments fixed at compile time.
+    ``timings``: ``trace_lower`` and ``compile`` seconds and ``exported`` (True when the
+    lowered program came from the cache folder). ``cache=False`` (or no compilation cache
+    folder, or a program JAX cannot export, such as one with host callbacks) compiles as
+    ``jax.jit`` does.
+    """
+    static = dict(static or {})
+    body = functools.partial(fun, **static)
+    folder = _export_folder() if cache else None
+    t0 = time.perf_counter()
+    if folder is None:
+        lowered = jax.jit(body).lower(*args)
+        t1 = time.perf_counter()
+        compiled = lowered.compile()
+        return compiled, {"trace_lower": t1 - t0, "compile": time.perf_counter() - t1, "exported": False}
+    leaves, treedef = jax.tree_util.tree_flatten(args)
+    try:
+        path = folder / f"{name}-{_key(name, static, treedef, leaves)}{_SUFFIX}"
+    except (pickle.PicklingError, TypeError, AttributeError):  # static data that cannot be keyed
+        return compile_cached(name, fun, args, static, cache=False)
+    found = _read(path) if path.is_file() else None
+    from_file = found is not None
+    if found is None:
+        out_tree = []
+
+        def flat(*lv):
+            out = body(*jax.tree_util.tree_unflatten(treedef, lv))
+            out_leaves, tree = jax.tree_util.tree_flatten(out)
+            out_tree.append(tree)
+            return out_leaves
+
+        try:
+            exp = export.export(jax.jit(flat))(*leaves)
+        except Exception:  # noqa: BLE001 - not exportable (e.g. a host callback): compile directly
+            return compile_cached(name, fun, args, static, cache=False)
+        _write(path, exp, out_tree[0])
+        found = (exp, out_tree[0])
+    exp, out_tree = found
+    lowered = jax.jit(exp.call).lower(*leaves)
+    t1 = time.perf_counter()
+    compiled = lowered.compile()
+    timings = {"trace_lower": t1 - t0, "compile": time.perf_counter() - t1, "exported": from_file}
+    return _Flat(compiled, treedef, out_tree), timings

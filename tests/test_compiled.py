@@ -1,0 +1,140 @@
+"""compile_cached: the exported-program cache beside JAX's persistent compilation cache."""
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from dopplermap import compiled
+from dopplermap.compiled import EXPORT_FOLDER, compile_cached
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+
+
+def body(x, w, *, power):
+    return {"y": jnp.sum(w["a"] * x ** power), "g": jax.grad(lambda z: jnp.sum(w["a"] * z ** power))(x)}
+
+
+def args(n=5):
+    x = jnp.linspace(0.1, 1.0, n)
+    return x, {"a": jnp.arange(1.0, n + 1.0)}
+
+
+@pytest.fixture
+def cache_dir(tmp_path):
+    """Point JAX's compilation cache at a fresh folder for one test."""
+    old = jax.config.jax_compilation_cache_dir
+    jax.config.update("jax_compilation_cache_dir", str(tmp_path / "jax"))
+    try:
+        yield tmp_path / "jax"
+    finally:
+        jax.config.update("jax_compilation_cache_dir", old)
+
+
+def exported_files(folder):
+    return sorted((folder / EXPORT_FOLDER).glob("*.jaxexport"))
+
+
+def reference(a, power):
+    return jax.jit(lambda x, w: body(x, w, power=power))(*a)
+
+
+def test_without_a_cache_folder_it_is_plain_jit():
+    old = jax.config.jax_compilation_cache_dir
+    jax.config.update("jax_compilation_cache_dir", None)
+    try:
+        fn, timing = compile_cached("t", body, args(), {"power": 3})
+    finally:
+        jax.config.update("jax_compilation_cache_dir", old)
+    assert timing["exported"] is False
+    out, ref = fn(*args()), reference(args(), 3)
+    np.testing.assert_array_equal(out["y"], ref["y"])
+    np.testing.assert_array_equal(out["g"], ref["g"])
+
+
+def test_first_call_writes_the_program_and_a_later_one_reads_it(cache_dir):
+    fn, timing = compile_cached("t", body, args(), {"power": 3})
+    assert timing["exported"] is False
+    files = exported_files(cache_dir)
+    assert len(files) == 1 and files[0].name.startswith("t-")
+    ref = reference(args(), 3)
+    out = fn(*args())
+    np.testing.assert_allclose(out["y"], ref["y"], rtol=1e-15)
+    np.testing.assert_allclose(out["g"], ref["g"], rtol=1e-15)
+    again, timing = compile_cached("t", body, args(), {"power": 3})
+    assert timing["exported"] is True and exported_files(cache_dir) == files
+    np.testing.assert_array_equal(again(*args())["g"], out["g"])
+
+
+def test_the_key_follows_static_arguments_shapes_and_source(cache_dir, monkeypatch):
+    compile_cached("t", body, args(), {"power": 3})
+    compile_cached("t", body, args(), {"power": 2})
+    compile_cached("t", body, args(7), {"power": 3})
+    assert len(exported_files(cache_dir)) == 3
+    fn, _ = compile_cached("t", body, args(), {"power": 2})
+    np.testing.assert_allclose(fn(*args())["y"], reference(args(), 2)["y"], rtol=1e-15)
+    monkeypatch.setattr(compiled, "source_digest", lambda: "a changed package")
+    _, timing = compile_cached("t", body, args(), {"power": 3})
+    assert timing["exported"] is False and len(exported_files(cache_dir)) == 4
+
+
+def test_a_damaged_file_is_a_miss_and_is_replaced(cache_dir):
+    compile_cached("t", body, args(), {"power": 3})
+    (path,) = exported_files(cache_dir)
+    path.write_bytes(b"not a program")
+    fn, timing = compile_cached("t", body, args(), {"power": 3})
+    assert timing["exported"] is False
+    np.testing.assert_allclose(fn(*args())["y"], reference(args(), 3)["y"], rtol=1e-15)
+    _, timing = compile_cached("t", body, args(), {"power": 3})
+    assert timing["exported"] is True
+
+
+def test_called_with_another_tree_it_refuses(cache_dir):
+    fn, _ = compile_cached("t", body, args(), {"power": 3})
+    x, w = args()
+    with pytest.raises(TypeError, match="compiled for arguments"):
+        fn(x, {"b": w["a"]})
+
+
+def test_a_host_callback_is_compiled_without_the_file(cache_dir):
+    seen = []
+
+    def with_callback(x):
+        jax.debug.callback(lambda v: seen.append(float(v)), jnp.sum(x))
+        return 2.0 * x
+
+    fn, timing = compile_cached("cb", with_callback, (jnp.ones(3),))
+    assert timing["exported"] is False and exported_files(cache_dir) == []
+    np.testing.assert_array_equal(fn(jnp.ones(3)), 2.0 * np.ones(3))
+    assert seen == [3.0]
+
+
+def test_a_new_process_reads_the_program(tmp_path):
+    """The point of the cache: a second process skips the trace and gets the same numbers."""
+    script = textwrap.dedent(f"""
+        import json, sys
+        import jax, jax.numpy as jnp
+        from dopplermap import _x64
+        from dopplermap.cache import enable_compilation_cache
+        from dopplermap.compiled import compile_cached
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        from test_compiled import args, body
+        enable_compilation_cache({str(tmp_path / "jax")!r})
+        fn, timing = compile_cached("t", body, args(), {{"power": 3}})
+        print(json.dumps({{"exported": timing["exported"], "g": [float(v) for v in fn(*args())["g"]]}}))
+    """)
+    env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    runs = [subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+            for _ in range(2)]
+    import json
+
+    first, second = (json.loads(r.stdout.strip().splitlines()[-1]) for r in runs)
+    assert first["exported"] is False and second["exported"] is True
+    assert first["g"] == second["g"]
+    np.testing.assert_allclose(second["g"], np.asarray(reference(args(), 3)["g"]), rtol=1e-15)
