@@ -50,6 +50,8 @@ if not job:
 module, name, args, kwargs = pickle.loads(job)
 out = getattr(importlib.import_module(module), name)(*args, **kwargs)
 sys.stdout.buffer.write(pickle.dumps([str(p) for p in out]))
+sys.stdout.flush(); sys.stderr.flush()
+import os; os._exit(0)  # the files are closed: the parent waits for EOF, not for an interpreter teardown
 """
 
 
