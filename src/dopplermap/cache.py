@@ -2,7 +2,8 @@
 
 :func:`enable_compilation_cache` is called by the CLI at start-up (on by default); the
 location is ``$DOPPLERMAP_CACHE_DIR`` or ``~/.cache/dopplermap/jax``, and
-``DOPPLERMAP_CACHE_DIR=off`` (or ``0``/``none``) disables it.
+``DOPPLERMAP_CACHE_DIR=off`` (or ``0``/``none``) disables it. The solvers keep their lowered
+programs beside it (:mod:`dopplermap.compiled`), so later runs skip the trace too.
 """
 
 from __future__ import annotations
