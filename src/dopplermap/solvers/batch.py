@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import plan
+from ..compiled import compile_cached
 from ..model import Precomputed
 from ..objective import DEFAULT_PENALTY, Observations
 from ..result import Outcome
@@ -44,6 +45,15 @@ def _solve(x0, lo, hi, lmbd, pre, obs, joint=None, offset_sigma=None, *, regular
                            maxcor=maxcor, report=_report if progress else None)
 
 
+def _solve_members(x0, lo, hi, lmbd, pre, obs, joint=None, offset_sigma=None, *, batch_lmbd, batch_obs, **kw):
+    fn = functools.partial(_solve, **kw)
+    if batch_lmbd or batch_obs:
+        obs_axes = Observations(times=None, vels=None, flux=0, err=0) if batch_obs else None
+        # joint (light curve, weights) and the offset prior are shared by every member
+        fn = jax.vmap(fn, in_axes=(None, None, None, 0 if batch_lmbd else None, None, obs_axes, None, None))
+    return fn(x0, lo, hi, lmbd, pre, obs, joint, offset_sigma)
+
+
 def compile_solver(x0, lo, hi, lmbd, pre, obs, *, regulariser="mem", penalty=DEFAULT_PENALTY, maxiter=1000,
                    tol=1e-5, maxcor=10, batch_lmbd=False, batch_obs=False, joint=None, offset_sigma=None,
                    progress=False):
@@ -53,32 +63,24 @@ def compile_solver(x0, lo, hi, lmbd, pre, obs, *, regulariser="mem", penalty=DEF
     ``None`` or ``(lightcurve, line_weight, lc_weight)`` (arrays: new weights reuse the
     compiled code) for the joint line + light-curve fit; ``offset_sigma`` None or the
     (n_epoch,) sigma of the offset prior (:mod:`dopplermap.objective`).
-    ``timings``: ``trace``, ``lower``, ``compile`` seconds (0 when reused in-process).
+    ``timings``: ``trace`` (trace and lowering: :func:`dopplermap.compiled.compile_cached`), ``lower``
+    (0) and ``compile`` seconds (all 0 when reused in-process).
     With ``batch_lmbd`` / ``batch_obs`` the solve is vmapped over the leading axis of
     ``lmbd`` / of ``obs.flux`` and ``obs.err``. ``progress``: report every iteration to the
     active :class:`~dopplermap.solvers._common.Progress` (single solves only).
     """
     kw = dict(regulariser=regulariser, penalty=float(penalty), maxiter=int(maxiter), tol=float(tol),
-              maxcor=int(maxcor), progress=bool(progress) and not (batch_lmbd or batch_obs))
-    fn = functools.partial(_solve, **kw)
-    if batch_lmbd or batch_obs:
-        obs_axes = Observations(times=None, vels=None, flux=0, err=0) if batch_obs else None
-        # joint (light curve, weights) and the offset prior are shared by every member
-        fn = jax.vmap(fn, in_axes=(None, None, None, 0 if batch_lmbd else None, None, obs_axes, None, None))
-    leaves, treedef = jax.tree_util.tree_flatten((x0, lo, hi, lmbd, pre, obs, joint, offset_sigma))
-    key = (tuple(sorted(kw.items())), batch_lmbd, batch_obs, treedef,
-           tuple((np.shape(v), jnp.result_type(v).name) for v in leaves))
+              maxcor=int(maxcor), progress=bool(progress) and not (batch_lmbd or batch_obs),
+              batch_lmbd=bool(batch_lmbd), batch_obs=bool(batch_obs))
+    args = (x0, lo, hi, lmbd, pre, obs, joint, offset_sigma)
+    leaves, treedef = jax.tree_util.tree_flatten(args)
+    key = (tuple(sorted(kw.items())), treedef, tuple((np.shape(v), jnp.result_type(v).name) for v in leaves))
     if key in _COMPILED:
         return _COMPILED[key], {"trace": 0.0, "lower": 0.0, "compile": 0.0, "cached": True}
-    t0 = time.perf_counter()
-    traced = jax.jit(fn).trace(x0, lo, hi, lmbd, pre, obs, joint, offset_sigma)
-    t1 = time.perf_counter()
-    lowered = traced.lower()
-    t2 = time.perf_counter()
-    compiled = lowered.compile()
-    t3 = time.perf_counter()
+    # a host callback (progress) cannot be exported: that program is traced every run
+    compiled, timing = compile_cached("projected_lbfgs", _solve_members, args, kw, cache=not kw["progress"])
     _COMPILED[key] = compiled
-    return compiled, {"trace": t1 - t0, "lower": t2 - t1, "compile": t3 - t2, "cached": False}
+    return compiled, {"trace": timing["trace_lower"], "lower": 0.0, "compile": timing["compile"], "cached": False}
 
 
 def _raw(r, timing, solve_time) -> RawSolve:
