@@ -72,3 +72,43 @@ def test_planck_agrees_with_astropy():
     assert 0 < r < 1 and dm.intensity_ratio(6000.0, 5000.0, 600.0) > 1
     with pytest.raises(ValueError, match="temperature"):
         dm.intensity_ratio(-1.0, 5000.0, 600.0)
+
+
+@pytest.mark.parametrize("sigma, gamma", [(3.0, 1.0), (2.0, 0.0), (1.5, 4.0), (8.0, 0.3), (0.5, 10.0), (4.0, 1e-6)])
+def test_voigt_table_read_agrees_with_scipy(sigma, gamma):
+    from scipy import special
+
+    from dopplermap.profiles import VOIGT_TABLE_MIN, VOIGT_TABLE_TOL, voigt_profile
+
+    rng = np.random.default_rng(int(10 * sigma + gamma))
+    v = rng.uniform(-150.0, 150.0, (VOIGT_TABLE_MIN // 8 + 7, 89))  # a dense model's (cells, velocities) block
+    v[0, :3] = [0.0, v.min() - 1.0, v.max() + 1.0]  # the peak and both ends of the table
+    got, ref = voigt_profile(v, sigma, gamma), special.voigt_profile(v, sigma, gamma)
+    assert got.shape == v.shape
+    peak = special.voigt_profile(0.0, sigma, gamma)
+    assert np.abs(got - ref).max() <= 2 * VOIGT_TABLE_TOL * peak
+    assert np.abs(got - ref).max() > 0  # the table was read (the direct path is exact)
+
+
+def test_voigt_small_or_odd_inputs_are_evaluated_directly():
+    from scipy import special
+
+    from dopplermap.profiles import VOIGT_TABLE_MIN, voigt_profile
+
+    small = np.linspace(-40.0, 40.0, 101)
+    np.testing.assert_array_equal(voigt_profile(small, 3.0, 1.0), special.voigt_profile(small, 3.0, 1.0))
+    with_nan = np.linspace(-40.0, 40.0, VOIGT_TABLE_MIN + 1)
+    with_nan[5] = np.nan
+    got = voigt_profile(with_nan, 3.0, 1.0)
+    np.testing.assert_array_equal(got, special.voigt_profile(with_nan, 3.0, 1.0))
+    lorentz = np.linspace(-40.0, 40.0, VOIGT_TABLE_MIN + 1)  # sigma 0: no Gaussian part to tabulate
+    np.testing.assert_array_equal(voigt_profile(lorentz, 0.0, 1.0), special.voigt_profile(lorentz, 0.0, 1.0))
+
+
+def test_voigt_local_profile_reads_the_table_for_many_points():
+    from dopplermap.profiles import VOIGT_TABLE_MIN
+
+    prof = dm.voigt(0.5, 9.0, 3.0)
+    v = np.linspace(-80.0, 80.0, VOIGT_TABLE_MIN + 3)
+    ref = np.concatenate([prof(part) for part in np.array_split(v, 8)])  # each part below the threshold
+    np.testing.assert_allclose(prof(v), ref, rtol=0, atol=1e-12)

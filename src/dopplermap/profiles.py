@@ -25,11 +25,77 @@ from .limb_darkening import LimbDarkening
 from .units import to_unit
 
 __all__ = [
-    "LocalProfile", "gaussian", "voigt", "tabulated", "LimbDarkening", "planck",
+    "LocalProfile", "gaussian", "voigt", "voigt_profile", "tabulated", "LimbDarkening", "planck",
     "intensity_ratio", "Component", "ComponentSet", "COMPONENTS",
 ]
 
 COMPONENTS = ("phot", "cool", "hot")
+
+VOIGT_TABLE_MIN = 1 << 16
+"""Points from which :func:`voigt_profile` reads a table instead of evaluating each point."""
+VOIGT_TABLE_TOL = 1e-12
+"""Largest error of the table read, as a fraction of the profile's peak."""
+_VOIGT_CHUNK = 1 << 14  # points a block: the block's temporaries stay in the cache
+
+
+def voigt_profile(v, sigma: float, gamma: float) -> np.ndarray:
+    """``scipy.special.voigt_profile(v, sigma, gamma)``, for many points read from a table.
+
+    From :data:`VOIGT_TABLE_MIN` points on, the profile is interpolated by cubic Hermite
+    polynomials on a uniform grid of exact values and slopes (``scipy.special.wofz``), with a
+    spacing ``h`` that bounds the error, ``h^4 max|V4| / 384`` (``V4`` the fourth derivative),
+    by :data:`VOIGT_TABLE_TOL` times the peak; ``max|V4|`` is at most that of the Gaussian or
+    of the Lorentzian alone, since the Voigt profile is their convolution. Written here, not
+    with SciPy's ``CubicHermiteSpline``, because its interval search serves any breakpoints:
+    on uniform ones an index is one multiplication (7x faster on a dense model's 3.3M points;
+    scipy's direct evaluation is 14x slower: ``benchmarks/RESULTS.md``).
+    """
+    v = np.asarray(v, dtype=float)
+    if v.size < VOIGT_TABLE_MIN or not sigma > 0.0 or not np.all(np.isfinite(v)):
+        return special.voigt_profile(v, sigma, gamma)
+    peak = special.voigt_profile(0.0, sigma, gamma)
+    m4 = 3.0 / (sigma**5 * np.sqrt(2.0 * np.pi))
+    if gamma > 0.0:
+        m4 = min(m4, 24.0 / (np.pi * gamma**5))
+    h = (384.0 * VOIGT_TABLE_TOL * peak / m4) ** 0.25
+    lo = float(v.min())
+    n = int(np.ceil((float(v.max()) - lo) / h)) + 1  # intervals
+    if n > v.size // 8:  # a table as large as the points saves nothing
+        return special.voigt_profile(v, sigma, gamma)
+    z = (lo + h * np.arange(n + 1) + 1j * gamma) / (sigma * np.sqrt(2.0))
+    w = special.wofz(z)
+    scale = 1.0 / (sigma * np.sqrt(2.0 * np.pi))
+    f = w.real * scale
+    d = (-2.0 * z * w + 2j / np.sqrt(np.pi)).real * (scale * h / (sigma * np.sqrt(2.0)))  # slope times h
+    f0, f1, d0, d1 = f[:-1], f[1:], d[:-1], d[1:]
+    # on each interval p(t) = ((c3 t + c2) t + c1) t + c0, t in [0, 1]
+    c0, c1 = np.ascontiguousarray(f0), np.ascontiguousarray(d0)
+    c2 = 3.0 * (f1 - f0) - 2.0 * d0 - d1
+    c3 = 2.0 * (f0 - f1) + d0 + d1
+    flat = v.ravel()
+    out = np.empty_like(flat)
+    m = min(_VOIGT_CHUNK, flat.size)
+    x, t, acc, tmp = (np.empty(m) for _ in range(4))
+    idx = np.empty(m, np.intp)
+    for s in range(0, flat.size, m):
+        k = min(m, flat.size - s)
+        xs, ts, a, g, ii = x[:k], t[:k], acc[:k], tmp[:k], idx[:k]
+        np.subtract(flat[s:s + k], lo, out=xs)
+        xs *= 1.0 / h
+        ii[:] = xs
+        np.clip(ii, 0, n - 1, out=ii)
+        np.subtract(xs, ii, out=ts)
+        np.take(c3, ii, out=a)
+        a *= ts
+        np.take(c2, ii, out=g)
+        a += g
+        a *= ts
+        np.take(c1, ii, out=g)
+        a += g
+        a *= ts
+        np.take(c0, ii, out=g)
+        np.add(a, g, out=out[s:s + k])
+    return out.reshape(v.shape)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -55,7 +121,7 @@ class LocalProfile:
             sigma = self.fwhm / (2.0 * np.sqrt(2.0 * np.log(2.0)))
             gamma = 0.5 * self.fwhm_lorentz
             peak = special.voigt_profile(0.0, sigma, gamma)
-            return 1.0 - self.depth * special.voigt_profile(v, sigma, gamma) / peak
+            return 1.0 - self.depth * voigt_profile(v, sigma, gamma) / peak
         if self.kind == "tabulated":
             # here, not at the top: scipy.interpolate costs ~0.2 s of every run's start, and
             # only tabulated profiles use it
