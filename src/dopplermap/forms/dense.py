@@ -46,8 +46,12 @@ class DenseForm(Form):
                                        "profiles at fixed velocities (the seed's interpolation shifts them)")
         sl = setup.slots(np.where(setup.visible, 0, 1))
         vels, dtype = setup.vels, setup.dtype
-        local = np.stack([eval_profile(comp.profile, vels[None, None, :] - sl.v_los[:, :, None], sl.mu[:, :, None])
-                          for comp in setup.components], axis=2)
+        u = vels[None, None, :] - sl.v_los[:, :, None]
+        # written once, into a buffer the device adopts without a copy when it is float64
+        comps = tuple(setup.components)
+        local = _device.host_array((*u.shape[:2], len(comps), u.shape[2]))
+        for k, comp in enumerate(comps):
+            local[:, :, k, :] = eval_profile(comp.profile, u, sl.mu[:, :, None])
         return cls(vels=_device.asarray(vels, dtype), cell=_device.asarray(sl.cell), pos=_device.asarray(sl.pos),
                    weight=_device.asarray(sl.weight, dtype), local=_device.asarray(local, dtype))
 
