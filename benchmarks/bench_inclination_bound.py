@@ -563,7 +563,9 @@ def report(here=None):
     import json
 
     here = Path(__file__).resolve().parent if here is None else Path(here)
-    rows = json.loads((here / "results_inclination_bound_devbox.json").read_text())["stars"]
+    # an infinite sd (no information) is stored as null (strict JSON): read it back as inf
+    rows = [{k: float("inf") if v is None and k.startswith("sd_") else v for k, v in r.items()}
+            for r in json.loads((here / "results_inclination_bound_devbox.json").read_text())["stars"]]
     prof_file = here / "results_inclination_bound_profile_devbox.json"
     prof = {r["k"]: r for r in json.loads(prof_file.read_text())["stars"]} if prof_file.exists() else {}
 
