@@ -1,7 +1,21 @@
+import os
+import shutil
+import tempfile
+
 import numpy as np
 import pytest
 
 import dopplermap as dm
+
+# The CLI commands these tests run turn on the persistent compilation cache and the exported
+# programs beside it (dopplermap.compiled). Some tests patch code that is traced, which the
+# cache key cannot see: a session-own folder keeps such programs out of the user's cache.
+_CACHE = tempfile.mkdtemp(prefix="dopplermap-test-cache-")
+os.environ["DOPPLERMAP_CACHE_DIR"] = _CACHE
+
+
+def pytest_sessionfinish(session, exitstatus):
+    shutil.rmtree(_CACHE, ignore_errors=True)
 
 
 def small_components():

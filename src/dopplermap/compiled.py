@@ -13,6 +13,8 @@ The program is always compiled from the exported module, on the first run too, s
 executable the persistent cache stores is the one later runs look up. Without a compilation
 cache folder (API use by default) it is an ordinary ``jit(...).lower(...).compile()``. A file
 that cannot be read is replaced; the cache never changes a result, only when it is computed.
+The key cannot see code changed at run time (a test that monkeypatches a traced function):
+such a process must not share the folder (the test suite uses its own).
 """
 
 from __future__ import annotations
