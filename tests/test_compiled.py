@@ -138,3 +138,12 @@ def test_a_new_process_reads_the_program(tmp_path):
     assert first["exported"] is False and second["exported"] is True
     assert first["g"] == second["g"]
     np.testing.assert_allclose(second["g"], np.asarray(reference(args(), 3)["g"]), rtol=1e-15)
+
+
+def test_an_unwritable_folder_only_costs_the_file(cache_dir):
+    cache_dir.mkdir(parents=True)
+    (cache_dir / EXPORT_FOLDER).write_text("a file where the folder should be")
+    fn, timing = compile_cached("t", body, args(), {"power": 3})
+    assert timing["exported"] is False
+    np.testing.assert_allclose(fn(*args())["y"], reference(args(), 3)["y"], rtol=1e-15)
+    assert sorted(p.name for p in cache_dir.iterdir()) == [EXPORT_FOLDER]

@@ -94,13 +94,14 @@ def _read(path: Path):
 
 
 def _write(path: Path, exp, out_tree) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         tmp.write_bytes(pickle.dumps((bytes(exp.serialize()), out_tree)))
         os.replace(tmp, path)
     except OSError:  # a read-only or full cache folder: the run goes on without it
-        pass
+        if tmp.parent.is_dir():
+            tmp.unlink(missing_ok=True)
 
 
 def compile_cached(name: str, fun, args: tuple, static: dict | None = None, *, cache: bool = True):
