@@ -112,3 +112,12 @@ def test_voigt_local_profile_reads_the_table_for_many_points():
     v = np.linspace(-80.0, 80.0, VOIGT_TABLE_MIN + 3)
     ref = np.concatenate([prof(part) for part in np.array_split(v, 8)])  # each part below the threshold
     np.testing.assert_allclose(prof(v), ref, rtol=0, atol=1e-12)
+
+
+def test_components_from_temperatures_need_one_profile_and_law_each():
+    ld = dm.LimbDarkening("linear", (0.6,))
+    prof = dm.gaussian(0.5, 9.0)
+    comps = dm.ComponentSet.from_temperatures(5000.0, 4000.0, 6000.0, 600.0, [prof] * 3, [ld] * 3)
+    assert comps.cool.intensity < 1.0 < comps.hot.intensity
+    with pytest.raises(dm.DopplermapInputError, match="2 profiles and 3 laws"):
+        dm.ComponentSet.from_temperatures(5000.0, 4000.0, 6000.0, 600.0, [prof] * 2, [ld] * 3)

@@ -13,7 +13,7 @@ geometry stays differentiable.
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 from scipy import special
@@ -228,6 +228,9 @@ class ComponentSet:
                           profiles: Sequence[LocalProfile], limb_darkening: Sequence[LimbDarkening]):
         """Components with Planck intensity ratios at ``wavelength_nm``."""
         temps = (t_phot, t_cool, t_hot)
+        if len(profiles) != 3 or len(limb_darkening) != 3:
+            raise DopplermapInputError(f"one local profile and one limb-darkening law per component {COMPONENTS}: "
+                                       f"got {len(profiles)} profiles and {len(limb_darkening)} laws")
         comps = [Component(p, ld, intensity_ratio(t, t_phot, wavelength_nm))
-                 for p, ld, t in zip(profiles, limb_darkening, temps)]
+                 for p, ld, t in zip(profiles, limb_darkening, temps, strict=True)]
         return cls(*comps)
