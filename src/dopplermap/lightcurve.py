@@ -145,7 +145,11 @@ def _lc_weights(grid, star, times, band, cell_factors):
                         star.period, star.t0, star.domega, xp=np)
     mu = np.asarray(geo.mu)
     pa = np.asarray(geo.proj_area)
-    w = np.stack([j * np.asarray(ld(mu)) * pa for ld, j in zip(band.limb_darkening, band.intensity, strict=True)], axis=-1)
+    # written once, into a buffer the device adopts without a copy (as the dense cube)
+    w = _device.host_array((*mu.shape, len(band.limb_darkening)))
+    for k, (ld, j) in enumerate(zip(band.limb_darkening, band.intensity, strict=True)):
+        np.multiply(j, np.asarray(ld(mu)), out=w[..., k])
+        w[..., k] *= pa
     if cell_factors is not None:
         f = np.asarray(cell_factors, dtype=float)
         f = f[:, None] if f.ndim == 1 else f
@@ -182,7 +186,10 @@ def precompute_lightcurve(grid: SurfaceGrid, star: StarParams, times, flux, err,
             raise DopplermapInputError(f"{source}: mean flux must be > 0 to normalise, got {mean!r}")
         flux, err = flux / mean, err / mean
     w = _lc_weights(grid, star, times, band, cell_factors)
-    diff = np.concatenate([w[..., 1] - w[..., 0], w[..., 2] - w[..., 0]], axis=1)
+    n_cell = w.shape[1]
+    diff = _device.host_array((w.shape[0], 2 * n_cell))
+    np.subtract(w[..., 1], w[..., 0], out=diff[:, :n_cell])
+    np.subtract(w[..., 2], w[..., 0], out=diff[:, n_cell:])
     return LightCurveFit(weight=_device.asarray(w), flux=_device.asarray(flux), err=_device.asarray(err),
                          times=_device.asarray(times), fit_dilution=bool(fit_dilution),
                          base=_device.asarray(w[..., 0].sum(axis=1)), diff=_device.asarray(diff))
