@@ -10,12 +10,12 @@ import pytest
 
 import dopplermap as dm
 from dopplermap.cli import main
-from dopplermap.problem import from_config
 from dopplermap.config import TEMPLATE, load_config, parse_config
 from dopplermap.io.lightcurve import write_lightcurve
 from dopplermap.io.lsd import write_lsd
 from dopplermap.lightcurve import LightCurveBand, simulate_lightcurve
 from dopplermap.model import is_mu_dependent
+from dopplermap.problem import from_config
 
 
 def _table(**changes):

@@ -31,9 +31,8 @@ def run_demo(out: Path, *, lmbd: float, snr: float, n_cell: int, seed: int, quie
 
     import dopplermap as dm
 
-    from ..io.results import prefetch_writers
-
     from ..app import save_result, with_context
+    from ..io.results import prefetch_writers
     from ..progress import Reporter
 
     with Reporter(quiet=quiet) as rep:

@@ -44,12 +44,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._x64 import require_x64
+from ..compiled import compile_cached
 from ..errors import DopplermapInputError
 from ..lightcurve import lightcurve_residuals
 from ..model import apply_nuisance, forward, synthesize
 from ..objective import DEFAULT_PENALTY, Layout, regulariser_value, sum_excess
 from ..result import Outcome
-from ..compiled import compile_cached
 from ._common import RawSolve, SolveSetup, report_progress
 
 __all__ = ["NewtonResult", "projected_newton", "solve_newton", "compile_newton", "line_residuals", "smooth_terms",
