@@ -26,6 +26,14 @@ def args(n=5):
     return x, {"a": jnp.arange(1.0, n + 1.0)}
 
 
+@pytest.fixture(autouse=True)
+def fresh_process_memo():
+    """Each test starts as a new process would: no program compiled yet."""
+    compiled.forget_compiled()
+    yield
+    compiled.forget_compiled()
+
+
 @pytest.fixture
 def cache_dir(tmp_path):
     """Point JAX's compilation cache at a fresh folder for one test."""
@@ -35,6 +43,12 @@ def cache_dir(tmp_path):
         yield tmp_path / "jax"
     finally:
         jax.config.update("jax_compilation_cache_dir", old)
+
+
+def compile_again(*a, **kw):
+    """compile_cached as a later process calls it (this process's programs forgotten)."""
+    compiled.forget_compiled()
+    return compile_cached(*a, **kw)
 
 
 def exported_files(folder):
@@ -67,7 +81,7 @@ def test_first_call_writes_the_program_and_a_later_one_reads_it(cache_dir):
     out = fn(*args())
     np.testing.assert_allclose(out["y"], ref["y"], rtol=1e-15)
     np.testing.assert_allclose(out["g"], ref["g"], rtol=1e-15)
-    again, timing = compile_cached("t", body, args(), {"power": 3})
+    again, timing = compile_again("t", body, args(), {"power": 3})
     assert timing["exported"] is True and exported_files(cache_dir) == files
     np.testing.assert_array_equal(again(*args())["g"], out["g"])
 
@@ -77,10 +91,10 @@ def test_the_key_follows_static_arguments_shapes_and_source(cache_dir, monkeypat
     compile_cached("t", body, args(), {"power": 2})
     compile_cached("t", body, args(7), {"power": 3})
     assert len(exported_files(cache_dir)) == 3
-    fn, _ = compile_cached("t", body, args(), {"power": 2})
+    fn, _ = compile_again("t", body, args(), {"power": 2})
     np.testing.assert_allclose(fn(*args())["y"], reference(args(), 2)["y"], rtol=1e-15)
     monkeypatch.setattr(compiled, "source_digest", lambda: "a changed package")
-    _, timing = compile_cached("t", body, args(), {"power": 3})
+    _, timing = compile_again("t", body, args(), {"power": 3})
     assert timing["exported"] is False and len(exported_files(cache_dir)) == 4
 
 
@@ -88,10 +102,10 @@ def test_a_damaged_file_is_a_miss_and_is_replaced(cache_dir):
     compile_cached("t", body, args(), {"power": 3})
     (path,) = exported_files(cache_dir)
     path.write_bytes(b"not a program")
-    fn, timing = compile_cached("t", body, args(), {"power": 3})
+    fn, timing = compile_again("t", body, args(), {"power": 3})
     assert timing["exported"] is False
     np.testing.assert_allclose(fn(*args())["y"], reference(args(), 3)["y"], rtol=1e-15)
-    _, timing = compile_cached("t", body, args(), {"power": 3})
+    _, timing = compile_again("t", body, args(), {"power": 3})
     assert timing["exported"] is True
 
 
@@ -147,3 +161,20 @@ def test_an_unwritable_folder_only_costs_the_file(cache_dir):
     assert timing["exported"] is False
     np.testing.assert_allclose(fn(*args())["y"], reference(args(), 3)["y"], rtol=1e-15)
     assert sorted(p.name for p in cache_dir.iterdir()) == [EXPORT_FOLDER]
+
+
+def test_this_process_keeps_its_programs(cache_dir):
+    fn, timing = compile_cached("t", body, args(), {"power": 3})
+    assert timing["cached"] is False and timing["compile"] > 0
+    again, timing = compile_cached("t", body, args(), {"power": 3})
+    assert again is fn and timing["cached"] is True and timing["compile"] == timing["trace_lower"] == 0.0
+    assert compiled.compiled_program("t", body, args(), {"power": 3}) is fn
+    # another static argument, shape or dtype is another program
+    assert compiled.compiled_program("t", body, args(), {"power": 2}) is None
+    assert compiled.compiled_program("t", body, args(6), {"power": 3}) is None
+    x, w = args()
+    assert compiled.compiled_program("t", body, (x.astype(jnp.float32), w), {"power": 3}) is None
+    other, timing = compile_cached("t", body, args(6), {"power": 3})
+    assert other is not fn and timing["cached"] is False
+    compiled.forget_compiled()
+    assert compiled.compiled_program("t", body, args(), {"power": 3}) is None

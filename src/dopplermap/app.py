@@ -15,7 +15,6 @@ import tempfile
 import types
 from pathlib import Path
 
-import jax.numpy as jnp
 import numpy as np
 
 from .figure_process import submit
@@ -35,8 +34,8 @@ def spotless_model(pre: Precomputed, rv, amp) -> np.ndarray:
     if isinstance(pre, LineSets):
         return tuple(spotless_model(p, np.asarray(rv)[sl], np.asarray(amp)[sl])
                      for p, sl in zip(pre.sets, pre.epoch_slices, strict=True))
-    zero = jnp.zeros(pre.n_cell)
-    return np.asarray(forward_jit(zero, zero, jnp.asarray(rv), jnp.asarray(amp), pre))
+    zero = np.zeros(pre.n_cell)
+    return np.asarray(forward_jit(zero, zero, np.asarray(rv, dtype=np.float64), np.asarray(amp, dtype=np.float64), pre))
 
 
 def with_context(result, *, pre: Precomputed | None = None, **context):

@@ -9,6 +9,10 @@ depends on: the function, its static arguments, the arguments' tree and shapes, 
 package's source, the JAX/NumPy versions and the backend. A later process deserializes it
 (milliseconds) and compiles it through the persistent cache.
 
+Within a process every compiled program is kept (by function, static arguments, argument
+tree and avals), so a lambda sweep, a bootstrap or a solve's final evaluation reuses it
+(:func:`compiled_program` looks one up, :func:`forget_compiled` drops them all).
+
 The program is always compiled from the exported module, on the first run too, so the
 executable the persistent cache stores is the one later runs look up. Without a compilation
 cache folder (API use by default) it is an ordinary ``jit(...).lower(...).compile()``. A file
@@ -39,10 +43,32 @@ try:  # jax.export's serializer needs it (a declared dependency; a bare environm
 except ImportError:  # pragma: no cover
     _CAN_SERIALIZE = False
 
-__all__ = ["compile_cached", "source_digest", "EXPORT_FOLDER"]
+__all__ = ["compile_cached", "compiled_program", "forget_compiled", "source_digest", "EXPORT_FOLDER"]
 
 EXPORT_FOLDER = "dopplermap-exported"
 _SUFFIX = ".jaxexport"
+
+_MEMO: dict = {}  # this process's compiled programs (see the module docstring)
+
+
+def _memo_key(name: str, fun, static: dict, args: tuple):
+    leaves, treedef = jax.tree_util.tree_flatten(args)
+    avals = tuple((tuple(np.shape(v)), str(jax.numpy.result_type(v)), bool(getattr(v, "weak_type", False)))
+                  for v in leaves)
+    return (name, fun, tuple(sorted(static.items())), treedef, avals)
+
+
+def compiled_program(name: str, fun, args: tuple, static: dict | None = None):
+    """The program :func:`compile_cached` compiled in this process for these arguments, or None."""
+    try:
+        return _MEMO.get(_memo_key(name, fun, dict(static or {}), args))
+    except TypeError:  # unhashable static data: never kept
+        return None
+
+
+def forget_compiled() -> None:
+    """Drop this process's compiled programs (the cache folder keeps its files)."""
+    _MEMO.clear()
 
 
 @functools.cache
@@ -109,12 +135,27 @@ def compile_cached(name: str, fun, args: tuple, static: dict | None = None, *, c
 
     ``fn(*args)`` takes arguments of the same tree and shapes and returns ``fun``'s output
     tree. ``static`` holds hashable, picklable keyword arguments fixed at compile time.
-    ``timings``: ``trace_lower`` and ``compile`` seconds and ``exported`` (True when the
-    lowered program came from the cache folder). ``cache=False`` (or no compilation cache
+    ``timings``: ``trace_lower`` and ``compile`` seconds, ``exported`` (True when the
+    lowered program came from the cache folder) and ``cached`` (True when this process had
+    compiled it already: the seconds are then 0). ``cache=False`` (or no compilation cache
     folder, or a program JAX cannot export, such as one with host callbacks) compiles as
     ``jax.jit`` does.
     """
     static = dict(static or {})
+    try:
+        memo_key = _memo_key(name, fun, static, args)
+        hit = _MEMO.get(memo_key)
+    except TypeError:  # unhashable static data: compiled every time
+        memo_key = hit = None
+    if hit is not None:
+        return hit, {"trace_lower": 0.0, "compile": 0.0, "exported": False, "cached": True}
+    compiled, timings = _compile(name, fun, args, static, cache)
+    if memo_key is not None:
+        _MEMO[memo_key] = compiled
+    return compiled, {**timings, "cached": False}
+
+
+def _compile(name: str, fun, args: tuple, static: dict, cache: bool):
     body = functools.partial(fun, **static)
     folder = _export_folder() if cache else None
     t0 = time.perf_counter()
@@ -127,7 +168,7 @@ def compile_cached(name: str, fun, args: tuple, static: dict | None = None, *, c
     try:
         path = folder / f"{name}-{_key(name, static, treedef, leaves)}{_SUFFIX}"
     except (pickle.PicklingError, TypeError, AttributeError):  # static data that cannot be keyed
-        return compile_cached(name, fun, args, static, cache=False)
+        return _compile(name, fun, args, static, cache=False)
     found = _read(path) if path.is_file() else None
     from_file = found is not None
     if found is None:
@@ -142,7 +183,7 @@ def compile_cached(name: str, fun, args: tuple, static: dict | None = None, *, c
         try:
             exp = export.export(jax.jit(flat))(*leaves)
         except Exception:  # noqa: BLE001 - not exportable (e.g. a host callback): compile directly
-            return compile_cached(name, fun, args, static, cache=False)
+            return _compile(name, fun, args, static, cache=False)
         _write(path, exp, out_tree[0])
         found = (exp, out_tree[0])
     exp, out_tree = found

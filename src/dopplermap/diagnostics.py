@@ -69,6 +69,12 @@ def check_observations(obs, source: str = "observations") -> None:
              "normalise=True), or divide each profile and its errors by its mean)")
 
 
+def _half_span(vels) -> float:
+    # on the host: indexing a device array compiles a slice per shape
+    v = np.asarray(vels)
+    return 0.5 * float(v[-1] - v[0])
+
+
 def check_result(res, obs, *, tol: float, maxiter: int) -> None:
     """Warn about a solve that did not converge, runaway nuisances and a chi2 far from 1."""
     reason = str(res.stop_reason)
@@ -90,9 +96,9 @@ def check_result(res, obs, *, tol: float, maxiter: int) -> None:
                  category=ConvergenceWarning)
     rv = np.asarray(res.rv, dtype=float)
     if isinstance(obs, (tuple, list)):  # several line data sets: rv holds them set after set
-        half_span = np.concatenate([np.full(np.shape(o.flux)[0], 0.5 * float(o.vels[-1] - o.vels[0])) for o in obs])
+        half_span = np.concatenate([np.full(np.shape(o.flux)[0], _half_span(o.vels)) for o in obs])
     else:
-        half_span = np.full(rv.shape, 0.5 * float(obs.vels[-1] - obs.vels[0]))
+        half_span = np.full(rv.shape, _half_span(obs.vels))
     big = np.nonzero(np.abs(rv) > half_span)[0]
     if big.size:
         e = int(big[np.argmax(np.abs(rv[big]))])

@@ -78,12 +78,10 @@ def run_target(cfg, out: Path, *, plots: bool = True, quiet: bool = True, config
 
     # matplotlib loads in a child on another core meanwhile (it exits on its own if unused)
     figs = FigureProcess() if plots else None
-    import jax.numpy as jnp
-
     from ..app import save_result, with_context
     from ..errors import DopplermapInputError
     from ..io.results import prefetch_writers
-    from ..lightcurve import LightCurveFit, lightcurve_model
+    from ..lightcurve import LightCurveFit, lightcurve_model_jit
     from ..problem import from_config
     from ..progress import Reporter
     from ..solvers import choose_solver, invert
@@ -112,11 +110,11 @@ def run_target(cfg, out: Path, *, plots: bool = True, quiet: bool = True, config
         grid, obs = prob.grid, prob.observations
         light_curve = None
         if lc is not None:
-            fssc, fssh = jnp.asarray(res.fssc), jnp.asarray(res.fssh)
+            fssc, fssh = np.asarray(res.fssc, dtype=np.float64), np.asarray(res.fssh, dtype=np.float64)
 
             def band(b, name=None):
                 out = {"times": np.asarray(b.times), "flux": np.asarray(b.flux), "err": np.asarray(b.err),
-                       "model": np.asarray(lightcurve_model(fssc, fssh, b))}
+                       "model": np.asarray(lightcurve_model_jit(fssc, fssh, b))}
                 return out if name is None else {"name": name, **out}
 
             light_curve = (band(lc) if isinstance(lc, LightCurveFit)

@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import _linops
+from .. import _device, _linops
 from ..errors import DopplermapInputError
 from .base import Form, form_pytree, pad_axis
 
@@ -80,8 +80,8 @@ class FoldedForm(Form):
         diff, base, base_norm, wdiff = _fold_arrays(dense.weight, dense.local, dtype.name)
         low = dtype != jnp.dtype(jnp.float64)
         return cls(vels=dense.vels, cell=dense.cell, pos=dense.pos, weight=wdiff, local=diff, base=base,
-                   base_norm=base_norm, num_exact=jnp.zeros(base.shape[:1] + (base.shape[1] + 1,)) if low else None,
-                   use_exact=jnp.asarray(False) if low else None)
+                   base_norm=base_norm, num_exact=_device.asarray(np.zeros(base.shape[:1] + (base.shape[1] + 1,))) if low else None,
+                   use_exact=_device.asarray(False) if low else None)
 
     @property
     def cube_dtype(self) -> str:
@@ -118,5 +118,5 @@ class FoldedForm(Form):
         (value only). Otherwise (float64 cube, or a ``source`` that is not the dense model) unchanged."""
         if self.use_exact is None or not source.foldable:
             return self
-        num = jnp.asarray(source.exact_numerator(fssc, fssh, with_norm=True), dtype=self.base.dtype)
-        return dataclasses.replace(self, num_exact=num, use_exact=jnp.asarray(True))
+        num = _device.asarray(source.exact_numerator(fssc, fssh, with_norm=True), dtype=self.base.dtype)
+        return dataclasses.replace(self, num_exact=num, use_exact=_device.asarray(True))

@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import plan
+from .. import _device, plan
 from ..diagnostics import check_observations, check_result
 from ..errors import DopplermapInputError
 from ..model import Precomputed
@@ -64,7 +64,7 @@ from ._common import (
 from .batch import blocked_fits, solve_batch, solve_device
 from .newton import solve_newton
 from .result import InversionResult  # the re-export keeps dopplermap.solvers.result bound
-from .scipy_lbfgsb import compiled_value_and_grad, trailing_args
+from .scipy_lbfgsb import compiled_terms, trailing_args
 from .scipy_lbfgsb import solve as solve_scipy
 
 __all__ = ["invert", "invert_device", "invert_batch", "prepare", "finish", "bounds", "InversionResult",
@@ -220,7 +220,7 @@ def prepare(pre: Precomputed, obs: Observations, settings: Settings, *, x0=None,
                       regulariser=settings.regulariser, penalty=float(penalty), tol=float(settings.tol),
                       maxiter=int(settings.maxiter), pre=form, exact_pre=pre, obs=obs, joint=joint,
                       fit_components=fit_components, options=dict(options or {}),
-                      offset_sigma=None if sigma is None else jnp.asarray(sigma, dtype=jnp.float64))
+                      offset_sigma=None if sigma is None else _device.asarray(sigma, dtype=np.float64))
 
 
 def finish(setup: SolveSetup, raw: RawSolve, solver: str, obs: Observations | None = None,
@@ -233,13 +233,13 @@ def finish(setup: SolveSetup, raw: RawSolve, solver: str, obs: Observations | No
     lay = setup.layout
     fssc, fssh, rv, amp = lay.split(np.asarray(raw.x))
     fssc, fssh, excess = project_feasible(fssc, fssh)
-    xf = jnp.asarray(lay.join(fssc, fssh, rv, amp))
-    lm = jnp.asarray(lmbd, dtype=xf.dtype)
-    vg, timing = compiled_value_and_grad(xf, lm, setup.pre, obs, setup.regulariser, setup.penalty, setup.joint,
-                                         setup.offset_sigma)
+    xf = _device.asarray(lay.join(fssc, fssh, rv, amp))
+    lm = _device.asarray(lmbd, dtype=xf.dtype)
+    evaluate, timing = compiled_terms(xf, lm, setup.pre, obs, setup.regulariser, setup.penalty, setup.joint,
+                                      setup.offset_sigma)
     final_pre = with_exact_numerator(setup.pre, setup.exact_pre, fssc, fssh)
     extra = trailing_args(setup.joint, setup.offset_sigma)
-    val, _, terms = vg(xf, lm, final_pre, obs, *extra)
+    val, terms = evaluate(xf, lm, final_pre, obs, *extra)
     res = InversionResult(
         fssc=fssc, fssh=fssh, rv=rv, amp=amp, loss=float(val), chi2=float(terms.chi2),
         regulariser_value=float(terms.regulariser), lmbd=lmbd, regulariser=setup.regulariser,

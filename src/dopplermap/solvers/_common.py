@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import plan
+from .. import _device, plan
 from ..constants import FILL_MAX, FILL_MIN
 from ..errors import DopplermapInputError
 from ..model import Precomputed, setup_of
@@ -217,7 +217,7 @@ def joint_arguments(pre: Precomputed, lightcurve, line_weight: float, lc_weight:
     if lightcurve.n_cell != pre.n_cell:
         raise DopplermapInputError(f"light curve was precomputed for {lightcurve.n_cell} cells, "
                          f"the line model has {pre.n_cell}")
-    return (lightcurve, jnp.asarray(line_weight, dtype=dtype), jnp.asarray(lc_weight, dtype=dtype))
+    return (lightcurve, _device.asarray(line_weight, dtype=dtype), _device.asarray(lc_weight, dtype=dtype))
 
 
 # the "auto" cube dtype of a solve (dopplermap.plan holds every size/back-end choice)

@@ -31,9 +31,6 @@ from .scipy_lbfgsb import value_and_grad_body  # the same compiled value-and-gra
 
 __all__ = ["solve_device", "solve_batch", "compile_solver", "blocked_fits"]
 
-_COMPILED: dict = {}
-
-
 def _report(it, f, aux):
     report_progress(it, f, aux.chi2, aux.regulariser)
 
@@ -73,14 +70,10 @@ def compile_solver(x0, lo, hi, lmbd, pre, obs, *, regulariser="mem", penalty=DEF
               maxcor=int(maxcor), progress=bool(progress) and not (batch_lmbd or batch_obs),
               batch_lmbd=bool(batch_lmbd), batch_obs=bool(batch_obs))
     args = (x0, lo, hi, lmbd, pre, obs, joint, offset_sigma)
-    leaves, treedef = jax.tree_util.tree_flatten(args)
-    key = (tuple(sorted(kw.items())), treedef, tuple((np.shape(v), jnp.result_type(v).name) for v in leaves))
-    if key in _COMPILED:
-        return _COMPILED[key], {"trace": 0.0, "lower": 0.0, "compile": 0.0, "cached": True}
     # a host callback (progress) cannot be exported: that program is traced every run
     compiled, timing = compile_cached("projected_lbfgs", _solve_members, args, kw, cache=not kw["progress"])
-    _COMPILED[key] = compiled
-    return compiled, {"trace": timing["trace_lower"], "lower": 0.0, "compile": timing["compile"], "cached": False}
+    return compiled, {"trace": timing["trace_lower"], "lower": 0.0, "compile": timing["compile"],
+                      "cached": timing["cached"]}
 
 
 def _raw(r, timing, solve_time) -> RawSolve:

@@ -43,6 +43,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .. import _device
 from .._x64 import require_x64
 from ..compiled import compile_cached
 from ..errors import DopplermapInputError
@@ -475,9 +476,6 @@ NEWTON_MAXITER = 200
 """Newton iteration cap when the caller's ``maxiter`` (sized for L-BFGS) is larger."""
 
 
-_COMPILED: dict = {}
-
-
 def compile_newton(x0, lo, hi, spacing, tol, lmbd, pre, obs, joint=None, offset_sigma=None, *, regulariser="mem",
                    penalty=DEFAULT_PENALTY, maxiter=NEWTON_MAXITER, max_cg=DEFAULT_MAX_CG, n_probe=DEFAULT_PROBES,
                    progress=False):
@@ -489,13 +487,8 @@ def compile_newton(x0, lo, hi, spacing, tol, lmbd, pre, obs, joint=None, offset_
     kw = dict(regulariser=regulariser, penalty=float(penalty), maxiter=int(maxiter), max_cg=int(max_cg),
               n_probe=int(n_probe), progress=bool(progress))
     args = (x0, lo, hi, spacing, tol, lmbd, pre, obs, joint, offset_sigma)
-    leaves, treedef = jax.tree_util.tree_flatten(args)
-    key = (tuple(sorted(kw.items())), treedef, tuple((jnp.shape(v), jnp.result_type(v).name) for v in leaves))
-    if key in _COMPILED:
-        return _COMPILED[key], 0.0
     # a host callback (progress) cannot be exported: that program is traced every run
     compiled, timing = compile_cached("newton", _solve, args, kw, cache=not kw["progress"])
-    _COMPILED[key] = compiled
     return compiled, timing["trace_lower"] + timing["compile"]
 
 
@@ -511,11 +504,11 @@ def solve_newton(setup: SolveSetup, callback=None) -> RawSolve:
     if setup.pre.line.exact_rv:  # its rv search (rv_step) scores moves with the seed's linear shift
         raise DopplermapInputError("solver 'newton' needs the interpolating rv shift; a model precomputed with "
                                    "rv_shift='exact' is solved by 'lbfgsb' or 'projected_lbfgs'")
-    xj, lo_j, hi_j = jnp.asarray(setup.x0), jnp.asarray(setup.lower), jnp.asarray(setup.upper)
-    lm = jnp.asarray(setup.lmbd, dtype=xj.dtype)
+    xj, lo_j, hi_j = _device.asarray(setup.x0), _device.asarray(setup.lower), _device.asarray(setup.upper)
+    lm = _device.asarray(setup.lmbd, dtype=xj.dtype)
     n_iter_max = int(min(setup.maxiter, NEWTON_MAXITER))
-    spacing = jnp.asarray(kink_spacing(setup.layout, setup.pre.line.vels))
-    tol_j = jnp.asarray(setup.tol, dtype=xj.dtype)
+    spacing = _device.asarray(kink_spacing(setup.layout, setup.pre.line.vels))
+    tol_j = _device.asarray(setup.tol, dtype=xj.dtype)
     fn, t_compile = compile_newton(xj, lo_j, hi_j, spacing, tol_j, lm, setup.pre, setup.obs, setup.joint,
                                    setup.offset_sigma, regulariser=setup.regulariser, penalty=setup.penalty, maxiter=n_iter_max,
                                    max_cg=int(setup.options.get("max_cg", DEFAULT_MAX_CG)),
@@ -527,8 +520,9 @@ def solve_newton(setup: SolveSetup, callback=None) -> RawSolve:
     solve_time = time.perf_counter() - t0
     status = int(r.status)
     n_it = int(r.n_iter)
-    passes = dict(total=int(r.passes), loss=int(r.n_fun), linearise=int(r.n_lin), gauss_newton=int(r.n_hvp),
-                  probe=int(r.n_probe))
+    # summed on the host (NewtonResult.passes would run an eager device add)
+    parts = dict(loss=int(r.n_fun), linearise=int(r.n_lin), gauss_newton=int(r.n_hvp), probe=int(r.n_probe))
+    passes = dict(total=sum(parts.values()), **parts)
     return RawSolve(x=np.asarray(r.x), iterations=n_it, n_eval=passes["total"], outcome=Outcome.from_status(status),
                     stop_reason=STOP_REASONS[status] + (f" ({n_iter_max} Newton iterations)" if status == 3 else ""),
                     history={"loss": np.asarray(r.history)[:n_it], "passes": np.asarray(r.passes_history)[:n_it]},

@@ -24,17 +24,14 @@ except ImportError:  # pragma: no cover
     def threadpool_limits(**_kwargs):
         return contextlib.nullcontext()
 
-import jax.numpy as jnp
 
-from ..compiled import compile_cached
+from .. import _device
+from ..compiled import compile_cached, compiled_program
 from ..objective import objective_terms
 from ..result import Outcome
 from ._common import RawSolve, SolveSetup
 
-__all__ = ["compiled_value_and_grad", "trailing_args", "lbfgsb", "solve"]
-
-_CACHE: dict = {}
-
+__all__ = ["compiled_value_and_grad", "compiled_terms", "trailing_args", "lbfgsb", "solve"]
 
 def value_and_grad_body(x, lmbd, pre, obs, joint=None, offset_sigma=None, *, regulariser, penalty):
     # joint: optional (lightcurve, line_weight, lc_weight) for the joint line + light-curve fit;
@@ -58,11 +55,6 @@ def trailing_args(joint=None, offset_sigma=None) -> tuple:
     return (joint, offset_sigma)
 
 
-def _signature(x, pre, obs, regulariser, penalty, joint=None, offset_sigma=None):
-    leaves, treedef = jax.tree_util.tree_flatten((pre, obs, joint, offset_sigma))
-    return (x.shape, x.dtype.name, treedef, tuple((lf.shape, lf.dtype.name) for lf in leaves), regulariser, penalty)
-
-
 def compiled_value_and_grad(x, lmbd, pre, obs, regulariser="mem", penalty=1e4, joint=None, offset_sigma=None):
     """AOT-compiled ``(x, lmbd, pre, obs) -> (loss, grad, (chi2, reg, pen, model))``.
 
@@ -74,14 +66,34 @@ def compiled_value_and_grad(x, lmbd, pre, obs, regulariser="mem", penalty=1e4, j
     Returns ``(fn, timings)`` where ``timings`` holds ``trace_lower`` and ``compile``
     seconds (both 0 when the function came from this process's cache).
     """
-    key = _signature(x, pre, obs, regulariser, penalty, joint, offset_sigma)
-    if key in _CACHE:
-        return _CACHE[key], {"trace_lower": 0.0, "compile": 0.0, "cached": True}
     args = (x, lmbd, pre, obs, *trailing_args(joint, offset_sigma))
-    compiled, timing = compile_cached("value_and_grad", value_and_grad_body, args,
-                                      {"regulariser": regulariser, "penalty": penalty})
-    _CACHE[key] = compiled
-    return compiled, {"trace_lower": timing["trace_lower"], "compile": timing["compile"], "cached": False}
+    return compile_cached("value_and_grad", value_and_grad_body, args, {"regulariser": regulariser, "penalty": penalty})
+
+
+def terms_body(x, lmbd, pre, obs, joint=None, offset_sigma=None, *, regulariser, penalty):
+    extra = () if joint is None else tuple(joint)
+    return objective_terms(x, lmbd, pre, obs, regulariser, penalty, *extra, with_model=True, offset_sigma=offset_sigma)
+
+
+def compiled_terms(x, lmbd, pre, obs, regulariser="mem", penalty=1e4, joint=None, offset_sigma=None):
+    """``(x, lmbd, pre, obs, *trailing) -> (loss, (chi2, reg, pen, model))``: the loss and its
+    terms without the gradient, for a solve's final evaluation (arguments as
+    :func:`compiled_value_and_grad`). It is the value-and-gradient of the same signature
+    when this process has compiled one (an L-BFGS-B solve just did), else a value-only
+    program: a Newton or device solve needs no gradient program, and the value alone
+    compiles in a fraction of the time. Returns ``(fn, timings)`` as
+    :func:`compiled_value_and_grad`."""
+    args = (x, lmbd, pre, obs, *trailing_args(joint, offset_sigma))
+    static = {"regulariser": regulariser, "penalty": penalty}
+    vg = compiled_program("value_and_grad", value_and_grad_body, args, static)
+    if vg is not None:
+        return (lambda *a: _drop_grad(vg(*a))), {"trace_lower": 0.0, "compile": 0.0, "cached": True}
+    return compile_cached("objective_terms", terms_body, args, static)
+
+
+def _drop_grad(out):
+    val, _, terms = out
+    return val, terms
 
 
 MAX_RESTARTS = 10
@@ -155,8 +167,8 @@ def solve(setup: SolveSetup, callback: Callable | None = None) -> RawSolve:
         loader = threading.Thread(target=importlib.import_module, args=("scipy.optimize",),
                                   name="dopplermap-scipy-import", daemon=True)
         loader.start()
-    xj = jnp.asarray(setup.x0)
-    lm = jnp.asarray(setup.lmbd, dtype=xj.dtype)
+    xj = _device.asarray(setup.x0)
+    lm = _device.asarray(setup.lmbd, dtype=xj.dtype)
     joint = setup.joint
     try:
         fn, timing = compiled_value_and_grad(xj, lm, setup.pre, setup.obs, setup.regulariser, float(setup.penalty),
