@@ -123,7 +123,7 @@ def main():
         pre_t = time.perf_counter() - t0
         dense = pre if method == "dense" else dense
         fn, timing = compiled_value_and_grad(x, lm, pre, sim.obs)
-        best, med = _best(lambda: fn(x, lm, pre, sim.obs))
+        best, med = _best(lambda fn=fn, pre=pre: fn(x, lm, pre, sim.obs))
         nbytes = _bytes_read(pre.line) + 2 * sim.obs.flux.nbytes + x.nbytes
         out[method] = {"precompute_s": pre_t, "vg_ms_min": best * 1e3, "vg_ms_median": med * 1e3,
                        "bytes_read_MB": nbytes / 1e6, "bandwidth_bound_ms": nbytes / (bw * 1e9) * 1e3,

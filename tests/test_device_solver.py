@@ -53,7 +53,7 @@ def test_batch_equals_single_solves(problem):
     folded = invert_batch(pre, sim.obs, lmbds=lmbds, tol=1e-9, maxiter=3000, mode="vmap", form="folded")
     seq = invert_batch(pre, sim.obs, lmbds=lmbds, tol=1e-9, maxiter=3000, mode="sequential")
     assert [b.lmbd for b in batch] == lmbds == [b.lmbd for b in seq]
-    for lm, b, q in zip(lmbds, batch, seq):
+    for lm, b, q in zip(lmbds, batch, seq, strict=True):
         one = invert_device(pre, sim.obs, lmbd=lm, tol=1e-9, maxiter=3000)
         # same algorithm; vmap changes float rounding, so the paths differ: compare converged losses
         assert abs(b.loss - one.loss) <= 1e-6 * abs(one.loss)
@@ -67,7 +67,7 @@ def test_batch_equals_single_solves(problem):
     boot = invert_batch(pre, sim.obs, flux=flux, tol=1e-6, mode="vmap")
     boot_seq = invert_batch(pre, sim.obs, flux=flux, tol=1e-6, mode="sequential")
     assert len(boot) == 2 and boot[0].loss != boot[1].loss
-    for b, q in zip(boot, boot_seq):
+    for b, q in zip(boot, boot_seq, strict=True):
         assert abs(b.loss - q.loss) <= 1e-4 * abs(q.loss)
 
 

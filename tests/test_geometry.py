@@ -79,8 +79,12 @@ def test_bad_star_parameters(kw, match):
 
 def test_geometry_is_differentiable_in_star_parameters():
     import jax
-    lat = np.radians(np.array([10.0, 40.0])); lon = np.radians(np.array([20.0, 200.0]))
-    f = lambda inc: jnp.sum(cell_geometry(lat, lon, np.ones(2), np.array([0.1, 0.3]), inc, 30.0, 1.0).mu)
+    lat = np.radians(np.array([10.0, 40.0]))
+    lon = np.radians(np.array([20.0, 200.0]))
+
+    def f(inc):
+        return jnp.sum(cell_geometry(lat, lon, np.ones(2), np.array([0.1, 0.3]), inc, 30.0, 1.0).mu)
+
     g = jax.grad(f)(50.0)
     h = 1e-6
     assert np.isclose(g, (f(50.0 + h) - f(50.0 - h)) / (2 * h), rtol=1e-6)

@@ -268,7 +268,7 @@ def test_shift_profiles_is_jnp_interp(uniform):
     w = jnp.asarray(rng.normal(size=(40, 25)))
     g_ref = jax.grad(lambda rv, p: jnp.sum(w * ref(rv, p)), argnums=(0, 1))(rv, prf)
     g_got = jax.grad(lambda rv, p: jnp.sum(w * shift_profiles(vels, rv, p)), argnums=(0, 1))(rv, prf)
-    for a, b in zip(g_got, g_ref):
+    for a, b in zip(g_got, g_ref, strict=True):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-12, atol=1e-14)
 
 

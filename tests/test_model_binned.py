@@ -64,7 +64,7 @@ def test_binned_gradient_matches_dense(small):
 
     gb = jax.grad(obj, argnums=(0, 1))(fc, fh, binned.line)
     gd = jax.grad(obj, argnums=(0, 1))(fc, fh, dense.line)
-    for a, b in zip(gb, gd):
+    for a, b in zip(gb, gd, strict=True):
         assert float(jnp.max(jnp.abs(a - b))) <= 1e-6 * float(jnp.max(jnp.abs(b)))
     # finite differences on the binned model itself
     d = jnp.asarray(rng.normal(size=fc.shape)) * 1e-3

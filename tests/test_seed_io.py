@@ -272,7 +272,7 @@ def test_npz_rejects_broken_index(tmp_path, dicts):
     arrays["line_weight"] = arrays["line_weight"].copy()
     arrays["line_weight"][e, -1, 1] = 0.5
     np.savez(tmp_path / "bad2.npz", **arrays)
-    with pytest.raises(ValueError, match=r"bad2.npz.*'line_weight' must be 0 on padded slots; epoch %d" % e):
+    with pytest.raises(ValueError, match=rf"bad2.npz.*'line_weight' must be 0 on padded slots; epoch {e}"):
         load_problem(tmp_path / "bad2.npz")
     (tmp_path / "junk.npz").write_bytes(b"not a zip")
     with pytest.raises(ValueError, match="junk.npz"):

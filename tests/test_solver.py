@@ -1,10 +1,10 @@
-import numpy as np
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 import dopplermap as dm
-from dopplermap.solvers import project_feasible
 from dopplermap import compiled
+from dopplermap.solvers import project_feasible
 
 
 @pytest.fixture(scope="module")

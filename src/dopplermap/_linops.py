@@ -25,8 +25,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import plan
-from . import _x64  # noqa: F401  (float64 JAX for every numeric module)
+from . import (
+    _x64,  # noqa: F401  (float64 JAX for every numeric module)
+    plan,
+)
 
 N_TAPS = 4  # cubic Lagrange interpolation: bins jbase .. jbase + 3
 

@@ -75,7 +75,7 @@ class StarParams:
         veq = 2.0 * math.pi * self.radius * R_SUN_KM / (self.period * DAY_S)
         return veq * math.sin(math.radians(self.inclination))
 
-    def replace(self, **changes) -> "StarParams":
+    def replace(self, **changes) -> StarParams:
         return dataclasses.replace(self, **changes)
 
 
