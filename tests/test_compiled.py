@@ -178,3 +178,12 @@ def test_this_process_keeps_its_programs(cache_dir):
     assert other is not fn and timing["cached"] is False
     compiled.forget_compiled()
     assert compiled.compiled_program("t", body, args(), {"power": 3}) is None
+
+
+def test_call_cached_is_the_function_compiled_once(cache_dir):
+    out = compiled.call_cached("t", body, *args(), power=3)
+    np.testing.assert_allclose(out["g"], reference(args(), 3)["g"], rtol=1e-15)
+    fn = compiled.compiled_program("t", body, args(), {"power": 3})
+    assert fn is not None and len(exported_files(cache_dir)) == 1
+    compiled.call_cached("t", body, *args(), power=3)
+    assert compiled.compiled_program("t", body, args(), {"power": 3}) is fn

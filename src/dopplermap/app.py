@@ -17,9 +17,10 @@ from pathlib import Path
 
 import numpy as np
 
+from .compiled import call_cached
 from .figure_process import submit
 from .io import results as _files
-from .model import Precomputed, forward_jit
+from .model import Precomputed, forward
 from .objective import LineSets
 from .plot import plot_result
 from .report import write_report
@@ -35,7 +36,8 @@ def spotless_model(pre: Precomputed, rv, amp) -> np.ndarray:
         return tuple(spotless_model(p, np.asarray(rv)[sl], np.asarray(amp)[sl])
                      for p, sl in zip(pre.sets, pre.epoch_slices, strict=True))
     zero = np.zeros(pre.n_cell)
-    return np.asarray(forward_jit(zero, zero, np.asarray(rv, dtype=np.float64), np.asarray(amp, dtype=np.float64), pre))
+    return np.asarray(call_cached("forward", forward, zero, zero, np.asarray(rv, dtype=np.float64),
+                                  np.asarray(amp, dtype=np.float64), pre))
 
 
 def with_context(result, *, pre: Precomputed | None = None, **context):

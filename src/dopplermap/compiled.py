@@ -43,7 +43,7 @@ try:  # jax.export's serializer needs it (a declared dependency; a bare environm
 except ImportError:  # pragma: no cover
     _CAN_SERIALIZE = False
 
-__all__ = ["compile_cached", "compiled_program", "forget_compiled", "source_digest", "EXPORT_FOLDER"]
+__all__ = ["compile_cached", "call_cached", "compiled_program", "forget_compiled", "source_digest", "EXPORT_FOLDER"]
 
 EXPORT_FOLDER = "dopplermap-exported"
 _SUFFIX = ".jaxexport"
@@ -192,3 +192,10 @@ def _compile(name: str, fun, args: tuple, static: dict, cache: bool):
     compiled = lowered.compile()
     timings = {"trace_lower": t1 - t0, "compile": time.perf_counter() - t1, "exported": from_file}
     return _Flat(compiled, treedef, out_tree), timings
+
+
+def call_cached(name: str, fun, *args, **static):
+    """``fun(*args, **static)`` through :func:`compile_cached`: compiled once per shape, its
+    trace kept in the cache folder (for set-up and result programs called once per run)."""
+    fn, _ = compile_cached(name, fun, args, static)
+    return fn(*args)

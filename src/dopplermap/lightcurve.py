@@ -43,7 +43,7 @@ from .geometry import StarParams, cell_geometry, check_star
 from .grid import SurfaceGrid
 from .profiles import LimbDarkening, intensity_ratio
 
-__all__ = ["LightCurveBand", "LightCurveFit", "LightCurveSet", "precompute_lightcurve", "lightcurve_model", "lightcurve_model_jit",
+__all__ = ["LightCurveBand", "LightCurveFit", "LightCurveSet", "precompute_lightcurve", "lightcurve_model",
            "chi2_lightcurve", "chi2_lightcurves", "lightcurve_residuals", "simulate_lightcurve"]
 
 
@@ -203,11 +203,6 @@ def lightcurve_model(fssc, fssh, lc: LightCurveFit):
         f = jnp.stack([1.0 - fssc - fssh, fssc, fssh], axis=1)
         flux = jnp.einsum("eck,ck->e", lc.weight, f)
     return flux / jnp.mean(flux)
-
-
-lightcurve_model_jit = jax.jit(lightcurve_model)
-""":func:`lightcurve_model` compiled as one program (for a result's model curve: eagerly
-each of its operations would compile on its own)."""
 
 
 def lightcurve_residuals(fssc, fssh, lc: LightCurveFit):

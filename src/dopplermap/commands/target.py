@@ -79,9 +79,10 @@ def run_target(cfg, out: Path, *, plots: bool = True, quiet: bool = True, config
     # matplotlib loads in a child on another core meanwhile (it exits on its own if unused)
     figs = FigureProcess() if plots else None
     from ..app import save_result, with_context
+    from ..compiled import call_cached
     from ..errors import DopplermapInputError
     from ..io.results import prefetch_writers
-    from ..lightcurve import LightCurveFit, lightcurve_model_jit
+    from ..lightcurve import LightCurveFit, lightcurve_model
     from ..problem import from_config
     from ..progress import Reporter
     from ..solvers import choose_solver, invert
@@ -114,7 +115,7 @@ def run_target(cfg, out: Path, *, plots: bool = True, quiet: bool = True, config
 
             def band(b, name=None):
                 out = {"times": np.asarray(b.times), "flux": np.asarray(b.flux), "err": np.asarray(b.err),
-                       "model": np.asarray(lightcurve_model_jit(fssc, fssh, b))}
+                       "model": np.asarray(call_cached("lightcurve_model", lightcurve_model, fssc, fssh, b))}
                 return out if name is None else {"name": name, **out}
 
             light_curve = (band(lc) if isinstance(lc, LightCurveFit)

@@ -15,22 +15,20 @@ loss (seed size); the rest stays float64.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import ClassVar
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
 from .. import _device, _linops
+from ..compiled import call_cached
 from ..errors import DopplermapInputError
 from .base import Form, form_pytree, pad_axis
 
 __all__ = ["FoldedForm"]
 
 
-@functools.partial(jax.jit, static_argnames="dtype")
-def _fold_arrays(weight, local, dtype):
+def _fold_arrays(weight, local, *, dtype):
     # one compiled pass: velocity-major (E, V + 1, S, 2) cube, the weight differences as its
     # last row - both products of an evaluation (forward and transpose) then stream
     # contiguous rows and the normalisation comes with the numerator
@@ -77,7 +75,7 @@ class FoldedForm(Form):
         dtype = jnp.dtype(dtype)
         if dtype not in (jnp.dtype(jnp.float32), jnp.dtype(jnp.float64)):
             raise DopplermapInputError(f"cube dtype must be float32 or float64, got {dtype}")
-        diff, base, base_norm, wdiff = _fold_arrays(dense.weight, dense.local, dtype.name)
+        diff, base, base_norm, wdiff = call_cached("fold", _fold_arrays, dense.weight, dense.local, dtype=dtype.name)
         low = dtype != jnp.dtype(jnp.float64)
         return cls(vels=dense.vels, cell=dense.cell, pos=dense.pos, weight=wdiff, local=diff, base=base,
                    base_norm=base_norm, num_exact=_device.asarray(np.zeros(base.shape[:1] + (base.shape[1] + 1,))) if low else None,
