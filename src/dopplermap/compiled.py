@@ -51,11 +51,15 @@ _SUFFIX = ".jaxexport"
 _MEMO: dict = {}  # this process's compiled programs (see the module docstring)
 
 
+def _avals(leaves) -> tuple:
+    # what a compiled program is specific to: shape, dtype and weak type of each argument
+    return tuple((tuple(np.shape(v)), str(jax.numpy.result_type(v)), bool(getattr(v, "weak_type", False)))
+                 for v in leaves)
+
+
 def _memo_key(name: str, fun, static: dict, args: tuple):
     leaves, treedef = jax.tree_util.tree_flatten(args)
-    avals = tuple((tuple(np.shape(v)), str(jax.numpy.result_type(v)), bool(getattr(v, "weak_type", False)))
-                  for v in leaves)
-    return (name, fun, tuple(sorted(static.items())), treedef, avals)
+    return (name, fun, tuple(sorted(static.items())), treedef, _avals(leaves))
 
 
 def compiled_program(name: str, fun, args: tuple, static: dict | None = None):
@@ -88,8 +92,7 @@ def _export_folder() -> Path | None:
 
 
 def _key(name: str, static: dict, treedef, leaves) -> str:
-    avals = tuple((tuple(np.shape(v)), str(jax.numpy.result_type(v)), bool(getattr(v, "weak_type", False)))
-                  for v in leaves)
+    avals = _avals(leaves)
     devices = jax.devices()
     parts = (name, sorted(static.items()), pickle.dumps(treedef), avals, source_digest(), jax.__version__,
              jaxlib.__version__, np.__version__,

@@ -24,7 +24,6 @@ except ImportError:  # pragma: no cover
     def threadpool_limits(**_kwargs):
         return contextlib.nullcontext()
 
-
 from .. import _device
 from ..compiled import compile_cached, compiled_program
 from ..objective import objective_terms
@@ -32,6 +31,7 @@ from ..result import Outcome
 from ._common import RawSolve, SolveSetup
 
 __all__ = ["compiled_value_and_grad", "compiled_terms", "trailing_args", "lbfgsb", "solve"]
+
 
 def value_and_grad_body(x, lmbd, pre, obs, joint=None, offset_sigma=None, *, regulariser, penalty):
     # joint: optional (lightcurve, line_weight, lc_weight) for the joint line + light-curve fit;
