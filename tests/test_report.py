@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -94,11 +95,22 @@ class _DevTools:
             return np.asarray(im.convert("RGB")).astype(int)
 
 
+def _skip_or_fail(reason: str):
+    # CI sets DOPPLERMAP_REQUIRE_BROWSER=1: there a missing browser is a failure, not a skip
+    if os.environ.get("DOPPLERMAP_REQUIRE_BROWSER", "") not in ("", "0"):
+        pytest.fail(f"{reason} (DOPPLERMAP_REQUIRE_BROWSER is set)")
+    pytest.skip(reason)
+
+
 @pytest.fixture
 def browser(tmp_path):
+    # CI sets DOPPLERMAP_REQUIRE_BROWSER=1: there a missing browser fails instead of skipping
     if CHROMIUM is None:
-        pytest.skip("no Chromium on this machine (Debian: apt-get install chromium)")
-    pytest.importorskip("websocket", reason="websocket-client is needed to drive the browser")
+        _skip_or_fail("no Chromium on this machine (Debian: apt-get install chromium)")
+    try:
+        import websocket  # noqa: F401
+    except ImportError:
+        _skip_or_fail("websocket-client is needed to drive the browser")
     import urllib.request
 
     profile = tmp_path / "profile"

@@ -31,6 +31,7 @@ COMMAND_MODULES = (
     "dopplermap.commands.search",
     "dopplermap.commands.report",
     "dopplermap.commands.zdipy",
+    "dopplermap.commands.example",
 )
 
 

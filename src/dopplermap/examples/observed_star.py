@@ -1,6 +1,8 @@
 """Worked example: a folder of observations, as an astronomer would bring it, mapped end to end.
 
-    python examples/observed_star.py [--out example-run] [--quick]
+    dopplermap example observed_star .     # writes ./observed_star.py
+    python observed_star.py [--out example-run] [--quick] [--overwrite]
+    python -m dopplermap.examples.observed_star --out example-run    # the same, from the package
 
 1. Simulates a spotted star with the physics of a real target: tabulated local profiles for
    three temperatures (files), instrument R = 65000, radial-tangential macroturbulence
@@ -52,7 +54,7 @@ def synthetic_local_profiles():
     return v, {k: dm.voigt(*s)(v) for k, s in shapes.items()}
 
 
-TOML = """# example target written by examples/observed_star.py
+TOML = """# example target written by the observed_star example (dopplermap example observed_star)
 [data]
 profiles = ["profiles/*.s"]
 times_table = "times.csv"
@@ -152,9 +154,12 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("example-run"))
     ap.add_argument("--quick", action="store_true", help="fewer epochs and cells (a smoke test)")
+    ap.add_argument("--overwrite", action="store_true", help="replace the files of an earlier run in --out")
     args = ap.parse_args(argv)
     n_epoch, n_cell, maxiter = (16, 300, 150) if args.quick else (40, 800, 1000)
     root = args.out
+    if root.is_dir() and any(root.iterdir()) and not args.overwrite:
+        ap.exit(2, f"error: --out {root} is not empty; pass --overwrite to replace an earlier run there\n")
     root.mkdir(parents=True, exist_ok=True)
     info = write_dataset(root, n_epoch=n_epoch, n_cell=n_cell, maxiter=maxiter)
     print(f"data set written to {root}: profiles/, times.csv, lightcurve.csv, local/, target.toml")

@@ -1,6 +1,7 @@
 """Worked real-data example: LO Pegasi mapped from ZDIpy's own set-up.
 
-    python examples/lopeg.py [--data ../shared/data/lopeg] [--out lopeg-run]
+    dopplermap example lopeg .     # writes ./lopeg.py
+    python lopeg.py --data DIR [--out lopeg-run]    # DIR: ZDIpy's test data (inzdi.dat, LSDprof/)
 
 The 16 LSD profiles of LO Peg (August 2014, shipped with ZDIpy; cite Folsom et al. 2016,
 MNRAS 457, 580) and ZDIpy's ``inzdi.dat`` / ``model-voigt-line.dat`` are turned into a
@@ -33,7 +34,6 @@ from dopplermap.commands.target import run_target
 from dopplermap.commands.zdipy import import_zdipy
 from dopplermap.config import load_config
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "lopeg"
 T_PHOT, T_COOL = 4500.0, 3500.0  # K; LO Peg is a K5-K7 dwarf
 
 
@@ -58,11 +58,12 @@ def spot_summary(grid, fssc, threshold: float = 0.3) -> list[str]:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", type=Path, default=DATA, help="folder with inzdi.dat, model-voigt-line.dat, LSDprof/")
+    ap.add_argument("--data", type=Path, required=True,
+                    help="folder with ZDIpy's inzdi.dat, model-voigt-line.dat and LSDprof/")
     ap.add_argument("--out", type=Path, default=Path("lopeg-run"))
     args = ap.parse_args(argv)
     if not (args.data / "inzdi.dat").is_file():
-        raise SystemExit(f"LO Peg data not found in {args.data} (expected inzdi.dat there)")
+        ap.exit(2, f"error: --data {args.data}: no inzdi.dat there (give the folder of ZDIpy's LO Peg test data)\n")
     args.out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     toml, epochs, lost = import_zdipy(args.data / "inzdi.dat", args.data / "model-voigt-line.dat",
