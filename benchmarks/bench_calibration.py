@@ -1,6 +1,7 @@
 """Calibration of the stellar-parameter estimators and uncertainty maps on simulated stars.
 
-    PYTHONPATH=src python benchmarks/bench_calibration.py [--quick] [--out results.json]
+    PYTHONPATH=src python benchmarks/bench_calibration.py [--quick]
+        [--out benchmarks/results/calibration-cpu2.json]
         [--coverage N] [--alt N] [--calibrate N]
 
 Each star is simulated by :func:`brute_force_profiles`, a disc integrator written here in
