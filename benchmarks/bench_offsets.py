@@ -1,13 +1,15 @@
 """The Gaussian prior on the per-epoch continuum offsets: offsets, chi2 and map.
 
-    PYTHONPATH=src python benchmarks/bench_offsets.py [--no-lopeg] [--out benchmarks/results/offsets-cpu2.json]
+    PYTHONPATH=src python benchmarks/bench_offsets.py [--no-lopeg]
+        [--out benchmarks/results/offsets-cpu2.json]
 
 1. A simulated star: 300 cells, 12 epochs, 30 velocities (``dm.demo_setup(seed=2)``), local
    lines made from a synthetic-LSD-like table (continuum 1.5 % below 1, Lorentzian wings) scaled
    with ``ew_method = "gaussian_fit"`` (SpotDIPy's convention) to EW 6 / 7 / 5 km/s, the demo's
    spots, snr 500, true offsets 0. Simulated twice: on the inversion's own grid and on a 4x
-   finer grid (1200 cells, the truth painted on the 300 inversion cells). Inverted with the same lines at lambda 1 and 0.1, four ways: no prior,
-   ``offset_sigma`` 0.01 and 0.005, and ``fit_amp = false``. Printed: max |amp|, mean amp,
+   finer grid (1200 cells, the truth painted on the 300 inversion cells). Inverted with the
+   same lines at lambda 1 and 0.1, four ways: no prior, ``offset_sigma`` 0.01 and 0.005, and
+   ``fit_amp = false``. Printed: max |amp|, mean amp,
    chi2, the cool-map correlation with the truth and the mean cool filling factor (true 0.066).
 2. LO Peg (real data, ``../shared/data/lopeg``): ``import-zdipy`` -> target TOML (which holds
    ``fit_amp = false``, ZDIpy's convention), then through the TOML path with the offsets free,
