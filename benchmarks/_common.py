@@ -20,6 +20,8 @@ def strict(obj):
 def write_json(path: str, obj) -> None:
     """Write ``obj`` as indented strict JSON (non-finite numbers as null) to ``path`` through a
     temporary file (no half-written results)."""
+    path = os.fspath(path)
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     tmp = path + ".tmp"
     with open(tmp, "w") as fh:
         json.dump(strict(obj), fh, indent=2, allow_nan=False)

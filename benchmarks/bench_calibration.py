@@ -1,14 +1,16 @@
 """Calibration of the stellar-parameter estimators and uncertainty maps on simulated stars.
 
-    PYTHONPATH=src python benchmarks/bench_calibration.py [--quick] [--out results.json]
+    PYTHONPATH=src python benchmarks/bench_calibration.py [--quick]
+        [--out benchmarks/results/calibration-cpu2.json]
         [--coverage N] [--alt N] [--calibrate N]
 
 Each star is simulated by :func:`brute_force_profiles`, a disc integrator written here in
-NumPy and independent of dopplermap's model: a fine latitude-longitude grid (~16x the
-inversion grid's cells), a smooth spot function evaluated per fine cell, analytic Gaussian
-local profiles evaluated at ``v - v_los - rv`` (the per-epoch rv is exact: the local
-profiles are shifted, not the disc-integrated one), linear limb darkening, noise of
-1/snr of the continuum, each profile divided by its mean (dopplermap's normalisation).
+NumPy and independent of dopplermap's model: a fine latitude-longitude grid (96 bands,
+~11.7k cells: ~39x the 300-cell inversion grid), a smooth spot function evaluated per fine
+cell, analytic Gaussian local profiles evaluated at ``v - v_los - rv`` (the per-epoch rv is
+exact: the local profiles are shifted, not the disc-integrated one), linear limb darkening,
+noise of 1/snr of the continuum, each profile divided by its mean (dopplermap's
+normalisation).
 
 For every star the existing estimators are run unchanged:
 

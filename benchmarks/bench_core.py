@@ -5,7 +5,7 @@ the bandwidth bound of value-and-gradient (bytes of the arrays it reads / bandwi
 its measured time; trace / lower / compile seconds, cold and with the persistent cache
 warm (fresh processes); scipy L-BFGS-B and device solve times; a batch of 8 lambdas.
 
-    PYTHONPATH=src python benchmarks/bench_core.py [--out results.json] [--quick]
+    PYTHONPATH=src python benchmarks/bench_core.py [--out benchmarks/results/core-cpu2.json] [--quick]
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Benchmark: what a user waits for, whole runs in fresh processes (one process tree, one run).
 
     PYTHONPATH=src python benchmarks/bench_end_to_end.py [--seed-python PY] [--sizes seed large]
-        [--workdir DIR] [--out results_end_to_end.json] [--skip-seed]
+        [--workdir DIR] [--out benchmarks/results/end_to_end-cpu2.json] [--skip-seed]
 
 1. The seed user's pickles (``dopplermap simulate --format seed-pickle``: seed size 2500
    cells x 150 epochs x 32 velocities, and 4010 x 150 x 41): the seed's own script

@@ -1,13 +1,13 @@
-"""Figures and files of a small run, before and after, in one process (issue 19 item 3: <= 1 s).
+"""Time to write the result files and figures of a small run, in one process.
 
 The run: 8 epochs x 47 velocities, 4000 cells, a 300-point light curve (the size of the
 small real data set). The result is built without a solve (the model of the true map), so
 only the writing is timed. In the same process, each repeated ``--repeat`` times (best of):
 
-  * before: the result files (FITS, JSON) then every figure with the plotting code of
-    ``--before`` (a git revision; default c4eba38, the last with the old figures), one after the other;
-  * after: ``save_result`` with figures (this tree's plot.py), threads 1 and the default;
-  * after + report: the same, then ``report.html``.
+  * ``save_result`` with figures (this tree's plot.py), with 1 thread and the default;
+  * the same, then ``report.html``;
+  * with ``--before REV`` (a git revision), also the result files (FITS, JSON) then every
+    figure with the plotting code of that revision, one after the other, for comparison.
 
 Wall and CPU seconds are printed with the CPU/wall ratio of a fixed numpy workload run just
 before, as a load gauge. Usage:
@@ -91,13 +91,15 @@ def timed(fn, repeat):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--before", default="c4eba38",
-                    help="git revision of the 'before' plot.py (default: the last one with the old figures)")
+    ap.add_argument("--before", default=None,
+                    help="also time the plot.py of this git revision (files + figures, serial)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     root = Path(__file__).resolve().parents[1]
-    rev = subprocess.run(["git", "rev-parse", args.before], capture_output=True, text=True, cwd=root,
-                         check=True).stdout.strip()
+    rev = None
+    if args.before:
+        rev = subprocess.run(["git", "rev-parse", args.before], capture_output=True, text=True, cwd=root,
+                             check=True).stdout.strip()
 
     from astropy.io import fits
 
@@ -106,10 +108,11 @@ def main():
     from dopplermap.report import write_report
 
     res = small_run()
-    old = load_before(rev)
+    old = load_before(rev) if rev else None
     work = Path(tempfile.mkdtemp(prefix="bench-figures-"))
     app.save_result(res, work / "warm", plots=True)  # imports, fonts, caches: the same for both sides
-    old.plot_result(res, work / "warm_old")
+    if old is not None:
+        old.plot_result(res, work / "warm_old")
 
     def before():
         d = work / "before"
@@ -128,15 +131,19 @@ def main():
         app.save_result(res, work / "after_r", plots=True)
         write_report(work / "after_r")
 
-    rows = {"before (files + figures, serial)": timed(before, args.repeat),
-            "after, 1 thread": timed(after(1), args.repeat),
-            "after, default threads": timed(after(None), args.repeat),
-            "after + report.html": timed(after_report, args.repeat)}
-    base = rows["before (files + figures, serial)"]["wall"]
-    print(f"machine: {platform.node()} {platform.processor() or platform.machine()}, before = {rev[:10]}")
-    print(f"{'':34s} {'wall s':>7s} {'cpu s':>7s} {'gauge':>6s} {'x before':>8s}")
+    rows = {}
+    if old is not None:
+        rows["before (files + figures, serial)"] = timed(before, args.repeat)
+    rows.update({"save_result, 1 thread": timed(after(1), args.repeat),
+                 "save_result, default threads": timed(after(None), args.repeat),
+                 "save_result + report.html": timed(after_report, args.repeat)})
+    base = rows["before (files + figures, serial)"]["wall"] if old is not None else None
+    print(f"machine: {platform.node()} {platform.processor() or platform.machine()}"
+          + (f", before = {rev[:10]}" if rev else ""))
+    print(f"{'':34s} {'wall s':>7s} {'cpu s':>7s} {'gauge':>6s}" + (f" {'x before':>8s}" if base else ""))
     for k, r in rows.items():
-        print(f"{k:34s} {r['wall']:7.3f} {r['cpu']:7.3f} {r['gauge']:6.2f} {base / r['wall']:8.2f}")
+        print(f"{k:34s} {r['wall']:7.3f} {r['cpu']:7.3f} {r['gauge']:6.2f}"
+              + (f" {base / r['wall']:8.2f}" if base else ""))
     sizes = {p.name: p.stat().st_size for p in (work / "after_r").iterdir()}
     print("files:", ", ".join(f"{k} {v / 1e3:.0f} kB" for k, v in sorted(sizes.items())))
     if args.out:

@@ -1,6 +1,7 @@
 """What the calibration stars' profiles can tell about the inclination: the information bound.
 
-    PYTHONPATH=src python benchmarks/bench_inclination_bound.py [--stars 0,1] [--no-map] [--out FILE]
+    PYTHONPATH=src python benchmarks/bench_inclination_bound.py [--stars 0,1] [--no-map]
+        [--out benchmarks/results/inclination_bound-cpu2.json]
     ... --profile all [--profile-lambdas 1,0.1] [--profile-data own,indep,noisy] [--profile-cells N]
     ... --mc all [--mc-draws 2] [--mc-lambdas 0.1] [--mc-full]
     ... --fd-check 3,5   |   --fine 7   |   --report
@@ -45,7 +46,7 @@ measured by ``--profile`` (:func:`profile_map`: the minimum of the profiled loss
 inclination, on own-model, independent and noisy data) and its scatter over noise draws by
 ``--mc`` (:func:`mc_check`). ``--fd-check``: the bound with finite-difference star-parameter
 columns (:func:`fd_check`); ``--fine``: ``joint_fit`` on 1200 cells (:func:`fine_fits`);
-``--report``: RESULTS.md's tables from the results files. Results: benchmarks/RESULTS.md,
+``--report``: RESULTS.md's tables from the results files in ``benchmarks/results/``. Results: benchmarks/RESULTS.md,
 "The information bound".
 """
 
@@ -72,6 +73,7 @@ F_EMPTY = math.sqrt(FILL_M * (1 - FILL_M) * math.exp(-2.0) / 2.0)
 LAMBDAS = (1.0, 0.1, 0.01, 1e-4)
 SUPPORT_MIN = 0.01
 MAE_TARGET = 3.0
+RESULTS_DIR = Path(__file__).resolve().parent / "results"  # the results files --report reads
 
 
 def _setup(k, clip=F_EMPTY):
@@ -508,13 +510,14 @@ def bias_table(rows):
 
 
 def _measured():
-    """The joint_fit and calibrated inclinations of the earlier runs (results files beside this one)."""
+    """The joint_fit and calibrated inclinations of ``bench_calibration.py``'s runs (its results
+    files in ``benchmarks/results/``: the default run and the calibrated estimator's)."""
     import json
 
-    here = Path(__file__).resolve().parent
+    here = RESULTS_DIR
     out = {}
-    for name, key, dst in (("results_calibration_devbox.json", "joint_inc", "joint"),
-                           ("results_calibration_neyman_chi2_ov4_devbox.json", "cal_inc", "cal")):
+    for name, key, dst in (("calibration-cpu2.json", "joint_inc", "joint"),
+                           ("calibration-cpu2-neyman.json", "cal_inc", "cal")):
         f = here / name
         if not f.exists():
             continue
@@ -559,14 +562,15 @@ def kink_distance(k, incs, n_cell=None):
 
 
 def report(here=None):
-    """The tables of benchmarks/RESULTS.md from the results files of the runs."""
+    """The tables of benchmarks/RESULTS.md from the results files of the runs (in
+    ``benchmarks/results/`` unless ``here`` names another folder)."""
     import json
 
-    here = Path(__file__).resolve().parent if here is None else Path(here)
+    here = RESULTS_DIR if here is None else Path(here)
     # an infinite sd (no information) is stored as null (strict JSON): read it back as inf
     rows = [{k: float("inf") if v is None and k.startswith("sd_") else v for k, v in r.items()}
-            for r in json.loads((here / "results_inclination_bound_devbox.json").read_text())["stars"]]
-    prof_file = here / "results_inclination_bound_profile_devbox.json"
+            for r in json.loads((here / "inclination_bound-cpu2.json").read_text())["stars"]]
+    prof_file = here / "inclination_bound-cpu2-profile.json"
     prof = {r["k"]: r for r in json.loads(prof_file.read_text())["stars"]} if prof_file.exists() else {}
 
     def f(x, nd=1):

@@ -8,8 +8,7 @@ mu-dependent profiles (RT macroturbulence zeta = 4 km/s + instrument R = 65000,
 the model solvers iterate on by default (``method="auto"``: at this size the dense cube,
 folded to float32 by ``dm.solve_form``), for the binned model (the default beyond 512 MiB)
 and for the unfolded dense float64 reference. Compile time is measured apart; each "+mu"
-ratio is relative to the same method without mu dependence, in the same run. Issue 4 asks
-<= 2 per evaluation. Also checks binned+mu against the dense mu model (max deviation,
+ratio is relative to the same method without mu dependence, in the same run. Also checks binned+mu against the dense mu model (max deviation,
 continuum units).
 """
 

@@ -1,4 +1,4 @@
-"""Several line data sets in one map: recovery and cost (issue 17 item 1).
+"""Several line data sets in one map: recovery and cost.
 
 A star observed by two instruments, simulated with the independent NumPy disc integrator
 of :mod:`bench_calibration` on a fine latitude-longitude grid (not dopplermap's model):

@@ -1,7 +1,7 @@
 """Benchmark: projected Gauss-Newton-CG (``solver="newton"``) against scipy L-BFGS-B at tight tolerances.
 
     PYTHONPATH=src python benchmarks/bench_newton.py [--sizes seed large] [--tols 1e-5 1e-7 1e-8]
-        [--out results_newton.json]
+        [--out benchmarks/results/newton-cpu2.json]
 
 For each size (``seed``: ``dm.demo_setup()`` defaults, 2500 cells x 150 epochs x 32
 velocities; ``large``: 4010 cells x 150 epochs x 41 velocities), one simulated data set

@@ -1,14 +1,15 @@
-"""The Gaussian prior on the per-epoch continuum offsets (issue 17): offsets, chi2 and map.
+"""The Gaussian prior on the per-epoch continuum offsets: offsets, chi2 and map.
 
-    PYTHONPATH=src python benchmarks/bench_offsets.py [--no-lopeg] [--out results.json]
+    PYTHONPATH=src python benchmarks/bench_offsets.py [--no-lopeg]
+        [--out benchmarks/results/offsets-cpu2.json]
 
-1. The session-6 star: 300 cells, 12 epochs, 30 velocities (``dm.demo_setup(seed=2)``), local
+1. A simulated star: 300 cells, 12 epochs, 30 velocities (``dm.demo_setup(seed=2)``), local
    lines made from a synthetic-LSD-like table (continuum 1.5 % below 1, Lorentzian wings) scaled
    with ``ew_method = "gaussian_fit"`` (SpotDIPy's convention) to EW 6 / 7 / 5 km/s, the demo's
-   spots, snr 500, true offsets 0. Simulated twice: on the inversion's own grid (as session 6
-   measured it) and on a 4x finer grid (1200 cells, the truth painted on the 300 inversion
-   cells). Inverted with the same lines at lambda 1 and 0.1, four ways: no prior,
-   ``offset_sigma`` 0.01 and 0.005, and ``fit_amp = false``. Printed: max |amp|, mean amp,
+   spots, snr 500, true offsets 0. Simulated twice: on the inversion's own grid and on a 4x
+   finer grid (1200 cells, the truth painted on the 300 inversion cells). Inverted with the
+   same lines at lambda 1 and 0.1, four ways: no prior, ``offset_sigma`` 0.01 and 0.005, and
+   ``fit_amp = false``. Printed: max |amp|, mean amp,
    chi2, the cool-map correlation with the truth and the mean cool filling factor (true 0.066).
 2. LO Peg (real data, ``../shared/data/lopeg``): ``import-zdipy`` -> target TOML (which holds
    ``fit_amp = false``, ZDIpy's convention), then through the TOML path with the offsets free,
@@ -46,7 +47,8 @@ def _lines(comps):
                                           c.intensity) for c, ew in zip(comps, (6.0, 7.0, 5.0), strict=True)])
 
 
-def session6_star() -> list[dict]:
+def gaussian_fit_star() -> list[dict]:
+    """Part 1: the 300-cell star with ``gaussian_fit``-scaled lines and true offsets 0."""
     import dopplermap as dm
 
     star, grid, times, vels, comps = dm.demo_setup(n_cell=300, n_epoch=12, n_vel=30, seed=2)
@@ -114,7 +116,7 @@ def main(argv=None):
     ap.add_argument("--out", default=None, help="write the rows as JSON here")
     args = ap.parse_args(argv)
     print(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} CPUs, load {os.getloadavg()}")
-    out = dict(machine=platform.node(), load_before=os.getloadavg(), star=session6_star())
+    out = dict(machine=platform.node(), load_before=os.getloadavg(), star=gaussian_fit_star())
     if not args.no_lopeg:
         if (LOPEG / "inzdi.dat").is_file():
             out["lopeg"] = lopeg()

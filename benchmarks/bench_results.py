@@ -1,4 +1,4 @@
-"""Cost of writing the result folder and figures of the demo (issue 5: at most 3 s).
+"""Cost of writing the result folder and figures of the demo.
 
 Runs the demo problem (seed size unless --n-cell), then times, in the same process:
   * with_context (spotless model), save_result without figures, and with figures,

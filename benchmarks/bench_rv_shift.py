@@ -9,7 +9,7 @@ finer grid and interpolated linearly there, and the binned form's exact shift
 (``rv_shift="exact"``). Then the per-epoch rv recovered from data made with the exact
 shift, by the interpolating dense model and the exact binned one (:func:`recover`).
 
-    PYTHONPATH=src python benchmarks/bench_rv_shift.py [--out results.json]
+    PYTHONPATH=src python benchmarks/bench_rv_shift.py [--out benchmarks/results/rv_shift-cpu2.json]
 """
 
 from __future__ import annotations

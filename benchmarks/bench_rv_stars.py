@@ -1,6 +1,6 @@
 """Per-epoch rv recovery on the calibration stars: the seed's interpolating shift against the exact one.
 
-    PYTHONPATH=src python benchmarks/bench_rv_stars.py [--stars 0 1 ...] [--out results.json]
+    PYTHONPATH=src python benchmarks/bench_rv_stars.py [--stars 0 1 ...] [--out benchmarks/results/rv_stars-cpu2.json]
 
 Each star of ``bench_calibration.STARS`` is simulated by that module's independent NumPy disc
 integrator (fine grid, lines at ``v - v_los - rv``: the rv shift exact) with a true rv per
@@ -9,8 +9,8 @@ epoch (sigma 0.5 km/s), then inverted at its true inclination and vsini on the b
 disc-integrated profile), the binned model with the same interpolation, and the binned model
 with ``rv_shift="exact"`` (the local profiles moved by rv). Reported: the RMS of the fitted
 minus the true rv over the epochs, the reduced chi2 and the cool-spot map's correlation with
-the truth, per star and over all stars (issue 16 item 3: "on the calibration stars the
-per-epoch rv error does not grow").
+the truth, per star and over all stars: does the exact shift make the per-epoch rv error
+grow?
 """
 
 from __future__ import annotations

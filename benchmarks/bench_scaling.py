@@ -7,7 +7,7 @@ Prints a table with the growth factor per doubling. ``--method binned`` (default
 memory-light model, the same method at every size) or ``auto`` (what ``precompute`` picks:
 dense, folded to float32 as the solvers use it, up to 512 MiB of cube; binned beyond).
 
-    PYTHONPATH=src python benchmarks/bench_scaling.py [--out scaling.json] [--quick] [--method auto]
+    PYTHONPATH=src python benchmarks/bench_scaling.py [--out benchmarks/results/scaling-cpu2.json] [--quick] [--method auto]
 """
 
 from __future__ import annotations

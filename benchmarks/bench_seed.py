@@ -2,7 +2,7 @@
 dopplermap on the same seed-format pickles.
 
     PYTHONPATH=src python benchmarks/bench_seed.py [--n-cell 2500 --n-epoch 150 --n-vel 32]
-        [--lmbd 1.0 0.1] [--seed-python /work/venv-seed/bin/python] [--md benchmarks/RESULTS_seed.md]
+        [--lmbd 1.0 0.1] [--seed-python /work/venv-seed/bin/python] [--md /tmp/bench_seed.md]
 
 1. Writes idc.pkl, sg.pkl, cpcs.pkl of a simulated spotted star (``dopplermap simulate
    --format seed-pickle``) at the seed's size into ``--workdir``.

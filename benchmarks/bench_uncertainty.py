@@ -1,16 +1,16 @@
 """Hessian-vector products and Laplace uncertainties at the seed's size.
 
-    PYTHONPATH=src python benchmarks/bench_uncertainty.py [--quick] [--out results.json]
+    PYTHONPATH=src python benchmarks/bench_uncertainty.py [--quick] [--out benchmarks/results/uncertainty-cpu2.json]
 
-Baseline and new path in the same process:
+The unbatched and the batched path in the same process:
 
-* one HVP at a time on the dense float64 cube (how ``hvp_function`` worked through
-  session 3) against ``chunk`` HVPs in one vmapped call on the blocked float64 form
+* one HVP at a time on the dense float64 cube (a compiled single HVP, the unbatched path)
+  against ``chunk`` HVPs in one vmapped call on the blocked float64 form
   (:func:`dopplermap.uncertainty.hvp_form`), per HVP, with their agreement;
 * whole ``laplace(kind="posterior")`` and ``laplace(kind="sandwich")`` (dense method)
   wall times and the sandwich's diagonal ``diag(A F A)`` by the three-operand
-  ``np.einsum`` it used against the BLAS product it uses now, on random 1200 x 1200
-  matrices (both skipped with ``--quick``).
+  ``np.einsum`` against the BLAS product ``A @ F`` and a row-wise dot with ``A``, on random
+  1200 x 1200 matrices (both skipped with ``--quick``).
 """
 
 import argparse
@@ -60,7 +60,7 @@ def main():
 
     single = jax.jit(U._hvp, static_argnames=("regulariser", "penalty"))
 
-    def one_at_a_time():  # the session-3 path: a compiled single HVP on the dense cube, row by row
+    def one_at_a_time():  # the unbatched path: a compiled single HVP on the dense cube, row by row
         return np.stack([np.asarray(single(x, v, lm, pre, sim.obs, regulariser="mem", penalty=1e4))
                          for v in basis[:8]])
 

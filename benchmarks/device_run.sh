@@ -1,21 +1,22 @@
 #!/usr/bin/env bash
-# One prepared run on a lent GPU machine (see benchmarks/RESULTS.md), under 9.5 minutes so it
-# fits one device command: the core benchmark on its CPU pinned to 2 cores (a clean stand-in
-# for the 2-core dev machine) and on the GPU, the Newton solver against L-BFGS-B on the GPU at
+# One prepared run on a GPU machine (see benchmarks/RESULTS.md), under 9.5 minutes: the core
+# benchmark on its host CPU pinned to 2 cores (machine class h200host-cpu2, an unloaded
+# stand-in for a 2-core VM) and on the GPU, the Newton solver against L-BFGS-B on the GPU at
 # both sizes, and the user's end-to-end view (invert-seed, invert of the small real-layout
 # set) on the GPU (the seed's own script needs its jaxopt environment, absent there: skipped).
-# PART=2 instead runs what earlier sessions measured already (20k x 600 x 64 on 2 CPU cores,
-# batched Hessian-vector products on the GPU). Writes logs/JSON into $OUT.
+# PART=2 instead runs 20k x 600 x 64 on 2 CPU cores and the batched Hessian-vector products on
+# the GPU. Writes logs/JSON into $OUT, named as in benchmarks/results/ (<benchmark>-<machine>.json;
+# copy the ones a figure in RESULTS.md comes from there).
 set -u
 export PYTHONPATH=src PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/dm-device}; mkdir -p "$OUT"
 nvidia-smi -L 2>&1 | tee "$OUT/device.txt"; python3 -c "import jax; print(jax.__version__, jax.devices())" 2>&1 | tee -a "$OUT/device.txt"
 if [ "${PART:-1}" = 1 ]; then
-  JAX_PLATFORMS=cpu taskset -c 0,1 timeout 150 python3 benchmarks/bench_core.py --quick --out "$OUT/core_cpu2.json" 2>&1 | tee "$OUT/core_cpu2.log"
-  timeout 150 python3 benchmarks/bench_core.py --out "$OUT/core_gpu.json" 2>&1 | tee "$OUT/core_gpu.log"
-  timeout 120 python3 benchmarks/bench_newton.py --sizes seed large --tols 1e-5 1e-8 --out "$OUT/newton_gpu.json" 2>&1 | tee "$OUT/newton_gpu.log"
-  timeout 120 python3 benchmarks/bench_end_to_end.py --skip-seed --sizes seed --workdir "$OUT/e2e" --out "$OUT/end_to_end_gpu.json" 2>&1 | tee "$OUT/end_to_end_gpu.log"
+  JAX_PLATFORMS=cpu taskset -c 0,1 timeout 150 python3 benchmarks/bench_core.py --quick --out "$OUT/core-h200host-cpu2-quick.json" 2>&1 | tee "$OUT/core-h200host-cpu2-quick.log"
+  timeout 150 python3 benchmarks/bench_core.py --out "$OUT/core-h200.json" 2>&1 | tee "$OUT/core-h200.log"
+  timeout 120 python3 benchmarks/bench_newton.py --sizes seed large --tols 1e-5 1e-8 --out "$OUT/newton-h200.json" 2>&1 | tee "$OUT/newton-h200.log"
+  timeout 120 python3 benchmarks/bench_end_to_end.py --skip-seed --sizes seed --workdir "$OUT/e2e" --out "$OUT/end_to_end-h200.json" 2>&1 | tee "$OUT/end_to_end-h200.log"
 else
-  JAX_PLATFORMS=cpu taskset -c 0,1 timeout 100 python3 benchmarks/bench_scaling.py --child 20000 600 64 2>&1 | tee "$OUT/scaling_cpu2_20k.log"
-  timeout 120 python3 benchmarks/bench_uncertainty.py --quick --out "$OUT/uncertainty_gpu.json" 2>&1 | tee "$OUT/uncertainty_gpu.log"
+  JAX_PLATFORMS=cpu taskset -c 0,1 timeout 100 python3 benchmarks/bench_scaling.py --child 20000 600 64 2>&1 | tee "$OUT/scaling-h200host-cpu2-20k.log"
+  timeout 120 python3 benchmarks/bench_uncertainty.py --quick --out "$OUT/uncertainty-h200-quick.json" 2>&1 | tee "$OUT/uncertainty-h200-quick.log"
 fi
