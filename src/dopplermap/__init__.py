@@ -30,11 +30,11 @@ _LAZY = {
     **dict.fromkeys(("Component", "ComponentSet", "LimbDarkening", "LocalProfile", "gaussian",
                      "intensity_ratio", "planck", "tabulated", "voigt"), "profiles"),
     **dict.fromkeys(("DEMO_SPOTS", "Simulation", "Spot", "demo_setup", "simulate", "spot_map"), "simulate"),
-    **dict.fromkeys(("InversionResult", "invert"), "solvers"),
+    "InversionResult": "result",
+    **dict.fromkeys(("invert", "invert_batch", "invert_device"), "solvers"),
     "load_result": "io.results",
     "save_result": "app",
     "enable_compilation_cache": "cache",
-    **dict.fromkeys(("invert_batch", "invert_device"), "solvers"),
 }
 
 # submodules reachable as attributes (``dm.model``, ``dm.plot``) without an explicit import

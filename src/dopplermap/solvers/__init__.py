@@ -45,6 +45,7 @@ from ..objective import (
     with_exact_numerator,
 )
 from ..problem import Problem, Settings
+from ..result import InversionResult
 from ._common import (
     SPOT_COMPONENTS,
     Progress,
@@ -63,7 +64,6 @@ from ._common import (
 )
 from .batch import blocked_fits, solve_batch, solve_device
 from .newton import solve_newton
-from .result import InversionResult  # the re-export keeps dopplermap.solvers.result bound
 from .scipy_lbfgsb import compiled_terms, trailing_args
 from .scipy_lbfgsb import solve as solve_scipy
 
