@@ -1,5 +1,5 @@
-"""Trust (issue 14): warnings, honest exit codes, outputs that refuse to lose files,
-searches that refuse to mix, size guards. One test (at least) per reported case."""
+"""Trust: warnings, honest exit codes, outputs that refuse to lose files,
+searches that refuse to mix, size guards. One test (at least) per case of each."""
 
 from __future__ import annotations
 
