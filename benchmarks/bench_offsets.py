@@ -85,7 +85,7 @@ def lopeg() -> list[dict]:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         toml, _, _ = import_zdipy(LOPEG / "inzdi.dat", LOPEG / "model-voigt-line.dat", Path(tmp) / "lopeg.toml",
-                                  force=True, t_phot=4500.0, t_cool=3500.0, echo=lambda m: None)
+                                  overwrite=True, t_phot=4500.0, t_cool=3500.0, echo=lambda m: None)
         text = toml.read_text()
         if "fit_amp = false" not in text:
             raise SystemExit("the imported LO Peg target no longer holds 'fit_amp = false'; update this benchmark")

@@ -75,7 +75,7 @@ def test_init_writes_template_and_refuses_overwrite(tmp_path, capsys):
     assert main(["init", str(p)]) == 0
     assert p.read_text() == TEMPLATE
     assert main(["init", str(p)]) == 2
-    assert "exists; use --force" in capsys.readouterr().err
+    assert "exists; use --overwrite" in capsys.readouterr().err
 
 
 def _dataset(root, *, n_epoch=10, n_cell=250, lightcurve=True, extra=""):

@@ -18,6 +18,7 @@ import pytest
 
 import dopplermap as dm
 from dopplermap import search
+from dopplermap.problem import Settings
 
 # (form, solver): reason
 UNSUPPORTED = {
@@ -144,7 +145,7 @@ def test_grid_point_on_binned_mu_dependent_model():
                                                    for c in comps])
     prob = search.Problem(grid=grid, star=star, obs=scn.obs, components=comps, method="binned")
     row = search.evaluate_point(prob, {"inclination": star.inclination},
-                                search.SolveSettings(lmbd=H.LMBD, tol=1e-10, maxiter=5000))
+                                Settings(lmbd=H.LMBD, tol=1e-10, maxiter=5000))
     assert row["success"]
     # the same problem as the unpadded binned model of the matrix (default synthesis_tol = BINNED_TOL_MU)
     assert prob.method == "binned" and H.BINNED_TOL_MU == 1e-7

@@ -1,4 +1,4 @@
-"""Fault injection (issue 14): killed writers never lose a result, corrupted inputs never
+"""Fault injection: killed writers never lose a result, corrupted inputs never
 pass silently.
 
 * Kills: ``DOPPLERMAP_FAULT`` makes a writer SIGKILL itself at a chosen moment (after file

@@ -30,7 +30,7 @@ OTHER_METHODS = {
 }
 
 FORM_BRANCH = re.compile(
-    r"\b(line|lm|form)\.(method|kind)\s*(==|!=|\bin\b|\bnot\s+in\b)"  # line.method == "dense", pre.line.kind in (...)
+    r"\b(line|lm|form)\.kind\s*(==|!=|\bin\b|\bnot\s+in\b)"  # line.kind == "dense", pre.line.kind in (...)
     r"|isinstance\([^)]*\b(Dense|Folded|Blocked|Binned)Form\b")  # type switches on the form
 METHOD_BRANCH = re.compile(r"\bmethod\s*==|\bmethod\s*!=\s*[\"'](dense|binned|folded|blocked)[\"']")
 
@@ -56,7 +56,7 @@ def test_no_branches_on_the_form_outside_forms():
 
 
 def test_branch_scan_can_fail():
-    assert form_branches('    if line.method == "binned":\n', "x.py")
+    assert form_branches('    if line.kind == "binned":\n', "x.py")
     assert form_branches("    mu = pre.line.kind in ('folded', 'blocked')\n", "x.py")
     assert form_branches("    if isinstance(pre.line, forms.FoldedForm):\n", "x.py")
     assert form_branches('    if method == "dense":\n', "search.py")

@@ -9,6 +9,7 @@ import pytest
 import dopplermap as dm
 from dopplermap import jointfit as J
 from dopplermap import search
+from dopplermap.problem import Settings
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _search_problem import small_problem  # noqa: E402
@@ -63,7 +64,7 @@ def test_joint_fit_recovers_inclination_and_vsini(problem):
     assert jf.map.chi2 < jf.initial_map.chi2
     # the grid search's best point is within one grid step of the joint fit
     axes = {"inclination": [52.0, 58.0, 64.0], "vsini": [39.0, 40.0, 41.0]}
-    rows = [dict(p, **search.evaluate_point(prob, p, search.SolveSettings(lmbd=LMBD, tol=1e-7)))
+    rows = [dict(p, **search.evaluate_point(prob, p, Settings(lmbd=LMBD, tol=1e-7)))
             for p in search.grid_points(axes)]
     best = search.best_point(rows, list(axes))
     print(f"grid best: inclination {best['inclination']}, vsini {best['vsini']}")

@@ -126,13 +126,13 @@ def test_mu_basis_that_cannot_reach_the_tolerance_warns():
 
     from dopplermap.broadening import mu_dependent_profile
     from dopplermap.errors import DopplermapWarning
-    from dopplermap.model import _MuBasis
+    from dopplermap.forms.binned import MuBasis
 
     profile = mu_dependent_profile(dm.gaussian(0.5, 9.0), 4.0)
     with warnings.catch_warnings():
         warnings.simplefilter("error", DopplermapWarning)
-        ok = _MuBasis(profile, 1e-7, profile.half_width, 0.5)  # reachable: no warning
+        ok = MuBasis(profile, 1e-7, profile.half_width, 0.5)  # reachable: no warning
     assert ok.error <= 1e-7 and ok.rank < 65
     with pytest.warns(DopplermapWarning, match=r"separates only to .* above synthesis_tol = 1e-15"):
-        tight = _MuBasis(profile, 1e-15, profile.half_width, 0.5)
+        tight = MuBasis(profile, 1e-15, profile.half_width, 0.5)
     assert tight.error > 1e-15

@@ -1,4 +1,6 @@
-"""Several line data sets and several light-curve bands in one inversion (issue 17 item 1)."""
+"""Several line data sets and several light-curve bands in one inversion: the joint
+map, how the objective pools and weights the sets, the lines/light-curve tables from config
+to CLI, and the errors of bad tables and unsupported paths."""
 
 import json
 import sys

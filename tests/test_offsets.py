@@ -1,4 +1,4 @@
-"""The Gaussian prior on the per-epoch continuum offsets (``offset_sigma``, issue 17).
+"""The Gaussian prior on the per-epoch continuum offsets (``offset_sigma``).
 
 The term is checked against a NumPy transcription of its formula, its gradient against
 finite differences, the default against the objective's other terms bit for bit, the three
@@ -249,7 +249,7 @@ def test_three_solvers_agree_with_the_prior(star, solved):
 
 
 def test_prior_keeps_the_offsets_below_001_on_a_spotdipy_scaled_star():
-    """The acceptance figure of issue 17: gaussian_fit local lines, profiles simulated on a 4x
+    """What the prior is for: gaussian_fit local lines, profiles simulated on a 4x
     finer grid, true offsets 0. Without the prior the offsets reach ~0.02 (a uniform cool layer
     and a negative offset fit almost equally well); with sigma = 0.005 (the continuum of a
     normalised LSD profile known to +-0.5 %) they stay below 0.01, chi2 ~ 1, map no worse."""

@@ -30,7 +30,7 @@ def test_invert_attaches_grid_star_observations(small_problem, fitted):
     pre, res = fitted
     assert res.grid is grid and res.star is star and res.obs is sim.obs
     assert res.intensities == tuple(float(c.intensity) for c in comps)
-    np.testing.assert_allclose(res.brightness, dm.solvers.result.relative_brightness(res.fssc, res.fssh, res.intensities))
+    np.testing.assert_allclose(res.brightness, dm.result.relative_brightness(res.fssc, res.fssh, res.intensities))
     # a model not made by precompute (here a pytree copy) has no known set-up: observations only
     copy = jax.tree_util.tree_map(lambda a: a, pre)
     res2 = dm.invert(copy, sim.obs, lmbd=0.3, maxiter=2)

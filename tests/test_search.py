@@ -10,12 +10,13 @@ import pytest
 import dopplermap as dm
 from dopplermap import search
 from dopplermap.commands.demo import recovery_correlation
+from dopplermap.problem import Settings
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _search_problem import small_problem  # noqa: E402
 
 AXES = {"inclination": [45.0, 52.5, 60.0, 67.5], "vsini": [37.0, 38.5, 40.0, 41.5]}
-SETTINGS = search.SolveSettings(lmbd=0.5, tol=1e-5)
+SETTINGS = Settings(lmbd=0.5, tol=1e-5)
 
 
 @pytest.fixture(scope="module")
@@ -116,8 +117,9 @@ import sys
 sys.path.insert(0, {tests!r})
 from _search_problem import small_problem
 from dopplermap import search
+from dopplermap.problem import Settings
 prob, _ = small_problem()
-search.grid_search(prob, {axes!r}, {out!r}, settings=search.SolveSettings(lmbd=0.5, tol=1e-5), scheduler="sync")
+search.grid_search(prob, {axes!r}, {out!r}, settings=Settings(lmbd=0.5, tol=1e-5), scheduler="sync")
 """
 
 

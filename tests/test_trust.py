@@ -1,5 +1,5 @@
-"""Trust (issue 14): warnings, honest exit codes, outputs that refuse to lose files,
-searches that refuse to mix, size guards. One test (at least) per reported case."""
+"""Trust: warnings, honest exit codes, outputs that refuse to lose files,
+searches that refuse to mix, size guards. One test (at least) per case of each."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import dopplermap as dm
 from dopplermap import diagnostics, search
 from dopplermap.cli import EXIT_NOT_CONVERGED, main
 from dopplermap.errors import ConvergenceWarning, DopplermapInputError, DopplermapWarning, collect_warnings
+from dopplermap.problem import Settings
 
 N_CELL, N_EPOCH, N_VEL = 150, 12, 24
 
@@ -306,13 +307,13 @@ def sprob(small):
 def test_grid_resume_refuses_other_settings_or_problem(sprob, small, tmp_path):
     table = tmp_path / "grid.csv"
     axes = {"vsini": [38.0, 40.0]}
-    settings = search.SolveSettings(lmbd=1.0, tol=1e-5)
+    settings = Settings(lmbd=1.0, tol=1e-5)
     rows = search.grid_search(sprob, axes, table, settings=settings, scheduler="sync")
     assert {r["lmbd"] for r in rows} == {1.0} and {r["regulariser_kind"] for r in rows} == {"mem"}
     assert len({r["problem"] for r in rows}) == 1 and {r["tol"] for r in rows} == {1e-5}
     text = table.read_text()
     with pytest.raises(DopplermapInputError, match=r"resume refused.*lmbd 1.0 in the table vs 10.0 now"):
-        search.grid_search(sprob, axes, table, settings=search.SolveSettings(lmbd=10.0, tol=1e-5),
+        search.grid_search(sprob, axes, table, settings=Settings(lmbd=10.0, tol=1e-5),
                            scheduler="sync", resume=True)
     other = search.Problem(grid=small.grid, star=small.star.replace(inclination=50.0), obs=small.sim.obs,
                            components=small.comps)

@@ -121,11 +121,11 @@ def test_import_zdipy_writes_a_target_that_loads(tmp_path, capsys):
     ref = np.loadtxt(src / "LSDprof" / "lopeg_16aug14_v_02.prof.norm", skiprows=2)
     keep = (ref[:, 0] >= -99.8) & (ref[:, 0] <= 60.2)
     assert np.allclose(np.asarray(obs.flux)[0], ref[keep, 1] / ref[keep, 1].mean(), rtol=1e-12)
-    # never overwrite without --force
+    # never overwrite without --overwrite
     before = out.read_text()
     assert main(["import-zdipy", str(src / "inzdi.dat"), "--out", str(out)]) == 2
-    assert "exists; use --force" in capsys.readouterr().err and out.read_text() == before
-    assert main(["import-zdipy", str(src / "inzdi.dat"), "--out", str(out), "--force", "--teff", "4500"]) == 0
+    assert "exists; use --overwrite" in capsys.readouterr().err and out.read_text() == before
+    assert main(["import-zdipy", str(src / "inzdi.dat"), "--out", str(out), "--overwrite", "--teff", "4500"]) == 0
 
 
 def _copy_lopeg(tmp_path):

@@ -24,17 +24,17 @@ from .errors import DopplermapError, DopplermapInputError, DopplermapWarning, Mi
 _LAZY = {
     **dict.fromkeys(("StarParams", "cell_geometry", "rotation_phase"), "geometry"),
     **dict.fromkeys(("SurfaceGrid", "healpix_grid", "latitude_band_grid", "make_grid"), "grid"),
-    **dict.fromkeys(("LineModel", "Precomputed", "fold_dense", "forward", "precompute", "solve_form",
+    **dict.fromkeys(("Precomputed", "fold_dense", "forward", "precompute", "solve_form",
                      "synthesize"), "model"),
     **dict.fromkeys(("Layout", "Observations", "chi2", "loss", "seed_entropy", "tikhonov"), "objective"),
     **dict.fromkeys(("Component", "ComponentSet", "LimbDarkening", "LocalProfile", "gaussian",
                      "intensity_ratio", "planck", "tabulated", "voigt"), "profiles"),
     **dict.fromkeys(("DEMO_SPOTS", "Simulation", "Spot", "demo_setup", "simulate", "spot_map"), "simulate"),
-    **dict.fromkeys(("InversionResult", "invert"), "solvers"),
+    "InversionResult": "result",
+    **dict.fromkeys(("invert", "invert_batch", "invert_device"), "solvers"),
     "load_result": "io.results",
     "save_result": "app",
     "enable_compilation_cache": "cache",
-    **dict.fromkeys(("invert_batch", "invert_device"), "solvers"),
 }
 
 # submodules reachable as attributes (``dm.model``, ``dm.plot``) without an explicit import
@@ -44,7 +44,7 @@ _SUBMODULES = ("app", "broadening", "cache", "cli", "commands", "config", "const
 
 __all__ = [
     "StarParams", "cell_geometry", "rotation_phase", "SurfaceGrid", "healpix_grid", "latitude_band_grid",
-    "make_grid", "LineModel", "Precomputed", "forward", "precompute", "synthesize", "solve_form", "fold_dense", "Layout", "Observations",
+    "make_grid", "Precomputed", "forward", "precompute", "synthesize", "solve_form", "fold_dense", "Layout", "Observations",
     "chi2", "loss", "seed_entropy", "tikhonov", "Component", "ComponentSet", "LimbDarkening", "LocalProfile",
     "gaussian", "intensity_ratio", "planck", "tabulated", "voigt", "DEMO_SPOTS", "Simulation", "Spot",
     "demo_setup", "simulate", "spot_map", "InversionResult", "invert", "__version__",

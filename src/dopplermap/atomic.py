@@ -308,7 +308,7 @@ def check_out(path, kind: str, *, overwrite: bool = False, option: str = "--out"
     return path
 
 
-def check_out_file(path, *, overwrite: bool = False, option: str = "--out", flag: str = "--overwrite") -> Path:
+def check_out_file(path, *, overwrite: bool = False, option: str = "--out") -> Path:
     """Check an output file before any work (parent exists and is writable, not a folder,
     an existing file only with ``overwrite``)."""
     path = Path(path)
@@ -320,7 +320,7 @@ def check_out_file(path, *, overwrite: bool = False, option: str = "--out", flag
     if path.is_dir():
         raise DopplermapInputError(f"{option} {path} is a folder; give a file name")
     if path.exists() and not overwrite:
-        raise DopplermapInputError(f"{option} {path} exists; use {flag} to overwrite it")
+        raise DopplermapInputError(f"{option} {path} exists; use --overwrite to overwrite it")
     return path
 
 

@@ -365,10 +365,6 @@ class MuProfile:
         vb, mb = (np.broadcast_to(a, shape).reshape(-1) for a in (v, mu))
         return _table_eval(depth, self.u0, self.du, vb, mb).reshape(shape)
 
-    def at_mu(self, mu: float) -> LocalProfile:
-        """The (mu-independent) tabulated profile at one ``mu``."""
-        return tabulated(self.velocity, self(self.velocity, mu), name=f"profile at mu={mu}")
-
     def equivalent_width(self, mu: float = 1.0) -> float:
         """Equivalent width at ``mu``, km/s."""
         return float(np.trapezoid(self.depth_at(mu), dx=self.du))

@@ -47,15 +47,6 @@ EXIT_INTERRUPTED = 130
 _USER_ERRNOS = {errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM, errno.EDQUOT}
 
 
-class UserError(click.ClickException):
-    """An error in the user's input: printed as one line, exit status 2."""
-
-    exit_code = EXIT_USER
-
-    def show(self, file=None):
-        click.echo(f"error: {self.format_message()}", err=True)
-
-
 def _verbosity(ctx, param, value):
     """``-v``/``-q`` given after the subcommand add to those given before it."""
     if value:

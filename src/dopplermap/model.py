@@ -35,7 +35,6 @@ from .forms import (
     DEFAULT_BLOCKS,
     FORMS,
     Form,
-    MuBasis,
     Setup,
     block_dense,
     blocked_nbytes,
@@ -52,17 +51,12 @@ from .grid import SurfaceGrid
 from .memory import check_precompute_size
 from .profiles import ComponentSet
 
-__all__ = ["LineModel", "Precomputed", "precompute", "synthesize", "forward", "apply_nuisance",
+__all__ = ["Precomputed", "precompute", "synthesize", "forward", "apply_nuisance",
            "choose_bin_width", "is_mu_dependent", "eval_profile", "fold_dense", "block_dense", "blocked_nbytes",
            "phase_order", "solve_form", "dense_numerator", "with_exact_numerator", "DEFAULT_BLOCKS", "shift_profiles"]
 
 RV_SHIFTS = {"interpolate": False, "exact": True}
 """``precompute(rv_shift=...)``: whether the form synthesises the rv shift exactly."""
-
-LineModel = Form
-"""The base class of every synthesis form (the name older code uses)."""
-
-_MuBasis = MuBasis
 
 
 @form_pytree

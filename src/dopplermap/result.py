@@ -98,8 +98,6 @@ def light_curves(result) -> list[dict]:
 
 # notebooks show results through these; arrays are never printed (a result holds tens of kB)
 _REPR_STOP_CHARS = 60
-THUMBNAIL_CMAP = "dm_cool"  # the cool-spot map of dopplermap.style, as in every figure
-"""Colour map of the cool-spot filling factor in the HTML thumbnail (0 = unspotted, light)."""
 
 
 @dataclasses.dataclass(repr=False, frozen=True)

@@ -52,7 +52,7 @@ from .solvers import InversionResult, check_solver_args, invert
 
 __all__ = [
     "LambdaSweep", "sweep_lambda", "lcurve_corner", "lcurve_curvature", "regulariser_floor",
-    "lambda_for_chi2", "Problem", "SolveSettings", "GRID_PARAMETERS", "apply_parameters",
+    "lambda_for_chi2", "Problem", "GRID_PARAMETERS", "apply_parameters",
     "grid_points", "count_points", "check_grid_size", "validate_points", "problem_fingerprint",
     "evaluate_point", "grid_search", "read_table", "best_point",
     "delta_chi2_interval", "pad_precomputed", "plot_lcurve", "plot_grid",
@@ -373,10 +373,6 @@ def lambda_for_chi2(pre: Precomputed, obs: Observations, target: float, *, lo: f
 
 
 # ------------------------------------------------------------------------ the problem
-
-
-# The grid-search settings are the problem's solver settings (lambda, regulariser, tolerance, ...).
-SolveSettings = Settings
 
 
 GRID_PARAMETERS = {

@@ -48,7 +48,7 @@ from .constants import FILL_MAX, FILL_MIN
 from .errors import DopplermapInputError, DopplermapWarning, warn
 from .model import Precomputed, solve_form
 from .objective import DEFAULT_PENALTY, Layout, LineSets, Observations, loss
-from .solvers import InversionResult, invert, invert_batch, resolve_cube_dtype
+from .solvers import InversionResult, invert, invert_batch
 from .solvers.batch import blocked_fits
 
 __all__ = ["Uncertainty", "bootstrap", "laplace", "resample_epochs", "never_visible", "hvp_function", "hvp_form",
@@ -146,7 +146,7 @@ def bootstrap(pre: Precomputed, obs: Observations, best: InversionResult, *, n_b
         raise DopplermapInputError(f"n_boot must be an integer >= 2, got {n_boot!r}")
     if mode not in ("auto", "batch", "resample"):
         raise DopplermapInputError(f"bootstrap mode must be 'auto', 'batch' or 'resample', got {mode!r}")
-    dtype = resolve_cube_dtype("auto", tol)
+    dtype = plan.cube_dtype("auto", tol)
     if mode == "auto":
         mode = "batch" if (plan.on_accelerator() or blocked_fits(pre, dtype)) else "resample"
     t0 = time.perf_counter()

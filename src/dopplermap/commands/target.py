@@ -162,13 +162,13 @@ def run_target(cfg, out: Path, *, plots: bool = True, quiet: bool = True, config
 def register(group):
     @group.command()
     @click.argument("path", type=click.Path(dir_okay=False, path_type=Path), default=Path("target.toml"))
-    @click.option("--force", "--overwrite", "force", is_flag=True, help="Overwrite an existing file.")
-    def init(path, force):
+    @click.option("--overwrite", is_flag=True, help="Overwrite an existing file.")
+    def init(path, overwrite):
         """Write a commented target-configuration template to PATH (default target.toml)."""
         from ..atomic import check_out_file, write_text
         from ..config import TEMPLATE
 
-        check_out_file(path, overwrite=force, option="PATH", flag="--force")
+        check_out_file(path, overwrite=overwrite, option="PATH")
         write_text(path, TEMPLATE)
         click.echo(f"wrote {path}; edit it, then run: dopplermap invert {path} --out results")
 

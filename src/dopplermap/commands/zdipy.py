@@ -17,14 +17,14 @@ def _write_atomic(path: Path, text: str):
     write_text(path, text)
 
 
-def import_zdipy(inzdi, line_model=None, out="target.toml", *, force: bool = False, t_phot: float = 5000.0,
+def import_zdipy(inzdi, line_model=None, out="target.toml", *, overwrite: bool = False, t_phot: float = 5000.0,
                  t_cool: float | None = None, echo=print):
     """Write ``out`` (a dopplermap TOML) and ``<out stem>-epochs.csv`` beside it from ZDIpy's files.
 
     ``line_model`` defaults to ``model-voigt-line.dat`` next to ``inzdi`` when that exists.
     Profile files are checked (they must exist and read) and, when ZDIpy estimates the line
     strength from the equivalent width, their mean EW in the window sets
-    ``[line] equivalent_width``. Existing files are refused unless ``force``. Returns
+    ``[line] equivalent_width``. Existing files are refused unless ``overwrite``. Returns
     ``(toml path, epochs path, list of what was not carried over)``.
     """
     from ..config import load_config
@@ -66,8 +66,8 @@ def import_zdipy(inzdi, line_model=None, out="target.toml", *, force: bool = Fal
         raise MissingFileError(f"--out {out}: folder {out.parent} does not exist")
     epochs = out.with_name(f"{out.stem}-epochs.csv")
     for p in (out, epochs):
-        if p.exists() and not force:
-            raise DopplermapInputError(f"{p} exists; use --force to overwrite it")
+        if p.exists() and not overwrite:
+            raise DopplermapInputError(f"{p} exists; use --overwrite to overwrite it")
     toml_text, epochs_text, lost = to_target(cfg, line, out, epochs_name=epochs.name, t_phot=t_phot, t_cool=t_cool,
                                              ew=ew)
     _write_atomic(epochs, epochs_text)
@@ -84,13 +84,13 @@ def register(group):
     @click.argument("line_model", type=click.Path(dir_okay=False, path_type=Path), required=False)
     @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=Path("target.toml"),
                   show_default=True, help="Target TOML to write (an epochs table <stem>-epochs.csv goes beside it).")
-    @click.option("--force", is_flag=True, help="Overwrite an existing TOML / epochs table.")
+    @click.option("--overwrite", is_flag=True, help="Overwrite an existing TOML / epochs table.")
     @click.option("--teff", type=float, default=None,
                   help="Photosphere temperature, K (ZDIpy has none; sets the spot contrast). Default 5000.")
     @click.option("--spot-teff", type=float, default=None, help="Cool-spot temperature, K (default: teff - 1500).")
-    def import_zdipy_cmd(inzdi, line_model, out, force, teff, spot_teff):
+    def import_zdipy_cmd(inzdi, line_model, out, overwrite, teff, spot_teff):
         """Convert ZDIpy's INZDI (inzdi.dat) and LINE_MODEL (model-voigt-line.dat) into a dopplermap target."""
-        toml, epochs, lost = import_zdipy(inzdi, line_model, out, force=force, t_phot=5000.0 if teff is None else teff,
+        toml, epochs, lost = import_zdipy(inzdi, line_model, out, overwrite=overwrite, t_phot=5000.0 if teff is None else teff,
                                           t_cool=spot_teff, echo=lambda m: click.echo(m, err=True))
         if teff is None:
             click.echo("temperatures: photosphere 5000 K (ZDIpy has none; give the star's with --teff, the spots' "

@@ -67,7 +67,7 @@ def main(argv=None):
     args.out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     toml, epochs, lost = import_zdipy(args.data / "inzdi.dat", args.data / "model-voigt-line.dat",
-                                      args.out / "lopeg.toml", force=True, t_phot=T_PHOT, t_cool=T_COOL)
+                                      args.out / "lopeg.toml", overwrite=True, t_phot=T_PHOT, t_cool=T_COOL)
     print(f"wrote {toml} and {epochs}; not carried over from ZDIpy:")
     for item in lost:
         print(f"  - {item}")

@@ -205,11 +205,6 @@ class Form:
         return int(self.cell.shape[1])
 
     @property
-    def method(self) -> str:
-        """The same as :attr:`kind` (the name older code and scripts read)."""
-        return self.kind
-
-    @property
     def cube_dtype(self) -> str | None:
         """Storage dtype of the form's profile cube, None if it has none."""
         return None

@@ -249,52 +249,13 @@ def _looks_like_count(text, ln, toks) -> bool:
     return _is_number(nxt[0]) and float(nxt[0]) <= n_pts
 
 
-def _data_lines(text: list[str], skip=("#",)):
-    """``(line number, tokens)`` of the data lines: blank lines, lines starting with one of
-    ``skip`` and one leading header line of column names are left out."""
-    header_seen = data_seen = False
-    for ln, line in enumerate(text, start=1):
-        s = line.strip()
-        if not s or s.startswith(skip):
-            continue
-        toks = _split(s)
-        if not data_seen and not header_seen:
-            try:
-                [float(t) for t in toks]
-            except ValueError:
-                header_seen = True  # one header line of column names
-                continue
-        data_seen = True
-        yield ln, toks
-
-
-def read_text_columns(path: Path, text: list[str], what: str) -> tuple[list, list]:
-    """First three columns of a whitespace/CSV table as floats, and their line numbers.
-
-    Blank and ``#`` lines are skipped, as is one header line of column names; every data
-    row needs the first row's column count (>= 3). ``what`` names the columns in errors.
-    """
-    rows, lines, n_col = [], [], None
-    for ln, toks in _data_lines(text):
-        if n_col is None:
-            n_col = len(toks)
-            if n_col < 3:
-                raise DopplermapInputError(f"{path}:{ln}: expected at least 3 columns ({what}), got {n_col}")
-        if len(toks) != n_col:
-            raise DopplermapInputError(f"{path}:{ln}: expected {n_col} columns like the first data row, got {len(toks)}")
-        rows.append([_float(t, f"{path}:{ln}") for t in toks[:3]])
-        lines.append(ln)
-    if not rows:
-        raise DopplermapInputError(f"{path}: no data rows")
-    return rows, lines
-
-
-def _pick(names, wanted, fallback):
+def _pick(names, wanted):
+    """The first of ``names`` whose lower-case form is in ``wanted``, or None."""
     low = [n.lower() for n in names]
     for w in wanted:
         if w in low:
             return names[low.index(w)]
-    return names[fallback] if fallback is not None else None
+    return None
 
 
 def _open_table(path: Path):
@@ -318,20 +279,6 @@ def _stack(path, tab, cols):
         raise DopplermapInputError(f"{path}: columns {cols} are not numeric ({exc})") from None
 
 
-def read_fits_columns(path: Path, wanted, what: str) -> np.ndarray:
-    """(n_row, 3) float columns of the first binary table of a FITS file.
-
-    ``wanted``: three lists of accepted (lower-case) column names, falling back to the
-    first, second and third column; ``what`` names the columns for error messages.
-    """
-    hdul, tab = _open_table(path)
-    with hdul:
-        names = list(tab.columns.names)
-        if len(names) < 3:
-            raise DopplermapInputError(f"{path}: table needs 3 columns ({what}), has {names}")
-        return _stack(path, tab, [_pick(names, w, i) for i, w in enumerate(wanted)])
-
-
 def _read_fits(path: Path, columns=None) -> LineProfile:
     hdul, tab = _open_table(path)
     with hdul:
@@ -346,7 +293,7 @@ def _read_fits(path: Path, columns=None) -> LineProfile:
                                            f"(columns found: {names})")
             cols = [low[c.lower()] for c in columns]
         else:
-            cols = [_pick(names, w, None) for w in (_V_NAMES, _I_NAMES, _E_NAMES)]
+            cols = [_pick(names, w) for w in (_V_NAMES, _I_NAMES, _E_NAMES)]
             if None in cols or len(set(cols)) != 3:
                 raise DopplermapInputError(
                     f"{path}: cannot tell velocity, intensity and error apart from the column names {names} "

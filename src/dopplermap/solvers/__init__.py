@@ -45,6 +45,7 @@ from ..objective import (
     with_exact_numerator,
 )
 from ..problem import Problem, Settings
+from ..result import InversionResult
 from ._common import (
     SPOT_COMPONENTS,
     Progress,
@@ -57,18 +58,16 @@ from ._common import (
     cube_dtype_of,
     joint_arguments,
     project_feasible,
-    resolve_cube_dtype,
     start,
     with_setup,
 )
 from .batch import blocked_fits, solve_batch, solve_device
 from .newton import solve_newton
-from .result import InversionResult  # the re-export keeps dopplermap.solvers.result bound
 from .scipy_lbfgsb import compiled_terms, trailing_args
 from .scipy_lbfgsb import solve as solve_scipy
 
 __all__ = ["invert", "invert_device", "invert_batch", "prepare", "finish", "bounds", "InversionResult",
-           "project_feasible", "check_solver_args", "check_fit_components", "joint_arguments", "resolve_cube_dtype",
+           "project_feasible", "check_solver_args", "check_fit_components", "joint_arguments",
            "start", "with_setup", "SPOT_COMPONENTS", "SOLVERS", "NEWTON_TOL", "choose_solver"]
 
 # one entry per back end: (setup, callback) -> RawSolve
@@ -211,7 +210,7 @@ def prepare(pre: Precomputed, obs: Observations, settings: Settings, *, x0=None,
     check_solver_args(tol=settings.tol, maxiter=settings.maxiter, lmbd=settings.lmbd)
     fit_components = check_fit_components(settings.fit_components)
     check_match(pre, obs)
-    form = solve_form(pre, resolve_cube_dtype(cube_dtype, settings.tol), blocked=blocked)
+    form = solve_form(pre, plan.cube_dtype(cube_dtype, settings.tol), blocked=blocked)
     layout, x0, lo, hi = start(form, x0, fit_rv=settings.fit_rv, fit_amp=settings.fit_amp,
                                fit_components=fit_components)
     joint = joint_arguments(form, lightcurve, settings.line_weight, settings.lc_weight, jnp.float64)
@@ -300,7 +299,7 @@ def invert_batch(pre: Precomputed, obs: Observations, *, lmbds=None, lmbd: float
         raise DopplermapInputError(f"mode must be 'auto', 'vmap' or 'sequential', got {mode!r}")
     if form not in ("auto", "folded", "blocked"):
         raise DopplermapInputError(f"form must be 'auto', 'folded' or 'blocked', got {form!r}")
-    dtype = resolve_cube_dtype(cube_dtype, tol)
+    dtype = plan.cube_dtype(cube_dtype, tol)
     if form == "blocked" and (not pre.line.foldable or dtype is None):
         raise DopplermapInputError(f"form='blocked' needs a dense model and a cube_dtype, got a {pre.line.kind} model "
                                    f"and cube_dtype={cube_dtype!r}")

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import _device, plan
+from .. import _device
 from ..constants import FILL_MAX, FILL_MIN
 from ..errors import DopplermapInputError
 from ..model import Precomputed, setup_of
@@ -19,7 +19,7 @@ from ..objective import Layout, LineSets, Observations, check_sets
 from ..result import InversionResult, Outcome
 
 __all__ = ["SPOT_COMPONENTS", "check_fit_components", "bounds", "start", "project_feasible", "check_match",
-           "check_solver_args", "with_setup", "joint_arguments", "resolve_cube_dtype", "cube_dtype_of",
+           "check_solver_args", "with_setup", "joint_arguments", "cube_dtype_of",
            "SolveSetup", "RawSolve", "Progress", "report_progress"]
 
 
@@ -218,10 +218,6 @@ def joint_arguments(pre: Precomputed, lightcurve, line_weight: float, lc_weight:
         raise DopplermapInputError(f"light curve was precomputed for {lightcurve.n_cell} cells, "
                          f"the line model has {pre.n_cell}")
     return (lightcurve, _device.asarray(line_weight, dtype=dtype), _device.asarray(lc_weight, dtype=dtype))
-
-
-# the "auto" cube dtype of a solve (dopplermap.plan holds every size/back-end choice)
-resolve_cube_dtype = plan.cube_dtype
 
 
 def cube_dtype_of(pre: Precomputed) -> str | None:
