@@ -67,6 +67,7 @@ def test_rv_shift_is_exact_and_model_within_interpolation_error(case):
     assert err.max() > 0.05 * bound.max()  # the two really differ: one shifts exactly, one interpolates
 
 
+@pytest.mark.slow
 def test_one_calibration_star_end_to_end():
     s = B.make_star(7, n_lat=48, n_cell=150, n_vel=24)
     assert np.all(np.isfinite(s["truth_fssc"])) and s["truth_fssc"].max() > 0.3  # spots resolved per cell
@@ -171,6 +172,7 @@ def test_neyman_belt_sharp_estimator_between_trials():
     assert 0.07 < b["hi68"] - b["lo68"] < 0.13
 
 
+@pytest.mark.slow
 def test_calibrate_parameter_on_a_small_star():
     from dopplermap.calibrate import calibrate_parameter, calibration_cost
 
@@ -193,6 +195,7 @@ def test_calibrate_parameter_on_a_small_star():
         calibrate_parameter(s["problem"], "inclination", vals, n_sim=2)
 
 
+@pytest.mark.slow
 def test_cli_grid_calibrate_prints_one_criterion(tmp_path, capsys):
     import json
 

@@ -244,6 +244,7 @@ def test_invert_user_errors_are_one_line(tmp_path, capsys):
     assert f"{bad.name}:8: error is nan" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_macroturbulence_instrument_and_gravity_darkening_build(tmp_path):
     _dataset(tmp_path, n_epoch=5, n_cell=150,
              extra="resolving_power = 65000.0\nmacroturbulence = 3.0\nequivalent_width = 2.5\n")
@@ -274,6 +275,7 @@ def test_macroturbulence_instrument_and_gravity_darkening_build(tmp_path):
     assert plain.pre.line.kind == "binned" and plain.line_factors is None
 
 
+@pytest.mark.slow
 def test_searches_solve_the_problem_invert_solves(tmp_path):
     """`grid` and `lambda` on a target TOML solve what `invert` solves: gravity darkening,
     the light curve, a non-default method and the [inversion] settings all carry over."""
@@ -319,6 +321,7 @@ def test_lambda_command_reads_target_toml(tmp_path):
     assert (out_dir / "lcurve.png").stat().st_size > 1000
 
 
+@pytest.mark.slow
 def test_invert_writes_uncertainty_maps(tmp_path, capsys):
     _dataset(tmp_path, n_epoch=8, n_cell=120, lightcurve=False, extra="")
     cfg_path = tmp_path / "target.toml"
@@ -357,6 +360,7 @@ def test_invert_with_the_device_solver(tmp_path, capsys):
     assert np.isfinite(summary["chi2_lc"]) and summary["chi2"] < 5.0
 
 
+@pytest.mark.slow
 def test_invert_default_solver_takes_newton_at_a_tight_tolerance(tmp_path):
     """The TOML's default solver ("auto"): Newton at --tol 1e-7, L-BFGS-B at the default 1e-5;
     an exact-rv model stays with L-BFGS-B (Newton cannot fit it)."""

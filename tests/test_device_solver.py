@@ -46,6 +46,7 @@ def test_device_reaches_scipy_loss(problem):
     assert np.corrcoef(dev.fssc, ref.fssc)[0, 1] > 0.95
 
 
+@pytest.mark.slow
 def test_batch_equals_single_solves(problem):
     pre, sim = problem
     lmbds = [0.3, 1.0, 3.0]
@@ -129,6 +130,7 @@ def test_compilation_cache_config(tmp_path, monkeypatch):
         jax.config.update("jax_compilation_cache_dir", old)
 
 
+@pytest.mark.slow
 def test_device_restarts_after_a_premature_stop(small_problem):
     """As the scipy path: a relative-reduction stop restarts the memory while runs still gain.
 
@@ -167,6 +169,7 @@ def test_device_restarts_after_a_premature_stop(small_problem):
 
 
 @pytest.mark.parametrize("solver", ["lbfgsb", "projected_lbfgs", "newton"])
+@pytest.mark.slow
 def test_the_callback_means_every_iteration_for_every_solver(problem, solver):
     pre, sim = problem
     calls = []

@@ -51,6 +51,7 @@ def test_every_example_is_a_script_with_help(tmp_path):
         assert "usage:" in r.stdout
 
 
+@pytest.mark.slow
 def test_observed_star_runs_as_written_and_recovers_its_spots(tmp_path, capsys):
     assert main(["example", "observed_star", str(tmp_path)]) == 0
     r = subprocess.run([sys.executable, "observed_star.py", "--quick", "--out", "run"], capture_output=True,

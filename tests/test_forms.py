@@ -195,6 +195,7 @@ def test_exact_rv_is_the_shifted_local_profiles(rv_problem):
                                rtol=0, atol=1e-13)  # no shift: the plain binned model
 
 
+@pytest.mark.slow
 def test_exact_rv_gradient_and_chunks(rv_problem, monkeypatch):
     star, grid, times, vels, comps, fc, fh, exact = rv_problem
     n_e = len(times)

@@ -33,6 +33,7 @@ def test_dense_model_equals_precomputed_dense(problem):
     np.testing.assert_allclose(got, ref, atol=1e-12)
 
 
+@pytest.mark.slow
 def test_star_gradient_matches_finite_difference(problem):
     prob, sim = problem
     obs = sim.obs
@@ -52,6 +53,7 @@ def test_star_gradient_matches_finite_difference(problem):
         assert g[i] == pytest.approx(fd, rel=1e-4, abs=1e-9)
 
 
+@pytest.mark.slow
 def test_joint_fit_recovers_inclination_and_vsini(problem):
     prob, sim = problem
     start = prob.star.replace(inclination=52.0, vsini=38.0)

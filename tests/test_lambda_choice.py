@@ -115,6 +115,7 @@ def doppler():
     return pre, (sim.obs, obs2), lm, sweeps
 
 
+@pytest.mark.slow
 def test_doppler_corner_is_continuous(doppler):
     _, _, lm, (sw1, sw2) = doppler
     c1, c2 = (search.lcurve_corner(s)[0] for s in (sw1, sw2))

@@ -152,6 +152,7 @@ def test_dilution_nuisance_is_profiled_out():
         assert float(g[i]) == pytest.approx(fd, rel=1e-5, abs=1e-8)
 
 
+@pytest.mark.slow
 def test_device_solver_fits_the_light_curve_too():
     """solver="projected_lbfgs" minimises the same joint objective as the scipy path."""
     _, _, _, sim, lc, pre = _spectra_and_lightcurve(300, 16, 24, 400, 7, 120)

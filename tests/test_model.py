@@ -118,6 +118,7 @@ def test_precompute_bad_input(small_problem):
 
 
 @pytest.mark.parametrize("method", ["binned", "dense", "folded"])
+@pytest.mark.slow
 def test_epoch_chunks_equal_one_pass(small_problem, method, monkeypatch):
     import dopplermap.forms.binned as binned_form
 
@@ -185,6 +186,7 @@ def test_folded_dense_equals_dense(small_problem, dtype, atol):
 
 
 @pytest.mark.parametrize("n_block", [1, 3, 5, 24])
+@pytest.mark.slow
 def test_blocked_equals_folded(small_problem, n_block):
     """The blocked form (epoch blocks as plain matrices over their cells' union) is the same
     model: value and gradient, for one map and for a vmapped batch of maps (its batched

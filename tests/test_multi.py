@@ -42,6 +42,7 @@ def two_instruments():
     return BM.two_instruments(n_lat=60, n_cell=300)
 
 
+@pytest.mark.slow
 def test_two_instruments_map_better_jointly(two_instruments):
     # simulated by the NumPy fine-grid integrator with each instrument applied exactly;
     # dopplermap synthesises each set on its own velocity grid with its own resolving power
@@ -69,6 +70,7 @@ def test_two_instruments_map_better_jointly(two_instruments):
     assert dev.chi2_sets["narval"] == pytest.approx(joint.chi2_sets["narval"], rel=0.01)
 
 
+@pytest.mark.slow
 def test_objective_pools_and_weights_the_sets(two_instruments):
     case = two_instruments
     (na, oa, ca), (nb, ob, cb) = case["sets"]
@@ -193,6 +195,7 @@ maxiter = 80
 """
 
 
+@pytest.mark.slow
 def test_lines_and_lightcurves_tables_end_to_end(tmp_path, capsys):
     star, grid, _, _, base = dm.demo_setup(n_cell=200, seed=2)
     for name, R, dv, times in (("espadons", 65000.0, 1.8, np.linspace(0.0, 1.2, 7)),

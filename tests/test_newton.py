@@ -43,6 +43,7 @@ def _rel(a, b):
 
 @pytest.mark.parametrize("fit_rv,fit_amp,comps", [(True, True, ("cool", "hot")), (False, True, ("cool", "hot")),
                                                    (True, False, ("cool", "hot")), (True, True, ("cool",))])
+@pytest.mark.slow
 def test_reaches_the_tight_scipy_loss_and_respects_bounds(problem, fit_rv, fit_amp, comps):
     _, _, pre, sim = problem
     kw = dict(lmbd=1.0, fit_rv=fit_rv, fit_amp=fit_amp, fit_components=comps)
@@ -63,6 +64,7 @@ def test_reaches_the_tight_scipy_loss_and_respects_bounds(problem, fit_rv, fit_a
     assert res.n_eval == res.extra["passes"]["total"] < ref.n_eval
 
 
+@pytest.mark.slow
 def test_joint_light_curve_fit_matches_scipy(problem, lightcurve):
     _, _, pre, sim = problem
     kw = dict(lmbd=1.0, lightcurve=lightcurve, line_weight=1.0, lc_weight=0.5)

@@ -38,6 +38,7 @@ def text_of(o):
     return o.get("data", {}).get("text/plain", "")
 
 
+@pytest.mark.slow
 def test_figures_are_inline_and_backend_unchanged(executed):
     nb, cwd = executed
     pngs = [o for _, o in outputs(nb) if o.output_type == "display_data" and "image/png" in o.get("data", {})]

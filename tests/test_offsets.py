@@ -75,6 +75,7 @@ def test_term_is_the_formula(star, lightcurve):
     assert float(b - a) == pytest.approx(0.3 * np.sum((amp / 0.007) ** 2) / n, rel=1e-9)
 
 
+@pytest.mark.slow
 def test_several_sets_each_their_sigma_and_weight(star):
     """Each set's epochs get that set's sigma (None: no prior), weighted and pooled like chi2."""
     pre, sim = star
@@ -233,6 +234,7 @@ def solved(star):
             for s in ("lbfgsb", "projected_lbfgs", "newton")}
 
 
+@pytest.mark.slow
 def test_three_solvers_agree_with_the_prior(star, solved):
     """Newton takes the prior as pseudo-data residuals, the L-BFGS solvers as a loss term: same optimum."""
     pre, sim = star

@@ -101,6 +101,7 @@ def test_grid_best_point_within_one_step(local_table):
     assert path.with_suffix(".png").stat().st_size > 0
 
 
+@pytest.mark.slow
 def test_dask_two_workers_identical_to_local(problem, local_table, tmp_path):
     from dask.distributed import LocalCluster
 
@@ -123,6 +124,7 @@ search.grid_search(prob, {axes!r}, {out!r}, settings=Settings(lmbd=0.5, tol=1e-5
 """
 
 
+@pytest.mark.slow
 def test_kill_and_resume(problem, local_table, tmp_path):
     prob, _ = problem
     path, _ = local_table

@@ -139,6 +139,7 @@ def test_invert_a_problem_uses_its_settings_and_knows_its_context(small_problem)
         dm.invert(prob.pre)
 
 
+@pytest.mark.slow
 def test_cool_only_fit_holds_the_hot_map_at_the_floor():
     """fit_components=("cool",): n_cell fewer free parameters, the hot map at its floor, the
     same loss as the objective at that point, and on a star with cool spots only a map at

@@ -25,6 +25,7 @@ def fitted():
     return prob, sim, pre, best
 
 
+@pytest.mark.slow
 def test_hvp_matches_finite_difference_of_gradient():
     prob, sim = small_problem(n_cell=64, n_epoch=10, n_vel=16, inclination=50.0)
     pre = dm.precompute(prob.grid, prob.star, sim.obs.times, sim.obs.vels, prob.components)
@@ -41,6 +42,7 @@ def test_hvp_matches_finite_difference_of_gradient():
         np.testing.assert_allclose(hv, fd, rtol=0, atol=1e-6 * np.abs(fd).max())
 
 
+@pytest.mark.slow
 def test_hvp_paths_agree(fitted, monkeypatch):
     """Batched HVPs on the blocked form and one at a time on the folded form (what a dense
     model too big to block gets on CPU) are the same products; so are Hutchinson's
@@ -71,6 +73,7 @@ def test_resample_identity_keeps_model(fitted):
         U.resample_epochs(pre, sim.obs, [pre.n_epoch])
 
 
+@pytest.mark.slow
 def test_laplace_and_bootstrap(fitted, tmp_path):
     prob, sim, pre, best = fitted
     hidden = U.never_visible(pre)
@@ -102,6 +105,7 @@ def test_laplace_and_bootstrap(fitted, tmp_path):
     assert (tmp_path / "unc.png").stat().st_size > 0
 
 
+@pytest.mark.slow
 def test_bootstrap_batch_equals_resampling(fitted):
     """A resample is the full problem with each epoch's chi-square counted as often as it
     was drawn: the batched bootstrap (error sets, one vmapped solve) re-solves the same
@@ -137,6 +141,7 @@ def test_bootstrap_batch_equals_resampling(fitted):
         U.bootstrap(pre, sim.obs, best, mode="vmap")
 
 
+@pytest.mark.slow
 def test_hutchinson_agrees_with_dense():
     prob, sim = small_problem(n_cell=64, n_epoch=10, n_vel=16, inclination=50.0)
     pre = dm.precompute(prob.grid, prob.star, sim.obs.times, sim.obs.vels, prob.components)
