@@ -12,7 +12,6 @@ import dopplermap.examples as examples
 from dopplermap.cli import main
 
 
-
 def test_listing_names_every_example(capsys):
     assert main(["example"]) == 0
     out = capsys.readouterr().out
