@@ -18,6 +18,7 @@ import dopplermap as dm
 from dopplermap import choices, forms, model, regularisers, solvers
 from dopplermap.cli import group
 from dopplermap.config import TEMPLATE, parse_config
+from dopplermap.constants import FILL_MIN
 from dopplermap.errors import DopplermapInputError
 from dopplermap.io import seed as seed_io
 from dopplermap.solvers.newton import _block_diagonal
@@ -67,6 +68,23 @@ def test_newton_reads_the_whole_hessian_diagonal_of_every_regulariser(name):
         d = reg.newton_diagonal(lmbd, edges, n, x.dtype)
         read = read + jnp.concatenate([d, d])
     np.testing.assert_allclose(np.asarray(read), np.asarray(exact), rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.parametrize("name", choices.REGULARISERS)
+def test_every_infimum_bounds_its_regulariser_from_below(name):
+    grid = dm.make_grid("bands", 40)
+    area, edges = np.asarray(grid.area), jnp.asarray(np.asarray(grid.edges, np.int32).reshape(-1, 2))
+    reg = regularisers.regulariser(name)
+    low = reg.infimum(area, reg.floor)
+    rng = np.random.default_rng(5)
+    for top in (1e-4, 1e-2, 0.5):  # maps near the floor, where the entropies are least, and far from it
+        fc, fh = (jnp.asarray(rng.uniform(FILL_MIN, top, grid.n_cell)) for _ in range(2))
+        assert float(reg.value(fc, fh, jnp.asarray(area), edges, reg.floor)) >= low
+    floor_map = jnp.full(grid.n_cell, FILL_MIN)
+    at_floor = float(reg.value(floor_map, floor_map, jnp.asarray(area), edges, reg.floor))
+    assert at_floor >= low
+    if name != "mem":  # the others are least on the flat map at the bound (the seed's entropy dips below it)
+        assert at_floor == pytest.approx(low, rel=1e-12, abs=1e-300)
 
 
 def _choice_options(cmd, path=()):

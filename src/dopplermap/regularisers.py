@@ -59,8 +59,8 @@ def tikhonov_diagonal(lmbd, edges, n_cell: int, dtype):
 
 
 def _seed_entropy_infimum(cell_area, m):
-    # each cell's term is independent: sum(w) / n_cell times the least value of one cell's,
-    # found by a 2-D minimisation (the term is negative near its default map)
+    # sum(w) / n_cell * min_{a, b} [a ln(a/m) + b ln(b/m) + (a+b) ln((a+b)/(1-m))]: each cell's
+    # term is independent; the least one (negative near the default map) by a 2-D minimisation
     from scipy.optimize import minimize  # SciPy only when an L-curve needs it
 
     def term(p):

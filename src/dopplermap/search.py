@@ -99,13 +99,8 @@ class LambdaSweep:
 
 
 def regulariser_floor(name: str, pre: Precomputed) -> float:
-    """Infimum of the regulariser ``name`` over the allowed maps (its entry's ``infimum`` in
-    :mod:`dopplermap.regularisers`; 0 for Tikhonov and none).
-
-    The seed's entropy is negative near its default map; its infimum is
-    ``sum(w) / n_cell * min_{a, b} [a ln(a/m) + b ln(b/m) + (a+b) ln((a+b)/(1-m))]``
-    (each cell's term is independent), found by a 2-D minimisation.
-    """
+    """Infimum of the regulariser ``name`` over the allowed maps: its entry's ``infimum``
+    (:mod:`dopplermap.regularisers`; 0 for Tikhonov and none, negative for the seed's entropy)."""
     reg = regularisers.regulariser(name)
     return reg.infimum(np.asarray(pre.cell_area), reg.floor)
 
