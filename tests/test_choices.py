@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import tomllib
@@ -132,6 +133,11 @@ CONFIG_CHOICES = [
 ]
 
 
+# the keys whose choices the template's comments list as "a | b | c"
+TEMPLATE_KEYS = ("format", "lightcurve_unit", "profile", "ew_method", "kind", "regulariser", "method", "rv_shift",
+                 "solver")
+
+
 def _parse(section, key, value):
     t = tomllib.loads(TEMPLATE)
     t.setdefault(section, {})[key] = [value] if key == "methods" else value
@@ -150,6 +156,29 @@ def test_config_accepts_exactly_the_list(section, key, allowed):
     with pytest.raises(DopplermapInputError) as e:
         _parse(section, key, "no-such-choice")
     assert str(e.value) == f"t.toml: {where} must be one of {', '.join(map(repr, allowed))}, got 'no-such-choice'"
+
+
+def _template_lists(key):
+    """The values the template's comment offers for ``key`` (``a (why) | b | c``, continued on
+    lines that start ``# |``)."""
+    lines = TEMPLATE.splitlines()
+    for i, line in enumerate(lines):
+        m = re.match(rf"#? ?{key} = .*?#\s*(.*)$", line)
+        if m:
+            text = m.group(1)
+            for more in lines[i + 1:]:
+                c = re.match(r"\s+#\s*(\|.*)$", more)
+                if not c:
+                    break
+                text += " " + c.group(1)
+            return {part.split()[0] for part in text.split("|") if part.strip()}
+    raise AssertionError(f"the template has no line for {key}")
+
+
+@pytest.mark.parametrize("section,key,allowed", [c for c in CONFIG_CHOICES if c[1] in TEMPLATE_KEYS],
+                         ids=[f"{s}.{k}" for s, k, _ in CONFIG_CHOICES if k in TEMPLATE_KEYS])
+def test_the_template_offers_exactly_the_list(section, key, allowed):
+    assert _template_lists(key) == set(allowed)
 
 
 def test_config_fit_components_are_the_spot_components():
