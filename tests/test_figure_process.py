@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 
 import dopplermap as dm
-from dopplermap.commands.seed import plot_seed_figures
+from dopplermap.app.seed_figures import plot_seed_figures
 from dopplermap.figure_process import FigureProcess, submit
 from dopplermap.result import InversionResult
 
-SEED_FIGURES = "dopplermap.commands.seed:plot_seed_figures"
+SEED_FIGURES = "dopplermap.app.seed_figures:plot_seed_figures"
 
 
 def _seed_arrays(n_cell=300, n_epoch=20, n_vel=24):
@@ -31,7 +31,7 @@ def _seed_arrays(n_cell=300, n_epoch=20, n_vel=24):
 def test_child_draws_the_same_files_and_a_failed_child_falls_back(tmp_path, caplog):
     arrays = _seed_arrays()
     here = plot_seed_figures(tmp_path / "here", arrays)
-    with FigureProcess(preload=("dopplermap.commands.seed",)) as fp:
+    with FigureProcess(preload=("dopplermap.app.seed_figures",)) as fp:
         paths = submit(fp, SEED_FIGURES, tmp_path / "child", arrays)()
     assert [p.name for p in paths] == ["filling_factors.png", "residuals.png"]
     assert [p.read_bytes() for p in paths] == [p.read_bytes() for p in here]
