@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import dopplermap as dm
+from dopplermap.app.folders import figure_view
 from dopplermap.app.seed_figures import plot_seed_figures
 from dopplermap.figure_process import FigureProcess, submit
 from dopplermap.result import InversionResult
@@ -63,7 +64,7 @@ def _small_result():
 
 def test_result_folder_figures_from_a_child_equal_those_drawn_here(tmp_path):
     result = _small_result()
-    assert b"jax" not in pickle.dumps(dm.app.figure_view(result))  # the child unpickles it without JAX
+    assert b"jax" not in pickle.dumps(figure_view(result))  # the child unpickles it without JAX
     s_here = dm.app.save_result(result, tmp_path / "here", report=True)
     with FigureProcess() as fp:  # no JAX in the child: figure_view's stand-ins unpickle without it
         s_child = dm.app.save_result(result, tmp_path / "child", report=True, figure_process=fp)
