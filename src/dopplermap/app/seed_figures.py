@@ -60,7 +60,7 @@ def _residual_figure(flux, err, vels, model, chi2, **_):
 
 
 def plot_seed_figures(out, arrays: dict) -> list[Path]:
-    """Figures of a seed inversion (arrays of :func:`seed_figure_arrays`) into the folder ``out``:
+    """Figures of a seed inversion (arrays of :func:`dopplermap.app.seed.seed_figure_arrays`) into ``out``:
     filling factors (a map with cell coordinates, else per cell index) and the normalised
     residuals. Returns the written paths."""
     return style.save_figures({"filling_factors": lambda: _filling_figure(**arrays),
