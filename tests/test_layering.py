@@ -1,7 +1,7 @@
 """Import layering of the package, read from the source with ``ast`` (nothing is imported).
 
 Data flows one way (the project's style guide): io -> physics set-up -> synthesis forms
--> model (Problem) -> objective -> solvers -> analysis (search, uncertainty, calibrate,
+-> model and Problem -> objective -> solvers -> analysis (search, uncertainty, calibrate,
 jointfit) -> plot/report -> app (config -> problem -> solution -> result folder) -> CLI
 (``cli.py``, ``commands/``) and the shipped examples. These tests keep it so:
 
@@ -9,8 +9,8 @@ jointfit) -> plot/report -> app (config -> problem -> solution -> result folder)
 * ``io`` reads and writes data types only: no package root, no figures, no solvers, no
   forward model; the figure modules use no solver;
 * nothing below the CLI imports the CLI, and nothing below the app layer imports the app
-  layer; the commands import only the app layer and the light modules of
-  :data:`COMMANDS_IMPORT` (their pipelines live in ``dopplermap.app``);
+  layer; inside their functions the commands import only what :data:`COMMANDS_IMPORT`
+  lists: the app layer, which holds their pipelines, and a few light modules;
 * imports of dopplermap modules inside functions ("late" imports) are kept for the CLI's
   start-up (``commands/``, ``cli.py``) and for the few cases listed in :data:`ALLOWED_LATE`.
 
