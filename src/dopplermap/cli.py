@@ -21,7 +21,7 @@ import traceback
 import click
 
 from . import __version__
-from .errors import EXIT_BUG, EXIT_INTERRUPTED, EXIT_OK, EXIT_USER
+from .errors import EXIT_BUG, EXIT_INTERRUPTED, EXIT_OK, EXIT_USER, DopplermapInputError, collect_warnings
 
 # one module per command family; each has register(group)
 COMMAND_MODULES = (
@@ -116,8 +116,6 @@ def main(argv=None) -> int:
     written but the solve did not converge (:data:`~dopplermap.errors.EXIT_NOT_CONVERGED`). 130: interrupted.
     The run's :class:`~dopplermap.errors.DopplermapWarning` s are listed at the end.
     """
-    from .errors import DopplermapInputError, collect_warnings
-
     args = list(sys.argv[1:] if argv is None else argv)
     with collect_warnings() as seen:
         try:
