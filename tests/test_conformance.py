@@ -164,6 +164,10 @@ def _cells():
                 marks = [pytest.mark.slow] if solver == "batch2" or name == "padded" else []
                 if solver == "newton":
                     marks = [pytest.mark.slow]
+                # the default run keeps one solver per form on the light-curve and mu-dependent
+                # scenarios (the plain one for every solver); the slow tier runs them all
+                if name in ("lightcurve", "mu_dependent") and solver != "lbfgsb":
+                    marks = [pytest.mark.slow]
                 if (form, solver) in UNSUPPORTED:
                     marks.append(pytest.mark.xfail(strict=True, raises=NotImplementedError,
                                                    reason=UNSUPPORTED[form, solver]))

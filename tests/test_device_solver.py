@@ -90,6 +90,7 @@ def test_batch_bad_input(problem):
         invert_device(pre, sim.obs, lmbd=float("nan"))
 
 
+@pytest.mark.slow
 def test_batch_auto_mode_on_cpu(problem, monkeypatch):
     """On CPU, auto vmaps a dense model on its blocked form and runs a binned model (no
     blocked form) member by member; a model whose blocked form would not fit goes

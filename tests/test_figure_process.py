@@ -62,6 +62,7 @@ def _small_result():
     return dm.app.with_context(res, grid=grid, star=star, obs=sim.obs, pre=pre, components=comps, light_curve=lc)
 
 
+@pytest.mark.slow
 def test_result_folder_figures_from_a_child_equal_those_drawn_here(tmp_path):
     result = _small_result()
     assert b"jax" not in pickle.dumps(figure_view(result))  # the child unpickles it without JAX

@@ -56,6 +56,7 @@ def _random_state(n_cell, n_epoch, seed=0):
     return jnp.asarray(fc), jnp.asarray(fh), jnp.asarray(rng.normal(0, 0.5, n_epoch)), jnp.asarray(rng.normal(0, 0.01, n_epoch))
 
 
+@pytest.mark.slow
 def test_binned_matches_dense_and_jit(small_problem):
     star, grid, times, vels, comps, _ = small_problem
     pb = dm.precompute(grid, star, times, vels, comps, method="binned")

@@ -93,6 +93,7 @@ def test_residual_form_equals_the_objective(problem, lightcurve):
     assert lay.size == x.shape[0]
 
 
+@pytest.mark.slow
 def test_compiles_once_per_shape(problem):
     _, _, pre, sim = problem
     def programs():  # this process's compiled programs, by name

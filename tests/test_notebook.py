@@ -16,6 +16,10 @@ import dopplermap
 NOTEBOOK = Path(__file__).resolve().parents[1] / "docs" / "quickstart.ipynb"
 
 
+# executing the notebook (a kernel, the demo solve) costs ~10 s on 2 cores: the slow tier
+pytestmark = pytest.mark.slow
+
+
 @pytest.fixture(scope="module")
 def executed(tmp_path_factory):
     nb = nbformat.read(NOTEBOOK, as_version=4)
@@ -38,7 +42,6 @@ def text_of(o):
     return o.get("data", {}).get("text/plain", "")
 
 
-@pytest.mark.slow
 def test_figures_are_inline_and_backend_unchanged(executed):
     nb, cwd = executed
     pngs = [o for _, o in outputs(nb) if o.output_type == "display_data" and "image/png" in o.get("data", {})]
