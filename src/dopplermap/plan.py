@@ -22,7 +22,7 @@ import jax
 from .errors import DopplermapInputError
 
 __all__ = ["DENSE_AUTO_BYTES", "FLOAT32_MIN_TOL", "BLOCKED_MAX_BYTES", "HVP_BLOCKED_MAX_BYTES", "on_accelerator",
-           "synthesis_method", "cube_dtype", "batch_form", "batch_mode", "hvp_blocked", "batch_hvps", "METHODS"]
+           "synthesis_method", "cube_dtype", "blocked_fits", "batch_form", "batch_mode", "hvp_blocked", "batch_hvps", "METHODS"]
 
 METHODS = ("auto", "binned", "dense")
 
@@ -61,6 +61,13 @@ def cube_dtype(choice, tol: float):
     if choice not in (None, "float32", "float64"):
         raise DopplermapInputError(f"cube_dtype must be 'auto', 'float32', 'float64' or None, got {choice!r}")
     return choice
+
+
+def blocked_fits(pre, dtype) -> bool:
+    """Whether the blocked form of a dense model ``pre`` (both its copies) in ``dtype`` fits
+    :data:`BLOCKED_MAX_BYTES` (never for a model that has no blocked form, or no dtype)."""
+    nbytes = None if dtype is None else pre.line.blocked_nbytes(dtype)
+    return nbytes is not None and nbytes <= BLOCKED_MAX_BYTES
 
 
 def batch_form(form: str, *, mode: str, blocked_fits: bool) -> str:

@@ -38,8 +38,8 @@ from ..objective import (
     DEFAULT_PENALTY,
     REGULARISERS,
     LineSets,
+    ObjectiveData,
     Observations,
-    offset_sigmas,
     set_chi2,
     solve_form,
     with_exact_numerator,
@@ -56,25 +56,34 @@ from ._common import (
     check_match,
     check_solver_args,
     cube_dtype_of,
-    joint_arguments,
     project_feasible,
     start,
     with_setup,
 )
-from .batch import blocked_fits, solve_batch, solve_device
+from .batch import solve_batch, solve_device
 from .newton import solve_newton
-from .scipy_lbfgsb import compiled_terms, trailing_args
+from .program import compiled_terms
 from .scipy_lbfgsb import solve as solve_scipy
 
 __all__ = ["invert", "invert_device", "invert_batch", "prepare", "finish", "bounds", "InversionResult",
-           "project_feasible", "check_solver_args", "check_fit_components", "joint_arguments",
+           "project_feasible", "check_solver_args", "check_fit_components",
            "start", "with_setup", "SPOT_COMPONENTS", "SOLVERS", "NEWTON_TOL", "choose_solver"]
 
-# one entry per back end: (setup, callback) -> RawSolve
-_BACKENDS: dict[str, Callable[..., RawSolve]] = {
-    "lbfgsb": solve_scipy,
-    "projected_lbfgs": solve_device,
-    "newton": solve_newton,
+@dataclasses.dataclass(frozen=True)
+class Backend:
+    """A solver back end: ``solve(setup, callback) -> RawSolve``. ``compiled_loop``: the
+    iterations run inside one compiled program, which reports progress through the active
+    :class:`~dopplermap.solvers._common.Progress` (given as the callback); otherwise the
+    loop runs on the host and calls the user's callback itself."""
+
+    solve: Callable[..., RawSolve]
+    compiled_loop: bool
+
+
+_BACKENDS: dict[str, Backend] = {
+    "lbfgsb": Backend(solve_scipy, compiled_loop=False),
+    "projected_lbfgs": Backend(solve_device, compiled_loop=True),
+    "newton": Backend(solve_newton, compiled_loop=True),
 }
 SOLVERS = tuple(_BACKENDS)
 
@@ -185,12 +194,10 @@ def invert(pre: Precomputed | Problem, obs: Observations | None = None, *, lmbd:
             check_observations(o, source=f"line data set {name!r}")
     else:
         check_observations(obs)
-    with Progress(callback) as progress:
-        if settings.solver == "lbfgsb":
-            raw = solve_scipy(setup, callback)
-        else:
-            raw = _BACKENDS[settings.solver](setup, progress if progress.on else None)
-    if callback is not None and not progress.on and settings.solver != "lbfgsb":
+    backend = _BACKENDS[settings.solver]
+    with Progress(callback if backend.compiled_loop else None) as progress:
+        raw = backend.solve(setup, (progress if progress.on else None) if backend.compiled_loop else callback)
+    if callback is not None and backend.compiled_loop and not progress.on:
         # another compiled solve held the progress reports: one report, at the end
         callback(raw.iterations, {"loss": list(np.asarray(raw.history["loss"])), "chi2": [], "regulariser": []})
     res = finish(setup, raw, settings.solver)
@@ -213,13 +220,12 @@ def prepare(pre: Precomputed, obs: Observations, settings: Settings, *, x0=None,
     form = solve_form(pre, plan.cube_dtype(cube_dtype, settings.tol), blocked=blocked)
     layout, x0, lo, hi = start(form, x0, fit_rv=settings.fit_rv, fit_amp=settings.fit_amp,
                                fit_components=fit_components)
-    joint = joint_arguments(form, lightcurve, settings.line_weight, settings.lc_weight, jnp.float64)
-    sigma = offset_sigmas(pre, settings.offset_sigma)
+    data = ObjectiveData.create(pre, obs, lightcurve=lightcurve, line_weight=settings.line_weight,
+                                lc_weight=settings.lc_weight, offset_sigma=settings.offset_sigma)
     return SolveSetup(layout=layout, x0=x0, lower=lo, upper=hi, lmbd=float(settings.lmbd),
                       regulariser=settings.regulariser, penalty=float(penalty), tol=float(settings.tol),
-                      maxiter=int(settings.maxiter), pre=form, exact_pre=pre, obs=obs, joint=joint,
-                      fit_components=fit_components, options=dict(options or {}),
-                      offset_sigma=None if sigma is None else _device.asarray(sigma, dtype=np.float64))
+                      maxiter=int(settings.maxiter), pre=form, exact_pre=pre, data=data,
+                      fit_components=fit_components, options=dict(options or {}))
 
 
 def finish(setup: SolveSetup, raw: RawSolve, solver: str, obs: Observations | None = None,
@@ -227,18 +233,17 @@ def finish(setup: SolveSetup, raw: RawSolve, solver: str, obs: Observations | No
     """The :class:`InversionResult` of a back end's solve: the maps projected onto
     ``fssc + fssh <= 1`` and the loss, terms and model evaluated there in float64 (from the
     dense model when the solve iterated on a float32 cube). ``obs``/``lmbd``: a batch member's."""
-    obs = setup.obs if obs is None else obs
+    data = setup.data if obs is None else setup.data.replace(obs=obs)
+    obs = data.obs
     lmbd = setup.lmbd if lmbd is None else float(lmbd)
     lay = setup.layout
     fssc, fssh, rv, amp = lay.split(np.asarray(raw.x))
     fssc, fssh, excess = project_feasible(fssc, fssh)
     xf = _device.asarray(lay.join(fssc, fssh, rv, amp))
     lm = _device.asarray(lmbd, dtype=xf.dtype)
-    evaluate, timing = compiled_terms(xf, lm, setup.pre, obs, setup.regulariser, setup.penalty, setup.joint,
-                                      setup.offset_sigma)
+    evaluate, timing = compiled_terms(xf, lm, setup.pre, data, setup.regulariser, setup.penalty)
     final_pre = with_exact_numerator(setup.pre, setup.exact_pre, fssc, fssh)
-    extra = trailing_args(setup.joint, setup.offset_sigma)
-    val, terms = evaluate(xf, lm, final_pre, obs, *extra)
+    val, terms = evaluate(xf, lm, final_pre, data)
     res = InversionResult(
         fssc=fssc, fssh=fssh, rv=rv, amp=amp, loss=float(val), chi2=float(terms.chi2),
         regulariser_value=float(terms.regulariser), lmbd=lmbd, regulariser=setup.regulariser,
@@ -249,7 +254,7 @@ def finish(setup: SolveSetup, raw: RawSolve, solver: str, obs: Observations | No
         solver=solver, chi2_lc=None if terms.chi2_lc is None else float(terms.chi2_lc),
         offset_prior=None if terms.offset_prior is None else float(terms.offset_prior),
         cube_dtype=cube_dtype_of(setup.pre), fit_components=setup.fit_components, extra=dict(raw.extra),
-        **set_chi2(setup.pre, None if setup.joint is None else setup.joint[0], terms))
+        **set_chi2(setup.pre, data.lightcurve, terms))
     return with_setup(res, setup.exact_pre, obs)
 
 
@@ -303,7 +308,7 @@ def invert_batch(pre: Precomputed, obs: Observations, *, lmbds=None, lmbd: float
     if form == "blocked" and (not pre.line.foldable or dtype is None):
         raise DopplermapInputError(f"form='blocked' needs a dense model and a cube_dtype, got a {pre.line.kind} model "
                                    f"and cube_dtype={cube_dtype!r}")
-    form = plan.batch_form(form, mode=mode, blocked_fits=blocked_fits(pre, dtype))
+    form = plan.batch_form(form, mode=mode, blocked_fits=plan.blocked_fits(pre, dtype))
     mode = plan.batch_mode(mode, form=form)
     batch_lmbd, batch_obs = lmbds is not None, flux is not None
     if not (batch_lmbd or batch_obs):
