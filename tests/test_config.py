@@ -51,9 +51,11 @@ def test_template_is_valid_and_complete():
     ({"gravity_darkening__enabled": True}, r"\[gravity_darkening\] enabled needs \[star\] mass"),
     ({"data__time_pattern": "x(?P<time>.*)"}, r"\[data\] give exactly one of times_table or time_pattern"),
     ({"inversion__regulariser": "maxent"}, r"\[inversion\] regulariser must be"),
-    ({"inversion__solver": "gauss"}, r"\[inversion\] solver must be 'auto', 'lbfgsb', 'projected_lbfgs' or 'newton', got 'gauss'"),
+    ({"inversion__solver": "gauss"}, r"\[inversion\] solver must be one of 'auto', 'lbfgsb', 'projected_lbfgs', 'newton', "
+                                     r"got 'gauss'"),
     ({"line__profile": "tabulated"}, r"\[line\] files must list 3"),
-    ({"inversion__rv_shift": "spline"}, r"\[inversion\] rv_shift must be 'interpolate' or 'exact', got 'spline'"),
+    ({"inversion__rv_shift": "spline"}, r"\[inversion\] rv_shift must be one of 'interpolate', 'exact', got 'spline'"),
+    ({"data__lightcurve_format": "xlsx"}, r"\[data\] lightcurve_format must be one of 'auto', 'text', 'fits', got 'xlsx'"),
 ])
 def test_bad_values_name_the_key(changes, match):
     with pytest.raises(ValueError, match=match):

@@ -59,7 +59,8 @@ def test_dense_gradient_matches_finite_differences():
 @pytest.mark.parametrize("name", ["plain", "lightcurve", "mu_dependent"])
 def test_reference_is_a_tight_minimum(name):
     ref = H.reference(name)
-    assert 0.0 <= ref.restart_gain < 1e-12
+    # a restart from the reference gains nothing; its loss may differ by the float64 rounding of the sum
+    assert abs(ref.restart_gain) < 1e-12
     scn = H.scenario(name)
     # any feasible step away raises the loss
     rng = np.random.default_rng(3)

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import dopplermap as dm
-from dopplermap import forms, plan
+from dopplermap import forms
 from dopplermap.errors import DopplermapInputError
 
 SRC = Path(dm.__file__).resolve().parent
@@ -81,11 +81,6 @@ def all_forms():
 def _profiles(line, fc, fh):
     num, norm = line.numerator_norm(fc, fh)
     return np.asarray(num / norm[:, None])
-
-
-def test_registry_matches_the_method_option():
-    assert set(forms.FORMS) == set(plan.METHODS) - {"auto"}
-    assert all(issubclass(c, forms.Form) for c in forms.FORMS.values())
 
 
 def test_every_form_is_an_immutable_pytree(all_forms):

@@ -11,7 +11,7 @@ import pytest
 
 import dopplermap as dm
 from dopplermap import search
-from dopplermap.errors import DopplermapWarning
+from dopplermap.errors import ConvergenceWarning, DopplermapWarning
 
 # ------------------------------------------------------------------ an analytic L-curve
 
@@ -136,6 +136,9 @@ def test_doppler_target_chi2_in_few_solves(doppler, monkeypatch):
     found = []
     with warnings.catch_warnings():
         warnings.simplefilter("error", DopplermapWarning)
+        # at tol 1e-8 a solve may end on a line-search failure at the loss's rounding (CPU-dependent);
+        # its chi2 is checked below
+        warnings.filterwarnings("ignore", "solve stopped on a line-search failure", ConvergenceWarning)
         for obs, sw in zip((obs1, obs2), sweeps, strict=True):
             n0 = len(calls)
             lmt, res, trials = search.lambda_for_chi2(pre, obs, 1.1, tol=1e-8, sweep=sw)

@@ -249,7 +249,7 @@ def test_bad_binning_is_refused():
     lc = _lc([0, 1, 2], [1, 1, 1], [1, 1, 1])
     for width, unit, match in ((0.0, "d", r"lightcurve_bin must be > 0, got 0\.0"),
                                (0.7, "phase", r"in phase must be <= 0\.5, got 0\.7"),
-                               (0.1, "cycles", r"lightcurve_bin_unit must be 'd' or 'phase', got 'cycles'")):
+                               (0.1, "cycles", r"lightcurve_bin_unit must be one of 'd', 'phase', got 'cycles'")):
         with pytest.raises(DopplermapInputError, match=match):
             bin_lightcurve(lc, width, unit=unit, period=1.0, t0=0.0)
 

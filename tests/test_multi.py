@@ -250,7 +250,7 @@ def _tables():
     (lambda t: t["lines"][1]["line"].update(fwhm=-1.0), r"\[\[lines\]\] 2 \('narval'\) line fwhm must be > 0"),
     (lambda t: t["lines"][0].pop("line"), "missing sub-table"),
     (lambda t: t["lightcurves"][0].update(weight=-1.0), r"\[\[lightcurves\]\] 1 \('V'\) weight must be >= 0"),
-    (lambda t: t["lightcurves"][1].update(unit="counts"), "unit must be 'flux' or 'mag'"),
+    (lambda t: t["lightcurves"][1].update(unit="counts"), "unit must be one of 'flux', 'mag', got 'counts'"),
 ])
 def test_bad_tables_name_the_table(change, match):
     t = _tables()

@@ -171,5 +171,5 @@ def test_auto_takes_newton_at_tight_tolerances_where_it_applies(problem):
     assert choose_solver(settings=Settings(solver="auto", tol=1e-8), pre=exact) == "lbfgsb"
     sets = LineSets.create((pre, pre), names=("a", "b"))
     assert choose_solver(settings=Settings(solver="auto", tol=1e-8), pre=sets) == "lbfgsb"
-    with pytest.raises(dm.DopplermapInputError, match="solver must be 'auto' or one of"):
+    with pytest.raises(dm.DopplermapInputError, match="solver must be one of 'auto', 'lbfgsb'"):
         dm.invert(pre, sim.obs, solver="gauss")

@@ -26,10 +26,10 @@ from dopplermap.objective import (
     chi2,
     objective_terms,
     offset_sigmas,
-    seed_entropy,
     sum_excess,
 )
 from dopplermap.problem import Settings, from_config
+from dopplermap.regularisers import seed_entropy
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ import pytest
 
 import dopplermap as dm
 from dopplermap.io import results as rio
-from dopplermap.objective import seed_entropy
+from dopplermap.regularisers import seed_entropy
 from dopplermap.result import InversionResult
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")

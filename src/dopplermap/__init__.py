@@ -26,7 +26,8 @@ _LAZY = {
     **dict.fromkeys(("SurfaceGrid", "healpix_grid", "latitude_band_grid", "make_grid"), "grid"),
     **dict.fromkeys(("Precomputed", "fold_dense", "forward", "precompute", "solve_form",
                      "synthesize"), "model"),
-    **dict.fromkeys(("Layout", "Observations", "chi2", "loss", "seed_entropy", "tikhonov"), "objective"),
+    **dict.fromkeys(("Layout", "Observations", "chi2", "loss"), "objective"),
+    **dict.fromkeys(("seed_entropy", "tikhonov"), "regularisers"),
     **dict.fromkeys(("Component", "ComponentSet", "LimbDarkening", "LocalProfile", "gaussian",
                      "intensity_ratio", "planck", "tabulated", "voigt"), "profiles"),
     **dict.fromkeys(("DEMO_SPOTS", "Simulation", "Spot", "demo_setup", "simulate", "spot_map"), "simulate"),
@@ -38,9 +39,9 @@ _LAZY = {
 }
 
 # submodules reachable as attributes (``dm.model``, ``dm.plot``) without an explicit import
-_SUBMODULES = ("app", "broadening", "cache", "cli", "commands", "config", "constants", "errors", "geometry", "gravity",
-               "grid", "io", "jointfit", "lightcurve", "model", "objective", "plot", "profiles", "progress",
-               "result", "search", "simulate", "solvers", "uncertainty")
+_SUBMODULES = ("app", "broadening", "cache", "choices", "cli", "commands", "config", "constants", "errors", "geometry",
+               "gravity", "grid", "io", "jointfit", "lightcurve", "model", "objective", "plot", "profiles", "progress",
+               "regularisers", "result", "search", "simulate", "solvers", "uncertainty")
 
 __all__ = [
     "StarParams", "cell_geometry", "rotation_phase", "SurfaceGrid", "healpix_grid", "latitude_band_grid",

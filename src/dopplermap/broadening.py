@@ -51,13 +51,14 @@ from scipy import fft as sfft
 from scipy import special
 
 from ._linops import lagrange_weights
+from .choices import EW_METHODS, check
 from .constants import C_KMS
 from .errors import DopplermapInputError
 from .profiles import ComponentSet, LocalProfile, gaussian, tabulated, voigt
 
 __all__ = [
     "instrumental_fwhm", "gaussian_kernel", "rt_macroturbulence", "rt_second_moment",
-    "instrumental_broaden", "scale_equivalent_width", "gaussian_fit_ew", "EW_METHODS", "MuProfile", "mu_dependent_profile",
+    "instrumental_broaden", "scale_equivalent_width", "gaussian_fit_ew", "MuProfile", "mu_dependent_profile",
     "mu_profile_table", "replace_profiles", "apply_cell_factors",
 ]
 
@@ -168,9 +169,6 @@ def instrumental_broaden(profile: LocalProfile, resolving_power: float, *, dv: f
     return tabulated(u, 1.0 - d[0], name="instrument-broadened profile")
 
 
-EW_METHODS = ("integrated", "gaussian_fit")
-
-
 def gaussian_fit_ew(velocity, intensity) -> tuple[float, float]:
     """SpotDIPy's equivalent width of a tabulated line: ``(EW_fit km/s, median continuum)``.
 
@@ -217,8 +215,7 @@ def scale_equivalent_width(profile: LocalProfile, ew: float, method: str = "inte
     """
     if not (np.isfinite(ew) and ew > 0):
         raise DopplermapInputError(f"equivalent width must be > 0 km/s, got {ew!r}")
-    if method not in EW_METHODS:
-        raise DopplermapInputError(f"ew_method must be one of {EW_METHODS}, got {method!r}")
+    check(method, EW_METHODS, "ew_method")
     if method == "gaussian_fit" and profile.kind != "gaussian":
         v, i = _table(profile)
         ew_fit, med = gaussian_fit_ew(v, i)

@@ -35,6 +35,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from .choices import SPOT_COMPONENTS
 from .errors import DopplermapInputError
 from .grid import SurfaceGrid, latitude_band_grid
 from .model import forward
@@ -290,8 +291,8 @@ def check_calibratable(problem: Problem, settings: Settings) -> None:
     if problem.lightcurve_data is not None:
         raise DopplermapInputError(f"{problem.source}: calibration by simulation does not simulate light curves yet; "
                                    "calibrate on the line profiles alone (a target without [data] lightcurve)")
-    if tuple(settings.fit_components) != ("cool", "hot"):
-        raise DopplermapInputError(f"{problem.source}: calibration needs fit_components ('cool', 'hot'), got "
+    if tuple(settings.fit_components) != SPOT_COMPONENTS:
+        raise DopplermapInputError(f"{problem.source}: calibration needs fit_components {SPOT_COMPONENTS}, got "
                                    f"{tuple(settings.fit_components)!r}")
     if settings.line_weight != 1.0:
         raise DopplermapInputError(f"{problem.source}: calibration needs line_weight 1, got {settings.line_weight!r}")

@@ -17,6 +17,22 @@ import types
 import typing
 from pathlib import Path
 
+from .choices import (
+    BIN_UNITS,
+    EW_METHODS,
+    GRID_KINDS,
+    LIGHTCURVE_FORMATS,
+    LIGHTCURVE_UNITS,
+    LINE_PROFILES,
+    PROFILE_FORMATS,
+    REGULARISERS,
+    RV_SHIFTS,
+    SOLVER_CHOICES,
+    SPOT_COMPONENTS,
+    SYNTHESIS_METHODS,
+    UNCERTAINTY_METHODS,
+    check,
+)
 from .errors import DopplermapInputError, MissingFileError
 from .io.times import parse_time_scale
 from .limb_darkening import LimbDarkening
@@ -163,13 +179,8 @@ class InversionConfig:
     method: str = "auto"
     rv_shift: str = "interpolate"
     solver: str = "auto"
-    fit_components: tuple[str, ...] = ("cool", "hot")
+    fit_components: tuple[str, ...] = SPOT_COMPONENTS
     offset_sigma: float | None = None  # Gaussian prior on the per-epoch offsets (dopplermap.objective)
-
-
-UNCERTAINTY_METHODS = ("laplace", "sandwich", "bootstrap")
-# dopplermap.objective.REGULARISERS, spelt out here so that parsing a config needs no JAX
-REGULARISER_NAMES = ("mem", "mem_spotdipy", "tikhonov", "none")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -285,8 +296,7 @@ def _check_ld(where, law, coeffs):
 def _validate_data(s: str, d: DataConfig, sec: str = "[data]"):
     if not d.profiles:
         raise DopplermapInputError(f"{s}: {sec} profiles must list at least one file or glob pattern")
-    if d.format not in ("auto", "donati", "text", "fits"):
-        raise DopplermapInputError(f"{s}: {sec} format must be auto, donati, text or fits, got {d.format!r}")
+    check(d.format, PROFILE_FORMATS, f"{s}: {sec} format")
     if (d.times_table is None) == (d.time_pattern is None):
         raise DopplermapInputError(f"{s}: {sec} give exactly one of times_table or time_pattern")
     parse_time_scale(d.time_scale, f"{s}: {sec} time_scale")
@@ -299,8 +309,7 @@ def _validate_data(s: str, d: DataConfig, sec: str = "[data]"):
 
 def _validate_line(s: str, ln: LineConfig, sec: str = "[line]"):
     _positive(f"{s}: {sec} wavelength_nm", ln.wavelength_nm)
-    if ln.profile not in ("gaussian", "voigt", "tabulated"):
-        raise DopplermapInputError(f"{s}: {sec} profile must be gaussian, voigt or tabulated, got {ln.profile!r}")
+    check(ln.profile, LINE_PROFILES, f"{s}: {sec} profile")
     if ln.profile == "tabulated":
         if ln.files is None or len(ln.files) != 3:
             raise DopplermapInputError(f"{s}: {sec} files must list 3 tabulated profiles (phot, cool, hot) for profile = 'tabulated'")
@@ -316,8 +325,7 @@ def _validate_line(s: str, ln: LineConfig, sec: str = "[line]"):
         raise DopplermapInputError(f"{s}: {sec} radial_fraction must be in [0, 1], got {ln.radial_fraction!r}")
     if ln.equivalent_width is not None:
         _positive(f"{s}: {sec} equivalent_width", ln.equivalent_width)
-    if ln.ew_method not in ("integrated", "gaussian_fit"):
-        raise DopplermapInputError(f"{s}: {sec} ew_method must be 'integrated' or 'gaussian_fit', got {ln.ew_method!r}")
+    check(ln.ew_method, EW_METHODS, f"{s}: {sec} ew_method")
     _validate_band(s, ln, sec)
 
 
@@ -328,13 +336,12 @@ def _validate_band(s: str, obj, sec: str):
         raise DopplermapInputError(f"{s}: {sec} intensity must be 3 values >= 0 (phot, cool, hot), got {list(obj.intensity)}")
 
 
-def _validate_lc_reading(s: str, sec: str, unit, bin_width, bin_unit, time_scale):
+def _validate_lc_reading(s: str, sec: str, fmt, unit, bin_width, bin_unit, time_scale):
     if time_scale is not None:
         parse_time_scale(time_scale, f"{s}: {sec}time_scale")
-    if unit not in ("flux", "mag"):
-        raise DopplermapInputError(f"{s}: {sec}unit must be 'flux' or 'mag', got {unit!r}")
-    if bin_unit not in ("d", "phase"):
-        raise DopplermapInputError(f"{s}: {sec}bin_unit must be 'd' or 'phase', got {bin_unit!r}")
+    check(fmt, LIGHTCURVE_FORMATS, f"{s}: {sec}format")
+    check(unit, LIGHTCURVE_UNITS, f"{s}: {sec}unit")
+    check(bin_unit, BIN_UNITS, f"{s}: {sec}bin_unit")
     if bin_width is not None:
         _positive(f"{s}: {sec}bin", bin_width)
         if bin_unit == "phase" and bin_width > 0.5:
@@ -361,7 +368,7 @@ def _validate(cfg: TargetConfig):
         raise DopplermapInputError(f"{s}: [[lines]] names must differ, got {names}")
     for i, lc in enumerate(cfg.lightcurves):
         sec = f"[[lightcurves]] {i + 1} ({lc.name!r})"
-        _validate_lc_reading(s, f"{sec} ", lc.unit, lc.bin, lc.bin_unit, lc.time_scale)
+        _validate_lc_reading(s, f"{sec} ", lc.format, lc.unit, lc.bin, lc.bin_unit, lc.time_scale)
         _positive(f"{s}: {sec} weight", lc.weight, allow_zero=True)
         _positive(f"{s}: {sec} wavelength_nm", lc.wavelength_nm)
         _validate_band(s, lc, sec)
@@ -372,8 +379,8 @@ def _validate(cfg: TargetConfig):
     if d is not None and d.lightcurve is not None and cfg.lightcurves:
         raise DopplermapInputError(f"{s}: give the light curve as [data] lightcurve or as [[lightcurves]] tables, not both")
     if d is not None:
-        _validate_lc_reading(s, "[data] lightcurve_", d.lightcurve_unit, d.lightcurve_bin, d.lightcurve_bin_unit,
-                             d.lightcurve_time_scale)
+        _validate_lc_reading(s, "[data] lightcurve_", d.lightcurve_format, d.lightcurve_unit, d.lightcurve_bin,
+                             d.lightcurve_bin_unit, d.lightcurve_time_scale)
     if cfg.star.t0_scale is not None:
         parse_time_scale(cfg.star.t0_scale, f"{s}: [star] t0_scale")
     if (cfg.star.ra is None) != (cfg.star.dec is None):
@@ -401,16 +408,12 @@ def _validate(cfg: TargetConfig):
     if g.enabled and st.mass is None:
         raise DopplermapInputError(f"{s}: [gravity_darkening] enabled needs [star] mass (M_sun)")
     gr = cfg.grid
-    if gr.kind not in ("bands", "healpix"):
-        raise DopplermapInputError(f"{s}: [grid] kind must be 'bands' or 'healpix', got {gr.kind!r}")
+    check(gr.kind, GRID_KINDS, f"{s}: [grid] kind")
     if gr.n_cell < 8:
         raise DopplermapInputError(f"{s}: [grid] n_cell must be >= 8, got {gr.n_cell!r}")
     inv = cfg.inversion
-    if inv.regulariser not in REGULARISER_NAMES:
-        raise DopplermapInputError(f"{s}: [inversion] regulariser must be one of {', '.join(REGULARISER_NAMES)}, "
-                                   f"got {inv.regulariser!r}")
-    if inv.method not in ("auto", "binned", "dense"):
-        raise DopplermapInputError(f"{s}: [inversion] method must be 'auto', 'binned' or 'dense', got {inv.method!r}")
+    check(inv.regulariser, REGULARISERS, f"{s}: [inversion] regulariser")
+    check(inv.method, SYNTHESIS_METHODS, f"{s}: [inversion] method")
     for k in ("lmbd", "line_weight", "lc_weight"):
         _positive(f"{s}: [inversion] {k}", getattr(inv, k), allow_zero=True)
     _positive(f"{s}: [inversion] tol", inv.tol)
@@ -418,19 +421,14 @@ def _validate(cfg: TargetConfig):
         _positive(f"{s}: [inversion] offset_sigma", inv.offset_sigma)
     if inv.maxiter < 1:
         raise DopplermapInputError(f"{s}: [inversion] maxiter must be >= 1, got {inv.maxiter!r}")
-    if inv.rv_shift not in ("interpolate", "exact"):
-        raise DopplermapInputError(f"{s}: [inversion] rv_shift must be 'interpolate' or 'exact', got {inv.rv_shift!r}")
-    if inv.solver not in ("auto", "lbfgsb", "projected_lbfgs", "newton"):
-        raise DopplermapInputError(f"{s}: [inversion] solver must be 'auto', 'lbfgsb', 'projected_lbfgs' or 'newton', "
-                                   f"got {inv.solver!r}")
+    check(inv.rv_shift, RV_SHIFTS, f"{s}: [inversion] rv_shift")
+    check(inv.solver, SOLVER_CHOICES, f"{s}: [inversion] solver")
     comps = inv.fit_components
-    if not comps or len(set(comps)) != len(comps) or not set(comps) <= {"cool", "hot"}:
+    if not comps or len(set(comps)) != len(comps) or not set(comps) <= set(SPOT_COMPONENTS):
         raise DopplermapInputError(f"{s}: [inversion] fit_components must list 'cool', 'hot' or both, got {list(comps)}")
     unc = cfg.uncertainty
     for i, m in enumerate(unc.methods):
-        if m not in UNCERTAINTY_METHODS:
-            raise DopplermapInputError(f"{s}: [uncertainty] methods[{i}] must be one of {', '.join(UNCERTAINTY_METHODS)}, "
-                             f"got {m!r}")
+        check(m, UNCERTAINTY_METHODS, f"{s}: [uncertainty] methods[{i}]")
     if unc.n_boot < 2:
         raise DopplermapInputError(f"{s}: [uncertainty] n_boot must be >= 2, got {unc.n_boot!r}")
 

@@ -14,6 +14,7 @@ import dataclasses
 
 import numpy as np
 
+from .choices import GRID_KINDS, check
 from .errors import DopplermapInputError
 from .memory import check_grid_size
 
@@ -149,10 +150,8 @@ def healpix_grid(nside: int) -> SurfaceGrid:
 
 def make_grid(kind: str = "bands", n_cell: int = 2500, nside: int | None = None) -> SurfaceGrid:
     """Build a grid by name: ``"bands"`` (``n_cell``) or ``"healpix"`` (``nside``)."""
-    if kind == "bands":
+    if check(kind, GRID_KINDS, "grid kind") == "bands":
         return latitude_band_grid(n_cell)
-    if kind == "healpix":
-        if nside is None:
-            nside = 1 << max(0, int(round(np.log2(np.sqrt(n_cell / 12.0)))))
-        return healpix_grid(nside)
-    raise DopplermapInputError(f"grid kind must be 'bands' or 'healpix', got {kind!r}")
+    if nside is None:
+        nside = 1 << max(0, int(round(np.log2(np.sqrt(n_cell / 12.0)))))
+    return healpix_grid(nside)

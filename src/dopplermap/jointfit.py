@@ -23,12 +23,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .choices import REGULARISERS, check
 from .constants import FILL_MAX, FILL_MIN
 from .errors import DopplermapInputError, warn
 from .geometry import StarParams, cell_geometry
 from .grid import SurfaceGrid
 from .model import apply_nuisance, precompute
-from .objective import DEFAULT_PENALTY, REGULARISERS, Layout, Observations, Terms, chi2, regulariser_value, sum_excess
+from .objective import DEFAULT_PENALTY, Layout, Observations, Terms, chi2, regulariser_value, sum_excess
 from .profiles import ComponentSet, LocalProfile
 from .result import Outcome
 from .solvers import InversionResult, invert
@@ -145,8 +146,7 @@ def joint_fit(grid: SurfaceGrid, star: StarParams, obs: Observations, components
     bad = [p for p in fit if p not in STAR_PARAMETERS]
     if bad or not fit:
         raise DopplermapInputError(f"fit must name star parameters among {sorted(STAR_PARAMETERS)}, got {list(fit)!r}")
-    if regulariser not in REGULARISERS:
-        raise DopplermapInputError(f"regulariser must be one of {REGULARISERS}, got {regulariser!r}")
+    check(regulariser, REGULARISERS, "regulariser")
     if star.vsini is None:
         raise DopplermapInputError("joint_fit needs star.vsini (km/s), got None (radius given instead)")
     t_start = time.perf_counter()

@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _device, plan
+from . import _device, choices, plan
 from .diagnostics import check_velocity_window
 from .errors import DopplermapInputError
 from .forms import (
@@ -56,7 +56,7 @@ __all__ = ["Precomputed", "precompute", "synthesize", "forward", "apply_nuisance
            "phase_order", "solve_form", "dense_numerator", "with_exact_numerator", "DEFAULT_BLOCKS", "shift_profiles"]
 
 RV_SHIFTS = {"interpolate": False, "exact": True}
-"""``precompute(rv_shift=...)``: whether the form synthesises the rv shift exactly."""
+"""``precompute(rv_shift=...)`` (:data:`dopplermap.choices.RV_SHIFTS`): whether the form synthesises the rv shift exactly."""
 
 
 @form_pytree
@@ -138,8 +138,7 @@ def precompute(grid: SurfaceGrid, star: StarParams, times, vels, components: Com
     check_star(star)
     vels = _check_vels(vels)
     times = _check_times(times)
-    if method not in plan.METHODS:
-        raise DopplermapInputError(f"method must be 'auto', 'binned' or 'dense', got {method!r}")
+    choices.check(method, choices.SYNTHESIS_METHODS, "method")
     # before the (E, C) arrays; "auto" is settled below, by size
     cube = FORMS[method].precompute_nbytes(grid.n_cell, times.size, vels.size) if method in FORMS else 0.0
     check_precompute_size(grid.n_cell, times.size, vels.size, method, cube)
@@ -155,9 +154,7 @@ def precompute(grid: SurfaceGrid, star: StarParams, times, vels, components: Com
     if np.any(n_vis == 0):
         raise DopplermapInputError("no cell is visible at some epoch; check inclination and grid")
     n_slot = int(n_vis.max())
-    if rv_shift not in RV_SHIFTS:
-        raise DopplermapInputError(f"rv_shift must be one of {', '.join(map(repr, RV_SHIFTS))}, got {rv_shift!r}")
-    exact_rv = RV_SHIFTS[rv_shift]
+    exact_rv = RV_SHIFTS[choices.check(rv_shift, choices.RV_SHIFTS, "rv_shift")]
     form = FORMS[plan.synthesis_method(method, n_epoch * n_slot * 3 * len(vels) * 8, exact_rv=exact_rv)]
 
     if bin_width is not None and not float(bin_width) > 0:

@@ -15,6 +15,8 @@ layout)::
 
     tikhonov = sum_(i,j) in edges [(fssc_i - fssc_j)^2 + (fssh_i - fssh_j)^2] / n_edge
 
+    (these terms, and "none", are the entries of :mod:`dopplermap.regularisers`)
+
     loss = chi2 + lambda * regulariser + penalty * sum_c max(0, fssc_c + fssh_c - 1)^2
            [+ offset_prior, with ``offset_sigma``; see below]
 
@@ -71,7 +73,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _device
+from . import _device, regularisers
 from ._sets import names_and_weights
 from .constants import FILL_MIN
 from .errors import DopplermapInputError
@@ -82,13 +84,10 @@ from .model import with_exact_numerator as _with_exact_numerator
 from .units import to_epoch, to_unit
 
 __all__ = ["Observations", "LineSets", "Layout", "Terms", "check_sets", "solve_form", "with_exact_numerator",
-           "set_chi2", "chi2", "seed_entropy", "spotdipy_entropy", "tikhonov", "sum_excess",
-           "regulariser_value", "offset_sigmas", "offset_prior", "ObjectiveData", "data_terms", "objective_terms",
-           "loss", "REGULARISERS",
-           "DEFAULT_PENALTY", "SPOTDIPY_FLOOR"]
+           "set_chi2", "chi2", "sum_excess", "regulariser_value", "offset_sigmas", "offset_prior", "ObjectiveData",
+           "data_terms", "objective_terms", "loss", "DEFAULT_PENALTY"]
 
 DEFAULT_PENALTY = 1e4
-SPOTDIPY_FLOOR = 1e-7
 
 _MAX_SPAN_KMS = 1.0e4  # no line profile spans 10^4 km/s: such a grid is in m/s (as io/lsd.py's readers)
 
@@ -283,44 +282,11 @@ def chi2(model, obs: Observations):
     return jnp.sum(r * r) / r.size
 
 
-def seed_entropy(fssc, fssh, cell_area, m: float = FILL_MIN):
-    """The seed's maximum-entropy term (see module docstring); lower is 'more entropic'."""
-    wp = cell_area / jnp.max(cell_area)
-    s = fssc + fssh
-    term = fssc * jnp.log(fssc / m) + fssh * jnp.log(fssh / m) + s * jnp.log(s / (1.0 - m))
-    return jnp.sum(wp * term) / fssc.shape[0]
-
-
-def spotdipy_entropy(fssc, fssh, cell_area, m: float = SPOTDIPY_FLOOR):
-    """SpotDIPy's maximum-entropy term (``mem_spotdipy`` in the module docstring)."""
-    a = cell_area / jnp.sum(cell_area)
-    s = fssc + fssh
-    return jnp.sum(a * (fssc * jnp.log(fssc / m) + fssh * jnp.log(fssh / m) + s * jnp.log(s / m)))
-
-
-def tikhonov(fssc, fssh, edges):
-    """Mean squared difference of filling factors across neighbouring cells."""
-    i, j = edges[:, 0], edges[:, 1]
-    return (jnp.sum((fssc[i] - fssc[j]) ** 2) + jnp.sum((fssh[i] - fssh[j]) ** 2)) / edges.shape[0]
-
-
-# one entry per regulariser: (fssc, fssh, cell_area, edges) -> scalar
-_REGULARISER_TERMS = {
-    "mem": lambda fssc, fssh, area, edges: seed_entropy(fssc, fssh, area),
-    "mem_spotdipy": lambda fssc, fssh, area, edges: spotdipy_entropy(fssc, fssh, area),
-    "tikhonov": lambda fssc, fssh, area, edges: tikhonov(fssc, fssh, edges),
-    "none": lambda fssc, fssh, area, edges: jnp.zeros((), jnp.result_type(fssc)),
-}
-REGULARISERS = tuple(_REGULARISER_TERMS)
-
-
 def regulariser_value(name: str, fssc, fssh, cell_area, edges):
-    """The regulariser ``name`` (one of :data:`REGULARISERS`) of the maps ``fssc``, ``fssh``."""
-    try:
-        term = _REGULARISER_TERMS[name]
-    except KeyError:
-        raise DopplermapInputError(f"regulariser must be one of {REGULARISERS}, got {name!r}") from None
-    return term(fssc, fssh, cell_area, edges)
+    """The regulariser ``name`` (one of :data:`dopplermap.choices.REGULARISERS`, defined in
+    :mod:`dopplermap.regularisers`) of the maps ``fssc``, ``fssh``."""
+    reg = regularisers.regulariser(name)
+    return reg.value(fssc, fssh, cell_area, edges, reg.floor)
 
 
 def sum_excess(fssc, fssh):

@@ -19,12 +19,10 @@ from __future__ import annotations
 
 import jax
 
-from .errors import DopplermapInputError
+from .choices import CUBE_DTYPES, SYNTHESIS_METHODS, check
 
 __all__ = ["DENSE_AUTO_BYTES", "FLOAT32_MIN_TOL", "BLOCKED_MAX_BYTES", "HVP_BLOCKED_MAX_BYTES", "on_accelerator",
-           "synthesis_method", "cube_dtype", "blocked_fits", "batch_form", "batch_mode", "hvp_blocked", "batch_hvps", "METHODS"]
-
-METHODS = ("auto", "binned", "dense")
+           "synthesis_method", "cube_dtype", "blocked_fits", "batch_form", "batch_mode", "hvp_blocked", "batch_hvps"]
 
 DENSE_AUTO_BYTES = 512 * 2**20
 """``method="auto"`` picks ``"dense"`` while the float64 dense cube fits this."""
@@ -47,9 +45,7 @@ def on_accelerator() -> bool:
 def synthesis_method(method: str, dense_nbytes: int, exact_rv: bool = False) -> str:
     """``"dense"`` or ``"binned"``: ``method`` itself, or for ``"auto"`` the choice by size
     (binned whenever the rv shift is to be synthesised exactly: only it can)."""
-    if method not in METHODS:
-        raise DopplermapInputError(f"method must be 'auto', 'binned' or 'dense', got {method!r}")
-    if method != "auto":
+    if check(method, SYNTHESIS_METHODS, "method") != "auto":
         return method
     return "dense" if dense_nbytes <= DENSE_AUTO_BYTES and not exact_rv else "binned"
 
@@ -58,9 +54,7 @@ def cube_dtype(choice, tol: float):
     """``"auto"`` -> float32 if ``tol >= FLOAT32_MIN_TOL`` else float64; others are checked and returned."""
     if choice == "auto":
         return "float32" if tol >= FLOAT32_MIN_TOL else "float64"
-    if choice not in (None, "float32", "float64"):
-        raise DopplermapInputError(f"cube_dtype must be 'auto', 'float32', 'float64' or None, got {choice!r}")
-    return choice
+    return check(choice, CUBE_DTYPES, "cube_dtype")
 
 
 def blocked_fits(pre, dtype) -> bool:

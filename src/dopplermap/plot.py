@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from . import style
+from .choices import MAP_PROJECTIONS, REGULARISER_LABELS, SPOT_COMPONENTS, check
 from .constants import FILL_MIN
 from .errors import DopplermapInputError
 from .result import light_curves, line_sets, relative_brightness
@@ -49,7 +50,7 @@ def fitted_components(result) -> tuple[str, ...]:
     hot component when every hot filling factor sits at the floor (``FILL_MIN``): a hot
     panel would only show the bound.
     """
-    comps = tuple(getattr(result, "fit_components", None) or ("cool", "hot"))
+    comps = tuple(getattr(result, "fit_components", None) or SPOT_COMPONENTS)
     if "hot" in comps and not np.any(np.asarray(result.fssh, float) > 2.0 * FILL_MIN):
         comps = tuple(c for c in comps if c != "hot")
     return _check_components(comps or ("cool",))
@@ -368,7 +369,7 @@ def _legend_strip(sheet, *, ticks: bool, shade: bool, missing: str | None = None
 
 def plot_maps(lat, lon, maps: dict, *, truth: dict | None = None, lat_bounds=None, lon_bounds=None,
               inclination: float | None = None, phase_lons=None, projection: str = "mollweide",
-              components=("cool", "hot"), title: str | None = None, resolution: int = 200,
+              components=SPOT_COMPONENTS, title: str | None = None, resolution: int = 200,
               missing_label: str | None = None, fig=None):
     """Maps of filling factors / brightness, true beside recovered when ``truth`` is given.
 
@@ -398,8 +399,7 @@ def plot_maps(lat, lon, maps: dict, *, truth: dict | None = None, lat_bounds=Non
         if np.shape(v) != np.shape(lat):
             raise DopplermapInputError(f"map {k!r} has shape {np.shape(v)}, expected (n_cell,) = {np.shape(lat)}")
     cols = [("true", truth), ("recovered", maps)] if truth else [("recovered", maps)]
-    if projection not in ("mollweide", "rect"):
-        raise DopplermapInputError(f"projection must be 'mollweide' or 'rect', got {projection!r}")
+    check(projection, MAP_PROJECTIONS, "projection")
     raster = grid_raster(lat, lon, lat_bounds, lon_bounds, projection, resolution)
     nrow, ncol = len(names), len(cols)
     width = style.ONE_COLUMN if ncol == 1 else style.TWO_COLUMN
@@ -1015,7 +1015,7 @@ def result_figures(result, *, n_views: int = 6, max_profiles: int = 24, componen
     if grid is not None:
         rec = quantities(result.fssc, result.fssh)
         tru = quantities(result.truth["fssc"], result.truth["fssh"]) if result.truth is not None else None
-        for proj in ("mollweide", "rect"):
+        for proj in MAP_PROJECTIONS:
             out[f"map_{proj}"] = lambda proj=proj: plot_maps(
                 grid.lat, grid.lon, rec, truth=tru, lat_bounds=grid.lat_bounds, lon_bounds=grid.lon_bounds,
                 inclination=inc, phase_lons=phase_lons, projection=proj, components=comps)
@@ -1049,8 +1049,7 @@ def result_figures(result, *, n_views: int = 6, max_profiles: int = 24, componen
             out[f"light_curve{suffix}"] = _labelled(lambda lc=lc, lph=lph: plot_light_curve(
                 lph, lc["flux"], lc["model"], err=lc.get("err")), _set_label(lc["name"], lc["chi2"]) if named else None)
     if result.history and len(result.history.get("loss", ())):
-        label = {"mem": "entropy term", "mem_spotdipy": "entropy term (SpotDIPy)",
-                 "tikhonov": "Tikhonov term"}.get(result.regulariser, "regulariser")
+        label = REGULARISER_LABELS.get(result.regulariser, "regulariser")
         out["convergence"] = lambda: plot_convergence(result.history, regulariser_label=label)
     return out
 

@@ -23,8 +23,10 @@ from pathlib import Path
 
 import numpy as np
 
+from . import regularisers
 from .atomic import write_file
 from .broadening import apply_cell_factors, instrumental_broaden, mu_dependent_profile, scale_equivalent_width
+from .choices import REGULARISERS, RV_SHIFTS, SPOT_COMPONENTS, SYNTHESIS_METHODS, check
 from .errors import DopplermapInputError, MissingFileError
 from .geometry import StarParams
 from .gravity import gravity_darkening_factors
@@ -57,7 +59,7 @@ class Settings:
     line_weight: float = 1.0
     lc_weight: float = 1.0
     solver: str = "lbfgsb"
-    fit_components: tuple[str, ...] = ("cool", "hot")
+    fit_components: tuple[str, ...] = SPOT_COMPONENTS
     offset_sigma: float | tuple | None = None  # Gaussian prior on the offsets (dopplermap.objective); per set: a tuple
 
     def replace(self, **changes) -> Settings:
@@ -160,10 +162,8 @@ class Problem:
     form: Precomputed | None = None
 
     def __post_init__(self):
-        if self.method not in ("auto", "dense", "binned"):
-            raise DopplermapInputError(f"{self.source}: method must be 'auto', 'dense' or 'binned', got {self.method!r}")
-        if self.rv_shift not in ("interpolate", "exact"):
-            raise DopplermapInputError(f"{self.source}: rv_shift must be 'interpolate' or 'exact', got {self.rv_shift!r}")
+        check(self.method, SYNTHESIS_METHODS, f"{self.source}: method")
+        check(self.rv_shift, RV_SHIFTS, f"{self.source}: rv_shift")
         if self.form is None:
             if self.grid is None or self.star is None:
                 raise DopplermapInputError(f"{self.source}: a problem needs a grid and a star (or a given form)")
@@ -465,11 +465,12 @@ def from_seed(seed, *, settings: Settings = Settings()) -> Problem:
     :func:`~dopplermap.io.seed.read_seed` or :func:`~dopplermap.io.seed.load_problem`): its dense
     synthesis form as given, its observations, and a grid of its cell centres when the files
     hold them (solid angles: the given areas scaled to 4 pi). The seed's files name no
-    neighbour pairs, so ``regulariser="tikhonov"`` (which smooths across them) is refused
-    unless the form carries them (an ``.npz`` written with edges)."""
-    if settings.regulariser == "tikhonov" and np.asarray(seed.pre.edges).size == 0:
-        raise DopplermapInputError(f"{seed.source}: regulariser 'tikhonov' needs neighbouring cells, and these files "
-                                   "name none; use 'mem' (the seed's) or 'none'")
+    neighbour pairs, so a regulariser that reads them (``"tikhonov"``, which smooths across
+    them) is refused unless the form carries them (an ``.npz`` written with edges)."""
+    if regularisers.regulariser(settings.regulariser).uses_edges and np.asarray(seed.pre.edges).size == 0:
+        others = ", ".join(repr(r) for r in REGULARISERS if not regularisers.regulariser(r).uses_edges)
+        raise DopplermapInputError(f"{seed.source}: regulariser {settings.regulariser!r} needs neighbouring cells, and "
+                                   f"these files name none; use one of {others} ('mem' is the seed's)")
     grid = None
     if seed.has_coordinates:
         area = np.asarray(seed.pre.cell_area, dtype=float)

@@ -11,6 +11,8 @@ import io
 
 import numpy as np
 
+from .choices import SPOT_COMPONENTS
+
 __all__ = ["InversionResult", "Outcome", "relative_brightness", "line_sets", "light_curves"]
 
 
@@ -173,7 +175,7 @@ class InversionResult:
     extra: dict = dataclasses.field(default_factory=dict)
     chi2_lc: float | None = None  # light-curve reduced chi-square of a joint fit
     cube_dtype: str | None = None
-    fit_components: tuple = ("cool", "hot")
+    fit_components: tuple = SPOT_COMPONENTS
     outcome: Outcome | None = None
     chi2_sets: dict | None = None  # {name: reduced chi2} of several line data sets (chi2: the pooled one)
     chi2_lc_sets: dict | None = None  # {name: reduced chi2} of several light-curve bands (chi2_lc: pooled)

@@ -38,16 +38,17 @@ from pathlib import Path
 import jax.numpy as jnp
 import numpy as np
 
-from . import style
+from . import regularisers, style
 from .atomic import fingerprint, write_text
-from .constants import FILL_MIN
+from .choices import REGULARISERS, WEIGHTED_REGULARISERS, check
 from .errors import DopplermapInputError, warn
 from .geometry import StarParams, check_star
 from .memory import MAX_GRID_POINTS
 from .model import Precomputed
-from .objective import REGULARISERS, SPOTDIPY_FLOOR, Observations, seed_entropy
+from .objective import Observations
 from .problem import Problem, Settings
 from .profiles import ComponentSet, LocalProfile, intensity_ratio, tabulated
+from .regularisers import seed_entropy
 from .solvers import InversionResult, check_solver_args, invert
 
 __all__ = [
@@ -97,31 +98,11 @@ class LambdaSweep:
         return buf.getvalue()
 
 
-def regulariser_floor(regulariser: str, pre: Precomputed) -> float:
-    """Infimum of the regulariser over the allowed maps (0 for Tikhonov and none).
-
-    The seed's entropy is negative near its default map; its infimum is
-    ``sum(w) / n_cell * min_{a, b} [a ln(a/m) + b ln(b/m) + (a+b) ln((a+b)/(1-m))]``
-    (each cell's term is independent), found here by a 2-D minimisation.
-    """
-    if regulariser == "mem_spotdipy":  # increasing in both filling factors above 1e-7/e: infimum at the bounds
-        m, s = FILL_MIN, 2.0 * FILL_MIN
-        return float(2.0 * m * np.log(m / SPOTDIPY_FLOOR) + s * np.log(s / SPOTDIPY_FLOOR))
-    if regulariser != "mem":
-        return 0.0
-    from scipy.optimize import minimize
-
-    m = FILL_MIN
-
-    def term(p):
-        a, b = np.exp(p)
-        s = a + b
-        return a * np.log(a / m) + b * np.log(b / m) + s * np.log(s / (1.0 - m))
-
-    best = minimize(term, np.log([1e-3, 1e-3]), method="Nelder-Mead", options={"xatol": 1e-10, "fatol": 1e-16})
-    area = np.asarray(pre.cell_area)
-    wp = area / area.max()
-    return float(wp.sum() / area.size * min(best.fun, term(np.log([m, m]))))
+def regulariser_floor(name: str, pre: Precomputed) -> float:
+    """Infimum of the regulariser ``name`` over the allowed maps: its entry's ``infimum``
+    (:mod:`dopplermap.regularisers`; 0 for Tikhonov and none, negative for the seed's entropy)."""
+    reg = regularisers.regulariser(name)
+    return reg.infimum(np.asarray(pre.cell_area), reg.floor)
 
 
 STALL_ITERATIONS = 3
@@ -170,8 +151,7 @@ def sweep_lambda(pre: Precomputed, obs: Observations, lmbds: Sequence[float], *,
         raise DopplermapInputError(f"lmbds must be finite and > 0, got {lm[~(np.isfinite(lm) & (lm > 0))][:3].tolist()}")
     if np.unique(lm).size != lm.size:
         raise DopplermapInputError("lmbds contains repeated values")
-    if regulariser not in REGULARISERS or regulariser == "none":
-        raise DopplermapInputError(f"regulariser for a lambda sweep must be 'mem' or 'tikhonov', got {regulariser!r}")
+    check(regulariser, WEIGHTED_REGULARISERS, "regulariser for a lambda sweep")
     t0 = time.perf_counter()
     order = np.argsort(lm)  # upwards: smoothing a detailed map converges better than the reverse
     results: dict[int, InversionResult] = {}
@@ -729,8 +709,7 @@ def grid_search(problem: Problem, axes: dict, table, *, settings: Settings | Non
     points = grid_points(axes, max_points)
     names = list(axes)
     check_solver_args(tol=settings.tol, maxiter=settings.maxiter, lmbd=settings.lmbd)
-    if settings.regulariser not in REGULARISERS:
-        raise DopplermapInputError(f"regulariser must be one of {REGULARISERS}, got {settings.regulariser!r}")
+    check(settings.regulariser, REGULARISERS, "regulariser")
     validate_points(problem, points)  # raise on bad parameters before starting any worker
     srow = _settings_row(settings, problem_fingerprint(problem))
     done = _prepare_table(table, names, points, resume, srow)

@@ -7,6 +7,7 @@ import dataclasses
 import jax.numpy as jnp
 import numpy as np
 
+from .choices import SPOT_COMPONENTS, check
 from .constants import FILL_MIN
 from .errors import DopplermapInputError
 from .geometry import StarParams
@@ -30,8 +31,7 @@ class Spot:
     fill: float = 0.9
 
     def __post_init__(self):
-        if self.kind not in ("cool", "hot"):
-            raise DopplermapInputError(f"spot kind must be 'cool' or 'hot', got {self.kind!r}")
+        check(self.kind, SPOT_COMPONENTS, "spot kind")
         if not (0.0 < self.fill <= 1.0):
             raise DopplermapInputError(f"spot fill must be in (0, 1], got {self.fill!r}")
         if not (-90.0 <= self.lat <= 90.0) or not (0.0 < self.radius < 180.0):

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from ..choices import FIGURE_FORMATS
+
 
 def register(group):
     @group.command()
@@ -13,7 +15,7 @@ def register(group):
     @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
                   help="Folder for the figures (default: RESULT_DIR); written as one atomic folder.")
     @click.option("--overwrite", is_flag=True, help="Replace earlier figures in --out.")
-    @click.option("--format", "fmt", type=click.Choice(["png", "pdf", "svg"]), default="png", show_default=True,
+    @click.option("--format", "fmt", type=click.Choice(FIGURE_FORMATS), default="png", show_default=True,
                   help="Figure file format.")
     @click.option("--dpi", type=click.IntRange(30, 600), default=150, show_default=True,
                   help="Resolution of PNGs (and of images inside PDF/SVG).")

@@ -29,6 +29,7 @@ from pathlib import Path
 import click
 import numpy as np
 
+from ..choices import WEIGHTED_REGULARISERS
 from ..errors import DopplermapInputError, DopplermapWarning
 
 # solver tolerances of the searches on the demo star or an .npz problem (a target TOML
@@ -140,7 +141,7 @@ problem_options = [
     click.option("--n-vel", type=click.IntRange(min=3), default=24, show_default=True, help="Demo: velocities."),
     click.option("--snr", type=click.FloatRange(min=0, min_open=True), default=500.0, show_default=True,
                  help="Demo: signal-to-noise."),
-    click.option("--regulariser", type=click.Choice(["mem", "mem_spotdipy", "tikhonov"]), default=None,
+    click.option("--regulariser", type=click.Choice(WEIGHTED_REGULARISERS), default=None,
                  help="Default: the target's [inversion] regulariser, else mem."),
     click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True, help="Output folder."),
     click.option("--overwrite", is_flag=True, help="Replace an earlier output of this command in --out."),

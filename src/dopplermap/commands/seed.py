@@ -16,6 +16,7 @@ from pathlib import Path
 import click
 import numpy as np
 
+from ..choices import SIMULATION_FORMATS
 from ..errors import DopplermapInputError
 
 _PATH = click.Path(dir_okay=False, path_type=Path)
@@ -262,7 +263,7 @@ def register(group):
     @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("sim-out"),
                   show_default=True, help="Output folder (an earlier simulation there is replaced only with --overwrite).")
     @click.option("--overwrite", is_flag=True, help="Replace an earlier simulation in --out.")
-    @click.option("--format", "fmt", type=click.Choice(["npz", "seed-pickle"]), default="npz", show_default=True,
+    @click.option("--format", "fmt", type=click.Choice(SIMULATION_FORMATS), default="npz", show_default=True,
                   help="npz: a safe problem.npz; seed-pickle: idc.pkl, sg.pkl, cpcs.pkl as the seed's script reads them.")
     @click.option("--n-cell", type=int, default=2500, show_default=True, help="Surface cells.")
     @click.option("--n-epoch", type=int, default=150, show_default=True, help="Epochs.")

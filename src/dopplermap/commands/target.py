@@ -9,6 +9,8 @@ from pathlib import Path
 import click
 import numpy as np
 
+from ..choices import SOLVER_CHOICES, UNCERTAINTY_METHODS
+
 __all__ = ["run_target", "register", "summary_line"]
 
 
@@ -181,12 +183,12 @@ def register(group):
     @click.option("--no-plots", is_flag=True, help="Skip the figures.")
     @click.option("--no-report", is_flag=True, help="Skip report.html.")
     @click.option("--uncertainty", "uncertainty", multiple=True,
-                  type=click.Choice(["laplace", "sandwich", "bootstrap"]),
+                  type=click.Choice(UNCERTAINTY_METHODS),
                   help="Also write per-cell uncertainty maps (repeatable; overrides [uncertainty] methods).")
     @click.option("--lmbd", type=click.FloatRange(min=0), default=None, help="Override [inversion] lmbd.")
     @click.option("--tol", type=click.FloatRange(min=0, min_open=True), default=None, help="Override [inversion] tol.")
     @click.option("--maxiter", type=click.IntRange(min=1), default=None, help="Override [inversion] maxiter.")
-    @click.option("--solver", type=click.Choice(["auto", "lbfgsb", "projected_lbfgs", "newton"]), default=None,
+    @click.option("--solver", type=click.Choice(SOLVER_CHOICES), default=None,
                   help="Override [inversion] solver.")
     def invert(target, out, overwrite, quiet, no_plots, no_report, uncertainty, lmbd, tol, maxiter, solver):
         """Map the star described by the TOML file TARGET; write a result folder to --out.

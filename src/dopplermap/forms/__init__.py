@@ -22,4 +22,5 @@ __all__ = ["Form", "Setup", "DenseForm", "FoldedForm", "BlockedForm", "BinnedFor
            "blocked_nbytes", "phase_order", "DEFAULT_BLOCKS"]
 
 FORMS = {"dense": DenseForm, "binned": BinnedForm}
-"""The forms :func:`dopplermap.precompute` builds, by the name of its ``method`` option."""
+"""The forms :func:`dopplermap.precompute` builds, by the name of its ``method`` option
+(:data:`dopplermap.choices.FORMS`)."""

@@ -47,6 +47,7 @@ from pathlib import Path
 import numpy as np
 
 from ..atomic import write_file, write_text
+from ..choices import BIN_UNITS, LIGHTCURVE_FORMATS, LIGHTCURVE_UNITS, LIGHTCURVE_WRITE_FORMATS, check
 from ..errors import DopplermapInputError, MissingFileError, warn
 from .times import TimeScale, check_time_overlap, parse_time_scale, to_internal
 
@@ -353,10 +354,8 @@ def read_lightcurve(path, fmt: str = "auto", *, column: str = "auto", unit: str 
         ra, dec: target coordinates (deg), for heliocentric/geocentric times.
     """
     path = Path(path)
-    if fmt not in ("auto", "text", "fits"):
-        raise DopplermapInputError(f"light-curve format must be 'auto', 'text' or 'fits', got {fmt!r}")
-    if unit not in ("flux", "mag"):
-        raise DopplermapInputError(f"light-curve unit must be 'flux' or 'mag', got {unit!r}")
+    check(fmt, LIGHTCURVE_FORMATS, "light-curve format")
+    check(unit, LIGHTCURVE_UNITS, "light-curve unit")
     if not path.is_file():
         raise MissingFileError(f"light-curve file not found: {path}")
     name = time_scale if time_scale is not None else fallback_time_scale
@@ -385,12 +384,13 @@ def bin_lightcurve(data: LightCurveData, width: float, *, unit: str = "d", perio
     """
     if not (isinstance(width, (int, float)) and math.isfinite(width) and width > 0):
         raise DopplermapInputError(f"lightcurve_bin must be > 0, got {width!r}")
+    check(unit, BIN_UNITS, "lightcurve_bin_unit")
     t, f, e = data.time, data.flux, data.err
     w = 1.0 / e**2
     if unit == "d":
         key = np.floor((t - t[0]) / width).astype(np.int64)
         x = t - t[0]
-    elif unit == "phase":
+    else:  # phase
         if width > 0.5:
             raise DopplermapInputError(f"lightcurve_bin in phase must be <= 0.5, got {width!r}")
         if period is None or t0 is None:
@@ -398,8 +398,6 @@ def bin_lightcurve(data: LightCurveData, width: float, *, unit: str = "d", perio
         cycle = (t - t0) / period
         x = np.mod(cycle, 1.0)
         key = np.minimum(np.floor(x / width), math.ceil(1.0 / width) - 1).astype(np.int64)
-    else:
-        raise DopplermapInputError(f"lightcurve_bin_unit must be 'd' or 'phase', got {unit!r}")
     _, inv = np.unique(key, return_inverse=True)
     sw = np.bincount(inv, weights=w)
     fb = np.bincount(inv, weights=w * f) / sw
@@ -437,6 +435,7 @@ def load_lightcurve(path, *, fmt: str = "auto", column: str = "auto", unit: str 
 def write_lightcurve(path, time, flux, err, fmt: str = "csv"):
     """Write ``time, flux, err`` as ``"csv"``, ``"text"`` or ``"fits"`` (temp file, then rename)."""
     path = Path(path)
+    check(fmt, LIGHTCURVE_WRITE_FORMATS, "light-curve write format")
     t, f, e = (np.asarray(a, dtype=float) for a in (time, flux, err))
     if not (t.shape == f.shape == e.shape and t.ndim == 1):
         raise DopplermapInputError(f"time, flux and err must be 1-D of equal length, got {t.shape}, {f.shape}, {e.shape}")
@@ -447,10 +446,8 @@ def write_lightcurve(path, time, flux, err, fmt: str = "csv"):
                                              fits.Column(name="flux", format="D", array=f),
                                              fits.Column(name="err", format="D", array=e)])
         write_file(path, lambda fh: fits.HDUList([fits.PrimaryHDU(), hdu]).writeto(fh))
-    elif fmt in ("csv", "text"):
+    else:  # csv or text
         sep = "," if fmt == "csv" else " "
         head = "time,flux,err\n" if fmt == "csv" else "# time flux err\n"
         body = "\n".join(sep.join(f"{x:.17g}" for x in r) for r in np.stack([t, f, e], axis=1))
         write_text(path, head + body + "\n")
-    else:
-        raise DopplermapInputError(f"light-curve write format must be 'csv', 'text' or 'fits', got {fmt!r}")

@@ -61,15 +61,15 @@ from pathlib import Path
 import numpy as np
 
 from ..atomic import write_file, write_text
+from ..choices import PROFILE_FORMATS, PROFILE_WRITE_FORMATS, check
 from ..errors import DopplermapInputError, MissingFileError, warn
 from ..objective import Observations
 from ..profiles import tabulated
 
 __all__ = ["LineProfile", "read_lsd", "write_lsd", "read_times_table", "read_epochs_table", "Epoch",
            "times_from_pattern", "resample", "load_observations", "load_profiles", "profile_files",
-           "read_local_profile", "FORMATS"]
+           "read_local_profile"]
 
-FORMATS = ("auto", "donati", "text", "fits")
 _FITS_EXT = (".fits", ".fit", ".fts", ".fits.gz", ".fit.gz")
 _V_NAMES = ("v", "vel", "velocity", "velocities", "rv", "vrad")
 _I_NAMES = ("i", "flux", "intensity", "prf", "stokes_i", "i/ic", "ic", "speci")
@@ -308,8 +308,7 @@ def _read_fits(path: Path, columns=None) -> LineProfile:
 def read_lsd(path, fmt: str = "auto", *, fits_columns=None) -> LineProfile:
     """Read one profile; see the module docstring for ``fmt`` and ``fits_columns``."""
     path = Path(path)
-    if fmt not in FORMATS:
-        raise DopplermapInputError(f"format must be one of {FORMATS}, got {fmt!r}")
+    check(fmt, PROFILE_FORMATS, "format")
     if not path.is_file():
         raise MissingFileError(f"profile file not found: {path}")
     if fmt == "fits" or (fmt == "auto" and _is_fits(path)):
@@ -333,6 +332,7 @@ def write_lsd(path, vels, flux, err, fmt: str = "donati", *, comment: str = "LSD
     table ``v, flux, err``).
     """
     path = Path(path)
+    check(fmt, PROFILE_WRITE_FORMATS, "write format")
     v, f, e = (np.asarray(a, dtype=float) for a in (vels, flux, err))
     if not (v.shape == f.shape == e.shape and v.ndim == 1):
         raise DopplermapInputError(f"vels, flux and err must be 1-D of equal length, got {v.shape}, {f.shape}, {e.shape}")
@@ -353,13 +353,11 @@ def write_lsd(path, vels, flux, err, fmt: str = "donati", *, comment: str = "LSD
             rows = np.stack([v, f, e, z, e, z, e], axis=1)
         body = "\n".join(" ".join(f"{x:.10g}" for x in r) for r in rows)
         write_text(path, f"***{comment}\n {v.size} {columns - 1}\n{body}\n")
-    elif fmt in ("text", "csv"):
+    else:  # text or csv
         sep = "," if fmt == "csv" else " "
         head = "v,flux,err\n" if fmt == "csv" else f"# {comment}\n# v flux err\n"
         body = "\n".join(sep.join(f"{x:.10g}" for x in r) for r in np.stack([v, f, e], axis=1))
         write_text(path, head + body + "\n")
-    else:
-        raise DopplermapInputError(f"write format must be 'donati', 'text', 'csv' or 'fits', got {fmt!r}")
 
 
 @dataclasses.dataclass(frozen=True)

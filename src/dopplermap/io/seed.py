@@ -36,7 +36,7 @@ from pathlib import Path
 import jax.numpy as jnp
 import numpy as np
 
-from .. import _device
+from .. import _device, choices
 from ..atomic import write_file
 from ..errors import DopplermapInputError, MissingFileError
 from ..forms import FORMS, DenseForm
@@ -448,7 +448,7 @@ def _binned_arrays(z, src, n_epoch, n_slot, n_vel) -> dict:
             "cont": jnp.ones(3, kernel.dtype)}  # one column per component: mu-independent profiles
 
 
-# the line arrays of each form a problem file may hold, beyond vels/cell/pos/weight
+# the line arrays of each form (dopplermap.choices.FORMS) a problem file may hold, beyond vels/cell/pos/weight
 _FORM_ARRAYS = {"dense": _dense_arrays, "binned": _binned_arrays}
 
 
@@ -469,8 +469,7 @@ def load_problem(path) -> SeedProblem:
         if version != PROBLEM_VERSION:
             raise DopplermapInputError(f"{src}: problem format version {version} is not supported (expected {PROBLEM_VERSION})")
         method = str(_need(z, "method", src, kind=None))
-        if method not in ("dense", "binned"):
-            raise DopplermapInputError(f"{src}: method must be 'dense' or 'binned', got {method!r}")
+        choices.check(method, choices.FORMS, f"{src}: method")
         vels = _need(z, "line_vels", src)
         if vels.ndim != 1 or vels.size < 3 or np.any(np.diff(vels) <= 0):
             raise DopplermapInputError(f"{src}: 'line_vels' must be a 1-D increasing array of >= 3 velocities")

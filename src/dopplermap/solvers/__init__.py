@@ -31,12 +31,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _device, plan
+from ..choices import BATCH_FORMS, BATCH_MODES, REGULARISERS, SOLVER_CHOICES, SPOT_COMPONENTS, check
 from ..diagnostics import check_observations, check_result
 from ..errors import DopplermapInputError
 from ..model import Precomputed
 from ..objective import (
     DEFAULT_PENALTY,
-    REGULARISERS,
     LineSets,
     ObjectiveData,
     Observations,
@@ -47,7 +47,6 @@ from ..objective import (
 from ..problem import Problem, Settings
 from ..result import InversionResult
 from ._common import (
-    SPOT_COMPONENTS,
     Progress,
     RawSolve,
     SolveSetup,
@@ -67,7 +66,8 @@ from .scipy_lbfgsb import solve as solve_scipy
 
 __all__ = ["invert", "invert_device", "invert_batch", "prepare", "finish", "bounds", "InversionResult",
            "project_feasible", "check_solver_args", "check_fit_components",
-           "start", "with_setup", "SPOT_COMPONENTS", "SOLVERS", "NEWTON_TOL", "choose_solver"]
+           "start", "with_setup", "NEWTON_TOL", "choose_solver"]
+
 
 @dataclasses.dataclass(frozen=True)
 class Backend:
@@ -80,12 +80,12 @@ class Backend:
     compiled_loop: bool
 
 
+# one entry per back end of dopplermap.choices.SOLVERS
 _BACKENDS: dict[str, Backend] = {
     "lbfgsb": Backend(solve_scipy, compiled_loop=False),
     "projected_lbfgs": Backend(solve_device, compiled_loop=True),
     "newton": Backend(solve_newton, compiled_loop=True),
 }
-SOLVERS = tuple(_BACKENDS)
 
 NEWTON_TOL = 1e-6
 """``solver="auto"`` takes Newton at ``tol <= NEWTON_TOL`` (where it needs several times fewer
@@ -126,7 +126,7 @@ def invert(pre: Precomputed | Problem, obs: Observations | None = None, *, lmbd:
             (:class:`~dopplermap.objective.LineSets`) with ``obs`` a tuple of them (solvers
             ``lbfgsb`` and ``projected_lbfgs``; ``result.chi2_sets`` per set).
         lmbd: regularisation weight lambda [1] (an argument: no recompilation per value).
-        regulariser: one of :data:`dopplermap.objective.REGULARISERS` [``"mem"``, the seed's entropy].
+        regulariser: one of :data:`dopplermap.choices.REGULARISERS` [``"mem"``, the seed's entropy].
         x0: starting vector ``[fssc, fssh, rv, amp]``; default the seed's (1e-5, 0).
         tol: ftol and gtol [1e-5, the seed's]. maxiter: iteration cap [1000].
         fit_rv, fit_amp: whether rv and amp are free [True].
@@ -181,8 +181,7 @@ def invert(pre: Precomputed | Problem, obs: Observations | None = None, *, lmbd:
         raise DopplermapInputError("invert(pre, obs): the observations are missing")
     else:
         settings = Settings().replace(**given)
-    if settings.solver not in ("auto", *SOLVERS):
-        raise DopplermapInputError(f"solver must be 'auto' or one of {SOLVERS}, got {settings.solver!r}")
+    check(settings.solver, SOLVER_CHOICES, "solver")
     settings = settings.replace(solver=choose_solver(settings=settings, pre=pre))
     setup = prepare(pre, obs, settings, x0=x0, penalty=penalty, lightcurve=lightcurve, cube_dtype=cube_dtype,
                     options=options)
@@ -212,8 +211,7 @@ def prepare(pre: Precomputed, obs: Observations, settings: Settings, *, x0=None,
             lightcurve=None, cube_dtype: str | None = "auto", blocked: bool = False,
             options: dict | None = None) -> SolveSetup:
     """Check a solve's arguments and build its :class:`SolveSetup` (every back end's input)."""
-    if settings.regulariser not in REGULARISERS:
-        raise DopplermapInputError(f"regulariser must be one of {REGULARISERS}, got {settings.regulariser!r}")
+    check(settings.regulariser, REGULARISERS, "regulariser")
     check_solver_args(tol=settings.tol, maxiter=settings.maxiter, lmbd=settings.lmbd)
     fit_components = check_fit_components(settings.fit_components)
     check_match(pre, obs)
@@ -300,10 +298,8 @@ def invert_batch(pre: Precomputed, obs: Observations, *, lmbds=None, lmbd: float
     check_solver_args(tol=tol, maxiter=maxiter, lmbd=lmbd, lmbds=lmbds)
     if isinstance(pre, LineSets):
         raise DopplermapInputError("invert_batch solves one line data set; several sets go through invert()")
-    if mode not in ("auto", "vmap", "sequential"):
-        raise DopplermapInputError(f"mode must be 'auto', 'vmap' or 'sequential', got {mode!r}")
-    if form not in ("auto", "folded", "blocked"):
-        raise DopplermapInputError(f"form must be 'auto', 'folded' or 'blocked', got {form!r}")
+    check(mode, BATCH_MODES, "mode")
+    check(form, BATCH_FORMS, "form")
     dtype = plan.cube_dtype(cube_dtype, tol)
     if form == "blocked" and (not pre.line.foldable or dtype is None):
         raise DopplermapInputError(f"form='blocked' needs a dense model and a cube_dtype, got a {pre.line.kind} model "

@@ -11,13 +11,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..choices import SPOT_COMPONENTS
 from ..constants import FILL_MAX, FILL_MIN
 from ..errors import DopplermapInputError
 from ..model import Precomputed, setup_of
 from ..objective import Layout, LineSets, ObjectiveData, Observations, check_sets
 from ..result import InversionResult, Outcome
 
-__all__ = ["SPOT_COMPONENTS", "check_fit_components", "bounds", "start", "project_feasible", "check_match",
+__all__ = ["check_fit_components", "bounds", "start", "project_feasible", "check_match",
            "check_solver_args", "with_setup", "cube_dtype_of",
            "SolveSetup", "RawSolve", "Progress", "report_progress"]
 
@@ -122,11 +123,9 @@ def report_progress(iteration, loss, chi2=None, reg=None):
     jax.debug.callback(_deliver, iteration, loss, nan if chi2 is None else chi2, nan if reg is None else reg,
                        ordered=True)
 
-SPOT_COMPONENTS = ("cool", "hot")
-
 
 def check_fit_components(fit_components) -> tuple[str, ...]:
-    """The spot components to fit, checked: a non-empty subset of ``("cool", "hot")``."""
+    """The spot components to fit, checked: a non-empty subset of :data:`dopplermap.choices.SPOT_COMPONENTS`."""
     comps = tuple(fit_components)
     if not comps or len(set(comps)) != len(comps) or not set(comps) <= set(SPOT_COMPONENTS):
         raise DopplermapInputError(f"fit_components must be 'cool', 'hot' or both (each once), got {list(comps)}")

@@ -43,7 +43,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import _device
+from .. import _device, regularisers
 from .._x64 import require_x64
 from ..compiled import compile_cached
 from ..errors import DopplermapInputError
@@ -435,15 +435,11 @@ def smooth_terms(x, lmbd, pre, data=None, *, regulariser: str = "mem",
     return lmbd * reg + penalty * sum_excess(fssc, fssh)
 
 
-def tikhonov_diagonal(x, lmbd, pre, data=None):
-    """Diagonal of ``lmbd`` x the Tikhonov term's Hessian: ``2 lmbd deg_c / n_edge`` on fssc and fssh.
-
-    The block reading of :func:`_block_diagonal` sees only a cell's own rows, which for a
-    graph Laplacian sum to zero, so the preconditioner takes this term from here.
-    """
-    i, j = pre.edges[:, 0], pre.edges[:, 1]
-    deg = jnp.zeros(pre.n_cell, x.dtype).at[i].add(1.0).at[j].add(1.0)
-    d = 2.0 * lmbd * deg / max(int(pre.edges.shape[0]), 1)
+def coupling_diagonal(per_cell, x, lmbd, pre, data=None):
+    """``smooth_diag`` of :func:`projected_newton` from a regulariser's ``newton_diagonal``
+    (:class:`dopplermap.regularisers.Regulariser`): its ``(n_cell,)`` diagonal on fssc and
+    on fssh, none on rv and amp."""
+    d = per_cell(lmbd, pre.edges, pre.n_cell, x.dtype)
     return jnp.concatenate([d, d, jnp.zeros(x.shape[0] - 2 * pre.n_cell, x.dtype)])
 
 
@@ -455,9 +451,10 @@ def _solve(x0, lo, hi, spacing, tol, lmbd, pre, data, *, regulariser, penalty, m
            progress=False):
     n_cell = pre.n_cell
     smooth = functools.partial(smooth_terms, regulariser=regulariser, penalty=penalty)
+    per_cell = regularisers.regulariser(regulariser).newton_diagonal
     return projected_newton(line_residuals, smooth, x0, lo, hi, lmbd, pre, data,
-                            blocks=(n_cell, n_cell, x0.shape[0] - 2 * n_cell), kink_spacing=spacing,
-                            kink_step=rv_step, smooth_diag=tikhonov_diagonal if regulariser == "tikhonov" else None,
+                            blocks=(n_cell, n_cell, x0.shape[0] - 2 * n_cell), kink_spacing=spacing, kink_step=rv_step,
+                            smooth_diag=None if per_cell is None else functools.partial(coupling_diagonal, per_cell),
                             maxiter=maxiter, ftol=tol, gtol=tol, max_cg=max_cg, n_probe=n_probe,
                             report=_report if progress else None)
 

@@ -1,0 +1,78 @@
+"""Every named choice of the package, each spelt out once.
+
+The engine's registries (synthesis forms, solver back ends, regularisers, rv shifts), the
+TOML validation and the CLI's options all read their lists here; ``tests/test_choices.py``
+pins each registry to its list. Nothing but the standard library (and the package's own
+errors) is imported, so that parsing a config and ``dopplermap --help`` load no JAX.
+"""
+
+from __future__ import annotations
+
+from .errors import DopplermapInputError
+
+__all__ = ["FORMS", "SYNTHESIS_METHODS", "RV_SHIFTS", "SOLVERS", "SOLVER_CHOICES", "REGULARISER_LABELS",
+           "REGULARISERS", "WEIGHTED_REGULARISERS", "SPOT_COMPONENTS", "UNCERTAINTY_METHODS", "EW_METHODS",
+           "LINE_PROFILES", "GRID_KINDS", "PROFILE_FORMATS", "PROFILE_WRITE_FORMATS", "LIGHTCURVE_FORMATS",
+           "LIGHTCURVE_WRITE_FORMATS", "LIGHTCURVE_UNITS", "BIN_UNITS", "FIGURE_FORMATS", "MAP_PROJECTIONS",
+           "SIMULATION_FORMATS",
+           "BATCH_MODES", "BATCH_FORMS", "CUBE_DTYPES", "check"]
+
+# the synthesis forms precompute builds (dopplermap.forms.FORMS)
+FORMS = ("dense", "binned")
+# precompute(method=...) and [inversion] method: "auto" picks a form by size (dopplermap.plan)
+SYNTHESIS_METHODS = ("auto", *FORMS)
+# precompute(rv_shift=...) and [inversion] rv_shift: the seed's interpolation, or the exact shift (binned)
+RV_SHIFTS = ("interpolate", "exact")
+# the solver back ends (dopplermap.solvers)
+SOLVERS = ("lbfgsb", "projected_lbfgs", "newton")
+# solver=... and [inversion] solver: "auto" picks a back end by tolerance (dopplermap.solvers.choose_solver)
+SOLVER_CHOICES = ("auto", *SOLVERS)
+# regulariser=... and [inversion] regulariser (dopplermap.regularisers), with the label figures give
+# its value: kept here, not in the registry, because figures are drawn in a process without JAX
+REGULARISER_LABELS = {"mem": "entropy term", "mem_spotdipy": "entropy term (SpotDIPy)", "tikhonov": "Tikhonov term",
+                      "none": "regulariser"}
+REGULARISERS = tuple(REGULARISER_LABELS)
+# the regularisers a lambda weighs: what a lambda search can sweep
+WEIGHTED_REGULARISERS = tuple(r for r in REGULARISERS if r != "none")
+# fit_components=... and [inversion] fit_components: the spot components, in the layout's order
+SPOT_COMPONENTS = ("cool", "hot")
+# [uncertainty] methods and --uncertainty: Laplace posterior, Laplace sandwich, bootstrap over epochs
+UNCERTAINTY_METHODS = ("laplace", "sandwich", "bootstrap")
+# [line] ew_method: the equivalent-width convention (dopplermap.broadening.scale_equivalent_width)
+EW_METHODS = ("integrated", "gaussian_fit")
+# [line] profile: the local line profile's shape
+LINE_PROFILES = ("gaussian", "voigt", "tabulated")
+# [grid] kind and make_grid(kind=...)
+GRID_KINDS = ("bands", "healpix")
+# [data] format and read_lsd(fmt=...): the line-profile files read
+PROFILE_FORMATS = ("auto", "donati", "text", "fits")
+# write_lsd(fmt=...)
+PROFILE_WRITE_FORMATS = ("donati", "text", "csv", "fits")
+# [data] lightcurve_format, [[lightcurves]] format and read_lightcurve(fmt=...)
+LIGHTCURVE_FORMATS = ("auto", "text", "fits")
+# write_lightcurve(fmt=...)
+LIGHTCURVE_WRITE_FORMATS = ("csv", "text", "fits")
+# the light curve's unit: fluxes, or magnitudes converted to flux
+LIGHTCURVE_UNITS = ("flux", "mag")
+# the light curve's bin width: in days or in rotation phase
+BIN_UNITS = ("d", "phase")
+# dopplermap plot --format
+FIGURE_FORMATS = ("png", "pdf", "svg")
+# plot_maps(projection=...): the map projections, each drawn into a result folder
+MAP_PROJECTIONS = ("mollweide", "rect")
+# dopplermap simulate --format: a problem.npz, or the seed's pickles
+SIMULATION_FORMATS = ("npz", "seed-pickle")
+# invert_batch(mode=...): the members together (vmap) or one after another; "auto" by device (dopplermap.plan)
+BATCH_MODES = ("auto", "vmap", "sequential")
+# invert_batch(form=...): the model form a batch iterates on; "auto" by device and size (dopplermap.plan)
+BATCH_FORMS = ("auto", "folded", "blocked")
+# cube_dtype=...: the dtype of the folded cube a solve iterates on; "auto" by tolerance, None: the model as is
+CUBE_DTYPES = ("auto", "float32", "float64", None)
+
+
+def check(value, allowed: tuple, where: str):
+    """``value`` if it is one of ``allowed``; else :class:`DopplermapInputError` naming ``where``
+    (the option, with its file or section), the value and the allowed values."""
+    if not isinstance(value, (str, type(None))) or value not in allowed:
+        raise DopplermapInputError(f"{where} must be one of {', '.join(map(repr, allowed))}, got {value!r}")
+    return value
