@@ -161,7 +161,7 @@ def test_cool_only_fit_holds_the_hot_map_at_the_floor():
     both = dm.invert(pre, sim.obs, lmbd=1.0, tol=1e-9)
     assert cool.fit_components == ("cool",) and both.fit_components == ("cool", "hot")
     assert np.all(cool.fssh == FILL_MIN)
-    assert float(dm.loss(jnp.asarray(cool.x), 1.0, pre, sim.obs)) == pytest.approx(cool.loss, rel=1e-12)
+    assert float(dm.objective.loss(jnp.asarray(cool.x), 1.0, pre, sim.obs)) == pytest.approx(cool.loss, rel=1e-12)
     assert cool.loss >= both.loss * (1 - 1e-6)  # fewer freedoms, never a lower minimum
     truth = sim.fssc
     corr = [np.corrcoef(r.fssc, truth)[0, 1] for r in (cool, both)]
