@@ -14,12 +14,12 @@ import numpy as np
 from ..choices import SPOT_COMPONENTS
 from ..constants import FILL_MAX, FILL_MIN
 from ..errors import DopplermapInputError
-from ..model import Precomputed, setup_of
+from ..model import Precomputed
 from ..objective import Layout, LineSets, ObjectiveData, Observations, check_sets
-from ..result import InversionResult, Outcome
+from ..result import Outcome
 
 __all__ = ["check_fit_components", "bounds", "start", "project_feasible", "check_match",
-           "check_solver_args", "with_setup", "cube_dtype_of",
+           "check_solver_args", "cube_dtype_of",
            "SolveSetup", "RawSolve", "Progress", "report_progress"]
 
 
@@ -193,17 +193,6 @@ def check_solver_args(*, tol=None, maxiter=None, lmbd=None, lmbds=None) -> None:
         lm = np.asarray(lmbds, dtype=float)
         if lm.size == 0 or not np.all(np.isfinite(lm) & (lm >= 0)):
             raise DopplermapInputError(f"lmbds must be finite numbers >= 0, got {lmbds!r}")
-
-
-def with_setup(res: InversionResult, pre: Precomputed, obs: Observations) -> InversionResult:
-    """``res`` with ``obs`` and, for a model from :func:`dopplermap.precompute`, its grid, star and
-    continuum intensities (what figures and result files need)."""
-    changes = {"obs": obs}
-    setup = setup_of(pre)
-    if setup is not None:
-        grid, star, components = setup
-        changes.update(grid=grid, star=star, intensities=tuple(float(c.intensity) for c in components))
-    return dataclasses.replace(res, **changes)
 
 
 def cube_dtype_of(pre: Precomputed) -> str | None:
