@@ -37,6 +37,7 @@ from .io.times import epoch_times
 from .lightcurve import LightCurveBand, LightCurveSet, precompute_lightcurve
 from .model import Precomputed, precompute
 from .objective import LineSets, Observations, solve_form
+from .plan import Plan
 from .profiles import Component, ComponentSet, LimbDarkening, gaussian, intensity_ratio, voigt
 from .simulate import DEMO_SPOTS, demo_setup, simulate
 
@@ -44,7 +45,7 @@ __all__ = ["Settings", "GravityDarkening", "LightCurveData", "LineData", "Proble
            "from_seed", "demo_problem", "save_npz", "NPZ_SCALARS"]
 
 # built on first use from the fields; left out of a pickle (a Dask worker rebuilds them)
-_CACHED = ("pre", "lightcurve", "line_factors", "lc_factors", "_solve_forms")
+_CACHED = ("pre", "lightcurve", "line_factors", "lc_factors", "plan", "_solve_forms")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -252,6 +253,11 @@ class Problem:
             return self._precompute(self.obs, self.components)
         return LineSets.create([self._precompute(ld.obs, ld.components, ld.wavelength_nm) for ld in self.lines],
                                weights=[ld.weight for ld in self.lines], names=[ld.name for ld in self.lines])
+
+    @functools.cached_property
+    def plan(self) -> Plan:
+        """The engine's choices for this problem (:class:`dopplermap.plan.Plan`), made once."""
+        return Plan.of(self.pre, self.settings.tol)
 
     def solve_form(self, cube_dtype="float32", *, blocked: bool = False):
         """The form of :attr:`pre` a solver iterates on (:func:`dopplermap.objective.solve_form`:
