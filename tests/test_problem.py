@@ -53,3 +53,16 @@ def test_the_doors_take_a_problem_or_a_model_and_its_observations(problem):
         dm.invert(problem, lambda_=1.0)
     with pytest.raises(DopplermapInputError, match="pass neither obs"):
         dm.invert_batch(problem, problem.observations, lmbds=[1.0])
+
+
+def test_the_layout_names_every_block_of_the_vector(problem):
+    import numpy as np
+
+    lay = problem.layout
+    x = np.arange(lay.size, dtype=float)
+    blocks = lay.blocks()
+    assert list(blocks) == ["cool", "hot", "rv", "amp"]
+    for part, name in zip(lay.split(x), blocks, strict=True):
+        np.testing.assert_array_equal(part, x[blocks[name]])
+    assert sum(s.stop - s.start for s in blocks.values()) == lay.size
+    assert dm.invert(problem, maxiter=3).x.shape == (lay.size,)

@@ -67,7 +67,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -253,10 +253,29 @@ def set_chi2(pre, lightcurve, terms) -> dict:
 
 @dataclasses.dataclass(frozen=True)
 class Layout:
-    """Split of the flat parameter vector ``[fssc, fssh, rv, amp]``."""
+    """How the flat parameter vector maps onto the star: ``[fssc, fssh, rv, amp]``.
+
+    Per spot component (:attr:`components`) one filling factor per cell, then per epoch
+    (:attr:`nuisances`) an rv shift and a continuum offset. A :class:`dopplermap.problem.Problem`
+    owns its layout (``problem.layout``); every solver, bound and result reads the vector
+    through it (:meth:`split`, :meth:`join`, :meth:`blocks`), so a map that changes with time
+    (one map per rotation) is another layout with more map blocks, not another code path.
+    """
 
     n_cell: int
     n_epoch: int
+
+    components: ClassVar[tuple[str, ...]] = ("cool", "hot")
+    nuisances: ClassVar[tuple[str, ...]] = ("rv", "amp")
+
+    def blocks(self) -> dict[str, slice]:
+        """Each block of the vector by name: the components' maps, then the nuisances."""
+        sizes = [(c, self.n_cell) for c in self.components] + [(n, self.n_epoch) for n in self.nuisances]
+        out, start = {}, 0
+        for name, n in sizes:
+            out[name] = slice(start, start + n)
+            start += n
+        return out
 
     @property
     def size(self) -> int:

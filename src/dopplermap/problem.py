@@ -36,7 +36,7 @@ from .io.lsd import load_profiles, read_local_profile
 from .io.times import epoch_times
 from .lightcurve import LightCurveBand, LightCurveSet, precompute_lightcurve
 from .model import Precomputed, precompute
-from .objective import LineSets, Observations, solve_form
+from .objective import Layout, LineSets, Observations, solve_form
 from .plan import Plan
 from .profiles import Component, ComponentSet, LimbDarkening, gaussian, intensity_ratio, voigt
 from .simulate import DEMO_SPOTS, demo_setup, simulate
@@ -253,6 +253,11 @@ class Problem:
             return self._precompute(self.obs, self.components)
         return LineSets.create([self._precompute(ld.obs, ld.components, ld.wavelength_nm) for ld in self.lines],
                                weights=[ld.weight for ld in self.lines], names=[ld.name for ld in self.lines])
+
+    @property
+    def layout(self) -> Layout:
+        """How the parameter vector maps onto this problem's surface and epochs."""
+        return Layout(self.pre.n_cell, self.pre.n_epoch)
 
     @functools.cached_property
     def plan(self) -> Plan:

@@ -253,7 +253,7 @@ def prepare(pre: Precomputed, obs: Observations, settings: Settings, *, x0=None,
     form = (problem.solve_form(dtype, blocked=blocked) if problem is not None
             else solve_form(pre, dtype, blocked=blocked))
     layout, x0, lo, hi = start(form, x0, fit_rv=settings.fit_rv, fit_amp=settings.fit_amp,
-                               fit_components=fit_components)
+                               fit_components=fit_components, layout=None if problem is None else problem.layout)
     data = ObjectiveData.create(pre, obs, lightcurve=lightcurve, line_weight=settings.line_weight,
                                 lc_weight=settings.lc_weight, offset_sigma=settings.offset_sigma)
     return SolveSetup(layout=layout, x0=x0, lower=lo, upper=hi, lmbd=float(settings.lmbd),

@@ -150,9 +150,10 @@ def bounds(layout: Layout, *, fit_rv: bool = True, fit_amp: bool = True, x0=None
     return lo, hi
 
 
-def start(pre: Precomputed, x0, *, fit_rv: bool, fit_amp: bool, fit_components):
-    """``(layout, x0, lower, upper)`` of a solve: the checked start (default the seed's) inside its bounds."""
-    layout = Layout(pre.n_cell, pre.n_epoch)
+def start(pre: Precomputed, x0, *, fit_rv: bool, fit_amp: bool, fit_components, layout: Layout | None = None):
+    """``(layout, x0, lower, upper)`` of a solve: the checked start (default the seed's) inside its
+    bounds; ``layout``: the problem's (default: the plain layout of ``pre``)."""
+    layout = Layout(pre.n_cell, pre.n_epoch) if layout is None else layout
     x0 = layout.initial() if x0 is None else np.asarray(x0, dtype=np.float64)
     if x0.shape != (layout.size,):
         raise DopplermapInputError(f"x0 must have shape ({layout.size},) = 2 n_cell + 2 n_epoch, got {x0.shape}")
