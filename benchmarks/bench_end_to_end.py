@@ -128,7 +128,7 @@ def write_small_dataset(root: Path, n_epoch: int = 8, n_vel: int = 47, n_cell: i
 def startup(env):
     """Seconds of ``dopplermap --version`` and of the imports a solve needs, fresh processes (min of 3)."""
     ver = min(timed(dm_cmd("--version"), env=env)[0] for _ in range(3))
-    imp = min(timed([sys.executable, "-c", "import dopplermap.cli, dopplermap.commands.seed, dopplermap.io.seed, "
+    imp = min(timed([sys.executable, "-c", "import dopplermap.cli, dopplermap.app.seed, dopplermap.io.seed, "
                      "dopplermap.solvers.scipy_lbfgsb, dopplermap.config, dopplermap.io.results"], env=env)[0]
               for _ in range(3))
     return ver, imp
@@ -139,7 +139,7 @@ def run_seed_size(name, work, seed_python, skip_seed, ver):
     data = work / f"pickles-{name}"
     if not (data / "cpcs.pkl").exists():
         sys.path.insert(0, str(SRC))
-        from dopplermap.commands.seed import simulate_files
+        from dopplermap.app.seed import simulate_files
 
         simulate_files(data, fmt="seed-pickle", n_cell=n_cell, n_epoch=n_epoch, n_vel=n_vel, snr=500.0, seed=1)
     out = dict(size=name, n_cell=n_cell, n_epoch=n_epoch, n_vel=n_vel,

@@ -22,7 +22,7 @@ from dopplermap import search
 
 
 def demo(targets):
-    from dopplermap.commands.search import load_problem
+    from dopplermap.app.search import load_problem
 
     prob = load_problem(None)  # the command's demo star
     obs = prob.obs

@@ -78,7 +78,7 @@ def gaussian_fit_star() -> list[dict]:
 
 def lopeg() -> list[dict]:
     import dopplermap as dm
-    from dopplermap.commands.zdipy import import_zdipy
+    from dopplermap.app.zdipy import import_zdipy
     from dopplermap.config import load_config
     from dopplermap.problem import from_config
 

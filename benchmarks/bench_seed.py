@@ -108,7 +108,7 @@ def main(argv=None) -> int:
         return 0
 
     sys.path.insert(0, str(SRC))
-    from dopplermap.commands.seed import simulate_files
+    from dopplermap.app.seed import simulate_files
 
     wd = args.workdir
     tag = f"{args.n_cell}x{args.n_epoch}x{args.n_vel}"

@@ -199,8 +199,8 @@ def test_calibrate_parameter_on_a_small_star():
 def test_cli_grid_calibrate_prints_one_criterion(tmp_path, capsys):
     import json
 
+    from dopplermap.app.search import save_problem
     from dopplermap.cli import main
-    from dopplermap.commands.search import save_problem
 
     s = B.make_star(7, n_lat=48, n_cell=120, n_vel=20)
     npz = save_problem(tmp_path / "p.npz", s["problem"].obs, s["problem"].star, n_cell=120)
@@ -241,8 +241,8 @@ def test_owner_cells_by_bounds_and_by_nearest_centre():
 def test_cli_calibrates_in_axis_order_holding_calibrated_values(tmp_path):
     import json
 
+    from dopplermap.app.search import save_problem
     from dopplermap.cli import main
-    from dopplermap.commands.search import save_problem
 
     s = B.make_star(7, n_lat=48, n_cell=120, n_vel=20)
     npz = save_problem(tmp_path / "p.npz", s["problem"].obs, s["problem"].star, n_cell=120)

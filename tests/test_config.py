@@ -284,7 +284,7 @@ def test_searches_solve_the_problem_invert_solves(tmp_path):
     import json
 
     from dopplermap import search
-    from dopplermap.commands.search import load_problem
+    from dopplermap.app.search import load_problem
 
     _dataset(tmp_path, n_epoch=6, n_cell=150)
     cfg_path = tmp_path / "target.toml"

@@ -214,7 +214,7 @@ def _tally(out) -> None:
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(kind=npz_corruption)
 def test_corrupted_problem_file_never_passes_silently(tmp_path, kind):
-    from dopplermap.commands.search import load_problem
+    from dopplermap.app.search import load_problem
 
     path = tmp_path / "p.npz"
     path.write_bytes(_corrupt_npz(kind))
@@ -329,7 +329,7 @@ def test_property_tests_ran_enough_cases():
 
 def test_truncated_npz_member_is_an_input_error(tmp_path):
     """A zip whose member is cut short is reported as a bad file, not a zipfile traceback."""
-    from dopplermap.commands.search import load_problem
+    from dopplermap.app.search import load_problem
 
     raw = _npz_bytes({**CLEAN, **{k: np.array(v) for k, v in SCALARS.items()}})
     zf = zipfile.ZipFile(io.BytesIO(raw))

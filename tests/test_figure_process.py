@@ -13,11 +13,12 @@ import numpy as np
 import pytest
 
 import dopplermap as dm
-from dopplermap.commands.seed import plot_seed_figures
+from dopplermap.app.folders import figure_view
+from dopplermap.app.seed_figures import plot_seed_figures
 from dopplermap.figure_process import FigureProcess, submit
 from dopplermap.result import InversionResult
 
-SEED_FIGURES = "dopplermap.commands.seed:plot_seed_figures"
+SEED_FIGURES = "dopplermap.app.seed_figures:plot_seed_figures"
 
 
 def _seed_arrays(n_cell=300, n_epoch=20, n_vel=24):
@@ -31,7 +32,7 @@ def _seed_arrays(n_cell=300, n_epoch=20, n_vel=24):
 def test_child_draws_the_same_files_and_a_failed_child_falls_back(tmp_path, caplog):
     arrays = _seed_arrays()
     here = plot_seed_figures(tmp_path / "here", arrays)
-    with FigureProcess(preload=("dopplermap.commands.seed",)) as fp:
+    with FigureProcess(preload=("dopplermap.app.seed_figures",)) as fp:
         paths = submit(fp, SEED_FIGURES, tmp_path / "child", arrays)()
     assert [p.name for p in paths] == ["filling_factors.png", "residuals.png"]
     assert [p.read_bytes() for p in paths] == [p.read_bytes() for p in here]
@@ -63,7 +64,7 @@ def _small_result():
 
 def test_result_folder_figures_from_a_child_equal_those_drawn_here(tmp_path):
     result = _small_result()
-    assert b"jax" not in pickle.dumps(dm.app.figure_view(result))  # the child unpickles it without JAX
+    assert b"jax" not in pickle.dumps(figure_view(result))  # the child unpickles it without JAX
     s_here = dm.app.save_result(result, tmp_path / "here", report=True)
     with FigureProcess() as fp:  # no JAX in the child: figure_view's stand-ins unpickle without it
         s_child = dm.app.save_result(result, tmp_path / "child", report=True, figure_process=fp)

@@ -178,8 +178,8 @@ def test_best_point_by_column():
 
 
 def test_grid_command_reports_one_criterion(tmp_path, monkeypatch):
+    from dopplermap.app.search import save_problem
     from dopplermap.cli import main
-    from dopplermap.commands.search import save_problem
 
     star, grid, times, vels, comps = dm.demo_setup(n_cell=100, n_epoch=6, n_vel=12)
     flux = np.ones((times.size, vels.size))

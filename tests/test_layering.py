@@ -1,11 +1,16 @@
 """Import layering of the package, read from the source with ``ast`` (nothing is imported).
 
-Data flows one way (``/work/shared/STYLE.md``): io -> physics -> model -> objective ->
-solvers -> analysis -> plot/report -> commands/cli. These tests keep it so:
+Data flows one way (the project's style guide): io -> physics set-up -> synthesis forms
+-> model and Problem -> objective -> solvers -> analysis (search, uncertainty, calibrate,
+jointfit) -> plot/report -> app (config -> problem -> solution -> result folder) -> CLI
+(``cli.py``, ``commands/``) and the shipped examples. These tests keep it so:
 
 * no import cycle among the imports a module runs when it is imported;
 * ``io`` reads and writes data types only: no package root, no figures, no solvers, no
-  forward model; the figure modules use no solver; nothing imports the CLI;
+  forward model; the figure modules use no solver;
+* nothing below the CLI imports the CLI, and nothing below the app layer imports the app
+  layer; inside their functions the commands import only what :data:`COMMANDS_IMPORT`
+  lists: the app layer, which holds their pipelines, and a few light modules;
 * imports of dopplermap modules inside functions ("late" imports) are kept for the CLI's
   start-up (``commands/``, ``cli.py``) and for the few cases listed in :data:`ALLOWED_LATE`.
 
@@ -36,6 +41,17 @@ ALLOWED_LATE = {
         "and to start prefetch_writers before JAX",
     ("dopplermap.io.results", "dopplermap.objective"):
         "load_result's Observations loads JAX (same reason as geometry)",
+}
+
+# what a command may import inside its function (the CLI imports commands/ before any
+# work, so each import there must load no JAX): the app layer, which runs the pipelines,
+# and the light modules a command uses before it
+COMMANDS_IMPORT = {
+    "dopplermap.app": "the pipelines, after the checks of app.preflight (which, like app/__init__, loads no JAX)",
+    "dopplermap.config": "init writes the template; invert reads the TOML and applies overrides first",
+    "dopplermap.errors": "exit statuses",
+    "dopplermap.atomic": "init checks and writes its file",
+    "dopplermap.examples": "example writes a shipped script; the examples sit beside the CLI, above the app layer",
 }
 
 
@@ -155,10 +171,14 @@ def _under(module: str, *prefixes: str) -> bool:
     return any(module == p or module.startswith(p + ".") for p in prefixes)
 
 
+CLI, APP = (f"{ROOT}.cli", f"{ROOT}.commands"), f"{ROOT}.app"
+# the top, which may import the CLI: python -m dopplermap, and the examples that run it as a user does
+TOP = (*CLI, f"{ROOT}.__main__", f"{ROOT}.examples")
+
+
 def _layer_violations() -> list[str]:
     io, figures = f"{ROOT}.io", (f"{ROOT}.plot", f"{ROOT}.style", f"{ROOT}.report")
-    # the top: the CLI (__main__: python -m) and the shipped example scripts, which use it as a user does
-    solvers, app = f"{ROOT}.solvers", (f"{ROOT}.commands", f"{ROOT}.cli", f"{ROOT}.__main__", f"{ROOT}.examples")
+    solvers = f"{ROOT}.solvers"
     bad = []
     for imp in IMPORTS:
         m, t = imp.module, imp.target
@@ -174,9 +194,26 @@ def _layer_violations() -> list[str]:
                 bad.append(f"{imp}  (io runs no forward model: the caller computes it)")
         if _under(m, *figures) and _under(t, solvers):
             bad.append(f"{imp}  (figures take results, they import no solver)")
-        if not _under(m, *app) and _under(t, *app):
+        if not _under(m, *TOP) and _under(t, *TOP):
             bad.append(f"{imp}  (only the CLI and the examples import the CLI and the examples)")
     return bad
+
+
+def _commands_import_violations() -> list[str]:
+    return [f"{imp}  (a command imports only {', '.join(COMMANDS_IMPORT)}: move the work into dopplermap.app)"
+            for imp in IMPORTS
+            if _under(imp.module, f"{ROOT}.commands") and imp.late and not _under(imp.target, *COMMANDS_IMPORT)]
+
+
+def _cli_import_violations() -> list[str]:
+    return [f"{imp}  (below the CLI: nothing imports dopplermap.cli or dopplermap.commands)"
+            for imp in IMPORTS if not _under(imp.module, *TOP) and _under(imp.target, *CLI)]
+
+
+def _app_import_violations() -> list[str]:
+    return [f"{imp}  (below the app layer: the analyses, solvers, objective, forms, model and physics "
+            "import no dopplermap.app)"
+            for imp in IMPORTS if not _under(imp.module, APP, *TOP) and _under(imp.target, APP)]
 
 
 def _late_internal() -> list[Import]:
@@ -188,7 +225,7 @@ def test_the_scan_sees_the_package():
     found = {(i.module, i.target, i.late) for i in IMPORTS}
     assert ("dopplermap.solvers", "dopplermap.model", False) in found        # from ..model import ...
     assert ("dopplermap.solvers", "dopplermap.plan", False) in found         # from .. import _device, plan
-    assert ("dopplermap.commands.demo", "dopplermap.io.results", True) in found  # inside the command
+    assert ("dopplermap.commands.demo", "dopplermap.app.demo", True) in found  # inside the command
     assert len(MODULES) > 40
 
 
@@ -210,6 +247,21 @@ def test_no_import_cycles():
 def test_layer_order():
     bad = _layer_violations()
     assert not bad, "imports against the layer order:\n" + "\n".join(bad)
+
+
+def test_commands_import_only_the_app_layer():
+    bad = _commands_import_violations()
+    assert not bad, "imports in commands/ outside the app layer and the light modules:\n" + "\n".join(bad)
+
+
+def test_nothing_below_the_cli_imports_it():
+    bad = _cli_import_violations()
+    assert not bad, "imports of the CLI from below it:\n" + "\n".join(bad)
+
+
+def test_nothing_below_the_app_layer_imports_it():
+    bad = _app_import_violations()
+    assert not bad, "imports of the app layer from below it:\n" + "\n".join(bad)
 
 
 def test_late_internal_imports_are_few_and_listed():
@@ -235,11 +287,22 @@ def test_scan_reports_a_violation():
     # the checks can fail: a fake io module importing plot and the root is caught, by line
     fake = Import("dopplermap.io.fake", "dopplermap/io/fake.py", 7, "dopplermap.plot", (), True, False)
     root = Import("dopplermap.io.fake", "dopplermap/io/fake.py", 8, ROOT, ("__version__",), False, False)
-    IMPORTS.extend([fake, root])
+    # a command importing a solver, an analysis importing the CLI and the app layer
+    cmd = Import("dopplermap.commands.fake", "dopplermap/commands/fake.py", 9, "dopplermap.solvers", ("invert",),
+                 True, False)
+    cli = Import("dopplermap.search", "dopplermap/search.py", 10, "dopplermap.cli", ("main",), True, False)
+    app = Import("dopplermap.search", "dopplermap/search.py", 11, "dopplermap.app.target", (), False, False)
+    IMPORTS.extend([fake, root, cmd, cli, app])
     try:
         bad = _layer_violations()
         assert any(b.startswith("dopplermap/io/fake.py:7: import dopplermap.plot") for b in bad)
         assert any(b.startswith("dopplermap/io/fake.py:8: from dopplermap import __version__") for b in bad)
         assert fake in _late_internal()
+        assert [b.split("  ")[0] for b in _commands_import_violations()] == [
+            "dopplermap/commands/fake.py:9: from dopplermap.solvers import invert"]
+        assert [b.split("  ")[0] for b in _cli_import_violations()] == [
+            "dopplermap/search.py:10: from dopplermap.cli import main"]
+        assert [b.split("  ")[0] for b in _app_import_violations()] == [
+            "dopplermap/search.py:11: import dopplermap.app.target"]
     finally:
-        del IMPORTS[-2:]
+        del IMPORTS[-5:]

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import dopplermap as dm
-from dopplermap.commands.demo import recovery_correlation
+from dopplermap.app.demo import recovery_correlation
 from dopplermap.lightcurve import (
     LightCurveBand,
     chi2_lightcurve,

@@ -9,7 +9,7 @@ import pytest
 
 import dopplermap as dm
 from dopplermap import search
-from dopplermap.commands.demo import recovery_correlation
+from dopplermap.app.demo import recovery_correlation
 from dopplermap.problem import Settings
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -178,8 +178,8 @@ def test_parameters_change_the_model(problem):
 
 
 def test_cli_grid_and_lambda(problem, tmp_path, capsys):
+    from dopplermap.app.search import save_problem
     from dopplermap.cli import main
-    from dopplermap.commands.search import save_problem
 
     prob, sim = problem
     npz = save_problem(tmp_path / "p.npz", sim.obs, prob.star, n_cell=prob.grid.n_cell)

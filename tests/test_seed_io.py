@@ -414,7 +414,7 @@ def test_seed_problem_refuses_what_its_form_cannot_follow(dicts):
 
 def test_seed_figures_from_arrays(tmp_path, dicts):
     """The figures need plain arrays only (what a figure process receives)."""
-    from dopplermap.commands.seed import plot_seed_figures
+    from dopplermap.app.seed_figures import plot_seed_figures
 
     sp = seed_problem(*dicts)
     flux = np.asarray(sp.obs.flux)

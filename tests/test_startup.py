@@ -42,6 +42,7 @@ def _cli(*args: str, cwd=None) -> dict:
     (("--help",), 0),
     (("--version",), 0),
     (("invert", "--help"), 0),
+    (("grid", "--help"), 0),                 # its help shows the app layer's defaults
     (("invert",), 2),                        # missing argument
     (("demo", "--n-cell", "-5"), 2),         # bad value
     (("invert-seed", "--lmbd", "1"), 2),     # missing pickles

@@ -14,8 +14,14 @@ import pytest
 
 import dopplermap as dm
 from dopplermap import diagnostics, search
-from dopplermap.cli import EXIT_NOT_CONVERGED, main
-from dopplermap.errors import ConvergenceWarning, DopplermapInputError, DopplermapWarning, collect_warnings
+from dopplermap.cli import main
+from dopplermap.errors import (
+    EXIT_NOT_CONVERGED,
+    ConvergenceWarning,
+    DopplermapInputError,
+    DopplermapWarning,
+    collect_warnings,
+)
 from dopplermap.problem import Settings
 
 N_CELL, N_EPOCH, N_VEL = 150, 12, 24
@@ -160,7 +166,7 @@ def test_summary_lists_warnings_and_nonconverged_exit(tmp_path, capsys):
 
 
 def test_out_is_checked_before_any_work(tmp_path, demo_dir, capsys, monkeypatch):
-    import dopplermap.commands.demo as demo_mod
+    import dopplermap.app.demo as demo_mod
 
     def no_work(*a, **k):
         raise AssertionError("work started before --out was checked")
@@ -243,7 +249,7 @@ def test_plot_out_is_an_atomic_folder(tmp_path, demo_dir):
 
 
 def test_exit_codes_are_honest(tmp_path, capsys, monkeypatch):
-    import dopplermap.commands.demo as demo_mod
+    import dopplermap.app.demo as demo_mod
 
     def bug(*a, **k):
         raise ValueError("an internal inconsistency")

@@ -21,6 +21,7 @@ import traceback
 import click
 
 from . import __version__
+from .errors import EXIT_BUG, EXIT_INTERRUPTED, EXIT_OK, EXIT_USER, DopplermapInputError, collect_warnings
 
 # one module per command family; each has register(group)
 COMMAND_MODULES = (
@@ -34,14 +35,6 @@ COMMAND_MODULES = (
     "dopplermap.commands.example",
 )
 
-
-EXIT_OK = 0
-EXIT_BUG = 1
-EXIT_USER = 2
-EXIT_NOT_CONVERGED = 3
-"""Exit status of ``invert``, ``invert-seed`` and ``demo`` when the result was written but
-the solve stopped before meeting its tolerance (iteration limit or line-search failure)."""
-EXIT_INTERRUPTED = 130
 
 # errors of the environment the user controls (disk full, read-only, permissions): one line
 _USER_ERRNOS = {errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM, errno.EDQUOT}
@@ -102,15 +95,6 @@ for _cmd in group.commands.values():
                                         help="More log output (-vv for debug)."))
 
 
-def exit_status(summary: dict) -> int:
-    """:data:`EXIT_NOT_CONVERGED` for a written result whose solve did not converge, else 0."""
-    if summary.get("success", True):
-        return EXIT_OK
-    click.echo(f"warning: the solve did not converge ({summary.get('stop_reason')}); the result was written, "
-               f"exit status {EXIT_NOT_CONVERGED}", err=True)
-    return EXIT_NOT_CONVERGED
-
-
 def _report_bug(exc: BaseException) -> None:
     traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
     click.echo(f"internal error: this is a bug in dopplermap {__version__}, not a problem with your input. "
@@ -129,11 +113,9 @@ def main(argv=None) -> int:
 
     0: done. 1: an internal error (a bug: traceback printed). 2: a user error (bad input,
     bad option, unusable output folder, disk full: one line ``error: ...``). 3: result
-    written but the solve did not converge (:data:`EXIT_NOT_CONVERGED`). 130: interrupted.
+    written but the solve did not converge (:data:`~dopplermap.errors.EXIT_NOT_CONVERGED`). 130: interrupted.
     The run's :class:`~dopplermap.errors.DopplermapWarning` s are listed at the end.
     """
-    from .errors import DopplermapInputError, collect_warnings
-
     args = list(sys.argv[1:] if argv is None else argv)
     with collect_warnings() as seen:
         try:

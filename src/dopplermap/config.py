@@ -5,7 +5,7 @@ keys, wrong types, missing required keys and out-of-range values raise ``ValueEr
 naming the key (``"target.toml: [line] fwhm must be a number, got 'nine'"``). Relative
 paths are resolved against the folder of the TOML file. ``TEMPLATE`` is the commented
 template ``dopplermap init`` writes; :func:`run_target` (in
-:mod:`dopplermap.commands.target`) runs a configuration.
+:mod:`dopplermap.app.target`) runs a configuration.
 """
 
 from __future__ import annotations

@@ -12,15 +12,27 @@
   ``summary.json``. Each message says what to check.
 
 Anything else that escapes is a bug of ours: the CLI shows its traceback and exits 1.
+The exit statuses (``EXIT_*``) are defined here, with :func:`exit_status` for a written
+result, so that the app layer and the commands need not import the CLI.
 """
 
 from __future__ import annotations
 
 import contextlib
+import sys
 import warnings
 
 __all__ = ["DopplermapError", "DopplermapInputError", "MissingFileError", "DopplermapWarning",
-           "ConvergenceWarning", "warn", "collect_warnings", "active_warnings"]
+           "ConvergenceWarning", "warn", "collect_warnings", "active_warnings", "exit_status",
+           "EXIT_OK", "EXIT_BUG", "EXIT_USER", "EXIT_NOT_CONVERGED", "EXIT_INTERRUPTED"]
+
+EXIT_OK = 0
+EXIT_BUG = 1
+EXIT_USER = 2
+EXIT_NOT_CONVERGED = 3
+"""Exit status of ``invert``, ``invert-seed`` and ``demo`` when the result was written but
+the solve stopped before meeting its tolerance (iteration limit or line-search failure)."""
+EXIT_INTERRUPTED = 130
 
 
 class DopplermapError(Exception):
@@ -97,3 +109,13 @@ def collect_warnings(echo=None):
             yield seen
         finally:
             _ACTIVE.remove(seen)
+
+
+def exit_status(summary: dict) -> int:
+    """:data:`EXIT_NOT_CONVERGED` for a written result whose solve did not converge (saying so
+    on stderr), else :data:`EXIT_OK`."""
+    if summary.get("success", True):
+        return EXIT_OK
+    print(f"warning: the solve did not converge ({summary.get('stop_reason')}); the result was written, "
+          f"exit status {EXIT_NOT_CONVERGED}", file=sys.stderr, flush=True)
+    return EXIT_NOT_CONVERGED

@@ -27,21 +27,7 @@ def register(group):
         Figures are journal-sized (3.5 or 7.1 in wide, fonts >= 8 pt; TrueType fonts in PDF). A
         folder whose files come from different runs is refused (each file carries its run id).
         """
-        from ..atomic import AtomicFolder, check_out, read_manifest
-        from ..io.results import load_result
-        from ..plot import plot_result
+        from ..app.review import plot_folder
 
-        if out is not None and Path(out).resolve() != Path(result_dir).resolve():
-            check_out(out, "figures", overwrite=overwrite)  # before any work
-        res = load_result(result_dir)  # refuses a folder that mixes runs
-        if out is None or Path(out).resolve() == Path(result_dir).resolve():
-            paths = plot_result(res, result_dir, fmt=fmt, dpi=dpi, max_profiles=max_profiles)
-        else:
-            source = read_manifest(result_dir) or {}
-            with AtomicFolder(out, "figures", overwrite=overwrite, inputs=source.get("run_id"),
-                              meta={"result": str(result_dir)}) as folder:
-                names = [p.name for p in plot_result(res, folder.tmp, fmt=fmt, dpi=dpi, max_profiles=max_profiles)]
-                folder.wrote()
-            paths = [Path(out) / n for n in names]
-        for p in paths:
+        for p in plot_folder(result_dir, out, overwrite=overwrite, fmt=fmt, dpi=dpi, max_profiles=max_profiles):
             click.echo(str(p))

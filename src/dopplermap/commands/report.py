@@ -15,10 +15,6 @@ def register(group):
     @click.option("--overwrite", is_flag=True, help="Replace an existing --out file.")
     def report(result_dir, out, overwrite):
         """Write an offline HTML report: figures, parameters, warnings, uncertainties, configuration, 3-D star."""
-        from ..atomic import check_out_file
-        from ..report import write_report
+        from ..app.review import report_folder
 
-        if out is not None:
-            check_out_file(out, overwrite=overwrite)  # before any work
-
-        click.echo(str(write_report(result_dir, out)))
+        click.echo(str(report_folder(result_dir, out, overwrite=overwrite)))

@@ -14,125 +14,17 @@ otherwise PROBLEM is an
   profiles, limb darkening and temperatures are the demo's (photosphere 5000 K,
   cool 3800 K, hot 6000 K at 600 nm).
 
-:func:`save_problem` writes such a file.
+:func:`dopplermap.app.search.save_problem` writes such a file.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
-import math
-import time
-import warnings
 from pathlib import Path
 
 import click
-import numpy as np
 
+from ..app.defaults import GRID_TOL, LAMBDA_TOL  # shown by --help
 from ..choices import WEIGHTED_REGULARISERS
-from ..errors import DopplermapInputError, DopplermapWarning
-
-# solver tolerances of the searches on the demo star or an .npz problem (a target TOML
-# brings its own [inversion] settings); tighter than a single inversion's so that chi2 is
-# smooth across lambdas and grid points
-LAMBDA_TOL, GRID_TOL = 1e-7, 1e-6
-
-
-def save_problem(path, obs, star=None, n_cell: int | None = None) -> Path:
-    """Write observations (and optionally star parameters, grid size) as a PROBLEM ``.npz``."""
-    from dopplermap.problem import save_npz
-
-    return save_npz(path, obs, star=star, n_cell=n_cell)
-
-
-def load_problem(path=None, *, n_cell=400, n_epoch=30, n_vel=24, snr=500.0, seed=1, tol=1e-6):
-    """The :class:`dopplermap.problem.Problem` of a target TOML (exactly what ``dopplermap
-    invert`` solves: gravity darkening, light curve, method and [inversion] settings
-    included), of an ``.npz`` file, or of the simulated demo star (``path`` None)."""
-    from dopplermap import problem as P
-    from dopplermap.config import load_config
-
-    if path is not None and Path(path).suffix.lower() == ".toml":
-        return P.from_config(load_config(path)).single("the lambda and grid searches")
-    settings = P.Settings(tol=tol)
-    if path is None:
-        return P.demo_problem(n_cell=n_cell, n_epoch=n_epoch, n_vel=n_vel, snr=snr, seed=seed, settings=settings)
-    return P.from_npz(path, n_cell=n_cell, settings=settings, seed=seed)
-
-
-def _floats(text: str, name: str) -> np.ndarray:
-    """``a:b:n`` (n log-spaced values for lambda, linear otherwise is chosen by caller) or ``v1,v2,...``."""
-    try:
-        if ":" in text:
-            a, b, n = text.split(":")
-            return np.array([float(a), float(b), float(int(n))])
-        return np.array([float(v) for v in text.split(",") if v.strip()])
-    except ValueError:
-        raise DopplermapInputError(f"{name}: expected 'start:stop:count' or 'v1,v2,...', got {text!r}") from None
-
-
-def _lambda_list(text: str) -> np.ndarray:
-    if ":" in text:
-        a, b, n = _floats(text, "--lmbds")
-        if not (a > 0 and b > a and n >= 2):
-            raise DopplermapInputError(f"--lmbds: need 0 < start < stop and count >= 2, got {text!r}")
-        return np.logspace(np.log10(a), np.log10(b), int(n))
-    return _floats(text, "--lmbds")
-
-
-def _axis(text: str, max_points: int | None = None) -> tuple[str, np.ndarray]:
-    from ..memory import MAX_GRID_POINTS
-
-    if "=" not in text:
-        raise DopplermapInputError(f"--param: expected NAME=start:stop:step or NAME=v1,v2,..., got {text!r}")
-    name, spec = text.split("=", 1)
-    name = name.strip()
-    if ":" in spec:
-        a, b, step = _floats(spec, f"--param {name}")
-        if not (np.isfinite(a) and np.isfinite(b) and np.isfinite(step)) or not step > 0 or b < a:
-            raise DopplermapInputError(f"--param {name}: need finite start <= stop and step > 0, got {spec!r}")
-        n = math.floor((b - a) / step + 0.5) + 1  # counted before any array is made
-        limit = MAX_GRID_POINTS if max_points is None else max_points
-        if n > limit:
-            raise DopplermapInputError(f"--param {name}={spec} gives {n:.4g} points, more than the limit of {limit} "
-                                       f"(each point is one inversion): use a larger step for {name} "
-                                       "(or raise --max-points)")
-        return name, np.round(np.arange(a, b + 0.5 * step, step), 12)
-    return name, _floats(spec, f"--param {name}")
-
-
-def _write_json(path: Path, data: dict) -> None:
-    from ..atomic import write_text
-
-    write_text(path, json.dumps(data, indent=2, default=float))
-
-
-def _is_grid(folder: Path) -> bool:
-    return (folder / "grid.csv").is_file()
-
-
-def _is_lambda(folder: Path) -> bool:
-    """A lambda folder written before manifests existed (its lambda.json is ours)."""
-    try:
-        return "lmbds" in json.loads((folder / "lambda.json").read_text())
-    except (OSError, ValueError, TypeError):
-        return False
-
-
-@contextlib.contextmanager
-def _expected_chi2_spread():
-    """In a sweep or a grid, a reduced chi2 far from 1 at some points is the point of the
-    search (too much or too little regularisation, wrong parameters): not a warning."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="reduced chi2", category=DopplermapWarning)
-        yield
-
-
-def _search_fingerprint(prob) -> str:
-    from dopplermap.search import problem_fingerprint
-
-    return problem_fingerprint(prob)
-
 
 problem_options = [
     click.argument("problem", required=False, type=click.Path(dir_okay=False, path_type=Path)),
@@ -172,60 +64,10 @@ def register(group):
         The output folder is written atomically; lambda.json and every row of lcurve.csv record
         the regulariser, the tolerance and the problem's fingerprint.
         """
-        from dopplermap import search
+        from ..app.search import run_lambda
 
-        from ..atomic import AtomicFolder, check_out
-        from ..style import save_figure
-
-        check_out(out, "lambda", overwrite=overwrite, legacy=_is_lambda)  # before any work
-        lm = _lambda_list(lmbds)
-        if not np.all(np.isfinite(lm) & (lm >= 0)):
-            raise DopplermapInputError(f"--lmbds: every lambda must be finite and >= 0, got {lmbds!r}")
-        prob = load_problem(problem, n_cell=n_cell, n_epoch=n_epoch, n_vel=n_vel, snr=snr, tol=LAMBDA_TOL)
-        fp = _search_fingerprint(prob)
-        obs, pre = prob.obs, prob.pre
-        kw = prob.invert_kwargs(regulariser=regulariser, tol=tol)  # the problem's light curve, weights, solver
-        kw.pop("lmbd")
-        regulariser, tol = kw.pop("regulariser"), kw.pop("tol")
-        t_start = time.perf_counter()
-
-        def progress(n, total, res):  # points done, the solve's chi2, elapsed
-            click.echo(f"lambda {n}/{total}: {res.lmbd:.4g}  chi2 {res.chi2:.5g}  ({res.iterations} it; "
-                       f"{time.perf_counter() - t_start:.1f} s)", err=True)
-
-        with _expected_chi2_spread():
-            sw = search.sweep_lambda(pre, obs, lm, regulariser=regulariser, tol=tol,
-                                     progress=None if quiet else progress, **kw)
-        choice = {"lmbds": sw.lmbd.tolist(), "sweep_time": sw.total_time, "regulariser_floor": sw.floor,
-                  "regulariser": regulariser, "tol": tol, "problem": fp}
-        try:
-            corner, _ = search.lcurve_corner(sw)
-            choice["lcurve_corner"] = corner
-        except ValueError as exc:
-            corner = None
-            choice["lcurve_corner"] = None
-            choice["lcurve_message"] = str(exc)
-            click.echo(f"warning: {exc}", err=True)
-        if target_chi2 is not None:
-            with _expected_chi2_spread():
-                lmt, res, trials = search.lambda_for_chi2(pre, obs, target_chi2, lo=float(sw.lmbd[0]),
-                                                          hi=float(sw.lmbd[-1]), regulariser=regulariser, tol=tol,
-                                                          sweep=sw, **kw)
-            choice.update(target_chi2=target_chi2, target_lambda=lmt, target_result_chi2=res.chi2,
-                          target_trials=trials)
-        lines = sw.table().splitlines()  # each row also names its settings and problem
-        table = "\n".join([lines[0] + ",regulariser_kind,tol,problem"]
-                          + [f"{ln},{regulariser},{tol!r},{fp}" for ln in lines[1:]]) + "\n"
-        with AtomicFolder(out, "lambda", overwrite=overwrite, inputs=fp, legacy=_is_lambda) as folder:
-            folder.write("lcurve.csv", lambda p: p.write_text(table))
-            choice["run_id"] = folder.run_id
-            folder.write("lambda.json", lambda p: p.write_text(json.dumps(choice, indent=2, default=float)))
-            folder.write("lcurve.png", lambda p: save_figure(search.plot_lcurve(sw, corner=corner, target=target_chi2), p))
-        msg = f"L-curve corner lambda {corner:.4g}" if corner is not None else "no L-curve corner"
-        if target_chi2 is not None:
-            msg += (f"; lambda for chi2={target_chi2:g}: {choice['target_lambda']:.4g} "
-                    f"(chi2 {choice['target_result_chi2']:.5g}, {len(choice['target_trials'])} more solves)")
-        click.echo(f"{msg}  ({len(lm)} solves in {sw.total_time:.1f} s); results in {out}")
+        run_lambda(problem, n_cell=n_cell, n_epoch=n_epoch, n_vel=n_vel, snr=snr, regulariser=regulariser, out=out,
+                   overwrite=overwrite, quiet=quiet, lmbds=lmbds, target_chi2=target_chi2, tol=tol)
 
     @group.command("grid")
     @_with_problem_options
@@ -267,114 +109,10 @@ def register(group):
         fingerprint, and a resume with any difference is refused. grid.json, grid.png and the
         manifest are written when the search is complete.
         """
-        from dopplermap import search
+        from ..app.search import run_grid
 
-        from ..atomic import check_out
-        from ..style import save_figure
-
-        axes = dict(_axis(p, max_points) for p in params)
-        search.check_grid_size(axes, max_points)
-        if not (out.is_dir() and resume and _is_grid(out)):  # resuming: grid_search checks the table
-            check_out(out, "grid", overwrite=overwrite, legacy=_is_grid,  # before any work
-                      flag="--resume (to continue an interrupted search) or --overwrite")
-        if scheduler not in (None, "local", "sync"):  # an unreachable scheduler fails before any work
-            client, _ = search._client(scheduler, workers, connect_timeout)
-            client.close()
-        prob = load_problem(problem, n_cell=n_cell, n_epoch=n_epoch, n_vel=n_vel, snr=snr, tol=GRID_TOL)
-        settings = prob.settings.replace(lmbd=lmbd, regulariser=regulariser, tol=tol)
-        if n_sim is not None:  # refuse what cannot be calibrated before the search, not after it
-            from dopplermap.calibrate import check_calibratable
-
-            check_calibratable(prob, settings)
-            if not any(np.size(v) >= 3 for v in axes.values()):
-                raise DopplermapInputError("--calibrate needs a --param axis of at least 3 values")
-        if overwrite and not resume and out.is_dir():  # an earlier grid search (checked above): start again
-            for name in ("grid.csv", "grid.json", "grid.png", "dopplermap.json"):
-                (out / name).unlink(missing_ok=True)
-        out.mkdir(exist_ok=True)
-        t_start, best_so_far = time.perf_counter(), {}
-
-        def progress(n, total, row):  # points done, best so far (the grid's criterion), elapsed
-            if not best_so_far or row["chi2_total"] < best_so_far["chi2_total"]:
-                best_so_far.update(row)
-            at = ", ".join(f"{k}={best_so_far[k]:g}" for k in axes)
-            click.echo(f"point {n}/{total}: chi2 {row['chi2']:.5g}; best so far {at} (chi2 {best_so_far['chi2']:.5g}); "
-                       f"{time.perf_counter() - t_start:.1f} s", err=True)
-
-        with _expected_chi2_spread():
-            rows = search.grid_search(prob, axes, out / "grid.csv", settings=settings, resume=resume,
-                                      scheduler=scheduler, n_workers=workers, connect_timeout=connect_timeout,
-                                      max_points=max_points, progress=None if quiet else progress)
-        column = "chi2_total"  # one criterion for the best point and the intervals
-        best = search.best_point(rows, list(axes), column=column)
-        intervals = {}
-        for name in axes:
-            iv = search.delta_chi2_interval(rows, name, delta=delta_chi2, column=column)
-            intervals[name] = {k: iv[k] for k in ("best", "lo", "hi", "at_edge", "delta", "note")}
-        fp = _search_fingerprint(prob)
-        summary = {"best": best, "intervals": intervals, "lmbd": settings.lmbd,
-                   "regulariser": settings.regulariser, "tol": settings.tol, "problem": fp}
-        calibrated = None
-        if n_sim is not None:
-            if calibrate_oversample is None:
-                from dopplermap.calibrate import SIM_OVERSAMPLE
-
-                calibrate_oversample = 1 if problem is None else SIM_OVERSAMPLE
-            calibrated = _calibrate(prob, axes, best, settings, n_sim, calibrate_seed, calibrate_oversample, quiet)
-            summary["calibrated"] = {name: c.summary() for name, c in calibrated.items()}
-        _write_json(out / "grid.json", summary)
-        save_figure(search.plot_grid(rows, list(axes)), out / "grid.png")
-        _finish_grid_folder(out, fp)
-        if calibrated:  # one criterion for the best point and the intervals: the calibrated one
-            click.echo("best (calibrated): " + ", ".join(
-                f"{k}={calibrated[k].estimate:.4g}" if k in calibrated else f"{k}={best[k]:g} (held)" for k in axes))
-            for name, c in calibrated.items():
-                edge = " (reaches the grid edge)" if (c.lo_open or c.hi_open) else ""
-                cross = "; the observed estimate is beyond every trial's, widen the grid" if c.no_crossing else ""
-                click.echo(f"{name}: {c.estimate:.4g}, 68 % {c.lo68:.4g} .. {c.hi68:.4g}, 95 % {c.lo95:.4g} .. "
-                           f"{c.hi95:.4g} (calibrated by {c.n_sim} simulations per trial, {c.n_solves} solves, "
-                           f"{c.seconds:.0f} s){edge}{cross}")
-        else:
-            click.echo("best: " + ", ".join(f"{k}={best[k]:g}" for k in axes) + f"  chi2 {best['chi2']:.5g}")
-            for name, iv in intervals.items():
-                edge = " (reaches the grid edge)" if iv["at_edge"] else ""
-                click.echo(f"{name}: {iv['lo']:g} .. {iv['hi']:g} (Delta chi2_total <= {delta_chi2:g}){edge}")
-        click.echo(f"results in {out}")
-
-
-def _calibrate(prob, axes, best, settings, n_sim, seed, oversample, quiet) -> dict:
-    """Calibrate every axis of >= 3 values in the order of the axes; the others are held at
-    the grid's best point, or at their calibrated value once calibrated (as the benchmark
-    measured it: inclination, then vsini at the calibrated inclination)."""
-    from dopplermap import calibrate
-
-    names = [n for n in axes if np.size(axes[n]) >= 3]
-    if not names:
-        raise DopplermapInputError("--calibrate needs a --param axis of at least 3 values")
-    out = {}
-    held = {k: float(best[k]) for k in axes}
-    for i, name in enumerate(names):
-        v = np.sort(np.asarray(axes[name], float))
-        cost = calibrate.calibration_cost(v.size, v.size, n_sim)
-        if not quiet:
-            click.echo(f"calibrating {name}: {cost['trial_solves']} trial maps + {cost['batched_calls']} batched "
-                       f"solves of {cost['members']} data sets ({cost['total']} solves)", err=True)
-        fixed = {k: x for k, x in held.items() if k != name}
-
-        def progress(stage, i, n, name=name):
-            if not quiet:
-                click.echo(f"calibrating {name}: {stage} {i}/{n}", err=True)
-
-        with _expected_chi2_spread():
-            out[name] = calibrate.calibrate_parameter(prob, name, v, fixed=fixed, n_sim=n_sim, seed=seed + i,
-                                                      settings=settings, sim_oversample=oversample,
-                                                      progress=progress)
-        held[name] = out[name].estimate
-    return out
-
-
-def _finish_grid_folder(out: Path, fp: str) -> None:
-    """Write the manifest of a finished grid folder (the table grows in place, for --resume)."""
-    from ..atomic import new_run_id, write_manifest
-
-    write_manifest(out, kind="grid", run_id=new_run_id(), inputs=fp)
+        run_grid(problem, n_cell=n_cell, n_epoch=n_epoch, n_vel=n_vel, snr=snr, regulariser=regulariser, out=out,
+                 overwrite=overwrite, quiet=quiet, params=params, lmbd=lmbd, tol=tol, resume=resume,
+                 scheduler=scheduler, connect_timeout=connect_timeout, workers=workers, max_points=max_points,
+                 delta_chi2=delta_chi2, n_sim=n_sim, calibrate_seed=calibrate_seed,
+                 calibrate_oversample=calibrate_oversample)

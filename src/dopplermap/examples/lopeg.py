@@ -30,8 +30,8 @@ from pathlib import Path
 import numpy as np
 
 import dopplermap as dm
-from dopplermap.commands.target import run_target
-from dopplermap.commands.zdipy import import_zdipy
+from dopplermap.app.target import run_target
+from dopplermap.app.zdipy import import_zdipy
 from dopplermap.config import load_config
 
 T_PHOT, T_COOL = 4500.0, 3500.0  # K; LO Peg is a K5-K7 dwarf

@@ -17,13 +17,13 @@ from pathlib import Path
 
 import numpy as np
 
-from .compiled import call_cached
-from .figure_process import submit
-from .io import results as _files
-from .model import Precomputed, forward
-from .objective import LineSets
-from .plot import plot_result
-from .report import write_report
+from ..compiled import call_cached
+from ..figure_process import submit
+from ..io import results as _files
+from ..model import Precomputed, forward
+from ..objective import LineSets
+from ..plot import plot_result
+from ..report import write_report
 
 __all__ = ["spotless_model", "with_context", "save_result"]
 

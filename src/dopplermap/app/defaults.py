@@ -1,0 +1,7 @@
+"""Defaults of the app's pipelines that the commands' ``--help`` shows; it imports nothing,
+so that the CLI can read them at start-up."""
+
+# solver tolerances of the searches on the demo star or an .npz problem (a target TOML
+# brings its own [inversion] settings); tighter than a single inversion's so that chi2 is
+# smooth across lambdas and grid points
+LAMBDA_TOL, GRID_TOL = 1e-7, 1e-6

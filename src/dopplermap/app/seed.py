@@ -1,0 +1,142 @@
+"""``dopplermap invert-seed``, ``convert`` and ``simulate``: the seed's problem files.
+
+* :func:`run_invert_seed` solves the seed's problem (three pickles, or a converted ``.npz``,
+  read by :func:`read_problem`) and writes ``summary.json``, ``result.npz`` and figures;
+* :func:`convert_seed` writes the three pickles to a safe ``.npz`` problem file;
+* :func:`simulate_files` makes a spotted-star problem at the seed's size, as an ``.npz``
+  problem or as seed-format pickles, plus ``truth.npz``.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import click
+import numpy as np
+
+from ..atomic import AtomicFolder, check_out_file, fingerprint, write_file, write_json
+from ..errors import active_warnings
+from ..figure_process import submit
+from ..io.seed import load_problem, read_seed, save_problem, seed_dicts, seed_problem, write_seed_pickles
+from ..problem import Settings, from_seed
+from ..simulate import DEMO_SPOTS, demo_setup, simulate
+from ..solvers import invert
+from .preflight import (
+    SEED_FIGURES,
+    check_seed_arguments,
+    check_seed_out,
+    check_simulation_arguments,
+    is_seed_result,
+    is_simulation,
+)
+
+__all__ = ["convert_seed", "read_problem", "run_invert_seed", "seed_figure_arrays", "simulate_files"]
+
+
+def read_problem(idc, sg, cpcs, problem, trust_pickle: bool):
+    """The :class:`~dopplermap.io.seed.SeedProblem` of the three pickles or of a converted ``.npz``."""
+    check_seed_arguments(idc, sg, cpcs, problem)
+    if problem is not None:
+        return load_problem(problem)
+    return read_seed(idc, sg, cpcs, trust_pickle=trust_pickle)
+
+
+def convert_seed(idc, sg, cpcs, out: Path, *, trust_pickle: bool, overwrite: bool):
+    """Write the seed's pickles to the safe ``.npz`` problem file ``out``; returns the problem."""
+    check_out_file(out, overwrite=overwrite)  # before any work
+    prob = read_seed(idc, sg, cpcs, trust_pickle=trust_pickle)
+    save_problem(out, prob)
+    return prob
+
+
+def _write_npz(path: Path, **arrays) -> None:
+    write_file(path, lambda fh: np.savez(fh, **arrays))
+
+
+def seed_figure_arrays(problem, res) -> dict:
+    """What the figures of a seed inversion draw, as plain NumPy arrays (picklable without JAX)."""
+    obs = problem.obs
+    return dict(fssc=np.asarray(res.fssc), fssh=np.asarray(res.fssh), model=np.asarray(res.model),
+                flux=np.asarray(obs.flux), err=np.asarray(obs.err), vels=np.asarray(obs.vels), chi2=float(res.chi2),
+                lat=None if problem.lat is None else np.asarray(problem.lat),
+                lon=None if problem.lon is None else np.asarray(problem.lon))
+
+
+def run_invert_seed(problem, out: Path, *, lmbd: float, tol: float, maxiter: int, quiet: bool, plots: bool,
+                    read_time: float = 0.0, overwrite: bool = True, figure_process=None) -> dict:
+    """Invert a :class:`~dopplermap.io.seed.SeedProblem` and write the results to ``out``.
+
+    The problem is solved as a :class:`dopplermap.problem.Problem` (:func:`~dopplermap.problem.from_seed`)
+    by :func:`dopplermap.invert`. ``out`` is written as one atomic folder
+    (:class:`dopplermap.atomic.AtomicFolder`, kind ``seed-result``): ``result.npz``, the
+    figures, ``summary.json`` and the manifest, all carrying one run id; a kill leaves the
+    previous folder or the complete new one. The figures are drawn by ``figure_process`` (a
+    :class:`dopplermap.figure_process.FigureProcess` started with
+    ``preload=(dopplermap.app.preflight.SEED_FIGURES,)``) while the result file is written, or here.
+    """
+    check_seed_out(out, overwrite)
+    t0 = time.perf_counter()
+
+    def progress(it, hist):
+        if not quiet and it % 25 == 0:
+            click.echo(f"  iteration {it:4d}  loss {hist['loss'][-1]:.8g}", err=True)
+
+    prob = from_seed(problem, settings=Settings(lmbd=lmbd, regulariser="mem", tol=tol, maxiter=maxiter))
+    res = invert(prob, callback=progress)
+    total = time.perf_counter() - t0 + read_time
+    obs = problem.obs
+    inputs = fingerprint((obs.times, obs.vels, obs.flux, obs.err), problem.pre.cell_area,
+                         {"lmbd": lmbd, "tol": tol, "maxiter": maxiter, "regulariser": "mem"})
+    summary = dict(res.summary(), entropy=res.regulariser_value, read_time=read_time, total_time=total,
+                   n_cell=problem.n_cell, n_epoch=problem.n_epoch, n_vel=problem.n_vel,
+                   n_visible_min=int(problem.n_visible.min()), n_visible_max=int(problem.n_visible.max()),
+                   has_coordinates=problem.has_coordinates, source=problem.source,
+                   loss_definition="chi2/(n_epoch n_vel) + lmbd * seed MEM (the seed's loss)")
+    with AtomicFolder(out, "seed-result", overwrite=overwrite, inputs=inputs, legacy=is_seed_result) as folder:
+        arrays = dict(fssc=res.fssc, fssh=res.fssh, fssp=res.fssp, rv=res.rv, amp=res.amp, model=res.model,
+                      flux=np.asarray(obs.flux), err=np.asarray(obs.err), vels=np.asarray(obs.vels),
+                      labels=np.array(problem.labels, dtype=str), run_id=np.array(folder.run_id),
+                      history_loss=res.history.get("loss", np.zeros(0)),
+                      history_chi2=res.history.get("chi2", np.zeros(0)))
+        if problem.has_coordinates:
+            arrays.update(lat=problem.lat, lon=problem.lon)
+        if plots:
+            figures = submit(figure_process, f"{SEED_FIGURES}:plot_seed_figures", folder.tmp,
+                             seed_figure_arrays(problem, res))
+        folder.write("result.npz", lambda p: _write_npz(p, **arrays))
+        if plots:
+            summary["figures"] = [p.name for p in figures()]
+            folder.wrote()
+            if not problem.has_coordinates:
+                summary["figure_note"] = ("no cell coordinates in the input (sg has no grid_lats/grid_longs): "
+                                          "filling factor drawn per cell index")
+        summary.update(run_id=folder.run_id, input_fingerprint=inputs, warnings=active_warnings(), complete=True)
+        folder.write("summary.json", lambda p: write_json(p, summary))
+    return summary
+
+
+def simulate_files(out: Path, *, fmt: str = "npz", n_cell: int = 2500, n_epoch: int = 150, n_vel: int = 32,
+                   snr: float = 500.0, seed: int = 1, per_cell_lis: bool = False, coordinates: bool = True,
+                   keys=None, as_jax: bool = False, overwrite: bool = True) -> list[Path]:
+    """Simulate the demo star and write its problem (``fmt`` "npz" or "seed-pickle") and ``truth.npz``
+    into the folder ``out``, as one atomic folder (kind ``simulation``)."""
+    check_simulation_arguments(fmt, n_cell, n_epoch, n_vel)
+    star, grid, times, vels, comps = demo_setup(n_cell=n_cell, n_epoch=n_epoch, n_vel=n_vel, seed=seed)
+    sim = simulate(grid, star, times, vels, comps, DEMO_SPOTS, snr=snr, seed=seed)
+    kw = dict(keys=keys, per_cell_lis=per_cell_lis, as_jax=as_jax, coordinates=coordinates)
+    out = Path(out)
+    with AtomicFolder(out, "simulation", overwrite=overwrite, legacy=is_simulation,
+                      meta={"simulation": {"snr": snr, "seed": seed, "format": fmt}}) as folder:
+        tmp = folder.tmp
+        if fmt == "seed-pickle":
+            names = [p.name for p in write_seed_pickles(sim, tmp, **kw).values()]
+        else:
+            prob = seed_problem(*seed_dicts(sim, **kw), sources=("simulation",) * 3)
+            names = [save_problem(tmp / "problem.npz", prob).name]
+        folder.wrote()
+        folder.write("truth.npz", lambda p: _write_npz(
+            p, fssc=sim.fssc, fssh=sim.fssh, rv=sim.rv, amp=sim.amp, lat=grid.lat, lon=grid.lon,
+            times=np.asarray(times), noiseless=sim.noiseless, inclination=star.inclination, vsini=star.vsini_kms,
+            period=star.period, snr=snr, run_id=np.array(folder.run_id)))
+    return [out / n for n in names] + [out / "truth.npz"]

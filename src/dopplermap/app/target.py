@@ -1,0 +1,157 @@
+"""``dopplermap invert``: the inversion a target configuration describes, into a result folder."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .. import uncertainty as U
+from ..compiled import call_cached
+from ..errors import DopplermapInputError
+from ..figure_process import FigureProcess
+from ..io.results import prefetch_writers
+from ..lightcurve import LightCurveFit, lightcurve_model
+from ..plot import fitted_components, plot_uncertainty
+from ..problem import from_config
+from ..progress import Reporter
+from ..solvers import choose_solver, invert
+from ..style import save_figure
+from .folders import save_result, with_context
+
+__all__ = ["run_target", "summary_line", "uncertainty_writers"]
+
+
+def summary_line(s: dict) -> str:
+    """The line ``dopplermap invert`` prints: chi2 (and each line data set's / band's), iterations, stop."""
+    lc = f"  chi2(lc) {s['chi2_lc']:.4f}" if s.get("chi2_lc") is not None else ""
+    sets = "".join(f"  chi2({k}) {v:.4f}" for k, v in (s.get("chi2_sets") or {}).items())
+    sets += "".join(f"  chi2(lc {k}) {v:.4f}" for k, v in (s.get("chi2_lc_sets") or {}).items())
+    return (f"chi2 {s['chi2']:.4f}{lc}{sets}  iterations {s['iterations']}  {s['stop_reason']}  "
+            f"solve {s['solve_time']:.2f} s")
+
+
+def uncertainty_writers(methods, pre, obs, res, grid, *, n_boot: int = 20, seed: int = 0, plots: bool = True,
+                        report=None):
+    """Compute the requested uncertainties; return ``(writers, scalars)`` for :func:`save_result`.
+
+    ``methods``: any of ``laplace`` (posterior width), ``sandwich`` and ``bootstrap``. The
+    Laplace diagonal is exact (dense Hessian) up to 3000 free parameters, Hutchinson beyond.
+    Each method adds ``uncertainty_<name>.npz`` and, with ``plots``, one PNG per component.
+    """
+    writers, scalars = [], {}
+    hutch = 2 * pre.n_cell + 2 * pre.n_epoch > 3000
+    for m in dict.fromkeys(methods):
+        step = report.step(f"uncertainty ({m})") if report is not None else contextlib.nullcontext()
+        with step:
+            if m == "bootstrap":
+                unc = U.bootstrap(pre, obs, res, n_boot=n_boot, seed=seed)
+            else:
+                unc = U.laplace(pre, obs, res, kind="posterior" if m == "laplace" else "sandwich",
+                                method="hutchinson" if hutch else "dense")
+        seen = ~unc.never_visible
+        scalars[f"sigma_fssc_median_{m}"] = float(np.median(unc.sigma_fssc[seen])) if seen.any() else None
+        scalars[f"sigma_fssh_median_{m}"] = float(np.median(unc.sigma_fssh[seen])) if seen.any() else None
+        scalars[f"uncertainty_time_{m}"] = unc.time
+
+        def write(folder, unc=unc):
+            path = U.save_uncertainty(unc, folder)
+            if plots:
+                for comp in fitted_components(res):
+                    fill = res.fssc if comp == "cool" else res.fssh
+                    save_figure(plot_uncertainty(grid, fill, unc, component=comp), folder / f"{path.stem}_{comp}.png")
+
+        writers.append(write)
+    return writers, scalars
+
+
+def run_target(cfg, out: Path, *, plots: bool = True, quiet: bool = True, config_file=None,
+               uncertainty=None, report: bool = True, overwrite: bool = True, overrides=None,
+               figure_process=None) -> dict:
+    """Run the inversion a target config describes and write a result folder at ``out``.
+
+    The folder is the standard one of :func:`dopplermap.io.results.save_result` (map.fits,
+    profiles.fits with the light curve of a joint fit, config.json, a copy of the TOML
+    file, summary.json and, unless ``plots`` is False, the figures), plus the uncertainty
+    maps of ``[uncertainty] methods`` (or of ``uncertainty``, a list overriding them; see
+    :func:`uncertainty_writers`; with a light curve they cover the line profiles only).
+    Progress goes to stderr unless ``quiet``; ``report.html`` is written unless ``report``
+    is False. The figures are drawn in ``figure_process`` (a started
+    :class:`~dopplermap.figure_process.FigureProcess`: the CLI starts it before this module's
+    imports), by default in one started here. Returns the summary written.
+    """
+    # matplotlib loads in a child on another core meanwhile (it exits on its own if unused)
+    figs = figure_process if figure_process is not None or not plots else FigureProcess()
+    t0 = time.perf_counter()
+    methods = tuple(cfg.uncertainty.methods if uncertainty is None else uncertainty)
+    if methods and cfg.lines and len(cfg.lines) > 1:  # before any work
+        raise DopplermapInputError(f"{cfg.source}: [uncertainty] methods {list(methods)} handle one line data set; "
+                                   f"this target has {len(cfg.lines)} ([[lines]]): set methods = []")
+    inv = cfg.inversion
+    with Reporter(quiet=quiet) as rep:
+        with rep.step("read + precompute"):
+            prob = from_config(cfg)
+            pre, lc = prob.pre, prob.lightcurve  # built here, once
+        t_setup = time.perf_counter() - t0
+        # astropy's FITS writer (and what the figures drawn here and the report need) loads in a thread
+        # during the solve, which runs without the GIL; during set-up (NumPy) it would slow it
+        prefetch_writers(plots and figs is None, report=report)
+        with rep.solve("compile + solve", maxiter=inv.maxiter) as callback:
+            # live progress from scipy's host loop only: a compiled loop that calls back to the
+            # host is not kept in JAX's persistent compilation cache (every run would recompile)
+            live = choose_solver(prob) == "lbfgsb"
+            res = invert(prob, callback=callback if live else None)
+            if not live:
+                callback(res.iterations, {"loss": [res.loss], "chi2": [res.chi2]})
+        grid, obs = prob.grid, prob.observations
+        light_curve = None
+        if lc is not None:
+            fssc, fssh = np.asarray(res.fssc, dtype=np.float64), np.asarray(res.fssh, dtype=np.float64)
+
+            def band(b, name=None):
+                out = {"times": np.asarray(b.times), "flux": np.asarray(b.flux), "err": np.asarray(b.err),
+                       "model": np.asarray(call_cached("lightcurve_model", lightcurve_model, fssc, fssh, b))}
+                return out if name is None else {"name": name, **out}
+
+            light_curve = (band(lc) if isinstance(lc, LightCurveFit)
+                           else tuple(band(b, n) for b, n in zip(lc.bands, lc.names, strict=True)))
+        methods = tuple(cfg.uncertainty.methods if uncertainty is None else uncertainty)
+        writers, unc_scalars = uncertainty_writers(methods, pre, obs, res, grid, n_boot=cfg.uncertainty.n_boot,
+                                                   seed=cfg.uncertainty.seed, plots=plots, report=rep)
+        if methods and lc is not None:
+            unc_scalars["uncertainty_note"] = "line profiles only (the light curve is not part of the uncertainty)"
+        config = {"command": "invert", **dataclasses.asdict(cfg), "overrides": dict(overrides or {})}
+        sets = cfg.line_sets()
+        if prob.multi:  # per set: epochs, velocities, synthesis method, macroturbulence
+            per_set = {"n_epoch": sum(o.n_epoch for o in obs), "n_vel": None,
+                       "method": ",".join(dict.fromkeys(p.line.kind for p in pre.sets)),
+                       "macroturbulence": None,
+                       "line_sets": [dict(name=ls.name, weight=ls.weight, n_epoch=o.n_epoch, n_vel=o.n_vel,
+                                          method=p.line.kind, macroturbulence=ls.line.macroturbulence,
+                                          resolving_power=ls.line.resolving_power)
+                                     for ls, o, p in zip(sets, obs, pre.sets, strict=True)]}
+        else:
+            per_set = {"n_epoch": obs.n_epoch, "n_vel": obs.n_vel, "method": pre.line.kind,
+                       "macroturbulence": sets[0].line.macroturbulence}
+        extra = dict(target=cfg.source, n_files=len(prob.files), n_cell=grid.n_cell, **per_set,
+                     n_lc=None if lc is None else lc.n_lc, gravity_darkening=cfg.gravity_darkening.enabled,
+                     setup_time=t_setup, total_time=time.perf_counter() - t0, **unc_scalars)
+        lcds = prob.lightcurve_data if isinstance(prob.lightcurve_data, tuple) else (prob.lightcurve_data,)
+        reads = [d.read for d in lcds if d is not None and d.read is not None]
+        if len(reads) == 1:  # what was read, dropped and binned, for the summary and the screen
+            lcd = reads[0]
+            extra.update(lc_cadences=lcd.n_read if lcd.n_read is not None else lcd.n_points,
+                         lc_dropped_quality=lcd.n_quality, lc_dropped_nan=lcd.n_invalid, lc_points=lcd.n_points,
+                         lc_note=(f"{lcds[0].name}: " if len(lcds) > 1 else "") + lcd.describe())
+        elif reads:
+            extra.update(lc_points=sum(r.n_points for r in reads),
+                         lc_note="; ".join(f"{d.name}: {d.read.describe()}" for d in lcds))
+        with rep.step("write results" + (" + figures" if plots else "")):
+            res = with_context(res, grid=grid, star=prob.star, obs=obs, pre=pre, light_curve=light_curve, config=config,
+                               extra=extra)
+            summary = save_result(res, out, plots=plots, config_file=config_file, extra_writers=writers,
+                                  overwrite=overwrite, report=report, figure_process=figs)
+    return summary
