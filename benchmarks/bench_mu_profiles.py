@@ -29,7 +29,7 @@ def bench(pre, obs, n_rep):
     lay = dm.Layout(pre.n_cell, pre.n_epoch)
     x = jnp.asarray(lay.initial(0.1))
     # pre and obs are arguments (not closed-over constants), as in the solvers
-    f = jax.jit(jax.value_and_grad(lambda x, pre, obs: dm.chi2(dm.forward(*lay.split(x), pre), obs)))
+    f = jax.jit(jax.value_and_grad(lambda x, pre, obs: dm.objective.chi2(dm.forward(*lay.split(x), pre), obs)))
     t0 = time.perf_counter()
     jax.block_until_ready(f(x, pre, obs))
     comp = time.perf_counter() - t0
@@ -71,8 +71,8 @@ def main():
         if name.endswith("+mu"):
             pres[name] = pre
     fc, fh = (jnp.asarray(x) for x in dm.spot_map(grid, dm.DEMO_SPOTS))
-    dev = float(jnp.max(jnp.abs(dm.synthesize(fc, fh, pres["binned+mu"].line)
-                                - dm.synthesize(fc, fh, pres["dense+mu"].line))))
+    dev = float(jnp.max(jnp.abs(dm.model.synthesize(fc, fh, pres["binned+mu"].line)
+                                - dm.model.synthesize(fc, fh, pres["dense+mu"].line))))
     print(f"backend {jax.default_backend()}  float64  {platform.processor() or platform.machine()}  "
           f"n_cell {a.n_cell} n_epoch {a.n_epoch} n_vel {a.n_vel}; mu tables {t_tab:.2f} s; "
           f"binned+mu columns {len(pres['binned+mu'].line.col_comp)}, max |binned+mu - dense+mu| {dev:.2e}")

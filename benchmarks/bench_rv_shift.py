@@ -54,7 +54,7 @@ def run(n_vel: int, rvs, n_cell=1500, n_epoch=20, fine=(2, 4)):
     z = jnp.zeros(n_epoch)
     dense = dm.precompute(grid, star, times, vels, comps, method="dense")
     exact = dm.precompute(grid, star, times, vels, comps, method="binned", rv_shift="exact")
-    raw = np.asarray(dm.synthesize(fc, fh, dense.line))
+    raw = np.asarray(dm.model.synthesize(fc, fh, dense.line))
     dv = float(vels[1] - vels[0])
     fines = {}
     for k in fine:
@@ -69,7 +69,7 @@ def run(n_vel: int, rvs, n_cell=1500, n_epoch=20, fine=(2, 4)):
                "cubic_on_data_grid": float(np.max(np.abs(_mean_normalised(cubic_shift(vels, rv, raw)) - truth))),
                "binned_exact": float(np.max(np.abs(np.asarray(dm.forward(fc, fh, r, z, exact)) - truth)))}
         for k, (vf, pre_f) in fines.items():
-            raw_f = np.asarray(shift_profiles(jnp.asarray(vf), r, dm.synthesize(fc, fh, pre_f.line)))[:, ::k]
+            raw_f = np.asarray(shift_profiles(jnp.asarray(vf), r, dm.model.synthesize(fc, fh, pre_f.line)))[:, ::k]
             row[f"dense_x{k}_linear"] = float(np.max(np.abs(_mean_normalised(raw_f) - truth)))
         rows.append(row)
         print(json.dumps(row), flush=True)

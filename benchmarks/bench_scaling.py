@@ -30,8 +30,8 @@ def child(n_cell, n_epoch, n_vel, method="binned"):
     import jax.numpy as jnp
 
     import dopplermap as dm
-    from dopplermap.objective import Layout, Observations
-    from dopplermap.solvers.scipy_lbfgsb import compiled_value_and_grad
+    from dopplermap.objective import Layout, ObjectiveData, Observations
+    from dopplermap.solvers.program import compiled_value_and_grad
     star, grid, times, vels, comps = dm.demo_setup(n_cell=n_cell, n_epoch=n_epoch, n_vel=n_vel)
     t0 = time.perf_counter()
     pre = dm.solve_form(dm.precompute(grid, star, times, vels, comps, method=method))
@@ -40,12 +40,13 @@ def child(n_cell, n_epoch, n_vel, method="binned"):
     x = jnp.asarray(lay.initial(0.05))
     flux = np.ones((n_epoch, n_vel))
     obs = Observations.create(times, vels, flux, np.full_like(flux, 0.002))
-    fn, timing = compiled_value_and_grad(x, jnp.asarray(1.0), pre, obs)
-    jax.block_until_ready(fn(x, 1.0, pre, obs))
+    data = ObjectiveData(obs=obs)
+    fn, timing = compiled_value_and_grad(x, jnp.asarray(1.0), pre, data)
+    jax.block_until_ready(fn(x, 1.0, pre, data))
     ts = []
     for _ in range(10):
         t1 = time.perf_counter()
-        jax.block_until_ready(fn(x, 1.0, pre, obs))
+        jax.block_until_ready(fn(x, 1.0, pre, data))
         ts.append(time.perf_counter() - t1)
     stats = jax.devices()[0].memory_stats() or {}
     return {"n_cell": pre.n_cell, "n_epoch": n_epoch, "n_vel": n_vel, "method": pre.line.kind, "vg_ms": 1e3 * min(ts),

@@ -20,11 +20,12 @@ FORMS = ("binned", "dense", "folded_float64", "folded_float32", "blocked_float32
 
 
 def dump(folder: str) -> None:
+    import jax
     import jax.numpy as jnp
 
     import dopplermap as dm
-    from dopplermap.objective import Layout
-    from dopplermap.solvers.scipy_lbfgsb import _vg_jit
+    from dopplermap.objective import Layout, ObjectiveData
+    from dopplermap.solvers.program import value_and_grad_body
 
     star, grid, times, vels, comps = dm.demo_setup()
     sim = dm.simulate(grid, star, times, vels, comps, dm.DEMO_SPOTS, snr=500)
@@ -33,8 +34,10 @@ def dump(folder: str) -> None:
     pres = {"binned": dm.precompute(grid, star, times, vels, comps, method="binned"), "dense": dense,
             "folded_float64": dm.solve_form(dense, "float64"), "folded_float32": dm.solve_form(dense, "float32"),
             "blocked_float32": dm.solve_form(dense, "float32", blocked=True)}
+    vg_jit = jax.jit(value_and_grad_body, static_argnames=("regulariser", "penalty"))
     for name, pre in pres.items():
-        text = _vg_jit.lower(x, jnp.asarray(1.0), pre, sim.obs, regulariser="mem", penalty=1e4).compile().as_text()
+        text = vg_jit.lower(x, jnp.asarray(1.0), pre, ObjectiveData(obs=sim.obs), regulariser="mem",
+                            penalty=1e4).compile().as_text()
         with open(os.path.join(folder, name + ".hlo"), "w") as fh:
             fh.write(text)
 

@@ -28,9 +28,9 @@ from dopplermap.broadening import mu_dependent_profile, replace_profiles
 from dopplermap.constants import FILL_MAX, FILL_MIN
 from dopplermap.io.lsd import write_lsd
 from dopplermap.lightcurve import LightCurveBand, precompute_lightcurve, simulate_lightcurve
-from dopplermap.objective import DEFAULT_PENALTY
+from dopplermap.objective import DEFAULT_PENALTY, ObjectiveData
 from dopplermap.solvers import invert_batch
-from dopplermap.solvers.scipy_lbfgsb import compiled_value_and_grad
+from dopplermap.solvers.program import compiled_value_and_grad
 
 N_CELL, N_EPOCH, N_VEL = 300, 10, 20
 ZETA = 4.0  # km/s radial-tangential macroturbulence of the mu-dependent scenario
@@ -139,9 +139,9 @@ def value_and_grad(pre: model.Precomputed, scn: Scenario, x, lmbd: float = LMBD)
     """Loss, gradient and model profiles of ``pre`` at ``x`` through the solvers' own compiled objective."""
     xj = jnp.asarray(x, dtype=jnp.float64)
     lm = jnp.asarray(lmbd, dtype=jnp.float64)
-    joint = None if scn.lightcurve is None else (scn.lightcurve, jnp.asarray(1.0), jnp.asarray(1.0))
-    fn, _ = compiled_value_and_grad(xj, lm, pre, scn.obs, "mem", float(DEFAULT_PENALTY), joint)
-    val, grad, aux = fn(xj, lm, pre, scn.obs) if joint is None else fn(xj, lm, pre, scn.obs, joint)
+    data = ObjectiveData.create(pre, scn.obs, lightcurve=scn.lightcurve)
+    fn, _ = compiled_value_and_grad(xj, lm, pre, data, "mem", float(DEFAULT_PENALTY))
+    val, grad, aux = fn(xj, lm, pre, data)
     return float(val), np.asarray(grad), np.asarray(aux.model)
 
 

@@ -119,7 +119,7 @@ def _reference_loop(grid, star, times, vels, comps, zeta, R):
     """Slow per-cell reference: each visible cell's local profile by Gauss-Hermite quadrature."""
     x, w = np.polynomial.hermite.hermgauss(80)
     sig_i = C_KMS / R / S2F
-    geo = dm.cell_geometry(grid.lat, grid.lon, grid.area, times, star.inclination, star.vsini_kms, star.period)
+    geo = dm.geometry.cell_geometry(grid.lat, grid.lon, grid.area, times, star.inclination, star.vsini_kms, star.period)
     mu_all, vlos_all = np.asarray(geo.mu), np.asarray(geo.v_los)
     out = np.zeros((len(times), len(vels)))
     for e in range(len(times)):

@@ -302,10 +302,10 @@ def test_searches_solve_the_problem_invert_solves(tmp_path):
     kw = point.invert_kwargs()
     at = dict(lightcurve=point.lightcurve, line_weight=kw["line_weight"], lc_weight=kw["lc_weight"])
     x, pre = jnp.asarray(res.x), search.pad_precomputed(point.pre)
-    assert float(dm.loss(x, kw["lmbd"], pre, point.obs, kw["regulariser"], **at)) == pytest.approx(inv["loss"], rel=1e-9)
+    assert float(dm.objective.loss(x, kw["lmbd"], pre, point.obs, kw["regulariser"], **at)) == pytest.approx(inv["loss"], rel=1e-9)
     # without the light curve or the gravity darkening the loss differs
     bare = prob.replace(lightcurve_data=None, gravity=None)
-    assert abs(float(dm.loss(x, kw["lmbd"], bare.pre, bare.obs, kw["regulariser"])) - inv["loss"]) > 1e-3
+    assert abs(float(dm.objective.loss(x, kw["lmbd"], bare.pre, bare.obs, kw["regulariser"])) - inv["loss"]) > 1e-3
     assert search.evaluate_point(prob, {"inclination": 60.0})["loss"] == pytest.approx(inv["loss"], rel=1e-3)
     assert main(["lambda", str(cfg_path), "--out", str(tmp_path / "lam"), "--lmbds", "0.7,2"]) == 0
     first = (tmp_path / "lam" / "lcurve.csv").read_text().splitlines()

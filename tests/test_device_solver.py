@@ -142,8 +142,9 @@ def test_device_restarts_after_a_premature_stop(small_problem):
 
     import jax
 
+    from dopplermap.objective import ObjectiveData
     from dopplermap.solvers import bounds
-    from dopplermap.solvers.scipy_lbfgsb import value_and_grad_body
+    from dopplermap.solvers.program import value_and_grad_body
 
     star, grid, times, vels, comps, sim = small_problem
     pre = dm.solve_form(dm.precompute(grid, star, times, vels, comps))
@@ -153,7 +154,7 @@ def test_device_restarts_after_a_premature_stop(small_problem):
 
     @functools.partial(jax.jit, static_argnames="max_restarts")
     def solve(lm, max_restarts):
-        return projected_lbfgs(fun, jnp.asarray(lay.initial()), lo, hi, lm, pre, sim.obs, None, maxiter=2000,
+        return projected_lbfgs(fun, jnp.asarray(lay.initial()), lo, hi, lm, pre, ObjectiveData(obs=sim.obs), maxiter=2000,
                                ftol=1e-5, gtol=1e-12, max_restarts=max_restarts)
 
     lm = jnp.asarray(0.01)

@@ -97,7 +97,7 @@ def test_every_form_is_an_immutable_pytree(all_forms):
         assert line.nbytes() == sum(int(x.nbytes) for x in leaves)
         assert (line.n_epoch, line.n_vel) == ref.shape and line.n_cell == 300
         # a jitted synthesis takes the form as an argument (arrays traced, static fields static)
-        got = np.asarray(jax.jit(lambda line, a, b: dm.synthesize(a, b, line))(line, fc, fh))
+        got = np.asarray(jax.jit(lambda line, a, b: dm.model.synthesize(a, b, line))(line, fc, fh))
         np.testing.assert_allclose(got, ref, rtol=0, atol=1e-13 if name != "binned" else 1e-6)
 
 

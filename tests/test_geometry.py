@@ -59,7 +59,7 @@ def test_differential_rotation_high_latitudes_lag():
 
 
 def test_rotation_phase():
-    assert np.allclose(np.asarray(dm.rotation_phase([1.0, 3.0], 1.0, 2.0)), [0.0, 1.0])
+    assert np.allclose(np.asarray(dm.geometry.rotation_phase([1.0, 3.0], 1.0, 2.0)), [0.0, 1.0])
 
 
 def test_vsini_from_radius():

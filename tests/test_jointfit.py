@@ -42,7 +42,7 @@ def test_star_gradient_matches_finite_difference(problem):
     def c2(p):
         m = model(jnp.asarray(sim.fssc), jnp.asarray(sim.fssh), jnp.zeros(obs.n_epoch), jnp.zeros(obs.n_epoch),
                   p[0], p[1], p[2], prob.star.period, 0.0)
-        return dm.chi2(m, obs)
+        return dm.objective.chi2(m, obs)
 
     p = jnp.array([55.0, 38.0, 0.05])
     g = np.asarray(jax.grad(c2)(p))

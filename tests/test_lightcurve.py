@@ -42,7 +42,7 @@ def test_unspotted_star_is_flat_and_matches_loop_reference():
     rng = np.random.default_rng(1)
     fc, fh = rng.uniform(0, 0.6, grid.n_cell), rng.uniform(0, 0.3, grid.n_cell)
     model = np.asarray(lightcurve_model(jnp.asarray(fc), jnp.asarray(fh), lc))
-    geo = dm.cell_geometry(grid.lat, grid.lon, grid.area, t, star.inclination, star.vsini, star.period)
+    geo = dm.geometry.cell_geometry(grid.lat, grid.lon, grid.area, t, star.inclination, star.vsini, star.period)
     mu = np.asarray(geo.mu)
     ldv = [np.asarray(ld(mu)) for ld in BAND.limb_darkening]
     ref = np.zeros(t.size)

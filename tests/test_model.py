@@ -31,7 +31,7 @@ def test_unspotted_star_is_gray_rotational_profile(method):
     local = dm.gaussian(depth, fwhm)
     pre = dm.precompute(grid, star, [0.0, 0.37], vels, _comps(local, eps), method=method)
     z = jnp.full(grid.n_cell, 1e-12)
-    raw = np.asarray(dm.synthesize(z, z, pre.line))
+    raw = np.asarray(dm.model.synthesize(z, z, pre.line))
     u = np.linspace(-vsini, vsini, 40001)
     k = gray_kernel(u, vsini, eps)
     ref = np.array([1 - np.trapezoid(k * (1 - local(v - u)), u) for v in vels])
@@ -45,7 +45,7 @@ def test_vsini_to_zero_returns_local_profile():
     local = dm.gaussian(0.45, 7.0)
     pre = dm.precompute(grid, star, [0.0, 0.5], vels, _comps(local), method="dense")
     z = jnp.full(grid.n_cell, 1e-5)
-    np.testing.assert_allclose(np.asarray(dm.synthesize(z, z, pre.line)), np.broadcast_to(local(vels), (2, 41)),
+    np.testing.assert_allclose(np.asarray(dm.model.synthesize(z, z, pre.line)), np.broadcast_to(local(vels), (2, 41)),
                                atol=1e-10)
 
 
@@ -80,8 +80,8 @@ def test_gradient_matches_finite_differences(small_problem, method):
     lay = dm.Layout(grid.n_cell, len(times))
     x = lay.join(*[np.asarray(a) for a in _random_state(grid.n_cell, len(times), 5)])
     x[: 2 * grid.n_cell] = np.clip(x[: 2 * grid.n_cell], 1e-3, None)
-    f = jax.jit(lambda x: dm.loss(x, 0.7, pre, sim.obs))
-    g = np.asarray(jax.grad(lambda x: dm.loss(x, 0.7, pre, sim.obs))(jnp.asarray(x)))
+    f = jax.jit(lambda x: dm.objective.loss(x, 0.7, pre, sim.obs))
+    g = np.asarray(jax.grad(lambda x: dm.objective.loss(x, 0.7, pre, sim.obs))(jnp.asarray(x)))
     rng = np.random.default_rng(1)
     idx = np.concatenate([rng.choice(2 * grid.n_cell, 8, replace=False), 2 * grid.n_cell + rng.choice(2 * len(times), 4)])
     for i in idx:
@@ -102,7 +102,7 @@ def test_spot_bump_crosses_profile_blue_to_red():
     pre = dm.precompute(grid, star, phases, vels, comps)
     fc, fh = dm.spot_map(grid, [dm.Spot(20.0, 0.0, 15.0, "cool", 1.0)])
     z = jnp.full(grid.n_cell, 1e-5)
-    diff = np.asarray(dm.synthesize(jnp.asarray(fc), jnp.asarray(fh), pre.line) - dm.synthesize(z, z, pre.line))
+    diff = np.asarray(dm.model.synthesize(jnp.asarray(fc), jnp.asarray(fh), pre.line) - dm.model.synthesize(z, z, pre.line))
     # a dark spot removes absorption: the profile rises (bump) where the spot is
     bump_v = vels[np.argmax(diff, axis=1)]
     assert np.all(np.diff(bump_v) > 0) and bump_v[0] < 0 < bump_v[-1]

@@ -47,7 +47,7 @@ def test_binned_matches_dense(small):
     dense = dm.precompute(grid, star, times, vels, comps, method="dense")
     for tol in (1e-5, 1e-7):
         binned = dm.precompute(grid, star, times, vels, comps, synthesis_tol=tol, method="binned")
-        dev = float(jnp.max(jnp.abs(dm.synthesize(fc, fh, binned.line) - dm.synthesize(fc, fh, dense.line))))
+        dev = float(jnp.max(jnp.abs(dm.model.synthesize(fc, fh, binned.line) - dm.model.synthesize(fc, fh, dense.line))))
         assert dev <= tol, (tol, dev)
     assert binned.line.nbytes() < dense.line.nbytes() / 5
 
@@ -60,7 +60,7 @@ def test_binned_gradient_matches_dense(small):
     w = jnp.asarray(rng.normal(size=(len(times), len(vels))))
 
     def obj(c, h, line):
-        return jnp.sum(w * dm.synthesize(c, h, line))
+        return jnp.sum(w * dm.model.synthesize(c, h, line))
 
     gb = jax.grad(obj, argnums=(0, 1))(fc, fh, binned.line)
     gd = jax.grad(obj, argnums=(0, 1))(fc, fh, dense.line)
@@ -75,7 +75,7 @@ def test_binned_gradient_matches_dense(small):
 
 def _direct_loop(grid, star, times, vels, comps, fc, fh):
     """Per-epoch, per-cell reference of the seed's normalised profile (no rv, amp)."""
-    geo = dm.cell_geometry(grid.lat, grid.lon, grid.area, times, star.inclination, star.vsini_kms,
+    geo = dm.geometry.cell_geometry(grid.lat, grid.lon, grid.area, times, star.inclination, star.vsini_kms,
                            star.period, star.t0, star.domega)
     mu, vlos, parea = (np.asarray(a) for a in (geo.mu, geo.v_los, geo.proj_area))
     fill = (1 - np.asarray(fc) - np.asarray(fh), np.asarray(fc), np.asarray(fh))
@@ -99,16 +99,16 @@ def test_mu_dependent_dense_equals_direct_loop_and_binned(small):
     sel = slice(0, 4)
     ref = _direct_loop(grid, star, times[sel], vels, mcomps, fc, fh)
     dense = dm.precompute(grid, star, times[sel], vels, mcomps, method="dense")
-    got = np.asarray(dm.synthesize(fc, fh, dense.line))
+    got = np.asarray(dm.model.synthesize(fc, fh, dense.line))
     assert np.max(np.abs(got - ref) / np.abs(ref)) <= 1e-8
     for tol in (1e-5, 1e-7):
         binned = dm.precompute(grid, star, times[sel], vels, mcomps, synthesis_tol=tol, method="binned")
         assert len(binned.line.col_comp) > 3  # the mu basis has more than one term
-        dev = np.max(np.abs(np.asarray(dm.synthesize(fc, fh, binned.line)) - ref))
+        dev = np.max(np.abs(np.asarray(dm.model.synthesize(fc, fh, binned.line)) - ref))
         assert dev <= tol, (tol, dev)
     # the mu dependence matters: ignoring it would be far off
     flat = dm.precompute(grid, star, times[sel], vels, comps, method="dense")
-    assert np.max(np.abs(np.asarray(dm.synthesize(fc, fh, flat.line)) - ref)) > 1e-3
+    assert np.max(np.abs(np.asarray(dm.model.synthesize(fc, fh, flat.line)) - ref)) > 1e-3
 
 
 def test_bad_knobs(small):

@@ -15,8 +15,9 @@ from dopplermap import compiled
 from dopplermap.constants import FILL_MAX, FILL_MIN
 from dopplermap.lightcurve import LightCurveBand, precompute_lightcurve, simulate_lightcurve
 from dopplermap.model import solve_form
+from dopplermap.objective import ObjectiveData
 from dopplermap.objective import loss as objective_loss
-from dopplermap.solvers import joint_arguments, newton
+from dopplermap.solvers import newton
 
 TIGHT = dict(tol=1e-10, maxiter=20000)  # scipy reference
 
@@ -84,12 +85,13 @@ def test_residual_form_equals_the_objective(problem, lightcurve):
                                     rng.normal(0, 0.01, pre.n_epoch)]))
     lm = jnp.asarray(0.7)
     for reg in ("mem", "tikhonov", "none"):
-        for joint in (None, joint_arguments(sp, lightcurve, 0.8, 0.3, x.dtype)):
-            r = newton.line_residuals(x, lm, sp, sim.obs, joint)
-            ours = float(jnp.vdot(r, r) + newton.smooth_terms(x, lm, sp, sim.obs, joint, regulariser=reg))
-            extra = () if joint is None else tuple(joint)
+        for lc in (None, lightcurve):
+            data = ObjectiveData.create(sp, sim.obs, lightcurve=lc, line_weight=0.8, lc_weight=0.3)
+            r = newton.line_residuals(x, lm, sp, data)
+            ours = float(jnp.vdot(r, r) + newton.smooth_terms(x, lm, sp, data, regulariser=reg))
+            extra = () if lc is None else (lc, 0.8, 0.3)
             theirs = float(objective_loss(x, lm, sp, sim.obs, reg, 1e4, *extra))
-            assert ours == pytest.approx(theirs, rel=1e-12), (reg, joint is None)
+            assert ours == pytest.approx(theirs, rel=1e-12), (reg, lc is None)
     assert lay.size == x.shape[0]
 
 

@@ -281,14 +281,17 @@ def test_uncertainty_maps_say_they_leave_the_prior_out(star, solved):
 
 def test_newton_residuals_hold_the_prior_exactly(star, lightcurve):
     """|R|^2 + S of the Gauss-Newton form is the objective with the prior, alone and in a joint fit."""
-    from dopplermap.solvers import joint_arguments, newton
+    from dopplermap.objective import ObjectiveData
+    from dopplermap.solvers import newton
 
     pre, sim = star
     x = jnp.asarray(_point(pre, seed=6))
     sigma = jnp.asarray(np.linspace(0.003, 0.02, pre.n_epoch))
-    for joint in (None, joint_arguments(pre, lightcurve, 0.8, 0.3, x.dtype)):
-        r = newton.line_residuals(x, 0.7, pre, sim.obs, joint, sigma)
-        ours = float(jnp.vdot(r, r) + newton.smooth_terms(x, 0.7, pre, sim.obs, joint, sigma))
-        extra = () if joint is None else tuple(joint)
+    for lc in (None, lightcurve):
+        data = ObjectiveData.create(pre, sim.obs, lightcurve=lc, line_weight=0.8, lc_weight=0.3).replace(
+            offset_sigma=sigma)
+        r = newton.line_residuals(x, 0.7, pre, data)
+        ours = float(jnp.vdot(r, r) + newton.smooth_terms(x, 0.7, pre, data))
+        extra = () if lc is None else (lc, 0.8, 0.3)
         theirs = float(objective_terms(x, 0.7, pre, sim.obs, "mem", 1e4, *extra, offset_sigma=sigma)[0])
-        assert ours == pytest.approx(theirs, rel=1e-12), joint is None
+        assert ours == pytest.approx(theirs, rel=1e-12), lc is None

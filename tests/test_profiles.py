@@ -65,7 +65,7 @@ def test_planck_agrees_with_astropy():
     from astropy.modeling.models import BlackBody
 
     bb = BlackBody(temperature=4200 * u.K, scale=1.0 * u.W / (u.m**3 * u.sr))
-    ours = dm.planck(550.0, 4200.0)
+    ours = dm.profiles.planck(550.0, 4200.0)
     theirs = bb(550 * u.nm).to(u.W / (u.m**3 * u.sr), equivalencies=u.spectral_density(550 * u.nm)).value
     assert np.isclose(ours, theirs, rtol=1e-6)
     r = dm.intensity_ratio(3800.0, 5000.0, 600.0)

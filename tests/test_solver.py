@@ -100,8 +100,10 @@ def test_dense_solve_float32_cube_reports_float64_values(small_problem):
 
 def test_lbfgsb_restarts_after_a_premature_stop(small_problem):
     """At lambda 0.01 scipy's L-BFGS-B stops on one small step far from the optimum; the restart goes on."""
+    from dopplermap.objective import ObjectiveData
     from dopplermap.solvers import bounds
-    from dopplermap.solvers.scipy_lbfgsb import compiled_value_and_grad, lbfgsb
+    from dopplermap.solvers.program import compiled_value_and_grad
+    from dopplermap.solvers.scipy_lbfgsb import lbfgsb
 
     star, grid, times, vels, comps, sim = small_problem
     pre = dm.solve_form(dm.precompute(grid, star, times, vels, comps))
@@ -109,10 +111,11 @@ def test_lbfgsb_restarts_after_a_premature_stop(small_problem):
     x0 = lay.initial()
     lo, hi = bounds(lay)
     lm = jnp.asarray(0.01)
-    fn, _ = compiled_value_and_grad(jnp.asarray(x0), lm, pre, sim.obs)
+    data = ObjectiveData(obs=sim.obs)
+    fn, _ = compiled_value_and_grad(jnp.asarray(x0), lm, pre, data)
 
     def vg(x):
-        return fn(x, lm, pre, sim.obs)
+        return fn(x, lm, pre, data)
 
     once, _ = lbfgsb(vg, x0, lo, hi, max_restarts=0)
     full, hist = lbfgsb(vg, x0, lo, hi)
@@ -158,7 +161,7 @@ def test_cool_only_fit_holds_the_hot_map_at_the_floor():
     both = dm.invert(pre, sim.obs, lmbd=1.0, tol=1e-9)
     assert cool.fit_components == ("cool",) and both.fit_components == ("cool", "hot")
     assert np.all(cool.fssh == FILL_MIN)
-    assert float(dm.loss(jnp.asarray(cool.x), 1.0, pre, sim.obs)) == pytest.approx(cool.loss, rel=1e-12)
+    assert float(dm.objective.loss(jnp.asarray(cool.x), 1.0, pre, sim.obs)) == pytest.approx(cool.loss, rel=1e-12)
     assert cool.loss >= both.loss * (1 - 1e-6)  # fewer freedoms, never a lower minimum
     truth = sim.fssc
     corr = [np.corrcoef(r.fssc, truth)[0, 1] for r in (cool, both)]

@@ -1,6 +1,7 @@
 """Start-up: the CLI's help, version, init and argument errors, and ``import dopplermap``,
 load no heavy library (JAX, SciPy, astropy, matplotlib); the public names still resolve."""
 
+import importlib
 import json
 import os
 import subprocess
@@ -122,3 +123,14 @@ def test_console_command_exits_with_the_status_after_the_exit_handlers(tmp_path,
     pyproject = Path(SRC).parent / "pyproject.toml"
     if pyproject.is_file():
         assert 'dopplermap = "dopplermap.cli:run"' in pyproject.read_text()
+
+
+def test_the_root_exports_what_a_user_starts_from():
+    """The root's __all__ is the short list the README teaches, Problem first; old loose parts are
+    in their modules only."""
+    assert len(dopplermap.__all__) <= 20
+    assert {"Problem", "Settings", "Outcome", "invert", "InversionResult"} <= set(dopplermap.__all__)
+    for old, module in (("fold_dense", "model"), ("synthesize", "model"), ("loss", "objective"),
+                        ("invert_device", "solvers"), ("cell_geometry", "geometry")):
+        assert not hasattr(dopplermap, old), old
+        assert hasattr(importlib.import_module(f"dopplermap.{module}"), old)

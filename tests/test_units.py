@@ -60,7 +60,7 @@ def test_plain_numbers_keep_the_documented_units():
     assert (s.inclination, s.vsini, s.period, s.t0, s.domega) == (60.0, 40.0, 2.0, 1.5, 0.02)
     assert dm.gaussian(0.5, 9.0).fwhm == 9.0
     assert dm.intensity_ratio(3800.0, 5000.0, 600.0) == dm.intensity_ratio(3800 * u.K, 5000 * u.K, 0.6 * u.um)
-    np.testing.assert_allclose(dm.planck(600.0 * u.nm, 5000.0), dm.planck(600.0, 5000.0), rtol=1e-15)
+    np.testing.assert_allclose(dm.profiles.planck(600.0 * u.nm, 5000.0), dm.profiles.planck(600.0, 5000.0), rtol=1e-15)
     # a frequency is a wavelength too (spectral equivalence), deg_C a temperature
     nu = (600.0 * u.nm).to(u.THz, equivalencies=u.spectral())
     assert dm.intensity_ratio(3800.0, 5000.0, nu) == pytest.approx(dm.intensity_ratio(3800.0, 5000.0, 600.0),

@@ -1,10 +1,18 @@
 """dopplermap: stellar Doppler imaging on JAX.
 
+One :class:`Problem` describes an inversion - surface grid, star, observations, local-line
+components, synthesis method, light curve and solver :class:`Settings` - and builds what it
+needs once; every analysis takes it::
+
     import dopplermap as dm
-    star, grid, times, vels, comps = dm.demo_setup()
-    sim = dm.simulate(grid, star, times, vels, comps, dm.DEMO_SPOTS, snr=500)
-    pre = dm.precompute(grid, star, times, vels, comps)
-    res = dm.invert(pre, sim.obs, lmbd=1.0)
+    problem = dm.demo_problem(settings=dm.Settings(lmbd=1.0))  # or dopplermap.problem.from_config
+    res = dm.invert(problem)                                  # an InversionResult; res.outcome: an Outcome
+    res2 = dm.invert(problem, lmbd=0.3, x0=res.x)             # another lambda: no recompilation
+
+``__all__`` holds the names a user starts from. The building blocks stay importable from
+their modules (:mod:`dopplermap.model` ``precompute``/``forward``, :mod:`dopplermap.simulate`
+``demo_setup``/``DEMO_SPOTS``, :mod:`dopplermap.grid`, :mod:`dopplermap.profiles`, ...) and,
+for scripts, by name from the root.
 
 The public names are imported on first use (PEP 562 module ``__getattr__``), so
 ``import dopplermap`` and the CLI's ``--help`` do not load JAX, SciPy or astropy. The
@@ -17,40 +25,38 @@ import importlib
 import sys
 import types
 
-from ._version import __version__
-from .errors import DopplermapError, DopplermapInputError, DopplermapWarning, MissingFileError
+from ._version import __version__  # noqa: F401  (the package version, outside __all__ by convention)
+
+# the errors a caller catches; DopplermapInputError and MissingFileError are DopplermapError's kinds
+from .errors import DopplermapError, DopplermapInputError, DopplermapWarning, MissingFileError  # noqa: F401
 
 # public name -> submodule that defines it (imported when the name is first used)
 _LAZY = {
-    **dict.fromkeys(("StarParams", "cell_geometry", "rotation_phase"), "geometry"),
-    **dict.fromkeys(("SurfaceGrid", "healpix_grid", "latitude_band_grid", "make_grid"), "grid"),
-    **dict.fromkeys(("Precomputed", "fold_dense", "forward", "precompute", "solve_form",
-                     "synthesize"), "model"),
-    **dict.fromkeys(("Layout", "Observations", "chi2", "loss"), "objective"),
-    **dict.fromkeys(("seed_entropy", "tikhonov"), "regularisers"),
-    **dict.fromkeys(("Component", "ComponentSet", "LimbDarkening", "LocalProfile", "gaussian",
-                     "intensity_ratio", "planck", "tabulated", "voigt"), "profiles"),
-    **dict.fromkeys(("DEMO_SPOTS", "Simulation", "Spot", "demo_setup", "simulate", "spot_map"), "simulate"),
-    "InversionResult": "result",
-    **dict.fromkeys(("invert", "invert_batch", "invert_device"), "solvers"),
+    **dict.fromkeys(("Problem", "Settings", "demo_problem"), "problem"),
+    **dict.fromkeys(("InversionResult", "Outcome"), "result"),
+    **dict.fromkeys(("invert", "invert_batch"), "solvers"),
     "load_result": "io.results",
     "save_result": "app",
-    "enable_compilation_cache": "cache",
+    "StarParams": "geometry",
+    **dict.fromkeys(("SurfaceGrid", "healpix_grid", "latitude_band_grid", "make_grid"), "grid"),
+    **dict.fromkeys(("Precomputed", "forward", "precompute", "solve_form"), "model"),
+    **dict.fromkeys(("Layout", "Observations"), "objective"),
+    **dict.fromkeys(("Component", "ComponentSet", "LimbDarkening", "LocalProfile", "gaussian",
+                     "intensity_ratio", "tabulated", "voigt"), "profiles"),
+    **dict.fromkeys(("DEMO_SPOTS", "Simulation", "Spot", "demo_setup", "simulate", "spot_map"), "simulate"),
 }
 
 # submodules reachable as attributes (``dm.model``, ``dm.plot``) without an explicit import
-_SUBMODULES = ("app", "broadening", "cache", "choices", "cli", "commands", "config", "constants", "errors", "geometry",
-               "gravity", "grid", "io", "jointfit", "lightcurve", "model", "objective", "plot", "profiles", "progress",
-               "regularisers", "result", "search", "simulate", "solvers", "uncertainty")
+_SUBMODULES = ("app", "broadening", "cache", "choices", "cli", "commands", "config", "constants", "errors",
+               "geometry", "gravity", "grid", "io", "jointfit", "lightcurve", "model", "objective", "plot",
+               "problem", "profiles", "progress", "regularisers", "result", "search", "simulate", "solvers",
+               "uncertainty")
 
+# what a user starts from (the module docstring); the rest is in its module
 __all__ = [
-    "StarParams", "cell_geometry", "rotation_phase", "SurfaceGrid", "healpix_grid", "latitude_band_grid",
-    "make_grid", "Precomputed", "forward", "precompute", "synthesize", "solve_form", "fold_dense", "Layout", "Observations",
-    "chi2", "loss", "seed_entropy", "tikhonov", "Component", "ComponentSet", "LimbDarkening", "LocalProfile",
-    "gaussian", "intensity_ratio", "planck", "tabulated", "voigt", "DEMO_SPOTS", "Simulation", "Spot",
-    "demo_setup", "simulate", "spot_map", "InversionResult", "invert", "__version__",
-    "load_result", "save_result", "enable_compilation_cache", "invert_batch", "invert_device",
-    "DopplermapError", "DopplermapInputError", "DopplermapWarning", "MissingFileError",
+    "Problem", "Settings", "demo_problem", "invert", "invert_batch", "InversionResult", "Outcome",
+    "load_result", "save_result", "StarParams", "make_grid", "Observations", "Component", "ComponentSet",
+    "LimbDarkening", "gaussian", "voigt", "simulate", "DopplermapError", "DopplermapWarning",
 ]
 
 

@@ -22,7 +22,6 @@ stores it; the ``"auto"`` choice while it fits) or ``"binned"`` (memory-light, w
 from __future__ import annotations
 
 import dataclasses
-import weakref
 
 import jax
 import jax.numpy as jnp
@@ -166,23 +165,7 @@ def precompute(grid: SurfaceGrid, star: StarParams, times, vels, components: Com
                             components=components, span=span, synthesis_tol=synthesis_tol, bin_width=bin_width,
                             dtype=dtype, rv_margin=0.5 * float(vels[-1] - vels[0]) if exact_rv else None))
     edges = np.asarray(grid.edges, dtype=np.int32).reshape(-1, 2)
-    pre = Precomputed(line=line, cell_area=_device.asarray(grid.area, dtype), edges=_device.asarray(edges))
-    _SETUP[pre] = (grid, star, components)
-    return pre
-
-
-# (grid, star, components) each model was precomputed from, so that invert's results know
-# them (figures, result files); weak keys: an entry lives as long as its model
-_SETUP: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def setup_of(pre: Precomputed):
-    """``(grid, star, components)`` that :func:`precompute` built ``pre`` from, or None.
-
-    None for a model made otherwise (read from a file, folded, resampled, a pytree copy).
-    """
-    return _SETUP.get(pre)
-
+    return Precomputed(line=line, cell_area=_device.asarray(grid.area, dtype), edges=_device.asarray(edges))
 
 
 def solve_form(pre: Precomputed, cube_dtype="float32", *, blocked: bool = False) -> Precomputed:

@@ -67,7 +67,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -84,8 +84,8 @@ from .model import with_exact_numerator as _with_exact_numerator
 from .units import to_epoch, to_unit
 
 __all__ = ["Observations", "LineSets", "Layout", "Terms", "check_sets", "solve_form", "with_exact_numerator",
-           "set_chi2", "chi2", "sum_excess", "regulariser_value", "offset_sigmas", "offset_prior", "objective_terms",
-           "loss", "DEFAULT_PENALTY"]
+           "set_chi2", "chi2", "sum_excess", "regulariser_value", "offset_sigmas", "offset_prior", "ObjectiveData",
+           "data_terms", "objective_terms", "loss", "DEFAULT_PENALTY"]
 
 DEFAULT_PENALTY = 1e4
 
@@ -253,10 +253,29 @@ def set_chi2(pre, lightcurve, terms) -> dict:
 
 @dataclasses.dataclass(frozen=True)
 class Layout:
-    """Split of the flat parameter vector ``[fssc, fssh, rv, amp]``."""
+    """How the flat parameter vector maps onto the star: ``[fssc, fssh, rv, amp]``.
+
+    Per spot component (:attr:`components`) one filling factor per cell, then per epoch
+    (:attr:`nuisances`) an rv shift and a continuum offset. A :class:`dopplermap.problem.Problem`
+    owns its layout (``problem.layout``); every solver, bound and result reads the vector
+    through it (:meth:`split`, :meth:`join`, :meth:`blocks`), so a map that changes with time
+    (one map per rotation) is another layout with more map blocks, not another code path.
+    """
 
     n_cell: int
     n_epoch: int
+
+    components: ClassVar[tuple[str, ...]] = ("cool", "hot")
+    nuisances: ClassVar[tuple[str, ...]] = ("rv", "amp")
+
+    def blocks(self) -> dict[str, slice]:
+        """Each block of the vector by name: the components' maps, then the nuisances."""
+        sizes = [(c, self.n_cell) for c in self.components] + [(n, self.n_epoch) for n in self.nuisances]
+        out, start = {}, 0
+        for name, n in sizes:
+            out[name] = slice(start, start + n)
+            start += n
+        return out
 
     @property
     def size(self) -> int:
@@ -394,21 +413,59 @@ def offset_prior(amp, sigma, pre, obs):
     return jnp.sum(per_set) / n, jnp.dot(pre.weights.astype(q.dtype), per_set) / n
 
 
-def objective_terms(x, lmbd, pre: Precomputed, obs: Observations, regulariser: str = "mem",
-                    penalty: float = DEFAULT_PENALTY, lightcurve=None, line_weight=1.0, lc_weight=1.0, *,
-                    with_model: bool = False, offset_sigma=None) -> tuple[jax.Array, Terms]:
-    """``(loss, Terms)`` for the flat vector ``x``.
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True, eq=False)
+class ObjectiveData:
+    """Everything the loss compares the maps with, as one pytree (a compiled program's argument).
 
-    With ``lightcurve`` (a :class:`dopplermap.lightcurve.LightCurveFit`, or a
-    :class:`~dopplermap.lightcurve.LightCurveSet` of several bands) the loss is the joint
-    ``line_weight * chi2 + lc_weight * chi2_lc + lmbd * reg + penalty`` and ``Terms.chi2_lc``
-    is set. ``pre`` may be a :class:`LineSets` with ``obs`` a tuple of :class:`Observations`
-    (the chi-squares are then the pooled and weighted ones of the module docstring).
-    ``with_model=True`` sets ``Terms.model`` to the model profiles (n_epoch, n_vel), so
-    solvers need no separate forward pass. ``offset_sigma``: the offset prior (module
-    docstring): None (none), a number or :func:`offset_sigmas`' (n_epoch,) array (checked
-    unless traced); it adds ``Terms.offset_prior`` to the line term.
+    Attributes:
+        obs: the :class:`Observations`, or a tuple of them (:class:`LineSets`).
+        lightcurve: None, or the :class:`~dopplermap.lightcurve.LightCurveFit` (or
+            :class:`~dopplermap.lightcurve.LightCurveSet`) of the joint fit.
+        line_weight, lc_weight: the joint fit's weights (0-d arrays, so new weights reuse a
+            compiled program); None without a light curve, where the loss is the plain one.
+        offset_sigma: None, or the (n_epoch,) sigma of the offset prior (``inf``: no prior on
+            that epoch), as :func:`offset_sigmas` gives it.
+
+    A field that is None is absent from the pytree, so a program compiled for a problem
+    without a light curve or an offset prior carries neither.
     """
+
+    obs: Observations | tuple
+    lightcurve: object | None = None
+    line_weight: jax.Array | None = None
+    lc_weight: jax.Array | None = None
+    offset_sigma: jax.Array | None = None
+
+    @classmethod
+    def create(cls, pre, obs, *, lightcurve=None, line_weight=1.0, lc_weight=1.0, offset_sigma=None,
+               dtype=jnp.float64) -> ObjectiveData:
+        """The checked data of a solve: the weights are used (and checked) with a light curve
+        only; ``offset_sigma`` as :func:`offset_sigmas` takes it."""
+        sigma = offset_sigmas(pre, offset_sigma)
+        sigma = None if sigma is None else _device.asarray(sigma, dtype=np.float64)
+        if lightcurve is None:
+            return cls(obs=obs, offset_sigma=sigma)
+        for name, w in (("line_weight", line_weight), ("lc_weight", lc_weight)):
+            if not (np.isfinite(w) and w >= 0):
+                raise DopplermapInputError(f"{name} must be a finite number >= 0, got {w!r}")
+        if lightcurve.n_cell != pre.n_cell:
+            raise DopplermapInputError(f"light curve was precomputed for {lightcurve.n_cell} cells, "
+                                       f"the line model has {pre.n_cell}")
+        return cls(obs=obs, lightcurve=lightcurve, line_weight=_device.asarray(line_weight, dtype=dtype),
+                   lc_weight=_device.asarray(lc_weight, dtype=dtype), offset_sigma=sigma)
+
+    def replace(self, **changes) -> ObjectiveData:
+        return dataclasses.replace(self, **changes)
+
+
+def data_terms(x, lmbd, pre: Precomputed, data: ObjectiveData, regulariser: str = "mem",
+               penalty: float = DEFAULT_PENALTY, *, with_model: bool = False) -> tuple[jax.Array, Terms]:
+    """``(loss, Terms)`` of the flat vector ``x`` against ``data`` (:class:`ObjectiveData`):
+    the body every compiled objective and solver traces. ``with_model=True`` sets
+    ``Terms.model`` to the model profiles (n_epoch, n_vel), so solvers need no separate
+    forward pass."""
+    obs, lightcurve, offset_sigma = data.obs, data.lightcurve, data.offset_sigma
     lay = Layout(pre.n_cell, pre.n_epoch)
     fssc, fssh, rv, amp = lay.split(x)
     c2, c2_w, c2_sets, model = _line_chi2(fssc, fssh, rv, amp, pre, obs)
@@ -421,9 +478,31 @@ def objective_terms(x, lmbd, pre: Precomputed, obs: Observations, regulariser: s
     reg = regulariser_value(regulariser, fssc, fssh, pre.cell_area, pre.edges).astype(x.dtype)
     pen = penalty * sum_excess(fssc, fssh)
     c2_lc, c2_lc_w, c2_lc_sets = (None, None, None) if lightcurve is None else chi2_lightcurves(fssc, fssh, lightcurve)
-    line = c2_w if lightcurve is None else line_weight * c2_w + lc_weight * c2_lc_w
+    line = c2_w if lightcurve is None else data.line_weight * c2_w + data.lc_weight * c2_lc_w
     return line + lmbd * reg + pen, Terms(c2, reg, pen, c2_lc, model if with_model else None, c2_sets, c2_lc_sets,
                                           prior)
+
+
+def objective_terms(x, lmbd, pre: Precomputed, obs: Observations, regulariser: str = "mem",
+                    penalty: float = DEFAULT_PENALTY, lightcurve=None, line_weight=1.0, lc_weight=1.0, *,
+                    with_model: bool = False, offset_sigma=None) -> tuple[jax.Array, Terms]:
+    """``(loss, Terms)`` for the flat vector ``x``: :func:`data_terms` with the data given loose.
+
+    With ``lightcurve`` (a :class:`dopplermap.lightcurve.LightCurveFit`, or a
+    :class:`~dopplermap.lightcurve.LightCurveSet` of several bands) the loss is the joint
+    ``line_weight * chi2 + lc_weight * chi2_lc + lmbd * reg + penalty`` and ``Terms.chi2_lc``
+    is set. ``pre`` may be a :class:`LineSets` with ``obs`` a tuple of :class:`Observations`
+    (the chi-squares are then the pooled and weighted ones of the module docstring).
+    ``offset_sigma``: the offset prior (module docstring): None (none), a number or
+    :func:`offset_sigmas`' (n_epoch,) array (checked unless traced); it adds
+    ``Terms.offset_prior`` to the line term.
+    """
+    if lightcurve is None:
+        data = ObjectiveData(obs=obs, offset_sigma=offset_sigma)
+    else:
+        data = ObjectiveData(obs=obs, lightcurve=lightcurve, line_weight=line_weight, lc_weight=lc_weight,
+                             offset_sigma=offset_sigma)
+    return data_terms(x, lmbd, pre, data, regulariser, penalty, with_model=with_model)
 
 
 def loss(x, lmbd, pre: Precomputed, obs: Observations, regulariser: str = "mem",

@@ -17,12 +17,14 @@ threshold by patching it here.
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 
 from .choices import CUBE_DTYPES, SYNTHESIS_METHODS, check
 
 __all__ = ["DENSE_AUTO_BYTES", "FLOAT32_MIN_TOL", "BLOCKED_MAX_BYTES", "HVP_BLOCKED_MAX_BYTES", "on_accelerator",
-           "synthesis_method", "cube_dtype", "batch_form", "batch_mode", "hvp_blocked", "batch_hvps"]
+           "synthesis_method", "cube_dtype", "blocked_fits", "batch_form", "batch_mode", "hvp_blocked", "batch_hvps", "Plan"]
 
 DENSE_AUTO_BYTES = 512 * 2**20
 """``method="auto"`` picks ``"dense"`` while the float64 dense cube fits this."""
@@ -57,6 +59,13 @@ def cube_dtype(choice, tol: float):
     return check(choice, CUBE_DTYPES, "cube_dtype")
 
 
+def blocked_fits(pre, dtype) -> bool:
+    """Whether the blocked form of a dense model ``pre`` (both its copies) in ``dtype`` fits
+    :data:`BLOCKED_MAX_BYTES` (never for a model that has no blocked form, or no dtype)."""
+    nbytes = None if dtype is None else pre.line.blocked_nbytes(dtype)
+    return nbytes is not None and nbytes <= BLOCKED_MAX_BYTES
+
+
 def batch_form(form: str, *, mode: str, blocked_fits: bool) -> str:
     """The model form of a batched solve: ``"blocked"`` or ``"folded"``."""
     if form != "auto":
@@ -79,3 +88,49 @@ def hvp_blocked(blocked_nbytes: int) -> bool:
 def batch_hvps(blocked: bool) -> bool:
     """Whether many Hessian-vector products are batched (vmap) rather than made one at a time."""
     return blocked or on_accelerator()
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """Every "auto" choice of the engine for one problem, evaluated once (the functions above)
+    and shown in a run's summary.
+
+    Attributes:
+        method: the synthesis form (``"dense"`` or ``"binned"``; several sets: each set's).
+        cube_dtype: the dtype a solve at the problem's tolerance iterates in (None: binned).
+        batch_form, batch_mode: what ``invert_batch(form="auto", mode="auto")`` uses.
+        hvp_form: the form of the Hessian-vector products (``"blocked"`` or ``"as solved"``),
+            batched or not (``batch_hvps``).
+        accelerator: whether JAX computes on a GPU/TPU.
+    """
+
+    method: str
+    cube_dtype: str | None
+    batch_form: str
+    batch_mode: str
+    hvp_form: str
+    batch_hvps: bool
+    accelerator: bool
+
+    @classmethod
+    def of(cls, pre, tol: float) -> Plan:
+        """The plan of a synthesis form ``pre`` (one set, or a :class:`~dopplermap.objective.LineSets`'
+        first set) solved at ``tol``."""
+        sets = getattr(pre, "sets", None)
+        line = (sets[0] if sets else pre).line
+        dense = line.foldable
+        dtype = cube_dtype("auto", tol) if dense else None
+        fits = dense and blocked_fits(sets[0] if sets else pre, dtype)
+        form = batch_form("auto", mode="auto", blocked_fits=fits)
+        hvp = dense and hvp_blocked(line.blocked_nbytes("float64"))
+        methods = sorted({s.line.kind for s in sets}) if sets else [line.kind]
+        return cls(method="+".join(methods), cube_dtype=dtype, batch_form=form,
+                   batch_mode=batch_mode("auto", form=form), hvp_form="blocked" if hvp else "as solved",
+                   batch_hvps=batch_hvps(hvp), accelerator=on_accelerator())
+
+    def describe(self) -> str:
+        """One line for a summary."""
+        cube = f", {self.cube_dtype} cube" if self.cube_dtype else ""
+        where = "accelerator" if self.accelerator else "CPU"
+        return (f"{self.method} synthesis{cube}; batches {self.batch_form}/{self.batch_mode}; "
+                f"Hessian products {self.hvp_form}{' batched' if self.batch_hvps else ''}; {where}")

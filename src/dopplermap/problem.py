@@ -36,14 +36,16 @@ from .io.lsd import load_profiles, read_local_profile
 from .io.times import epoch_times
 from .lightcurve import LightCurveBand, LightCurveSet, precompute_lightcurve
 from .model import Precomputed, precompute
-from .objective import LineSets, Observations
+from .objective import Layout, LineSets, Observations, solve_form
+from .plan import Plan
 from .profiles import Component, ComponentSet, LimbDarkening, gaussian, intensity_ratio, voigt
 from .simulate import DEMO_SPOTS, demo_setup, simulate
 
 __all__ = ["Settings", "GravityDarkening", "LightCurveData", "LineData", "Problem", "from_config", "from_npz",
            "from_seed", "demo_problem", "save_npz", "NPZ_SCALARS"]
 
-_DERIVED = ("pre", "lightcurve", "line_factors", "lc_factors")
+# built on first use from the fields; left out of a pickle (a Dask worker rebuilds them)
+_CACHED = ("pre", "lightcurve", "line_factors", "lc_factors", "plan", "_solve_forms")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -252,6 +254,27 @@ class Problem:
         return LineSets.create([self._precompute(ld.obs, ld.components, ld.wavelength_nm) for ld in self.lines],
                                weights=[ld.weight for ld in self.lines], names=[ld.name for ld in self.lines])
 
+    @property
+    def layout(self) -> Layout:
+        """How the parameter vector maps onto this problem's surface and epochs."""
+        return Layout(self.pre.n_cell, self.pre.n_epoch)
+
+    @functools.cached_property
+    def plan(self) -> Plan:
+        """The engine's choices for this problem (:class:`dopplermap.plan.Plan`), made once."""
+        return Plan.of(self.pre, self.settings.tol)
+
+    def solve_form(self, cube_dtype="float32", *, blocked: bool = False):
+        """The form of :attr:`pre` a solver iterates on (:func:`dopplermap.objective.solve_form`:
+        dense models folded, or blocked, in ``cube_dtype``), built once per problem and
+        choice, so a lambda sweep, a bootstrap or a solve's final evaluation fold the dense
+        cube once."""
+        forms = self.__dict__.setdefault("_solve_forms", {})
+        key = (cube_dtype, bool(blocked))
+        if key not in forms:
+            forms[key] = solve_form(self.pre, cube_dtype, blocked=blocked)
+        return forms[key]
+
     @functools.cached_property
     def lightcurve(self):
         """The precomputed light-curve fit (:class:`dopplermap.lightcurve.LightCurveFit`), one
@@ -291,7 +314,7 @@ class Problem:
         return kw
 
     def __getstate__(self):
-        return {k: v for k, v in self.__dict__.items() if k not in _DERIVED}
+        return {k: v for k, v in self.__dict__.items() if k not in _CACHED}
 
     def __setstate__(self, state):
         self.__dict__.update(state)

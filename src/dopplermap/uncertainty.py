@@ -49,7 +49,6 @@ from .errors import DopplermapInputError, DopplermapWarning, warn
 from .model import Precomputed, solve_form
 from .objective import DEFAULT_PENALTY, Layout, LineSets, Observations, loss
 from .solvers import InversionResult, invert, invert_batch
-from .solvers.batch import blocked_fits
 
 __all__ = ["Uncertainty", "bootstrap", "laplace", "resample_epochs", "never_visible", "hvp_function", "hvp_form",
            "save_uncertainty"]
@@ -148,7 +147,7 @@ def bootstrap(pre: Precomputed, obs: Observations, best: InversionResult, *, n_b
         raise DopplermapInputError(f"bootstrap mode must be 'auto', 'batch' or 'resample', got {mode!r}")
     dtype = plan.cube_dtype("auto", tol)
     if mode == "auto":
-        mode = "batch" if (plan.on_accelerator() or blocked_fits(pre, dtype)) else "resample"
+        mode = "batch" if (plan.on_accelerator() or plan.blocked_fits(pre, dtype)) else "resample"
     t0 = time.perf_counter()
     rng = np.random.default_rng(seed)
     n_e = pre.n_epoch

@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-import weakref
 from typing import ClassVar
 
 import jax.numpy as jnp
@@ -89,15 +88,11 @@ class DenseForm(Form):
 
     def solve_form(self, cube_dtype="float32", blocked: bool = False) -> Form:
         """The folded form (:func:`fold_dense`), or the blocked one (:func:`block_dense`), in
-        ``cube_dtype``; None: this form. Cached per dense model (weakly: it goes when the
-        dense model goes), so a lambda sweep or bootstrap folds each model once."""
+        ``cube_dtype``; None: this form. Built anew on every call: a
+        :class:`dopplermap.problem.Problem` keeps the forms its solves use."""
         if cube_dtype is None:
             return self
-        key = (jnp.dtype(cube_dtype).name, blocked)
-        folds = _DERIVED.setdefault(self, {})
-        if key not in folds:
-            folds[key] = (block_dense if blocked else fold_dense)(self, dtype=cube_dtype)
-        return folds[key]
+        return (block_dense if blocked else fold_dense)(self, dtype=cube_dtype)
 
     def blocked_nbytes(self, dtype=jnp.float32) -> int:
         return blocked_nbytes(self, dtype)
@@ -109,9 +104,6 @@ class DenseForm(Form):
         a = np.asarray(self.weight, dtype=np.float64) * f[np.asarray(self.cell)]  # (E, S, 3)
         num = np.einsum("esk,eskv->ev", a, np.asarray(self.local, dtype=np.float64), optimize=True)
         return np.concatenate([num, a.sum(axis=(1, 2))[:, None]], axis=1) if with_norm else num
-
-
-_DERIVED: weakref.WeakKeyDictionary[DenseForm, dict] = weakref.WeakKeyDictionary()
 
 
 def _need_dense(line, what: str) -> None:

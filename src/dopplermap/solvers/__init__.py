@@ -31,15 +31,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _device, plan
-from ..choices import BATCH_FORMS, BATCH_MODES, REGULARISERS, SOLVER_CHOICES, SPOT_COMPONENTS, check
+from ..choices import BATCH_FORMS, BATCH_MODES, REGULARISERS, SOLVER_CHOICES, check
 from ..diagnostics import check_observations, check_result
 from ..errors import DopplermapInputError
 from ..model import Precomputed
 from ..objective import (
     DEFAULT_PENALTY,
     LineSets,
+    ObjectiveData,
     Observations,
-    offset_sigmas,
     set_chi2,
     solve_form,
     with_exact_numerator,
@@ -55,25 +55,35 @@ from ._common import (
     check_match,
     check_solver_args,
     cube_dtype_of,
-    joint_arguments,
     project_feasible,
     start,
-    with_setup,
 )
-from .batch import blocked_fits, solve_batch, solve_device
+from .batch import solve_batch, solve_device
 from .newton import solve_newton
-from .scipy_lbfgsb import compiled_terms, trailing_args
+from .program import compiled_terms
 from .scipy_lbfgsb import solve as solve_scipy
 
 __all__ = ["invert", "invert_device", "invert_batch", "prepare", "finish", "bounds", "InversionResult",
-           "project_feasible", "check_solver_args", "check_fit_components", "joint_arguments",
-           "start", "with_setup", "NEWTON_TOL", "choose_solver"]
+           "project_feasible", "check_solver_args", "check_fit_components",
+           "start", "NEWTON_TOL", "choose_solver"]
 
-# one entry per back end of dopplermap.choices.SOLVERS: (setup, callback) -> RawSolve
-_BACKENDS: dict[str, Callable[..., RawSolve]] = {
-    "lbfgsb": solve_scipy,
-    "projected_lbfgs": solve_device,
-    "newton": solve_newton,
+
+@dataclasses.dataclass(frozen=True)
+class Backend:
+    """A solver back end: ``solve(setup, callback) -> RawSolve``. ``compiled_loop``: the
+    iterations run inside one compiled program, which reports progress through the active
+    :class:`~dopplermap.solvers._common.Progress` (given as the callback); otherwise the
+    loop runs on the host and calls the user's callback itself."""
+
+    solve: Callable[..., RawSolve]
+    compiled_loop: bool
+
+
+# one entry per back end of dopplermap.choices.SOLVERS
+_BACKENDS: dict[str, Backend] = {
+    "lbfgsb": Backend(solve_scipy, compiled_loop=False),
+    "projected_lbfgs": Backend(solve_device, compiled_loop=True),
+    "newton": Backend(solve_newton, compiled_loop=True),
 }
 
 NEWTON_TOL = 1e-6
@@ -93,27 +103,25 @@ def choose_solver(problem: Problem | None = None, *, settings: Settings | None =
     return "newton" if settings.tol <= NEWTON_TOL and newton_fits else "lbfgsb"
 
 
-def invert(pre: Precomputed | Problem, obs: Observations | None = None, *, lmbd: float | None = None,
-           regulariser: str | None = None, x0=None, tol: float | None = None, maxiter: int | None = None,
-           fit_rv: bool | None = None, fit_amp: bool | None = None, penalty: float = DEFAULT_PENALTY,
-           solver: str | None = None, callback: Callable | None = None, lightcurve=None,
-           line_weight: float | None = None, lc_weight: float | None = None,
-           cube_dtype: str | None = "auto", fit_components=None, offset_sigma=None,
-           options: dict | None = None) -> InversionResult:
+def invert(problem: Problem | Precomputed, obs: Observations | None = None, *, x0=None,
+           callback: Callable | None = None, options: dict | None = None, **settings) -> InversionResult:
     """Fit filling-factor maps (and per-epoch rv, amp) to the observations.
 
     ``invert(problem)`` solves a :class:`dopplermap.problem.Problem` with its settings and
     light curve (keyword arguments override single settings) and returns a result that
     knows the problem's grid, star, observations and intensities (ready for
-    :func:`dopplermap.plot.plot_result`). ``invert(pre, obs, ...)`` solves a bare
-    precomputed model; settings left at None take :class:`dopplermap.problem.Settings`'
-    defaults (shown in brackets below).
+    :func:`dopplermap.plot.plot_result`). ``invert(pre, obs, ...)``, the adapter for
+    scripts that hold a bare precomputed model, solves it; settings left out take
+    :class:`dopplermap.problem.Settings`' defaults (shown in brackets below), and its result
+    knows the observations only.
 
     Args:
-        pre: a :class:`~dopplermap.problem.Problem`, or :func:`dopplermap.precompute` output
+        problem: a :class:`~dopplermap.problem.Problem`; or :func:`dopplermap.model.precompute` output
             with ``obs`` its :class:`Observations`, or several line data sets
             (:class:`~dopplermap.objective.LineSets`) with ``obs`` a tuple of them (solvers
             ``lbfgsb`` and ``projected_lbfgs``; ``result.chi2_sets`` per set).
+        settings: single settings (the fields of :class:`~dopplermap.problem.Settings`), and
+            the solve keywords ``penalty``, ``cube_dtype`` and, for a bare model, ``lightcurve``:
         lmbd: regularisation weight lambda [1] (an argument: no recompilation per value).
         regulariser: one of :data:`dopplermap.choices.REGULARISERS` [``"mem"``, the seed's entropy].
         x0: starting vector ``[fssc, fssh, rv, amp]``; default the seed's (1e-5, 0).
@@ -156,24 +164,12 @@ def invert(pre: Precomputed | Problem, obs: Observations | None = None, *, lmbd:
     the iteration limit or a line-search failure (a ``ConvergenceWarning``), runaway rv/amp,
     a reduced chi2 far from 1, one or duplicate epochs, profile means far from 1.
     """
-    given = dict(lmbd=lmbd, regulariser=regulariser, tol=tol, maxiter=maxiter, fit_rv=fit_rv, fit_amp=fit_amp,
-                 line_weight=line_weight, lc_weight=lc_weight, solver=solver, fit_components=fit_components,
-                 offset_sigma=offset_sigma)
-    problem = None
-    if isinstance(pre, Problem):
-        if obs is not None or lightcurve is not None:
-            raise DopplermapInputError("invert(problem): the problem brings its observations and light curve; "
-                                       "pass neither obs nor lightcurve")
-        problem, settings = pre, pre.settings.replace(**given)
-        pre, obs, lightcurve = problem.pre, problem.observations, problem.lightcurve
-    elif obs is None:
-        raise DopplermapInputError("invert(pre, obs): the observations are missing")
-    else:
-        settings = Settings().replace(**given)
+    solve = _solve_arguments("invert", problem, obs, settings)
+    pre, obs, settings = solve.pre, solve.obs, solve.settings
     check(settings.solver, SOLVER_CHOICES, "solver")
     settings = settings.replace(solver=choose_solver(settings=settings, pre=pre))
-    setup = prepare(pre, obs, settings, x0=x0, penalty=penalty, lightcurve=lightcurve, cube_dtype=cube_dtype,
-                    options=options)
+    setup = prepare(pre, obs, settings, x0=x0, penalty=solve.penalty, lightcurve=solve.lightcurve,
+                    cube_dtype=solve.cube_dtype, options=options, problem=solve.problem)
     if isinstance(pre, LineSets):
         if settings.solver == "newton":
             raise DopplermapInputError("solver 'newton' fits one line data set; with several use 'lbfgsb' or "
@@ -182,40 +178,88 @@ def invert(pre: Precomputed | Problem, obs: Observations | None = None, *, lmbd:
             check_observations(o, source=f"line data set {name!r}")
     else:
         check_observations(obs)
-    with Progress(callback) as progress:
-        if settings.solver == "lbfgsb":
-            raw = solve_scipy(setup, callback)
-        else:
-            raw = _BACKENDS[settings.solver](setup, progress if progress.on else None)
-    if callback is not None and not progress.on and settings.solver != "lbfgsb":
+    backend = _BACKENDS[settings.solver]
+    with Progress(callback if backend.compiled_loop else None) as progress:
+        raw = backend.solve(setup, (progress if progress.on else None) if backend.compiled_loop else callback)
+    if callback is not None and backend.compiled_loop and not progress.on:
         # another compiled solve held the progress reports: one report, at the end
         callback(raw.iterations, {"loss": list(np.asarray(raw.history["loss"])), "chi2": [], "regulariser": []})
     res = finish(setup, raw, settings.solver)
     check_result(res, obs, tol=setup.tol, maxiter=setup.maxiter)
-    if problem is not None:
-        res = dataclasses.replace(res, grid=problem.grid, star=problem.star, obs=problem.observations,
-                                  intensities=problem.intensities)
-    return res
+    return _in_context(res, solve.problem)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Solve:
+    """What a front door solves: the problem (None for a bare model) and the loose arguments."""
+
+    problem: Problem | None
+    pre: Precomputed
+    obs: Observations | tuple
+    lightcurve: object
+    settings: Settings
+    penalty: float
+    cube_dtype: str | None
+
+
+_SOLVE_KEYWORDS = ("penalty", "cube_dtype", "lightcurve")
+_SETTINGS = tuple(f.name for f in dataclasses.fields(Settings))
+
+
+def _solve_arguments(door: str, problem, obs, given: dict) -> _Solve:
+    """The checked arguments of ``door(problem, **given)`` or of the adapter ``door(pre, obs, **given)``."""
+    unknown = sorted(set(given) - set(_SETTINGS) - set(_SOLVE_KEYWORDS))
+    if unknown:
+        raise DopplermapInputError(f"{door}: unknown keyword(s) {', '.join(unknown)}; a setting is one of "
+                                   f"{', '.join(_SETTINGS)}, or {', '.join(_SOLVE_KEYWORDS)}")
+    given = dict(given)
+    penalty = given.pop("penalty", DEFAULT_PENALTY)
+    cube_dtype = given.pop("cube_dtype", "auto")
+    lightcurve = given.pop("lightcurve", None)
+    if isinstance(problem, Problem):
+        if obs is not None or lightcurve is not None:
+            raise DopplermapInputError(f"{door}(problem): the problem brings its observations and light curve; "
+                                       "pass neither obs nor lightcurve")
+        return _Solve(problem, problem.pre, problem.observations, problem.lightcurve,
+                      problem.settings.replace(**given), penalty, cube_dtype)
+    if not isinstance(problem, (Precomputed, LineSets)):
+        raise DopplermapInputError(f"{door}: give a dopplermap.Problem (or a precomputed model and its "
+                                   f"observations), got {type(problem).__name__}")
+    if obs is None:
+        raise DopplermapInputError(f"{door}(pre, obs): the observations are missing")
+    return _Solve(None, problem, obs, lightcurve, Settings().replace(**given), penalty, cube_dtype)
+
+
+def _in_context(res: InversionResult, problem: Problem | None) -> InversionResult:
+    """A result that knows its problem's grid, star and intensities besides its observations
+    (figures and result files need them); a bare model's result knows its observations only."""
+    if problem is None:
+        return res
+    return dataclasses.replace(res, grid=problem.grid, star=problem.star, intensities=problem.intensities)
 
 
 def prepare(pre: Precomputed, obs: Observations, settings: Settings, *, x0=None, penalty: float = DEFAULT_PENALTY,
             lightcurve=None, cube_dtype: str | None = "auto", blocked: bool = False,
-            options: dict | None = None) -> SolveSetup:
-    """Check a solve's arguments and build its :class:`SolveSetup` (every back end's input)."""
+            options: dict | None = None, problem: Problem | None = None) -> SolveSetup:
+    """Check a solve's arguments and build its :class:`SolveSetup` (every back end's input).
+
+    With ``problem`` (whose ``pre`` this is) the form the solve iterates on is the problem's,
+    built once for all its solves (:meth:`dopplermap.problem.Problem.solve_form`)."""
     check(settings.regulariser, REGULARISERS, "regulariser")
     check_solver_args(tol=settings.tol, maxiter=settings.maxiter, lmbd=settings.lmbd)
     fit_components = check_fit_components(settings.fit_components)
     check_match(pre, obs)
-    form = solve_form(pre, plan.cube_dtype(cube_dtype, settings.tol), blocked=blocked)
+    dtype = plan.cube_dtype(cube_dtype, settings.tol)
+    form = (problem.solve_form(dtype, blocked=blocked) if problem is not None
+            else solve_form(pre, dtype, blocked=blocked))
     layout, x0, lo, hi = start(form, x0, fit_rv=settings.fit_rv, fit_amp=settings.fit_amp,
-                               fit_components=fit_components)
-    joint = joint_arguments(form, lightcurve, settings.line_weight, settings.lc_weight, jnp.float64)
-    sigma = offset_sigmas(pre, settings.offset_sigma)
+                               fit_components=fit_components, layout=None if problem is None else problem.layout)
+    data = ObjectiveData.create(pre, obs, lightcurve=lightcurve, line_weight=settings.line_weight,
+                                lc_weight=settings.lc_weight, offset_sigma=settings.offset_sigma)
     return SolveSetup(layout=layout, x0=x0, lower=lo, upper=hi, lmbd=float(settings.lmbd),
                       regulariser=settings.regulariser, penalty=float(penalty), tol=float(settings.tol),
-                      maxiter=int(settings.maxiter), pre=form, exact_pre=pre, obs=obs, joint=joint,
-                      fit_components=fit_components, options=dict(options or {}),
-                      offset_sigma=None if sigma is None else _device.asarray(sigma, dtype=np.float64))
+                      maxiter=int(settings.maxiter), pre=form, exact_pre=pre, data=data,
+                      fit_components=fit_components, options=dict(options or {}))
 
 
 def finish(setup: SolveSetup, raw: RawSolve, solver: str, obs: Observations | None = None,
@@ -223,18 +267,17 @@ def finish(setup: SolveSetup, raw: RawSolve, solver: str, obs: Observations | No
     """The :class:`InversionResult` of a back end's solve: the maps projected onto
     ``fssc + fssh <= 1`` and the loss, terms and model evaluated there in float64 (from the
     dense model when the solve iterated on a float32 cube). ``obs``/``lmbd``: a batch member's."""
-    obs = setup.obs if obs is None else obs
+    data = setup.data if obs is None else setup.data.replace(obs=obs)
+    obs = data.obs
     lmbd = setup.lmbd if lmbd is None else float(lmbd)
     lay = setup.layout
     fssc, fssh, rv, amp = lay.split(np.asarray(raw.x))
     fssc, fssh, excess = project_feasible(fssc, fssh)
     xf = _device.asarray(lay.join(fssc, fssh, rv, amp))
     lm = _device.asarray(lmbd, dtype=xf.dtype)
-    evaluate, timing = compiled_terms(xf, lm, setup.pre, obs, setup.regulariser, setup.penalty, setup.joint,
-                                      setup.offset_sigma)
+    evaluate, timing = compiled_terms(xf, lm, setup.pre, data, setup.regulariser, setup.penalty)
     final_pre = with_exact_numerator(setup.pre, setup.exact_pre, fssc, fssh)
-    extra = trailing_args(setup.joint, setup.offset_sigma)
-    val, terms = evaluate(xf, lm, final_pre, obs, *extra)
+    val, terms = evaluate(xf, lm, final_pre, data)
     res = InversionResult(
         fssc=fssc, fssh=fssh, rv=rv, amp=amp, loss=float(val), chi2=float(terms.chi2),
         regulariser_value=float(terms.regulariser), lmbd=lmbd, regulariser=setup.regulariser,
@@ -245,27 +288,25 @@ def finish(setup: SolveSetup, raw: RawSolve, solver: str, obs: Observations | No
         solver=solver, chi2_lc=None if terms.chi2_lc is None else float(terms.chi2_lc),
         offset_prior=None if terms.offset_prior is None else float(terms.offset_prior),
         cube_dtype=cube_dtype_of(setup.pre), fit_components=setup.fit_components, extra=dict(raw.extra),
-        **set_chi2(setup.pre, None if setup.joint is None else setup.joint[0], terms))
-    return with_setup(res, setup.exact_pre, obs)
+        **set_chi2(setup.pre, data.lightcurve, terms))
+    return dataclasses.replace(res, obs=obs)
 
 
-def invert_device(pre: Precomputed | Problem, obs: Observations | None = None, *, maxcor: int = 10,
+def invert_device(problem: Problem | Precomputed, obs: Observations | None = None, *, maxcor: int = 10,
                   **kwargs) -> InversionResult:
     """:func:`invert` with ``solver="projected_lbfgs"`` (the whole solve in one compiled loop);
     ``maxcor``: the L-BFGS memory."""
-    return invert(pre, obs, solver="projected_lbfgs", options={"maxcor": int(maxcor)}, **kwargs)
+    return invert(problem, obs, solver="projected_lbfgs", options={"maxcor": int(maxcor)}, **kwargs)
 
 
-def invert_batch(pre: Precomputed, obs: Observations, *, lmbds=None, lmbd: float = 1.0, flux=None, err=None,
-                 regulariser: str = "mem", x0=None, tol: float = 1e-5, maxiter: int = 1000, fit_rv: bool = True,
-                 fit_amp: bool = True, penalty: float = DEFAULT_PENALTY, maxcor: int = 10,
-                 cube_dtype: str | None = "auto", mode: str = "auto", form: str = "auto", lightcurve=None,
-                 line_weight: float = 1.0, lc_weight: float = 1.0,
-                 fit_components=SPOT_COMPONENTS, offset_sigma=None) -> list[InversionResult]:
+def invert_batch(problem: Problem | Precomputed, obs: Observations | None = None, *, lmbds=None, flux=None,
+                 err=None, mode: str = "auto", form: str = "auto", **settings) -> list[InversionResult]:
     """Several device solves (:func:`invert_device`) in one compiled, ``vmap``-ed call (or one after another).
 
     Args:
-        lmbds: (n_batch,) lambdas (else ``lmbd`` for every member).
+        problem, obs: a :class:`~dopplermap.problem.Problem` (one line data set), or a bare
+            precomputed model and its observations (as :func:`invert`).
+        lmbds: (n_batch,) lambdas (else the setting ``lmbd`` for every member).
         flux, err: (n_batch, n_epoch, n_vel) observation sets sharing ``obs``'s epochs and
             velocities (bootstrap resamples, other stars with the same precomputed model);
             default ``obs`` itself for every member. An infinite error drops its point
@@ -282,13 +323,17 @@ def invert_batch(pre: Precomputed, obs: Observations, *, lmbds=None, lmbd: float
             (:func:`dopplermap.model.fold_dense`); ``"auto"`` (default) - blocked on CPU for
             dense models while both its copies fit ``dopplermap.plan.BLOCKED_MAX_BYTES``,
             folded otherwise (binned models are used as they are).
-        lightcurve, line_weight, lc_weight, fit_components, offset_sigma: as in
-            :func:`invert` (shared by every member).
+        settings: as in :func:`invert` (shared by every member), and ``x0`` (the start of
+            every member) and ``maxcor`` (the L-BFGS memory, 10).
     Returns:
         one :class:`InversionResult` per member (each evaluated as :func:`invert` reports
         it); ``solve_time`` is the whole batch's.
     """
-    check_solver_args(tol=tol, maxiter=maxiter, lmbd=lmbd, lmbds=lmbds)
+    x0, maxcor = settings.pop("x0", None), settings.pop("maxcor", 10)
+    solve = _solve_arguments("invert_batch", problem, obs, settings)
+    pre, obs, settings = solve.pre, solve.obs, solve.settings.replace(solver="projected_lbfgs")
+    cube_dtype, tol = solve.cube_dtype, settings.tol
+    check_solver_args(tol=tol, maxiter=settings.maxiter, lmbd=settings.lmbd, lmbds=lmbds)
     if isinstance(pre, LineSets):
         raise DopplermapInputError("invert_batch solves one line data set; several sets go through invert()")
     check(mode, BATCH_MODES, "mode")
@@ -297,16 +342,14 @@ def invert_batch(pre: Precomputed, obs: Observations, *, lmbds=None, lmbd: float
     if form == "blocked" and (not pre.line.foldable or dtype is None):
         raise DopplermapInputError(f"form='blocked' needs a dense model and a cube_dtype, got a {pre.line.kind} model "
                                    f"and cube_dtype={cube_dtype!r}")
-    form = plan.batch_form(form, mode=mode, blocked_fits=blocked_fits(pre, dtype))
+    form = plan.batch_form(form, mode=mode, blocked_fits=plan.blocked_fits(pre, dtype))
     mode = plan.batch_mode(mode, form=form)
     batch_lmbd, batch_obs = lmbds is not None, flux is not None
     if not (batch_lmbd or batch_obs):
         raise DopplermapInputError("invert_batch needs lmbds and/or flux (with err) to batch over")
-    settings = Settings(lmbd=float(lmbd), regulariser=regulariser, tol=tol, maxiter=maxiter, fit_rv=fit_rv,
-                        fit_amp=fit_amp, line_weight=line_weight, lc_weight=lc_weight, solver="projected_lbfgs",
-                        fit_components=tuple(fit_components), offset_sigma=offset_sigma)
-    setup = prepare(pre, obs, settings, x0=x0, penalty=penalty, lightcurve=lightcurve, cube_dtype=cube_dtype,
-                    blocked=form == "blocked", options={"maxcor": int(maxcor)})
+    setup = prepare(pre, obs, settings, x0=x0, penalty=solve.penalty, lightcurve=solve.lightcurve,
+                    cube_dtype=cube_dtype, blocked=form == "blocked", options={"maxcor": int(maxcor)},
+                    problem=solve.problem)
     lm = np.asarray(lmbds, dtype=float) if batch_lmbd else None
     if batch_lmbd and lm.ndim != 1:
         raise DopplermapInputError(f"lmbds must be a 1-D array of finite values >= 0, got {np.asarray(lmbds)!r}")
@@ -328,7 +371,7 @@ def invert_batch(pre: Precomputed, obs: Observations, *, lmbds=None, lmbd: float
             raise DopplermapInputError(f"lmbds has {n} values but flux has {flux.shape[0]} sets")
         n = flux.shape[0]
         ob = Observations(times=obs.times, vels=obs.vels, flux=jnp.asarray(flux), err=jnp.asarray(err))
-    lm_all = np.broadcast_to(lm if batch_lmbd else float(lmbd), (n,))
+    lm_all = np.broadcast_to(lm if batch_lmbd else float(settings.lmbd), (n,))
     raws = solve_batch(setup, lm_all, ob, batch_lmbd=batch_lmbd, batch_obs=batch_obs, mode=mode)
 
     def member(i):
@@ -336,4 +379,5 @@ def invert_batch(pre: Precomputed, obs: Observations, *, lmbds=None, lmbd: float
             return obs
         return Observations(times=obs.times, vels=obs.vels, flux=ob.flux[i], err=ob.err[i])
 
-    return [finish(setup, raw, "projected_lbfgs", obs=member(i), lmbd=lm_all[i]) for i, raw in enumerate(raws)]
+    return [_in_context(finish(setup, raw, "projected_lbfgs", obs=member(i), lmbd=lm_all[i]), solve.problem)
+            for i, raw in enumerate(raws)]

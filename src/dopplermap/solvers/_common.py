@@ -11,16 +11,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import _device
 from ..choices import SPOT_COMPONENTS
 from ..constants import FILL_MAX, FILL_MIN
 from ..errors import DopplermapInputError
-from ..model import Precomputed, setup_of
-from ..objective import Layout, LineSets, Observations, check_sets
-from ..result import InversionResult, Outcome
+from ..model import Precomputed
+from ..objective import Layout, LineSets, ObjectiveData, Observations, check_sets
+from ..result import Outcome
 
 __all__ = ["check_fit_components", "bounds", "start", "project_feasible", "check_match",
-           "check_solver_args", "with_setup", "joint_arguments", "cube_dtype_of",
+           "check_solver_args", "cube_dtype_of",
            "SolveSetup", "RawSolve", "Progress", "report_progress"]
 
 
@@ -33,10 +32,9 @@ class SolveSetup:
         lmbd, regulariser, penalty, tol, maxiter: the objective and the stopping rule.
         pre: the model form the solver iterates on (folded/blocked from a dense model).
         exact_pre: the model as given, for the float64 evaluation of the reported result.
-        obs: the observations. joint: None, or ``(lightcurve, line_weight, lc_weight)``.
+        data: what the loss compares with (:class:`~dopplermap.objective.ObjectiveData`:
+            observations, light curve and weights, offset prior).
         fit_components: the spot components fitted. options: back-end options (maxcor ...).
-        offset_sigma: None, or the (n_epoch,) sigma of the Gaussian prior on the offsets
-            (``inf``: none on that epoch; see :mod:`dopplermap.objective`).
     """
 
     layout: Layout
@@ -50,11 +48,13 @@ class SolveSetup:
     maxiter: int
     pre: Precomputed
     exact_pre: Precomputed
-    obs: Observations
-    joint: tuple | None
+    data: ObjectiveData
     fit_components: tuple[str, ...]
     options: dict = dataclasses.field(default_factory=dict)
-    offset_sigma: jax.Array | None = None
+
+    @property
+    def obs(self) -> Observations | tuple:
+        return self.data.obs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,9 +150,10 @@ def bounds(layout: Layout, *, fit_rv: bool = True, fit_amp: bool = True, x0=None
     return lo, hi
 
 
-def start(pre: Precomputed, x0, *, fit_rv: bool, fit_amp: bool, fit_components):
-    """``(layout, x0, lower, upper)`` of a solve: the checked start (default the seed's) inside its bounds."""
-    layout = Layout(pre.n_cell, pre.n_epoch)
+def start(pre: Precomputed, x0, *, fit_rv: bool, fit_amp: bool, fit_components, layout: Layout | None = None):
+    """``(layout, x0, lower, upper)`` of a solve: the checked start (default the seed's) inside its
+    bounds; ``layout``: the problem's (default: the plain layout of ``pre``)."""
+    layout = Layout(pre.n_cell, pre.n_epoch) if layout is None else layout
     x0 = layout.initial() if x0 is None else np.asarray(x0, dtype=np.float64)
     if x0.shape != (layout.size,):
         raise DopplermapInputError(f"x0 must have shape ({layout.size},) = 2 n_cell + 2 n_epoch, got {x0.shape}")
@@ -193,30 +194,6 @@ def check_solver_args(*, tol=None, maxiter=None, lmbd=None, lmbds=None) -> None:
         lm = np.asarray(lmbds, dtype=float)
         if lm.size == 0 or not np.all(np.isfinite(lm) & (lm >= 0)):
             raise DopplermapInputError(f"lmbds must be finite numbers >= 0, got {lmbds!r}")
-
-
-def with_setup(res: InversionResult, pre: Precomputed, obs: Observations) -> InversionResult:
-    """``res`` with ``obs`` and, for a model from :func:`dopplermap.precompute`, its grid, star and
-    continuum intensities (what figures and result files need)."""
-    changes = {"obs": obs}
-    setup = setup_of(pre)
-    if setup is not None:
-        grid, star, components = setup
-        changes.update(grid=grid, star=star, intensities=tuple(float(c.intensity) for c in components))
-    return dataclasses.replace(res, **changes)
-
-
-def joint_arguments(pre: Precomputed, lightcurve, line_weight: float, lc_weight: float, dtype):
-    """``None`` without a light curve, else the checked ``(lightcurve, line_weight, lc_weight)``."""
-    if lightcurve is None:
-        return None
-    for name, w in (("line_weight", line_weight), ("lc_weight", lc_weight)):
-        if not (np.isfinite(w) and w >= 0):
-            raise DopplermapInputError(f"{name} must be a finite number >= 0, got {w!r}")
-    if lightcurve.n_cell != pre.n_cell:
-        raise DopplermapInputError(f"light curve was precomputed for {lightcurve.n_cell} cells, "
-                         f"the line model has {pre.n_cell}")
-    return (lightcurve, _device.asarray(line_weight, dtype=dtype), _device.asarray(lc_weight, dtype=dtype))
 
 
 def cube_dtype_of(pre: Precomputed) -> str | None:

@@ -20,56 +20,52 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import plan
 from ..compiled import compile_cached
-from ..model import Precomputed
-from ..objective import DEFAULT_PENALTY, Observations
+from ..objective import DEFAULT_PENALTY, ObjectiveData, Observations
 from ..result import Outcome
 from ._common import RawSolve, SolveSetup, report_progress
+from .program import value_and_grad_body  # the same value-and-gradient body as the scipy path
 from .projected_lbfgs import STOP_REASONS, projected_lbfgs
-from .scipy_lbfgsb import value_and_grad_body  # the same compiled value-and-gradient body as the scipy path
 
-__all__ = ["solve_device", "solve_batch", "compile_solver", "blocked_fits"]
+__all__ = ["solve_device", "solve_batch", "compile_solver"]
 
 def _report(it, f, aux):
     report_progress(it, f, aux.chi2, aux.regulariser)
 
 
-def _solve(x0, lo, hi, lmbd, pre, obs, joint=None, offset_sigma=None, *, regulariser, penalty, maxiter, tol, maxcor,
-           progress=False):
+def _solve(x0, lo, hi, lmbd, pre, data, *, regulariser, penalty, maxiter, tol, maxcor, progress=False):
     fun = functools.partial(value_and_grad_body, regulariser=regulariser, penalty=penalty)
-    return projected_lbfgs(fun, x0, lo, hi, lmbd, pre, obs, joint, offset_sigma, maxiter=maxiter, ftol=tol, gtol=tol,
+    return projected_lbfgs(fun, x0, lo, hi, lmbd, pre, data, maxiter=maxiter, ftol=tol, gtol=tol,
                            maxcor=maxcor, report=_report if progress else None)
 
 
-def _solve_members(x0, lo, hi, lmbd, pre, obs, joint=None, offset_sigma=None, *, batch_lmbd, batch_obs, **kw):
+def _solve_members(x0, lo, hi, lmbd, pre, data, *, batch_lmbd, batch_obs, **kw):
     fn = functools.partial(_solve, **kw)
     if batch_lmbd or batch_obs:
         obs_axes = Observations(times=None, vels=None, flux=0, err=0) if batch_obs else None
-        # joint (light curve, weights) and the offset prior are shared by every member
-        fn = jax.vmap(fn, in_axes=(None, None, None, 0 if batch_lmbd else None, None, obs_axes, None, None))
-    return fn(x0, lo, hi, lmbd, pre, obs, joint, offset_sigma)
+        # the light curve, its weights and the offset prior are shared by every member
+        data_axes = ObjectiveData(obs=obs_axes, lightcurve=None, line_weight=None, lc_weight=None, offset_sigma=None)
+        fn = jax.vmap(fn, in_axes=(None, None, None, 0 if batch_lmbd else None, None, data_axes))
+    return fn(x0, lo, hi, lmbd, pre, data)
 
 
-def compile_solver(x0, lo, hi, lmbd, pre, obs, *, regulariser="mem", penalty=DEFAULT_PENALTY, maxiter=1000,
-                   tol=1e-5, maxcor=10, batch_lmbd=False, batch_obs=False, joint=None, offset_sigma=None,
-                   progress=False):
+def compile_solver(x0, lo, hi, lmbd, pre, data: ObjectiveData, *, regulariser="mem", penalty=DEFAULT_PENALTY,
+                   maxiter=1000, tol=1e-5, maxcor=10, batch_lmbd=False, batch_obs=False, progress=False):
     """AOT-compile the device solve; returns ``(compiled, timings)``.
 
-    The compiled function takes ``(x0, lo, hi, lmbd, pre, obs, joint, offset_sigma)``; ``joint`` is
-    ``None`` or ``(lightcurve, line_weight, lc_weight)`` (arrays: new weights reuse the
-    compiled code) for the joint line + light-curve fit; ``offset_sigma`` None or the
-    (n_epoch,) sigma of the offset prior (:mod:`dopplermap.objective`).
+    The compiled function takes ``(x0, lo, hi, lmbd, pre, data)`` (``data``: the
+    :class:`~dopplermap.objective.ObjectiveData`, whose arrays, weights included, are
+    arguments: new values reuse the compiled code).
     ``timings``: ``trace`` (trace and lowering: :func:`dopplermap.compiled.compile_cached`), ``lower``
     (0) and ``compile`` seconds (all 0 when reused in-process).
     With ``batch_lmbd`` / ``batch_obs`` the solve is vmapped over the leading axis of
-    ``lmbd`` / of ``obs.flux`` and ``obs.err``. ``progress``: report every iteration to the
+    ``lmbd`` / of ``data.obs.flux`` and ``data.obs.err``. ``progress``: report every iteration to the
     active :class:`~dopplermap.solvers._common.Progress` (single solves only).
     """
     kw = dict(regulariser=regulariser, penalty=float(penalty), maxiter=int(maxiter), tol=float(tol),
               maxcor=int(maxcor), progress=bool(progress) and not (batch_lmbd or batch_obs),
               batch_lmbd=bool(batch_lmbd), batch_obs=bool(batch_obs))
-    args = (x0, lo, hi, lmbd, pre, obs, joint, offset_sigma)
+    args = (x0, lo, hi, lmbd, pre, data)
     # a host callback (progress) cannot be exported: that program is traced every run
     compiled, timing = compile_cached("projected_lbfgs", _solve_members, args, kw, cache=not kw["progress"])
     return compiled, {"trace": timing["trace_lower"], "lower": 0.0, "compile": timing["compile"],
@@ -90,12 +86,11 @@ def solve_device(setup: SolveSetup, callback=None) -> RawSolve:
     ``callback`` the loop reports every iteration (:class:`~dopplermap.solvers._common.Progress`)."""
     xj, lo, hi = jnp.asarray(setup.x0), jnp.asarray(setup.lower), jnp.asarray(setup.upper)
     lm = jnp.asarray(setup.lmbd, dtype=xj.dtype)
-    fn, timing = compile_solver(xj, lo, hi, lm, setup.pre, setup.obs, regulariser=setup.regulariser,
+    fn, timing = compile_solver(xj, lo, hi, lm, setup.pre, setup.data, regulariser=setup.regulariser,
                                 penalty=setup.penalty, maxiter=setup.maxiter, tol=setup.tol,
-                                maxcor=int(setup.options.get("maxcor", 10)), joint=setup.joint,
-                                offset_sigma=setup.offset_sigma, progress=callback is not None)
+                                maxcor=int(setup.options.get("maxcor", 10)), progress=callback is not None)
     t0 = time.perf_counter()
-    r = jax.block_until_ready(fn(xj, lo, hi, lm, setup.pre, setup.obs, setup.joint, setup.offset_sigma))
+    r = jax.block_until_ready(fn(xj, lo, hi, lm, setup.pre, setup.data))
     return _raw(r, timing, time.perf_counter() - t0)
 
 
@@ -111,27 +106,20 @@ def solve_batch(setup: SolveSetup, lmbds, obs: Observations, *, batch_lmbd: bool
     if mode == "sequential":
         def member(i):
             if not batch_obs:
-                return obs
-            return Observations(times=obs.times, vels=obs.vels, flux=obs.flux[i], err=obs.err[i])
+                return setup.data.replace(obs=obs)
+            return setup.data.replace(obs=Observations(times=obs.times, vels=obs.vels, flux=obs.flux[i],
+                                                       err=obs.err[i]))
 
-        fn, timing = compile_solver(xj, lo, hi, jnp.asarray(float(lmbds[0])), setup.pre, member(0),
-                                    joint=setup.joint, offset_sigma=setup.offset_sigma, **kw)
+        fn, timing = compile_solver(xj, lo, hi, jnp.asarray(float(lmbds[0])), setup.pre, member(0), **kw)
         t0 = time.perf_counter()
-        runs = [jax.block_until_ready(fn(xj, lo, hi, jnp.asarray(float(lm)), setup.pre, member(i), setup.joint,
-                                         setup.offset_sigma))
+        runs = [jax.block_until_ready(fn(xj, lo, hi, jnp.asarray(float(lm)), setup.pre, member(i)))
                 for i, lm in enumerate(lmbds)]
         solve_time = time.perf_counter() - t0
         return [_raw(r, timing, solve_time) for r in runs]
     lm = jnp.asarray(lmbds if batch_lmbd else float(lmbds[0]))
-    fn, timing = compile_solver(xj, lo, hi, lm, setup.pre, obs, batch_lmbd=batch_lmbd, batch_obs=batch_obs,
-                                joint=setup.joint, offset_sigma=setup.offset_sigma, **kw)
+    data = setup.data.replace(obs=obs)
+    fn, timing = compile_solver(xj, lo, hi, lm, setup.pre, data, batch_lmbd=batch_lmbd, batch_obs=batch_obs, **kw)
     t0 = time.perf_counter()
-    r = jax.block_until_ready(fn(xj, lo, hi, lm, setup.pre, obs, setup.joint, setup.offset_sigma))
+    r = jax.block_until_ready(fn(xj, lo, hi, lm, setup.pre, data))
     solve_time = time.perf_counter() - t0
     return [_raw(jax.tree_util.tree_map(lambda a, i=i: a[i], r), timing, solve_time) for i in range(lmbds.size)]
-
-
-def blocked_fits(pre: Precomputed, dtype) -> bool:
-    """Whether the blocked form of a dense ``pre`` (both its copies) fits ``plan.BLOCKED_MAX_BYTES``."""
-    nbytes = None if dtype is None else pre.line.blocked_nbytes(dtype)
-    return nbytes is not None and nbytes <= plan.BLOCKED_MAX_BYTES

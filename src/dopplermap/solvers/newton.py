@@ -49,7 +49,7 @@ from ..compiled import compile_cached
 from ..errors import DopplermapInputError
 from ..lightcurve import lightcurve_residuals
 from ..model import apply_nuisance, forward, synthesize
-from ..objective import DEFAULT_PENALTY, Layout, regulariser_value, sum_excess
+from ..objective import DEFAULT_PENALTY, Layout, ObjectiveData, regulariser_value, sum_excess
 from ..result import Outcome
 from ._common import RawSolve, SolveSetup, report_progress
 
@@ -357,25 +357,26 @@ def projected_newton(residual: Callable, smooth: Callable, x0, lower, upper, *ar
 
 # ---------------------------------------------------------------- dopplermap's loss in this form
 
-def line_residuals(x, lmbd, pre, obs, joint=None, offset_sigma=None):
+def line_residuals(x, lmbd, pre, data: ObjectiveData):
     """``R(x)``: residuals whose squared norm is the (weighted) chi-square of :mod:`dopplermap.objective`.
 
     ``sqrt(1 / (n_epoch n_vel)) (obs - model) / err`` for the line profiles (times
     ``sqrt(line_weight)`` in a joint fit), followed by ``sqrt(lc_weight / n_lc)`` times the
-    light curve's normalised residuals when ``joint = (lightcurve, line_weight, lc_weight)``.
-    With ``offset_sigma`` ((n_epoch,)) the offset prior joins as ``n_epoch`` more residuals
+    light curve's normalised residuals when ``data`` holds a light curve.
+    With ``data.offset_sigma`` ((n_epoch,)) the offset prior joins as ``n_epoch`` more residuals
     ``amp_e / sigma_e`` on the line profiles' scale: pseudo-data, linear in ``amp``, so the
     Gauss-Newton model holds it exactly.
     """
+    obs, offset_sigma = data.obs, data.offset_sigma
     lay = Layout(pre.n_cell, pre.n_epoch)
     fssc, fssh, rv, amp = lay.split(x)
     r = ((obs.flux - forward(fssc, fssh, rv, amp, pre)) / obs.err).reshape(-1)
     n_line = r.size
     if offset_sigma is not None:
         r = jnp.concatenate([r, amp / offset_sigma])
-    if joint is None:
+    if data.lightcurve is None:
         return r * (1.0 / jnp.sqrt(n_line))
-    lc, w_line, w_lc = joint
+    lc, w_line, w_lc = data.lightcurve, data.line_weight, data.lc_weight
     r_lc = lightcurve_residuals(fssc, fssh, lc)
     return jnp.concatenate([r * jnp.sqrt(w_line / n_line), r_lc * jnp.sqrt(w_lc / r_lc.size)])
 
@@ -385,7 +386,7 @@ RV_SEARCH = 16
 (two velocity steps each way, and a quarter step finely)."""
 
 
-def rv_step(x, nudge, lmbd, pre, obs, joint=None, offset_sigma=None):
+def rv_step(x, nudge, lmbd, pre, data: ObjectiveData):
     """The kink step of :func:`projected_newton` for ``rv``: search, then the slopes at the kinks.
 
     Only the line chi-square depends on ``rv_e``, and only through the cheap per-epoch shift
@@ -401,7 +402,8 @@ def rv_step(x, nudge, lmbd, pre, obs, joint=None, offset_sigma=None):
     fssc, fssh, rv, amp = lay.split(x)
     _, _, d_rv, _ = lay.split(nudge)
     raw = jax.lax.stop_gradient(synthesize(fssc, fssh, pre.line))
-    w = 1.0 if joint is None else joint[1]
+    obs = data.obs
+    w = 1.0 if data.lightcurve is None else data.line_weight
     vels = pre.line.vels
 
     def chi2_e(rv):  # (n_epoch,) each epoch's share of the line chi-square
@@ -424,7 +426,7 @@ def rv_step(x, nudge, lmbd, pre, obs, joint=None, offset_sigma=None):
     return x.at[sl].set(rv), g_left, g_right
 
 
-def smooth_terms(x, lmbd, pre, obs, joint=None, offset_sigma=None, *, regulariser: str = "mem",
+def smooth_terms(x, lmbd, pre, data=None, *, regulariser: str = "mem",
                  penalty: float = DEFAULT_PENALTY):
     """``S(x) = lmbd * regulariser + penalty * sum max(0, fssc + fssh - 1)^2`` (as the objective's)."""
     lay = Layout(pre.n_cell, pre.n_epoch)
@@ -433,7 +435,7 @@ def smooth_terms(x, lmbd, pre, obs, joint=None, offset_sigma=None, *, regularise
     return lmbd * reg + penalty * sum_excess(fssc, fssh)
 
 
-def coupling_diagonal(per_cell, x, lmbd, pre, obs, joint=None, offset_sigma=None):
+def coupling_diagonal(per_cell, x, lmbd, pre, data=None):
     """``smooth_diag`` of :func:`projected_newton` from a regulariser's ``newton_diagonal``
     (:class:`dopplermap.regularisers.Regulariser`): its ``(n_cell,)`` diagonal on fssc and
     on fssh, none on rv and amp."""
@@ -445,12 +447,12 @@ def _report(it, f):
     report_progress(it, f)
 
 
-def _solve(x0, lo, hi, spacing, tol, lmbd, pre, obs, joint=None, offset_sigma=None, *, regulariser, penalty, maxiter,
-           max_cg, n_probe, progress=False):
+def _solve(x0, lo, hi, spacing, tol, lmbd, pre, data, *, regulariser, penalty, maxiter, max_cg, n_probe,
+           progress=False):
     n_cell = pre.n_cell
     smooth = functools.partial(smooth_terms, regulariser=regulariser, penalty=penalty)
     per_cell = regularisers.regulariser(regulariser).newton_diagonal
-    return projected_newton(line_residuals, smooth, x0, lo, hi, lmbd, pre, obs, joint, offset_sigma,
+    return projected_newton(line_residuals, smooth, x0, lo, hi, lmbd, pre, data,
                             blocks=(n_cell, n_cell, x0.shape[0] - 2 * n_cell), kink_spacing=spacing, kink_step=rv_step,
                             smooth_diag=None if per_cell is None else functools.partial(coupling_diagonal, per_cell),
                             maxiter=maxiter, ftol=tol, gtol=tol, max_cg=max_cg, n_probe=n_probe,
@@ -474,17 +476,17 @@ NEWTON_MAXITER = 200
 """Newton iteration cap when the caller's ``maxiter`` (sized for L-BFGS) is larger."""
 
 
-def compile_newton(x0, lo, hi, spacing, tol, lmbd, pre, obs, joint=None, offset_sigma=None, *, regulariser="mem",
+def compile_newton(x0, lo, hi, spacing, tol, lmbd, pre, data: ObjectiveData, *, regulariser="mem",
                    penalty=DEFAULT_PENALTY, maxiter=NEWTON_MAXITER, max_cg=DEFAULT_MAX_CG, n_probe=DEFAULT_PROBES,
                    progress=False):
     """AOT-compile the Newton solve for these shapes; returns ``(compiled, seconds)`` (0 when reused).
 
-    The compiled function takes ``(x0, lo, hi, spacing, tol, lmbd, pre, obs, joint, offset_sigma)``:
-    a new tolerance, lambda, offset sigma or data set of the same shapes reuses it.
+    The compiled function takes ``(x0, lo, hi, spacing, tol, lmbd, pre, data)``: a new
+    tolerance, lambda, offset sigma or data set of the same shapes reuses it.
     """
     kw = dict(regulariser=regulariser, penalty=float(penalty), maxiter=int(maxiter), max_cg=int(max_cg),
               n_probe=int(n_probe), progress=bool(progress))
-    args = (x0, lo, hi, spacing, tol, lmbd, pre, obs, joint, offset_sigma)
+    args = (x0, lo, hi, spacing, tol, lmbd, pre, data)
     # a host callback (progress) cannot be exported: that program is traced every run
     compiled, timing = compile_cached("newton", _solve, args, kw, cache=not kw["progress"])
     return compiled, timing["trace_lower"] + timing["compile"]
@@ -507,14 +509,13 @@ def solve_newton(setup: SolveSetup, callback=None) -> RawSolve:
     n_iter_max = int(min(setup.maxiter, NEWTON_MAXITER))
     spacing = _device.asarray(kink_spacing(setup.layout, setup.pre.line.vels))
     tol_j = _device.asarray(setup.tol, dtype=xj.dtype)
-    fn, t_compile = compile_newton(xj, lo_j, hi_j, spacing, tol_j, lm, setup.pre, setup.obs, setup.joint,
-                                   setup.offset_sigma, regulariser=setup.regulariser, penalty=setup.penalty, maxiter=n_iter_max,
+    fn, t_compile = compile_newton(xj, lo_j, hi_j, spacing, tol_j, lm, setup.pre, setup.data,
+                                   regulariser=setup.regulariser, penalty=setup.penalty, maxiter=n_iter_max,
                                    max_cg=int(setup.options.get("max_cg", DEFAULT_MAX_CG)),
                                    n_probe=int(setup.options.get("n_probe", DEFAULT_PROBES)),
                                    progress=callback is not None)
     t0 = time.perf_counter()
-    r = jax.block_until_ready(fn(xj, lo_j, hi_j, spacing, tol_j, lm, setup.pre, setup.obs, setup.joint,
-                                 setup.offset_sigma))
+    r = jax.block_until_ready(fn(xj, lo_j, hi_j, spacing, tol_j, lm, setup.pre, setup.data))
     solve_time = time.perf_counter() - t0
     status = int(r.status)
     n_it = int(r.n_iter)

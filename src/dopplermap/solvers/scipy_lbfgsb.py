@@ -1,8 +1,6 @@
-"""scipy's L-BFGS-B driven by one jitted float64 value-and-gradient.
-
-The objective is compiled once per problem shape (ahead of time, so compile time is
-measured apart from the solve); data, precomputed model and lambda are arguments, so a
-new data set or lambda of the same shape reuses the compiled function.
+"""scipy's L-BFGS-B driven by the compiled float64 value-and-gradient of
+:mod:`dopplermap.solvers.program` (compiled once per problem shape; data, model and lambda
+are its arguments, so a new data set or lambda of the same shape reuses it).
 """
 
 from __future__ import annotations
@@ -13,7 +11,6 @@ import threading
 import time
 from collections.abc import Callable
 
-import jax
 import numpy as np
 
 try:  # a declared dependency; the fallback only keeps ad-hoc environments (e.g. a bare GPU box) working
@@ -25,75 +22,11 @@ except ImportError:  # pragma: no cover
         return contextlib.nullcontext()
 
 from .. import _device
-from ..compiled import compile_cached, compiled_program
-from ..objective import objective_terms
 from ..result import Outcome
 from ._common import RawSolve, SolveSetup
+from .program import compiled_value_and_grad
 
-__all__ = ["compiled_value_and_grad", "compiled_terms", "trailing_args", "lbfgsb", "solve"]
-
-
-def value_and_grad_body(x, lmbd, pre, obs, joint=None, offset_sigma=None, *, regulariser, penalty):
-    # joint: optional (lightcurve, line_weight, lc_weight) for the joint line + light-curve fit;
-    # offset_sigma: optional (n_epoch,) sigma of the offset prior (dopplermap.objective)
-    extra = () if joint is None else tuple(joint)
-    (val, aux), grad = jax.value_and_grad(
-        lambda x: objective_terms(x, lmbd, pre, obs, regulariser, penalty, *extra, with_model=True,
-                                  offset_sigma=offset_sigma),
-        has_aux=True)(x)
-    return val, grad, aux
-
-
-_vg_jit = jax.jit(value_and_grad_body, static_argnames=("regulariser", "penalty"))
-
-
-def trailing_args(joint=None, offset_sigma=None) -> tuple:
-    """The compiled value-and-gradient's arguments after ``(x, lmbd, pre, obs)``: none, ``(joint,)``
-    or ``(joint, offset_sigma)`` (see :func:`compiled_value_and_grad`)."""
-    if offset_sigma is None:
-        return () if joint is None else (joint,)
-    return (joint, offset_sigma)
-
-
-def compiled_value_and_grad(x, lmbd, pre, obs, regulariser="mem", penalty=1e4, joint=None, offset_sigma=None):
-    """AOT-compiled ``(x, lmbd, pre, obs) -> (loss, grad, (chi2, reg, pen, model))``.
-
-    With ``joint = (lightcurve, line_weight, lc_weight)`` (arrays, so new weights reuse the
-    compiled code) the function is ``(x, lmbd, pre, obs, joint)`` and aux gains ``chi2_lc`` (before ``model``).
-    With ``offset_sigma`` ((n_epoch,) array: the offset prior of :mod:`dopplermap.objective`)
-    it is ``(x, lmbd, pre, obs, joint, offset_sigma)`` (``joint`` may be None);
-    :func:`trailing_args` gives the arguments after ``obs`` either way.
-    Returns ``(fn, timings)`` where ``timings`` holds ``trace_lower`` and ``compile``
-    seconds (both 0 when the function came from this process's cache).
-    """
-    args = (x, lmbd, pre, obs, *trailing_args(joint, offset_sigma))
-    return compile_cached("value_and_grad", value_and_grad_body, args, {"regulariser": regulariser, "penalty": penalty})
-
-
-def terms_body(x, lmbd, pre, obs, joint=None, offset_sigma=None, *, regulariser, penalty):
-    extra = () if joint is None else tuple(joint)
-    return objective_terms(x, lmbd, pre, obs, regulariser, penalty, *extra, with_model=True, offset_sigma=offset_sigma)
-
-
-def compiled_terms(x, lmbd, pre, obs, regulariser="mem", penalty=1e4, joint=None, offset_sigma=None):
-    """``(x, lmbd, pre, obs, *trailing) -> (loss, (chi2, reg, pen, model))``: the loss and its
-    terms without the gradient, for a solve's final evaluation (arguments as
-    :func:`compiled_value_and_grad`). It is the value-and-gradient of the same signature
-    when this process has compiled one (an L-BFGS-B solve just did), else a value-only
-    program: a Newton or device solve needs no gradient program, and the value alone
-    compiles in a fraction of the time. Returns ``(fn, timings)`` as
-    :func:`compiled_value_and_grad`."""
-    args = (x, lmbd, pre, obs, *trailing_args(joint, offset_sigma))
-    static = {"regulariser": regulariser, "penalty": penalty}
-    vg = compiled_program("value_and_grad", value_and_grad_body, args, static)
-    if vg is not None:
-        return (lambda *a: _drop_grad(vg(*a))), {"trace_lower": 0.0, "compile": 0.0, "cached": True}
-    return compile_cached("objective_terms", terms_body, args, static)
-
-
-def _drop_grad(out):
-    val, _, terms = out
-    return val, terms
+__all__ = ["lbfgsb", "solve"]
 
 
 MAX_RESTARTS = 10
@@ -169,18 +102,15 @@ def solve(setup: SolveSetup, callback: Callable | None = None) -> RawSolve:
         loader.start()
     xj = _device.asarray(setup.x0)
     lm = _device.asarray(setup.lmbd, dtype=xj.dtype)
-    joint = setup.joint
     try:
-        fn, timing = compiled_value_and_grad(xj, lm, setup.pre, setup.obs, setup.regulariser, float(setup.penalty),
-                                             joint, setup.offset_sigma)
+        fn, timing = compiled_value_and_grad(xj, lm, setup.pre, setup.data, setup.regulariser, float(setup.penalty))
     finally:
         if loader is not None:
             loader.join()
-    extra = trailing_args(joint, setup.offset_sigma)
     import scipy.optimize  # noqa: F401  (here, if the thread's import failed, its error is raised)
 
     def vg(x):
-        return fn(x, lm, setup.pre, setup.obs, *extra)
+        return fn(x, lm, setup.pre, setup.data)
 
     t0 = time.perf_counter()
     res, history = lbfgsb(vg, setup.x0, setup.lower, setup.upper, tol=setup.tol, maxiter=setup.maxiter,

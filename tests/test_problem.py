@@ -1,0 +1,68 @@
+"""The Problem: what is decided once (plan, solve forms) is decided once, and a pickle leaves it out."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+import dopplermap as dm
+from dopplermap import plan
+from dopplermap.errors import DopplermapInputError
+
+
+@pytest.fixture(scope="module")
+def problem():
+    return dm.demo_problem(n_cell=300, n_epoch=10, n_vel=20)
+
+
+def test_solve_forms_are_built_once_per_choice(problem):
+    f32 = problem.solve_form("float32")
+    assert problem.solve_form("float32") is f32
+    assert problem.solve_form("float64") is not f32
+    assert problem.solve_form("float32", blocked=True) is not f32
+    assert problem.solve_form(None) is problem.pre  # None: the form as it is
+
+
+def test_a_pickle_carries_the_data_not_what_is_built_from_it(problem):
+    problem.solve_form("float32")
+    problem.plan  # noqa: B018
+    back = pickle.loads(pickle.dumps(problem))
+    assert not ({"pre", "plan", "_solve_forms"} & set(back.__dict__))
+    assert back.plan == problem.plan
+
+
+def test_the_plan_follows_the_thresholds(problem, monkeypatch):
+    p = problem.plan
+    assert p.method == "dense" and p.cube_dtype == "float32"  # tol 1e-5 >= FLOAT32_MIN_TOL
+    assert (p.batch_form, p.batch_mode) == ("blocked", "vmap") and not p.accelerator
+    assert "dense synthesis" in p.describe()
+    monkeypatch.setattr(plan, "BLOCKED_MAX_BYTES", 0)
+    small = plan.Plan.of(problem.pre, 1e-7)
+    assert small.cube_dtype == "float64" and (small.batch_form, small.batch_mode) == ("folded", "sequential")
+    binned = dm.demo_problem(n_cell=300, n_epoch=10, n_vel=20).replace(method="binned")
+    assert binned.plan.method == "binned" and binned.plan.cube_dtype is None
+
+
+def test_the_doors_take_a_problem_or_a_model_and_its_observations(problem):
+    with pytest.raises(DopplermapInputError, match="give a dopplermap.Problem"):
+        dm.invert(problem.observations)
+    with pytest.raises(DopplermapInputError, match="observations are missing"):
+        dm.invert(problem.pre)
+    with pytest.raises(DopplermapInputError, match="unknown keyword.*lambda_"):
+        dm.invert(problem, lambda_=1.0)
+    with pytest.raises(DopplermapInputError, match="pass neither obs"):
+        dm.invert_batch(problem, problem.observations, lmbds=[1.0])
+
+
+def test_the_layout_names_every_block_of_the_vector(problem):
+    import numpy as np
+
+    lay = problem.layout
+    x = np.arange(lay.size, dtype=float)
+    blocks = lay.blocks()
+    assert list(blocks) == ["cool", "hot", "rv", "amp"]
+    for part, name in zip(lay.split(x), blocks, strict=True):
+        np.testing.assert_array_equal(part, x[blocks[name]])
+    assert sum(s.stop - s.start for s in blocks.values()) == lay.size
+    assert dm.invert(problem, maxiter=3).x.shape == (lay.size,)
