@@ -64,6 +64,8 @@ def register(group):
                            uncertainty=list(uncertainty) if uncertainty else None, report=not no_report,
                            overwrite=overwrite, overrides=overrides, figure_process=figs)
         click.echo(summary_line(s))
+        if s.get("plan"):
+            click.echo(f"plan: {s['plan']}")
         if s.get("lc_note"):
             click.echo(f"light curve {s['lc_note']}")
         click.echo(f"results in {out}")
