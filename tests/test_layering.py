@@ -11,6 +11,10 @@ jointfit) -> plot/report -> app (config -> problem -> solution -> result folder)
 * nothing below the CLI imports the CLI, and nothing below the app layer imports the app
   layer; inside their functions the commands import only what :data:`COMMANDS_IMPORT`
   lists: the app layer, which holds their pipelines, and a few light modules;
+* every import, inside functions and through the registries loaded with importlib (the
+  CLI's command modules, the root's lazy names) included, runs down the order of
+  :data:`LAYERS`: base -> physics -> forms -> objective -> io -> problem -> solvers ->
+  analysis -> app -> CLI;
 * imports of dopplermap modules inside functions ("late" imports) are kept for the CLI's
   start-up (``commands/``, ``cli.py``) and for the few cases listed in :data:`ALLOWED_LATE`.
 
@@ -216,6 +220,65 @@ def _app_import_violations() -> list[str]:
             for imp in IMPORTS if not _under(imp.module, APP, *TOP) and _under(imp.target, APP)]
 
 
+# The whole order, bottom to top: a module imports only from its own layer or below. Modules
+# not named by a longer prefix take the layer of the shortest one that names them.
+LAYERS = (
+    ("base", ("_version", "_x64", "_device", "_sets", "_linops", "errors", "constants", "choices", "units",
+              "memory", "atomic", "cache", "compiled", "diagnostics", "figure_process", "limb_darkening",
+              "plan", "fisher", "result", "style")),
+    ("physics", ("geometry", "grid", "profiles", "broadening", "gravity", "lightcurve")),
+    ("forms", ("forms", "model")),
+    ("objective", ("objective", "regularisers", "simulate")),
+    ("io", ("io",)),
+    ("problem", ("problem",)),
+    ("solvers", ("solvers",)),
+    ("analysis", ("search", "uncertainty", "calibrate", "jointfit")),
+    ("app", ("app", "config", "plot", "report", "progress", "")),  # "": the package root, a facade
+    ("cli", ("cli", "commands", "__main__", "examples")),
+)
+
+
+def _layer_of(module: str) -> int:
+    best = None
+    for rank, (_, names) in enumerate(LAYERS):
+        for name in names:
+            full = f"{ROOT}.{name}" if name else ROOT
+            if module == full or (name and module.startswith(full + ".")):
+                if best is None or len(full) > best[1]:
+                    best = (rank, len(full))
+    assert best is not None, f"{module} is in no layer of LAYERS: place it"
+    return best[0]
+
+
+def _registry_imports() -> list[Import]:
+    """Imports that run through importlib: the CLI's command modules and the root's lazy names."""
+    out = []
+    for module, names in ((f"{ROOT}.cli", "COMMAND_MODULES"), (ROOT, "_LAZY")):
+        path = MODULES[module]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == names for t in node.targets):
+                value = ast.literal_eval(node.value) if names == "COMMAND_MODULES" else None
+                if value is None:  # the root's {name: submodule} (built with dict.fromkeys)
+                    value = [c.value for c in ast.walk(node.value)
+                             if isinstance(c, ast.Constant) and isinstance(c.value, str) and c.value[:1].islower()
+                             and f"{ROOT}.{c.value}" in MODULES]
+                    value = [f"{ROOT}.{v}" for v in value]
+                rel = str(path.relative_to(SRC.parent))
+                out += [Import(module, rel, node.lineno, t, (), True, False) for t in value]
+    return out
+
+
+def _order_violations(imports=None) -> list[str]:
+    bad = []
+    for imp in IMPORTS + _registry_imports() if imports is None else imports:
+        if imp.type_only or not _under(imp.target, ROOT) or (imp.module, imp.target) in ALLOWED_LATE:
+            continue
+        lo, hi = _layer_of(imp.target), _layer_of(imp.module)
+        if lo > hi:
+            bad.append(f"{imp}  ({LAYERS[hi][0]} imports {LAYERS[lo][0]}, a layer above it)")
+    return bad
+
+
 def _late_internal() -> list[Import]:
     return [imp for imp in IMPORTS if imp.late and not _under(imp.module, f"{ROOT}.commands", f"{ROOT}.cli")]
 
@@ -247,6 +310,21 @@ def test_no_import_cycles():
 def test_layer_order():
     bad = _layer_violations()
     assert not bad, "imports against the layer order:\n" + "\n".join(bad)
+
+
+def test_every_import_runs_down_the_layers():
+    bad = _order_violations()
+    assert not bad, "imports against the layer order (tests/test_layering.py LAYERS):\n" + "\n".join(bad)
+
+
+def test_the_order_check_follows_registries_and_can_fail():
+    regs = {(i.module, i.target) for i in _registry_imports()}
+    assert ("dopplermap.cli", "dopplermap.commands.target") in regs and ("dopplermap", "dopplermap.solvers") in regs
+    up = [Import("dopplermap.geometry", "dopplermap/geometry.py", 3, "dopplermap.model", ("forward",), False, False),
+          Import("dopplermap.forms.dense", "dopplermap/forms/dense.py", 4, "dopplermap.objective", (), True, False),
+          Import("dopplermap.search", "dopplermap/search.py", 5, "dopplermap.commands.target", (), True, False)]
+    assert [b.split("  ")[0] for b in _order_violations(up)] == [str(i) for i in up]
+    assert "physics imports forms" in _order_violations(up)[0]
 
 
 def test_commands_import_only_the_app_layer():
