@@ -40,8 +40,8 @@ from .objective import LineSets, Observations
 from .profiles import Component, ComponentSet, LimbDarkening, gaussian, intensity_ratio, voigt
 from .simulate import DEMO_SPOTS, demo_setup, simulate
 
-__all__ = ["Settings", "GravityDarkening", "LightCurveData", "LineData", "Problem", "from_config", "from_npz",
-           "from_seed", "demo_problem", "save_npz", "NPZ_SCALARS"]
+__all__ = ["Settings", "GravityDarkening", "LightCurveData", "LineData", "Problem", "require_problem", "from_config",
+           "from_npz", "from_seed", "demo_problem", "save_npz", "NPZ_SCALARS"]
 
 _DERIVED = ("pre", "lightcurve", "line_factors", "lc_factors")
 
@@ -295,6 +295,14 @@ class Problem:
 
     def __setstate__(self, state):
         self.__dict__.update(state)
+
+
+def require_problem(obj, what: str) -> Problem:
+    """``obj`` if it is a :class:`Problem`; a bare model or loose parts are refused in one line."""
+    if not isinstance(obj, Problem):
+        raise DopplermapInputError(f"{what} takes a dopplermap.problem.Problem first, got {type(obj).__name__}; "
+                                   "build one: Problem(grid=..., star=..., obs=..., components=...)")
+    return obj
 
 
 # ------------------------------------------------------------------ builders
