@@ -277,15 +277,17 @@ def register(group):
         if not (out.is_dir() and resume and _is_grid(out)):  # resuming: grid_search checks the table
             check_out(out, "grid", overwrite=overwrite, legacy=_is_grid,  # before any work
                       flag="--resume (to continue an interrupted search) or --overwrite")
-        if scheduler not in (None, "local", "sync"):  # an unreachable scheduler fails before any work
-            client, _ = search._client(scheduler, workers, connect_timeout)
+        cluster = None if scheduler == "sync" else search.Cluster(scheduler, workers, connect_timeout)
+        if cluster is not None and cluster.remote:  # an unreachable scheduler fails before any work
+            client, _ = cluster.connect()
             client.close()
         prob = load_problem(problem, n_cell=n_cell, n_epoch=n_epoch, n_vel=n_vel, snr=snr, tol=GRID_TOL)
         settings = prob.settings.replace(lmbd=lmbd, regulariser=regulariser, tol=tol)
+        prob = prob.replace(settings=settings)
         if n_sim is not None:  # refuse what cannot be calibrated before the search, not after it
             from dopplermap.calibrate import check_calibratable
 
-            check_calibratable(prob, settings)
+            check_calibratable(prob)
             if not any(np.size(v) >= 3 for v in axes.values()):
                 raise DopplermapInputError("--calibrate needs a --param axis of at least 3 values")
         if overwrite and not resume and out.is_dir():  # an earlier grid search (checked above): start again
@@ -302,8 +304,7 @@ def register(group):
                        f"{time.perf_counter() - t_start:.1f} s", err=True)
 
         with _expected_chi2_spread():
-            rows = search.grid_search(prob, axes, out / "grid.csv", settings=settings, resume=resume,
-                                      scheduler=scheduler, n_workers=workers, connect_timeout=connect_timeout,
+            rows = search.grid_search(prob, axes, out / "grid.csv", resume=resume, cluster=cluster,
                                       max_points=max_points, progress=None if quiet else progress)
         column = "chi2_total"  # one criterion for the best point and the intervals
         best = search.best_point(rows, list(axes), column=column)
@@ -320,7 +321,7 @@ def register(group):
                 from dopplermap.calibrate import SIM_OVERSAMPLE
 
                 calibrate_oversample = 1 if problem is None else SIM_OVERSAMPLE
-            calibrated = _calibrate(prob, axes, best, settings, n_sim, calibrate_seed, calibrate_oversample, quiet)
+            calibrated = _calibrate(prob, axes, best, n_sim, calibrate_seed, calibrate_oversample, quiet)
             summary["calibrated"] = {name: c.summary() for name, c in calibrated.items()}
         _write_json(out / "grid.json", summary)
         save_figure(search.plot_grid(rows, list(axes)), out / "grid.png")
@@ -342,7 +343,7 @@ def register(group):
         click.echo(f"results in {out}")
 
 
-def _calibrate(prob, axes, best, settings, n_sim, seed, oversample, quiet) -> dict:
+def _calibrate(prob, axes, best, n_sim, seed, oversample, quiet) -> dict:
     """Calibrate every axis of >= 3 values in the order of the axes; the others are held at
     the grid's best point, or at their calibrated value once calibrated (as the benchmark
     measured it: inclination, then vsini at the calibrated inclination)."""
@@ -366,9 +367,8 @@ def _calibrate(prob, axes, best, settings, n_sim, seed, oversample, quiet) -> di
                 click.echo(f"calibrating {name}: {stage} {i}/{n}", err=True)
 
         with _expected_chi2_spread():
-            out[name] = calibrate.calibrate_parameter(prob, name, v, fixed=fixed, n_sim=n_sim, seed=seed + i,
-                                                      settings=settings, sim_oversample=oversample,
-                                                      progress=progress)
+            options = calibrate.CalibrationOptions(n_sim=n_sim, seed=seed + i, sim_oversample=oversample)
+            out[name] = calibrate.calibrate_parameter(prob, name, v, fixed=fixed, options=options, progress=progress)
         held[name] = out[name].estimate
     return out
 
