@@ -122,3 +122,21 @@ def test_joint_fit_warns_when_it_stops_on_a_limb_kink(problem, monkeypatch):
     assert jf.limb_kink_deg == 0.0
     monkeypatch.undo()
     assert J.limb_kink_distance(prob.grid, sim.obs.times, jf.star) > 0.0
+
+
+def test_joint_fit_refuses_what_its_dense_model_does_not_fit(problem):
+    from dopplermap.problem import LightCurveData, LineData, Problem
+
+    prob, sim = problem
+    sets = (LineData(obs=sim.obs, components=prob.components, name="a"),
+            LineData(obs=sim.obs, components=prob.components, name="b"))
+    several = Problem(grid=prob.grid, star=prob.star, obs=None, components=None, lines=sets)
+    n = 5
+    lc = prob.replace(lightcurve_data=LightCurveData(times=np.linspace(0.0, 1.0, n), flux=np.ones(n),
+                                                     err=np.full(n, 1e-3), band=None))
+    given = Problem(grid=prob.grid, star=None, obs=sim.obs, components=None, form=prob.pre)
+    for p, what in ((several, "several line data sets"), (lc, "a light curve"), (given, "a given synthesis form"),
+                    (prob.replace(settings=Settings(offset_sigma=0.01)), "offset_sigma")):
+        with pytest.raises(dm.DopplermapInputError, match=what) as exc:
+            J.joint_fit(p)
+        assert "\n" not in str(exc.value)

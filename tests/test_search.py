@@ -194,3 +194,31 @@ def test_cli_grid_and_lambda(problem, tmp_path, capsys):
     assert "resume" in capsys.readouterr().err
     assert main(["grid", str(tmp_path / "missing.npz"), "--out", str(out), "--param", "vsini=38"]) == 2
     assert main(["grid", "--out", str(out), "--param", "vsini"]) == 2
+
+
+def test_analyses_take_a_problem_first(problem, tmp_path):
+    """A bare precomputed model or a loose part in the Problem's place is a one-line error naming Problem."""
+    from dopplermap import calibrate, jointfit
+
+    prob, sim = problem
+    calls = (lambda part: search.grid_search(part, AXES, tmp_path / "t.csv"),
+             lambda part: calibrate.calibrate_parameter(part, "inclination", [50.0, 60.0, 70.0]),
+             jointfit.joint_fit, lambda part: search.evaluate_point(part, {"inclination": 60.0}))
+    for part in (prob.pre, prob.grid, sim.obs):
+        for call in calls:
+            with pytest.raises(dm.DopplermapInputError, match=r"takes a dopplermap\.problem\.Problem first") as exc:
+                call(part)
+            assert "\n" not in str(exc.value)
+    assert not (tmp_path / "t.csv").exists()
+
+
+@pytest.mark.parametrize("name", ["search.grid_search", "search.evaluate_point", "calibrate.calibrate_parameter",
+                                  "jointfit.joint_fit"])
+def test_analysis_signatures_are_short(name):
+    import importlib
+    import inspect
+
+    module, func = name.split(".")
+    params = inspect.signature(getattr(importlib.import_module(f"dopplermap.{module}"), func)).parameters
+    assert len(params) <= 8, (name, list(params))
+    assert next(iter(params)) == "problem"
