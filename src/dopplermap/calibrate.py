@@ -44,9 +44,9 @@ from .problem import Problem, require_problem
 from .search import apply_parameters, pad_precomputed
 from .solvers import invert_batch
 
-__all__ = ["Calibration", "CalibrationOptions", "calibrate_parameter", "calibration_cost", "profile_minimum", "belt_estimate",
-           "check_calibratable", "owner_cells", "calibrated_star", "LEVELS", "COLUMNS", "SIM_LMBD_FACTOR",
-           "SIM_OVERSAMPLE"]
+__all__ = ["Calibration", "CalibrationOptions", "calibrate_parameter", "calibration_cost", "profile_minimum",
+           "belt_estimate", "check_calibratable", "owner_cells", "calibrated_star", "LEVELS", "COLUMNS",
+           "SIM_LMBD_FACTOR", "SIM_OVERSAMPLE"]
 
 COLUMNS = ("chi2_total", "loss")
 """Base read-outs: the profile of the un-reduced chi-square, or of ``n_data`` x the objective."""

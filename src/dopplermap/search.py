@@ -432,10 +432,9 @@ def evaluate_point(problem: Problem, params: dict, x0=None) -> dict:
 
     The point is ``problem`` with the grid parameters substituted (:meth:`Problem.replace`),
     so gravity darkening, a light curve, the synthesis method and the settings carry over.
-    Row fields: the parameters, ``chi2`` (reduced, line
-    profiles), ``chi2_total`` (un-reduced, ``chi2 * n_epoch * n_vel``), ``loss``,
-    ``regulariser``, ``entropy`` (the seed's entropy of the map, whatever the regulariser),
-    ``iterations``, ``success``.
+    Row fields: the parameters, ``chi2`` (reduced, line profiles), ``chi2_total``
+    (un-reduced, ``chi2 * n_epoch * n_vel``), ``loss``, ``regulariser``, ``entropy`` (the
+    seed's entropy of the map, whatever the regulariser), ``iterations``, ``success``.
     """
     star, comps = apply_parameters(require_problem(problem, "evaluate_point"), params)
     point = problem.replace(star=star, components=comps)
