@@ -44,6 +44,7 @@ topic "Stellar parameters: calibration".
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import os
 import platform
@@ -251,14 +252,14 @@ def continuous_interval(vals, prof, delta=1.0):
     return float(best), float(min(lo, best)), float(max(hi, best))
 
 
-def run_grid(s, scheduler="sync", incs=INC_GRID, vsini_steps=VSINI_STEPS):
+def run_grid(s, cluster=None, incs=INC_GRID, vsini_steps=VSINI_STEPS):
     from dopplermap.search import best_point, delta_chi2_interval, grid_search
 
     axes = {"inclination": np.asarray(incs, float), "vsini": s["vsini"] + np.asarray(vsini_steps, float)}
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        rows = grid_search(s["problem"], axes, Path(tmp) / "grid.csv", scheduler=scheduler)
+        rows = grid_search(s["problem"], axes, Path(tmp) / "grid.csv", cluster=cluster)
     wall = time.perf_counter() - t0
     out = dict(grid_wall_s=wall, grid_points=len(rows))
     best_loss = best_point(rows, list(axes), column="loss")
@@ -295,20 +296,21 @@ def run_calibrated(s, grid, n_sim=16, seed=0, incs=INC_GRID, trials=CAL_TRIALS, 
     with vsini held at the grid's best vsini, then vsini with the inclination held at the
     calibrated inclination; ``grid`` is :func:`run_grid`'s output. The other base read-out
     (``loss`` / ``chi2_total``) is calibrated too from the same solves (keys ``calx_``)."""
-    from dopplermap.calibrate import COLUMNS, belt_estimate, calibrate_parameter, profile_minimum
+    from dopplermap.calibrate import COLUMNS, CalibrationOptions, belt_estimate, calibrate_parameter, profile_minimum
 
     p = s["problem"]
     settings = p.settings if lmbd is None else p.settings.replace(lmbd=lmbd)
+    p = p.replace(settings=settings)
+    opts = CalibrationOptions(n_sim=n_sim, seed=seed, column=column, sim_lmbd=sim_lmbd, sim_oversample=oversample)
     other = [c for c in COLUMNS if c != column][0]
     out = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ci = calibrate_parameter(p, "inclination", incs, fixed={"vsini": grid["grid_vsini"]}, trials=trials,
-                                 n_sim=n_sim, seed=seed, settings=settings, sim_lmbd=sim_lmbd, column=column,
-                                 sim_oversample=oversample)
+                                 options=opts)
         vs = s["vsini"] + np.asarray(vsini_steps, float)
-        cv = calibrate_parameter(p, "vsini", vs, fixed={"inclination": ci.estimate}, n_sim=n_sim, seed=seed + 1,
-                                 settings=settings, sim_lmbd=sim_lmbd, column=column, sim_oversample=oversample)
+        cv = calibrate_parameter(p, "vsini", vs, fixed={"inclination": ci.estimate},
+                                 options=dataclasses.replace(opts, seed=seed + 1))
     for key, c, truth in (("inc", ci, s["inc"]), ("vsini", cv, s["vsini"])):
         out.update({f"cal_{key}": c.estimate, f"cal_{key}_raw": c.raw, f"cal_{key}_lo68": c.lo68,
                     f"cal_{key}_hi68": c.hi68, f"cal_{key}_lo95": c.lo95, f"cal_{key}_hi95": c.hi95,
@@ -335,7 +337,7 @@ def run_joint(s, start_inc=45.0, dvsini=2.0, maxiter=3000):
     t0 = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        r = joint_fit(p.grid, st, p.obs, p.components, lmbd=p.settings.lmbd, tol=1e-9, maxiter=maxiter)
+        r = joint_fit(p.replace(star=st), maxiter=maxiter)
     return dict(joint_inc=float(r.star.inclination), joint_vsini=float(r.star.vsini),
                 joint_wall_s=time.perf_counter() - t0, joint_success=bool(r.map.success))
 

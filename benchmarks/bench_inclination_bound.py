@@ -247,7 +247,8 @@ def map_shifts(c, lambdas=(1.0,)):
             t0 = time.perf_counter()
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                r = joint_fit(p.grid, star, o, p.components, lmbd=lm, x0=x0, tol=1e-10, maxiter=4000)
+                q = p.replace(star=star, obs=o, settings=p.settings.replace(lmbd=lm))
+                r = joint_fit(q, x0=x0, tol=1e-10, maxiter=4000)
             out[f"map_inc_{name}_lam{lm:g}"] = float(r.star.inclination)
             out[f"map_vsini_{name}_lam{lm:g}"] = float(r.star.vsini)
             out[f"map_{name}_lam{lm:g}_iter"] = int(r.map.iterations)
@@ -277,7 +278,7 @@ def fine_fits(k, n_cell=1200, lmbd=1.0):
         t0 = time.perf_counter()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            r = joint_fit(p.grid, p.star, p.obs, p.components, lmbd=lmbd, x0=x0, tol=1e-10, maxiter=4000)
+            r = joint_fit(p.replace(settings=p.settings.replace(lmbd=lmbd)), x0=x0, tol=1e-10, maxiter=4000)
         out[f"{tag}_inc"] = float(r.star.inclination)
         out[f"{tag}_vsini"] = float(r.star.vsini)
         out[f"{tag}_iter"] = int(r.map.iterations)

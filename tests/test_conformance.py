@@ -145,8 +145,8 @@ def test_grid_point_on_binned_mu_dependent_model():
     comps = dm.broadening.replace_profiles(comps, [dm.broadening.mu_dependent_profile(c.profile, H.ZETA)
                                                    for c in comps])
     prob = search.Problem(grid=grid, star=star, obs=scn.obs, components=comps, method="binned")
-    row = search.evaluate_point(prob, {"inclination": star.inclination},
-                                Settings(lmbd=H.LMBD, tol=1e-10, maxiter=5000))
+    row = search.evaluate_point(prob.replace(settings=Settings(lmbd=H.LMBD, tol=1e-10, maxiter=5000)),
+                                {"inclination": star.inclination})
     assert row["success"]
     # the same problem as the unpadded binned model of the matrix (default synthesis_tol = BINNED_TOL_MU)
     assert prob.method == "binned" and H.BINNED_TOL_MU == 1e-7

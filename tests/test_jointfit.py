@@ -57,7 +57,7 @@ def test_star_gradient_matches_finite_difference(problem):
 def test_joint_fit_recovers_inclination_and_vsini(problem):
     prob, sim = problem
     start = prob.star.replace(inclination=52.0, vsini=38.0)
-    jf = J.joint_fit(prob.grid, start, sim.obs, prob.components, lmbd=LMBD)
+    jf = J.joint_fit(prob.replace(star=start, obs=sim.obs, settings=Settings(lmbd=LMBD)))
     inc, vsini = jf.star.inclination, jf.star.vsini
     print(f"joint fit: inclination {inc:.2f} deg (true 60), vsini {vsini:.3f} km/s (true 40), "
           f"chi2 {jf.map.chi2:.4f} vs {jf.initial_map.chi2:.4f} at the start, {jf.map.iterations} iterations")
@@ -66,7 +66,7 @@ def test_joint_fit_recovers_inclination_and_vsini(problem):
     assert jf.map.chi2 < jf.initial_map.chi2
     # the grid search's best point is within one grid step of the joint fit
     axes = {"inclination": [52.0, 58.0, 64.0], "vsini": [39.0, 40.0, 41.0]}
-    rows = [dict(p, **search.evaluate_point(prob, p, Settings(lmbd=LMBD, tol=1e-7)))
+    rows = [dict(p, **search.evaluate_point(prob.replace(settings=Settings(lmbd=LMBD, tol=1e-7)), p))
             for p in search.grid_points(axes)]
     best = search.best_point(rows, list(axes))
     print(f"grid best: inclination {best['inclination']}, vsini {best['vsini']}")
@@ -76,7 +76,7 @@ def test_joint_fit_recovers_inclination_and_vsini(problem):
 def test_bad_fit_names(problem):
     prob, sim = problem
     with pytest.raises(ValueError, match="star parameters"):
-        J.joint_fit(prob.grid, prob.star, sim.obs, prob.components, fit=("gravity",))
+        J.joint_fit(prob.replace(obs=sim.obs), fit=("gravity",))
 
 
 def test_limb_kink_distance_finds_the_limb_crossings(problem):
@@ -118,7 +118,25 @@ def test_joint_fit_warns_when_it_stops_on_a_limb_kink(problem, monkeypatch):
     x0 = np.concatenate([sim.fssc, sim.fssh, np.zeros(sim.obs.n_epoch), np.zeros(sim.obs.n_epoch)])
     monkeypatch.setattr(J, "limb_kink_distance", lambda *a: 0.0)
     with pytest.warns(dm.DopplermapWarning, match="crosses the limb"):
-        jf = J.joint_fit(prob.grid, prob.star, sim.obs, prob.components, lmbd=LMBD, x0=x0, maxiter=2)
+        jf = J.joint_fit(prob.replace(obs=sim.obs, settings=Settings(lmbd=LMBD)), x0=x0, maxiter=2)
     assert jf.limb_kink_deg == 0.0
     monkeypatch.undo()
     assert J.limb_kink_distance(prob.grid, sim.obs.times, jf.star) > 0.0
+
+
+def test_joint_fit_refuses_what_its_dense_model_does_not_fit(problem):
+    from dopplermap.problem import LightCurveData, LineData, Problem
+
+    prob, sim = problem
+    sets = (LineData(obs=sim.obs, components=prob.components, name="a"),
+            LineData(obs=sim.obs, components=prob.components, name="b"))
+    several = Problem(grid=prob.grid, star=prob.star, obs=None, components=None, lines=sets)
+    n = 5
+    lc = prob.replace(lightcurve_data=LightCurveData(times=np.linspace(0.0, 1.0, n), flux=np.ones(n),
+                                                     err=np.full(n, 1e-3), band=None))
+    given = Problem(grid=prob.grid, star=None, obs=sim.obs, components=None, form=prob.pre)
+    for p, what in ((several, "several line data sets"), (lc, "a light curve"), (given, "a given synthesis form"),
+                    (prob.replace(settings=Settings(offset_sigma=0.01)), "offset_sigma")):
+        with pytest.raises(dm.DopplermapInputError, match=what) as exc:
+            J.joint_fit(p)
+        assert "\n" not in str(exc.value)

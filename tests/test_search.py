@@ -28,7 +28,7 @@ def problem():
 def local_table(problem, tmp_path_factory):
     prob, _ = problem
     path = tmp_path_factory.mktemp("grid") / "local.csv"
-    rows = search.grid_search(prob, AXES, path, settings=SETTINGS, scheduler="sync")
+    rows = search.grid_search(prob.replace(settings=SETTINGS), AXES, path)
     return path, rows
 
 
@@ -109,7 +109,7 @@ def test_dask_two_workers_identical_to_local(problem, local_table, tmp_path):
     path, _ = local_table
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
         out = tmp_path / "dask.csv"
-        search.grid_search(prob, AXES, out, settings=SETTINGS, scheduler=cluster.scheduler_address)
+        search.grid_search(prob.replace(settings=SETTINGS), AXES, out, cluster=search.Cluster(cluster.scheduler_address))
     assert out.read_text() == path.read_text()
 
 
@@ -120,13 +120,13 @@ from _search_problem import small_problem
 from dopplermap import search
 from dopplermap.problem import Settings
 prob, _ = small_problem()
-search.grid_search(prob, {axes!r}, {out!r}, settings=Settings(lmbd=0.5, tol=1e-5), scheduler="sync")
+search.grid_search(prob.replace(settings=Settings(lmbd=0.5, tol=1e-5)), {axes!r}, {out!r})
 """
 
 
 @pytest.mark.slow
 def test_kill_and_resume(problem, local_table, tmp_path):
-    prob, _ = problem
+    prob = problem[0].replace(settings=SETTINGS)
     path, _ = local_table
     out = tmp_path / "killed.csv"
     script = KILL_SCRIPT.format(tests=str(Path(__file__).parent), axes=AXES, out=str(out))
@@ -144,25 +144,24 @@ def test_kill_and_resume(problem, local_table, tmp_path):
     n_before = len(search.read_table(out))
     assert 8 <= n_before < 16
     with pytest.raises(ValueError, match="resume"):
-        search.grid_search(prob, AXES, out, settings=SETTINGS, scheduler="sync")
-    rows = search.grid_search(prob, AXES, out, settings=SETTINGS, scheduler="sync", resume=True)
+        search.grid_search(prob, AXES, out)
+    rows = search.grid_search(prob, AXES, out, resume=True)
     assert len(rows) == 16 and sorted(r["point"] for r in rows) == list(range(16))
     assert out.read_text() == path.read_text()
     # resuming a finished table does nothing
-    search.grid_search(prob, AXES, out, settings=SETTINGS, scheduler="sync", resume=True)
+    search.grid_search(prob, AXES, out, resume=True)
     assert out.read_text() == path.read_text()
     # a different grid is refused
     with pytest.raises(ValueError, match="not the same search"):
-        search.grid_search(prob, {"inclination": [50.0, 60.0], "vsini": [40.0]}, out, settings=SETTINGS,
-                           scheduler="sync", resume=True)
+        search.grid_search(prob, {"inclination": [50.0, 60.0], "vsini": [40.0]}, out, resume=True)
 
 
 def test_bad_parameters(problem, tmp_path):
     prob, _ = problem
     with pytest.raises(ValueError, match="unknown grid parameter"):
-        search.grid_search(prob, {"gravity": [1.0]}, tmp_path / "x.csv", scheduler="sync")
+        search.grid_search(prob, {"gravity": [1.0]}, tmp_path / "x.csv")
     with pytest.raises(ValueError, match="inclination"):
-        search.grid_search(prob, {"inclination": [120.0]}, tmp_path / "y.csv", scheduler="sync")
+        search.grid_search(prob, {"inclination": [120.0]}, tmp_path / "y.csv")
     with pytest.raises(ValueError, match="t_phot"):
         search.apply_parameters(search.Problem(prob.grid, prob.star, prob.obs, prob.components), {"t_cool": 4000.0})
 
@@ -195,3 +194,31 @@ def test_cli_grid_and_lambda(problem, tmp_path, capsys):
     assert "resume" in capsys.readouterr().err
     assert main(["grid", str(tmp_path / "missing.npz"), "--out", str(out), "--param", "vsini=38"]) == 2
     assert main(["grid", "--out", str(out), "--param", "vsini"]) == 2
+
+
+def test_analyses_take_a_problem_first(problem, tmp_path):
+    """A bare precomputed model or a loose part in the Problem's place is a one-line error naming Problem."""
+    from dopplermap import calibrate, jointfit
+
+    prob, sim = problem
+    calls = (lambda part: search.grid_search(part, AXES, tmp_path / "t.csv"),
+             lambda part: calibrate.calibrate_parameter(part, "inclination", [50.0, 60.0, 70.0]),
+             jointfit.joint_fit, lambda part: search.evaluate_point(part, {"inclination": 60.0}))
+    for part in (prob.pre, prob.grid, sim.obs):
+        for call in calls:
+            with pytest.raises(dm.DopplermapInputError, match=r"takes a dopplermap\.problem\.Problem first") as exc:
+                call(part)
+            assert "\n" not in str(exc.value)
+    assert not (tmp_path / "t.csv").exists()
+
+
+@pytest.mark.parametrize("name", ["search.grid_search", "search.evaluate_point", "calibrate.calibrate_parameter",
+                                  "jointfit.joint_fit"])
+def test_analysis_signatures_are_short(name):
+    import importlib
+    import inspect
+
+    module, func = name.split(".")
+    params = inspect.signature(getattr(importlib.import_module(f"dopplermap.{module}"), func)).parameters
+    assert len(params) <= 8, (name, list(params))
+    assert next(iter(params)) == "problem"

@@ -297,9 +297,9 @@ def test_progress_marks_a_failed_step():
 def test_dask_scheduler_unreachable_is_a_clear_error():
     pytest.importorskip("dask.distributed")
     with pytest.raises(DopplermapInputError, match=r"could not connect within 0.5 s"):
-        search._client("tcp://127.0.0.1:1", None, timeout=0.5)
+        search.Cluster("tcp://127.0.0.1:1", connect_timeout=0.5).connect()
     with pytest.raises(DopplermapInputError, match="n_workers"):
-        search._client(None, -1)
+        search.Cluster(n_workers=-1).connect()
 
 
 # ---------------------------------------------------------------- 3. searches
@@ -314,17 +314,16 @@ def test_grid_resume_refuses_other_settings_or_problem(sprob, small, tmp_path):
     table = tmp_path / "grid.csv"
     axes = {"vsini": [38.0, 40.0]}
     settings = Settings(lmbd=1.0, tol=1e-5)
-    rows = search.grid_search(sprob, axes, table, settings=settings, scheduler="sync")
+    rows = search.grid_search(sprob.replace(settings=settings), axes, table)
     assert {r["lmbd"] for r in rows} == {1.0} and {r["regulariser_kind"] for r in rows} == {"mem"}
     assert len({r["problem"] for r in rows}) == 1 and {r["tol"] for r in rows} == {1e-5}
     text = table.read_text()
     with pytest.raises(DopplermapInputError, match=r"resume refused.*lmbd 1.0 in the table vs 10.0 now"):
-        search.grid_search(sprob, axes, table, settings=Settings(lmbd=10.0, tol=1e-5),
-                           scheduler="sync", resume=True)
+        search.grid_search(sprob.replace(settings=Settings(lmbd=10.0, tol=1e-5)), axes, table, resume=True)
     other = search.Problem(grid=small.grid, star=small.star.replace(inclination=50.0), obs=small.sim.obs,
                            components=small.comps)
     with pytest.raises(DopplermapInputError, match="resume refused.*problem fingerprint"):
-        search.grid_search(other, axes, table, settings=settings, scheduler="sync", resume=True)
+        search.grid_search(other.replace(settings=settings), axes, table, resume=True)
     assert table.read_text() == text  # refused before touching the table
 
 
@@ -344,7 +343,7 @@ def test_every_grid_value_is_validated_before_the_first_solve(sprob, tmp_path, m
                           ({"vsini": [40.0, -1.0]}, "vsini"), ({"macroturbulence": [0.0, -2.0]}, "macroturbulence"),
                           ({"ew_scale": [1.0, 50.0]}, "ew_scale")):
         with pytest.raises(DopplermapInputError, match=pattern):
-            search.grid_search(sprob, axes, tmp_path / "t.csv", scheduler="sync")
+            search.grid_search(sprob, axes, tmp_path / "t.csv")
         assert not (tmp_path / "t.csv").exists()
 
 

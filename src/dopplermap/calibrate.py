@@ -40,13 +40,13 @@ from .errors import DopplermapInputError
 from .grid import SurfaceGrid, latitude_band_grid
 from .model import forward
 from .plan import on_accelerator
-from .problem import Problem, Settings
+from .problem import Problem, require_problem
 from .search import apply_parameters, pad_precomputed
 from .solvers import invert_batch
 
-__all__ = ["Calibration", "calibrate_parameter", "calibration_cost", "profile_minimum", "belt_estimate",
-           "check_calibratable", "owner_cells", "calibrated_star", "LEVELS", "COLUMNS", "SIM_LMBD_FACTOR",
-           "SIM_OVERSAMPLE"]
+__all__ = ["Calibration", "CalibrationOptions", "calibrate_parameter", "calibration_cost", "profile_minimum",
+           "belt_estimate", "check_calibratable", "owner_cells", "calibrated_star", "LEVELS", "COLUMNS",
+           "SIM_LMBD_FACTOR", "SIM_OVERSAMPLE"]
 
 COLUMNS = ("chi2_total", "loss")
 """Base read-outs: the profile of the un-reduced chi-square, or of ``n_data`` x the objective."""
@@ -285,9 +285,10 @@ def calibration_cost(n_grid: int, n_trial: int, n_sim: int) -> dict:
                 member_solves=n_grid * members, total=n_trial + n_grid * members)
 
 
-def check_calibratable(problem: Problem, settings: Settings) -> None:
+def check_calibratable(problem: Problem) -> None:
     """Refuse a problem the simulation does not reproduce (a light curve, other fitted
     components, a line weight): its calibration would describe another problem."""
+    settings = problem.settings
     if problem.lightcurve_data is not None:
         raise DopplermapInputError(f"{problem.source}: calibration by simulation does not simulate light curves yet; "
                                    "calibrate on the line profiles alone (a target without [data] lightcurve)")
@@ -298,40 +299,62 @@ def check_calibratable(problem: Problem, settings: Settings) -> None:
         raise DopplermapInputError(f"{problem.source}: calibration needs line_weight 1, got {settings.line_weight!r}")
 
 
-def calibrate_parameter(problem: Problem, name: str, values, *, fixed: dict | None = None, trials=None,
-                        n_sim: int = 32, seed: int = 0, settings: Settings | None = None,
-                        column: str = "chi2_total", sim_lmbd: float | None = None,
-                        sim_oversample: int = SIM_OVERSAMPLE,
-                        progress=None) -> Calibration:
-    """Calibrate grid parameter ``name`` by simulation (module docs; docs/parameters.md).
+@dataclasses.dataclass(frozen=True)
+class CalibrationOptions:
+    """How :func:`calibrate_parameter` simulates and reads out.
 
-    Args:
-        problem: the observed problem. name: a grid parameter (``dopplermap.search.GRID_PARAMETERS``).
-        values: (n_grid >= 3,) ascending grid values of ``name`` along which the base estimate
-            (the profile ``chi2_total`` minimum) is read.
-        fixed: the other grid parameters, held at these values (e.g. the grid's best point).
-        trials: trial true values (default ``values``). n_sim: simulated data sets per trial.
-        seed: of the noise draws. settings: solver settings (default the problem's;
-            lambda, regulariser, tol and maxiter are used, fit_rv and fit_amp as given).
+    Attributes:
+        n_sim: simulated data sets per trial (>= 4). seed: of the noise draws.
         column: the base read-out, ``"chi2_total"`` (default; the un-reduced chi-square,
             the plain ``grid`` read-out's) or ``"loss"`` (``n_data`` x the objective,
             regulariser included). Chosen by measurement (docs/parameters.md).
         sim_lmbd: lambda of the trial maps the data sets are simulated from (default
-            ``SIM_LMBD_FACTOR * settings.lmbd``): a map less smoothed than the read-out's keeps
-            more of the surface's structure, so that the simulations see the regulariser's
-            bias as the real data do (measured: docs/parameters.md).
+            ``SIM_LMBD_FACTOR`` x the problem's lambda): a map less smoothed than the
+            read-out's keeps more of the surface's structure, so that the simulations see the
+            regulariser's bias as the real data do (measured: docs/parameters.md).
         sim_oversample: simulate the data sets on a band grid of ``sim_oversample`` times the
             problem's cells (default :data:`SIM_OVERSAMPLE`; each fine cell takes the value of
             the cell it lies in), so that they carry the surface grid's own discretisation
             error as real data do; 1: on the problem's grid.
+    """
+
+    n_sim: int = 32
+    seed: int = 0
+    column: str = "chi2_total"
+    sim_lmbd: float | None = None
+    sim_oversample: int = SIM_OVERSAMPLE
+
+    def __post_init__(self):
+        if int(self.n_sim) != self.n_sim or self.n_sim < 4:
+            raise DopplermapInputError(f"calibration: n_sim must be an integer >= 4, got {self.n_sim!r}")
+        if self.column not in COLUMNS:
+            raise DopplermapInputError(f"calibration: column must be one of {COLUMNS}, got {self.column!r}")
+        if self.sim_lmbd is not None and not (math.isfinite(self.sim_lmbd) and self.sim_lmbd >= 0):
+            raise DopplermapInputError(f"calibration: sim_lmbd must be finite and >= 0, got {self.sim_lmbd!r}")
+        if int(self.sim_oversample) != self.sim_oversample or self.sim_oversample < 1:
+            raise DopplermapInputError(f"calibration: sim_oversample must be an integer >= 1, got "
+                                       f"{self.sim_oversample!r}")
+
+
+def calibrate_parameter(problem: Problem, name: str, values, *, fixed: dict | None = None, trials=None,
+                        options: CalibrationOptions = CalibrationOptions(), progress=None) -> Calibration:
+    """Calibrate grid parameter ``name`` by simulation (module docs; docs/parameters.md).
+
+    Args:
+        problem: the observed problem, solved with its settings (lambda, regulariser, tol,
+            maxiter, fit_rv, fit_amp, offset_sigma; for others: ``problem.replace(settings=...)``).
+        name: a grid parameter (``dopplermap.search.GRID_PARAMETERS``).
+        values: (n_grid >= 3,) ascending grid values of ``name`` along which the base estimate
+            (the profile ``chi2_total`` minimum) is read.
+        fixed: the other grid parameters, held at these values (e.g. the grid's best point).
+        trials: trial true values (default ``values``).
+        options: the simulations and the read-out (:class:`CalibrationOptions`).
         progress: optional ``progress(stage, i, n)`` per trial map and per grid value.
     Returns:
         :class:`Calibration`.
     """
-    settings = problem.settings if settings is None else settings
-    check_calibratable(problem, settings)
-    if column not in COLUMNS:
-        raise DopplermapInputError(f"calibrate {name}: column must be one of {COLUMNS}, got {column!r}")
+    check_calibratable(require_problem(problem, "calibrate_parameter"))
+    settings, o = problem.settings, options
     fixed = dict(fixed or {})
     if name in fixed:
         raise DopplermapInputError(f"calibrate_parameter: {name!r} is both calibrated and fixed")
@@ -341,29 +364,23 @@ def calibrate_parameter(problem: Problem, name: str, values, *, fixed: dict | No
     t = v if trials is None else np.asarray(trials, float)
     if t.ndim != 1 or t.size < 2 or np.any(np.diff(t) <= 0):
         raise DopplermapInputError(f"calibrate {name}: need >= 2 ascending trial values, got {np.asarray(trials).tolist()}")
-    if int(n_sim) != n_sim or n_sim < 4:
-        raise DopplermapInputError(f"calibrate {name}: n_sim must be an integer >= 4, got {n_sim!r}")
-    n_sim = int(n_sim)
+    n_sim = int(o.n_sim)
     t_start = time.perf_counter()
     kw = dict(lmbd=settings.lmbd, regulariser=settings.regulariser, tol=settings.tol, maxiter=settings.maxiter,
               fit_rv=settings.fit_rv, fit_amp=settings.fit_amp, offset_sigma=settings.offset_sigma)
-    lm_sim = SIM_LMBD_FACTOR * float(settings.lmbd) if sim_lmbd is None else float(sim_lmbd)
-    if not (math.isfinite(lm_sim) and lm_sim >= 0):
-        raise DopplermapInputError(f"calibrate {name}: sim_lmbd must be finite and >= 0, got {sim_lmbd!r}")
+    lm_sim = SIM_LMBD_FACTOR * float(settings.lmbd) if o.sim_lmbd is None else float(o.sim_lmbd)
 
     def at(value):
         star, comps = apply_parameters(problem, dict(fixed, **{name: float(value)}))
-        return problem.replace(star=star, components=comps, settings=settings)
+        return problem.replace(star=star, components=comps)
 
     # on CPU the members go one after another through one compiled solve: the vmapped
     # (blocked) form's shapes change with the parameter, and each new shape compiles anew
     mode = "auto" if on_accelerator() else "sequential"
     obs = problem.obs
     err = np.asarray(obs.err, float)
-    rng = np.random.default_rng(seed)
-    if int(sim_oversample) != sim_oversample or sim_oversample < 1:
-        raise DopplermapInputError(f"calibrate {name}: sim_oversample must be an integer >= 1, got {sim_oversample!r}")
-    fine = latitude_band_grid(int(sim_oversample) * problem.grid.n_cell) if sim_oversample > 1 else None
+    rng = np.random.default_rng(o.seed)
+    fine = latitude_band_grid(int(o.sim_oversample) * problem.grid.n_cell) if o.sim_oversample > 1 else None
     owner = owner_cells(problem.grid, fine) if fine is not None else None
     flux = [np.asarray(obs.flux, float)[None]]
     for i, tv in enumerate(t):  # the map the data give at each trial value, and data sets drawn from it
@@ -388,7 +405,7 @@ def calibrate_parameter(problem: Problem, name: str, values, *, fixed: dict | No
         profiles["loss"][j] = [r.loss * n_data for r in rs]
         if progress is not None:
             progress("grid", j + 1, v.size)
-    prof = profiles[column]
+    prof = profiles[o.column]
     est = np.array([profile_minimum(v, prof[:, m]) for m in range(flux.shape[0])])
     sims = est[1:].reshape(t.size, n_sim)
     belt = belt_estimate(t, sims, est[0])
@@ -397,5 +414,6 @@ def calibrate_parameter(problem: Problem, name: str, values, *, fixed: dict | No
                        lo95=belt["lo95"], hi95=belt["hi95"], raw=float(est[0]), lo_open=belt["lo_open"],
                        hi_open=belt["hi_open"], no_crossing=belt["no_crossing"], values=v, trials=t, fixed=fixed,
                        sims=sims, center=belt["center"], spread=belt["spread"], profile=prof[:, 0],
-                       n_sim=n_sim, n_solves=cost["total"], seconds=time.perf_counter() - t_start, seed=int(seed),
-                       column=column, sim_lmbd=lm_sim, sim_oversample=int(sim_oversample), member_profiles=profiles)
+                       n_sim=n_sim, n_solves=cost["total"], seconds=time.perf_counter() - t_start, seed=int(o.seed),
+                       column=o.column, sim_lmbd=lm_sim, sim_oversample=int(o.sim_oversample),
+                       member_profiles=profiles)

@@ -23,16 +23,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .choices import REGULARISERS, check
-from .constants import FILL_MAX, FILL_MIN
+from .choices import REGULARISERS, SPOT_COMPONENTS, check
 from .errors import DopplermapInputError, warn
 from .geometry import StarParams, cell_geometry
 from .grid import SurfaceGrid
 from .model import apply_nuisance, precompute
-from .objective import DEFAULT_PENALTY, Layout, Observations, Terms, chi2, regulariser_value, sum_excess
+from .objective import DEFAULT_PENALTY, Layout, Terms, chi2, regulariser_value, sum_excess
+from .problem import Problem, require_problem
 from .profiles import ComponentSet, LocalProfile
 from .result import Outcome
 from .solvers import InversionResult, invert
+from .solvers._common import bounds
 from .solvers.scipy_lbfgsb import lbfgsb
 
 __all__ = ["JointFitResult", "joint_fit", "dense_model", "limb_kink_distance", "STAR_PARAMETERS", "LIMB_KINK_DEG"]
@@ -129,19 +130,44 @@ class JointFitResult:
     limb_kink_deg: float | None = None  # fitted inclination's distance to a limb kink (None: not fitted)
 
 
-def joint_fit(grid: SurfaceGrid, star: StarParams, obs: Observations, components: ComponentSet, *,
-              fit=("inclination", "vsini"), lmbd: float = 1.0, regulariser: str = "mem", tol: float = 1e-9,
-              maxiter: int = 3000, penalty: float = DEFAULT_PENALTY, fit_rv: bool = True, fit_amp: bool = True,
-              x0=None, batch: int = 8) -> JointFitResult:
+def _fittable(problem: Problem) -> None:
+    """Refuse in one line what the dense model does not fit (it would be silently left out)."""
+    st = problem.settings
+    reasons = ((problem.multi, "several line data sets ([[lines]])"),
+               (problem.lightcurve_data is not None, "a light curve"),
+               (problem.form is not None, "a given synthesis form (the seed's files)"),
+               (problem.gravity is not None, "gravity darkening"),
+               (problem.rv_shift != "interpolate", f"rv_shift {problem.rv_shift!r}"),
+               (tuple(st.fit_components) != SPOT_COMPONENTS, f"fit_components {tuple(st.fit_components)!r}"),
+               (st.line_weight != 1.0, f"line_weight {st.line_weight!r}"),
+               (st.offset_sigma is not None, f"offset_sigma {st.offset_sigma!r}"))
+    refused = [what for bad, what in reasons if bad]
+    if refused:
+        raise DopplermapInputError(f"{problem.source}: joint_fit fits one line data set with its own dense model "
+                                   f"of the star; this problem has {refused[0]}")
+
+
+def joint_fit(problem: Problem, *, fit=("inclination", "vsini"), x0=None, batch: int = 8, tol: float = 1e-9,
+              maxiter: int = 3000, penalty: float = DEFAULT_PENALTY) -> JointFitResult:
     """Fit the parameters named in ``fit`` (of ``STAR_PARAMETERS``) together with the map.
 
     Args:
-        grid, star, obs, components: the problem; ``star`` holds the starting values (and
-            the fixed period, t0 and any parameter not fitted).
-        fit: star parameters to fit. lmbd, regulariser: as :func:`dopplermap.invert`.
-        x0: starting ``[fssc, fssh, rv, amp]``; default: the map inverted (binned model) at
-            the starting star.
+        problem: the grid, star, observations and local lines, and the settings lmbd,
+            regulariser, fit_rv and fit_amp (as :func:`dopplermap.invert`); ``problem.star``
+            holds the starting values (and the fixed period, t0 and any parameter not
+            fitted). One line data set without a light curve, gravity darkening or a given
+            form: anything else is refused.
+        fit: star parameters to fit.
+        x0: starting ``[fssc, fssh, rv, amp]``; default: the map inverted (binned model,
+            L-BFGS-B to tol 1e-7) at the starting star.
+        tol, maxiter: the joint L-BFGS-B's own stopping rule, not the problem's (a map
+            solve's, Settings' 1e-5 and 1000): the joint fit keeps the tighter defaults its
+            results in benchmarks/RESULTS.md were measured with.
+        batch: epochs per step of the dense model (bounds its memory).
     """
+    _fittable(require_problem(problem, "joint_fit"))
+    grid, star, obs, components, st = problem.grid, problem.star, problem.obs, problem.components, problem.settings
+    lmbd, regulariser, fit_rv, fit_amp = st.lmbd, st.regulariser, st.fit_rv, st.fit_amp
     fit = tuple(fit)
     bad = [p for p in fit if p not in STAR_PARAMETERS]
     if bad or not fit:
@@ -185,13 +211,7 @@ def joint_fit(grid: SurfaceGrid, star: StarParams, obs: Observations, components
         return val, g, aux
 
     z0 = np.concatenate([x0, [start[p] / s for p, s in zip(fit, scales, strict=False)]])
-    lo = np.concatenate([np.full(2 * lay.n_cell, FILL_MIN), np.full(2 * lay.n_epoch, -np.inf)])
-    hi = np.concatenate([np.full(2 * lay.n_cell, FILL_MAX), np.full(2 * lay.n_epoch, np.inf)])
-    n2 = 2 * lay.n_cell
-    if not fit_rv:
-        lo[n2:n2 + lay.n_epoch] = hi[n2:n2 + lay.n_epoch] = x0[n2:n2 + lay.n_epoch]
-    if not fit_amp:
-        lo[n2 + lay.n_epoch:] = hi[n2 + lay.n_epoch:] = x0[n2 + lay.n_epoch:]
+    lo, hi = bounds(lay, fit_rv=fit_rv, fit_amp=fit_amp, x0=x0)  # the map's, as every solve's
     plo = [(STAR_PARAMETERS[p][0][0] if STAR_PARAMETERS[p][0][0] is not None else -np.inf) / s for p, s in zip(fit, scales, strict=False)]
     phi = [(STAR_PARAMETERS[p][0][1] if STAR_PARAMETERS[p][0][1] is not None else np.inf) / s for p, s in zip(fit, scales, strict=False)]
     lo, hi = np.concatenate([lo, plo]), np.concatenate([hi, phi])

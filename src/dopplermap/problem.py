@@ -41,8 +41,8 @@ from .plan import Plan
 from .profiles import Component, ComponentSet, LimbDarkening, gaussian, intensity_ratio, voigt
 from .simulate import DEMO_SPOTS, demo_setup, simulate
 
-__all__ = ["Settings", "GravityDarkening", "LightCurveData", "LineData", "Problem", "from_config", "from_npz",
-           "from_seed", "demo_problem", "save_npz", "NPZ_SCALARS"]
+__all__ = ["Settings", "GravityDarkening", "LightCurveData", "LineData", "Problem", "require_problem", "from_config",
+           "from_npz", "from_seed", "demo_problem", "save_npz", "NPZ_SCALARS"]
 
 # built on first use from the fields; left out of a pickle (a Dask worker rebuilds them)
 _CACHED = ("pre", "lightcurve", "line_factors", "lc_factors", "plan", "_solve_forms")
@@ -318,6 +318,14 @@ class Problem:
 
     def __setstate__(self, state):
         self.__dict__.update(state)
+
+
+def require_problem(obj, what: str) -> Problem:
+    """``obj`` if it is a :class:`Problem`; a bare model or loose parts are refused in one line."""
+    if not isinstance(obj, Problem):
+        raise DopplermapInputError(f"{what} takes a dopplermap.problem.Problem first, got {type(obj).__name__}; "
+                                   "build one: Problem(grid=..., star=..., obs=..., components=...)")
+    return obj
 
 
 # ------------------------------------------------------------------ builders

@@ -13,8 +13,8 @@
 * :func:`grid_search` re-precomputes and re-solves at every point of a Cartesian grid of
   stellar parameters (inclination, vsini, domega, period, t_cool, t_hot, macroturbulence,
   ew_scale) and appends one CSV row per finished point, so a killed search resumes where it
-  stopped. Points run on a Dask cluster: a local one sized to the machine by default, a
-  remote one with ``scheduler=ADDRESS``, or serially in this process (``scheduler="sync"``).
+  stopped. Points run serially in this process, or on a Dask cluster (:class:`Cluster`): a
+  local one sized to the machine, or a remote one at a scheduler's address.
 * :func:`delta_chi2_interval` gives the range of a parameter whose *un-reduced*
   chi-square ``chi2_reduced * n_epoch * n_vel`` lies within ``Delta chi2`` of the minimum
   (profiled over the other grid parameters).
@@ -46,7 +46,7 @@ from .geometry import StarParams, check_star
 from .memory import MAX_GRID_POINTS
 from .model import Precomputed
 from .objective import Observations
-from .problem import Problem, Settings
+from .problem import Problem, Settings, require_problem
 from .profiles import ComponentSet, LocalProfile, intensity_ratio, tabulated
 from .regularisers import seed_entropy
 from .solvers import InversionResult, check_solver_args, invert
@@ -55,7 +55,7 @@ __all__ = [
     "LambdaSweep", "sweep_lambda", "lcurve_corner", "lcurve_curvature", "regulariser_floor",
     "lambda_for_chi2", "Problem", "GRID_PARAMETERS", "apply_parameters",
     "grid_points", "count_points", "check_grid_size", "validate_points", "problem_fingerprint",
-    "evaluate_point", "grid_search", "read_table", "best_point",
+    "evaluate_point", "Cluster", "grid_search", "read_table", "best_point",
     "delta_chi2_interval", "pad_precomputed", "plot_lcurve", "plot_grid",
 ]
 
@@ -427,18 +427,17 @@ def pad_precomputed(pre: Precomputed, n_slot: int | None = None, n_bin: int | No
     return dataclasses.replace(pre, line=pre.line.pad(n_slot, n_bin))
 
 
-def evaluate_point(problem: Problem, params: dict, settings: Settings | None = None, x0=None) -> dict:
+def evaluate_point(problem: Problem, params: dict, x0=None) -> dict:
     """Re-precompute and re-solve at one grid point; returns the table row (a dict).
 
     The point is ``problem`` with the grid parameters substituted (:meth:`Problem.replace`),
-    so gravity darkening, a light curve and the synthesis method carry over; ``settings``
-    default to the problem's. Row fields: the parameters, ``chi2`` (reduced, line
-    profiles), ``chi2_total`` (un-reduced, ``chi2 * n_epoch * n_vel``), ``loss``,
-    ``regulariser``, ``entropy`` (the seed's entropy of the map, whatever the regulariser),
-    ``iterations``, ``success``.
+    so gravity darkening, a light curve, the synthesis method and the settings carry over.
+    Row fields: the parameters, ``chi2`` (reduced, line profiles), ``chi2_total``
+    (un-reduced, ``chi2 * n_epoch * n_vel``), ``loss``, ``regulariser``, ``entropy`` (the
+    seed's entropy of the map, whatever the regulariser), ``iterations``, ``success``.
     """
-    star, comps = apply_parameters(problem, params)
-    point = problem.replace(star=star, components=comps, settings=settings or problem.settings)
+    star, comps = apply_parameters(require_problem(problem, "evaluate_point"), params)
+    point = problem.replace(star=star, components=comps)
     pre = pad_precomputed(point.pre)
     res = invert(pre, point.obs, **point.invert_kwargs(), x0=x0)
     ent = float(seed_entropy(jnp.asarray(res.fssc), jnp.asarray(res.fssh), pre.cell_area))
@@ -656,35 +655,60 @@ CONNECT_TIMEOUT = 5.0
 """Seconds to wait for a Dask scheduler (or a local cluster) before giving up."""
 
 
-def _client(scheduler, n_workers, timeout: float = CONNECT_TIMEOUT):
-    try:
-        from dask.distributed import Client, LocalCluster
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise ImportError("parallel grid search needs dask: pip install 'dopplermap[dask]'") from exc
-    if n_workers is not None and (int(n_workers) != n_workers or n_workers < 1):
-        raise DopplermapInputError(f"n_workers (--workers) must be an integer >= 1, got {n_workers!r}")
-    if not (timeout > 0):
-        raise DopplermapInputError(f"connect timeout must be > 0 s, got {timeout!r}")
-    if scheduler is None or scheduler == "local":
-        n = n_workers or max(1, os.cpu_count() or 1)
-        cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None)
-        return Client(cluster), cluster
-    try:
-        return Client(scheduler, timeout=timeout), None
-    except (OSError, TimeoutError, ValueError) as exc:
-        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise DopplermapInputError(f"--scheduler {scheduler}: could not connect within {timeout:g} s ({msg}); check "
-                                   "the address and that the scheduler is running, or use --scheduler sync") from None
+@dataclasses.dataclass(frozen=True)
+class Cluster:
+    """Where :func:`grid_search` solves its points (``cluster=None``: serially in this process).
+
+    ``scheduler``: ``None``/``"local"`` = a local Dask cluster of ``n_workers`` processes
+    (default: one per CPU), otherwise the address of a running Dask scheduler
+    (``tcp://host:8786``), which must be trusted: Dask sends it pickled code and data, and it
+    runs them. ``connect_timeout``: seconds to wait for that scheduler.
+    """
+
+    scheduler: str | None = None
+    n_workers: int | None = None
+    connect_timeout: float = CONNECT_TIMEOUT
+
+    def __post_init__(self):
+        if self.scheduler == "sync":  # one way to say "here": cluster=None
+            raise DopplermapInputError("Cluster(scheduler='sync'): pass cluster=None to solve in this process")
+        if self.n_workers is not None and (int(self.n_workers) != self.n_workers or self.n_workers < 1):
+            raise DopplermapInputError(f"n_workers (--workers) must be an integer >= 1, got {self.n_workers!r}")
+        if not (self.connect_timeout > 0):
+            raise DopplermapInputError(f"connect timeout must be > 0 s, got {self.connect_timeout!r}")
+
+    @property
+    def remote(self) -> bool:
+        """Whether the scheduler is a running one at an address (not a local cluster)."""
+        return self.scheduler not in (None, "local")
+
+    def connect(self):
+        """``(client, local_cluster)``: a client of the scheduler (``local_cluster`` None) or of
+        a new local cluster, which the caller closes."""
+        try:
+            from dask.distributed import Client, LocalCluster
+        except ImportError as exc:  # pragma: no cover - depends on the environment
+            raise ImportError("parallel grid search needs dask: pip install 'dopplermap[dask]'") from exc
+        if not self.remote:
+            n = self.n_workers or max(1, os.cpu_count() or 1)
+            cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None)
+            return Client(cluster), cluster
+        try:
+            return Client(self.scheduler, timeout=self.connect_timeout), None
+        except (OSError, TimeoutError, ValueError) as exc:
+            msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise DopplermapInputError(f"--scheduler {self.scheduler}: could not connect within "
+                                       f"{self.connect_timeout:g} s ({msg}); check the address and that the "
+                                       "scheduler is running, or use --scheduler sync") from None
 
 
-def grid_search(problem: Problem, axes: dict, table, *, settings: Settings | None = None,
-                resume: bool = False, scheduler: str | None = None, n_workers: int | None = None,
-                progress=None, connect_timeout: float = CONNECT_TIMEOUT, max_points: int | None = None) -> list[dict]:
+def grid_search(problem: Problem, axes: dict, table, *, resume: bool = False, cluster: Cluster | None = None,
+                progress=None, max_points: int | None = None) -> list[dict]:
     """Invert at every point of a Cartesian parameter grid; one CSV row per finished point.
 
     Args:
-        problem: :class:`dopplermap.problem.Problem`. axes: ``{parameter: values}`` (see
-            ``GRID_PARAMETERS``). settings: solver settings (default: the problem's).
+        problem: :class:`dopplermap.problem.Problem`, solved with its settings (for others:
+            ``problem.replace(settings=...)``). axes: ``{parameter: values}`` (see ``GRID_PARAMETERS``).
         table: CSV path. Rows are appended as points finish (each point is solved from the
             seed's flat start, so results do not depend on the order of execution); at the
             end the table is sorted by point id. Every row also carries the solve settings
@@ -693,19 +717,16 @@ def grid_search(problem: Problem, axes: dict, table, *, settings: Settings | Non
         resume: continue an existing table, skipping its finished points (a row cut off by
             a kill is dropped); without it an existing table is an error. A table of
             another grid, other settings or another problem is refused with a one-line diff.
-        scheduler: ``None``/``"local"`` = a local Dask cluster of ``n_workers`` processes
-            (default: one per CPU), ``"sync"`` = serially in this process, otherwise the
-            address of a running Dask scheduler (``tcp://host:8786``), which must be
-            trusted: Dask sends it pickled code and data, and it runs them.
-        connect_timeout: seconds to wait for that scheduler.
+        cluster: the Dask cluster the points run on (:class:`Cluster`); None (default):
+            serially in this process.
         max_points: most grid points (default :data:`dopplermap.memory.MAX_GRID_POINTS`).
         progress: optional ``progress(n_done, n_total, row)`` called per finished point.
     Every grid value is validated before the first solve (:func:`validate_points`).
     Returns:
         All rows of the finished table, sorted by point id.
     """
+    settings = require_problem(problem, "grid_search").settings
     table = Path(table)
-    settings = problem.settings if settings is None else settings
     points = grid_points(axes, max_points)
     names = list(axes)
     check_solver_args(tol=settings.tol, maxiter=settings.maxiter, lmbd=settings.lmbd)
@@ -723,23 +744,22 @@ def grid_search(problem: Problem, axes: dict, table, *, settings: Settings | Non
         if progress is not None:
             progress(n_done, len(points), row)
 
-    if todo and scheduler == "sync":
+    if todo and cluster is None:
         for i in todo:
-            finish(i, evaluate_point(problem, points[i], settings))
+            finish(i, evaluate_point(problem, points[i]))
     elif todo:
         from dask.distributed import as_completed
 
-        client, cluster = _client(scheduler, n_workers, connect_timeout)
+        client, local = cluster.connect()
         try:
             prob = client.scatter(problem, broadcast=True)
-            futs = {client.submit(evaluate_point, prob, points[i], settings, pure=False): i
-                    for i in todo}
+            futs = {client.submit(evaluate_point, prob, points[i], pure=False): i for i in todo}
             for fut in as_completed(futs):
                 finish(futs[fut], fut.result())
         finally:
             client.close()
-            if cluster is not None:
-                cluster.close()
+            if local is not None:
+                local.close()
     _sort_table(table)
     return read_table(table)
 

@@ -180,13 +180,15 @@ def run_grid(problem, *, n_cell, n_epoch, n_vel, snr, regulariser, out: Path, ov
     if not (out.is_dir() and resume and _is_grid(out)):  # resuming: grid_search checks the table
         check_out(out, "grid", overwrite=overwrite, legacy=_is_grid,  # before any work
                   flag="--resume (to continue an interrupted search) or --overwrite")
-    if scheduler not in (None, "local", "sync"):  # an unreachable scheduler fails before any work
-        client, _ = search._client(scheduler, workers, connect_timeout)
+    cluster = None if scheduler == "sync" else search.Cluster(scheduler, workers, connect_timeout)
+    if cluster is not None and cluster.remote:  # an unreachable scheduler fails before any work
+        client, _ = cluster.connect()
         client.close()
     prob = load_problem(problem, n_cell=n_cell, n_epoch=n_epoch, n_vel=n_vel, snr=snr, tol=GRID_TOL)
     settings = prob.settings.replace(lmbd=lmbd, regulariser=regulariser, tol=tol)
+    prob = prob.replace(settings=settings)
     if n_sim is not None:  # refuse what cannot be calibrated before the search, not after it
-        calibrate.check_calibratable(prob, settings)
+        calibrate.check_calibratable(prob)
         if not any(np.size(v) >= 3 for v in axes.values()):
             raise DopplermapInputError("--calibrate needs a --param axis of at least 3 values")
     if overwrite and not resume and out.is_dir():  # an earlier grid search (checked above): start again
@@ -203,8 +205,7 @@ def run_grid(problem, *, n_cell, n_epoch, n_vel, snr, regulariser, out: Path, ov
                    f"{time.perf_counter() - t_start:.1f} s", err=True)
 
     with _expected_chi2_spread():
-        rows = search.grid_search(prob, axes, out / "grid.csv", settings=settings, resume=resume,
-                                  scheduler=scheduler, n_workers=workers, connect_timeout=connect_timeout,
+        rows = search.grid_search(prob, axes, out / "grid.csv", resume=resume, cluster=cluster,
                                   max_points=max_points, progress=None if quiet else progress)
     column = "chi2_total"  # one criterion for the best point and the intervals
     best = search.best_point(rows, list(axes), column=column)
@@ -219,7 +220,7 @@ def run_grid(problem, *, n_cell, n_epoch, n_vel, snr, regulariser, out: Path, ov
     if n_sim is not None:
         if calibrate_oversample is None:
             calibrate_oversample = 1 if problem is None else calibrate.SIM_OVERSAMPLE
-        calibrated = _calibrate(prob, axes, best, settings, n_sim, calibrate_seed, calibrate_oversample, quiet)
+        calibrated = _calibrate(prob, axes, best, n_sim, calibrate_seed, calibrate_oversample, quiet)
         summary["calibrated"] = {name: c.summary() for name, c in calibrated.items()}
     _write_json(out / "grid.json", summary)
     save_figure(search.plot_grid(rows, list(axes)), out / "grid.png")
@@ -242,7 +243,7 @@ def run_grid(problem, *, n_cell, n_epoch, n_vel, snr, regulariser, out: Path, ov
     return summary
 
 
-def _calibrate(prob, axes, best, settings, n_sim, seed, oversample, quiet) -> dict:
+def _calibrate(prob, axes, best, n_sim, seed, oversample, quiet) -> dict:
     """Calibrate every axis of >= 3 values in the order of the axes; the others are held at
     the grid's best point, or at their calibrated value once calibrated (as the benchmark
     measured it: inclination, then vsini at the calibrated inclination)."""
@@ -264,9 +265,8 @@ def _calibrate(prob, axes, best, settings, n_sim, seed, oversample, quiet) -> di
                 click.echo(f"calibrating {name}: {stage} {i}/{n}", err=True)
 
         with _expected_chi2_spread():
-            out[name] = calibrate.calibrate_parameter(prob, name, v, fixed=fixed, n_sim=n_sim, seed=seed + i,
-                                                      settings=settings, sim_oversample=oversample,
-                                                      progress=progress)
+            options = calibrate.CalibrationOptions(n_sim=n_sim, seed=seed + i, sim_oversample=oversample)
+            out[name] = calibrate.calibrate_parameter(prob, name, v, fixed=fixed, options=options, progress=progress)
         held[name] = out[name].estimate
     return out
 
