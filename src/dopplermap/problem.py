@@ -41,7 +41,7 @@ from .profiles import Component, ComponentSet, LimbDarkening, gaussian, intensit
 from .simulate import DEMO_SPOTS, demo_setup, simulate
 
 __all__ = ["Settings", "GravityDarkening", "LightCurveData", "LineData", "Problem", "from_config", "from_npz",
-           "from_seed", "demo_problem", "save_npz", "NPZ_SCALARS"]
+           "from_seed", "demo_problem", "save_npz", "NPZ_SCALARS", "check_problem"]
 
 _DERIVED = ("pre", "lightcurve", "line_factors", "lc_factors")
 
@@ -274,7 +274,8 @@ class Problem:
     # ------------------------------------------------------------------ variations
 
     def replace(self, **changes) -> Problem:
-        """The same problem with some fields replaced; derived arrays are rebuilt on use.
+        """The same problem with some fields replaced; derived arrays are rebuilt on use
+        (kept when only ``settings`` change).
 
         A given form is not rebuilt from anything: other stellar parameters, components or a
         method cannot apply to it and are refused."""
@@ -282,7 +283,10 @@ class Problem:
         if self.form is not None and "form" not in changes and fixed:
             raise DopplermapInputError(f"{self.source}: the synthesis form is given as data; changing "
                                        f"{', '.join(fixed)} would not change it")
-        return dataclasses.replace(self, **changes)
+        new = dataclasses.replace(self, **changes)
+        if set(changes) <= {"settings"}:  # solver settings enter no derived array: keep those built
+            new.__dict__.update({k: v for k, v in self.__dict__.items() if k in _DERIVED})
+        return new
 
     def invert_kwargs(self, **overrides) -> dict:
         """Keyword arguments of :func:`dopplermap.invert` for this problem (settings, light curve)."""
@@ -295,6 +299,13 @@ class Problem:
 
     def __setstate__(self, state):
         self.__dict__.update(state)
+
+
+def check_problem(problem, what: str) -> Problem:
+    """``problem``, or a clear error naming ``what`` (a call such as ``"laplace(problem, best)"``)."""
+    if not isinstance(problem, Problem):
+        raise DopplermapInputError(f"{what}: give a dopplermap.Problem, got {type(problem).__name__}")
+    return problem
 
 
 # ------------------------------------------------------------------ builders
