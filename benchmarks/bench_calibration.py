@@ -354,10 +354,12 @@ def run_coverage(s, n_boot=20, min_frac=0.5):
         warnings.simplefilter("ignore")
         best = dm.invert(pre, p.obs, **kw)
         t0 = time.perf_counter()
-        uncs = {"laplace-posterior": U.laplace(pre, p.obs, best, kind="posterior"),
-                "laplace-sandwich": U.laplace(pre, p.obs, best, kind="sandwich")}
+        # the settings the uncertainties were measured with (those of dopplermap invert)
+        up = p.replace(settings=p.settings.replace(tol=1e-6, maxiter=1000, fit_rv=True, fit_amp=True))
+        uncs = {"laplace-posterior": U.laplace(up, best, width="posterior"),
+                "laplace-sandwich": U.laplace(up, best, width="sandwich")}
         t1 = time.perf_counter()
-        uncs["bootstrap"] = U.bootstrap(pre, p.obs, best, n_boot=n_boot, seed=s["k"])
+        uncs["bootstrap"] = U.bootstrap(up, best, n_boot=n_boot, seed=s["k"])
         t2 = time.perf_counter()
     g = p.grid
     geo = cell_geometry(g.lat, g.lon, g.area, p.obs.times, p.star.inclination, p.star.vsini, p.star.period,
@@ -385,6 +387,7 @@ def run_alt(s, incs=None):
     """Maximum entropy at reduced chi2 = 1, per inclination (vsini at the truth)."""
     import jax.numpy as jnp
 
+    import dopplermap as dm
     from dopplermap.search import lambda_for_chi2, pad_precomputed, seed_entropy
 
     p = s["problem"]
@@ -394,15 +397,14 @@ def run_alt(s, incs=None):
     for inc in incs:
         pt = p.replace(star=p.star.replace(inclination=float(inc)))
         pre = pad_precomputed(pt.pre)
-        kw = pt.invert_kwargs()
-        kw.pop("lmbd", None)
-        reg = kw.pop("regulariser", "mem")
+        st = pt.settings  # only these settings, as measured (no weights, light curve or solver choice)
+        padded = dm.Problem(grid=None, star=None, obs=pt.obs, components=None, form=pre,
+                            settings=dm.Settings(regulariser=st.regulariser, tol=st.tol, maxiter=st.maxiter,
+                                                 fit_rv=st.fit_rv, fit_amp=st.fit_amp))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:
-                lm, res, trials = lambda_for_chi2(pre, pt.obs, 1.0, regulariser=reg, lo=0.01, hi=100.0, rtol=2e-3,
-                                                  max_solves=12, **{k: v for k, v in kw.items()
-                                                                    if k in ("fit_rv", "fit_amp", "tol", "maxiter")})
+                lm, res, trials = lambda_for_chi2(padded, 1.0, lo=0.01, hi=100.0, rtol=2e-3, max_solves=12)
             except Exception as exc:  # noqa: BLE001  (a point that fails is recorded, not fatal)
                 rows.append(dict(inc=float(inc), error=f"{type(exc).__name__}: {exc}"))
                 continue

@@ -25,13 +25,13 @@ def demo(targets):
     from dopplermap.app.search import load_problem
 
     prob = load_problem(None)  # the command's demo star
+    prob = prob.replace(settings=prob.settings.replace(tol=1e-7, maxiter=2000))
     obs = prob.obs
-    pre = dm.precompute(prob.grid, prob.star, np.asarray(obs.times), np.asarray(obs.vels), prob.components)
     lm = np.logspace(-3, 2, 16)
     print(f"demo star: n_cell {prob.grid.n_cell} n_epoch {obs.n_epoch} n_vel {obs.n_vel}, 16 lambdas 0.001..100, "
           f"tol 1e-7, backend {jax.default_backend()}")
     t = time.perf_counter()
-    sw = search.sweep_lambda(pre, obs, lm, tol=1e-7)
+    sw = search.sweep_lambda(prob, lm)
     print(f"sweep {time.perf_counter() - t:.1f} s")
     c, _ = search.lcurve_corner(sw)
     c0, _ = search.lcurve_corner(sw, refine=False)
@@ -39,7 +39,7 @@ def demo(targets):
     for target in targets:
         for name, kw in (("sweep bracket", dict(sweep=sw)), ("lo/hi bracket", dict(lo=float(lm[0]), hi=float(lm[-1])))):
             t = time.perf_counter()
-            lmt, res, trials = search.lambda_for_chi2(pre, obs, target, tol=1e-7, **kw)
+            lmt, res, trials = search.lambda_for_chi2(prob, target, **kw)
             print(f"target chi2 {target:g} ({name}): lambda {lmt:.5g}, chi2/target - 1 = {res.chi2 / target - 1:+.2e}, "
                   f"{len(trials)} solves, {time.perf_counter() - t:.1f} s")
 
@@ -57,18 +57,19 @@ def main():
         return demo(a.target_chi2)
     star, grid, times, vels, comps = dm.demo_setup(n_cell=a.n_cell, n_epoch=a.n_epoch)
     sim = dm.simulate(grid, star, times, vels, comps, dm.DEMO_SPOTS, snr=500.0)
-    pre = dm.precompute(grid, star, times, vels, comps)
+    prob = dm.Problem(grid=grid, star=star, obs=sim.obs, components=comps,
+                      settings=dm.Settings(tol=a.tol, maxiter=2000))
     lm = np.logspace(-3, 2, a.n_lambda)
     print(f"backend {jax.default_backend()} float64  cpu {platform.processor() or platform.machine()}  "
           f"n_cell {grid.n_cell} n_epoch {len(times)} n_vel {len(vels)}  {a.n_lambda} lambdas, tol {a.tol}")
     t = time.perf_counter()
-    r0 = dm.invert(pre, sim.obs, lmbd=1.0, tol=a.tol)  # compile once (cached for both runs)
+    r0 = dm.invert(prob, lmbd=1.0, maxiter=1000)  # compile once (cached for both runs)
     print(f"first solve (includes compile {r0.compile_time:.2f} s): {time.perf_counter() - t:.2f} s")
     t = time.perf_counter()
-    warm = search.sweep_lambda(pre, sim.obs, lm, tol=a.tol, warm_start=True)
+    warm = search.sweep_lambda(prob, lm, warm_start=True)
     t_warm = time.perf_counter() - t
     t = time.perf_counter()
-    cold = search.sweep_lambda(pre, sim.obs, lm, tol=a.tol, warm_start=False)
+    cold = search.sweep_lambda(prob, lm, warm_start=False)
     t_cold = time.perf_counter() - t
     for name, sw, tt in (("warm-started", warm, t_warm), ("cold", cold, t_cold)):
         print(f"{name:13s} total {tt:7.2f} s  per solve {tt / len(lm):6.3f} s  iterations {int(sw.iterations.sum())}"

@@ -7,7 +7,7 @@ The unbatched and the batched path in the same process:
 * one HVP at a time on the dense float64 cube (a compiled single HVP, the unbatched path)
   against ``chunk`` HVPs in one vmapped call on the blocked float64 form
   (:func:`dopplermap.uncertainty.hvp_form`), per HVP, with their agreement;
-* whole ``laplace(kind="posterior")`` and ``laplace(kind="sandwich")`` (dense method)
+* whole ``laplace(width="posterior")`` and ``laplace(width="sandwich")`` (dense diagonal)
   wall times and the sandwich's diagonal ``diag(A F A)`` by the three-operand
   ``np.einsum`` against the BLAS product ``A @ F`` and a row-wise dot with ``A``, on random
   1200 x 1200 matrices (both skipped with ``--quick``).
@@ -93,7 +93,8 @@ def main():
                                         max_rel_diff=float(np.max(np.abs(d_ein - d_blas)) / np.max(np.abs(d_ein))))
         for kind in ("posterior", "sandwich"):
             t0 = time.perf_counter()
-            unc = U.laplace(pre, sim.obs, best, kind=kind, chunk=args.chunk)
+            problem = dm.Problem(grid=grid, star=None, obs=sim.obs, components=None, form=pre)
+            unc = U.laplace(problem, best, width=kind, options={"chunk": args.chunk})
             sig = unc.sigma_fssc[np.isfinite(unc.sigma_fssc)]
             out[f"laplace_{kind}"] = {"wall_s": time.perf_counter() - t0, "median_sigma_fssc": float(np.median(sig))}
             print(kind, json.dumps(out[f"laplace_{kind}"]), flush=True)

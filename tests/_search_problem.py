@@ -10,3 +10,8 @@ def small_problem(n_cell=400, n_epoch=20, n_vel=24, snr=500.0, seed=1, inclinati
     sim = dm.simulate(grid, star, times, vels, comps, dm.DEMO_SPOTS, snr=snr, seed=seed)
     return search.Problem(grid=grid, star=star, obs=sim.obs, components=comps,
                           t_phot=5000.0, wavelength_nm=600.0), sim
+
+
+def form_problem(pre, obs, **settings):
+    """The problem of a precomputed model ``pre`` and its observations, with these settings."""
+    return dm.Problem(grid=None, star=None, obs=obs, components=None, form=pre, settings=dm.Settings(**settings))

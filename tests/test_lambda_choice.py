@@ -3,8 +3,10 @@ and one criterion for the grid's best point and intervals."""
 
 import json
 import math
+import sys
 import types
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,6 +14,9 @@ import pytest
 import dopplermap as dm
 from dopplermap import search
 from dopplermap.errors import ConvergenceWarning, DopplermapWarning
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _search_problem import form_problem  # noqa: E402
 
 # ------------------------------------------------------------------ an analytic L-curve
 
@@ -66,8 +71,16 @@ def test_corner_between_sweep_points_matches_the_analytic_corner(linear_problem)
 # ------------------------------------------------------------------ the root finder
 
 
+def _stub_problem():
+    """A problem the stubbed solves never look into (its model is built only if asked for)."""
+    star, grid, times, vels, comps = dm.demo_setup(n_cell=50, n_epoch=3, n_vel=8)
+    flux = np.ones((times.size, vels.size))
+    return dm.Problem(grid=grid, star=star, obs=dm.Observations.create(times, vels, flux, 1e-3 * flux),
+                      components=comps)
+
+
 def _fake_invert(chi2_of_lambda, calls):
-    def invert(pre, obs, *, lmbd, x0=None, **kw):
+    def invert(problem, *, lmbd, x0=None):
         calls.append(lmbd)
         c2 = float(chi2_of_lambda(lmbd))
         return types.SimpleNamespace(lmbd=lmbd, chi2=c2, loss=c2, iterations=50, x=np.array([lmbd]))
@@ -84,7 +97,7 @@ def test_target_chi2_on_a_non_monotone_curve(monkeypatch):
     monkeypatch.setattr(search, "invert", _fake_invert(chi2, calls))
     with warnings.catch_warnings():
         warnings.simplefilter("error", DopplermapWarning)
-        lm, res, trials = search.lambda_for_chi2(None, None, 1.3, lo=1e-3, hi=1e3, rtol=1e-3, max_solves=12)
+        lm, res, trials = search.lambda_for_chi2(_stub_problem(), 1.3, lo=1e-3, hi=1e3, rtol=1e-3, max_solves=12)
     assert abs(res.chi2 / 1.3 - 1) < 1e-3
     assert len(calls) == len(trials) <= 12 and res.lmbd == lm
     s = np.linspace(math.log(lm) - 0.3, math.log(lm) + 0.3, 601)
@@ -95,7 +108,7 @@ def test_target_chi2_warns_when_out_of_solves(monkeypatch):
     calls = []
     monkeypatch.setattr(search, "invert", _fake_invert(lambda lm: 0.5 + lm, calls))
     with pytest.warns(DopplermapWarning, match="after 3 solves"):
-        search.lambda_for_chi2(None, None, 1.7, lo=1e-3, hi=1e3, rtol=1e-9, max_solves=3)
+        search.lambda_for_chi2(_stub_problem(), 1.7, lo=1e-3, hi=1e3, rtol=1e-9, max_solves=3)
     assert len(calls) == 3
 
 
@@ -111,20 +124,21 @@ def doppler():
     flux2 = np.asarray(sim.obs.flux) + 0.01 * np.asarray(sim.obs.err) * rng.normal(size=sim.obs.flux.shape)
     obs2 = dm.Observations.create(sim.obs.times, sim.obs.vels, flux2, sim.obs.err)
     lm = np.logspace(-3, 2, 12)
-    sweeps = [search.sweep_lambda(pre, o, lm, tol=1e-8) for o in (sim.obs, obs2)]
-    return pre, (sim.obs, obs2), lm, sweeps
+    problems = [form_problem(pre, o, tol=1e-8, maxiter=2000) for o in (sim.obs, obs2)]
+    sweeps = [search.sweep_lambda(p, lm) for p in problems]
+    return problems, lm, sweeps
 
 
 @pytest.mark.slow
 def test_doppler_corner_is_continuous(doppler):
-    _, _, lm, (sw1, sw2) = doppler
+    _, lm, (sw1, sw2) = doppler
     c1, c2 = (search.lcurve_corner(s)[0] for s in (sw1, sw2))
     assert min(abs(math.log(c1 / v)) for v in lm) > 1e-4  # not snapped to a sweep value
     assert 0 < abs(math.log(c2 / c1)) < 0.05  # log spacing of the sweep: 1.05
 
 
 def test_doppler_target_chi2_in_few_solves(doppler, monkeypatch):
-    pre, (obs1, obs2), lm, sweeps = doppler
+    (p1, p2), lm, sweeps = doppler
     calls = []
     real = search.invert
 
@@ -139,15 +153,15 @@ def test_doppler_target_chi2_in_few_solves(doppler, monkeypatch):
         # at tol 1e-8 a solve may end on a line-search failure at the loss's rounding (CPU-dependent);
         # its chi2 is checked below
         warnings.filterwarnings("ignore", "solve stopped on a line-search failure", ConvergenceWarning)
-        for obs, sw in zip((obs1, obs2), sweeps, strict=True):
+        for p, sw in zip((p1, p2), sweeps, strict=True):
             n0 = len(calls)
-            lmt, res, trials = search.lambda_for_chi2(pre, obs, 1.1, tol=1e-8, sweep=sw)
+            lmt, res, trials = search.lambda_for_chi2(p, 1.1, sweep=sw)
             assert len(calls) - n0 == len(trials) <= 10
             assert abs(res.chi2 / 1.1 - 1) < 5e-3
             found.append(lmt)
         # without a sweep: bracketed from lo/hi (5 decades)
         n0 = len(calls)
-        lmt, res, trials = search.lambda_for_chi2(pre, obs1, 1.1, lo=1e-3, hi=1e2, tol=1e-8)
+        lmt, res, trials = search.lambda_for_chi2(p1, 1.1, lo=1e-3, hi=1e2)
         assert len(calls) - n0 == len(trials) <= 10 and abs(res.chi2 / 1.1 - 1) < 5e-3
     assert min(abs(math.log(found[0] / v)) for v in lm) > 1e-4
     assert abs(math.log(found[1] / found[0])) < 0.05
@@ -197,7 +211,7 @@ def test_stalled_warm_start_is_checked_from_the_flat_start(monkeypatch):
     # a warm start that stops at once keeps the previous map; the flat start finds a lower loss
     calls = []
 
-    def invert(pre, obs, *, lmbd, x0=None, **kw):
+    def invert(problem, *, lmbd, x0=None):
         calls.append((lmbd, x0 is None))
         stalled = x0 is not None and lmbd > 1.0
         loss = lmbd + (0.5 if stalled else 0.0)
@@ -206,6 +220,6 @@ def test_stalled_warm_start_is_checked_from_the_flat_start(monkeypatch):
 
     monkeypatch.setattr(search, "invert", invert)
     monkeypatch.setattr(search, "regulariser_floor", lambda *a: 0.0)
-    sw = search.sweep_lambda(None, None, [0.5, 2.0, 4.0])
+    sw = search.sweep_lambda(_stub_problem(), [0.5, 2.0, 4.0])
     assert calls == [(0.5, True), (2.0, False), (2.0, True), (4.0, False), (4.0, True)]
     assert list(sw.loss) == [0.5, 2.0, 4.0] and list(sw.iterations) == [40, 40, 40]

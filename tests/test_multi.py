@@ -283,6 +283,6 @@ def test_unsupported_paths_say_so(two_instruments):
         Problem(grid=case["grid"], star=case["star"], obs=case["sets"][0][1], components=case["sets"][0][2],
                 lines=(LineData(case["sets"][0][1], case["sets"][0][2]),))
     with pytest.raises(DopplermapInputError, match="laplace: one line data set only, got 2 sets"):
-        uncertainty.laplace(joint.pre, joint.observations, None)
+        uncertainty.laplace(joint, None)
     with pytest.raises(DopplermapInputError, match="never_visible: one line data set only"):
         uncertainty.never_visible(joint.pre)

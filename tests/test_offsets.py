@@ -275,8 +275,9 @@ def test_prior_keeps_the_offsets_below_001_on_a_spotdipy_scaled_star():
 def test_uncertainty_maps_say_they_leave_the_prior_out(star, solved):
     pre, sim = star
     res = solved["lbfgsb"]
-    with pytest.warns(dm.DopplermapWarning, match="offset prior"), pytest.raises(DopplermapInputError, match="method"):
-        uncertainty.laplace(pre, sim.obs, res, method="none")  # warns first, then refuses the method
+    problem = dm.Problem(grid=None, star=None, obs=sim.obs, components=None, form=pre)
+    with pytest.warns(dm.DopplermapWarning, match="offset prior"), pytest.raises(DopplermapInputError, match="diagonal"):
+        uncertainty.laplace(problem, res, diagonal="none")  # warns first, then refuses the diagonal
 
 
 def test_newton_residuals_hold_the_prior_exactly(star, lightcurve):

@@ -66,3 +66,11 @@ def test_the_layout_names_every_block_of_the_vector(problem):
         np.testing.assert_array_equal(part, x[blocks[name]])
     assert sum(s.stop - s.start for s in blocks.values()) == lay.size
     assert dm.invert(problem, maxiter=3).x.shape == (lay.size,)
+
+
+def test_new_settings_keep_the_built_forms_but_not_the_plan(problem):
+    f32 = problem.solve_form("float32")
+    assert problem.plan.cube_dtype == "float32"
+    tight = problem.replace(settings=problem.settings.replace(tol=1e-8))
+    assert tight.pre is problem.pre and tight.solve_form("float32") is f32
+    assert tight.plan.cube_dtype == "float64"

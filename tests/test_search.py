@@ -13,7 +13,7 @@ from dopplermap.app.demo import recovery_correlation
 from dopplermap.problem import Settings
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _search_problem import small_problem  # noqa: E402
+from _search_problem import form_problem, small_problem  # noqa: E402
 
 AXES = {"inclination": [45.0, 52.5, 60.0, 67.5], "vsini": [37.0, 38.5, 40.0, 41.5]}
 SETTINGS = Settings(lmbd=0.5, tol=1e-5)
@@ -36,7 +36,7 @@ def test_lambda_sweep_corner_near_best_recovery(problem):
     prob, sim = problem
     pre = dm.precompute(prob.grid, prob.star, sim.obs.times, sim.obs.vels, prob.components)
     lm = np.logspace(-2.5, 1.5, 11)
-    sw = search.sweep_lambda(pre, sim.obs, lm, tol=1e-6)
+    sw = search.sweep_lambda(form_problem(pre, sim.obs, tol=1e-6, maxiter=2000), lm)
     assert np.all(np.diff(sw.regulariser) < 0.05)  # regularisation falls as lambda grows (noise aside)
     assert sw.chi2[-1] > sw.chi2[0]
     corner, kappa = search.lcurve_corner(sw)
@@ -66,11 +66,12 @@ def test_lcurve_curvature_of_an_ideal_L():
 def test_lambda_for_chi2_brackets_and_hits(problem):
     prob, sim = problem
     pre = dm.precompute(prob.grid, prob.star, sim.obs.times, sim.obs.vels, prob.components)
-    lm, res, trials = search.lambda_for_chi2(pre, sim.obs, 1.0, lo=1e-2, hi=10.0, rtol=5e-3, tol=1e-6)
+    lm, res, trials = search.lambda_for_chi2(form_problem(pre, sim.obs, tol=1e-6, maxiter=2000), 1.0, lo=1e-2,
+                                             hi=10.0, rtol=5e-3)
     assert abs(res.chi2 - 1.0) < 5e-3
     assert 1e-2 < lm < 10.0
     with pytest.raises(ValueError, match="not reached"):
-        search.lambda_for_chi2(pre, sim.obs, 1e-3, lo=1e-2, hi=1e-1, tol=1e-5)
+        search.lambda_for_chi2(form_problem(pre, sim.obs, tol=1e-5, maxiter=2000), 1e-3, lo=1e-2, hi=1e-1)
 
 
 @pytest.mark.parametrize("method", ["binned", "dense"])

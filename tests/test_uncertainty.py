@@ -12,7 +12,7 @@ from dopplermap import uncertainty as U
 from dopplermap.objective import loss
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _search_problem import small_problem  # noqa: E402
+from _search_problem import form_problem, small_problem  # noqa: E402
 
 LMBD, REG = 5.0, "tikhonov"
 
@@ -52,14 +52,14 @@ def test_hvp_paths_agree(fitted, monkeypatch):
     vs = np.random.default_rng(3).normal(size=(5, x.size))
     fast = U.hvp_function(LMBD, pre, sim.obs, REG, chunk=4)
     assert fast.batched and U.hvp_form(pre).line.kind == "blocked"
-    hut = U.laplace(pre, sim.obs, best, method="hutchinson", n_probe=6, chunk=4)
+    hut = U.laplace(form_problem(pre, sim.obs), best, diagonal="hutchinson", n_probe=6, options={"chunk": 4})
     monkeypatch.setattr(plan, "HVP_BLOCKED_MAX_BYTES", 0)
     slow = U.hvp_function(LMBD, pre, sim.obs, REG, chunk=4)
     assert U.hvp_form(pre).line.kind == "folded"
     assert slow.batched == (jax.default_backend() != "cpu")
     ref = np.asarray(slow(x, vs))
     np.testing.assert_allclose(np.asarray(fast(x, vs)), ref, rtol=0, atol=1e-10 * np.abs(ref).max())
-    hut_slow = U.laplace(pre, sim.obs, best, method="hutchinson", n_probe=6, chunk=4)
+    hut_slow = U.laplace(form_problem(pre, sim.obs), best, diagonal="hutchinson", n_probe=6, options={"chunk": 4})
     np.testing.assert_allclose(hut.sigma_fssc, hut_slow.sigma_fssc, rtol=1e-5)
 
 
@@ -79,9 +79,9 @@ def test_laplace_and_bootstrap(fitted, tmp_path):
     hidden = U.never_visible(pre)
     # only cells near the hidden pole (latitude < -inclination, up to a cell size) are never seen
     assert hidden.any() and (np.degrees(prob.grid.lat[hidden]) < -prob.star.inclination + 15).all()
-    post = U.laplace(pre, sim.obs, best, kind="posterior")
-    sand = U.laplace(pre, sim.obs, best, kind="sandwich")
-    boot = U.bootstrap(pre, sim.obs, best, n_boot=8, tol=1e-9)
+    post = U.laplace(form_problem(pre, sim.obs), best, width="posterior")
+    sand = U.laplace(form_problem(pre, sim.obs), best, width="sandwich")
+    boot = U.bootstrap(form_problem(pre, sim.obs, tol=1e-9), best, n_boot=8)
     vis = ~hidden
     med_boot, med_sand = np.median(boot.sigma_fssc[vis]), np.median(sand.sigma_fssc[vis])
     med_post = np.median(post.sigma_fssc[vis])
@@ -130,15 +130,16 @@ def test_bootstrap_batch_equals_resampling(fitted):
     assert float(loss(xw, LMBD, pre, obs_w, REG)) == pytest.approx(float(loss(jnp.asarray(r.x), LMBD, pre_b, obs_b, REG)),
                                                                    rel=1e-12)
     kw = dict(n_boot=10, seed=4)  # 10: a full batch of 8 and a padded one
-    batch = U.bootstrap(pre, sim.obs, best, mode="batch", **kw)
-    resample = U.bootstrap(pre, sim.obs, best, mode="resample", **kw)
+    problem = form_problem(pre, sim.obs, tol=1e-6)  # the CLI's bootstrap tol
+    batch = U.bootstrap(problem, best, mode="batch", **kw)
+    resample = U.bootstrap(problem, best, mode="resample", **kw)
     assert batch.samples.shape == resample.samples.shape == (10, 2, pre.n_cell)
     vis = ~batch.never_visible
     for a, b in ((batch.sigma_fssc, resample.sigma_fssc), (batch.sigma_fssh, resample.sigma_fssh)):
         assert np.corrcoef(a[vis], b[vis])[0, 1] > 0.98
         assert 0.9 < np.median(a[vis]) / np.median(b[vis]) < 1.1
     with pytest.raises(ValueError, match="bootstrap mode"):
-        U.bootstrap(pre, sim.obs, best, mode="vmap")
+        U.bootstrap(problem, best, mode="vmap")
 
 
 @pytest.mark.slow
@@ -146,17 +147,18 @@ def test_hutchinson_agrees_with_dense():
     prob, sim = small_problem(n_cell=64, n_epoch=10, n_vel=16, inclination=50.0)
     pre = dm.precompute(prob.grid, prob.star, sim.obs.times, sim.obs.vels, prob.components)
     best = dm.invert(pre, sim.obs, lmbd=LMBD, regulariser=REG, tol=1e-10, maxiter=5000)
-    dense = U.laplace(pre, sim.obs, best)
-    hut = U.laplace(pre, sim.obs, best, method="hutchinson", n_probe=48)
+    problem = form_problem(pre, sim.obs)
+    dense = U.laplace(problem, best)
+    hut = U.laplace(problem, best, diagonal="hutchinson", n_probe=48)
     r = np.median(hut.sigma_fssc) / np.median(dense.sigma_fssc)
     assert 0.8 < r < 1.25
     # the sandwich too (probes solved together, two CG solves each), 70 probes: two chunks of 64
-    dense_s = U.laplace(pre, sim.obs, best, kind="sandwich")
-    hut_s = U.laplace(pre, sim.obs, best, method="hutchinson", kind="sandwich", n_probe=70)
+    dense_s = U.laplace(problem, best, width="sandwich")
+    hut_s = U.laplace(problem, best, diagonal="hutchinson", width="sandwich", n_probe=70)
     r = np.median(hut_s.sigma_fssc) / np.median(dense_s.sigma_fssc)
     assert 0.7 < r < 1.4, r
-    with pytest.raises(ValueError, match="kind"):
-        U.laplace(pre, sim.obs, best, kind="fisher")
+    with pytest.raises(ValueError, match="width"):
+        U.laplace(problem, best, width="fisher")
 
 
 def test_never_visible_is_the_same_for_every_model_form():
@@ -180,3 +182,41 @@ def test_never_visible_is_the_same_for_every_model_form():
         np.testing.assert_array_equal(U.never_visible(blocked), ref)
     with pytest.raises(ValueError, match="blocked"):
         U.resample_epochs(blocked, None, np.arange(pd.n_epoch))
+
+
+ANALYSES = [(U.laplace, "laplace(problem, best)"), (U.bootstrap, "bootstrap(problem, best)"),
+            (dm.search.sweep_lambda, "sweep_lambda(problem, lmbds)"),
+            (dm.search.lambda_for_chi2, "lambda_for_chi2(problem, target)")]
+
+
+@pytest.mark.parametrize("fn, call", ANALYSES)
+def test_analyses_take_a_problem(fn, call):
+    """A Problem first, at most 8 parameters; a bare precomputed model is refused by name."""
+    import inspect
+
+    from dopplermap.errors import DopplermapInputError
+
+    params = list(inspect.signature(fn).parameters)
+    assert params[0] == "problem" and len(params) <= 8, params
+    star, grid, times, vels, comps = dm.demo_setup(n_cell=50, n_epoch=3, n_vel=8)
+    pre = dm.precompute(grid, star, times, vels, comps)
+    with pytest.raises(DopplermapInputError, match=rf"^{call.replace('(', '[(]').replace(')', '[)]')}: give a "
+                                                   "dopplermap.Problem, got Precomputed$"):
+        fn(pre, None)
+
+
+def test_laplace_refuses_unknown_options(fitted):
+    prob, sim, pre, best = fitted
+    from dopplermap.errors import DopplermapInputError
+
+    with pytest.raises(DopplermapInputError, match="unknown 'chunks'; known: chunk, cg_tol, cg_maxiter, penalty"):
+        U.laplace(form_problem(pre, sim.obs), best, options={"chunks": 4})
+
+
+def test_settings_copy_keeps_the_model(fitted):
+    """A problem copy with other settings (the CLI's uncertainty settings) reuses the built model."""
+    prob, sim, pre, best = fitted
+    built = prob.pre
+    tight = prob.replace(settings=prob.settings.replace(tol=1e-6))
+    assert tight.pre is built and tight.settings.tol == 1e-6
+    assert prob.replace(star=prob.star.replace(inclination=55.0)).pre is not prob.pre

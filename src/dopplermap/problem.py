@@ -297,7 +297,8 @@ class Problem:
     # ------------------------------------------------------------------ variations
 
     def replace(self, **changes) -> Problem:
-        """The same problem with some fields replaced; derived arrays are rebuilt on use.
+        """The same problem with some fields replaced; derived arrays are rebuilt on use
+        (kept when only ``settings`` change).
 
         A given form is not rebuilt from anything: other stellar parameters, components or a
         method cannot apply to it and are refused."""
@@ -305,7 +306,11 @@ class Problem:
         if self.form is not None and "form" not in changes and fixed:
             raise DopplermapInputError(f"{self.source}: the synthesis form is given as data; changing "
                                        f"{', '.join(fixed)} would not change it")
-        return dataclasses.replace(self, **changes)
+        new = dataclasses.replace(self, **changes)
+        if set(changes) <= {"settings"}:  # solver settings enter no derived array: keep those built
+            # (but the plan: its cube dtype follows the tolerance)
+            new.__dict__.update({k: v for k, v in self.__dict__.items() if k in _CACHED and k != "plan"})
+        return new
 
     def invert_kwargs(self, **overrides) -> dict:
         """Keyword arguments of :func:`dopplermap.invert` for this problem (settings, light curve)."""

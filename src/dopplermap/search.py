@@ -45,7 +45,6 @@ from .errors import DopplermapInputError, warn
 from .geometry import StarParams, check_star
 from .memory import MAX_GRID_POINTS
 from .model import Precomputed
-from .objective import Observations
 from .problem import Problem, Settings, require_problem
 from .profiles import ComponentSet, LocalProfile, intensity_ratio, tabulated
 from .regularisers import seed_entropy
@@ -110,18 +109,18 @@ STALL_ITERATIONS = 3
 from the flat start (see :func:`_warm_solve`)."""
 
 
-def _warm_solve(pre, obs, lmbd, start, cold, on_solve=None, **kw) -> InversionResult:
+def _warm_solve(problem, lmbd, start, cold, on_solve=None) -> InversionResult:
     """``invert`` from ``start``; if it stops within ``STALL_ITERATIONS``, also from ``cold``
     and the lower loss is kept. From a map that is nearly optimal for a nearby lambda, the
     first steps can be so short that the relative-reduction test stops the solve at once,
     leaving the old map (seen: lambda 0.008 -> 0.023, 2 iterations, chi2 and regulariser
     unchanged), which bends the L-curve and shifts chi2(lambda)."""
-    res = invert(pre, obs, lmbd=lmbd, x0=start, **kw)
+    res = invert(problem, lmbd=lmbd, x0=start)
     if on_solve is not None:
         on_solve(lmbd, res)
     if start is None or start is cold or res.iterations > STALL_ITERATIONS:
         return res
-    other = invert(pre, obs, lmbd=lmbd, x0=cold, **kw)
+    other = invert(problem, lmbd=lmbd, x0=cold)
     if on_solve is not None:
         on_solve(lmbd, other)
     log.info("lambda %.4g: warm start stopped after %d iterations; flat start: loss %.8g vs %.8g",
@@ -129,21 +128,27 @@ def _warm_solve(pre, obs, lmbd, start, cold, on_solve=None, **kw) -> InversionRe
     return other if other.loss < res.loss else res
 
 
-def sweep_lambda(pre: Precomputed, obs: Observations, lmbds: Sequence[float], *, regulariser: str = "mem",
-                 warm_start: bool = True, x0=None, tol: float = 1e-7, maxiter: int = 2000, progress=None,
-                 **invert_kw) -> LambdaSweep:
+def sweep_lambda(problem: Problem, lmbds: Sequence[float], *, warm_start: bool = True, x0=None,
+                 progress=None) -> LambdaSweep:
     """Invert at every lambda, from the smallest to the largest, warm-starting each solve.
 
+    Every solve is :func:`dopplermap.invert` of ``problem`` with its settings (regulariser,
+    tol, maxiter, weights, solver, light curve) and that lambda. Set a tight ``tol`` (e.g.
+    ``problem.replace(settings=problem.settings.replace(tol=1e-7))``, what ``dopplermap
+    lambda`` uses): a loose one leaves solver noise on the L-curve and in chi2(lambda).
+
     Args:
-        pre, obs: the problem. lmbds: positive regularisation weights (any order, unique).
+        problem: a :class:`dopplermap.Problem`. lmbds: positive regularisation weights (any
+            order, unique).
         warm_start: start each solve from the previous (smaller-lambda) map (one that
             stops within ``STALL_ITERATIONS`` is re-solved from ``x0`` and the lower loss
             kept); otherwise every solve starts from ``x0`` (default: the seed's flat map).
-        tol, maxiter, invert_kw: passed to :func:`dopplermap.invert`.
         progress: optional ``progress(n_done, n_total, result)`` called after each solve.
     Returns:
         :class:`LambdaSweep`, ascending in lambda.
     """
+    problem = require_problem(problem, "sweep_lambda")
+    regulariser = problem.settings.regulariser
     lm = np.asarray(lmbds, dtype=float).ravel()
     if lm.size < 1:
         raise DopplermapInputError("lmbds: need at least one lambda")
@@ -157,8 +162,7 @@ def sweep_lambda(pre: Precomputed, obs: Observations, lmbds: Sequence[float], *,
     results: dict[int, InversionResult] = {}
     start = x0
     for i in order:
-        res = _warm_solve(pre, obs, float(lm[i]), start, x0, regulariser=regulariser, tol=tol, maxiter=maxiter,
-                          **invert_kw)
+        res = _warm_solve(problem, float(lm[i]), start, x0)
         results[int(i)] = res
         if warm_start:
             start = res.x
@@ -170,7 +174,7 @@ def sweep_lambda(pre: Precomputed, obs: Observations, lmbds: Sequence[float], *,
     return LambdaSweep(lmbd=lm[asc], chi2=np.array([r.chi2 for r in rs]),
                        regulariser=np.array([r.regulariser_value for r in rs]),
                        loss=np.array([r.loss for r in rs]), iterations=np.array([r.iterations for r in rs]),
-                       results=rs, floor=regulariser_floor(regulariser, pre),
+                       results=rs, floor=regulariser_floor(regulariser, problem.pre),
                        total_time=time.perf_counter() - t0)
 
 
@@ -260,11 +264,13 @@ def _crossing(sweep: LambdaSweep, target: float):
     return None
 
 
-def lambda_for_chi2(pre: Precomputed, obs: Observations, target: float, *, lo: float = 1e-3, hi: float = 1e3,
-                    regulariser: str = "mem", rtol: float = 1e-3, max_solves: int = 10, tol: float = 1e-7,
-                    maxiter: int = 2000, x0=None, sweep: LambdaSweep | None = None,
-                    **invert_kw) -> tuple[float, InversionResult, list]:
+def lambda_for_chi2(problem: Problem, target: float, *, lo: float = 1e-3, hi: float = 1e3, rtol: float = 1e-3,
+                    max_solves: int = 10, x0=None, sweep: LambdaSweep | None = None) -> tuple[float, InversionResult, list]:
     """The lambda at which the reduced chi-square equals ``target``, to ``|chi2 / target - 1| < rtol``.
+
+    Every solve is :func:`dopplermap.invert` of ``problem`` with its settings and a trial
+    lambda; as for :func:`sweep_lambda`, give the problem a tight ``tol`` (chi2 must follow
+    lambda, not the solver's stopping point).
 
     A root of ``g(s) = log(chi2(e^s) / target)`` in ``s = log lambda``, found by bracketing and
     the Illinois variant of regula falsi (superlinear on a smooth ``g``) with a bisection
@@ -281,6 +287,7 @@ def lambda_for_chi2(pre: Precomputed, obs: Observations, target: float, *, lo: f
     start re-solved from ``x0`` counts twice, see :func:`_warm_solve`); it stops after
     ``max_solves`` solves (a warning says so if the tolerance was not reached by then).
     """
+    problem = require_problem(problem, "lambda_for_chi2")
     if not target > 0:
         raise DopplermapInputError(f"target chi2 must be > 0, got {target!r}")
     if not (0 < lo < hi):
@@ -288,11 +295,10 @@ def lambda_for_chi2(pre: Precomputed, obs: Observations, target: float, *, lo: f
     if not (0 < rtol < 1):
         raise DopplermapInputError(f"rtol must be in (0, 1), got {rtol!r}")
     trials: list[tuple[float, float]] = []
-    kw = dict(regulariser=regulariser, tol=tol, maxiter=maxiter, **invert_kw)
     aim = math.log1p(rtol)
 
     def solve(lm, start):
-        return _warm_solve(pre, obs, lm, start, x0, on_solve=lambda m, r: trials.append((m, r.chi2)), **kw)
+        return _warm_solve(problem, lm, start, x0, on_solve=lambda m, r: trials.append((m, r.chi2)))
 
     def g(r):
         return math.log(r.chi2 / target)

@@ -18,7 +18,7 @@
   Hessian columns from batched HVPs, then a Cholesky factorisation) or stochastically
   (``"hutchinson"``: ``E[z * H^-1 z]`` over Rademacher probes ``z``, each ``H^-1 z`` by
   conjugate gradients on HVPs; for problems too large for a dense Hessian).
-  ``kind="sandwich"`` gives the linearised sampling width of the regularised estimate,
+  ``width="sandwich"`` gives the linearised sampling width of the regularised estimate,
   ``H^-1 F H^-1`` (``F`` from the chi-square alone): the Laplace counterpart of what the
   bootstrap measures. The posterior width is larger where the regulariser (the prior)
   dominates; in the tests it is ~7x the bootstrap, the sandwich ~1.6x.
@@ -48,9 +48,10 @@ from .constants import FILL_MAX, FILL_MIN
 from .errors import DopplermapInputError, DopplermapWarning, warn
 from .model import Precomputed, solve_form
 from .objective import DEFAULT_PENALTY, Layout, LineSets, Observations, loss
+from .problem import Problem, require_problem
 from .solvers import InversionResult, invert, invert_batch
 
-__all__ = ["Uncertainty", "bootstrap", "laplace", "resample_epochs", "never_visible", "hvp_function", "hvp_form",
+__all__ = ["Uncertainty", "bootstrap", "laplace", "LAPLACE_OPTIONS", "resample_epochs", "never_visible", "hvp_function", "hvp_form",
            "save_uncertainty"]
 
 
@@ -61,8 +62,8 @@ class Uncertainty:
     Attributes:
         sigma_fssc, sigma_fssh: (n_cell,) standard deviations (``inf`` where the method
             cannot constrain a cell, see the module docstring).
-        method: ``"bootstrap"`` or ``"laplace-<kind>-<method>"`` (kind posterior/sandwich,
-            method dense/hutchinson).
+        method: ``"bootstrap"`` or ``"laplace-<width>-<diagonal>"`` (width posterior/sandwich,
+            diagonal dense/hutchinson).
         never_visible: (n_cell,) cells with zero weight at every epoch.
         samples: (n_boot, 2, n_cell) bootstrap maps (bootstrap only).
         time: wall seconds.
@@ -115,10 +116,13 @@ BOOT_BATCH = 8
 """Resamples solved together by the batched bootstrap (see :func:`bootstrap`)."""
 
 
-def bootstrap(pre: Precomputed, obs: Observations, best: InversionResult, *, n_boot: int = 20, seed: int = 0,
-              tol: float = 1e-6, maxiter: int = 1000, fit_rv: bool = True, fit_amp: bool = True,
-              progress=None, mode: str = "auto") -> Uncertainty:
+def bootstrap(problem: Problem, best: InversionResult, *, n_boot: int = 20, seed: int = 0, progress=None,
+              mode: str = "auto") -> Uncertainty:
     """Bootstrap over epochs, each resample re-solved from ``best`` (same lambda, regulariser).
+
+    The resamples are solved with the problem's ``tol``, ``maxiter``, ``fit_rv`` and
+    ``fit_amp`` (``problem.settings``; ``dopplermap invert`` uses tol 1e-6, maxiter 1000);
+    the line profiles only (a light curve is left out).
 
     A resample draws ``n_epoch`` epochs with replacement. Epoch ``e`` drawn ``w_e`` times is
     the same problem as the full data set with that epoch's chi-square counted ``w_e``
@@ -127,7 +131,7 @@ def bootstrap(pre: Precomputed, obs: Observations, best: InversionResult, *, n_b
     share one rv/amp, which they would take anyway), so resamples need no model of their own.
 
     Args:
-        pre, obs: the problem. best: the inversion of the full data set.
+        problem: a :class:`dopplermap.Problem` (one line data set). best: its inversion.
         n_boot: number of resamples (>= 2). seed: random seed (the same resamples in every mode).
         progress: optional ``progress(i, n_boot)`` after each resample (batch: each batch).
         mode: ``"batch"`` - :data:`BOOT_BATCH` resamples at a time in one vmapped device solve
@@ -139,6 +143,9 @@ def bootstrap(pre: Precomputed, obs: Observations, best: InversionResult, *, n_b
             (default) - batch when ``invert_batch`` would vmap (a dense model that fits the
             blocked form on CPU, any model elsewhere), else resample.
     """
+    problem = require_problem(problem, "bootstrap")
+    pre, obs, st = problem.pre, problem.obs, problem.settings
+    tol, maxiter, fit_rv, fit_amp = st.tol, st.maxiter, st.fit_rv, st.fit_amp
     _one_set(pre, "bootstrap")
     _without_offset_prior(best, "bootstrap")
     if int(n_boot) != n_boot or n_boot < 2:
@@ -271,29 +278,46 @@ def _free_mask(best: InversionResult, fit_rv: bool, fit_amp: bool) -> np.ndarray
     return np.concatenate([inside, np.full(n_e, fit_rv), np.full(n_e, fit_amp)])
 
 
-def laplace(pre: Precomputed, obs: Observations, best: InversionResult, *, method: str = "dense",
-            kind: str = "posterior", penalty: float = DEFAULT_PENALTY, fit_rv: bool = True, fit_amp: bool = True, chunk: int = 64,
-            n_probe: int = 64, cg_tol: float = 1e-8, cg_maxiter: int = 2000, seed: int = 0) -> Uncertainty:
+LAPLACE_OPTIONS = {"chunk": 64, "cg_tol": 1e-8, "cg_maxiter": 2000, "penalty": DEFAULT_PENALTY}
+"""The rarely changed knobs of :func:`laplace` (its ``options``) and their defaults."""
+
+
+def laplace(problem: Problem, best: InversionResult, *, width: str = "posterior", diagonal: str = "dense",
+            n_probe: int = 64, seed: int = 0, options: dict | None = None) -> Uncertainty:
     """Laplace-approximation uncertainties at the optimum ``best`` (see module docstring).
 
     Args:
-        method: ``"dense"`` (exact diagonal; memory ``n_free^2``) or ``"hutchinson"``
-            (``n_probe`` CG solves, unbiased but noisy estimate).
-        kind: ``"posterior"`` - the Laplace posterior width ``diag(H^-1)``; ``"sandwich"`` -
-            the linearised sampling width of the regularised estimate,
+        problem: a :class:`dopplermap.Problem` (one line data set); ``fit_rv`` and
+            ``fit_amp`` of its settings say whether rv and amp are free (marginalised).
+        best: the inversion of the problem (its lambda and regulariser are used).
+        width: which width - ``"posterior"``, the Laplace posterior width ``diag(H^-1)``;
+            ``"sandwich"``, the linearised sampling width of the regularised estimate,
             ``diag(H^-1 F H^-1)`` with ``F`` the Hessian of ``chi2_total / 2`` alone (what a
             bootstrap measures: zero for cells no datum touches).
-        chunk: Hessian-vector products evaluated together, in one vmapped call (see
-            :func:`hvp_function`).
+        diagonal: how the diagonal of the inverse is computed - ``"dense"`` (exact; memory
+            ``n_free^2``) or ``"hutchinson"`` (``n_probe`` CG solves, unbiased but noisy;
+            ``seed`` draws the probes).
+        options: any of :data:`LAPLACE_OPTIONS` - ``chunk`` (Hessian-vector products
+            evaluated together, in one vmapped call, see :func:`hvp_function`), ``cg_tol`` and
+            ``cg_maxiter`` (Hutchinson's conjugate gradients), ``penalty`` (weight of the
+            ``fssc + fssh <= 1`` penalty, as in :func:`dopplermap.invert`).
     Filling factors sitting on a bound are not free; they get ``1 / sqrt(N/2 H_ii)``
     (their conditional width).
     """
+    problem = require_problem(problem, "laplace")
+    unknown = sorted(set(options or {}) - set(LAPLACE_OPTIONS))
+    if unknown:
+        raise DopplermapInputError(f"laplace options: unknown {', '.join(map(repr, unknown))}; "
+                                   f"known: {', '.join(LAPLACE_OPTIONS)}")
+    opt = {**LAPLACE_OPTIONS, **(options or {})}
+    chunk, cg_tol, cg_maxiter, penalty = opt["chunk"], opt["cg_tol"], opt["cg_maxiter"], opt["penalty"]
+    pre, obs = problem.pre, problem.obs
     _one_set(pre, "laplace")
     _without_offset_prior(best, "laplace")
-    if method not in ("dense", "hutchinson"):
-        raise DopplermapInputError(f"Laplace method must be 'dense' or 'hutchinson', got {method!r}")
-    if kind not in ("posterior", "sandwich"):
-        raise DopplermapInputError(f"Laplace kind must be 'posterior' or 'sandwich', got {kind!r}")
+    if diagonal not in ("dense", "hutchinson"):
+        raise DopplermapInputError(f"Laplace diagonal must be 'dense' or 'hutchinson', got {diagonal!r}")
+    if width not in ("posterior", "sandwich"):
+        raise DopplermapInputError(f"Laplace width must be 'posterior' or 'sandwich', got {width!r}")
     t0 = time.perf_counter()
     lay = Layout(pre.n_cell, pre.n_epoch)
     x = jnp.asarray(best.x)
@@ -301,8 +325,8 @@ def laplace(pre: Precomputed, obs: Observations, best: InversionResult, *, metho
         raise DopplermapInputError(f"best map has {x.shape[0]} parameters, the problem needs {lay.size}")
     scale = 0.5 * obs.n_epoch * obs.n_vel
     hvp = hvp_function(jnp.asarray(best.lmbd), pre, obs, best.regulariser, float(penalty), chunk=chunk)
-    hvp_data = hvp_function(jnp.asarray(0.0), pre, obs, "none", 0.0, chunk=chunk) if kind == "sandwich" else None
-    free = _free_mask(best, fit_rv, fit_amp)
+    hvp_data = hvp_function(jnp.asarray(0.0), pre, obs, "none", 0.0, chunk=chunk) if width == "sandwich" else None
+    free = _free_mask(best, problem.settings.fit_rv, problem.settings.fit_amp)
     fidx = np.nonzero(free)[0]
     n_free = fidx.size
     diag_inv = np.full(lay.size, np.nan)
@@ -316,7 +340,7 @@ def laplace(pre: Precomputed, obs: Observations, best: InversionResult, *, metho
             cols[s:s + ids.size] = np.asarray(fn(x, jnp.asarray(basis)))[:ids.size, fidx]
         return scale * 0.5 * (cols + cols.T)
 
-    if method == "dense":
+    if diagonal == "dense":
         h = columns(hvp)
         try:
             chol = np.linalg.cholesky(h)
@@ -324,14 +348,14 @@ def laplace(pre: Precomputed, obs: Observations, best: InversionResult, *, metho
             raise DopplermapInputError("the Hessian at the map is not positive definite (the inversion has not converged "
                              "to a minimum); re-solve with a tighter tol") from None
         linv = np.linalg.inv(chol)  # H^-1 = L^-T L^-1
-        if kind == "posterior":
+        if width == "posterior":
             diag_inv[fidx] = np.sum(linv * linv, axis=0)
         else:
             hinv = linv.T @ linv
             # diag(H^-1 F H^-1) through one BLAS product (a three-operand einsum loops in C
             # without BLAS: 7 minutes at the seed size's 4065 free parameters)
             diag_inv[fidx] = np.einsum("ij,ji->i", hinv @ columns(hvp_data), hinv)
-        name = f"laplace-{kind}-dense"
+        name = f"laplace-{width}-dense"
     else:
         rng = np.random.default_rng(seed)
 
@@ -353,7 +377,7 @@ def laplace(pre: Precomputed, obs: Observations, best: InversionResult, *, metho
         def probe(z):
             def one(b):
                 y = jax.scipy.sparse.linalg.cg(op, b, tol=cg_tol, maxiter=cg_maxiter)[0]
-                if kind == "sandwich":
+                if width == "sandwich":
                     y = jax.scipy.sparse.linalg.cg(op, data_op(y), tol=cg_tol, maxiter=cg_maxiter)[0]
                 return b * y
             return jax.vmap(one)(z).sum(axis=0)
@@ -366,7 +390,7 @@ def laplace(pre: Precomputed, obs: Observations, best: InversionResult, *, metho
                 z = np.concatenate([z, np.zeros((pchunk - z.shape[0], n_free))])
             acc += np.asarray(probe(jnp.asarray(z)))
         diag_inv[fidx] = np.maximum(acc / n_probe, 0.0)
-        name = f"laplace-{kind}-hutchinson"
+        name = f"laplace-{width}-hutchinson"
 
     fixed = np.nonzero(~free[:2 * pre.n_cell])[0]
     if fixed.size:

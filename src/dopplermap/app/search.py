@@ -121,10 +121,8 @@ def run_lambda(problem, *, n_cell, n_epoch, n_vel, snr, regulariser, out: Path, 
         raise DopplermapInputError(f"--lmbds: every lambda must be finite and >= 0, got {lmbds!r}")
     prob = load_problem(problem, n_cell=n_cell, n_epoch=n_epoch, n_vel=n_vel, snr=snr, tol=LAMBDA_TOL)
     fp = search.problem_fingerprint(prob)
-    obs, pre = prob.obs, prob.pre
-    kw = prob.invert_kwargs(regulariser=regulariser, tol=tol)  # the problem's light curve, weights, solver
-    kw.pop("lmbd")
-    regulariser, tol = kw.pop("regulariser"), kw.pop("tol")
+    prob = prob.replace(settings=prob.settings.replace(regulariser=regulariser, tol=tol))  # None: the problem's
+    regulariser, tol = prob.settings.regulariser, prob.settings.tol
     t_start = time.perf_counter()
 
     def progress(n, total, res):  # points done, the solve's chi2, elapsed
@@ -132,8 +130,7 @@ def run_lambda(problem, *, n_cell, n_epoch, n_vel, snr, regulariser, out: Path, 
                    f"{time.perf_counter() - t_start:.1f} s)", err=True)
 
     with _expected_chi2_spread():
-        sw = search.sweep_lambda(pre, obs, lm, regulariser=regulariser, tol=tol,
-                                 progress=None if quiet else progress, **kw)
+        sw = search.sweep_lambda(prob, lm, progress=None if quiet else progress)
     choice = {"lmbds": sw.lmbd.tolist(), "sweep_time": sw.total_time, "regulariser_floor": sw.floor,
               "regulariser": regulariser, "tol": tol, "problem": fp}
     try:
@@ -146,9 +143,8 @@ def run_lambda(problem, *, n_cell, n_epoch, n_vel, snr, regulariser, out: Path, 
         click.echo(f"warning: {exc}", err=True)
     if target_chi2 is not None:
         with _expected_chi2_spread():
-            lmt, res, trials = search.lambda_for_chi2(pre, obs, target_chi2, lo=float(sw.lmbd[0]),
-                                                      hi=float(sw.lmbd[-1]), regulariser=regulariser, tol=tol,
-                                                      sweep=sw, **kw)
+            lmt, res, trials = search.lambda_for_chi2(prob, target_chi2, lo=float(sw.lmbd[0]),
+                                                      hi=float(sw.lmbd[-1]), sweep=sw)
         choice.update(target_chi2=target_chi2, target_lambda=lmt, target_result_chi2=res.chi2,
                       target_trials=trials)
     lines = sw.table().splitlines()  # each row also names its settings and problem

@@ -34,7 +34,7 @@ def summary_line(s: dict) -> str:
             f"solve {s['solve_time']:.2f} s")
 
 
-def uncertainty_writers(methods, pre, obs, res, grid, *, n_boot: int = 20, seed: int = 0, plots: bool = True,
+def uncertainty_writers(methods, problem, res, grid, *, n_boot: int = 20, seed: int = 0, plots: bool = True,
                         report=None):
     """Compute the requested uncertainties; return ``(writers, scalars)`` for :func:`save_result`.
 
@@ -42,16 +42,19 @@ def uncertainty_writers(methods, pre, obs, res, grid, *, n_boot: int = 20, seed:
     Laplace diagonal is exact (dense Hessian) up to 3000 free parameters, Hutchinson beyond.
     Each method adds ``uncertainty_<name>.npz`` and, with ``plots``, one PNG per component.
     """
+    pre = problem.pre
+    # the settings these maps have always been computed with, whatever the target's [inversion]
+    problem = problem.replace(settings=problem.settings.replace(tol=1e-6, maxiter=1000, fit_rv=True, fit_amp=True))
     writers, scalars = [], {}
     hutch = 2 * pre.n_cell + 2 * pre.n_epoch > 3000
     for m in dict.fromkeys(methods):
         step = report.step(f"uncertainty ({m})") if report is not None else contextlib.nullcontext()
         with step:
             if m == "bootstrap":
-                unc = U.bootstrap(pre, obs, res, n_boot=n_boot, seed=seed)
+                unc = U.bootstrap(problem, res, n_boot=n_boot, seed=seed)
             else:
-                unc = U.laplace(pre, obs, res, kind="posterior" if m == "laplace" else "sandwich",
-                                method="hutchinson" if hutch else "dense")
+                unc = U.laplace(problem, res, width="posterior" if m == "laplace" else "sandwich",
+                                diagonal="hutchinson" if hutch else "dense")
         seen = ~unc.never_visible
         scalars[f"sigma_fssc_median_{m}"] = float(np.median(unc.sigma_fssc[seen])) if seen.any() else None
         scalars[f"sigma_fssh_median_{m}"] = float(np.median(unc.sigma_fssh[seen])) if seen.any() else None
@@ -119,7 +122,7 @@ def run_target(cfg, out: Path, *, plots: bool = True, quiet: bool = True, config
             light_curve = (band(lc) if isinstance(lc, LightCurveFit)
                            else tuple(band(b, n) for b, n in zip(lc.bands, lc.names, strict=True)))
         methods = tuple(cfg.uncertainty.methods if uncertainty is None else uncertainty)
-        writers, unc_scalars = uncertainty_writers(methods, pre, obs, res, grid, n_boot=cfg.uncertainty.n_boot,
+        writers, unc_scalars = uncertainty_writers(methods, prob, res, grid, n_boot=cfg.uncertainty.n_boot,
                                                    seed=cfg.uncertainty.seed, plots=plots, report=rep)
         if methods and lc is not None:
             unc_scalars["uncertainty_note"] = "line profiles only (the light curve is not part of the uncertainty)"
