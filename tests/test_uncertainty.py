@@ -200,8 +200,8 @@ def test_analyses_take_a_problem(fn, call):
     assert params[0] == "problem" and len(params) <= 8, params
     star, grid, times, vels, comps = dm.demo_setup(n_cell=50, n_epoch=3, n_vel=8)
     pre = dm.precompute(grid, star, times, vels, comps)
-    with pytest.raises(DopplermapInputError, match=rf"^{call.replace('(', '[(]').replace(')', '[)]')}: give a "
-                                                   "dopplermap.Problem, got Precomputed$"):
+    with pytest.raises(DopplermapInputError, match=rf"^{fn.__name__} takes a dopplermap\.problem\.Problem first, "
+                                                   "got Precomputed;"):
         fn(pre, None)
 
 
