@@ -196,16 +196,36 @@ def test_velocity_grid_in_m_per_s_is_refused(tmp_path):
         load_observations([tmp_path / "ok.lsd", tmp_path / "ms.lsd"], times=[0.0, 1.0])
 
 
+def _line(tmp_path, name, v):
+    write_lsd(tmp_path / name, v, 1 - 0.2 * np.exp(-v**2 / 400), np.full(v.size, 1e-3))
+    return tmp_path / name
+
+
 def test_a_grid_unlike_the_others_warns(tmp_path):
     v = np.linspace(-100, 100, 101)
-    for k in range(3):
-        write_lsd(tmp_path / f"a{k}.lsd", v, 1 - 0.2 * np.exp(-v**2 / 400), np.full(v.size, 1e-3))
-    fine = np.linspace(-100, 100, 401)
-    write_lsd(tmp_path / "odd.lsd", fine, 1 - 0.2 * np.exp(-fine**2 / 400), np.full(fine.size, 1e-3))
-    files = [tmp_path / f"a{k}.lsd" for k in range(3)] + [tmp_path / "odd.lsd"]
-    with pytest.warns(DopplermapWarning, match=r"odd\.lsd: velocity grid \(step 0\.5 km/s.*unlike the other files'") as rec:
-        load_observations(files, times=[0.0, 1.0, 2.0, 3.0])
-    assert len([w for w in rec if "unlike" in str(w.message)]) == 1
+    files = [_line(tmp_path, f"a{k}.lsd", v) for k in range(3)] + [_line(tmp_path, "odd.lsd", np.linspace(-100, 100, 401))]
+    with pytest.warns(DopplermapWarning, match=r"velocity grids differ: 1 of 4 files are unlike .*a0\.lsd's grid "
+                                               r"\(step 2 km/s, span 200 km/s\), which 3 of them share: .*odd\.lsd "
+                                               r"\(step 0\.5 km/s.*put on that grid .*101 points, -100\.\.100 km/s") as rec:
+        obs = load_observations(files, times=[0.0, 1.0, 2.0, 3.0])
+    assert len([w for w in rec if "grids differ" in str(w.message)]) == 1
+    assert np.allclose(obs.vels, v)
+    with warnings.catch_warnings():  # the same grid everywhere: no word
+        warnings.simplefilter("error", DopplermapWarning)
+        load_observations(files[:3], times=[0.0, 1.0, 2.0])
+
+
+def test_a_coarse_first_profile_does_not_decide_the_grid(tmp_path):
+    """The grid most files share is used, and the warning names the odd (first) file."""
+    fine = np.linspace(-100, 100, 201)
+    files = [_line(tmp_path, "coarse.lsd", np.linspace(-100, 100, 26))]
+    files += [_line(tmp_path, f"f{k}.lsd", fine) for k in range(4)]
+    with pytest.warns(DopplermapWarning, match=r"1 of 5 files are unlike .*f0\.lsd's grid \(step 1 km/s.*which 4 of "
+                                               r"them share: .*coarse\.lsd \(step 8 km/s.*coarser file.*correlated"):
+        obs = load_observations(files, times=np.arange(5.0))
+    assert np.allclose(obs.vels, fine)
+    # the coarse profile is interpolated onto the fine grid, the fine ones are taken as they are
+    assert np.allclose(obs.flux[1:], (1 - 0.2 * np.exp(-fine**2 / 400)) / np.mean(1 - 0.2 * np.exp(-fine**2 / 400)))
 
 
 def test_swapped_flux_and_error_columns_are_refused(tmp_path):
@@ -343,7 +363,7 @@ def test_resample_onto_common_grid_propagates_errors(tmp_path, sim):
     e2 = np.full(fine.size, 0.01)
     write_lsd(tmp_path / "a.lsd", v, o.flux[0], o.err[0])
     write_lsd(tmp_path / "b.lsd", fine, f2, e2)
-    with pytest.warns(DopplermapWarning, match="unlike the other files'"):  # steps differ 3x
+    with pytest.warns(DopplermapWarning, match="velocity grids differ"):  # steps differ 3x: the coarser one is used
         obs = load_observations([tmp_path / "a.lsd", tmp_path / "b.lsd"], times=[0.0, 1.0], normalise=False)
     assert np.allclose(obs.vels, v)
     assert np.allclose(obs.flux[1], np.asarray(o.flux[1]), atol=1e-12)  # linear data resample exactly
@@ -501,3 +521,26 @@ def test_load_profiles_from_a_target(tmp_path):
     t["data"]["velocity_range"] = [300.0, 400.0]
     with pytest.raises(DopplermapInputError, match=r"t\.toml: \[data\] velocity_range \[300\.0, 400\.0\]: the files share less"):
         load_profiles(parse_config(t, source=str(tmp_path / "t.toml"), base_dir=str(tmp_path)))
+
+
+def test_a_spectrum_is_not_a_line_profile(tmp_path):
+    """SpotDIPy's `.in` spectra (wavelength in nm, tens of thousands of points) and spectra in
+    Angstrom are refused naming the file; a short cut-out in nm or thousands of points warn."""
+    def write(name, x):
+        write_lsd(tmp_path / name, x, 1 - 0.1 * np.exp(-((x - x.mean()) / (0.05 * np.ptp(x))) ** 2), np.full(x.size, 1e-3))
+        return tmp_path / name
+
+    with pytest.raises(DopplermapInputError, match=r"nm\.lsd: 5000 points from 600 to 610 \(median step 0\.002\) is "
+                                                   r"a spectrum on a wavelength axis \(nm\?\)"):
+        read_lsd(write("nm.lsd", np.linspace(600.0, 610.0, 5000)))
+    with pytest.raises(DopplermapInputError, match=r"aa\.lsd: 200 points from 6000 to 6100 .* cannot be velocities "
+                                                   r"of a stellar line in km/s"):
+        read_lsd(write("aa.lsd", np.linspace(6000.0, 6100.0, 200)))
+    with pytest.warns(DopplermapWarning, match=r"cut\.lsd: 201 points from 655 to 657 .* wavelengths in nm"):
+        read_lsd(write("cut.lsd", np.linspace(655.0, 657.0, 201)))
+    with pytest.warns(DopplermapWarning, match=r"many\.lsd: 4001 points from -200 to 200 .* is it a spectrum\?"):
+        read_lsd(write("many.lsd", np.linspace(-200.0, 200.0, 4001)))
+    with warnings.catch_warnings():  # LSD profiles, around 0 or around a systemic velocity of +150 km/s
+        warnings.simplefilter("error", DopplermapWarning)
+        read_lsd(write("lsd.lsd", np.linspace(-100.0, 100.0, 112)))
+        read_lsd(write("vsys.lsd", np.arange(110.0, 190.0, 1.8)))

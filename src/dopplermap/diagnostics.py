@@ -6,15 +6,34 @@ whose means are far from 1 (the model's profiles are mean-normalised) and epochs
 line. :func:`check_result` warns when a solve stopped before meeting its tolerance
 (:class:`~dopplermap.errors.ConvergenceWarning`), when nuisances ran away, and when the
 reduced chi-square is far from 1. Every message says what to check.
+
+The value checks below warn about legal values that are most likely a unit or a sign
+mistake; the layer that first holds a value calls its check, so the CLI and the Python API
+see the same warning:
+
+* :func:`check_inclination`: an inclination in (0, pi/2] deg (radians given as degrees?);
+* :func:`check_radius`: a radius (given, or implied by P vsini / (2 pi sin i)) outside
+  0.1-100 solar radii;
+* :func:`check_wavelength`: a wavelength that is not optical/infrared in nm but would be
+  in Angstrom or in micrometres;
+* :func:`check_spot_contrast`: a cool spot not cooler (darker) than the photosphere, or a
+  hot spot not hotter (brighter);
+* :func:`check_phase_span`: epochs more than 1e5 rotations from t0.
 """
 
 from __future__ import annotations
+
+import contextlib
+import contextvars
+import math
 
 import numpy as np
 
 from .errors import ConvergenceWarning, DopplermapInputError, warn
 
-__all__ = ["check_observations", "check_result", "check_velocity_window", "CHI2_HIGH", "CHI2_LOW", "AMP_MAX"]
+__all__ = ["check_observations", "check_result", "check_velocity_window", "check_inclination", "check_radius",
+           "check_wavelength", "check_spot_contrast", "check_phase_span", "fields_checked", "CHI2_HIGH",
+           "CHI2_LOW", "AMP_MAX", "RADIUS_RANGE", "WAVELENGTH_RANGE_NM", "MAX_ROTATIONS"]
 
 CHI2_HIGH = 4.0
 """Reduced chi-square above which a fit is flagged as not matching the data."""
@@ -140,3 +159,104 @@ def check_velocity_window(vels, vsini_kms: float, source: str = "observations") 
     elif half < 0.5 * vsini_kms:
         warn(f"{source}: the velocity grid spans only +-{half:.4g} km/s, less than half of vsini = {vsini_kms:g} km/s, "
              "so the line does not fit in it: check the velocity units (km/s), the velocity window and vsini")
+
+
+RADIUS_RANGE = (0.1, 100.0)
+"""Stellar radii (R_sun) outside which a radius is flagged: below the smallest M dwarfs, above
+the largest giants Doppler imaging maps."""
+WAVELENGTH_RANGE_NM = (100.0, 3000.0)
+"""Wavelengths (nm) of the lines and bands Doppler imaging uses: near UV to the K band."""
+MAX_ROTATIONS = 1e5
+"""Epochs further than this many rotations from t0 are flagged (t0 in another time scale)."""
+
+# Set while a caller that has checked the same values under their field names builds its
+# objects, so that the checks of the objects do not repeat them without the names.
+_FIELDS_CHECKED = contextvars.ContextVar("fields_checked", default=False)
+
+
+@contextlib.contextmanager
+def fields_checked():
+    """Skip :func:`check_wavelength` and :func:`check_spot_contrast` inside the block: the
+    caller (the target configuration) checked the values it passes on, naming their fields."""
+    token = _FIELDS_CHECKED.set(True)
+    try:
+        yield
+    finally:
+        _FIELDS_CHECKED.reset(token)
+
+
+def _concrete(x) -> bool:
+    return isinstance(x, (int, float, np.integer, np.floating)) and math.isfinite(float(x))
+
+
+def check_inclination(inclination, where: str = "star") -> None:
+    """Warn about an inclination in (0, pi/2] deg: legal, but every such value is also an
+    inclination in radians, and one that small sees the star pole-on."""
+    if not _concrete(inclination):
+        return
+    i = float(inclination)
+    if 0.0 < i <= math.pi / 2:
+        warn(f"{where}: inclination {i:g} deg is almost pole-on (below {math.pi / 2:.4g} deg): is it in radians? "
+             f"({i:g} rad = {math.degrees(i):.4g} deg); give it in degrees")
+
+
+def check_radius(radius_rsun, where: str = "star", how: str = "given") -> None:
+    """Warn when a stellar radius (R_sun) lies outside :data:`RADIUS_RANGE`; ``how`` says
+    where it comes from (given, or the formula that implied it)."""
+    if not _concrete(radius_rsun):
+        return
+    r = float(radius_rsun)
+    lo, hi = RADIUS_RANGE
+    if lo <= r <= hi:
+        return
+    hint = ("check vsini (km/s), the period (days) and the inclination (degrees)" if how != "given"
+            else "give the radius in solar radii (not km)" if r > hi else "give the radius in solar radii")
+    warn(f"{where}: radius {r:.4g} R_sun ({how}) is outside {lo:g}-{hi:g} R_sun, the range of stars: {hint}")
+
+
+def check_wavelength(wavelength_nm, where: str = "wavelength") -> None:
+    """Warn about a wavelength (nm) outside :data:`WAVELENGTH_RANGE_NM` that would lie inside it
+    read as Angstrom (x 0.1) or micrometres (x 1000)."""
+    if _FIELDS_CHECKED.get() or not _concrete(wavelength_nm):
+        return
+    w = float(wavelength_nm)
+    lo, hi = WAVELENGTH_RANGE_NM
+    if lo <= w <= hi:
+        return
+    for factor, unit in ((0.1, "Angstrom"), (1000.0, "micrometres")):
+        if lo <= w * factor <= hi:
+            warn(f"{where}: {w:g} nm is outside the optical/infrared {lo:g}-{hi:g} nm, but {w:g} {unit} = "
+                 f"{w * factor:g} nm is inside: is it in {unit}? give the wavelength in nm")
+            return
+
+
+def check_spot_contrast(values, *, what: str = "intensity", unit: str = "", where: str = "components") -> None:
+    """Warn when (phot, cool, hot) ``values`` (temperatures or continuum intensities) put the cool
+    spot at or above the photosphere, or the hot spot at or below it."""
+    if _FIELDS_CHECKED.get() or len(values) != 3 or not all(_concrete(v) for v in values):
+        return
+    phot, cool, hot = (float(v) for v in values)
+    bad = []
+    if cool >= phot:
+        bad.append(f"the cool spot's {cool:g}{unit} is not below the photosphere's {phot:g}{unit}")
+    if hot <= phot:
+        bad.append(f"the hot spot's {hot:g}{unit} is not above the photosphere's {phot:g}{unit}")
+    if bad:
+        swap = " (cool and hot swapped?)" if cool > phot > hot else ""
+        warn(f"{where}: {what}: {' and '.join(bad)}{swap}: a cool spot is darker than the photosphere and a hot "
+             f"spot brighter; check the order (phot, cool, hot) and the values")
+
+
+def check_phase_span(times, t0, period, where: str = "epochs") -> None:
+    """Warn when epochs lie more than :data:`MAX_ROTATIONS` rotations from t0: t0 is then almost
+    surely in another time scale than the epochs (t0 = 0 with BJD epochs), and every phase
+    hangs on the period to better than 1 / rotations."""
+    t = np.asarray(times, dtype=float)
+    if t.size == 0 or not (_concrete(t0) and _concrete(period)) or not float(period) > 0:
+        return
+    far = float(np.max(np.abs(t - float(t0))))
+    n = far / float(period)
+    if n > MAX_ROTATIONS:
+        warn(f"{where}: epochs lie up to {n:.3g} rotations ({far:.6g} d) from t0 = {float(t0):.10g}: is t0 in the "
+             f"epochs' time scale (t0 = 0 with BJD epochs?); a relative period error of 1e-6 shifts their phases by "
+             f"{n * 1e-6:.2g} rotations: give t0 near the epochs")

@@ -19,6 +19,7 @@ import numpy as np
 
 from . import _x64  # noqa: F401  (float64 JAX for every numeric module)
 from .constants import DAY_S, R_SUN_KM
+from .diagnostics import check_inclination, check_radius
 from .errors import DopplermapInputError
 from .units import to_days, to_epoch, to_unit
 
@@ -61,11 +62,19 @@ class StarParams:
             if v is not None and not isinstance(v, (int, float)):
                 object.__setattr__(self, name, f(v))  # frozen: convert Quantity/Time once, at construction
         check_star(self)
+        warn_star(self)
 
     @property
     def omega_eq(self) -> float:
         """Equatorial angular velocity, rad/day."""
         return 2.0 * math.pi / self.period
+
+    @property
+    def radius_rsun(self) -> float:
+        """Equatorial radius in R_sun: ``radius``, or the one implied by ``P vsini / (2 pi sin i)``."""
+        if self.radius is not None:
+            return self.radius
+        return self.period * DAY_S * self.vsini / (2.0 * math.pi * R_SUN_KM * math.sin(math.radians(self.inclination)))
 
     @property
     def vsini_kms(self) -> float:
@@ -100,6 +109,18 @@ def check_star(star: StarParams) -> None:
         v = getattr(star, name)
         if _is_concrete(v) and not math.isfinite(float(v)):
             raise DopplermapInputError(f"{name} must be finite, got {v!r}")
+
+
+def warn_star(star: StarParams) -> None:
+    """Warn about legal star parameters that look like a unit mistake: an inclination that
+    could be in radians, a radius (given or implied) outside the range of stars."""
+    check_inclination(star.inclination)
+    if all(_is_concrete(getattr(star, k)) for k in ("inclination", "period")) and \
+            _is_concrete(star.radius if star.radius is not None else star.vsini):
+        how = "given" if star.radius is not None else (
+            f"implied by P vsini / (2 pi sin i) with P = {star.period:g} d, vsini = {star.vsini:g} km/s, "
+            f"i = {star.inclination:g} deg")
+        check_radius(star.radius_rsun, "star", how)
 
 
 def rotation_phase(times, t0: float, period: float):

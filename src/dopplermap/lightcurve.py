@@ -38,10 +38,12 @@ import numpy as np
 
 from . import _device
 from ._sets import names_and_weights
+from .diagnostics import check_phase_span, check_spot_contrast, fields_checked
 from .errors import DopplermapInputError
 from .geometry import StarParams, cell_geometry, check_star
 from .grid import SurfaceGrid
 from .profiles import LimbDarkening, intensity_ratio
+from .units import to_unit
 
 __all__ = ["LightCurveBand", "LightCurveFit", "LightCurveSet", "precompute_lightcurve", "lightcurve_model",
            "chi2_lightcurve", "chi2_lightcurves", "lightcurve_residuals", "simulate_lightcurve"]
@@ -60,13 +62,17 @@ class LightCurveBand:
         for name, val in zip(("phot", "cool", "hot"), self.intensity, strict=True):
             if not (np.isfinite(val) and val >= 0):
                 raise DopplermapInputError(f"light-curve intensity of {name} must be >= 0, got {val!r}")
+        check_spot_contrast(self.intensity, what="continuum intensities (phot, cool, hot)", where="light-curve band")
 
     @classmethod
     def from_temperatures(cls, t_phot: float, t_cool: float, t_hot: float, wavelength_nm: float,
                           limb_darkening: Sequence[LimbDarkening]) -> LightCurveBand:
         """Planck intensity ratios at the band's effective wavelength (nm)."""
         inten = tuple(intensity_ratio(t, t_phot, wavelength_nm) for t in (t_phot, t_cool, t_hot))
-        return cls(tuple(limb_darkening), inten)
+        check_spot_contrast([to_unit(t, "K", "temperature", kind="temperature") for t in (t_phot, t_cool, t_hot)],
+                            what="temperatures (phot, cool, hot)", unit=" K", where="light-curve band")
+        with fields_checked():  # the intensities follow the temperatures just checked
+            return cls(tuple(limb_darkening), inten)
 
 
 @functools.partial(jax.tree_util.register_dataclass,
@@ -180,6 +186,7 @@ def precompute_lightcurve(grid: SurfaceGrid, star: StarParams, times, flux, err,
             raise DopplermapInputError(f"{source}: {name} has NaN/inf at row {int(np.argmax(~np.isfinite(a)))}")
     if np.any(err <= 0):
         raise DopplermapInputError(f"{source}: errors must be > 0, row {int(np.argmax(err <= 0))} has {err[err <= 0][0]!r}")
+    check_phase_span(times, star.t0, star.period, where=source)
     if normalise:
         mean = flux.mean()
         if not mean > 0:

@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _device, choices, plan
-from .diagnostics import check_velocity_window
+from .diagnostics import check_phase_span, check_velocity_window
 from .errors import DopplermapInputError
 from .forms import (
     DEFAULT_BLOCKS,
@@ -142,6 +142,7 @@ def precompute(grid: SurfaceGrid, star: StarParams, times, vels, components: Com
     cube = FORMS[method].precompute_nbytes(grid.n_cell, times.size, vels.size) if method in FORMS else 0.0
     check_precompute_size(grid.n_cell, times.size, vels.size, method, cube)
     check_velocity_window(vels, float(star.vsini_kms))
+    check_phase_span(times, star.t0, star.period, where="line profiles")
     geo = cell_geometry(grid.lat, grid.lon, grid.area, times, star.inclination, star.vsini_kms,
                         star.period, star.t0, star.domega, xp=np)
     mu = np.asarray(geo.mu)

@@ -20,6 +20,7 @@ from scipy import special
 
 from . import _x64  # noqa: F401  (float64 JAX for every numeric module)
 from .constants import C_MS, H_PLANCK, K_BOLTZMANN
+from .diagnostics import check_spot_contrast, check_wavelength, fields_checked
 from .errors import DopplermapInputError
 from .limb_darkening import LimbDarkening
 from .units import to_unit
@@ -183,7 +184,10 @@ def tabulated(velocity: Sequence[float], intensity: Sequence[float], name: str =
 
 def planck(wavelength_nm, temperature):
     """Planck spectral radiance B_lambda(T), W m^-3 sr^-1; wavelength in nm, T in K (or Quantities)."""
-    lam = np.asarray(to_unit(wavelength_nm, "nm", "wavelength", kind="spectral"), dtype=float) * 1e-9
+    lam = np.asarray(to_unit(wavelength_nm, "nm", "wavelength", kind="spectral"), dtype=float)
+    if lam.ndim == 0:
+        check_wavelength(float(lam))
+    lam = lam * 1e-9
     t = np.asarray(to_unit(temperature, "K", "temperature", kind="temperature"), dtype=float)
     return 2.0 * H_PLANCK * C_MS**2 / lam**5 / np.expm1(H_PLANCK * C_MS / (lam * K_BOLTZMANN * t))
 
@@ -219,6 +223,10 @@ class ComponentSet:
     cool: Component
     hot: Component
 
+    def __post_init__(self):
+        check_spot_contrast(tuple(c.intensity for c in self), what="continuum intensities (phot, cool, hot)",
+                            where="line components")
+
     def __iter__(self):
         return iter((self.phot, self.cool, self.hot))
 
@@ -232,4 +240,7 @@ class ComponentSet:
                                        f"got {len(profiles)} profiles and {len(limb_darkening)} laws")
         comps = [Component(p, ld, intensity_ratio(t, t_phot, wavelength_nm))
                  for p, ld, t in zip(profiles, limb_darkening, temps, strict=True)]
-        return cls(*comps)
+        check_spot_contrast([to_unit(t, "K", "temperature", kind="temperature") for t in temps],
+                            what="temperatures (phot, cool, hot)", unit=" K", where="line components")
+        with fields_checked():  # the intensities follow the temperatures just checked
+            return cls(*comps)

@@ -28,7 +28,11 @@ not recognised are refused, never read by position.
 
 Every profile is checked: finite values, errors > 0, increasing velocities, a median error
 below the median intensity (else the columns look swapped) and a grid that makes sense in
-km/s (a median step above 50 km/s or a span above 10 000 km/s is a grid in m/s).
+km/s (a median step above 50 km/s or a span above 10 000 km/s is a grid in m/s). A
+spectrum is not a profile: an axis entirely beyond 2000 (Angstrom, or nm in the infrared),
+or more than 3000 points on a positive axis stepping less than 0.1 (nm), is refused;
+more than 3000 points otherwise, or a positive axis above 100 stepping less than 0.1, is
+a :class:`~dopplermap.errors.DopplermapWarning`.
 
 Epochs come from a table (CSV/whitespace text or astropy ECSV) of file name, time and
 optionally the systemic (line-centre) velocity, or from a regular expression on the file
@@ -40,12 +44,15 @@ Systemic velocity: each profile's velocities are shifted into the star's rest fr
 velocity window (``velocity_range``, relative to the line centre) is applied.
 
 Different velocity grids: :func:`load_observations` resamples every profile onto one grid
-(the first file's, shifted, restricted to the range all files cover and to the window) by
-linear interpolation, with errors propagated as
-``sigma^2 = (1 - w)^2 sigma_i^2 + w^2 sigma_(i+1)^2``. This ignores the correlation that
-interpolation introduces between neighbouring resampled points. Profiles already on the
-grid (to 1e-9 km/s) are taken unchanged; a file whose step or span is unlike the others'
-gets a warning.
+by linear interpolation, with errors propagated as
+``sigma^2 = (1 - w)^2 sigma_i^2 + w^2 sigma_(i+1)^2``. The grid is that of a file of the
+largest group of files sharing one velocity step (between groups of equal size, the
+coarser step), shifted to the line centre and restricted to the range all files cover and
+to the window: most profiles are then taken unchanged (to 1e-9 km/s), and no file is
+resampled onto a finer grid than it was sampled on unless most files are finer.
+Interpolation correlates neighbouring resampled points, which the chi-square does not
+track: a coarse profile put on a finer grid weighs more than its information. Files whose
+step or span is unlike the chosen grid's get one warning that names them and the grid.
 """
 
 from __future__ import annotations
@@ -77,6 +84,12 @@ _E_NAMES = ("err", "error", "errs", "sigma", "sigma_i", "sig_i", "ierr", "i_err"
 # beyond these a profile's grid is in m/s, not km/s (no LSD grid steps 50 km/s or spans 10^4 km/s)
 _MAX_STEP_KMS = 50.0
 _MAX_SPAN_KMS = 10_000.0
+# an LSD profile has tens to a few hundred points, sampled at >= ~0.5 km/s (a spectrograph
+# pixel); an axis finer than _MIN_STEP_KMS over more than _MAX_POINTS points is a spectrum
+_MAX_POINTS = 3000
+_MIN_STEP_KMS = 0.1
+# the line of a star lies within this of 0 km/s (its systemic velocity, as _check_vsys)
+_MAX_LINE_KMS = 2000.0
 # standard Donati/LSDpy/SpecpolFlow column counts and what they hold
 _LAYOUTS = {3: "v I sigma_I", 5: "v I sigma_I V sigma_V", 7: "v I sigma_I V sigma_V N sigma_N",
             9: "v I sigma_I V sigma_V N1 sigma_N1 N2 sigma_N2"}
@@ -129,6 +142,34 @@ def _check_grid_units(where, v, lines=None):
             f"(divide by 1000)")
 
 
+def _check_not_spectrum(where, v):
+    """Refuse an axis that is a spectrum's wavelengths, warn about one that may be.
+
+    Refused: an axis entirely beyond 2000 (no star's line lies there in km/s: Angstrom, or nm
+    in the infrared), or thousands of points on a positive axis stepping less than
+    0.1 km/s (no spectrograph samples that finely: nm). Warned: thousands of points
+    otherwise, or a positive axis above 100 stepping less than 0.1 (a cut-out of a
+    spectrum in nm?)."""
+    n, lo, hi = v.size, float(v[0]), float(v[-1])
+    step = float(np.median(np.diff(v)))
+    what = f"{n} points from {lo:.6g} to {hi:.6g} (median step {step:.3g})"
+    lsd = "an LSD profile has tens to a few hundred velocities (km/s) around the line centre"
+    if lo > _MAX_LINE_KMS:
+        raise DopplermapInputError(f"{where}: {what} cannot be velocities of a stellar line in km/s (beyond "
+                                   f"{_MAX_LINE_KMS:g}): a spectrum on a wavelength axis (Angstrom or nm)? {lsd}; "
+                                   "compute one from the spectrum (LSDpy, SpecpolFlow)")
+    fine = lo > 0 and step < _MIN_STEP_KMS
+    if n > _MAX_POINTS and fine:
+        raise DopplermapInputError(f"{where}: {what} is a spectrum on a wavelength axis (nm?), not a line profile: "
+                                   f"{lsd}, at steps >= ~0.5 km/s; compute one from the spectrum (LSDpy, SpecpolFlow)")
+    if n > _MAX_POINTS:
+        warn(f"{where}: {what}: {lsd}; is it a spectrum? The model's cost grows with the points: check the file, "
+             "or cut it with velocity_range")
+    elif fine and lo > 100.0:
+        warn(f"{where}: {what} steps finer than any spectrograph samples in km/s and never reaches 0: wavelengths "
+             f"in nm (a cut-out of a spectrum)? {lsd}")
+
+
 def _check_rows(path, rows, lines, columns: str = "columns 1-3"):
     """Validate parsed (v, I, err) rows; ``lines`` gives the line number of each row."""
     arr = np.asarray(rows, dtype=float).reshape(-1, 3)
@@ -148,6 +189,7 @@ def _check_rows(path, rows, lines, columns: str = "columns 1-3"):
     if arr.shape[0] < 3:
         raise DopplermapInputError(f"{path}: needs at least 3 data rows, got {arr.shape[0]}")
     _check_grid_units(path, arr[:, 0])
+    _check_not_spectrum(path, arr[:, 0])
     med_f, med_e = float(np.median(np.abs(arr[:, 1]))), float(np.median(arr[:, 2]))
     if med_e >= med_f:
         raise DopplermapInputError(
@@ -542,18 +584,41 @@ def resample(vels, flux, err, new_vels, source: str = "profile"):
     return f, e
 
 
-def _warn_unlike_grids(profs):
-    """A DopplermapWarning for each file whose velocity step or span is unlike the others'."""
+def _reference_grid(profs) -> int:
+    """The file whose velocity grid the others are put on: one of the largest group of files
+    that share a step (to 1%), so that most profiles are taken unchanged; between groups of
+    equal size the coarser step, since onto a coarser grid the interpolated points stay
+    (nearly) independent, while onto a finer one they are correlated and the chi-square
+    counts them as independent, weighing that file more."""
+    steps = np.array([np.median(np.diff(p.vels)) for p in profs])
+    same = np.abs(steps[:, None] / steps[None, :] - 1.0) <= 0.01
+    size = same.sum(axis=1)
+    best = np.nonzero(size == size.max())[0]
+    return int(best[np.argmax(steps[best])])  # the first of the coarsest among the largest groups
+
+
+def _warn_unlike_grids(profs, ref: int, vels):
+    """One DopplermapWarning naming the files whose velocity step or span is unlike the grid
+    they are put on (``vels``, from file ``ref``), and what is done with them."""
     if len(profs) < 2:
         return
     steps = np.array([np.median(np.diff(p.vels)) for p in profs])
     spans = np.array([p.vels[-1] - p.vels[0] for p in profs])
-    ms, mp = float(np.median(steps)), float(np.median(spans))
-    for p, st, sp in zip(profs, steps, spans, strict=True):
-        if not (0.9 <= st / ms <= 1.1) or not (0.5 <= sp / mp <= 2.0):
-            warn(f"{p.source}: velocity grid (step {st:.4g} km/s, span {sp:.4g} km/s) is unlike the other files' "
-                 f"(median step {ms:.4g}, span {mp:.4g}): check its units and that it comes from the same LSD "
-                 f"set-up (it is resampled onto the common grid)")
+    st, sp = float(steps[ref]), float(spans[ref])
+    odd = [k for k in range(len(profs)) if not (0.99 <= steps[k] / st <= 1.01) or not (0.5 <= spans[k] / sp <= 2.0)]
+    if not odd:
+        return
+    v = np.asarray(vels, dtype=float)
+    listed = "; ".join(f"{profs[k].source} (step {steps[k]:.4g} km/s, span {spans[k]:.4g} km/s)" for k in odd[:3])
+    more = f" and {len(odd) - 3} more" if len(odd) > 3 else ""
+    coarse = [k for k in odd if steps[k] > 1.01 * st]
+    note = (f"; the {len(coarse)} coarser file(s)' resampled points are correlated, so they weigh more than "
+            "their information" if coarse else "")
+    warn(f"velocity grids differ: {len(odd)} of {len(profs)} files are unlike {profs[ref].source}'s grid (step "
+         f"{st:.4g} km/s, span {sp:.4g} km/s), which {len(profs) - len(odd)} of them share: {listed}{more}. "
+         f"Every profile is put on that grid where all files overlap ({v.size} points, {v[0]:.4g}..{v[-1]:.4g} km/s "
+         f"around the line centre) by linear interpolation{note}: check their units and that they come from the "
+         "same LSD set-up")
 
 
 def _systemic(n, systemic_velocity, table_v, table_path):
@@ -587,9 +652,10 @@ def load_observations(paths: Sequence, *, times=None, times_table=None, time_pat
     profile is shifted to the star's rest frame, ``u = v - v_sys``, with ``v_sys`` from the
     table's systemic-velocity column if it has one, else ``systemic_velocity`` (km/s; one
     number or one per file; default 0). ``velocity_range`` ``(lo, hi)`` km/s keeps that part
-    around the line centre. ``vels`` (rest frame, km/s) defaults to the first file's shifted
-    grid restricted to the range all files cover and to ``velocity_range``. Each profile
-    (and its error) is divided by its mean when ``normalise``.
+    around the line centre. ``vels`` (rest frame, km/s) defaults to the shifted grid of a file
+    of the largest group sharing one step (see the module docstring), restricted to the range
+    all files cover and to ``velocity_range``; given, every profile is resampled onto it
+    without a warning. Each profile (and its error) is divided by its mean when ``normalise``.
     """
     paths = [Path(p) for p in paths]
     if not paths:
@@ -613,7 +679,7 @@ def load_observations(paths: Sequence, *, times=None, times_table=None, time_pat
         if t.shape != (len(paths),):
             raise DopplermapInputError(f"times must have one entry per file ({len(paths)}), got shape {t.shape}")
     vsys = _systemic(len(paths), systemic_velocity, table_v, times_table)
-    _warn_unlike_grids(profs)
+    ref = _reference_grid(profs)
     shifted = [p.vels - vs for p, vs in zip(profs, vsys, strict=True)]
     if velocity_range is not None:
         if len(velocity_range) != 2 or not velocity_range[0] < velocity_range[1]:
@@ -623,12 +689,13 @@ def load_observations(paths: Sequence, *, times=None, times_table=None, time_pat
         hi = min(u[-1] for u in shifted)
         if velocity_range is not None:
             lo, hi = max(lo, velocity_range[0]), min(hi, velocity_range[1])
-        u0 = shifted[0]
+        u0 = shifted[ref]
         vels = u0[(u0 >= lo - 1e-9) & (u0 <= hi + 1e-9)]
         if vels.size < 3:
             win = "" if velocity_range is None else f" inside velocity_range {list(velocity_range)}"
-            raise DopplermapInputError(f"the files share less than 3 velocities of {profs[0].source}'s grid{win} "
+            raise DopplermapInputError(f"the files share less than 3 velocities of {profs[ref].source}'s grid{win} "
                                        f"({lo:.3f}..{hi:.3f} km/s around the line centre)")
+        _warn_unlike_grids(profs, ref, vels)
     vels = np.asarray(vels, dtype=float)
     flux = np.empty((len(profs), vels.size))
     err = np.empty_like(flux)

@@ -138,6 +138,7 @@ def to_internal(values, scale="BJD_TDB", *, ra=None, dec=None, where: str = "tim
     v = np.asarray(values, dtype=float)
     if not np.all(np.isfinite(v)):
         raise DopplermapInputError(f"{where}: times contain NaN or inf")
+    _check_future(v, ts, where)
     if ts.is_internal:
         out = v + ts.offset
         _check_plausible(out, ts, where)
@@ -146,10 +147,12 @@ def to_internal(values, scale="BJD_TDB", *, ra=None, dec=None, where: str = "tim
     if v.size and float(np.min(jd)) < _UTC_START_JD:
         # not calendar dates: no scale or light-travel conversion can mean anything
         span = f"{np.min(jd):.6g}" if np.min(jd) == np.max(jd) else f"{np.min(jd):.6g}..{np.max(jd):.6g}"
+        mjd = _MJD_LO <= float(np.min(v)) and float(np.max(v)) < _MJD_HI
+        guess = (f"They look like MJD (JD - 2400000.5): declare 'MJD' ('BMJD', 'HMJD')" if mjd else
+                 "If they are reduced dates declare the offset (e.g. 'HJD-2450000')")
         warn(f"{where}: times {span} declared {ts.name} lie before 1960, so they are not "
              f"full Julian dates; they are used as given (no {ts.scale.upper()} -> TDB or {ts.frame} -> barycentric "
-             "correction). If they are reduced dates declare the offset (e.g. 'HJD-2450000'); if they are days "
-             "from an arbitrary zero declare 'BJD_TDB'")
+             f"correction). {guess}; if they are days from an arbitrary zero declare 'BJD_TDB'")
         return jd
     from astropy.time import Time, TimeDelta
 
@@ -215,6 +218,27 @@ def epoch_times(times, t0, *, time_scale="BJD_TDB", t0_scale=None, ra=None, dec=
     t0 = float(to_internal(np.asarray([t0], dtype=float), t0_scale, ra=ra, dec=dec, period=period,
                            where=f"{where}: [star] t0 ({t0_scale})")[0])
     return times, t0
+
+
+_FUTURE_JD = 2.5e6  # 2132-08-31: later dates are a wrong declared scale, not observations
+_MJD_LO, _MJD_HI = 3.0e4, 1.0e5  # MJD of 1941 .. 2132
+
+
+def _check_future(v, ts, where):
+    """Warn when the declared scale puts the times after 2132: full Julian days declared as a
+    reduced date (BTJD, BKJD, MJD, 'BJD-2450000') or reduced dates with the wrong offset."""
+    if ts.offset == 0.0 or v.size == 0 or float(np.max(v)) + ts.offset <= _FUTURE_JD:
+        return
+    lo, hi = float(np.min(v)), float(np.max(v))
+    span = f"{lo:.10g}" if lo == hi else f"{lo:.10g}..{hi:.10g}"
+    if lo > 2.0e6:
+        guess = "full Julian days: declare their scale without an offset ('BJD_TDB', 'HJD', 'JD')"
+    elif _MJD_LO <= lo and hi < _MJD_HI:
+        guess = "MJD (JD - 2400000.5): declare 'MJD' ('BMJD', 'HMJD')"
+    else:
+        guess = "reduced dates with another offset: declare the offset they have (e.g. 'BJD-2450000')"
+    warn(f"{where}: times {span} declared {ts.name} (JD - {ts.offset:.10g}) would be JD {hi + ts.offset:.8g}, "
+         f"after the year 2132; they look like {guess}")
 
 
 def _check_plausible(bjd, ts, where):
