@@ -27,7 +27,8 @@ from . import regularisers
 from .atomic import write_file
 from .broadening import apply_cell_factors, instrumental_broaden, mu_dependent_profile, scale_equivalent_width
 from .choices import REGULARISERS, RV_SHIFTS, SPOT_COMPONENTS, SYNTHESIS_METHODS, check
-from .errors import DopplermapInputError, MissingFileError
+from .diagnostics import check_spot_contrast, check_wavelength, fields_checked
+from .errors import DopplermapInputError, MissingFileError, warn
 from .geometry import StarParams
 from .gravity import gravity_darkening_factors
 from .grid import SurfaceGrid, make_grid
@@ -396,9 +397,42 @@ def _lightcurve_data(cfg, star, profile_times, time_scale):
                           fit_dilution=lcc.fit_dilution, source=data.source, read=data)
 
 
+def _check_config_values(cfg) -> None:
+    """The configuration's temperatures, intensities and wavelengths, checked under their
+    field names (the objects built from them then skip the same checks)."""
+    src, t = cfg.source, cfg.temperatures
+    check_spot_contrast((t.phot, t.cool, t.hot), what="[temperatures] phot, cool, hot", unit=" K", where=src)
+    bands = [(f"[[lines]] {ls.name!r} line" if cfg.lines else "[line]", ls.line) for ls in cfg.line_sets()]
+    bands += [(f"[[lightcurves]] {lc.name!r}", lc) for lc in cfg.lightcurves] or [("[lightcurve]", cfg.lightcurve)]
+    for sec, band in bands:
+        check_wavelength(band.wavelength_nm, f"{src}: {sec} wavelength_nm")
+        if band.intensity is not None:
+            check_spot_contrast(band.intensity, what=f"{sec} intensity (phot, cool, hot)", where=src)
+
+
+def _warn_reused_files(source: str, what: str, files_of: dict) -> None:
+    """A warning naming each file that several data sets (``files_of``: set name -> files) read."""
+    sets_of: dict[str, list[str]] = {}
+    for name, files in files_of.items():
+        for f in files:
+            sets_of.setdefault(str(Path(f).resolve()), []).append(name)
+    twice = {f: names for f, names in sets_of.items() if len(names) > 1}
+    if twice:
+        listed = "; ".join(f"{Path(f).name} in {', '.join(map(repr, names))}" for f, names in list(twice.items())[:3])
+        more = f" and {len(twice) - 3} more" if len(twice) > 3 else ""
+        warn(f"{source}: {len(twice)} file(s) are read by more than one {what} table, so their data are fitted "
+             f"once per table (they weigh double): {listed}{more}; list each file in one table")
+
+
 def from_config(cfg) -> Problem:
     """The problem a target configuration (:class:`dopplermap.config.TargetConfig`) describes:
     one line data set (``[data]`` and ``[line]``) or several (``[[lines]]``, :class:`LineData`)."""
+    _check_config_values(cfg)
+    with fields_checked():  # checked above under their names; the objects built from them repeat nothing
+        return _from_config(cfg)
+
+
+def _from_config(cfg) -> Problem:
     s = cfg.star
     sets, t0 = [], None
     for ls in cfg.line_sets():
@@ -416,6 +450,10 @@ def from_config(cfg) -> Problem:
         obs = Observations.create(times, obs.vels, obs.flux, obs.err, source=where)
         sets.append(LineData(obs=obs, components=_line_components(cfg, ls.line), name=ls.name, weight=ls.weight,
                              wavelength_nm=float(ls.line.wavelength_nm), files=tuple(files)))
+    if cfg.lines:
+        _warn_reused_files(cfg.source, "[[lines]]", {ld.name: ld.files for ld in sets})
+    if cfg.lightcurves:
+        _warn_reused_files(cfg.source, "[[lightcurves]]", {lc.name: [cfg.path(lc.file)] for lc in cfg.lightcurves})
     star = StarParams(inclination=s.inclination, vsini=s.vsini, period=s.period, t0=t0, domega=s.domega,
                       radius=s.radius)
     temps = (cfg.temperatures.phot, cfg.temperatures.cool, cfg.temperatures.hot)

@@ -184,10 +184,7 @@ def tabulated(velocity: Sequence[float], intensity: Sequence[float], name: str =
 
 def planck(wavelength_nm, temperature):
     """Planck spectral radiance B_lambda(T), W m^-3 sr^-1; wavelength in nm, T in K (or Quantities)."""
-    lam = np.asarray(to_unit(wavelength_nm, "nm", "wavelength", kind="spectral"), dtype=float)
-    if lam.ndim == 0:
-        check_wavelength(float(lam))
-    lam = lam * 1e-9
+    lam = np.asarray(to_unit(wavelength_nm, "nm", "wavelength", kind="spectral"), dtype=float) * 1e-9
     t = np.asarray(to_unit(temperature, "K", "temperature", kind="temperature"), dtype=float)
     return 2.0 * H_PLANCK * C_MS**2 / lam**5 / np.expm1(H_PLANCK * C_MS / (lam * K_BOLTZMANN * t))
 
@@ -203,7 +200,13 @@ def intensity_ratio(temperature: float, t_phot: float, wavelength_nm: float) -> 
     for name, val in (("temperature", temperature), ("t_phot", t_phot), ("wavelength_nm", wavelength_nm)):
         if not val > 0:
             raise DopplermapInputError(f"{name} must be > 0, got {val!r}")
-    return float(planck(wavelength_nm, temperature) / planck(wavelength_nm, t_phot))
+    check_wavelength(wavelength_nm, "wavelength_nm")
+    with np.errstate(over="ignore", invalid="ignore"):
+        ratio = float(planck(wavelength_nm, temperature) / planck(wavelength_nm, t_phot))
+    if not np.isfinite(ratio):
+        raise DopplermapInputError(f"wavelength_nm = {wavelength_nm:g}: the Planck intensity ratio of {temperature:g} K "
+                                   f"to {t_phot:g} K overflows at {wavelength_nm:g} nm; give the wavelength in nm")
+    return ratio
 
 
 @dataclasses.dataclass(frozen=True)

@@ -132,14 +132,32 @@ def _finish(where, source, t, f, e, rows, *, ts, scale_name, unit, hint, ra, dec
     if bad.any():
         i = int(np.argmax(bad))
         raise DopplermapInputError(f"{where}:{rows[i]}: error must be > 0, got {float(e[i])!r} ({int(bad.sum())} values <= 0)")
+    label = "line" if str(where) == source else "row"  # text lines, or FITS table rows
     return _complete(source, t, f, e, ts=ts, scale_name=scale_name, unit=unit, hint=hint, ra=ra,
-                     dec=dec, **meta)
+                     dec=dec, rows=(label, rows), **meta)
 
 
-def _complete(source, t, f, e, *, ts, scale_name, unit, hint, ra, dec, **meta):
+def _warn_repeated_times(source, t, f, e, rows):
+    """Warn about rows that repeat another row's time: each is fitted as one more point.
+    ``rows``: (label, the file's number of each point), e.g. ("line", [3, 4, ...])."""
+    order = np.argsort(t, kind="stable")
+    same = np.nonzero(np.diff(t[order]) == 0)[0]
+    if not same.size:
+        return
+    a, b = order[same], order[same + 1]
+    copies = int(np.sum((f[a] == f[b]) & (e[a] == e[b])))
+    label, num = rows
+    pairs = "; ".join(f"{label}s {num[i]} and {num[j]} at {t[i]:.10g}" for i, j in zip(a[:3], b[:3], strict=True))
+    more = f" ... ({same.size} in all)" if same.size > 3 else ""
+    warn(f"{source}: {same.size} row(s) repeat the time of another row ({copies} of them exact copies): "
+         f"{pairs}{more}; each is fitted as one more point (a copy weighs double): remove the repeated rows")
+
+
+def _complete(source, t, f, e, *, ts, scale_name, unit, hint, ra, dec, rows=None, **meta):
     if t.size < 2:
         raise DopplermapInputError(f"{source}: needs at least 2 valid cadences, got {t.size}")
     _check_flux_kind(source, f, unit, hint)
+    _warn_repeated_times(source, t, f, e, rows if rows is not None else ("cadence", np.arange(1, t.size + 1)))
     if unit == "mag":
         flux = 10.0 ** (-0.4 * f)
         e = 0.4 * math.log(10.0) * flux * e
@@ -336,7 +354,8 @@ def _read_mission(path, primary, tab, upper, column, unit, ra, dec, declared):
         warn(f"{path}: {n_q + n_bad} of {n} cadences dropped ({n_q} with QUALITY != 0, {n_bad} with NaN {fcol} or "
              "time): check the sector and the column")
     return _complete(str(path), t[keep], f[keep], e[keep], ts=ts, scale_name=ts.name, unit="flux", hint=None, ra=ra,
-                     dec=dec, n_read=n, n_quality=n_q, n_invalid=n_bad, column=fcol)
+                     dec=dec, rows=("row", np.nonzero(keep)[0] + 1), n_read=n, n_quality=n_q,
+                     n_invalid=n_bad, column=fcol)
 
 
 def read_lightcurve(path, fmt: str = "auto", *, column: str = "auto", unit: str = "flux", time_scale=None,

@@ -621,6 +621,22 @@ def _warn_unlike_grids(profs, ref: int, vels):
          "same LSD set-up")
 
 
+def _repeats(paths) -> dict:
+    """{resolved path: positions} of the files listed more than once."""
+    at: dict = {}
+    for k, p in enumerate(paths):
+        at.setdefault(Path(p).resolve(), []).append(k)
+    return {p: ks for p, ks in at.items() if len(ks) > 1}
+
+
+def _warn_repeated_files(paths):
+    twice = _repeats(paths)
+    if twice:
+        listed = "; ".join(f"{p.name} at positions {', '.join(map(str, ks))}" for p, ks in list(twice.items())[:3])
+        warn(f"{len(twice)} profile file(s) listed more than once, each read as one more epoch (it weighs double): "
+             f"{listed}; list each file once")
+
+
 def _systemic(n, systemic_velocity, table_v, table_path):
     """Per-file systemic velocities (n,) km/s from the table (if it has them) or the argument."""
     if systemic_velocity is None:
@@ -663,6 +679,7 @@ def load_observations(paths: Sequence, *, times=None, times_table=None, time_pat
     given = sum(x is not None for x in (times, times_table, time_pattern))
     if given != 1:
         raise DopplermapInputError("give exactly one of times, times_table or time_pattern")
+    _warn_repeated_files(paths)
     profs = [read_lsd(p, fmt, fits_columns=fits_columns) for p in paths]
     table_v = None
     if times_table is not None:
@@ -722,8 +739,11 @@ def profile_files(cfg) -> list[str]:
         if not hits:
             raise DopplermapInputError(f"{cfg.source}: [data] profiles: nothing matches {pat!r} (looked for {full})")
         files.extend(hits)
-    if len(set(files)) != len(files):
-        raise DopplermapInputError(f"{cfg.source}: [data] profiles: some files are matched by more than one pattern")
+    twice = _repeats(files)
+    if twice:
+        first = next(iter(twice))
+        raise DopplermapInputError(f"{cfg.source}: [data] profiles: {len(twice)} file(s) are matched more than once "
+                                   f"(e.g. {first}): list each file once")
     return files
 
 

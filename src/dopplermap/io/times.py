@@ -148,7 +148,7 @@ def to_internal(values, scale="BJD_TDB", *, ra=None, dec=None, where: str = "tim
         # not calendar dates: no scale or light-travel conversion can mean anything
         span = f"{np.min(jd):.6g}" if np.min(jd) == np.max(jd) else f"{np.min(jd):.6g}..{np.max(jd):.6g}"
         mjd = _MJD_LO <= float(np.min(v)) and float(np.max(v)) < _MJD_HI
-        guess = (f"They look like MJD (JD - 2400000.5): declare 'MJD' ('BMJD', 'HMJD')" if mjd else
+        guess = ("They look like MJD (JD - 2400000.5): declare 'MJD' ('BMJD', 'HMJD')" if mjd else
                  "If they are reduced dates declare the offset (e.g. 'HJD-2450000')")
         warn(f"{where}: times {span} declared {ts.name} lie before 1960, so they are not "
              f"full Julian dates; they are used as given (no {ts.scale.upper()} -> TDB or {ts.frame} -> barycentric "
