@@ -238,7 +238,7 @@ def _donati_texts() -> list[str]:
     for e in range(LSD_EPOCHS):
         rows = np.stack([CLEAN["vels"], CLEAN["flux"][e], CLEAN["err"][e]], axis=1)
         body = "\n".join(" ".join(f"{x:.10g}" for x in r) for r in rows)
-        out.append(f"***LSD profile {e}\n{rows.shape[0]} 3\n{body}\n")
+        out.append(f"***LSD profile {e}\n{rows.shape[0]} 2\n{body}\n")  # N_columns after the velocity
     return out
 
 
