@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import warnings
 
 import numpy as np
 
@@ -138,7 +139,14 @@ def to_internal(values, scale="BJD_TDB", *, ra=None, dec=None, where: str = "tim
     v = np.asarray(values, dtype=float)
     if not np.all(np.isfinite(v)):
         raise DopplermapInputError(f"{where}: times contain NaN or inf")
-    _check_future(v, ts, where)
+    if _check_future(v, ts, where):
+        with warnings.catch_warnings():  # ERFA's "dubious year" says again what the warning said
+            warnings.filterwarnings("ignore", message=".*dubious year")
+            return _convert(v, ts, ra, dec, where, period)
+    return _convert(v, ts, ra, dec, where, period)
+
+
+def _convert(v, ts, ra, dec, where, period):
     if ts.is_internal:
         out = v + ts.offset
         _check_plausible(out, ts, where)
@@ -228,7 +236,7 @@ def _check_future(v, ts, where):
     """Warn when the declared scale puts the times after 2132: full Julian days declared as a
     reduced date (BTJD, BKJD, MJD, 'BJD-2450000') or reduced dates with the wrong offset."""
     if ts.offset == 0.0 or v.size == 0 or float(np.max(v)) + ts.offset <= _FUTURE_JD:
-        return
+        return False
     lo, hi = float(np.min(v)), float(np.max(v))
     span = f"{lo:.10g}" if lo == hi else f"{lo:.10g}..{hi:.10g}"
     if lo > 2.0e6:
@@ -238,7 +246,8 @@ def _check_future(v, ts, where):
     else:
         guess = "reduced dates with another offset: declare the offset they have (e.g. 'BJD-2450000')"
     warn(f"{where}: times {span} declared {ts.name} (JD - {ts.offset:.10g}) would be JD {hi + ts.offset:.8g}, "
-         f"after the year 2132; they look like {guess}")
+         f"after the year 2132; they look like {guess}", stacklevel=3)
+    return True
 
 
 def _check_plausible(bjd, ts, where):
