@@ -269,6 +269,14 @@ def test_files_in_two_line_sets_or_two_light_curve_tables_warn(tmp_path):
     assert not [m for m in _problem_warnings(path) if "more than one" in m]
 
 
+def test_a_file_matched_twice_in_one_list_is_refused(tmp_path):
+    path = _target(tmp_path)
+    path.write_text(path.read_text().replace('profiles = ["obs/*.lsd"]', 'profiles = ["obs/*.lsd", "obs/../obs/e0.lsd"]'))
+    with pytest.raises(dm.DopplermapInputError, match=r"\[data\] profiles: 1 file\(s\) are matched more than once "
+                                                      r"\(e\.g\. .*e0\.lsd\): list each file once"):
+        from_config(load_config(path))
+
+
 def test_t0_zero_with_bjd_epochs_warns(tmp_path):
     problem = from_config(load_config(_target(tmp_path, star="t0 = 0.0")))
     with pytest.warns(DopplermapWarning, match=r"epochs lie up to 1\.2\d+e\+06 rotations .* from t0 = 0"):
