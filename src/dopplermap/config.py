@@ -32,6 +32,7 @@ from .choices import (
     SYNTHESIS_METHODS,
     UNCERTAINTY_METHODS,
     check,
+    check_error_scale,
 )
 from .errors import DopplermapInputError, MissingFileError
 from .io.times import parse_time_scale
@@ -61,6 +62,7 @@ class DataConfig:
     lightcurve_time_scale: str | None = None
     lightcurve_bin: float | None = None
     lightcurve_bin_unit: str = "d"
+    error_scale: float | str | None = None  # a factor on the errors, or one of ERROR_SCALES (dopplermap.errorscale)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -236,6 +238,8 @@ def _coerce(value, tp, where: str):
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if str in args and isinstance(value, str):  # a number or a name (checked by _validate)
+            return value
         return _coerce(value, args[0], where)
     if origin is tuple:
         (inner, _ellipsis) = typing.get_args(tp)
@@ -302,6 +306,8 @@ def _validate_data(s: str, d: DataConfig, sec: str = "[data]"):
     parse_time_scale(d.time_scale, f"{s}: {sec} time_scale")
     if d.velocity_range is not None and (len(d.velocity_range) != 2 or d.velocity_range[0] >= d.velocity_range[1]):
         raise DopplermapInputError(f"{s}: {sec} velocity_range must be [min, max] with min < max, got {list(d.velocity_range)}")
+    if d.error_scale is not None:
+        check_error_scale(d.error_scale, f"{s}: {sec} error_scale")
     if d.fits_columns is not None and (len(d.fits_columns) != 3 or len(set(d.fits_columns)) != 3):
         raise DopplermapInputError(f"{s}: {sec} fits_columns must name 3 different columns (velocity, intensity, error), "
                                    f"got {list(d.fits_columns)}")
