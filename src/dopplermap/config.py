@@ -238,7 +238,7 @@ def _coerce(value, tp, where: str):
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
-        if str in args and isinstance(value, str):  # a number or a name (checked by _validate)
+        if str in args and float in args:  # a number or a name: _validate checks it, naming both
             return value
         return _coerce(value, args[0], where)
     if origin is tuple:

@@ -367,7 +367,7 @@ def lambda_for_chi2(problem: Problem, target: float, *, lo: float = 1e-3, hi: fl
 ERROR_SCALE_LAMBDA = 0.1
 """Lambda of :func:`fit_error_scale`'s fit, in units of its reduced chi2 (small: the map
 follows the data; in the errors being scaled, lambda moves by their factor squared)."""
-ERROR_SCALE_TOL = 1e-6
+ERROR_SCALE_TOL = 1e-5
 """Solver tolerance of those fits (the residual sums are differenced)."""
 
 
