@@ -1,7 +1,6 @@
 """Error scales: ``[data] error_scale`` and :mod:`dopplermap.errorscale` on stars whose errors are
 known to be too large, the options refused, the warning that points at them, and LO Peg."""
 
-import dataclasses
 import json
 import warnings
 from pathlib import Path
@@ -213,5 +212,5 @@ def test_lopeg_auto_scale_brings_chi2_near_1(tmp_path):
     assert e.method == "residuals" and 0.15 < e.factor < 0.45
     unscaled = dm.invert(prob, lmbd=1.0)
     res = dm.invert(scaled, lmbd=1.0 / e.factor ** 2)  # the same map: lambda moves with the errors squared
-    assert res.chi2 == pytest.approx(unscaled.chi2 / e.factor ** 2, rel=1e-3)
+    assert res.chi2 == pytest.approx(unscaled.chi2 / e.factor ** 2, rel=1e-2)
     assert unscaled.chi2 < 0.5 and 0.5 < dm.invert(scaled, lmbd=0.1).chi2 < 1.5

@@ -525,6 +525,7 @@ times_table = "times.csv"            # CSV/ECSV: file, time (BJD or HJD)[, v_sys
 # time_pattern = 'BJD=(?P<time>[0-9.]+)'   # ... or a regex on the file names (not both)
 time_scale = "BJD_TDB"               # BJD_TDB | HJD | JD | MJD | BTJD | BKJD | 'BJD-2450000' ... of the times and t0
 # velocity_range = [-60.0, 60.0]     # fit only this part, km/s around the line centre (v - v_sys)
+# error_scale = "auto"               # LSD errors larger than the scatter: auto | continuum | residuals | a factor
 # fits_columns = ["VEL", "I", "ERR"] # FITS profiles: names of the velocity, intensity, error columns
 # lightcurve = "lightcurve.csv"      # time, flux (any units), error; or a TESS/Kepler *_lc.fits; fitted jointly
 # lightcurve_column = "auto"         # FITS flux column (auto: PDCSAP_FLUX of mission files) | "SAP_FLUX" ...
