@@ -173,6 +173,14 @@ def test_invert_reports_the_error_scale(tmp_path, capsys):
     # the chi2 is the scaled errors': the fit's residuals against them
     res = dm.load_result(tmp_path / "res")
     assert np.mean(((res.obs.flux - res.model) / res.obs.err) ** 2) == pytest.approx(summary["chi2"], rel=1e-6)
+    # lambda and grid solve the same scaled problem, and say so
+    assert main(["lambda", str(path), "--out", str(tmp_path / "lam"), "--lmbds", "0.3,3", "--quiet"]) == 0
+    assert main(["grid", str(path), "--out", str(tmp_path / "grid"), "--param", "inclination=60", "--scheduler", "sync",
+                 "--quiet"]) == 0
+    out = capsys.readouterr().out
+    for name in ("lam/lambda.json", "grid/grid.json"):
+        assert json.loads((tmp_path / name).read_text())["error_scale"] == scale
+    assert out.count(f"error scale {scale['factor']:.4g} (continuum") == 2
 
 
 def _lopeg_target(tmp_path, error_scale: str, window=None) -> Path:

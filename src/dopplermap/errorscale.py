@@ -9,8 +9,8 @@ read wrong numbers. An :class:`ErrorScale` is one factor on a line data set's er
 * ``"given"``: a number from the configuration (``[data] error_scale = 0.5``);
 * ``"continuum"`` (:func:`continuum_error_scale`): where the model is the continuum (beyond
   ``vsini`` plus the local line's width, :func:`line_margin`), the scatter of each profile
-  about a straight line per side, in units of its errors; the factor is the median over the
-  epochs (robust to a bad epoch), their spread is reported;
+  about a straight line per side, in units of its errors; the factor is their median over
+  the epochs (robust to a bad epoch), their spread is reported;
 * ``"residuals"`` (for profiles with too little continuum): ``sqrt(reduced chi2)`` of a fit
   at small lambda, corrected for the noise the fit absorbs, per epoch and overall; the fit
   is made in :func:`dopplermap.search.fit_error_scale`, above the solvers.
@@ -136,11 +136,12 @@ def _scatter(vels, flux, err, segments) -> tuple[float, int]:
 
     About the local continuum, not from point-to-point differences: LSD pixels are correlated
     with their neighbours (the deconvolution spreads each spectral pixel over several
-    velocity bins; lag-1 correlation about 0.2 in LO Peg's continuum), and the variance of a
+    velocity bins; lag-1 correlation 0.23 in LO Peg's continuum), and the variance of a
     difference is ``2 sigma^2 (1 - rho)``, so a point-to-point estimate reads the scatter low
-    by ``sqrt(1 - rho)`` (10 % there, 22 % at rho = 0.4 in simulation), while the scatter
-    about a line is unbiased whatever the correlation. A slow wiggle of the continuum reads
-    it high instead: the errors come out a little too large, the safe side."""
+    by ``sqrt(1 - rho)`` (LO Peg at -180..180 km/s: 0.163 from differences, 0.183 about the
+    lines; 22 % low at rho = 0.4 in simulation), while the scatter about a line is unbiased
+    whatever the correlation. A slow wiggle of the continuum reads it high instead: the
+    errors come out a little too large, the safe side."""
     res, n_par = [], 0
     for s in segments:
         v, f, e = vels[s], flux[s], err[s]
@@ -163,8 +164,9 @@ def continuum_error_scale(obs: Observations, vsini: float, margin: float, *, nam
 
     ``vsini`` (km/s) and ``margin`` (:func:`line_margin`, km/s) bound the line; ``obs.vels``
     are in the star's rest frame (line centre 0). Each profile's scatter about a straight line
-    on each side of the line is divided by its errors; the factor is the median over the
-    epochs."""
+    on each side of the line is divided by its errors (``per_epoch``); the factor is the square
+    root of the median of their squares over the median of ``chi2_dof / dof`` (robust to a bad
+    epoch, and unbiased for Gaussian noise however few the points)."""
     vels = np.asarray(obs.vels, dtype=float)
     segs = [s for s in _segments(continuum_mask(vels, vsini, margin)) if s.size >= _MIN_SEGMENT]
     n = int(sum(s.size for s in segs))

@@ -383,9 +383,9 @@ def fit_error_scale(problem: Problem, *, lmbd: float = ERROR_SCALE_LAMBDA, tol: 
     """The ``"residuals"`` error scale of every line data set, from the residuals of a fit at
     small lambda with the fit's own share of the noise put back.
 
-    The fit is made at ``lambda = lmbd x chi2`` (its own reduced chi2: scaling the errors by
-    ``f`` moves every lambda by ``1 / f^2``, so only a lambda in units of the chi2 is small for
-    every data set; two solves). Its residuals alone read the scatter low: a map that
+    The fit is made at ``lambda = lmbd x chi2``, chi2 the reduced chi2 of a first fit at
+    ``lmbd`` (scaling the errors by ``f`` moves every lambda by ``1 / f^2``, so only a lambda in
+    units of the chi2 is small for every data set; two solves). Its residuals alone read the scatter low: a map that
     follows the data absorbs part of the noise (10-20 % low in factor on simulated stars).
     So the residual sum of each set is divided by its residual degrees of freedom ``k``
     instead of its points ``N``; ``k`` is measured by refitting the data with a noise ``b``
