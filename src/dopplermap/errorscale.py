@@ -205,7 +205,7 @@ def error_scale_for(spec, obs: Observations, components, vsini: float | None, *,
     ``where`` names the setting in errors (``"target.toml: [data]"``)."""
     spec = check_error_scale(spec, f"{where} error_scale")
     if not isinstance(spec, str):
-        return ErrorScale(factor=spec, method="given", name=name, detail="as given")
+        return ErrorScale(factor=spec, method="given", name=name)
     if spec == "residuals":
         return ErrorScale(factor=None, method="residuals", name=name, n_points=obs.n_vel, detail="as asked")
     if components is None or vsini is None:

@@ -341,7 +341,7 @@ class Problem:
             if len(scales) != len(names):
                 raise DopplermapInputError(f"{self.source}: {len(scales)} error scales for {len(names)} line data set(s)")
         scales = [s if s is None or isinstance(s, ErrorScale) else
-                  ErrorScale(factor=float(s), method="given", name=n, detail="as given")
+                  ErrorScale(factor=float(s), method="given", name=n)
                   for s, n in zip(scales, names, strict=True)]
         scales = [s if s is None else dataclasses.replace(s, name=n) for s, n in zip(scales, names, strict=True)]
         done = {e.name for e in self.error_scale if not e.pending}
