@@ -21,6 +21,7 @@ from .. import calibrate, search
 from ..atomic import AtomicFolder, check_out, new_run_id, write_manifest, write_text
 from ..config import load_config
 from ..errors import DopplermapInputError, DopplermapWarning
+from ..errorscale import describe_all, summarise
 from ..memory import MAX_GRID_POINTS
 from ..problem import Settings, demo_problem, from_config, from_npz, save_npz
 from ..style import save_figure
@@ -34,16 +35,31 @@ def save_problem(path, obs, star=None, n_cell: int | None = None) -> Path:
     return save_npz(path, obs, star=star, n_cell=n_cell)
 
 
-def load_problem(path=None, *, n_cell=400, n_epoch=30, n_vel=24, snr=500.0, seed=1, tol=1e-6):
+def load_problem(path=None, *, n_cell=400, n_epoch=30, n_vel=24, snr=500.0, seed=1, tol=1e-6, quiet=True):
     """The :class:`dopplermap.problem.Problem` of a target TOML (exactly what ``dopplermap
-    invert`` solves: gravity darkening, light curve, method and [inversion] settings
-    included), of an ``.npz`` file, or of the simulated demo star (``path`` None)."""
+    invert`` solves: gravity darkening, light curve, method, [inversion] settings and the
+    errors scaled by [data] error_scale included), of an ``.npz`` file, or of the simulated
+    demo star (``path`` None). A line on stderr before an error scale is read from a fit, unless ``quiet``."""
     if path is not None and Path(path).suffix.lower() == ".toml":
-        return from_config(load_config(path)).single("the lambda and grid searches")
+        prob = from_config(load_config(path)).single("the lambda and grid searches")
+        if any(e.pending for e in prob.error_scale):
+            if not quiet:
+                click.echo("error scale from the residuals of a fit (4 solves) ...", err=True)
+            prob = search.apply_error_scale(prob)
+        return prob
     settings = Settings(tol=tol)
     if path is None:
         return demo_problem(n_cell=n_cell, n_epoch=n_epoch, n_vel=n_vel, snr=snr, seed=seed, settings=settings)
     return from_npz(path, n_cell=n_cell, settings=settings, seed=seed)
+
+
+def _echo_error_scale(prob) -> dict | None:
+    """Print the line about the problem's error scale (if its errors were scaled); return
+    what the output's JSON records of it."""
+    scale = summarise(prob.error_scale)
+    if scale is not None:
+        click.echo(describe_all(scale))
+    return scale
 
 
 def _floats(text: str, name: str) -> np.ndarray:
@@ -119,7 +135,8 @@ def run_lambda(problem, *, n_cell, n_epoch, n_vel, snr, regulariser, out: Path, 
     lm = _lambda_list(lmbds)
     if not np.all(np.isfinite(lm) & (lm >= 0)):
         raise DopplermapInputError(f"--lmbds: every lambda must be finite and >= 0, got {lmbds!r}")
-    prob = load_problem(problem, n_cell=n_cell, n_epoch=n_epoch, n_vel=n_vel, snr=snr, tol=LAMBDA_TOL)
+    prob = load_problem(problem, n_cell=n_cell, n_epoch=n_epoch, n_vel=n_vel, snr=snr, tol=LAMBDA_TOL, quiet=quiet)
+    scale = _echo_error_scale(prob)
     fp = search.problem_fingerprint(prob)
     prob = prob.replace(settings=prob.settings.replace(regulariser=regulariser, tol=tol))  # None: the problem's
     regulariser, tol = prob.settings.regulariser, prob.settings.tol
@@ -132,7 +149,7 @@ def run_lambda(problem, *, n_cell, n_epoch, n_vel, snr, regulariser, out: Path, 
     with _expected_chi2_spread():
         sw = search.sweep_lambda(prob, lm, progress=None if quiet else progress)
     choice = {"lmbds": sw.lmbd.tolist(), "sweep_time": sw.total_time, "regulariser_floor": sw.floor,
-              "regulariser": regulariser, "tol": tol, "problem": fp}
+              "regulariser": regulariser, "tol": tol, "problem": fp, "error_scale": scale}
     try:
         corner, _ = search.lcurve_corner(sw)
         choice["lcurve_corner"] = corner
@@ -180,7 +197,8 @@ def run_grid(problem, *, n_cell, n_epoch, n_vel, snr, regulariser, out: Path, ov
     if cluster is not None and cluster.remote:  # an unreachable scheduler fails before any work
         client, _ = cluster.connect()
         client.close()
-    prob = load_problem(problem, n_cell=n_cell, n_epoch=n_epoch, n_vel=n_vel, snr=snr, tol=GRID_TOL)
+    prob = load_problem(problem, n_cell=n_cell, n_epoch=n_epoch, n_vel=n_vel, snr=snr, tol=GRID_TOL, quiet=quiet)
+    scale = _echo_error_scale(prob)
     settings = prob.settings.replace(lmbd=lmbd, regulariser=regulariser, tol=tol)
     prob = prob.replace(settings=settings)
     if n_sim is not None:  # refuse what cannot be calibrated before the search, not after it
@@ -211,7 +229,7 @@ def run_grid(problem, *, n_cell, n_epoch, n_vel, snr, regulariser, out: Path, ov
         intervals[name] = {k: iv[k] for k in ("best", "lo", "hi", "at_edge", "delta", "note")}
     fp = search.problem_fingerprint(prob)
     summary = {"best": best, "intervals": intervals, "lmbd": settings.lmbd,
-               "regulariser": settings.regulariser, "tol": settings.tol, "problem": fp}
+               "regulariser": settings.regulariser, "tol": settings.tol, "problem": fp, "error_scale": scale}
     calibrated = None
     if n_sim is not None:
         if calibrate_oversample is None:
