@@ -882,9 +882,11 @@ def delta_chi2_interval(rows: list[dict], name: str, *, delta: float = 1.0, colu
     grid's edge is that of the values that were solved. Returns a dict with ``best``,
     ``lo``, ``hi`` (grid values), ``at_edge`` (the interval touches the grid's edge, so the
     true interval may be wider), ``best_at_edge`` (the best value is the first or last one:
-    the minimum may lie beyond the grid), ``chi2_best`` (the reduced chi-square at the best
-    point) and ``profile`` (values, profiled chi2_total).
+    the minimum may lie beyond the grid), ``refused_beyond`` (refused values lie beyond that
+    edge: the minimum may lie between them), ``chi2_best`` (the reduced chi-square at the
+    best point) and ``profile`` (values, profiled chi2_total).
     """
+    every = np.unique([r[name] for r in rows if name in r])
     rows = _computed(rows)
     if name not in rows[0]:
         raise DopplermapInputError(f"parameter {name!r} is not a column of the table ({sorted(rows[0])})")
@@ -894,9 +896,11 @@ def delta_chi2_interval(rows: list[dict], name: str, *, delta: float = 1.0, colu
     inside = prof - prof.min() <= delta
     idx = np.nonzero(inside)[0]
     i = int(np.argmin(prof))
+    low, high = i == 0, i == vals.size - 1
+    refused_beyond = bool((low and np.any(every < vals[0])) or (high and np.any(every > vals[-1])))
     return dict(best=float(vals[i]), lo=float(vals[idx[0]]), hi=float(vals[idx[-1]]),
-                at_edge=bool(inside[0] or inside[-1]), best_at_edge=bool(vals.size > 1 and i in (0, vals.size - 1)),
-                chi2_best=float(best_rows[i].get("chi2", math.nan)), delta=float(delta), values=vals, profile=prof,
+                at_edge=bool(inside[0] or inside[-1]), best_at_edge=bool(every.size > 1 and (low or high)),
+                refused_beyond=refused_beyond,                 chi2_best=float(best_rows[i].get("chi2", math.nan)), delta=float(delta), values=vals, profile=prof,
                 note="Delta chi2 on the un-reduced chi-square (chi2_reduced * n_epoch * n_vel)")
 
 
@@ -908,7 +912,10 @@ def interval_flags(interval: dict, name: str | None = None) -> list[str]:
     and a Delta chi2 <= 1 range is not a 68 % interval. Each flag is one phrase."""
     flags = []
     what = f"{name} " if name else ""
-    if interval.get("best_at_edge"):
+    if interval.get("best_at_edge") and interval.get("refused_beyond"):
+        flags.append(f"the best {what}value {interval['best']:g} lies on the edge of the solved points, next to "
+                     "refused ones (the minimum may lie between them: refine the grid there)")
+    elif interval.get("best_at_edge"):
         flags.append(f"the best {what}value {interval['best']:g} lies on the grid's edge (the minimum may lie "
                      "beyond it: widen the grid)")
     c = interval.get("chi2_best", math.nan)

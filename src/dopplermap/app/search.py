@@ -298,8 +298,8 @@ def _search_and_summarise(prob, axes, out, resume, cluster, max_points, quiet, d
     for name in axes:
         iv = search.delta_chi2_interval(rows, name, delta=delta_chi2, column=column)
         flags = search.interval_flags(iv, name)
-        intervals[name] = {k: iv[k] for k in ("best", "lo", "hi", "at_edge", "best_at_edge", "chi2_best", "delta",
-                                              "note")}
+        intervals[name] = {k: iv[k] for k in ("best", "lo", "hi", "at_edge", "best_at_edge", "refused_beyond",
+                                              "chi2_best", "delta", "note")}
         intervals[name]["flags"] = flags
         if flags and n_sim is None:
             warn(f"grid interval of {name} {iv['lo']:g} .. {iv['hi']:g} is not to be trusted: {'; '.join(flags)}; "
@@ -330,7 +330,7 @@ def _print_grid(axes, rows, best, summary, calibrated, delta_chi2) -> None:
         for r in rows:
             logg = f"{r['logg']:6.2f}" if math.isfinite(r["logg"]) else f"{'-':>6s}"
             chi2 = f"{r['chi2']:10.5g}" if r["status"] == "ok" else f"{'-':>10s}"
-            status = r["status"] if r["status"] == "ok" else f"refused: {r['reason']}"
+            status = r["status"]  # the reasons follow the table
             click.echo("  ".join([f"{r[n]:12g}" for n in names] + [chi2, f"{r['radius']:8.3g}", logg, status]))
     if summary["refused"]:
         click.echo(f"{len(summary['refused'])} of {len(rows)} points refused (not solved): " + "; ".join(
