@@ -519,6 +519,8 @@ def problem_fingerprint(problem: Problem) -> str:
     the file name it came from)."""
     fields = {f.name: getattr(problem, f.name) for f in dataclasses.fields(problem)
               if f.name not in ("settings", "source", "files")}
+    if fields.get("mass") is None:  # no mass: the fingerprint of a problem that had no such field
+        fields.pop("mass", None)
     return fingerprint(type(problem).__qualname__, fields)
 
 
