@@ -923,8 +923,9 @@ def interval_flags(interval: dict, name: str | None = None) -> list[str]:
     c = interval.get("chi2_best", math.nan)
     if math.isfinite(c) and not (INTERVAL_CHI2_LOW <= c <= INTERVAL_CHI2_HIGH):
         side = "below" if c < INTERVAL_CHI2_LOW else "above"
-        flags.append(f"the reduced chi2 at the best point is {c:.3g}, {side} {INTERVAL_CHI2_LOW:g}..{INTERVAL_CHI2_HIGH:g} "
-                     "(the errors look mis-scaled, so a Delta chi2 range is not a 68 % interval)")
+        flags.append(f"the reduced chi2 at the best point is {c:.3g}, {side} the trusted range "
+                     f"{INTERVAL_CHI2_LOW:g}..{INTERVAL_CHI2_HIGH:g} (the errors look mis-scaled, so a Delta chi2 "
+                     "range is not a 68 % interval)")
     return flags
 
 
