@@ -14,12 +14,17 @@ import numpy as np
 
 from .errors import ConvergenceWarning, DopplermapInputError, warn
 
-__all__ = ["check_observations", "check_result", "check_velocity_window", "CHI2_HIGH", "CHI2_LOW", "AMP_MAX"]
+__all__ = ["check_observations", "check_result", "check_velocity_window", "CHI2_HIGH", "CHI2_LOW", "AMP_MAX",
+           "INTERVAL_CHI2_LOW", "INTERVAL_CHI2_HIGH"]
 
 CHI2_HIGH = 4.0
 """Reduced chi-square above which a fit is flagged as not matching the data."""
 CHI2_LOW = 0.5
 """Reduced chi-square below which the errors look overestimated (LSD profiles' often are)."""
+INTERVAL_CHI2_LOW, INTERVAL_CHI2_HIGH = 0.5, 2.0
+"""Reduced chi-square at a grid's best point outside which its Delta chi2 intervals are
+flagged: the errors are then off by more than a factor sqrt(2), and so is the width of the
+intervals read on them."""
 AMP_MAX = 0.5
 """Largest plausible additive offset ``amp`` (in units of the mean-normalised profile)."""
 

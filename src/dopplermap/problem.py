@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from pathlib import Path
 
 import numpy as np
@@ -149,6 +150,9 @@ class Problem:
         error_scale: the :class:`~dopplermap.errorscale.ErrorScale` of each line data set
             whose errors were scaled (:meth:`scale_errors`; ``[data] error_scale``), or a
             pending one that a fit must still find (:func:`dopplermap.search.apply_error_scale`).
+        mass: the star's mass (M_sun) where known (``[star] mass``): a grid search then
+            refuses points beyond break-up and reports log g beside the implied radius
+            (:attr:`stellar_mass` falls back on the gravity darkening's mass).
     """
 
     grid: SurfaceGrid
@@ -167,9 +171,13 @@ class Problem:
     rv_shift: str = "interpolate"
     form: Precomputed | None = None
     error_scale: tuple[ErrorScale, ...] = ()
+    mass: float | None = None
 
     def __post_init__(self):
         check(self.method, SYNTHESIS_METHODS, f"{self.source}: method")
+        if self.mass is not None and not (isinstance(self.mass, (int, float)) and math.isfinite(self.mass)
+                                          and self.mass > 0):
+            raise DopplermapInputError(f"{self.source}: mass must be a finite number > 0 M_sun, got {self.mass!r}")
         check(self.rv_shift, RV_SHIFTS, f"{self.source}: rv_shift")
         if self.form is None:
             if self.grid is None or self.star is None:
@@ -196,6 +204,13 @@ class Problem:
             if self.grid is not None and self.grid.n_cell != self.form.n_cell:
                 raise DopplermapInputError(f"{self.source}: the grid has {self.grid.n_cell} cells, the given form "
                                            f"{self.form.n_cell}")
+
+    @property
+    def stellar_mass(self) -> float | None:
+        """The star's mass (M_sun): :attr:`mass`, else the gravity darkening's, else None."""
+        if self.mass is not None:
+            return float(self.mass)
+        return float(self.gravity.mass) if self.gravity is not None else None
 
     @property
     def multi(self) -> bool:
@@ -515,7 +530,7 @@ def from_config(cfg) -> Problem:
         lc = lc[0]
     common = dict(grid=make_grid(cfg.grid.kind, cfg.grid.n_cell, cfg.grid.nside), star=star, method=inv.method,
                   rv_shift=inv.rv_shift, gravity=gravity, lightcurve_data=lc, t_phot=float(temps[0]),
-                  wavelength_nm=float(first.line.wavelength_nm), source=cfg.source)
+                  wavelength_nm=float(first.line.wavelength_nm), source=cfg.source, mass=s.mass)
     if len(sets) == 1:  # one set (also one [[lines]] table): the plain problem, its weight on line_weight
         one = sets[0]
         if cfg.lines:
