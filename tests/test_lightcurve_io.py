@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import re
 import warnings
 
 import astropy.units as u
@@ -24,10 +25,17 @@ def strict():
         yield
 
 
-def mission_fits(path, *, mission="TESS", n=400, n_quality=20, n_nan=15, drop=(), set_=None, seed=0, tunit=None):
+# flags that the default masks of both missions drop (attitude tweak, safe mode, coarse point,
+# Earth point, desaturation: bits 1-4 and 6 in both archive manuals)
+DROPPED_BY_DEFAULT = (1, 2, 4, 8, 32)
+
+
+def mission_fits(path, *, mission="TESS", n=400, n_quality=20, n_nan=15, drop=(), set_=None, seed=0, tunit=None,
+                 flags=DROPPED_BY_DEFAULT):
     """A light-curve file in the layout of the TESS Science Data Products Description (SPOC
     ``*_lc.fits``) or of the Kepler Archive Manual (``kplr*_llc.fits``): primary header with
-    the target, binary table LIGHTCURVE with the mission's columns, units and time keywords.
+    the target, binary table LIGHTCURVE with the mission's columns, units and time keywords;
+    ``n_quality`` cadences carry one of ``flags``.
     Returns the true BJD_TDB, the PDCSAP and SAP fluxes and the mask of good cadences."""
     rng = np.random.default_rng(seed)
     refi = 2457000 if mission == "TESS" else 2454833
@@ -37,7 +45,7 @@ def mission_fits(path, *, mission="TESS", n=400, n_quality=20, n_nan=15, drop=()
     sap = (pdc * 1.07 + 40.0).astype(np.float32)  # SAP differs: picking it by mistake is visible
     quality = np.zeros(n, dtype=np.int32)
     qi = rng.choice(n, n_quality, replace=False)
-    quality[qi] = rng.choice([1, 4, 32, 128, 1024, 4096], n_quality)
+    quality[qi] = rng.choice(flags, n_quality)
     ni = rng.choice(np.setdiff1d(np.arange(n), qi), n_nan, replace=False)
     pdc[ni] = np.nan
     time = bjd - refi
@@ -97,7 +105,14 @@ def test_mission_fits_times_pdcsap_quality_nan(tmp_path, mission):
     np.testing.assert_allclose(lc.flux, pdc[good], rtol=1e-7)
     assert np.all(lc.err == 5.0)
     assert (lc.n_read, lc.n_quality, lc.n_invalid, lc.n_points) == (400, 20, 15, 365)
-    assert "400 cadences, PDCSAP_FLUX, 35 dropped (QUALITY != 0: 20, NaN: 15); 365 points fitted" in lc.describe()
+    q = fits.getdata(path, "LIGHTCURVE")["QUALITY" if mission == "TESS" else "SAP_QUALITY"]
+    names = {1: "Attitude tweak", 2: "Safe mode", 4: "Coarse point", 8: "Earth point", 32: "Desaturation event"}
+    by_flag = {names[b]: int(np.sum(q == b)) for b in DROPPED_BY_DEFAULT if np.any(q == b)}
+    assert lc.dropped_by_flag == by_flag and sum(by_flag.values()) == 20
+    mask = 17087 if mission == "TESS" else 1130799
+    flags = ", ".join(f"{k} {v}" for k, v in by_flag.items())
+    assert (f"400 cadences, PDCSAP_FLUX, quality mask 'default' ({mission}: {mask}), 35 dropped (quality 20 [{flags}], "
+            "NaN 15); 365 points fitted") in lc.describe()
 
 
 def test_sap_flux_on_request(tmp_path):
@@ -148,7 +163,8 @@ def test_declared_scale_of_a_mission_file_must_agree(tmp_path):
 
 def test_many_dropped_cadences_warn(tmp_path):
     mission_fits(tmp_path / "tess.fits", n_quality=90, n_nan=30)
-    with pytest.warns(DopplermapWarning, match=r"tess\.fits: 120 of 400 cadences dropped \(90 with QUALITY != 0, 30"):
+    with pytest.warns(DopplermapWarning, match=r"tess\.fits: 120 of 400 cadences dropped \(90 by the quality mask "
+                                               r"'default' \(TESS: 17087\), 30 with NaN PDCSAP_FLUX"):
         lc = read_lightcurve(tmp_path / "tess.fits")
     assert lc.n_points == 280
 
@@ -367,8 +383,8 @@ def test_invert_prints_what_was_read_dropped_and_fitted(tmp_path, capsys):
     rc = main(["invert", str(toml), "--out", str(tmp_path / "res"), "--no-plots", "--quiet"])
     assert rc == 3  # maxiter = 3 keeps the test short: a complete result, reported as not converged
     out = capsys.readouterr().out
-    assert "1500 cadences, PDCSAP_FLUX, 35 dropped (QUALITY != 0: 20, NaN: 15), binned in 0.02 phase; " \
-           "50 points fitted" in out
+    assert re.search(r"1500 cadences, PDCSAP_FLUX, quality mask 'default' \(TESS: 17087\), 35 dropped \(quality 20 "
+                     r"\[[^]]+\], NaN 15\), binned in 0\.02 phase; 50 points fitted", out)
     s = json.loads((tmp_path / "res" / "summary.json").read_text())
     assert (s["lc_cadences"], s["lc_dropped_quality"], s["lc_dropped_nan"], s["lc_points"]) == (1500, 20, 15, 50)
     lc = QTable.read(tmp_path / "res" / "profiles.fits", hdu="LIGHTCURVE", astropy_native=True)
