@@ -322,7 +322,8 @@ def _refuse_other_products(path, hdul):
                                    "a time series: save the light curve before .fold()")
     tabs = [h for h in hdul if isinstance(h, fits.BinTableHDU)]
     for h in tabs:
-        cube = next((c for c in h.columns if c.name.upper() in ("FLUX", "RAW_CNTS", "FLUX_BKG") and c.dim), None)
+        dims = {c.name.upper(): c for c in h.columns if c.dim}
+        cube = next((dims[k] for k in ("FLUX", "RAW_CNTS", "FLUX_BKG") if k in dims), None)
         if h.name.upper() in ("PIXELS", "TARGETTABLES") or cube is not None:
             what = f"a {_shape(cube.dim)} pixel {cube.name} image per cadence" if cube is not None else "pixel images"
             raise DopplermapInputError(f"{path}: a target-pixel file ({h.name} table: {what}, {h.header.get('NAXIS2')} "
@@ -554,7 +555,8 @@ def is_lightcurve_object(obj) -> bool:
     if isinstance(obj, (str, bytes, os.PathLike)):
         return False
     return _is_table_like(obj) or _not_a_lightcurve(obj, "") is not None or (
-        hasattr(obj, "__iter__") and hasattr(obj, "__len__") and not isinstance(obj, (dict, np.ndarray)))
+        hasattr(obj, "__len__") and (hasattr(obj, "__iter__") or hasattr(obj, "__getitem__"))
+        and not isinstance(obj, (dict, np.ndarray)))
 
 
 def _values(q, where, what):
