@@ -464,7 +464,8 @@ def test_a_preset_needs_the_mission_an_integer_does_not(tmp_path):
 
 
 @pytest.mark.parametrize("spec,match", [
-    ("soft", r"quality_bitmask must be one of 'none', 'default', 'hard', 'hardest' or an integer >= 0, got 'soft'"),
+    ("soft", r"quality_bitmask must be one of 'none', 'default', 'hard', 'hardest', got 'soft' \(or an integer bit "
+             r"mask >= 0\)"),
     (-1, r"quality_bitmask must be >= 0 as an integer bit mask, got -1"),
     (True, r"quality_bitmask must be one of .* got True"),
 ])

@@ -124,12 +124,10 @@ def mission_flags(*values) -> str | None:
 
 def check_bitmask(spec, where: str):
     """``spec`` if it is a preset name or an integer >= 0; else one line naming ``where``."""
-    if isinstance(spec, bool) or not isinstance(spec, (str, numbers.Integral)):
-        raise DopplermapInputError(f"{where} must be one of {', '.join(map(repr, QUALITY_BITMASKS))} or an integer "
-                                   f">= 0, got {spec!r}")
-    if isinstance(spec, str) and spec not in QUALITY_BITMASKS:
-        raise DopplermapInputError(f"{where} must be one of {', '.join(map(repr, QUALITY_BITMASKS))} or an integer "
-                                   f">= 0, got {spec!r}")
+    if isinstance(spec, bool) or not isinstance(spec, (str, numbers.Integral)) or (
+            isinstance(spec, str) and spec not in QUALITY_BITMASKS):
+        raise DopplermapInputError(f"{where} must be one of {', '.join(map(repr, QUALITY_BITMASKS))}, got {spec!r} "
+                                   "(or an integer bit mask >= 0)")
     if not isinstance(spec, str) and spec < 0:
         raise DopplermapInputError(f"{where} must be >= 0 as an integer bit mask, got {spec!r}")
     return spec
