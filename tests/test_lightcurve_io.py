@@ -543,6 +543,16 @@ def test_lightkurve_files_take_their_times_from_the_time_format(tmp_path):
         read_lightcurve(tmp_path / "flat.fits", time_scale="BKJD")
     time, _, _ = lightkurve_fits(tmp_path / "kepler.fits", tunit="bkjd", telescop="Kepler")
     np.testing.assert_array_equal(read_lightcurve(tmp_path / "kepler.fits").time[:3], time[1:4] + 2454833.0)
+    # a target with it: the times reach the problem as BJD_TDB, beside profiles dated in BTJD
+    from dopplermap.config import load_config
+    from dopplermap.problem import from_config
+
+    with strict():
+        prob = from_config(load_config(_target(tmp_path, "flat.fits")))
+    np.testing.assert_array_equal(prob.lightcurve_data.times, lc.time)
+    for bad in (12, np.ones(3)):
+        with pytest.raises(DopplermapInputError, match=r"a light curve is a file path or a lightkurve LightCurve"):
+            read_lightcurve(bad)
 
 
 def test_lightkurve_files_in_jd_need_a_declared_scale(tmp_path):

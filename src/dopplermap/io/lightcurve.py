@@ -762,6 +762,9 @@ def read_lightcurve(source, fmt: str = "auto", *, column: str = "auto", unit: st
                                        "object")
         return from_lightkurve(source, column=column, unit=unit, time_scale=time_scale,
                                quality_bitmask=quality_bitmask, ra=ra, dec=dec)
+    if not isinstance(source, (str, os.PathLike)):
+        raise DopplermapInputError(f"a light curve is a file path or a lightkurve LightCurve / LightCurveCollection, "
+                                   f"got {type(source).__name__}")
     path = Path(source)
     check(fmt, LIGHTCURVE_FORMATS, "light-curve format")
     check(unit, LIGHTCURVE_UNITS, "light-curve unit")
