@@ -8,14 +8,16 @@ errors) is imported, so that parsing a config and ``dopplermap --help`` load no 
 
 from __future__ import annotations
 
+import math
+
 from .errors import DopplermapInputError
 
 __all__ = ["FORMS", "SYNTHESIS_METHODS", "RV_SHIFTS", "SOLVERS", "SOLVER_CHOICES", "REGULARISER_LABELS",
            "REGULARISERS", "WEIGHTED_REGULARISERS", "SPOT_COMPONENTS", "UNCERTAINTY_METHODS", "EW_METHODS",
            "LINE_PROFILES", "GRID_KINDS", "PROFILE_FORMATS", "PROFILE_WRITE_FORMATS", "LIGHTCURVE_FORMATS",
-           "LIGHTCURVE_WRITE_FORMATS", "LIGHTCURVE_UNITS", "BIN_UNITS", "FIGURE_FORMATS", "MAP_PROJECTIONS",
-           "SIMULATION_FORMATS",
-           "BATCH_MODES", "BATCH_FORMS", "CUBE_DTYPES", "check"]
+           "LIGHTCURVE_WRITE_FORMATS", "LIGHTCURVE_UNITS", "QUALITY_BITMASKS", "BIN_UNITS", "FIGURE_FORMATS", "MAP_PROJECTIONS",
+           "SIMULATION_FORMATS", "ERROR_SCALES",
+           "BATCH_MODES", "BATCH_FORMS", "CUBE_DTYPES", "check", "check_error_scale"]
 
 # the synthesis forms precompute builds (dopplermap.forms.FORMS)
 FORMS = ("dense", "binned")
@@ -54,12 +56,18 @@ LIGHTCURVE_FORMATS = ("auto", "text", "fits")
 LIGHTCURVE_WRITE_FORMATS = ("csv", "text", "fits")
 # the light curve's unit: fluxes, or magnitudes converted to flux
 LIGHTCURVE_UNITS = ("flux", "mag")
+# [data] lightcurve_quality_bitmask, [[lightcurves]] quality_bitmask, read_lightcurve(quality_bitmask=...):
+# the mission quality-flag presets (dopplermap.io.quality; an integer bit mask is allowed too)
+QUALITY_BITMASKS = ("none", "default", "hard", "hardest")
 # the light curve's bin width: in days or in rotation phase
 BIN_UNITS = ("d", "phase")
 # dopplermap plot --format
 FIGURE_FORMATS = ("png", "pdf", "svg")
 # plot_maps(projection=...): the map projections, each drawn into a result folder
 MAP_PROJECTIONS = ("mollweide", "rect")
+# [data] error_scale (besides a number): "auto" (the continuum where the window has enough, else
+# "residuals"), the continuum's scatter, or sqrt(chi2) of a fit (dopplermap.errorscale)
+ERROR_SCALES = ("auto", "continuum", "residuals")
 # dopplermap simulate --format: a problem.npz, or the seed's pickles
 SIMULATION_FORMATS = ("npz", "seed-pickle")
 # invert_batch(mode=...): the members together (vmap) or one after another; "auto" by device (dopplermap.plan)
@@ -76,3 +84,14 @@ def check(value, allowed: tuple, where: str):
     if not isinstance(value, (str, type(None))) or value not in allowed:
         raise DopplermapInputError(f"{where} must be one of {', '.join(map(repr, allowed))}, got {value!r}")
     return value
+
+
+def check_error_scale(value, where: str):
+    """An error scale (``[data] error_scale``): a finite number > 0 (as a float) or one of
+    :data:`ERROR_SCALES`; else :class:`DopplermapInputError` naming ``where`` and the value."""
+    if isinstance(value, str) and value in ERROR_SCALES:
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0:
+        return float(value)
+    raise DopplermapInputError(f"{where} must be a number > 0 or one of {', '.join(map(repr, ERROR_SCALES))}, "
+                               f"got {value!r}")
