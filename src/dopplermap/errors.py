@@ -19,11 +19,16 @@ result, so that the app layer and the commands need not import the CLI.
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
+import struct
 import sys
 import warnings
+import zipfile
+import zlib
 
 __all__ = ["DopplermapError", "DopplermapInputError", "MissingFileError", "DopplermapWarning",
-           "ConvergenceWarning", "warn", "collect_warnings", "active_warnings", "exit_status",
+           "ConvergenceWarning", "warn", "collect_warnings", "active_warnings", "exit_status", "bad_file", "reader",
            "EXIT_OK", "EXIT_BUG", "EXIT_USER", "EXIT_NOT_CONVERGED", "EXIT_INTERRUPTED"]
 
 EXIT_OK = 0
@@ -45,6 +50,56 @@ class DopplermapInputError(DopplermapError, ValueError):
 
 class MissingFileError(DopplermapInputError, FileNotFoundError):
     """An input file or folder that does not exist."""
+
+
+# what a reader raises on bytes it cannot decode: text that is not UTF-8, a cut or damaged zip
+# or FITS file, numbers that do not parse, structures nested past the interpreter's limit
+BAD_BYTES = (UnicodeError, ValueError, EOFError, zipfile.BadZipFile, zlib.error, struct.error, RecursionError,
+             OSError, KeyError, IndexError)
+
+
+def bad_file(path, what: str, exc: BaseException) -> DopplermapInputError:
+    """The one-line error for a file ``path`` (a ``what``: "TOML file", ".npz problem file" ...)
+    that could not be read because of ``exc``: says what is wrong and names the file."""
+    if isinstance(exc, UnicodeDecodeError):
+        bad = exc.object[exc.start:exc.start + 1]
+        reason = f"not UTF-8 text (byte 0x{bad.hex()} at offset {exc.start}: {exc.reason}); save the {what} as UTF-8"
+    elif isinstance(exc, RecursionError):
+        reason = f"nested too deeply to read as a {what}"
+    elif isinstance(exc, (EOFError, zipfile.BadZipFile, zlib.error, struct.error)):
+        reason = f"truncated or damaged {what} ({type(exc).__name__}: {exc})"
+    elif isinstance(exc, IsADirectoryError):
+        reason = f"is a folder, not a {what}"
+    elif isinstance(exc, OSError) and exc.strerror:
+        reason = f"cannot read the {what} ({exc.strerror})"
+    else:
+        reason = f"not a readable {what} ({type(exc).__name__}: {exc})"
+    text = " ".join(f"{path}: {reason}".split())  # one line, whatever the library's message held
+    err = MissingFileError if isinstance(exc, FileNotFoundError) else DopplermapInputError
+    return err(text if len(text) <= 400 else text[:397] + "...")
+
+
+def reader(what: str, arg: str = "path"):
+    """Decorator of a function that reads the file (or folder) named by its argument ``arg``:
+    a decoding failure (:data:`BAD_BYTES`) inside it becomes :func:`bad_file`'s one-line
+    :class:`DopplermapInputError` naming that file; the errors it raises on purpose pass."""
+
+    def wrap(fn):
+        sig = inspect.signature(fn)
+
+        @functools.wraps(fn)
+        def read(*args, **kwargs):
+            try:
+                return fn(*args, **kwargs)
+            except DopplermapError:
+                raise
+            except BAD_BYTES as exc:
+                path = sig.bind_partial(*args, **kwargs).arguments.get(arg, "?")
+                raise bad_file(path, what, exc) from None
+
+        return read
+
+    return wrap
 
 
 class DopplermapWarning(UserWarning):

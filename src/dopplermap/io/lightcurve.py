@@ -48,7 +48,7 @@ import numpy as np
 
 from ..atomic import write_file, write_text
 from ..choices import BIN_UNITS, LIGHTCURVE_FORMATS, LIGHTCURVE_UNITS, LIGHTCURVE_WRITE_FORMATS, check
-from ..errors import DopplermapInputError, MissingFileError, warn
+from ..errors import DopplermapInputError, MissingFileError, reader, warn
 from .times import TimeScale, check_time_overlap, parse_time_scale, to_internal
 
 __all__ = ["LightCurveData", "read_lightcurve", "bin_lightcurve", "load_lightcurve", "write_lightcurve",
@@ -339,6 +339,7 @@ def _read_mission(path, primary, tab, upper, column, unit, ra, dec, declared):
                      dec=dec, n_read=n, n_quality=n_q, n_invalid=n_bad, column=fcol)
 
 
+@reader("light-curve file")
 def read_lightcurve(path, fmt: str = "auto", *, column: str = "auto", unit: str = "flux", time_scale=None,
                     fallback_time_scale: str = "BJD_TDB", ra=None, dec=None) -> LightCurveData:
     """Read a light curve, times in the internal BJD_TDB, sorted by time.

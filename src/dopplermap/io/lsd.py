@@ -62,7 +62,7 @@ import numpy as np
 
 from ..atomic import write_file, write_text
 from ..choices import PROFILE_FORMATS, PROFILE_WRITE_FORMATS, check
-from ..errors import DopplermapInputError, MissingFileError, warn
+from ..errors import DopplermapInputError, MissingFileError, reader, warn
 from ..objective import Observations
 from ..profiles import tabulated
 
@@ -305,6 +305,7 @@ def _read_fits(path: Path, columns=None) -> LineProfile:
     return _check_rows(f"{path} (table row)", arr, list(range(1, arr.shape[0] + 1)), columns=f"columns {cols}")
 
 
+@reader("line-profile file")
 def read_lsd(path, fmt: str = "auto", *, fits_columns=None) -> LineProfile:
     """Read one profile; see the module docstring for ``fmt`` and ``fits_columns``."""
     path = Path(path)
@@ -438,6 +439,7 @@ def _read_ecsv(path: Path) -> dict[str, Epoch]:
     return out
 
 
+@reader("epochs table")
 def read_epochs_table(path) -> dict[str, Epoch]:
     """Epochs table: file name, time (days) and optionally the systemic velocity (km/s).
 
@@ -677,6 +679,7 @@ def load_profiles(cfg):
     return obs, files
 
 
+@reader("local line-profile table")
 def read_local_profile(path):
     """Tabulated local profile: velocity (km/s, increasing), I/Ic [, ...] in the LSD text layout.
 

@@ -49,7 +49,7 @@ import numpy as np
 from scipy import special
 
 from ..constants import C_MS, H_PLANCK, K_BOLTZMANN
-from ..errors import DopplermapInputError, MissingFileError
+from ..errors import DopplermapInputError, MissingFileError, reader
 
 __all__ = ["ZdipyConfig", "ZdipyLine", "read_inzdi", "read_zdipy_line", "zdipy_n_cell", "voigt_parameters",
            "observed_equivalent_width", "gravity_beta", "to_target"]
@@ -151,6 +151,7 @@ def _content_lines(path: Path):
             yield ln, s.split()
 
 
+@reader("ZDIpy inzdi file")
 def read_inzdi(path) -> ZdipyConfig:
     """Parse ZDIpy's ``inzdi.dat``; errors name the file, line, field and value."""
     path = Path(path)
@@ -197,6 +198,7 @@ def read_inzdi(path) -> ZdipyConfig:
     return cfg
 
 
+@reader("ZDIpy line-model file")
 def read_zdipy_line(path) -> ZdipyLine:
     """Parse ZDIpy's ``model-voigt-line.dat`` (its first non-comment line, as ZDIpy does)."""
     path = Path(path)
