@@ -328,13 +328,18 @@ def test_property_tests_ran_enough_cases():
 
 
 def test_truncated_npz_member_is_an_input_error(tmp_path):
-    """A zip whose member is cut short is reported as a bad file, not a zipfile traceback."""
+    """A cut .npz, and a zip whose member is damaged, are reported as bad files, not a zipfile traceback."""
     from dopplermap.app.search import load_problem
 
     raw = _npz_bytes({**CLEAN, **{k: np.array(v) for k, v in SCALARS.items()}})
     zf = zipfile.ZipFile(io.BytesIO(raw))
-    assert "flux.npy" in zf.namelist()
+    info = zf.getinfo("flux.npy")
     path = tmp_path / "p.npz"
     path.write_bytes(raw[: len(raw) // 2])
-    with pytest.raises(DopplermapInputError, match="not a readable .npz"):
+    with pytest.raises(DopplermapInputError, match="not a .npz file"):
+        load_problem(path)
+    damaged = bytearray(raw)
+    damaged[info.header_offset + 200] ^= 0xFF  # inside flux.npy's data: its CRC no longer matches
+    path.write_bytes(bytes(damaged))
+    with pytest.raises(DopplermapInputError, match="not a readable .npz.*Bad CRC-32 for file 'flux.npy'"):
         load_problem(path)
