@@ -265,6 +265,10 @@ def _read_fits(path: Path, column, unit, ts, scale_name, ra, dec, declared):
             raise DopplermapInputError(f"{path}: no binary-table extension found")
         tab = next((h for h in tabs if h.name.upper() == "LIGHTCURVE"), tabs[0])
         names = list(tab.columns.names)
+        unnamed = [i for i, n in enumerate(names, start=1) if not n]
+        if unnamed:
+            raise DopplermapInputError(f"{path}: table column {unnamed[0]} has no name (its TTYPE{unnamed[0]} card is "
+                                       "missing or damaged)")
         upper = {n.upper(): n for n in names}
         mission = tab.name.upper() == "LIGHTCURVE" or "BJDREFI" in tab.header or \
             bool({"SAP_FLUX", "PDCSAP_FLUX"} & set(upper))

@@ -62,7 +62,7 @@ import numpy as np
 
 from ..atomic import write_file, write_text
 from ..choices import PROFILE_FORMATS, PROFILE_WRITE_FORMATS, check
-from ..errors import DopplermapInputError, MissingFileError, reader, warn
+from ..errors import DopplermapInputError, MissingFileError, one_line, reader, warn
 from ..objective import Observations
 from ..profiles import tabulated
 
@@ -272,6 +272,15 @@ def _open_table(path: Path):
     return hdul, tab
 
 
+def _column_names(path, tab) -> list[str]:
+    """The column names of a FITS table; a column without one (a damaged TTYPEn card) is refused."""
+    names = list(tab.columns.names)
+    for i, n in enumerate(names, start=1):
+        if not n:
+            raise DopplermapInputError(f"{path}: table column {i} has no name (its TTYPE{i} card is missing or damaged)")
+    return names
+
+
 def _stack(path, tab, cols):
     try:
         return np.stack([np.asarray(tab.data[c], dtype=float).reshape(-1) for c in cols], axis=1)
@@ -282,7 +291,7 @@ def _stack(path, tab, cols):
 def _read_fits(path: Path, columns=None) -> LineProfile:
     hdul, tab = _open_table(path)
     with hdul:
-        names = list(tab.columns.names)
+        names = _column_names(path, tab)
         if columns is not None:
             if len(columns) != 3:
                 raise DopplermapInputError(f"fits_columns must name 3 columns (velocity, intensity, error), got {list(columns)}")
@@ -405,7 +414,7 @@ def _read_ecsv(path: Path) -> dict[str, Epoch]:
     try:
         tab = Table.read(path, format="ascii.ecsv")
     except Exception as exc:  # astropy raises many types for a malformed ECSV
-        raise DopplermapInputError(f"{path}: not a readable ECSV table ({type(exc).__name__}: {exc})") from None
+        raise DopplermapInputError(one_line(f"{path}: not a readable ECSV table ({type(exc).__name__}: {exc})")) from None
     fi, ti, vi = _column_roles(path, "header", tab.colnames)
     names = tab.colnames
     vs = None

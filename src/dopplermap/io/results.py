@@ -469,12 +469,15 @@ def _check_same_run(path: Path, run_ids: dict) -> None:
                                    "into an empty folder")
 
 
-def read_json(path: Path, what: str):
-    """The JSON file ``path`` (a ``what``), or a one-line error naming it."""
+def read_json(path: Path, what: str) -> dict:
+    """The JSON object in the file ``path`` (a ``what``), or a one-line error naming it."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        obj = json.loads(path.read_text(encoding="utf-8"))
     except (ValueError, RecursionError, OSError) as exc:  # not JSON, not UTF-8, nested too deeply
         raise bad_file(path, what, exc) from None
+    if not isinstance(obj, dict):
+        raise DopplermapInputError(f"{path}: not a {what} (a JSON object), but a {type(obj).__name__}")
+    return obj
 
 
 def check_result_folder(path, *, manifest: bool = True) -> dict:
@@ -502,7 +505,7 @@ def check_result_folder(path, *, manifest: bool = True) -> dict:
     if not marker.is_file():
         raise DopplermapInputError(f"{path} is not a complete dopplermap result folder (no {_MARKER})")
     summary = read_json(marker, "result summary")
-    if not isinstance(summary, dict) or summary.get("format") != _FORMAT:
+    if summary.get("format") != _FORMAT:
         raise DopplermapInputError(f"{marker}: not the summary of a dopplermap result (format {_FORMAT!r})")
     if not summary.get("complete"):
         raise DopplermapInputError(f"{marker}: result folder is incomplete")
