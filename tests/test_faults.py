@@ -505,3 +505,41 @@ def test_damaged_file_tests_saw_both_endings():
     if DAMAGED.get("n", 0) == 0:
         pytest.skip("run together with the property tests")
     assert DAMAGED.get("refused", 0) >= 50 and DAMAGED.get("read", 0) >= 1, DAMAGED
+
+
+def test_bad_files_are_user_errors_on_the_command_line(tmp_path, previous, capsys):
+    """The battery's cases that ended in "internal error: this is a bug": each is now one line
+    naming the file and what is wrong, exit status 2 (refused while reading: no solve)."""
+    from dopplermap.cli import main
+    from dopplermap.config import TEMPLATE
+
+    latin = tmp_path / "latin1.toml"
+    latin.write_bytes(TEMPLATE.replace("# dopplermap target", "# café: dopplermap target").encode("latin-1"))
+    deep = tmp_path / "deep.toml"
+    deep.write_text(TEMPLATE + "\nx = " + "[" * 50_000 + "]" * 50_000 + "\n")
+    cut = tmp_path / "cut.npz"
+    cut.write_bytes(_npz_bytes({**CLEAN, **{k: np.array(v) for k, v in SCALARS.items()}})[:3000])
+    seed_cut = tmp_path / "seed.npz"
+    seed_cut.write_bytes(_seed_npz_bytes()[:-200])
+    pickle_file = tmp_path / "idc.pkl"
+    pickle_file.write_bytes(b"\x80\x04\x95")
+    zdi = tmp_path / "inzdi.dat"
+    zdi.write_bytes("# LO Peg, café\n45 67.7 0.4236 0\n".encode("latin-1"))
+    res = tmp_path / "res"
+    shutil.copytree(previous, res)
+    (res / "dopplermap.json").write_bytes(b"[" * 100_000)
+    cases = [(["invert", str(latin), "--out", str(tmp_path / "o1")], latin, "not UTF-8 text (byte 0xe9"),
+             (["invert", str(deep), "--out", str(tmp_path / "o2")], deep, "nested too deeply"),
+             (["lambda", str(cut), "--out", str(tmp_path / "o3")], cut, "not a .npz file"),
+             (["invert-seed", "--problem", str(seed_cut), "--out", str(tmp_path / "o4")], seed_cut, "not a .npz file"),
+             (["convert", "--idc", str(pickle_file), "--sg", str(pickle_file), "--cpcs", str(pickle_file),
+               "--trust-pickle", "--out", str(tmp_path / "p.npz")], pickle_file, "not a readable pickle"),
+             (["import-zdipy", str(zdi), "--out", str(tmp_path / "t.toml")], zdi, "not UTF-8 text (byte 0xe9"),
+             (["report", str(res), "--out", str(tmp_path / "r.html")], res / "dopplermap.json",
+              "not a readable dopplermap manifest")]
+    for args, path, what in cases:
+        assert main(args) == 2, args
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith(f"error: {path}") and what in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["latin1.toml", "deep.toml", "cut.npz", "seed.npz", "idc.pkl", "inzdi.dat", "res"])

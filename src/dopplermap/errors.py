@@ -65,9 +65,10 @@ def _decoding(exc: BaseException) -> bool:
     return isinstance(exc, BAD_BYTES) or type(exc).__module__.startswith(("astropy.io.", "astropy.table."))
 
 
-def bad_file(path, what: str, exc: BaseException) -> DopplermapInputError:
+def bad_file(path, what: str, exc: BaseException, hint: str = "") -> DopplermapInputError:
     """The one-line error for a file ``path`` (a ``what``: "TOML file", ".npz problem file" ...)
-    that could not be read because of ``exc``: says what is wrong and names the file."""
+    that could not be read because of ``exc``: says what is wrong and names the file; ``hint``
+    is added (what else the file might be)."""
     if isinstance(exc, UnicodeDecodeError):
         bad = exc.object[exc.start:exc.start + 1]
         reason = f"not UTF-8 text (byte 0x{bad.hex()} at offset {exc.start}: {exc.reason}); save the {what} as UTF-8"
@@ -82,7 +83,7 @@ def bad_file(path, what: str, exc: BaseException) -> DopplermapInputError:
     else:
         reason = f"not a readable {what} ({type(exc).__name__}: {exc})"
     err = MissingFileError if isinstance(exc, FileNotFoundError) else DopplermapInputError
-    return err(one_line(f"{path}: {reason}"))
+    return err(one_line(f"{path}: {reason}" + (f" ({hint})" if hint else "")))
 
 
 def one_line(text: str, limit: int = 400) -> str:

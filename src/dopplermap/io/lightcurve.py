@@ -48,7 +48,7 @@ import numpy as np
 
 from ..atomic import write_file, write_text
 from ..choices import BIN_UNITS, LIGHTCURVE_FORMATS, LIGHTCURVE_UNITS, LIGHTCURVE_WRITE_FORMATS, check
-from ..errors import DopplermapInputError, MissingFileError, reader, warn
+from ..errors import DopplermapInputError, MissingFileError, bad_file, reader, warn
 from .times import TimeScale, check_time_overlap, parse_time_scale, to_internal
 
 __all__ = ["LightCurveData", "read_lightcurve", "bin_lightcurve", "load_lightcurve", "write_lightcurve",
@@ -174,8 +174,8 @@ def _check_flux_kind(source, values, unit, hint):
 def _read_text(path: Path, unit, ts, scale_name, ra, dec):
     try:
         text = path.read_text().splitlines()
-    except UnicodeDecodeError:
-        raise DopplermapInputError(f"{path}: not a text file (for FITS use a .fits name or format 'fits')") from None
+    except UnicodeDecodeError as exc:
+        raise bad_file(path, "light-curve file", exc, hint="for FITS use a .fits name or format 'fits'") from None
     rows, lines, header, n_col = [], [], None, None
     for ln, line in enumerate(text, start=1):
         s = line.strip()

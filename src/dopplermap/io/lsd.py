@@ -62,7 +62,7 @@ import numpy as np
 
 from ..atomic import write_file, write_text
 from ..choices import PROFILE_FORMATS, PROFILE_WRITE_FORMATS, check
-from ..errors import DopplermapInputError, MissingFileError, one_line, reader, warn
+from ..errors import DopplermapInputError, MissingFileError, bad_file, one_line, reader, warn
 from ..objective import Observations
 from ..profiles import tabulated
 
@@ -325,8 +325,8 @@ def read_lsd(path, fmt: str = "auto", *, fits_columns=None) -> LineProfile:
         return _read_fits(path, fits_columns)
     try:
         text = path.read_text().splitlines()
-    except UnicodeDecodeError:
-        raise DopplermapInputError(f"{path}: not a text file (for FITS use a .fits name or format 'fits')") from None
+    except UnicodeDecodeError as exc:
+        raise bad_file(path, "line-profile file", exc, hint="for FITS use a .fits name or format 'fits'") from None
     rows, lines, _ = _parse_columns(path, text, fmt=fmt, min_cols=3, what="velocity, intensity, error")
     return _check_rows(path, rows, lines)
 
@@ -700,8 +700,8 @@ def read_local_profile(path):
         raise MissingFileError(f"local-profile file not found: {path}")
     try:
         text = path.read_text().splitlines()
-    except UnicodeDecodeError:
-        raise DopplermapInputError(f"{path}: not a text file") from None
+    except UnicodeDecodeError as exc:
+        raise bad_file(path, "local line-profile table", exc) from None
     rows, lines, _ = _parse_columns(path, text, fmt="auto", min_cols=2, what="velocity, I/Ic")
     arr = np.asarray(rows, dtype=float)
     for i, row in enumerate(arr):
