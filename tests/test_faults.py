@@ -129,6 +129,36 @@ def test_sigkill_from_outside_leaves_old_or_new(tmp_path, previous):
     assert (res.lmbd, run == run0) in ((1.0, True), (5.0, False))
 
 
+def _figure_children() -> list[int]:
+    """Process ids of figure children (dopplermap.figure_process) still running."""
+    pids = []
+    for d in Path("/proc").glob("[0-9]*"):
+        try:
+            if b"job = sys.stdin.buffer.read()" in (d / "cmdline").read_bytes():
+                pids.append(int(d.name))
+        except OSError:
+            pass
+    return pids
+
+
+@pytest.mark.slow
+def test_killed_run_with_figures_leaves_nothing_behind_the_next_run(tmp_path):
+    """A run killed while its figure child draws leaves the hidden figures folder it staged
+    them in; the next run's output check removes it with the partial folder."""
+    out = tmp_path / "res"
+    proc = subprocess.run([sys.executable, "-c", CLI, "demo", "--n-cell", "100", "--out", str(out), "--quiet",
+                           "--no-report"], env=dict(ENV, DOPPLERMAP_FAULT="file:1"), capture_output=True, timeout=300)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()[-2000:]
+    deadline = time.monotonic() + 120  # the orphaned figure child finishes its drawing, then fails to reply
+    while _figure_children() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = sorted(p.name.split("-")[0] for p in tmp_path.iterdir())
+    assert left == [".res.figures", ".res.partial"], left
+    with pytest.warns(dm.DopplermapWarning, match="left by a killed run"):
+        atomic.check_out(out, "result")
+    assert list(tmp_path.iterdir()) == []
+
+
 # ------------------------------------------------------------------ corrupted inputs
 
 STAR, GRID, TIMES, VELS, COMPS = dm.demo_setup(n_cell=100, n_epoch=8, n_vel=24, seed=5)

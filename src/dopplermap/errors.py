@@ -11,7 +11,10 @@
   dm.DopplermapWarning)``); the CLI lists a run's warnings in its summary and in
   ``summary.json``. Each message says what to check.
 
-Anything else that escapes is a bug of ours: the CLI shows its traceback and exits 1.
+A reader of an input file (decorated with :func:`reader`) turns bytes it cannot decode
+(not UTF-8, cut short, a damaged zip or FITS, nested too deeply) into a one-line
+:class:`DopplermapInputError` naming the file (:func:`bad_file`). Anything else that
+escapes is a bug of ours: the CLI shows its traceback and exits 1.
 The exit statuses (``EXIT_*``) are defined here, with :func:`exit_status` for a written
 result, so that the app layer and the commands need not import the CLI.
 """
