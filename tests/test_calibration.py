@@ -266,3 +266,48 @@ def test_calibration_refuses_what_it_does_not_simulate():
         check_calibratable(p.replace(settings=p.settings.replace(fit_components=("cool",))))
     with pytest.raises(dm.DopplermapInputError, match="line_weight"):
         check_calibratable(p.replace(settings=p.settings.replace(line_weight=2.0)))
+
+
+def test_calibration_is_sized_before_anything_is_allocated(tmp_path, capsys, monkeypatch):
+    """The grid's guard for the calibration: the number of solves (the --max-points limit) and
+    the memory of its largest batch, refused before the grid search or any simulation."""
+    import re
+
+    from dopplermap import calibrate, search
+    from dopplermap.calibrate import CalibrationOptions, calibrate_parameter, calibration_cost, check_calibration_size
+    from dopplermap.cli import main
+    from dopplermap.memory import MAX_GRID_POINTS
+
+    p = B.make_star(7, n_lat=24, n_cell=60, n_vel=12)["problem"]
+    # the cost sums the axes: 3 trial maps + 3 values x (1 + 3 x 4) data sets each
+    assert check_calibration_size(p, {"inclination": (3, 3), "vsini": (3, 3)}, 4)["total"] == 2 * 42
+    n = calibration_cost(3, 3, 1_000_000)["total"]
+    assert n == 3 + 3 * 3_000_001 > MAX_GRID_POINTS
+    with pytest.raises(dm.DopplermapInputError, match=re.escape(f"{n:.4g} solves") + f".*limit of {MAX_GRID_POINTS}.*--max-points"):
+        check_calibration_size(p, {"inclination": (3, 3)}, 1_000_000)
+    with pytest.raises(dm.DopplermapInputError, match="9006 solves"):  # a lowered limit
+        check_calibration_size(p, {"inclination": (3, 3)}, 1000, max_solves=9005)
+    assert check_calibration_size(p, {"inclination": (3, 3)}, 1000, max_solves=9006)["total"] == 9006
+    monkeypatch.setenv("DOPPLERMAP_MAX_MEMORY", "1M")
+    with pytest.raises(dm.DopplermapInputError, match=r"calibration batch of 3001 data sets .* more than the limit"):
+        check_calibration_size(p, {"inclination": (3, 3)}, 1000)
+    monkeypatch.delenv("DOPPLERMAP_MAX_MEMORY")
+
+    def never(*a, **k):
+        raise AssertionError("work started before the calibration was sized")
+
+    monkeypatch.setattr(calibrate, "invert_batch", never)
+    with pytest.raises(dm.DopplermapInputError, match="solves"):
+        calibrate_parameter(p, "inclination", [60.0, 70.0, 80.0], options=CalibrationOptions(n_sim=1_000_000))
+    with pytest.raises(dm.DopplermapInputError, match="max_solves"):
+        CalibrationOptions(max_solves=0)
+    monkeypatch.setattr(search, "grid_search", never)
+    import dopplermap.app.search as app_search
+
+    monkeypatch.setattr(app_search, "load_problem", lambda *a, **k: p)  # the small star, as a PROBLEM file would give
+    out = tmp_path / "g"
+    assert main(["grid", "--out", str(out), "--param", "inclination=50,60,70", "--calibrate", "1000000",
+                 "--scheduler", "sync"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "9e+06 solves" in err[0] and "--max-points" in err[0]
+    assert not (out / "grid.csv").exists()

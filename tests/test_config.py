@@ -196,7 +196,7 @@ def test_search_commands_show_progress(tmp_path, capsys):
     assert main(["grid", str(cfg_path), "--out", str(tmp_path / "g"), "--param", "vsini=38,40", "--scheduler", "sync",
                  "--tol", "1e-5"]) == 0
     err = capsys.readouterr().err
-    assert "point 2/2: chi2" in err and "best so far vsini=" in err
+    assert "point 2/2: vsini=40 chi2" in err and "best so far vsini=" in err and " R_sun" in err
     assert main(["lambda", str(cfg_path), "--out", str(tmp_path / "lam2"), "--lmbds", "0.3,3", "--tol", "1e-5",
                  "-q"]) == 0
     assert "lambda 1/2" not in capsys.readouterr().err

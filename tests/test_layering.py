@@ -228,7 +228,7 @@ LAYERS = (
               "plan", "fisher", "result", "style")),
     ("physics", ("geometry", "grid", "profiles", "broadening", "gravity", "lightcurve")),
     ("forms", ("forms", "model")),
-    ("objective", ("objective", "regularisers", "simulate")),
+    ("objective", ("objective", "regularisers", "simulate", "errorscale")),
     ("io", ("io",)),
     ("problem", ("problem",)),
     ("solvers", ("solvers",)),

@@ -29,10 +29,15 @@ def test_lopeg_import_and_invert(tmp_path):
     summary = json.loads((tmp_path / "res" / "summary.json").read_text())
     assert summary["complete"] and summary["n_epoch"] == 16 and summary["n_cell"] == 4584 and summary["n_vel"] == 89
     res = dm.load_result(tmp_path / "res")
-    # the fit explains the spot signatures: far below the spotless star's chi2, and not above 1
+    # the importer asks for the LSD errors scaled to the scatter; ZDIpy's window holds no continuum beyond
+    # vsini, so the residuals of a fit set the factor (the errors are several times the scatter)
+    scale = summary["error_scale"]
+    assert scale["method"] == "residuals" and 0.15 < scale["factor"] < 0.45 and len(scale["sets"][0]["per_epoch"]) == 16
+    assert f"error scale {scale['factor']:.4g} (residuals" in run.stdout
+    # the fit explains the spot signatures: far below the spotless star's chi2, and near 1 in the scaled errors
     obs = res.obs
     spotless_chi2 = float(np.mean(((np.asarray(obs.flux) - res.spotless) / np.asarray(obs.err)) ** 2))
-    assert res.chi2 < 1.0 and res.chi2 < 0.5 * spotless_chi2
+    assert 0.5 < res.chi2 < 2.0 and res.chi2 < 0.2 * spotless_chi2
     # cool spots only: the hot map is held at its floor
     assert np.ptp(res.fssh) == 0.0 and summary["fit_components"] == ["cool"]
     # LO Peg's cool spots sit at high latitude (Folsom et al. 2016): the cap is far more spotted
@@ -42,4 +47,4 @@ def test_lopeg_import_and_invert(tmp_path):
     def cover(sel):
         return float(np.sum(area[sel] * res.fssc[sel]) / np.sum(area[sel]))
 
-    assert cover(lat > 60) > 0.3 and cover((lat > -30) & (lat < 30)) < 0.05
+    assert cover(lat > 60) > 0.3 and cover(lat > 60) > 3 * cover((lat > -30) & (lat < 30))

@@ -223,3 +223,39 @@ def test_analysis_signatures_are_short(name):
     params = inspect.signature(getattr(importlib.import_module(f"dopplermap.{module}"), func)).parameters
     assert len(params) <= 8, (name, list(params))
     assert next(iter(params)) == "problem"
+
+
+def test_param_takes_float_steps_counts_and_lists():
+    from dopplermap.app.search import _axes
+
+    axes = _axes(["vsini=38:42:0.5", "domega=0:0.1:0.01", "inclination=5:85:n9", "t_cool=3500,3800"])
+    np.testing.assert_array_equal(axes["vsini"], 38.0 + 0.5 * np.arange(9))
+    # eleven values whose last is the stop itself, not 0.09999999999999999 or 0.1 + a step
+    assert axes["domega"].size == 11 and axes["domega"][-1] == 0.1
+    np.testing.assert_allclose(axes["domega"], np.arange(11) / 100, rtol=0, atol=1e-15)
+    np.testing.assert_array_equal(axes["inclination"], [5, 15, 25, 35, 45, 55, 65, 75, 85])
+    np.testing.assert_array_equal(axes["t_cool"], [3500.0, 3800.0])
+    assert _axes(["x=0:0.3:0.1"])["x"].tolist() == [0.0, 0.1, 0.2, 0.3]  # 0.3 / 0.1 = 2.9999999999999996
+    assert _axes(["x=0:1:0.3"])["x"].tolist() == [0.0, 0.3, 0.6, 0.9]  # the stop only when on a step
+    np.testing.assert_allclose(_axes(["x=0:1:n4"])["x"], [0, 1 / 3, 2 / 3, 1])
+    for bad, pattern in (("vsini=38:42:0", "step > 0"), ("vsini=42:38:0.5", "start <= stop"),
+                         ("vsini=38:42:n1", "N >= 2"), ("vsini=38:42:n2.5", "whole number"),
+                         ("vsini=38:42:nx", "start:stop:nN"), ("vsini=38:42", "start:stop:step"),
+                         ("vsini=38:42:0.5:1", "start:stop:step"), ("vsini=38:inf:1", "finite")):
+        with pytest.raises(dm.DopplermapInputError, match=pattern):
+            _axes([bad])
+    # the count is checked before an array is made
+    with pytest.raises(dm.DopplermapInputError, match="4e\\+06 points"):
+        _axes(["vsini=0:4:0.000001"], max_points=1000)
+
+
+def test_repeated_param_is_refused(tmp_path, capsys):
+    from dopplermap.cli import main
+
+    out = tmp_path / "g"
+    assert main(["grid", "--out", str(out), "--param", "vsini=38,40", "--param", "inclination=60",
+                 "--param", "vsini=41"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error:") and "--param vsini is given twice" in err[-1]
+    assert "'vsini=38,40'" in err[-1] and "'vsini=41'" in err[-1]
+    assert not out.exists()

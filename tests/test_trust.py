@@ -485,8 +485,9 @@ def test_grid_resume_refuses_other_settings_or_problem(sprob, small, tmp_path):
 def test_cli_grid_resume_with_another_lambda_is_refused(tmp_path, capsys):
     out = tmp_path / "g"
     base = ["grid", "--n-cell", "100", "--n-epoch", "8", "--n-vel", "16", "--out", str(out), "--param",
-            "vsini=39,40", "--scheduler", "sync", "--tol", "1e-4"]
+            "vsini=39.5:40:0.5", "--scheduler", "sync", "--tol", "1e-4"]
     assert main(base) == 0
+    assert [r["vsini"] for r in search.read_table(out / "grid.csv")] == [39.5, 40.0]  # a float step
     assert main(base + ["--resume", "--lmbd", "10"]) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith("error:") and "lmbd 1.0 in the table vs 10.0 now" in err
@@ -500,6 +501,174 @@ def test_every_grid_value_is_validated_before_the_first_solve(sprob, tmp_path, m
         with pytest.raises(DopplermapInputError, match=pattern):
             search.grid_search(sprob, axes, tmp_path / "t.csv")
         assert not (tmp_path / "t.csv").exists()
+
+
+# the physics of the refusal, written out (not dopplermap's constants): SI and cgs values
+G_CGS, M_SUN_G, R_SUN_CM, DAY = 6.6743e-8, 1.98841e33, 6.957e10, 86400.0
+
+
+def _radius_rsun(star, inclination):
+    return star.period * DAY * star.vsini * 1e5 / (2 * np.pi * np.sin(np.radians(inclination))) / R_SUN_CM
+
+
+def test_grid_records_a_refused_point_and_solves_the_others(sprob, small, tmp_path):
+    mass = 1.0
+    prob = sprob.replace(mass=mass, settings=Settings(lmbd=1.0, tol=1e-5))
+    # the Roche parameter omega^2 R^3 / (G M) of each point: 10 deg is beyond break-up, 60 deg is not
+    omega = 2 * np.pi / (small.star.period * DAY)
+    w = {i: omega ** 2 * (_radius_rsun(small.star, i) * R_SUN_CM) ** 3 / (G_CGS * mass * M_SUN_G) for i in (10, 60)}
+    assert w[10] > 1 > w[60]
+    table = tmp_path / "grid.csv"
+    rows = search.grid_search(prob, {"inclination": [10.0, 60.0]}, table)
+    assert [r["inclination"] for r in rows] == [10.0, 60.0]
+    refused, solved = rows
+    assert refused["status"] == "refused" and "break-up" in refused["reason"] and f"{w[10]:.3f}" in refused["reason"]
+    assert np.isnan(refused["chi2"]) and np.isnan(refused["chi2_total"]) and refused["iterations"] == 0
+    assert solved["status"] == "ok" and solved["reason"] == "" and np.isfinite(solved["chi2"])
+    assert solved["iterations"] > 0
+    for r in rows:  # the implied radius and log g of every row, refused or not
+        radius = _radius_rsun(small.star, r["inclination"])
+        assert r["radius"] == pytest.approx(radius, rel=1e-4)
+        assert r["logg"] == pytest.approx(np.log10(G_CGS * mass * M_SUN_G / (radius * R_SUN_CM) ** 2), abs=1e-4)
+    # the reason holds commas: quoted in the CSV, read back whole
+    assert search.read_table(table)[0]["reason"] == refused["reason"]
+    # the best point and the intervals are the solved points'; a best point beside refused ones is flagged
+    assert search.best_point(rows, ["inclination"], column="chi2_total")["inclination"] == 60.0
+    iv = search.delta_chi2_interval(rows, "inclination")
+    assert iv["best"] == 60.0 and iv["best_at_edge"] and iv["refused_beyond"]
+    assert any("next to refused ones" in f for f in search.interval_flags(iv, "inclination"))
+    # without a mass nothing is refused
+    assert search.point_refusal(sprob, {"inclination": 10.0}) is None
+    with pytest.raises(DopplermapInputError, match="every one of the 1 grid points was refused"):
+        search.best_point(rows[:1], ["inclination"])
+
+
+def test_interval_flags_name_the_edge_and_the_chi2():
+    base = dict(best=40.0, best_at_edge=False, refused_beyond=False)
+    assert search.interval_flags(dict(base, chi2_best=1.0)) == []
+    assert search.interval_flags(dict(base, chi2_best=diagnostics.INTERVAL_CHI2_LOW)) == []
+    low = search.interval_flags(dict(base, chi2_best=0.28), "inclination")
+    assert len(low) == 1 and "0.28, below" in low[0] and "mis-scaled" in low[0]
+    assert "above" in search.interval_flags(dict(base, chi2_best=3.0))[0]
+    edge = search.interval_flags(dict(base, best_at_edge=True, chi2_best=1.0), "vsini")
+    assert len(edge) == 1 and "best vsini value 40 lies on the grid's edge" in edge[0]
+
+
+def test_cli_grid_lists_refused_points_radii_and_flags(tmp_path, capsys, monkeypatch):
+    import dopplermap.app.search as app_search
+
+    load = app_search.load_problem
+    monkeypatch.setattr(app_search, "load_problem", lambda *a, **k: load(*a, **k).replace(mass=1.0))
+    out = tmp_path / "g"
+    rc = main(["grid", "--n-cell", "100", "--n-epoch", "8", "--n-vel", "16", "--out", str(out), "--param",
+               "inclination=5:65:n3", "--scheduler", "sync", "--tol", "1e-4", "-q"])
+    assert rc == 0
+    cap = capsys.readouterr()
+    summary = json.loads((out / "grid.json").read_text())
+    assert [r["inclination"] for r in summary["refused"]] == [5.0]
+    assert "1 of 3 points refused" in cap.out and "break-up" in cap.out
+    table = [ln.split() for ln in cap.out.splitlines() if ln.split()[:1] in (["5"], ["35"], ["65"])]
+    assert [t[-1] for t in table] == ["refused", "ok", "ok"]
+    rows = search.read_table(out / "grid.csv")
+    assert [f"{r['radius']:.3g}" for r in rows] == [t[2] for t in table]  # the radius printed beside each point
+    # two solved values: the best is on an edge, flagged in grid.json, on stdout and in a warning naming --calibrate
+    iv = summary["intervals"]["inclination"]
+    assert iv["best_at_edge"] and any("edge" in f for f in iv["flags"])
+    assert "NOT TO BE TRUSTED" in cap.out and "warning: grid interval of inclination" in cap.err
+    assert "--calibrate" in cap.err
+    assert iv["flags"] == search.interval_flags(search.delta_chi2_interval(rows, "inclination"), "inclination")
+
+
+def _sleeper():
+    """A live process that is not this one (the owner of a lock in the tests)."""
+    import subprocess
+    import sys
+
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+
+
+def test_a_second_process_on_a_grid_is_refused(sprob, tmp_path, capsys):
+    import socket
+
+    from dopplermap.atomic import lock_path
+
+    out = tmp_path / "g"
+    out.mkdir()
+    table = out / "grid.csv"
+    table.write_text("point,vsini\n")  # a grid folder another process is working on
+    lock = lock_path(table)
+    holder = _sleeper()
+    try:
+        lock.write_text(f"{holder.pid} {socket.gethostname()}\n")
+        with pytest.raises(DopplermapInputError, match=f"in use by process {holder.pid} .*{lock.name}"):
+            search.grid_search(sprob, {"vsini": [39.0, 40.0]}, table, resume=True)
+        rc = main(["grid", "--n-cell", "100", "--n-epoch", "8", "--n-vel", "16", "--out", str(out), "--param",
+                   "vsini=39,40", "--scheduler", "sync", "--resume"])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert rc == 2 and err[-1].startswith("error:") and f"process {holder.pid}" in err[-1]
+        assert table.read_text() == "point,vsini\n" and lock.read_text().startswith(f"{holder.pid} ")
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_stale_lock_is_taken_over_and_a_held_one_released(tmp_path):
+    import os
+    import socket
+
+    from dopplermap.atomic import exclusive_lock, lock_path
+
+    table = tmp_path / "grid.csv"
+    lock = lock_path(table)
+    dead = _sleeper()
+    dead.kill()
+    dead.wait()
+    lock.write_text(f"{dead.pid} {socket.gethostname()}\n")
+    with pytest.warns(DopplermapWarning, match=f"stale lock.*process {dead.pid}, no longer running"):
+        with exclusive_lock(table):
+            assert lock.read_text() == f"{os.getpid()} {socket.gethostname()}\n"
+            with exclusive_lock(table):  # this process again: no second lock, no error
+                pass
+            assert lock.exists()
+    assert not lock.exists()
+    with warnings.catch_warnings():  # a free table: no warning
+        warnings.simplefilter("error")
+        with exclusive_lock(table):
+            pass
+    # a lock of another host cannot be checked: it is held
+    lock.write_text(f"{dead.pid} another-host.example\n")
+    with pytest.raises(DopplermapInputError, match="on another-host.example"):
+        with exclusive_lock(table):
+            pass
+
+
+@pytest.mark.slow
+def test_two_grid_processes_on_one_folder(tmp_path, capsys):
+    """Two real processes: the second (a resume) is refused while the first runs; the first
+    finishes with every point written once."""
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "g"
+    args = ["grid", "--n-cell", "100", "--n-epoch", "8", "--n-vel", "16", "--out", str(out), "--param",
+            "vsini=30:50:1", "--scheduler", "sync", "--tol", "1e-4", "-q"]
+    first = subprocess.Popen([sys.executable, "-m", "dopplermap.cli", *args], stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 120
+        while not (out / "grid.csv").exists() and first.poll() is None and time.time() < deadline:
+            time.sleep(0.05)
+        assert first.poll() is None, "the first search ended before the second could start"
+        assert main([*args, "--resume"]) == 2
+        assert f"in use by process {first.pid}" in capsys.readouterr().err
+        _, err = first.communicate(timeout=300)
+    finally:
+        first.kill()
+        first.wait()
+    assert first.returncode == 0, err[-2000:]
+    rows = search.read_table(out / "grid.csv")
+    assert [r["point"] for r in rows] == list(range(21))
+    assert not (out / "grid.csv.lock").exists()
 
 
 # ------------------------------------------------------------- 4. size guards

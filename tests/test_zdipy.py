@@ -110,6 +110,7 @@ def test_import_zdipy_writes_a_target_that_loads(tmp_path, capsys):
     assert ln.fwhm == pytest.approx(2 * math.sqrt(math.log(2)) * 2.41) and ln.fwhm_lorentz == pytest.approx(2 * 0.89 * 2.41)
     assert cfg.grid.n_cell == zdipy_n_cell(60) and cfg.data.velocity_range == (-80.0, 80.0)
     assert cfg.data.time_scale == "BJD_TDB"  # ZDIpy's dates used as given
+    assert cfg.data.error_scale == "auto"  # LSD errors scaled to the profiles' scatter
     assert cfg.inversion.fit_components == ("cool",) and cfg.temperatures.hot == cfg.temperatures.phot  # cool only
     assert not cfg.inversion.fit_rv and not cfg.inversion.fit_amp  # ZDIpy holds v_r fixed, fits no offsets
     obs, files = load_profiles(cfg)

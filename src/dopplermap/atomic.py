@@ -7,6 +7,8 @@
   completeness marker) last and only then swaps it into place (one atomic exchange where
   the kernel has ``renameat2``). A kill at any moment leaves the previous folder or the
   complete new one under the target name.
+* :func:`exclusive_lock` keeps a second process off a file that one process grows in place
+  (a grid search's table): a lock file created atomically, holding the owner's pid.
 * :func:`check_out` checks an ``--out`` before any work: missing parent, read-only parent,
   a file, a symbolic link, a non-empty folder that is not a dopplermap output of the same
   kind (refused; never deleted), or an earlier output of the same kind (replaced only with
@@ -29,6 +31,7 @@ fallback swap (systems without ``renameat2``).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import hashlib
@@ -37,7 +40,9 @@ import os
 import re
 import shutil
 import signal
+import socket
 import tempfile
+import time
 import uuid
 from pathlib import Path
 
@@ -47,7 +52,7 @@ from .errors import DopplermapInputError, warn
 
 __all__ = ["write_file", "write_text", "write_json", "AtomicFolder", "check_out", "check_out_file",
            "read_manifest", "write_manifest", "verify_folder", "clean_leftovers", "work_folder", "fingerprint", "new_run_id",
-           "MANIFEST", "DERIVED", "file_mode", "dir_mode"]
+           "MANIFEST", "DERIVED", "file_mode", "dir_mode", "exclusive_lock", "lock_path"]
 
 MANIFEST = "dopplermap.json"
 _FORMAT = "dopplermap-folder-1"
@@ -259,6 +264,118 @@ def _pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+# ------------------------------------------------------------------------ the lock
+
+LOCK_SUFFIX = ".lock"
+_LOCK_GRACE_S = 60.0
+"""Age after which a lock file without a readable owner (a writer killed between creating
+it and writing its pid) counts as stale."""
+_HELD: set[str] = set()  # locks this process holds (taking one again is a no-op)
+
+
+def lock_path(path) -> Path:
+    """The lock file of ``path`` (:func:`exclusive_lock`): ``NAME.lock`` beside it."""
+    path = Path(path)
+    return path.with_name(path.name + LOCK_SUFFIX)
+
+
+def _owner_text() -> str:
+    return f"{os.getpid()} {socket.gethostname()}\n"
+
+
+def _lock_owner(lock: Path) -> tuple[int | None, str | None, str | None]:
+    """``(pid, host, text)`` of a lock file; ``(None, None, text)`` if it holds no owner (yet)
+    and ``(None, None, None)`` if it is gone."""
+    try:
+        text = lock.read_text()
+    except FileNotFoundError:
+        return None, None, None
+    except (OSError, UnicodeDecodeError):
+        return None, None, ""
+    parts = text.split()
+    if len(parts) == 2 and parts[0].isdigit():
+        return int(parts[0]), parts[1], text
+    return None, None, text
+
+
+def _lock_is_stale(lock: Path, pid, host, text) -> bool:
+    if pid is None:  # no owner written: stale only once old (its writer may be writing now)
+        try:
+            return time.time() - lock.stat().st_mtime > _LOCK_GRACE_S
+        except FileNotFoundError:
+            return False
+    return host == socket.gethostname() and pid != os.getpid() and not _pid_alive(pid)
+
+
+def _create_lock(lock: Path) -> int | None:
+    """A descriptor of the new lock file, or None if it exists (created atomically: one process wins)."""
+    try:
+        return os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, file_mode())
+    except FileExistsError:
+        return None
+
+
+def _take_lock(lock: Path, what: str) -> None:
+    for _ in range(5):
+        fd = _create_lock(lock)
+        if fd is not None:
+            with os.fdopen(fd, "w") as fh:
+                fh.write(_owner_text())
+                fh.flush()
+                os.fsync(fh.fileno())
+            return
+        pid, host, text = _lock_owner(lock)
+        if text is None:  # released meanwhile: try again
+            continue
+        if not _lock_is_stale(lock, pid, host, text):
+            who = "another process" if pid is None else f"process {pid}" + (
+                f" on {host}" if host != socket.gethostname() else "")
+            raise DopplermapInputError(f"{what} is in use by {who} (lock {lock}); wait for it to finish, or "
+                                       "remove the lock file if no such process runs")
+        # a dead owner's lock: move it aside (one process can), then check it was that one
+        aside = lock.with_name(f".{lock.name}.stale-{os.getpid()}")
+        try:
+            os.rename(lock, aside)
+        except FileNotFoundError:
+            continue
+        if _lock_owner(aside)[2] != text:  # another process took the stale lock over first: put its lock back
+            with contextlib.suppress(OSError):
+                os.link(aside, lock)
+            aside.unlink(missing_ok=True)
+            continue
+        aside.unlink(missing_ok=True)
+        owner = "no owner written" if pid is None else f"process {pid}, no longer running"
+        warn(f"{lock}: took over a stale lock ({owner}); {what} was left by a killed run")
+    raise DopplermapInputError(f"{what}: could not take the lock {lock} (other processes keep taking it); try again")
+
+
+@contextlib.contextmanager
+def exclusive_lock(path, what: str | None = None):
+    """Hold the lock of ``path`` (``NAME.lock`` beside it) for the ``with`` block.
+
+    The lock file is created with ``O_CREAT | O_EXCL`` (atomic: one process wins) and holds
+    ``pid host``. A second process is refused (:class:`DopplermapInputError`, one line naming
+    the owner's pid and the lock); a lock whose owner no longer runs (same host) is taken
+    over with a warning. The lock is removed on leaving the block, if it is still this
+    process's. Taking a lock this process already holds is a no-op. ``what`` names the
+    locked thing in the messages (default: ``path``).
+    """
+    path = Path(path)
+    lock = lock_path(path)
+    key = str(lock.resolve())
+    if key in _HELD:
+        yield lock
+        return
+    _take_lock(lock, what or str(path))
+    _HELD.add(key)
+    try:
+        yield lock
+    finally:
+        _HELD.discard(key)
+        if _lock_owner(lock)[2] == _owner_text():
+            lock.unlink(missing_ok=True)
 
 
 def clean_leftovers(path) -> list[str]:

@@ -20,7 +20,9 @@ inverts that (Neyman 1937; the parametric bootstrap of Efron 1979; docs/paramete
    (median-unbiased), the 68 % / 95 % confidence sets are the ``theta_t`` whose central
    68 % / 95 % of estimates hold the observed one.
 
-Cost: :func:`calibration_cost`. Assumptions (docs/parameters.md): the map reconstructed at
+Cost: :func:`calibration_cost`; :func:`check_calibration_size` refuses, before anything is
+allocated, a calibration of more solves than the grid search's point limit or more memory
+than is available. Assumptions (docs/parameters.md): the map reconstructed at
 the trial value stands for the true map; Gaussian noise with the stated errors; an exact
 forward model (a coarse grid's model error is not simulated); the other grid parameters
 held at their given values.
@@ -38,6 +40,7 @@ import numpy as np
 from .choices import SPOT_COMPONENTS
 from .errors import DopplermapInputError
 from .grid import SurfaceGrid, latitude_band_grid
+from .memory import MAX_GRID_POINTS, check_bytes
 from .model import forward
 from .plan import on_accelerator
 from .problem import Problem, require_problem
@@ -45,7 +48,7 @@ from .search import apply_parameters, pad_precomputed
 from .solvers import invert_batch
 
 __all__ = ["Calibration", "CalibrationOptions", "calibrate_parameter", "calibration_cost", "profile_minimum",
-           "belt_estimate", "check_calibratable", "owner_cells", "calibrated_star", "LEVELS", "COLUMNS",
+           "belt_estimate", "check_calibratable", "check_calibration_size", "owner_cells", "calibrated_star", "LEVELS", "COLUMNS",
            "SIM_LMBD_FACTOR", "SIM_OVERSAMPLE"]
 
 COLUMNS = ("chi2_total", "loss")
@@ -285,6 +288,41 @@ def calibration_cost(n_grid: int, n_trial: int, n_sim: int) -> dict:
                 member_solves=n_grid * members, total=n_trial + n_grid * members)
 
 
+def check_calibration_size(problem: Problem, axes: dict, n_sim: int, max_solves: int | None = None) -> dict:
+    """Refuse a calibration too large to run, before anything is allocated: the same guard
+    as a grid search's (:func:`dopplermap.search.check_grid_size`, one inversion a point).
+
+    Args:
+        problem: the observed problem (its epochs, velocities and cells size the batches).
+        axes: ``{name: (n_grid, n_trial)}`` of every parameter to calibrate (one after another).
+        n_sim: simulated data sets per trial.
+        max_solves: most solves in all (default :data:`dopplermap.memory.MAX_GRID_POINTS`,
+            the grid's point limit; ``--max-points`` raises both).
+    Returns :func:`calibration_cost` summed over the axes. Raises
+    :class:`DopplermapInputError` naming the number of solves and how to lower or raise
+    it, or the memory of the largest batch (its data sets, their results and solver states)
+    where it exceeds what is available (:func:`dopplermap.memory.check_bytes`).
+    """
+    limit = MAX_GRID_POINTS if max_solves is None else int(max_solves)
+    costs = {name: calibration_cost(int(g), int(t), int(n_sim)) for name, (g, t) in axes.items()}
+    total = sum(c["total"] for c in costs.values())
+    what = ", ".join(f"{name}: {c['trial_solves']} trial maps + {c['batched_calls']} values x {c['members']:.4g} "
+                     "data sets" for name, c in costs.items())
+    if total > limit:
+        raise DopplermapInputError(f"calibration of {total:.4g} solves ({what}; {n_sim} simulations per trial) is more "
+                                   f"than the limit of {limit} (each solve is one inversion): lower --calibrate N "
+                                   "(n_sim) or use fewer values (or raise the limit: --max-points / max_solves)")
+    obs = problem.obs
+    n_data, n_cell = obs.n_epoch * obs.n_vel, problem.grid.n_cell
+    members = max(c["members"] for c in costs.values())
+    # per member: its data (and the solver's copy), model and residuals; its maps, the
+    # L-BFGS history (10 pairs) and the result's arrays
+    per_member = 8.0 * (6 * n_data + 50 * n_cell)
+    check_bytes(members * per_member, f"calibration batch of {members:.4g} data sets ({n_sim} simulations per trial)",
+                "--calibrate N (n_sim) or the number of values")
+    return dict(total=total, axes=costs)
+
+
 def check_calibratable(problem: Problem) -> None:
     """Refuse a problem the simulation does not reproduce (a light curve, other fitted
     components, a line weight): its calibration would describe another problem."""
@@ -316,6 +354,8 @@ class CalibrationOptions:
             problem's cells (default :data:`SIM_OVERSAMPLE`; each fine cell takes the value of
             the cell it lies in), so that they carry the surface grid's own discretisation
             error as real data do; 1: on the problem's grid.
+        max_solves: most solves of one calibration (default
+            :data:`dopplermap.memory.MAX_GRID_POINTS`; :func:`check_calibration_size`).
     """
 
     n_sim: int = 32
@@ -323,6 +363,7 @@ class CalibrationOptions:
     column: str = "chi2_total"
     sim_lmbd: float | None = None
     sim_oversample: int = SIM_OVERSAMPLE
+    max_solves: int | None = None
 
     def __post_init__(self):
         if int(self.n_sim) != self.n_sim or self.n_sim < 4:
@@ -334,6 +375,8 @@ class CalibrationOptions:
         if int(self.sim_oversample) != self.sim_oversample or self.sim_oversample < 1:
             raise DopplermapInputError(f"calibration: sim_oversample must be an integer >= 1, got "
                                        f"{self.sim_oversample!r}")
+        if self.max_solves is not None and (int(self.max_solves) != self.max_solves or self.max_solves < 1):
+            raise DopplermapInputError(f"calibration: max_solves must be an integer >= 1, got {self.max_solves!r}")
 
 
 def calibrate_parameter(problem: Problem, name: str, values, *, fixed: dict | None = None, trials=None,
@@ -365,6 +408,7 @@ def calibrate_parameter(problem: Problem, name: str, values, *, fixed: dict | No
     if t.ndim != 1 or t.size < 2 or np.any(np.diff(t) <= 0):
         raise DopplermapInputError(f"calibrate {name}: need >= 2 ascending trial values, got {np.asarray(trials).tolist()}")
     n_sim = int(o.n_sim)
+    check_calibration_size(problem, {name: (v.size, t.size)}, n_sim, o.max_solves)  # before any allocation
     t_start = time.perf_counter()
     kw = dict(lmbd=settings.lmbd, regulariser=settings.regulariser, tol=settings.tol, maxiter=settings.maxiter,
               fit_rv=settings.fit_rv, fit_amp=settings.fit_amp, offset_sigma=settings.offset_sigma)

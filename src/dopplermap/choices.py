@@ -8,14 +8,16 @@ errors) is imported, so that parsing a config and ``dopplermap --help`` load no 
 
 from __future__ import annotations
 
+import math
+
 from .errors import DopplermapInputError
 
 __all__ = ["FORMS", "SYNTHESIS_METHODS", "RV_SHIFTS", "SOLVERS", "SOLVER_CHOICES", "REGULARISER_LABELS",
            "REGULARISERS", "WEIGHTED_REGULARISERS", "SPOT_COMPONENTS", "UNCERTAINTY_METHODS", "EW_METHODS",
            "LINE_PROFILES", "GRID_KINDS", "PROFILE_FORMATS", "PROFILE_WRITE_FORMATS", "LIGHTCURVE_FORMATS",
            "LIGHTCURVE_WRITE_FORMATS", "LIGHTCURVE_UNITS", "BIN_UNITS", "FIGURE_FORMATS", "MAP_PROJECTIONS",
-           "SIMULATION_FORMATS",
-           "BATCH_MODES", "BATCH_FORMS", "CUBE_DTYPES", "check"]
+           "SIMULATION_FORMATS", "ERROR_SCALES",
+           "BATCH_MODES", "BATCH_FORMS", "CUBE_DTYPES", "check", "check_error_scale"]
 
 # the synthesis forms precompute builds (dopplermap.forms.FORMS)
 FORMS = ("dense", "binned")
@@ -60,6 +62,9 @@ BIN_UNITS = ("d", "phase")
 FIGURE_FORMATS = ("png", "pdf", "svg")
 # plot_maps(projection=...): the map projections, each drawn into a result folder
 MAP_PROJECTIONS = ("mollweide", "rect")
+# [data] error_scale (besides a number): "auto" (the continuum where the window has enough, else
+# "residuals"), the continuum's scatter, or sqrt(chi2) of a fit (dopplermap.errorscale)
+ERROR_SCALES = ("auto", "continuum", "residuals")
 # dopplermap simulate --format: a problem.npz, or the seed's pickles
 SIMULATION_FORMATS = ("npz", "seed-pickle")
 # invert_batch(mode=...): the members together (vmap) or one after another; "auto" by device (dopplermap.plan)
@@ -76,3 +81,14 @@ def check(value, allowed: tuple, where: str):
     if not isinstance(value, (str, type(None))) or value not in allowed:
         raise DopplermapInputError(f"{where} must be one of {', '.join(map(repr, allowed))}, got {value!r}")
     return value
+
+
+def check_error_scale(value, where: str):
+    """An error scale (``[data] error_scale``): a finite number > 0 (as a float) or one of
+    :data:`ERROR_SCALES`; else :class:`DopplermapInputError` naming ``where`` and the value."""
+    if isinstance(value, str) and value in ERROR_SCALES:
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0:
+        return float(value)
+    raise DopplermapInputError(f"{where} must be a number > 0 or one of {', '.join(map(repr, ERROR_SCALES))}, "
+                               f"got {value!r}")

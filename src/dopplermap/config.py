@@ -32,6 +32,7 @@ from .choices import (
     SYNTHESIS_METHODS,
     UNCERTAINTY_METHODS,
     check,
+    check_error_scale,
 )
 from .errors import DopplermapInputError, MissingFileError, bad_file
 from .io.times import parse_time_scale
@@ -61,6 +62,7 @@ class DataConfig:
     lightcurve_time_scale: str | None = None
     lightcurve_bin: float | None = None
     lightcurve_bin_unit: str = "d"
+    error_scale: float | str | None = None  # a factor on the errors, or one of ERROR_SCALES (dopplermap.errorscale)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -236,6 +238,8 @@ def _coerce(value, tp, where: str):
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if str in args and float in args:  # a number or a name: _validate checks it, naming both
+            return value
         return _coerce(value, args[0], where)
     if origin is tuple:
         (inner, _ellipsis) = typing.get_args(tp)
@@ -302,6 +306,8 @@ def _validate_data(s: str, d: DataConfig, sec: str = "[data]"):
     parse_time_scale(d.time_scale, f"{s}: {sec} time_scale")
     if d.velocity_range is not None and (len(d.velocity_range) != 2 or d.velocity_range[0] >= d.velocity_range[1]):
         raise DopplermapInputError(f"{s}: {sec} velocity_range must be [min, max] with min < max, got {list(d.velocity_range)}")
+    if d.error_scale is not None:
+        check_error_scale(d.error_scale, f"{s}: {sec} error_scale")
     if d.fits_columns is not None and (len(d.fits_columns) != 3 or len(set(d.fits_columns)) != 3):
         raise DopplermapInputError(f"{s}: {sec} fits_columns must name 3 different columns (velocity, intensity, error), "
                                    f"got {list(d.fits_columns)}")
@@ -523,6 +529,7 @@ times_table = "times.csv"            # CSV/ECSV: file, time (BJD or HJD)[, v_sys
 # time_pattern = 'BJD=(?P<time>[0-9.]+)'   # ... or a regex on the file names (not both)
 time_scale = "BJD_TDB"               # BJD_TDB | HJD | JD | MJD | BTJD | BKJD | 'BJD-2450000' ... of the times and t0
 # velocity_range = [-60.0, 60.0]     # fit only this part, km/s around the line centre (v - v_sys)
+# error_scale = "auto"               # LSD errors larger than the scatter: auto | continuum | residuals | a factor
 # fits_columns = ["VEL", "I", "ERR"] # FITS profiles: names of the velocity, intensity, error columns
 # lightcurve = "lightcurve.csv"      # time, flux (any units), error; or a TESS/Kepler *_lc.fits; fitted jointly
 # lightcurve_column = "auto"         # FITS flux column (auto: PDCSAP_FLUX of mission files) | "SAP_FLUX" ...

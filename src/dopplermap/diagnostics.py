@@ -14,12 +14,17 @@ import numpy as np
 
 from .errors import ConvergenceWarning, DopplermapInputError, warn
 
-__all__ = ["check_observations", "check_result", "check_velocity_window", "CHI2_HIGH", "CHI2_LOW", "AMP_MAX"]
+__all__ = ["check_observations", "check_result", "check_velocity_window", "CHI2_HIGH", "CHI2_LOW", "AMP_MAX",
+           "INTERVAL_CHI2_LOW", "INTERVAL_CHI2_HIGH"]
 
 CHI2_HIGH = 4.0
 """Reduced chi-square above which a fit is flagged as not matching the data."""
-CHI2_LOW = 0.25
-"""Reduced chi-square below which the errors look overestimated."""
+CHI2_LOW = 0.5
+"""Reduced chi-square below which the errors look overestimated (LSD profiles' often are)."""
+INTERVAL_CHI2_LOW, INTERVAL_CHI2_HIGH = 0.5, 2.0
+"""Reduced chi-square at a grid's best point outside which its Delta chi2 intervals are
+flagged: the errors are then off by more than a factor sqrt(2), and so is the width of the
+intervals read on them."""
 AMP_MAX = 0.5
 """Largest plausible additive offset ``amp`` (in units of the mean-normalised profile)."""
 
@@ -123,8 +128,11 @@ def check_result(res, obs, *, tol: float, maxiter: int) -> None:
                  "the errors may be too small (mis-scaled), the star or line parameters wrong (vsini, inclination, "
                  "line depth), the data not normalised like the model, or lambda too large")
         elif chi2 < CHI2_LOW:
-            warn(f"reduced chi2 of the {name} is {chi2:.4g}, far below 1: the errors look too large (mis-scaled), or "
-                 "the map fits the noise (lambda too small)")
+            fix = ("set error_scale = \"auto\" in the target's [data] (or [[lines]] data) table to scale them to the "
+                   "profiles' scatter (dopplermap.search.apply_error_scale in Python)" if name.startswith("line") else
+                   "check the light curve's errors")
+            warn(f"reduced chi2 of the {name} is {chi2:.4g}, far below 1: the errors look too large (LSD codes often "
+                 f"overestimate them: {fix}), or the map fits the noise (lambda too small)")
 
 
 def check_velocity_window(vels, vsini_kms: float, source: str = "observations") -> None:

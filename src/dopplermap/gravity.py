@@ -27,7 +27,8 @@ from .geometry import StarParams
 from .grid import SurfaceGrid
 from .profiles import planck
 
-__all__ = ["roche_parameter", "roche_radius", "effective_gravity", "gravity_darkening_factors"]
+__all__ = ["roche_parameter", "roche_radius", "effective_gravity", "gravity_darkening_factors", "implied_radius",
+           "log_g", "breakup"]
 
 W_BREAKUP = 1.0  # omega^2 R_eq = G M / R_eq^2: centrifugal force equals gravity at the equator
 
@@ -39,18 +40,55 @@ def equatorial_radius_km(star: StarParams) -> float:
     return star.vsini_kms * star.period * DAY_S / (2.0 * math.pi * math.sin(math.radians(star.inclination)))
 
 
-def roche_parameter(mass: float, period: float, r_eq_km: float) -> float:
-    """``w = omega^2 R_eq^3 / (G M)``; mass in M_sun, period in days, R_eq in km."""
+def implied_radius(star: StarParams) -> float:
+    """The equatorial radius (R_sun) the star's rotation implies: ``R = P vsini / (2 pi sin i)``
+    (``star.radius`` itself where the star is given by its radius)."""
+    if star.radius is not None:
+        return float(star.radius)
+    from astropy import units as u
+
+    r = (star.period * u.day) * (star.vsini * u.km / u.s) / (2.0 * math.pi * math.sin(math.radians(star.inclination)))
+    return float(r.to(u.R_sun).value)
+
+
+def log_g(mass: float, radius: float) -> float:
+    """Surface gravity ``log10(G M / R^2)`` in cgs (``g`` in cm s^-2) of a star of ``mass``
+    (M_sun) and ``radius`` (R_sun): the Sun's is 4.44."""
+    from astropy import constants as const
+    from astropy import units as u
+
+    g = const.G * (mass * u.M_sun) / (radius * u.R_sun) ** 2
+    return float(np.log10(g.to(u.cm / u.s**2).value))
+
+
+def _roche_w(mass: float, period: float, r_eq_km: float) -> float:
     if not (np.isfinite(mass) and mass > 0):
         raise DopplermapInputError(f"mass must be > 0 M_sun, got {mass!r}")
     if not (np.isfinite(period) and period > 0):
         raise DopplermapInputError(f"period must be > 0 days, got {period!r}")
     omega = 2.0 * math.pi / (period * DAY_S)
     r = r_eq_km * 1e3
-    w = omega**2 * r**3 / (G_SI * mass * M_SUN_KG)
+    return omega**2 * r**3 / (G_SI * mass * M_SUN_KG)
+
+
+def _breakup_message(w: float, mass: float, period: float, r_eq_km: float) -> str:
+    return (f"star rotates at or beyond break-up: omega^2 R_eq^3 / (G M) = {w:.3f} >= 1 "
+            f"(mass {mass} M_sun, period {period} d, R_eq {r_eq_km / R_SUN_KM:.3f} R_sun)")
+
+
+def breakup(star: StarParams, mass: float) -> str | None:
+    """Why a star of ``mass`` (M_sun) with these rotation parameters cannot exist (it would
+    rotate at or beyond break-up), or None: a physical check of one set of parameters."""
+    r_eq = equatorial_radius_km(star)
+    w = _roche_w(mass, star.period, r_eq)
+    return _breakup_message(w, mass, star.period, r_eq) if w >= W_BREAKUP else None
+
+
+def roche_parameter(mass: float, period: float, r_eq_km: float) -> float:
+    """``w = omega^2 R_eq^3 / (G M)``; mass in M_sun, period in days, R_eq in km."""
+    w = _roche_w(mass, period, r_eq_km)
     if w >= W_BREAKUP:
-        raise DopplermapInputError(f"star rotates at or beyond break-up: omega^2 R_eq^3 / (G M) = {w:.3f} >= 1 "
-                         f"(mass {mass} M_sun, period {period} d, R_eq {r_eq_km / R_SUN_KM:.3f} R_sun)")
+        raise DopplermapInputError(_breakup_message(w, mass, period, r_eq_km))
     return w
 
 

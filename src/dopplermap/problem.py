@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import zipfile
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from .atomic import write_file
 from .broadening import apply_cell_factors, instrumental_broaden, mu_dependent_profile, scale_equivalent_width
 from .choices import REGULARISERS, RV_SHIFTS, SPOT_COMPONENTS, SYNTHESIS_METHODS, check
 from .errors import DopplermapInputError, MissingFileError
+from .errorscale import ErrorScale, error_scale_for, scale_errors
 from .geometry import StarParams
 from .gravity import gravity_darkening_factors
 from .grid import SurfaceGrid, make_grid
@@ -146,6 +148,12 @@ class Problem:
             seed's pickles, :func:`from_seed`), used as ``pre`` instead of one built from the
             grid, star and components; ``star`` and ``components`` are then None (the form
             holds what they would give) and ``grid`` holds the cells' centres when known.
+        error_scale: the :class:`~dopplermap.errorscale.ErrorScale` of each line data set
+            whose errors were scaled (:meth:`scale_errors`; ``[data] error_scale``), or a
+            pending one that a fit must still find (:func:`dopplermap.search.apply_error_scale`).
+        mass: the star's mass (M_sun) where known (``[star] mass``): a grid search then
+            refuses points beyond break-up and reports log g beside the implied radius
+            (:attr:`stellar_mass` falls back on the gravity darkening's mass).
     """
 
     grid: SurfaceGrid
@@ -163,9 +171,14 @@ class Problem:
     lines: tuple[LineData, ...] = ()
     rv_shift: str = "interpolate"
     form: Precomputed | None = None
+    error_scale: tuple[ErrorScale, ...] = ()
+    mass: float | None = None
 
     def __post_init__(self):
         check(self.method, SYNTHESIS_METHODS, f"{self.source}: method")
+        if self.mass is not None and not (isinstance(self.mass, (int, float)) and math.isfinite(self.mass)
+                                          and self.mass > 0):
+            raise DopplermapInputError(f"{self.source}: mass must be a finite number > 0 M_sun, got {self.mass!r}")
         check(self.rv_shift, RV_SHIFTS, f"{self.source}: rv_shift")
         if self.form is None:
             if self.grid is None or self.star is None:
@@ -192,6 +205,13 @@ class Problem:
             if self.grid is not None and self.grid.n_cell != self.form.n_cell:
                 raise DopplermapInputError(f"{self.source}: the grid has {self.grid.n_cell} cells, the given form "
                                            f"{self.form.n_cell}")
+
+    @property
+    def stellar_mass(self) -> float | None:
+        """The star's mass (M_sun): :attr:`mass`, else the gravity darkening's, else None."""
+        if self.mass is not None:
+            return float(self.mass)
+        return float(self.gravity.mass) if self.gravity is not None else None
 
     @property
     def multi(self) -> bool:
@@ -313,6 +333,68 @@ class Problem:
             new.__dict__.update({k: v for k, v in self.__dict__.items() if k in _CACHED and k != "plan"})
         return new
 
+    @property
+    def set_names(self) -> tuple[str, ...]:
+        """The line data sets' names (``("lines",)`` for one set)."""
+        return tuple(ld.name for ld in self.lines) if self.lines else ("lines",)
+
+    def scale_errors(self, scales) -> Problem:
+        """This problem with each line data set's errors multiplied by its factor.
+
+        ``scales``: one number or :class:`~dopplermap.errorscale.ErrorScale` per line data set
+        (a single one for one set), or a dict of some sets' by name; a pending scale (no factor
+        yet) is kept as a record and scales nothing. The derived arrays are kept (the errors
+        enter none of them). :attr:`error_scale` then holds the record; scaling a set twice is
+        refused."""
+        names = self.set_names
+        if isinstance(scales, dict):
+            unknown = sorted(set(scales) - set(names))
+            if unknown:
+                raise DopplermapInputError(f"{self.source}: no line data set {unknown[0]!r} (sets: {', '.join(names)})")
+            scales = [scales.get(n) for n in names]
+        else:
+            scales = list(scales) if isinstance(scales, (list, tuple)) else [scales]
+            if len(scales) != len(names):
+                raise DopplermapInputError(f"{self.source}: {len(scales)} error scales for {len(names)} line data set(s)")
+        scales = [s if s is None or isinstance(s, ErrorScale) else
+                  ErrorScale(factor=float(s), method="given", name=n)
+                  for s, n in zip(scales, names, strict=True)]
+        scales = [s if s is None else dataclasses.replace(s, name=n) for s, n in zip(scales, names, strict=True)]
+        done = {e.name for e in self.error_scale if not e.pending}
+        again = [s.name for s in scales if s is not None and not s.pending and s.name in done]
+        if again:
+            raise DopplermapInputError(f"{self.source}: the errors of {again[0]!r} are already scaled "
+                                       f"({self.error_scale_of(again[0]).describe()}); scale the unscaled problem")
+        obs = [ld.obs for ld in self.lines] if self.lines else [self.obs]
+        obs = [o if s is None or s.pending else scale_errors(o, s.factor) for o, s in zip(obs, scales, strict=True)]
+        given = [s for s in scales if s is not None]
+        kept = {e.name: e for e in self.error_scale if e.name not in {s.name for s in given}}
+        kept.update({s.name: s for s in given})
+        return self.with_observations(obs, error_scale=tuple(kept[n] for n in names if n in kept))
+
+    def with_observations(self, observations, **changes) -> Problem:
+        """This problem with other fluxes and errors at the same epochs and velocities (one
+        :class:`~dopplermap.objective.Observations` per line data set, a list, or one): the
+        derived arrays are kept, since only the epochs and velocities enter them."""
+        obs = list(observations) if isinstance(observations, (list, tuple)) else [observations]
+        old = [ld.obs for ld in self.lines] if self.lines else [self.obs]
+        if len(obs) != len(old) or any(
+                np.shape(o.flux) != np.shape(p.flux) or not np.array_equal(np.asarray(o.times), np.asarray(p.times))
+                or not np.array_equal(np.asarray(o.vels), np.asarray(p.vels)) for o, p in zip(obs, old, strict=False)):
+            raise DopplermapInputError(f"{self.source}: with_observations needs the same epochs and velocities as the "
+                                       "problem's (another grid needs another problem)")
+        if self.lines:
+            changes["lines"] = tuple(dataclasses.replace(ld, obs=o) for ld, o in zip(self.lines, obs, strict=True))
+        else:
+            changes["obs"] = obs[0]
+        new = dataclasses.replace(self, **changes)
+        new.__dict__.update({k: v for k, v in self.__dict__.items() if k in _CACHED})
+        return new
+
+    def error_scale_of(self, name: str = "lines") -> ErrorScale | None:
+        """The error scale recorded for the line data set ``name``, or None."""
+        return next((e for e in self.error_scale if e.name == name), None)
+
     def invert_kwargs(self, **overrides) -> dict:
         """Keyword arguments of :func:`dopplermap.invert` for this problem (settings, light curve)."""
         kw = self.settings.replace(**overrides).invert_kwargs()
@@ -419,6 +501,14 @@ def from_config(cfg) -> Problem:
                              wavelength_nm=float(ls.line.wavelength_nm), files=tuple(files)))
     star = StarParams(inclination=s.inclination, vsini=s.vsini, period=s.period, t0=t0, domega=s.domega,
                       radius=s.radius)
+    # [data] error_scale: a factor, the continuum's scatter, or pending (dopplermap.search.apply_error_scale)
+    scales = [None if ls.data.error_scale is None else
+              error_scale_for(ls.data.error_scale, ld.obs, ld.components, star.vsini_kms, name=ld.name,
+                              where=f"{cfg.source}: " + (f"[[lines]] {ls.name!r} data" if cfg.lines else "[data]"))
+              for ls, ld in zip(cfg.line_sets(), sets, strict=True)]
+    sets = [ld if e is None or e.pending else dataclasses.replace(ld, obs=scale_errors(ld.obs, e.factor))
+            for ld, e in zip(sets, scales, strict=True)]
+    scales = tuple(e for e in scales if e is not None)
     temps = (cfg.temperatures.phot, cfg.temperatures.cool, cfg.temperatures.hot)
     first = cfg.line_sets()[0]
     gravity = None
@@ -441,14 +531,16 @@ def from_config(cfg) -> Problem:
         lc = lc[0]
     common = dict(grid=make_grid(cfg.grid.kind, cfg.grid.n_cell, cfg.grid.nside), star=star, method=inv.method,
                   rv_shift=inv.rv_shift, gravity=gravity, lightcurve_data=lc, t_phot=float(temps[0]),
-                  wavelength_nm=float(first.line.wavelength_nm), source=cfg.source)
+                  wavelength_nm=float(first.line.wavelength_nm), source=cfg.source, mass=s.mass)
     if len(sets) == 1:  # one set (also one [[lines]] table): the plain problem, its weight on line_weight
         one = sets[0]
         if cfg.lines:
             settings = settings.replace(line_weight=settings.line_weight * one.weight)
-        return Problem(obs=one.obs, components=one.components, settings=settings, files=one.files, **common)
+        return Problem(obs=one.obs, components=one.components, settings=settings, files=one.files,
+                       error_scale=scales, **common)
     return Problem(obs=None, components=None, lines=tuple(sets), settings=settings,
-                   files=tuple(f for ld in sets for f in ld.files), **common)
+                   files=tuple(f for ld in sets for f in ld.files), error_scale=scales, **common)
+
 
 
 # the demo's local lines and temperatures, used by .npz problems that carry only data

@@ -171,6 +171,15 @@ def report_html(result_dir, *, check: bool = True) -> str:
         if k in ("chi2", "chi2_lc"):  # several line data sets / bands: one row each
             what = "line profiles" if k == "chi2" else "light curve"
             fit_rows += [(f"reduced χ² ({what} {name})", v) for name, v in (summary.get(f"{k}_sets") or {}).items()]
+    scale = summary.get("error_scale")
+    if isinstance(scale, dict):  # the errors the chi2 above is measured in: scaled by these factors
+        for d in scale.get("sets") or []:
+            if not isinstance(d, dict) or d.get("factor") is None:
+                continue
+            spread = f"; per epoch {d['min']:.3g}..{d['max']:.3g}" if d.get("min") is not None else ""
+            detail = f"; {d['detail']}" if d.get("detail") else ""
+            where = f" ({d.get('name')})" if len(scale.get("sets")) > 1 else ""
+            fit_rows.append((f"error scale{where}", f"{d['factor']:.4g} ({d.get('method')}{spread}{detail})"))
     star_rows = [(_STAR_LABELS.get(k, k), v) for k, v in (summary.get("star") or {}).items() if v is not None]
     unc_rows = [(k, v) for k, v in summary.items() if k.startswith(("sigma_", "uncertainty_"))]
     unc_files = [p.name for p in ours(folder.glob("uncertainty_*.npz"))]

@@ -14,10 +14,15 @@
   stellar parameters (inclination, vsini, domega, period, t_cool, t_hot, macroturbulence,
   ew_scale) and appends one CSV row per finished point, so a killed search resumes where it
   stopped. Points run serially in this process, or on a Dask cluster (:class:`Cluster`): a
-  local one sized to the machine, or a remote one at a scheduler's address.
+  local one sized to the machine, or a remote one at a scheduler's address. A point whose
+  star cannot exist (:func:`point_refusal`: beyond break-up where the mass is known) is
+  recorded as refused, with its reason, and the others are solved; every row carries the
+  radius the point implies (and log g where the mass is known). A lock file keeps a second
+  process off the table.
 * :func:`delta_chi2_interval` gives the range of a parameter whose *un-reduced*
   chi-square ``chi2_reduced * n_epoch * n_vel`` lies within ``Delta chi2`` of the minimum
-  (profiled over the other grid parameters).
+  (profiled over the other grid parameters); :func:`interval_flags` says when it is not to
+  be trusted (best point on the grid's edge, reduced chi-square far from 1).
 
 Plots (Figure API, :mod:`dopplermap.style`): :func:`plot_lcurve`, :func:`plot_grid` return Figures.
 """
@@ -32,6 +37,7 @@ import logging
 import math
 import os
 import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -39,23 +45,28 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import regularisers, style
-from .atomic import fingerprint, write_text
+from .atomic import exclusive_lock, fingerprint, write_text
 from .choices import REGULARISERS, WEIGHTED_REGULARISERS, check
-from .errors import DopplermapInputError, reader, warn
+from .diagnostics import INTERVAL_CHI2_HIGH, INTERVAL_CHI2_LOW
+from .errors import DopplermapInputError, DopplermapWarning, reader, warn
+from .errorscale import ErrorScale, error_scale_for
 from .geometry import StarParams, check_star
+from .gravity import breakup, implied_radius, log_g
 from .memory import MAX_GRID_POINTS
 from .model import Precomputed
 from .problem import Problem, Settings, require_problem
 from .profiles import ComponentSet, LocalProfile, intensity_ratio, tabulated
 from .regularisers import seed_entropy
+from .result import line_sets
 from .solvers import InversionResult, check_solver_args, invert
 
 __all__ = [
     "LambdaSweep", "sweep_lambda", "lcurve_corner", "lcurve_curvature", "regulariser_floor",
-    "lambda_for_chi2", "Problem", "GRID_PARAMETERS", "apply_parameters",
+    "lambda_for_chi2", "fit_error_scale", "apply_error_scale", "ERROR_SCALE_LAMBDA", "Problem", "GRID_PARAMETERS", "apply_parameters",
     "grid_points", "count_points", "check_grid_size", "validate_points", "problem_fingerprint",
-    "evaluate_point", "Cluster", "grid_search", "read_table", "best_point",
-    "delta_chi2_interval", "pad_precomputed", "plot_lcurve", "plot_grid",
+    "evaluate_point", "point_refusal", "refused_row", "point_star", "Cluster", "grid_search", "grid_lock", "read_table",
+    "computed_rows", "best_point", "delta_chi2_interval", "interval_flags", "pad_precomputed", "plot_lcurve",
+    "plot_grid",
 ]
 
 log = logging.getLogger(__name__)
@@ -358,6 +369,112 @@ def lambda_for_chi2(problem: Problem, target: float, *, lo: float = 1e-3, hi: fl
     return best.lmbd, best, trials
 
 
+# ------------------------------------------------------------------------ the error scale
+
+
+ERROR_SCALE_LAMBDA = 0.1
+"""Lambda of :func:`fit_error_scale`'s fit, in units of its reduced chi2 (small: the map
+follows the data; in the errors being scaled, lambda moves by their factor squared)."""
+ERROR_SCALE_TOL = 1e-5
+"""Solver tolerance of those fits (the residual sums are differenced)."""
+
+
+def _ssr(problem: Problem, res: InversionResult) -> np.ndarray:
+    """(n_set,) sums of squared normalised residuals, per line data set."""
+    obs = problem.observations if problem.lines else (problem.obs,)
+    return np.array([float(np.sum(((np.asarray(o.flux) - np.asarray(s["model"])) / np.asarray(o.err)) ** 2))
+                     for o, s in zip(obs, line_sets(res), strict=True)])
+
+
+def fit_error_scale(problem: Problem, *, lmbd: float = ERROR_SCALE_LAMBDA, tol: float = ERROR_SCALE_TOL,
+                    seed: int = 0) -> tuple:
+    """The ``"residuals"`` error scale of every line data set, from the residuals of a fit at
+    small lambda with the fit's own share of the noise put back.
+
+    The fit is made at ``lambda = lmbd x chi2``, chi2 the reduced chi2 of a first fit at
+    ``lmbd`` (scaling the errors by ``f`` moves every lambda by ``1 / f^2``, so only a lambda in
+    units of the chi2 is small for every data set; two solves). Its residuals alone read the scatter low: a map that
+    follows the data absorbs part of the noise (10-20 % low in factor on simulated stars).
+    So the residual sum of each set is divided by its residual degrees of freedom ``k``
+    instead of its points ``N``; ``k`` is measured by refitting the data with a noise ``b``
+    of the estimated size added and subtracted, ``k = (SSR(+b) + SSR(-b) - 2 SSR) / (2 c^2)``
+    (two more solves: for a linear fit the expected value is exactly ``N - 2 tr H + tr H^T H``,
+    and the pair cancels the cross term of one draw). Factor ``sqrt(SSR / k)``; per epoch the
+    epoch's rms residual times ``sqrt(N / k)``. ``seed`` fixes the added noise (the same
+    problem gives the same scale). Returns ``(scales, lambda)``: one
+    :class:`~dopplermap.errorscale.ErrorScale` per line data set, in the problem's order, and
+    the lambda of the fit."""
+    problem = require_problem(problem, "fit_error_scale")
+    problem = problem.replace(settings=problem.settings.replace(tol=min(tol, problem.settings.tol)))
+    names = problem.set_names
+    obs = list(problem.observations) if problem.lines else [problem.obs]
+    n = np.array([np.size(o.flux) for o in obs], dtype=float)
+    with warnings.catch_warnings():  # a chi2 far from 1 is what is measured here
+        warnings.filterwarnings("ignore", message="reduced chi2", category=DopplermapWarning)
+        first = invert(problem, lmbd=lmbd)
+        lm = lmbd * first.chi2
+        res = invert(problem, lmbd=lm, x0=first.x)
+        ssr = _ssr(problem, res)
+        c = np.sqrt(ssr / n)
+        rng = np.random.default_rng(seed)
+        draws = [rng.normal(size=np.shape(o.flux)) * np.asarray(o.err) * ci for o, ci in zip(obs, c, strict=True)]
+        pair = []
+        for sign in (1.0, -1.0):
+            moved = problem.with_observations([dataclasses.replace(o, flux=o.flux + sign * b)
+                                               for o, b in zip(obs, draws, strict=True)])
+            pair.append(_ssr(moved, invert(moved, lmbd=lm, x0=res.x)))
+    k = (pair[0] + pair[1] - 2.0 * ssr) / (2.0 * c ** 2)
+    low = np.flatnonzero(~(k > 0.05 * n))
+    if low.size:
+        raise DopplermapInputError(
+            f"{problem.source}: error scale from the residuals of {names[low[0]]!r}: the fit follows the added noise "
+            f"almost entirely (residual degrees of freedom {k[low[0]]:.3g} of {int(n[low[0]])} points), so its "
+            "residuals do not show the scatter; give the error scale as a number ([data] error_scale = 0.5) or "
+            "widen the velocity window so that the continuum sets it")
+    k = np.minimum(k, n)  # no more than the points (the draw's noise can push it over)
+    scales = []
+    for i, (o, s) in enumerate(zip(obs, line_sets(res), strict=True)):
+        z2 = ((np.asarray(o.flux) - np.asarray(s["model"])) / np.asarray(o.err)) ** 2
+        per = tuple(float(v) for v in np.sqrt(z2.mean(axis=1) * n[i] / k[i]))
+        scales.append(ErrorScale(factor=float(np.sqrt(ssr[i] / k[i])), method="residuals", per_epoch=per,
+                                 n_points=int(np.shape(o.flux)[1]), name=names[i],
+                                 detail=f"sqrt(chi2 x N / {k[i] / n[i]:.2f} N residual degrees of freedom) "
+                                        f"at lambda {lm:.3g} (before scaling)"))
+    return tuple(scales), lm
+
+
+def apply_error_scale(problem: Problem, spec=None, *, lmbd: float = ERROR_SCALE_LAMBDA,
+                      tol: float = ERROR_SCALE_TOL) -> Problem:
+    """The problem with its errors scaled; what ``[data] error_scale`` does, for a Problem.
+
+    ``spec``: a number (the factor), ``"continuum"``, ``"residuals"`` or ``"auto"`` (see
+    :mod:`dopplermap.errorscale`), applied to every line data set of a problem whose errors
+    are not scaled yet; None: complete the scales a target's ``[data] error_scale`` left
+    pending (those read from the residuals of a fit, :func:`fit_error_scale`; the problem
+    as it is when none is). The result's :attr:`~dopplermap.problem.Problem.error_scale` says
+    each set's factor and method::
+
+        problem = dopplermap.search.apply_error_scale(problem, "auto")
+        print(problem.error_scale[0].describe())
+    """
+    problem = require_problem(problem, "apply_error_scale")
+    if spec is not None:
+        sets = list(problem.lines) if problem.lines else [None]
+        scales = []
+        for ld, name in zip(sets, problem.set_names, strict=True):
+            obs, comps = (problem.obs, problem.components) if ld is None else (ld.obs, ld.components)
+            vsini = None if problem.star is None else problem.star.vsini_kms
+            scales.append(error_scale_for(spec, obs, comps, vsini, name=name,
+                                          where=problem.source + ("" if ld is None else f" ({name!r})")))
+        problem = problem.scale_errors(scales)
+    pending = [e for e in problem.error_scale if e.pending]
+    if not pending:
+        return problem
+    found, _ = fit_error_scale(problem, lmbd=lmbd, tol=tol)
+    return problem.scale_errors({f.name: dataclasses.replace(f, detail=f"{f.detail}; {problem.error_scale_of(f.name).detail}")
+                                 for f in found if f.name in {e.name for e in pending}})
+
+
 # ------------------------------------------------------------------------ the problem
 
 
@@ -440,9 +557,16 @@ def evaluate_point(problem: Problem, params: dict, x0=None) -> dict:
     so gravity darkening, a light curve, the synthesis method and the settings carry over.
     Row fields: the parameters, ``chi2`` (reduced, line profiles), ``chi2_total``
     (un-reduced, ``chi2 * n_epoch * n_vel``), ``loss``, ``regulariser``, ``entropy`` (the
-    seed's entropy of the map, whatever the regulariser), ``iterations``, ``success``.
+    seed's entropy of the map, whatever the regulariser), ``iterations``, ``success``,
+    ``radius`` (R_sun, implied by the point's rotation, :func:`dopplermap.gravity.implied_radius`),
+    ``logg`` (cgs, where the problem's mass is known, else NaN), ``status`` (``"ok"``) and
+    ``reason`` (empty). A point :func:`point_refusal` refuses is not solved here either:
+    its row is :func:`refused_row`.
     """
-    star, comps = apply_parameters(require_problem(problem, "evaluate_point"), params)
+    reason = point_refusal(require_problem(problem, "evaluate_point"), params)
+    if reason is not None:
+        return refused_row(problem, params, reason)
+    star, comps = apply_parameters(problem, params)
     point = problem.replace(star=star, components=comps)
     pre = pad_precomputed(point.pre)
     res = invert(pre, point.obs, **point.invert_kwargs(), x0=x0)
@@ -450,16 +574,52 @@ def evaluate_point(problem: Problem, params: dict, x0=None) -> dict:
     obs = point.obs
     n_data = obs.n_epoch * obs.n_vel
     return dict(params, chi2=res.chi2, chi2_total=res.chi2 * n_data, loss=res.loss,
-                regulariser=res.regulariser_value, entropy=ent, iterations=res.iterations, success=res.success)
+                regulariser=res.regulariser_value, entropy=ent, iterations=res.iterations, success=res.success,
+                **_star_columns(problem, star), status="ok", reason="")
+
+
+def point_star(problem: Problem, params: dict) -> StarParams:
+    """The star of ``problem`` at grid point ``params`` (its star fields substituted)."""
+    return problem.star.replace(**{k: float(params[k]) for k in _STAR_KEYS if k in params})
+
+
+def _star_columns(problem: Problem, star: StarParams) -> dict:
+    """The table's ``radius`` (R_sun) and ``logg`` (cgs; NaN without a mass) of a point's star."""
+    r = implied_radius(star)
+    mass = problem.stellar_mass
+    return dict(radius=r, logg=log_g(mass, r) if mass is not None else math.nan)
+
+
+def point_refusal(problem: Problem, params: dict) -> str | None:
+    """Why the star at grid point ``params`` cannot exist, or None: the physical checks of one
+    point (where the problem's mass is known, :attr:`Problem.stellar_mass`: rotation at or
+    beyond break-up, ``omega^2 R^3 / (G M) >= 1`` with the implied radius R). Checks of the
+    values themselves (an inclination outside (0, 90], ...) concern the whole grid and
+    are :func:`validate_points`' (errors before any solve)."""
+    mass = problem.stellar_mass
+    if mass is None:
+        return None
+    return breakup(point_star(problem, params), mass)
+
+
+def refused_row(problem: Problem, params: dict, reason: str) -> dict:
+    """The table row of a refused point: its parameters, the implied radius (and log g),
+    ``status`` ``"refused"``, the ``reason``, NaN for every result and 0 iterations."""
+    nan = math.nan
+    return dict(params, chi2=nan, chi2_total=nan, loss=nan, regulariser=nan, entropy=nan, iterations=0,
+                success=False, **_star_columns(problem, point_star(problem, params)), status="refused",
+                reason=reason)
 
 
 # ------------------------------------------------------------------------- grid search
 
-_RESULT_COLUMNS = ("chi2", "chi2_total", "loss", "regulariser", "entropy", "iterations", "success")
+_RESULT_COLUMNS = ("chi2", "chi2_total", "loss", "regulariser", "entropy", "iterations", "success", "radius",
+                   "logg", "status", "reason")
 # what makes two rows comparable: the solve settings and the problem, on every row
 _SETTING_COLUMNS = ("lmbd", "regulariser_kind", "tol", "maxiter", "fit_rv", "fit_amp", "problem")
 _INT_COLUMNS = ("point", "iterations", "success", "maxiter", "fit_rv", "fit_amp")
-_STR_COLUMNS = ("regulariser_kind", "problem")
+_STR_COLUMNS = ("regulariser_kind", "problem", "status", "reason")
+_STAR_KEYS = ("inclination", "vsini", "domega", "period")
 
 
 def problem_fingerprint(problem: Problem) -> str:
@@ -468,6 +628,8 @@ def problem_fingerprint(problem: Problem) -> str:
     the file name it came from)."""
     fields = {f.name: getattr(problem, f.name) for f in dataclasses.fields(problem)
               if f.name not in ("settings", "source", "files")}
+    if fields.get("mass") is None:  # no mass: the fingerprint of a problem that had no such field
+        fields.pop("mass", None)
     return fingerprint(type(problem).__qualname__, fields)
 
 
@@ -534,7 +696,7 @@ def validate_points(problem: Problem, points: list[dict]) -> None:
                 apply_parameters(problem, {name: v})
             except DopplermapInputError as exc:
                 raise DopplermapInputError(f"grid parameter {name}={v:g}: {exc}") from None
-    star_keys = [k for k in points[0] if k in ("inclination", "vsini", "domega", "period")]
+    star_keys = [k for k in points[0] if k in _STAR_KEYS]
     if star_keys:
         for p in points:
             try:
@@ -563,7 +725,9 @@ def _cell(k: str, v: str):
 @reader("grid-search table")
 def read_table(path) -> list[dict]:
     """Rows of a grid-search CSV (floats; ``point``, ``iterations``, ``success``, ``maxiter``,
-    ``fit_rv``, ``fit_amp`` ints; ``regulariser_kind`` and ``problem`` strings).
+    ``fit_rv``, ``fit_amp`` ints; ``regulariser_kind``, ``problem``, ``status`` and ``reason``
+    strings). Refused points are rows too (``status`` ``"refused"``, NaN results):
+    :func:`computed_rows` leaves them out.
 
     A last line without its newline (a write cut off by a kill) is ignored.
     """
@@ -643,8 +807,11 @@ def _prepare_table(path: Path, names, points, resume: bool, settings_row: dict |
 
 def _append_row(path: Path, names, point: int, row: dict, settings_row: dict | None = None) -> None:
     extra = settings_row or {}
-    line = ",".join([str(point), *(_fmt(row[n]) for n in names), *(_fmt(row[c]) for c in _RESULT_COLUMNS),
-                     *(_fmt(extra.get(c, "")) for c in _SETTING_COLUMNS)]) + "\n"
+    buf = io.StringIO()  # csv quoting: a refusal's reason holds commas
+    csv.writer(buf, lineterminator="\n").writerow(
+        [str(point), *(_fmt(row[n]) for n in names), *(_fmt(row[c]) for c in _RESULT_COLUMNS),
+         *(_fmt(extra.get(c, "")) for c in _SETTING_COLUMNS)])
+    line = buf.getvalue()
     with path.open("a") as fh:  # one write per row; a cut-off row is dropped on resume
         fh.write(line)
         fh.flush()
@@ -654,7 +821,7 @@ def _append_row(path: Path, names, point: int, row: dict, settings_row: dict | N
 def _sort_table(path: Path) -> None:
     text = path.read_text().splitlines(keepends=True)
     header, body = text[0], text[1:]
-    body.sort(key=lambda s: int(s.split(",", 1)[0]))
+    body.sort(key=lambda s: int(s.split(",", 1)[0]))  # the point id, first and never quoted
     write_text(path, header + "".join(body))
 
 
@@ -728,9 +895,17 @@ def grid_search(problem: Problem, axes: dict, table, *, resume: bool = False, cl
             serially in this process.
         max_points: most grid points (default :data:`dopplermap.memory.MAX_GRID_POINTS`).
         progress: optional ``progress(n_done, n_total, row)`` called per finished point.
-    Every grid value is validated before the first solve (:func:`validate_points`).
+    Every grid value is validated before the first solve (:func:`validate_points`; an error
+    there concerns the whole grid). A point whose star cannot exist (:func:`point_refusal`)
+    is recorded as refused, with its reason (``status``/``reason`` columns, NaN results),
+    and the other points are solved. Every row carries the implied ``radius`` and ``logg``
+    (:func:`evaluate_point`).
+
+    While it runs the table is locked (``TABLE.lock``, :func:`dopplermap.atomic.exclusive_lock`):
+    a second process on the same table is refused in one line, so two resumes never
+    write a point twice.
     Returns:
-        All rows of the finished table, sorted by point id.
+        All rows of the finished table, sorted by point id (refused points included).
     """
     settings = require_problem(problem, "grid_search").settings
     table = Path(table)
@@ -740,43 +915,71 @@ def grid_search(problem: Problem, axes: dict, table, *, resume: bool = False, cl
     check(settings.regulariser, REGULARISERS, "regulariser")
     validate_points(problem, points)  # raise on bad parameters before starting any worker
     srow = _settings_row(settings, problem_fingerprint(problem))
-    done = _prepare_table(table, names, points, resume, srow)
-    todo = [i for i in range(len(points)) if i not in done]
-    n_done = len(done)
+    table.parent.mkdir(parents=True, exist_ok=True)
+    with grid_lock(table):
+        done = _prepare_table(table, names, points, resume, srow)
+        todo = [i for i in range(len(points)) if i not in done]
+        n_done = len(done)
 
-    def finish(i, row):
-        nonlocal n_done
-        _append_row(table, names, i, row, srow)
-        n_done += 1
-        if progress is not None:
-            progress(n_done, len(points), row)
+        def finish(i, row):
+            nonlocal n_done
+            _append_row(table, names, i, row, srow)
+            n_done += 1
+            if progress is not None:
+                progress(n_done, len(points), row)
 
-    if todo and cluster is None:
-        for i in todo:
-            finish(i, evaluate_point(problem, points[i]))
-    elif todo:
-        from dask.distributed import as_completed
+        refused = {i: r for i in todo if (r := point_refusal(problem, points[i])) is not None}
+        for i, reason in refused.items():  # recorded at once, never sent to a solver
+            finish(i, refused_row(problem, points[i], reason))
+        todo = [i for i in todo if i not in refused]
+        if todo and cluster is None:
+            for i in todo:
+                finish(i, evaluate_point(problem, points[i]))
+        elif todo:
+            from dask.distributed import as_completed
 
-        client, local = cluster.connect()
-        try:
-            prob = client.scatter(problem, broadcast=True)
-            futs = {client.submit(evaluate_point, prob, points[i], pure=False): i for i in todo}
-            for fut in as_completed(futs):
-                finish(futs[fut], fut.result())
-        finally:
-            client.close()
-            if local is not None:
-                local.close()
-    _sort_table(table)
-    return read_table(table)
+            client, local = cluster.connect()
+            try:
+                prob = client.scatter(problem, broadcast=True)
+                futs = {client.submit(evaluate_point, prob, points[i], pure=False): i for i in todo}
+                for fut in as_completed(futs):
+                    finish(futs[fut], fut.result())
+            finally:
+                client.close()
+                if local is not None:
+                    local.close()
+        _sort_table(table)
+        return read_table(table)
+
+
+def grid_lock(table):
+    """The lock :func:`grid_search` holds on ``table`` while it runs (a context manager,
+    :func:`dopplermap.atomic.exclusive_lock`: ``TABLE.lock``); hold it around more work on
+    the same folder (the CLI: clearing it, the summary), grid_search then keeps it."""
+    return exclusive_lock(table, f"the grid-search table {table}")
+
+
+def computed_rows(rows: list[dict]) -> list[dict]:
+    """The rows of points that were solved (refused points, ``status`` ``"refused"``, left out)."""
+    return [r for r in rows if r.get("status", "ok") == "ok"]
+
+
+def _computed(rows: list[dict]) -> list[dict]:
+    if not rows:
+        raise DopplermapInputError("no rows in the grid-search table")
+    ok = computed_rows(rows)
+    if not ok:
+        reasons = sorted({r.get("reason", "") for r in rows})
+        raise DopplermapInputError(f"every one of the {len(rows)} grid points was refused ({'; '.join(reasons)[:300]}); "
+                                   "choose parameter values a star can have")
+    return ok
 
 
 def best_point(rows: list[dict], names, *, column: str = "loss") -> dict:
-    """The row of least ``column`` (default the loss; pass the column of
-    :func:`delta_chi2_interval`, ``"chi2_total"``, to report a best point and intervals from
-    one criterion)."""
-    if not rows:
-        raise DopplermapInputError("no rows in the grid-search table")
+    """The row of least ``column`` among the solved points (default the loss; pass the column
+    of :func:`delta_chi2_interval`, ``"chi2_total"``, to report a best point and intervals
+    from one criterion)."""
+    rows = _computed(rows)
     if column not in rows[0]:
         raise DopplermapInputError(f"column {column!r} is not in the grid-search table ({sorted(rows[0])})")
     return min(rows, key=lambda r: r[column])
@@ -787,21 +990,53 @@ def delta_chi2_interval(rows: list[dict], name: str, *, delta: float = 1.0, colu
 
     Uses the *un-reduced* chi-square ``chi2_total = chi2_reduced * n_epoch * n_vel``: a
     Delta chi-square of 1 (one parameter, 68 %) is only meaningful for the sum of squared
-    normalised residuals, not for the reduced value. Returns a dict with ``best``, ``lo``,
-    ``hi`` (grid values), ``at_edge`` (the interval touches the grid's edge, so the true
-    interval may be wider) and ``profile`` (values, profiled chi2_total).
+    normalised residuals, not for the reduced value. Refused points are left out: the
+    grid's edge is that of the values that were solved. Returns a dict with ``best``,
+    ``lo``, ``hi`` (grid values), ``at_edge`` (the interval touches the grid's edge, so the
+    true interval may be wider), ``best_at_edge`` (the best value is the first or last one:
+    the minimum may lie beyond the grid), ``refused_beyond`` (refused values lie beyond that
+    edge: the minimum may lie between them), ``chi2_best`` (the reduced chi-square at the
+    best point) and ``profile`` (values, profiled chi2_total).
     """
-    if not rows:
-        raise DopplermapInputError("no rows in the grid-search table")
+    every = np.unique([r[name] for r in rows if name in r])
+    rows = _computed(rows)
     if name not in rows[0]:
         raise DopplermapInputError(f"parameter {name!r} is not a column of the table ({sorted(rows[0])})")
     vals = np.unique([r[name] for r in rows])
-    prof = np.array([min(r[column] for r in rows if r[name] == v) for v in vals])
+    best_rows = [min((r for r in rows if r[name] == v), key=lambda r: r[column]) for v in vals]
+    prof = np.array([r[column] for r in best_rows])
     inside = prof - prof.min() <= delta
     idx = np.nonzero(inside)[0]
-    return dict(best=float(vals[int(np.argmin(prof))]), lo=float(vals[idx[0]]), hi=float(vals[idx[-1]]),
-                at_edge=bool(inside[0] or inside[-1]), delta=float(delta), values=vals, profile=prof,
+    i = int(np.argmin(prof))
+    low, high = i == 0, i == vals.size - 1
+    refused_beyond = bool((low and np.any(every < vals[0])) or (high and np.any(every > vals[-1])))
+    return dict(best=float(vals[i]), lo=float(vals[idx[0]]), hi=float(vals[idx[-1]]),
+                at_edge=bool(inside[0] or inside[-1]), best_at_edge=bool(every.size > 1 and (low or high)),
+                refused_beyond=refused_beyond,                 chi2_best=float(best_rows[i].get("chi2", math.nan)), delta=float(delta), values=vals, profile=prof,
                 note="Delta chi2 on the un-reduced chi-square (chi2_reduced * n_epoch * n_vel)")
+
+
+def interval_flags(interval: dict, name: str | None = None) -> list[str]:
+    """Why an interval of :func:`delta_chi2_interval` is not to be trusted ([] when nothing is
+    seen): the best value lies on the grid's edge (the minimum may lie beyond it), or the
+    reduced chi-square at the best point is below ``INTERVAL_CHI2_LOW`` or above
+    ``INTERVAL_CHI2_HIGH`` (:mod:`dopplermap.diagnostics`): the errors are then mis-scaled
+    and a Delta chi2 <= 1 range is not a 68 % interval. Each flag is one phrase."""
+    flags = []
+    what = f"{name} " if name else ""
+    if interval.get("best_at_edge") and interval.get("refused_beyond"):
+        flags.append(f"the best {what}value {interval['best']:g} lies on the edge of the solved points, next to "
+                     "refused ones (the minimum may lie between them: refine the grid there)")
+    elif interval.get("best_at_edge"):
+        flags.append(f"the best {what}value {interval['best']:g} lies on the grid's edge (the minimum may lie "
+                     "beyond it: widen the grid)")
+    c = interval.get("chi2_best", math.nan)
+    if math.isfinite(c) and not (INTERVAL_CHI2_LOW <= c <= INTERVAL_CHI2_HIGH):
+        side = "below" if c < INTERVAL_CHI2_LOW else "above"
+        flags.append(f"the reduced chi2 at the best point is {c:.3g}, {side} the trusted range "
+                     f"{INTERVAL_CHI2_LOW:g}..{INTERVAL_CHI2_HIGH:g} (the errors look mis-scaled, so a Delta chi2 "
+                     "range is not a 68 % interval)")
+    return flags
 
 
 # ------------------------------------------------------------------------------- plots
@@ -846,6 +1081,7 @@ def plot_grid(rows: list[dict], names, *, column: str = "chi2_total", fig=None):
     to draw into (default a new one, one column wide per panel up to two columns).
     """
     names = list(names)
+    rows = _computed(rows)  # refused points have no chi2
     pairs = list(itertools.combinations(names, 2))
     n = len(names) + len(pairs)
     if fig is None:

@@ -20,7 +20,8 @@ import numpy as np
 from .. import calibrate, search
 from ..atomic import AtomicFolder, check_out, new_run_id, write_manifest, write_text
 from ..config import load_config
-from ..errors import DopplermapInputError, DopplermapWarning
+from ..errors import DopplermapInputError, DopplermapWarning, warn
+from ..errorscale import describe_all, summarise
 from ..memory import MAX_GRID_POINTS
 from ..problem import Settings, demo_problem, from_config, from_npz, save_npz
 from ..style import save_figure
@@ -34,16 +35,31 @@ def save_problem(path, obs, star=None, n_cell: int | None = None) -> Path:
     return save_npz(path, obs, star=star, n_cell=n_cell)
 
 
-def load_problem(path=None, *, n_cell=400, n_epoch=30, n_vel=24, snr=500.0, seed=1, tol=1e-6):
+def load_problem(path=None, *, n_cell=400, n_epoch=30, n_vel=24, snr=500.0, seed=1, tol=1e-6, quiet=True):
     """The :class:`dopplermap.problem.Problem` of a target TOML (exactly what ``dopplermap
-    invert`` solves: gravity darkening, light curve, method and [inversion] settings
-    included), of an ``.npz`` file, or of the simulated demo star (``path`` None)."""
+    invert`` solves: gravity darkening, light curve, method, [inversion] settings and the
+    errors scaled by [data] error_scale included), of an ``.npz`` file, or of the simulated
+    demo star (``path`` None). A line on stderr before an error scale is read from a fit, unless ``quiet``."""
     if path is not None and Path(path).suffix.lower() == ".toml":
-        return from_config(load_config(path)).single("the lambda and grid searches")
+        prob = from_config(load_config(path)).single("the lambda and grid searches")
+        if any(e.pending for e in prob.error_scale):
+            if not quiet:
+                click.echo("error scale from the residuals of a fit (4 solves) ...", err=True)
+            prob = search.apply_error_scale(prob)
+        return prob
     settings = Settings(tol=tol)
     if path is None:
         return demo_problem(n_cell=n_cell, n_epoch=n_epoch, n_vel=n_vel, snr=snr, seed=seed, settings=settings)
     return from_npz(path, n_cell=n_cell, settings=settings, seed=seed)
+
+
+def _echo_error_scale(prob) -> dict | None:
+    """Print the line about the problem's error scale (if its errors were scaled); return
+    what the output's JSON records of it."""
+    scale = summarise(prob.error_scale)
+    if scale is not None:
+        click.echo(describe_all(scale))
+    return scale
 
 
 def _floats(text: str, name: str) -> np.ndarray:
@@ -66,23 +82,76 @@ def _lambda_list(text: str) -> np.ndarray:
     return _floats(text, "--lmbds")
 
 
+PARAM_FORMS = "NAME=start:stop:step, NAME=start:stop:nN (N values) or NAME=v1,v2,..."
+
+STOP_TOLERANCE = 1e-6
+"""A ``start:stop:step`` axis includes ``stop`` when it lies within this fraction of a step
+of the last step's value (so that ``0:0.3:0.1`` ends at 0.3 despite rounding)."""
+
+
+def _axis_range(name: str, spec: str, max_points: int | None) -> np.ndarray:
+    """The values of ``start:stop:step`` (float step; ``stop`` included within
+    ``STOP_TOLERANCE`` of a step) or ``start:stop:nN`` (N values, both ends included)."""
+    parts = spec.split(":")
+    bad = DopplermapInputError(f"--param {name}={spec}: expected start:stop:step or start:stop:nN (e.g. "
+                               f"{name}=38:42:0.5 or {name}=38:42:n9)")
+    if len(parts) != 3:
+        raise bad
+    count = parts[2].strip().lower().startswith("n")
+    try:
+        a, b = float(parts[0]), float(parts[1])
+        third = parts[2].strip()[1:] if count else parts[2]
+        step = float(third)
+    except ValueError:
+        raise bad from None
+    if not (math.isfinite(a) and math.isfinite(b) and math.isfinite(step)):
+        raise DopplermapInputError(f"--param {name}={spec}: start, stop and step must be finite numbers")
+    if count:
+        if step != int(step) or step < 2 or not b > a:
+            raise DopplermapInputError(f"--param {name}={spec}: start:stop:nN needs start < stop and a whole number "
+                                       f"N >= 2 of values, got N = {third}")
+        n = int(step)
+    else:
+        if not step > 0 or b < a:
+            raise DopplermapInputError(f"--param {name}={spec}: need start <= stop and step > 0")
+        n = math.floor((b - a) / step + STOP_TOLERANCE) + 1  # counted before any array is made
+    limit = MAX_GRID_POINTS if max_points is None else max_points
+    if n > limit:
+        raise DopplermapInputError(f"--param {name}={spec} gives {n:.4g} points, more than the limit of {limit} "
+                                   f"(each point is one inversion): use a larger step for {name} "
+                                   "(or raise --max-points)")
+    if count:
+        v = np.linspace(a, b, n)
+    else:
+        v = a + step * np.arange(n)  # not a float loop: each value is start + i * step
+        if abs(v[-1] - b) <= STOP_TOLERANCE * step:
+            v[-1] = b
+    # drop the binary noise of start + i * step (0.30000000000000004) below the step's own digits
+    digits = 12 - math.floor(math.log10(max(abs(a), abs(b), abs(step), 1e-300)))
+    return np.round(v, max(digits, 0))
+
+
 def _axis(text: str, max_points: int | None = None) -> tuple[str, np.ndarray]:
     if "=" not in text:
-        raise DopplermapInputError(f"--param: expected NAME=start:stop:step or NAME=v1,v2,..., got {text!r}")
+        raise DopplermapInputError(f"--param: expected {PARAM_FORMS}, got {text!r}")
     name, spec = text.split("=", 1)
     name = name.strip()
     if ":" in spec:
-        a, b, step = _floats(spec, f"--param {name}")
-        if not (np.isfinite(a) and np.isfinite(b) and np.isfinite(step)) or not step > 0 or b < a:
-            raise DopplermapInputError(f"--param {name}: need finite start <= stop and step > 0, got {spec!r}")
-        n = math.floor((b - a) / step + 0.5) + 1  # counted before any array is made
-        limit = MAX_GRID_POINTS if max_points is None else max_points
-        if n > limit:
-            raise DopplermapInputError(f"--param {name}={spec} gives {n:.4g} points, more than the limit of {limit} "
-                                       f"(each point is one inversion): use a larger step for {name} "
-                                       "(or raise --max-points)")
-        return name, np.round(np.arange(a, b + 0.5 * step, step), 12)
+        return name, _axis_range(name, spec, max_points)
     return name, _floats(spec, f"--param {name}")
+
+
+def _axes(params, max_points: int | None = None) -> dict:
+    """``{name: values}`` of the ``--param`` options; a parameter given twice is refused."""
+    axes: dict = {}
+    for text in params:
+        name, values = _axis(text, max_points)
+        if name in axes:
+            first = next(t for t in params if t.split("=", 1)[0].strip() == name)
+            raise DopplermapInputError(f"--param {name} is given twice ({first!r} and {text!r}); give each "
+                                       "parameter once, with all its values")
+        axes[name] = values
+    return axes
 
 
 def _write_json(path: Path, data: dict) -> None:
@@ -112,7 +181,8 @@ def run_lambda(problem, *, n_cell, n_epoch, n_vel, snr, regulariser, out: Path, 
     lm = _lambda_list(lmbds)
     if not np.all(np.isfinite(lm) & (lm >= 0)):
         raise DopplermapInputError(f"--lmbds: every lambda must be finite and >= 0, got {lmbds!r}")
-    prob = load_problem(problem, n_cell=n_cell, n_epoch=n_epoch, n_vel=n_vel, snr=snr, tol=LAMBDA_TOL)
+    prob = load_problem(problem, n_cell=n_cell, n_epoch=n_epoch, n_vel=n_vel, snr=snr, tol=LAMBDA_TOL, quiet=quiet)
+    scale = _echo_error_scale(prob)
     fp = search.problem_fingerprint(prob)
     prob = prob.replace(settings=prob.settings.replace(regulariser=regulariser, tol=tol))  # None: the problem's
     regulariser, tol = prob.settings.regulariser, prob.settings.tol
@@ -125,7 +195,7 @@ def run_lambda(problem, *, n_cell, n_epoch, n_vel, snr, regulariser, out: Path, 
     with _expected_chi2_spread():
         sw = search.sweep_lambda(prob, lm, progress=None if quiet else progress)
     choice = {"lmbds": sw.lmbd.tolist(), "sweep_time": sw.total_time, "regulariser_floor": sw.floor,
-              "regulariser": regulariser, "tol": tol, "problem": fp}
+              "regulariser": regulariser, "tol": tol, "problem": fp, "error_scale": scale}
     try:
         corner, _ = search.lcurve_corner(sw)
         choice["lcurve_corner"] = corner
@@ -159,12 +229,15 @@ def run_lambda(problem, *, n_cell, n_epoch, n_vel, snr, regulariser, out: Path, 
 def run_grid(problem, *, n_cell, n_epoch, n_vel, snr, regulariser, out: Path, overwrite: bool, quiet: bool, params,
              lmbd, tol, resume: bool, scheduler, connect_timeout, workers, max_points, delta_chi2, n_sim,
              calibrate_seed, calibrate_oversample) -> dict:
-    """``dopplermap grid``: invert over the grid of ``params`` (``NAME=start:stop:step`` or
-    ``NAME=v1,v2,...``) on the problem of :func:`load_problem`, optionally calibrating each axis
-    of >= 3 values by ``n_sim`` simulations per trial value; writes grid.csv (as points finish),
-    grid.json, grid.png and the manifest to ``out``; progress on stderr unless ``quiet``, the
-    best point and the intervals on stdout. Returns what grid.json holds."""
-    axes = dict(_axis(p, max_points) for p in params)
+    """``dopplermap grid``: invert over the grid of ``params`` (``NAME=start:stop:step``,
+    ``NAME=start:stop:nN`` or ``NAME=v1,v2,...``; each name once) on the problem of
+    :func:`load_problem`, optionally calibrating each axis of >= 3 values by ``n_sim``
+    simulations per trial value; writes grid.csv (as points finish), grid.json, grid.png and
+    the manifest to ``out``; progress on stderr unless ``quiet``, the best point, the
+    intervals (flagged where not to be trusted), the refused points and, for a small grid,
+    the table on stdout. The folder is locked while the search runs. Returns what grid.json
+    holds."""
+    axes = _axes(params, max_points)
     search.check_grid_size(axes, max_points)
     if not (out.is_dir() and resume and _is_grid(out)):  # resuming: grid_search checks the table
         check_out(out, "grid", overwrite=overwrite, unfinished=_is_grid,  # before any work
@@ -173,25 +246,59 @@ def run_grid(problem, *, n_cell, n_epoch, n_vel, snr, regulariser, out: Path, ov
     if cluster is not None and cluster.remote:  # an unreachable scheduler fails before any work
         client, _ = cluster.connect()
         client.close()
-    prob = load_problem(problem, n_cell=n_cell, n_epoch=n_epoch, n_vel=n_vel, snr=snr, tol=GRID_TOL)
+    prob = load_problem(problem, n_cell=n_cell, n_epoch=n_epoch, n_vel=n_vel, snr=snr, tol=GRID_TOL, quiet=quiet)
+    _echo_error_scale(prob)
     settings = prob.settings.replace(lmbd=lmbd, regulariser=regulariser, tol=tol)
     prob = prob.replace(settings=settings)
     if n_sim is not None:  # refuse what cannot be calibrated before the search, not after it
         calibrate.check_calibratable(prob)
-        if not any(np.size(v) >= 3 for v in axes.values()):
+        sizes = {k: (np.size(v), np.size(v)) for k, v in axes.items() if np.size(v) >= 3}
+        if not sizes:
             raise DopplermapInputError("--calibrate needs a --param axis of at least 3 values")
-    if overwrite and not resume and out.is_dir():  # an earlier grid search (checked above): start again
-        for name in ("grid.csv", "grid.json", "grid.png", "dopplermap.json"):
-            (out / name).unlink(missing_ok=True)
+        calibrate.check_calibration_size(prob, sizes, n_sim, max_points)
     out.mkdir(exist_ok=True)
+    # the lock first: a second process must not clear or resume this folder meanwhile; it
+    # is released before the manifest, which lists every file of the folder
+    with search.grid_lock(out / "grid.csv"):
+        if overwrite and not resume:  # an earlier grid search (checked above): start again
+            for name in ("grid.csv", "grid.json", "grid.png", "dopplermap.json"):
+                (out / name).unlink(missing_ok=True)
+        summary, rows, best, calibrated = _search_and_summarise(prob, axes, out, resume, cluster, max_points, quiet,
+                                                                delta_chi2, problem, n_sim, calibrate_seed,
+                                                                calibrate_oversample)
+    _finish_grid_folder(out, summary["problem"])
+    _print_grid(axes, rows, best, summary, calibrated, delta_chi2)
+    click.echo(f"results in {out}")
+    return summary
+
+
+TABLE_ROWS = 60
+"""Most grid points whose table ``grid`` prints on stdout (larger grids: grid.csv)."""
+
+
+def _describe(row: dict) -> str:
+    """The implied radius (and log g) of a table row, for the screen."""
+    text = f"R {row['radius']:.3g} R_sun"
+    if math.isfinite(row.get("logg", math.nan)):
+        text += f", log g {row['logg']:.2f}"
+    return text
+
+
+def _search_and_summarise(prob, axes, out, resume, cluster, max_points, quiet, delta_chi2, problem, n_sim,
+                          calibrate_seed, calibrate_oversample):
+    """The grid search, its intervals (flagged) and calibration, grid.json and grid.png."""
     t_start, best_so_far = time.perf_counter(), {}
 
     def progress(n, total, row):  # points done, best so far (the grid's criterion), elapsed
+        at_point = ", ".join(f"{k}={row[k]:g}" for k in axes)
+        if row["status"] != "ok":
+            click.echo(f"point {n}/{total}: {at_point} refused: {row['reason']} ({_describe(row)})", err=True)
+            return
         if not best_so_far or row["chi2_total"] < best_so_far["chi2_total"]:
             best_so_far.update(row)
         at = ", ".join(f"{k}={best_so_far[k]:g}" for k in axes)
-        click.echo(f"point {n}/{total}: chi2 {row['chi2']:.5g}; best so far {at} (chi2 {best_so_far['chi2']:.5g}); "
-                   f"{time.perf_counter() - t_start:.1f} s", err=True)
+        click.echo(f"point {n}/{total}: {at_point} chi2 {row['chi2']:.5g} ({_describe(row)}); best so far {at} "
+                   f"(chi2 {best_so_far['chi2']:.5g}); {time.perf_counter() - t_start:.1f} s", err=True)
 
     with _expected_chi2_spread():
         rows = search.grid_search(prob, axes, out / "grid.csv", resume=resume, cluster=cluster,
@@ -201,19 +308,46 @@ def run_grid(problem, *, n_cell, n_epoch, n_vel, snr, regulariser, out: Path, ov
     intervals = {}
     for name in axes:
         iv = search.delta_chi2_interval(rows, name, delta=delta_chi2, column=column)
-        intervals[name] = {k: iv[k] for k in ("best", "lo", "hi", "at_edge", "delta", "note")}
+        flags = search.interval_flags(iv, name)
+        intervals[name] = {k: iv[k] for k in ("best", "lo", "hi", "at_edge", "best_at_edge", "refused_beyond",
+                                              "chi2_best", "delta", "note")}
+        intervals[name]["flags"] = flags
+        if flags and n_sim is None:
+            warn(f"grid interval of {name} {iv['lo']:g} .. {iv['hi']:g} is not to be trusted: {'; '.join(flags)}; "
+                 "calibrate it by simulation (--calibrate N)")
+    refused = [{"point": r["point"], **{k: r[k] for k in axes}, "radius": r["radius"], "reason": r["reason"]}
+               for r in rows if r["status"] != "ok"]
     fp = search.problem_fingerprint(prob)
-    summary = {"best": best, "intervals": intervals, "lmbd": settings.lmbd,
-               "regulariser": settings.regulariser, "tol": settings.tol, "problem": fp}
+    settings = prob.settings
+    summary = {"best": best, "intervals": intervals, "refused": refused, "mass": prob.stellar_mass,
+               "lmbd": settings.lmbd, "regulariser": settings.regulariser, "tol": settings.tol, "problem": fp,
+               "error_scale": summarise(prob.error_scale)}
     calibrated = None
     if n_sim is not None:
         if calibrate_oversample is None:
             calibrate_oversample = 1 if problem is None else calibrate.SIM_OVERSAMPLE
-        calibrated = _calibrate(prob, axes, best, n_sim, calibrate_seed, calibrate_oversample, quiet)
+        calibrated = _calibrate(prob, axes, best, n_sim, calibrate_seed, calibrate_oversample, quiet, max_points)
         summary["calibrated"] = {name: c.summary() for name, c in calibrated.items()}
     _write_json(out / "grid.json", summary)
     save_figure(search.plot_grid(rows, list(axes)), out / "grid.png")
-    _finish_grid_folder(out, fp)
+    return summary, rows, best, calibrated
+
+
+def _print_grid(axes, rows, best, summary, calibrated, delta_chi2) -> None:
+    """stdout: the table of a small grid, the refused points, the best point and the intervals."""
+    if len(rows) <= TABLE_ROWS:
+        names = list(axes)
+        click.echo("  ".join([f"{n:>12s}" for n in names] + [f"{'chi2':>10s}", f"{'R/R_sun':>8s}", f"{'log g':>6s}",
+                                                               "status"]))
+        for r in rows:
+            logg = f"{r['logg']:6.2f}" if math.isfinite(r["logg"]) else f"{'-':>6s}"
+            chi2 = f"{r['chi2']:10.5g}" if r["status"] == "ok" else f"{'-':>10s}"
+            status = r["status"]  # the reasons follow the table
+            click.echo("  ".join([f"{r[n]:12g}" for n in names] + [chi2, f"{r['radius']:8.3g}", logg, status]))
+    if summary["refused"]:
+        click.echo(f"{len(summary['refused'])} of {len(rows)} points refused (not solved): " + "; ".join(
+            ", ".join(f"{k}={x[k]:g}" for k in axes) + f" ({x['reason']})" for x in summary["refused"][:10])
+            + ("; ..." if len(summary["refused"]) > 10 else ""))
     if calibrated:  # one criterion for the best point and the intervals: the calibrated one
         click.echo("best (calibrated): " + ", ".join(
             f"{k}={calibrated[k].estimate:.4g}" if k in calibrated else f"{k}={best[k]:g} (held)" for k in axes))
@@ -224,15 +358,15 @@ def run_grid(problem, *, n_cell, n_epoch, n_vel, snr, regulariser, out: Path, ov
                        f"{c.hi95:.4g} (calibrated by {c.n_sim} simulations per trial, {c.n_solves} solves, "
                        f"{c.seconds:.0f} s){edge}{cross}")
     else:
-        click.echo("best: " + ", ".join(f"{k}={best[k]:g}" for k in axes) + f"  chi2 {best['chi2']:.5g}")
-        for name, iv in intervals.items():
+        click.echo("best: " + ", ".join(f"{k}={best[k]:g}" for k in axes) + f"  chi2 {best['chi2']:.5g}  "
+                   f"({_describe(best)})")
+        for name, iv in summary["intervals"].items():
             edge = " (reaches the grid edge)" if iv["at_edge"] else ""
-            click.echo(f"{name}: {iv['lo']:g} .. {iv['hi']:g} (Delta chi2_total <= {delta_chi2:g}){edge}")
-    click.echo(f"results in {out}")
-    return summary
+            flag = f"; NOT TO BE TRUSTED: {'; '.join(iv['flags'])}; try --calibrate N" if iv["flags"] else ""
+            click.echo(f"{name}: {iv['lo']:g} .. {iv['hi']:g} (Delta chi2_total <= {delta_chi2:g}){edge}{flag}")
 
 
-def _calibrate(prob, axes, best, n_sim, seed, oversample, quiet) -> dict:
+def _calibrate(prob, axes, best, n_sim, seed, oversample, quiet, max_solves=None) -> dict:
     """Calibrate every axis of >= 3 values in the order of the axes; the others are held at
     the grid's best point, or at their calibrated value once calibrated (as the benchmark
     measured it: inclination, then vsini at the calibrated inclination)."""
@@ -254,7 +388,8 @@ def _calibrate(prob, axes, best, n_sim, seed, oversample, quiet) -> dict:
                 click.echo(f"calibrating {name}: {stage} {i}/{n}", err=True)
 
         with _expected_chi2_spread():
-            options = calibrate.CalibrationOptions(n_sim=n_sim, seed=seed + i, sim_oversample=oversample)
+            options = calibrate.CalibrationOptions(n_sim=n_sim, seed=seed + i, sim_oversample=oversample,
+                                                   max_solves=max_solves)
             out[name] = calibrate.calibrate_parameter(prob, name, v, fixed=fixed, options=options, progress=progress)
         held[name] = out[name].estimate
     return out

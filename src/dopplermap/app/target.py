@@ -12,17 +12,19 @@ import numpy as np
 from .. import uncertainty as U
 from ..compiled import call_cached
 from ..errors import DopplermapInputError
+from ..errorscale import describe_all, summarise
 from ..figure_process import FigureProcess
 from ..io.results import prefetch_writers
 from ..lightcurve import LightCurveFit, lightcurve_model
 from ..plot import fitted_components, plot_uncertainty
 from ..problem import from_config
 from ..progress import Reporter
+from ..search import apply_error_scale
 from ..solvers import choose_solver, invert
 from ..style import save_figure
 from .folders import save_result, with_context
 
-__all__ = ["run_target", "summary_line", "uncertainty_writers"]
+__all__ = ["run_target", "summary_line", "error_scale_line", "uncertainty_writers"]
 
 
 def summary_line(s: dict) -> str:
@@ -32,6 +34,11 @@ def summary_line(s: dict) -> str:
     sets += "".join(f"  chi2(lc {k}) {v:.4f}" for k, v in (s.get("chi2_lc_sets") or {}).items())
     return (f"chi2 {s['chi2']:.4f}{lc}{sets}  iterations {s['iterations']}  {s['stop_reason']}  "
             f"solve {s['solve_time']:.2f} s")
+
+
+def error_scale_line(s: dict) -> str | None:
+    """The line ``dopplermap invert`` prints about the error scale (None: errors as given)."""
+    return describe_all(s.get("error_scale"))
 
 
 def uncertainty_writers(methods, problem, res, grid, *, n_boot: int = 20, seed: int = 0, plots: bool = True,
@@ -98,6 +105,9 @@ def run_target(cfg, out: Path, *, plots: bool = True, quiet: bool = True, config
         with rep.step("read + precompute"):
             prob = from_config(cfg)
             pre, lc = prob.pre, prob.lightcurve  # built here, once
+        if any(e.pending for e in prob.error_scale):  # [data] error_scale from the residuals of a fit
+            with rep.step("error scale from the residuals of a fit (4 solves)"):
+                prob = apply_error_scale(prob)
         t_setup = time.perf_counter() - t0
         # astropy's FITS writer (and what the figures drawn here and the report need) loads in a thread
         # during the solve, which runs without the GIL; during set-up (NumPy) it would slow it
@@ -140,6 +150,7 @@ def run_target(cfg, out: Path, *, plots: bool = True, quiet: bool = True, config
             per_set = {"n_epoch": obs.n_epoch, "n_vel": obs.n_vel, "method": pre.line.kind,
                        "macroturbulence": sets[0].line.macroturbulence}
         extra = dict(target=cfg.source, n_files=len(prob.files), n_cell=grid.n_cell, **per_set,
+                     error_scale=summarise(prob.error_scale),
                      n_lc=None if lc is None else lc.n_lc, gravity_darkening=cfg.gravity_darkening.enabled,
                      plan=prob.plan.describe(), setup_time=t_setup, total_time=time.perf_counter() - t0,
                      **unc_scalars)

@@ -72,8 +72,11 @@ def register(group):
     @group.command("grid")
     @_with_problem_options
     @click.option("--param", "params", multiple=True, required=True,
-                  help="NAME=start:stop:step or NAME=v1,v2,... (inclination, vsini, domega, period, t_cool, "
-                       "t_hot, macroturbulence, ew_scale); repeat for more axes.")
+                  help="NAME=start:stop:step (a float step; stop included when within 1e-6 of a step), "
+                       "NAME=start:stop:nN (N evenly spaced values, both ends included) or NAME=v1,v2,... "
+                       "(inclination, vsini, domega, period, t_cool, t_hot, macroturbulence, ew_scale); e.g. "
+                       "vsini=38:42:0.5, domega=0:0.1:0.01, inclination=5:85:n9. Repeat for more axes, each "
+                       "parameter once.")
     @click.option("--lmbd", type=click.FloatRange(min=0), default=None,
                   help="Regularisation weight (default: the target's [inversion] lmbd, else 1).")
     @click.option("--tol", type=click.FloatRange(min=0, min_open=True), default=None,
@@ -86,7 +89,8 @@ def register(group):
                   help="Seconds to wait for the Dask scheduler.")
     @click.option("--workers", type=click.IntRange(min=1), default=None, help="Local cluster size (default: CPU count).")
     @click.option("--max-points", type=click.IntRange(min=1), default=None,
-                  help="Most grid points (default 100000; each is one inversion).")
+                  help="Most grid points, and most solves of --calibrate (default 100000; each is one "
+                       "inversion).")
     @click.option("--delta-chi2", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
                   help="Delta of the un-reduced chi2 for the intervals.")
     @click.option("--calibrate", "n_sim", type=click.IntRange(min=4), default=None,
@@ -108,6 +112,12 @@ def register(group):
         search); each row records lambda, the regulariser, the tolerance and the problem's
         fingerprint, and a resume with any difference is refused. grid.json, grid.png and the
         manifest are written when the search is complete.
+
+        Each row also holds the radius the point implies (R = P vsini / (2 pi sin i)) and,
+        with [star] mass, log g; with a mass, a point beyond break-up is recorded as refused
+        (status, reason) and the others are solved. An interval whose best point lies on the
+        grid's edge, or whose reduced chi2 is far from 1, is flagged (try --calibrate). A
+        second process on the same OUT is refused while the first runs (OUT/grid.csv.lock).
         """
         from ..app.search import run_grid
 

@@ -58,12 +58,14 @@ def register(group):
             cfg = dataclasses.replace(cfg, inversion=dataclasses.replace(cfg.inversion, **overrides))
         preflight.check_result_out(out, overwrite)  # before any work
         with preflight.figure_process(not no_plots) as figs:  # matplotlib loads there while JAX loads here
-            from ..app.target import run_target, summary_line
+            from ..app.target import error_scale_line, run_target, summary_line
 
             s = run_target(cfg, out, plots=not no_plots, quiet=quiet, config_file=target,
                            uncertainty=list(uncertainty) if uncertainty else None, report=not no_report,
                            overwrite=overwrite, overrides=overrides, figure_process=figs)
         click.echo(summary_line(s))
+        if error_scale_line(s):
+            click.echo(error_scale_line(s))
         if s.get("plan"):
             click.echo(f"plan: {s['plan']}")
         if s.get("lc_note"):

@@ -301,7 +301,8 @@ def to_target(cfg: ZdipyConfig, line: ZdipyLine | None, toml_path, *, epochs_nam
     form = "chi^2" if cfg.target_form == "C" else "entropy"
     lost.append(f"target {form} {cfg.target_value:g} in {cfg.n_iterations} MEM iterations, test_aim {cfg.test_aim:g}: "
                 "dopplermap uses a fixed regularisation weight [inversion] lmbd (find the lambda for a target reduced "
-                f"chi^2 with: dopplermap lambda {toml_path.name} --target-chi2 {cfg.target_value:g})"
+                f"chi^2, on the errors scaled by [data] error_scale, with: dopplermap lambda {toml_path.name} "
+                f"--target-chi2 {cfg.target_value:g})"
                 if cfg.target_form == "C" else
                 f"target entropy {cfg.target_value:g} in {cfg.n_iterations} iterations: not supported; dopplermap uses "
                 "a fixed regularisation weight [inversion] lmbd")
@@ -339,6 +340,9 @@ def to_target(cfg: ZdipyConfig, line: ZdipyLine | None, toml_path, *, epochs_nam
     w('format = "auto"')
     w(f"times_table = {_toml(epochs_name)}      # file, time (ZDIpy's Julian dates, as given), v_sys (centre Vr)")
     w(f"velocity_range = {_toml([cfg.vel_start, cfg.vel_end])}   # ZDIpy vel_start vel_end, km/s around each file's centre Vr")
+    w('error_scale = "auto"           # LSD error bars are often larger than the profiles\' scatter (then every chi2 is')
+    w("                               # far below 1): scaled to it, from the continuum in the window or else from the")
+    w("                               # residuals of a fit (docs/observations.md); a number fixes the factor")
     w('time_scale = "BJD_TDB"         # ZDIpy uses its Julian dates as given: declared BJD_TDB they stay unchanged,')
     w("                               # so phases are ZDIpy's; ZDIpy names no scale: set the real one (and ra/dec) if known")
     w("")
