@@ -488,7 +488,7 @@ def _read_or_refuse(read, path: Path, names: str) -> str:
 DAMAGED: dict[str, int] = {}
 
 
-@settings(max_examples=160, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(which=st.integers(0, 10 ** 6), how=damage)
 def test_damaged_input_files_are_read_or_refused_in_one_line(tmp_path, which, how):
     """Every reader of an input file, given a damaged copy of a valid file (cut, flipped or
@@ -534,7 +534,8 @@ def test_damaged_file_tests_saw_both_endings():
     digit) and refused most; with too few examples this would not hold."""
     if DAMAGED.get("n", 0) == 0:
         pytest.skip("run together with the property tests")
-    assert DAMAGED.get("refused", 0) >= 50 and DAMAGED.get("read", 0) >= 1, DAMAGED
+    assert DAMAGED.get("refused", 0) >= 40 and DAMAGED.get("read", 0) >= 1, DAMAGED
+    print("damaged input files:", DAMAGED)
 
 
 def test_bad_files_are_user_errors_on_the_command_line(tmp_path, previous, capsys):
