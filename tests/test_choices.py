@@ -122,6 +122,7 @@ CONFIG_CHOICES = [
     ("data", "lightcurve_format", choices.LIGHTCURVE_FORMATS),
     ("data", "lightcurve_unit", choices.LIGHTCURVE_UNITS),
     ("data", "lightcurve_bin_unit", choices.BIN_UNITS),
+    ("data", "lightcurve_quality_bitmask", choices.QUALITY_BITMASKS),
     ("line", "profile", choices.LINE_PROFILES),
     ("line", "ew_method", choices.EW_METHODS),
     ("grid", "kind", choices.GRID_KINDS),
@@ -134,7 +135,7 @@ CONFIG_CHOICES = [
 
 
 # the keys whose choices the template's comments list as "a | b | c"
-TEMPLATE_KEYS = ("format", "lightcurve_unit", "profile", "ew_method", "kind", "regulariser", "method", "rv_shift",
+TEMPLATE_KEYS = ("format", "lightcurve_unit", "lightcurve_quality_bitmask", "profile", "ew_method", "kind", "regulariser", "method", "rv_shift",
                  "solver")
 
 
@@ -155,7 +156,9 @@ def test_config_accepts_exactly_the_list(section, key, allowed):
     where = f"[{section}] {key}[0]" if key == "methods" else f"[{section}] {key}"
     with pytest.raises(DopplermapInputError) as e:
         _parse(section, key, "no-such-choice")
-    assert str(e.value) == f"t.toml: {where} must be one of {', '.join(map(repr, allowed))}, got 'no-such-choice'"
+    message = f"t.toml: {where} must be one of {', '.join(map(repr, allowed))}, got 'no-such-choice'"
+    # a quality bit mask may also be an integer, which its message adds
+    assert str(e.value) == message + (" (or an integer bit mask >= 0)" if key.endswith("quality_bitmask") else "")
 
 
 def _template_lists(key):

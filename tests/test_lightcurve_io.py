@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import re
 import warnings
 
 import astropy.units as u
@@ -24,10 +25,17 @@ def strict():
         yield
 
 
-def mission_fits(path, *, mission="TESS", n=400, n_quality=20, n_nan=15, drop=(), set_=None, seed=0, tunit=None):
+# flags that the default masks of both missions drop (attitude tweak, safe mode, coarse point,
+# Earth point, desaturation: bits 1-4 and 6 in both archive manuals)
+DROPPED_BY_DEFAULT = (1, 2, 4, 8, 32)
+
+
+def mission_fits(path, *, mission="TESS", n=400, n_quality=20, n_nan=15, drop=(), set_=None, seed=0, tunit=None,
+                 flags=DROPPED_BY_DEFAULT):
     """A light-curve file in the layout of the TESS Science Data Products Description (SPOC
     ``*_lc.fits``) or of the Kepler Archive Manual (``kplr*_llc.fits``): primary header with
-    the target, binary table LIGHTCURVE with the mission's columns, units and time keywords.
+    the target, binary table LIGHTCURVE with the mission's columns, units and time keywords;
+    ``n_quality`` cadences carry one of ``flags``.
     Returns the true BJD_TDB, the PDCSAP and SAP fluxes and the mask of good cadences."""
     rng = np.random.default_rng(seed)
     refi = 2457000 if mission == "TESS" else 2454833
@@ -37,7 +45,7 @@ def mission_fits(path, *, mission="TESS", n=400, n_quality=20, n_nan=15, drop=()
     sap = (pdc * 1.07 + 40.0).astype(np.float32)  # SAP differs: picking it by mistake is visible
     quality = np.zeros(n, dtype=np.int32)
     qi = rng.choice(n, n_quality, replace=False)
-    quality[qi] = rng.choice([1, 4, 32, 128, 1024, 4096], n_quality)
+    quality[qi] = rng.choice(flags, n_quality)
     ni = rng.choice(np.setdiff1d(np.arange(n), qi), n_nan, replace=False)
     pdc[ni] = np.nan
     time = bjd - refi
@@ -97,7 +105,14 @@ def test_mission_fits_times_pdcsap_quality_nan(tmp_path, mission):
     np.testing.assert_allclose(lc.flux, pdc[good], rtol=1e-7)
     assert np.all(lc.err == 5.0)
     assert (lc.n_read, lc.n_quality, lc.n_invalid, lc.n_points) == (400, 20, 15, 365)
-    assert "400 cadences, PDCSAP_FLUX, 35 dropped (QUALITY != 0: 20, NaN: 15); 365 points fitted" in lc.describe()
+    q = fits.getdata(path, "LIGHTCURVE")["QUALITY" if mission == "TESS" else "SAP_QUALITY"]
+    names = {1: "Attitude tweak", 2: "Safe mode", 4: "Coarse point", 8: "Earth point", 32: "Desaturation event"}
+    by_flag = {names[b]: int(np.sum(q == b)) for b in DROPPED_BY_DEFAULT if np.any(q == b)}
+    assert lc.dropped_by_flag == by_flag and sum(by_flag.values()) == 20
+    mask = 17087 if mission == "TESS" else 1130799
+    flags = ", ".join(f"{k} {v}" for k, v in by_flag.items())
+    assert (f"400 cadences, PDCSAP_FLUX, quality mask 'default' ({mission}: {mask}), 35 dropped (quality 20 [{flags}], "
+            "NaN 15); 365 points fitted") in lc.describe()
 
 
 def test_sap_flux_on_request(tmp_path):
@@ -148,7 +163,8 @@ def test_declared_scale_of_a_mission_file_must_agree(tmp_path):
 
 def test_many_dropped_cadences_warn(tmp_path):
     mission_fits(tmp_path / "tess.fits", n_quality=90, n_nan=30)
-    with pytest.warns(DopplermapWarning, match=r"tess\.fits: 120 of 400 cadences dropped \(90 with QUALITY != 0, 30"):
+    with pytest.warns(DopplermapWarning, match=r"tess\.fits: 120 of 400 cadences dropped \(90 by the quality mask "
+                                               r"'default' \(TESS: 17087\), 30 with NaN PDCSAP_FLUX"):
         lc = read_lightcurve(tmp_path / "tess.fits")
     assert lc.n_points == 280
 
@@ -367,10 +383,274 @@ def test_invert_prints_what_was_read_dropped_and_fitted(tmp_path, capsys):
     rc = main(["invert", str(toml), "--out", str(tmp_path / "res"), "--no-plots", "--quiet"])
     assert rc == 3  # maxiter = 3 keeps the test short: a complete result, reported as not converged
     out = capsys.readouterr().out
-    assert "1500 cadences, PDCSAP_FLUX, 35 dropped (QUALITY != 0: 20, NaN: 15), binned in 0.02 phase; " \
-           "50 points fitted" in out
+    assert re.search(r"1500 cadences, PDCSAP_FLUX, quality mask 'default' \(TESS: 17087\), 35 dropped \(quality 20 "
+                     r"\[[^]]+\], NaN 15\), binned in 0\.02 phase; 50 points fitted", out)
     s = json.loads((tmp_path / "res" / "summary.json").read_text())
     assert (s["lc_cadences"], s["lc_dropped_quality"], s["lc_dropped_nan"], s["lc_points"]) == (1500, 20, 15, 50)
+    q = fits.getdata(tmp_path / "tess_lc.fits", "LIGHTCURVE")["QUALITY"]
+    names = {1: "Attitude tweak", 2: "Safe mode", 4: "Coarse point", 8: "Earth point", 32: "Desaturation event"}
+    assert s["lc_dropped_by_flag"] == {names[b]: int(np.sum(q == b)) for b in DROPPED_BY_DEFAULT if np.any(q == b)}
+    assert s["lc_quality_bitmask"] == "'default' (TESS: 17087)"
     lc = QTable.read(tmp_path / "res" / "profiles.fits", hdu="LIGHTCURVE", astropy_native=True)
     assert lc["TIME"].scale == "tdb" and len(lc) == 50
     assert bjd[good].min() - 0.5 < lc["TIME"].jd.min() and lc["TIME"].jd.max() < bjd[good].max() + 0.5
+
+
+# --------------------------------------------------------------- quality masks, columns, other files
+
+# the flags each preset drops besides the default's, as the archive manuals describe them (TESS Science
+# Data Products Description, cadence quality flags; Kepler Archive Manual, table 2.3)
+DEFAULT_DROPS = {
+    "TESS": {"Attitude tweak", "Safe mode", "Coarse point", "Earth point", "Argabrightening", "Desaturation event",
+             "Manual exclude", "Impulsive outlier", "Bad calibration exclude"},
+    "Kepler": {"Attitude tweak", "Safe mode", "Coarse point", "Earth point", "Desaturation event", "Manual exclude",
+               "Detector anomaly", "No data", "Thruster firing"},
+}
+HARD_ALSO = {
+    "TESS": {"Cosmic ray in aperture", "Cosmic ray in collateral data", "Straylight", "Scattered light"},
+    "Kepler": {"Sudden sensitivity dropout", "Cosmic ray in aperture", "Cosmic ray in collateral data",
+               "Possible thruster firing"},
+}
+
+
+@pytest.mark.parametrize("mission", ["TESS", "Kepler"])
+def test_each_preset_drops_the_flags_the_archive_manuals_name(tmp_path, mission):
+    from dopplermap.io.quality import KEPLER_FLAGS, TESS_FLAGS
+
+    table = TESS_FLAGS if mission == "TESS" else KEPLER_FLAGS
+    assert len(table) == (16 if mission == "TESS" else 20)  # TESS bits 1-16; Kepler 1-21 less the unused bit 10
+    path = tmp_path / "lc.fits"
+    mission_fits(path, mission=mission, n=600, n_quality=110, n_nan=0, flags=tuple(table))
+    tab = fits.getdata(path, "LIGHTCURVE")
+    q, gap = tab["QUALITY" if mission == "TESS" else "SAP_QUALITY"], np.isnan(tab["TIME"])  # flagged gaps: NaN time
+    drops = {"none": set(), "default": DEFAULT_DROPS[mission], "hard": DEFAULT_DROPS[mission] | HARD_ALSO[mission],
+             "hardest": set(table.values())}
+    for preset, names in drops.items():
+        with strict():
+            lc = read_lightcurve(path, quality_bitmask=preset)
+        bits = [b for b, name in table.items() if name in names]
+        dropped = np.isin(q, bits)
+        assert (lc.n_quality, lc.n_invalid, lc.n_points) == (dropped.sum(), (gap & ~dropped).sum(),
+                                                             (~dropped & ~gap).sum())
+        assert lc.dropped_by_flag == {table[b]: int(np.sum(q == b)) for b in sorted(table) if b in bits and
+                                      np.any(q == b)}
+    assert read_lightcurve(path).n_quality == read_lightcurve(path, quality_bitmask="default").n_quality
+    # an integer mask is the bits it has: the two flags of bit value 4 and 32 (coarse point, desaturation)
+    lc = read_lightcurve(path, quality_bitmask=4 | 32)
+    assert lc.n_quality == int(np.isin(q, [4, 32]).sum()) and set(lc.dropped_by_flag) == {"Coarse point",
+                                                                                           "Desaturation event"}
+    assert "quality mask 36 (" + mission + ")" in lc.describe()
+
+
+def test_cadences_with_several_flags_count_under_each(tmp_path):
+    mission_fits(tmp_path / "lc.fits", n=50, n_quality=0, n_nan=0)
+    with fits.open(tmp_path / "lc.fits", mode="update") as h:
+        h["LIGHTCURVE"].data["QUALITY"][:4] = [1 | 32, 32, 256, 0]  # 256 (a corrected discontinuity) is kept
+    lc = read_lightcurve(tmp_path / "lc.fits")
+    assert (lc.n_quality, lc.n_points) == (2, 48)
+    assert lc.dropped_by_flag == {"Attitude tweak": 1, "Desaturation event": 2}
+
+
+def test_a_preset_needs_the_mission_an_integer_does_not(tmp_path):
+    mission_fits(tmp_path / "lc.fits", n_nan=0, set_={"TELESCOP": "SOMEWHERE"})
+    with fits.open(tmp_path / "lc.fits", mode="update") as h:
+        h[0].header["TELESCOP"] = "SOMEWHERE"
+    with pytest.raises(DopplermapInputError, match=r"lc\.fits: quality_bitmask 'default' needs the mission's flag "
+                                                   r"definitions.*give an integer bit mask, or 'none'") as e:
+        read_lightcurve(tmp_path / "lc.fits")
+    assert "\n" not in str(e.value)
+    assert read_lightcurve(tmp_path / "lc.fits", quality_bitmask="none").n_quality == 0
+    assert read_lightcurve(tmp_path / "lc.fits", quality_bitmask=0xFFFF).n_quality == 20
+
+
+@pytest.mark.parametrize("spec,match", [
+    ("soft", r"quality_bitmask must be one of 'none', 'default', 'hard', 'hardest', got 'soft' \(or an integer bit "
+             r"mask >= 0\)"),
+    (-1, r"quality_bitmask must be >= 0 as an integer bit mask, got -1"),
+    (True, r"quality_bitmask must be one of .* got True"),
+])
+def test_bad_quality_bitmask_is_one_line(tmp_path, spec, match):
+    mission_fits(tmp_path / "lc.fits")
+    with pytest.raises(DopplermapInputError, match=match):
+        read_lightcurve(tmp_path / "lc.fits", quality_bitmask=spec)
+
+
+def test_quality_bitmask_needs_a_quality_column(tmp_path):
+    t = BJD0 + np.linspace(0, 1, 20)
+    np.savetxt(tmp_path / "lc.csv", np.c_[t, np.ones(20), np.full(20, 1e-3)], delimiter=",")
+    with pytest.raises(DopplermapInputError, match=r"lc\.csv: quality_bitmask = 'hard' applies to FITS light curves "
+                                                   r"with a QUALITY column; a text file has none"):
+        read_lightcurve(tmp_path / "lc.csv", quality_bitmask="hard")
+    read_lightcurve(tmp_path / "lc.csv")  # not given: nothing to apply
+
+
+def _add_columns(path, *cols):
+    with fits.open(path) as h:
+        tab = fits.BinTableHDU.from_columns(h["LIGHTCURVE"].columns + fits.ColDefs(list(cols)), header=h[1].header,
+                                            name="LIGHTCURVE")
+        fits.HDUList([h[0].copy(), tab, h[2].copy()]).writeto(path, overwrite=True)
+
+
+def test_any_flux_column_with_its_own_error(tmp_path):
+    _, pdc, _, good = mission_fits(tmp_path / "lc.fits", n_nan=0)
+    cbv = (pdc * 0.98 + 7.0).astype(np.float32)
+    _add_columns(tmp_path / "lc.fits", fits.Column("CBVSAP_FLUX", "E", unit="e-/s", array=cbv),
+                 fits.Column("CBVSAP_FLUX_ERR", "E", unit="e-/s", array=np.full(pdc.size, 4.5, np.float32)),
+                 fits.Column("KSPSAP_FLUX", "E", unit="e-/s", array=cbv))
+    with strict():
+        lc = read_lightcurve(tmp_path / "lc.fits", column="cbvsap_flux")
+    assert lc.column == "CBVSAP_FLUX"
+    np.testing.assert_array_equal(lc.flux, cbv[good].astype(float))
+    assert np.all(lc.err == 4.5)
+    with pytest.raises(DopplermapInputError, match=r"lc\.fits: no error column KSPSAP_FLUX_ERR for KSPSAP_FLUX"):
+        read_lightcurve(tmp_path / "lc.fits", column="KSPSAP_FLUX")
+
+
+def lightkurve_fits(path, *, tunit="btjd", telescop="TESS", n=300, creator="lightkurve.LightCurve.to_fits()"):
+    """A file in the layout lightkurve's ``LightCurve.to_fits()`` writes (lightkurve 2.x): primary
+    CREATOR/TELESCOP/MISSION, no time keywords; LIGHTCURVE table with TIME in the astropy format
+    of the light curve (its unit), FLUX and FLUX_ERR (normalised: no unit), CADENCENO, QUALITY.
+    Returns the TIME values, the flux and the QUALITY words."""
+    rng = np.random.default_rng(4)
+    time = 2459500.25 - (0.0 if tunit == "jd" else 2457000.0) + 2.0 / 1440.0 * np.arange(n)
+    flux = (1 + 0.01 * np.sin(2 * np.pi * time / 0.4232) + 1e-4 * rng.standard_normal(n)).astype(np.float32)
+    quality = np.zeros(n, np.int32)
+    quality[::30] = 32  # desaturation: dropped by the default mask
+    quality[5::30] = 256  # discontinuity corrected: kept
+    cols = [fits.Column("TIME", "D", unit=tunit, array=time), fits.Column("FLUX", "E", array=flux),
+            fits.Column("FLUX_ERR", "E", array=np.full(n, 1e-4, np.float32)),
+            fits.Column("CADENCENO", "J", array=np.arange(n, dtype=np.int32)),
+            fits.Column("QUALITY", "J", array=quality)]
+    prim = fits.PrimaryHDU()
+    prim.header.update(ORIGIN="Unofficial data product", CREATOR=creator, PROCVER="2.6.0", TELESCOP=telescop,
+                       MISSION=telescop, OBJECT="25155310", RA_OBJ=63.37, DEC_OBJ=-69.23)
+    fits.HDUList([prim, fits.BinTableHDU.from_columns(cols, name="LIGHTCURVE")]).writeto(path)
+    return time, flux.astype(float), quality
+
+
+def test_lightkurve_files_take_their_times_from_the_time_format(tmp_path):
+    time, flux, q = lightkurve_fits(tmp_path / "flat.fits")
+    with strict():
+        lc = read_lightcurve(tmp_path / "flat.fits")
+    keep = (q & 32) == 0
+    np.testing.assert_array_equal(lc.time, time[keep] + 2457000.0)  # BTJD: BJD_TDB - 2457000
+    np.testing.assert_array_equal(lc.flux, flux[keep])
+    assert lc.column == "FLUX" and lc.time_scale == "TIME in lightkurve's 'btjd' format (BJD_TDB - 2457000)"
+    assert (lc.n_read, lc.n_quality, lc.dropped_by_flag) == (300, 10, {"Desaturation event": 10})
+    read_lightcurve(tmp_path / "flat.fits", time_scale="BTJD")  # agrees
+    with pytest.raises(DopplermapInputError, match=r"lightcurve_time_scale = 'BKJD' disagrees with the file's TIME "
+                                                   r"unit"):
+        read_lightcurve(tmp_path / "flat.fits", time_scale="BKJD")
+    time, _, _ = lightkurve_fits(tmp_path / "kepler.fits", tunit="bkjd", telescop="Kepler")
+    np.testing.assert_array_equal(read_lightcurve(tmp_path / "kepler.fits").time[:3], time[1:4] + 2454833.0)
+    # a target with it: the times reach the problem as BJD_TDB, beside profiles dated in BTJD
+    from dopplermap.config import load_config
+    from dopplermap.problem import from_config
+
+    with strict():
+        prob = from_config(load_config(_target(tmp_path, "flat.fits")))
+    np.testing.assert_array_equal(prob.lightcurve_data.times, lc.time)
+    for bad in (12, np.ones(3)):
+        with pytest.raises(DopplermapInputError, match=r"a light curve is a file path or a lightkurve LightCurve"):
+            read_lightcurve(bad)
+
+
+def test_lightkurve_files_in_jd_need_a_declared_scale(tmp_path):
+    time, *_ = lightkurve_fits(tmp_path / "jd.fits", tunit="jd")
+    with pytest.raises(DopplermapInputError, match=r"jd\.fits: TIME is in 'jd' and the file names no time scale or "
+                                                   r"reference point.*declare it with lightcurve_time_scale") as e:
+        read_lightcurve(tmp_path / "jd.fits")
+    assert "\n" not in str(e.value)
+    with pytest.raises(DopplermapInputError, match=r"'BTJD' \(values \+ 2457000\) disagrees with the TIME unit 'jd'"):
+        read_lightcurve(tmp_path / "jd.fits", time_scale="BTJD")
+    lc = read_lightcurve(tmp_path / "jd.fits", time_scale="BJD_TDB")
+    np.testing.assert_array_equal(lc.time[:2], time[1:3])
+
+
+@pytest.mark.parametrize("make,match", [
+    ("tess_tpf", r"tpf\.fits: a target-pixel file \(PIXELS table: a 11 x 11 pixel FLUX image per cadence, 40 "
+                 r"cadences\), not a light curve: make a light curve from it first"),
+    ("kepler_tpf", r"tpf\.fits: a target-pixel file \(TARGETTABLES table: a 6 x 5 pixel FLUX image per cadence"),
+    ("ffi", r"tpf\.fits: a full-frame image \(64 x 48 pixels in HDU 1\), not a light curve"),
+    ("image", r"tpf\.fits: an image \(64 x 48 pixels in HDU 0\), not a light curve"),
+    ("spectrum_1d", r"tpf\.fits: a 1-D spectrum \(500 pixels along WAVE, HDU 0\), not a light curve"),
+    ("spectrum_table", r"tpf\.fits: a spectrum \(table SPECTRUM has a wavelength column WAVE and no time column\)"),
+    ("profile", r"tpf\.fits: a line profile \(table 1 has a velocity column V and no time column\), not a light "
+                r"curve: give profiles as \[data\] profiles"),
+    ("folded", r"tpf\.fits: a folded light curve \(written by lightkurve\.FoldedLightCurve\.to_fits\(\): TIME is "
+               r"rotation phase\)"),
+])
+def test_other_products_given_as_a_light_curve_say_what_they_are(tmp_path, make, match):
+    path, n = tmp_path / "tpf.fits", 40
+    prim = fits.PrimaryHDU()
+    if make in ("tess_tpf", "kepler_tpf"):  # TESS SDPDD / Kepler Archive Manual target-pixel layout
+        shape = (11, 11) if make == "tess_tpf" else (5, 6)
+        cube = np.ones((n, *shape), np.float32)
+        dim = f"({shape[1]},{shape[0]})"
+        cols = [fits.Column("TIME", "D", unit="BJD - 2457000, days", array=np.arange(n) / 720.0),
+                fits.Column("RAW_CNTS", f"{cube[0].size}J", dim=dim, array=cube.astype(np.int32)),
+                fits.Column("FLUX", f"{cube[0].size}E", dim=dim, unit="e-/s", array=cube),
+                fits.Column("FLUX_ERR", f"{cube[0].size}E", dim=dim, unit="e-/s", array=cube),
+                fits.Column("QUALITY", "J", array=np.zeros(n, np.int32))]
+        prim.header.update(TELESCOP="TESS" if make == "tess_tpf" else "Kepler",
+                           CREATOR="TargetPixelExporterPipelineModule")
+        hdus = [prim, fits.BinTableHDU.from_columns(cols, name="PIXELS" if make == "tess_tpf" else "TARGETTABLES"),
+                fits.ImageHDU(np.ones(shape, np.int32), name="APERTURE")]
+    elif make == "ffi":
+        prim.header.update(TELESCOP="TESS", CAMERA=1, CCD=1)
+        hdus = [prim, fits.ImageHDU(np.zeros((48, 64), np.float32))]
+    elif make == "image":
+        hdus = [fits.PrimaryHDU(np.zeros((48, 64), np.float32))]
+    elif make == "spectrum_1d":
+        prim = fits.PrimaryHDU(np.ones(500, np.float32))
+        prim.header.update(CTYPE1="WAVE", CRVAL1=5000.0, CDELT1=0.1, CUNIT1="Angstrom")
+        hdus = [prim]
+    elif make == "spectrum_table":
+        cols = [fits.Column("WAVE", "D", unit="Angstrom", array=np.linspace(5000, 5100, n)),
+                fits.Column("FLUX", "E", array=np.ones(n, np.float32)), fits.Column("ERR", "E", array=np.ones(n))]
+        hdus = [prim, fits.BinTableHDU.from_columns(cols, name="SPECTRUM")]
+    elif make == "profile":
+        from dopplermap.io.lsd import write_lsd
+
+        v = np.linspace(-50, 50, n)
+        write_lsd(path, v, 1 - 0.2 * np.exp(-(v / 15) ** 2), np.full(n, 1e-3), fmt="fits")
+        hdus = None
+    else:  # folded
+        lightkurve_fits(path, creator="lightkurve.FoldedLightCurve.to_fits()")
+        hdus = None
+    if hdus is not None:
+        fits.HDUList(hdus).writeto(path)
+    with pytest.raises(DopplermapInputError, match=match) as e:
+        read_lightcurve(path)
+    assert "\n" not in str(e.value)
+
+
+def test_config_takes_a_quality_bitmask_for_each_light_curve(tmp_path):
+    from dopplermap.config import load_config, parse_config
+    from dopplermap.problem import from_config
+
+    mission_fits(tmp_path / "tess_lc.fits", n=400, n_nan=0, flags=(256,))  # corrected discontinuities: kept
+    toml = _target(tmp_path, "tess_lc.fits")
+    read = from_config(load_config(toml)).lightcurve_data.read
+    assert (read.n_quality, read.n_invalid, read.n_points) == (0, 3, 397)  # 3 flagged gaps have a NaN time
+    toml.write_text(toml.read_text().replace('lightcurve = "tess_lc.fits"',
+                                             'lightcurve = "tess_lc.fits"\nlightcurve_quality_bitmask = "hardest"'))
+    read = from_config(load_config(toml)).lightcurve_data.read
+    assert (read.n_points, read.dropped_by_flag) == (380, {"Discontinuity corrected": 20})
+    toml.write_text(toml.read_text().replace('"hardest"', "256"))
+    assert from_config(load_config(toml)).lightcurve_data.read.n_points == 380
+    toml.write_text(toml.read_text().replace("= 256", "= 2.5"))
+    with pytest.raises(DopplermapInputError, match=r"\[data\] lightcurve_quality_bitmask must be a string or an "
+                                                   r"integer, got 2\.5"):
+        load_config(toml)
+    import tomllib
+
+    t = tomllib.loads(toml.read_text().replace("lightcurve_quality_bitmask = 2.5\n", "").replace(
+        'lightcurve = "tess_lc.fits"\n', ""))
+    t["lightcurves"] = [{"file": "tess_lc.fits", "quality_bitmask": "nope"}]
+    with pytest.raises(DopplermapInputError, match=r"\[\[lightcurves\]\] 1 \('lightcurve1'\) quality_bitmask must be "
+                                                   r"one of 'none', 'default', 'hard', 'hardest'"):
+        parse_config(t, source="t.toml", base_dir=str(tmp_path))
+    t["lightcurves"][0]["quality_bitmask"] = 256
+    cfg = parse_config(t, source="t.toml", base_dir=str(tmp_path))
+    assert from_config(cfg).lightcurve_data.read.n_points == 380

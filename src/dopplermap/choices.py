@@ -15,7 +15,7 @@ from .errors import DopplermapInputError
 __all__ = ["FORMS", "SYNTHESIS_METHODS", "RV_SHIFTS", "SOLVERS", "SOLVER_CHOICES", "REGULARISER_LABELS",
            "REGULARISERS", "WEIGHTED_REGULARISERS", "SPOT_COMPONENTS", "UNCERTAINTY_METHODS", "EW_METHODS",
            "LINE_PROFILES", "GRID_KINDS", "PROFILE_FORMATS", "PROFILE_WRITE_FORMATS", "LIGHTCURVE_FORMATS",
-           "LIGHTCURVE_WRITE_FORMATS", "LIGHTCURVE_UNITS", "BIN_UNITS", "FIGURE_FORMATS", "MAP_PROJECTIONS",
+           "LIGHTCURVE_WRITE_FORMATS", "LIGHTCURVE_UNITS", "QUALITY_BITMASKS", "BIN_UNITS", "FIGURE_FORMATS", "MAP_PROJECTIONS",
            "SIMULATION_FORMATS", "ERROR_SCALES",
            "BATCH_MODES", "BATCH_FORMS", "CUBE_DTYPES", "check", "check_error_scale"]
 
@@ -56,6 +56,9 @@ LIGHTCURVE_FORMATS = ("auto", "text", "fits")
 LIGHTCURVE_WRITE_FORMATS = ("csv", "text", "fits")
 # the light curve's unit: fluxes, or magnitudes converted to flux
 LIGHTCURVE_UNITS = ("flux", "mag")
+# [data] lightcurve_quality_bitmask, [[lightcurves]] quality_bitmask, read_lightcurve(quality_bitmask=...):
+# the mission quality-flag presets (dopplermap.io.quality; an integer bit mask is allowed too)
+QUALITY_BITMASKS = ("none", "default", "hard", "hardest")
 # the light curve's bin width: in days or in rotation phase
 BIN_UNITS = ("d", "phase")
 # dopplermap plot --format

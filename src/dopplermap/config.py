@@ -35,6 +35,7 @@ from .choices import (
     check_error_scale,
 )
 from .errors import DopplermapInputError, MissingFileError, bad_file
+from .io.quality import check_bitmask
 from .io.times import parse_time_scale
 from .limb_darkening import LimbDarkening
 
@@ -63,6 +64,7 @@ class DataConfig:
     lightcurve_bin: float | None = None
     lightcurve_bin_unit: str = "d"
     error_scale: float | str | None = None  # a factor on the errors, or one of ERROR_SCALES (dopplermap.errorscale)
+    lightcurve_quality_bitmask: str | int | None = None  # None: "default" (dopplermap.io.quality)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,6 +148,7 @@ class LightCurveSetConfig:
     time_scale: str | None = None
     bin: float | None = None
     bin_unit: str = "d"
+    quality_bitmask: str | int | None = None
     wavelength_nm: float = 550.0
     limb_darkening: str = "linear"
     ld_phot: tuple[float, ...] = (0.6,)
@@ -240,7 +243,17 @@ def _coerce(value, tp, where: str):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
         if str in args and float in args:  # a number or a name: _validate checks it, naming both
             return value
-        return _coerce(value, args[0], where)
+        for a in args[:-1]:  # several types (``str | int``): the first that takes the value
+            try:
+                return _coerce(value, a, where)
+            except DopplermapInputError:
+                pass
+        try:
+            return _coerce(value, args[-1], where)
+        except DopplermapInputError:
+            if len(args) == 1:
+                raise
+        raise DopplermapInputError(f"{where} must be {' or '.join(_type_name(a) for a in args)}, got {value!r}")
     if origin is tuple:
         (inner, _ellipsis) = typing.get_args(tp)
         if not isinstance(value, list):
@@ -342,9 +355,11 @@ def _validate_band(s: str, obj, sec: str):
         raise DopplermapInputError(f"{s}: {sec} intensity must be 3 values >= 0 (phot, cool, hot), got {list(obj.intensity)}")
 
 
-def _validate_lc_reading(s: str, sec: str, fmt, unit, bin_width, bin_unit, time_scale):
+def _validate_lc_reading(s: str, sec: str, fmt, unit, bin_width, bin_unit, time_scale, quality):
     if time_scale is not None:
         parse_time_scale(time_scale, f"{s}: {sec}time_scale")
+    if quality is not None:
+        check_bitmask(quality, f"{s}: {sec}quality_bitmask")
     check(fmt, LIGHTCURVE_FORMATS, f"{s}: {sec}format")
     check(unit, LIGHTCURVE_UNITS, f"{s}: {sec}unit")
     check(bin_unit, BIN_UNITS, f"{s}: {sec}bin_unit")
@@ -374,7 +389,7 @@ def _validate(cfg: TargetConfig):
         raise DopplermapInputError(f"{s}: [[lines]] names must differ, got {names}")
     for i, lc in enumerate(cfg.lightcurves):
         sec = f"[[lightcurves]] {i + 1} ({lc.name!r})"
-        _validate_lc_reading(s, f"{sec} ", lc.format, lc.unit, lc.bin, lc.bin_unit, lc.time_scale)
+        _validate_lc_reading(s, f"{sec} ", lc.format, lc.unit, lc.bin, lc.bin_unit, lc.time_scale, lc.quality_bitmask)
         _positive(f"{s}: {sec} weight", lc.weight, allow_zero=True)
         _positive(f"{s}: {sec} wavelength_nm", lc.wavelength_nm)
         _validate_band(s, lc, sec)
@@ -386,7 +401,7 @@ def _validate(cfg: TargetConfig):
         raise DopplermapInputError(f"{s}: give the light curve as [data] lightcurve or as [[lightcurves]] tables, not both")
     if d is not None:
         _validate_lc_reading(s, "[data] lightcurve_", d.lightcurve_format, d.lightcurve_unit, d.lightcurve_bin,
-                             d.lightcurve_bin_unit, d.lightcurve_time_scale)
+                             d.lightcurve_bin_unit, d.lightcurve_time_scale, d.lightcurve_quality_bitmask)
     if cfg.star.t0_scale is not None:
         parse_time_scale(cfg.star.t0_scale, f"{s}: [star] t0_scale")
     if (cfg.star.ra is None) != (cfg.star.dec is None):
@@ -531,8 +546,9 @@ time_scale = "BJD_TDB"               # BJD_TDB | HJD | JD | MJD | BTJD | BKJD | 
 # velocity_range = [-60.0, 60.0]     # fit only this part, km/s around the line centre (v - v_sys)
 # error_scale = "auto"               # LSD errors larger than the scatter: auto | continuum | residuals | a factor
 # fits_columns = ["VEL", "I", "ERR"] # FITS profiles: names of the velocity, intensity, error columns
-# lightcurve = "lightcurve.csv"      # time, flux (any units), error; or a TESS/Kepler *_lc.fits; fitted jointly
-# lightcurve_column = "auto"         # FITS flux column (auto: PDCSAP_FLUX of mission files) | "SAP_FLUX" ...
+# lightcurve = "lightcurve.csv"      # time, flux (any units), error; a TESS/Kepler *_lc.fits or a lightkurve to_fits()
+# lightcurve_column = "auto"         # FITS flux column (auto: PDCSAP_FLUX, else FLUX) | "SAP_FLUX" | "CBVSAP_FLUX" ...
+# lightcurve_quality_bitmask = "default"  # none | default (the archives' bad cadences) | hard | hardest (or a bit mask)
 # lightcurve_unit = "flux"           # flux | mag (magnitudes are converted to flux)
 # lightcurve_time_scale = "BTJD"     # text light curves (default: time_scale); mission FITS use their keywords
 # lightcurve_bin = 0.01              # bin before fitting (inverse-variance weighted means) ...

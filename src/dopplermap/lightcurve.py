@@ -169,6 +169,11 @@ def precompute_lightcurve(grid: SurfaceGrid, star: StarParams, times, flux, err,
             units (divided by the mean flux when ``normalise``). band: :class:`LightCurveBand`.
         cell_factors: optional (n_cell,) or (n_cell, 3) intensity factors (gravity darkening).
     """
+    if hasattr(times, "flux") or hasattr(times, "jd"):  # a lightkurve light curve or an astropy Time
+        what = "an astropy Time" if hasattr(times, "jd") else f"a {type(times).__name__}"
+        raise DopplermapInputError(f"{source}: times is {what}; precompute_lightcurve takes BJD_TDB days as numbers: "
+                                   "read a light curve with dopplermap.io.lightcurve.read_lightcurve (or "
+                                   "dopplermap.problem.LightCurveData.load), which converts times and fluxes")
     times = np.atleast_1d(np.asarray(times, dtype=float))
     flux = np.atleast_1d(np.asarray(flux, dtype=float))
     err = np.atleast_1d(np.asarray(err, dtype=float))

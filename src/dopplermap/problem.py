@@ -92,7 +92,11 @@ class GravityDarkening:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class LightCurveData:
-    """An observed light curve and its band: times (days), flux and err (n_lc,)."""
+    """An observed light curve and its band: times (days), flux and err (n_lc,).
+
+    :meth:`load` builds one from a file or a lightkurve ``LightCurve`` /
+    ``LightCurveCollection`` (times converted to BJD_TDB, quality mask, counts kept in ``read``).
+    """
 
     times: np.ndarray
     flux: np.ndarray
@@ -104,6 +108,17 @@ class LightCurveData:
     name: str = "lightcurve"
     weight: float = 1.0  # of this band among several (dopplermap.lightcurve.LightCurveSet)
     wavelength_nm: float | None = None  # gravity-darkening factors; None: GravityDarkening.lc_wavelength_nm
+
+    @classmethod
+    def load(cls, source, band, *, name: str = "lightcurve", weight: float = 1.0, fit_dilution: bool = False,
+             wavelength_nm: float | None = None, **reading) -> LightCurveData:
+        """The light curve of ``source`` (a file, or a lightkurve ``LightCurve`` /
+        ``LightCurveCollection``) in ``band``; ``reading``: the keywords of
+        :func:`dopplermap.io.lightcurve.load_lightcurve` (``column``, ``quality_bitmask``,
+        ``time_scale``, ``bin_width``, ...)."""
+        data = load_lightcurve(source, **reading)
+        return cls(times=data.time, flux=data.flux, err=data.err, band=band, fit_dilution=fit_dilution,
+                   source=data.source, read=data, name=name, weight=weight, wavelength_nm=wavelength_nm)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -179,6 +194,12 @@ class Problem:
         if self.mass is not None and not (isinstance(self.mass, (int, float)) and math.isfinite(self.mass)
                                           and self.mass > 0):
             raise DopplermapInputError(f"{self.source}: mass must be a finite number > 0 M_sun, got {self.mass!r}")
+        lcs = self.lightcurve_data if isinstance(self.lightcurve_data, tuple) else (self.lightcurve_data,)
+        for d in lcs:
+            if d is not None and not isinstance(d, LightCurveData):
+                raise DopplermapInputError(f"{self.source}: lightcurve_data takes dopplermap.problem.LightCurveData "
+                                           f"(or a tuple of them), got {type(d).__name__}; a file or a lightkurve light "
+                                           "curve: LightCurveData.load(source, band)")
         check(self.rv_shift, RV_SHIFTS, f"{self.source}: rv_shift")
         if self.form is None:
             if self.grid is None or self.star is None:
@@ -451,10 +472,12 @@ def _band(cfg, lcc) -> LightCurveBand:
             else LightCurveBand.from_temperatures(temps.phot, temps.cool, temps.hot, lcc.wavelength_nm, lds))
 
 
-def _read_lightcurve(cfg, star, profile_times, path, fmt, column, unit, time_scale, bin_width, bin_unit, fallback):
+def _read_lightcurve(cfg, star, profile_times, path, fmt, column, unit, time_scale, bin_width, bin_unit, fallback,
+                     quality):
     return load_lightcurve(cfg.path(path), fmt=fmt, column=column, unit=unit, time_scale=time_scale,
                            fallback_time_scale=fallback, ra=cfg.star.ra, dec=cfg.star.dec, bin_width=bin_width,
-                           bin_unit=bin_unit, period=star.period, t0=star.t0, profile_times=profile_times)
+                           bin_unit=bin_unit, period=star.period, t0=star.t0, profile_times=profile_times,
+                           quality_bitmask=quality)
 
 
 def _lightcurve_data(cfg, star, profile_times, time_scale):
@@ -463,7 +486,7 @@ def _lightcurve_data(cfg, star, profile_times, time_scale):
         out = []
         for lc in cfg.lightcurves:
             data = _read_lightcurve(cfg, star, profile_times, lc.file, lc.format, lc.column, lc.unit, lc.time_scale,
-                                    lc.bin, lc.bin_unit, time_scale)
+                                    lc.bin, lc.bin_unit, time_scale, lc.quality_bitmask)
             out.append(LightCurveData(times=data.time, flux=data.flux, err=data.err, band=_band(cfg, lc),
                                       fit_dilution=lc.fit_dilution, source=data.source, read=data, name=lc.name,
                                       weight=lc.weight, wavelength_nm=lc.wavelength_nm))
@@ -474,7 +497,7 @@ def _lightcurve_data(cfg, star, profile_times, time_scale):
     lcc = cfg.lightcurve
     data = _read_lightcurve(cfg, star, profile_times, d.lightcurve, d.lightcurve_format, d.lightcurve_column,
                             d.lightcurve_unit, d.lightcurve_time_scale, d.lightcurve_bin, d.lightcurve_bin_unit,
-                            d.time_scale)
+                            d.time_scale, d.lightcurve_quality_bitmask)
     return LightCurveData(times=data.time, flux=data.flux, err=data.err, band=_band(cfg, lcc),
                           fit_dilution=lcc.fit_dilution, source=data.source, read=data)
 

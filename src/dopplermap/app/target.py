@@ -159,11 +159,17 @@ def run_target(cfg, out: Path, *, plots: bool = True, quiet: bool = True, config
         if len(reads) == 1:  # what was read, dropped and binned, for the summary and the screen
             lcd = reads[0]
             extra.update(lc_cadences=lcd.n_read if lcd.n_read is not None else lcd.n_points,
-                         lc_dropped_quality=lcd.n_quality, lc_dropped_nan=lcd.n_invalid, lc_points=lcd.n_points,
+                         lc_dropped_quality=lcd.n_quality, lc_dropped_by_flag=dict(lcd.dropped_by_flag),
+                         lc_quality_bitmask=lcd.quality_bitmask, lc_dropped_nan=lcd.n_invalid, lc_points=lcd.n_points,
                          lc_note=(f"{lcds[0].name}: " if len(lcds) > 1 else "") + lcd.describe())
         elif reads:
             extra.update(lc_points=sum(r.n_points for r in reads),
-                         lc_note="; ".join(f"{d.name}: {d.read.describe()}" for d in lcds))
+                         lc_note="; ".join(f"{d.name}: {d.read.describe()}" for d in lcds),
+                         lc_reads=[dict(name=d.name, cadences=d.read.n_read if d.read.n_read is not None else
+                                        d.read.n_points, dropped_quality=d.read.n_quality,
+                                        dropped_by_flag=dict(d.read.dropped_by_flag),
+                                        quality_bitmask=d.read.quality_bitmask, dropped_nan=d.read.n_invalid,
+                                        points=d.read.n_points) for d in lcds if d.read is not None])
         with rep.step("write results" + (" + figures" if plots else "")):
             res = with_context(res, grid=grid, star=prob.star, obs=obs, pre=pre, light_curve=light_curve, config=config,
                                extra=extra)
