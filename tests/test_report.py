@@ -25,10 +25,8 @@ def folder(tmp_path_factory):
     from test_results import small_result
 
     out = tmp_path_factory.mktemp("report") / "run"
-    dm.save_result(small_result(light_curve=True), out, plot_kwargs={"dpi": 40})
-    summary = json.loads((out / "summary.json").read_text())
-    summary["warnings"] = ["light curve: 3 points with zero error were dropped (check the error column)"]
-    (out / "summary.json").write_text(json.dumps(summary))
+    dm.save_result(small_result(light_curve=True), out, plot_kwargs={"dpi": 40},
+                   warnings=["light curve: 3 points with zero error were dropped (check the error column)"])
     write_report(out)
     return out
 

@@ -204,7 +204,7 @@ def test_bad_paths_and_inputs(result, tmp_path):
     with pytest.raises(ValueError, match="overwrite=True"):
         dm.save_result(result, tmp_path / "r", plots=False, overwrite=False)
     (tmp_path / "r" / "summary.json").write_text("{broken")
-    with pytest.raises(ValueError, match="not valid JSON"):
+    with pytest.raises(ValueError, match="summary.json does not match dopplermap.json"):
         dm.load_result(tmp_path / "r")
     with pytest.raises(ValueError, match="grid has"):
         rio.with_context(result, grid=dm.latitude_band_grid(100))

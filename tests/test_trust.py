@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import shutil
 import types
 import warnings
@@ -228,13 +229,13 @@ def test_plot_refuses_a_folder_that_mixes_runs(tmp_path, demo_dir, capsys):
     shutil.copytree(demo_dir, a)
     assert _demo(b, "--lmbd", "3") == 0
     shutil.copyfile(b / "map.fits", a / "map.fits")
-    with pytest.raises(DopplermapInputError, match="map.fits is not the file run"):
-        dm.load_result(a)
-    (a / "dopplermap.json").unlink()  # even without the manifest: the run ids disagree
-    with pytest.raises(DopplermapInputError, match="different runs"):
+    with pytest.raises(DopplermapInputError, match="map.fits does not match dopplermap.json"):
         dm.load_result(a)
     assert main(["plot", str(a), "--out", str(tmp_path / "figs")]) == 2
-    assert "different runs" in capsys.readouterr().err and not (tmp_path / "figs").exists()
+    assert "map.fits does not match" in capsys.readouterr().err and not (tmp_path / "figs").exists()
+    (a / "dopplermap.json").unlink()  # without the manifest nothing says the files belong together
+    with pytest.raises(DopplermapInputError, match="no dopplermap.json"):
+        dm.load_result(a)
 
 
 def test_plot_out_is_an_atomic_folder(tmp_path, demo_dir):
@@ -243,6 +244,160 @@ def test_plot_out_is_an_atomic_folder(tmp_path, demo_dir):
     m = json.loads((figs / "dopplermap.json").read_text())
     assert m["kind"] == "figures" and m["files"] and all((figs / f).is_file() for f in m["files"])
     assert main(["plot", str(demo_dir), "--out", str(figs)]) == 2  # again only with --overwrite
+
+
+def _one_error(capsys, *parts) -> str:
+    """The command's stderr: one line ``error: ...`` holding every one of ``parts``."""
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ") and "internal error" not in err, err
+    assert all(p in err for p in parts), (parts, err)
+    return err
+
+
+@pytest.fixture(scope="module")
+def other_run(tmp_path_factory, demo_dir):
+    """A result folder of another run of the same star (same files, another run id): no solve."""
+    out = tmp_path_factory.mktemp("other") / "res"
+    dm.save_result(dm.load_result(demo_dir), out, plots=False)
+    return out
+
+
+@pytest.mark.parametrize("case", ["summary edited", "map from another run"])
+def test_report_plot_and_load_result_refuse_a_tampered_or_mixed_folder(tmp_path, demo_dir, other_run, capsys, case):
+    d = tmp_path / "res"
+    shutil.copytree(demo_dir, d)
+    if case == "summary edited":  # the reported case: chi2 shown as 0.5
+        s = json.loads((d / "summary.json").read_text())
+        s["chi2"] = 0.5
+        (d / "summary.json").write_text(json.dumps(s, indent=2))
+        name = "summary.json"
+    else:
+        shutil.copyfile(other_run / "map.fits", d / "map.fits")
+        name = "map.fits"
+    with pytest.raises(DopplermapInputError, match=f"{d}: {name} does not match dopplermap.json"):
+        dm.load_result(d)
+    for args in (["report", str(d), "--overwrite"], ["report", str(d), "--out", str(tmp_path / "r.html")],
+                 ["plot", str(d), "--out", str(tmp_path / "figs")], ["plot", str(d), "--overwrite"]):
+        assert main(args) == 2, args
+        _one_error(capsys, str(d), name, "does not match dopplermap.json", "run ")
+    assert not (tmp_path / "r.html").exists() and not (tmp_path / "figs").exists()
+    assert not list(d.glob("*.png"))
+    # the untouched folders are read and reported
+    assert main(["report", str(other_run), "--out", str(tmp_path / "ok.html")]) == 0
+    assert dm.load_result(other_run).chi2 == dm.load_result(demo_dir).chi2
+
+
+def test_a_folder_without_manifest_is_refused_and_never_replaced(tmp_path, demo_dir, capsys):
+    """No release wrote result folders without a manifest; without one nothing says the files
+    belong together, so such a folder is neither read nor replaced."""
+    d = tmp_path / "res"
+    shutil.copytree(demo_dir, d)
+    (d / "dopplermap.json").unlink()
+    with pytest.raises(DopplermapInputError, match="no dopplermap.json"):
+        dm.load_result(d)
+    for args in (["report", str(d), "--overwrite"], ["plot", str(d), "--out", str(tmp_path / "figs")]):
+        assert main(args) == 2
+        _one_error(capsys, str(d), "no dopplermap.json")
+    before = sorted(p.name for p in d.iterdir())
+    assert _demo(d, "--overwrite") == 2
+    _one_error(capsys, "is not a dopplermap result folder")
+    assert sorted(p.name for p in d.iterdir()) == before
+
+
+def test_report_and_plot_replace_their_outputs_only_with_overwrite(tmp_path, demo_dir, capsys):
+    d = tmp_path / "res"
+    shutil.copytree(demo_dir, d)
+    report = d / "report.html"
+    report.write_text("my edited report")  # the demo's report, edited by hand
+    assert main(["report", str(d)]) == 2
+    _one_error(capsys, str(report), "exists", "--overwrite")
+    assert report.read_text() == "my edited report"
+    assert main(["report", str(d), "--overwrite"]) == 0
+    assert report.read_text().startswith("<!DOCTYPE html>")
+    assert dm.load_result(d).lmbd == 1.0  # a report redrawn in place leaves the folder readable
+    (d / "map_rect.png").write_text("not drawn by this run")
+    assert main(["plot", str(d), "--dpi", "30", "--max-profiles", "2"]) == 2
+    _one_error(capsys, str(d), "map_rect.png", "--overwrite")
+    assert sorted(p.name for p in d.glob("*.png")) == ["map_rect.png"]  # refused before drawing
+
+
+@pytest.mark.slow
+def test_figures_redrawn_in_place_keep_the_folder_readable(tmp_path, demo_dir):
+    d = tmp_path / "res"
+    shutil.copytree(demo_dir, d)
+    (d / "map_rect.png").write_text("not drawn by this run")
+    assert main(["plot", str(d), "--dpi", "30", "--max-profiles", "2", "--overwrite"]) == 0
+    assert (d / "map_rect.png").read_bytes()[:4] == b"\x89PNG" and (d / "map_mollweide.png").is_file()
+    assert main(["report", str(d), "--overwrite"]) == 0  # redrawn figures: still the run's folder
+    assert dm.load_result(d).lmbd == 1.0
+
+
+def test_a_symlinked_out_is_refused_never_replaced(tmp_path, demo_dir, capsys):
+    """An output is replaced by a rename, which would put a real folder in place of the link
+    and leave the folder it points to with the old result: refused, nothing changed."""
+    real = tmp_path / "real"
+    shutil.copytree(demo_dir, real)
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    run0 = json.loads((real / "dopplermap.json").read_text())["run_id"]
+    for args in (["demo", "--n-cell", "100", "--out", str(link), "--overwrite", "--no-plots", "--quiet"],
+                 ["plot", str(demo_dir), "--out", str(link), "--overwrite"],
+                 ["simulate", "--out", str(link), "--overwrite"]):
+        assert main(args) == 2, args
+        _one_error(capsys, f"--out {link} is a symbolic link", str(real))
+    html = tmp_path / "report.html"
+    html.write_text("mine")
+    (tmp_path / "r.html").symlink_to(html)
+    assert main(["report", str(demo_dir), "--out", str(tmp_path / "r.html"), "--overwrite"]) == 2
+    _one_error(capsys, "is a symbolic link")
+    dangling = tmp_path / "dangling"
+    dangling.symlink_to(tmp_path / "nowhere")
+    assert main(["simulate", "--out", str(dangling)]) == 2
+    _one_error(capsys, "is a symbolic link")
+    assert link.is_symlink() and (tmp_path / "r.html").is_symlink() and html.read_text() == "mine"
+    assert json.loads((real / "dopplermap.json").read_text())["run_id"] == run0
+    assert not (tmp_path / "nowhere").exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_killed_runs_leave_no_hidden_work_folder(tmp_path):
+    """Every hidden work folder or file of a dead run beside the target (the partial folder,
+    the figures drawn for it, an atomic file's temporary) is cleared by the next run; a live
+    process's is left alone, and so are the user's hidden files."""
+    import subprocess
+    import sys
+
+    from dopplermap import atomic
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    out = tmp_path / "res"
+    left = [f".res.partial-{dead}-a1b2", f".res.figures-{dead}-c3d4"]
+    for name in left:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "map_rect.png").write_text("half drawn")
+    (tmp_path / f".res.tmp-{dead}-g7h8").write_text("half written")
+    live = tmp_path / f".res.figures-{os.getppid()}-i9j0"  # a running process (the test's parent)
+    live.mkdir()
+    (tmp_path / ".res.notes").write_text("the user's")
+    with pytest.warns(dm.DopplermapWarning) as seen:
+        atomic.check_out(out, "result")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([".res.notes", live.name])
+    assert sum("left by a killed run" in str(w.message) for w in seen) == 3
+    assert any("belongs to a running dopplermap process" in str(w.message) for w in seen)
+    # the work folders a run makes have names the clean-up knows: figures staged for a folder,
+    # a partial folder, an atomic file's temporary
+    made = atomic.work_folder(out, "figures")
+    assert atomic._LEFTOVER.match(made.name)["what"] == "figures" and made.parent == tmp_path
+    seen_tmp = []
+
+    def write(fh):  # the temporary file, as a kill at this moment would leave it
+        seen_tmp.extend(p.name for p in tmp_path.glob(".report.html.*"))
+        fh.write("x")
+
+    atomic.write_file(tmp_path / "report.html", write, binary=False)
+    m = atomic._LEFTOVER.match(seen_tmp[0])
+    assert m["name"] == "report.html" and m["what"] == "tmp" and int(m["pid"]) == os.getpid()
 
 
 # ------------------------------------------------------------------ 5. exit codes

@@ -10,9 +10,14 @@
 * :func:`exclusive_lock` keeps a second process off a file that one process grows in place
   (a grid search's table): a lock file created atomically, holding the owner's pid.
 * :func:`check_out` checks an ``--out`` before any work: missing parent, read-only parent,
-  a file, a non-empty folder that is not a dopplermap output of the same kind (refused;
-  never deleted), or an earlier output of the same kind (replaced only with
-  ``overwrite``). It also clears what killed runs left beside the target.
+  a file, a symbolic link, a non-empty folder that is not a dopplermap output of the same
+  kind (refused; never deleted), or an earlier output of the same kind (replaced only with
+  ``overwrite``). It also clears what killed runs left beside the target: every hidden
+  work folder or file named ``.NAME.WHAT-PID-XXXX`` (:func:`work_folder`) whose process
+  is gone.
+* :func:`verify_folder` checks a folder against its manifest before it is read: every
+  file the run wrote, byte for byte (SHA-256), figures and reports excepted (they are
+  redrawn in place).
 
 Every file and folder gets the mode a plain ``open()`` / ``mkdir()`` would give (0666 /
 0777 minus the umask), whatever the temporary-file machinery used.
@@ -46,8 +51,8 @@ import numpy as np
 from .errors import DopplermapInputError, warn
 
 __all__ = ["write_file", "write_text", "write_json", "AtomicFolder", "check_out", "check_out_file",
-           "read_manifest", "write_manifest", "verify_folder", "clean_leftovers", "fingerprint", "new_run_id", "MANIFEST", "file_mode", "dir_mode",
-           "exclusive_lock", "lock_path"]
+           "read_manifest", "write_manifest", "verify_folder", "clean_leftovers", "work_folder", "fingerprint", "new_run_id",
+           "MANIFEST", "DERIVED", "file_mode", "dir_mode", "exclusive_lock", "lock_path"]
 
 MANIFEST = "dopplermap.json"
 _FORMAT = "dopplermap-folder-1"
@@ -87,7 +92,7 @@ def write_file(path, write, *, binary: bool = True) -> Path:
     """Write ``path`` atomically: ``write(fh)`` fills a temporary file beside it, which is
     flushed, synced and renamed onto ``path``. Returns ``path``."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-{os.getpid()}-", dir=path.parent)
     try:
         with os.fdopen(fd, "wb" if binary else "w") as fh:
             write(fh)
@@ -179,16 +184,30 @@ def _sha256(path: Path) -> str:
 # ---------------------------------------------------------------------- folder checks
 
 
+def _load_manifest(folder: Path) -> dict:
+    """The manifest of ``folder``; :class:`DopplermapInputError` saying why there is none."""
+    p = folder / MANIFEST
+    if not p.is_file():
+        raise DopplermapInputError(f"{folder}: no {MANIFEST}: not a complete folder written by dopplermap (every "
+                                   "dopplermap output has this manifest, written last; without it nothing says the "
+                                   "files belong together): rerun into a new folder")
+    try:
+        m = json.loads(p.read_text(encoding="utf-8"))
+    except (ValueError, RecursionError, OSError) as exc:  # not JSON, not UTF-8, nested past the parser's limit
+        raise DopplermapInputError(f"{p}: not a readable dopplermap manifest ({type(exc).__name__}): "
+                                   "rerun into a new folder") from None
+    if not isinstance(m, dict) or m.get("format") != _FORMAT or not isinstance(m.get("files"), dict):
+        raise DopplermapInputError(f"{p}: not a dopplermap manifest (format {_FORMAT!r} with its file list): "
+                                   "rerun into a new folder")
+    return m
+
+
 def read_manifest(folder) -> dict | None:
     """The manifest of a dopplermap output folder, or None when it has none (or not JSON)."""
-    p = Path(folder) / MANIFEST
-    if not p.is_file():
-        return None
     try:
-        m = json.loads(p.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError, OSError):
+        return _load_manifest(Path(folder))
+    except DopplermapInputError:
         return None
-    return m if isinstance(m, dict) and m.get("format") == _FORMAT else None
 
 
 def write_manifest(folder, *, kind: str, run_id: str, inputs, meta=None) -> Path:
@@ -201,17 +220,32 @@ def write_manifest(folder, *, kind: str, run_id: str, inputs, meta=None) -> Path
                                           "files": files, **(meta or {}), "complete": True})
 
 
-def _folder_kind(folder: Path, legacy=None) -> str | None:
+def _folder_kind(folder: Path, unfinished=None) -> str | None:
     """Kind of dopplermap output in ``folder`` ("result", "grid", ...), None if not one."""
     m = read_manifest(folder)
     if m is not None and m.get("complete"):
         return str(m.get("kind"))
-    if legacy is not None and legacy(folder):
-        return "legacy"
+    if unfinished is not None and unfinished(folder):
+        return "unfinished"
     return None
 
 
-_LEFTOVER = re.compile(r"^\.(?P<name>.+)\.(?P<what>partial|old)-(?P<pid>\d+)-[A-Za-z0-9_]+$")
+# the hidden work folders and files of a run beside its target: partial (an atomic folder
+# being built), old (the previous folder during a swap), figures (figures drawn by another
+# process), tmp (an atomic file being written); each name carries the writer's process id
+_WORK = ("partial", "old", "figures", "tmp")
+_LEFTOVER = re.compile(r"^\.(?P<name>.+)\.(?P<what>" + "|".join(_WORK) + r")-(?P<pid>\d+)-[A-Za-z0-9_]+$")
+
+
+def work_folder(path, what: str) -> Path:
+    """A new hidden work folder ``.NAME.WHAT-PID-XXXX`` beside ``path`` (same file system, so
+    its files can be renamed into place); one a killed run leaves is removed by the next
+    :func:`check_out` of ``path``."""
+    if what not in _WORK:
+        raise ValueError(f"work folder kind {what!r} is not one of {_WORK}")
+    path = _named(path)
+    parent = path.parent if str(path.parent) else Path(".")
+    return Path(tempfile.mkdtemp(prefix=f".{path.name}.{what}-{os.getpid()}-", dir=parent))
 
 
 def _named(path) -> Path:
@@ -347,10 +381,11 @@ def exclusive_lock(path, what: str | None = None):
 def clean_leftovers(path) -> list[str]:
     """Clear what killed runs left beside ``path``; returns one note per thing done.
 
-    A partial folder of a dead process is removed (it was never complete); an old folder
-    whose swap completed is removed; an old folder with no folder under the target name
-    (a kill between the two renames of a system without ``renameat2``) is put back.
-    Leftovers of a live process (a concurrent run) are only reported.
+    A work folder or file of a dead process (:data:`_WORK`: a partial folder, figures drawn
+    for it, a temporary file) is removed (it was never complete); an old folder whose swap
+    completed is removed; an old folder with no folder under the target name (a kill between
+    the two renames of a system without ``renameat2``) is put back. Leftovers of a live
+    process (a concurrent run) are only reported.
     """
     path = Path(path)
     notes = []
@@ -361,7 +396,9 @@ def clean_leftovers(path) -> list[str]:
         return notes
     for e in sorted(entries):
         m = _LEFTOVER.match(e.name)
-        if not m or m["name"] != path.name or not e.is_dir():
+        if not m or m["name"] != path.name or e.is_symlink() or not (e.is_dir() or m["what"] == "tmp"):
+            continue
+        if int(m["pid"]) == os.getpid():  # this run's own (figures drawn while it writes)
             continue
         if _pid_alive(int(m["pid"])):
             notes.append(f"{e} belongs to a running dopplermap process (pid {m['pid']}); left alone")
@@ -370,20 +407,35 @@ def clean_leftovers(path) -> list[str]:
             os.rename(e, path)
             notes.append(f"restored the previous output {path} from {e.name} (a run was killed while swapping)")
         else:
-            shutil.rmtree(e, ignore_errors=True)
+            if e.is_dir():
+                shutil.rmtree(e, ignore_errors=True)
+            else:
+                e.unlink(missing_ok=True)
             notes.append(f"removed {e.name}, left by a killed run")
     return notes
 
 
-def check_out(path, kind: str, *, overwrite: bool = False, option: str = "--out", legacy=None,
+def _refuse_link(path: Path, option: str | None, given) -> None:
+    """A symbolic link as an output is refused: the output is replaced by a rename, which
+    would replace the link itself and leave the place it points to as it was."""
+    if path.is_symlink():
+        label = f"{option} {given}" if option else str(given)
+        raise DopplermapInputError(f"{label} is a symbolic link (to {os.readlink(path)}); an output is replaced "
+                                   "as a whole, which would replace the link, not what it points to: give the "
+                                   "real path")
+
+
+def check_out(path, kind: str, *, overwrite: bool = False, option: str = "--out", unfinished=None,
               flag: str = "--overwrite") -> Path:
     """Check an output folder before any work; raise :class:`DopplermapInputError` if unusable.
 
     Accepts a path that does not exist yet (its parent must exist and be writable), an
     empty folder, or an earlier dopplermap output of the same ``kind`` when ``overwrite``.
-    Refuses a file, a read-only place, a non-empty folder that is not a dopplermap output
-    of this kind (such a folder is never deleted). ``legacy(folder) -> bool`` recognises
-    outputs written before manifests existed (treated as the same kind).
+    Refuses a file, a symbolic link (:func:`_refuse_link`), a read-only place, a non-empty
+    folder that is not a dopplermap output of this kind (such a folder is never deleted;
+    nor is one without a manifest). ``unfinished(folder) -> bool`` recognises a folder of
+    this kind that gets its manifest only when complete (a grid search, written as its
+    points finish).
     Also clears the leftovers of killed runs beside it (:func:`clean_leftovers`; each
     thing done is reported as a warning).
     """
@@ -393,6 +445,7 @@ def check_out(path, kind: str, *, overwrite: bool = False, option: str = "--out"
         cwd = Path.cwd().resolve()
     except OSError:
         raise DopplermapInputError(f"{option} {given}: the current folder no longer exists") from None
+    _refuse_link(path, option, given)
     if path.exists() and (path.resolve() == cwd or path.resolve() in cwd.parents):
         raise DopplermapInputError(f"{option} {given} is the current folder (or holds it); the output folder is "
                                    "replaced as a whole: choose a new sub-folder")
@@ -411,11 +464,11 @@ def check_out(path, kind: str, *, overwrite: bool = False, option: str = "--out"
         except PermissionError:
             raise DopplermapInputError(f"{option} {path}: the folder is not readable") from None
         if not empty:
-            found = _folder_kind(path, legacy)
+            found = _folder_kind(path, unfinished)
             if found is None:
                 raise DopplermapInputError(f"{option} {path} is not empty and is not a dopplermap {kind} folder; "
                                            f"nothing was changed: choose another {option}")
-            if found not in (kind, "legacy"):
+            if found not in (kind, "unfinished"):
                 raise DopplermapInputError(f"{option} {path} holds a dopplermap {found} output, not a {kind} output; "
                                            f"choose another {option}")
             if not overwrite:
@@ -426,19 +479,25 @@ def check_out(path, kind: str, *, overwrite: bool = False, option: str = "--out"
     return path
 
 
-def check_out_file(path, *, overwrite: bool = False, option: str = "--out") -> Path:
+def check_out_file(path, *, overwrite: bool = False, option: str | None = "--out") -> Path:
     """Check an output file before any work (parent exists and is writable, not a folder,
-    an existing file only with ``overwrite``)."""
+    not a symbolic link, an existing file only with ``overwrite``); clears the temporary
+    files killed writers left beside it. ``option``: how the message names the path
+    (None: the path alone, for a default output such as ``RESULT_DIR/report.html``)."""
     path = Path(path)
+    label = f"{option} {path}" if option else str(path)
     parent = path.parent if str(path.parent) else Path(".")
     if not parent.is_dir():
-        raise DopplermapInputError(f"{option} {path}: the parent folder {parent} does not exist; create it first")
+        raise DopplermapInputError(f"{label}: the parent folder {parent} does not exist; create it first")
     if not os.access(parent, os.W_OK | os.X_OK):
-        raise DopplermapInputError(f"{option} {path}: the folder {parent} is not writable")
+        raise DopplermapInputError(f"{label}: the folder {parent} is not writable")
+    _refuse_link(path, option, path)
     if path.is_dir():
-        raise DopplermapInputError(f"{option} {path} is a folder; give a file name")
+        raise DopplermapInputError(f"{label} is a folder; give a file name")
+    for note in clean_leftovers(path):
+        warn(note)
     if path.exists() and not overwrite:
-        raise DopplermapInputError(f"{option} {path} exists; use --overwrite to overwrite it")
+        raise DopplermapInputError(f"{label} exists; use --overwrite to overwrite it")
     return path
 
 
@@ -483,7 +542,7 @@ class AtomicFolder:
     """
 
     def __init__(self, path, kind: str, *, overwrite: bool = True, inputs: str | None = None,
-                 run_id: str | None = None, option: str = "--out", legacy=None, meta: dict | None = None,
+                 run_id: str | None = None, option: str = "--out", unfinished=None, meta: dict | None = None,
                  flag: str = "--overwrite"):
         self.path = _named(path)
         self.kind = kind
@@ -491,17 +550,16 @@ class AtomicFolder:
         self.inputs = inputs
         self.run_id = run_id or new_run_id()
         self.option = option
-        self.legacy = legacy
+        self.unfinished = unfinished
         self.flag = flag
         self.meta = dict(meta or {})
         self.tmp: Path | None = None
         self._n = 0
 
     def __enter__(self):
-        check_out(self.path, self.kind, overwrite=self.overwrite, option=self.option, legacy=self.legacy,
+        check_out(self.path, self.kind, overwrite=self.overwrite, option=self.option, unfinished=self.unfinished,
                   flag=self.flag)
-        parent = self.path.parent if str(self.path.parent) else Path(".")
-        self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.partial-{os.getpid()}-", dir=parent))
+        self.tmp = work_folder(self.path, "partial")
         return self
 
     def write(self, name: str, write) -> Path:
@@ -533,7 +591,7 @@ class AtomicFolder:
             _fault("swap")
             shutil.rmtree(tmp, ignore_errors=True)
         else:
-            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old-{os.getpid()}-", dir=tmp.parent))
+            old = work_folder(path, "old")
             os.rmdir(old)
             os.rename(path, old)
             _fault("swap:between")  # the one moment with nothing under the target name
@@ -569,30 +627,45 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-_FIGURES = (".png", ".pdf", ".svg")
+DERIVED = (".png", ".pdf", ".svg", ".html")
+"""Suffixes of the files :func:`verify_folder` does not check: figures and the HTML report,
+which ``dopplermap plot`` and ``dopplermap report`` redraw in place from the checked files."""
 
 
-def verify_folder(folder, kind: str | None = None) -> dict | None:
-    """Check a folder against its manifest; returns the manifest (None for a legacy folder).
+def verify_folder(folder, kind: str | None = None) -> dict:
+    """Check a folder against its manifest before reading it; returns the manifest.
 
-    Raises :class:`DopplermapInputError` when a file listed there is missing or differs
-    (e.g. ``map.fits`` copied in from another run).
+    One line (:class:`DopplermapInputError`) names the folder, the file and what does not
+    match when: there is no manifest (a folder not written by dopplermap, or by hand, is
+    not read), the manifest is unreadable, incomplete or of another ``kind``, or a file it
+    lists is missing or differs in size or SHA-256 from what the run wrote (an edited
+    ``summary.json``, a ``map.fits`` copied in from another run). Files with a
+    :data:`DERIVED` suffix are not checked.
     """
     folder = Path(folder)
-    m = read_manifest(folder)
-    if m is None:
-        return None
+    m = _load_manifest(folder)
+    run = m.get("run_id")
     if not m.get("complete"):
-        raise DopplermapInputError(f"{folder}: incomplete dopplermap output (its manifest says so)")
+        raise DopplermapInputError(f"{folder}: incomplete dopplermap output (its manifest {MANIFEST} says so)")
     if kind is not None and m.get("kind") != kind:
         raise DopplermapInputError(f"{folder} holds a dopplermap {m.get('kind')} output, not a {kind} output")
-    for name, info in m.get("files", {}).items():
-        if Path(name).suffix.lower() in _FIGURES:  # `dopplermap plot` redraws figures in place
+    for name, info in m["files"].items():
+        rel = Path(name)
+        if rel.is_absolute() or ".." in rel.parts or not isinstance(info, dict):
+            raise DopplermapInputError(f"{folder / MANIFEST}: entry {name!r} is not a file of this folder; "
+                                       "not a manifest dopplermap wrote")
+        if rel.suffix.lower() in DERIVED:
             continue
-        p = folder / name
+        p = folder / rel
         if not p.is_file():
-            raise DopplermapInputError(f"{folder}: {name} is missing (listed in {MANIFEST} of run {m.get('run_id')})")
-        if p.stat().st_size != info.get("bytes") or _sha256(p) != info.get("sha256"):
-            raise DopplermapInputError(f"{folder}: {name} is not the file run {m.get('run_id')} wrote (changed or "
-                                       "copied from another run); the folder mixes runs: rerun, or restore the file")
+            raise DopplermapInputError(f"{folder}: {name} is missing (listed in {MANIFEST} of run {run})")
+        size, want = p.stat().st_size, info.get("sha256")
+        if size != info.get("bytes"):
+            what = f"{size} bytes where run {run} wrote {info.get('bytes')}"
+        elif (found := _sha256(p)) != want:
+            what = f"SHA-256 {found[:16]}... where run {run} wrote {str(want)[:16]}..."
+        else:
+            continue
+        raise DopplermapInputError(f"{folder}: {name} does not match {MANIFEST} ({what}): edited, or copied from "
+                                   "another run; rerun, or restore the file")
     return m

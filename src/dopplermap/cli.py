@@ -132,8 +132,8 @@ def main(argv=None) -> int:
         except click.ClickException as exc:
             exc.show()
             rv = exc.exit_code
-        except DopplermapInputError as exc:
-            click.echo(f"error: {exc}", err=True)
+        except DopplermapInputError as exc:  # one line, whatever a library's message quoted in it held
+            click.echo(f"error: {' '.join(str(exc).split())}", err=True)
             rv = EXIT_USER
         except ImportError as exc:
             if "pip install" in str(exc):  # an optional dependency the user can install

@@ -34,7 +34,7 @@ from .choices import (
     check,
     check_error_scale,
 )
-from .errors import DopplermapInputError, MissingFileError
+from .errors import DopplermapInputError, MissingFileError, bad_file
 from .io.quality import check_bitmask
 from .io.times import parse_time_scale
 from .limb_darkening import LimbDarkening
@@ -521,12 +521,16 @@ def parse_config(table: dict, *, source: str = "<config>", base_dir: str = ".") 
 def load_config(path) -> TargetConfig:
     """Read and validate a target TOML file."""
     path = Path(path)
+    if path.is_dir():
+        raise DopplermapInputError(f"{path} is a folder, not a target TOML file")
     if not path.is_file():
         raise MissingFileError(f"target file not found: {path}")
     try:
-        table = tomllib.loads(path.read_text())
+        table = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise DopplermapInputError(f"{path}: invalid TOML: {exc}") from None
+    except (UnicodeDecodeError, RecursionError, OSError) as exc:  # TOML is UTF-8; the parser recurses per level
+        raise bad_file(path, "TOML file", exc) from None
     return parse_config(table, source=str(path), base_dir=str(path.parent))
 
 

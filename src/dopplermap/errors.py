@@ -11,7 +11,10 @@
   dm.DopplermapWarning)``); the CLI lists a run's warnings in its summary and in
   ``summary.json``. Each message says what to check.
 
-Anything else that escapes is a bug of ours: the CLI shows its traceback and exits 1.
+A reader of an input file (decorated with :func:`reader`) turns bytes it cannot decode
+(not UTF-8, cut short, a damaged zip or FITS, nested too deeply) into a one-line
+:class:`DopplermapInputError` naming the file (:func:`bad_file`). Anything else that
+escapes is a bug of ours: the CLI shows its traceback and exits 1.
 The exit statuses (``EXIT_*``) are defined here, with :func:`exit_status` for a written
 result, so that the app layer and the commands need not import the CLI.
 """
@@ -19,11 +22,16 @@ result, so that the app layer and the commands need not import the CLI.
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
+import struct
 import sys
 import warnings
+import zipfile
+import zlib
 
 __all__ = ["DopplermapError", "DopplermapInputError", "MissingFileError", "DopplermapWarning",
-           "ConvergenceWarning", "warn", "collect_warnings", "active_warnings", "exit_status",
+           "ConvergenceWarning", "warn", "collect_warnings", "active_warnings", "exit_status", "bad_file", "reader", "one_line",
            "EXIT_OK", "EXIT_BUG", "EXIT_USER", "EXIT_NOT_CONVERGED", "EXIT_INTERRUPTED"]
 
 EXIT_OK = 0
@@ -45,6 +53,75 @@ class DopplermapInputError(DopplermapError, ValueError):
 
 class MissingFileError(DopplermapInputError, FileNotFoundError):
     """An input file or folder that does not exist."""
+
+
+# what a reader raises on bytes it cannot decode: text that is not UTF-8, a cut or damaged zip
+# or FITS file, numbers that do not parse, structures nested past the interpreter's limit
+BAD_BYTES = (UnicodeError, ValueError, EOFError, zipfile.BadZipFile, zlib.error, struct.error, RecursionError,
+             OSError, KeyError, IndexError, TypeError,
+             NotImplementedError)  # zipfile, for a damaged header's "compression method"
+
+
+def _decoding(exc: BaseException) -> bool:
+    """``exc`` says the bytes could not be decoded: one of :data:`BAD_BYTES`, or an error of
+    astropy's readers (a FITS card that does not parse raises its own ``VerifyError``)."""
+    return isinstance(exc, BAD_BYTES) or type(exc).__module__.startswith(("astropy.io.", "astropy.table."))
+
+
+def bad_file(path, what: str, exc: BaseException, hint: str = "") -> DopplermapInputError:
+    """The one-line error for a file ``path`` (a ``what``: "TOML file", ".npz problem file" ...)
+    that could not be read because of ``exc``: says what is wrong and names the file; ``hint``
+    is added (what else the file might be)."""
+    if isinstance(exc, UnicodeDecodeError):
+        bad = exc.object[exc.start:exc.start + 1]
+        reason = f"not UTF-8 text (byte 0x{bad.hex()} at offset {exc.start}: {exc.reason}); save the {what} as UTF-8"
+    elif isinstance(exc, RecursionError):
+        reason = f"nested too deeply to read as a {what}"
+    elif isinstance(exc, (EOFError, zipfile.BadZipFile, zlib.error, struct.error, NotImplementedError)):
+        reason = f"truncated or damaged {what} ({type(exc).__name__}: {exc})"
+    elif isinstance(exc, IsADirectoryError):
+        reason = f"is a folder, not a {what}"
+    elif isinstance(exc, OSError) and exc.strerror:
+        reason = f"cannot read the {what} ({exc.strerror})"
+    else:
+        reason = f"not a readable {what} ({type(exc).__name__}: {exc})"
+    err = MissingFileError if isinstance(exc, FileNotFoundError) else DopplermapInputError
+    return err(one_line(f"{path}: {reason}" + (f" ({hint})" if hint else "")))
+
+
+def one_line(text: str, limit: int = 400) -> str:
+    """``text`` on one line and at most ``limit`` characters (a library's message quoted in an
+    error can span lines and quote a whole damaged file)."""
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def reader(what: str, arg: str = "path"):
+    """Decorator of a function that reads the file (or folder) named by its argument ``arg``:
+    a decoding failure (:data:`BAD_BYTES`) inside it becomes :func:`bad_file`'s one-line
+    :class:`DopplermapInputError` naming that file; the errors it raises on purpose pass,
+    put on one line (:func:`one_line`) where they quote a library's message over several."""
+
+    def wrap(fn):
+        sig = inspect.signature(fn)
+
+        @functools.wraps(fn)
+        def read(*args, **kwargs):
+            try:
+                return fn(*args, **kwargs)
+            except DopplermapError as exc:
+                if len(exc.args) == 1 and "\n" in str(exc.args[0]):
+                    exc.args = (one_line(exc.args[0], limit=2000),)
+                raise
+            except Exception as exc:
+                if not _decoding(exc):
+                    raise
+                path = sig.bind_partial(*args, **kwargs).arguments.get(arg, "?")
+                raise bad_file(path, what, exc) from None
+
+        return read
+
+    return wrap
 
 
 class DopplermapWarning(UserWarning):

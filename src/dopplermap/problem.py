@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -624,6 +625,8 @@ def from_npz(path, *, n_cell: int = 400, settings: Settings = Settings(), seed: 
     path = Path(path)
     if not path.exists():
         raise MissingFileError(f"problem file {path} does not exist")
+    if path.is_file() and not zipfile.is_zipfile(path):  # else numpy takes it for a pickle and says so
+        raise DopplermapInputError(f"{path}: not a .npz file (not a zip archive: cut short, or another kind of file)")
     try:  # every member is read here, so a damaged one is reported as a bad file
         with np.load(path, allow_pickle=False) as z:
             npz = {k: np.asarray(z[k]) for k in z.files}

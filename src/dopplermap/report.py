@@ -23,8 +23,9 @@ import numpy as np
 
 from . import style
 from ._version import __version__
-from .atomic import write_text
-from .errors import DopplermapInputError, MissingFileError
+from .atomic import read_manifest, write_text
+from .errors import reader
+from .io.results import check_result_folder, read_json
 from .plot import colour_limits, grid_raster
 
 __all__ = ["report_html", "write_report", "FIGURE_ORDER"]
@@ -124,20 +125,24 @@ def _globe_data(folder: Path, summary: dict) -> dict:
     return {"quantities": quantities, "inclination": float(star.get("inclination") or 60.0)}
 
 
-def report_html(result_dir) -> str:
-    """The report of the result folder ``result_dir`` as one HTML string (nothing written)."""
+@reader("result folder", arg="result_dir")
+def report_html(result_dir, *, check: bool = True) -> str:
+    """The report of the result folder ``result_dir`` as one HTML string (nothing written).
+
+    The folder is checked first, as :func:`dopplermap.load_result` checks it
+    (:func:`dopplermap.io.results.check_result_folder`): an edited or mixed folder is refused,
+    and only files its run wrote are shown. ``check=False`` skips the manifest: for the
+    folder being written by this process (the report inside an atomic result folder).
+    """
     folder = Path(result_dir)
-    marker = folder / "summary.json"
-    if not folder.is_dir():
-        raise MissingFileError(f"result folder {folder} does not exist")
-    if not marker.is_file():
-        raise DopplermapInputError(f"{folder} is not a complete dopplermap result folder (no summary.json)")
-    try:
-        summary = json.loads(marker.read_text())
-    except json.JSONDecodeError as exc:
-        raise DopplermapInputError(f"{marker}: not valid JSON ({exc})") from exc
-    config = json.loads((folder / "config.json").read_text()) if (folder / "config.json").is_file() else {}
-    inputs = sorted(p for p in folder.glob("config.*") if p.name != "config.json")
+    summary = check_result_folder(folder, manifest=check)
+    listed = (read_manifest(folder) or {}).get("files", {}) if check else None
+
+    def ours(paths):  # a file put into the folder later is not the run's: not reported as its
+        return sorted(p for p in paths if listed is None or p.name in listed)
+
+    config = read_json(folder / "config.json", "configuration") if (folder / "config.json").is_file() else {}
+    inputs = ours(p for p in folder.glob("config.*") if p.name != "config.json")
 
     pngs = {p.stem: p for p in folder.glob("*.png") if not p.name.startswith(".")}
     # a data set's figures (profiles_<set>, light_curve_<band>) follow their kind's place
@@ -177,7 +182,7 @@ def report_html(result_dir) -> str:
             fit_rows.append((f"error scale{where}", f"{d['factor']:.4g} ({d.get('method')}{spread}{detail})"))
     star_rows = [(_STAR_LABELS.get(k, k), v) for k, v in (summary.get("star") or {}).items() if v is not None]
     unc_rows = [(k, v) for k, v in summary.items() if k.startswith(("sigma_", "uncertainty_"))]
-    unc_files = sorted(p.name for p in folder.glob("uncertainty_*.npz"))
+    unc_files = [p.name for p in ours(folder.glob("uncertainty_*.npz"))]
     unc_html = (_table(unc_rows) if unc_rows else "<p>No uncertainties were computed for this run "
                 "(<code>dopplermap invert --uncertainty laplace</code> adds them).</p>")
     if unc_files:
@@ -197,10 +202,10 @@ def report_html(result_dir) -> str:
         globe_note="" if globe else "<p>No map.fits in this folder: no globe.</p>")
 
 
-def write_report(result_dir, path=None) -> Path:
+def write_report(result_dir, path=None, *, check: bool = True) -> Path:
     """Write :func:`report_html` of ``result_dir`` to ``path`` (default ``result_dir/report.html``),
-    through a temporary file; returns the path."""
-    text = report_html(result_dir)
+    through a temporary file; returns the path. ``check``: as in :func:`report_html`."""
+    text = report_html(result_dir, check=check)
     path = Path(result_dir) / "report.html" if path is None else Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     return write_text(path, text)

@@ -48,7 +48,7 @@ from . import regularisers, style
 from .atomic import exclusive_lock, fingerprint, write_text
 from .choices import REGULARISERS, WEIGHTED_REGULARISERS, check
 from .diagnostics import INTERVAL_CHI2_HIGH, INTERVAL_CHI2_LOW
-from .errors import DopplermapInputError, DopplermapWarning, warn
+from .errors import DopplermapInputError, DopplermapWarning, reader, warn
 from .errorscale import ErrorScale, error_scale_for
 from .geometry import StarParams, check_star
 from .gravity import breakup, implied_radius, log_g
@@ -722,6 +722,7 @@ def _cell(k: str, v: str):
     return int(v) if k in _INT_COLUMNS else float(v)
 
 
+@reader("grid-search table")
 def read_table(path) -> list[dict]:
     """Rows of a grid-search CSV (floats; ``point``, ``iterations``, ``success``, ``maxiter``,
     ``fit_rv``, ``fit_amp`` ints; ``regulariser_kind``, ``problem``, ``status`` and ``reason``
@@ -774,7 +775,7 @@ def _prepare_table(path: Path, names, points, resume: bool, settings_row: dict |
     if path.exists() and path.stat().st_size > 0:
         if not resume:
             raise DopplermapInputError(f"{path} exists; pass resume=True (--resume) to continue it, or remove it")
-        with path.open() as fh:
+        with path.open(errors="replace") as fh:  # a damaged header is refused below as another search's
             first = fh.readline().rstrip("\n").split(",")
         if first != header:
             raise DopplermapInputError(f"{path}: columns {first} differ from this search's {header}; not the same search")

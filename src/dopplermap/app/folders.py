@@ -11,12 +11,12 @@ import dataclasses
 import functools
 import os
 import shutil
-import tempfile
 import types
 from pathlib import Path
 
 import numpy as np
 
+from ..atomic import work_folder
 from ..compiled import call_cached
 from ..figure_process import submit
 from ..io import results as _files
@@ -80,13 +80,14 @@ def save_result(result, path, *, plots: bool = True, plot_kwargs: dict | None = 
     early) the figures are drawn there while this process writes the other files, into a
     staging folder next to ``path`` whose files then move into the result folder.
     """
-    finishers = (("report.html", write_report),) if report else ()
+    # the report is written inside the atomic folder, before its manifest: nothing to check yet
+    finishers = (("report.html", functools.partial(write_report, check=False)),) if report else ()
     if not plots or figure_process is None:
         figures = functools.partial(plot_result, **(plot_kwargs or {})) if plots else None
         return _files.save_result(result, path, figures=figures, finishers=finishers, **kwargs)
     parent = Path(path).absolute().parent
     parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{Path(path).name}.figures-", dir=parent))  # same file system
+    staging = work_folder(Path(parent) / Path(path).name, "figures")  # a killed run's is cleared by check_out
     collected = []
     try:
         finish = submit(figure_process, "dopplermap.plot:plot_result", figure_view(result), staging,

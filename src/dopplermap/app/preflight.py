@@ -6,14 +6,12 @@ loads matplotlib on another core meanwhile.
 from __future__ import annotations
 
 import contextlib
-import json
 from pathlib import Path
 
 from ..atomic import check_out
 from ..choices import SIMULATION_FORMATS, check
 from ..errors import DopplermapInputError
 from ..figure_process import FigureProcess
-from ..io.results import is_result_dir
 
 SEED_FIGURES = "dopplermap.app.seed_figures"
 """The module of the seed figures, which the figure child of ``invert-seed`` preloads."""
@@ -28,20 +26,12 @@ def figure_process(plots: bool, preload=("dopplermap.plot",)):
 
 def check_result_out(out: Path, overwrite: bool) -> None:
     """``--out`` of ``invert`` and ``demo``: a new folder, or (with ``overwrite``) a result folder."""
-    check_out(out, "result", overwrite=overwrite, legacy=is_result_dir)
-
-
-def is_seed_result(folder: Path) -> bool:
-    """An ``invert-seed`` folder written before manifests existed."""
-    try:
-        return "loss_definition" in json.loads((folder / "summary.json").read_text()) and (folder / "result.npz").is_file()
-    except (OSError, ValueError, TypeError):
-        return False
+    check_out(out, "result", overwrite=overwrite)
 
 
 def check_seed_out(out: Path, overwrite: bool) -> None:
     """``--out`` of ``invert-seed``."""
-    check_out(out, "seed-result", overwrite=overwrite, legacy=is_seed_result)
+    check_out(out, "seed-result", overwrite=overwrite)
 
 
 def check_seed_arguments(idc, sg, cpcs, problem) -> None:
@@ -55,14 +45,9 @@ def check_seed_arguments(idc, sg, cpcs, problem) -> None:
                          "(or --problem FILE.npz from `dopplermap convert`)")
 
 
-def is_simulation(folder: Path) -> bool:
-    """A ``simulate`` folder written before manifests existed."""
-    return (folder / "truth.npz").is_file()
-
-
 def check_simulation_out(out: Path, overwrite: bool) -> None:
     """``--out`` of ``simulate``."""
-    check_out(out, "simulation", overwrite=overwrite, legacy=is_simulation)
+    check_out(out, "simulation", overwrite=overwrite)
 
 
 def check_simulation_arguments(fmt: str, n_cell: int, n_epoch: int, n_vel: int) -> None:

@@ -159,15 +159,8 @@ def _write_json(path: Path, data: dict) -> None:
 
 
 def _is_grid(folder: Path) -> bool:
+    """A grid-search folder: its manifest is written only when the search completes."""
     return (folder / "grid.csv").is_file()
-
-
-def _is_lambda(folder: Path) -> bool:
-    """A lambda folder written before manifests existed (its lambda.json is ours)."""
-    try:
-        return "lmbds" in json.loads((folder / "lambda.json").read_text())
-    except (OSError, ValueError, TypeError):
-        return False
 
 
 @contextlib.contextmanager
@@ -184,7 +177,7 @@ def run_lambda(problem, *, n_cell, n_epoch, n_vel, snr, regulariser, out: Path, 
     """``dopplermap lambda``: sweep lambda on the problem of :func:`load_problem` and write the
     folder ``out`` (lcurve.csv, lambda.json, lcurve.png) atomically; progress on stderr unless
     ``quiet``, the result line on stdout. Returns what lambda.json holds."""
-    check_out(out, "lambda", overwrite=overwrite, legacy=_is_lambda)  # before any work
+    check_out(out, "lambda", overwrite=overwrite)  # before any work
     lm = _lambda_list(lmbds)
     if not np.all(np.isfinite(lm) & (lm >= 0)):
         raise DopplermapInputError(f"--lmbds: every lambda must be finite and >= 0, got {lmbds!r}")
@@ -220,7 +213,7 @@ def run_lambda(problem, *, n_cell, n_epoch, n_vel, snr, regulariser, out: Path, 
     lines = sw.table().splitlines()  # each row also names its settings and problem
     table = "\n".join([lines[0] + ",regulariser_kind,tol,problem"]
                       + [f"{ln},{regulariser},{tol!r},{fp}" for ln in lines[1:]]) + "\n"
-    with AtomicFolder(out, "lambda", overwrite=overwrite, inputs=fp, legacy=_is_lambda) as folder:
+    with AtomicFolder(out, "lambda", overwrite=overwrite, inputs=fp) as folder:
         folder.write("lcurve.csv", lambda p: p.write_text(table))
         choice["run_id"] = folder.run_id
         folder.write("lambda.json", lambda p: p.write_text(json.dumps(choice, indent=2, default=float)))
@@ -247,7 +240,7 @@ def run_grid(problem, *, n_cell, n_epoch, n_vel, snr, regulariser, out: Path, ov
     axes = _axes(params, max_points)
     search.check_grid_size(axes, max_points)
     if not (out.is_dir() and resume and _is_grid(out)):  # resuming: grid_search checks the table
-        check_out(out, "grid", overwrite=overwrite, legacy=_is_grid,  # before any work
+        check_out(out, "grid", overwrite=overwrite, unfinished=_is_grid,  # before any work
                   flag="--resume (to continue an interrupted search) or --overwrite")
     cluster = None if scheduler == "sync" else search.Cluster(scheduler, workers, connect_timeout)
     if cluster is not None and cluster.remote:  # an unreachable scheduler fails before any work

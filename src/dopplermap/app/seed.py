@@ -27,8 +27,6 @@ from .preflight import (
     check_seed_arguments,
     check_seed_out,
     check_simulation_arguments,
-    is_seed_result,
-    is_simulation,
 )
 
 __all__ = ["convert_seed", "read_problem", "run_invert_seed", "seed_figure_arrays", "simulate_files"]
@@ -93,7 +91,7 @@ def run_invert_seed(problem, out: Path, *, lmbd: float, tol: float, maxiter: int
                    n_visible_min=int(problem.n_visible.min()), n_visible_max=int(problem.n_visible.max()),
                    has_coordinates=problem.has_coordinates, source=problem.source,
                    loss_definition="chi2/(n_epoch n_vel) + lmbd * seed MEM (the seed's loss)")
-    with AtomicFolder(out, "seed-result", overwrite=overwrite, inputs=inputs, legacy=is_seed_result) as folder:
+    with AtomicFolder(out, "seed-result", overwrite=overwrite, inputs=inputs) as folder:
         arrays = dict(fssc=res.fssc, fssh=res.fssh, fssp=res.fssp, rv=res.rv, amp=res.amp, model=res.model,
                       flux=np.asarray(obs.flux), err=np.asarray(obs.err), vels=np.asarray(obs.vels),
                       labels=np.array(problem.labels, dtype=str), run_id=np.array(folder.run_id),
@@ -126,7 +124,7 @@ def simulate_files(out: Path, *, fmt: str = "npz", n_cell: int = 2500, n_epoch: 
     sim = simulate(grid, star, times, vels, comps, DEMO_SPOTS, snr=snr, seed=seed)
     kw = dict(keys=keys, per_cell_lis=per_cell_lis, as_jax=as_jax, coordinates=coordinates)
     out = Path(out)
-    with AtomicFolder(out, "simulation", overwrite=overwrite, legacy=is_simulation,
+    with AtomicFolder(out, "simulation", overwrite=overwrite,
                       meta={"simulation": {"snr": snr, "seed": seed, "format": fmt}}) as folder:
         tmp = folder.tmp
         if fmt == "seed-pickle":

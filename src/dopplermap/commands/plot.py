@@ -14,7 +14,7 @@ def register(group):
     @click.argument("result_dir", type=click.Path(file_okay=False, path_type=Path))
     @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
                   help="Folder for the figures (default: RESULT_DIR); written as one atomic folder.")
-    @click.option("--overwrite", is_flag=True, help="Replace earlier figures in --out.")
+    @click.option("--overwrite", is_flag=True, help="Replace earlier figures (in --out, or in RESULT_DIR when drawing there).")
     @click.option("--format", "fmt", type=click.Choice(FIGURE_FORMATS), default="png", show_default=True,
                   help="Figure file format.")
     @click.option("--dpi", type=click.IntRange(30, 600), default=150, show_default=True,
@@ -24,8 +24,8 @@ def register(group):
     def plot(result_dir, out, overwrite, fmt, dpi, max_profiles):
         """Draw maps, orthographic views, profile fits, dynamic spectra and convergence of a result.
 
-        Figures are journal-sized (3.5 or 7.1 in wide, fonts >= 8 pt; TrueType fonts in PDF). A
-        folder whose files come from different runs is refused (each file carries its run id).
+        Figures are journal-sized (3.5 or 7.1 in wide, fonts >= 8 pt; TrueType fonts in PDF). The
+        folder is checked against its manifest first: an edited file, or one from another run, is refused.
         """
         from ..app.review import plot_folder
 

@@ -12,9 +12,12 @@ def register(group):
     @click.argument("result_dir", type=click.Path(file_okay=False, path_type=Path))
     @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
                   help="HTML file to write (default: RESULT_DIR/report.html).")
-    @click.option("--overwrite", is_flag=True, help="Replace an existing --out file.")
+    @click.option("--overwrite", is_flag=True, help="Replace an existing report (--out, or RESULT_DIR/report.html).")
     def report(result_dir, out, overwrite):
-        """Write an offline HTML report: figures, parameters, warnings, uncertainties, configuration, 3-D star."""
+        """Write an offline HTML report: figures, parameters, warnings, uncertainties, configuration, 3-D star.
+
+        The folder is checked against its manifest first: an edited file, or one from another run, is refused.
+        """
         from ..app.review import report_folder
 
         click.echo(str(report_folder(result_dir, out, overwrite=overwrite)))

@@ -78,7 +78,7 @@ import numpy as np
 
 from ..atomic import write_file, write_text
 from ..choices import BIN_UNITS, LIGHTCURVE_FORMATS, LIGHTCURVE_UNITS, LIGHTCURVE_WRITE_FORMATS, check
-from ..errors import DopplermapInputError, MissingFileError, warn
+from ..errors import DopplermapInputError, MissingFileError, bad_file, reader, warn
 from .quality import apply_bitmask, check_bitmask, mission_flags, resolve_bitmask
 from .times import TimeScale, check_time_overlap, parse_time_scale, to_internal
 
@@ -243,11 +243,12 @@ def _check_flux_kind(source, values, unit, hint):
              "fluxes (normalised or in counts): check [data] lightcurve_unit")
 
 
+@reader("light-curve file")
 def _read_text(path: Path, unit, ts, scale_name, ra, dec):
     try:
         text = path.read_text().splitlines()
-    except UnicodeDecodeError:
-        raise DopplermapInputError(f"{path}: not a text file (for FITS use a .fits name or format 'fits')") from None
+    except UnicodeDecodeError as exc:
+        raise bad_file(path, "light-curve file", exc, hint="for FITS use a .fits name or format 'fits'") from None
     rows, lines, header, n_col = [], [], None, None
     for ln, line in enumerate(text, start=1):
         s = line.strip()
@@ -380,6 +381,7 @@ def _refuse_other_products(path, hdul):
                                        "no time column), not a light curve: give profiles as [data] profiles")
 
 
+@reader("light-curve file")
 def _read_fits(path: Path, column, unit, ts, scale_name, ra, dec, declared, quality):
     from astropy.io import fits
 
@@ -394,6 +396,10 @@ def _read_fits(path: Path, column, unit, ts, scale_name, ra, dec, declared, qual
             raise DopplermapInputError(f"{path}: no binary-table extension found")
         tab = next((h for h in tabs if h.name.upper() == "LIGHTCURVE"), tabs[0])
         names = list(tab.columns.names)
+        unnamed = [i for i, n in enumerate(names, start=1) if not n]
+        if unnamed:
+            raise DopplermapInputError(f"{path}: table column {unnamed[0]} has no name (its TTYPE{unnamed[0]} card is "
+                                       "missing or damaged)")
         upper = {n.upper(): n for n in names}
         primary = hdul[0].header
         tunit = str(tab.columns[upper["TIME"]].unit or "").strip().lower() if "TIME" in upper else ""

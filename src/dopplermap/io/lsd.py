@@ -69,7 +69,7 @@ import numpy as np
 
 from ..atomic import write_file, write_text
 from ..choices import PROFILE_FORMATS, PROFILE_WRITE_FORMATS, check
-from ..errors import DopplermapInputError, MissingFileError, warn
+from ..errors import DopplermapInputError, MissingFileError, bad_file, one_line, reader, warn
 from ..objective import Observations
 from ..profiles import tabulated
 
@@ -314,6 +314,15 @@ def _open_table(path: Path):
     return hdul, tab
 
 
+def _column_names(path, tab) -> list[str]:
+    """The column names of a FITS table; a column without one (a damaged TTYPEn card) is refused."""
+    names = list(tab.columns.names)
+    for i, n in enumerate(names, start=1):
+        if not n:
+            raise DopplermapInputError(f"{path}: table column {i} has no name (its TTYPE{i} card is missing or damaged)")
+    return names
+
+
 def _stack(path, tab, cols):
     try:
         return np.stack([np.asarray(tab.data[c], dtype=float).reshape(-1) for c in cols], axis=1)
@@ -324,7 +333,7 @@ def _stack(path, tab, cols):
 def _read_fits(path: Path, columns=None) -> LineProfile:
     hdul, tab = _open_table(path)
     with hdul:
-        names = list(tab.columns.names)
+        names = _column_names(path, tab)
         if columns is not None:
             if len(columns) != 3:
                 raise DopplermapInputError(f"fits_columns must name 3 columns (velocity, intensity, error), got {list(columns)}")
@@ -347,6 +356,7 @@ def _read_fits(path: Path, columns=None) -> LineProfile:
     return _check_rows(f"{path} (table row)", arr, list(range(1, arr.shape[0] + 1)), columns=f"columns {cols}")
 
 
+@reader("line-profile file")
 def read_lsd(path, fmt: str = "auto", *, fits_columns=None) -> LineProfile:
     """Read one profile; see the module docstring for ``fmt`` and ``fits_columns``."""
     path = Path(path)
@@ -357,8 +367,8 @@ def read_lsd(path, fmt: str = "auto", *, fits_columns=None) -> LineProfile:
         return _read_fits(path, fits_columns)
     try:
         text = path.read_text().splitlines()
-    except UnicodeDecodeError:
-        raise DopplermapInputError(f"{path}: not a text file (for FITS use a .fits name or format 'fits')") from None
+    except UnicodeDecodeError as exc:
+        raise bad_file(path, "line-profile file", exc, hint="for FITS use a .fits name or format 'fits'") from None
     rows, lines, _ = _parse_columns(path, text, fmt=fmt, min_cols=3, what="velocity, intensity, error")
     return _check_rows(path, rows, lines)
 
@@ -446,7 +456,7 @@ def _read_ecsv(path: Path) -> dict[str, Epoch]:
     try:
         tab = Table.read(path, format="ascii.ecsv")
     except Exception as exc:  # astropy raises many types for a malformed ECSV
-        raise DopplermapInputError(f"{path}: not a readable ECSV table ({type(exc).__name__}: {exc})") from None
+        raise DopplermapInputError(one_line(f"{path}: not a readable ECSV table ({type(exc).__name__}: {exc})")) from None
     fi, ti, vi = _column_roles(path, "header", tab.colnames)
     names = tab.colnames
     vs = None
@@ -480,6 +490,7 @@ def _read_ecsv(path: Path) -> dict[str, Epoch]:
     return out
 
 
+@reader("epochs table")
 def read_epochs_table(path) -> dict[str, Epoch]:
     """Epochs table: file name, time (days) and optionally the systemic velocity (km/s).
 
@@ -764,6 +775,7 @@ def load_profiles(cfg):
     return obs, files
 
 
+@reader("local line-profile table")
 def read_local_profile(path):
     """Tabulated local profile: velocity (km/s, increasing), I/Ic [, ...] in the LSD text layout.
 
@@ -775,8 +787,8 @@ def read_local_profile(path):
         raise MissingFileError(f"local-profile file not found: {path}")
     try:
         text = path.read_text().splitlines()
-    except UnicodeDecodeError:
-        raise DopplermapInputError(f"{path}: not a text file") from None
+    except UnicodeDecodeError as exc:
+        raise bad_file(path, "local line-profile table", exc) from None
     rows, lines, _ = _parse_columns(path, text, fmt="auto", min_cols=2, what="velocity, I/Ic")
     arr = np.asarray(rows, dtype=float)
     for i, row in enumerate(arr):

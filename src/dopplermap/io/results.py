@@ -34,8 +34,10 @@ Everything is written into a hidden temporary folder next to the target, which i
 onto the target only when complete (:class:`dopplermap.atomic.AtomicFolder`; its manifest
 ``dopplermap.json`` lists every file's SHA-256, the run id and a fingerprint of the inputs):
 an interrupted run leaves either the previous result or the complete new one under the
-target name. Every FITS HDU carries the run id (``RUNID``); :func:`load_result` refuses a
-folder whose files come from different runs.
+target name. Every FITS HDU carries the run id (``RUNID``). :func:`check_result_folder`,
+which :func:`load_result`, ``dopplermap plot`` and ``dopplermap report`` run first, refuses
+a folder whose files differ from what the run wrote (an edited ``summary.json``, a
+``map.fits`` from another run) or that has no manifest.
 
 This module reads and writes data only: the spotless model is computed by the caller
 (:func:`dopplermap.app.with_context`) and figures are drawn by the writer it passes in.
@@ -56,11 +58,11 @@ import numpy as np
 from .._version import __version__
 from ..atomic import AtomicFolder, fingerprint, verify_folder
 from ..constants import FILL_MIN
-from ..errors import DopplermapInputError, active_warnings
+from ..errors import DopplermapInputError, MissingFileError, active_warnings, bad_file, reader
 from ..grid import SurfaceGrid
 from ..result import InversionResult, light_curves, line_sets
 
-__all__ = ["save_result", "load_result", "with_context", "prefetch_writers", "is_result_dir", "RESULT_FILES"]
+__all__ = ["save_result", "load_result", "check_result_folder", "with_context", "prefetch_writers", "RESULT_FILES"]
 
 log = logging.getLogger(__name__)
 
@@ -212,14 +214,6 @@ def _seed_entropy_np(fssc, fssh, area, m: float = FILL_MIN) -> float:
     s = fssc + fssh
     term = fssc * np.log(fssc / m) + fssh * np.log(fssh / m) + s * np.log(s / (1.0 - m))
     return float(np.sum(wp * term) / fssc.shape[0])
-
-
-def is_result_dir(path: Path) -> bool:
-    """A result folder (also one written before manifests existed): its summary.json is ours."""
-    try:
-        return json.loads((path / _MARKER).read_text()).get("format") == _FORMAT
-    except (OSError, ValueError, AttributeError):
-        return False
 
 
 def _map_hdus(res, fits):
@@ -437,7 +431,7 @@ def save_result(result, path, *, figures=None, config_file=None, overwrite: bool
     if config_file is not None and not Path(config_file).is_file():
         raise DopplermapInputError(f"config_file {config_file} does not exist")
     fp = input_fingerprint(result)
-    with AtomicFolder(path, "result", overwrite=overwrite, inputs=fp, legacy=is_result_dir, option="result folder",
+    with AtomicFolder(path, "result", overwrite=overwrite, inputs=fp, option="result folder",
                       flag="overwrite=True") as folder:
         t0 = time.perf_counter()
         timings = _write_files(result, folder, config_file, figures, folder.run_id)
@@ -475,10 +469,58 @@ def _check_same_run(path: Path, run_ids: dict) -> None:
                                    "into an empty folder")
 
 
+def read_json(path: Path, what: str) -> dict:
+    """The JSON object in the file ``path`` (a ``what``), or a one-line error naming it."""
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, RecursionError, OSError) as exc:  # not JSON, not UTF-8, nested too deeply
+        raise bad_file(path, what, exc) from None
+    if not isinstance(obj, dict):
+        raise DopplermapInputError(f"{path}: not a {what} (a JSON object), but a {type(obj).__name__}")
+    return obj
+
+
+def check_result_folder(path, *, manifest: bool = True) -> dict:
+    """Check a result folder before anything reads it; returns its ``summary.json``.
+
+    The one check of :func:`load_result`, ``dopplermap plot`` and ``dopplermap report``: the
+    folder exists, its manifest (:func:`dopplermap.atomic.verify_folder`) is complete, of a
+    result, lists the result's files and matches every file byte for byte (SHA-256; figures
+    and report.html, redrawn in place, excepted), and ``summary.json`` names the manifest's
+    run. A folder without a manifest is refused: every result folder dopplermap writes has
+    one, and nothing else says that its files belong together. Each failure is one line
+    (:class:`DopplermapInputError`) naming the folder, the file and what does not match.
+    ``manifest=False`` skips the manifest: only for a folder being written by this process.
+    """
+    path = Path(path)
+    if not path.is_dir():
+        raise MissingFileError(f"result folder {path} does not exist")
+    m = None
+    if manifest:
+        m = verify_folder(path, "result")
+        missing = [n for n in ("map.fits", "profiles.fits", _MARKER) if n not in m["files"]]
+        if missing:
+            raise DopplermapInputError(f"{path}: its manifest lists no {missing[0]}; not a complete result folder")
+    marker = path / _MARKER
+    if not marker.is_file():
+        raise DopplermapInputError(f"{path} is not a complete dopplermap result folder (no {_MARKER})")
+    summary = read_json(marker, "result summary")
+    if summary.get("format") != _FORMAT:
+        raise DopplermapInputError(f"{marker}: not the summary of a dopplermap result (format {_FORMAT!r})")
+    if not summary.get("complete"):
+        raise DopplermapInputError(f"{marker}: result folder is incomplete")
+    if m is not None and summary.get("run_id") != m.get("run_id"):
+        raise DopplermapInputError(f"{path}: {_MARKER} names run {summary.get('run_id')} but the manifest run "
+                                   f"{m.get('run_id')}; the folder mixes runs: rerun")
+    return summary
+
+
+@reader("result folder")
 def load_result(path):
     """Read a result folder written by :func:`save_result` into an :class:`InversionResult`.
 
-    Raises ``ValueError`` when ``path`` is not a complete result folder.
+    The folder is checked first (:func:`check_result_folder`); a folder that is not a
+    complete, unaltered result is refused with a :class:`DopplermapInputError`.
     """
     from astropy.io import fits
 
@@ -488,21 +530,7 @@ def load_result(path):
     from ..objective import Observations
 
     path = Path(path)
-    if not path.is_dir():
-        raise DopplermapInputError(f"result folder {path} does not exist")
-    marker = path / _MARKER
-    if not marker.is_file():
-        raise DopplermapInputError(f"{path} is not a complete dopplermap result folder (no {_MARKER})")
-    try:
-        summary = json.loads(marker.read_text())
-    except json.JSONDecodeError as exc:
-        raise DopplermapInputError(f"{marker}: not valid JSON ({exc})") from exc
-    if not summary.get("complete"):
-        raise DopplermapInputError(f"{marker}: result folder is incomplete")
-    for name in ("map.fits", "profiles.fits"):
-        if not (path / name).is_file():
-            raise DopplermapInputError(f"{path} is missing {name}")
-    verify_folder(path, "result")
+    summary = check_result_folder(path)
     run_ids = {"summary.json": summary.get("run_id")}
 
     with fits.open(path / "map.fits") as hdul:
@@ -574,7 +602,7 @@ def load_result(path):
             bands.append(band)
         light_curve = None if not bands else bands[0] if "name" not in bands[0] else tuple(bands)
 
-    config = json.loads((path / "config.json").read_text()) if (path / "config.json").is_file() else {}
+    config = read_json(path / "config.json", "configuration") if (path / "config.json").is_file() else {}
 
     # further scalar fields of InversionResult (e.g. chi2_lc) travel through summary.json
     context = {"fssc", "fssh", "rv", "amp", "history", "model", "grid", "star", "obs", "spotless", "intensities",

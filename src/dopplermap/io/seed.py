@@ -30,6 +30,7 @@ import dataclasses
 import numbers
 import os
 import pickle
+import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -38,7 +39,7 @@ import numpy as np
 
 from .. import _device, choices
 from ..atomic import write_file
-from ..errors import DopplermapInputError, MissingFileError
+from ..errors import DopplermapInputError, MissingFileError, reader
 from ..forms import FORMS, DenseForm
 from ..geometry import cell_geometry
 from ..model import Precomputed
@@ -105,6 +106,7 @@ def _trust_message(path) -> str:
             "to a safe .npz that later runs read without the opt-in")
 
 
+@reader("pickle")
 def load_pickle(path, *, trust_pickle: bool = False):
     """Unpickle ``path`` (only with ``trust_pickle=True``; unpickling can execute code)."""
     path = Path(path)
@@ -452,12 +454,15 @@ def _binned_arrays(z, src, n_epoch, n_slot, n_vel) -> dict:
 _FORM_ARRAYS = {"dense": _dense_arrays, "binned": _binned_arrays}
 
 
+@reader(".npz problem file")  # members are read lazily: a damaged one fails inside
 def load_problem(path) -> SeedProblem:
     """Read an NPZ written by :func:`save_problem` (no code is executed; inputs are validated)."""
     path = Path(path)
     src = str(path)
     if not path.is_file():
         raise MissingFileError(f"{path}: no such file")
+    if not zipfile.is_zipfile(path):  # else numpy takes it for a pickle and says so
+        raise DopplermapInputError(f"{src}: not a .npz file (not a zip archive: cut short, or another kind of file)")
     try:
         z = np.load(path, allow_pickle=False)
     except (ValueError, OSError) as exc:

@@ -49,7 +49,7 @@ import numpy as np
 from scipy import special
 
 from ..constants import C_MS, H_PLANCK, K_BOLTZMANN
-from ..errors import DopplermapInputError, MissingFileError
+from ..errors import DopplermapInputError, MissingFileError, bad_file, reader
 
 __all__ = ["ZdipyConfig", "ZdipyLine", "read_inzdi", "read_zdipy_line", "zdipy_n_cell", "voigt_parameters",
            "observed_equivalent_width", "gravity_beta", "to_target"]
@@ -143,14 +143,15 @@ def _content_lines(path: Path):
     """``(line number, tokens)`` of the non-blank, non-comment lines (``#`` ends a line)."""
     try:
         text = path.read_text().splitlines()
-    except UnicodeDecodeError:
-        raise DopplermapInputError(f"{path}: not a text file") from None
+    except UnicodeDecodeError as exc:
+        raise bad_file(path, "ZDIpy file", exc) from None
     for ln, line in enumerate(text, start=1):
         s = line.split("#", 1)[0].strip()
         if s:
             yield ln, s.split()
 
 
+@reader("ZDIpy inzdi file")
 def read_inzdi(path) -> ZdipyConfig:
     """Parse ZDIpy's ``inzdi.dat``; errors name the file, line, field and value."""
     path = Path(path)
@@ -197,6 +198,7 @@ def read_inzdi(path) -> ZdipyConfig:
     return cfg
 
 
+@reader("ZDIpy line-model file")
 def read_zdipy_line(path) -> ZdipyLine:
     """Parse ZDIpy's ``model-voigt-line.dat`` (its first non-comment line, as ZDIpy does)."""
     path = Path(path)
