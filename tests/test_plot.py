@@ -357,3 +357,25 @@ def test_mollweide_projection_round_trip():
 
 def test_central_meridians_convention():
     np.testing.assert_allclose(plot.central_meridians([0, 0.25, 0.5, 1.75]), [0, 270, 180, 90])
+
+
+def test_figures_display_in_jupyter_without_pyplot(res):
+    """A returned figure answers IPython's PNG request itself (a fresh kernel shows it); a
+    formatter registered for Figure (what %matplotlib inline does) takes precedence, so the
+    figure is drawn once, by the user's formatter; the figure still pickles."""
+    import pickle
+    import struct
+
+    from matplotlib.figure import Figure
+
+    formatters = pytest.importorskip("IPython.core.formatters")
+    fig = plot.plot_convergence(res.history)
+    png = formatters.PNGFormatter()
+    data, meta = png(fig)
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    w, h = struct.unpack(">II", data[16:24])
+    assert (meta["width"], meta["height"]) == (w // 2, h // 2)
+    assert abs(meta["width"] - fig.get_size_inches()[0] * fig.dpi) <= 1
+    png.for_type(Figure, lambda f: b"inline")
+    assert png(fig) == b"inline"
+    assert isinstance(pickle.loads(pickle.dumps(fig)), type(fig))
