@@ -295,7 +295,7 @@ def test_input_errors(res):
         style.cmap("temperature")
 
 
-def test_plot_result_and_cli(res, tmp_path):
+def test_plot_result_and_cli(res, tmp_path, capsys):
     from PIL import Image
 
     from dopplermap.cli import main
@@ -315,6 +315,17 @@ def test_plot_result_and_cli(res, tmp_path):
     dm.save_result(res, tmp_path / "run", plots=False)
     assert main(["plot", str(tmp_path / "run"), "--dpi", "40", "--out", str(tmp_path / "cli")]) == 0
     assert (tmp_path / "cli" / "map_mollweide.png").is_file() and (tmp_path / "cli" / "light_curve.png").is_file()
+    # stderr is not a terminal here: one line per finished step; -q: none (the written paths stay on stdout)
+    err = capsys.readouterr().err.splitlines()
+    assert [line.split()[:2] for line in err] == [["✓", "read"], ["✓", "figures"]], err
+    assert main(["plot", str(tmp_path / "run"), "--dpi", "40", "--out", str(tmp_path / "cli-q"), "-q"]) == 0
+    cap = capsys.readouterr()
+    assert cap.err == "" and "map_mollweide.png" in cap.out
+    assert main(["report", str(tmp_path / "run"), "--out", str(tmp_path / "r.html")]) == 0
+    assert capsys.readouterr().err.split()[:2] == ["✓", "report"]
+    assert main(["report", str(tmp_path / "run"), "--out", str(tmp_path / "r-q.html"), "-q"]) == 0
+    cap = capsys.readouterr()
+    assert cap.err == "" and cap.out.strip().endswith("r-q.html")
     assert main(["plot", str(tmp_path / "nothing")]) == 2
     assert not list((tmp_path / "cli").glob(".*"))  # no temporary files left
 

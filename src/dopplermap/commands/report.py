@@ -13,8 +13,9 @@ def register(group):
     @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
                   help="HTML file to write (default: RESULT_DIR/report.html).")
     @click.option("--overwrite", is_flag=True, help="Replace an existing --out file.")
-    def report(result_dir, out, overwrite):
+    @click.option("-q", "--quiet", is_flag=True, help="No progress display.")
+    def report(result_dir, out, overwrite, quiet):
         """Write an offline HTML report: figures, parameters, warnings, uncertainties, configuration, 3-D star."""
         from ..app.review import report_folder
 
-        click.echo(str(report_folder(result_dir, out, overwrite=overwrite)))
+        click.echo(str(report_folder(result_dir, out, overwrite=overwrite, quiet=quiet)))
