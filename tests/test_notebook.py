@@ -81,11 +81,11 @@ def test_result_reprs_are_small(executed):
 _SETUP = """\
 import sys
 import matplotlib
+backend_before = matplotlib.get_backend()
 import numpy as np
 from dopplermap import plot, search, style
 from dopplermap.uncertainty import Uncertainty
 from test_results import small_result
-backend_before = matplotlib.get_backend()
 res = small_result(n_cell=150, n_epoch=8, light_curve=True)
 figs = plot.result_figures(res)
 g = res.grid
