@@ -1,16 +1,41 @@
 import json
+import re
 
 from dopplermap.cli import main
 
 
 def test_demo_small_runs_and_writes_summary(tmp_path, capsys):
     out = tmp_path / "demo"
-    rc = main(["demo", "--n-cell", "300", "--out", str(out), "--no-plots", "--quiet"])
+    rc = main(["demo", "--n-cell", "300", "--out", str(out), "--no-plots", "--no-report"])
     assert rc == 0
     s = json.loads((out / "summary.json").read_text())
     assert s["n_cell"] == 300 and s["n_epoch"] == 150 and s["n_vel"] == 32
     assert s["iterations"] > 0 and s["chi2"] > 0
-    assert "chi2" in capsys.readouterr().out
+    cap = capsys.readouterr()
+    assert "chi2" in cap.out
+    # stderr is not a terminal: one plain line per stage, with its time, no redraws
+    err = cap.err.splitlines()
+    assert [line.split()[1] for line in err] == ["simulate", "precompute", "compile", "write"], err
+    for line in err:
+        assert re.match(r"✓ .+ \d+\.\d\d s\b", line) and "\r" not in line and "\x1b" not in line, line
+    assert f"iteration {s['iterations']}/" in err[2]
+
+
+def test_bare_command_prints_the_help(capsys):
+    assert main([]) in (0, 2)  # as click does (2 from click 8.2)
+    cap = capsys.readouterr()
+    assert cap.out.startswith("Usage: dopplermap") and "Commands:" in cap.out and "invert" in cap.out
+    assert "error:" not in cap.err and "error:" not in cap.out
+
+
+def test_quiet_on_every_command(capsys):
+    from dopplermap.cli import group
+
+    for name, cmd in _commands(group):
+        opts = {o for p in cmd.params for o in getattr(p, "opts", ())}
+        assert {"-q", "--quiet"} <= opts, name
+        assert main([*name.split(), "-q", "--help"]) == 0, name
+        assert "-q, --quiet" in capsys.readouterr().out, name
 
 
 def test_user_error_is_one_line(tmp_path, capsys):

@@ -74,3 +74,83 @@ def test_result_reprs_are_small(executed):
         assert thumb, "no thumbnail"
         assert len(page) - len(thumb.group(0)) < 2000  # the table
         assert len(thumb.group(0)) < 1500 and len(page) < 2000  # the thumbnail; the whole display
+
+
+# Each figure function's value in a fresh kernel (no %matplotlib magic, no pyplot): the
+# result figures of a tiny result built without a solve, and the array-level ones.
+_SETUP = """\
+import sys
+import matplotlib
+backend_before = matplotlib.get_backend()
+import numpy as np
+from dopplermap import plot, search, style
+from dopplermap.uncertainty import Uncertainty
+from test_results import small_result
+res = small_result(n_cell=150, n_epoch=8, light_curve=True)
+figs = plot.result_figures(res)
+g = res.grid
+sig = np.where(np.degrees(g.lat) < -60, np.inf, 0.01 + 0.02 * res.fssc)
+unc = Uncertainty(sigma_fssc=sig, sigma_fssh=sig, method="laplace", never_visible=~np.isfinite(sig), time=0.0)
+lm = np.geomspace(0.1, 10, 5)
+sweep = search.LambdaSweep(lmbd=lm, chi2=1 + 0.1 * lm, regulariser=1 / lm, floor=0.0, loss=1 + 0.2 * lm,
+                           iterations=np.full(5, 10), results=[], total_time=0.0)
+rows = [dict(inclination=i, vsini=v, chi2_total=(i - 60) ** 2 / 50 + (v - 40) ** 2 / 2)
+        for i in (50.0, 60.0, 70.0) for v in (38.0, 40.0)]
+print("FIGURES", " ".join(sorted(figs)))
+"""
+_CALLS = {
+    "plot_map": "plot.plot_map(g.lat, g.lon, res.fssc, lat_bounds=g.lat_bounds, lon_bounds=g.lon_bounds)",
+    "plot_uncertainty": "plot.plot_uncertainty(g, res.fssc, unc, inclination=60.0)",
+    "plot_lcurve": "search.plot_lcurve(sweep, corner=1.0, target=1.2)",
+    "plot_grid": "search.plot_grid(rows, ['inclination', 'vsini'])",
+}
+# result_figures' names for this result: each becomes its own cell, figs[name]()
+_RESULT_FIGURES = ("map_mollweide", "map_rect", "orthographic", "profiles", "dynamic_spectrum", "light_curve",
+                   "convergence")
+
+
+@pytest.fixture(scope="module")
+def figures_notebook(tmp_path_factory):
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    cells = [new_code_cell(_SETUP)]
+    calls = {**{name: f"figs[{name!r}]()" for name in _RESULT_FIGURES}, **_CALLS}
+    for name, call in calls.items():
+        cells.append(new_code_cell(call, metadata={"figure": name}))
+    cells.append(new_code_cell(f"fig = {_CALLS['plot_map']}\ndisplay(fig)", metadata={"figure": "display"}))
+    cells.append(new_code_cell('print("PYPLOT", "matplotlib.pyplot" in sys.modules)\n'
+                               'print("BACKEND", backend_before, "->", matplotlib.get_backend())'))
+    # after the magic, IPython's inline formatter draws the figure: still one image, not two
+    cells.append(new_code_cell("%matplotlib inline\n" + _CALLS["plot_lcurve"], metadata={"figure": "after_magic"}))
+    nb = new_notebook(cells=cells)
+    cwd = tmp_path_factory.mktemp("figures")
+    tests = str(Path(__file__).resolve().parent)
+    src = str(Path(dopplermap.__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, tests, os.environ.get("PYTHONPATH", "")]),
+           "DOPPLERMAP_CACHE_DIR": "off"}
+    env.pop("MPLBACKEND", None)  # the kernel chooses, as a fresh one does
+    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(cwd)}}).execute(env=env)
+    return nb
+
+
+def test_every_returned_figure_shows_in_a_fresh_kernel(figures_notebook):
+    nb = figures_notebook
+    printed = "".join(text_of(o) for _, o in outputs(nb))
+    assert " ".join(sorted(_RESULT_FIGURES)) in printed, printed[:500]  # every figure of the result is tried
+    for cell in nb.cells[1:]:
+        name = cell.metadata.get("figure")
+        if name is None:
+            continue
+        pngs = [o for o in cell.outputs if o.output_type in ("execute_result", "display_data")
+                and "image/png" in o.get("data", {})]
+        errors = [o for o in cell.outputs if o.output_type == "error"]
+        assert not errors, (name, errors)
+        assert len(pngs) == 1, (name, [o.get("data", {}).keys() for o in cell.outputs])
+        assert "Figure size" in pngs[0]["data"]["text/plain"]
+
+
+def test_figures_leave_pyplot_and_the_backend_alone(figures_notebook):
+    printed = "".join(text_of(o) for _, o in outputs(figures_notebook))
+    assert "PYPLOT False" in printed, printed[-500:]
+    m = re.search(r"BACKEND (\S+) -> (\S+)", printed)
+    assert m and m.group(1) == m.group(2), printed[-500:]

@@ -295,7 +295,7 @@ def test_input_errors(res):
         style.cmap("temperature")
 
 
-def test_plot_result_and_cli(res, tmp_path):
+def test_plot_result_and_cli(res, tmp_path, capsys):
     from PIL import Image
 
     from dopplermap.cli import main
@@ -315,6 +315,17 @@ def test_plot_result_and_cli(res, tmp_path):
     dm.save_result(res, tmp_path / "run", plots=False)
     assert main(["plot", str(tmp_path / "run"), "--dpi", "40", "--out", str(tmp_path / "cli")]) == 0
     assert (tmp_path / "cli" / "map_mollweide.png").is_file() and (tmp_path / "cli" / "light_curve.png").is_file()
+    # stderr is not a terminal here: one line per finished step; -q: none (the written paths stay on stdout)
+    err = capsys.readouterr().err.splitlines()
+    assert [line.split()[:2] for line in err] == [["✓", "read"], ["✓", "figures"]], err
+    assert main(["plot", str(tmp_path / "run"), "--dpi", "40", "--out", str(tmp_path / "cli-q"), "-q"]) == 0
+    cap = capsys.readouterr()
+    assert cap.err == "" and "map_mollweide.png" in cap.out
+    assert main(["report", str(tmp_path / "run"), "--out", str(tmp_path / "r.html")]) == 0
+    assert capsys.readouterr().err.split()[:2] == ["✓", "report"]
+    assert main(["report", str(tmp_path / "run"), "--out", str(tmp_path / "r-q.html"), "-q"]) == 0
+    cap = capsys.readouterr()
+    assert cap.err == "" and cap.out.strip().endswith("r-q.html")
     assert main(["plot", str(tmp_path / "nothing")]) == 2
     assert not list((tmp_path / "cli").glob(".*"))  # no temporary files left
 
@@ -357,3 +368,25 @@ def test_mollweide_projection_round_trip():
 
 def test_central_meridians_convention():
     np.testing.assert_allclose(plot.central_meridians([0, 0.25, 0.5, 1.75]), [0, 270, 180, 90])
+
+
+def test_figures_display_in_jupyter_without_pyplot(res):
+    """A returned figure answers IPython's PNG request itself (a fresh kernel shows it); a
+    formatter registered for Figure (what %matplotlib inline does) takes precedence, so the
+    figure is drawn once, by the user's formatter; the figure still pickles."""
+    import pickle
+    import struct
+
+    from matplotlib.figure import Figure
+
+    formatters = pytest.importorskip("IPython.core.formatters")
+    fig = plot.plot_convergence(res.history)
+    png = formatters.PNGFormatter()
+    data, meta = png(fig)
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    w, h = struct.unpack(">II", data[16:24])
+    assert (meta["width"], meta["height"]) == (w // 2, h // 2)
+    assert abs(meta["width"] - fig.get_size_inches()[0] * fig.dpi) <= 1
+    png.for_type(Figure, lambda f: b"inline")
+    assert png(fig) == b"inline"
+    assert isinstance(pickle.loads(pickle.dumps(fig)), type(fig))

@@ -78,3 +78,27 @@ def test_cli_verbose_logging_and_quiet_demo_flag():
     demo = group.commands["demo"]
     assert any(p.name == "quiet" for p in demo.params)
     assert any(p.name == "no_plots" for p in demo.params)
+
+
+def test_not_a_terminal_gets_a_line_per_finished_step(capsys):
+    """Into a log or a pipe: each step's line is written when the step ends (before the next
+    one ends), with its time; the solve's line has its iterations; nothing is redrawn."""
+    import sys
+
+    with Reporter() as rep:
+        with rep.step("precompute"):
+            pass
+        with rep.solve("solve", maxiter=50) as cb:
+            assert sys.stderr.getvalue().startswith("✓ precompute")  # already written
+            res, hist = lbfgsb(quadratic, np.zeros(10), np.full(10, -5.0), np.full(10, 1.5), callback=cb)
+        try:
+            with rep.step("writing"):
+                raise OSError("disk full")
+        except OSError:
+            pass
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 3, lines
+    assert lines[0].split()[:2] == ["✓", "precompute"] and lines[0].endswith(" s")
+    assert lines[1].split()[:2] == ["✓", "solve"] and f"iteration {len(hist['loss'])}/50" in lines[1]
+    assert lines[2].split()[:2] == ["✗", "writing"] and lines[2].endswith(" s  failed")
+    assert not any("\r" in x or "\x1b" in x for x in lines)

@@ -36,6 +36,10 @@ COMMAND_MODULES = (
 )
 
 
+# click >= 8.2 raises this for a group called without a command (older versions print the
+# help and exit 0 themselves)
+_NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
+
 # errors of the environment the user controls (disk full, read-only, permissions): one line
 _USER_ERRNOS = {errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM, errno.EDQUOT}
 
@@ -93,6 +97,11 @@ for _cmd in group.commands.values():
         _cmd.params.append(click.Option(["-v", "--verbose", "verbose_after"], count=True, expose_value=False,
                                         callback=_verbosity, is_eager=True,
                                         help="More log output (-vv for debug)."))
+    # -q on every command, so scripts can pass it to any; here only where a command shows no progress
+    if not any(o.name == "quiet" for o in _cmd.params):
+        _cmd.params.append(click.Option(["-q", "--quiet"], is_flag=True, expose_value=False,
+                                        help="No progress display (this command shows none; accepted "
+                                             "for uniformity)."))
 
 
 def _report_bug(exc: BaseException) -> None:
@@ -112,7 +121,8 @@ def main(argv=None) -> int:
     """Run the CLI; returns the exit status instead of exiting.
 
     0: done. 1: an internal error (a bug: traceback printed). 2: a user error (bad input,
-    bad option, unusable output folder, disk full: one line ``error: ...``). 3: result
+    bad option, unusable output folder, disk full: one line ``error: ...``), or no command
+    given (the help is printed, as click does). 3: result
     written but the solve did not converge (:data:`~dopplermap.errors.EXIT_NOT_CONVERGED`). 130: interrupted.
     The run's :class:`~dopplermap.errors.DopplermapWarning` s are listed at the end.
     """
@@ -125,6 +135,9 @@ def main(argv=None) -> int:
             rv = EXIT_INTERRUPTED
         except click.exceptions.Exit as exc:
             rv = exc.exit_code
+        except _NO_ARGS_IS_HELP as exc:  # bare `dopplermap`: the help as click formats it, not an error line
+            click.echo(exc.ctx.get_help())
+            rv = EXIT_USER
         except click.UsageError as exc:
             hint = f" (see: dopplermap {exc.ctx.info_name} --help)" if exc.ctx is not None and exc.ctx.parent else ""
             click.echo(f"error: {exc.format_message()}{hint}".replace("\n", " "), err=True)

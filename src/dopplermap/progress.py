@@ -10,8 +10,9 @@ The display (rich, on stderr) shows each step with a spinner and its elapsed tim
 solve shows iteration, loss and reduced chi-square, updated from the solver's per-iteration
 callback (never from inside compiled code). A step that finished is ticked; one that raised
 or was interrupted is marked with a red cross and "failed" / "interrupted". In a Jupyter notebook the same lines are one
-output cell updated in place (IPython's display, no ipywidgets needed). ``quiet=True``
-shows nothing, and neither does a run whose stderr is not a terminal (a log file, CI).
+output cell updated in place (IPython's display, no ipywidgets needed). When stderr is not a
+terminal (a log file, a pipe, CI) nothing is redrawn: each step writes one plain line as it
+ends, with its elapsed time, so a log shows how far a long run got. ``quiet=True`` shows nothing.
 Every step is also logged through :mod:`logging` (logger ``dopplermap.progress``): INFO
 when a step ends, DEBUG per iteration.
 """
@@ -20,6 +21,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
+import sys
 import time
 
 __all__ = ["Reporter"]
@@ -52,7 +55,9 @@ class Reporter:
             console = self._console if self._console is not None else Console(stderr=True)
             if console.is_jupyter and self._console is None:
                 self._progress = _NotebookProgress()  # rich's notebook display needs ipywidgets
-            elif self._console is not None or console.is_terminal:  # not into non-interactive logs
+            elif self._console is None and not console.is_terminal:
+                self._progress = _LineProgress()  # a log file or a pipe: no redraws, a line per finished step
+            else:
                 self._progress = Progress(
                     SpinnerColumn(finished_text=""), TextColumn("{task.fields[mark]}"),
                     TextColumn("{task.description:<18}"),
@@ -136,9 +141,9 @@ class Reporter:
         finally:
             dt = time.perf_counter() - t0
             self.timings[name] = dt
-            self._finish(task, info(), failed)
             if self._progress is not None and task is not None:
                 self._progress.update(task, description=name)
+            self._finish(task, info(), failed)
             log.info("%s: %d iterations, loss %.6g, chi2 %.5g, %.2f s", name, state["it"], state["loss"],
                      state["chi2"], dt)
 
@@ -196,3 +201,55 @@ class _NotebookProgress:
             name = Text.from_markup(t["description"]).plain  # descriptions may carry rich markup
             lines.append(f"{mark} {name:<18} {int(dt) // 60}:{dt % 60:04.1f}  {t['info']}")
         self._handle.update({"text/plain": "\n".join(lines)}, raw=True)
+
+
+class _LineProgress:
+    """The part of :class:`rich.progress.Progress` that :class:`Reporter` uses, written to a
+    stream that is not a terminal: one line per step when it ends (mark, name, elapsed time,
+    the step's last information), flushed at once; nothing while it runs."""
+
+    def __init__(self, stream=None):
+        self._stream = stream
+        self._tasks: list[dict] = []
+
+    def start(self):
+        pass
+
+    def stop(self):
+        pass
+
+    def add_task(self, description: str, total=None, info: str = "", **_):
+        self._tasks.append({"description": description, "info": info, "t0": time.perf_counter(), "done": False})
+        return len(self._tasks) - 1
+
+    def update(self, task, *, description=None, info=None, total=None, completed=None, mark=None, **_):
+        t = self._tasks[task]
+        if mark:
+            t["mark"] = mark
+        if description is not None:
+            t["description"] = description
+        if info is not None:
+            t["info"] = info
+        if total is not None and completed is not None and completed >= total and not t["done"]:
+            t["done"] = True
+            self._write(t, time.perf_counter() - t["t0"])
+
+    def stop_task(self, task):
+        pass
+
+    def _write(self, t, dt):
+        from rich.text import Text
+
+        failed = "✗" in t.get("mark", "")
+        name = Text.from_markup(t["description"]).plain
+        info = Text.from_markup(t["info"]).plain
+        info = re.sub(r"^[0-9.]+ s\s*", "", info)  # a step's own time: already in the line
+        line = f"{'✗' if failed else '✓'} {name:<18} {dt:8.2f} s  {info}".rstrip()
+        stream = self._stream if self._stream is not None else sys.stderr  # at write time: redirections apply
+        enc = getattr(stream, "encoding", None) or "utf-8"
+        try:
+            line.encode(enc)
+        except (UnicodeEncodeError, LookupError):
+            line = line.replace("✓", "+").replace("✗", "x")
+        stream.write(line + "\n")
+        stream.flush()

@@ -30,6 +30,7 @@ uncertainty maps and search plots.
 
 from __future__ import annotations
 
+import functools
 import gc
 import os
 import pickle
@@ -193,17 +194,56 @@ def cmap(quantity: str):
     return _colormap(CMAPS[quantity]).with_extremes(bad=GAP_COLOUR)
 
 
+@functools.cache
+def _figure_class():
+    """The package's Figure class, built on first use (matplotlib loads only when a figure is made).
+
+    Jupyter shows a plain ``Figure`` only once ``%matplotlib inline`` (or pyplot under the
+    inline backend) has registered IPython's PNG formatter for the Figure type; a figure
+    made without pyplot in a fresh kernel prints as ``<Figure size ...>``. IPython's rich
+    display protocol asks an object for ``_repr_png_`` when no formatter is registered for
+    its type, so this subclass carries one: it shows in any kernel, with no backend switch,
+    no pyplot and no formatter registered by us. Where the inline backend's formatter is
+    registered, IPython uses it instead (a type's formatter comes before ``_repr_png_``):
+    one image, drawn with the user's inline settings, never two.
+    """
+    from matplotlib.figure import Figure
+
+    class InlineFigure(Figure):
+        """A :class:`matplotlib.figure.Figure` that Jupyter displays as a PNG without pyplot."""
+
+        def _repr_png_(self):
+            import io
+            import struct
+
+            buf = io.BytesIO()
+            with context():  # drawn at twice the screen resolution, shown at screen size
+                self.savefig(buf, format="png", dpi=2 * self.dpi, facecolor="white")
+            data = buf.getvalue()
+            w, h = struct.unpack(">II", data[16:24])  # the PNG header's size
+            return data, {"width": w // 2, "height": h // 2}
+
+    InlineFigure.__module__, InlineFigure.__qualname__ = __name__, "InlineFigure"  # pickle finds it by name
+    return InlineFigure
+
+
+def __getattr__(name):
+    if name == "InlineFigure":
+        return _figure_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def new_figure(width: float, height: float, **kwargs):
     """A :class:`matplotlib.figure.Figure` of ``width`` x ``height`` inches with an Agg canvas.
 
-    No pyplot: the figure belongs to no GUI and no global state; Jupyter displays it when
-    it is the value of a cell. ``kwargs`` go to ``Figure`` (e.g. ``layout="constrained"``).
+    No pyplot: the figure belongs to no GUI and no global state. Jupyter displays it when
+    it is the value of a cell or given to ``display``, in a fresh kernel too (its class
+    has ``_repr_png_``). ``kwargs`` go to ``Figure`` (e.g. ``layout="constrained"``).
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
 
     with context():
-        fig = Figure(figsize=(width, height), **kwargs)
+        fig = _figure_class()(figsize=(width, height), **kwargs)
         FigureCanvasAgg(fig)
     return fig
 

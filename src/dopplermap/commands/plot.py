@@ -21,7 +21,8 @@ def register(group):
                   help="Resolution of PNGs (and of images inside PDF/SVG).")
     @click.option("--max-profiles", type=click.IntRange(1, 200), default=24, show_default=True,
                   help="Most line profiles drawn in the stacked-profile figure.")
-    def plot(result_dir, out, overwrite, fmt, dpi, max_profiles):
+    @click.option("-q", "--quiet", is_flag=True, help="No progress display.")
+    def plot(result_dir, out, overwrite, fmt, dpi, max_profiles, quiet):
         """Draw maps, orthographic views, profile fits, dynamic spectra and convergence of a result.
 
         Figures are journal-sized (3.5 or 7.1 in wide, fonts >= 8 pt; TrueType fonts in PDF). The
@@ -29,5 +30,6 @@ def register(group):
         """
         from ..app.review import plot_folder
 
-        for p in plot_folder(result_dir, out, overwrite=overwrite, fmt=fmt, dpi=dpi, max_profiles=max_profiles):
+        for p in plot_folder(result_dir, out, overwrite=overwrite, fmt=fmt, dpi=dpi, max_profiles=max_profiles,
+                             quiet=quiet):
             click.echo(str(p))
