@@ -178,7 +178,7 @@ def _rows():
         chi2 = {40.0: 1.10, 50.0: 1.04, 60.0: 1.00, 70.0: 1.06}[inc]
         loss = {40.0: 1.30, 50.0: 1.18, 60.0: 1.20, 70.0: 1.25}[inc]
         rows.append(dict(point=p, inclination=inc, chi2=chi2, chi2_total=chi2 * 100, loss=loss, regulariser=0.1,
-                         entropy=0.1, iterations=10, success=1))
+                         entropy=0.1, iterations=10, success=1, radius=1.0, logg=float("nan"), status="ok", reason=""))
     return rows
 
 

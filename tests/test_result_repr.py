@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import dopplermap as dm
+from dopplermap.errors import DopplermapInputError
 from dopplermap.progress import Reporter
 
 
@@ -88,15 +89,20 @@ def test_html_repr_without_grid_has_no_thumbnail(fitted):
     assert "<table>" in page and "<img" not in page and len(page) < 3000
 
 
-def test_progress_is_silent_when_stderr_is_not_a_terminal(capsys):
+def test_progress_is_one_line_per_step_when_stderr_is_not_a_terminal(capsys):
     with Reporter() as rep:  # default console on stderr, which pytest captures (not a tty)
         with rep.step("precompute"):
             pass
         with rep.solve(maxiter=5) as cb:
             cb(1, {"loss": [1.0], "chi2": [2.0]})
+        with pytest.raises(DopplermapInputError), rep.step("read"):
+            raise DopplermapInputError("bad.toml: [star] inclination must be a number")
     captured = capsys.readouterr()
-    assert captured.err == "" and captured.out == ""
-    assert set(rep.timings) == {"precompute", "solve"}
+    lines = captured.err.splitlines()
+    assert captured.out == "" and "\x1b" not in captured.err  # plain lines: no redraws, no colour codes
+    assert [ln.split()[:2] for ln in lines] == [["✓", "precompute"], ["✓", "solve"]]
+    assert "iteration 1/5" in lines[1]  # a user error's step writes no line: the error's own line says it
+    assert set(rep.timings) == {"precompute", "solve", "read"}
 
 
 def test_fresh_result_saves_without_with_context(small_problem, fitted, tmp_path):

@@ -315,8 +315,9 @@ def test_report_and_plot_replace_their_outputs_only_with_overwrite(tmp_path, dem
     assert main(["report", str(d), "--overwrite"]) == 0
     assert report.read_text().startswith("<!DOCTYPE html>")
     assert dm.load_result(d).lmbd == 1.0  # a report redrawn in place leaves the folder readable
+    capsys.readouterr()
     (d / "map_rect.png").write_text("not drawn by this run")
-    assert main(["plot", str(d), "--dpi", "30", "--max-profiles", "2"]) == 2
+    assert main(["plot", str(d), "--dpi", "30", "--max-profiles", "2", "-q"]) == 2  # -q: the error line alone
     _one_error(capsys, str(d), "map_rect.png", "--overwrite")
     assert sorted(p.name for p in d.glob("*.png")) == ["map_rect.png"]  # refused before drawing
 

@@ -25,6 +25,8 @@ import re
 import sys
 import time
 
+from .errors import DopplermapInputError
+
 __all__ = ["Reporter"]
 
 log = logging.getLogger(__name__)
@@ -82,6 +84,9 @@ class Reporter:
         """End a step: a green tick when it finished, a red cross (and why) when it failed
         or was interrupted."""
         if self._progress is not None and task is not None:
+            if isinstance(failed, DopplermapInputError) and isinstance(self._progress, _LineProgress):
+                self._progress.drop(task)  # in a log the error's own line says what failed: one line, not two
+                return
             if failed is None:
                 mark = "[green]✓"
             else:
@@ -236,6 +241,10 @@ class _LineProgress:
 
     def stop_task(self, task):
         pass
+
+    def drop(self, task):
+        """End ``task`` without a line."""
+        self._tasks[task]["done"] = True
 
     def _write(self, t, dt):
         from rich.text import Text
