@@ -544,3 +544,20 @@ def test_a_spectrum_is_not_a_line_profile(tmp_path):
         warnings.simplefilter("error", DopplermapWarning)
         read_lsd(write("lsd.lsd", np.linspace(-100.0, 100.0, 112)))
         read_lsd(write("vsys.lsd", np.arange(110.0, 190.0, 1.8)))
+
+
+def test_a_file_cut_short_warns_and_a_whole_one_does_not(tmp_path):
+    """A cut inside the last number still parses (0.0034664 -> 0.00346): only the missing
+    final newline tells, so it warns; the same file whole reads without a warning."""
+    vels = np.linspace(-40.0, 40.0, 21)
+    whole = tmp_path / "whole.lsd"
+    write_lsd(whole, vels, 1.0 - 0.3 * np.exp(-0.5 * (vels / 10.0) ** 2), np.full(vels.size, 0.0034664))
+    assert whole.read_text().endswith("\n")
+    cut = tmp_path / "cut.lsd"
+    cut.write_text(whole.read_text()[:-4])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DopplermapWarning)
+        read_lsd(whole)
+    with pytest.warns(DopplermapWarning, match="cut.lsd: the last line has no newline"):
+        prof = read_lsd(cut)
+    assert prof.err[-1] != pytest.approx(0.0034664, rel=1e-6)  # the silent change the warning is for

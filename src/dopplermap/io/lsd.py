@@ -366,9 +366,13 @@ def read_lsd(path, fmt: str = "auto", *, fits_columns=None) -> LineProfile:
     if fmt == "fits" or (fmt == "auto" and _is_fits(path)):
         return _read_fits(path, fits_columns)
     try:
-        text = path.read_text().splitlines()
+        raw = path.read_text()
     except UnicodeDecodeError as exc:
         raise bad_file(path, "line-profile file", exc, hint="for FITS use a .fits name or format 'fits'") from None
+    if raw and not raw.endswith("\n"):  # a text file cut short: its last number may be cut too, and still parse
+        warn(f"{path}: the last line has no newline at its end, as in a file cut short (an interrupted copy or "
+             "download); its last value may be incomplete: compare the file with its source")
+    text = raw.splitlines()
     rows, lines, _ = _parse_columns(path, text, fmt=fmt, min_cols=3, what="velocity, intensity, error")
     return _check_rows(path, rows, lines)
 
