@@ -177,13 +177,7 @@ class _NotebookProgress:
         return len(self._tasks) - 1
 
     def update(self, task, *, description=None, info=None, total=None, completed=None, mark=None, **_):
-        t = self._tasks[task]
-        if mark:
-            t["mark"] = mark
-        if description is not None:
-            t["description"] = description
-        if info is not None:
-            t["info"] = info
+        t = _set_fields(self._tasks[task], description, info, mark)
         done = total is not None and completed is not None and completed >= total
         if done and t["dt"] is None:
             t["dt"] = time.perf_counter() - t["t0"]
@@ -208,6 +202,17 @@ class _NotebookProgress:
         self._handle.update({"text/plain": "\n".join(lines)}, raw=True)
 
 
+def _set_fields(t: dict, description, info, mark) -> dict:
+    """A task's fields as :meth:`rich.progress.Progress.update` sets them (None: unchanged)."""
+    if mark:
+        t["mark"] = mark
+    if description is not None:
+        t["description"] = description
+    if info is not None:
+        t["info"] = info
+    return t
+
+
 class _LineProgress:
     """The part of :class:`rich.progress.Progress` that :class:`Reporter` uses, written to a
     stream that is not a terminal: one line per step when it ends (mark, name, elapsed time,
@@ -228,13 +233,7 @@ class _LineProgress:
         return len(self._tasks) - 1
 
     def update(self, task, *, description=None, info=None, total=None, completed=None, mark=None, **_):
-        t = self._tasks[task]
-        if mark:
-            t["mark"] = mark
-        if description is not None:
-            t["description"] = description
-        if info is not None:
-            t["info"] = info
+        t = _set_fields(self._tasks[task], description, info, mark)
         if total is not None and completed is not None and completed >= total and not t["done"]:
             t["done"] = True
             self._write(t, time.perf_counter() - t["t0"])
