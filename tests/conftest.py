@@ -2,9 +2,9 @@ import os
 import shutil
 import tempfile
 
-# An xdist worker (pyproject's addopts run one per core) computes on one thread: XLA's and the
-# BLAS's thread pools of two processes on two cores wait for each other (a joint-fit reference
-# solve took 5x longer than alone). Set before JAX or NumPy is imported.
+# An xdist worker (pyproject's addopts run one per core) computes on one thread: the XLA and
+# BLAS thread pools of several processes sharing the cores otherwise wait for each other and
+# slow every small solve. Set before JAX or NumPy is imported.
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ["XLA_FLAGS"] = " ".join(filter(None, (
         os.environ.get("XLA_FLAGS"), "--xla_cpu_multi_thread_eigen=false", "intra_op_parallelism_threads=1")))

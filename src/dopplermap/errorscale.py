@@ -136,10 +136,8 @@ def _scatter(vels, flux, err, segments) -> tuple[float, int]:
 
     About the local continuum, not from point-to-point differences: LSD pixels are correlated
     with their neighbours (the deconvolution spreads each spectral pixel over several
-    velocity bins; lag-1 correlation 0.23 in LO Peg's continuum), and the variance of a
-    difference is ``2 sigma^2 (1 - rho)``, so a point-to-point estimate reads the scatter low
-    by ``sqrt(1 - rho)`` (LO Peg at -180..180 km/s: 0.163 from differences, 0.183 about the
-    lines; 22 % low at rho = 0.4 in simulation), while the scatter about a line is unbiased
+    velocity bins), and the variance of a difference is ``2 sigma^2 (1 - rho)``, so a
+    point-to-point estimate reads the scatter low by ``sqrt(1 - rho)``, while the scatter about a line is unbiased
     whatever the correlation. A slow wiggle of the continuum reads it high instead: the
     errors come out a little too large, the safe side."""
     res, n_par = [], 0

@@ -27,24 +27,16 @@ from .geometry import StarParams
 from .grid import SurfaceGrid
 from .profiles import planck
 
-__all__ = ["roche_parameter", "roche_radius", "effective_gravity", "gravity_darkening_factors", "implied_radius",
+__all__ = ["roche_parameter", "roche_radius", "effective_gravity", "gravity_darkening_factors",
            "log_g", "breakup"]
 
 W_BREAKUP = 1.0  # omega^2 R_eq = G M / R_eq^2: centrifugal force equals gravity at the equator
 
 
 def equatorial_radius_km(star: StarParams) -> float:
-    """Equatorial radius (km) from ``star.radius`` or from vsini, period and inclination."""
-    if star.radius is not None:
-        return float(star.radius) * R_SUN_KM
-    return star.vsini_kms * star.period * DAY_S / (2.0 * math.pi * math.sin(math.radians(star.inclination)))
-
-
-def implied_radius(star: StarParams) -> float:
-    """The equatorial radius (R_sun) the star's rotation implies: ``R = P vsini / (2 pi sin i)``
-    (``star.radius`` itself where the star is given by its radius): :attr:`StarParams.radius_rsun`,
-    which also checks it against the range of stars when the star is made."""
-    return float(star.radius_rsun)
+    """Equatorial radius (km) from ``star.radius`` or from vsini, period and inclination
+    (:attr:`StarParams.radius_rsun`)."""
+    return float(star.radius_rsun) * R_SUN_KM
 
 
 def log_g(mass: float, radius: float) -> float:

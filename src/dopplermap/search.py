@@ -51,7 +51,7 @@ from .diagnostics import INTERVAL_CHI2_HIGH, INTERVAL_CHI2_LOW
 from .errors import DopplermapInputError, DopplermapWarning, reader, warn
 from .errorscale import ErrorScale, error_scale_for
 from .geometry import StarParams, check_star
-from .gravity import breakup, implied_radius, log_g
+from .gravity import breakup, log_g
 from .memory import MAX_GRID_POINTS
 from .model import Precomputed
 from .problem import Problem, Settings, require_problem
@@ -394,7 +394,7 @@ def fit_error_scale(problem: Problem, *, lmbd: float = ERROR_SCALE_LAMBDA, tol: 
     The fit is made at ``lambda = lmbd x chi2``, chi2 the reduced chi2 of a first fit at
     ``lmbd`` (scaling the errors by ``f`` moves every lambda by ``1 / f^2``, so only a lambda in
     units of the chi2 is small for every data set; two solves). Its residuals alone read the scatter low: a map that
-    follows the data absorbs part of the noise (10-20 % low in factor on simulated stars).
+    follows the data absorbs part of the noise.
     So the residual sum of each set is divided by its residual degrees of freedom ``k``
     instead of its points ``N``; ``k`` is measured by refitting the data with a noise ``b``
     of the estimated size added and subtracted, ``k = (SSR(+b) + SSR(-b) - 2 SSR) / (2 c^2)``
@@ -558,7 +558,7 @@ def evaluate_point(problem: Problem, params: dict, x0=None) -> dict:
     Row fields: the parameters, ``chi2`` (reduced, line profiles), ``chi2_total``
     (un-reduced, ``chi2 * n_epoch * n_vel``), ``loss``, ``regulariser``, ``entropy`` (the
     seed's entropy of the map, whatever the regulariser), ``iterations``, ``success``,
-    ``radius`` (R_sun, implied by the point's rotation, :func:`dopplermap.gravity.implied_radius`),
+    ``radius`` (R_sun, implied by the point's rotation, :attr:`dopplermap.geometry.StarParams.radius_rsun`),
     ``logg`` (cgs, where the problem's mass is known, else NaN), ``status`` (``"ok"``) and
     ``reason`` (empty). A point :func:`point_refusal` refuses is not solved here either:
     its row is :func:`refused_row`.
@@ -585,7 +585,7 @@ def point_star(problem: Problem, params: dict) -> StarParams:
 
 def _star_columns(problem: Problem, star: StarParams) -> dict:
     """The table's ``radius`` (R_sun) and ``logg`` (cgs; NaN without a mass) of a point's star."""
-    r = implied_radius(star)
+    r = float(star.radius_rsun)
     mass = problem.stellar_mass
     return dict(radius=r, logg=log_g(mass, r) if mass is not None else math.nan)
 
