@@ -40,6 +40,8 @@ ROOT = "dopplermap"
 ALLOWED_LATE = {
     ("dopplermap.result", "dopplermap.style"):
         "notebook thumbnail of a result: the figure colour map sits in the layer above the result type",
+    ("dopplermap.result", "dopplermap.plot"):
+        "result.plot(kind=...) draws with the figure layer, which sits above the result type",
     ("dopplermap.io.results", "dopplermap.geometry"):
         "load_result's StarParams loads JAX; the CLI imports io.results light, for its --out checks "
         "and to start prefetch_writers before JAX",
@@ -225,7 +227,7 @@ def _app_import_violations() -> list[str]:
 LAYERS = (
     ("base", ("_version", "_x64", "_device", "_sets", "_linops", "errors", "constants", "choices", "units",
               "memory", "atomic", "cache", "compiled", "diagnostics", "figure_process", "limb_darkening",
-              "plan", "fisher", "result", "style")),
+              "plan", "fisher", "result", "style", "gridtable", "_repr")),
     ("physics", ("geometry", "grid", "profiles", "broadening", "gravity", "lightcurve")),
     ("forms", ("forms", "model")),
     ("objective", ("objective", "regularisers", "simulate", "errorscale")),

@@ -40,13 +40,26 @@ def figures(res):
     values = dict(lmbd=lm, chi2=1 + 0.1 * lm, regulariser=1 / lm, floor=0.0, loss=1 + 0.2 * lm,
                   iterations=np.full(6, 10), results=[], total_time=0.0)
     sweep = search.LambdaSweep(**{k: v for k, v in values.items() if k in fields})
-    figs["lcurve"] = search.plot_lcurve(sweep, corner=1.0, target=1.2)
-    rows = [dict(inclination=i, vsini=v, chi2_total=(i - 60) ** 2 / 50 + (v - 40) ** 2 / 2)
-            for i in (50.0, 60.0, 70.0) for v in (38.0, 40.0, 42.0)]
-    figs["grid"] = search.plot_grid(rows, ["inclination", "vsini"])
+    figs["lcurve"] = plot.plot_lcurve(sweep, corner=1.0, target=1.2)
+    rows = _grid_rows()
+    figs["grid"] = plot.plot_grid(rows, ["inclination", "vsini"],
+                                  calibrated={"vsini": dict(estimate=40.2, lo68=39.1, hi68=41.0)})
+    figs["grid_1d"] = plot.plot_grid([r for r in rows if r["vsini"] == 40.0], ["inclination"])
+    figs["landscape"] = plot.plot_chi2_landscape(rows, ["inclination", "vsini"])
+    figs["landscape_1d"] = plot.plot_chi2_landscape([r for r in rows if r["vsini"] == 40.0], ["inclination"])
+    figs["polar"] = plot.plot_polar(res.grid.lat, res.grid.lon, res.brightness, inclination=60.0,
+                                    phases=np.arange(8) / 8, lat_bounds=res.grid.lat_bounds,
+                                    lon_bounds=res.grid.lon_bounds, title="test star")
     for f in figs.values():
         f.canvas.draw()  # tick labels and layouts exist after a draw
     return figs
+
+
+def _grid_rows():
+    """A 3 x 3 grid-search table with its minimum at inclination 60, vsini 40."""
+    return [dict(inclination=i, vsini=v, chi2_total=(i - 60) ** 2 / 50 + (v - 40) ** 2 / 2,
+                 chi2=1.0 + ((i - 60) ** 2 / 50 + (v - 40) ** 2 / 2) / 500)
+            for i in (50.0, 60.0, 70.0) for v in (38.0, 40.0, 42.0)]
 
 
 def _texts(fig):
@@ -58,12 +71,12 @@ def _texts(fig):
 def test_every_function_returns_a_figure_and_takes_fig_or_ax(res):
     from matplotlib.figure import Figure
 
-    from dopplermap import search
     from dopplermap.uncertainty import Uncertainty
 
     unc = Uncertainty(sigma_fssc=0.1 + res.fssc, sigma_fssh=0.1 + res.fssh, method="x",
                       never_visible=np.zeros(res.fssc.size, bool), time=0.0)
-    rows = [dict(inclination=i, vsini=v, chi2_total=i + v) for i in (50.0, 60.0) for v in (38.0, 40.0)]
+    rows = [dict(inclination=i, vsini=v, chi2_total=i + v, chi2=1 + (i + v) / 1e3) for i in (50.0, 60.0)
+            for v in (38.0, 40.0)]
 
     g, obs = res.grid, res.obs
     ph = np.asarray(obs.times) / res.star.period
@@ -80,7 +93,8 @@ def test_every_function_returns_a_figure_and_takes_fig_or_ax(res):
                                                               fig=fig),
         "plot_convergence": lambda fig: plot.plot_convergence(res.history, fig=fig),
         "plot_uncertainty": lambda fig: plot.plot_uncertainty(g, res.fssc, unc, fig=fig),
-        "search.plot_grid": lambda fig: search.plot_grid(rows, ["inclination", "vsini"], fig=fig),
+        "plot_grid": lambda fig: plot.plot_grid(rows, ["inclination", "vsini"], fig=fig),
+        "plot_chi2_landscape": lambda fig: plot.plot_chi2_landscape(rows, ["inclination", "vsini"], fig=fig),
     }
     for name, call in calls.items():
         mine = style.new_figure(5.0, 4.0)
@@ -149,6 +163,7 @@ def test_every_panel_has_labelled_axes(figures):
 
 def test_one_colour_map_per_quantity(figures):
     """Every image of a quantity uses that quantity's map, in every figure."""
+    from matplotlib.collections import QuadMesh
     from matplotlib.contour import ContourSet
     from matplotlib.image import AxesImage
 
@@ -158,9 +173,12 @@ def test_one_colour_map_per_quantity(figures):
             q = (im.get_label() or "").removeprefix("colorbar:")
             if q in style.CMAPS:
                 seen.setdefault(q, set()).add((im.get_cmap().name, name))
-        for cs in fig.findobj(ContourSet):  # the Delta-chi2 maps of the search
+        for cs in fig.findobj(ContourSet):
             if cs.filled:
                 seen.setdefault("chi2", set()).add((cs.get_cmap().name, name))
+        for mesh in fig.findobj(QuadMesh):  # the chi2 maps of the search
+            if mesh.get_label() == "chi2":
+                seen.setdefault("chi2", set()).add((mesh.get_cmap().name, name))
     assert {"cool", "hot", "brightness", "difference", "uncertainty", "chi2"} <= set(seen)
     for q, uses in seen.items():
         names = {n for n, _ in uses}
@@ -390,3 +408,92 @@ def test_figures_display_in_jupyter_without_pyplot(res):
     png.for_type(Figure, lambda f: b"inline")
     assert png(fig) == b"inline"
     assert isinstance(pickle.loads(pickle.dumps(fig)), type(fig))
+
+
+def _unit(label):
+    return label.endswith(")") and "(" in label
+
+
+def test_search_figures_label_units_colour_bars_and_mark_the_best_point(figures):
+    for name in ("grid", "grid_1d", "landscape", "landscape_1d"):
+        fig = figures[name]
+        panels = [a for a in fig.axes if getattr(a, "_colorbar", None) is None and a.axison]
+        assert panels, name
+        for ax in panels:
+            assert _unit(ax.get_xlabel()), (name, ax.get_xlabel())
+            best = [ln for ln in ax.get_lines() if ln.get_gid() == "best"]
+            assert len(best) == 1, (name, ax.get_title())
+            assert [ln for ln in ax.get_lines() if ln.get_gid() == "grid_points"], name
+        maps = [a for a in panels if a.collections and any(c.get_label() == "chi2" for c in a.collections)]
+        if name in ("grid", "landscape"):
+            assert maps, name
+            for ax in maps:
+                assert _unit(ax.get_ylabel()), (name, ax.get_ylabel())
+                x, y = (ln for ln in ax.get_lines() if ln.get_gid() == "best").__next__().get_data()
+                assert (x[0], y[0]) == (60.0, 40.0)  # the table's minimum
+        bars = [a for a in fig.axes if getattr(a, "_colorbar", None) is not None]
+        assert len(bars) == len(maps) and all(b.get_ylabel() for b in bars), name
+    grid = figures["grid"]
+    vsini = next(a for a in grid.axes if a.get_xlabel().startswith("v sin i"))
+    assert {p.get_gid() for p in vsini.patches} >= {"calibrated"}
+    assert "39.1" in vsini.get_title() and "41" in vsini.get_title()
+    inc = next(a for a in grid.axes if a.get_xlabel().startswith("inclination") and a.get_ylabel().startswith("Δχ²"))
+    x, y = next(ln for ln in inc.get_lines() if ln.get_gid() == "best").get_data()
+    assert (x[0], y[0]) == (60.0, 0.0)
+
+
+def test_lcurve_marks_corner_and_target_lambda_with_readable_ticks(figures):
+    fig = figures["lcurve"]
+    a1, a2 = fig.axes[:2]
+    assert {ln.get_gid() for ln in a1.get_lines()} >= {"corner", "target"}
+    assert {ln.get_gid() for ln in a2.get_lines()} >= {"corner", "target"}
+    # the sweep's chi2 = 1 + 0.1 lambda: the target 1.2 is reached at lambda 2
+    target = next(ln for ln in a2.get_lines() if ln.get_gid() == "target")
+    assert abs(target.get_xdata()[0] - 2.0) < 0.2
+    for ax in (a1, a2):
+        assert _unit(ax.get_xlabel()) or "λ" in ax.get_xlabel() or "floor" in ax.get_xlabel()
+        ticks = [t.get_text() for t in ax.get_yticklabels() if t.get_text()]
+        assert len(ticks) >= 3 and all("^" not in t and "mathdefault" not in t for t in ticks), ticks
+
+
+def test_landscape_refuses_three_parameters():
+    rows = [dict(a=1.0, b=2.0, c=3.0, chi2=1.0, chi2_total=10.0)]
+    with pytest.raises(dm.DopplermapInputError, match="one or two"):
+        plot.plot_chi2_landscape(rows, ["a", "b", "c"])
+
+
+def test_polar_view_puts_the_pole_in_the_centre_and_longitude_counter_clockwise():
+    g = dm.latitude_band_grid(800)
+    north = np.where(np.degrees(g.lat) > 75, 1.0, 0.0)
+    spot = np.where((np.abs(np.degrees(g.lat) - 10) < 12) & (np.abs(np.degrees(g.lon) - 90) < 15), 1.0, 0.0)
+    for values, where in ((north, "centre"), (spot, "right")):
+        fig = plot.plot_polar(g.lat, g.lon, values, quantity="cool", inclination=60.0, phases=[0.0, 0.25],
+                              lat_bounds=g.lat_bounds, lon_bounds=g.lon_bounds)
+        ax = fig.axes[0]
+        im = next(i for i in ax.images if i.get_label() == "cool")
+        x0, x1, y0, y1 = im.get_extent()
+        data = np.asarray(im.get_array().filled(0))
+        ys, xs = np.nonzero(data > 0.5)
+        x = x0 + (xs.mean() + 0.5) / data.shape[1] * (x1 - x0)
+        y = y1 - (ys.mean() + 0.5) / data.shape[0] * (y1 - y0)
+        if where == "centre":
+            assert abs(x) < 3 and abs(y) < 3, (x, y)
+        else:  # longitude 90 at colatitude 80: counter-clockwise from longitude 0 at the bottom
+            assert abs(x - 80) < 8 and abs(y) < 8, (x, y)
+        assert x1 == 150.0  # the outer ring at latitude -60 (never seen below -inclination)
+        gids = {ln.get_gid() for ln in ax.get_lines()} | {p.get_gid() for p in ax.patches}
+        assert {"pole", "rotation", "phases"} <= gids
+        ticks = next(ln for ln in ax.get_lines() if ln.get_gid() == "phases")
+        tx = ticks.get_xdata()
+        # phase 0: central meridian at longitude 0 (bottom); phase 0.25: at 270 (the left side)
+        assert abs(tx[0]) < 1 and tx[3] < -140, tx
+        labels = {t.get_text() for t in ax.texts if t.get_gid() == "lon"}
+        assert labels == {"0°", "90°", "180°", "270°"}
+    assert fig.axes[1].get_ylabel() == style.LABELS["cool"]
+
+
+def test_orthographic_views_mark_pole_and_rotation(figures):
+    ax = figures["orthographic"].axes[0]
+    n_views = len([i for i in ax.images if (i.get_gid() or "").startswith("panel:")])
+    assert len([ln for ln in ax.get_lines() if ln.get_gid() == "pole"]) == n_views
+    assert len([ln for ln in ax.get_lines() if ln.get_gid() == "rotation"]) == n_views

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import dopplermap as dm
-from dopplermap import search
+from dopplermap import plot, search
 from dopplermap.app.demo import recovery_correlation
 from dopplermap.problem import Settings
 
@@ -98,7 +98,7 @@ def test_grid_best_point_within_one_step(local_table):
     assert all(abs(r["chi2_total"] - r["chi2"] * n_data) < 1e-9 * r["chi2_total"] for r in rows)
     from dopplermap.style import save_figure
 
-    save_figure(search.plot_grid(rows, list(AXES)), path.with_suffix(".png"))
+    save_figure(plot.plot_grid(rows, list(AXES)), path.with_suffix(".png"))
     assert path.with_suffix(".png").stat().st_size > 0
 
 

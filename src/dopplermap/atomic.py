@@ -150,7 +150,9 @@ def _feed(h, obj, depth: int = 0) -> None:
         h.update(b"]")
     elif hasattr(obj, "__dataclass_fields__"):
         h.update(f"{type(obj).__qualname__}(".encode())
-        for name in obj.__dataclass_fields__:
+        for name, field in obj.__dataclass_fields__.items():
+            if not field.metadata.get("fingerprint", True):  # a label (a star's name), not an input
+                continue
             h.update(f"{name}=".encode())
             _feed(h, getattr(obj, name), depth + 1)
         h.update(b")")

@@ -37,6 +37,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ._repr import compact
 from .choices import SPOT_COMPONENTS
 from .errors import DopplermapInputError
 from .grid import SurfaceGrid, latitude_band_grid
@@ -237,6 +238,9 @@ class Calibration:
     sim_lmbd: float | None = None
     sim_oversample: int = SIM_OVERSAMPLE
     member_profiles: dict | None = dataclasses.field(default=None, repr=False)
+
+    def __repr__(self) -> str:
+        return compact(self, ("name", "estimate", "lo68", "hi68", "lo95", "hi95", "n_sim", "n_solves"))
 
     def summary(self) -> dict:
         """JSON-ready summary (no per-simulation arrays)."""

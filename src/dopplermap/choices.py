@@ -15,7 +15,7 @@ from .errors import DopplermapInputError
 __all__ = ["FORMS", "SYNTHESIS_METHODS", "RV_SHIFTS", "SOLVERS", "SOLVER_CHOICES", "REGULARISER_LABELS",
            "REGULARISERS", "WEIGHTED_REGULARISERS", "SPOT_COMPONENTS", "UNCERTAINTY_METHODS", "EW_METHODS",
            "LINE_PROFILES", "GRID_KINDS", "PROFILE_FORMATS", "PROFILE_WRITE_FORMATS", "LIGHTCURVE_FORMATS",
-           "LIGHTCURVE_WRITE_FORMATS", "LIGHTCURVE_UNITS", "QUALITY_BITMASKS", "BIN_UNITS", "FIGURE_FORMATS", "MAP_PROJECTIONS",
+           "LIGHTCURVE_WRITE_FORMATS", "LIGHTCURVE_UNITS", "QUALITY_BITMASKS", "BIN_UNITS", "FIGURE_FORMATS", "MAP_PROJECTIONS", "RESULT_PLOT_KINDS",
            "SIMULATION_FORMATS", "ERROR_SCALES",
            "BATCH_MODES", "BATCH_FORMS", "CUBE_DTYPES", "check", "check_error_scale"]
 
@@ -65,6 +65,9 @@ BIN_UNITS = ("d", "phase")
 FIGURE_FORMATS = ("png", "pdf", "svg")
 # plot_maps(projection=...): the map projections, each drawn into a result folder
 MAP_PROJECTIONS = ("mollweide", "rect")
+# what InversionResult.plot(kind=...) draws (dopplermap.plot.plot_result_kind)
+RESULT_PLOT_KINDS = ("map", "maps", "orthographic", "polar", "profiles", "dynamic_spectrum", "light_curve",
+                     "convergence")
 # [data] error_scale (besides a number): "auto" (the continuum where the window has enough, else
 # "residuals"), the continuum's scatter, or sqrt(chi2) of a fit (dopplermap.errorscale)
 ERROR_SCALES = ("auto", "continuum", "residuals")

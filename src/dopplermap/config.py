@@ -80,6 +80,7 @@ class StarConfig:
     t0_scale: str | None = None
     ra: float | None = None
     dec: float | None = None
+    name: str | None = None  # titles the figures and the report; FITS keyword OBJECT
 
 
 @dataclasses.dataclass(frozen=True)
@@ -555,6 +556,7 @@ time_scale = "BJD_TDB"               # BJD_TDB | HJD | JD | MJD | BTJD | BKJD | 
 # lightcurve_bin_unit = "phase"      # ... in days ("d") or in rotation phase ("phase")
 
 [star]
+# name = "LO Peg"                    # titles the figures and the report; OBJECT in the FITS headers
 inclination = 60.0                   # deg
 vsini = 40.0                         # km/s (or give radius = R_eq in R_sun instead)
 period = 2.0                         # days (equatorial)

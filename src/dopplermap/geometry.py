@@ -37,6 +37,8 @@ class StarParams:
         t0: reference time of phase 0, days (same time scale as the epochs).
         domega: differential-rotation shear dOmega, rad/day (0 = rigid rotation).
         radius: equatorial radius, solar radii; used when ``vsini`` is None.
+        name: the star's name (``[star] name``), or None: a label for figures, reports and the
+            FITS keyword OBJECT; no computation reads it, and fingerprints leave it out.
 
     Each may also be an astropy Quantity (``vsini=40000 * u.m / u.s``, ``inclination=1 * u.rad``,
     ``domega=0.02 * u.rad / u.d``) and ``t0`` an astropy ``Time`` (taken to BJD_TDB, see
@@ -49,6 +51,7 @@ class StarParams:
     t0: float = 0.0
     domega: float = 0.0
     radius: float | None = None
+    name: str | None = dataclasses.field(default=None, compare=False, metadata={"fingerprint": False})
 
     def __post_init__(self):
         conv = {"inclination": lambda x: to_unit(x, "deg", "inclination"),
@@ -61,6 +64,8 @@ class StarParams:
             v = getattr(self, name)
             if v is not None and not isinstance(v, (int, float)):
                 object.__setattr__(self, name, f(v))  # frozen: convert Quantity/Time once, at construction
+        if self.name is not None:
+            object.__setattr__(self, "name", str(self.name).strip() or None)
         check_star(self)
         warn_star(self)
 

@@ -14,6 +14,7 @@ import dataclasses
 
 import numpy as np
 
+from ._repr import compact
 from .choices import GRID_KINDS, check
 from .errors import DopplermapInputError
 from .memory import check_grid_size
@@ -42,6 +43,9 @@ class SurfaceGrid:
     kind: str = "bands"
     lat_bounds: np.ndarray | None = None
     lon_bounds: np.ndarray | None = None
+
+    def __repr__(self) -> str:
+        return compact(self, ("kind",), n_cell=self.n_cell, n_edge=int(len(self.edges)))
 
     @property
     def n_cell(self) -> int:

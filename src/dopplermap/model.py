@@ -28,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _device, choices, plan
+from ._repr import compact
 from .diagnostics import check_phase_span, check_velocity_window
 from .errors import DopplermapInputError
 from .forms import (
@@ -71,6 +72,9 @@ class Precomputed:
     line: Form
     cell_area: jnp.ndarray
     edges: jnp.ndarray
+
+    def __repr__(self) -> str:
+        return compact(self, (), form=self.line.kind, n_cell=self.n_cell, n_epoch=self.n_epoch, n_vel=self.n_vel)
 
     @property
     def n_epoch(self) -> int:

@@ -74,6 +74,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _device, regularisers
+from ._repr import compact
 from ._sets import names_and_weights
 from .constants import FILL_MIN
 from .errors import DopplermapInputError
@@ -105,6 +106,9 @@ class Observations:
     vels: jnp.ndarray
     flux: jnp.ndarray
     err: jnp.ndarray
+
+    def __repr__(self) -> str:
+        return compact(self, ("times", "vels"), n_epoch=self.n_epoch, n_vel=self.n_vel)
 
     @classmethod
     def create(cls, times, vels, flux, err, *, source: str = "observations", normalise: bool = False):
@@ -173,6 +177,9 @@ class LineSets:
     sets: tuple
     weights: jnp.ndarray
     names: tuple
+
+    def __repr__(self) -> str:
+        return compact(self, ("names",), n_sets=self.n_sets, n_cell=self.n_cell, n_epoch=self.n_epoch)
 
     @classmethod
     def create(cls, sets, weights=None, names=None) -> LineSets:
@@ -436,6 +443,9 @@ class ObjectiveData:
     line_weight: jax.Array | None = None
     lc_weight: jax.Array | None = None
     offset_sigma: jax.Array | None = None
+
+    def __repr__(self) -> str:
+        return compact(self)
 
     @classmethod
     def create(cls, pre, obs, *, lightcurve=None, line_weight=1.0, lc_weight=1.0, offset_sigma=None,

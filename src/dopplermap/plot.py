@@ -24,14 +24,16 @@ from pathlib import Path
 import numpy as np
 
 from . import style
-from .choices import MAP_PROJECTIONS, REGULARISER_LABELS, SPOT_COMPONENTS, check
+from .choices import MAP_PROJECTIONS, REGULARISER_LABELS, RESULT_PLOT_KINDS, SPOT_COMPONENTS, check
 from .constants import FILL_MIN
 from .errors import DopplermapInputError
+from .gridtable import computed_rows, delta_chi2_interval
 from .result import light_curves, line_sets, relative_brightness
 
 __all__ = ["plot_maps", "plot_map", "plot_orthographic", "plot_profiles", "plot_dynamic_spectrum",
            "plot_light_curve", "plot_convergence", "plot_uncertainty", "result_figures", "plot_result",
-           "fitted_components", "cell_lookup", "central_meridians", "QUANTITIES"]
+           "fitted_components", "cell_lookup", "central_meridians", "QUANTITIES", "plot_polar", "plot_lcurve",
+           "plot_grid", "plot_chi2_landscape", "plot_result_kind"]
 
 log = logging.getLogger(__name__)
 
@@ -565,6 +567,21 @@ def _ortho_graticule(inclination, phase):
     return _nan_join(segs)
 
 
+def _pole_and_rotation(ax, inclination, cx, cy):
+    """The visible (north) pole as a cross and the sense of rotation as an arrow along the
+    parallel at latitude 70 deg, across the front of the disc (left to right: the approaching
+    limb is on the left)."""
+    inc = np.radians(inclination)
+    a = np.linspace(-0.9, 0.9, 40)
+    la = np.radians(70.0)
+    px, py, pz = np.cos(la) * np.cos(a), np.cos(la) * np.sin(a), np.sin(la)
+    X, Y = py, -px * np.cos(inc) + pz * np.sin(inc)
+    ax.plot(X[:-1] + cx, Y[:-1] + cy, color="k", lw=0.8, zorder=6, gid="rotation")
+    ax.annotate("", xy=(X[-1] + cx, Y[-1] + cy), xytext=(X[-3] + cx, Y[-3] + cy), zorder=6,
+                arrowprops=dict(arrowstyle="-|>", color="k", lw=0.8, mutation_scale=7, shrinkA=0, shrinkB=0))
+    ax.plot([cx], [cy + np.sin(inc)], marker="+", color="k", ms=5, mew=0.9, zorder=6, gid="pole")
+
+
 def plot_orthographic(lat, lon, values, *, inclination: float, phases=None, truth=None, lat_bounds=None,
                       lon_bounds=None, quantity: str = "brightness", vmin=None, vmax=None, resolution: int = 160,
                       fig=None):
@@ -574,7 +591,8 @@ def plot_orthographic(lat, lon, values, *, inclination: float, phases=None, trut
         lat, lon: (n_cell,) rad. values, truth: (n_cell,) values of ``quantity`` (its
             colour map and label from :mod:`dopplermap.style`).
         inclination: deg. phases: rotation phases (cycles) of the views, 1-8 of them
-            (default 6 evenly spaced). The receding limb is on the right, north up.
+            (default 6 evenly spaced). The receding limb is on the right, north up; a cross
+            marks the visible pole and an arrow the sense of rotation.
         fig: an empty Figure to draw into (resized); default a new two-column figure.
 
     Returns the Figure.
@@ -609,6 +627,7 @@ def plot_orthographic(lat, lon, values, *, inclination: float, phases=None, trut
             im.set_gid(f"panel:{r},{c}")
             gx, gy = _ortho_graticule(inclination, ph)
             ax.plot(gx + cx, gy + cy, color="0.5", lw=0.35, alpha=0.7)
+            _pole_and_rotation(ax, inclination, cx, cy)
             ax.add_patch(Circle((cx, cy), 1.0, fill=False, lw=0.6, color="0.2"))
             sheet.text(cx, cy + 1.04, f"phase {ph:.2f}", ha="center", va="bottom").set_gid(f"title:{r},{c}")
             if c == 0:
@@ -1102,3 +1121,441 @@ def plot_result(result, out_dir, *, fmt: str = "png", dpi: float | None = None, 
     figs = result_figures(result, n_views=n_views, max_profiles=max_profiles, components=components)
     return style.save_figures(figs, out_dir, fmt=fmt, dpi=dpi, costs=_DRAW_COST, processes=processes, workers=workers)
 
+
+
+# ---------------------------------------------------------------------------- polar view
+
+
+_POLAR_GRAT = dict(color="0.2", lw=0.4, alpha=0.6)  # darker than the maps': seen on mid-grey brightness
+
+
+def _polar_xy(lat_deg, lon_deg):
+    """Flattened polar projection: radius = colatitude (deg), longitude 0 at the bottom and
+    increasing counter-clockwise (the sense of rotation seen from above the north pole)."""
+    r = 90.0 - np.asarray(lat_deg, float)
+    lam = np.radians(lon_deg)
+    return r * np.sin(lam), -r * np.cos(lam)
+
+
+def plot_polar(lat, lon, values, *, quantity: str = "brightness", inclination: float | None = None, phases=None,
+               lat_min: float | None = None, lat_bounds=None, lon_bounds=None, vmin=None, vmax=None,
+               resolution: int = 240, title: str | None = None, colorbar: bool = True, ax=None):
+    """Flattened polar view: the north pole at the centre, colatitude as radius.
+
+    The view of Doppler-imaging papers: latitude rings every 30 deg (labelled), longitude 0
+    at the bottom (facing the observer at phase 0) increasing counter-clockwise, the sense in
+    which the star turns seen from above its north pole (an arrow shows it); the central
+    meridian of each observation is ticked outside the outer ring, at longitude
+    ``-360 phase`` (phases advance clockwise).
+
+    Args:
+        lat, lon: (n_cell,) rad. values: (n_cell,) values of ``quantity`` (colour map and
+            label from :mod:`dopplermap.style`); NaN or inf cells are drawn in the gap colour.
+        inclination: deg; the outer ring defaults to latitude ``-inclination`` (the lowest
+            latitude ever seen). phases: rotation phases (cycles) of the observations.
+        lat_min: outer ring latitude, deg (default ``-inclination``, else -30).
+        ax: an Axes to draw into (default a new one-column figure). title: above the view.
+
+    Returns the Figure.
+    """
+    if np.shape(values) != np.shape(lat):
+        raise DopplermapInputError(f"values has shape {np.shape(values)}, expected (n_cell,) = {np.shape(lat)}")
+    if lat_min is None:
+        lat_min = -float(inclination) if inclination is not None else -30.0
+    if not -90.0 <= lat_min < 60.0:
+        raise DopplermapInputError(f"lat_min must be in [-90, 60) deg, got {lat_min!r}")
+    if ax is None:
+        fig = style.new_figure(style.ONE_COLUMN, 3.05 if title else 2.85)
+        with style.context():
+            ax = fig.add_axes([0.0, 0.06, 0.8, 0.86 if title else 0.92])
+    fig = ax.figure
+    rmax = 90.0 - lat_min
+    s = (np.arange(resolution) + 0.5) / resolution * 2 - 1
+    X, Y = np.meshgrid(s * rmax, s[::-1] * rmax)
+    R = np.hypot(X, Y)
+    inside = R <= rmax
+    plat = np.radians(90.0 - R[inside])
+    plon = np.mod(np.arctan2(X[inside], -Y[inside]), 2 * np.pi)
+    vals = np.asarray(values, float)
+    img = np.full(X.shape, np.nan)
+    img[inside] = vals[cell_lookup(lat, lon, lat_bounds, lon_bounds)(plat, plon)]
+    lo, hi = colour_limits(quantity, [vals])
+    norm = _norm(lo if vmin is None else vmin, hi if vmax is None else vmax)
+    from matplotlib.patches import Circle, FancyArrowPatch
+
+    with style.context():
+        cm = style.cmap(quantity).with_extremes(bad=(0.0, 0.0, 0.0, 0.0))
+        ext = (-rmax, rmax, -rmax, rmax)
+        im = ax.imshow(np.ma.masked_invalid(img), extent=ext, origin="upper", cmap=cm, norm=norm,
+                       interpolation="nearest", zorder=1)
+        im.set_label(quantity)
+        gap = inside & ~np.isfinite(img)
+        if gap.any():
+            g = np.zeros(gap.shape + (4,))
+            g[gap] = style.GAP_COLOUR
+            ax.imshow(g, extent=ext, origin="upper", interpolation="nearest", zorder=1)
+        t = np.linspace(0, 2 * np.pi, 241)
+        for la in range(60, int(np.floor(lat_min)), -30):
+            if la <= lat_min:
+                continue
+            r = 90.0 - la
+            ax.plot(r * np.cos(t), r * np.sin(t), zorder=3, ls="-" if la else "--", **_POLAR_GRAT)
+            lx, ly = _polar_xy(la, 135.0)
+            ax.text(lx, ly, f"{la}°", fontsize=style.FONT_PT, color="0.1", ha="center", va="center", zorder=5,
+                    path_effects=_halo()).set_gid("lat")
+        for lo_ in range(0, 360, 30):
+            xs, ys = _polar_xy(np.array([90.0, lat_min]), lo_)
+            ax.plot(xs, ys, zorder=3, **_POLAR_GRAT)
+        ax.add_patch(Circle((0, 0), rmax, fill=False, lw=0.7, color="0.15", zorder=4))
+        for lo_ in range(0, 360, 90):
+            lx, ly = _polar_xy(lat_min - 0.13 * rmax, lo_)
+            ax.text(lx, ly, f"{lo_}°", ha="center", va="center", fontsize=style.FONT_PT).set_gid("lon")
+        if phases is not None and len(np.atleast_1d(phases)):
+            cm_lon = central_meridians(np.atleast_1d(np.asarray(phases, float)))
+            x0, y0 = _polar_xy(lat_min - 0.01 * rmax, cm_lon)
+            x1, y1 = _polar_xy(lat_min - 0.07 * rmax, cm_lon)
+            ax.plot(*_nan_join([([a, b], [c, d]) for a, b, c, d in zip(x0, x1, y0, y1, strict=True)]),
+                    color="k", lw=0.7, zorder=4, gid="phases", label="central meridian of each observation")
+        # rotation sense: counter-clockwise around the pole, seen from above it
+        a0, a1 = np.radians(190.0), np.radians(280.0)
+        rr = 0.2 * rmax
+        arrow = FancyArrowPatch((rr * np.cos(a0), rr * np.sin(a0)), (rr * np.cos(a1), rr * np.sin(a1)),
+                                connectionstyle="arc3,rad=0.4", arrowstyle="-|>", mutation_scale=9, lw=1.0,
+                                color="k", zorder=6, gid="rotation", path_effects=_halo())
+        ax.add_patch(arrow)
+        ax.plot([0], [0], marker="+", color="k", ms=5, mew=0.8, zorder=6, gid="pole")
+        ax.set_xlim(-1.27 * rmax, 1.27 * rmax)
+        ax.set_ylim(-1.22 * rmax, 1.22 * rmax)
+        ax.set_aspect("equal")
+        ax.axis("off")
+        if title:
+            ax.set_title(title, fontsize=style.TITLE_PT)
+        if colorbar:
+            fig.colorbar(im, ax=ax, label=style.LABELS[quantity], shrink=0.7, pad=0.02)
+        handles = [h for h in ax.get_lines() if h.get_gid() == "phases"]
+        if handles:
+            ax.legend(handles=handles, labels=["observations (central meridian)"], loc="upper center",
+                      bbox_to_anchor=(0.5, 0.02), frameon=False, fontsize=style.FONT_PT, handlelength=1.0)
+    return fig
+
+
+# ---------------------------------------------------------------------------- searches
+
+
+def _log_ticks(ax, which: str) -> None:
+    """Readable log-axis ticks: plain numbers (``0.5``, ``2``, ``1e+04``); over less than two
+    decades 1-2-5 steps and within one decade evenly spaced round numbers, so a narrow range
+    still carries several labelled ticks."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
+
+    axis = ax.xaxis if which == "x" else ax.yaxis
+    lo, hi = ax.get_xlim() if which == "x" else ax.get_ylim()
+    ratio = hi / lo if lo > 0 else np.inf
+    if ratio < 10.0:  # less than a decade: evenly spaced round numbers
+        axis.set_major_locator(MaxNLocator(nbins=5))
+    else:
+        axis.set_major_locator(LogLocator(base=10.0, subs=(1.0, 2.0, 5.0) if ratio < 100.0 else (1.0,)))
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.3g}"))
+    axis.set_minor_formatter(NullFormatter())
+
+
+def plot_lcurve(sweep, corner: float | None = None, target: float | None = None, *,
+                target_lambda: float | None = None, fig=None):
+    """The L-curve (reduced chi2 against the regulariser's excess over its floor) and chi2
+    against lambda, with the L-curve's corner and the lambda of the target chi2 marked;
+    returns the Figure.
+
+    ``sweep``: a :class:`dopplermap.search.LambdaSweep` (``lmbd``, ``chi2``, ``regulariser``,
+    ``floor``). ``corner``: the corner's lambda. ``target``: the target reduced chi2;
+    ``target_lambda`` its lambda (default: read off the sweep by log interpolation, marked
+    "≈"). ``fig``: an empty Figure (default a new two-column one). Save it with
+    :func:`dopplermap.style.save_figure`.
+    """
+    lm, chi2 = np.asarray(sweep.lmbd, float), np.asarray(sweep.chi2, float)
+    x = np.asarray(sweep.regulariser, float) - float(sweep.floor)
+    approx = ""
+    if target is not None and target_lambda is None:
+        order = np.argsort(chi2)
+        if chi2.min() <= target <= chi2.max() and np.all(lm > 0):
+            target_lambda = float(np.exp(np.interp(target, chi2[order], np.log(lm[order]))))
+            approx = "≈ "
+    if fig is None:
+        fig = style.new_figure(style.TWO_COLUMN, 2.8)
+    with style.context():
+        a1, a2 = fig.subplots(1, 2, gridspec_kw=dict(left=0.09, right=0.98, top=0.9, bottom=0.17, wspace=0.3))
+        pos = x > 0
+        a1.loglog(x[pos], chi2[pos], "o-", ms=3, color="k", lw=0.8, label="sweep (one point per λ)")
+        a2.loglog(lm, chi2, "o-", ms=3, color="k", lw=0.8, label="sweep")
+        def on_curve(lam):  # the L-curve's point at lambda, interpolated in log-log
+            if not (np.all(pos) and lm.size > 1 and np.all(np.diff(lm) > 0)):
+                return None
+            t = np.log(lam)
+            return np.exp(np.interp(t, np.log(lm), np.log(x))), np.exp(np.interp(t, np.log(lm), np.log(chi2)))
+
+        if corner is not None:
+            pt = on_curve(corner)
+            if pt is not None:
+                a1.plot(*pt, "*", color=style.MODEL_COLOUR, ms=10, zorder=5, gid="corner",
+                        label=f"corner, λ = {corner:.3g}")
+            a2.axvline(corner, color=style.MODEL_COLOUR, ls="--", lw=0.8, gid="corner", label=f"corner λ = {corner:.3g}")
+        if target is not None:
+            a1.axhline(target, color="0.4", ls=":", lw=0.8)
+            a2.axhline(target, color="0.4", ls=":", lw=0.8, label=f"target χ² = {target:g}")
+        if target_lambda is not None:
+            pt = on_curve(target_lambda)
+            if pt is not None:
+                a1.plot(*pt, "D", color="C0", ms=5, zorder=5, gid="target",
+                        label=f"target χ², λ {approx}{target_lambda:.3g}")
+            a2.axvline(target_lambda, color="C0", ls="-.", lw=0.8, gid="target",
+                       label=f"λ for target χ² {approx}{target_lambda:.3g}")
+        for a in (a1, a2):
+            a.legend(loc="best")
+            a.grid(alpha=0.3, lw=0.5, which="major")
+        a1.set_xlabel("regulariser − floor")
+        a1.set_ylabel("reduced χ²")
+        a1.set_title("L-curve")
+        a2.set_xlabel(style.PARAMETER_LABELS["lmbd"])
+        a2.set_ylabel("reduced χ²")
+        a2.set_title("χ² against λ")
+        for a in (a1, a2):
+            _log_ticks(a, "x")
+            _log_ticks(a, "y")
+    return fig
+
+
+def _parameter_label(name: str) -> str:
+    return style.PARAMETER_LABELS.get(name, name)
+
+
+def _parameter_unit(name: str) -> str:
+    label = style.PARAMETER_LABELS.get(name, "")
+    return label[label.rfind("(") + 1:-1] if label.endswith(")") else ""
+
+
+def _calibrated(calibrated, name):
+    """(estimate, lo68, hi68) of a calibrated axis: a Calibration or its summary dict, or None."""
+    if not calibrated or name not in calibrated:
+        return None
+    c = calibrated[name]
+    get = c.get if isinstance(c, dict) else lambda k: getattr(c, k)
+    return float(get("estimate")), float(get("lo68")), float(get("hi68"))
+
+
+def _surface(rows, p, q, column):
+    """(xs, ys, z): the least ``column`` at each (p, q) point (profiled over the other
+    parameters), NaN where no point was solved."""
+    xs, ys = np.unique([r[p] for r in rows]), np.unique([r[q] for r in rows])
+    z = np.full((ys.size, xs.size), np.nan)
+    for r in rows:
+        i, j = np.searchsorted(ys, r[q]), np.searchsorted(xs, r[p])
+        z[i, j] = r[column] if np.isnan(z[i, j]) else min(z[i, j], r[column])
+    return xs, ys, z
+
+
+def _edges(v):
+    """Cell edges around sorted grid values (for pcolormesh)."""
+    v = np.asarray(v, float)
+    if v.size == 1:
+        return np.array([v[0] - 0.5, v[0] + 0.5]) if v[0] == 0 else v[0] * np.array([0.95, 1.05])
+    mid = (v[1:] + v[:-1]) / 2
+    return np.concatenate([[v[0] - (mid[0] - v[0])], mid, [v[-1] + (v[-1] - mid[-1])]])
+
+
+def _delta_map(ax, fig, rows, p, q, column, best, label):
+    from matplotlib.colors import Normalize
+
+    xs, ys, z = _surface(rows, p, q, column)
+    z = z - np.nanmin(z)
+    top = max(float(np.nanmax(z)), 1e-9)
+    mesh = ax.pcolormesh(_edges(xs), _edges(ys), np.ma.masked_invalid(z), cmap=style.cmap("chi2"),
+                         norm=Normalize(0.0, top), shading="flat")
+    mesh.set_label("chi2")  # the quantity, as the maps label their images
+    if xs.size > 1 and ys.size > 1:
+        cs = ax.contour(xs, ys, z, levels=[2.30, 6.18], colors="w", linewidths=0.8)
+        ax.clabel(cs, fmt={2.30: "68 %", 6.18: "95 %"}, fontsize=style.FONT_PT)
+    gx, gy = np.meshgrid(xs, ys)
+    solved = np.isfinite(z)
+    ax.plot(gx[solved], gy[solved], ".", color="k", ms=2.5, gid="grid_points", label="grid points")
+    if (~solved).any():
+        ax.plot(gx[~solved], gy[~solved], "x", color="0.4", ms=3, gid="refused", label="refused")
+    ax.plot([best[p]], [best[q]], "*", color=style.MODEL_COLOUR, mec="w", mew=0.4, ms=10, gid="best",
+            label="best point")
+    fig.colorbar(mesh, ax=ax, label=label, pad=0.02)
+    ax.set_xlabel(_parameter_label(p))
+    ax.set_ylabel(_parameter_label(q))
+
+
+def plot_grid(rows: list[dict], names, *, column: str = "chi2_total", delta: float = 1.0, calibrated=None,
+              fig=None):
+    """A grid search: the profiled Delta chi2 of each parameter and a Delta chi2 map of each
+    pair; returns the Figure.
+
+    Each profile shows every solved point (grey), the profile (black), the best point (red
+    star), the Delta chi2 <= ``delta`` range (shaded) and, given ``calibrated`` (``{name:
+    Calibration or its summary dict}``, :mod:`dopplermap.calibrate`), the calibrated 68 %
+    interval and estimate (blue). Each map shows the grid points, the best point and the 1-
+    and 2-sigma contours of two parameters (Delta chi2 = 2.30, 6.18) on the ``chi2`` colour
+    map, with a labelled colour bar. Axes carry the parameters' units
+    (:data:`dopplermap.style.PARAMETER_LABELS`). ``rows``: the grid-search table
+    (:func:`dopplermap.search.grid_search`). ``fig``: an empty Figure (default a new one).
+    """
+    import itertools
+
+    names = list(names)
+    every = rows
+    rows = computed_rows(rows)
+    if not rows:
+        delta_chi2_interval(every, names[0], column=column)  # raises the table's own error
+    best = min(rows, key=lambda r: r[column])
+    pairs = list(itertools.combinations(names, 2))
+    n = len(names) + len(pairs)
+    if fig is None:
+        fig = style.new_figure(min(style.TWO_COLUMN, 2.5 * n + 0.6), 2.9)
+    with style.context():
+        w = fig.get_size_inches()[0]
+        axes = fig.subplots(1, n, squeeze=False, gridspec_kw=dict(left=0.55 / w, right=1 - (0.45 if pairs else 0.1) / w,
+                                                                  top=0.76, bottom=0.19, wspace=0.6))[0]
+        for ax, name in zip(axes, names, strict=False):
+            iv = delta_chi2_interval(every, name, delta=delta, column=column)
+            base = iv["profile"].min()
+            ax.plot([r[name] for r in rows], [r[column] - base for r in rows], "o", ms=2.5, color="0.6",
+                    gid="grid_points", label="grid points", zorder=2)
+            ax.plot(iv["values"], iv["profile"] - base, "-", color="k", lw=0.9, label="profile", zorder=3)
+            ax.axhline(delta, color="0.5", ls=":", lw=0.8)
+            ax.axvspan(iv["lo"], iv["hi"], color="0.88", label=f"Δχ² ≤ {delta:g}", zorder=0)
+            ax.plot([iv["best"]], [0.0], "*", color=style.MODEL_COLOUR, ms=10, gid="best", label="best point", zorder=5)
+            unit = _parameter_unit(name)
+            title = (f"Δχ² ≤ {delta:g}: {iv['lo']:.4g}–{iv['hi']:.4g} {unit}" if iv["hi"] > iv["lo"]
+                     else f"Δχ² ≤ {delta:g}: {iv['best']:.4g} {unit} only")
+            cal = _calibrated(calibrated, name)
+            if cal is not None:
+                est, lo68, hi68 = cal
+                ax.axvspan(lo68, hi68, facecolor="none", edgecolor="C0", hatch="///", lw=0.0, gid="calibrated",
+                           label="calibrated 68 %", zorder=1)
+                ax.axvline(est, color="C0", lw=1.0, gid="calibrated_estimate", label="calibrated estimate")
+                title = f"calibrated {lo68:.4g}–{hi68:.4g} {unit}"
+            ax.set_title(title.strip(), fontsize=style.FONT_PT)
+            ax.set_xlabel(_parameter_label(name))
+            ax.set_ylabel("Δχ² (profiled)")
+            ax.set_ylim(bottom=-0.05 * max(1.0, float(np.max(iv["profile"] - base))))
+        for ax, (p, q) in zip(axes[len(names):], pairs, strict=False):
+            _delta_map(ax, fig, rows, p, q, column, best, "Δχ² (profiled)")
+        legend = {}
+        for ax in axes[:len(names)]:
+            for h, label in zip(*ax.get_legend_handles_labels(), strict=True):
+                legend.setdefault("calibrated estimate" if label.startswith("calibrated ") and label != "calibrated 68 %"
+                                  else label, h)
+        fig.legend(list(legend.values()), list(legend), loc="upper center", bbox_to_anchor=(0.5, 1.0),
+                   ncols=min(len(legend), 4), frameon=False, fontsize=style.FONT_PT, handlelength=1.2)
+    return fig
+
+
+def plot_chi2_landscape(rows: list[dict], names, *, column: str = "chi2", fig=None):
+    """The chi2 landscape of a one- or two-parameter grid search: the reduced chi2 at every
+    grid point against the parameter (one), or as a map over the two with the 1- and
+    2-sigma contours of the un-reduced Delta chi2 (two); the best point marked. Returns the
+    Figure. ``column``: the reduced chi-square column; the contours read ``chi2_total``.
+    """
+    names = list(names)
+    if len(names) not in (1, 2):
+        raise DopplermapInputError(f"a chi2 landscape needs one or two grid parameters, got {len(names)} "
+                                   f"({', '.join(names)}); plot_grid profiles more")
+    solved = computed_rows(rows)
+    if not solved:
+        delta_chi2_interval(rows, names[0])  # raises the table's own error
+    best = min(solved, key=lambda r: r.get("chi2_total", r[column]))
+    if fig is None:
+        fig = style.new_figure(style.ONE_COLUMN, 2.8)
+    with style.context():
+        ax = fig.add_axes([0.17, 0.16, 0.55 if len(names) == 2 else 0.78, 0.74])
+        if len(names) == 1:
+            (p,) = names
+            v = np.array([r[p] for r in solved])
+            c = np.array([r[column] for r in solved])
+            o = np.argsort(v, kind="stable")
+            ax.plot(v[o], c[o], "o-", color="k", ms=3, lw=0.8, gid="grid_points", label="grid points")
+            ax.plot([best[p]], [best[column]], "*", color=style.MODEL_COLOUR, ms=10, gid="best", label="best point")
+            ax.set_xlabel(_parameter_label(p))
+            ax.set_ylabel("reduced χ²")
+            ax.legend(loc="best")
+            ax.grid(alpha=0.3, lw=0.5)
+        else:
+            from matplotlib.colors import Normalize
+
+            p, q = names
+            xs, ys, z = _surface(solved, p, q, column)
+            mesh = ax.pcolormesh(_edges(xs), _edges(ys), np.ma.masked_invalid(z), cmap=style.cmap("chi2"),
+                                 norm=Normalize(float(np.nanmin(z)), max(float(np.nanmax(z)), float(np.nanmin(z)) + 1e-9)),
+                                 shading="flat")
+            mesh.set_label("chi2")
+            if "chi2_total" in best and xs.size > 1 and ys.size > 1:
+                _, _, zt = _surface(solved, p, q, "chi2_total")
+                cs = ax.contour(xs, ys, zt - np.nanmin(zt), levels=[2.30, 6.18], colors="w", linewidths=0.8)
+                ax.clabel(cs, fmt={2.30: "68 %", 6.18: "95 %"}, fontsize=style.FONT_PT)
+            gx, gy = np.meshgrid(xs, ys)
+            ok = np.isfinite(z)
+            ax.plot(gx[ok], gy[ok], ".", color="k", ms=2.5, gid="grid_points")
+            ax.plot([best[p]], [best[q]], "*", color=style.MODEL_COLOUR, mec="w", mew=0.4, ms=10, gid="best")
+            cax = fig.add_axes([0.75, 0.16, 0.03, 0.74])
+            fig.colorbar(mesh, cax=cax, label="reduced χ²")
+            ax.set_xlabel(_parameter_label(p))
+            ax.set_ylabel(_parameter_label(q))
+        ax.set_title("χ² landscape", fontsize=style.TITLE_PT)
+    return fig
+
+
+# ---------------------------------------------------------------------------- result.plot
+
+
+def plot_result_kind(result, kind: str, *, ax=None, **kwargs):
+    """One figure of ``result`` by ``kind`` (:data:`dopplermap.choices.RESULT_PLOT_KINDS`), as
+    :meth:`dopplermap.InversionResult.plot` draws it; returns the Figure."""
+    check(kind, RESULT_PLOT_KINDS, "kind")
+    if ax is not None and kind not in ("map", "polar", "convergence"):
+        raise DopplermapInputError(f"kind {kind!r} fills a Figure (fig=...); ax= is taken by 'map', 'polar' and "
+                                   "'convergence'")
+    grid, star = result.grid, result.star
+    inc = None if star is None else float(star.inclination)
+    if kind in ("map", "maps", "orthographic", "polar") and grid is None:
+        raise DopplermapInputError(f"result.plot({kind!r}) needs the result's grid (invert a Problem, or load the "
+                                   "result folder)")
+    if kind in ("map", "polar"):
+        quantity = kwargs.pop("quantity", "cool" if kind == "map" else "brightness"
+                              if result.intensities is not None else "cool")
+        values = _result_quantity(result, quantity)
+        if kind == "map":
+            return plot_map(grid.lat, grid.lon, values, quantity=quantity, ax=ax, lat_bounds=grid.lat_bounds,
+                            lon_bounds=grid.lon_bounds, inclination=inc, **kwargs)
+        phases = None
+        sets = line_sets(result)
+        if sets and star is not None:
+            phases = (np.concatenate([np.asarray(d["obs"].times, float) for d in sets]) - star.t0) / star.period
+        kwargs.setdefault("title", result.name)
+        return plot_polar(grid.lat, grid.lon, values, quantity=quantity, inclination=inc, phases=phases,
+                          lat_bounds=grid.lat_bounds, lon_bounds=grid.lon_bounds, ax=ax, **kwargs)
+    if kind == "convergence":
+        if ax is not None:
+            kwargs["fig"] = ax.figure
+            ax.remove()
+        return plot_convergence(result.history, regulariser_label=REGULARISER_LABELS.get(result.regulariser,
+                                                                                          "regulariser"), **kwargs)
+    figs = result_figures(result)
+    name = {"maps": "map_mollweide"}.get(kind, kind)
+    if name not in figs:
+        raise DopplermapInputError(f"result.plot({kind!r}): this result lacks what the figure needs (observations "
+                                   "and model for profiles, a light curve, the star for the views)")
+    return figs[name]()
+
+
+def _result_quantity(result, quantity):
+    if quantity == "cool":
+        return np.asarray(result.fssc, float)
+    if quantity == "hot":
+        return np.asarray(result.fssh, float)
+    if quantity == "total":
+        return np.asarray(result.fssc, float) + np.asarray(result.fssh, float)
+    if quantity == "brightness":
+        if result.intensities is None:
+            raise DopplermapInputError("quantity 'brightness' needs the result's intensities")
+        return relative_brightness(result.fssc, result.fssh, result.intensities)
+    raise DopplermapInputError(f"quantity must be one of cool, hot, total, brightness, got {quantity!r}")

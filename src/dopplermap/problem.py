@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from . import regularisers
+from ._repr import compact
 from .atomic import write_file
 from .broadening import apply_cell_factors, instrumental_broaden, mu_dependent_profile, scale_equivalent_width
 from .choices import REGULARISERS, RV_SHIFTS, SPOT_COMPONENTS, SYNTHESIS_METHODS, check
@@ -110,6 +111,9 @@ class LightCurveData:
     weight: float = 1.0  # of this band among several (dopplermap.lightcurve.LightCurveSet)
     wavelength_nm: float | None = None  # gravity-darkening factors; None: GravityDarkening.lc_wavelength_nm
 
+    def __repr__(self) -> str:
+        return compact(self, ("name", "times", "flux", "source"))
+
     @classmethod
     def load(cls, source, band, *, name: str = "lightcurve", weight: float = 1.0, fit_dilution: bool = False,
              wavelength_nm: float | None = None, **reading) -> LightCurveData:
@@ -136,6 +140,9 @@ class LineData:
     weight: float = 1.0
     wavelength_nm: float | None = None
     files: tuple[str, ...] = ()
+
+    def __repr__(self) -> str:
+        return compact(self, ("name", "obs", "weight", "wavelength_nm"))
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -189,6 +196,13 @@ class Problem:
     form: Precomputed | None = None
     error_scale: tuple[ErrorScale, ...] = ()
     mass: float | None = None
+
+    def __repr__(self) -> str:
+        obs = self.observations
+        sizes = (f"{obs.n_epoch}x{obs.n_vel}" if not isinstance(obs, tuple)
+                 else " + ".join(f"{o.n_epoch}x{o.n_vel}" for o in obs))
+        return compact(self, ("star", "method", "source"), n_cell=self.grid.n_cell if self.grid is not None else None,
+                       epochs_x_velocities=sizes, lightcurve=self.lightcurve_data is not None or None)
 
     def __post_init__(self):
         check(self.method, SYNTHESIS_METHODS, f"{self.source}: method")
@@ -561,7 +575,7 @@ def _from_config(cfg) -> Problem:
     if cfg.lightcurves:
         _warn_reused_files(cfg.source, "[[lightcurves]]", {lc.name: [cfg.path(lc.file)] for lc in cfg.lightcurves})
     star = StarParams(inclination=s.inclination, vsini=s.vsini, period=s.period, t0=t0, domega=s.domega,
-                      radius=s.radius)
+                      radius=s.radius, name=s.name)
     # [data] error_scale: a factor, the continuum's scatter, or pending (dopplermap.search.apply_error_scale)
     scales = [None if ls.data.error_scale is None else
               error_scale_for(ls.data.error_scale, ld.obs, ld.components, star.vsini_kms, name=ld.name,

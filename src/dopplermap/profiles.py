@@ -19,6 +19,7 @@ import numpy as np
 from scipy import special
 
 from . import _x64  # noqa: F401  (float64 JAX for every numeric module)
+from ._repr import compact
 from .constants import C_MS, H_PLANCK, K_BOLTZMANN
 from .diagnostics import check_spot_contrast, check_wavelength, fields_checked
 from .errors import DopplermapInputError
@@ -112,6 +113,9 @@ class LocalProfile:
     fwhm_lorentz: float = 0.0  # Lorentzian FWHM (Voigt), km/s
     velocity: np.ndarray | None = None  # tabulated, km/s
     intensity: np.ndarray | None = None  # tabulated, I/Ic
+
+    def __repr__(self) -> str:
+        return compact(self, ("kind", "depth", "fwhm", "fwhm_lorentz", "velocity", "intensity", "name"))
 
     def __call__(self, v) -> np.ndarray:
         v = np.asarray(v, dtype=float)
@@ -217,6 +221,9 @@ class Component:
     limb_darkening: LimbDarkening = LimbDarkening()
     intensity: float = 1.0
 
+    def __repr__(self) -> str:
+        return compact(self)
+
 
 @dataclasses.dataclass(frozen=True)
 class ComponentSet:
@@ -225,6 +232,11 @@ class ComponentSet:
     phot: Component
     cool: Component
     hot: Component
+
+    def __repr__(self) -> str:
+        return "ComponentSet(" + ", ".join(
+            f"{k}={getattr(self, k).profile.kind} I={float(getattr(self, k).intensity):.3g}"
+            for k in ("phot", "cool", "hot")) + ")"
 
     def __post_init__(self):
         check_spot_contrast(tuple(c.intensity for c in self), what="continuum intensities (phot, cool, hot)",

@@ -12,6 +12,7 @@ import io
 import numpy as np
 
 from .choices import SPOT_COMPONENTS
+from .errors import DopplermapInputError
 
 __all__ = ["InversionResult", "Outcome", "relative_brightness", "line_sets", "light_curves"]
 
@@ -97,6 +98,23 @@ def light_curves(result) -> list[dict]:
     chi2 = result.chi2_lc_sets or {}
     return [{**b, "chi2": chi2.get(b.get("name"))} for b in lc]
 
+
+_CELL_COLUMNS = {
+    "lat": "latitude of the cell centre", "lon": "longitude of the cell centre (0 faces the observer at phase 0)",
+    "area": "solid angle of the cell on the unit sphere", "fssc": "cool-spot filling factor",
+    "fssh": "hot-spot filling factor", "fssp": "photosphere filling factor 1 - fssc - fssh",
+    "brightness": "continuum brightness relative to the unspotted photosphere",
+    "true_fssc": "true cool-spot filling factor of the simulation", "true_fssh": "true hot-spot filling factor",
+    "sigma_fssc": "1-sigma uncertainty of fssc", "sigma_fssh": "1-sigma uncertainty of fssh",
+    "never_visible": "the cell is never seen at any epoch",
+}
+_EPOCH_COLUMNS = {
+    "time": "mid-exposure time, BJD (TDB)", "phase": "rotation phase (time - t0) / period mod 1",
+    "cycle": "rotations since t0", "rv": "fitted radial-velocity shift of the epoch",
+    "offset": "fitted additive continuum offset of the epoch",
+    "chi2": "reduced chi-square of the epoch's profile against the model", "n_vel": "velocity points of the epoch",
+    "set": "line data set",
+}
 
 # notebooks show results through these; arrays are never printed (a result holds tens of kB)
 _REPR_STOP_CHARS = 60
@@ -213,6 +231,126 @@ class InversionResult:
             out[k] = v.item() if isinstance(v, np.generic) else list(v) if isinstance(v, tuple) else \
                 dict(v) if isinstance(v, dict) else v
         return out
+
+    @property
+    def name(self) -> str | None:
+        """The star's name (``star.name``, ``[star] name``), or None."""
+        return getattr(self.star, "name", None)
+
+    def to_table(self, uncertainty=None):
+        """The map as an astropy ``QTable``, one row per cell.
+
+        Columns: ``lat``, ``lon`` (deg), ``area`` (sr), ``fssc``, ``fssh``, ``fssp`` (filling
+        factors), ``brightness`` (relative to the photosphere, when ``intensities`` are
+        known), ``true_fssc``/``true_fssh`` (a simulation's truth) and, given an
+        :class:`~dopplermap.uncertainty.Uncertainty` (or anything with ``sigma_fssc``,
+        ``sigma_fssh``, ``never_visible`` and ``method``), ``sigma_fssc``, ``sigma_fssh`` and
+        ``never_visible``. ``meta`` holds the star's name and parameters, lambda, chi2 and
+        the regulariser. Needs the grid (a result of :func:`dopplermap.invert` on a Problem,
+        or one read by :func:`dopplermap.load_result`).
+        """
+        import astropy.units as u
+        from astropy.table import QTable
+
+
+        if self.grid is None:
+            raise DopplermapInputError("to_table: this result has no grid (invert a Problem, or attach one with "
+                                       "dopplermap.io.results.with_context)")
+        g = self.grid
+        t = QTable(meta=self._table_meta())
+        t["lat"] = np.degrees(np.asarray(g.lat, float)) * u.deg
+        t["lon"] = np.degrees(np.mod(np.asarray(g.lon, float), 2 * np.pi)) * u.deg
+        t["area"] = np.asarray(g.area, float) * u.sr
+        for k in ("fssc", "fssh", "fssp"):
+            t[k] = np.asarray(getattr(self, k), float) * u.dimensionless_unscaled
+        if self.intensities is not None:
+            t["brightness"] = np.asarray(self.brightness, float) * u.dimensionless_unscaled
+        if self.truth is not None:
+            for k in ("fssc", "fssh"):
+                t[f"true_{k}"] = np.asarray(self.truth[k], float) * u.dimensionless_unscaled
+        if uncertainty is not None:
+            for k in ("sigma_fssc", "sigma_fssh"):
+                v = np.asarray(getattr(uncertainty, k), float)
+                if v.shape != (self.n_cell,):
+                    raise DopplermapInputError(f"to_table: uncertainty {k} has shape {v.shape}, the map "
+                                               f"({self.n_cell},) cells")
+                t[k] = v * u.dimensionless_unscaled
+            t["never_visible"] = np.asarray(uncertainty.never_visible, bool)
+            t.meta["uncertainty_method"] = str(uncertainty.method)
+        for k, desc in _CELL_COLUMNS.items():
+            if k in t.colnames:
+                t[k].info.description = desc
+        return t
+
+    def epochs_table(self):
+        """The epochs as an astropy ``QTable``, one row per epoch (line data sets one after another).
+
+        Columns: ``time`` (a ``Time``, BJD in the TDB scale), ``phase`` (0..1) and ``cycle``
+        (rotations since ``t0``; NaN without the star), ``rv`` (km/s) and ``offset`` (the
+        additive continuum offset) fitted per epoch, ``chi2`` (the reduced chi-square of the
+        epoch's profile, NaN without the model), ``n_vel`` and, with several line data sets,
+        ``set``. Needs the observations.
+        """
+        import astropy.units as u
+        from astropy.table import QTable
+        from astropy.time import Time
+
+
+        sets = line_sets(self)
+        if not sets:
+            raise DopplermapInputError("epochs_table: this result has no observations (invert a Problem, or load "
+                                       "the result folder with dopplermap.load_result)")
+        times, chi2, n_vel, names = [], [], [], []
+        for d in sets:
+            o = d["obs"]
+            flux, err = np.asarray(o.flux, float), np.asarray(o.err, float)
+            times.append(np.asarray(o.times, float))
+            if d["model"] is None:
+                chi2.append(np.full(flux.shape[0], np.nan))
+            else:
+                chi2.append(np.mean(((flux - np.asarray(d["model"], float)) / err) ** 2, axis=1))
+            n_vel.append(np.full(flux.shape[0], flux.shape[1]))
+            names += [d["name"]] * flux.shape[0]
+        times = np.concatenate(times)
+        cycle = np.full(times.shape, np.nan)
+        if self.star is not None:
+            cycle = (times - self.star.t0) / self.star.period
+        t = QTable(meta=self._table_meta())
+        t["time"] = Time(times, format="jd", scale="tdb")
+        t["phase"] = np.mod(cycle, 1.0) * u.dimensionless_unscaled
+        t["cycle"] = cycle * u.dimensionless_unscaled
+        t["rv"] = np.asarray(self.rv, float) * (u.km / u.s)
+        t["offset"] = np.asarray(self.amp, float) * u.dimensionless_unscaled
+        t["chi2"] = np.concatenate(chi2) * u.dimensionless_unscaled
+        t["n_vel"] = np.concatenate(n_vel).astype(int)
+        if len(sets) > 1:
+            t["set"] = names
+        for k, desc in _EPOCH_COLUMNS.items():
+            if k in t.colnames:
+                t[k].info.description = desc
+        return t
+
+    def _table_meta(self) -> dict:
+        meta = {"object": self.name, "chi2": float(self.chi2), "lambda": float(self.lmbd),
+                "regulariser": str(self.regulariser)}
+        if self.star is not None:
+            meta.update(inclination_deg=float(self.star.inclination), vsini_kms=float(self.star.vsini_kms),
+                        period_d=float(self.star.period), t0_bjd_tdb=float(self.star.t0))
+        return {k: v for k, v in meta.items() if v is not None}
+
+    def plot(self, kind: str = "map", *, ax=None, **kwargs):
+        """One figure of this result, drawn by :mod:`dopplermap.plot`; returns the Figure.
+
+        ``kind``: one of :data:`dopplermap.choices.RESULT_PLOT_KINDS`: ``"map"`` (one
+        quantity, ``quantity="cool"``, ``projection=``), ``"maps"`` (every quantity),
+        ``"orthographic"``, ``"polar"``, ``"profiles"``, ``"dynamic_spectrum"``,
+        ``"light_curve"``, ``"convergence"``. ``ax``: an Axes to draw into (``"map"`` and
+        ``"convergence"`` only; the others fill a Figure, ``fig=``). Further keywords go to
+        the plot function.
+        """
+        from .plot import plot_result_kind
+
+        return plot_result_kind(self, kind, ax=ax, **kwargs)
 
     @property
     def n_cell(self) -> int:

@@ -24,7 +24,9 @@
   (profiled over the other grid parameters); :func:`interval_flags` says when it is not to
   be trusted (best point on the grid's edge, reduced chi-square far from 1).
 
-Plots (Figure API, :mod:`dopplermap.style`): :func:`plot_lcurve`, :func:`plot_grid` return Figures.
+The table helpers (:func:`computed_rows`, :func:`best_point`, :func:`delta_chi2_interval`,
+:func:`interval_flags`) live in :mod:`dopplermap.gridtable` (NumPy only, which the figures
+read too); the figures of a sweep and a grid in :mod:`dopplermap.plot`.
 """
 
 from __future__ import annotations
@@ -44,14 +46,15 @@ from pathlib import Path
 import jax.numpy as jnp
 import numpy as np
 
-from . import regularisers, style
+from . import regularisers
+from ._repr import compact
 from .atomic import exclusive_lock, fingerprint, write_text
 from .choices import REGULARISERS, WEIGHTED_REGULARISERS, check
-from .diagnostics import INTERVAL_CHI2_HIGH, INTERVAL_CHI2_LOW
 from .errors import DopplermapInputError, DopplermapWarning, reader, warn
 from .errorscale import ErrorScale, error_scale_for
 from .geometry import StarParams, check_star
 from .gravity import breakup, log_g
+from .gridtable import best_point, computed_rows, delta_chi2_interval, interval_flags  # noqa: F401  (the search's API)
 from .memory import MAX_GRID_POINTS
 from .model import Precomputed
 from .problem import Problem, Settings, require_problem
@@ -65,8 +68,7 @@ __all__ = [
     "lambda_for_chi2", "fit_error_scale", "apply_error_scale", "ERROR_SCALE_LAMBDA", "Problem", "GRID_PARAMETERS", "apply_parameters",
     "grid_points", "count_points", "check_grid_size", "validate_points", "problem_fingerprint",
     "evaluate_point", "point_refusal", "refused_row", "point_star", "Cluster", "grid_search", "grid_lock", "read_table",
-    "computed_rows", "best_point", "delta_chi2_interval", "interval_flags", "pad_precomputed", "plot_lcurve",
-    "plot_grid",
+    "computed_rows", "best_point", "delta_chi2_interval", "interval_flags", "pad_precomputed",
 ]
 
 log = logging.getLogger(__name__)
@@ -96,6 +98,9 @@ class LambdaSweep:
     results: list
     floor: float
     total_time: float
+
+    def __repr__(self) -> str:
+        return compact(self, ("lmbd", "chi2", "floor", "total_time"))
 
     def table(self) -> str:
         """CSV text: lambda, chi2, regulariser, loss, iterations, solve_time."""
@@ -957,157 +962,3 @@ def grid_lock(table):
     :func:`dopplermap.atomic.exclusive_lock`: ``TABLE.lock``); hold it around more work on
     the same folder (the CLI: clearing it, the summary), grid_search then keeps it."""
     return exclusive_lock(table, f"the grid-search table {table}")
-
-
-def computed_rows(rows: list[dict]) -> list[dict]:
-    """The rows of points that were solved (refused points, ``status`` ``"refused"``, left out)."""
-    return [r for r in rows if r.get("status", "ok") == "ok"]
-
-
-def _computed(rows: list[dict]) -> list[dict]:
-    if not rows:
-        raise DopplermapInputError("no rows in the grid-search table")
-    ok = computed_rows(rows)
-    if not ok:
-        reasons = sorted({r.get("reason", "") for r in rows})
-        raise DopplermapInputError(f"every one of the {len(rows)} grid points was refused ({'; '.join(reasons)[:300]}); "
-                                   "choose parameter values a star can have")
-    return ok
-
-
-def best_point(rows: list[dict], names, *, column: str = "loss") -> dict:
-    """The row of least ``column`` among the solved points (default the loss; pass the column
-    of :func:`delta_chi2_interval`, ``"chi2_total"``, to report a best point and intervals
-    from one criterion)."""
-    rows = _computed(rows)
-    if column not in rows[0]:
-        raise DopplermapInputError(f"column {column!r} is not in the grid-search table ({sorted(rows[0])})")
-    return min(rows, key=lambda r: r[column])
-
-
-def delta_chi2_interval(rows: list[dict], name: str, *, delta: float = 1.0, column: str = "chi2_total") -> dict:
-    """Range of parameter ``name`` with ``chi2_total - min <= delta`` (profiled over the rest).
-
-    Uses the *un-reduced* chi-square ``chi2_total = chi2_reduced * n_epoch * n_vel``: a
-    Delta chi-square of 1 (one parameter, 68 %) is only meaningful for the sum of squared
-    normalised residuals, not for the reduced value. Refused points are left out: the
-    grid's edge is that of the values that were solved. Returns a dict with ``best``,
-    ``lo``, ``hi`` (grid values), ``at_edge`` (the interval touches the grid's edge, so the
-    true interval may be wider), ``best_at_edge`` (the best value is the first or last one:
-    the minimum may lie beyond the grid), ``refused_beyond`` (refused values lie beyond that
-    edge: the minimum may lie between them), ``chi2_best`` (the reduced chi-square at the
-    best point) and ``profile`` (values, profiled chi2_total).
-    """
-    every = np.unique([r[name] for r in rows if name in r])
-    rows = _computed(rows)
-    if name not in rows[0]:
-        raise DopplermapInputError(f"parameter {name!r} is not a column of the table ({sorted(rows[0])})")
-    vals = np.unique([r[name] for r in rows])
-    best_rows = [min((r for r in rows if r[name] == v), key=lambda r: r[column]) for v in vals]
-    prof = np.array([r[column] for r in best_rows])
-    inside = prof - prof.min() <= delta
-    idx = np.nonzero(inside)[0]
-    i = int(np.argmin(prof))
-    low, high = i == 0, i == vals.size - 1
-    refused_beyond = bool((low and np.any(every < vals[0])) or (high and np.any(every > vals[-1])))
-    return dict(best=float(vals[i]), lo=float(vals[idx[0]]), hi=float(vals[idx[-1]]),
-                at_edge=bool(inside[0] or inside[-1]), best_at_edge=bool(every.size > 1 and (low or high)),
-                refused_beyond=refused_beyond,                 chi2_best=float(best_rows[i].get("chi2", math.nan)), delta=float(delta), values=vals, profile=prof,
-                note="Delta chi2 on the un-reduced chi-square (chi2_reduced * n_epoch * n_vel)")
-
-
-def interval_flags(interval: dict, name: str | None = None) -> list[str]:
-    """Why an interval of :func:`delta_chi2_interval` is not to be trusted ([] when nothing is
-    seen): the best value lies on the grid's edge (the minimum may lie beyond it), or the
-    reduced chi-square at the best point is below ``INTERVAL_CHI2_LOW`` or above
-    ``INTERVAL_CHI2_HIGH`` (:mod:`dopplermap.diagnostics`): the errors are then mis-scaled
-    and a Delta chi2 <= 1 range is not a 68 % interval. Each flag is one phrase."""
-    flags = []
-    what = f"{name} " if name else ""
-    if interval.get("best_at_edge") and interval.get("refused_beyond"):
-        flags.append(f"the best {what}value {interval['best']:g} lies on the edge of the solved points, next to "
-                     "refused ones (the minimum may lie between them: refine the grid there)")
-    elif interval.get("best_at_edge"):
-        flags.append(f"the best {what}value {interval['best']:g} lies on the grid's edge (the minimum may lie "
-                     "beyond it: widen the grid)")
-    c = interval.get("chi2_best", math.nan)
-    if math.isfinite(c) and not (INTERVAL_CHI2_LOW <= c <= INTERVAL_CHI2_HIGH):
-        side = "below" if c < INTERVAL_CHI2_LOW else "above"
-        flags.append(f"the reduced chi2 at the best point is {c:.3g}, {side} the trusted range "
-                     f"{INTERVAL_CHI2_LOW:g}..{INTERVAL_CHI2_HIGH:g} (the errors look mis-scaled, so a Delta chi2 "
-                     "range is not a 68 % interval)")
-    return flags
-
-
-# ------------------------------------------------------------------------------- plots
-
-
-def plot_lcurve(sweep: LambdaSweep, corner: float | None = None, target: float | None = None, *, fig=None):
-    """L-curve (log chi2 vs log regulariser excess) and chi2(lambda); returns the Figure.
-
-    ``fig``: an empty Figure to draw into (default a new two-column one, :mod:`dopplermap.style`).
-    Save it with :func:`dopplermap.style.save_figure`.
-    """
-    if fig is None:
-        fig = style.new_figure(style.TWO_COLUMN, 2.8)
-    with style.context():
-        a1, a2 = fig.subplots(1, 2, gridspec_kw=dict(left=0.11, right=0.98, top=0.9, bottom=0.17, wspace=0.32))
-        x = sweep.regulariser - sweep.floor
-        a1.loglog(x, sweep.chi2, "o-", ms=3, color="k", label="sweep")
-        a2.loglog(sweep.lmbd, sweep.chi2, "o-", ms=3, color="k")
-        if corner is not None:
-            i = int(np.argmin(np.abs(np.log(sweep.lmbd / corner))))
-            a1.loglog(x[i], sweep.chi2[i], "*", color=style.MODEL_COLOUR, ms=10, label=f"corner λ = {corner:.3g}")
-            a2.axvline(corner, color=style.MODEL_COLOUR, ls="--", label=f"corner λ = {corner:.3g}")
-        if target is not None:
-            a2.axhline(target, color="0.4", ls=":", label=f"target χ² = {target:g}")
-        for a in (a1, a2):
-            if a.get_legend_handles_labels()[0]:
-                a.legend()
-        a1.set_xlabel("regulariser − floor")
-        a1.set_ylabel("reduced χ²")
-        a1.set_title("L-curve")
-        a2.set_xlabel("λ")
-        a2.set_ylabel("reduced χ²")
-        a2.set_title("χ² against λ")
-    return fig
-
-
-def plot_grid(rows: list[dict], names, *, column: str = "chi2_total", fig=None):
-    """1-D profiled chi2 curves per parameter and a Delta-chi2 map per pair; returns the Figure.
-
-    The maps use the ``chi2`` colour map of :mod:`dopplermap.style` with the 1- and
-    2-sigma contours of two parameters (Delta chi2 = 2.30, 6.18). ``fig``: an empty Figure
-    to draw into (default a new one, one column wide per panel up to two columns).
-    """
-    names = list(names)
-    rows = _computed(rows)  # refused points have no chi2
-    pairs = list(itertools.combinations(names, 2))
-    n = len(names) + len(pairs)
-    if fig is None:
-        fig = style.new_figure(min(style.TWO_COLUMN, 2.4 * n + 0.4), 2.6)
-    with style.context():
-        axes = fig.subplots(1, n, squeeze=False, gridspec_kw=dict(left=0.6 / fig.get_size_inches()[0], right=0.97,
-                                                                  top=0.9, bottom=0.2, wspace=0.55))[0]
-        for ax, name in zip(axes, names, strict=False):
-            iv = delta_chi2_interval(rows, name, column=column)
-            ax.plot(iv["values"], iv["profile"] - iv["profile"].min(), "o-", color="k", ms=3)
-            ax.axhline(1.0, color="0.5", ls=":")
-            ax.axvspan(iv["lo"], iv["hi"], color="0.85", label="Δχ² ≤ 1")
-            ax.set_xlabel(name)
-            ax.set_ylabel("Δχ²")
-            ax.set_title(f"{name}: {iv['lo']:.4g}–{iv['hi']:.4g}")
-        for ax, (p, q) in zip(axes[len(names):], pairs, strict=False):
-            xs, ys = np.unique([r[p] for r in rows]), np.unique([r[q] for r in rows])
-            z = np.full((ys.size, xs.size), np.nan)
-            for r in rows:
-                i, j = np.searchsorted(ys, r[q]), np.searchsorted(xs, r[p])
-                z[i, j] = r[column] if np.isnan(z[i, j]) else min(z[i, j], r[column])
-            z = z - np.nanmin(z)
-            if xs.size > 1 and ys.size > 1:
-                cs = ax.contourf(xs, ys, z, levels=20, cmap=style.cmap("chi2"))
-                ax.contour(xs, ys, z, levels=[2.30, 6.18], colors="w", linewidths=0.8)
-                fig.colorbar(cs, ax=ax, label="Δχ²")
-            ax.set_xlabel(p)
-            ax.set_ylabel(q)
-    return fig

@@ -7,6 +7,7 @@ import dataclasses
 import jax.numpy as jnp
 import numpy as np
 
+from ._repr import compact
 from .choices import SPOT_COMPONENTS, check
 from .constants import FILL_MIN
 from .errors import DopplermapInputError
@@ -73,6 +74,10 @@ class Simulation:
     amp: np.ndarray
     snr: float
     noiseless: np.ndarray
+
+    def __repr__(self) -> str:
+        return compact(self, ("snr",), n_cell=self.grid.n_cell, n_epoch=self.obs.n_epoch, n_vel=self.obs.n_vel,
+                       star=self.star)
 
 
 def simulate(grid: SurfaceGrid, star: StarParams, times, vels, components: ComponentSet, spots=(), *,

@@ -112,6 +112,20 @@ LABELS = {
 }
 """Quantity -> axis / colour-bar label."""
 
+PARAMETER_LABELS = {
+    "inclination": "inclination i (deg)",
+    "vsini": "v sin i (km/s)",
+    "domega": "dΩ (rad/d)",
+    "period": "period P (d)",
+    "t_cool": "cool-spot temperature (K)",
+    "t_hot": "hot-spot temperature (K)",
+    "macroturbulence": "macroturbulence ζ (km/s)",
+    "ew_scale": "line-depth scale (× equivalent width)",
+    "lmbd": "regularisation weight λ",
+}
+"""Search parameter -> axis label with its unit (the grid search's parameters,
+``dopplermap.search.GRID_PARAMETERS``, and lambda)."""
+
 GAP_COLOUR = (0.62, 0.62, 0.62, 1.0)
 """Colour of image pixels without data (dynamic-spectrum gaps, unconstrained cells)."""
 MODEL_COLOUR = "#c0392b"

@@ -43,6 +43,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import plan
+from ._repr import compact
 from .atomic import write_file
 from .constants import FILL_MAX, FILL_MIN
 from .errors import DopplermapInputError, DopplermapWarning, warn
@@ -75,6 +76,9 @@ class Uncertainty:
     never_visible: np.ndarray
     samples: np.ndarray | None = None
     time: float = 0.0
+
+    def __repr__(self) -> str:
+        return compact(self, ("method", "sigma_fssc", "sigma_fssh", "time"))
 
 
 def _one_set(pre, what: str) -> None:

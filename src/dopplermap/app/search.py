@@ -17,7 +17,7 @@ from pathlib import Path
 import click
 import numpy as np
 
-from .. import calibrate, search
+from .. import calibrate, plot, search
 from ..atomic import AtomicFolder, check_out, new_run_id, write_manifest, write_text
 from ..config import load_config
 from ..errors import DopplermapInputError, DopplermapWarning, warn
@@ -217,7 +217,8 @@ def run_lambda(problem, *, n_cell, n_epoch, n_vel, snr, regulariser, out: Path, 
         folder.write("lcurve.csv", lambda p: p.write_text(table))
         choice["run_id"] = folder.run_id
         folder.write("lambda.json", lambda p: p.write_text(json.dumps(choice, indent=2, default=float)))
-        folder.write("lcurve.png", lambda p: save_figure(search.plot_lcurve(sw, corner=corner, target=target_chi2), p))
+        folder.write("lcurve.png", lambda p: save_figure(plot.plot_lcurve(
+            sw, corner=corner, target=target_chi2, target_lambda=choice.get("target_lambda")), p))
     msg = f"L-curve corner lambda {corner:.4g}" if corner is not None else "no L-curve corner"
     if target_chi2 is not None:
         msg += (f"; lambda for chi2={target_chi2:g}: {choice['target_lambda']:.4g} "
@@ -232,7 +233,8 @@ def run_grid(problem, *, n_cell, n_epoch, n_vel, snr, regulariser, out: Path, ov
     """``dopplermap grid``: invert over the grid of ``params`` (``NAME=start:stop:step``,
     ``NAME=start:stop:nN`` or ``NAME=v1,v2,...``; each name once) on the problem of
     :func:`load_problem`, optionally calibrating each axis of >= 3 values by ``n_sim``
-    simulations per trial value; writes grid.csv (as points finish), grid.json, grid.png and
+    simulations per trial value; writes grid.csv (as points finish), grid.json, grid.png (and
+    landscape.png, the chi2 landscape of one or two parameters) and
     the manifest to ``out``; progress on stderr unless ``quiet``, the best point, the
     intervals (flagged where not to be trusted), the refused points and, for a small grid,
     the table on stdout. The folder is locked while the search runs. Returns what grid.json
@@ -261,7 +263,7 @@ def run_grid(problem, *, n_cell, n_epoch, n_vel, snr, regulariser, out: Path, ov
     # is released before the manifest, which lists every file of the folder
     with search.grid_lock(out / "grid.csv"):
         if overwrite and not resume:  # an earlier grid search (checked above): start again
-            for name in ("grid.csv", "grid.json", "grid.png", "dopplermap.json"):
+            for name in ("grid.csv", "grid.json", "grid.png", "landscape.png", "dopplermap.json"):
                 (out / name).unlink(missing_ok=True)
         summary, rows, best, calibrated = _search_and_summarise(prob, axes, out, resume, cluster, max_points, quiet,
                                                                 delta_chi2, problem, n_sim, calibrate_seed,
@@ -329,7 +331,10 @@ def _search_and_summarise(prob, axes, out, resume, cluster, max_points, quiet, d
         calibrated = _calibrate(prob, axes, best, n_sim, calibrate_seed, calibrate_oversample, quiet, max_points)
         summary["calibrated"] = {name: c.summary() for name, c in calibrated.items()}
     _write_json(out / "grid.json", summary)
-    save_figure(search.plot_grid(rows, list(axes)), out / "grid.png")
+    save_figure(plot.plot_grid(rows, list(axes), column=column, delta=delta_chi2, calibrated=calibrated),
+                out / "grid.png")
+    if len(axes) <= 2:
+        save_figure(plot.plot_chi2_landscape(rows, list(axes)), out / "landscape.png")
     return summary, rows, best, calibrated
 
 

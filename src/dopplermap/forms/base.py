@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._repr import compact
 from ..errors import DopplermapInputError
 
 __all__ = ["Form", "Setup", "Slots", "form_pytree", "is_mu_dependent", "eval_profile", "fill_stack", "shift_profiles"]
@@ -179,6 +180,9 @@ class Form:
     """Whether this is the exact float64 cube that solvers fold (or block) to iterate on."""
     batches_well: ClassVar[bool] = False
     """Whether vmapped products over many maps beat one at a time on the CPU (matrix-matrix)."""
+
+    def __repr__(self) -> str:
+        return compact(self, ("vels",), n_cell=self.n_cell, n_epoch=self.n_epoch, n_vel=self.n_vel)
 
     @property
     def exact_rv(self) -> bool:
