@@ -108,7 +108,7 @@ _CALLS = {
     "result.plot": "res.plot('polar')",
 }
 # result_figures' names for this result: each becomes its own cell, figs[name]()
-_RESULT_FIGURES = ("map_mollweide", "map_rect", "orthographic", "profiles", "dynamic_spectrum", "light_curve",
+_RESULT_FIGURES = ("map_mollweide", "map_rect", "orthographic", "polar", "profiles", "dynamic_spectrum", "light_curve",
                    "convergence")
 
 

@@ -109,7 +109,7 @@ def test_every_function_returns_a_figure_and_takes_fig_or_ax(res):
     assert ax2.images[0].get_cmap().get_bad()[3] == 0  # outside the ellipse stays transparent, not grey
     # notebook use: the figures of a result, nothing written
     figs = plot.result_figures(res)
-    assert set(figs) == {"map_mollweide", "map_rect", "orthographic", "profiles", "dynamic_spectrum",
+    assert set(figs) == {"map_mollweide", "map_rect", "orthographic", "polar", "profiles", "dynamic_spectrum",
                          "light_curve", "convergence"}
 
 
@@ -320,7 +320,7 @@ def test_plot_result_and_cli(res, tmp_path, capsys):
 
     paths = plot.plot_result(res, tmp_path / "figs", dpi=40)
     names = sorted(p.name for p in paths)
-    assert names == sorted(["map_mollweide.png", "map_rect.png", "orthographic.png", "profiles.png",
+    assert names == sorted(["map_mollweide.png", "map_rect.png", "orthographic.png", "polar.png", "profiles.png",
                             "dynamic_spectrum.png", "light_curve.png", "convergence.png"])
     for p in paths:
         with Image.open(p) as im:

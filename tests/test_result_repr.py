@@ -114,3 +114,142 @@ def test_fresh_result_saves_without_with_context(small_problem, fitted, tmp_path
     assert back.star.inclination == star.inclination and back.intensities == pytest.approx(res.intensities)
     np.testing.assert_allclose(back.brightness, res.brightness, rtol=1e-6)
     assert repr(back).startswith("InversionResult(") and len(repr(back)) < 300
+
+
+# ---------------------------------------------------------------------- astropy tables, reprs
+
+
+def test_to_table_has_units_and_round_trips_through_ecsv(fitted, tmp_path):
+    import astropy.units as u
+    from astropy.table import QTable
+
+    from dopplermap.uncertainty import Uncertainty
+
+    _, res = fitted
+    sig = np.where(np.degrees(res.grid.lat) < -55, np.inf, 0.01 + 0.1 * res.fssc)
+    unc = Uncertainty(sigma_fssc=sig, sigma_fssh=sig / 2, method="laplace-posterior-dense",
+                      never_visible=~np.isfinite(sig))
+    t = res.to_table(uncertainty=unc)
+    assert len(t) == res.n_cell
+    assert t["lat"].unit == u.deg and t["lon"].unit == u.deg and t["area"].unit == u.sr
+    np.testing.assert_allclose(t["lat"].to_value(u.rad), res.grid.lat)
+    np.testing.assert_allclose(np.sum(t["area"]).to_value(u.sr), 4 * np.pi)
+    np.testing.assert_array_equal(t["fssc"].value, res.fssc)
+    np.testing.assert_allclose(t["fssp"].value, 1 - res.fssc - res.fssh)
+    np.testing.assert_allclose(t["brightness"].value, res.brightness)
+    assert t["never_visible"].sum() == (~np.isfinite(sig)).sum() and t.meta["uncertainty_method"].startswith("laplace")
+    path = tmp_path / "map.ecsv"
+    t.write(path, format="ascii.ecsv")
+    back = QTable.read(path, format="ascii.ecsv")
+    assert back.colnames == t.colnames
+    for name in t.colnames:
+        assert getattr(back[name], "unit", None) == getattr(t[name], "unit", None), name
+        np.testing.assert_array_equal(np.asarray(back[name]), np.asarray(t[name]), err_msg=name)
+    assert back.meta["inclination_deg"] == res.star.inclination
+    with pytest.raises(DopplermapInputError, match="grid"):
+        dataclasses.replace(res, grid=None).to_table()
+    with pytest.raises(DopplermapInputError, match="shape"):
+        res.to_table(uncertainty=dataclasses.replace(unc, sigma_fssc=sig[:5]))
+
+
+def test_epochs_table_times_phases_and_chi2_per_epoch(fitted, tmp_path):
+    import astropy.units as u
+    from astropy.table import QTable
+    from astropy.time import Time
+
+    _, res = fitted
+    t = res.epochs_table()
+    times = np.asarray(res.obs.times, float)
+    assert isinstance(t["time"], Time) and t["time"].scale == "tdb"
+    np.testing.assert_allclose(t["time"].jd, times, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(t["cycle"].value, (times - res.star.t0) / res.star.period)
+    assert np.all((t["phase"].value >= 0) & (t["phase"].value < 1))
+    assert t["rv"].unit == u.km / u.s
+    np.testing.assert_array_equal(t["rv"].to_value(u.km / u.s), res.rv)
+    np.testing.assert_array_equal(t["offset"].value, res.amp)
+    # every epoch has as many velocities: the mean of the epochs' reduced chi2 is the fit's
+    np.testing.assert_allclose(np.mean(t["chi2"].value), res.chi2, rtol=1e-6)
+    path = tmp_path / "epochs.ecsv"
+    t.write(path, format="ascii.ecsv")
+    back = QTable.read(path, format="ascii.ecsv")
+    assert isinstance(back["time"], Time) and back["time"].scale == "tdb"
+    np.testing.assert_allclose(back["time"].jd, times, rtol=0, atol=1e-9)
+    assert back["rv"].unit == u.km / u.s
+    with pytest.raises(DopplermapInputError, match="observations"):
+        dataclasses.replace(res, obs=None).epochs_table()
+
+
+def test_demo_result_table_round_trips_with_time(tmp_path):
+    """The demo's result (its set-up, without a solve): map and epochs tables through ECSV."""
+    from astropy.table import QTable
+    from astropy.time import Time
+    from test_results import small_result
+
+    res = small_result(n_cell=150, n_epoch=8)
+    for table, name in ((res.to_table(), "map"), (res.epochs_table(), "epochs")):
+        p = tmp_path / f"{name}.ecsv"
+        table.write(p, format="ascii.ecsv")
+        back = QTable.read(p, format="ascii.ecsv")
+        assert [getattr(back[c], "unit", None) for c in back.colnames] == \
+               [getattr(table[c], "unit", None) for c in table.colnames], name
+        if name == "epochs":
+            assert isinstance(back["time"], Time)
+        else:
+            np.testing.assert_array_equal(back["true_fssc"].value, res.truth["fssc"])
+
+
+def test_result_plot_draws_each_kind(fitted):
+    from matplotlib.figure import Figure
+
+    from dopplermap import style
+
+    _, res = fitted
+    named = dataclasses.replace(res, star=res.star.replace(name="V889 Her"))
+    fig = style.new_figure(6.0, 3.0)
+    ax1, ax2 = fig.subplots(1, 2)
+    assert named.plot("map", ax=ax2, quantity="hot") is fig
+    polar = named.plot("polar")
+    assert isinstance(polar, Figure) and polar.axes[0].get_title() == "V889 Her"
+    assert named.plot("profiles").texts[-1].get_text() == "V889 Her"  # the name titles the figure
+    with pytest.raises(DopplermapInputError, match="kind"):
+        named.plot("hammer")
+    with pytest.raises(DopplermapInputError, match="ax="):
+        named.plot("profiles", ax=ax1)
+    with pytest.raises(DopplermapInputError, match="grid"):
+        dataclasses.replace(res, grid=None).plot("map")
+
+
+def test_every_public_object_has_a_short_repr(small_problem, fitted):
+    from dopplermap import search
+    from dopplermap.calibrate import Calibration
+    from dopplermap.uncertainty import Uncertainty
+
+    star, grid, times, vels, comps, sim = small_problem
+    pre, res = fitted
+    problem = dm.Problem(grid=grid, star=star, obs=sim.obs, components=comps)
+    n = 40
+    tab = dm.tabulated(np.linspace(-30, 30, 200), 1 - 0.5 * np.exp(-np.linspace(-30, 30, 200) ** 2 / 50))
+    arr = np.linspace(0, 1, n)
+    sweep = search.LambdaSweep(**{f.name: (arr if f.type in ("np.ndarray",) else 0.0)
+                                  for f in dataclasses.fields(search.LambdaSweep)})
+    cal_fields = {f.name: f for f in dataclasses.fields(Calibration)}
+    cal = Calibration(**{k: (arr if "ndarray" in str(f.type) else "inclination" if f.type == "str"
+                             else {} if f.type == "dict" else 1)
+                         for k, f in cal_fields.items() if f.default is dataclasses.MISSING
+                         and f.default_factory is dataclasses.MISSING})
+    objects = {
+        "grid": grid, "healpix grid": dm.healpix_grid(4) if hasattr(dm, "healpix_grid") else grid,
+        "observations": sim.obs, "problem": problem, "precomputed": pre, "form": pre.line,
+        "named star": star.replace(name="X" * 500), "components": comps, "component": comps.phot,
+        "tabulated profile": tab, "component with a table": dm.Component(tab, comps.phot.limb_darkening, 1.0),
+        "simulation": sim, "settings": problem.settings, "layout": problem.layout, "plan": problem.plan,
+        "result": res, "lambda sweep": sweep, "calibration": cal,
+        "uncertainty": Uncertainty(sigma_fssc=res.fssc, sigma_fssh=res.fssh, method="bootstrap",
+                                   never_visible=np.zeros(res.n_cell, bool), samples=np.zeros((20, 2, res.n_cell))),
+    }
+    for name, obj in objects.items():
+        text = repr(obj)
+        assert len(text) <= 300, (name, len(text), text)
+        assert "array(" not in text and "Array(" not in text and "\n" not in text, (name, text)
+    assert "n_cell=600" in repr(grid) and "n_epoch=24" in repr(sim.obs) and "n_vel=28" in repr(sim.obs)
+    assert "form='dense'" in repr(pre) or "form='binned'" in repr(pre)

@@ -231,7 +231,7 @@ def test_demo_writes_loadable_results_and_figures(tmp_path, capsys):
     for key in ("chi2", "iterations", "compile_time", "solve_time", "corr_cool", "corr_hot", "precompute_time",
                 "n_cell", "n_epoch", "n_vel", "snr", "total_time", "write_time", "plot_time"):
         assert key in summary, key
-    for fig in ("map_mollweide.png", "map_rect.png", "orthographic.png", "profiles.png", "dynamic_spectrum.png",
+    for fig in ("map_mollweide.png", "map_rect.png", "orthographic.png", "polar.png", "profiles.png", "dynamic_spectrum.png",
                 "convergence.png"):
         assert (out / fig).stat().st_size > 10_000, fig
     res = dm.load_result(out)

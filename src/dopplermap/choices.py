@@ -14,6 +14,7 @@ from .errors import DopplermapInputError
 
 __all__ = ["FORMS", "SYNTHESIS_METHODS", "RV_SHIFTS", "SOLVERS", "SOLVER_CHOICES", "REGULARISER_LABELS",
            "REGULARISERS", "WEIGHTED_REGULARISERS", "SPOT_COMPONENTS", "UNCERTAINTY_METHODS", "EW_METHODS",
+           "uncertainty_choice", "uncertainty_title",
            "LINE_PROFILES", "GRID_KINDS", "PROFILE_FORMATS", "PROFILE_WRITE_FORMATS", "LIGHTCURVE_FORMATS",
            "LIGHTCURVE_WRITE_FORMATS", "LIGHTCURVE_UNITS", "QUALITY_BITMASKS", "BIN_UNITS", "FIGURE_FORMATS", "MAP_PROJECTIONS", "RESULT_PLOT_KINDS",
            "SIMULATION_FORMATS", "ERROR_SCALES",
@@ -40,6 +41,25 @@ WEIGHTED_REGULARISERS = tuple(r for r in REGULARISERS if r != "none")
 SPOT_COMPONENTS = ("cool", "hot")
 # [uncertainty] methods and --uncertainty: Laplace posterior, Laplace sandwich, bootstrap over epochs
 UNCERTAINTY_METHODS = ("laplace", "sandwich", "bootstrap")
+
+
+def uncertainty_choice(method: str) -> str:
+    """The :data:`UNCERTAINTY_METHODS` name of an ``Uncertainty.method`` (``"laplace-posterior-dense"``
+    -> ``"laplace"``, ``"laplace-sandwich-hutchinson"`` -> ``"sandwich"``): file names use it."""
+    if method.startswith("laplace-"):
+        return "sandwich" if method.split("-")[1] == "sandwich" else "laplace"
+    return method
+
+
+def uncertainty_title(method: str) -> str:
+    """A short readable name of an ``Uncertainty.method`` for titles and captions
+    (``"laplace-posterior-dense"`` -> ``"Laplace (exact diagonal)"``)."""
+    if method.startswith("laplace-"):
+        _, width, diagonal = (method.split("-") + ["", ""])[:3]
+        how = {"dense": "exact diagonal", "hutchinson": "Hutchinson diagonal"}.get(diagonal, diagonal)
+        kind = "Laplace sandwich" if width == "sandwich" else "Laplace"
+        return f"{kind} ({how})" if how else kind
+    return {"laplace": "Laplace", "sandwich": "Laplace sandwich"}.get(method, method)
 # [line] ew_method: the equivalent-width convention (dopplermap.broadening.scale_equivalent_width)
 EW_METHODS = ("integrated", "gaussian_fit")
 # [line] profile: the local line profile's shape

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _x64  # noqa: F401  (float64 JAX for every numeric module)
+from ._repr import compact
 from .constants import DAY_S, R_SUN_KM
 from .diagnostics import check_inclination, check_radius
 from .errors import DopplermapInputError
@@ -68,6 +69,9 @@ class StarParams:
             object.__setattr__(self, "name", str(self.name).strip() or None)
         check_star(self)
         warn_star(self)
+
+    def __repr__(self) -> str:
+        return compact(self, ("name", "inclination", "vsini", "period", "t0", "domega", "radius"))
 
     @property
     def omega_eq(self) -> float:

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from . import style
-from .choices import MAP_PROJECTIONS, REGULARISER_LABELS, RESULT_PLOT_KINDS, SPOT_COMPONENTS, check
+from .choices import MAP_PROJECTIONS, REGULARISER_LABELS, RESULT_PLOT_KINDS, SPOT_COMPONENTS, check, uncertainty_title
 from .constants import FILL_MIN
 from .errors import DopplermapInputError
 from .gridtable import computed_rows, delta_chi2_interval
@@ -372,7 +372,7 @@ def _legend_strip(sheet, *, ticks: bool, shade: bool, missing: str | None = None
 def plot_maps(lat, lon, maps: dict, *, truth: dict | None = None, lat_bounds=None, lon_bounds=None,
               inclination: float | None = None, phase_lons=None, projection: str = "mollweide",
               components=SPOT_COMPONENTS, title: str | None = None, resolution: int = 200,
-              missing_label: str | None = None, fig=None):
+              missing_label: str | None = None, hidden=None, limits: dict | None = None, fig=None):
     """Maps of filling factors / brightness, true beside recovered when ``truth`` is given.
 
     Args:
@@ -387,6 +387,9 @@ def plot_maps(lat, lon, maps: dict, *, truth: dict | None = None, lat_bounds=Non
         projection: ``"mollweide"`` or ``"rect"``. resolution: image rows per panel.
         components: filling-factor components to draw (``("cool",)`` drops the hot row).
         missing_label: legend text for cells without a value (NaN or inf: drawn grey).
+        hidden: (n_cell,) bool, cells left blank (not grey) where they lack a value: the
+            never-visible band, hatched.
+        limits: quantity -> (lo, hi) colour-scale limits (default from the values shown).
         fig: an empty Figure to draw into (resized to the layout); default a new one,
             one column wide (3.5 in) for one column of maps, two columns (7.1 in) for two.
 
@@ -407,8 +410,9 @@ def plot_maps(lat, lon, maps: dict, *, truth: dict | None = None, lat_bounds=Non
     width = style.ONE_COLUMN if ncol == 1 else style.TWO_COLUMN
     dec = _decor(projection, inclination, phase_lons)
     has_ticks, has_shade = dec["ticks"] is not None, dec["shade"] is not None
+    blank = np.zeros(np.shape(lat), bool) if hidden is None else np.asarray(hidden, bool)
     missing = missing_label if missing_label and any(
-        not np.all(np.isfinite(np.asarray(d[k], float))) for _, d in cols if d for k in names if k in d) else None
+        np.any(~np.isfinite(np.asarray(d[k], float)) & ~blank) for _, d in cols if d for k in names if k in d) else None
     top = 0.3 + (0.25 if title else 0.0)
     bottom = 0.3 if (has_ticks or has_shade or missing) else 0.1
     if projection == "mollweide":
@@ -424,7 +428,7 @@ def plot_maps(lat, lon, maps: dict, *, truth: dict | None = None, lat_bounds=Non
     ex = dec["image_extent"]
     for r, name in enumerate(names):
         shown = [d[name] for _, d in cols if d is not None and name in d]
-        norm = _norm(*colour_limits(name, shown))
+        norm = _norm(*((limits or {}).get(name) or colour_limits(name, shown)))
         cm = style.cmap(name).with_extremes(bad=(0.0, 0.0, 0.0, 0.0))  # outside the map: transparent
         for c, (colname, data) in enumerate(cols):
             x0, y0 = sheet.origin(r, c)
@@ -436,7 +440,7 @@ def plot_maps(lat, lon, maps: dict, *, truth: dict | None = None, lat_bounds=Non
                                interpolation="nearest", cmap=cm, norm=norm, zorder=1)
                 im.set_label(name)
                 im.set_gid(f"panel:{panel}")
-                gap_mask = raster.inside & ~np.isfinite(np.asarray(data[name], float)[raster.index])
+                gap_mask = raster.inside & ~(np.isfinite(np.asarray(data[name], float)) | blank)[raster.index]
                 if gap_mask.any():  # cells without a value (unconstrained): the gap colour
                     gap = np.zeros(gap_mask.shape + (4,))
                     gap[gap_mask] = style.GAP_COLOUR
@@ -980,14 +984,22 @@ def plot_convergence(history: dict, *, regulariser_label: str = "regulariser", f
     return fig
 
 
-def plot_uncertainty(grid, fill, unc, *, component: str = "cool", inclination: float | None = None, fig=None):
-    """Map of a filling factor beside its 1-sigma uncertainty map (Mollweide), one figure.
+def plot_uncertainty(grid, fill, unc, *, component: str = "cool", inclination: float | None = None,
+                     sigma_max: float | None = None, fill_max: float | None = None, title: str | None = None,
+                     phase_lons=None, fig=None):
+    """Map of a filling factor beside its 1-sigma uncertainty map (Mollweide), one figure, in
+    the maps' conventions (:func:`plot_maps`).
 
     Args:
         grid: the :class:`~dopplermap.grid.SurfaceGrid`. fill: (n_cell,) filling factors of
             ``component``. unc: a :class:`dopplermap.uncertainty.Uncertainty`; cells it
-            reports as unconstrained (``inf``: never seen by the data) are drawn grey.
-        inclination: deg; hatches the never-visible band. fig: an empty Figure to draw into.
+            reports as unconstrained (``inf``) are drawn in the gap colour, except those of
+            the never-visible band, which is hatched as on the maps.
+        inclination: deg; hatches the never-visible band. phase_lons: deg, the observations'
+            central meridians (ticks, as on the maps).
+        sigma_max, fill_max: colour-scale tops, to give several methods' figures one scale.
+        title: default the component and the method's readable name
+            (:func:`dopplermap.choices.uncertainty_title`). fig: an empty Figure to draw into.
 
     Returns the Figure.
     """
@@ -995,10 +1007,20 @@ def plot_uncertainty(grid, fill, unc, *, component: str = "cool", inclination: f
         raise DopplermapInputError(f"component must be one of {tuple(_FILL)}, got {component!r}")
     sigma = np.asarray(unc.sigma_fssc if component == "cool" else unc.sigma_fssh, float)
     sig = np.where(np.isfinite(sigma), sigma, np.nan)
+    hidden = None
+    if inclination is not None and inclination < 90:  # under the hatch: blank, as on the maps
+        hidden = np.asarray(unc.never_visible, bool) & (np.degrees(np.asarray(grid.lat)) < -inclination)
+    limits = {}
+    if sigma_max is not None:
+        limits["uncertainty"] = (0.0, float(sigma_max))
+    if fill_max is not None:
+        limits[component] = (0.0, float(fill_max))
+    if title is None:
+        title = f"{component} spots, 1σ: {uncertainty_title(str(unc.method))}"
     fig = plot_maps(grid.lat, grid.lon, {component: np.asarray(fill, float), "uncertainty": sig},
                     lat_bounds=grid.lat_bounds, lon_bounds=grid.lon_bounds, inclination=inclination,
-                    components=(component,), title=f"{component} spots and 1σ ({unc.method})",
-                    missing_label="unconstrained (never seen)", fig=fig)
+                    phase_lons=phase_lons, components=(component,), title=title,
+                    missing_label="unconstrained", hidden=hidden, limits=limits, fig=fig)
     return fig
 
 
@@ -1008,11 +1030,13 @@ def plot_uncertainty(grid, fill, unc, *, component: str = "cool", inclination: f
 def result_figures(result, *, n_views: int = 6, max_profiles: int = 24, components=None) -> dict:
     """Every figure the result's context allows: ``{name: callable() -> Figure}``.
 
-    Names: ``map_mollweide``, ``map_rect``, ``orthographic`` (need ``grid``), ``profiles``,
+    Names: ``map_mollweide``, ``map_rect``, ``orthographic``, ``polar`` (need ``grid``; the
+    views need the star), ``profiles``,
     ``dynamic_spectrum`` (need ``obs`` and ``model``), ``light_curve`` (when present),
     ``convergence`` (when the history is not empty). The figures are made lazily (each
     call draws one), so a caller can draw only those it needs or draw them in parallel.
     ``components``: filling-factor components to show (default :func:`fitted_components`).
+    The star's name (``star.name``), when known, titles every figure.
     """
     comps = fitted_components(result) if components is None else _check_components(components)
     grid, star = result.grid, result.star
@@ -1023,6 +1047,11 @@ def result_figures(result, *, n_views: int = 6, max_profiles: int = 24, componen
     if sets and star is not None:
         phases = (np.concatenate([np.asarray(d["obs"].times, float) for d in sets]) - star.t0) / star.period
     phase_lons = None if phases is None else central_meridians(phases)
+    star_name = getattr(star, "name", None)  # titles every figure when known
+
+    def named(label):
+        return " · ".join(x for x in (star_name, label) if x) or None
+
     out = {}
 
     def quantities(fssc, fssh):
@@ -1037,13 +1066,16 @@ def result_figures(result, *, n_views: int = 6, max_profiles: int = 24, componen
         for proj in MAP_PROJECTIONS:
             out[f"map_{proj}"] = lambda proj=proj: plot_maps(
                 grid.lat, grid.lon, rec, truth=tru, lat_bounds=grid.lat_bounds, lon_bounds=grid.lon_bounds,
-                inclination=inc, phase_lons=phase_lons, projection=proj, components=comps)
+                inclination=inc, phase_lons=phase_lons, projection=proj, components=comps, title=star_name)
         if inc is not None:
             key = "brightness" if "brightness" in rec else "cool"
-            out["orthographic"] = lambda: plot_orthographic(
+            out["orthographic"] = _labelled(lambda: plot_orthographic(
                 grid.lat, grid.lon, rec[key], truth=None if tru is None else tru[key], inclination=inc,
                 phases=np.arange(n_views) / n_views, lat_bounds=grid.lat_bounds, lon_bounds=grid.lon_bounds,
-                quantity=key)
+                quantity=key), star_name)
+            out["polar"] = lambda: plot_polar(
+                grid.lat, grid.lon, rec[key], quantity=key, inclination=inc, phases=phases,
+                lat_bounds=grid.lat_bounds, lon_bounds=grid.lon_bounds, title=star_name)
     else:
         log.info("no grid in the result: map figures skipped")
     for d in sets:
@@ -1054,7 +1086,7 @@ def result_figures(result, *, n_views: int = 6, max_profiles: int = 24, componen
             else np.arange(obs.n_epoch) / obs.n_epoch
         flux, err = np.asarray(obs.flux), np.asarray(obs.err)
         suffix = f"_{_file_name(d['name'])}" if several else ""
-        label = _set_label(d["name"], d["chi2"]) if several else None
+        label = named(_set_label(d["name"], d["chi2"]) if several else None)
         out[f"profiles{suffix}"] = _labelled(lambda obs=obs, ph=ph, flux=flux, err=err, d=d: plot_profiles(
             obs.vels, ph, flux, d["model"], err=err, spotless=d["spotless"], max_profiles=max_profiles), label)
         out[f"dynamic_spectrum{suffix}"] = _labelled(lambda obs=obs, ph=ph, flux=flux, err=err, d=d: plot_dynamic_spectrum(
@@ -1063,13 +1095,14 @@ def result_figures(result, *, n_views: int = 6, max_profiles: int = 24, componen
     if star is not None:
         for lc in bands:
             lph = (np.asarray(lc["times"], float) - star.t0) / star.period  # unwrapped: one curve per rotation
-            named = isinstance(result.light_curve, tuple)
-            suffix = f"_{_file_name(lc['name'])}" if named else ""
+            several_lc = isinstance(result.light_curve, tuple)
+            suffix = f"_{_file_name(lc['name'])}" if several_lc else ""
             out[f"light_curve{suffix}"] = _labelled(lambda lc=lc, lph=lph: plot_light_curve(
-                lph, lc["flux"], lc["model"], err=lc.get("err")), _set_label(lc["name"], lc["chi2"]) if named else None)
+                lph, lc["flux"], lc["model"], err=lc.get("err")), named(_set_label(lc["name"], lc["chi2"]) if several_lc
+                                                                         else None))
     if result.history and len(result.history.get("loss", ())):
         label = REGULARISER_LABELS.get(result.regulariser, "regulariser")
-        out["convergence"] = lambda: plot_convergence(result.history, regulariser_label=label)
+        out["convergence"] = _labelled(lambda: plot_convergence(result.history, regulariser_label=label), star_name)
     return out
 
 

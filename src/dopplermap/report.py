@@ -30,7 +30,7 @@ from .plot import colour_limits, grid_raster
 
 __all__ = ["report_html", "write_report", "FIGURE_ORDER"]
 
-FIGURE_ORDER = ("map_mollweide", "orthographic", "map_rect", "profiles", "dynamic_spectrum", "light_curve",
+FIGURE_ORDER = ("map_mollweide", "orthographic", "polar", "map_rect", "profiles", "dynamic_spectrum", "light_curve",
                 "convergence")
 """Figures first in this order, then any other PNG of the folder (uncertainty maps ...)."""
 
@@ -38,7 +38,10 @@ _CAPTIONS = {
     "map_mollweide": "Filling factors and brightness, Mollweide projection (ticks: central meridian at each "
                      "observation; hatched: never visible).",
     "map_rect": "The same maps in longitude and latitude.",
-    "orthographic": "The star as seen at six rotation phases (receding limb on the right).",
+    "orthographic": "The star as seen at six rotation phases (receding limb on the right; a cross marks the "
+                    "visible pole, the arrow the sense of rotation).",
+    "polar": "Flattened polar view: the north pole at the centre, latitude rings every 30°, longitude 0 at the "
+             "bottom; ticks outside mark the central meridian of each observation.",
     "profiles": "Line-profile fits and residuals (scale bar in units of the continuum).",
     "dynamic_spectrum": "Dynamic spectra by rotation cycle and phase; grey: no observation.",
     "light_curve": "Light-curve fit and residuals.",
@@ -53,7 +56,7 @@ _FIT_KEYS = (("chi2", "reduced χ² (line profiles)"), ("chi2_lc", "reduced χ²
              ("n_lc", "light-curve points"), ("compile_time", "compile (s)"), ("solve_time", "solve (s)"),
              ("total_time", "total (s)"))
 _STAR_LABELS = {"inclination": "inclination (deg)", "vsini": "v sin i (km/s)", "period": "period (d)",
-                "t0": "t0 (d)", "domega": "dΩ (rad/d)", "radius": "radius (R☉)"}
+                "t0": "t0 (d)", "domega": "dΩ (rad/d)", "radius": "radius (R☉)", "name": "name"}
 
 
 def _caption(name: str) -> str:
@@ -122,7 +125,16 @@ def _globe_data(folder: Path, summary: dict) -> dict:
         quantities.append({"name": q, "label": style.LABELS[q], "texture": _texture_png(rgb), "vmin": lo, "vmax": hi,
                            "gradient": ", ".join(stops)})
     star = summary.get("star") or {}
-    return {"quantities": quantities, "inclination": float(star.get("inclination") or 60.0)}
+    phases = []
+    if (folder / "profiles.fits").is_file():
+        with fits.open(folder / "profiles.fits") as hdul:
+            for hdu in hdul:
+                if hdu.name == "PROFILES" and "PHASE" in hdu.columns.names:
+                    phases += [float(p) for p in np.asarray(hdu.data["PHASE"], float) if np.isfinite(p)]
+    # the never-visible band (below latitude -i) is hatched and the central meridian of each
+    # observation ticked on the equator, as the maps show them
+    return {"quantities": quantities, "inclination": float(star.get("inclination") or 60.0),
+            "hidden": star.get("inclination") is not None, "phases": sorted(phases)}
 
 
 @reader("result folder", arg="result_dir")
@@ -192,7 +204,8 @@ def report_html(result_dir, *, check: bool = True) -> str:
         cfg_html += f"<h3>{html.escape(p.name)} (as given)</h3><pre>{html.escape(p.read_text(errors='replace'))}</pre>"
 
     globe = _globe_data(folder, summary) if (folder / "map.fits").is_file() else None
-    title = f"dopplermap result: {summary.get('target') or config.get('command') or folder.name}"
+    name = (summary.get("star") or {}).get("name")
+    title = f"dopplermap result: {name or summary.get('target') or config.get('command') or folder.name}"
 
     return _TEMPLATE.format(
         title=html.escape(str(title)), version=html.escape(str(summary.get("dopplermap_version", __version__))),
@@ -241,7 +254,9 @@ _TEMPLATE = """<!DOCTYPE html>
 <p>Drag to rotate (left-right: rotation phase; up-down: inclination); arrow keys work too.<br>
 <span id="view"></span></p><label><input type="checkbox" id="shade" checked> shade the limb for depth</label>
 <p style="font-size:.9em">The view follows the observer's convention: phase 0 shows longitude 0 at the centre,
-north up, the receding limb on the right. Latitude and longitude lines every 30°.</p></div></div>
+north up, the receding limb on the right. Latitude and longitude lines every 30°; hatched: the band
+never visible from Earth (below latitude −i); black ticks on the equator: the central meridian of each
+observation.</p></div></div>
 <h2 id="parameters">Parameters</h2>
 <div class="cols"><div><h3>Fit</h3>{fit}</div><div><h3>Star</h3>{star}</div></div>
 <h2 id="warnings">Warnings</h2>{warnings}
@@ -264,6 +279,12 @@ _JS = r"""
   var ctx = canvas.getContext("2d");
   var W = canvas.width, H = canvas.height, R = Math.min(W, H) / 2 - 6;
   var textures = {}, pending = data.quantities.length;
+  var hidden = !!data.hidden, hiddenLat = -data.inclination * Math.PI / 180;
+  // central meridian of each observation: longitude -2 pi phase (docs/conventions.md)
+  var cms = (data.phases || []).map(function (p) {
+    var l = -2 * Math.PI * p; return l - 2 * Math.PI * Math.floor(l / (2 * Math.PI));
+  });
+  api.observedPhases = (data.phases || []).length;
   api.inclination = data.inclination;
   api.quantity = data.quantities.length ? data.quantities[0].name : null;
 
@@ -303,6 +324,15 @@ _JS = r"""
         var grid = Math.abs(lat / step - Math.round(lat / step)) * step < line ||
                    (Math.abs(lon / step - Math.round(lon / step)) * step * Math.cos(lat) < line && Math.abs(lat) < 1.4);
         if (grid) { f *= 0.8; }
+        if (hidden && lat < hiddenLat && ((i + j) % 9) < 3) { f *= 0.45; }  // hatched: never visible
+        var tick = false;
+        if (Math.abs(lat) < 0.09) {
+          for (var k = 0; k < cms.length; k++) {
+            var dl = Math.abs(lon - cms[k]); dl = Math.min(dl, 2 * Math.PI - dl);
+            if (dl < 0.014) { tick = true; break; }
+          }
+        }
+        if (tick) { f = 0; }
         out[o] = tp[t] * f; out[o + 1] = tp[t + 1] * f; out[o + 2] = tp[t + 2] * f; out[o + 3] = 255;
       }
     }

@@ -45,6 +45,7 @@ import numpy as np
 from . import plan
 from ._repr import compact
 from .atomic import write_file
+from .choices import uncertainty_choice
 from .constants import FILL_MAX, FILL_MIN
 from .errors import DopplermapInputError, DopplermapWarning, warn
 from .model import Precomputed, solve_form
@@ -411,9 +412,11 @@ def laplace(problem: Problem, best: InversionResult, *, width: str = "posterior"
 
 
 def save_uncertainty(unc: Uncertainty, folder) -> Path:
-    """Write ``uncertainty_<method>.npz`` (sigma_fssc, sigma_fssh, never_visible) into ``folder``."""
+    """Write ``uncertainty_<method>.npz`` (sigma_fssc, sigma_fssh, never_visible and the full
+    method name) into ``folder``; ``<method>`` is the user's choice (``laplace``, ``sandwich``,
+    ``bootstrap``, :func:`dopplermap.choices.uncertainty_choice`)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    return write_file(folder / f"uncertainty_{unc.method}.npz",
+    return write_file(folder / f"uncertainty_{uncertainty_choice(unc.method)}.npz",
                       lambda fh: np.savez(fh, sigma_fssc=unc.sigma_fssc, sigma_fssh=unc.sigma_fssh,
                                           never_visible=unc.never_visible, method=unc.method))

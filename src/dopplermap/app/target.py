@@ -10,13 +10,14 @@ from pathlib import Path
 import numpy as np
 
 from .. import uncertainty as U
+from ..choices import uncertainty_title
 from ..compiled import call_cached
 from ..errors import DopplermapInputError
 from ..errorscale import describe_all, summarise
 from ..figure_process import FigureProcess
 from ..io.results import prefetch_writers
 from ..lightcurve import LightCurveFit, lightcurve_model
-from ..plot import fitted_components, plot_uncertainty
+from ..plot import central_meridians, fitted_components, plot_uncertainty
 from ..problem import from_config
 from ..progress import Reporter
 from ..search import apply_error_scale
@@ -52,8 +53,18 @@ def uncertainty_writers(methods, problem, res, grid, *, n_boot: int = 20, seed: 
     pre = problem.pre
     # the settings these maps have always been computed with, whatever the target's [inversion]
     problem = problem.replace(settings=problem.settings.replace(tol=1e-6, maxiter=1000, fit_rv=True, fit_amp=True))
-    writers, scalars = [], {}
+    writers, scalars, uncs = [], {}, []
     hutch = 2 * pre.n_cell + 2 * pre.n_epoch > 3000
+    star = res.star
+    phase_lons = None
+    if star is not None and res.obs is not None and not isinstance(res.obs, tuple):
+        phase_lons = central_meridians((np.asarray(res.obs.times, float) - star.t0) / star.period)
+
+    def top(values):  # one colour scale over every method's figure (finite values of seen cells)
+        v = np.concatenate([np.asarray(x, float).ravel() for x in values])
+        v = v[np.isfinite(v)]
+        return float(v.max()) if v.size and v.max() > 0 else None
+
     for m in dict.fromkeys(methods):
         step = report.step(f"uncertainty ({m})") if report is not None else contextlib.nullcontext()
         with step:
@@ -67,12 +78,20 @@ def uncertainty_writers(methods, problem, res, grid, *, n_boot: int = 20, seed: 
         scalars[f"sigma_fssh_median_{m}"] = float(np.median(unc.sigma_fssh[seen])) if seen.any() else None
         scalars[f"uncertainty_time_{m}"] = unc.time
 
+        uncs.append(unc)
+
         def write(folder, unc=unc):
             path = U.save_uncertainty(unc, folder)
             if plots:
                 for comp in fitted_components(res):
                     fill = res.fssc if comp == "cool" else res.fssh
-                    save_figure(plot_uncertainty(grid, fill, unc, component=comp), folder / f"{path.stem}_{comp}.png")
+                    key = "sigma_fssc" if comp == "cool" else "sigma_fssh"
+                    title = " · ".join(x for x in (getattr(star, "name", None),
+                                                   f"{comp} spots, 1σ: {uncertainty_title(unc.method)}") if x)
+                    save_figure(plot_uncertainty(grid, fill, unc, component=comp,
+                                                 inclination=None if star is None else float(star.inclination),
+                                                 sigma_max=top(getattr(u, key) for u in uncs), title=title,
+                                                 phase_lons=phase_lons), folder / f"{path.stem}_{comp}.png")
 
         writers.append(write)
     return writers, scalars

@@ -40,7 +40,7 @@ def form_pytree(cls=None, *, meta=()):
     """Frozen dataclass registered as a pytree (``meta``: static fields). Hashed by identity,
     so a form can key the caches of the forms derived from it."""
     def wrap(c):
-        c = dataclasses.dataclass(frozen=True, eq=False)(c)
+        c = dataclasses.dataclass(frozen=True, eq=False, repr=False)(c)  # Form.__repr__: sizes, no arrays
         names = [f.name for f in dataclasses.fields(c)]
         return jax.tree_util.register_dataclass(
             c, data_fields=[n for n in names if n not in meta], meta_fields=list(meta))

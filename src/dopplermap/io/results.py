@@ -34,7 +34,9 @@ Everything is written into a hidden temporary folder next to the target, which i
 onto the target only when complete (:class:`dopplermap.atomic.AtomicFolder`; its manifest
 ``dopplermap.json`` lists every file's SHA-256, the run id and a fingerprint of the inputs):
 an interrupted run leaves either the previous result or the complete new one under the
-target name. Every FITS HDU carries the run id (``RUNID``). :func:`check_result_folder`,
+target name. Every FITS HDU carries the run id (``RUNID``) and the standard keywords
+OBJECT (the star's name, ``StarParams.name``, when known), DATE (UTC, when written), ORIGIN
+and CREATOR (``dopplermap`` and its version). :func:`check_result_folder`,
 which :func:`load_result`, ``dopplermap plot`` and ``dopplermap report`` run first, refuses
 a folder whose files differ from what the run wrote (an edited ``summary.json``, a
 ``map.fits`` from another run) or that has no manifest.
@@ -46,6 +48,7 @@ This module reads and writes data only: the spotless model is computed by the ca
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
 import logging
 import math
@@ -356,6 +359,17 @@ def _time_keywords(h):
     h["TIMEUNIT"] = ("d", "unit of TIME")
 
 
+def _standard_keywords(h, res) -> None:
+    """The FITS standard's keywords of where a file came from: OBJECT (the star's name, when
+    known), DATE (when written, UTC), ORIGIN and CREATOR (the software and its version)."""
+    name = getattr(res.star, "name", None)
+    if name:
+        h["OBJECT"] = (str(name), "star observed")
+    h["DATE"] = (datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S"), "UTC date the file was written")
+    h["ORIGIN"] = ("dopplermap", "software that wrote the file")
+    h["CREATOR"] = (f"dopplermap {__version__}", "program and version")
+
+
 def _summary(res, timings: dict) -> dict:
     out = {k: _jsonable(v) for k, v in res.summary().items()}
     out.update({k: _jsonable(v) for k, v in res.extra.items()})
@@ -378,6 +392,7 @@ def _write_files(res, folder, config_file, figures, run_id: str) -> dict:
         hdus = make(res, fits)
         for hdu in hdus:  # every HDU names the run, so mixed folders are detected
             hdu.header["RUNID"] = (run_id, "run that wrote it")
+            _standard_keywords(hdu.header, res)
         folder.write(name, hdus.writeto)
     folder.write("config.json", lambda p: p.write_text(
         json.dumps(res.config, indent=2, sort_keys=True, default=str) + "\n"))
@@ -557,7 +572,7 @@ def load_result(path):
         star = None
         if "INCLIN" in h:
             star = StarParams(**{attr: (float(h[key]) if key in h else None) for key, (attr, _) in _STAR.items()
-                                 if key in h or attr in ("vsini", "radius")})
+                                 if key in h or attr in ("vsini", "radius")}, name=h.get("OBJECT"))
         scalars = {attr: _header_value(h, key) for key, (attr, _) in _SCALARS.items()}
         intens = tuple(float(h[k]) for k in ("I_PHOT", "I_COOL", "I_HOT")) if "I_PHOT" in h else None
         c = hdul["CONVERGENCE"].data
