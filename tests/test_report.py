@@ -46,6 +46,11 @@ def test_report_is_self_contained_and_complete(folder):
     assert "No uncertainties were computed" in text
     data = json.loads(re.search(r'<script id="globe-data" type="application/json">(.*?)</script>', text, re.S)[1])
     assert [q["name"] for q in data["quantities"]] == ["brightness", "cool", "hot"]
+    # the globe hatches the never-visible band and ticks the observed phases, as the maps do
+    assert data["hidden"] is True and data["inclination"] == 60.0
+    np.testing.assert_allclose(sorted(data["phases"]), np.sort(np.mod(np.asarray(
+        dm.load_result(folder).obs.times) / 2.0, 1.0)))
+    assert "never visible" in text and "central meridian of each" in text
 
 
 def test_report_command(folder, tmp_path):
@@ -181,6 +186,21 @@ def test_report_in_headless_chromium(folder, browser, tmp_path):
         assert shot.std() > 10 and np.unique(shot.reshape(-1, 3)[::37], axis=0).shape[0] > 50
     diff = np.abs(shot1 - shot0).sum(axis=2) > 30
     assert diff.mean() > 0.01, "the screenshot did not change when the star was rotated"
+    assert dt.js("window.dopplermapGlobe.observedPhases") == 20
+    # equator-on (inclination 90): the band below latitude -60 (the star's -i), at the bottom
+    # of the disc, is hatched (dark stripes over the photosphere's grey); the same strip at the
+    # top (latitudes above 60, no spot in front at phase 0) is not
+    def dark_fraction(y0):
+        return dt.js(f"""(() => {{ const c = document.getElementById('globe'); const W = c.width;
+            const d = c.getContext('2d').getImageData(W / 2 - 30, {y0}, 60, 14).data; let n = 0, k = 0;
+            for (let i = 0; i < d.length; i += 4) {{ if (d[i + 3] > 0) {{ n++; if (d[i] < 70) k++; }} }}
+            return k / n; }})()""")
+
+    dt.js("window.dopplermapGlobe.setView({phase: 0, inclination: 90, quantity: 'brightness'})")
+    south, north = dark_fraction(394), dark_fraction(12)
+    dt.screenshot(tmp_path / "globe_equator_on.png")
+    assert 0.15 < south < 0.6 and north < 0.1, (south, north)
+    dt.js("window.dopplermapGlobe.setView({phase: 0.25, inclination: 60})")
     assert dt.js("window.dopplermapGlobe.setView({quantity: 'cool'}).quantity") == "cool"
     assert globe_pixels()[1] != s1
     keep = Path(__import__("os").environ.get("DOPPLERMAP_REPORT_SHOTS", ""))

@@ -95,6 +95,32 @@ def test_round_trip_identical(result, tmp_path):
     assert again.chi2 == result.chi2
 
 
+def test_fits_headers_name_the_star_the_date_and_the_software(result, tmp_path):
+    """Every HDU carries OBJECT (the star's name), DATE, ORIGIN and CREATOR; the name comes back."""
+    import datetime
+
+    from astropy.io import fits
+
+    named = dataclasses.replace(result, star=result.star.replace(name="LO Peg"))
+    before = datetime.datetime.now(datetime.UTC).replace(microsecond=0, tzinfo=None)
+    dm.save_result(named, tmp_path / "run", plots=False)
+    for name in ("map.fits", "profiles.fits"):
+        with fits.open(tmp_path / "run" / name) as hdul:
+            for hdu in hdul:
+                h = hdu.header
+                assert h["OBJECT"] == "LO Peg" and h["ORIGIN"] == "dopplermap", (name, hdu.name)
+                assert h["CREATOR"] == f"dopplermap {dm.__version__}", (name, hdu.name)
+                assert datetime.datetime.fromisoformat(h["DATE"]) >= before, (name, hdu.name)
+    back = dm.load_result(tmp_path / "run")
+    assert back.star.name == "LO Peg" and back.name == "LO Peg"
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["star"]["name"] == "LO Peg"
+    # without a name: no OBJECT keyword, the rest as before
+    dm.save_result(result, tmp_path / "anon", plots=False)
+    with fits.open(tmp_path / "anon" / "map.fits") as hdul:
+        assert "OBJECT" not in hdul["MAP"].header and hdul["MAP"].header["ORIGIN"] == "dopplermap"
+    assert dm.load_result(tmp_path / "anon").star.name is None
+
+
 def test_fits_layout_columns_units_header(result, tmp_path):
     from astropy.io import fits
     from astropy.table import Table
