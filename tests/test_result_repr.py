@@ -253,3 +253,23 @@ def test_every_public_object_has_a_short_repr(small_problem, fitted):
         assert "array(" not in text and "Array(" not in text and "\n" not in text, (name, text)
     assert "n_cell=600" in repr(grid) and "n_epoch=24" in repr(sim.obs) and "n_vel=28" in repr(sim.obs)
     assert "form='dense'" in repr(pre) or "form='binned'" in repr(pre)
+
+
+def test_warnings_point_at_the_users_line(small_problem, fitted):
+    """A warning raised deep inside the package (the solver's convergence check, the star's
+    inclination check in a dataclass's generated __init__) names this file and line."""
+    import inspect
+    import warnings
+
+    star, grid, times, vels, comps, sim = small_problem
+    problem = dm.Problem(grid=grid, star=star, obs=sim.obs, components=comps)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        line = inspect.currentframe().f_lineno + 1
+        dm.invert(problem, lmbd=0.3, maxiter=2)
+        line_star = inspect.currentframe().f_lineno + 1
+        dm.StarParams(inclination=1.2, vsini=40.0, period=1.0)
+    ours = [w for w in caught if issubclass(w.category, dm.DopplermapWarning)]
+    assert any("iteration limit" in str(w.message) for w in ours)
+    assert {(w.filename, w.lineno) for w in ours} == {(__file__, line), (__file__, line_star)}, \
+        [(w.filename, w.lineno, str(w.message)[:40]) for w in ours]

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import os
 import struct
 import sys
 import warnings
@@ -132,9 +133,32 @@ class ConvergenceWarning(DopplermapWarning):
     """A solve stopped before meeting its tolerance (iteration limit, line-search failure)."""
 
 
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+# frames a warning passes through on its way out that are not the user's either: the
+# libraries that call back into dopplermap (JAX's tracing, SciPy's optimiser loop)
+_PASS_THROUGH = ("jax.", "jaxlib.", "scipy.", "numpy.", "contextlib", "functools", "concurrent.", "threading")
+
+
+def _user_stacklevel(fallback: int) -> int:
+    """The ``warnings.warn`` stack level of the first frame outside dopplermap (and the
+    libraries it runs through) above :func:`warn`'s caller: the user's line. ``fallback``
+    (counted from :func:`warn`'s caller) when every frame is ours (the CLI's own run)."""
+    frame, level = sys._getframe(2), 2  # warn's caller, as warnings.warn counts from warn
+    while frame is not None:
+        name = frame.f_globals.get("__name__", "")
+        if not (os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR)
+                or name.startswith(_PASS_THROUGH) or name.split(".")[0] == "dopplermap"):
+            return level
+        frame, level = frame.f_back, level + 1
+    return fallback + 1
+
+
 def warn(message: str, *, stacklevel: int = 2, category: type = DopplermapWarning) -> None:
-    """Emit a :class:`DopplermapWarning` (or ``category``) attributed to the caller's caller."""
-    warnings.warn(message, category, stacklevel=stacklevel + 1)
+    """Emit a :class:`DopplermapWarning` (or ``category``) attributed to the user's line: the
+    first caller outside dopplermap (a script's or notebook cell's call of ``dm.invert``, not
+    the package's internals), else ``stacklevel`` frames up as :func:`warnings.warn` counts
+    from the caller of this function."""
+    warnings.warn(message, category, stacklevel=_user_stacklevel(stacklevel))
 
 
 class _Collected(list):
