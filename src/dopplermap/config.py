@@ -69,6 +69,11 @@ class DataConfig:
 
 @dataclasses.dataclass(frozen=True)
 class StarConfig:
+    """``[star]``: inclination (deg), period (d), vsini (km/s) or radius (R_sun), t0 (in
+    ``t0_scale`` or ``[data] time_scale``), domega (rad/d), mass (M_sun), systemic_velocity
+    (km/s), ra and dec (deg, ICRS) and the star's name (figures, report, FITS OBJECT); the
+    template (:data:`TEMPLATE`) comments each key."""
+
     inclination: float
     period: float
     vsini: float | None = None
@@ -85,6 +90,9 @@ class StarConfig:
 
 @dataclasses.dataclass(frozen=True)
 class TemperatureConfig:
+    """``[temperatures]``: photosphere, cool- and hot-spot temperatures (K); with ``[line]
+    wavelength_nm`` they give the Planck continuum intensity ratios."""
+
     phot: float
     cool: float
     hot: float
@@ -92,6 +100,9 @@ class TemperatureConfig:
 
 @dataclasses.dataclass(frozen=True)
 class LineConfig:
+    """``[line]``: the local line of each component (profile, depths, widths or tabulated
+    files, instrumental resolving power, macroturbulence) and its wavelength (nm)."""
+
     wavelength_nm: float
     profile: str = "gaussian"
     depth: tuple[float, ...] = (0.5, 0.5, 0.5)
@@ -112,6 +123,9 @@ class LineConfig:
 
 @dataclasses.dataclass(frozen=True)
 class LightCurveConfig:
+    """``[lightcurve]``: the band of a light curve fitted jointly: wavelength (nm), limb
+    darkening of each component, continuum intensities and whether to fit a dilution."""
+
     wavelength_nm: float = 550.0
     limb_darkening: str = "linear"
     ld_phot: tuple[float, ...] = (0.6,)
@@ -161,12 +175,17 @@ class LightCurveSetConfig:
 
 @dataclasses.dataclass(frozen=True)
 class GravityConfig:
+    """``[gravity_darkening]``: von Zeipel gravity darkening on a Roche surface (needs
+    ``[star] mass``); ``beta`` the exponent."""
+
     enabled: bool = False
     beta: float = 0.25
 
 
 @dataclasses.dataclass(frozen=True)
 class GridConfig:
+    """``[grid]``: the surface grid, ``kind`` (latitude bands or HEALPix) and its size."""
+
     kind: str = "bands"
     n_cell: int = 2500
     nside: int | None = None
@@ -174,6 +193,10 @@ class GridConfig:
 
 @dataclasses.dataclass(frozen=True)
 class InversionConfig:
+    """``[inversion]``: regulariser and lambda, weights of the line and light-curve terms,
+    which nuisances and spot components to fit, tolerance, iteration cap, synthesis method,
+    rv shift, solver and the offset prior (the :class:`~dopplermap.problem.Settings` of a run)."""
+
     regulariser: str = "mem"
     lmbd: float = 1.0
     line_weight: float = 1.0
@@ -191,6 +214,9 @@ class InversionConfig:
 
 @dataclasses.dataclass(frozen=True)
 class UncertaintyConfig:
+    """``[uncertainty]``: the uncertainty maps to compute (``methods`` from
+    :data:`dopplermap.choices.UNCERTAINTY_METHODS`), bootstrap size and seed."""
+
     methods: tuple[str, ...] = ()
     n_boot: int = 20
     seed: int = 0

@@ -118,6 +118,8 @@ DEMO_SPOTS = (
     Spot(lat=25.0, lon=310.0, radius=14.0, kind="cool", fill=0.8),
     Spot(lat=30.0, lon=245.0, radius=12.0, kind="hot", fill=0.7),
 )
+"""The demo star's spots (:func:`demo_setup`, ``dopplermap demo``): four cool spots at
+latitudes 15-70 deg, one of them near the pole, and one hot spot."""
 
 
 def demo_setup(n_cell: int = 2500, n_epoch: int = 150, n_vel: int = 32, seed: int = 1):
