@@ -72,3 +72,20 @@ def test_the_check_finds_an_undocumented_name(package):
     assert "dopplermap._repr" not in _documented_modules()
     assert not _griffe_object(package, "dopplermap.errors", "EXIT_OK").docstring
     assert _griffe_object(package, "dopplermap.app", "save_result").parent.path == "dopplermap.app.folders"
+
+
+def test_getting_started_shows_the_demo_figures():
+    """The page's images exist, are PNGs the script draws, and each drawn image is shown."""
+    import ast
+
+    page = (ROOT / "docs" / "getting-started.md").read_text()
+    shown = re.findall(r"!\[[^\]]+\]\((img/[^)]+)\)", page)
+    assert len(shown) >= 4
+    for rel in shown:
+        raw = (ROOT / "docs" / rel).read_bytes()
+        assert raw[:8] == b"\x89PNG\r\n\x1a\n" and len(raw) < 150_000, rel
+    script = ast.parse((ROOT / "docs" / "make_figures.py").read_text())
+    figures = next(ast.literal_eval(n.value) for n in script.body if isinstance(n, ast.Assign)
+                   and getattr(n.targets[0], "id", "") == "FIGURES")
+    assert sorted(f"img/demo_{k}.png" for k in figures) == sorted(shown)
+    assert sorted(p.name for p in (ROOT / "docs" / "img").glob("*.png")) == sorted(Path(s).name for s in shown)

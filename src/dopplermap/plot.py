@@ -1200,7 +1200,7 @@ def plot_polar(lat, lon, values, *, quantity: str = "brightness", inclination: f
     if ax is None:
         fig = style.new_figure(style.ONE_COLUMN, 3.05 if title else 2.85)
         with style.context():
-            ax = fig.add_axes([0.0, 0.06, 0.8, 0.86 if title else 0.92])
+            ax = fig.add_axes([0.03, 0.06, 0.76, 0.86 if title else 0.92])
     fig = ax.figure
     rmax = 90.0 - lat_min
     s = (np.arange(resolution) + 0.5) / resolution * 2 - 1
@@ -1241,7 +1241,7 @@ def plot_polar(lat, lon, values, *, quantity: str = "brightness", inclination: f
             ax.plot(xs, ys, zorder=3, **_POLAR_GRAT)
         ax.add_patch(Circle((0, 0), rmax, fill=False, lw=0.7, color="0.15", zorder=4))
         for lo_ in range(0, 360, 90):
-            lx, ly = _polar_xy(lat_min - 0.13 * rmax, lo_)
+            lx, ly = _polar_xy(lat_min - 0.16 * rmax, lo_)
             ax.text(lx, ly, f"{lo_}°", ha="center", va="center", fontsize=style.FONT_PT).set_gid("lon")
         if phases is not None and len(np.atleast_1d(phases)):
             cm_lon = central_meridians(np.atleast_1d(np.asarray(phases, float)))
@@ -1257,7 +1257,7 @@ def plot_polar(lat, lon, values, *, quantity: str = "brightness", inclination: f
                                 color="k", zorder=6, gid="rotation", path_effects=_halo())
         ax.add_patch(arrow)
         ax.plot([0], [0], marker="+", color="k", ms=5, mew=0.8, zorder=6, gid="pole")
-        ax.set_xlim(-1.27 * rmax, 1.27 * rmax)
+        ax.set_xlim(-1.3 * rmax, 1.3 * rmax)
         ax.set_ylim(-1.22 * rmax, 1.22 * rmax)
         ax.set_aspect("equal")
         ax.axis("off")
