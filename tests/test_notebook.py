@@ -94,7 +94,8 @@ unc = Uncertainty(sigma_fssc=sig, sigma_fssh=sig, method="laplace", never_visibl
 lm = np.geomspace(0.1, 10, 5)
 sweep = search.LambdaSweep(lmbd=lm, chi2=1 + 0.1 * lm, regulariser=1 / lm, floor=0.0, loss=1 + 0.2 * lm,
                            iterations=np.full(5, 10), results=[], total_time=0.0)
-rows = [dict(inclination=i, vsini=v, chi2_total=(i - 60) ** 2 / 50 + (v - 40) ** 2 / 2)
+rows = [dict(inclination=i, vsini=v, chi2_total=(i - 60) ** 2 / 50 + (v - 40) ** 2 / 2,
+            chi2=1 + ((i - 60) ** 2 / 50 + (v - 40) ** 2 / 2) / 500)
         for i in (50.0, 60.0, 70.0) for v in (38.0, 40.0)]
 print("FIGURES", " ".join(sorted(figs)))
 """

@@ -460,6 +460,8 @@ def test_landscape_refuses_three_parameters():
     rows = [dict(a=1.0, b=2.0, c=3.0, chi2=1.0, chi2_total=10.0)]
     with pytest.raises(dm.DopplermapInputError, match="one or two"):
         plot.plot_chi2_landscape(rows, ["a", "b", "c"])
+    with pytest.raises(dm.DopplermapInputError, match="'chi2' is not in the grid-search table"):
+        plot.plot_chi2_landscape([{k: v for k, v in rows[0].items() if k != "chi2"}], ["a"])
 
 
 def test_polar_view_puts_the_pole_in_the_centre_and_longitude_counter_clockwise():

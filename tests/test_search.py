@@ -188,6 +188,7 @@ def test_cli_grid_and_lambda(problem, tmp_path, capsys):
                "--scheduler", "sync"])
     assert rc == 0
     assert len(search.read_table(out / "grid.csv")) == 2 and (out / "grid.png").exists()
+    assert (out / "landscape.png").exists()  # one parameter: its chi2 landscape
     assert "un-reduced" in (out / "grid.json").read_text()
     rc = main(["lambda", str(npz), "--out", str(tmp_path / "l"), "--lmbds", "0.01,0.1,1,10,100", "--tol", "1e-6"])
     assert rc == 0 and (tmp_path / "l" / "lcurve.csv").exists() and (tmp_path / "l" / "lcurve.png").exists()

@@ -1496,6 +1496,8 @@ def plot_chi2_landscape(rows: list[dict], names, *, column: str = "chi2", fig=No
     solved = computed_rows(rows)
     if not solved:
         delta_chi2_interval(rows, names[0])  # raises the table's own error
+    if column not in solved[0]:
+        raise DopplermapInputError(f"column {column!r} is not in the grid-search table ({sorted(solved[0])})")
     best = min(solved, key=lambda r: r.get("chi2_total", r[column]))
     if fig is None:
         fig = style.new_figure(style.ONE_COLUMN, 2.8)
