@@ -104,6 +104,7 @@ def test_import_zdipy_writes_a_target_that_loads(tmp_path, capsys):
     assert "#  - magnetic field" in text  # also named in the TOML
     cfg = load_config(out)
     s, ln = cfg.star, cfg.line
+    assert s.name == "LOPEG"  # the object of the LSD files' title line, for figures and FITS headers
     assert (s.inclination, s.vsini, s.period, s.t0, s.domega, s.systemic_velocity) == (45.0, 67.7, 0.4232, 2456892.015,
                                                                                         0.02, -19.8)
     assert ln.profile == "voigt" and ln.resolving_power == 65000.0 and ln.ld_phot == (0.66,)

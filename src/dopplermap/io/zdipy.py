@@ -43,6 +43,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -51,7 +52,7 @@ from scipy import special
 from ..constants import C_MS, H_PLANCK, K_BOLTZMANN
 from ..errors import DopplermapInputError, MissingFileError, bad_file, reader
 
-__all__ = ["ZdipyConfig", "ZdipyLine", "read_inzdi", "read_zdipy_line", "zdipy_n_cell", "voigt_parameters",
+__all__ = ["ZdipyConfig", "ZdipyLine", "lsd_object_name", "read_inzdi", "read_zdipy_line", "zdipy_n_cell", "voigt_parameters",
            "observed_equivalent_width", "gravity_beta", "to_target"]
 
 
@@ -275,6 +276,26 @@ def _toml(v) -> str:
     return repr(float(v)) if isinstance(v, float) else str(v)
 
 
+_LSD_TITLE = re.compile(r"Reduced spectrum of\s+'([^']*)'")
+
+
+def lsd_object_name(paths) -> str | None:
+    """The star's name from the title line of LSD files in Donati's layout (``***Reduced
+    spectrum of 'LOPEG   '``): the first file's quoted object (a renormalised ``X.prof.norm``,
+    whose title line is replaced, is read through its ``X.prof`` beside it), or None when no
+    file has one."""
+    files = [Path(f) for f in paths]
+    for path in [g for f in files for g in ([f, f.with_suffix("")] if f.suffix == ".norm" else [f])]:
+        try:
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                m = _LSD_TITLE.search(fh.readline())
+        except OSError:
+            continue
+        if m and m.group(1).strip():
+            return m.group(1).strip()
+    return None
+
+
 def to_target(cfg: ZdipyConfig, line: ZdipyLine | None, toml_path, *, epochs_name: str, t_phot: float,
               t_cool: float, ew: float | None):
     """The dopplermap TOML text, the epochs-table text and the list of what was not carried over.
@@ -347,6 +368,9 @@ def to_target(cfg: ZdipyConfig, line: ZdipyLine | None, toml_path, *, epochs_nam
     w("                               # so phases are ZDIpy's; ZDIpy names no scale: set the real one (and ra/dec) if known")
     w("")
     w("[star]")
+    name = lsd_object_name([base / f for f in cfg.files])
+    if name:
+        w(f"name = {_toml(name)}              # the object of the LSD files' title line")
     w(f"inclination = {_toml(cfg.inclination)}")
     w(f"vsini = {_toml(cfg.vsini)}")
     w(f"period = {_toml(cfg.period)}")
