@@ -89,3 +89,26 @@ def test_getting_started_shows_the_demo_figures():
                    and getattr(n.targets[0], "id", "") == "FIGURES")
     assert sorted(f"img/demo_{k}.png" for k in figures) == sorted(shown)
     assert sorted(p.name for p in (ROOT / "docs" / "img").glob("*.png")) == sorted(Path(s).name for s in shown)
+
+
+def test_the_notebook_page_holds_every_cell_and_stored_output():
+    import importlib.util
+    import json
+
+    spec = importlib.util.spec_from_file_location("notebook_hook", ROOT / "docs" / "_hooks" / "notebook.py")
+    hook = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hook)
+    nb = json.loads((ROOT / "docs" / "quickstart.ipynb").read_text())
+    page = hook.render(nb)
+    for cell in nb["cells"]:
+        source = "".join(cell["source"]).strip()
+        if source:
+            assert source in page, source[:60]
+    # outputs a run stored: text after its cell, a figure as an inline PNG
+    run = {"cells": [{"cell_type": "code", "source": "print(1)\nfig", "outputs": [
+        {"output_type": "stream", "name": "stdout", "text": ["chi2 1.01\n"]},
+        {"output_type": "display_data", "data": {"image/png": "iVBORw0KGgo=", "text/plain": "<Figure>"}}]}]}
+    page = hook.render(run)
+    assert "```text\nchi2 1.01\n```" in page and "data:image/png;base64,iVBORw0KGgo=" in page
+    assert "<Figure>" not in page
+    assert "quickstart.md" in (ROOT / "mkdocs.yml").read_text()
