@@ -112,3 +112,36 @@ def test_the_notebook_page_holds_every_cell_and_stored_output():
     assert "```text\nchi2 1.01\n```" in page and "data:image/png;base64,iVBORw0KGgo=" in page
     assert "<Figure>" not in page
     assert "quickstart.md" in (ROOT / "mkdocs.yml").read_text()
+
+
+LOPEG = ROOT.parent / "shared" / "data" / "lopeg"
+
+
+@pytest.mark.slow
+def test_lopeg_page_runs_as_written(tmp_path, monkeypatch, capsys):
+    """docs/lopeg.md's commands (DIR: the shared LO Peg data) and its Python block, as written."""
+    import shlex
+
+    if not (LOPEG / "inzdi.dat").is_file():
+        pytest.skip(f"LO Peg data not found at {LOPEG} (the shared data folder is absent)")
+    from dopplermap.cli import main
+
+    page = (ROOT / "docs" / "lopeg.md").read_text()
+    commands = [ln for block in re.findall(r"```bash\n(.*?)```", page, re.S) for ln in block.splitlines()
+                if ln.startswith("dopplermap ")]
+    python = re.findall(r"```python\n(.*?)```", page, re.S)
+    assert len(commands) == 2 and len(python) == 1
+    monkeypatch.chdir(tmp_path)
+    for line in commands:
+        args = shlex.split(line.replace("DIR", str(LOPEG)))[1:]
+        assert main(args) == 0, line
+    exec(compile(python[0], "docs/lopeg.md", "exec"), {})
+    out = capsys.readouterr().out
+    assert "cool-spot filling above +60 deg" in out
+    high, low = (float(x) for x in re.findall(r"deg: ([0-9.]+)", out))
+    assert high > 2 * low  # the polar cap the page describes
+    from astropy.io import fits
+
+    with fits.open(tmp_path / "lopeg-results" / "map.fits") as hdul:
+        assert hdul["MAP"].header["OBJECT"] == "LOPEG"
+    assert (tmp_path / "lopeg-polar.png").stat().st_size > 10_000 and (tmp_path / "lopeg-map.ecsv").is_file()
