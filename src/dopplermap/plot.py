@@ -1478,8 +1478,11 @@ def plot_grid(rows: list[dict], names, *, column: str = "chi2_total", delta: flo
             for h, label in zip(*ax.get_legend_handles_labels(), strict=True):
                 legend.setdefault("calibrated estimate" if label.startswith("calibrated ") and label != "calibrated 68 %"
                                   else label, h)
+        ncols = min(len(legend), 4 if w > 5.0 else 2)
         fig.legend(list(legend.values()), list(legend), loc="upper center", bbox_to_anchor=(0.5, 1.0),
-                   ncols=min(len(legend), 4), frameon=False, fontsize=style.FONT_PT, handlelength=1.2)
+                   ncols=ncols, frameon=False, fontsize=style.FONT_PT, handlelength=1.2)
+        rows_in = 0.19 * -(-len(legend) // ncols) + 0.3  # legend rows and the panel titles, inches
+        fig.subplots_adjust(top=1 - rows_in / fig.get_size_inches()[1])
     return fig
 
 
