@@ -318,13 +318,18 @@ def lambda_for_chi2(problem: Problem, target: float, *, lo: float = 1e-3, hi: fl
     if pair is not None:
         r_lo, r_hi = sweep.results[pair[0]], sweep.results[pair[1]]
     else:
-        r_hi = solve(hi, x0)
+        if sweep is not None:  # no crossing inside the sweep: widen from its ends, already solved
+            r_lo, r_hi = sweep.results[0], sweep.results[-1]
+            lo, hi = r_lo.lmbd, r_hi.lmbd
+        else:
+            r_hi = solve(hi, x0)
         for _ in range(4):
             if r_hi.chi2 >= target:
                 break
             hi *= 10.0
             r_hi = solve(hi, r_hi.x)
-        r_lo = solve(lo, r_hi.x)
+        if sweep is None:
+            r_lo = solve(lo, r_hi.x)
         for _ in range(4):
             if r_lo.chi2 <= target:
                 break

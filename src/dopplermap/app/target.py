@@ -106,7 +106,7 @@ def run_target(cfg, out: Path, *, plots: bool = True, quiet: bool = True, config
             prob = from_config(cfg)
             pre, lc = prob.pre, prob.lightcurve  # built here, once
         if any(e.pending for e in prob.error_scale):  # [data] error_scale from the residuals of a fit
-            with rep.step("error scale from the residuals of a fit (4 solves)"):
+            with rep.step("error scale (4 fits)"):
                 prob = apply_error_scale(prob)
         t_setup = time.perf_counter() - t0
         # astropy's FITS writer (and what the figures drawn here and the report need) loads in a thread
