@@ -44,6 +44,7 @@ from .objective import Layout, LineSets, Observations, solve_form
 from .plan import Plan
 from .profiles import Component, ComponentSet, LimbDarkening, gaussian, intensity_ratio, voigt
 from .simulate import DEMO_SPOTS, demo_setup, simulate
+from .windows import Windows, window_precomputed
 
 __all__ = ["Settings", "GravityDarkening", "LightCurveData", "LineData", "Problem", "require_problem", "from_config",
            "from_npz", "from_seed", "demo_problem", "save_npz", "NPZ_SCALARS"]
@@ -67,6 +68,7 @@ class Settings:
     solver: str = "lbfgsb"
     fit_components: tuple[str, ...] = SPOT_COMPONENTS
     offset_sigma: float | tuple | None = None  # Gaussian prior on the offsets (dopplermap.objective); per set: a tuple
+    lmbd_time: float = 0.0  # weight of the coupling of neighbouring time windows' maps (dopplermap.windows)
 
     def replace(self, **changes) -> Settings:
         """A copy with ``changes``; ``None`` values are ignored (unset command-line options)."""
@@ -170,6 +172,9 @@ class Problem:
         mass: the star's mass (M_sun) where known (``[star] mass``): a grid search then
             refuses points beyond break-up and reports log g beside the implied radius
             (:attr:`stellar_mass` falls back on the gravity darkening's mass).
+        windows: time windows (:class:`dopplermap.windows.Windows`), one map each, coupled
+            by ``settings.lmbd_time``; None: one static map. The parameter vector then holds
+            every window's maps (:mod:`dopplermap.windows`); ``pre`` is windowed.
     """
 
     grid: SurfaceGrid
@@ -189,9 +194,13 @@ class Problem:
     form: Precomputed | None = None
     error_scale: tuple[ErrorScale, ...] = ()
     mass: float | None = None
+    windows: Windows | None = None
 
     def __post_init__(self):
         check(self.method, SYNTHESIS_METHODS, f"{self.source}: method")
+        if self.windows is not None and not isinstance(self.windows, Windows):
+            raise DopplermapInputError(f"{self.source}: windows takes dopplermap.windows.Windows, got "
+                                       f"{type(self.windows).__name__}")
         if self.mass is not None and not (isinstance(self.mass, (int, float)) and math.isfinite(self.mass)
                                           and self.mass > 0):
             raise DopplermapInputError(f"{self.source}: mass must be a finite number > 0 M_sun, got {self.mass!r}")
@@ -290,12 +299,36 @@ class Problem:
     def pre(self):
         """The synthesis form of the line profiles (:class:`dopplermap.model.Precomputed`), or
         with ``lines`` one per set (:class:`dopplermap.objective.LineSets`); a given ``form`` as it is."""
+        if self.windows is not None:
+            self.windows.check_filled(self.window_index(), lmbd_time=self.settings.lmbd_time,
+                                      where=f"{self.source}: windows")
         if self.form is not None:
-            return self.form
+            return self._windowed(self.form, self.obs, self.source)
         if not self.lines:
-            return self._precompute(self.obs, self.components)
-        return LineSets.create([self._precompute(ld.obs, ld.components, ld.wavelength_nm) for ld in self.lines],
+            return self._windowed(self._precompute(self.obs, self.components), self.obs, self.source)
+        return LineSets.create([self._windowed(self._precompute(ld.obs, ld.components, ld.wavelength_nm), ld.obs,
+                                               f"{self.source}: [[lines]] {ld.name!r}") for ld in self.lines],
                                weights=[ld.weight for ld in self.lines], names=[ld.name for ld in self.lines])
+
+    @property
+    def n_window(self) -> int:
+        """The number of time windows (1: one static map)."""
+        return 1 if self.windows is None else self.windows.n_window
+
+    def window_index(self, times=None) -> np.ndarray:
+        """(n,) window of each of ``times`` (default: every line data set's epochs, set after set)."""
+        if times is None:
+            times = np.concatenate([np.asarray(o.times) for o in
+                                    (self.observations if self.lines else (self.obs,))])
+        if self.windows is None:
+            return np.zeros(np.size(times), np.int32)
+        return self.windows.index(times, where=f"{self.source}: windows")
+
+    def _windowed(self, pre, obs, where):
+        if self.windows is None:
+            return pre
+        idx = self.windows.index(np.asarray(obs.times), where=f"{where}: windows")
+        return window_precomputed(pre, idx, self.windows.n_window)
 
     @property
     def layout(self) -> Layout:
@@ -325,6 +358,9 @@ class Problem:
         d = self.lightcurve_data
         if d is None:
             return None
+        if self.windows is not None:
+            raise DopplermapInputError(f"{self.source}: time windows fit line profiles only so far; a light curve "
+                                       "with windows is not supported yet (drop [map] windows or the light curve)")
         if isinstance(d, LightCurveData):
             return self._lightcurve(d)
         return LightCurveSet.create([self._lightcurve(b) for b in d], weights=[b.weight for b in d],

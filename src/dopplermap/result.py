@@ -129,6 +129,11 @@ class InversionResult:
         cube_dtype: dtype of the (folded) dense cube the solve used, None for the binned model.
         fit_components: the spot components fitted, ``("cool", "hot")`` or one of them; an
             unfitted component's filling factor is held at the floor 1e-5.
+        window_edges: with time windows (:mod:`dopplermap.windows`): the (K + 1,) edges of
+            the windows, days; ``fssc`` and ``fssh`` then hold the K maps one after another
+            (:meth:`window_maps`, :meth:`window`). None: one static map.
+        lmbd_time, temporal: the weight and value of the windows' temporal coupling (None
+            without windows).
 
     Context for result files and figures (optional; filled by :func:`dopplermap.invert` from a
     model made by :func:`dopplermap.precompute`, by :func:`dopplermap.io.results.with_context`
@@ -180,6 +185,9 @@ class InversionResult:
     chi2_sets: dict | None = None  # {name: reduced chi2} of several line data sets (chi2: the pooled one)
     chi2_lc_sets: dict | None = None  # {name: reduced chi2} of several light-curve bands (chi2_lc: pooled)
     offset_prior: float | None = None  # the offset prior's term in the loss (None: no prior)
+    window_edges: np.ndarray | None = None  # (K + 1,) days: fssc, fssh hold K maps (dopplermap.windows)
+    lmbd_time: float | None = None
+    temporal: float | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "fit_components", tuple(self.fit_components))  # a JSON list after a round trip
@@ -212,11 +220,43 @@ class InversionResult:
             v = getattr(self, k)
             out[k] = v.item() if isinstance(v, np.generic) else list(v) if isinstance(v, tuple) else \
                 dict(v) if isinstance(v, dict) else v
+        if self.window_edges is not None:
+            out.update(window_edges=[float(v) for v in self.window_edges], lmbd_time=self.lmbd_time,
+                       temporal=self.temporal)
         return out
 
     @property
+    def n_window(self) -> int:
+        """The number of time windows (1: one static map)."""
+        return 1 if self.window_edges is None else int(np.size(self.window_edges)) - 1
+
+    @property
+    def window_spans(self) -> np.ndarray | None:
+        """(K, 2) start and end of each window, days (None: one static map)."""
+        if self.window_edges is None:
+            return None
+        e = np.asarray(self.window_edges, dtype=float)
+        return np.stack([e[:-1], e[1:]], axis=1)
+
+    def window_maps(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(fssc, fssh)`` as (K, n_cell) arrays, one row per window (K = 1: the static map)."""
+        k = self.n_window
+        return np.reshape(self.fssc, (k, -1)), np.reshape(self.fssh, (k, -1))
+
+    def window(self, k: int) -> InversionResult:
+        """This result with window ``k``'s maps only: a static result that every figure and
+        writer of one map takes (fit statistics, rv, amp and model are the whole fit's)."""
+        fc, fh = self.window_maps()
+        if not -self.n_window <= k < self.n_window:
+            raise IndexError(f"window {k} of {self.n_window}")
+        return dataclasses.replace(self, fssc=fc[k], fssh=fh[k], window_edges=None,
+                                   extra={**self.extra, "window": int(k % self.n_window),
+                                          "window_span": [float(v) for v in self.window_spans[k]]})
+
+    @property
     def n_cell(self) -> int:
-        return int(np.shape(self.fssc)[0])
+        """Cells of one map."""
+        return int(np.shape(self.fssc)[0]) // self.n_window
 
     @property
     def n_epoch(self) -> int:
