@@ -566,6 +566,20 @@ def _warn_reused_files(source: str, what: str, files_of: dict) -> None:
              f"once per table (they weigh double): {listed}{more}; list each file in one table")
 
 
+def _windows(mp, star, times, source) -> Windows | None:
+    """The ``[map]`` time windows over the profiles' epochs (BJD_TDB), or None."""
+    where = f"{source}: [map]"
+    if mp.windows is not None:
+        return Windows.count(mp.windows, times, where=f"{where} windows")
+    if mp.window_rotations is not None:
+        return Windows.rotations(mp.window_rotations, times, star.period, star.t0, where=f"{where} window_rotations")
+    if mp.window_edges:
+        return Windows.from_cycles(mp.window_edges, star.period, star.t0, where=f"{where} window_edges")
+    if mp.window_gap is not None:
+        return Windows.gaps(mp.window_gap, times, where=f"{where} window_gap")
+    return None
+
+
 def from_config(cfg) -> Problem:
     """The problem a target configuration (:class:`dopplermap.config.TargetConfig`) describes:
     one line data set (``[data]`` and ``[line]``) or several (``[[lines]]``, :class:`LineData`)."""
@@ -620,15 +634,16 @@ def _from_config(cfg) -> Problem:
                         fit_rv=inv.fit_rv, fit_amp=inv.fit_amp, line_weight=inv.line_weight,
                         lc_weight=inv.lc_weight, solver=inv.solver, fit_components=tuple(inv.fit_components),
                         offset_sigma=None if all(v is None for v in sigmas) else
-                        sigmas[0] if len(sigmas) == 1 else sigmas)
+                        sigmas[0] if len(sigmas) == 1 else sigmas, lmbd_time=cfg.map.lmbd_time)
     profile_times = np.concatenate([np.asarray(ld.obs.times) for ld in sets])
+    windows = _windows(cfg.map, star, profile_times, cfg.source)
     lc = _lightcurve_data(cfg, star, profile_times, first.data.time_scale)
     if isinstance(lc, tuple) and len(lc) == 1:  # one band: the plain joint fit, its weight on lc_weight
         settings = settings.replace(lc_weight=settings.lc_weight * lc[0].weight)
         lc = lc[0]
     common = dict(grid=make_grid(cfg.grid.kind, cfg.grid.n_cell, cfg.grid.nside), star=star, method=inv.method,
                   rv_shift=inv.rv_shift, gravity=gravity, lightcurve_data=lc, t_phot=float(temps[0]),
-                  wavelength_nm=float(first.line.wavelength_nm), source=cfg.source, mass=s.mass)
+                  wavelength_nm=float(first.line.wavelength_nm), source=cfg.source, mass=s.mass, windows=windows)
     if len(sets) == 1:  # one set (also one [[lines]] table): the plain problem, its weight on line_weight
         one = sets[0]
         if cfg.lines:

@@ -191,6 +191,8 @@ class InversionResult:
 
     def __post_init__(self):
         object.__setattr__(self, "fit_components", tuple(self.fit_components))  # a JSON list after a round trip
+        if self.window_edges is not None:
+            object.__setattr__(self, "window_edges", np.asarray(self.window_edges, dtype=float))
         if self.outcome is not None:
             object.__setattr__(self, "outcome", Outcome(self.outcome))
 
