@@ -12,7 +12,7 @@ import pytest
 import dopplermap as dm
 from dopplermap.errors import DopplermapInputError, DopplermapWarning
 from dopplermap.objective import ObjectiveData, data_terms, n_windows
-from dopplermap.problem import Problem, Settings, demo_problem
+from dopplermap.problem import Settings, demo_problem
 from dopplermap.windows import Windows, temporal_difference, window_form
 
 
@@ -158,3 +158,96 @@ def test_window_form_index_checked(tiny):
 def test_problem_windows_type_checked(tiny):
     with pytest.raises(DopplermapInputError, match="windows takes"):
         dataclasses.replace(tiny, windows=(0.0, 1.0))
+
+
+# ------------------------------------------------------------------ configuration, files, figures
+
+
+def _map_table(**map_keys):
+    import tomllib
+
+    from dopplermap.config import TEMPLATE
+
+    t = tomllib.loads(TEMPLATE)
+    t["map"] = map_keys
+    return t
+
+
+def test_map_section_parsed_and_checked():
+    from dopplermap.config import parse_config
+
+    cfg = parse_config(_map_table(windows=3, lmbd_time=2.0), source="t.toml")
+    assert cfg.map.windows == 3 and cfg.map.lmbd_time == 2.0 and cfg.map.windowed
+    assert parse_config(_map_table(window_edges=[0, 2.5, 6]), source="t.toml").map.window_edges == (0.0, 2.5, 6.0)
+    with pytest.raises(DopplermapInputError, match=r"t\.toml: \[map\] windows and window_gap both given"):
+        parse_config(_map_table(windows=3, window_gap=2.0), source="t.toml")
+    with pytest.raises(DopplermapInputError, match=r"\[map\] window_edges must be"):
+        parse_config(_map_table(window_edges=[0, 3, 2]), source="t.toml")
+    with pytest.raises(DopplermapInputError, match=r"\[map\] lmbd_time"):
+        parse_config(_map_table(windows=2, lmbd_time=-1.0), source="t.toml")
+    with pytest.warns(DopplermapWarning, match="lmbd_time = 1.0 has no effect without windows"):
+        parse_config(_map_table(lmbd_time=1.0), source="t.toml")
+
+
+def test_windowed_result_files_round_trip(tiny, tmp_path):
+    from dopplermap.io.results import load_result, save_result
+
+    win = tiny.replace(windows=Windows.count(3, tiny.obs.times), settings=tiny.settings.replace(lmbd_time=0.5))
+    res = dm.invert(win, maxiter=30)
+    save_result(res, tmp_path / "r")
+    from astropy.io import fits
+
+    with fits.open(tmp_path / "r" / "map.fits") as h:
+        maps = [x for x in h if x.name == "MAP"]
+        assert [x.header["EXTVER"] for x in maps] == [1, 2, 3]
+        np.testing.assert_allclose([(x.header["TSTART"], x.header["TSTOP"]) for x in maps], res.window_spans)
+        assert all(x.header["TIMESYS"] == "TDB" and x.header["NWINDOW"] == 3 for x in maps)
+    back = load_result(tmp_path / "r")
+    assert back.n_window == 3 and back.n_cell == 200
+    np.testing.assert_array_equal(back.fssc, res.fssc)
+    np.testing.assert_allclose(back.window_edges, res.window_edges)
+    assert back.lmbd_time == 0.5
+
+
+def test_time_longitude_places_a_spot_in_its_band_longitude_and_window():
+    from dopplermap.plot import plot_spot_area, plot_time_longitude, plot_window_maps
+
+    grid = dm.latitude_band_grid(400)
+    lat, lon = np.degrees(grid.lat), np.degrees(grid.lon)
+    spot = (lat > 35) & (lat < 55) & (lon > 95) & (lon < 125)
+    maps = np.full((3, grid.n_cell), 1e-5)
+    maps[1, spot] = 0.8  # the spot in the second window only
+    spans = np.array([[0.0, 2.0], [2.0, 4.0], [4.0, 6.0]])
+    fig = plot_time_longitude(grid.lat, grid.lon, grid.area, maps, spans, bands=(-90, 0, 30, 60, 90), n_lon=12)
+    panels = [ax for ax in fig.axes if ax.get_ylabel() == "days"]  # not the colour bar
+    assert len(panels) == 4  # north first: 60..90, 30..60, 0..30, -90..0
+    img = np.asarray(panels[1].collections[0].get_array()).reshape(3, 12)
+    assert np.argmax(img.max(axis=0)) == 3 and np.argmax(img.max(axis=1)) == 1  # 90-120 deg, window 1
+    assert img[0].max() < 1e-3 and img[2].max() < 1e-3
+    others = [np.nanmax(np.asarray(p.collections[0].get_array())) for i, p in enumerate(panels) if i != 1]
+    assert max(others) < 1e-3
+    assert len(plot_window_maps(grid.lat, grid.lon, maps, spans, truth=maps).axes) == 7  # 6 panels + colour bar
+    area = plot_spot_area(spans, grid.area, maps, truth=maps).axes[0]
+    y = area.lines[-1].get_ydata()
+    assert y[1] > y[0] == pytest.approx(y[2])
+    with pytest.raises(DopplermapInputError, match="window maps"):
+        plot_time_longitude(grid.lat, grid.lon, grid.area, maps[:, :10], spans)
+
+
+@pytest.mark.slow
+def test_invert_command_with_windows(tmp_path):
+    """``[map] windows`` through the CLI: a result folder with one MAP HDU per window and
+    the windows' figures."""
+    import json
+
+    from test_config import _dataset
+
+    from dopplermap.cli import main
+
+    _dataset(tmp_path, n_epoch=12, n_cell=200, lightcurve=False, extra="[map]\nwindows = 2\nlmbd_time = 1.0\n")
+    out = tmp_path / "res"
+    assert main(["invert", str(tmp_path / "target.toml"), "--out", str(out), "--quiet"]) in (0, 3)
+    summary = json.loads((out / "summary.json").read_text())
+    assert len(summary["window_edges"]) == 3 and summary["lmbd_time"] == 1.0
+    assert {"map_windows.png", "time_longitude.png", "spot_area.png"} <= set(summary["figures"])
+    assert dm.load_result(out).n_window == 2

@@ -479,8 +479,9 @@ def _validate(cfg: TargetConfig):
     for k in ("window_rotations", "window_gap"):
         if getattr(mp, k) is not None:
             _positive(f"{s}: [map] {k}", getattr(mp, k))
-    if mp.window_edges and (len(mp.window_edges) < 2 or any(b <= a for a, b in zip(mp.window_edges,
-                                                                                     mp.window_edges[1:]))):
+    if mp.window_edges and (len(mp.window_edges) < 2 or any(b <= a for a, b in zip(mp.window_edges[:-1],
+                                                                                     mp.window_edges[1:],
+                                                                                     strict=True))):
         raise DopplermapInputError(f"{s}: [map] window_edges must be >= 2 strictly increasing rotation cycles, got "
                                    f"{list(mp.window_edges)!r}")
     _positive(f"{s}: [map] lmbd_time", mp.lmbd_time, allow_zero=True)

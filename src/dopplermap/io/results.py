@@ -162,8 +162,8 @@ def with_context(result, *, grid=None, star=None, obs=None, spotless=None, compo
     """
     changes = {}
     if grid is not None:
-        if grid.n_cell != result.fssc.shape[0]:
-            raise DopplermapInputError(f"grid has {grid.n_cell} cells but the result has {result.fssc.shape[0]}")
+        if grid.n_cell != result.n_cell:  # cells of one map (a time-windowed result holds several)
+            raise DopplermapInputError(f"grid has {grid.n_cell} cells but the result has {result.n_cell}")
         changes["grid"] = grid
     if star is not None:
         changes["star"] = star
