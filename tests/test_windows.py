@@ -72,7 +72,7 @@ def test_empty_window_warns(tiny):
 
 
 def test_one_window_is_the_static_problem(tiny):
-    """K = 1: loss and gradient equal the static problem's to 1e-12, and so does the solve."""
+    """K = 1: loss and gradient equal the static problem's to 1e-12."""
     one = tiny.replace(windows=Windows.count(1, tiny.obs.times))
     fc, fh = _a_map(200)
     x = tiny.layout.join(fc, fh, np.full(12, 0.1), np.full(12, 0.01))
@@ -81,6 +81,11 @@ def test_one_window_is_the_static_problem(tiny):
     assert abs(v1 - v0) <= 1e-12 * abs(v0)
     np.testing.assert_allclose(g1, g0, rtol=0, atol=1e-12 * np.max(np.abs(g0)))
     assert t1.temporal is None
+
+
+@pytest.mark.slow
+def test_one_window_solves_as_the_static_problem(tiny):
+    one = tiny.replace(windows=Windows.count(1, tiny.obs.times))
     r0, r1 = dm.invert(tiny), dm.invert(one)
     assert abs(r1.loss - r0.loss) <= 1e-12 * abs(r0.loss)
     assert r1.n_window == 1 and r1.n_cell == r0.n_cell
@@ -125,6 +130,7 @@ def test_temporal_coupling_value_and_weight(tiny):
     assert float(temporal_difference(np.stack([fc, fc]), np.stack([fh, fh]), area)) == 0.0
 
 
+@pytest.mark.slow
 def test_windowed_solve_returns_k_maps(tiny):
     t = np.asarray(tiny.obs.times)
     win = tiny.replace(windows=Windows.count(2, t), settings=tiny.settings.replace(lmbd_time=1.0))
@@ -189,6 +195,7 @@ def test_map_section_parsed_and_checked():
         parse_config(_map_table(lmbd_time=1.0), source="t.toml")
 
 
+@pytest.mark.slow
 def test_windowed_result_files_round_trip(tiny, tmp_path):
     from dopplermap.io.results import load_result, save_result
 
@@ -251,3 +258,37 @@ def test_invert_command_with_windows(tmp_path):
     assert len(summary["window_edges"]) == 3 and summary["lmbd_time"] == 1.0
     assert {"map_windows.png", "time_longitude.png", "spot_area.png"} <= set(summary["figures"])
     assert dm.load_result(out).n_window == 2
+
+
+@pytest.mark.slow
+def test_windowed_light_curve_reads_each_points_window(tiny):
+    """A light curve with windows: with one map in every window chi2_lc is the static one;
+    changing one window's map changes only the model of the points in that window."""
+    from dopplermap.lightcurve import LightCurveBand, simulate_lightcurve
+    from dopplermap.problem import LightCurveData
+    from dopplermap.windows import windowed_lightcurve_models
+
+    band = LightCurveBand.from_temperatures(5000.0, 3800.0, 6000.0, 550.0, [dm.LimbDarkening("linear", (0.7,))] * 3)
+    t = np.asarray(tiny.obs.times)
+    t_lc = np.linspace(t.min(), t.max(), 40)
+    fc, fh = _a_map(200, seed=4)
+    flux, err, _ = simulate_lightcurve(tiny.grid, tiny.star, t_lc, band, fc, fh, sigma=1e-3, seed=1)
+    static = tiny.replace(lightcurve_data=LightCurveData(times=t_lc, flux=flux, err=err, band=band))
+    win = static.replace(windows=Windows.count(2, t))
+    x0 = static.layout.join(fc, fh, np.zeros(12), np.zeros(12))
+    xw = win.layout.join(np.tile(fc, 2), np.tile(fh, 2), np.zeros(12), np.zeros(12))
+    d0 = ObjectiveData.create(static.pre, static.obs, lightcurve=static.lightcurve)
+    dw = ObjectiveData.create(win.pre, win.obs, lightcurve=win.lightcurve)
+    t0 = data_terms(jax.numpy.asarray(x0), 0.5, static.pre, d0)[1]
+    tw = data_terms(jax.numpy.asarray(xw), 0.5, win.pre, dw)[1]
+    assert float(tw.chi2_lc) == pytest.approx(float(t0.chi2_lc), rel=1e-12)
+    idx = win.windows.index(t_lc)
+    m_same = windowed_lightcurve_models(np.tile(fc, 2), np.tile(fh, 2), win.lightcurve)[0]
+    m_diff = windowed_lightcurve_models(np.concatenate([fc, fc]), np.concatenate([fh, fh + 0.2]), win.lightcurve)[0]
+    changed = np.abs(np.asarray(m_diff) - np.asarray(m_same)) > 1e-9
+    # window 1's points change; window 0's only by the common mean normalisation
+    assert changed[idx == 1].all()
+    ratio = np.asarray(m_diff)[idx == 0] / np.asarray(m_same)[idx == 0]
+    assert np.ptp(ratio) < 1e-12 and abs(ratio[0] - 1) > 1e-6
+    with pytest.raises(DopplermapInputError, match="windowed light curve"):
+        ObjectiveData.create(win.pre, win.obs, lightcurve=static.lightcurve)

@@ -82,7 +82,7 @@ from .model import Precomputed, forward
 from .model import solve_form as _solve_form
 from .model import with_exact_numerator as _with_exact_numerator
 from .units import to_epoch, to_unit
-from .windows import split_maps, temporal_difference
+from .windows import WindowedLightCurve, chi2_windowed_lightcurves, split_maps, temporal_difference
 
 __all__ = ["Observations", "LineSets", "Layout", "Terms", "check_sets", "solve_form", "with_exact_numerator",
            "set_chi2", "chi2", "sum_excess", "regulariser_value", "offset_sigmas", "offset_prior", "ObjectiveData",
@@ -471,6 +471,9 @@ class ObjectiveData:
         for name, w in (("line_weight", line_weight), ("lc_weight", lc_weight)):
             if not (np.isfinite(w) and w >= 0):
                 raise DopplermapInputError(f"{name} must be a finite number >= 0, got {w!r}")
+        if n_windows(pre) > 1 and not isinstance(lightcurve, WindowedLightCurve):
+            raise DopplermapInputError("a model with time windows needs a windowed light curve "
+                                       "(dopplermap.windows.WindowedLightCurve: each point's window)")
         if lightcurve.n_cell * n_windows(pre) != pre.n_cell:
             raise DopplermapInputError(f"light curve was precomputed for {lightcurve.n_cell} cells, "
                                        f"the line model has {pre.n_cell}")
@@ -507,7 +510,10 @@ def data_terms(x, lmbd, pre: Precomputed, data: ObjectiveData, regulariser: str 
         reg = reg.astype(x.dtype)
         temporal = (temporal_difference(fc, fh, pre.cell_area) / n_window).astype(x.dtype)
     pen = penalty * sum_excess(fssc, fssh)
-    c2_lc, c2_lc_w, c2_lc_sets = (None, None, None) if lightcurve is None else chi2_lightcurves(fssc, fssh, lightcurve)
+    c2_lc, c2_lc_w, c2_lc_sets = ((None, None, None) if lightcurve is None
+                                  else chi2_windowed_lightcurves(fssc, fssh, lightcurve)
+                                  if isinstance(lightcurve, WindowedLightCurve)
+                                  else chi2_lightcurves(fssc, fssh, lightcurve))
     line = c2_w if lightcurve is None else data.line_weight * c2_w + data.lc_weight * c2_lc_w
     total = line + lmbd * reg + pen
     if temporal is not None and data.lmbd_time is not None:

@@ -44,7 +44,7 @@ from .objective import Layout, LineSets, Observations, solve_form
 from .plan import Plan
 from .profiles import Component, ComponentSet, LimbDarkening, gaussian, intensity_ratio, voigt
 from .simulate import DEMO_SPOTS, demo_setup, simulate
-from .windows import Windows, window_precomputed
+from .windows import WindowedLightCurve, Windows, window_precomputed
 
 __all__ = ["Settings", "GravityDarkening", "LightCurveData", "LineData", "Problem", "require_problem", "from_config",
            "from_npz", "from_seed", "demo_problem", "save_npz", "NPZ_SCALARS"]
@@ -358,13 +358,15 @@ class Problem:
         d = self.lightcurve_data
         if d is None:
             return None
-        if self.windows is not None:
-            raise DopplermapInputError(f"{self.source}: time windows fit line profiles only so far; a light curve "
-                                       "with windows is not supported yet (drop [map] windows or the light curve)")
         if isinstance(d, LightCurveData):
-            return self._lightcurve(d)
-        return LightCurveSet.create([self._lightcurve(b) for b in d], weights=[b.weight for b in d],
-                                    names=[b.name for b in d])
+            fit = self._lightcurve(d)
+        else:
+            fit = LightCurveSet.create([self._lightcurve(b) for b in d], weights=[b.weight for b in d],
+                                       names=[b.name for b in d])
+        if self.windows is None:
+            return fit
+        # each point reads its window's map (dopplermap.windows)
+        return WindowedLightCurve.create(fit, self.windows, where=f"{self.source}: light curve")
 
     def _lightcurve(self, d: LightCurveData):
         factors = self.lc_factors

@@ -19,6 +19,9 @@ The objective's regulariser for ``K`` windows (:mod:`dopplermap.objective`) is::
     lambda / K sum_k S(F_k) + lambda_time / K sum_{k>0} T(F_k, F_{k-1})
     T(F, G) = sum_c a_c [(fssc_c - gssc_c)^2 + (fssh_c - gssh_c)^2],  a_c = area_c / sum(area)
 
+A light curve's points belong to windows likewise (:class:`WindowedLightCurve`): each
+point's model reads its window's map (a gather of the stacked maps per point).
+
 Divided by ``K``: the loss is then the mean over windows of each window's own loss
 (its data's share of the chi-square times ``K``, its entropy, its link to the previous
 window), so a lambda that suits one window's inversion suits the windowed one.
@@ -27,13 +30,17 @@ window), so a lambda that suits one window's inversion suits the windowed one.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
 from .errors import DopplermapInputError, warn
+from .lightcurve import LightCurveFit, model_residuals
 
-__all__ = ["Windows", "window_form", "window_precomputed", "temporal_difference", "split_maps"]
+__all__ = ["Windows", "window_form", "window_precomputed", "temporal_difference", "split_maps",
+           "WindowedLightCurve", "windowed_lightcurve_models", "chi2_windowed_lightcurves"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -191,3 +198,63 @@ def temporal_difference(fc, fh, cell_area):
     a = cell_area / jnp.sum(cell_area)
     dc, dh = jnp.diff(fc, axis=0), jnp.diff(fh, axis=0)
     return jnp.sum(a[None, :] * (dc * dc + dh * dh))
+
+
+@functools.partial(jax.tree_util.register_dataclass, data_fields=["fit", "index"], meta_fields=["n_window"])
+@dataclasses.dataclass(frozen=True, eq=False)
+class WindowedLightCurve:
+    """A light-curve fit whose points belong to time windows.
+
+    Attributes:
+        fit: the :class:`~dopplermap.lightcurve.LightCurveFit` (or
+            :class:`~dopplermap.lightcurve.LightCurveSet` of bands) of one map.
+        index: (n_lc,) int32 window of each point (a tuple, one per band, for a set).
+        n_window: the number of windows (static).
+    """
+
+    fit: object
+    index: object
+    n_window: int
+
+    @classmethod
+    def create(cls, fit, windows: Windows, *, where: str = "light curve") -> WindowedLightCurve:
+        bands = (fit,) if isinstance(fit, LightCurveFit) else tuple(fit.bands)
+        if any(b.diff is None for b in bands):
+            raise DopplermapInputError(f"{where}: a windowed light curve needs the folded weights of "
+                                       "precompute_lightcurve")
+        idx = tuple(jnp.asarray(windows.index(np.asarray(b.times), what="light-curve points", where=where))
+                    for b in bands)
+        return cls(fit=fit, index=idx[0] if isinstance(fit, LightCurveFit) else idx, n_window=windows.n_window)
+
+    @property
+    def n_cell(self) -> int:
+        """Cells of one map."""
+        return self.fit.n_cell
+
+    def bands(self):
+        if isinstance(self.fit, LightCurveFit):
+            return ((self.fit, self.index),)
+        return tuple(zip(self.fit.bands, self.index, strict=True))
+
+
+def windowed_lightcurve_models(fssc, fssh, wlc: WindowedLightCurve):
+    """Each band's mean-normalised model light curve (n_lc,): each point from its window's map."""
+    fc, fh = split_maps(fssc, fssh, wlc.n_window)
+    stacked = jnp.concatenate([fc, fh], axis=1)  # (K, 2 n_cell), the folded weights' order
+    out = []
+    for b, idx in wlc.bands():
+        flux = b.base + jnp.sum(b.diff * stacked[idx], axis=1)
+        out.append(flux / jnp.mean(flux))
+    return tuple(out)
+
+
+def chi2_windowed_lightcurves(fssc, fssh, wlc: WindowedLightCurve):
+    """``(chi2_lc, weighted, per_band)`` as :func:`dopplermap.lightcurve.chi2_lightcurves`."""
+    models = windowed_lightcurve_models(fssc, fssh, wlc)
+    ssr = jnp.stack([jnp.sum(model_residuals(m, b) ** 2) for m, (b, _) in zip(models, wlc.bands(), strict=True)])
+    if isinstance(wlc.fit, LightCurveFit):
+        c2 = ssr[0] / wlc.fit.n_lc
+        return c2, c2, None
+    sizes = np.asarray([b.n_lc for b in wlc.fit.bands], dtype=float)
+    n = float(sizes.sum())
+    return jnp.sum(ssr) / n, jnp.dot(wlc.fit.weights.astype(ssr.dtype), ssr) / n, tuple(ssr / sizes)
