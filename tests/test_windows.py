@@ -292,3 +292,16 @@ def test_windowed_light_curve_reads_each_points_window(tiny):
     assert np.ptp(ratio) < 1e-12 and abs(ratio[0] - 1) > 1e-6
     with pytest.raises(DopplermapInputError, match="windowed light curve"):
         ObjectiveData.create(win.pre, win.obs, lightcurve=static.lightcurve)
+
+
+@pytest.mark.slow
+def test_grid_over_domega_with_windows(tiny, tmp_path):
+    """A grid search over the shear solves the windowed problem at each point, and its table
+    is tied to the windows and their coupling."""
+    from dopplermap.search import grid_search, problem_fingerprint
+
+    win = tiny.replace(windows=Windows.count(2, tiny.obs.times), settings=tiny.settings.replace(lmbd_time=1.0))
+    rows = grid_search(win, {"domega": [0.0, 0.05]}, tmp_path / "grid.csv")
+    assert [r["domega"] for r in rows] == [0.0, 0.05] and all(np.isfinite(r["chi2"]) for r in rows)
+    fps = {problem_fingerprint(p) for p in (tiny, win, win.replace(settings=win.settings.replace(lmbd_time=2.0)))}
+    assert len(fps) == 3
