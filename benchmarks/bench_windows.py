@@ -4,7 +4,7 @@ K = 1, 4, 16 windows.
 
     PYTHONPATH=src python benchmarks/bench_windows.py campaign [--n-cell 600] [--n-epoch 60]
         [--rotations 12] [--windows 4] [--lmbd-time 10] [--domega-grid 0,0.025,0.05,0.075,0.1]
-        [--figures DIR] [--out benchmarks/results/windows-campaign.json]
+        [--lmbd-time-scan 1,10,100] [--figures DIR] [--out benchmarks/results/windows-campaign.json]
     PYTHONPATH=src python benchmarks/bench_windows.py timing [--n-cell 2500] [--n-epoch 150]
         [--ks 1,4,16] [--out benchmarks/results/windows-timing.json]
 
@@ -17,7 +17,8 @@ true domega by a static map and by K windows (lambda the same; ``lmbd_time`` cou
 windows), reporting chi2, each window's correlation with the true map of that window (the
 fine-grid fill averaged over the window's epochs and over each inversion cell), the
 spot area against time, and a grid over domega (chi2 of each fit; the best value from a
-parabola through the minimum, the interval where chi2 x N rises by <= 1).
+parabola through the minimum, the interval where chi2 x N rises by <= 1), and the windowed
+fit at other ``lmbd_time`` values (``--lmbd-time-scan``).
 
 ``timing``: the demo star at the given size, solved with 1, 4 and 16 windows
 (``lmbd_time`` 1, started from the static map, as a campaign would be), wall time and
@@ -175,6 +176,14 @@ def campaign(args):
         shown = with_context(r_win, grid=grid, star=star, obs=obs, truth={"fssc": truth.ravel(),
                                                                           "fssh": np.zeros(truth.size)})
         plot_result(shown, Path(args.figures), workers=1)
+    if args.lmbd_time_scan:
+        scan = []
+        for lt in [float(v) for v in args.lmbd_time_scan.split(",")]:
+            r, _ = solve(win.replace(settings=win.settings.replace(lmbd_time=lt)), x0=x0)
+            c = [corr(m, truth[k]) for k, m in enumerate(r.window_maps()[0])]
+            scan.append({"lmbd_time": lt, "chi2": r.chi2, "temporal": r.temporal, "corr_per_window": c})
+            print(f"lmbd_time {lt:g}: chi2 {r.chi2:.4f}  corr per window {np.round(c, 3)}  mean {np.mean(c):.3f}")
+        out["lmbd_time_scan"] = scan
     if args.domega_grid:
         grid_vals = [float(v) for v in args.domega_grid.split(",")]
         rows = {"static": [], "windowed": []}
@@ -242,6 +251,7 @@ def main():
     c.add_argument("--tol", type=float, default=1e-6)
     c.add_argument("--maxiter", type=int, default=1000)
     c.add_argument("--domega-grid", default="")
+    c.add_argument("--lmbd-time-scan", default="")
     c.add_argument("--figures", default="")
     c.add_argument("--out", default="benchmarks/results/windows-campaign.json")
     t = sub.add_parser("timing")

@@ -243,20 +243,22 @@ def test_time_longitude_places_a_spot_in_its_band_longitude_and_window():
 
 @pytest.mark.slow
 def test_invert_command_with_windows(tmp_path):
-    """``[map] windows`` through the CLI: a result folder with one MAP HDU per window and
-    the windows' figures."""
+    """``[map] windows`` through the CLI with a light curve (whose points reach beyond the
+    profiles' epochs: the windows span both): a result folder with one MAP HDU per window
+    and the windows' figures."""
     import json
 
     from test_config import _dataset
 
     from dopplermap.cli import main
 
-    _dataset(tmp_path, n_epoch=12, n_cell=200, lightcurve=False, extra="[map]\nwindows = 2\nlmbd_time = 1.0\n")
+    _dataset(tmp_path, n_epoch=12, n_cell=200, extra="[map]\nwindows = 2\nlmbd_time = 1.0\n")
     out = tmp_path / "res"
     assert main(["invert", str(tmp_path / "target.toml"), "--out", str(out), "--quiet"]) in (0, 3)
     summary = json.loads((out / "summary.json").read_text())
     assert len(summary["window_edges"]) == 3 and summary["lmbd_time"] == 1.0
-    assert {"map_windows.png", "time_longitude.png", "spot_area.png"} <= set(summary["figures"])
+    assert {"map_windows.png", "time_longitude.png", "spot_area.png", "light_curve.png"} <= set(summary["figures"])
+    assert summary["windows"].startswith("2 windows") and np.isfinite(summary["chi2_lc"])
     assert dm.load_result(out).n_window == 2
 
 

@@ -638,8 +638,10 @@ def _from_config(cfg) -> Problem:
                         offset_sigma=None if all(v is None for v in sigmas) else
                         sigmas[0] if len(sigmas) == 1 else sigmas, lmbd_time=cfg.map.lmbd_time)
     profile_times = np.concatenate([np.asarray(ld.obs.times) for ld in sets])
-    windows = _windows(cfg.map, star, profile_times, cfg.source)
     lc = _lightcurve_data(cfg, star, profile_times, first.data.time_scale)
+    # the windows span every epoch and every light-curve point
+    lc_times = [np.asarray(d.times) for d in (lc if isinstance(lc, tuple) else (lc,)) if d is not None]
+    windows = _windows(cfg.map, star, np.concatenate([profile_times, *lc_times]), cfg.source)
     if isinstance(lc, tuple) and len(lc) == 1:  # one band: the plain joint fit, its weight on lc_weight
         settings = settings.replace(lc_weight=settings.lc_weight * lc[0].weight)
         lc = lc[0]

@@ -231,6 +231,10 @@ class WindowedLightCurve:
         """Cells of one map."""
         return self.fit.n_cell
 
+    @property
+    def n_lc(self) -> int:
+        return self.fit.n_lc
+
     def bands(self):
         if isinstance(self.fit, LightCurveFit):
             return ((self.fit, self.index),)

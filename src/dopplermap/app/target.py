@@ -166,6 +166,8 @@ def run_target(cfg, out: Path, *, plots: bool = True, quiet: bool = True, config
                      n_lc=None if lc is None else lc.n_lc, gravity_darkening=cfg.gravity_darkening.enabled,
                      plan=prob.plan.describe(), setup_time=t_setup, total_time=time.perf_counter() - t0,
                      **unc_scalars)
+        if prob.windows is not None:
+            extra["windows"] = prob.windows.describe()
         lcds = prob.lightcurve_data if isinstance(prob.lightcurve_data, tuple) else (prob.lightcurve_data,)
         reads = [d.read for d in lcds if d is not None and d.read is not None]
         if len(reads) == 1:  # what was read, dropped and binned, for the summary and the screen
