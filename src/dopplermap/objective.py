@@ -57,6 +57,12 @@ in a joint fit it is multiplied by ``line_weight`` with the line chi-square.
 ``Terms.offset_prior`` reports ``sum_e (amp_e / sigma_e)^2 / sum_d N_d`` (unweighted, as
 ``chi2``). An infinite sigma is no prior for that epoch.
 
+**Time windows** (:mod:`dopplermap.windows`): with K windows ``fssc`` and ``fssh`` hold K
+maps, each epoch's model (and each light-curve point's) reads its window's map, the
+regulariser term is the mean of the windows' and ``lmbd_time / K`` times the temporal
+coupling is added (``ObjectiveData.lmbd_time``, ``Terms.temporal``). One window is the loss
+above exactly.
+
 The seed never constrains ``fssc + fssh <= 1`` (which keeps ``fssp >= 0``). dopplermap adds
 the quadratic penalty above (``penalty`` = 1e4 by default; zero wherever the constraint
 holds, so the seed's loss is unchanged on feasible maps) and, after the solve, scales any

@@ -86,10 +86,11 @@ class Windows:
         t = _times(times, where)
         n = _positive_int(n_window, where)
         lo, hi = float(t.min()), float(t.max())
-        if n > 1 and hi <= lo:
-            raise DopplermapInputError(f"{where}: {n} windows need epochs at more than one time")
-        pad = 1e-9 * max(1.0, abs(hi))
-        return cls(tuple(np.linspace(lo, hi + pad, n + 1)) if n > 1 else (lo, hi + pad))
+        if hi <= lo:  # one time: one window around it
+            if n > 1:
+                raise DopplermapInputError(f"{where}: {n} windows need epochs at more than one time")
+            return cls((lo, lo + 1e-6))
+        return cls(tuple(np.linspace(lo, hi, n + 1)))  # the last window holds its end (index)
 
     @classmethod
     def rotations(cls, per_window: float, times, period: float, t0: float, *, where: str = "windows") -> Windows:
@@ -118,8 +119,8 @@ class Windows:
             raise DopplermapInputError(f"{where} must be a number of days > 0, got {min_gap!r}")
         cut = np.nonzero(np.diff(t) > min_gap)[0]
         inner = 0.5 * (t[cut] + t[cut + 1])
-        pad = 1e-9 * max(1.0, abs(float(t[-1])))
-        return cls(tuple(np.concatenate([[t[0]], inner, [t[-1] + pad]])))
+        end = t[-1] if t[-1] > t[0] else t[0] + 1e-6
+        return cls(tuple(np.concatenate([[t[0]], inner, [end]])))
 
     # ------------------------------------------------------------------ use
 
