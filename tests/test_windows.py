@@ -307,3 +307,17 @@ def test_grid_over_domega_with_windows(tiny, tmp_path):
     assert [r["domega"] for r in rows] == [0.0, 0.05] and all(np.isfinite(r["chi2"]) for r in rows)
     fps = {problem_fingerprint(p) for p in (tiny, win, win.replace(settings=win.settings.replace(lmbd_time=2.0)))}
     assert len(fps) == 3
+
+
+def test_static_only_analyses_refuse_windows(tiny):
+    from dopplermap import uncertainty as U
+    from dopplermap.calibrate import check_calibratable
+    from dopplermap.jointfit import joint_fit
+
+    win = tiny.replace(windows=Windows.count(2, tiny.obs.times))
+    with pytest.raises(DopplermapInputError, match="2 time windows"):
+        U.never_visible(win.pre)
+    with pytest.raises(DopplermapInputError, match="time windows"):
+        check_calibratable(win)
+    with pytest.raises(DopplermapInputError, match="time windows"):
+        joint_fit(win, fit=("inclination",))
