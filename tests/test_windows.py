@@ -141,6 +141,9 @@ def test_windowed_solve_returns_k_maps(tiny):
     one = res.window(1)
     assert one.n_window == 1 and np.array_equal(one.fssc, fc[1]) and one.extra["window"] == 1
     assert res.summary()["window_edges"] == list(win.windows.edges)
+    # the compiled device loop solves the same windowed problem to the same loss
+    dev = dm.invert(win, solver="projected_lbfgs")
+    assert dev.n_window == 2 and abs(dev.loss - res.loss) <= 1e-3 * abs(res.loss)
 
 
 def test_newton_refused_with_windows(tiny):
