@@ -228,14 +228,16 @@ def test_time_longitude_places_a_spot_in_its_band_longitude_and_window():
     maps = np.full((3, grid.n_cell), 1e-5)
     maps[1, spot] = 0.8  # the spot in the second window only
     spans = np.array([[0.0, 2.0], [2.0, 4.0], [4.0, 6.0]])
-    fig = plot_time_longitude(grid.lat, grid.lon, grid.area, maps, spans, bands=(-90, 0, 30, 60, 90), n_lon=12)
+    fig = plot_time_longitude(grid.lat, grid.lon, grid.area, maps, spans, bands=(-90, 0, 30, 60, 80, 90), n_lon=12)
     panels = [ax for ax in fig.axes if ax.get_ylabel() == "days"]  # not the colour bar
-    assert len(panels) == 4  # north first: 60..90, 30..60, 0..30, -90..0
-    img = np.asarray(panels[1].collections[0].get_array()).reshape(3, 12)
+    assert len(panels) == 5  # north first: 80..90, 60..80, 30..60, 0..30, -90..0
+    img = np.asarray(panels[2].collections[0].get_array()).reshape(3, 12)
     assert np.argmax(img.max(axis=0)) == 3 and np.argmax(img.max(axis=1)) == 1  # 90-120 deg, window 1
     assert img[0].max() < 1e-3 and img[2].max() < 1e-3
-    others = [np.nanmax(np.asarray(p.collections[0].get_array())) for i, p in enumerate(panels) if i != 1]
+    others = [np.nanmax(np.asarray(p.collections[0].get_array())) for i, p in enumerate(panels) if i != 2]
     assert max(others) < 1e-3
+    # fewer cells than 12 in the 80..90 band: no bin left without a value
+    assert all(np.isfinite(np.asarray(p.collections[0].get_array())).all() for p in panels)
     assert len(plot_window_maps(grid.lat, grid.lon, maps, spans, truth=maps).axes) == 7  # 6 panels + colour bar
     area = plot_spot_area(spans, grid.area, maps, truth=maps).axes[0]
     y = area.lines[-1].get_ydata()

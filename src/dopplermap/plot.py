@@ -1153,7 +1153,8 @@ def plot_time_longitude(lat, lon, area, maps, spans, *, bands=(-90.0, -30.0, 0.0
     "butterfly" view of evolving and shearing spots).
 
     Each pixel is the area-weighted mean of ``maps`` over the cells of the band whose centre
-    falls in the longitude bin, for each window (rows: windows, at their time spans).
+    falls in the longitude bin (a bin holding no centre, near a pole: the nearest cell's
+    value), for each window (rows: windows, at their time spans).
 
     Args:
         lat, lon: (n_cell,) cell centres, rad. area: (n_cell,) cell areas.
@@ -1179,7 +1180,13 @@ def plot_time_longitude(lat, lon, area, maps, spans, *, bands=(-90.0, -30.0, 0.0
         wsum = np.bincount(lbin[sel], weights=area[sel], minlength=n_lon)
         img = np.stack([np.bincount(lbin[sel], weights=area[sel] * m[sel], minlength=n_lon) for m in maps])
         with np.errstate(invalid="ignore", divide="ignore"):
-            images.append((bands[b], bands[b + 1], np.where(wsum > 0, img / wsum, np.nan)))
+            img = np.where(wsum > 0, img / wsum, np.nan)
+        empty = np.nonzero(wsum == 0)[0]
+        if empty.size and sel.any():  # fewer cells than bins (near a pole): the nearest cell's value
+            centre = (empty + 0.5) * (360.0 / n_lon)
+            d = np.abs((lond[sel][None, :] - centre[:, None] + 180.0) % 360.0 - 180.0)
+            img[:, empty] = maps[:, sel][:, np.argmin(d, axis=1)]
+        images.append((bands[b], bands[b + 1], img))
     norm = _norm(*colour_limits(quantity, [im for _, _, im in images]))
     cm = style.cmap(quantity).with_extremes(bad=style.GAP_COLOUR)
     n = len(images)
