@@ -141,6 +141,8 @@ def test_windowed_solve_returns_k_maps(tiny):
     one = res.window(1)
     assert one.n_window == 1 and np.array_equal(one.fssc, fc[1]) and one.extra["window"] == 1
     assert res.summary()["window_edges"] == list(win.windows.edges)
+    html = res._repr_html_()  # a notebook's display: the last window's map
+    assert "time windows" in html and "base64" in html and "windows=2" in repr(res)
     # the compiled device loop solves the same windowed problem to the same loss
     dev = dm.invert(win, solver="projected_lbfgs")
     assert dev.n_window == 2 and abs(dev.loss - res.loss) <= 1e-3 * abs(res.loss)

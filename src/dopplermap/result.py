@@ -272,6 +272,7 @@ class InversionResult:
         lc += "".join(f", chi2[{k}]={v:.5g}" for k, v in (self.chi2_sets or {}).items())
         lc += "".join(f", chi2_lc[{k}]={v:.5g}" for k, v in (self.chi2_lc_sets or {}).items())
         lc += "" if self.offset_prior is None else f", offset_prior={self.offset_prior:.5g}"
+        lc += "" if self.n_window == 1 else f", windows={self.n_window}"
         return (f"InversionResult(chi2={self.chi2:.5g}{lc}, loss={self.loss:.6g}, lmbd={self.lmbd:g}, "
                 f"iterations={self.iterations}, success={self.success}, stop={stop!r}, "
                 f"n_cell={self.n_cell}, n_epoch={self.n_epoch})")
@@ -300,12 +301,18 @@ class InversionResult:
             s = self.star
             rows.append(("star", f"inclination {s.inclination:g} deg, vsini {s.vsini_kms:.4g} km/s, "
                                  f"period {s.period:g} d"))
+        shown = self  # with time windows: the last window's map
+        if self.n_window > 1:
+            shown = self.window(self.n_window - 1)
+            t0, t1 = self.window_spans[0, 0], self.window_spans[-1, 1]
+            rows.append(("time windows", f"{self.n_window} over {t1 - t0:.4g} d, lmbd_time {self.lmbd_time}, "
+                                         f"coupling {self.temporal}; map: the last window"))
         table = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in rows)
         thumb = ""
         if self.grid is not None:
-            top = max(float(np.max(self.fssc)), 1e-3)
+            top = max(float(np.max(shown.fssc)), 1e-3)
             thumb = (f"<div><img alt='cool-spot filling factor map' width='240' style='image-rendering:pixelated' "
-                     f"src='data:image/png;base64,{self._thumbnail_png()}'/><br/><small>cool-spot filling factor "
+                     f"src='data:image/png;base64,{shown._thumbnail_png()}'/><br/><small>cool-spot filling factor "
                      f"0 (white) to {top:.2f} (dark), longitude 0-360 deg</small></div>")
         return (f"<div style='display:flex;gap:1em;text-align:left'><table><caption><b>InversionResult</b>"
                 f"</caption>{table}</table>{thumb}</div>")
