@@ -67,7 +67,7 @@ def test_time_outside_the_windows_refused():
 def test_empty_window_warns(tiny):
     t = np.asarray(tiny.obs.times)
     w = Windows((t.min(), t.min() + 1e-6, t.min() + 2e-6, t.max() + 1.0))
-    with pytest.warns(DopplermapWarning, match="hold no epoch"):
+    with pytest.warns(DopplermapWarning, match="hold no line-profile epoch"):
         tiny.replace(windows=w).pre  # noqa: B018
 
 

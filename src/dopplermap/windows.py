@@ -143,8 +143,8 @@ class Windows:
         if empty.size:
             how = ("the temporal coupling of its neighbours" if lmbd_time > 0
                    else "nothing but the regulariser (lmbd_time = 0)")
-            warn(f"{where}: window(s) {', '.join(map(str, empty.tolist()))} of {self.n_window} hold no epoch; "
-                 f"their maps are set by {how}")
+            warn(f"{where}: window(s) {', '.join(map(str, empty.tolist()))} of {self.n_window} hold no line-profile "
+                 f"epoch; their maps are set by {how} (and a light curve, if any)")
 
     def describe(self) -> str:
         lens = np.diff(self.edges)
