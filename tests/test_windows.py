@@ -328,3 +328,26 @@ def test_static_only_analyses_refuse_windows(tiny):
         check_calibratable(win)
     with pytest.raises(DopplermapInputError, match="time windows"):
         joint_fit(win, fit=("inclination",))
+
+
+def test_relative_entropy_coupling(tiny):
+    """The relative-entropy coupling: zero for equal maps, its value by the formula, chosen by
+    the setting (a static part of the data), an unknown name refused."""
+    from dopplermap.windows import temporal_relative_entropy
+
+    t = np.asarray(tiny.obs.times)
+    win = tiny.replace(windows=Windows.count(2, t))
+    fc, fh = _a_map(200, seed=5)
+    gc, gh = _a_map(200, seed=6)
+    area = np.asarray(tiny.grid.area)
+    a = area / area.sum()
+    want = np.sum(a * (gc * np.log(gc / fc) - gc + fc + gh * np.log(gh / fh) - gh + fh))
+    got = float(temporal_relative_entropy(np.stack([fc, gc]), np.stack([fh, gh]), area))
+    assert got == pytest.approx(want, rel=1e-12) and got > 0
+    assert float(temporal_relative_entropy(np.stack([fc, fc]), np.stack([fh, fh]), area)) == 0.0
+    x = jax.numpy.asarray(win.layout.join(np.concatenate([fc, gc]), np.concatenate([fh, gh]), np.zeros(12),
+                                          np.zeros(12)))
+    data = ObjectiveData.create(win.pre, win.obs, lmbd_time=1.0, time_coupling="relative_entropy")
+    assert float(data_terms(x, 0.5, win.pre, data)[1].temporal) == pytest.approx(want / 2, rel=1e-12)
+    with pytest.raises(DopplermapInputError, match="time_coupling must be one of"):
+        ObjectiveData.create(win.pre, win.obs, time_coupling="cubic")

@@ -30,6 +30,7 @@ from .choices import (
     SOLVER_CHOICES,
     SPOT_COMPONENTS,
     SYNTHESIS_METHODS,
+    TIME_COUPLINGS,
     UNCERTAINTY_METHODS,
     check,
     check_error_scale,
@@ -194,13 +195,14 @@ class MapConfig:
     ``windows`` (that many windows of equal length), ``window_rotations`` (rotations per
     window), ``window_edges`` (edges in rotation cycles since t0) and ``window_gap`` (a
     window between gaps longer than this many days). ``lmbd_time``: the weight of the
-    coupling of neighbouring windows' maps."""
+    coupling of neighbouring windows' maps; ``time_coupling``: its kind."""
 
     windows: int | None = None
     window_rotations: float | None = None
     window_edges: tuple[float, ...] = ()
     window_gap: float | None = None
     lmbd_time: float = 0.0
+    time_coupling: str = "quadratic"
 
     @property
     def windowed(self) -> bool:
@@ -485,6 +487,7 @@ def _validate(cfg: TargetConfig):
         raise DopplermapInputError(f"{s}: [map] window_edges must be >= 2 strictly increasing rotation cycles, got "
                                    f"{list(mp.window_edges)!r}")
     _positive(f"{s}: [map] lmbd_time", mp.lmbd_time, allow_zero=True)
+    check(mp.time_coupling, TIME_COUPLINGS, f"{s}: [map] time_coupling")
     if mp.lmbd_time > 0 and not mp.windowed:
         warn(f"{s}: [map] lmbd_time = {mp.lmbd_time!r} has no effect without windows")
     unc = cfg.uncertainty
@@ -670,6 +673,7 @@ solver = "auto"                      # auto (newton at tol <= 1e-6, else lbfgsb)
 # window_edges = [0.0, 3.0, 6.0]     # edges in rotation cycles since t0, or
 # window_gap = 5.0                   # a window between gaps in the data longer than this (days)
 # lmbd_time = 10.0                   # weight of the coupling of neighbouring windows' maps
+# time_coupling = "quadratic"        # quadratic | relative_entropy (each map relative to the previous window's)
 
 [uncertainty]                        # per-cell uncertainty maps written into the result folder
 methods = []                         # any of "laplace" (posterior), "sandwich", "bootstrap"; [] = none

@@ -88,7 +88,8 @@ from .model import Precomputed, forward
 from .model import solve_form as _solve_form
 from .model import with_exact_numerator as _with_exact_numerator
 from .units import to_epoch, to_unit
-from .windows import WindowedLightCurve, chi2_windowed_lightcurves, split_maps, temporal_difference
+from .windows import WindowedLightCurve, chi2_windowed_lightcurves, split_maps
+from .windows import time_coupling as coupling_of
 
 __all__ = ["Observations", "LineSets", "Layout", "Terms", "check_sets", "solve_form", "with_exact_numerator",
            "set_chi2", "chi2", "sum_excess", "regulariser_value", "offset_sigmas", "offset_prior", "ObjectiveData",
@@ -445,7 +446,8 @@ class ObjectiveData:
             that epoch), as :func:`offset_sigmas` gives it.
         lmbd_time: with time windows (:mod:`dopplermap.windows`): the weight of the
             temporal coupling (a 0-d array, so a new weight reuses a compiled program);
-            None: no coupling.
+            None: no coupling. time_coupling: its kind (static: part of the compiled
+            program), one of :data:`dopplermap.choices.TIME_COUPLINGS`.
 
     A field that is None is absent from the pytree, so a program compiled for a problem
     without a light curve or an offset prior carries neither.
@@ -457,10 +459,11 @@ class ObjectiveData:
     lc_weight: jax.Array | None = None
     offset_sigma: jax.Array | None = None
     lmbd_time: jax.Array | None = None
+    time_coupling: str = dataclasses.field(default="quadratic", metadata={"static": True})
 
     @classmethod
     def create(cls, pre, obs, *, lightcurve=None, line_weight=1.0, lc_weight=1.0, offset_sigma=None,
-               lmbd_time=0.0, dtype=jnp.float64) -> ObjectiveData:
+               lmbd_time=0.0, time_coupling="quadratic", dtype=jnp.float64) -> ObjectiveData:
         """The checked data of a solve: the weights are used (and checked) with a light curve
         only; ``offset_sigma`` as :func:`offset_sigmas` takes it; ``lmbd_time`` with time
         windows only (a static problem carries none)."""
@@ -472,8 +475,9 @@ class ObjectiveData:
                     and lmbd_time >= 0):
                 raise DopplermapInputError(f"lmbd_time must be a finite number >= 0, got {lmbd_time!r}")
             lt = _device.asarray(float(lmbd_time), dtype=dtype)
+        coupling_of(time_coupling)  # a known name
         if lightcurve is None:
-            return cls(obs=obs, offset_sigma=sigma, lmbd_time=lt)
+            return cls(obs=obs, offset_sigma=sigma, lmbd_time=lt, time_coupling=time_coupling)
         for name, w in (("line_weight", line_weight), ("lc_weight", lc_weight)):
             if not (np.isfinite(w) and w >= 0):
                 raise DopplermapInputError(f"{name} must be a finite number >= 0, got {w!r}")
@@ -484,7 +488,8 @@ class ObjectiveData:
             raise DopplermapInputError(f"light curve was precomputed for {lightcurve.n_cell} cells, "
                                        f"the line model has {pre.n_cell}")
         return cls(obs=obs, lightcurve=lightcurve, line_weight=_device.asarray(line_weight, dtype=dtype),
-                   lc_weight=_device.asarray(lc_weight, dtype=dtype), offset_sigma=sigma, lmbd_time=lt)
+                   lc_weight=_device.asarray(lc_weight, dtype=dtype), offset_sigma=sigma, lmbd_time=lt,
+                   time_coupling=time_coupling)
 
     def replace(self, **changes) -> ObjectiveData:
         return dataclasses.replace(self, **changes)
@@ -514,7 +519,7 @@ def data_terms(x, lmbd, pre: Precomputed, data: ObjectiveData, regulariser: str 
         fc, fh = split_maps(fssc, fssh, n_window)
         reg = jnp.mean(jax.vmap(lambda a, b: regulariser_value(regulariser, a, b, pre.cell_area, pre.edges))(fc, fh))
         reg = reg.astype(x.dtype)
-        temporal = (temporal_difference(fc, fh, pre.cell_area) / n_window).astype(x.dtype)
+        temporal = (coupling_of(data.time_coupling)(fc, fh, pre.cell_area) / n_window).astype(x.dtype)
     pen = penalty * sum_excess(fssc, fssh)
     c2_lc, c2_lc_w, c2_lc_sets = ((None, None, None) if lightcurve is None
                                   else chi2_windowed_lightcurves(fssc, fssh, lightcurve)

@@ -69,6 +69,7 @@ class Settings:
     fit_components: tuple[str, ...] = SPOT_COMPONENTS
     offset_sigma: float | tuple | None = None  # Gaussian prior on the offsets (dopplermap.objective); per set: a tuple
     lmbd_time: float = 0.0  # weight of the coupling of neighbouring time windows' maps (dopplermap.windows)
+    time_coupling: str = "quadratic"  # its kind: "quadratic" or "relative_entropy" (dopplermap.windows)
 
     def replace(self, **changes) -> Settings:
         """A copy with ``changes``; ``None`` values are ignored (unset command-line options)."""
@@ -636,7 +637,8 @@ def _from_config(cfg) -> Problem:
                         fit_rv=inv.fit_rv, fit_amp=inv.fit_amp, line_weight=inv.line_weight,
                         lc_weight=inv.lc_weight, solver=inv.solver, fit_components=tuple(inv.fit_components),
                         offset_sigma=None if all(v is None for v in sigmas) else
-                        sigmas[0] if len(sigmas) == 1 else sigmas, lmbd_time=cfg.map.lmbd_time)
+                        sigmas[0] if len(sigmas) == 1 else sigmas, lmbd_time=cfg.map.lmbd_time,
+                        time_coupling=cfg.map.time_coupling)
     profile_times = np.concatenate([np.asarray(ld.obs.times) for ld in sets])
     lc = _lightcurve_data(cfg, star, profile_times, first.data.time_scale)
     # the windows span every epoch and every light-curve point

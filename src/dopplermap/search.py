@@ -635,8 +635,9 @@ def problem_fingerprint(problem: Problem) -> str:
         fields.pop("mass", None)
     if fields.get("windows") is None:  # a static map: likewise
         fields.pop("windows", None)
-    else:  # the coupling weight is a setting the table has no column for
+    else:  # the coupling is a setting the table has no column for
         fields["lmbd_time"] = float(problem.settings.lmbd_time)
+        fields["time_coupling"] = str(problem.settings.time_coupling)
     return fingerprint(type(problem).__qualname__, fields)
 
 

@@ -17,7 +17,17 @@ the cost of a model evaluation unchanged, the forms, solvers and bounds untouche
 The objective's regulariser for ``K`` windows (:mod:`dopplermap.objective`) is::
 
     lambda / K sum_k S(F_k) + lambda_time / K sum_{k>0} T(F_k, F_{k-1})
+
+with the coupling ``T`` (``time_coupling``, :data:`TIME_COUPLINGS`) either ``"quadratic"``::
+
     T(F, G) = sum_c a_c [(fssc_c - gssc_c)^2 + (fssh_c - gssh_c)^2],  a_c = area_c / sum(area)
+
+or ``"relative_entropy"``, the entropy of each map relative to the previous window's (its
+default model, as a flat map is the spatial entropy's; zero where they agree)::
+
+    T(F, G) = sum_c a_c [fssc_c ln(fssc_c / gssc_c) - fssc_c + gssc_c + (the same in fssh)]
+
+which penalises a spot appearing out of nothing more than a spot changing its depth.
 
 A light curve's points belong to windows likewise (:class:`WindowedLightCurve`): each
 point's model reads its window's map (a gather of the stacked maps per point).
@@ -36,10 +46,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .choices import TIME_COUPLINGS as _COUPLING_NAMES
+from .choices import check
 from .errors import DopplermapInputError, warn
 from .lightcurve import LightCurveFit, model_residuals
 
-__all__ = ["Windows", "window_form", "window_precomputed", "temporal_difference", "split_maps",
+__all__ = ["Windows", "window_form", "window_precomputed", "temporal_difference", "temporal_relative_entropy",
+           "TIME_COUPLINGS", "time_coupling", "split_maps",
            "WindowedLightCurve", "windowed_lightcurve_models", "chi2_windowed_lightcurves"]
 
 
@@ -195,10 +208,31 @@ def split_maps(fssc, fssh, n_window: int):
 
 
 def temporal_difference(fc, fh, cell_area):
-    """``sum_k T(F_k, F_{k-1})`` of (K, n_cell) maps (module docstring)."""
+    """``sum_k T(F_k, F_{k-1})`` of (K, n_cell) maps, the quadratic coupling (module docstring)."""
     a = cell_area / jnp.sum(cell_area)
     dc, dh = jnp.diff(fc, axis=0), jnp.diff(fh, axis=0)
     return jnp.sum(a[None, :] * (dc * dc + dh * dh))
+
+
+def temporal_relative_entropy(fc, fh, cell_area):
+    """``sum_k T(F_k, F_{k-1})`` of (K, n_cell) maps, each window's entropy relative to the
+    previous one (module docstring); the maps are > 0 (the filling factors' floor)."""
+    a = cell_area / jnp.sum(cell_area)
+
+    def rel(f):
+        new, old = f[1:], f[:-1]
+        return new * jnp.log(new / old) - new + old
+
+    return jnp.sum(a[None, :] * (rel(fc) + rel(fh)))
+
+
+TIME_COUPLINGS = {"quadratic": temporal_difference, "relative_entropy": temporal_relative_entropy}
+"""The couplings of neighbouring windows by name (:data:`dopplermap.choices.TIME_COUPLINGS`)."""
+
+
+def time_coupling(name: str):
+    """The coupling ``name``: ``(fc, fh, cell_area) -> sum_k T(F_k, F_{k-1})``."""
+    return TIME_COUPLINGS[check(name, _COUPLING_NAMES, "time_coupling")]
 
 
 @functools.partial(jax.tree_util.register_dataclass, data_fields=["fit", "index"], meta_fields=["n_window"])

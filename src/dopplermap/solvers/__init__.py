@@ -261,7 +261,7 @@ def prepare(pre: Precomputed, obs: Observations, settings: Settings, *, x0=None,
                                fit_components=fit_components, layout=None if problem is None else problem.layout)
     data = ObjectiveData.create(pre, obs, lightcurve=lightcurve, line_weight=settings.line_weight,
                                 lc_weight=settings.lc_weight, offset_sigma=settings.offset_sigma,
-                                lmbd_time=settings.lmbd_time)
+                                lmbd_time=settings.lmbd_time, time_coupling=settings.time_coupling)
     return SolveSetup(layout=layout, x0=x0, lower=lo, upper=hi, lmbd=float(settings.lmbd),
                       regulariser=settings.regulariser, penalty=float(penalty), tol=float(settings.tol),
                       maxiter=int(settings.maxiter), pre=form, exact_pre=pre, data=data,
