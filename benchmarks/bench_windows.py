@@ -3,7 +3,8 @@ inverted with one static map and with one map per time window; and the solve tim
 K = 1, 4, 16 windows.
 
     PYTHONPATH=src python benchmarks/bench_windows.py campaign [--n-cell 600] [--n-epoch 60]
-        [--rotations 12] [--windows 4] [--lmbd-time 10] [--domega-grid 0,0.025,0.05,0.075,0.1]
+        [--rotations 12] [--windows 4] [--lmbd-time 10] [--time-coupling quadratic]
+        [--domega-grid 0,0.025,0.05,0.075,0.1]
         [--lmbd-time-scan 1,10,100] [--figures DIR] [--out benchmarks/results/windows-campaign.json]
     PYTHONPATH=src python benchmarks/bench_windows.py timing [--n-cell 2500] [--n-epoch 150]
         [--ks 1,4,16] [--out benchmarks/results/windows-timing.json]
@@ -120,7 +121,7 @@ def campaign(args):
     grid = dm.latitude_band_grid(args.n_cell)
     star = dm.StarParams(inclination=INC, vsini=VSINI, period=PERIOD, t0=0.0, domega=args.domega)
     settings = Settings(lmbd=args.lmbd, tol=args.tol, maxiter=args.maxiter, solver="lbfgsb",
-                        lmbd_time=args.lmbd_time)
+                        lmbd_time=args.lmbd_time, time_coupling=args.time_coupling)
     static = Problem(grid=grid, star=star, obs=obs, components=B._components(), settings=settings,
                      t_phot=DEMO_T_PHOT, wavelength_nm=DEMO_WAVELENGTH_NM, source="evolving campaign")
     windows = Windows.count(args.windows, times)
@@ -151,7 +152,7 @@ def campaign(args):
     out = {
         "setup": {"n_cell": args.n_cell, "n_epoch": args.n_epoch, "n_vel": args.n_vel, "rotations": args.rotations,
                   "snr": args.snr, "domega_true": args.domega, "windows": windows.n_window, "lmbd": args.lmbd,
-                  "lmbd_time": args.lmbd_time, "n_fine": int(flat.size), "simulate_s": t_sim,
+                  "lmbd_time": args.lmbd_time, "time_coupling": args.time_coupling, "n_fine": int(flat.size), "simulate_s": t_sim,
                   "epochs_per_window": np.bincount(idx, minlength=windows.n_window).tolist()},
         "static": {"chi2": r_static.chi2, "iterations": r_static.iterations, "solve_s": t_static,
                    "corr_per_window": [corr(r_static.fssc, truth[k]) for k in range(windows.n_window)],
@@ -248,6 +249,7 @@ def main():
     c.add_argument("--domega", type=float, default=0.05)
     c.add_argument("--lmbd", type=float, default=1.0)
     c.add_argument("--lmbd-time", type=float, default=10.0)
+    c.add_argument("--time-coupling", default="quadratic")
     c.add_argument("--tol", type=float, default=1e-6)
     c.add_argument("--maxiter", type=int, default=1000)
     c.add_argument("--domega-grid", default="")
