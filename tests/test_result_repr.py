@@ -273,3 +273,23 @@ def test_warnings_point_at_the_users_line(small_problem, fitted):
     assert any("iteration limit" in str(w.message) for w in ours)
     assert {(w.filename, w.lineno) for w in ours} == {(__file__, line), (__file__, line_star)}, \
         [(w.filename, w.lineno, str(w.message)[:40]) for w in ours]
+
+
+def test_to_table_of_time_windows(fitted, tmp_path):
+    """With time windows: one row per cell and window, the window's span as TDB Times."""
+    from astropy.table import QTable
+    from astropy.time import Time
+
+    _, res = fitted
+    two = dataclasses.replace(res, fssc=np.concatenate([res.fssc, 0.5 * res.fssc]),
+                              fssh=np.concatenate([res.fssh, res.fssh]), window_edges=np.array([0.0, 1.5, 3.0]))
+    t = two.to_table()
+    assert len(t) == 2 * res.n_cell and t.colnames[:3] == ["window", "t_start", "t_end"]
+    np.testing.assert_array_equal(t["fssc"].value[res.n_cell:], 0.5 * res.fssc)
+    assert isinstance(t["t_start"], Time) and t["t_end"][-1].jd == 3.0
+    one = two.to_table(window=1)
+    assert len(one) == res.n_cell and set(one["window"]) == {1}
+    t.write(tmp_path / "w.ecsv", format="ascii.ecsv")
+    back = QTable.read(tmp_path / "w.ecsv", format="ascii.ecsv")
+    assert isinstance(back["t_start"], Time) and back["t_start"].scale == "tdb"
+    assert two.plot("polar", window=0).axes[0].images  # one window's map
