@@ -113,6 +113,12 @@ def test_fits_headers_name_the_star_the_date_and_the_software(result, tmp_path):
                 assert datetime.datetime.fromisoformat(h["DATE"]) >= before, (name, hdu.name)
     back = dm.load_result(tmp_path / "run")
     assert back.star.name == "LO Peg" and back.name == "LO Peg"
+    # the figures, drawn from the JAX-free stand-in a figure process gets, carry the name too
+    from dopplermap.app.folders import figure_view
+    from dopplermap.plot import result_figures
+
+    assert figure_view(named).star.name == "LO Peg"
+    assert result_figures(figure_view(named))["polar"]().axes[0].get_title() == "LO Peg"
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["star"]["name"] == "LO Peg"
     # without a name: no OBJECT keyword, the rest as before
     dm.save_result(result, tmp_path / "anon", plots=False)

@@ -54,7 +54,8 @@ def figure_view(result):
     star, obs = result.star, result.obs
     if star is not None:
         star = types.SimpleNamespace(inclination=float(star.inclination), t0=float(star.t0), period=float(star.period),
-                                     vsini_kms=None if star.vsini_kms is None else float(star.vsini_kms))
+                                     vsini_kms=None if star.vsini_kms is None else float(star.vsini_kms),
+                                     name=getattr(star, "name", None))
 
     def plain(o):
         return types.SimpleNamespace(times=np.asarray(o.times), vels=np.asarray(o.vels), flux=np.asarray(o.flux),
