@@ -581,10 +581,12 @@ def _pole_and_rotation(ax, inclination, cx, cy):
     la = np.radians(70.0)
     px, py, pz = np.cos(la) * np.cos(a), np.cos(la) * np.sin(a), np.sin(la)
     X, Y = py, -px * np.cos(inc) + pz * np.sin(inc)
-    ax.plot(X[:-1] + cx, Y[:-1] + cy, color="k", lw=0.8, zorder=6, gid="rotation")
+    halo = _halo()  # a white outline: seen on a dark polar spot too
+    ax.plot(X[:-1] + cx, Y[:-1] + cy, color="k", lw=0.8, zorder=6, gid="rotation", path_effects=halo)
     ax.annotate("", xy=(X[-1] + cx, Y[-1] + cy), xytext=(X[-3] + cx, Y[-3] + cy), zorder=6,
-                arrowprops=dict(arrowstyle="-|>", color="k", lw=0.8, mutation_scale=7, shrinkA=0, shrinkB=0))
-    ax.plot([cx], [cy + np.sin(inc)], marker="+", color="k", ms=5, mew=0.9, zorder=6, gid="pole")
+                arrowprops=dict(arrowstyle="-|>", color="k", lw=0.8, mutation_scale=7, shrinkA=0, shrinkB=0,
+                                path_effects=halo))
+    ax.plot([cx], [cy + np.sin(inc)], marker="+", color="k", ms=5, mew=0.9, zorder=6, gid="pole", path_effects=halo)
 
 
 def plot_orthographic(lat, lon, values, *, inclination: float, phases=None, truth=None, lat_bounds=None,
@@ -1443,7 +1445,7 @@ def plot_polar(lat, lon, values, *, quantity: str = "brightness", inclination: f
                                 connectionstyle="arc3,rad=0.4", arrowstyle="-|>", mutation_scale=9, lw=1.0,
                                 color="k", zorder=6, gid="rotation", path_effects=_halo())
         ax.add_patch(arrow)
-        ax.plot([0], [0], marker="+", color="k", ms=5, mew=0.8, zorder=6, gid="pole")
+        ax.plot([0], [0], marker="+", color="k", ms=5, mew=0.8, zorder=6, gid="pole", path_effects=_halo())
         ax.set_xlim(-1.3 * rmax, 1.3 * rmax)
         ax.set_ylim(-1.22 * rmax, 1.22 * rmax)
         ax.set_aspect("equal")
