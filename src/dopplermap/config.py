@@ -20,6 +20,8 @@ from pathlib import Path
 from .choices import (
     BIN_UNITS,
     EW_METHODS,
+    EW_STAGES,
+    EW_UNITS,
     GRID_KINDS,
     LIGHTCURVE_FORMATS,
     LIGHTCURVE_UNITS,
@@ -100,8 +102,10 @@ class LineConfig:
     resolving_power: float | None = None
     macroturbulence: float = 0.0
     radial_fraction: float = 0.5
-    equivalent_width: float | None = None
+    equivalent_width: float | tuple[float, ...] | None = None  # one, or one per component (phot, cool, hot)
     ew_method: str = "integrated"
+    ew_unit: str = "km/s"
+    ew_stage: str = "intrinsic"
     limb_darkening: str = "linear"
     ld_phot: tuple[float, ...] = (0.6,)
     ld_cool: tuple[float, ...] = (0.6,)
@@ -343,8 +347,15 @@ def _validate_line(s: str, ln: LineConfig, sec: str = "[line]"):
     if not 0 <= ln.radial_fraction <= 1:
         raise DopplermapInputError(f"{s}: {sec} radial_fraction must be in [0, 1], got {ln.radial_fraction!r}")
     if ln.equivalent_width is not None:
-        _positive(f"{s}: {sec} equivalent_width", ln.equivalent_width)
+        ews = ln.equivalent_width if isinstance(ln.equivalent_width, tuple) else (ln.equivalent_width,)
+        if len(ews) not in (1, 3):
+            raise DopplermapInputError(f"{s}: {sec} equivalent_width must be one value or 3 (phot, cool, hot), "
+                                       f"got {list(ews)}")
+        for i, ew in enumerate(ews):
+            _positive(f"{s}: {sec} equivalent_width" + (f"[{i}]" if len(ews) > 1 else ""), ew)
     check(ln.ew_method, EW_METHODS, f"{s}: {sec} ew_method")
+    check(ln.ew_unit, EW_UNITS, f"{s}: {sec} ew_unit")
+    check(ln.ew_stage, EW_STAGES, f"{s}: {sec} ew_stage")
     _validate_band(s, ln, sec)
 
 
@@ -581,8 +592,10 @@ fwhm_lorentz = 0.0                   # voigt only
 # resolving_power = 65000.0          # instrument: Gaussian of FWHM c/R
 macroturbulence = 0.0                # zeta_RT, km/s (radial-tangential, Gray); 0 = off
 radial_fraction = 0.5                # A_R (A_T = 1 - A_R)
-# equivalent_width = 3.0             # km/s: scale every local profile to this EW
+# equivalent_width = 3.0             # scale every local profile to this EW, or [phot, cool, hot]
+# ew_unit = "km/s"                   # km/s | angstrom (converted with wavelength_nm: EW_v = c EW_A / lambda0)
 # ew_method = "integrated"           # integrated (1 - I/Ic over the profile) | gaussian_fit (SpotDIPy's)
+# ew_stage = "intrinsic"             # intrinsic (before instrumental broadening) | broadened (after: SpotDIPy's order)
 limb_darkening = "linear"            # linear | quadratic | sqrt
 ld_phot = [0.65]
 ld_cool = [0.75]

@@ -27,7 +27,7 @@ import numpy as np
 
 from . import regularisers
 from .atomic import write_file
-from .broadening import apply_cell_factors, instrumental_broaden, mu_dependent_profile, scale_equivalent_width
+from .broadening import apply_cell_factors, equivalent_width_kms, line_profiles
 from .choices import REGULARISERS, RV_SHIFTS, SPOT_COMPONENTS, SYNTHESIS_METHODS, check
 from .diagnostics import check_spot_contrast, check_wavelength, fields_checked
 from .errors import DopplermapInputError, MissingFileError, warn
@@ -453,13 +453,13 @@ def _line_components(cfg, ln=None) -> ComponentSet:
         profiles = [gaussian(d, ln.fwhm) for d in ln.depth]
     else:
         profiles = [voigt(d, ln.fwhm, ln.fwhm_lorentz) for d in ln.depth]
-    if ln.equivalent_width is not None:
-        profiles = [scale_equivalent_width(p, ln.equivalent_width, ln.ew_method) for p in profiles]
-    if ln.macroturbulence > 0:
-        profiles = [mu_dependent_profile(p, ln.macroturbulence, resolving_power=ln.resolving_power,
-                                         radial_fraction=ln.radial_fraction) for p in profiles]
-    elif ln.resolving_power is not None:
-        profiles = [instrumental_broaden(p, ln.resolving_power) for p in profiles]
+    ew = ln.equivalent_width
+    if ew is not None:
+        ew = equivalent_width_kms(list(ew) if isinstance(ew, tuple) else ew, ln.wavelength_nm,
+                                  "angstrom" if ln.ew_unit == "angstrom" else "km/s", "[line] equivalent_width")
+    profiles = line_profiles(profiles, equivalent_width=ew, ew_method=ln.ew_method, ew_stage=ln.ew_stage,
+                             resolving_power=ln.resolving_power, macroturbulence=ln.macroturbulence,
+                             radial_fraction=ln.radial_fraction)
     t = (temps.phot, temps.cool, temps.hot)
     inten = ln.intensity or tuple(intensity_ratio(x, temps.phot, ln.wavelength_nm) for x in t)
     lds = [LimbDarkening(ln.limb_darkening, c) for c in (ln.ld_phot, ln.ld_cool, ln.ld_hot)]
