@@ -128,6 +128,8 @@ CONFIG_CHOICES = [
     ("line", "ew_unit", choices.EW_UNITS),
     ("line", "ew_stage", choices.EW_STAGES),
     ("grid", "kind", choices.GRID_KINDS),
+    ("star", "shape", choices.STAR_SHAPES),
+    ("gravity_darkening", "law", choices.GRAVITY_LAWS),
     ("inversion", "regulariser", choices.REGULARISERS),
     ("inversion", "method", choices.SYNTHESIS_METHODS),
     ("inversion", "rv_shift", choices.RV_SHIFTS),
@@ -137,7 +139,7 @@ CONFIG_CHOICES = [
 
 
 # the keys whose choices the template's comments list as "a | b | c"
-TEMPLATE_KEYS = ("format", "lightcurve_unit", "lightcurve_quality_bitmask", "profile", "ew_method", "ew_unit", "ew_stage", "kind", "regulariser", "method", "rv_shift",
+TEMPLATE_KEYS = ("format", "lightcurve_unit", "lightcurve_quality_bitmask", "profile", "ew_method", "ew_unit", "ew_stage", "shape", "law", "kind", "regulariser", "method", "rv_shift",
                  "solver")
 
 

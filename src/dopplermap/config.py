@@ -22,6 +22,7 @@ from .choices import (
     EW_METHODS,
     EW_STAGES,
     EW_UNITS,
+    GRAVITY_LAWS,
     GRID_KINDS,
     LIGHTCURVE_FORMATS,
     LIGHTCURVE_UNITS,
@@ -31,6 +32,7 @@ from .choices import (
     RV_SHIFTS,
     SOLVER_CHOICES,
     SPOT_COMPONENTS,
+    STAR_SHAPES,
     SYNTHESIS_METHODS,
     UNCERTAINTY_METHODS,
     check,
@@ -82,6 +84,10 @@ class StarConfig:
     t0_scale: str | None = None
     ra: float | None = None
     dec: float | None = None
+    shape: str = "sphere"
+    mass_ratio: float = 0.0
+    roche_fill: float | None = None
+    synchronicity: float = 1.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,6 +172,7 @@ class LightCurveSetConfig:
 class GravityConfig:
     enabled: bool = False
     beta: float = 0.25
+    law: str = "von_zeipel"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -435,10 +442,28 @@ def _validate(cfg: TargetConfig):
         _positive(f"{s}: [temperatures] {k}", getattr(cfg.temperatures, k))
     _validate_band(s, cfg.lightcurve, "[lightcurve]")
     _positive(f"{s}: [lightcurve] wavelength_nm", cfg.lightcurve.wavelength_nm)
+    check(st.shape, STAR_SHAPES, f"{s}: [star] shape")
+    if st.shape == "sphere" and (st.mass_ratio or st.roche_fill is not None):
+        raise DopplermapInputError(f"{s}: [star] mass_ratio and roche_fill describe a Roche surface: "
+                                   "set shape = 'roche'")
+    if st.shape == "roche":
+        _positive(f"{s}: [star] mass_ratio", st.mass_ratio, allow_zero=True)
+        _positive(f"{s}: [star] synchronicity", st.synchronicity)
+        if st.domega:
+            raise DopplermapInputError(f"{s}: [star] domega must be 0 with shape = 'roche' (the equipotential of a "
+                                       f"rigid rotator), got {st.domega!r}")
+        if st.mass_ratio > 0 and (st.roche_fill is None or not 0 < st.roche_fill < 1):
+            raise DopplermapInputError(f"{s}: [star] roche_fill (the volume-equivalent radius over the Roche lobe's) "
+                                       f"must be in (0, 1) with mass_ratio > 0, got {st.roche_fill!r}")
     g = cfg.gravity_darkening
     _positive(f"{s}: [gravity_darkening] beta", g.beta, allow_zero=True)
-    if g.enabled and st.mass is None:
+    check(g.law, GRAVITY_LAWS, f"{s}: [gravity_darkening] law")
+    tidal = st.shape == "roche" and st.mass_ratio > 0
+    if g.enabled and st.mass is None and not tidal:
         raise DopplermapInputError(f"{s}: [gravity_darkening] enabled needs [star] mass (M_sun)")
+    if g.enabled and g.law == "elr" and tidal:
+        raise DopplermapInputError(f"{s}: [gravity_darkening] law = 'elr' (Espinosa Lara & Rieutord 2011) is for "
+                                   "single rotating stars; use 'von_zeipel' with a companion's tide")
     gr = cfg.grid
     check(gr.kind, GRID_KINDS, f"{s}: [grid] kind")
     if gr.n_cell < 8:
@@ -572,7 +597,11 @@ period = 2.0                         # days (equatorial)
 t0 = 0.0                             # time of phase 0, in time_scale (or in t0_scale)
 # t0_scale = "HJD"                   # the scale of t0 when it differs from [data] time_scale
 domega = 0.0                         # differential rotation, rad/day
-# mass = 1.0                         # M_sun, needed for gravity darkening
+# mass = 1.0                         # M_sun, needed for gravity darkening and a rotating Roche surface
+# shape = "sphere"                   # sphere | roche (equipotential surface: rotation, and a companion's tide)
+# mass_ratio = 0.0                   # roche: M_companion / M_star (0: a single rotating star)
+# roche_fill = 0.8                   # roche with a companion: volume-equivalent radius / the Roche lobe's
+# synchronicity = 1.0                # roche with a companion: rotation rate / orbital rate
 # systemic_velocity = -19.8          # km/s, line centre; profiles are shifted v -> v - v_sys (or per epoch in times_table)
 # ra = 322.85                        # deg (ICRS): with dec, moves HJD/JD/MJD times to the barycentre
 # dec = 23.335
@@ -614,8 +643,9 @@ fit_dilution = false                 # free light-curve offset (contaminating li
 # [data] and [line], and one [[lightcurves]] table per photometric band; see docs/datasets.md.
 
 [gravity_darkening]
-enabled = false                      # von Zeipel on a Roche surface; needs [star] mass
-beta = 0.25                          # T ~ g^beta
+enabled = false                      # on a Roche surface; needs [star] mass (or a Roche [star] shape)
+beta = 0.25                          # von_zeipel: T ~ g^beta
+law = "von_zeipel"                   # von_zeipel | elr (Espinosa Lara & Rieutord 2011, single stars)
 
 [grid]
 kind = "bands"                       # bands | healpix

@@ -33,8 +33,8 @@ from .diagnostics import check_spot_contrast, check_wavelength, fields_checked
 from .errors import DopplermapInputError, MissingFileError, warn
 from .errorscale import ErrorScale, error_scale_for, scale_errors
 from .geometry import StarParams
-from .gravity import gravity_darkening_factors
-from .grid import SurfaceGrid, make_grid
+from .gravity import gravity_darkening_factors, star_surface
+from .grid import SurfaceGrid, make_grid, with_surface
 from .io.lightcurve import load_lightcurve
 from .io.lsd import load_profiles, read_local_profile
 from .io.times import epoch_times
@@ -78,17 +78,20 @@ class Settings:
 
 @dataclasses.dataclass(frozen=True)
 class GravityDarkening:
-    """Von Zeipel gravity darkening on a Roche surface (see :mod:`dopplermap.gravity`).
+    """Gravity darkening on a Roche surface (see :mod:`dopplermap.gravity`): von Zeipel's
+    ``beta`` or ``law = "elr"``; ``mass`` (M_sun) sets the Roche model of a spherical grid
+    (a grid with a distorted surface carries its own gravity).
 
     ``temperatures``: (phot, cool, hot) K; ``line_wavelength_nm`` / ``lc_wavelength_nm``:
     where the intensity factors of the line band and of the light-curve band are evaluated.
     """
 
-    mass: float
+    mass: float | None
     beta: float
     temperatures: tuple[float, float, float]
     line_wavelength_nm: float
     lc_wavelength_nm: float | None = None
+    law: str = "von_zeipel"
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -276,7 +279,7 @@ class Problem:
 
     def _factors(self, wavelength_nm):
         g = self.gravity
-        return gravity_darkening_factors(self.grid, self.star, g.mass, g.temperatures, wavelength_nm, g.beta)
+        return gravity_darkening_factors(self.grid, self.star, g.mass, g.temperatures, wavelength_nm, g.beta, g.law)
 
     def _precompute(self, obs, components, wavelength_nm=None):
         pre = precompute(self.grid, self.star, np.asarray(obs.times), np.asarray(obs.vels), components,
@@ -576,7 +579,7 @@ def _from_config(cfg) -> Problem:
     if cfg.gravity_darkening.enabled:
         gravity = GravityDarkening(mass=s.mass, beta=cfg.gravity_darkening.beta, temperatures=temps,
                                    line_wavelength_nm=first.line.wavelength_nm,
-                                   lc_wavelength_nm=cfg.lightcurve.wavelength_nm)
+                                   lc_wavelength_nm=cfg.lightcurve.wavelength_nm, law=cfg.gravity_darkening.law)
     inv = cfg.inversion
     # each set's offsets get its own [[lines]] offset_sigma, else the [inversion] one
     sigmas = tuple(inv.offset_sigma if ls.offset_sigma is None else ls.offset_sigma for ls in cfg.line_sets())
@@ -590,7 +593,14 @@ def _from_config(cfg) -> Problem:
     if isinstance(lc, tuple) and len(lc) == 1:  # one band: the plain joint fit, its weight on lc_weight
         settings = settings.replace(lc_weight=settings.lc_weight * lc[0].weight)
         lc = lc[0]
-    common = dict(grid=make_grid(cfg.grid.kind, cfg.grid.n_cell, cfg.grid.nside), star=star, method=inv.method,
+    grid = make_grid(cfg.grid.kind, cfg.grid.n_cell, cfg.grid.nside)
+    if s.shape == "roche":
+        if not s.mass_ratio and s.mass is None:
+            raise DopplermapInputError(f"{cfg.source}: [star] shape = 'roche' of a single star needs [star] mass "
+                                       "(M_sun): the rotation's distortion follows from mass, period and radius")
+        grid = with_surface(grid, star_surface(grid, star, mass=s.mass, q=s.mass_ratio, fill=s.roche_fill,
+                                               sync=s.synchronicity))
+    common = dict(grid=grid, star=star, method=inv.method,
                   rv_shift=inv.rv_shift, gravity=gravity, lightcurve_data=lc, t_phot=float(temps[0]),
                   wavelength_nm=float(first.line.wavelength_nm), source=cfg.source, mass=s.mass)
     if len(sets) == 1:  # one set (also one [[lines]] table): the plain problem, its weight on line_weight

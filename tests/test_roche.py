@@ -1,0 +1,133 @@
+"""Distorted (Roche) surfaces and gravity darkening, against analytic limits and published formulae."""
+
+import math
+
+import numpy as np
+import pytest
+
+import dopplermap as dm
+from dopplermap import gravity, roche
+from dopplermap.errors import DopplermapInputError
+from dopplermap.geometry import cell_geometry
+from dopplermap.grid import latitude_band_grid, with_surface
+from dopplermap.lightcurve import LightCurveBand, simulate_lightcurve
+
+GRID = latitude_band_grid(300)
+POLE, SIDE = np.array([[0.0, 0.0, 1.0]]), np.array([[0.0, 1.0, 0.0]])
+
+
+def test_sphere_is_the_zero_distortion_limit():
+    """w = 0 gives the unit vectors, the cells' solid angles and the spherical geometry to round-off."""
+    s = roche.rotating_surface(GRID, w=0.0)
+    cl = np.cos(GRID.lat)
+    unit = np.stack([cl * np.cos(GRID.lon), cl * np.sin(GRID.lon), np.sin(GRID.lat)], axis=1)
+    np.testing.assert_allclose(s.position, unit, rtol=0, atol=1e-15)
+    np.testing.assert_allclose(s.normal, unit, rtol=0, atol=1e-15)
+    np.testing.assert_allclose(s.area, GRID.area, rtol=1e-15)
+    np.testing.assert_allclose(s.gravity, 1.0, rtol=1e-15)
+    times = np.linspace(0.0, 1.7, 9)
+    a = cell_geometry(GRID.lat, GRID.lon, GRID.area, times, 55.0, 30.0, 1.3, 0.2, xp=np)
+    b = cell_geometry(GRID.lat, GRID.lon, GRID.area, times, 55.0, 30.0, 1.3, 0.2, xp=np, surface=s)
+    for k in ("mu", "v_los", "proj_area"):
+        np.testing.assert_allclose(getattr(b, k), getattr(a, k), rtol=0, atol=1e-13 * (30.0 if k == "v_los" else 1.0))
+    # the model built on it: the same weights and local lines, cell by cell
+    star = dm.StarParams(inclination=55.0, vsini=30.0, period=1.3, t0=0.2)
+    comps = dm.ComponentSet(*[dm.Component(dm.gaussian(0.5, 9.0), dm.LimbDarkening("linear", (0.6,)), i)
+                              for i in (1.0, 0.3, 1.5)])
+    vels = np.linspace(-45.0, 45.0, 20)
+    pres = [dm.precompute(g, star, times, vels, comps, method="dense").line for g in (GRID, with_surface(GRID, s))]
+    assert np.array_equal(np.asarray(pres[1].cell), np.asarray(pres[0].cell))
+    for k in ("weight", "local"):
+        np.testing.assert_allclose(np.asarray(getattr(pres[1], k)), np.asarray(getattr(pres[0], k)), rtol=0, atol=1e-13)
+
+
+@pytest.mark.parametrize("fraction", [0.3, 0.9, 0.99])
+def test_polar_to_equatorial_radius_of_a_rotating_star(fraction):
+    """The surface's R_eq / R_p against the closed form of the Roche equator's cubic
+    (3 cos((pi + arccos f) / 3) / f, f = omega / omega_crit), which is 1.5 at break-up."""
+    w = 8.0 / 27.0 * fraction**2 * roche.polar_to_equatorial(fraction) ** 3
+    assert roche.critical_omega_fraction(w) == pytest.approx(fraction, rel=1e-12)
+    r_p = roche.surface_radius(POLE, 0.0, w, 1.0 + 0.5 * w)[0]
+    r_eq = roche.surface_radius(SIDE, 0.0, w, 1.0 + 0.5 * w)[0]
+    assert r_eq == pytest.approx(1.0, rel=1e-13)
+    closed = 3.0 * math.cos((math.pi + math.acos(fraction)) / 3.0) / fraction
+    assert r_eq / r_p == pytest.approx(closed, rel=1e-12)
+    s = roche.rotating_surface(GRID, omega_fraction=fraction)
+    assert s.radius.max() <= 1.0 + 1e-12 and s.radius.min() >= r_p - 1e-12
+    assert roche.polar_to_equatorial(1.0) == pytest.approx(1.5, rel=1e-15)
+
+
+@pytest.mark.parametrize("q_star", [0.1, 0.5, 1.0, 3.0, 10.0])
+def test_roche_lobe_volume_radius_against_eggleton(q_star):
+    """The lobe's volume-equivalent radius against Eggleton (1983), good to 1 % for every q;
+    at q = 1 Eggleton quotes the exact value 0.3799."""
+    q = 1.0 / q_star  # this module's q is the companion's mass over the star's
+    nu = 1.0 + q
+    x1 = roche.lagrange_l1(q, nu)
+    r_l = roche.volume_radius(q, nu, float(roche.roche_potential(np.array([x1, 0.0, 0.0]), q, nu)))
+    assert r_l == pytest.approx(roche.eggleton_radius(q_star), rel=0.01)
+    if q_star == 1.0:
+        assert x1 == pytest.approx(0.5, abs=1e-12) and r_l == pytest.approx(0.3799, abs=2e-4)
+
+
+def test_tidal_surface_fills_the_asked_fraction_of_its_lobe():
+    s = roche.tidal_surface(GRID, 1.0, 0.8)
+    x1 = roche.lagrange_l1(1.0, 2.0)
+    lobe = roche.volume_radius(1.0, 2.0, float(roche.roche_potential(np.array([x1, 0.0, 0.0]), 1.0, 2.0)))
+    assert roche.volume_radius(1.0, 2.0, s.potential) == pytest.approx(0.8 * lobe, rel=1e-6)
+    # elongated towards the companion (longitude 0), its side radius the reference
+    sub = np.argmin(np.hypot(GRID.lat, np.angle(np.exp(1j * GRID.lon))))
+    assert s.radius[sub] > 1.02 and s.radius.min() < 1.0
+    assert s.gravity[sub] < 1.0  # the tide lowers gravity at the sub-companion point
+
+
+def test_ellipsoidal_variation_against_morris_1985():
+    """The light curve of a tidally distorted star (no spots, no gravity darkening) against
+    Morris's (1985) semi-amplitude 0.15 (15 + u) / (3 - u) q (R / a)^3 sin^2 i, a first-order
+    expansion in R / a: within 1 % at R / a = 0.11 (fill 0.3)."""
+    grid = latitude_band_grid(1000)
+    q, fill, u = 1.0, 0.3, 0.6
+    s = roche.tidal_surface(grid, q, fill)
+    x1 = roche.lagrange_l1(q, 1.0 + q)
+    r_over_a = fill * roche.volume_radius(q, 1.0 + q, float(roche.roche_potential(np.array([x1, 0.0, 0.0]), q, 1.0 + q)))
+    star = dm.StarParams(inclination=90.0, vsini=30.0, period=1.0)
+    band = LightCurveBand(tuple(dm.LimbDarkening("linear", (u,)) for _ in range(3)), (1.0, 0.3, 1.5))
+    phase = np.linspace(0.0, 1.0, 32, endpoint=False)
+    zero = np.zeros(grid.n_cell)
+    _, _, flux = simulate_lightcurve(with_surface(grid, s), star, phase, band, zero, zero)
+    a2 = 2.0 * np.mean(flux * np.cos(4.0 * np.pi * phase)) / np.mean(flux)
+    morris = 0.15 * (15.0 + u) / (3.0 - u) * q * r_over_a**3
+    assert -a2 == pytest.approx(morris, rel=0.01)  # minima at conjunctions (phases 0 and 0.5)
+    _, _, sphere = simulate_lightcurve(grid, star, phase, band, zero, zero)
+    assert abs(2.0 * np.mean(sphere * np.cos(4.0 * np.pi * phase))) < 0.02 * morris
+
+
+def test_elr_gravity_darkening_limits():
+    """Espinosa Lara & Rieutord (2011): the flux over g tends to exp(2 omega^2 r_p^3 / 3) at
+    the pole and to (1 - omega^2)^(-2/3) at the equator; beta -> 1/4 as omega -> 0."""
+    w = 0.6
+    r_p = 1.0 / (1.0 + 0.5 * w)
+    assert gravity.elr_flux_ratio(2e-3, r_p, w) == pytest.approx(math.exp(2.0 * w * r_p**3 / 3.0), rel=1e-5)
+    assert gravity.elr_flux_ratio(0.5 * np.pi - 2e-3, 1.0, w) == pytest.approx((1.0 - w) ** (-2.0 / 3.0), rel=1e-5)
+    assert gravity.elr_flux_ratio(0.7, 0.9, 0.0) == pytest.approx(1.0, abs=1e-12)
+    slow = with_surface(GRID, roche.rotating_surface(GRID, omega_fraction=0.05))
+    t_elr = gravity.temperature_ratio(slow, law="elr")
+    t_vz = gravity.temperature_ratio(slow, law="von_zeipel", beta=0.25)
+    np.testing.assert_allclose(t_elr, t_vz, rtol=1e-5)
+    fast = with_surface(GRID, roche.rotating_surface(GRID, omega_fraction=0.9))
+    t_elr, t_vz = (gravity.temperature_ratio(fast, law=law) for law in ("elr", "von_zeipel"))
+    # ELR darkens the equator less than beta = 1/4 (their Fig. 4); both 1 at the pole
+    assert t_vz.min() < t_elr.min() < 1.0 and t_elr.max() == pytest.approx(1.0, abs=3e-3)
+
+
+def test_bad_roche_input_is_one_clear_error():
+    with pytest.raises(DopplermapInputError, match="fill must be in"):
+        roche.tidal_surface(GRID, 1.0, 1.0)
+    with pytest.raises(DopplermapInputError, match="must be in \\[0, 1\\)"):
+        roche.rotating_surface(GRID, w=1.2)
+    with pytest.raises(DopplermapInputError, match="domega must be 0"):
+        cell_geometry(GRID.lat, GRID.lon, GRID.area, np.zeros(2), 60.0, 30.0, 1.0, 0.0, 0.1, xp=np,
+                      surface=roche.rotating_surface(GRID, w=0.3))
+    tidal = with_surface(GRID, roche.tidal_surface(GRID, 0.5, 0.5))
+    with pytest.raises(DopplermapInputError, match="single rotating stars"):
+        gravity.temperature_ratio(tidal, law="elr")
