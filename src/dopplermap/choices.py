@@ -14,7 +14,7 @@ from .errors import DopplermapInputError
 
 __all__ = ["FORMS", "SYNTHESIS_METHODS", "RV_SHIFTS", "SOLVERS", "SOLVER_CHOICES", "REGULARISER_LABELS",
            "REGULARISERS", "WEIGHTED_REGULARISERS", "SPOT_COMPONENTS", "UNCERTAINTY_METHODS", "EW_METHODS", "EW_STAGES", "EW_UNITS", "STAR_SHAPES",
-           "GRAVITY_LAWS",
+           "GRAVITY_LAWS", "PASSBANDS",
            "LINE_PROFILES", "GRID_KINDS", "PROFILE_FORMATS", "PROFILE_WRITE_FORMATS", "LIGHTCURVE_FORMATS",
            "LIGHTCURVE_WRITE_FORMATS", "LIGHTCURVE_UNITS", "QUALITY_BITMASKS", "BIN_UNITS", "FIGURE_FORMATS", "MAP_PROJECTIONS",
            "SIMULATION_FORMATS", "ERROR_SCALES",
@@ -54,6 +54,8 @@ LINE_PROFILES = ("gaussian", "voigt", "tabulated")
 STAR_SHAPES = ("sphere", "roche")
 # [gravity_darkening] law: von Zeipel's beta, or Espinosa Lara & Rieutord (2011) (dopplermap.gravity)
 GRAVITY_LAWS = ("von_zeipel", "elr")
+# [lightcurve] passband: the photometric bands of the shipped limb-darkening table (dopplermap.atmosphere)
+PASSBANDS = ("TESS", "Kepler", "Gaia_G", "Gaia_BP", "Gaia_RP")
 # [grid] kind and make_grid(kind=...)
 GRID_KINDS = ("bands", "healpix")
 # [data] format and read_lsd(fmt=...): the line-profile files read

@@ -27,6 +27,7 @@ from .choices import (
     LIGHTCURVE_FORMATS,
     LIGHTCURVE_UNITS,
     LINE_PROFILES,
+    PASSBANDS,
     PROFILE_FORMATS,
     REGULARISERS,
     RV_SHIFTS,
@@ -80,6 +81,7 @@ class StarConfig:
     t0: float = 0.0
     domega: float = 0.0
     mass: float | None = None
+    logg: float | None = None
     systemic_velocity: float = 0.0
     t0_scale: str | None = None
     ra: float | None = None
@@ -123,6 +125,7 @@ class LineConfig:
 class LightCurveConfig:
     wavelength_nm: float = 550.0
     limb_darkening: str = "linear"
+    passband: str | None = None
     ld_phot: tuple[float, ...] = (0.6,)
     ld_cool: tuple[float, ...] = (0.6,)
     ld_hot: tuple[float, ...] = (0.6,)
@@ -161,6 +164,7 @@ class LightCurveSetConfig:
     quality_bitmask: str | int | None = None
     wavelength_nm: float = 550.0
     limb_darkening: str = "linear"
+    passband: str | None = None
     ld_phot: tuple[float, ...] = (0.6,)
     ld_cool: tuple[float, ...] = (0.6,)
     ld_hot: tuple[float, ...] = (0.6,)
@@ -367,6 +371,18 @@ def _validate_line(s: str, ln: LineConfig, sec: str = "[line]"):
 
 
 def _validate_band(s: str, obj, sec: str):
+    passband = getattr(obj, "passband", None)
+    if passband is not None:
+        check(passband, PASSBANDS, f"{s}: {sec} passband")
+    if obj.limb_darkening == "atmosphere":
+        if not hasattr(obj, "passband"):
+            raise DopplermapInputError(f"{s}: {sec} limb_darkening = 'atmosphere': the shipped model-atmosphere "
+                                       "tables are for photometric passbands (light-curve bands); give a law and "
+                                       "its coefficients for the line")
+        if passband is None:
+            raise DopplermapInputError(f"{s}: {sec} limb_darkening = 'atmosphere' reads the model-atmosphere table "
+                                       "of a passband: give passband (TESS, Kepler, Gaia_G, Gaia_BP, Gaia_RP)")
+        return
     for k in ("ld_phot", "ld_cool", "ld_hot"):
         _check_ld(f"{s}: {sec} {k}", obj.limb_darkening, getattr(obj, k))
     if obj.intensity is not None and (len(obj.intensity) != 3 or any(x < 0 for x in obj.intensity)):
@@ -432,6 +448,8 @@ def _validate(cfg: TargetConfig):
     _positive(f"{s}: [star] period", st.period)
     if (st.vsini is None) == (st.radius is None):
         raise DopplermapInputError(f"{s}: [star] give exactly one of vsini (km/s) or radius (R_sun)")
+    if st.logg is not None and not 0.0 <= st.logg <= 6.0:
+        raise DopplermapInputError(f"{s}: [star] logg must be in [0, 6] (cgs), got {st.logg!r}")
     for k in ("vsini", "radius", "mass"):
         if getattr(st, k) is not None:
             _positive(f"{s}: [star] {k}", getattr(st, k))
@@ -598,6 +616,7 @@ t0 = 0.0                             # time of phase 0, in time_scale (or in t0_
 # t0_scale = "HJD"                   # the scale of t0 when it differs from [data] time_scale
 domega = 0.0                         # differential rotation, rad/day
 # mass = 1.0                         # M_sun, needed for gravity darkening and a rotating Roche surface
+# logg = 4.5                         # cgs: the atmosphere table's log g (default: from mass and radius)
 # shape = "sphere"                   # sphere | roche (equipotential surface: rotation, and a companion's tide)
 # mass_ratio = 0.0                   # roche: M_companion / M_star (0: a single rotating star)
 # roche_fill = 0.8                   # roche with a companion: volume-equivalent radius / the Roche lobe's
@@ -625,7 +644,7 @@ radial_fraction = 0.5                # A_R (A_T = 1 - A_R)
 # ew_unit = "km/s"                   # km/s | angstrom (converted with wavelength_nm: EW_v = c EW_A / lambda0)
 # ew_method = "integrated"           # integrated (1 - I/Ic over the profile) | gaussian_fit (SpotDIPy's)
 # ew_stage = "intrinsic"             # intrinsic (before instrumental broadening) | broadened (after: SpotDIPy's order)
-limb_darkening = "linear"            # linear | quadratic | sqrt
+limb_darkening = "linear"            # linear | quadratic | sqrt | power2 (a light-curve band: also atmosphere)
 ld_phot = [0.65]
 ld_cool = [0.75]
 ld_hot = [0.60]
@@ -633,7 +652,8 @@ ld_hot = [0.60]
 
 [lightcurve]                         # band of [data] lightcurve
 wavelength_nm = 550.0
-limb_darkening = "linear"
+limb_darkening = "linear"            # or "atmosphere": power-2 law of PHOENIX models in passband (Claret & Southworth 2023)
+# passband = "TESS"                  # TESS | Kepler | Gaia_G | Gaia_BP | Gaia_RP (for limb_darkening = "atmosphere")
 ld_phot = [0.70]
 ld_cool = [0.80]
 ld_hot = [0.65]

@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from . import regularisers
+from .atmosphere import passband_limb_darkening
 from .atomic import write_file
 from .broadening import apply_cell_factors, equivalent_width_kms, line_profiles
 from .choices import REGULARISERS, RV_SHIFTS, SPOT_COMPONENTS, SYNTHESIS_METHODS, check
@@ -33,7 +34,7 @@ from .diagnostics import check_spot_contrast, check_wavelength, fields_checked
 from .errors import DopplermapInputError, MissingFileError, warn
 from .errorscale import ErrorScale, error_scale_for, scale_errors
 from .geometry import StarParams
-from .gravity import gravity_darkening_factors, star_surface
+from .gravity import gravity_darkening_factors, log_g, star_surface
 from .grid import SurfaceGrid, make_grid, with_surface
 from .io.lightcurve import load_lightcurve
 from .io.lsd import load_profiles, read_local_profile
@@ -469,11 +470,31 @@ def _line_components(cfg, ln=None) -> ComponentSet:
     return ComponentSet(*[Component(p, ld, i) for p, ld, i in zip(profiles, lds, inten, strict=True)])
 
 
-def _band(cfg, lcc) -> LightCurveBand:
+def _band(cfg, lcc, star=None) -> LightCurveBand:
     temps = cfg.temperatures
-    lds = [LimbDarkening(lcc.limb_darkening, c) for c in (lcc.ld_phot, lcc.ld_cool, lcc.ld_hot)]
+    if lcc.limb_darkening == "atmosphere":
+        lds = _atmosphere_limb_darkening(cfg, lcc, star)
+    else:
+        lds = [LimbDarkening(lcc.limb_darkening, c) for c in (lcc.ld_phot, lcc.ld_cool, lcc.ld_hot)]
     return (LightCurveBand(tuple(lds), tuple(lcc.intensity)) if lcc.intensity is not None
             else LightCurveBand.from_temperatures(temps.phot, temps.cool, temps.hot, lcc.wavelength_nm, lds))
+
+
+def _atmosphere_limb_darkening(cfg, lcc, star) -> list:
+    """Each component's limb darkening in ``lcc.passband`` from the shipped model-atmosphere
+    table (:mod:`dopplermap.atmosphere`) at its temperature and the star's log g."""
+    s, t = cfg.star, cfg.temperatures
+    logg = s.logg
+    if logg is None:
+        if s.mass is None or star is None:
+            raise DopplermapInputError(f"{cfg.source}: limb_darkening = 'atmosphere' needs the star's log g: give "
+                                       "[star] logg, or [star] mass (with the radius, it gives log g)")
+        logg = log_g(s.mass, star.radius_rsun)
+    where = f"{cfg.source}: {lcc.passband} limb darkening"
+    try:
+        return [passband_limb_darkening(lcc.passband, temp, logg) for temp in (t.phot, t.cool, t.hot)]
+    except DopplermapInputError as exc:
+        raise DopplermapInputError(f"{where}: {exc}") from None
 
 
 def _read_lightcurve(cfg, star, profile_times, path, fmt, column, unit, time_scale, bin_width, bin_unit, fallback,
@@ -491,7 +512,7 @@ def _lightcurve_data(cfg, star, profile_times, time_scale):
         for lc in cfg.lightcurves:
             data = _read_lightcurve(cfg, star, profile_times, lc.file, lc.format, lc.column, lc.unit, lc.time_scale,
                                     lc.bin, lc.bin_unit, time_scale, lc.quality_bitmask)
-            out.append(LightCurveData(times=data.time, flux=data.flux, err=data.err, band=_band(cfg, lc),
+            out.append(LightCurveData(times=data.time, flux=data.flux, err=data.err, band=_band(cfg, lc, star),
                                       fit_dilution=lc.fit_dilution, source=data.source, read=data, name=lc.name,
                                       weight=lc.weight, wavelength_nm=lc.wavelength_nm))
         return tuple(out)
@@ -502,7 +523,7 @@ def _lightcurve_data(cfg, star, profile_times, time_scale):
     data = _read_lightcurve(cfg, star, profile_times, d.lightcurve, d.lightcurve_format, d.lightcurve_column,
                             d.lightcurve_unit, d.lightcurve_time_scale, d.lightcurve_bin, d.lightcurve_bin_unit,
                             d.time_scale, d.lightcurve_quality_bitmask)
-    return LightCurveData(times=data.time, flux=data.flux, err=data.err, band=_band(cfg, lcc),
+    return LightCurveData(times=data.time, flux=data.flux, err=data.err, band=_band(cfg, lcc, star),
                           fit_dilution=lcc.fit_dilution, source=data.source, read=data)
 
 
