@@ -8,8 +8,9 @@ import pytest
 
 from dopplermap import atmosphere
 from dopplermap.config import TEMPLATE, parse_config
-from dopplermap.errors import DopplermapInputError
+from dopplermap.errors import DopplermapInputError, DopplermapWarning
 from dopplermap.limb_darkening import LimbDarkening
+from dopplermap.profiles import planck
 
 # rows of Claret & Southworth (2023), VizieR J/A+A/674/A63 table1.dat, read off the catalogue:
 # (log g, Teff, g_Kepler, g_TESS, h_Kepler, h_TESS)
@@ -76,6 +77,10 @@ def test_config_atmosphere_limb_darkening(no_network):
     band = _band(cfg, cfg.lightcurve)
     want = [atmosphere.passband_limb_darkening("TESS", t, 4.5) for t in (5000.0, 3800.0, 6000.0)]
     assert band.limb_darkening == tuple(want)
+    assert band.intensity == tuple(atmosphere.passband_planck_ratio(t, 5000.0, "TESS") for t in (5000.0, 3800.0, 6000.0))
+    kepler = _cfg({"limb_darkening": "atmosphere", "passband": "Kepler"}, {"logg": 4.5})
+    with pytest.warns(DopplermapWarning, match="no response curve ships"):
+        _band(kepler, kepler.lightcurve)
     with pytest.raises(DopplermapInputError, match="give passband"):
         _cfg({"limb_darkening": "atmosphere"})
     with pytest.raises(DopplermapInputError, match=r"\[line\] limb_darkening = 'atmosphere'.*photometric passbands"):
@@ -85,3 +90,21 @@ def test_config_atmosphere_limb_darkening(no_network):
     cfg = _cfg({"limb_darkening": "atmosphere", "passband": "TESS"})
     with pytest.raises(DopplermapInputError, match=r"needs the star's log g"):
         _band(cfg, cfg.lightcurve)
+
+
+def test_passband_planck_ratio_is_the_response_weighted_integral(no_network):
+    """Against a direct sum over the published response (photon-weighted), and the limits: 1 at
+    the photosphere's temperature; between the Planck ratios at the band's edges."""
+    atmosphere.passband_response.cache_clear()
+    wl, resp = atmosphere.passband_response("TESS")
+    assert wl[0] == 532.0 and wl[-1] == 1062.0 and resp.max() < 1.0 and np.all(resp >= 0)
+    mid = 0.5 * (wl[1:] + wl[:-1])
+    r_mid = 0.5 * (resp[1:] + resp[:-1])
+    direct = [np.sum(r_mid * planck(mid, t) * mid) for t in (3800.0, 5000.0)]
+    got = atmosphere.passband_planck_ratio(3800.0, 5000.0, "TESS")
+    assert got == pytest.approx(direct[0] / direct[1], rel=2e-3)  # midpoint against trapezoid rule
+    assert atmosphere.passband_planck_ratio(5000.0, 5000.0, "TESS") == 1.0
+    edges = [planck(x, 3800.0) / planck(x, 5000.0) for x in (600.0, 1000.0)]
+    assert edges[0] < got < edges[1]
+    with pytest.raises(DopplermapInputError, match="no response curve ships"):
+        atmosphere.passband_planck_ratio(3800.0, 5000.0, "Gaia_G")

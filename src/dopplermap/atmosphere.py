@@ -12,9 +12,16 @@ between the table's nodes (exact at a node); a point whose four surrounding node
 in the table (outside its range, or in a hole of the grid) is refused, naming the point.
 Only solar metallicity is tabulated. Nothing here reaches the network.
 
-What the tables do not give: disc-centre intensities (the spots' contrasts in the band) and
-monochromatic limb darkening at a line's wavelength; those stay the Planck ratio at the
-band's wavelength and the typed law (:mod:`dopplermap.profiles`).
+What the tables do not give: disc-centre intensities of the model atmospheres (the spots'
+contrasts in the band) and monochromatic limb darkening at a line's wavelength. For the
+contrasts :func:`passband_planck_ratio` integrates the Planck function over a passband's
+published response (TESS: the TESS Science Office's v2.0 curve, ``data/tess_response_v2.csv``,
+written by ``tools/subset_tess_response.py``), photon-weighted as the detector counts photons::
+
+    J(T) / J(T_phot) = int R(lambda) B_lambda(T) lambda dlambda / int R(lambda) B_lambda(T_phot) lambda dlambda
+
+a blackbody contrast in the band, not a model atmosphere's. Line limb darkening stays the
+typed law (:mod:`dopplermap.profiles`).
 """
 
 from __future__ import annotations
@@ -27,11 +34,15 @@ import numpy as np
 from .choices import PASSBANDS, check
 from .errors import DopplermapInputError
 from .limb_darkening import LimbDarkening
+from .profiles import planck
 
-__all__ = ["TABLE", "CITATION", "passband_limb_darkening", "table_nodes"]
+__all__ = ["TABLE", "CITATION", "RESPONSES", "passband_limb_darkening", "table_nodes", "passband_response",
+           "passband_planck_ratio"]
 
 TABLE = Path(__file__).parent / "data" / "claret2023_power2.csv"
 CITATION = "Claret A., Southworth J., 2023, A&A 674, A63 (power-2 limb darkening, PHOENIX-COND spherical models)"
+RESPONSES = {"TESS": Path(__file__).parent / "data" / "tess_response_v2.csv"}
+"""The passbands whose response curve ships with the package."""
 
 
 @functools.cache
@@ -85,3 +96,31 @@ def passband_limb_darkening(passband: str, teff: float, logg: float, metallicity
                                        f"{logg_ax[j]:g}-{logg_ax[j + 1]:g}; {CITATION})")
         out.append(float(np.sum(np.where(need, w * np.nan_to_num(block), 0.0))))
     return LimbDarkening("power2", (out[0], out[1]))
+
+
+@functools.cache
+def passband_response(passband: str) -> tuple[np.ndarray, np.ndarray]:
+    """A shipped passband's response: wavelength (nm) and relative response, read-only arrays."""
+    check(passband, PASSBANDS, "passband")
+    if passband not in RESPONSES:
+        raise DopplermapInputError(f"passband {passband!r}: no response curve ships with dopplermap (only "
+                                   f"{', '.join(RESPONSES)}); give the band's intensities or wavelength_nm")
+    rows = [ln for ln in RESPONSES[passband].read_text(encoding="ascii").splitlines()
+            if ln.strip() and not ln.startswith("#")][1:]
+    wl, resp = np.array([[float(x) for x in ln.split(",")] for ln in rows]).T
+    wl.flags.writeable = resp.flags.writeable = False
+    return wl, resp
+
+
+def passband_planck_ratio(temperature: float, t_phot: float, passband: str) -> float:
+    """Photon-weighted blackbody intensity at ``temperature`` over that at ``t_phot`` (K) in
+    ``passband`` (module docstring)."""
+    for name, t in (("temperature", temperature), ("t_phot", t_phot)):
+        if not (np.isfinite(t) and t > 0):
+            raise DopplermapInputError(f"{name} must be > 0 K, got {t!r}")
+    wl, resp = passband_response(passband)
+
+    def counts(t):
+        return float(np.trapezoid(resp * planck(wl, t) * wl, wl))
+
+    return counts(float(temperature)) / counts(float(t_phot))

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from . import regularisers
-from .atmosphere import passband_limb_darkening
+from .atmosphere import RESPONSES, passband_limb_darkening, passband_planck_ratio
 from .atomic import write_file
 from .broadening import apply_cell_factors, equivalent_width_kms, line_profiles
 from .choices import REGULARISERS, RV_SHIFTS, SPOT_COMPONENTS, SYNTHESIS_METHODS, check
@@ -476,8 +476,15 @@ def _band(cfg, lcc, star=None) -> LightCurveBand:
         lds = _atmosphere_limb_darkening(cfg, lcc, star)
     else:
         lds = [LimbDarkening(lcc.limb_darkening, c) for c in (lcc.ld_phot, lcc.ld_cool, lcc.ld_hot)]
-    return (LightCurveBand(tuple(lds), tuple(lcc.intensity)) if lcc.intensity is not None
-            else LightCurveBand.from_temperatures(temps.phot, temps.cool, temps.hot, lcc.wavelength_nm, lds))
+    if lcc.intensity is not None:
+        return LightCurveBand(tuple(lds), tuple(lcc.intensity))
+    if lcc.passband is not None:
+        if lcc.passband in RESPONSES:  # blackbody contrasts over the band's published response
+            inten = tuple(passband_planck_ratio(t, temps.phot, lcc.passband) for t in (temps.phot, temps.cool, temps.hot))
+            return LightCurveBand(tuple(lds), inten)
+        warn(f"{cfg.source}: passband {lcc.passband!r}: no response curve ships with dopplermap, so the band's "
+             f"contrasts are Planck ratios at wavelength_nm = {lcc.wavelength_nm:g} nm; give intensity to set them")
+    return LightCurveBand.from_temperatures(temps.phot, temps.cool, temps.hot, lcc.wavelength_nm, lds)
 
 
 def _atmosphere_limb_darkening(cfg, lcc, star) -> list:
