@@ -1,6 +1,7 @@
 """Line conventions of other codes: EW per component, the EW's stage, EW in Angstrom."""
 
 import tomllib
+import warnings
 
 import astropy.units as u
 import numpy as np
@@ -17,12 +18,14 @@ R = 65000.0
 
 def _fitted_gaussian(v, i):
     """A Gaussian plus a level fitted by hand (depth/FWHM parametrisation): its area and level."""
-    from scipy.optimize import curve_fit
+    from scipy.optimize import OptimizeWarning, curve_fit
 
     def g(x, depth, fwhm, centre, level):
         return level - depth * np.exp(-4.0 * np.log(2.0) * (x - centre) ** 2 / fwhm**2)
 
-    (depth, fwhm, _c, level), _ = curve_fit(g, v, i, p0=[0.3, 10.0, 0.0, 1.0])
+    with warnings.catch_warnings():  # the covariance is not used (a near-exact fit leaves it undefined)
+        warnings.simplefilter("ignore", OptimizeWarning)
+        (depth, fwhm, _c, level), _ = curve_fit(g, v, i, p0=[0.3, 10.0, 0.0, 1.0])
     return depth * abs(fwhm) * np.sqrt(np.pi / (4.0 * np.log(2.0))), level
 
 

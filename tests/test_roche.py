@@ -7,6 +7,7 @@ import pytest
 
 import dopplermap as dm
 from dopplermap import gravity, roche
+from dopplermap.constants import R_SUN_KM
 from dopplermap.errors import DopplermapInputError
 from dopplermap.geometry import cell_geometry
 from dopplermap.grid import latitude_band_grid, with_surface
@@ -199,3 +200,18 @@ def test_a_spot_is_recovered_on_a_distorted_star(kind):
         out[name] = (float(res.chi2), np.corrcoef(fc[seen], truth[seen])[0, 1])
     assert out["roche"][0] < 1.1
     assert out["roche"][1] > 0.85 and out["roche"][1] > out["sphere"][1] + 0.05
+
+
+def test_a_rotating_surface_follows_the_star_in_a_problem():
+    """Problem.replace(star=...) rebuilds a rotating star's shape (w follows period and radius)."""
+    from dopplermap.gravity import roche_parameter, star_surface
+    from dopplermap.problem import Problem
+
+    star, grid, times, vels, comps = dm.demo_setup(n_cell=150, n_epoch=4, n_vel=20, seed=1)
+    star = star.replace(vsini=None, radius=1.5, period=0.5)
+    obs = dm.Observations.create(times, vels, np.ones((times.size, vels.size)), np.full((times.size, vels.size), 1e-3))
+    prob = Problem(grid=with_surface(grid, star_surface(grid, star, mass=1.0)), star=star, obs=obs,
+                   components=comps, mass=1.0)
+    faster = prob.replace(star=star.replace(period=0.4))
+    w_new = roche_parameter(1.0, 0.4, 1.5 * R_SUN_KM)
+    assert faster.grid.surface.nu == pytest.approx(w_new, rel=1e-3) and prob.grid.surface.nu < w_new

@@ -348,11 +348,18 @@ class Problem:
         (kept when only ``settings`` change).
 
         A given form is not rebuilt from anything: other stellar parameters, components or a
-        method cannot apply to it and are refused."""
+        method cannot apply to it and are refused. A rotating star's Roche surface (a grid
+        with a single star's :mod:`dopplermap.roche` surface and a known mass) is rebuilt for
+        a new star: its distortion follows the period and radius."""
         fixed = sorted(k for k in ("grid", "star", "components", "method", "gravity", "rv_shift") if k in changes)
         if self.form is not None and "form" not in changes and fixed:
             raise DopplermapInputError(f"{self.source}: the synthesis form is given as data; changing "
                                        f"{', '.join(fixed)} would not change it")
+        surf = None if self.grid is None else self.grid.surface
+        if ("star" in changes and "grid" not in changes and surf is not None and not surf.q
+                and self.stellar_mass is not None):
+            # a rotating star's shape follows its period and radius: rebuilt for the new star
+            changes["grid"] = with_surface(self.grid, star_surface(self.grid, changes["star"], mass=self.stellar_mass))
         new = dataclasses.replace(self, **changes)
         if set(changes) <= {"settings"}:  # solver settings enter no derived array: keep those built
             # (but the plan: its cube dtype follows the tolerance)
