@@ -108,3 +108,21 @@ def test_passband_planck_ratio_is_the_response_weighted_integral(no_network):
     assert edges[0] < got < edges[1]
     with pytest.raises(DopplermapInputError, match="no response curve ships"):
         atmosphere.passband_planck_ratio(3800.0, 5000.0, "Gaia_G")
+
+
+def test_the_numbers_used_are_kept_and_printed():
+    from types import SimpleNamespace
+
+    from dopplermap.app.target import band_line, band_values
+    from dopplermap.grid import latitude_band_grid
+    from dopplermap.problem import _band
+
+    cfg = _cfg({"limb_darkening": "atmosphere", "passband": "TESS"}, {"logg": 4.5})
+    band = _band(cfg, cfg.lightcurve)
+    kept = band_values(cfg, (SimpleNamespace(name="lightcurve", band=band),), latitude_band_grid(100))
+    (b,) = kept["lc_bands"]
+    assert b["limb_darkening"]["cool"] == ["power2", *band.limb_darkening[1].coeffs]
+    assert b["intensity"]["cool"] == band.intensity[1] and "Claret" in b["limb_darkening_source"]
+    assert b["intensity_source"] == "Planck over the TESS response" and "shape" not in kept
+    line = band_line(kept)
+    assert line.startswith("bands: lightcurve: limb darkening phot power2(") and f"cool {band.intensity[1]:.4f}" in line

@@ -151,6 +151,10 @@ def test_invert_runs_end_to_end(tmp_path, capsys):
     assert summary["complete"] and summary["n_epoch"] == 10 and summary["n_lc"] == 120
     assert np.isfinite(summary["chi2_lc"]) and summary["chi2"] < 5.0 and summary["method"] == "dense"  # "auto" at this size
     assert summary["plan"].startswith("dense synthesis") and f"plan: {summary['plan']}" in out.out
+    # the band's numbers are kept and printed
+    (band,) = summary["lc_bands"]
+    assert band["limb_darkening"]["phot"] == ["linear", 0.7] and band["intensity_source"] == "Planck at 550 nm"
+    assert "bands: lightcurve: limb darkening phot linear(0.7000)" in out.out
     for name in ("map.fits", "profiles.fits", "config.json", "config.toml"):
         assert (out_dir / name).is_file(), name
     assert (out_dir / "config.toml").read_text() == (tmp_path / "target.toml").read_text()
