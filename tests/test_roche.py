@@ -215,3 +215,20 @@ def test_a_rotating_surface_follows_the_star_in_a_problem():
     faster = prob.replace(star=star.replace(period=0.4))
     w_new = roche_parameter(1.0, 0.4, 1.5 * R_SUN_KM)
     assert faster.grid.surface.nu == pytest.approx(w_new, rel=1e-3) and prob.grid.surface.nu < w_new
+
+
+@pytest.mark.slow  # healpy's import
+def test_the_grid_kinds_carry_the_same_surface():
+    """HEALPix and latitude-band cells on one Roche surface: the same total area and volume
+    (each cell's area r^2 dOmega / (n . r_hat), its volume r^3 dOmega / 3) to the grids' resolution."""
+    pytest.importorskip("healpy")
+    from dopplermap.grid import healpix_grid
+
+    totals = []
+    for g in (healpix_grid(8), latitude_band_grid(768)):
+        s = roche.rotating_surface(g, omega_fraction=0.9)
+        totals.append((s.area.sum(), np.sum(g.area * s.radius**3) / 3.0))
+    np.testing.assert_allclose(totals[0], totals[1], rtol=2e-3)
+    w = 8.0 / 27.0 * 0.81 * roche.polar_to_equatorial(0.9) ** 3
+    v = roche.volume_radius(0.0, w, 1.0 + 0.5 * w) ** 3 * 4.0 * np.pi / 3.0
+    assert totals[0][1] == pytest.approx(v, rel=2e-3)
