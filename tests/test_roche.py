@@ -232,3 +232,16 @@ def test_the_grid_kinds_carry_the_same_surface():
     w = 8.0 / 27.0 * 0.81 * roche.polar_to_equatorial(0.9) ** 3
     v = roche.volume_radius(0.0, w, 1.0 + 0.5 * w) ** 3 * 4.0 * np.pi / 3.0
     assert totals[0][1] == pytest.approx(v, rel=2e-3)
+
+
+@pytest.mark.parametrize("law", ["von_zeipel", "elr"])
+def test_gravity_darkening_on_the_surface_matches_the_spherical_grids_roche_model(law):
+    """A spherical grid's darkening (gravity from the 1-D Roche model of mass, period and radius)
+    and the same star's Roche surface (gravity from grad Omega at each cell) agree."""
+    star = dm.StarParams(inclination=60.0, vsini=None, period=0.4, radius=1.6)
+    w = gravity.roche_parameter(1.2, star.period, star.radius * R_SUN_KM)
+    surf = with_surface(GRID, roche.rotating_surface(GRID, w=w))
+    a = gravity.temperature_ratio(GRID, star, 1.2, beta=0.25, law=law)
+    b = gravity.temperature_ratio(surf, beta=0.25, law=law)
+    np.testing.assert_allclose(b, a, rtol=1e-9)
+    assert a.min() < 0.97  # a real darkening at this rotation
