@@ -1,9 +1,10 @@
 """Write dopplermap's TESS passband response from the TESS Science Office's published curve.
 
 Source: ``tess-response-function-v2.0.csv`` of the TESS Science Office (Ricker et al. 2015,
-JATIS 1, 014003), as distributed by the mission (https://heasarc.gsfc.nasa.gov/docs/tess/ ,
-"TESS spectral response function"): wavelength (nm) and the relative system response,
-every 2 nm from 300 to 2000 nm. The subset keeps the rows where the response is not zero
+JATIS 1, 014003), distributed by the mission (https://heasarc.gsfc.nasa.gov/docs/tess/ ,
+"TESS spectral response function"): wavelength (nm) and the relative system response. The
+shipped subset was made from a public copy of that file (columns ``wl,rpf``, every 2 nm from
+300 to 2000 nm); rerun this script on the mission's own file to check it. The subset keeps the rows where the response is not zero
 and one zero row at each end; values unchanged. Usage::
 
     python tools/subset_tess_response.py path/to/tess-response-function-v2.0.csv \
