@@ -102,6 +102,8 @@ def test_config_takes_ew_per_component_in_angstrom():
         _cfg(equivalent_width=[0.1, 0.2])
     with pytest.raises(DopplermapInputError, match=r"\[line\] equivalent_width\[1\] must be > 0"):
         _cfg(equivalent_width=[0.1, -0.2, 0.1])
+    with pytest.raises(DopplermapInputError, match=r"equivalent_width must be a number or a list of numbers, got 'big'"):
+        _cfg(equivalent_width="big")
 
 
 @pytest.mark.slow

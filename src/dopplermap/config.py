@@ -248,6 +248,8 @@ _SECTION_TYPES = {k: next(a for a in typing.get_args(t) if a is not type(None)) 
 
 
 def _type_name(tp) -> str:
+    if typing.get_origin(tp) is tuple:
+        return f"a list of {_type_name(typing.get_args(tp)[0]).split(' ', 1)[-1]}s"
     return {float: "a number", int: "an integer", bool: "true or false", str: "a string"}.get(tp, str(tp))
 
 
