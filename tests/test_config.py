@@ -151,6 +151,10 @@ def test_invert_runs_end_to_end(tmp_path, capsys):
     assert summary["complete"] and summary["n_epoch"] == 10 and summary["n_lc"] == 120
     assert np.isfinite(summary["chi2_lc"]) and summary["chi2"] < 5.0 and summary["method"] == "dense"  # "auto" at this size
     assert summary["plan"].startswith("dense synthesis") and f"plan: {summary['plan']}" in out.out
+    # the band's numbers are kept and printed
+    (band,) = summary["lc_bands"]
+    assert band["limb_darkening"]["phot"] == ["linear", 0.7] and band["intensity_source"] == "Planck at 550 nm"
+    assert "bands: lightcurve: limb darkening phot linear(0.7000)" in out.out
     for name in ("map.fits", "profiles.fits", "config.json", "config.toml"):
         assert (out_dir / name).is_file(), name
     assert (out_dir / "config.toml").read_text() == (tmp_path / "target.toml").read_text()
@@ -276,6 +280,30 @@ def test_macroturbulence_instrument_and_gravity_darkening_build(tmp_path):
                         "gravity_darkening": cfg.gravity_darkening.__class__(enabled=False),
                         "line": cfg.line.__class__(**{**cfg.line.__dict__, "macroturbulence": 0.0})}))
     assert plain.pre.line.kind == "binned" and plain.line_factors is None
+
+
+@pytest.mark.slow
+def test_roche_shape_builds_a_distorted_grid(tmp_path):
+    """[star] shape = "roche" with a companion: the grid carries the tidal surface, the light
+    curve's weights follow its projected areas, gravity darkening its gravity (no mass needed)."""
+    _dataset(tmp_path, n_epoch=5, n_cell=150)
+    cfg_path = tmp_path / "target.toml"
+    text = cfg_path.read_text().replace("period = 2.0", 'period = 2.0\nshape = "roche"\nmass_ratio = 0.8\nroche_fill = 0.6')
+    cfg_path.write_text(text + "\n[gravity_darkening]\nenabled = true\nbeta = 0.08\n")
+    prob = from_config(load_config(cfg_path))
+    surf = prob.grid.surface
+    assert surf is not None and surf.q == 0.8 and surf.fill == 0.6
+    assert prob.line_factors.shape == (150, 3) and float(prob.line_factors.min()) < 0.999
+    cfg = load_config(cfg_path)
+    sphere = from_config(dataclasses.replace(
+        cfg, star=dataclasses.replace(cfg.star, shape="sphere", mass_ratio=0.0, roche_fill=None),
+        gravity_darkening=dataclasses.replace(cfg.gravity_darkening, enabled=False)))
+    assert sphere.grid.surface is None
+    assert not np.allclose(np.asarray(prob.lightcurve.weight), np.asarray(sphere.lightcurve.weight))
+    bad = text.replace('shape = "roche"', 'shape = "roche"\ndomega = 0.1').replace("domega = 0.0\n", "")
+    cfg_path.write_text(bad)
+    with pytest.raises(dm.DopplermapInputError, match=r"\[star\] domega must be 0 with shape = 'roche'"):
+        load_config(cfg_path)
 
 
 @pytest.mark.slow

@@ -13,7 +13,8 @@ import math
 from .errors import DopplermapInputError
 
 __all__ = ["FORMS", "SYNTHESIS_METHODS", "RV_SHIFTS", "TIME_COUPLINGS", "SOLVERS", "SOLVER_CHOICES", "REGULARISER_LABELS",
-           "REGULARISERS", "WEIGHTED_REGULARISERS", "SPOT_COMPONENTS", "UNCERTAINTY_METHODS", "EW_METHODS",
+           "REGULARISERS", "WEIGHTED_REGULARISERS", "SPOT_COMPONENTS", "UNCERTAINTY_METHODS", "EW_METHODS", "EW_STAGES",
+           "EW_UNITS", "STAR_SHAPES", "GRAVITY_LAWS", "PASSBANDS",
            "LINE_PROFILES", "GRID_KINDS", "PROFILE_FORMATS", "PROFILE_WRITE_FORMATS", "LIGHTCURVE_FORMATS",
            "LIGHTCURVE_WRITE_FORMATS", "LIGHTCURVE_UNITS", "QUALITY_BITMASKS", "BIN_UNITS", "FIGURE_FORMATS", "MAP_PROJECTIONS",
            "SIMULATION_FORMATS", "ERROR_SCALES",
@@ -44,8 +45,19 @@ SPOT_COMPONENTS = ("cool", "hot")
 UNCERTAINTY_METHODS = ("laplace", "sandwich", "bootstrap")
 # [line] ew_method: the equivalent-width convention (dopplermap.broadening.scale_equivalent_width)
 EW_METHODS = ("integrated", "gaussian_fit")
+# [line] ew_stage: where the EW is imposed: on the intrinsic local line (before instrumental
+# broadening, the default) or on the instrument-broadened one (SpotDIPy's order)
+EW_STAGES = ("intrinsic", "broadened")
+# [line] ew_unit: the unit of [line] equivalent_width (Angstrom is converted with the line's wavelength)
+EW_UNITS = ("km/s", "angstrom")
 # [line] profile: the local line profile's shape
 LINE_PROFILES = ("gaussian", "voigt", "tabulated")
+# [star] shape: the sphere, or a Roche equipotential (rotation, a companion's tide; dopplermap.roche)
+STAR_SHAPES = ("sphere", "roche")
+# [gravity_darkening] law: von Zeipel's beta, or Espinosa Lara & Rieutord (2011) (dopplermap.gravity)
+GRAVITY_LAWS = ("von_zeipel", "elr")
+# [lightcurve] passband: the photometric bands of the shipped limb-darkening table (dopplermap.atmosphere)
+PASSBANDS = ("TESS", "Kepler", "Gaia_G", "Gaia_BP", "Gaia_RP")
 # [grid] kind and make_grid(kind=...)
 GRID_KINDS = ("bands", "healpix")
 # [data] format and read_lsd(fmt=...): the line-profile files read
