@@ -31,6 +31,7 @@ held at their given values.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import time
 from collections.abc import Sequence
@@ -42,10 +43,11 @@ from .errors import DopplermapInputError
 from .grid import SurfaceGrid, latitude_band_grid
 from .memory import MAX_GRID_POINTS, check_bytes
 from .model import forward
-from .plan import on_accelerator
 from .problem import Problem, require_problem
 from .search import apply_parameters, pad_precomputed
-from .solvers import invert_batch
+from .solvers import invert_batch, solve_many
+
+log = logging.getLogger(__name__)
 
 __all__ = ["Calibration", "CalibrationOptions", "calibrate_parameter", "calibration_cost", "profile_minimum",
            "belt_estimate", "check_calibratable", "check_calibration_size", "owner_cells", "calibrated_star", "LEVELS", "COLUMNS",
@@ -208,6 +210,8 @@ class Calibration:
         center, spread: median (made non-decreasing) and half 68 % width of each trial's
             estimates. profile: (n_grid,) the observed profile ``chi2_total``.
         n_sim, n_solves, seconds, seed, column, sim_lmbd, sim_oversample: the cost and the settings.
+        mode: how each grid value's data sets were solved (``"vmap"``: together;
+            ``"sequential"``: one compiled device solve after another).
         member_profiles: ``{column: (n_grid, 1 + n_trial n_sim)}`` profiles of every data
             set (the observed first) for each of :data:`COLUMNS`.
     """
@@ -237,11 +241,12 @@ class Calibration:
     sim_lmbd: float | None = None
     sim_oversample: int = SIM_OVERSAMPLE
     member_profiles: dict | None = dataclasses.field(default=None, repr=False)
+    mode: str | None = None
 
     def summary(self) -> dict:
         """JSON-ready summary (no per-simulation arrays)."""
         keys = ("name", "estimate", "lo68", "hi68", "lo95", "hi95", "raw", "lo_open", "hi_open", "no_crossing",
-                "fixed", "n_sim", "n_solves", "seconds", "seed", "column", "sim_lmbd", "sim_oversample")
+                "fixed", "n_sim", "n_solves", "seconds", "seed", "column", "sim_lmbd", "sim_oversample", "mode")
         out = {k: getattr(self, k) for k in keys}
         out.update(trials=self.trials.tolist(), center=self.center.tolist(), spread=self.spread.tolist(),
                    values=self.values.tolist(), profile=self.profile.tolist(),
@@ -356,6 +361,9 @@ class CalibrationOptions:
             error as real data do; 1: on the problem's grid.
         max_solves: most solves of one calibration (default
             :data:`dopplermap.memory.MAX_GRID_POINTS`; :func:`check_calibration_size`).
+        mode: how each grid value's data sets are solved (:func:`dopplermap.solvers.solve_many`):
+            ``"vmap"`` (together, in calls that fit memory), ``"sequential"`` (one compiled device
+            solve after another) or ``"auto"`` (default, :func:`dopplermap.plan.many_mode`).
     """
 
     n_sim: int = 32
@@ -364,6 +372,7 @@ class CalibrationOptions:
     sim_lmbd: float | None = None
     sim_oversample: int = SIM_OVERSAMPLE
     max_solves: int | None = None
+    mode: str = "auto"
 
     def __post_init__(self):
         if int(self.n_sim) != self.n_sim or self.n_sim < 4:
@@ -375,6 +384,8 @@ class CalibrationOptions:
         if int(self.sim_oversample) != self.sim_oversample or self.sim_oversample < 1:
             raise DopplermapInputError(f"calibration: sim_oversample must be an integer >= 1, got "
                                        f"{self.sim_oversample!r}")
+        if self.mode not in ("auto", "vmap", "sequential"):
+            raise DopplermapInputError(f"calibration: mode must be 'auto', 'vmap' or 'sequential', got {self.mode!r}")
         if self.max_solves is not None and (int(self.max_solves) != self.max_solves or self.max_solves < 1):
             raise DopplermapInputError(f"calibration: max_solves must be an integer >= 1, got {self.max_solves!r}")
 
@@ -418,9 +429,6 @@ def calibrate_parameter(problem: Problem, name: str, values, *, fixed: dict | No
         star, comps = apply_parameters(problem, dict(fixed, **{name: float(value)}))
         return problem.replace(star=star, components=comps)
 
-    # on CPU the members go one after another through one compiled solve: the vmapped
-    # (blocked) form's shapes change with the parameter, and each new shape compiles anew
-    mode = "auto" if on_accelerator() else "sequential"
     obs = problem.obs
     err = np.asarray(obs.err, float)
     rng = np.random.default_rng(o.seed)
@@ -429,8 +437,8 @@ def calibrate_parameter(problem: Problem, name: str, values, *, fixed: dict | No
     flux = [np.asarray(obs.flux, float)[None]]
     for i, tv in enumerate(t):  # the map the data give at each trial value, and data sets drawn from it
         point = at(tv)
-        res = invert_batch(pad_precomputed(point.pre), point.obs, flux=flux[0], err=err, mode=mode,
-                           **dict(kw, lmbd=lm_sim))[0]
+        res = invert_batch(pad_precomputed(point.pre), point.obs, flux=flux[0], err=err, mode="sequential",
+                           form="folded", **dict(kw, lmbd=lm_sim))[0]
         model = np.asarray(res.model)
         if fine is not None:
             fp = point.replace(grid=fine)
@@ -442,9 +450,14 @@ def calibrate_parameter(problem: Problem, name: str, values, *, fixed: dict | No
     flux = np.concatenate(flux)
     n_data = obs.n_epoch * obs.n_vel
     profiles = {c: np.empty((v.size, flux.shape[0])) for c in COLUMNS}
+    mode = o.mode
     for j, gv in enumerate(v):  # every data set solved at each grid value, in one batch
         point = at(gv)
-        rs = invert_batch(pad_precomputed(point.pre), point.obs, flux=flux, err=err, mode=mode, **kw)
+        many = solve_many(pad_precomputed(point.pre), point.obs, flux=flux, err=err, mode=mode, **kw)
+        # every grid value in the mode the first chose (vmap: a new shape compiles anew, which
+        # the first value's choice has counted)
+        mode, rs = many.mode, many.results
+        log.info("calibrate %s = %g: %s", name, gv, many.describe())
         profiles["chi2_total"][j] = [r.chi2 * n_data for r in rs]
         profiles["loss"][j] = [r.loss * n_data for r in rs]
         if progress is not None:
@@ -460,4 +473,4 @@ def calibrate_parameter(problem: Problem, name: str, values, *, fixed: dict | No
                        sims=sims, center=belt["center"], spread=belt["spread"], profile=prof[:, 0],
                        n_sim=n_sim, n_solves=cost["total"], seconds=time.perf_counter() - t_start, seed=int(o.seed),
                        column=o.column, sim_lmbd=lm_sim, sim_oversample=int(o.sim_oversample),
-                       member_profiles=profiles)
+                       member_profiles=profiles, mode=mode)

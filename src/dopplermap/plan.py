@@ -7,6 +7,11 @@
 * batched solves (:func:`batch_form`, :func:`batch_mode`): on CPU a dense model that fits
   :data:`BLOCKED_MAX_BYTES` is solved in its blocked form, the members together (vmap);
   otherwise member by member; an accelerator vmaps the folded form;
+* many solves of one shape (:func:`many_mode`, :func:`batch_chunk`): a lambda sweep, a
+  bootstrap, a calibration's data sets: members together (vmap) on an accelerator, and on
+  CPU for a blocked dense model of at least :data:`VMAP_MIN_CPU_WORK` data x cells; one
+  compiled solve after another otherwise; a vmapped call holds at most what
+  :data:`BATCH_MEMORY_FRACTION` of the memory holds;
 * Hessian-vector products (:func:`hvp_blocked`, :func:`batch_hvps`): the blocked float64
   form while it fits :data:`HVP_BLOCKED_MAX_BYTES`; batched where that pays (blocked form,
   or any accelerator).
@@ -22,9 +27,11 @@ import dataclasses
 import jax
 
 from .choices import CUBE_DTYPES, SYNTHESIS_METHODS, check
+from .memory import memory_limit
 
 __all__ = ["DENSE_AUTO_BYTES", "FLOAT32_MIN_TOL", "BLOCKED_MAX_BYTES", "HVP_BLOCKED_MAX_BYTES", "on_accelerator",
-           "synthesis_method", "cube_dtype", "blocked_fits", "batch_form", "batch_mode", "hvp_blocked", "batch_hvps", "Plan"]
+           "synthesis_method", "cube_dtype", "blocked_fits", "batch_form", "batch_mode", "many_mode", "member_bytes", "batch_chunk",
+           "VMAP_MIN_CPU_WORK", "BATCH_MEMORY_FRACTION", "hvp_blocked", "batch_hvps", "Plan"]
 
 DENSE_AUTO_BYTES = 512 * 2**20
 """``method="auto"`` picks ``"dense"`` while the float64 dense cube fits this."""
@@ -78,6 +85,44 @@ def batch_mode(mode: str, *, form: str) -> str:
     if mode != "auto":
         return mode
     return "vmap" if (form == "blocked" or on_accelerator()) else "sequential"
+
+
+VMAP_MIN_CPU_WORK = 4_000_000
+"""On CPU, many solves of a blocked dense model run together (vmap) from this many
+``n_epoch x n_vel x n_cell`` on: below it the members' lockstep (each vmapped iteration waits
+for the slowest member and evaluates every branch) costs more than the batched products save."""
+
+BATCH_MEMORY_FRACTION = 0.25
+"""Share of the available memory (or of ``DOPPLERMAP_MAX_MEMORY``) one vmapped call may hold."""
+
+
+def many_mode(mode: str, *, n_data: int, n_cell: int, blocked_fits: bool) -> str:
+    """``"vmap"`` or ``"sequential"`` for many solves of one shape (``mode`` itself unless
+    ``"auto"``): vmap on an accelerator, and on CPU for a dense model whose blocked form fits
+    and whose ``n_data x n_cell`` reaches :data:`VMAP_MIN_CPU_WORK`."""
+    if mode != "auto":
+        return mode
+    if on_accelerator():
+        return "vmap"
+    return "vmap" if blocked_fits and n_data * n_cell >= VMAP_MIN_CPU_WORK else "sequential"
+
+
+def member_bytes(n_data: int, n_param: int, maxcor: int = 10) -> int:
+    """Bytes one member of a vmapped solve holds: its data, error, model and residuals (and
+    their copies), its maps and gradients, the L-BFGS pairs and the result's arrays."""
+    return int(8 * (6 * n_data + (4 * maxcor + 10) * n_param))
+
+
+def batch_chunk(n_members: int, per_member: int, budget: int | None = None) -> int:
+    """Members per vmapped call: all ``n_members`` while they fit ``budget`` bytes (default
+    :data:`BATCH_MEMORY_FRACTION` of :func:`dopplermap.memory.memory_limit`), else as many
+    as fit (at least 1)."""
+    if budget is None:
+        limit, _ = memory_limit()
+        budget = None if limit is None else int(BATCH_MEMORY_FRACTION * limit)
+    if budget is None:
+        return max(1, int(n_members))
+    return max(1, min(int(n_members), int(budget) // max(1, int(per_member))))
 
 
 def hvp_blocked(blocked_nbytes: int) -> bool:

@@ -194,7 +194,7 @@ def run_lambda(problem, *, n_cell, n_epoch, n_vel, snr, regulariser, out: Path, 
 
     with _expected_chi2_spread():
         sw = search.sweep_lambda(prob, lm, progress=None if quiet else progress)
-    choice = {"lmbds": sw.lmbd.tolist(), "sweep_time": sw.total_time, "regulariser_floor": sw.floor,
+    choice = {"lmbds": sw.lmbd.tolist(), "sweep_time": sw.total_time, "solve_mode": sw.mode, "regulariser_floor": sw.floor,
               "regulariser": regulariser, "tol": tol, "problem": fp, "error_scale": scale}
     try:
         corner, _ = search.lcurve_corner(sw)
