@@ -87,10 +87,11 @@ def batch_mode(mode: str, *, form: str) -> str:
     return "vmap" if (form == "blocked" or on_accelerator()) else "sequential"
 
 
-VMAP_MIN_CPU_WORK = 4_000_000
+VMAP_MIN_CPU_WORK = 12_000_000
 """On CPU, many solves of a blocked dense model run together (vmap) from this many
-``n_epoch x n_vel x n_cell`` on: below it the members' lockstep (each vmapped iteration waits
-for the slowest member and evaluates every branch) costs more than the batched products save."""
+``n_epoch x n_vel x n_cell`` on (the seed's size, where a batch was measured to pay): below
+it the members' lockstep (each vmapped iteration waits for the slowest member and evaluates
+every branch) costs more than the batched products save (benchmarks/RESULTS.md)."""
 
 BATCH_MEMORY_FRACTION = 0.25
 """Share of the available memory (or of ``DOPPLERMAP_MAX_MEMORY``) one vmapped call may hold."""
