@@ -88,3 +88,38 @@ def test_batch_chunk_fits_the_budget(monkeypatch):
     assert plan.batch_chunk(50, 5000, budget=1000) == 1  # one member even when it alone is over
     monkeypatch.setenv("DOPPLERMAP_MAX_MEMORY", "4000")  # the user's limit, a quarter of it a call
     assert plan.batch_chunk(50, 100) == int(plan.BATCH_MEMORY_FRACTION * 4000) // 100
+
+
+def test_auto_solver_counts_a_cold_compile():
+    """The shorter of compile plus solve: a cold Newton compile loses to L-BFGS-B on a small
+    problem and wins on a large one; compiled (in this process or in the persistent cache),
+    Newton's fewer, cheaper passes win at any size; several solves share one compile."""
+    small, large = dict(n_data=30 * 24, n_cell=400), dict(n_data=150 * 32, n_cell=20_000)
+    cold = {"newton": "cold", "lbfgsb": "memo"}
+    assert plan.pick_solver(cold, tol=1e-7, **small).solver == "lbfgsb"
+    assert plan.pick_solver(cold, tol=1e-7, **large).solver == "newton"
+    for state in ("memo", "disk"):
+        assert plan.pick_solver({"newton": state, "lbfgsb": state}, tol=1e-7, **small).solver == "newton"
+    # a cold Newton compile paid once for a sweep of many solves
+    assert plan.pick_solver(cold, tol=1e-7, n_solves=200, **small).solver == "newton"
+    # the estimate: each candidate's compile state and seconds, printed with -v
+    choice = plan.pick_solver(cold, tol=1e-7, **small)
+    assert choice.estimates["newton"][:2] == ("cold", plan.COMPILE_SECONDS["newton"]["cold"])
+    line = choice.describe()
+    assert line.startswith("solver auto: lbfgsb") and "newton" in line and "(cold)" in line
+    # more digits of tolerance cost L-BFGS-B more passes than Newton
+    assert (plan.solver_passes("lbfgsb", 1e-8) - plan.solver_passes("lbfgsb", 1e-6)
+            > plan.solver_passes("newton", 1e-8) - plan.solver_passes("newton", 1e-6))
+
+
+def test_auto_solver_sees_where_the_newton_program_is(tiny):
+    """invert's "auto" finds the Newton program of this shape compiled in this process."""
+    from dopplermap.solvers import prepare, solver_choice
+
+    p = tiny.replace(settings=tiny.settings.replace(solver="auto", tol=1e-7))
+    setup = prepare(p.pre, p.obs, p.settings, problem=p)
+    before = solver_choice(settings=p.settings, pre=p.pre, setup=setup)
+    dm.invert(p, solver="newton")
+    after = solver_choice(settings=p.settings, pre=p.pre, setup=setup)
+    assert before.estimates["newton"][0] in ("cold", "disk") and after.estimates["newton"][0] == "memo"
+    assert after.solver == "newton" and dm.invert(p).solver == "newton"

@@ -24,6 +24,7 @@ is ``invert(solver="projected_lbfgs")``; :func:`invert_batch` is the same device
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Callable
 
 import jax
@@ -59,13 +60,17 @@ from ._common import (
     start,
 )
 from .batch import solve_batch, solve_device
+from .newton import compile_state as newton_compile_state
 from .newton import solve_newton
 from .program import compiled_terms
+from .scipy_lbfgsb import compile_state as lbfgsb_compile_state
 from .scipy_lbfgsb import solve as solve_scipy
 
 __all__ = ["invert", "invert_device", "invert_batch", "solve_many", "Many", "prepare", "finish", "bounds", "InversionResult",
            "project_feasible", "check_solver_args", "check_fit_components",
-           "start", "NEWTON_TOL", "choose_solver"]
+           "start", "NEWTON_TOL", "choose_solver", "solver_choice"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,16 +96,34 @@ NEWTON_TOL = 1e-6
 objective passes than L-BFGS-B and, compiled once, solves faster), else L-BFGS-B."""
 
 
-def choose_solver(problem: Problem | None = None, *, settings: Settings | None = None, pre=None) -> str:
-    """The back end a solve uses: ``settings.solver``, or for ``"auto"`` Newton at
-    ``tol <= NEWTON_TOL`` where Newton can fit the model (one line data set, the
-    interpolating rv shift) and L-BFGS-B otherwise. Pass a problem, or its settings and model."""
+def choose_solver(problem: Problem | None = None, *, settings: Settings | None = None, pre=None,
+                  setup: SolveSetup | None = None, n_solves: int = 1) -> str:
+    """The back end a solve uses: ``settings.solver``, or for ``"auto"``
+    :func:`solver_choice`'s. Pass a problem, or its settings and model."""
     if problem is not None:
         settings, pre = problem.settings, problem.pre
     if settings.solver != "auto":
         return settings.solver
+    return solver_choice(settings=settings, pre=pre, setup=setup, n_solves=n_solves).solver
+
+
+def solver_choice(*, settings: Settings, pre, setup: SolveSetup | None = None, n_solves: int = 1) -> plan.SolverChoice:
+    """What ``solver="auto"`` takes, with its estimates (:func:`dopplermap.plan.pick_solver`).
+
+    Newton is a candidate at ``tol <= NEWTON_TOL`` where it can fit the model (one line data
+    set, the interpolating rv shift); L-BFGS-B always. Of the candidates the one of the least
+    compile plus ``n_solves`` estimated solves is taken; the compile is counted cold, from the
+    persistent cache or as already done in this process, as ``setup`` (the solve's
+    :class:`SolveSetup`) finds it; without a setup both count as compiled (the solve alone)."""
     newton_fits = not isinstance(pre, LineSets) and not pre.line.exact_rv
-    return "newton" if settings.tol <= NEWTON_TOL and newton_fits else "lbfgsb"
+    if not (settings.tol <= NEWTON_TOL and newton_fits):
+        return plan.SolverChoice("lbfgsb", {})
+    if setup is None:
+        states = {"newton": "memo", "lbfgsb": "memo"}
+    else:
+        states = {"newton": newton_compile_state(setup), "lbfgsb": lbfgsb_compile_state(setup)}
+    n_data = pre.n_epoch * len(np.asarray(pre.line.vels))
+    return plan.pick_solver(states, tol=settings.tol, n_data=n_data, n_cell=pre.n_cell, n_solves=n_solves)
 
 
 def invert(problem: Problem | Precomputed, obs: Observations | None = None, *, x0=None,
@@ -167,9 +190,13 @@ def invert(problem: Problem | Precomputed, obs: Observations | None = None, *, x
     solve = _solve_arguments("invert", problem, obs, settings)
     pre, obs, settings = solve.pre, solve.obs, solve.settings
     check(settings.solver, SOLVER_CHOICES, "solver")
-    settings = settings.replace(solver=choose_solver(settings=settings, pre=pre))
     setup = prepare(pre, obs, settings, x0=x0, penalty=solve.penalty, lightcurve=solve.lightcurve,
                     cube_dtype=solve.cube_dtype, options=options, problem=solve.problem)
+    if settings.solver == "auto":
+        choice = solver_choice(settings=settings, pre=pre, setup=setup)
+        if choice.estimates:
+            log.info("%s", choice.describe())
+        settings = settings.replace(solver=choice.solver)
     if isinstance(pre, LineSets):
         if settings.solver == "newton":
             raise DopplermapInputError("solver 'newton' fits one line data set; with several use 'lbfgsb' or "
