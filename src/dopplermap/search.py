@@ -58,7 +58,7 @@ from .problem import Problem, Settings, require_problem
 from .profiles import ComponentSet, LocalProfile, intensity_ratio, tabulated
 from .regularisers import seed_entropy
 from .result import line_sets
-from .solvers import InversionResult, check_solver_args, invert, solve_many
+from .solvers import InversionResult, check_solver_args, invert, prepare, solve_many, solver_choice
 
 __all__ = [
     "LambdaSweep", "sweep_lambda", "lcurve_corner", "lcurve_curvature", "regulariser_floor",
@@ -183,6 +183,7 @@ def sweep_lambda(problem: Problem, lmbds: Sequence[float], *, warm_start: bool =
     order = np.argsort(lm)  # upwards: smoothing a detailed map converges better than the reverse
     results: dict[int, InversionResult] = {}
     if mode == "invert":
+        problem = _sweep_solver(problem, lm.size)
         start = x0
         for i in order:
             res = _warm_solve(problem, float(lm[i]), start, x0)
@@ -222,6 +223,19 @@ def _sweep_mode(problem: Problem, mode: str) -> str:
     fits = plan.blocked_fits(pre, plan.cube_dtype("auto", problem.settings.tol))
     many = plan.many_mode("auto", n_data=obs.n_epoch * obs.n_vel, n_cell=pre.n_cell, blocked_fits=fits)
     return "vmap" if many == "vmap" else "invert"
+
+
+def _sweep_solver(problem: Problem, n: int) -> Problem:
+    """The problem with ``solver="auto"`` resolved once for all ``n`` solves of a sweep (one
+    compile serves them all: :func:`dopplermap.solvers.solver_choice`)."""
+    st = problem.settings
+    if st.solver != "auto":
+        return problem
+    setup = prepare(problem.pre, problem.observations, st, lightcurve=problem.lightcurve, problem=problem)
+    choice = solver_choice(settings=st, pre=problem.pre, setup=setup, n_solves=n)
+    if choice.estimates:
+        log.info("lambda sweep of %d solves: %s", n, choice.describe())
+    return problem.replace(settings=st.replace(solver=choice.solver))
 
 
 def _mode_line(mode: str, n: int) -> str:
