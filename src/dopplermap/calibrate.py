@@ -51,7 +51,7 @@ log = logging.getLogger(__name__)
 
 __all__ = ["Calibration", "CalibrationOptions", "calibrate_parameter", "calibration_cost", "profile_minimum",
            "belt_estimate", "check_calibratable", "check_calibration_size", "owner_cells", "calibrated_star", "LEVELS", "COLUMNS",
-           "SIM_LMBD_FACTOR", "SIM_OVERSAMPLE"]
+           "SIM_LMBD_FACTOR", "SIM_OVERSAMPLE", "TASK_MEMBERS", "grid_value_task"]
 
 COLUMNS = ("chi2_total", "loss")
 """Base read-outs: the profile of the un-reduced chi-square, or of ``n_data`` x the objective."""
@@ -390,8 +390,62 @@ class CalibrationOptions:
             raise DopplermapInputError(f"calibration: max_solves must be an integer >= 1, got {self.max_solves!r}")
 
 
+TASK_MEMBERS = 64
+"""Most data sets of one Dask task of a calibration (one grid value's batched solve, in parts)."""
+
+
+def grid_value_task(problem: Problem, name: str, fixed: dict, value: float, flux, err, kw: dict, mode: str):
+    """``(chi2, loss, Many)``: every data set of ``flux`` solved at grid value ``value`` of
+    ``name`` (the other parameters ``fixed``), as one :func:`dopplermap.solvers.solve_many`;
+    a calibration's unit of work, in this process or as a Dask task."""
+    star, comps = apply_parameters(problem, dict(fixed, **{name: float(value)}))
+    point = problem.replace(star=star, components=comps)
+    many = solve_many(pad_precomputed(point.pre), point.obs, flux=flux, err=err, mode=mode, **kw)
+    return np.array([r.chi2 for r in many.results]), np.array([r.loss for r in many.results]), many
+
+
+def _task(problem, name, fixed, value, flux, err, kw, mode):
+    chi2, loss, many = grid_value_task(problem, name, fixed, value, flux, err, kw, mode)
+    return chi2, loss, many.mode
+
+
+def _on_cluster(cluster, problem, name, fixed, v, flux, err, kw, mode, profiles, n_data, progress) -> str:
+    """The grid values' solves as Dask tasks of at most :data:`TASK_MEMBERS` data sets each;
+    a task lost with its worker is run again by the scheduler (only that task's solves)."""
+    from dask.distributed import as_completed
+
+    client, local = cluster.connect()
+    try:
+        prob = client.scatter(problem, broadcast=True)
+        parts = [slice(s, min(s + TASK_MEMBERS, flux.shape[0])) for s in range(0, flux.shape[0], TASK_MEMBERS)]
+        data = [client.scatter(flux[p]) for p in parts]
+        futs = {}
+        for j, gv in enumerate(v):
+            for k, p in enumerate(parts):
+                futs[client.submit(_task, prob, name, fixed, float(gv), data[k], err, kw, mode, pure=False,
+                                   retries=2)] = (j, p)
+        left = {j: len(parts) for j in range(v.size)}
+        modes = set()
+        for fut in as_completed(futs):
+            j, p = futs[fut]
+            chi2, loss, used = fut.result()
+            modes.add(used)
+            profiles["chi2_total"][j, p], profiles["loss"][j, p] = chi2 * n_data, loss * n_data
+            left[j] -= 1
+            if left[j] == 0 and progress is not None:
+                progress("grid", v.size - sum(1 for n in left.values() if n), v.size)
+    finally:
+        client.close()
+        if local is not None:
+            local.close()
+    used = "+".join(sorted(modes))
+    log.info("calibrate %s: %d grid values x %d tasks on the cluster (%s)", name, v.size, len(parts), used)
+    return used
+
+
 def calibrate_parameter(problem: Problem, name: str, values, *, fixed: dict | None = None, trials=None,
-                        options: CalibrationOptions = CalibrationOptions(), progress=None) -> Calibration:
+                        options: CalibrationOptions = CalibrationOptions(), progress=None,
+                        cluster=None) -> Calibration:
     """Calibrate grid parameter ``name`` by simulation (module docs; docs/parameters.md).
 
     Args:
@@ -404,6 +458,8 @@ def calibrate_parameter(problem: Problem, name: str, values, *, fixed: dict | No
         trials: trial true values (default ``values``).
         options: the simulations and the read-out (:class:`CalibrationOptions`).
         progress: optional ``progress(stage, i, n)`` per trial map and per grid value.
+        cluster: a :class:`dopplermap.search.Cluster` to spread the grid values' solves over,
+            as tasks of at most :data:`TASK_MEMBERS` data sets (None: in this process).
     Returns:
         :class:`Calibration`.
     """
@@ -429,6 +485,7 @@ def calibrate_parameter(problem: Problem, name: str, values, *, fixed: dict | No
         star, comps = apply_parameters(problem, dict(fixed, **{name: float(value)}))
         return problem.replace(star=star, components=comps)
 
+
     obs = problem.obs
     err = np.asarray(obs.err, float)
     rng = np.random.default_rng(o.seed)
@@ -450,18 +507,19 @@ def calibrate_parameter(problem: Problem, name: str, values, *, fixed: dict | No
     flux = np.concatenate(flux)
     n_data = obs.n_epoch * obs.n_vel
     profiles = {c: np.empty((v.size, flux.shape[0])) for c in COLUMNS}
-    mode = o.mode
-    for j, gv in enumerate(v):  # every data set solved at each grid value, in one batch
-        point = at(gv)
-        many = solve_many(pad_precomputed(point.pre), point.obs, flux=flux, err=err, mode=mode, **kw)
-        # every grid value in the mode the first chose (vmap: a new shape compiles anew, which
-        # the first value's choice has counted)
-        mode, rs = many.mode, many.results
-        log.info("calibrate %s = %g: %s", name, gv, many.describe())
-        profiles["chi2_total"][j] = [r.chi2 * n_data for r in rs]
-        profiles["loss"][j] = [r.loss * n_data for r in rs]
-        if progress is not None:
-            progress("grid", j + 1, v.size)
+    if cluster is None:
+        mode = o.mode
+        for j, gv in enumerate(v):  # every data set solved at each grid value, in one batch
+            chi2, loss, many = grid_value_task(problem, name, fixed, float(gv), flux, err, kw, mode)
+            # every grid value in the mode the first chose (vmap: a new shape compiles anew, which
+            # the first value's choice has counted)
+            mode = many.mode
+            log.info("calibrate %s = %g: %s", name, gv, many.describe())
+            profiles["chi2_total"][j], profiles["loss"][j] = chi2 * n_data, loss * n_data
+            if progress is not None:
+                progress("grid", j + 1, v.size)
+    else:
+        mode = _on_cluster(cluster, problem, name, fixed, v, flux, err, kw, o.mode, profiles, n_data, progress)
     prof = profiles[o.column]
     est = np.array([profile_minimum(v, prof[:, m]) for m in range(flux.shape[0])])
     sims = est[1:].reshape(t.size, n_sim)
