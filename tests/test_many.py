@@ -112,8 +112,11 @@ def test_auto_solver_counts_a_cold_compile():
             > plan.solver_passes("newton", 1e-8) - plan.solver_passes("newton", 1e-6))
 
 
-def test_auto_solver_sees_where_the_newton_program_is(tiny):
-    """invert's "auto" finds the Newton program of this shape compiled in this process."""
+def test_auto_solver_sees_where_the_newton_program_is(tiny, caplog):
+    """invert's "auto" finds the Newton program of this shape compiled in this process, and
+    logs its choice with the estimates (what -v prints)."""
+    import logging
+
     from dopplermap.solvers import prepare, solver_choice
 
     p = tiny.replace(settings=tiny.settings.replace(solver="auto", tol=1e-7))
@@ -122,4 +125,7 @@ def test_auto_solver_sees_where_the_newton_program_is(tiny):
     dm.invert(p, solver="newton")
     after = solver_choice(settings=p.settings, pre=p.pre, setup=setup)
     assert before.estimates["newton"][0] in ("cold", "disk") and after.estimates["newton"][0] == "memo"
-    assert after.solver == "newton" and dm.invert(p).solver == "newton"
+    with caplog.at_level(logging.INFO, logger="dopplermap.solvers"):
+        assert after.solver == "newton" and dm.invert(p).solver == "newton"
+    assert any(r.getMessage().startswith("solver auto: newton (estimated newton 0.0 s compile (memo)")
+               for r in caplog.records)
