@@ -152,9 +152,10 @@ def invert(problem: Problem | Precomputed, obs: Observations | None = None, *, x
         fit_rv, fit_amp: whether rv and amp are free [True].
         penalty: weight of the ``fssc + fssh <= 1`` penalty.
         solver: ``"lbfgsb"`` [default], ``"projected_lbfgs"``, ``"newton"`` (see the module)
-            or ``"auto"`` (:func:`choose_solver`: Newton at ``tol <= 1e-6`` where it applies, else
-            L-BFGS-B; the TOML's default, since the CLI keeps compiled programs across runs and
-            Newton's compile, 4-5x L-BFGS-B's, is then paid once).
+            or ``"auto"`` (:func:`solver_choice`: at ``tol <= 1e-6``, where Newton applies, the
+            shorter of Newton and L-BFGS-B counting each one's compile, cold, from the
+            persistent cache (the CLI keeps compiled programs across runs) or done in this
+            process, plus its estimated solve; L-BFGS-B otherwise; the TOML's default).
         callback: ``callback(iteration, history)`` after every iteration (progress display),
             for every solver; ``history`` holds the ``loss``, ``chi2`` and ``regulariser``
             lists so far (``chi2``/``regulariser`` NaN where the back end does not form them).
