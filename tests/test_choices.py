@@ -45,6 +45,12 @@ def test_regulariser_registry_is_the_regulariser_list():
     assert set(choices.WEIGHTED_REGULARISERS) == set(choices.REGULARISERS) - {"none"}
 
 
+def test_time_couplings_are_the_time_coupling_list():
+    from dopplermap.windows import TIME_COUPLINGS
+
+    assert tuple(TIME_COUPLINGS) == choices.TIME_COUPLINGS
+
+
 def test_rv_shift_mapping_is_the_rv_shift_list():
     assert tuple(model.RV_SHIFTS) == choices.RV_SHIFTS
 
@@ -131,12 +137,13 @@ CONFIG_CHOICES = [
     ("inversion", "rv_shift", choices.RV_SHIFTS),
     ("inversion", "solver", choices.SOLVER_CHOICES),
     ("uncertainty", "methods", choices.UNCERTAINTY_METHODS),
+    ("map", "time_coupling", choices.TIME_COUPLINGS),
 ]
 
 
 # the keys whose choices the template's comments list as "a | b | c"
 TEMPLATE_KEYS = ("format", "lightcurve_unit", "lightcurve_quality_bitmask", "profile", "ew_method", "kind", "regulariser", "method", "rv_shift",
-                 "solver")
+                 "solver", "time_coupling")
 
 
 def _parse(section, key, value):

@@ -227,7 +227,7 @@ LAYERS = (
               "memory", "atomic", "cache", "compiled", "diagnostics", "figure_process", "limb_darkening",
               "plan", "fisher", "result", "style")),
     ("physics", ("geometry", "grid", "profiles", "broadening", "gravity", "lightcurve")),
-    ("forms", ("forms", "model")),
+    ("forms", ("forms", "model", "windows")),
     ("objective", ("objective", "regularisers", "simulate", "errorscale")),
     ("io", ("io",)),
     ("problem", ("problem",)),

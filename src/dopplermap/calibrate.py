@@ -332,6 +332,9 @@ def check_calibratable(problem: Problem) -> None:
     """Refuse a problem the simulation does not reproduce (a light curve, other fitted
     components, a line weight): its calibration would describe another problem."""
     settings = problem.settings
+    if problem.windows is not None:
+        raise DopplermapInputError(f"{problem.source}: calibration by simulation simulates one static map; this "
+                                   "problem has time windows")
     if problem.lightcurve_data is not None:
         raise DopplermapInputError(f"{problem.source}: calibration by simulation does not simulate light curves yet; "
                                    "calibrate on the line profiles alone (a target without [data] lightcurve)")

@@ -30,11 +30,12 @@ from .choices import (
     SOLVER_CHOICES,
     SPOT_COMPONENTS,
     SYNTHESIS_METHODS,
+    TIME_COUPLINGS,
     UNCERTAINTY_METHODS,
     check,
     check_error_scale,
 )
-from .errors import DopplermapInputError, MissingFileError, bad_file
+from .errors import DopplermapInputError, MissingFileError, bad_file, warn
 from .io.quality import check_bitmask
 from .io.times import parse_time_scale
 from .limb_darkening import LimbDarkening
@@ -189,6 +190,27 @@ class InversionConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class MapConfig:
+    """``[map]``: one map per time window (:mod:`dopplermap.windows`); at most one of
+    ``windows`` (that many windows of equal length), ``window_rotations`` (rotations per
+    window), ``window_edges`` (edges in rotation cycles since t0) and ``window_gap`` (a
+    window between gaps longer than this many days). ``lmbd_time``: the weight of the
+    coupling of neighbouring windows' maps; ``time_coupling``: its kind."""
+
+    windows: int | None = None
+    window_rotations: float | None = None
+    window_edges: tuple[float, ...] = ()
+    window_gap: float | None = None
+    lmbd_time: float = 0.0
+    time_coupling: str = "quadratic"
+
+    @property
+    def windowed(self) -> bool:
+        return self.windows is not None or self.window_rotations is not None or bool(self.window_edges) \
+            or self.window_gap is not None
+
+
+@dataclasses.dataclass(frozen=True)
 class UncertaintyConfig:
     methods: tuple[str, ...] = ()
     n_boot: int = 20
@@ -210,6 +232,7 @@ class TargetConfig:
     grid: GridConfig = GridConfig()
     inversion: InversionConfig = InversionConfig()
     uncertainty: UncertaintyConfig = UncertaintyConfig()
+    map: MapConfig = MapConfig()
     lines: tuple[LineSetConfig, ...] = ()
     lightcurves: tuple[LightCurveSetConfig, ...] = ()
     base_dir: str = "."
@@ -447,6 +470,26 @@ def _validate(cfg: TargetConfig):
     comps = inv.fit_components
     if not comps or len(set(comps)) != len(comps) or not set(comps) <= set(SPOT_COMPONENTS):
         raise DopplermapInputError(f"{s}: [inversion] fit_components must list 'cool', 'hot' or both, got {list(comps)}")
+    mp = cfg.map
+    given = [k for k in ("windows", "window_rotations", "window_edges", "window_gap")
+             if getattr(mp, k) not in (None, ())]
+    if len(given) > 1:
+        raise DopplermapInputError(f"{s}: [map] {given[0]} and {given[1]} both given: choose one way to cut the "
+                                   "campaign into windows")
+    if mp.windows is not None and mp.windows < 1:
+        raise DopplermapInputError(f"{s}: [map] windows must be >= 1, got {mp.windows!r}")
+    for k in ("window_rotations", "window_gap"):
+        if getattr(mp, k) is not None:
+            _positive(f"{s}: [map] {k}", getattr(mp, k))
+    if mp.window_edges and (len(mp.window_edges) < 2 or any(b <= a for a, b in zip(mp.window_edges[:-1],
+                                                                                     mp.window_edges[1:],
+                                                                                     strict=True))):
+        raise DopplermapInputError(f"{s}: [map] window_edges must be >= 2 strictly increasing rotation cycles, got "
+                                   f"{list(mp.window_edges)!r}")
+    _positive(f"{s}: [map] lmbd_time", mp.lmbd_time, allow_zero=True)
+    check(mp.time_coupling, TIME_COUPLINGS, f"{s}: [map] time_coupling")
+    if mp.lmbd_time > 0 and not mp.windowed:
+        warn(f"{s}: [map] lmbd_time = {mp.lmbd_time!r} has no effect without windows")
     unc = cfg.uncertainty
     for i, m in enumerate(unc.methods):
         check(m, UNCERTAINTY_METHODS, f"{s}: [uncertainty] methods[{i}]")
@@ -623,6 +666,14 @@ fit_components = ["cool", "hot"]     # spot components fitted; ["cool"]: photosp
 # rv_shift = "interpolate"           # interpolate (the seed's shift of the disc-integrated profile) | exact (binned)
 solver = "auto"                      # auto (newton at tol <= 1e-6, else lbfgsb) | lbfgsb (scipy, live progress)
                                      # | projected_lbfgs (one compiled loop; GPU) | newton (Gauss-Newton-CG)
+
+# [map]                              # a map per time window, for spots that evolve (docs/parameters.md)
+# windows = 4                        # that many windows of equal length over the epochs, or
+# window_rotations = 3.0             # rotations per window, or
+# window_edges = [0.0, 3.0, 6.0]     # edges in rotation cycles since t0, or
+# window_gap = 5.0                   # a window between gaps in the data longer than this (days)
+# lmbd_time = 10.0                   # weight of the coupling of neighbouring windows' maps
+# time_coupling = "quadratic"        # quadratic | relative_entropy (each map relative to the previous window's)
 
 [uncertainty]                        # per-cell uncertainty maps written into the result folder
 methods = []                         # any of "laplace" (posterior), "sandwich", "bootstrap"; [] = none

@@ -44,6 +44,7 @@ from .objective import Layout, LineSets, Observations, solve_form
 from .plan import Plan
 from .profiles import Component, ComponentSet, LimbDarkening, gaussian, intensity_ratio, voigt
 from .simulate import DEMO_SPOTS, demo_setup, simulate
+from .windows import WindowedLightCurve, Windows, window_precomputed
 
 __all__ = ["Settings", "GravityDarkening", "LightCurveData", "LineData", "Problem", "require_problem", "from_config",
            "from_npz", "from_seed", "demo_problem", "save_npz", "NPZ_SCALARS"]
@@ -67,6 +68,8 @@ class Settings:
     solver: str = "lbfgsb"
     fit_components: tuple[str, ...] = SPOT_COMPONENTS
     offset_sigma: float | tuple | None = None  # Gaussian prior on the offsets (dopplermap.objective); per set: a tuple
+    lmbd_time: float = 0.0  # weight of the coupling of neighbouring time windows' maps (dopplermap.windows)
+    time_coupling: str = "quadratic"  # its kind: "quadratic" or "relative_entropy" (dopplermap.windows)
 
     def replace(self, **changes) -> Settings:
         """A copy with ``changes``; ``None`` values are ignored (unset command-line options)."""
@@ -170,6 +173,9 @@ class Problem:
         mass: the star's mass (M_sun) where known (``[star] mass``): a grid search then
             refuses points beyond break-up and reports log g beside the implied radius
             (:attr:`stellar_mass` falls back on the gravity darkening's mass).
+        windows: time windows (:class:`dopplermap.windows.Windows`), one map each, coupled
+            by ``settings.lmbd_time``; None: one static map. The parameter vector then holds
+            every window's maps (:mod:`dopplermap.windows`); ``pre`` is windowed.
     """
 
     grid: SurfaceGrid
@@ -189,9 +195,13 @@ class Problem:
     form: Precomputed | None = None
     error_scale: tuple[ErrorScale, ...] = ()
     mass: float | None = None
+    windows: Windows | None = None
 
     def __post_init__(self):
         check(self.method, SYNTHESIS_METHODS, f"{self.source}: method")
+        if self.windows is not None and not isinstance(self.windows, Windows):
+            raise DopplermapInputError(f"{self.source}: windows takes dopplermap.windows.Windows, got "
+                                       f"{type(self.windows).__name__}")
         if self.mass is not None and not (isinstance(self.mass, (int, float)) and math.isfinite(self.mass)
                                           and self.mass > 0):
             raise DopplermapInputError(f"{self.source}: mass must be a finite number > 0 M_sun, got {self.mass!r}")
@@ -290,12 +300,36 @@ class Problem:
     def pre(self):
         """The synthesis form of the line profiles (:class:`dopplermap.model.Precomputed`), or
         with ``lines`` one per set (:class:`dopplermap.objective.LineSets`); a given ``form`` as it is."""
+        if self.windows is not None:
+            self.windows.check_filled(self.window_index(), lmbd_time=self.settings.lmbd_time,
+                                      where=f"{self.source}: windows")
         if self.form is not None:
-            return self.form
+            return self._windowed(self.form, self.obs, self.source)
         if not self.lines:
-            return self._precompute(self.obs, self.components)
-        return LineSets.create([self._precompute(ld.obs, ld.components, ld.wavelength_nm) for ld in self.lines],
+            return self._windowed(self._precompute(self.obs, self.components), self.obs, self.source)
+        return LineSets.create([self._windowed(self._precompute(ld.obs, ld.components, ld.wavelength_nm), ld.obs,
+                                               f"{self.source}: [[lines]] {ld.name!r}") for ld in self.lines],
                                weights=[ld.weight for ld in self.lines], names=[ld.name for ld in self.lines])
+
+    @property
+    def n_window(self) -> int:
+        """The number of time windows (1: one static map)."""
+        return 1 if self.windows is None else self.windows.n_window
+
+    def window_index(self, times=None) -> np.ndarray:
+        """(n,) window of each of ``times`` (default: every line data set's epochs, set after set)."""
+        if times is None:
+            times = np.concatenate([np.asarray(o.times) for o in
+                                    (self.observations if self.lines else (self.obs,))])
+        if self.windows is None:
+            return np.zeros(np.size(times), np.int32)
+        return self.windows.index(times, where=f"{self.source}: windows")
+
+    def _windowed(self, pre, obs, where):
+        if self.windows is None:
+            return pre
+        idx = self.windows.index(np.asarray(obs.times), where=f"{where}: windows")
+        return window_precomputed(pre, idx, self.windows.n_window)
 
     @property
     def layout(self) -> Layout:
@@ -326,9 +360,14 @@ class Problem:
         if d is None:
             return None
         if isinstance(d, LightCurveData):
-            return self._lightcurve(d)
-        return LightCurveSet.create([self._lightcurve(b) for b in d], weights=[b.weight for b in d],
-                                    names=[b.name for b in d])
+            fit = self._lightcurve(d)
+        else:
+            fit = LightCurveSet.create([self._lightcurve(b) for b in d], weights=[b.weight for b in d],
+                                       names=[b.name for b in d])
+        if self.windows is None:
+            return fit
+        # each point reads its window's map (dopplermap.windows)
+        return WindowedLightCurve.create(fit, self.windows, where=f"{self.source}: light curve")
 
     def _lightcurve(self, d: LightCurveData):
         factors = self.lc_factors
@@ -530,6 +569,20 @@ def _warn_reused_files(source: str, what: str, files_of: dict) -> None:
              f"once per table (they weigh double): {listed}{more}; list each file in one table")
 
 
+def _windows(mp, star, times, source) -> Windows | None:
+    """The ``[map]`` time windows over the profiles' epochs (BJD_TDB), or None."""
+    where = f"{source}: [map]"
+    if mp.windows is not None:
+        return Windows.count(mp.windows, times, where=f"{where} windows")
+    if mp.window_rotations is not None:
+        return Windows.rotations(mp.window_rotations, times, star.period, star.t0, where=f"{where} window_rotations")
+    if mp.window_edges:
+        return Windows.from_cycles(mp.window_edges, star.period, star.t0, where=f"{where} window_edges")
+    if mp.window_gap is not None:
+        return Windows.gaps(mp.window_gap, times, where=f"{where} window_gap")
+    return None
+
+
 def from_config(cfg) -> Problem:
     """The problem a target configuration (:class:`dopplermap.config.TargetConfig`) describes:
     one line data set (``[data]`` and ``[line]``) or several (``[[lines]]``, :class:`LineData`)."""
@@ -584,15 +637,19 @@ def _from_config(cfg) -> Problem:
                         fit_rv=inv.fit_rv, fit_amp=inv.fit_amp, line_weight=inv.line_weight,
                         lc_weight=inv.lc_weight, solver=inv.solver, fit_components=tuple(inv.fit_components),
                         offset_sigma=None if all(v is None for v in sigmas) else
-                        sigmas[0] if len(sigmas) == 1 else sigmas)
+                        sigmas[0] if len(sigmas) == 1 else sigmas, lmbd_time=cfg.map.lmbd_time,
+                        time_coupling=cfg.map.time_coupling)
     profile_times = np.concatenate([np.asarray(ld.obs.times) for ld in sets])
     lc = _lightcurve_data(cfg, star, profile_times, first.data.time_scale)
+    # the windows span every epoch and every light-curve point
+    lc_times = [np.asarray(d.times) for d in (lc if isinstance(lc, tuple) else (lc,)) if d is not None]
+    windows = _windows(cfg.map, star, np.concatenate([profile_times, *lc_times]), cfg.source)
     if isinstance(lc, tuple) and len(lc) == 1:  # one band: the plain joint fit, its weight on lc_weight
         settings = settings.replace(lc_weight=settings.lc_weight * lc[0].weight)
         lc = lc[0]
     common = dict(grid=make_grid(cfg.grid.kind, cfg.grid.n_cell, cfg.grid.nside), star=star, method=inv.method,
                   rv_shift=inv.rv_shift, gravity=gravity, lightcurve_data=lc, t_phot=float(temps[0]),
-                  wavelength_nm=float(first.line.wavelength_nm), source=cfg.source, mass=s.mass)
+                  wavelength_nm=float(first.line.wavelength_nm), source=cfg.source, mass=s.mass, windows=windows)
     if len(sets) == 1:  # one set (also one [[lines]] table): the plain problem, its weight on line_weight
         one = sets[0]
         if cfg.lines:

@@ -54,6 +54,7 @@ from .geometry import StarParams, check_star
 from .gravity import breakup, log_g
 from .memory import MAX_GRID_POINTS
 from .model import Precomputed
+from .objective import n_windows
 from .problem import Problem, Settings, require_problem
 from .profiles import ComponentSet, LocalProfile, intensity_ratio, tabulated
 from .regularisers import seed_entropy
@@ -379,13 +380,18 @@ def lambda_for_chi2(problem: Problem, target: float, *, lo: float = 1e-3, hi: fl
     if pair is not None:
         r_lo, r_hi = sweep.results[pair[0]], sweep.results[pair[1]]
     else:
-        r_hi = solve(hi, x0)
+        if sweep is not None:  # no crossing inside the sweep: widen from its ends, already solved
+            r_lo, r_hi = sweep.results[0], sweep.results[-1]
+            lo, hi = r_lo.lmbd, r_hi.lmbd
+        else:
+            r_hi = solve(hi, x0)
         for _ in range(4):
             if r_hi.chi2 >= target:
                 break
             hi *= 10.0
             r_hi = solve(hi, r_hi.x)
-        r_lo = solve(lo, r_hi.x)
+        if sweep is None:
+            r_lo = solve(lo, r_hi.x)
         for _ in range(4):
             if r_lo.chi2 <= target:
                 break
@@ -631,7 +637,9 @@ def evaluate_point(problem: Problem, params: dict, x0=None) -> dict:
     point = problem.replace(star=star, components=comps)
     pre = pad_precomputed(point.pre)
     res = invert(pre, point.obs, **point.invert_kwargs(), x0=x0)
-    ent = float(seed_entropy(jnp.asarray(res.fssc), jnp.asarray(res.fssh), pre.cell_area))
+    k = n_windows(pre)  # time windows: the mean of the windows' entropies (as the objective's)
+    ent = float(np.mean([seed_entropy(jnp.asarray(c), jnp.asarray(h), pre.cell_area)
+                         for c, h in zip(np.reshape(res.fssc, (k, -1)), np.reshape(res.fssh, (k, -1)), strict=True)]))
     obs = point.obs
     n_data = obs.n_epoch * obs.n_vel
     return dict(params, chi2=res.chi2, chi2_total=res.chi2 * n_data, loss=res.loss,
@@ -691,6 +699,11 @@ def problem_fingerprint(problem: Problem) -> str:
               if f.name not in ("settings", "source", "files")}
     if fields.get("mass") is None:  # no mass: the fingerprint of a problem that had no such field
         fields.pop("mass", None)
+    if fields.get("windows") is None:  # a static map: likewise
+        fields.pop("windows", None)
+    else:  # the coupling is a setting the table has no column for
+        fields["lmbd_time"] = float(problem.settings.lmbd_time)
+        fields["time_coupling"] = str(problem.settings.time_coupling)
     return fingerprint(type(problem).__qualname__, fields)
 
 

@@ -48,7 +48,7 @@ from .atomic import write_file
 from .constants import FILL_MAX, FILL_MIN
 from .errors import DopplermapInputError, DopplermapWarning, warn
 from .model import Precomputed, solve_form
-from .objective import DEFAULT_PENALTY, Layout, LineSets, Observations, loss
+from .objective import DEFAULT_PENALTY, Layout, LineSets, Observations, loss, n_windows
 from .problem import Problem, require_problem
 from .solvers import InversionResult, invert, solve_many
 
@@ -83,6 +83,8 @@ class Uncertainty:
 
 
 def _one_set(pre, what: str) -> None:
+    if n_windows(pre) > 1:
+        raise DopplermapInputError(f"{what}: one static map only, this problem has {n_windows(pre)} time windows")
     if isinstance(pre, LineSets):
         raise DopplermapInputError(f"{what}: one line data set only, got {len(pre.sets)} sets "
                                    f"({', '.join(pre.names)}); compute uncertainty maps per set")

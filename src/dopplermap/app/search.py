@@ -204,12 +204,17 @@ def run_lambda(problem, *, n_cell, n_epoch, n_vel, snr, regulariser, out: Path, 
         choice["lcurve_corner"] = None
         choice["lcurve_message"] = str(exc)
         click.echo(f"warning: {exc}", err=True)
+    missed = None
     if target_chi2 is not None:
-        with _expected_chi2_spread():
-            lmt, res, trials = search.lambda_for_chi2(prob, target_chi2, lo=float(sw.lmbd[0]),
-                                                      hi=float(sw.lmbd[-1]), sweep=sw)
-        choice.update(target_chi2=target_chi2, target_lambda=lmt, target_result_chi2=res.chi2,
-                      target_trials=trials)
+        try:
+            with _expected_chi2_spread():
+                lmt, res, trials = search.lambda_for_chi2(prob, target_chi2, lo=float(sw.lmbd[0]),
+                                                          hi=float(sw.lmbd[-1]), sweep=sw)
+            choice.update(target_chi2=target_chi2, target_lambda=lmt, target_result_chi2=res.chi2,
+                          target_trials=trials)
+        except DopplermapInputError as exc:  # the sweep is still worth keeping: write it, then fail
+            missed = str(exc)
+            choice.update(target_chi2=target_chi2, target_lambda=None, target_message=missed)
     lines = sw.table().splitlines()  # each row also names its settings and problem
     table = "\n".join([lines[0] + ",regulariser_kind,tol,problem"]
                       + [f"{ln},{regulariser},{tol!r},{fp}" for ln in lines[1:]]) + "\n"
@@ -218,6 +223,8 @@ def run_lambda(problem, *, n_cell, n_epoch, n_vel, snr, regulariser, out: Path, 
         choice["run_id"] = folder.run_id
         folder.write("lambda.json", lambda p: p.write_text(json.dumps(choice, indent=2, default=float)))
         folder.write("lcurve.png", lambda p: save_figure(search.plot_lcurve(sw, corner=corner, target=target_chi2), p))
+    if missed is not None:
+        raise DopplermapInputError(f"--target-chi2: {missed}; the sweep is written to {out}")
     msg = f"L-curve corner lambda {corner:.4g}" if corner is not None else "no L-curve corner"
     if target_chi2 is not None:
         msg += (f"; lambda for chi2={target_chi2:g}: {choice['target_lambda']:.4g} "

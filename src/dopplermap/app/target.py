@@ -22,6 +22,7 @@ from ..progress import Reporter
 from ..search import apply_error_scale
 from ..solvers import choose_solver, invert
 from ..style import save_figure
+from ..windows import WindowedLightCurve, windowed_lightcurve_models
 from .folders import save_result, with_context
 
 __all__ = ["run_target", "summary_line", "error_scale_line", "uncertainty_writers"]
@@ -99,6 +100,9 @@ def run_target(cfg, out: Path, *, plots: bool = True, quiet: bool = True, config
     figs = figure_process if figure_process is not None or not plots else FigureProcess()
     t0 = time.perf_counter()
     methods = tuple(cfg.uncertainty.methods if uncertainty is None else uncertainty)
+    if methods and cfg.map.windowed:  # before any work
+        raise DopplermapInputError(f"{cfg.source}: [uncertainty] methods {list(methods)} handle one static map; "
+                                   "this target has time windows ([map]): set methods = []")
     if methods and cfg.lines and len(cfg.lines) > 1:  # before any work
         raise DopplermapInputError(f"{cfg.source}: [uncertainty] methods {list(methods)} handle one line data set; "
                                    f"this target has {len(cfg.lines)} ([[lines]]): set methods = []")
@@ -108,7 +112,7 @@ def run_target(cfg, out: Path, *, plots: bool = True, quiet: bool = True, config
             prob = from_config(cfg)
             pre, lc = prob.pre, prob.lightcurve  # built here, once
         if any(e.pending for e in prob.error_scale):  # [data] error_scale from the residuals of a fit
-            with rep.step("error scale from the residuals of a fit (4 solves)"):
+            with rep.step("error scale (4 fits)"):
                 prob = apply_error_scale(prob)
         t_setup = time.perf_counter() - t0
         # astropy's FITS writer (and what the figures drawn here and the report need) loads in a thread
@@ -131,8 +135,16 @@ def run_target(cfg, out: Path, *, plots: bool = True, quiet: bool = True, config
                        "model": np.asarray(call_cached("lightcurve_model", lightcurve_model, fssc, fssh, b))}
                 return out if name is None else {"name": name, **out}
 
-            light_curve = (band(lc) if isinstance(lc, LightCurveFit)
-                           else tuple(band(b, n) for b, n in zip(lc.bands, lc.names, strict=True)))
+            if isinstance(lc, WindowedLightCurve):  # each point from its window's map
+                models = windowed_lightcurve_models(fssc, fssh, lc)
+                fits = [b for b, _ in lc.bands()]
+                named = [{"times": np.asarray(b.times), "flux": np.asarray(b.flux), "err": np.asarray(b.err),
+                          "model": np.asarray(m)} for b, m in zip(fits, models, strict=True)]
+                light_curve = (named[0] if isinstance(lc.fit, LightCurveFit) else
+                               tuple({"name": n, **d} for n, d in zip(lc.fit.names, named, strict=True)))
+            else:
+                light_curve = (band(lc) if isinstance(lc, LightCurveFit)
+                               else tuple(band(b, n) for b, n in zip(lc.bands, lc.names, strict=True)))
         methods = tuple(cfg.uncertainty.methods if uncertainty is None else uncertainty)
         writers, unc_scalars = uncertainty_writers(methods, prob, res, grid, n_boot=cfg.uncertainty.n_boot,
                                                    seed=cfg.uncertainty.seed, plots=plots, report=rep)
@@ -156,6 +168,8 @@ def run_target(cfg, out: Path, *, plots: bool = True, quiet: bool = True, config
                      n_lc=None if lc is None else lc.n_lc, gravity_darkening=cfg.gravity_darkening.enabled,
                      plan=prob.plan.describe(), setup_time=t_setup, total_time=time.perf_counter() - t0,
                      **unc_scalars)
+        if prob.windows is not None:
+            extra["windows"] = prob.windows.describe()
         lcds = prob.lightcurve_data if isinstance(prob.lightcurve_data, tuple) else (prob.lightcurve_data,)
         reads = [d.read for d in lcds if d is not None and d.read is not None]
         if len(reads) == 1:  # what was read, dropped and binned, for the summary and the screen

@@ -41,6 +41,7 @@ from ..objective import (
     LineSets,
     ObjectiveData,
     Observations,
+    n_windows,
     set_chi2,
     solve_form,
     with_exact_numerator,
@@ -115,7 +116,7 @@ def solver_choice(*, settings: Settings, pre, setup: SolveSetup | None = None, n
     compile plus ``n_solves`` estimated solves is taken; the compile is counted cold, from the
     persistent cache or as already done in this process, as ``setup`` (the solve's
     :class:`SolveSetup`) finds it; without a setup both count as compiled (the solve alone)."""
-    newton_fits = not isinstance(pre, LineSets) and not pre.line.exact_rv
+    newton_fits = not isinstance(pre, LineSets) and not pre.line.exact_rv and n_windows(pre) == 1
     if not (settings.tol <= NEWTON_TOL and newton_fits):
         return plan.SolverChoice("lbfgsb", {})
     if setup is None:
@@ -198,6 +199,9 @@ def invert(problem: Problem | Precomputed, obs: Observations | None = None, *, x
         if choice.estimates:
             log.info("%s", choice.describe())
         settings = settings.replace(solver=choice.solver)
+    if settings.solver == "newton" and n_windows(pre) > 1:
+        raise DopplermapInputError("solver 'newton' fits one static map; with time windows use 'lbfgsb' or "
+                                   "'projected_lbfgs'")
     if isinstance(pre, LineSets):
         if settings.solver == "newton":
             raise DopplermapInputError("solver 'newton' fits one line data set; with several use 'lbfgsb' or "
@@ -263,7 +267,8 @@ def _in_context(res: InversionResult, problem: Problem | None) -> InversionResul
     (figures and result files need them); a bare model's result knows its observations only."""
     if problem is None:
         return res
-    return dataclasses.replace(res, grid=problem.grid, star=problem.star, intensities=problem.intensities)
+    windows = {} if problem.windows is None else {"window_edges": np.asarray(problem.windows.edges)}
+    return dataclasses.replace(res, grid=problem.grid, star=problem.star, intensities=problem.intensities, **windows)
 
 
 def prepare(pre: Precomputed, obs: Observations, settings: Settings, *, x0=None, penalty: float = DEFAULT_PENALTY,
@@ -283,7 +288,8 @@ def prepare(pre: Precomputed, obs: Observations, settings: Settings, *, x0=None,
     layout, x0, lo, hi = start(form, x0, fit_rv=settings.fit_rv, fit_amp=settings.fit_amp,
                                fit_components=fit_components, layout=None if problem is None else problem.layout)
     data = ObjectiveData.create(pre, obs, lightcurve=lightcurve, line_weight=settings.line_weight,
-                                lc_weight=settings.lc_weight, offset_sigma=settings.offset_sigma)
+                                lc_weight=settings.lc_weight, offset_sigma=settings.offset_sigma,
+                                lmbd_time=settings.lmbd_time, time_coupling=settings.time_coupling)
     return SolveSetup(layout=layout, x0=x0, lower=lo, upper=hi, lmbd=float(settings.lmbd),
                       regulariser=settings.regulariser, penalty=float(penalty), tol=float(settings.tol),
                       maxiter=int(settings.maxiter), pre=form, exact_pre=pre, data=data,
@@ -315,6 +321,8 @@ def finish(setup: SolveSetup, raw: RawSolve, solver: str, obs: Observations | No
         max_sum_excess=excess,
         solver=solver, chi2_lc=None if terms.chi2_lc is None else float(terms.chi2_lc),
         offset_prior=None if terms.offset_prior is None else float(terms.offset_prior),
+        temporal=None if terms.temporal is None else float(terms.temporal),
+        lmbd_time=None if data.lmbd_time is None else float(data.lmbd_time),
         cube_dtype=cube_dtype_of(setup.pre), fit_components=setup.fit_components, extra=dict(raw.extra),
         **set_chi2(setup.pre, data.lightcurve, terms))
     return dataclasses.replace(res, obs=obs)
