@@ -18,7 +18,7 @@ __all__ = ["FORMS", "SYNTHESIS_METHODS", "RV_SHIFTS", "TIME_COUPLINGS", "SOLVERS
            "LINE_PROFILES", "GRID_KINDS", "PROFILE_FORMATS", "PROFILE_WRITE_FORMATS", "LIGHTCURVE_FORMATS",
            "LIGHTCURVE_WRITE_FORMATS", "LIGHTCURVE_UNITS", "QUALITY_BITMASKS", "BIN_UNITS", "FIGURE_FORMATS", "MAP_PROJECTIONS",
            "SIMULATION_FORMATS", "ERROR_SCALES",
-           "BATCH_MODES", "BATCH_FORMS", "CUBE_DTYPES", "check", "check_error_scale"]
+           "BATCH_MODES", "MANY_MODES", "BATCH_FORMS", "CUBE_DTYPES", "check", "check_error_scale"]
 
 # the synthesis forms precompute builds (dopplermap.forms.FORMS)
 FORMS = ("dense", "binned")
@@ -86,6 +86,10 @@ ERROR_SCALES = ("auto", "continuum", "residuals")
 SIMULATION_FORMATS = ("npz", "seed-pickle")
 # invert_batch(mode=...): the members together (vmap) or one after another; "auto" by device (dopplermap.plan)
 BATCH_MODES = ("auto", "vmap", "sequential")
+# many solves of one shape (lambda sweep, bootstrap, calibration; dopplermap.solvers.solve_many): the
+# members together (vmap), one compiled device solve after another, or each through invert() with the
+# problem's own solver; "auto" by device and size (dopplermap.plan.many_mode)
+MANY_MODES = ("auto", "vmap", "sequential", "invert")
 # invert_batch(form=...): the model form a batch iterates on; "auto" by device and size (dopplermap.plan)
 BATCH_FORMS = ("auto", "folded", "blocked")
 # cube_dtype=...: the dtype of the folded cube a solve iterates on; "auto" by tolerance, None: the model as is

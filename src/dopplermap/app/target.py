@@ -105,6 +105,8 @@ def uncertainty_writers(methods, problem, res, grid, *, n_boot: int = 20, seed: 
         scalars[f"sigma_fssc_median_{m}"] = float(np.median(unc.sigma_fssc[seen])) if seen.any() else None
         scalars[f"sigma_fssh_median_{m}"] = float(np.median(unc.sigma_fssh[seen])) if seen.any() else None
         scalars[f"uncertainty_time_{m}"] = unc.time
+        if unc.mode is not None:
+            scalars[f"uncertainty_mode_{m}"] = unc.mode
 
         def write(folder, unc=unc):
             path = U.save_uncertainty(unc, folder)
