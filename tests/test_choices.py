@@ -131,7 +131,11 @@ CONFIG_CHOICES = [
     ("data", "lightcurve_quality_bitmask", choices.QUALITY_BITMASKS),
     ("line", "profile", choices.LINE_PROFILES),
     ("line", "ew_method", choices.EW_METHODS),
+    ("line", "ew_unit", choices.EW_UNITS),
+    ("line", "ew_stage", choices.EW_STAGES),
     ("grid", "kind", choices.GRID_KINDS),
+    ("star", "shape", choices.STAR_SHAPES),
+    ("gravity_darkening", "law", choices.GRAVITY_LAWS),
     ("inversion", "regulariser", choices.REGULARISERS),
     ("inversion", "method", choices.SYNTHESIS_METHODS),
     ("inversion", "rv_shift", choices.RV_SHIFTS),
@@ -142,8 +146,8 @@ CONFIG_CHOICES = [
 
 
 # the keys whose choices the template's comments list as "a | b | c"
-TEMPLATE_KEYS = ("format", "lightcurve_unit", "lightcurve_quality_bitmask", "profile", "ew_method", "kind", "regulariser", "method", "rv_shift",
-                 "solver", "time_coupling")
+TEMPLATE_KEYS = ("format", "lightcurve_unit", "lightcurve_quality_bitmask", "profile", "ew_method", "ew_unit", "ew_stage",
+                 "shape", "law", "kind", "regulariser", "method", "rv_shift", "solver", "time_coupling")
 
 
 def _parse(section, key, value):

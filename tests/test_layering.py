@@ -228,7 +228,7 @@ LAYERS = (
     ("base", ("_version", "_x64", "_device", "_sets", "_linops", "errors", "constants", "choices", "units",
               "memory", "atomic", "cache", "compiled", "diagnostics", "figure_process", "limb_darkening",
               "plan", "fisher", "result", "style", "gridtable", "_repr")),
-    ("physics", ("geometry", "grid", "profiles", "broadening", "gravity", "lightcurve")),
+    ("physics", ("geometry", "grid", "roche", "profiles", "atmosphere", "broadening", "gravity", "lightcurve")),
     ("forms", ("forms", "model", "windows")),
     ("objective", ("objective", "regularisers", "simulate", "errorscale")),
     ("io", ("io",)),

@@ -148,7 +148,7 @@ def _lc_weights(grid, star, times, band, cell_factors):
     check_star(star)
     # NumPy: set-up work, evaluated once (jax.numpy would compile every operation)
     geo = cell_geometry(grid.lat, grid.lon, grid.area, times, star.inclination, star.vsini_kms,
-                        star.period, star.t0, star.domega, xp=np)
+                        star.period, star.t0, star.domega, xp=np, surface=grid.surface)
     mu = np.asarray(geo.mu)
     pa = np.asarray(geo.proj_area)
     # written once, into a buffer the device adopts without a copy (as the dense cube)

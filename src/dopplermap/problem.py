@@ -27,15 +27,16 @@ import numpy as np
 
 from . import regularisers
 from ._repr import compact
+from .atmosphere import RESPONSES, passband_limb_darkening, passband_planck_ratio
 from .atomic import write_file
-from .broadening import apply_cell_factors, instrumental_broaden, mu_dependent_profile, scale_equivalent_width
+from .broadening import apply_cell_factors, equivalent_width_kms, line_profiles
 from .choices import REGULARISERS, RV_SHIFTS, SPOT_COMPONENTS, SYNTHESIS_METHODS, check
 from .diagnostics import check_spot_contrast, check_wavelength, fields_checked
 from .errors import DopplermapInputError, MissingFileError, warn
 from .errorscale import ErrorScale, error_scale_for, scale_errors
 from .geometry import StarParams
-from .gravity import gravity_darkening_factors
-from .grid import SurfaceGrid, make_grid
+from .gravity import gravity_darkening_factors, log_g, star_surface
+from .grid import SurfaceGrid, make_grid, with_surface
 from .io.lightcurve import load_lightcurve
 from .io.lsd import load_profiles, read_local_profile
 from .io.times import epoch_times
@@ -82,17 +83,20 @@ class Settings:
 
 @dataclasses.dataclass(frozen=True)
 class GravityDarkening:
-    """Von Zeipel gravity darkening on a Roche surface (see :mod:`dopplermap.gravity`).
+    """Gravity darkening on a Roche surface (see :mod:`dopplermap.gravity`): von Zeipel's
+    ``beta`` or ``law = "elr"``; ``mass`` (M_sun) sets the Roche model of a spherical grid
+    (a grid with a distorted surface carries its own gravity).
 
     ``temperatures``: (phot, cool, hot) K; ``line_wavelength_nm`` / ``lc_wavelength_nm``:
     where the intensity factors of the line band and of the light-curve band are evaluated.
     """
 
-    mass: float
+    mass: float | None
     beta: float
     temperatures: tuple[float, float, float]
     line_wavelength_nm: float
     lc_wavelength_nm: float | None = None
+    law: str = "von_zeipel"
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -300,7 +304,7 @@ class Problem:
 
     def _factors(self, wavelength_nm):
         g = self.gravity
-        return gravity_darkening_factors(self.grid, self.star, g.mass, g.temperatures, wavelength_nm, g.beta)
+        return gravity_darkening_factors(self.grid, self.star, g.mass, g.temperatures, wavelength_nm, g.beta, g.law)
 
     def _precompute(self, obs, components, wavelength_nm=None):
         pre = precompute(self.grid, self.star, np.asarray(obs.times), np.asarray(obs.vels), components,
@@ -397,11 +401,18 @@ class Problem:
         (kept when only ``settings`` change).
 
         A given form is not rebuilt from anything: other stellar parameters, components or a
-        method cannot apply to it and are refused."""
+        method cannot apply to it and are refused. A rotating star's Roche surface (a grid
+        with a single star's :mod:`dopplermap.roche` surface and a known mass) is rebuilt for
+        a new star: its distortion follows the period and radius."""
         fixed = sorted(k for k in ("grid", "star", "components", "method", "gravity", "rv_shift") if k in changes)
         if self.form is not None and "form" not in changes and fixed:
             raise DopplermapInputError(f"{self.source}: the synthesis form is given as data; changing "
                                        f"{', '.join(fixed)} would not change it")
+        surf = None if self.grid is None else self.grid.surface
+        if ("star" in changes and "grid" not in changes and surf is not None and not surf.q
+                and self.stellar_mass is not None):
+            # a rotating star's shape follows its period and radius: rebuilt for the new star
+            changes["grid"] = with_surface(self.grid, star_surface(self.grid, changes["star"], mass=self.stellar_mass))
         new = dataclasses.replace(self, **changes)
         if set(changes) <= {"settings"}:  # solver settings enter no derived array: keep those built
             # (but the plan: its cube dtype follows the tolerance)
@@ -506,24 +517,51 @@ def _line_components(cfg, ln=None) -> ComponentSet:
         profiles = [gaussian(d, ln.fwhm) for d in ln.depth]
     else:
         profiles = [voigt(d, ln.fwhm, ln.fwhm_lorentz) for d in ln.depth]
-    if ln.equivalent_width is not None:
-        profiles = [scale_equivalent_width(p, ln.equivalent_width, ln.ew_method) for p in profiles]
-    if ln.macroturbulence > 0:
-        profiles = [mu_dependent_profile(p, ln.macroturbulence, resolving_power=ln.resolving_power,
-                                         radial_fraction=ln.radial_fraction) for p in profiles]
-    elif ln.resolving_power is not None:
-        profiles = [instrumental_broaden(p, ln.resolving_power) for p in profiles]
+    ew = ln.equivalent_width
+    if ew is not None:
+        ew = equivalent_width_kms(list(ew) if isinstance(ew, tuple) else ew, ln.wavelength_nm,
+                                  "angstrom" if ln.ew_unit == "angstrom" else "km/s", "[line] equivalent_width")
+    profiles = line_profiles(profiles, equivalent_width=ew, ew_method=ln.ew_method, ew_stage=ln.ew_stage,
+                             resolving_power=ln.resolving_power, macroturbulence=ln.macroturbulence,
+                             radial_fraction=ln.radial_fraction)
     t = (temps.phot, temps.cool, temps.hot)
     inten = ln.intensity or tuple(intensity_ratio(x, temps.phot, ln.wavelength_nm) for x in t)
     lds = [LimbDarkening(ln.limb_darkening, c) for c in (ln.ld_phot, ln.ld_cool, ln.ld_hot)]
     return ComponentSet(*[Component(p, ld, i) for p, ld, i in zip(profiles, lds, inten, strict=True)])
 
 
-def _band(cfg, lcc) -> LightCurveBand:
+def _band(cfg, lcc, star=None) -> LightCurveBand:
     temps = cfg.temperatures
-    lds = [LimbDarkening(lcc.limb_darkening, c) for c in (lcc.ld_phot, lcc.ld_cool, lcc.ld_hot)]
-    return (LightCurveBand(tuple(lds), tuple(lcc.intensity)) if lcc.intensity is not None
-            else LightCurveBand.from_temperatures(temps.phot, temps.cool, temps.hot, lcc.wavelength_nm, lds))
+    if lcc.limb_darkening == "atmosphere":
+        lds = _atmosphere_limb_darkening(cfg, lcc, star)
+    else:
+        lds = [LimbDarkening(lcc.limb_darkening, c) for c in (lcc.ld_phot, lcc.ld_cool, lcc.ld_hot)]
+    if lcc.intensity is not None:
+        return LightCurveBand(tuple(lds), tuple(lcc.intensity))
+    if lcc.passband is not None:
+        if lcc.passband in RESPONSES:  # blackbody contrasts over the band's published response
+            inten = tuple(passband_planck_ratio(t, temps.phot, lcc.passband) for t in (temps.phot, temps.cool, temps.hot))
+            return LightCurveBand(tuple(lds), inten)
+        warn(f"{cfg.source}: passband {lcc.passband!r}: no response curve ships with dopplermap, so the band's "
+             f"contrasts are Planck ratios at wavelength_nm = {lcc.wavelength_nm:g} nm; give intensity to set them")
+    return LightCurveBand.from_temperatures(temps.phot, temps.cool, temps.hot, lcc.wavelength_nm, lds)
+
+
+def _atmosphere_limb_darkening(cfg, lcc, star) -> list:
+    """Each component's limb darkening in ``lcc.passband`` from the shipped model-atmosphere
+    table (:mod:`dopplermap.atmosphere`) at its temperature and the star's log g."""
+    s, t = cfg.star, cfg.temperatures
+    logg = s.logg
+    if logg is None:
+        if s.mass is None or star is None:
+            raise DopplermapInputError(f"{cfg.source}: limb_darkening = 'atmosphere' needs the star's log g: give "
+                                       "[star] logg, or [star] mass (with the radius, it gives log g)")
+        logg = log_g(s.mass, star.radius_rsun)
+    where = f"{cfg.source}: {lcc.passband} limb darkening"
+    try:
+        return [passband_limb_darkening(lcc.passband, temp, logg) for temp in (t.phot, t.cool, t.hot)]
+    except DopplermapInputError as exc:
+        raise DopplermapInputError(f"{where}: {exc}") from None
 
 
 def _read_lightcurve(cfg, star, profile_times, path, fmt, column, unit, time_scale, bin_width, bin_unit, fallback,
@@ -541,7 +579,7 @@ def _lightcurve_data(cfg, star, profile_times, time_scale):
         for lc in cfg.lightcurves:
             data = _read_lightcurve(cfg, star, profile_times, lc.file, lc.format, lc.column, lc.unit, lc.time_scale,
                                     lc.bin, lc.bin_unit, time_scale, lc.quality_bitmask)
-            out.append(LightCurveData(times=data.time, flux=data.flux, err=data.err, band=_band(cfg, lc),
+            out.append(LightCurveData(times=data.time, flux=data.flux, err=data.err, band=_band(cfg, lc, star),
                                       fit_dilution=lc.fit_dilution, source=data.source, read=data, name=lc.name,
                                       weight=lc.weight, wavelength_nm=lc.wavelength_nm))
         return tuple(out)
@@ -552,7 +590,7 @@ def _lightcurve_data(cfg, star, profile_times, time_scale):
     data = _read_lightcurve(cfg, star, profile_times, d.lightcurve, d.lightcurve_format, d.lightcurve_column,
                             d.lightcurve_unit, d.lightcurve_time_scale, d.lightcurve_bin, d.lightcurve_bin_unit,
                             d.time_scale, d.lightcurve_quality_bitmask)
-    return LightCurveData(times=data.time, flux=data.flux, err=data.err, band=_band(cfg, lcc),
+    return LightCurveData(times=data.time, flux=data.flux, err=data.err, band=_band(cfg, lcc, star),
                           fit_dilution=lcc.fit_dilution, source=data.source, read=data)
 
 
@@ -643,7 +681,7 @@ def _from_config(cfg) -> Problem:
     if cfg.gravity_darkening.enabled:
         gravity = GravityDarkening(mass=s.mass, beta=cfg.gravity_darkening.beta, temperatures=temps,
                                    line_wavelength_nm=first.line.wavelength_nm,
-                                   lc_wavelength_nm=cfg.lightcurve.wavelength_nm)
+                                   lc_wavelength_nm=cfg.lightcurve.wavelength_nm, law=cfg.gravity_darkening.law)
     inv = cfg.inversion
     # each set's offsets get its own [[lines]] offset_sigma, else the [inversion] one
     sigmas = tuple(inv.offset_sigma if ls.offset_sigma is None else ls.offset_sigma for ls in cfg.line_sets())
@@ -661,7 +699,14 @@ def _from_config(cfg) -> Problem:
     if isinstance(lc, tuple) and len(lc) == 1:  # one band: the plain joint fit, its weight on lc_weight
         settings = settings.replace(lc_weight=settings.lc_weight * lc[0].weight)
         lc = lc[0]
-    common = dict(grid=make_grid(cfg.grid.kind, cfg.grid.n_cell, cfg.grid.nside), star=star, method=inv.method,
+    grid = make_grid(cfg.grid.kind, cfg.grid.n_cell, cfg.grid.nside)
+    if s.shape == "roche":
+        if not s.mass_ratio and s.mass is None:
+            raise DopplermapInputError(f"{cfg.source}: [star] shape = 'roche' of a single star needs [star] mass "
+                                       "(M_sun): the rotation's distortion follows from mass, period and radius")
+        grid = with_surface(grid, star_surface(grid, star, mass=s.mass, q=s.mass_ratio, fill=s.roche_fill,
+                                               sync=s.synchronicity))
+    common = dict(grid=grid, star=star, method=inv.method,
                   rv_shift=inv.rv_shift, gravity=gravity, lightcurve_data=lc, t_phot=float(temps[0]),
                   wavelength_nm=float(first.line.wavelength_nm), source=cfg.source, mass=s.mass, windows=windows)
     if len(sets) == 1:  # one set (also one [[lines]] table): the plain problem, its weight on line_weight

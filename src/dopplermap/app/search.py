@@ -194,7 +194,7 @@ def run_lambda(problem, *, n_cell, n_epoch, n_vel, snr, regulariser, out: Path, 
 
     with _expected_chi2_spread():
         sw = search.sweep_lambda(prob, lm, progress=None if quiet else progress)
-    choice = {"lmbds": sw.lmbd.tolist(), "sweep_time": sw.total_time, "regulariser_floor": sw.floor,
+    choice = {"lmbds": sw.lmbd.tolist(), "sweep_time": sw.total_time, "solve_mode": sw.mode, "regulariser_floor": sw.floor,
               "regulariser": regulariser, "tol": tol, "problem": fp, "error_scale": scale}
     try:
         corner, _ = search.lcurve_corner(sw)
@@ -335,7 +335,8 @@ def _search_and_summarise(prob, axes, out, resume, cluster, max_points, quiet, d
     if n_sim is not None:
         if calibrate_oversample is None:
             calibrate_oversample = 1 if problem is None else calibrate.SIM_OVERSAMPLE
-        calibrated = _calibrate(prob, axes, best, n_sim, calibrate_seed, calibrate_oversample, quiet, max_points)
+        calibrated = _calibrate(prob, axes, best, n_sim, calibrate_seed, calibrate_oversample, quiet, max_points,
+                                cluster=cluster)
         summary["calibrated"] = {name: c.summary() for name, c in calibrated.items()}
     _write_json(out / "grid.json", summary)
     save_figure(plot.plot_grid(rows, list(axes), column=column, delta=delta_chi2, calibrated=calibrated),
@@ -378,7 +379,7 @@ def _print_grid(axes, rows, best, summary, calibrated, delta_chi2) -> None:
             click.echo(f"{name}: {iv['lo']:g} .. {iv['hi']:g} (Delta chi2_total <= {delta_chi2:g}){edge}{flag}")
 
 
-def _calibrate(prob, axes, best, n_sim, seed, oversample, quiet, max_solves=None) -> dict:
+def _calibrate(prob, axes, best, n_sim, seed, oversample, quiet, max_solves=None, cluster=None) -> dict:
     """Calibrate every axis of >= 3 values in the order of the axes; the others are held at
     the grid's best point, or at their calibrated value once calibrated (as the benchmark
     measured it: inclination, then vsini at the calibrated inclination)."""
@@ -402,7 +403,8 @@ def _calibrate(prob, axes, best, n_sim, seed, oversample, quiet, max_solves=None
         with _expected_chi2_spread():
             options = calibrate.CalibrationOptions(n_sim=n_sim, seed=seed + i, sim_oversample=oversample,
                                                    max_solves=max_solves)
-            out[name] = calibrate.calibrate_parameter(prob, name, v, fixed=fixed, options=options, progress=progress)
+            out[name] = calibrate.calibrate_parameter(prob, name, v, fixed=fixed, options=options, progress=progress,
+                                                      cluster=cluster)
         held[name] = out[name].estimate
     return out
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import uncertainty as U
+from ..atmosphere import CITATION, RESPONSES
 from ..choices import uncertainty_title
 from ..compiled import call_cached
 from ..errors import DopplermapInputError
@@ -26,7 +27,7 @@ from ..style import save_figure
 from ..windows import WindowedLightCurve, windowed_lightcurve_models
 from .folders import save_result, with_context
 
-__all__ = ["run_target", "summary_line", "error_scale_line", "uncertainty_writers"]
+__all__ = ["run_target", "summary_line", "error_scale_line", "band_line", "band_values", "uncertainty_writers"]
 
 
 def summary_line(s: dict) -> str:
@@ -41,6 +42,43 @@ def summary_line(s: dict) -> str:
 def error_scale_line(s: dict) -> str | None:
     """The line ``dopplermap invert`` prints about the error scale (None: errors as given)."""
     return describe_all(s.get("error_scale"))
+
+
+def band_values(cfg, lcds, grid) -> dict:
+    """What the summary keeps of the light-curve bands (each component's limb darkening and
+    intensity, and where they came from) and of the star's shape."""
+    out = {}
+    bands = []
+    confs = {lc.name: lc for lc in cfg.lightcurves}
+    for d in lcds:
+        if d is None:
+            continue
+        conf = confs.get(d.name, cfg.lightcurve)
+        table = conf.limb_darkening == "atmosphere"
+        bands.append(dict(name=d.name, limb_darkening={c: [ld.law, *map(float, ld.coeffs)] for c, ld in
+                                                       zip(("phot", "cool", "hot"), d.band.limb_darkening, strict=True)},
+                          intensity=dict(zip(("phot", "cool", "hot"), map(float, d.band.intensity), strict=True)),
+                          limb_darkening_source=CITATION if table else "given",
+                          intensity_source=("given" if conf.intensity is not None else
+                                            f"Planck over the {conf.passband} response" if conf.passband in RESPONSES
+                                            else f"Planck at {conf.wavelength_nm:g} nm")))
+    if bands:
+        out["lc_bands"] = bands
+    surf = grid.surface
+    if surf is not None:
+        out["shape"] = dict(kind="roche", mass_ratio=surf.q, nu=surf.nu, potential=surf.potential, fill=surf.fill,
+                            r_max=float(surf.radius.max()), r_min=float(surf.radius.min()))
+    return out
+
+
+def band_line(s: dict) -> str | None:
+    """The line ``dopplermap invert`` prints about the light-curve bands' numbers (None: no band)."""
+    parts = []
+    for b in s.get("lc_bands") or ():
+        ld = "  ".join(f"{c} {v[0]}({', '.join(f'{x:.4f}' for x in v[1:])})" for c, v in b["limb_darkening"].items())
+        inten = ", ".join(f"{c} {v:.4f}" for c, v in b["intensity"].items())
+        parts.append(f"{b['name']}: limb darkening {ld}; intensity {inten}")
+    return ("bands: " + " | ".join(parts)) if parts else None
 
 
 def uncertainty_writers(methods, problem, res, grid, *, n_boot: int = 20, seed: int = 0, plots: bool = True,
@@ -78,6 +116,8 @@ def uncertainty_writers(methods, problem, res, grid, *, n_boot: int = 20, seed: 
         scalars[f"sigma_fssc_median_{m}"] = float(np.median(unc.sigma_fssc[seen])) if seen.any() else None
         scalars[f"sigma_fssh_median_{m}"] = float(np.median(unc.sigma_fssh[seen])) if seen.any() else None
         scalars[f"uncertainty_time_{m}"] = unc.time
+        if unc.mode is not None:
+            scalars[f"uncertainty_mode_{m}"] = unc.mode
 
         uncs.append(unc)
 
@@ -188,6 +228,7 @@ def run_target(cfg, out: Path, *, plots: bool = True, quiet: bool = True, config
         if prob.windows is not None:
             extra["windows"] = prob.windows.describe()
         lcds = prob.lightcurve_data if isinstance(prob.lightcurve_data, tuple) else (prob.lightcurve_data,)
+        extra.update(band_values(cfg, lcds, grid))
         reads = [d.read for d in lcds if d is not None and d.read is not None]
         if len(reads) == 1:  # what was read, dropped and binned, for the summary and the screen
             lcd = reads[0]
