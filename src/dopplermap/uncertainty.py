@@ -393,16 +393,17 @@ def _max_col(a):
     return float(np.sqrt(np.max(np.einsum("ij,ij->j", a, a)))) if a.size else 0.0
 
 
-def _pivoted_basis(mat, tol):
-    """Orthonormal columns spanning ``mat``'s columns down to ``tol`` x its largest (pivoted QR)."""
-    import scipy.linalg  # SciPy only where a low-rank diagonal is computed
-
-    if mat.shape[1] == 0:
-        return mat
-    q, r, _ = scipy.linalg.qr(mat, mode="economic", pivoting=True, overwrite_a=True, check_finite=False)
-    dr = np.abs(np.diag(r))
-    keep = dr > tol * max(dr[0], 1e-300) if dr.size else dr.astype(bool)
-    return q[:, :int(np.count_nonzero(keep))]
+def _orthonormal(a, tol):
+    """Orthonormal columns spanning the columns of ``a`` (n, j) down to singular values of ``tol``
+    x the largest: two Gram passes (matrix products only; the second restores orthogonality)."""
+    if a.shape[1] == 0:
+        return a
+    for cut in (tol, 1e-3):
+        g = a.T @ a
+        s2, v = np.linalg.eigh(0.5 * (g + g.T))
+        keep = s2 > (cut ** 2) * max(s2[-1], 1e-300)
+        a = a @ (v[:, keep] / np.sqrt(s2[keep]))
+    return a
 
 
 def _lowrank(x, free, lay, lmbd, hpre, obs, regulariser, penalty, hvp, width, *, chunk, tol, n_check, seed):
@@ -425,9 +426,10 @@ def _lowrank(x, free, lay, lmbd, hpre, obs, regulariser, penalty, hvp, width, *,
         us = np.zeros((chunk, m))
         us[np.arange(k), s + np.arange(k)] = 1.0
         rows[s:s + k] = np.asarray(_vjps_jit(x, jnp.asarray(us), hpre, data))[:k]
+    rows[:, 2 * nc:] = 0.0  # rv and amp get unit vectors of their own
     nuis = np.zeros((n, n - 2 * nc))
     nuis[2 * nc + np.arange(n - 2 * nc), np.arange(n - 2 * nc)] = 1.0
-    u = _pivoted_basis(np.concatenate([rows.T, nuis], axis=1), 1e-12)
+    u = np.concatenate([_orthonormal(rows.T, 1e-7), nuis], axis=1)
     del rows
 
     def e_of(cols):  # E v = H v - S v, columns of shape (n, j)
@@ -444,21 +446,21 @@ def _lowrank(x, free, lay, lmbd, hpre, obs, regulariser, penalty, hvp, width, *,
         z -= u @ (u.T @ z)
         z /= np.linalg.norm(z, axis=0)
         ez = e_of(z)
-        resid = eu - u @ (u.T @ eu)  # what E maps outside the basis
+        mu = u.T @ eu
+        resid = eu - u @ mu  # what E maps outside the basis
         outside = max(_max_col(resid), _max_col(ez)) / scale_e
         if outside <= tol or rounds >= LOWRANK_ROUNDS:
             break
         new = np.concatenate([resid, ez], axis=1)
         new -= u @ (u.T @ new)
-        new = _pivoted_basis(new, tol)
+        new = _orthonormal(new, tol)
         new -= u @ (u.T @ new)  # once more, for the rounding of the first pass
-        new, _ = np.linalg.qr(new)
+        new = _orthonormal(new, 1e-3)
         u = np.concatenate([u, new], axis=1)
         eu = np.concatenate([eu, e_of(new)], axis=1)
         rounds += 1
-    mu = u.T @ eu
     mu = 0.5 * (mu + mu.T)
-    hii = blocks.diagonal(n) + np.einsum("ij,ij->i", u @ mu, u)  # diag(H), exact
+    hii = blocks.diagonal(n) + np.einsum("ij,ij->i", eu, u)  # diag(H) = diag(S) + diag(U U' E U U'), exact
     info = {"rank": u.shape[1], "rounds": rounds, "outside": float(outside), "n_hvp": int(u.shape[1] + (rounds + 1) * n_check),
             "n_vjp": m}
     if outside > tol:
