@@ -306,6 +306,9 @@ DENSE_MAX_FREE_FALLBACK = 6000
 LOWRANK_ROUNDS = 4
 """Most rounds that widen the low-rank basis (each adds what the data Hessian maps outside it)."""
 
+SKETCH = 64
+"""Random combinations of what the data Hessian maps outside the basis that one widening round adds."""
+
 
 # ---------------------------------------------------------------- the low-rank (matrix-free) diagonal
 
@@ -395,15 +398,18 @@ def _max_col(a):
 
 def _orthonormal(a, tol):
     """Orthonormal columns spanning the columns of ``a`` (n, j) down to singular values of ``tol``
-    x the largest: two Gram passes (matrix products only; the second restores orthogonality)."""
+    x the largest: a Gram pass that drops the rest, then a Cholesky one that restores
+    orthogonality (matrix products only)."""
+    import scipy.linalg  # SciPy only where a low-rank diagonal is computed
+
     if a.shape[1] == 0:
         return a
-    for cut in (tol, 1e-3):
-        g = a.T @ a
-        s2, v = np.linalg.eigh(0.5 * (g + g.T))
-        keep = s2 > (cut ** 2) * max(s2[-1], 1e-300)
-        a = a @ (v[:, keep] / np.sqrt(s2[keep]))
-    return a
+    g = a.T @ a
+    s2, v = np.linalg.eigh(0.5 * (g + g.T))
+    keep = s2 > (tol ** 2) * max(s2[-1], 1e-300)
+    a = a @ (v[:, keep] / np.sqrt(s2[keep]))
+    chol = np.linalg.cholesky(a.T @ a)
+    return scipy.linalg.solve_triangular(chol, a.T, lower=True, check_finite=False).T
 
 
 def _lowrank(x, free, lay, lmbd, hpre, obs, regulariser, penalty, hvp, width, *, chunk, tol, n_check, seed):
@@ -439,6 +445,7 @@ def _lowrank(x, free, lay, lmbd, hpre, obs, regulariser, penalty, hvp, width, *,
 
     rng = np.random.default_rng(seed)
     eu = e_of(u)
+    rank0 = u.shape[1]
     scale_e = max(_max_col(eu), 1e-300)
     rounds, outside = 0, 0.0
     while True:
@@ -451,7 +458,8 @@ def _lowrank(x, free, lay, lmbd, hpre, obs, regulariser, penalty, hvp, width, *,
         outside = max(_max_col(resid), _max_col(ez)) / scale_e
         if outside <= tol or rounds >= LOWRANK_ROUNDS:
             break
-        new = np.concatenate([resid, ez], axis=1)
+        # a random sketch of what lies outside (the next round checks that it caught all)
+        new = np.concatenate([resid @ rng.standard_normal((resid.shape[1], SKETCH)), ez], axis=1)
         new -= u @ (u.T @ new)
         new = _orthonormal(new, tol)
         new -= u @ (u.T @ new)  # once more, for the rounding of the first pass
@@ -461,7 +469,7 @@ def _lowrank(x, free, lay, lmbd, hpre, obs, regulariser, penalty, hvp, width, *,
         rounds += 1
     mu = 0.5 * (mu + mu.T)
     hii = blocks.diagonal(n) + np.einsum("ij,ij->i", eu, u)  # diag(H) = diag(S) + diag(U U' E U U'), exact
-    info = {"rank": u.shape[1], "rounds": rounds, "outside": float(outside), "n_hvp": int(u.shape[1] + (rounds + 1) * n_check),
+    info = {"rank": u.shape[1], "rank0": rank0, "rounds": rounds, "outside": float(outside), "n_hvp": int(u.shape[1] + (rounds + 1) * n_check),
             "n_vjp": m}
     if outside > tol:
         return None, hii, info
@@ -476,13 +484,18 @@ def _lowrank(x, free, lay, lmbd, hpre, obs, regulariser, penalty, hvp, width, *,
         return None, hii, {**info, "reason": "the regulariser's Hessian is not positive definite on the free cells"}
     fidx = np.nonzero(free)[0]
     v = _CellBlocks.apply_blocks(mats, u * free[:, None], nc)[fidx]  # P^-1/2 U over the free parameters
-    q, r = np.linalg.qr(v)
-    lam, w = np.linalg.eigh(r @ mu_f @ r.T)
+    # V = Q R through V's Gram matrix (V' V = W S^2 W', Q = V W / S; directions of U that
+    # live on fixed parameters only have S = 0 and drop out), then R mu R' = W_T lam W_T'
+    s2, wv = np.linalg.eigh(v.T @ v)
+    keep = s2 > 1e-14 * max(s2[-1], 1e-300)
+    sv, wv = np.sqrt(s2[keep]), wv[:, keep]
+    t = (wv.T @ mu_f @ wv) * sv[:, None] * sv[None, :]
+    lam, w = np.linalg.eigh(0.5 * (t + t.T))
     if lam.size and lam.min() <= -1.0 + 1e-10:
         raise DopplermapInputError("the Hessian at the map is not positive definite (the inversion has not converged "
                                    "to a minimum); re-solve with a tighter tol")
     qw = np.zeros((n, lam.size))
-    qw[fidx] = q @ w
+    qw[fidx] = v @ ((wv / sv) @ w)  # Q W
     y = _CellBlocks.apply_blocks(mats, qw, nc)[fidx]  # P^-1/2 Q W
     m11, m12, m22, tl = mats
     p_inv = np.concatenate([m11 ** 2 + m12 ** 2, m12 ** 2 + m22 ** 2, tl ** 2])[fidx]  # diag(P^-1)
@@ -708,7 +721,8 @@ def laplace(problem: Problem, best: InversionResult, *, width: str = "posterior"
             diagonal = "dense"
         else:
             diag_inv[fidx] = d / scale
-            note = f"rank {info['rank']}, {info['rounds']} widening rounds, {info['outside']:.2g} outside"
+            note = (f"basis of {info['rank']} ({info['rank0']} from the Jacobian and rv/amp, {info['rounds']} widening "
+                    f"rounds); {info['outside']:.2g} of the data Hessian outside")
     if diagonal == "dense":
         hvp_data = hvp_function(jnp.asarray(0.0), pre, obs, "none", 0.0, chunk=chunk) if width == "sandwich" else None
 
