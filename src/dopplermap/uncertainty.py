@@ -396,20 +396,37 @@ def _max_col(a):
     return float(np.sqrt(np.max(np.einsum("ij,ij->j", a, a)))) if a.size else 0.0
 
 
+def _gram_factor(g, tol):
+    """``R`` (r, k) with ``R' R = g`` for a positive semi-definite ``g`` (k, k), ``r`` its rank
+    down to pivots of ``tol`` x its largest diagonal (pivoted Cholesky), and the pivot order."""
+    import scipy.linalg.lapack  # SciPy only where a low-rank diagonal is computed
+
+    k = g.shape[0]
+    if k == 0:
+        return np.zeros((0, 0)), np.zeros(0, int)
+    c, piv, rank, _ = scipy.linalg.lapack.dpstrf(0.5 * (g + g.T), lower=1,
+                                                 tol=tol * max(float(np.max(np.diag(g))), 1e-300))
+    piv = piv - 1
+    r = np.zeros((rank, k))
+    r[:, piv] = np.tril(c)[:, :rank].T
+    return r, piv[:rank]
+
+
 def _orthonormal(a, tol):
-    """Orthonormal columns spanning the columns of ``a`` (n, j) down to singular values of ``tol``
-    x the largest: a Gram pass that drops the rest, then a Cholesky one that restores
-    orthogonality (matrix products only)."""
+    """Orthonormal columns spanning the columns of ``a`` (n, j) down to pivots of ``tol^2``
+    (the selected columns, by a pivoted Cholesky of the Gram matrix), then one Cholesky pass
+    that restores orthogonality (matrix products only)."""
     import scipy.linalg  # SciPy only where a low-rank diagonal is computed
 
     if a.shape[1] == 0:
         return a
-    g = a.T @ a
-    s2, v = np.linalg.eigh(0.5 * (g + g.T))
-    keep = s2 > (tol ** 2) * max(s2[-1], 1e-300)
-    a = a @ (v[:, keep] / np.sqrt(s2[keep]))
-    chol = np.linalg.cholesky(a.T @ a)
-    return scipy.linalg.solve_triangular(chol, a.T, lower=True, check_finite=False).T
+    r, sel = _gram_factor(a.T @ a, tol ** 2)
+    out = a[:, sel]
+    for chol in (r[:, sel].T, None):
+        if chol is None:
+            chol = np.linalg.cholesky(out.T @ out)
+        out = scipy.linalg.solve_triangular(chol, out.T, lower=True, check_finite=False).T
+    return out
 
 
 def _lowrank(x, free, lay, lmbd, hpre, obs, regulariser, penalty, hvp, width, *, chunk, tol, n_check, seed):
@@ -483,35 +500,39 @@ def _lowrank(x, free, lay, lmbd, hpre, obs, regulariser, penalty, hvp, width, *,
     except ValueError:
         return None, hii, {**info, "reason": "the regulariser's Hessian is not positive definite on the free cells"}
     fidx = np.nonzero(free)[0]
-    v = _CellBlocks.apply_blocks(mats, u * free[:, None], nc)[fidx]  # P^-1/2 U over the free parameters
-    # V = Q R through V's Gram matrix (V' V = W S^2 W', Q = V W / S; directions of U that
-    # live on fixed parameters only have S = 0 and drop out), then R mu R' = W_T lam W_T'
-    s2, wv = np.linalg.eigh(v.T @ v)
-    keep = s2 > 1e-14 * max(s2[-1], 1e-300)
-    sv, wv = np.sqrt(s2[keep]), wv[:, keep]
-    t = (wv.T @ mu_f @ wv) * sv[:, None] * sv[None, :]
-    lam, w = np.linalg.eigh(0.5 * (t + t.T))
-    if lam.size and lam.min() <= -1.0 + 1e-10:
+    # Woodbury: H = P + U M U' over the free parameters, A = P^-1 U, K = U' P^-1 U = R' R
+    # (pivoted Cholesky; directions of U on fixed parameters only drop out), then
+    # H^-1 = P^-1 - A Z A' with Z = M (I + K M)^-1 = M - M R' S^-1 R M, S = I + R M R',
+    # positive definite exactly when H is
+    uf = u * free[:, None]
+    a_mat = _CellBlocks.apply_blocks(mats, _CellBlocks.apply_blocks(mats, uf, nc), nc)[fidx]
+    k_mat = uf[fidx].T @ a_mat
+    r, _ = _gram_factor(k_mat, 1e-14)
+    rm = r @ mu_f
+    s_mat = np.eye(r.shape[0]) + rm @ r.T
+    try:
+        c = np.linalg.cholesky(0.5 * (s_mat + s_mat.T))
+    except np.linalg.LinAlgError:
         raise DopplermapInputError("the Hessian at the map is not positive definite (the inversion has not converged "
-                                   "to a minimum); re-solve with a tighter tol")
-    qw = np.zeros((n, lam.size))
-    qw[fidx] = v @ ((wv / sv) @ w)  # Q W
-    y = _CellBlocks.apply_blocks(mats, qw, nc)[fidx]  # P^-1/2 Q W
+                                   "to a minimum); re-solve with a tighter tol") from None
+    import scipy.linalg  # SciPy only where a low-rank diagonal is computed
+
+    half = scipy.linalg.solve_triangular(c, rm, lower=True, check_finite=False)  # C^-1 R M
+    z = mu_f - half.T @ half
     m11, m12, m22, tl = mats
     p_inv = np.concatenate([m11 ** 2 + m12 ** 2, m12 ** 2 + m22 ** 2, tl ** 2])[fidx]  # diag(P^-1)
     if width == "posterior":
-        diag = p_inv - np.einsum("ij,ij,j->i", y, y, lam / (1.0 + lam))
+        diag = p_inv - np.einsum("ij,ij->i", a_mat @ z, a_mat)
     else:
-        # H^-1 E H^-1 = H^-1 - H^-1 S H^-1 with S = P - C (C: the rv/amp curvature moved into P)
-        diag = np.einsum("ij,ij,j->i", y, y, lam / (1.0 + lam) ** 2)
+        # H^-1 E H^-1 = H^-1 - H^-1 S H^-1 with S = P - C (C: the rv/amp curvature moved into P):
+        # H^-1 - H^-1 P H^-1 = A (Z - Z K Z) A', plus the columns H^-1 e_j of the free rv/amp
+        diag = np.einsum("ij,ij->i", a_mat @ (z - z @ k_mat @ z), a_mat)
         jt = np.nonzero(fr_tail)[0]
         if jt.size:
             pos = np.searchsorted(fidx, 2 * nc + jt)
-            # columns H^-1 e_j = P^-1/2 (I - Q W D W' Q') P^-1/2 e_j for the free rv/amp
-            dvec = lam / (1.0 + lam)
             pe = np.zeros((fidx.size, jt.size))
             pe[pos, np.arange(jt.size)] = tl[jt] ** 2
-            cols = pe - y @ (dvec[:, None] * y[pos].T)
+            cols = pe - a_mat @ (z @ a_mat[pos].T)
             diag = diag + np.einsum("ij,ij,j->i", cols, cols, tail[jt])
     return diag, hii, info
 
