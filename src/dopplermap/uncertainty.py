@@ -602,13 +602,13 @@ def laplace_cost(problem: Problem, best: InversionResult, *, width: str = "poste
     two = 2 if width == "sandwich" else 1
     if how == "dense":
         n_hvp, n_vjp = two * n_free, 0
-        nbytes = 8.0 * (3 + 2 * (two - 1)) * n_free ** 2
+        nbytes = 8.0 * (6 + 3 * (two - 1)) * n_free ** 2  # columns, their symmetric copy, factor, inverse
         flops = (2.0 + 2 * (two - 1)) * n_free ** 3
     elif how == "lowrank":
         k = m + n_tail + 2 * n_tail + 3 * opt["n_check"]  # the basis plus a widening round
         n_hvp, n_vjp = k, m
-        nbytes = 8.0 * (m * n + 4 * n * k + 4 * k * k)
-        flops = 8.0 * n * k * k + 10.0 * k ** 3
+        nbytes = 8.0 * (m * n + 10 * n * k + 4 * k * k)  # Jacobian rows; basis, its products and copies
+        flops = 10.0 * n * k * k + 4.0 * k ** 3
     else:
         n_hvp, n_vjp = int(n_probe) * two * 20, 0
         nbytes = 8.0 * (int(n_probe) + 8) * n
