@@ -231,6 +231,7 @@ def mem_fitted():
 
 
 @pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:laplace. in .* free seen cells")
 @pytest.mark.parametrize("width", ["posterior", "sandwich"])
 def test_lowrank_agrees_with_dense(mem_fitted, width):
     """The matrix-free low-rank diagonal is the dense one (both exact) to 1e-8, free and
