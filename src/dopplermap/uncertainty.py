@@ -14,10 +14,17 @@
   Hessian of the loss restricted to the free parameters (filling factors off their
   bounds, free rv and amp: the nuisances are marginalised). Hessian-vector products are
   ``grad(grad(loss) . v)`` (the custom-VJP primitives of ``_linops`` support reverse over
-  reverse, not forward mode). The diagonal of the inverse comes either exactly (``"dense"``:
-  Hessian columns from batched HVPs, then a Cholesky factorisation) or stochastically
-  (``"hutchinson"``: ``E[z * H^-1 z]`` over Rademacher probes ``z``, each ``H^-1 z`` by
-  conjugate gradients on HVPs; for problems too large for a dense Hessian).
+  reverse, not forward mode). The diagonal of the inverse comes exactly (``"dense"``:
+  Hessian columns from batched HVPs, then a Cholesky factorisation), exactly and
+  matrix-free (``"lowrank"``: ``H = S + E`` with ``S`` the per-cell Hessian of the
+  regulariser and penalty and ``E`` the chi-square's, whose range lies in a basis of about
+  ``n_epoch n_vel`` vectors: the Jacobian's rows, rv and amp, widened until random probes
+  find nothing of ``E`` outside it; then Woodbury in ``S``; for regularisers that couple no
+  cells) or stochastically (``"hutchinson"``: ``E[z * H^-1 z]`` over Rademacher probes
+  ``z``, each ``H^-1 z`` by conjugate gradients on HVPs). ``"auto"`` chooses by size
+  (:func:`laplace_cost`, which also says what it will cost). Filling factors live in their
+  bounds, so Laplace results also carry 1-sigma intervals that stay inside them
+  (:func:`bounded_interval`: the logit's Laplace interval mapped back).
   ``width="sandwich"`` gives the linearised sampling width of the regularised estimate,
   ``H^-1 F H^-1`` (``F`` from the chi-square alone): the Laplace counterpart of what the
   bootstrap measures. The posterior width is larger where the regulariser (the prior)
@@ -412,12 +419,16 @@ def _gram_factor(g, tol):
     return r, piv[:rank]
 
 
+def _solve_lower(chol, b):
+    import scipy.linalg  # SciPy only where a low-rank diagonal is computed
+
+    return scipy.linalg.solve_triangular(chol, b, lower=True, check_finite=False)
+
+
 def _orthonormal(a, tol):
     """Orthonormal columns spanning the columns of ``a`` (n, j) down to pivots of ``tol^2``
     (the selected columns, by a pivoted Cholesky of the Gram matrix), then one Cholesky pass
     that restores orthogonality (matrix products only)."""
-    import scipy.linalg  # SciPy only where a low-rank diagonal is computed
-
     if a.shape[1] == 0:
         return a
     r, sel = _gram_factor(a.T @ a, tol ** 2)
@@ -425,7 +436,7 @@ def _orthonormal(a, tol):
     for chol in (r[:, sel].T, None):
         if chol is None:
             chol = np.linalg.cholesky(out.T @ out)
-        out = scipy.linalg.solve_triangular(chol, out.T, lower=True, check_finite=False).T
+        out = _solve_lower(chol, out.T).T
     return out
 
 
@@ -515,9 +526,7 @@ def _lowrank(x, free, lay, lmbd, hpre, obs, regulariser, penalty, hvp, width, *,
     except np.linalg.LinAlgError:
         raise DopplermapInputError("the Hessian at the map is not positive definite (the inversion has not converged "
                                    "to a minimum); re-solve with a tighter tol") from None
-    import scipy.linalg  # SciPy only where a low-rank diagonal is computed
-
-    half = scipy.linalg.solve_triangular(c, rm, lower=True, check_finite=False)  # C^-1 R M
+    half = _solve_lower(c, rm)  # C^-1 R M
     z = mu_f - half.T @ half
     m11, m12, m22, tl = mats
     p_inv = np.concatenate([m11 ** 2 + m12 ** 2, m12 ** 2 + m22 ** 2, tl ** 2])[fidx]  # diag(P^-1)
