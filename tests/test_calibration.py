@@ -311,3 +311,47 @@ def test_calibration_is_sized_before_anything_is_allocated(tmp_path, capsys, mon
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "9e+06 solves" in err[0] and "--max-points" in err[0]
     assert not (out / "grid.csv").exists()
+
+
+@pytest.mark.slow
+def test_calibration_on_a_two_worker_cluster_equals_the_serial_one(monkeypatch):
+    """The grid values' solves as Dask tasks of a few data sets each, on a local 2-worker
+    cluster: the same profiles, estimate and sets as in this process, also when a worker is
+    killed midway (its tasks run again elsewhere)."""
+    import os
+
+    from dask.distributed import LocalCluster
+
+    from dopplermap import calibrate, search
+    from dopplermap.calibrate import CalibrationOptions, calibrate_parameter
+
+    s = B.make_star(7, n_lat=48, n_cell=120, n_vel=20)
+    kw = dict(fixed={"vsini": s["vsini"]}, options=CalibrationOptions(n_sim=4, seed=2, mode="sequential"))
+    vals = [60.0, 70.0, 80.0]
+    serial = calibrate_parameter(s["problem"], "inclination", vals, **kw)
+    monkeypatch.setattr(calibrate, "TASK_MEMBERS", 5)  # 13 data sets: 3 tasks per grid value
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        where = search.Cluster(cluster.scheduler_address)
+        spread = calibrate_parameter(s["problem"], "inclination", vals, cluster=where, **kw)
+        killed = []
+
+        def kill_one_worker(stage, i, n):  # when the first grid value is in: a worker dies mid-run
+            if stage == "grid" and not killed:
+                from dask.distributed import Client
+
+                with Client(cluster.scheduler_address) as c:
+                    victim = sorted(c.scheduler_info()["workers"])[0]
+                    try:
+                        c.run(os._exit, 1, workers=[victim])
+                    except Exception:  # noqa: BLE001 - the worker's connection drops with it
+                        pass
+                killed.append(victim)
+
+        survived = calibrate_parameter(s["problem"], "inclination", vals, cluster=where, progress=kill_one_worker, **kw)
+    assert killed
+    for run in (spread, survived):
+        assert run.mode == serial.mode == "sequential"
+        for col in calibrate.COLUMNS:
+            np.testing.assert_allclose(run.member_profiles[col], serial.member_profiles[col], rtol=1e-9)
+        assert (run.estimate, run.lo68, run.hi68) == pytest.approx((serial.estimate, serial.lo68, serial.hi68),
+                                                                   rel=1e-9)

@@ -45,6 +45,12 @@ def test_regulariser_registry_is_the_regulariser_list():
     assert set(choices.WEIGHTED_REGULARISERS) == set(choices.REGULARISERS) - {"none"}
 
 
+def test_time_couplings_are_the_time_coupling_list():
+    from dopplermap.windows import TIME_COUPLINGS
+
+    assert tuple(TIME_COUPLINGS) == choices.TIME_COUPLINGS
+
+
 def test_rv_shift_mapping_is_the_rv_shift_list():
     assert tuple(model.RV_SHIFTS) == choices.RV_SHIFTS
 
@@ -125,18 +131,23 @@ CONFIG_CHOICES = [
     ("data", "lightcurve_quality_bitmask", choices.QUALITY_BITMASKS),
     ("line", "profile", choices.LINE_PROFILES),
     ("line", "ew_method", choices.EW_METHODS),
+    ("line", "ew_unit", choices.EW_UNITS),
+    ("line", "ew_stage", choices.EW_STAGES),
     ("grid", "kind", choices.GRID_KINDS),
+    ("star", "shape", choices.STAR_SHAPES),
+    ("gravity_darkening", "law", choices.GRAVITY_LAWS),
     ("inversion", "regulariser", choices.REGULARISERS),
     ("inversion", "method", choices.SYNTHESIS_METHODS),
     ("inversion", "rv_shift", choices.RV_SHIFTS),
     ("inversion", "solver", choices.SOLVER_CHOICES),
     ("uncertainty", "methods", choices.UNCERTAINTY_METHODS),
+    ("map", "time_coupling", choices.TIME_COUPLINGS),
 ]
 
 
 # the keys whose choices the template's comments list as "a | b | c"
-TEMPLATE_KEYS = ("format", "lightcurve_unit", "lightcurve_quality_bitmask", "profile", "ew_method", "kind", "regulariser", "method", "rv_shift",
-                 "solver")
+TEMPLATE_KEYS = ("format", "lightcurve_unit", "lightcurve_quality_bitmask", "profile", "ew_method", "ew_unit", "ew_stage",
+                 "shape", "law", "kind", "regulariser", "method", "rv_shift", "solver", "time_coupling")
 
 
 def _parse(section, key, value):

@@ -151,6 +151,10 @@ def test_invert_runs_end_to_end(tmp_path, capsys):
     assert summary["complete"] and summary["n_epoch"] == 10 and summary["n_lc"] == 120
     assert np.isfinite(summary["chi2_lc"]) and summary["chi2"] < 5.0 and summary["method"] == "dense"  # "auto" at this size
     assert summary["plan"].startswith("dense synthesis") and f"plan: {summary['plan']}" in out.out
+    # the band's numbers are kept and printed
+    (band,) = summary["lc_bands"]
+    assert band["limb_darkening"]["phot"] == ["linear", 0.7] and band["intensity_source"] == "Planck at 550 nm"
+    assert "bands: lightcurve: limb darkening phot linear(0.7000)" in out.out
     for name in ("map.fits", "profiles.fits", "config.json", "config.toml"):
         assert (out_dir / name).is_file(), name
     assert (out_dir / "config.toml").read_text() == (tmp_path / "target.toml").read_text()
@@ -279,6 +283,30 @@ def test_macroturbulence_instrument_and_gravity_darkening_build(tmp_path):
 
 
 @pytest.mark.slow
+def test_roche_shape_builds_a_distorted_grid(tmp_path):
+    """[star] shape = "roche" with a companion: the grid carries the tidal surface, the light
+    curve's weights follow its projected areas, gravity darkening its gravity (no mass needed)."""
+    _dataset(tmp_path, n_epoch=5, n_cell=150)
+    cfg_path = tmp_path / "target.toml"
+    text = cfg_path.read_text().replace("period = 2.0", 'period = 2.0\nshape = "roche"\nmass_ratio = 0.8\nroche_fill = 0.6')
+    cfg_path.write_text(text + "\n[gravity_darkening]\nenabled = true\nbeta = 0.08\n")
+    prob = from_config(load_config(cfg_path))
+    surf = prob.grid.surface
+    assert surf is not None and surf.q == 0.8 and surf.fill == 0.6
+    assert prob.line_factors.shape == (150, 3) and float(prob.line_factors.min()) < 0.999
+    cfg = load_config(cfg_path)
+    sphere = from_config(dataclasses.replace(
+        cfg, star=dataclasses.replace(cfg.star, shape="sphere", mass_ratio=0.0, roche_fill=None),
+        gravity_darkening=dataclasses.replace(cfg.gravity_darkening, enabled=False)))
+    assert sphere.grid.surface is None
+    assert not np.allclose(np.asarray(prob.lightcurve.weight), np.asarray(sphere.lightcurve.weight))
+    bad = text.replace('shape = "roche"', 'shape = "roche"\ndomega = 0.1').replace("domega = 0.0\n", "")
+    cfg_path.write_text(bad)
+    with pytest.raises(dm.DopplermapInputError, match=r"\[star\] domega must be 0 with shape = 'roche'"):
+        load_config(cfg_path)
+
+
+@pytest.mark.slow
 def test_searches_solve_the_problem_invert_solves(tmp_path):
     """`grid` and `lambda` on a target TOML solve what `invert` solves: gravity darkening,
     the light curve, a non-default method and the [inversion] settings all carry over."""
@@ -369,21 +397,32 @@ def test_invert_with_the_device_solver(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_invert_default_solver_takes_newton_at_a_tight_tolerance(tmp_path):
-    """The TOML's default solver ("auto"): Newton at --tol 1e-7, L-BFGS-B at the default 1e-5;
-    an exact-rv model stays with L-BFGS-B (Newton cannot fit it)."""
+def test_invert_default_solver_takes_newton_at_a_tight_tolerance(tmp_path, monkeypatch):
+    """The TOML's default solver ("auto"): at --tol 1e-7 Newton once its program is compiled
+    (in the persistent cache), L-BFGS-B on this small star while Newton's compile would be
+    cold (its compile outweighs the solve), L-BFGS-B at the default 1e-5; an exact-rv model
+    stays with L-BFGS-B (Newton cannot fit it)."""
+    monkeypatch.setenv("DOPPLERMAP_CACHE_DIR", str(tmp_path / "cache"))  # a cold cache of its own
     _dataset(tmp_path, n_epoch=4, n_cell=80, lightcurve=False)
     toml = tmp_path / "target.toml"
     assert load_config(toml).inversion.solver == "auto"
-    for tol, want in (("1e-7", "newton"), ("1e-5", "lbfgsb")):
-        out_dir = tmp_path / f"res-{tol}"
-        rc = main(["invert", str(toml), "--out", str(out_dir), "--quiet", "--no-plots", "--no-report", "--tol", tol])
+
+    runs = iter(range(100))
+
+    def solver(tol, *extra):
+        out_dir = tmp_path / f"res-{next(runs)}"
+        rc = main(["invert", str(toml), "--out", str(out_dir), "--quiet", "--no-plots", "--no-report", "--tol", tol,
+                   *extra])
         summary = json.loads((out_dir / "summary.json").read_text())
-        assert rc in (0, 3) and summary["solver"] == want and summary["complete"]
+        assert rc in (0, 3) and summary["complete"]
+        return summary["solver"]
+
+    assert solver("1e-7") == "lbfgsb"  # Newton's compile cold
+    assert solver("1e-7", "--solver", "newton") == "newton"  # now in the cache
+    assert solver("1e-7") == "newton"
+    assert solver("1e-5") == "lbfgsb"
     toml.write_text(toml.read_text().replace("[inversion]", '[inversion]\nrv_shift = "exact"'))
-    out_dir = tmp_path / "res-exact"
-    main(["invert", str(toml), "--out", str(out_dir), "--quiet", "--no-plots", "--no-report", "--tol", "1e-7"])
-    assert json.loads((out_dir / "summary.json").read_text())["solver"] == "lbfgsb"
+    assert solver("1e-7", "--solver", "auto") == "lbfgsb"
 
 
 def test_exact_rv_shift_reaches_the_model(tmp_path):

@@ -200,6 +200,7 @@ def test_wheel_holds_the_package_and_its_examples_only(built):
     package = {p.relative_to(ROOT / "src").as_posix() for p in (ROOT / "src" / "dopplermap").rglob("*.py")}
     assert package <= wheel_names, sorted(package - wheel_names)
     assert {"dopplermap/examples/observed_star.py", "dopplermap/examples/lopeg.py"} <= wheel_names
+    assert "dopplermap/data/claret2023_power2.csv" in wheel_names  # the limb-darkening table, read offline
     top = {n.split("/")[0] for n in wheel_names}
     assert top == {"dopplermap", f"dopplermap-{dopplermap.__version__}.dist-info"}, top
     assert "dopplermap = dopplermap.cli:run" in entry_points
@@ -214,4 +215,5 @@ def test_sdist_holds_what_the_tests_and_docs_need(built):
     assert {"README.md", "LICENSE", "CITATION.cff", "CHANGELOG.md", "pyproject.toml", "mkdocs.yml"} <= names
     # the tests import the benchmarks' own code (tests/test_calibration.py, tests/test_multi.py)
     assert {"benchmarks/bench_calibration.py", "benchmarks/bench_multi.py", "benchmarks/_common.py"} <= names
+    assert "tools/subset_claret_power2.py" in names  # how the shipped limb-darkening table was made
     assert not [n for n in names if n.startswith((".ci/", ".git/", "notes/", "site/"))]

@@ -1,3 +1,4 @@
+import json
 import os
 import subprocess
 import sys
@@ -195,6 +196,23 @@ def test_cli_grid_and_lambda(problem, tmp_path, capsys):
     assert "resume" in capsys.readouterr().err
     assert main(["grid", str(tmp_path / "missing.npz"), "--out", str(out), "--param", "vsini=38"]) == 2
     assert main(["grid", "--out", str(out), "--param", "vsini"]) == 2
+
+
+def test_cli_lambda_keeps_the_sweep_when_the_target_chi2_is_out_of_reach(problem, tmp_path, capsys):
+    """An unreachable --target-chi2 fails (exit 2, one line) after writing the sweep it paid for."""
+    from dopplermap.app.search import save_problem
+    from dopplermap.cli import main
+
+    prob, sim = problem
+    npz = save_problem(tmp_path / "p.npz", sim.obs, prob.star, n_cell=prob.grid.n_cell)
+    out = tmp_path / "l"
+    rc = main(["lambda", str(npz), "--out", str(out), "--lmbds", "0.1,1,10", "--tol", "1e-6",
+               "--target-chi2", "1e-4"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "target chi2 0.0001 not reached" in err and str(out) in err
+    choice = json.loads((out / "lambda.json").read_text())
+    assert choice["target_lambda"] is None and "not reached" in choice["target_message"]
+    assert len((out / "lcurve.csv").read_text().splitlines()) == 1 + 3
 
 
 def test_analyses_take_a_problem_first(problem, tmp_path):

@@ -129,17 +129,21 @@ def test_bootstrap_batch_equals_resampling(fitted):
     xw = jnp.asarray(np.concatenate([r.fssc, r.fssh, rv, amp]))
     assert float(loss(xw, LMBD, pre, obs_w, REG)) == pytest.approx(float(loss(jnp.asarray(r.x), LMBD, pre_b, obs_b, REG)),
                                                                    rel=1e-12)
-    kw = dict(n_boot=10, seed=4)  # 10: a full batch of 8 and a padded one
+    kw = dict(n_boot=10, seed=4)
     problem = form_problem(pre, sim.obs, tol=1e-6)  # the CLI's bootstrap tol
     batch = U.bootstrap(problem, best, mode="batch", **kw)
     resample = U.bootstrap(problem, best, mode="resample", **kw)
-    assert batch.samples.shape == resample.samples.shape == (10, 2, pre.n_cell)
+    seq = U.bootstrap(problem, best, mode="sequential", **kw)
+    assert (batch.mode, resample.mode, seq.mode) == ("vmap", "resample", "sequential")
+    assert batch.samples.shape == resample.samples.shape == seq.samples.shape == (10, 2, pre.n_cell)
     vis = ~batch.never_visible
     for a, b in ((batch.sigma_fssc, resample.sigma_fssc), (batch.sigma_fssh, resample.sigma_fssh)):
         assert np.corrcoef(a[vis], b[vis])[0, 1] > 0.98
         assert 0.9 < np.median(a[vis]) / np.median(b[vis]) < 1.1
+    # the same error sets solved together and one after another: the same maps, to the tolerance
+    assert np.abs(seq.samples - batch.samples).max() < 20 * 1e-6 * max(1.0, np.abs(batch.samples).max()) + 1e-4
     with pytest.raises(ValueError, match="bootstrap mode"):
-        U.bootstrap(problem, best, mode="vmap")
+        U.bootstrap(problem, best, mode="together")
 
 
 @pytest.mark.slow

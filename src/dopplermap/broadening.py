@@ -24,6 +24,16 @@
   SpotDIPy, whose ``set_eqw`` this follows). Both agree on a Gaussian line
   with continuum 1; on a table whose continuum is not 1 or whose wings are not Gaussian
   they give different depths (SpotDIPy's lines 13-20 % deeper on its synthetic LSD tables).
+  Where the EW is imposed is a separate choice (``[line] ew_stage``, :data:`dopplermap.choices.EW_STAGES`):
+  ``"intrinsic"`` (default) scales the local line before instrumental broadening;
+  ``"broadened"`` scales the instrument-broadened line, SpotDIPy's order (its Gaussian fit
+  then sees the broadened table; for an integrated EW the two orders agree, since a
+  unit-area convolution keeps the integral). Each component may have its own EW.
+* Equivalent widths in wavelength units (SpotDIPy's ``eqw`` is in Angstrom) are converted
+  with the line's rest wavelength ``lambda0``: ``EW_v = c EW_lambda / lambda0``
+  (:func:`equivalent_width_kms`; e.g. 0.1 A at 6000 A is 4.997 km/s). This is the
+  first-order Doppler relation ``dv = c dlambda / lambda0``, exact for the integral of a
+  narrow line to ``EW / lambda0`` (~1e-5).
 
 Convolutions are done once, at set-up, with NumPy on a fine uniform velocity grid in
 Fourier space, where a Gaussian of standard deviation ``s`` is the multiplier
@@ -51,15 +61,16 @@ from scipy import fft as sfft
 from scipy import special
 
 from ._linops import lagrange_weights
-from .choices import EW_METHODS, check
+from .choices import EW_METHODS, EW_STAGES, EW_UNITS, check
 from .constants import C_KMS
 from .errors import DopplermapInputError
 from .profiles import ComponentSet, LocalProfile, gaussian, tabulated, voigt
+from .units import _is_quantity, to_unit
 
 __all__ = [
     "instrumental_fwhm", "gaussian_kernel", "rt_macroturbulence", "rt_second_moment",
     "instrumental_broaden", "scale_equivalent_width", "gaussian_fit_ew", "MuProfile", "mu_dependent_profile",
-    "mu_profile_table", "replace_profiles", "apply_cell_factors",
+    "mu_profile_table", "replace_profiles", "apply_cell_factors", "equivalent_width_kms", "line_profiles",
 ]
 
 _FWHM_TO_SIGMA = 1.0 / (2.0 * math.sqrt(2.0 * math.log(2.0)))
@@ -211,8 +222,10 @@ def scale_equivalent_width(profile: LocalProfile, ew: float, method: str = "inte
 
     ``"integrated"``: ``1 - I/Ic`` times ``ew / EW``; ``"gaussian_fit"``: SpotDIPy's Gaussian
     fit against the median continuum (see the module docstring). On a Gaussian line with
-    continuum 1 they coincide, and the analytic profile is kept.
+    continuum 1 they coincide, and the analytic profile is kept. ``ew`` may be a velocity
+    Quantity; a width in wavelength goes through :func:`equivalent_width_kms` first.
     """
+    ew = to_unit(ew, "km/s", "equivalent width")
     if not (np.isfinite(ew) and ew > 0):
         raise DopplermapInputError(f"equivalent width must be > 0 km/s, got {ew!r}")
     check(method, EW_METHODS, "ew_method")
@@ -243,6 +256,69 @@ def scale_equivalent_width(profile: LocalProfile, ew: float, method: str = "inte
     if np.min(inten) < 0.0:
         raise DopplermapInputError(f"equivalent width {ew!r} km/s scales the line below zero intensity (scale {scale:.3f})")
     return tabulated(profile.velocity, inten, name="EW-scaled profile")
+
+
+def equivalent_width_kms(ew, wavelength_nm=None, unit: str = "km/s", name: str = "equivalent_width"):
+    """An equivalent width in km/s: ``EW_v = c EW_lambda / lambda0`` for a width in wavelength.
+
+    ``ew``: a number in ``unit`` (``"km/s"`` or ``"angstrom"``, :data:`~dopplermap.choices.EW_UNITS`)
+    or an astropy Quantity (a velocity, or a length such as ``0.1 * u.AA``), or a sequence of
+    them (one per component). ``wavelength_nm``: the line's rest wavelength (nm, or a
+    Quantity), needed for a width in wavelength. Returns a float, or a tuple for a sequence.
+    """
+    check(unit, EW_UNITS, f"{name} unit")
+    if isinstance(ew, (list, tuple)):
+        return tuple(equivalent_width_kms(x, wavelength_nm, unit, f"{name}[{i}]") for i, x in enumerate(ew))
+    in_wavelength = unit == "angstrom"
+    if _is_quantity(ew):
+        if ew.unit.physical_type == "length":
+            ew, in_wavelength = to_unit(ew, "Angstrom", name), True
+        else:
+            ew, in_wavelength = to_unit(ew, "km/s", name), False
+    ew = float(ew)
+    if not (math.isfinite(ew) and ew > 0):
+        raise DopplermapInputError(f"{name} must be > 0, got {ew!r}")
+    if not in_wavelength:
+        return ew
+    if wavelength_nm is None:
+        raise DopplermapInputError(f"{name} is in Angstrom: give the line's wavelength (wavelength_nm) to convert it to km/s")
+    lam = float(to_unit(wavelength_nm, "nm", "wavelength_nm", kind="spectral"))
+    if not (math.isfinite(lam) and lam > 0):
+        raise DopplermapInputError(f"wavelength_nm must be > 0 to convert {name}, got {lam!r}")
+    return C_KMS * ew / (10.0 * lam)
+
+
+def line_profiles(profiles: Sequence[LocalProfile], *, equivalent_width=None, ew_method: str = "integrated",
+                  ew_stage: str = "intrinsic", resolving_power: float | None = None, macroturbulence: float = 0.0,
+                  radial_fraction: float = 0.5) -> list:
+    """The components' local profiles as the model uses them: EW-scaled and broadened.
+
+    ``equivalent_width``: None (keep the depths), one EW in km/s for every component, or one
+    per component (phot, cool, hot). ``ew_stage``: ``"intrinsic"`` scales before the
+    instrumental broadening, ``"broadened"`` after it (SpotDIPy's order; the module
+    docstring). Macroturbulence (mu-dependent, RT) is applied last.
+    """
+    check(ew_stage, EW_STAGES, "ew_stage")
+    profiles = list(profiles)
+    ews = None
+    if equivalent_width is not None:
+        ews = (list(equivalent_width) if isinstance(equivalent_width, (list, tuple)) else
+               [equivalent_width] * len(profiles))
+        if len(ews) != len(profiles):
+            raise DopplermapInputError(f"equivalent_width: give one value or one per component ({len(profiles)}), "
+                                       f"got {len(ews)}")
+    instrument_first = ews is not None and ew_stage == "broadened" and resolving_power is not None
+    if instrument_first:
+        profiles = [instrumental_broaden(p, resolving_power) for p in profiles]
+    if ews is not None:
+        profiles = [scale_equivalent_width(p, ew, ew_method) for p, ew in zip(profiles, ews, strict=True)]
+    r = None if instrument_first else resolving_power
+    if macroturbulence > 0:
+        return [mu_dependent_profile(p, macroturbulence, resolving_power=r, radial_fraction=radial_fraction)
+                for p in profiles]
+    if r is not None:
+        return [instrumental_broaden(p, r) for p in profiles]
+    return profiles
 
 
 def _stencil(x, n):

@@ -31,6 +31,7 @@ held at their given values.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import time
 from collections.abc import Sequence
@@ -42,14 +43,15 @@ from .errors import DopplermapInputError
 from .grid import SurfaceGrid, latitude_band_grid
 from .memory import MAX_GRID_POINTS, check_bytes
 from .model import forward
-from .plan import on_accelerator
 from .problem import Problem, require_problem
 from .search import apply_parameters, pad_precomputed
-from .solvers import invert_batch
+from .solvers import invert_batch, solve_many
+
+log = logging.getLogger(__name__)
 
 __all__ = ["Calibration", "CalibrationOptions", "calibrate_parameter", "calibration_cost", "profile_minimum",
            "belt_estimate", "check_calibratable", "check_calibration_size", "owner_cells", "calibrated_star", "LEVELS", "COLUMNS",
-           "SIM_LMBD_FACTOR", "SIM_OVERSAMPLE"]
+           "SIM_LMBD_FACTOR", "SIM_OVERSAMPLE", "TASK_MEMBERS", "grid_value_task"]
 
 COLUMNS = ("chi2_total", "loss")
 """Base read-outs: the profile of the un-reduced chi-square, or of ``n_data`` x the objective."""
@@ -208,6 +210,8 @@ class Calibration:
         center, spread: median (made non-decreasing) and half 68 % width of each trial's
             estimates. profile: (n_grid,) the observed profile ``chi2_total``.
         n_sim, n_solves, seconds, seed, column, sim_lmbd, sim_oversample: the cost and the settings.
+        mode: how each grid value's data sets were solved (``"vmap"``: together;
+            ``"sequential"``: one compiled device solve after another).
         member_profiles: ``{column: (n_grid, 1 + n_trial n_sim)}`` profiles of every data
             set (the observed first) for each of :data:`COLUMNS`.
     """
@@ -237,11 +241,12 @@ class Calibration:
     sim_lmbd: float | None = None
     sim_oversample: int = SIM_OVERSAMPLE
     member_profiles: dict | None = dataclasses.field(default=None, repr=False)
+    mode: str | None = None
 
     def summary(self) -> dict:
         """JSON-ready summary (no per-simulation arrays)."""
         keys = ("name", "estimate", "lo68", "hi68", "lo95", "hi95", "raw", "lo_open", "hi_open", "no_crossing",
-                "fixed", "n_sim", "n_solves", "seconds", "seed", "column", "sim_lmbd", "sim_oversample")
+                "fixed", "n_sim", "n_solves", "seconds", "seed", "column", "sim_lmbd", "sim_oversample", "mode")
         out = {k: getattr(self, k) for k in keys}
         out.update(trials=self.trials.tolist(), center=self.center.tolist(), spread=self.spread.tolist(),
                    values=self.values.tolist(), profile=self.profile.tolist(),
@@ -327,6 +332,9 @@ def check_calibratable(problem: Problem) -> None:
     """Refuse a problem the simulation does not reproduce (a light curve, other fitted
     components, a line weight): its calibration would describe another problem."""
     settings = problem.settings
+    if problem.windows is not None:
+        raise DopplermapInputError(f"{problem.source}: calibration by simulation simulates one static map; this "
+                                   "problem has time windows")
     if problem.lightcurve_data is not None:
         raise DopplermapInputError(f"{problem.source}: calibration by simulation does not simulate light curves yet; "
                                    "calibrate on the line profiles alone (a target without [data] lightcurve)")
@@ -356,6 +364,9 @@ class CalibrationOptions:
             error as real data do; 1: on the problem's grid.
         max_solves: most solves of one calibration (default
             :data:`dopplermap.memory.MAX_GRID_POINTS`; :func:`check_calibration_size`).
+        mode: how each grid value's data sets are solved (:func:`dopplermap.solvers.solve_many`):
+            ``"vmap"`` (together, in calls that fit memory), ``"sequential"`` (one compiled device
+            solve after another) or ``"auto"`` (default, :func:`dopplermap.plan.many_mode`).
     """
 
     n_sim: int = 32
@@ -364,6 +375,7 @@ class CalibrationOptions:
     sim_lmbd: float | None = None
     sim_oversample: int = SIM_OVERSAMPLE
     max_solves: int | None = None
+    mode: str = "auto"
 
     def __post_init__(self):
         if int(self.n_sim) != self.n_sim or self.n_sim < 4:
@@ -375,12 +387,68 @@ class CalibrationOptions:
         if int(self.sim_oversample) != self.sim_oversample or self.sim_oversample < 1:
             raise DopplermapInputError(f"calibration: sim_oversample must be an integer >= 1, got "
                                        f"{self.sim_oversample!r}")
+        if self.mode not in ("auto", "vmap", "sequential"):
+            raise DopplermapInputError(f"calibration: mode must be 'auto', 'vmap' or 'sequential', got {self.mode!r}")
         if self.max_solves is not None and (int(self.max_solves) != self.max_solves or self.max_solves < 1):
             raise DopplermapInputError(f"calibration: max_solves must be an integer >= 1, got {self.max_solves!r}")
 
 
+TASK_MEMBERS = 64
+"""Most data sets of one Dask task of a calibration (one grid value's batched solve, in parts)."""
+
+
+def grid_value_task(problem: Problem, name: str, fixed: dict, value: float, flux, err, kw: dict, mode: str):
+    """``(chi2, loss, Many)``: every data set of ``flux`` solved at grid value ``value`` of
+    ``name`` (the other parameters ``fixed``), as one :func:`dopplermap.solvers.solve_many`;
+    a calibration's unit of work, in this process or as a Dask task."""
+    star, comps = apply_parameters(problem, dict(fixed, **{name: float(value)}))
+    point = problem.replace(star=star, components=comps)
+    many = solve_many(pad_precomputed(point.pre), point.obs, flux=flux, err=err, mode=mode, **kw)
+    return np.array([r.chi2 for r in many.results]), np.array([r.loss for r in many.results]), many
+
+
+def _task(problem, name, fixed, value, flux, err, kw, mode):
+    chi2, loss, many = grid_value_task(problem, name, fixed, value, flux, err, kw, mode)
+    return chi2, loss, many.mode
+
+
+def _on_cluster(cluster, problem, name, fixed, v, flux, err, kw, mode, profiles, n_data, progress) -> str:
+    """The grid values' solves as Dask tasks of at most :data:`TASK_MEMBERS` data sets each;
+    a task lost with its worker is run again by the scheduler (only that task's solves)."""
+    from dask.distributed import as_completed
+
+    client, local = cluster.connect()
+    try:
+        prob = client.scatter(problem, broadcast=True)
+        parts = [slice(s, min(s + TASK_MEMBERS, flux.shape[0])) for s in range(0, flux.shape[0], TASK_MEMBERS)]
+        data = [client.scatter(flux[p]) for p in parts]
+        futs = {}
+        for j, gv in enumerate(v):
+            for k, p in enumerate(parts):
+                futs[client.submit(_task, prob, name, fixed, float(gv), data[k], err, kw, mode, pure=False,
+                                   retries=2)] = (j, p)
+        left = {j: len(parts) for j in range(v.size)}
+        modes = set()
+        for fut in as_completed(futs):
+            j, p = futs[fut]
+            chi2, loss, used = fut.result()
+            modes.add(used)
+            profiles["chi2_total"][j, p], profiles["loss"][j, p] = chi2 * n_data, loss * n_data
+            left[j] -= 1
+            if left[j] == 0 and progress is not None:
+                progress("grid", v.size - sum(1 for n in left.values() if n), v.size)
+    finally:
+        client.close()
+        if local is not None:
+            local.close()
+    used = "+".join(sorted(modes))
+    log.info("calibrate %s: %d grid values x %d tasks on the cluster (%s)", name, v.size, len(parts), used)
+    return used
+
+
 def calibrate_parameter(problem: Problem, name: str, values, *, fixed: dict | None = None, trials=None,
-                        options: CalibrationOptions = CalibrationOptions(), progress=None) -> Calibration:
+                        options: CalibrationOptions = CalibrationOptions(), progress=None,
+                        cluster=None) -> Calibration:
     """Calibrate grid parameter ``name`` by simulation (module docs; docs/parameters.md).
 
     Args:
@@ -393,6 +461,8 @@ def calibrate_parameter(problem: Problem, name: str, values, *, fixed: dict | No
         trials: trial true values (default ``values``).
         options: the simulations and the read-out (:class:`CalibrationOptions`).
         progress: optional ``progress(stage, i, n)`` per trial map and per grid value.
+        cluster: a :class:`dopplermap.search.Cluster` to spread the grid values' solves over,
+            as tasks of at most :data:`TASK_MEMBERS` data sets (None: in this process).
     Returns:
         :class:`Calibration`.
     """
@@ -418,9 +488,7 @@ def calibrate_parameter(problem: Problem, name: str, values, *, fixed: dict | No
         star, comps = apply_parameters(problem, dict(fixed, **{name: float(value)}))
         return problem.replace(star=star, components=comps)
 
-    # on CPU the members go one after another through one compiled solve: the vmapped
-    # (blocked) form's shapes change with the parameter, and each new shape compiles anew
-    mode = "auto" if on_accelerator() else "sequential"
+
     obs = problem.obs
     err = np.asarray(obs.err, float)
     rng = np.random.default_rng(o.seed)
@@ -429,8 +497,8 @@ def calibrate_parameter(problem: Problem, name: str, values, *, fixed: dict | No
     flux = [np.asarray(obs.flux, float)[None]]
     for i, tv in enumerate(t):  # the map the data give at each trial value, and data sets drawn from it
         point = at(tv)
-        res = invert_batch(pad_precomputed(point.pre), point.obs, flux=flux[0], err=err, mode=mode,
-                           **dict(kw, lmbd=lm_sim))[0]
+        res = invert_batch(pad_precomputed(point.pre), point.obs, flux=flux[0], err=err, mode="sequential",
+                           form="folded", **dict(kw, lmbd=lm_sim))[0]
         model = np.asarray(res.model)
         if fine is not None:
             fp = point.replace(grid=fine)
@@ -442,13 +510,19 @@ def calibrate_parameter(problem: Problem, name: str, values, *, fixed: dict | No
     flux = np.concatenate(flux)
     n_data = obs.n_epoch * obs.n_vel
     profiles = {c: np.empty((v.size, flux.shape[0])) for c in COLUMNS}
-    for j, gv in enumerate(v):  # every data set solved at each grid value, in one batch
-        point = at(gv)
-        rs = invert_batch(pad_precomputed(point.pre), point.obs, flux=flux, err=err, mode=mode, **kw)
-        profiles["chi2_total"][j] = [r.chi2 * n_data for r in rs]
-        profiles["loss"][j] = [r.loss * n_data for r in rs]
-        if progress is not None:
-            progress("grid", j + 1, v.size)
+    if cluster is None:
+        mode = o.mode
+        for j, gv in enumerate(v):  # every data set solved at each grid value, in one batch
+            chi2, loss, many = grid_value_task(problem, name, fixed, float(gv), flux, err, kw, mode)
+            # every grid value in the mode the first chose (vmap: a new shape compiles anew, which
+            # the first value's choice has counted)
+            mode = many.mode
+            log.info("calibrate %s = %g: %s", name, gv, many.describe())
+            profiles["chi2_total"][j], profiles["loss"][j] = chi2 * n_data, loss * n_data
+            if progress is not None:
+                progress("grid", j + 1, v.size)
+    else:
+        mode = _on_cluster(cluster, problem, name, fixed, v, flux, err, kw, o.mode, profiles, n_data, progress)
     prof = profiles[o.column]
     est = np.array([profile_minimum(v, prof[:, m]) for m in range(flux.shape[0])])
     sims = est[1:].reshape(t.size, n_sim)
@@ -460,4 +534,4 @@ def calibrate_parameter(problem: Problem, name: str, values, *, fixed: dict | No
                        sims=sims, center=belt["center"], spread=belt["spread"], profile=prof[:, 0],
                        n_sim=n_sim, n_solves=cost["total"], seconds=time.perf_counter() - t_start, seed=int(o.seed),
                        column=o.column, sim_lmbd=lm_sim, sim_oversample=int(o.sim_oversample),
-                       member_profiles=profiles)
+                       member_profiles=profiles, mode=mode)

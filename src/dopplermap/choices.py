@@ -12,12 +12,13 @@ import math
 
 from .errors import DopplermapInputError
 
-__all__ = ["FORMS", "SYNTHESIS_METHODS", "RV_SHIFTS", "SOLVERS", "SOLVER_CHOICES", "REGULARISER_LABELS",
-           "REGULARISERS", "WEIGHTED_REGULARISERS", "SPOT_COMPONENTS", "UNCERTAINTY_METHODS", "EW_METHODS",
+__all__ = ["FORMS", "SYNTHESIS_METHODS", "RV_SHIFTS", "TIME_COUPLINGS", "SOLVERS", "SOLVER_CHOICES", "REGULARISER_LABELS",
+           "REGULARISERS", "WEIGHTED_REGULARISERS", "SPOT_COMPONENTS", "UNCERTAINTY_METHODS", "EW_METHODS", "EW_STAGES",
+           "EW_UNITS", "STAR_SHAPES", "GRAVITY_LAWS", "PASSBANDS",
            "LINE_PROFILES", "GRID_KINDS", "PROFILE_FORMATS", "PROFILE_WRITE_FORMATS", "LIGHTCURVE_FORMATS",
            "LIGHTCURVE_WRITE_FORMATS", "LIGHTCURVE_UNITS", "QUALITY_BITMASKS", "BIN_UNITS", "FIGURE_FORMATS", "MAP_PROJECTIONS",
            "SIMULATION_FORMATS", "ERROR_SCALES",
-           "BATCH_MODES", "BATCH_FORMS", "CUBE_DTYPES", "check", "check_error_scale"]
+           "BATCH_MODES", "MANY_MODES", "BATCH_FORMS", "CUBE_DTYPES", "check", "check_error_scale"]
 
 # the synthesis forms precompute builds (dopplermap.forms.FORMS)
 FORMS = ("dense", "binned")
@@ -25,6 +26,8 @@ FORMS = ("dense", "binned")
 SYNTHESIS_METHODS = ("auto", *FORMS)
 # precompute(rv_shift=...) and [inversion] rv_shift: the seed's interpolation, or the exact shift (binned)
 RV_SHIFTS = ("interpolate", "exact")
+# [map] time_coupling: the penalty on the change between neighbouring time windows' maps (dopplermap.windows)
+TIME_COUPLINGS = ("quadratic", "relative_entropy")
 # the solver back ends (dopplermap.solvers)
 SOLVERS = ("lbfgsb", "projected_lbfgs", "newton")
 # solver=... and [inversion] solver: "auto" picks a back end by tolerance (dopplermap.solvers.choose_solver)
@@ -42,8 +45,19 @@ SPOT_COMPONENTS = ("cool", "hot")
 UNCERTAINTY_METHODS = ("laplace", "sandwich", "bootstrap")
 # [line] ew_method: the equivalent-width convention (dopplermap.broadening.scale_equivalent_width)
 EW_METHODS = ("integrated", "gaussian_fit")
+# [line] ew_stage: where the EW is imposed: on the intrinsic local line (before instrumental
+# broadening, the default) or on the instrument-broadened one (SpotDIPy's order)
+EW_STAGES = ("intrinsic", "broadened")
+# [line] ew_unit: the unit of [line] equivalent_width (Angstrom is converted with the line's wavelength)
+EW_UNITS = ("km/s", "angstrom")
 # [line] profile: the local line profile's shape
 LINE_PROFILES = ("gaussian", "voigt", "tabulated")
+# [star] shape: the sphere, or a Roche equipotential (rotation, a companion's tide; dopplermap.roche)
+STAR_SHAPES = ("sphere", "roche")
+# [gravity_darkening] law: von Zeipel's beta, or Espinosa Lara & Rieutord (2011) (dopplermap.gravity)
+GRAVITY_LAWS = ("von_zeipel", "elr")
+# [lightcurve] passband: the photometric bands of the shipped limb-darkening table (dopplermap.atmosphere)
+PASSBANDS = ("TESS", "Kepler", "Gaia_G", "Gaia_BP", "Gaia_RP")
 # [grid] kind and make_grid(kind=...)
 GRID_KINDS = ("bands", "healpix")
 # [data] format and read_lsd(fmt=...): the line-profile files read
@@ -72,6 +86,10 @@ ERROR_SCALES = ("auto", "continuum", "residuals")
 SIMULATION_FORMATS = ("npz", "seed-pickle")
 # invert_batch(mode=...): the members together (vmap) or one after another; "auto" by device (dopplermap.plan)
 BATCH_MODES = ("auto", "vmap", "sequential")
+# many solves of one shape (lambda sweep, bootstrap, calibration; dopplermap.solvers.solve_many): the
+# members together (vmap), one compiled device solve after another, or each through invert() with the
+# problem's own solver; "auto" by device and size (dopplermap.plan.many_mode)
+MANY_MODES = ("auto", "vmap", "sequential", "invert")
 # invert_batch(form=...): the model form a batch iterates on; "auto" by device and size (dopplermap.plan)
 BATCH_FORMS = ("auto", "folded", "blocked")
 # cube_dtype=...: the dtype of the folded cube a solve iterates on; "auto" by tolerance, None: the model as is

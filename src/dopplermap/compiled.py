@@ -43,7 +43,7 @@ try:  # jax.export's serializer needs it (a declared dependency; a bare environm
 except ImportError:  # pragma: no cover
     _CAN_SERIALIZE = False
 
-__all__ = ["compile_cached", "call_cached", "compiled_program", "forget_compiled", "source_digest", "EXPORT_FOLDER"]
+__all__ = ["compile_cached", "call_cached", "compiled_program", "program_state", "forget_compiled", "source_digest", "EXPORT_FOLDER"]
 
 EXPORT_FOLDER = "dopplermap-exported"
 _SUFFIX = ".jaxexport"
@@ -68,6 +68,24 @@ def compiled_program(name: str, fun, args: tuple, static: dict | None = None):
         return _MEMO.get(_memo_key(name, fun, dict(static or {}), args))
     except TypeError:  # unhashable static data: never kept
         return None
+
+
+def program_state(name: str, fun, args: tuple, static: dict | None = None) -> str:
+    """Where :func:`compile_cached` would take this program from: ``"memo"`` (compiled in this
+    process), ``"disk"`` (its lowered program is in the cache folder, so XLA's persistent cache
+    holds the executable too) or ``"cold"`` (traced and compiled anew). Nothing is compiled."""
+    static = dict(static or {})
+    if compiled_program(name, fun, args, static) is not None:
+        return "memo"
+    folder = _export_folder()
+    if folder is None:
+        return "cold"
+    leaves, treedef = jax.tree_util.tree_flatten(args)
+    try:
+        path = folder / f"{name}-{_key(name, static, treedef, leaves)}{_SUFFIX}"
+    except (pickle.PicklingError, TypeError, AttributeError):
+        return "cold"
+    return "disk" if path.is_file() else "cold"
 
 
 def forget_compiled() -> None:

@@ -20,21 +20,27 @@ from pathlib import Path
 from .choices import (
     BIN_UNITS,
     EW_METHODS,
+    EW_STAGES,
+    EW_UNITS,
+    GRAVITY_LAWS,
     GRID_KINDS,
     LIGHTCURVE_FORMATS,
     LIGHTCURVE_UNITS,
     LINE_PROFILES,
+    PASSBANDS,
     PROFILE_FORMATS,
     REGULARISERS,
     RV_SHIFTS,
     SOLVER_CHOICES,
     SPOT_COMPONENTS,
+    STAR_SHAPES,
     SYNTHESIS_METHODS,
+    TIME_COUPLINGS,
     UNCERTAINTY_METHODS,
     check,
     check_error_scale,
 )
-from .errors import DopplermapInputError, MissingFileError, bad_file
+from .errors import DopplermapInputError, MissingFileError, bad_file, warn
 from .io.quality import check_bitmask
 from .io.times import parse_time_scale
 from .limb_darkening import LimbDarkening
@@ -76,10 +82,15 @@ class StarConfig:
     t0: float = 0.0
     domega: float = 0.0
     mass: float | None = None
+    logg: float | None = None
     systemic_velocity: float = 0.0
     t0_scale: str | None = None
     ra: float | None = None
     dec: float | None = None
+    shape: str = "sphere"
+    mass_ratio: float = 0.0
+    roche_fill: float | None = None
+    synchronicity: float = 1.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,8 +111,10 @@ class LineConfig:
     resolving_power: float | None = None
     macroturbulence: float = 0.0
     radial_fraction: float = 0.5
-    equivalent_width: float | None = None
+    equivalent_width: float | tuple[float, ...] | None = None  # one, or one per component (phot, cool, hot)
     ew_method: str = "integrated"
+    ew_unit: str = "km/s"
+    ew_stage: str = "intrinsic"
     limb_darkening: str = "linear"
     ld_phot: tuple[float, ...] = (0.6,)
     ld_cool: tuple[float, ...] = (0.6,)
@@ -113,6 +126,7 @@ class LineConfig:
 class LightCurveConfig:
     wavelength_nm: float = 550.0
     limb_darkening: str = "linear"
+    passband: str | None = None
     ld_phot: tuple[float, ...] = (0.6,)
     ld_cool: tuple[float, ...] = (0.6,)
     ld_hot: tuple[float, ...] = (0.6,)
@@ -151,6 +165,7 @@ class LightCurveSetConfig:
     quality_bitmask: str | int | None = None
     wavelength_nm: float = 550.0
     limb_darkening: str = "linear"
+    passband: str | None = None
     ld_phot: tuple[float, ...] = (0.6,)
     ld_cool: tuple[float, ...] = (0.6,)
     ld_hot: tuple[float, ...] = (0.6,)
@@ -162,6 +177,7 @@ class LightCurveSetConfig:
 class GravityConfig:
     enabled: bool = False
     beta: float = 0.25
+    law: str = "von_zeipel"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -189,6 +205,27 @@ class InversionConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class MapConfig:
+    """``[map]``: one map per time window (:mod:`dopplermap.windows`); at most one of
+    ``windows`` (that many windows of equal length), ``window_rotations`` (rotations per
+    window), ``window_edges`` (edges in rotation cycles since t0) and ``window_gap`` (a
+    window between gaps longer than this many days). ``lmbd_time``: the weight of the
+    coupling of neighbouring windows' maps; ``time_coupling``: its kind."""
+
+    windows: int | None = None
+    window_rotations: float | None = None
+    window_edges: tuple[float, ...] = ()
+    window_gap: float | None = None
+    lmbd_time: float = 0.0
+    time_coupling: str = "quadratic"
+
+    @property
+    def windowed(self) -> bool:
+        return self.windows is not None or self.window_rotations is not None or bool(self.window_edges) \
+            or self.window_gap is not None
+
+
+@dataclasses.dataclass(frozen=True)
 class UncertaintyConfig:
     methods: tuple[str, ...] = ()
     n_boot: int = 20
@@ -210,6 +247,7 @@ class TargetConfig:
     grid: GridConfig = GridConfig()
     inversion: InversionConfig = InversionConfig()
     uncertainty: UncertaintyConfig = UncertaintyConfig()
+    map: MapConfig = MapConfig()
     lines: tuple[LineSetConfig, ...] = ()
     lightcurves: tuple[LightCurveSetConfig, ...] = ()
     base_dir: str = "."
@@ -233,6 +271,8 @@ _SECTION_TYPES = {k: next(a for a in typing.get_args(t) if a is not type(None)) 
 
 
 def _type_name(tp) -> str:
+    if typing.get_origin(tp) is tuple:
+        return f"a list of {_type_name(typing.get_args(tp)[0]).split(' ', 1)[-1]}s"
     return {float: "a number", int: "an integer", bool: "true or false", str: "a string"}.get(tp, str(tp))
 
 
@@ -343,12 +383,31 @@ def _validate_line(s: str, ln: LineConfig, sec: str = "[line]"):
     if not 0 <= ln.radial_fraction <= 1:
         raise DopplermapInputError(f"{s}: {sec} radial_fraction must be in [0, 1], got {ln.radial_fraction!r}")
     if ln.equivalent_width is not None:
-        _positive(f"{s}: {sec} equivalent_width", ln.equivalent_width)
+        ews = ln.equivalent_width if isinstance(ln.equivalent_width, tuple) else (ln.equivalent_width,)
+        if len(ews) not in (1, 3):
+            raise DopplermapInputError(f"{s}: {sec} equivalent_width must be one value or 3 (phot, cool, hot), "
+                                       f"got {list(ews)}")
+        for i, ew in enumerate(ews):
+            _positive(f"{s}: {sec} equivalent_width" + (f"[{i}]" if len(ews) > 1 else ""), ew)
     check(ln.ew_method, EW_METHODS, f"{s}: {sec} ew_method")
+    check(ln.ew_unit, EW_UNITS, f"{s}: {sec} ew_unit")
+    check(ln.ew_stage, EW_STAGES, f"{s}: {sec} ew_stage")
     _validate_band(s, ln, sec)
 
 
 def _validate_band(s: str, obj, sec: str):
+    passband = getattr(obj, "passband", None)
+    if passband is not None:
+        check(passband, PASSBANDS, f"{s}: {sec} passband")
+    if obj.limb_darkening == "atmosphere":
+        if not hasattr(obj, "passband"):
+            raise DopplermapInputError(f"{s}: {sec} limb_darkening = 'atmosphere': the shipped model-atmosphere "
+                                       "tables are for photometric passbands (light-curve bands); give a law and "
+                                       "its coefficients for the line")
+        if passband is None:
+            raise DopplermapInputError(f"{s}: {sec} limb_darkening = 'atmosphere' reads the model-atmosphere table "
+                                       "of a passband: give passband (TESS, Kepler, Gaia_G, Gaia_BP, Gaia_RP)")
+        return
     for k in ("ld_phot", "ld_cool", "ld_hot"):
         _check_ld(f"{s}: {sec} {k}", obj.limb_darkening, getattr(obj, k))
     if obj.intensity is not None and (len(obj.intensity) != 3 or any(x < 0 for x in obj.intensity)):
@@ -414,6 +473,8 @@ def _validate(cfg: TargetConfig):
     _positive(f"{s}: [star] period", st.period)
     if (st.vsini is None) == (st.radius is None):
         raise DopplermapInputError(f"{s}: [star] give exactly one of vsini (km/s) or radius (R_sun)")
+    if st.logg is not None and not 0.0 <= st.logg <= 6.0:
+        raise DopplermapInputError(f"{s}: [star] logg must be in [0, 6] (cgs), got {st.logg!r}")
     for k in ("vsini", "radius", "mass"):
         if getattr(st, k) is not None:
             _positive(f"{s}: [star] {k}", getattr(st, k))
@@ -424,10 +485,28 @@ def _validate(cfg: TargetConfig):
         _positive(f"{s}: [temperatures] {k}", getattr(cfg.temperatures, k))
     _validate_band(s, cfg.lightcurve, "[lightcurve]")
     _positive(f"{s}: [lightcurve] wavelength_nm", cfg.lightcurve.wavelength_nm)
+    check(st.shape, STAR_SHAPES, f"{s}: [star] shape")
+    if st.shape == "sphere" and (st.mass_ratio or st.roche_fill is not None):
+        raise DopplermapInputError(f"{s}: [star] mass_ratio and roche_fill describe a Roche surface: "
+                                   "set shape = 'roche'")
+    if st.shape == "roche":
+        _positive(f"{s}: [star] mass_ratio", st.mass_ratio, allow_zero=True)
+        _positive(f"{s}: [star] synchronicity", st.synchronicity)
+        if st.domega:
+            raise DopplermapInputError(f"{s}: [star] domega must be 0 with shape = 'roche' (the equipotential of a "
+                                       f"rigid rotator), got {st.domega!r}")
+        if st.mass_ratio > 0 and (st.roche_fill is None or not 0 < st.roche_fill < 1):
+            raise DopplermapInputError(f"{s}: [star] roche_fill (the volume-equivalent radius over the Roche lobe's) "
+                                       f"must be in (0, 1) with mass_ratio > 0, got {st.roche_fill!r}")
     g = cfg.gravity_darkening
     _positive(f"{s}: [gravity_darkening] beta", g.beta, allow_zero=True)
-    if g.enabled and st.mass is None:
+    check(g.law, GRAVITY_LAWS, f"{s}: [gravity_darkening] law")
+    tidal = st.shape == "roche" and st.mass_ratio > 0
+    if g.enabled and st.mass is None and not tidal:
         raise DopplermapInputError(f"{s}: [gravity_darkening] enabled needs [star] mass (M_sun)")
+    if g.enabled and g.law == "elr" and tidal:
+        raise DopplermapInputError(f"{s}: [gravity_darkening] law = 'elr' (Espinosa Lara & Rieutord 2011) is for "
+                                   "single rotating stars; use 'von_zeipel' with a companion's tide")
     gr = cfg.grid
     check(gr.kind, GRID_KINDS, f"{s}: [grid] kind")
     if gr.n_cell < 8:
@@ -447,6 +526,26 @@ def _validate(cfg: TargetConfig):
     comps = inv.fit_components
     if not comps or len(set(comps)) != len(comps) or not set(comps) <= set(SPOT_COMPONENTS):
         raise DopplermapInputError(f"{s}: [inversion] fit_components must list 'cool', 'hot' or both, got {list(comps)}")
+    mp = cfg.map
+    given = [k for k in ("windows", "window_rotations", "window_edges", "window_gap")
+             if getattr(mp, k) not in (None, ())]
+    if len(given) > 1:
+        raise DopplermapInputError(f"{s}: [map] {given[0]} and {given[1]} both given: choose one way to cut the "
+                                   "campaign into windows")
+    if mp.windows is not None and mp.windows < 1:
+        raise DopplermapInputError(f"{s}: [map] windows must be >= 1, got {mp.windows!r}")
+    for k in ("window_rotations", "window_gap"):
+        if getattr(mp, k) is not None:
+            _positive(f"{s}: [map] {k}", getattr(mp, k))
+    if mp.window_edges and (len(mp.window_edges) < 2 or any(b <= a for a, b in zip(mp.window_edges[:-1],
+                                                                                     mp.window_edges[1:],
+                                                                                     strict=True))):
+        raise DopplermapInputError(f"{s}: [map] window_edges must be >= 2 strictly increasing rotation cycles, got "
+                                   f"{list(mp.window_edges)!r}")
+    _positive(f"{s}: [map] lmbd_time", mp.lmbd_time, allow_zero=True)
+    check(mp.time_coupling, TIME_COUPLINGS, f"{s}: [map] time_coupling")
+    if mp.lmbd_time > 0 and not mp.windowed:
+        warn(f"{s}: [map] lmbd_time = {mp.lmbd_time!r} has no effect without windows")
     unc = cfg.uncertainty
     for i, m in enumerate(unc.methods):
         check(m, UNCERTAINTY_METHODS, f"{s}: [uncertainty] methods[{i}]")
@@ -561,7 +660,12 @@ period = 2.0                         # days (equatorial)
 t0 = 0.0                             # time of phase 0, in time_scale (or in t0_scale)
 # t0_scale = "HJD"                   # the scale of t0 when it differs from [data] time_scale
 domega = 0.0                         # differential rotation, rad/day
-# mass = 1.0                         # M_sun, needed for gravity darkening
+# mass = 1.0                         # M_sun, needed for gravity darkening and a rotating Roche surface
+# logg = 4.5                         # cgs: the atmosphere table's log g (default: from mass and radius)
+# shape = "sphere"                   # sphere | roche (equipotential surface: rotation, and a companion's tide)
+# mass_ratio = 0.0                   # roche: M_companion / M_star (0: a single rotating star)
+# roche_fill = 0.8                   # roche with a companion: volume-equivalent radius / the Roche lobe's
+# synchronicity = 1.0                # roche with a companion: rotation rate / orbital rate
 # systemic_velocity = -19.8          # km/s, line centre; profiles are shifted v -> v - v_sys (or per epoch in times_table)
 # ra = 322.85                        # deg (ICRS): with dec, moves HJD/JD/MJD times to the barycentre
 # dec = 23.335
@@ -581,9 +685,11 @@ fwhm_lorentz = 0.0                   # voigt only
 # resolving_power = 65000.0          # instrument: Gaussian of FWHM c/R
 macroturbulence = 0.0                # zeta_RT, km/s (radial-tangential, Gray); 0 = off
 radial_fraction = 0.5                # A_R (A_T = 1 - A_R)
-# equivalent_width = 3.0             # km/s: scale every local profile to this EW
+# equivalent_width = 3.0             # scale every local profile to this EW, or [phot, cool, hot]
+# ew_unit = "km/s"                   # km/s | angstrom (converted with wavelength_nm: EW_v = c EW_A / lambda0)
 # ew_method = "integrated"           # integrated (1 - I/Ic over the profile) | gaussian_fit (SpotDIPy's)
-limb_darkening = "linear"            # linear | quadratic | sqrt
+# ew_stage = "intrinsic"             # intrinsic (before instrumental broadening) | broadened (after: SpotDIPy's order)
+limb_darkening = "linear"            # linear | quadratic | sqrt | power2 (a light-curve band: also atmosphere)
 ld_phot = [0.65]
 ld_cool = [0.75]
 ld_hot = [0.60]
@@ -591,7 +697,8 @@ ld_hot = [0.60]
 
 [lightcurve]                         # band of [data] lightcurve
 wavelength_nm = 550.0
-limb_darkening = "linear"
+limb_darkening = "linear"            # or "atmosphere": power-2 law of PHOENIX models in passband (Claret & Southworth 2023)
+# passband = "TESS"                  # TESS | Kepler | Gaia_G | Gaia_BP | Gaia_RP (for limb_darkening = "atmosphere")
 ld_phot = [0.70]
 ld_cool = [0.80]
 ld_hot = [0.65]
@@ -601,8 +708,9 @@ fit_dilution = false                 # free light-curve offset (contaminating li
 # [data] and [line], and one [[lightcurves]] table per photometric band; see docs/datasets.md.
 
 [gravity_darkening]
-enabled = false                      # von Zeipel on a Roche surface; needs [star] mass
-beta = 0.25                          # T ~ g^beta
+enabled = false                      # on a Roche surface; needs [star] mass (or a Roche [star] shape)
+beta = 0.25                          # von_zeipel: T ~ g^beta
+law = "von_zeipel"                   # von_zeipel | elr (Espinosa Lara & Rieutord 2011, single stars)
 
 [grid]
 kind = "bands"                       # bands | healpix
@@ -623,6 +731,14 @@ fit_components = ["cool", "hot"]     # spot components fitted; ["cool"]: photosp
 # rv_shift = "interpolate"           # interpolate (the seed's shift of the disc-integrated profile) | exact (binned)
 solver = "auto"                      # auto (newton at tol <= 1e-6, else lbfgsb) | lbfgsb (scipy, live progress)
                                      # | projected_lbfgs (one compiled loop; GPU) | newton (Gauss-Newton-CG)
+
+# [map]                              # a map per time window, for spots that evolve (docs/parameters.md)
+# windows = 4                        # that many windows of equal length over the epochs, or
+# window_rotations = 3.0             # rotations per window, or
+# window_edges = [0.0, 3.0, 6.0]     # edges in rotation cycles since t0, or
+# window_gap = 5.0                   # a window between gaps in the data longer than this (days)
+# lmbd_time = 10.0                   # weight of the coupling of neighbouring windows' maps
+# time_coupling = "quadratic"        # quadratic | relative_entropy (each map relative to the previous window's)
 
 [uncertainty]                        # per-cell uncertainty maps written into the result folder
 methods = []                         # any of "laplace" (posterior), "sandwich", "bootstrap"; [] = none

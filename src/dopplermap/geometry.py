@@ -147,7 +147,7 @@ class CellGeometry:
     proj_area: jnp.ndarray
 
 
-def cell_geometry(lat, lon, area, times, inclination, vsini, period, t0=0.0, domega=0.0, *, xp=jnp):
+def cell_geometry(lat, lon, area, times, inclination, vsini, period, t0=0.0, domega=0.0, *, xp=jnp, surface=None):
     """Geometry of every cell at every epoch (pure array code, differentiable with jax).
 
     Args:
@@ -156,9 +156,17 @@ def cell_geometry(lat, lon, area, times, inclination, vsini, period, t0=0.0, dom
         t0: days. domega: rad/day.
         xp: array module, ``jax.numpy`` (default, differentiable) or ``numpy`` (set-up
             code: no compilation).
+        surface: a distorted surface (:class:`dopplermap.roche.Surface`: cell positions,
+            normals and areas in the co-rotating frame), or None for the sphere. Its cells
+            rotate rigidly (``domega`` must be 0): ``mu`` is the rotated normal's component
+            towards the observer, ``v_los = vsini y'`` with ``y'`` the rotated position's
+            component along the direction of motion of the approaching limb (in reference
+            radii), and the projected area uses the surface's areas instead of ``area``.
     Returns:
         :class:`CellGeometry` with (n_epoch, n_cell) arrays.
     """
+    if surface is not None:
+        return _surface_geometry(surface, times, inclination, vsini, period, t0, domega, xp)
     lat = xp.asarray(lat)[None, :]
     lon = xp.asarray(lon)[None, :]
     dt = (xp.asarray(times) - t0)[:, None]
@@ -172,3 +180,19 @@ def cell_geometry(lat, lon, area, times, inclination, vsini, period, t0=0.0, dom
     visible = mu > 0.0
     proj_area = xp.asarray(area)[None, :] * xp.maximum(mu, 0.0)
     return CellGeometry(mu=mu, v_los=v_los, visible=visible, proj_area=proj_area)
+
+
+def _surface_geometry(surface, times, inclination, vsini, period, t0, domega, xp):
+    if _is_concrete(domega) and float(domega) != 0.0:
+        raise DopplermapInputError(f"a distorted (Roche) surface rotates rigidly: domega must be 0, got {domega!r}")
+    pos, nrm = xp.asarray(surface.position), xp.asarray(surface.normal)
+    alpha = (2.0 * xp.pi / period) * (xp.asarray(times) - t0)[:, None]  # (E, 1)
+    ca, sa = xp.cos(alpha), xp.sin(alpha)
+    inc = xp.deg2rad(inclination)
+    # a rotation by alpha about z: x' = x cos a - y sin a, y' = x sin a + y cos a
+    nx = nrm[None, :, 0] * ca - nrm[None, :, 1] * sa
+    mu = xp.sin(inc) * nx + xp.cos(inc) * nrm[None, :, 2]
+    yp = pos[None, :, 0] * sa + pos[None, :, 1] * ca
+    v_los = vsini * yp
+    proj_area = xp.asarray(surface.area)[None, :] * xp.maximum(mu, 0.0)
+    return CellGeometry(mu=mu, v_los=v_los, visible=mu > 0.0, proj_area=proj_area)

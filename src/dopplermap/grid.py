@@ -18,7 +18,7 @@ from .choices import GRID_KINDS, check
 from .errors import DopplermapInputError
 from .memory import check_grid_size
 
-__all__ = ["SurfaceGrid", "latitude_band_grid", "healpix_grid", "make_grid"]
+__all__ = ["SurfaceGrid", "latitude_band_grid", "healpix_grid", "make_grid", "with_surface"]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -33,6 +33,10 @@ class SurfaceGrid:
         kind: ``"bands"`` or ``"healpix"``.
         lat_bounds: (n_cell, 2) latitude range of each cell (rad), bands only.
         lon_bounds: (n_cell, 2) longitude range of each cell (rad), bands only.
+        surface: the star's distorted shape on these cells (:class:`dopplermap.roche.Surface`:
+            positions, normals, areas, gravity), or None for the sphere. The maps stay on the
+            cells (their solid angles ``area`` weigh the regulariser); the model's geometry
+            reads the surface (:func:`with_surface`).
     """
 
     lat: np.ndarray
@@ -42,6 +46,7 @@ class SurfaceGrid:
     kind: str = "bands"
     lat_bounds: np.ndarray | None = None
     lon_bounds: np.ndarray | None = None
+    surface: object | None = None
 
     @property
     def n_cell(self) -> int:
@@ -155,3 +160,11 @@ def make_grid(kind: str = "bands", n_cell: int = 2500, nside: int | None = None)
     if nside is None:
         nside = 1 << max(0, int(round(np.log2(np.sqrt(n_cell / 12.0)))))
     return healpix_grid(nside)
+
+
+def with_surface(grid: SurfaceGrid, surface) -> SurfaceGrid:
+    """``grid`` with a distorted shape (:class:`dopplermap.roche.Surface` of the same cells), or
+    None for the sphere."""
+    if surface is not None and surface.n_cell != grid.n_cell:
+        raise DopplermapInputError(f"the surface has {surface.n_cell} cells, the grid {grid.n_cell}")
+    return dataclasses.replace(grid, surface=surface)

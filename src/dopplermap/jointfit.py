@@ -137,10 +137,12 @@ def _fittable(problem: Problem) -> None:
                (problem.lightcurve_data is not None, "a light curve"),
                (problem.form is not None, "a given synthesis form (the seed's files)"),
                (problem.gravity is not None, "gravity darkening"),
+               (problem.grid is not None and problem.grid.surface is not None, "a distorted (Roche) surface"),
                (problem.rv_shift != "interpolate", f"rv_shift {problem.rv_shift!r}"),
                (tuple(st.fit_components) != SPOT_COMPONENTS, f"fit_components {tuple(st.fit_components)!r}"),
                (st.line_weight != 1.0, f"line_weight {st.line_weight!r}"),
-               (st.offset_sigma is not None, f"offset_sigma {st.offset_sigma!r}"))
+               (st.offset_sigma is not None, f"offset_sigma {st.offset_sigma!r}"),
+               (problem.windows is not None, "time windows (one map per window)"))
     refused = [what for bad, what in reasons if bad]
     if refused:
         raise DopplermapInputError(f"{problem.source}: joint_fit fits one line data set with its own dense model "

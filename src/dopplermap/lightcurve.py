@@ -46,7 +46,7 @@ from .profiles import LimbDarkening, intensity_ratio
 from .units import to_unit
 
 __all__ = ["LightCurveBand", "LightCurveFit", "LightCurveSet", "precompute_lightcurve", "lightcurve_model",
-           "chi2_lightcurve", "chi2_lightcurves", "lightcurve_residuals", "simulate_lightcurve"]
+           "chi2_lightcurve", "chi2_lightcurves", "lightcurve_residuals", "model_residuals", "simulate_lightcurve"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,7 +148,7 @@ def _lc_weights(grid, star, times, band, cell_factors):
     check_star(star)
     # NumPy: set-up work, evaluated once (jax.numpy would compile every operation)
     geo = cell_geometry(grid.lat, grid.lon, grid.area, times, star.inclination, star.vsini_kms,
-                        star.period, star.t0, star.domega, xp=np)
+                        star.period, star.t0, star.domega, xp=np, surface=grid.surface)
     mu = np.asarray(geo.mu)
     pa = np.asarray(geo.proj_area)
     # written once, into a buffer the device adopts without a copy (as the dense cube)
@@ -219,7 +219,12 @@ def lightcurve_model(fssc, fssh, lc: LightCurveFit):
 
 def lightcurve_residuals(fssc, fssh, lc: LightCurveFit):
     """Normalised residuals ``(obs - model) / err`` (n_lc,), the dilution profiled out if fitted."""
-    model = lightcurve_model(fssc, fssh, lc)
+    return model_residuals(lightcurve_model(fssc, fssh, lc), lc)
+
+
+def model_residuals(model, lc: LightCurveFit):
+    """Normalised residuals ``(obs - model) / err`` (n_lc,) of a mean-normalised model light
+    curve (the dilution profiled out if fitted)."""
     if lc.fit_dilution:
         w = 1.0 / lc.err**2
         dm_, do = model - 1.0, lc.flux - 1.0

@@ -20,18 +20,22 @@ class LimbDarkening:
     """Limb-darkening law ``I(mu)/I(1)``.
 
     ``law``: ``"linear"`` (u): ``1 - u (1 - mu)``; ``"quadratic"`` (a, b):
-    ``1 - a (1 - mu) - b (1 - mu)^2``; ``"sqrt"`` (c, d): ``1 - c (1 - mu) - d (1 - sqrt mu)``.
+    ``1 - a (1 - mu) - b (1 - mu)^2``; ``"sqrt"`` (c, d): ``1 - c (1 - mu) - d (1 - sqrt mu)``;
+    ``"power2"`` (g, h): ``1 - g (1 - mu^h)`` (Hestroffer 1997; the law of Claret &
+    Southworth's tables, :mod:`dopplermap.atmosphere`).
     """
 
     law: str = "linear"
     coeffs: tuple[float, ...] = (0.6,)
 
     def __post_init__(self):
-        need = {"linear": 1, "quadratic": 2, "sqrt": 2}
+        need = {"linear": 1, "quadratic": 2, "sqrt": 2, "power2": 2}
         if self.law not in need:
             raise DopplermapInputError(f"limb-darkening law must be one of {sorted(need)}, got {self.law!r}")
         if len(self.coeffs) != need[self.law]:
             raise DopplermapInputError(f"{self.law} limb darkening takes {need[self.law]} coefficient(s), got {self.coeffs!r}")
+        if self.law == "power2" and not self.coeffs[1] > 0:
+            raise DopplermapInputError(f"power2 limb darkening needs an exponent h > 0, got {self.coeffs!r}")
 
     def __call__(self, mu):
         """``I(mu)/I(1)``; NumPy in, NumPy out; JAX in, JAX out."""
@@ -45,4 +49,6 @@ class LimbDarkening:
             return 1.0 - c[0] * (1.0 - mu)
         if self.law == "quadratic":
             return 1.0 - c[0] * (1.0 - mu) - c[1] * (1.0 - mu) ** 2
+        if self.law == "power2":
+            return 1.0 - c[0] * (1.0 - mu ** c[1])
         return 1.0 - c[0] * (1.0 - mu) - c[1] * (1.0 - xp.sqrt(mu))

@@ -144,7 +144,7 @@ def precompute(grid: SurfaceGrid, star: StarParams, times, vels, components: Com
     check_velocity_window(vels, float(star.vsini_kms))
     check_phase_span(times, star.t0, star.period, where="line profiles")
     geo = cell_geometry(grid.lat, grid.lon, grid.area, times, star.inclination, star.vsini_kms,
-                        star.period, star.t0, star.domega, xp=np)
+                        star.period, star.t0, star.domega, xp=np, surface=grid.surface)
     mu = np.asarray(geo.mu)
     v_los = np.asarray(geo.v_los)
     visible = mu > 0.0

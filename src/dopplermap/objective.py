@@ -57,6 +57,12 @@ in a joint fit it is multiplied by ``line_weight`` with the line chi-square.
 ``Terms.offset_prior`` reports ``sum_e (amp_e / sigma_e)^2 / sum_d N_d`` (unweighted, as
 ``chi2``). An infinite sigma is no prior for that epoch.
 
+**Time windows** (:mod:`dopplermap.windows`): with K windows ``fssc`` and ``fssh`` hold K
+maps, each epoch's model (and each light-curve point's) reads its window's map, the
+regulariser term is the mean of the windows' and ``lmbd_time / K`` times the temporal
+coupling is added (``ObjectiveData.lmbd_time``, ``Terms.temporal``). One window is the loss
+above exactly.
+
 The seed never constrains ``fssc + fssh <= 1`` (which keeps ``fssp >= 0``). dopplermap adds
 the quadratic penalty above (``penalty`` = 1e4 by default; zero wherever the constraint
 holds, so the seed's loss is unchanged on feasible maps) and, after the solve, scales any
@@ -82,10 +88,12 @@ from .model import Precomputed, forward
 from .model import solve_form as _solve_form
 from .model import with_exact_numerator as _with_exact_numerator
 from .units import to_epoch, to_unit
+from .windows import WindowedLightCurve, chi2_windowed_lightcurves, split_maps
+from .windows import time_coupling as coupling_of
 
 __all__ = ["Observations", "LineSets", "Layout", "Terms", "check_sets", "solve_form", "with_exact_numerator",
            "set_chi2", "chi2", "sum_excess", "regulariser_value", "offset_sigmas", "offset_prior", "ObjectiveData",
-           "data_terms", "objective_terms", "loss", "DEFAULT_PENALTY"]
+           "data_terms", "objective_terms", "loss", "DEFAULT_PENALTY", "n_windows"]
 
 DEFAULT_PENALTY = 1e4
 
@@ -295,6 +303,12 @@ class Layout:
         return np.concatenate([np.full(2 * self.n_cell, fill), np.zeros(2 * self.n_epoch)])
 
 
+def n_windows(pre) -> int:
+    """How many time windows' maps a model's form spans (1: a static map; see
+    :mod:`dopplermap.windows`): its cells over the grid's."""
+    return int(pre.n_cell) // int(np.shape(pre.cell_area)[0])
+
+
 def chi2(model, obs: Observations):
     """The seed's reduced chi-square: sum of squared normalised residuals / (n_epoch n_vel)."""
     r = (obs.flux - model) / obs.err
@@ -324,6 +338,9 @@ class Terms(NamedTuple):
     data set / light-curve band when there are several (``chi2`` / ``chi2_lc`` are then the
     pooled ones, see the module docstring), else None. ``offset_prior``: the offset prior's
     term ``sum_e (amp_e / sigma_e)^2 / n_points`` (before the set weights), or None without one.
+    ``temporal``: with time windows (:mod:`dopplermap.windows`), the temporal coupling
+    ``sum_k T(F_k, F_{k-1}) / K`` (before ``lmbd_time``), else None; ``regulariser`` is then
+    the mean of the windows' regulariser values.
     """
 
     chi2: jax.Array
@@ -334,6 +351,7 @@ class Terms(NamedTuple):
     chi2_sets: tuple | None = None
     chi2_lc_sets: tuple | None = None
     offset_prior: jax.Array | None = None
+    temporal: jax.Array | None = None
 
 
 def _line_chi2(fssc, fssh, rv, amp, pre, obs):
@@ -426,6 +444,10 @@ class ObjectiveData:
             compiled program); None without a light curve, where the loss is the plain one.
         offset_sigma: None, or the (n_epoch,) sigma of the offset prior (``inf``: no prior on
             that epoch), as :func:`offset_sigmas` gives it.
+        lmbd_time: with time windows (:mod:`dopplermap.windows`): the weight of the
+            temporal coupling (a 0-d array, so a new weight reuses a compiled program);
+            None: no coupling. time_coupling: its kind (static: part of the compiled
+            program), one of :data:`dopplermap.choices.TIME_COUPLINGS`.
 
     A field that is None is absent from the pytree, so a program compiled for a problem
     without a light curve or an offset prior carries neither.
@@ -436,24 +458,38 @@ class ObjectiveData:
     line_weight: jax.Array | None = None
     lc_weight: jax.Array | None = None
     offset_sigma: jax.Array | None = None
+    lmbd_time: jax.Array | None = None
+    time_coupling: str = dataclasses.field(default="quadratic", metadata={"static": True})
 
     @classmethod
     def create(cls, pre, obs, *, lightcurve=None, line_weight=1.0, lc_weight=1.0, offset_sigma=None,
-               dtype=jnp.float64) -> ObjectiveData:
+               lmbd_time=0.0, time_coupling="quadratic", dtype=jnp.float64) -> ObjectiveData:
         """The checked data of a solve: the weights are used (and checked) with a light curve
-        only; ``offset_sigma`` as :func:`offset_sigmas` takes it."""
+        only; ``offset_sigma`` as :func:`offset_sigmas` takes it; ``lmbd_time`` with time
+        windows only (a static problem carries none)."""
         sigma = offset_sigmas(pre, offset_sigma)
         sigma = None if sigma is None else _device.asarray(sigma, dtype=np.float64)
+        lt = None
+        if n_windows(pre) > 1:
+            if not (isinstance(lmbd_time, (int, float, np.floating, np.integer)) and np.isfinite(lmbd_time)
+                    and lmbd_time >= 0):
+                raise DopplermapInputError(f"lmbd_time must be a finite number >= 0, got {lmbd_time!r}")
+            lt = _device.asarray(float(lmbd_time), dtype=dtype)
+        coupling_of(time_coupling)  # a known name
         if lightcurve is None:
-            return cls(obs=obs, offset_sigma=sigma)
+            return cls(obs=obs, offset_sigma=sigma, lmbd_time=lt, time_coupling=time_coupling)
         for name, w in (("line_weight", line_weight), ("lc_weight", lc_weight)):
             if not (np.isfinite(w) and w >= 0):
                 raise DopplermapInputError(f"{name} must be a finite number >= 0, got {w!r}")
-        if lightcurve.n_cell != pre.n_cell:
+        if n_windows(pre) > 1 and not isinstance(lightcurve, WindowedLightCurve):
+            raise DopplermapInputError("a model with time windows needs a windowed light curve "
+                                       "(dopplermap.windows.WindowedLightCurve: each point's window)")
+        if lightcurve.n_cell * n_windows(pre) != pre.n_cell:
             raise DopplermapInputError(f"light curve was precomputed for {lightcurve.n_cell} cells, "
                                        f"the line model has {pre.n_cell}")
         return cls(obs=obs, lightcurve=lightcurve, line_weight=_device.asarray(line_weight, dtype=dtype),
-                   lc_weight=_device.asarray(lc_weight, dtype=dtype), offset_sigma=sigma)
+                   lc_weight=_device.asarray(lc_weight, dtype=dtype), offset_sigma=sigma, lmbd_time=lt,
+                   time_coupling=time_coupling)
 
     def replace(self, **changes) -> ObjectiveData:
         return dataclasses.replace(self, **changes)
@@ -475,12 +511,25 @@ def data_terms(x, lmbd, pre: Precomputed, data: ObjectiveData, regulariser: str 
             offset_sigma = _checked_epoch_sigmas(pre, offset_sigma)
         prior, prior_w = offset_prior(amp, jnp.asarray(offset_sigma, dtype=x.dtype), pre, obs)
         c2_w = c2_w + prior_w
-    reg = regulariser_value(regulariser, fssc, fssh, pre.cell_area, pre.edges).astype(x.dtype)
+    n_window = n_windows(pre)
+    temporal = None
+    if n_window == 1:
+        reg = regulariser_value(regulariser, fssc, fssh, pre.cell_area, pre.edges).astype(x.dtype)
+    else:  # the mean of the windows' regularisers, and their coupling (dopplermap.windows)
+        fc, fh = split_maps(fssc, fssh, n_window)
+        reg = jnp.mean(jax.vmap(lambda a, b: regulariser_value(regulariser, a, b, pre.cell_area, pre.edges))(fc, fh))
+        reg = reg.astype(x.dtype)
+        temporal = (coupling_of(data.time_coupling)(fc, fh, pre.cell_area) / n_window).astype(x.dtype)
     pen = penalty * sum_excess(fssc, fssh)
-    c2_lc, c2_lc_w, c2_lc_sets = (None, None, None) if lightcurve is None else chi2_lightcurves(fssc, fssh, lightcurve)
+    c2_lc, c2_lc_w, c2_lc_sets = ((None, None, None) if lightcurve is None
+                                  else chi2_windowed_lightcurves(fssc, fssh, lightcurve)
+                                  if isinstance(lightcurve, WindowedLightCurve)
+                                  else chi2_lightcurves(fssc, fssh, lightcurve))
     line = c2_w if lightcurve is None else data.line_weight * c2_w + data.lc_weight * c2_lc_w
-    return line + lmbd * reg + pen, Terms(c2, reg, pen, c2_lc, model if with_model else None, c2_sets, c2_lc_sets,
-                                          prior)
+    total = line + lmbd * reg + pen
+    if temporal is not None and data.lmbd_time is not None:
+        total = total + data.lmbd_time * temporal
+    return total, Terms(c2, reg, pen, c2_lc, model if with_model else None, c2_sets, c2_lc_sets, prior, temporal)
 
 
 def objective_terms(x, lmbd, pre: Precomputed, obs: Observations, regulariser: str = "mem",

@@ -7,6 +7,14 @@
 * batched solves (:func:`batch_form`, :func:`batch_mode`): on CPU a dense model that fits
   :data:`BLOCKED_MAX_BYTES` is solved in its blocked form, the members together (vmap);
   otherwise member by member; an accelerator vmaps the folded form;
+* many solves of one shape (:func:`many_mode`, :func:`batch_chunk`): a lambda sweep, a
+  bootstrap, a calibration's data sets: members together (vmap) on an accelerator, and on
+  CPU for a blocked dense model of at least :data:`VMAP_MIN_CPU_WORK` data x cells; one
+  compiled solve after another otherwise; a vmapped call holds at most what
+  :data:`BATCH_MEMORY_FRACTION` of the memory holds;
+* the solver of ``solver="auto"`` (:func:`pick_solver`): of the back ends that apply, the one
+  whose compile (cold, from the persistent cache, or already in this process) plus estimated
+  solve is the shortest;
 * Hessian-vector products (:func:`hvp_blocked`, :func:`batch_hvps`): the blocked float64
   form while it fits :data:`HVP_BLOCKED_MAX_BYTES`; batched where that pays (blocked form,
   or any accelerator).
@@ -18,13 +26,17 @@ threshold by patching it here.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import jax
 
 from .choices import CUBE_DTYPES, SYNTHESIS_METHODS, check
+from .memory import memory_limit
 
 __all__ = ["DENSE_AUTO_BYTES", "FLOAT32_MIN_TOL", "BLOCKED_MAX_BYTES", "HVP_BLOCKED_MAX_BYTES", "on_accelerator",
-           "synthesis_method", "cube_dtype", "blocked_fits", "batch_form", "batch_mode", "hvp_blocked", "batch_hvps", "Plan"]
+           "synthesis_method", "cube_dtype", "blocked_fits", "batch_form", "batch_mode", "many_mode", "member_bytes", "batch_chunk",
+           "VMAP_MIN_CPU_WORK", "BATCH_MEMORY_FRACTION",
+           "COMPILE_SECONDS", "solver_passes", "solve_seconds", "pick_solver", "SolverChoice", "hvp_blocked", "batch_hvps", "Plan"]
 
 DENSE_AUTO_BYTES = 512 * 2**20
 """``method="auto"`` picks ``"dense"`` while the float64 dense cube fits this."""
@@ -78,6 +90,93 @@ def batch_mode(mode: str, *, form: str) -> str:
     if mode != "auto":
         return mode
     return "vmap" if (form == "blocked" or on_accelerator()) else "sequential"
+
+
+VMAP_MIN_CPU_WORK = 12_000_000
+"""On CPU, many solves of a blocked dense model run together (vmap) from this many
+``n_epoch x n_vel x n_cell`` on (the seed's size, where a batch was measured to pay): below
+it the members' lockstep (each vmapped iteration waits for the slowest member and evaluates
+every branch) costs more than the batched products save (benchmarks/RESULTS.md)."""
+
+BATCH_MEMORY_FRACTION = 0.25
+"""Share of the available memory (or of ``DOPPLERMAP_MAX_MEMORY``) one vmapped call may hold."""
+
+
+def many_mode(mode: str, *, n_data: int, n_cell: int, blocked_fits: bool) -> str:
+    """``"vmap"`` or ``"sequential"`` for many solves of one shape (``mode`` itself unless
+    ``"auto"``): vmap on an accelerator, and on CPU for a dense model whose blocked form fits
+    and whose ``n_data x n_cell`` reaches :data:`VMAP_MIN_CPU_WORK`."""
+    if mode != "auto":
+        return mode
+    if on_accelerator():
+        return "vmap"
+    return "vmap" if blocked_fits and n_data * n_cell >= VMAP_MIN_CPU_WORK else "sequential"
+
+
+def member_bytes(n_data: int, n_param: int, maxcor: int = 10) -> int:
+    """Bytes one member of a vmapped solve holds: its data, error, model and residuals (and
+    their copies), its maps and gradients, the L-BFGS pairs and the result's arrays."""
+    return int(8 * (6 * n_data + (4 * maxcor + 10) * n_param))
+
+
+def batch_chunk(n_members: int, per_member: int, budget: int | None = None) -> int:
+    """Members per vmapped call: all ``n_members`` while they fit ``budget`` bytes (default
+    :data:`BATCH_MEMORY_FRACTION` of :func:`dopplermap.memory.memory_limit`), else as many
+    as fit (at least 1)."""
+    if budget is None:
+        limit, _ = memory_limit()
+        budget = None if limit is None else int(BATCH_MEMORY_FRACTION * limit)
+    if budget is None:
+        return max(1, int(n_members))
+    return max(1, min(int(n_members), int(budget) // max(1, int(per_member))))
+
+
+COMPILE_SECONDS = {"lbfgsb": {"cold": 1.6, "disk": 0.2, "memo": 0.0},
+                   "newton": {"cold": 6.1, "disk": 0.4, "memo": 0.0}}
+"""Compile seconds of each back end's program by where it comes from: ``"cold"`` (traced and
+compiled), ``"disk"`` (the persistent compile cache), ``"memo"`` (compiled in this process)."""
+
+_PASS_SECONDS = {"lbfgsb": 1.0e-9, "newton": 0.75e-9}
+"""Seconds of one objective pass per ``n_data x n_cell`` (L-BFGS-B's includes scipy's host work)."""
+_PASS_OVERHEAD = {"lbfgsb": 1e-3, "newton": 2e-4}
+"""Seconds a pass costs whatever the size (L-BFGS-B: a host round trip per evaluation)."""
+
+
+def solver_passes(solver: str, tol: float) -> float:
+    """Objective passes a solve from the flat start takes at ``tol`` (the tight-tolerance
+    solver comparison of benchmarks/RESULTS.md, linear in ``log10 tol``)."""
+    digits = max(0.0, -math.log10(tol) - 5.0)
+    return {"lbfgsb": 110.0 + 70.0 * digits, "newton": 140.0 + 15.0 * digits}[solver]
+
+
+def solve_seconds(solver: str, tol: float, n_data: int, n_cell: int) -> float:
+    """Estimated seconds of one solve by ``solver`` (passes x seconds a pass)."""
+    return solver_passes(solver, tol) * (_PASS_SECONDS[solver] * n_data * n_cell + _PASS_OVERHEAD[solver])
+
+
+@dataclasses.dataclass(frozen=True)
+class SolverChoice:
+    """The back end :func:`pick_solver` chose and why: ``estimates`` maps each candidate to
+    ``(compile state, compile seconds, solve seconds)``."""
+
+    solver: str
+    estimates: dict
+
+    def describe(self) -> str:
+        """One line for ``-v``: the choice and every candidate's estimate."""
+        parts = [f"{s} {c:.1f} s compile ({state}) + {t:.1f} s solve"
+                 for s, (state, c, t) in self.estimates.items()]
+        return f"solver auto: {self.solver} (estimated {'; '.join(parts)})"
+
+
+def pick_solver(states: dict, *, tol: float, n_data: int, n_cell: int, n_solves: int = 1) -> SolverChoice:
+    """Of the candidate back ends (``states``: ``{solver: compile state}``, states as in
+    :data:`COMPILE_SECONDS`), the one of the least compile plus ``n_solves`` estimated solves
+    (one compile serves them all); a tie goes to the first candidate."""
+    est = {s: (state, COMPILE_SECONDS[s][state], n_solves * solve_seconds(s, tol, n_data, n_cell))
+           for s, state in states.items()}
+    best = min(est, key=lambda s: est[s][1] + est[s][2])
+    return SolverChoice(best, est)
 
 
 def hvp_blocked(blocked_nbytes: int) -> bool:

@@ -31,7 +31,8 @@ from .result import light_curves, line_sets, relative_brightness
 
 __all__ = ["plot_maps", "plot_map", "plot_orthographic", "plot_profiles", "plot_dynamic_spectrum",
            "plot_light_curve", "plot_convergence", "plot_uncertainty", "result_figures", "plot_result",
-           "fitted_components", "cell_lookup", "central_meridians", "QUANTITIES"]
+           "fitted_components", "cell_lookup", "central_meridians", "QUANTITIES", "plot_window_maps",
+           "plot_time_longitude", "plot_spot_area"]
 
 log = logging.getLogger(__name__)
 
@@ -1012,7 +1013,26 @@ def result_figures(result, *, n_views: int = 6, max_profiles: int = 24, componen
             q["brightness"] = relative_brightness(fssc, fssh, result.intensities)
         return q
 
-    if grid is not None:
+    windowed = getattr(result, "n_window", 1) > 1
+    if grid is not None and windowed:  # one map per time window: the sequence, the butterfly view, the area
+        fc, fh = result.window_maps()
+        true_c = None
+        if result.truth is not None and np.size(result.truth["fssc"]) == fc.size:
+            true_c = np.reshape(result.truth["fssc"], fc.shape)
+        spans = result.window_spans
+        t_ref = None if star is None else star.t0
+        per = None if star is None else star.period
+        out["map_windows"] = lambda: plot_window_maps(grid.lat, grid.lon, fc, spans, truth=true_c,
+                                                      lat_bounds=grid.lat_bounds, lon_bounds=grid.lon_bounds,
+                                                      t_ref=t_ref, period=per)
+        out["time_longitude"] = lambda: plot_time_longitude(grid.lat, grid.lon, grid.area, fc, spans, t_ref=t_ref,
+                                                            period=per)
+        out["spot_area"] = lambda: plot_spot_area(spans, grid.area, fc, truth=true_c, t_ref=t_ref, period=per)
+        if "hot" in comps:
+            out["map_windows_hot"] = lambda: plot_window_maps(grid.lat, grid.lon, fh, spans, quantity="hot",
+                                                              lat_bounds=grid.lat_bounds,
+                                                              lon_bounds=grid.lon_bounds, t_ref=t_ref, period=per)
+    elif grid is not None:
         rec = quantities(result.fssc, result.fssh)
         tru = quantities(result.truth["fssc"], result.truth["fssh"]) if result.truth is not None else None
         for proj in MAP_PROJECTIONS:
@@ -1052,6 +1072,173 @@ def result_figures(result, *, n_views: int = 6, max_profiles: int = 24, componen
         label = REGULARISER_LABELS.get(result.regulariser, "regulariser")
         out["convergence"] = lambda: plot_convergence(result.history, regulariser_label=label)
     return out
+
+
+# ------------------------------------------------------------------ maps that change with time
+
+
+def _window_labels(spans, t_ref, period):
+    spans = np.asarray(spans, float)
+    if period:
+        c = (spans - t_ref) / period
+        return [f"cycles {a:.1f}–{b:.1f}" for a, b in c]
+    return [f"t = {a - t_ref:.1f}–{b - t_ref:.1f} d" for a, b in spans]
+
+
+def _check_windows(maps, spans, n_cell):
+    maps = np.asarray(maps, float)
+    spans = np.asarray(spans, float)
+    if maps.ndim != 2 or maps.shape[1] != n_cell or spans.shape != (maps.shape[0], 2):
+        raise DopplermapInputError(f"window maps must be (K, n_cell) = (K, {n_cell}) with spans (K, 2), got "
+                                   f"{maps.shape} and {spans.shape}")
+    return maps, spans
+
+
+def plot_window_maps(lat, lon, maps, spans, *, quantity: str = "cool", truth=None, lat_bounds=None,
+                     lon_bounds=None, t_ref: float | None = None, period: float | None = None, ncol: int = 4,
+                     resolution: int = 90, fig=None):
+    """The maps of the time windows in sequence (rectangular projection), on one colour scale.
+
+    Args:
+        lat, lon: (n_cell,) cell centres, rad. maps: (K, n_cell) one map per window (a
+            filling factor or brightness, ``quantity`` naming its colour map and label).
+        spans: (K, 2) start and end of each window, days. truth: (K, n_cell) true maps,
+            drawn on the row below each recovered row (same colour scale).
+        t_ref, period: windows labelled in rotation cycles since ``t_ref`` when ``period``
+            is given, else in days since ``t_ref`` (default the first window's start).
+        ncol: panels per row.
+
+    Returns the Figure.
+    """
+    maps, spans = _check_windows(maps, spans, np.size(lat))
+    if truth is not None:
+        truth, _ = _check_windows(truth, spans, np.size(lat))
+    k = maps.shape[0]
+    ncol = max(1, min(int(ncol), k))
+    nrow_w = -(-k // ncol)
+    rows = nrow_w * (2 if truth is not None else 1)
+    raster = grid_raster(lat, lon, lat_bounds, lon_bounds, "rect", resolution)
+    norm = _norm(*colour_limits(quantity, [maps] + ([truth] if truth is not None else [])))
+    cm = style.cmap(quantity)
+    t_ref = float(spans[0, 0]) if t_ref is None else float(t_ref)
+    labels = _window_labels(spans, t_ref, period)
+    pw = (style.TWO_COLUMN - 1.2) / ncol
+    ph = pw / 2 + 0.3
+    if fig is None:
+        fig = style.new_figure(style.TWO_COLUMN, rows * ph + 0.5)
+    w, h = fig.get_size_inches()
+    with style.context():
+        for i in range(k):
+            for j, (data, tag) in enumerate([(maps, "")] + ([(truth, "true, ")] if truth is not None else [])):
+                r = (i // ncol) * (2 if truth is not None else 1) + j
+                c = i % ncol
+                ax = fig.add_axes(((0.45 + c * pw) / w, 1 - (0.3 + (r + 1) * ph) / h, (pw - 0.1) / w, (ph - 0.3) / h))
+                ax.imshow(raster.image(data[i]), extent=raster.extent, origin="upper", cmap=cm, norm=norm,
+                          interpolation="nearest", aspect="auto")
+                ax.set_title(tag + labels[i], fontsize=style.FONT_PT)
+                ax.set_xticks([0, 180, 360])
+                ax.set_yticks([-90, 0, 90])
+                ax.tick_params(labelbottom=r == rows - 1 or i + ncol >= k, labelleft=c == 0, labelsize=6)
+        cax = fig.add_axes(((0.45 + ncol * pw) / w, 0.15, 0.12 / w, 0.7))
+        from matplotlib.cm import ScalarMappable
+
+        fig.colorbar(ScalarMappable(norm=norm, cmap=cm), cax=cax, label=style.LABELS[quantity])
+    return fig
+
+
+def plot_time_longitude(lat, lon, area, maps, spans, *, bands=(-90.0, -30.0, 0.0, 30.0, 60.0, 90.0),
+                        n_lon: int = 36, quantity: str = "cool", t_ref: float | None = None,
+                        period: float | None = None, fig=None):
+    """Spot coverage against longitude and time, one panel per latitude band (the
+    "butterfly" view of evolving and shearing spots).
+
+    Each pixel is the area-weighted mean of ``maps`` over the cells of the band whose centre
+    falls in the longitude bin (a bin holding no centre, near a pole: the nearest cell's
+    value), for each window (rows: windows, at their time spans).
+
+    Args:
+        lat, lon: (n_cell,) cell centres, rad. area: (n_cell,) cell areas.
+        maps: (K, n_cell) one map per window. spans: (K, 2) days.
+        bands: latitude band edges, deg (increasing); panels from the north down.
+        n_lon: longitude bins.
+
+    Returns the Figure.
+    """
+    maps, spans = _check_windows(maps, spans, np.size(lat))
+    bands = np.asarray(bands, float)
+    if bands.ndim != 1 or bands.size < 2 or np.any(np.diff(bands) <= 0):
+        raise DopplermapInputError(f"bands must be increasing latitude edges (deg), got {list(bands)}")
+    latd, lond = np.degrees(np.asarray(lat, float)), np.mod(np.degrees(np.asarray(lon, float)), 360.0)
+    area = np.asarray(area, float)
+    lbin = np.minimum((lond / (360.0 / n_lon)).astype(int), n_lon - 1)
+    t_ref = float(spans[0, 0]) if t_ref is None else float(t_ref)
+    scale = float(period) if period else 1.0
+    y_edges = (np.concatenate([spans[:, 0], spans[-1:, 1]]) - t_ref) / scale
+    images = []
+    for b in range(bands.size - 2, -1, -1):
+        sel = (latd >= bands[b]) & (latd < bands[b + 1] if b < bands.size - 2 else latd <= bands[b + 1])
+        wsum = np.bincount(lbin[sel], weights=area[sel], minlength=n_lon)
+        img = np.stack([np.bincount(lbin[sel], weights=area[sel] * m[sel], minlength=n_lon) for m in maps])
+        with np.errstate(invalid="ignore", divide="ignore"):
+            img = np.where(wsum > 0, img / wsum, np.nan)
+        empty = np.nonzero(wsum == 0)[0]
+        if empty.size and sel.any():  # fewer cells than bins (near a pole): the nearest cell's value
+            centre = (empty + 0.5) * (360.0 / n_lon)
+            d = np.abs((lond[sel][None, :] - centre[:, None] + 180.0) % 360.0 - 180.0)
+            img[:, empty] = maps[:, sel][:, np.argmin(d, axis=1)]
+        images.append((bands[b], bands[b + 1], img))
+    norm = _norm(*colour_limits(quantity, [im for _, _, im in images]))
+    cm = style.cmap(quantity).with_extremes(bad=style.GAP_COLOUR)
+    n = len(images)
+    if fig is None:
+        fig = style.new_figure(style.ONE_COLUMN + 0.6, 0.9 + 1.1 * n)
+    w, h = fig.get_size_inches()
+    x_edges = np.linspace(0.0, 360.0, n_lon + 1)
+    with style.context():
+        axes = []
+        for i, (lo, hi, img) in enumerate(images):
+            ax = fig.add_axes((0.6 / w, 1 - (0.25 + 1.1 * (i + 1)) / h, (w - 1.5) / w, 0.95 / h))
+            ax.pcolormesh(x_edges, y_edges, np.ma.masked_invalid(img), cmap=cm, norm=norm)
+            ax.set_ylabel("cycle" if period else "days", fontsize=style.FONT_PT)
+            ax.text(0.01, 0.97, f"{lo:+.0f}° to {hi:+.0f}°", transform=ax.transAxes, ha="left", va="top",
+                    fontsize=6, bbox={"fc": "white", "ec": "none", "alpha": 0.7, "pad": 1})
+            ax.set_xlim(0, 360)
+            ax.set_xticks([0, 90, 180, 270, 360])
+            ax.tick_params(labelbottom=i == n - 1)
+            axes.append(ax)
+        axes[-1].set_xlabel("longitude (deg)")
+        cax = fig.add_axes(((w - 0.8) / w, 0.2, 0.1 / w, 0.6))
+        from matplotlib.cm import ScalarMappable
+
+        fig.colorbar(ScalarMappable(norm=norm, cmap=cm), cax=cax, label=style.LABELS[quantity])
+    return fig
+
+
+def plot_spot_area(spans, area, maps, *, truth=None, t_ref: float | None = None, period: float | None = None,
+                   label: str = "cool-spot coverage", fig=None):
+    """Spot coverage of the whole surface (area-weighted mean filling factor) in each window
+    against time, with the true coverage when ``truth`` ((K, n_cell)) is given.
+
+    Returns the Figure.
+    """
+    maps, spans = _check_windows(maps, spans, np.size(area))
+    area = np.asarray(area, float) / np.sum(area)
+    t_ref = float(spans[0, 0]) if t_ref is None else float(t_ref)
+    scale = float(period) if period else 1.0
+    t = (spans.mean(axis=1) - t_ref) / scale
+    half = 0.5 * (spans[:, 1] - spans[:, 0]) / scale
+    if fig is None:
+        fig = style.new_figure(style.ONE_COLUMN, 2.4)
+    with style.context():
+        ax = fig.add_axes((0.2, 0.18, 0.75, 0.72))
+        ax.errorbar(t, maps @ area, xerr=half, fmt="o", color="k", ms=3, lw=0.6, label="recovered")
+        if truth is not None:
+            tr, _ = _check_windows(truth, spans, np.size(area))
+            ax.plot(t, tr @ area, "s--", color=style.MODEL_COLOUR, ms=3, lw=0.8, label="true")
+            ax.legend()
+        ax.set_xlabel("rotation cycle" if period else "days")
+        ax.set_ylabel(label)
+    return fig
 
 
 def _file_name(name: str) -> str:

@@ -26,15 +26,16 @@ from pathlib import Path
 import numpy as np
 
 from . import regularisers
+from .atmosphere import RESPONSES, passband_limb_darkening, passband_planck_ratio
 from .atomic import write_file
-from .broadening import apply_cell_factors, instrumental_broaden, mu_dependent_profile, scale_equivalent_width
+from .broadening import apply_cell_factors, equivalent_width_kms, line_profiles
 from .choices import REGULARISERS, RV_SHIFTS, SPOT_COMPONENTS, SYNTHESIS_METHODS, check
 from .diagnostics import check_spot_contrast, check_wavelength, fields_checked
 from .errors import DopplermapInputError, MissingFileError, warn
 from .errorscale import ErrorScale, error_scale_for, scale_errors
 from .geometry import StarParams
-from .gravity import gravity_darkening_factors
-from .grid import SurfaceGrid, make_grid
+from .gravity import gravity_darkening_factors, log_g, star_surface
+from .grid import SurfaceGrid, make_grid, with_surface
 from .io.lightcurve import load_lightcurve
 from .io.lsd import load_profiles, read_local_profile
 from .io.times import epoch_times
@@ -44,6 +45,7 @@ from .objective import Layout, LineSets, Observations, solve_form
 from .plan import Plan
 from .profiles import Component, ComponentSet, LimbDarkening, gaussian, intensity_ratio, voigt
 from .simulate import DEMO_SPOTS, demo_setup, simulate
+from .windows import WindowedLightCurve, Windows, window_precomputed
 
 __all__ = ["Settings", "GravityDarkening", "LightCurveData", "LineData", "Problem", "require_problem", "from_config",
            "from_npz", "from_seed", "demo_problem", "save_npz", "NPZ_SCALARS"]
@@ -67,6 +69,8 @@ class Settings:
     solver: str = "lbfgsb"
     fit_components: tuple[str, ...] = SPOT_COMPONENTS
     offset_sigma: float | tuple | None = None  # Gaussian prior on the offsets (dopplermap.objective); per set: a tuple
+    lmbd_time: float = 0.0  # weight of the coupling of neighbouring time windows' maps (dopplermap.windows)
+    time_coupling: str = "quadratic"  # its kind: "quadratic" or "relative_entropy" (dopplermap.windows)
 
     def replace(self, **changes) -> Settings:
         """A copy with ``changes``; ``None`` values are ignored (unset command-line options)."""
@@ -78,17 +82,20 @@ class Settings:
 
 @dataclasses.dataclass(frozen=True)
 class GravityDarkening:
-    """Von Zeipel gravity darkening on a Roche surface (see :mod:`dopplermap.gravity`).
+    """Gravity darkening on a Roche surface (see :mod:`dopplermap.gravity`): von Zeipel's
+    ``beta`` or ``law = "elr"``; ``mass`` (M_sun) sets the Roche model of a spherical grid
+    (a grid with a distorted surface carries its own gravity).
 
     ``temperatures``: (phot, cool, hot) K; ``line_wavelength_nm`` / ``lc_wavelength_nm``:
     where the intensity factors of the line band and of the light-curve band are evaluated.
     """
 
-    mass: float
+    mass: float | None
     beta: float
     temperatures: tuple[float, float, float]
     line_wavelength_nm: float
     lc_wavelength_nm: float | None = None
+    law: str = "von_zeipel"
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -170,6 +177,9 @@ class Problem:
         mass: the star's mass (M_sun) where known (``[star] mass``): a grid search then
             refuses points beyond break-up and reports log g beside the implied radius
             (:attr:`stellar_mass` falls back on the gravity darkening's mass).
+        windows: time windows (:class:`dopplermap.windows.Windows`), one map each, coupled
+            by ``settings.lmbd_time``; None: one static map. The parameter vector then holds
+            every window's maps (:mod:`dopplermap.windows`); ``pre`` is windowed.
     """
 
     grid: SurfaceGrid
@@ -189,9 +199,13 @@ class Problem:
     form: Precomputed | None = None
     error_scale: tuple[ErrorScale, ...] = ()
     mass: float | None = None
+    windows: Windows | None = None
 
     def __post_init__(self):
         check(self.method, SYNTHESIS_METHODS, f"{self.source}: method")
+        if self.windows is not None and not isinstance(self.windows, Windows):
+            raise DopplermapInputError(f"{self.source}: windows takes dopplermap.windows.Windows, got "
+                                       f"{type(self.windows).__name__}")
         if self.mass is not None and not (isinstance(self.mass, (int, float)) and math.isfinite(self.mass)
                                           and self.mass > 0):
             raise DopplermapInputError(f"{self.source}: mass must be a finite number > 0 M_sun, got {self.mass!r}")
@@ -276,7 +290,7 @@ class Problem:
 
     def _factors(self, wavelength_nm):
         g = self.gravity
-        return gravity_darkening_factors(self.grid, self.star, g.mass, g.temperatures, wavelength_nm, g.beta)
+        return gravity_darkening_factors(self.grid, self.star, g.mass, g.temperatures, wavelength_nm, g.beta, g.law)
 
     def _precompute(self, obs, components, wavelength_nm=None):
         pre = precompute(self.grid, self.star, np.asarray(obs.times), np.asarray(obs.vels), components,
@@ -290,12 +304,36 @@ class Problem:
     def pre(self):
         """The synthesis form of the line profiles (:class:`dopplermap.model.Precomputed`), or
         with ``lines`` one per set (:class:`dopplermap.objective.LineSets`); a given ``form`` as it is."""
+        if self.windows is not None:
+            self.windows.check_filled(self.window_index(), lmbd_time=self.settings.lmbd_time,
+                                      where=f"{self.source}: windows")
         if self.form is not None:
-            return self.form
+            return self._windowed(self.form, self.obs, self.source)
         if not self.lines:
-            return self._precompute(self.obs, self.components)
-        return LineSets.create([self._precompute(ld.obs, ld.components, ld.wavelength_nm) for ld in self.lines],
+            return self._windowed(self._precompute(self.obs, self.components), self.obs, self.source)
+        return LineSets.create([self._windowed(self._precompute(ld.obs, ld.components, ld.wavelength_nm), ld.obs,
+                                               f"{self.source}: [[lines]] {ld.name!r}") for ld in self.lines],
                                weights=[ld.weight for ld in self.lines], names=[ld.name for ld in self.lines])
+
+    @property
+    def n_window(self) -> int:
+        """The number of time windows (1: one static map)."""
+        return 1 if self.windows is None else self.windows.n_window
+
+    def window_index(self, times=None) -> np.ndarray:
+        """(n,) window of each of ``times`` (default: every line data set's epochs, set after set)."""
+        if times is None:
+            times = np.concatenate([np.asarray(o.times) for o in
+                                    (self.observations if self.lines else (self.obs,))])
+        if self.windows is None:
+            return np.zeros(np.size(times), np.int32)
+        return self.windows.index(times, where=f"{self.source}: windows")
+
+    def _windowed(self, pre, obs, where):
+        if self.windows is None:
+            return pre
+        idx = self.windows.index(np.asarray(obs.times), where=f"{where}: windows")
+        return window_precomputed(pre, idx, self.windows.n_window)
 
     @property
     def layout(self) -> Layout:
@@ -326,9 +364,14 @@ class Problem:
         if d is None:
             return None
         if isinstance(d, LightCurveData):
-            return self._lightcurve(d)
-        return LightCurveSet.create([self._lightcurve(b) for b in d], weights=[b.weight for b in d],
-                                    names=[b.name for b in d])
+            fit = self._lightcurve(d)
+        else:
+            fit = LightCurveSet.create([self._lightcurve(b) for b in d], weights=[b.weight for b in d],
+                                       names=[b.name for b in d])
+        if self.windows is None:
+            return fit
+        # each point reads its window's map (dopplermap.windows)
+        return WindowedLightCurve.create(fit, self.windows, where=f"{self.source}: light curve")
 
     def _lightcurve(self, d: LightCurveData):
         factors = self.lc_factors
@@ -344,11 +387,18 @@ class Problem:
         (kept when only ``settings`` change).
 
         A given form is not rebuilt from anything: other stellar parameters, components or a
-        method cannot apply to it and are refused."""
+        method cannot apply to it and are refused. A rotating star's Roche surface (a grid
+        with a single star's :mod:`dopplermap.roche` surface and a known mass) is rebuilt for
+        a new star: its distortion follows the period and radius."""
         fixed = sorted(k for k in ("grid", "star", "components", "method", "gravity", "rv_shift") if k in changes)
         if self.form is not None and "form" not in changes and fixed:
             raise DopplermapInputError(f"{self.source}: the synthesis form is given as data; changing "
                                        f"{', '.join(fixed)} would not change it")
+        surf = None if self.grid is None else self.grid.surface
+        if ("star" in changes and "grid" not in changes and surf is not None and not surf.q
+                and self.stellar_mass is not None):
+            # a rotating star's shape follows its period and radius: rebuilt for the new star
+            changes["grid"] = with_surface(self.grid, star_surface(self.grid, changes["star"], mass=self.stellar_mass))
         new = dataclasses.replace(self, **changes)
         if set(changes) <= {"settings"}:  # solver settings enter no derived array: keep those built
             # (but the plan: its cube dtype follows the tolerance)
@@ -453,24 +503,51 @@ def _line_components(cfg, ln=None) -> ComponentSet:
         profiles = [gaussian(d, ln.fwhm) for d in ln.depth]
     else:
         profiles = [voigt(d, ln.fwhm, ln.fwhm_lorentz) for d in ln.depth]
-    if ln.equivalent_width is not None:
-        profiles = [scale_equivalent_width(p, ln.equivalent_width, ln.ew_method) for p in profiles]
-    if ln.macroturbulence > 0:
-        profiles = [mu_dependent_profile(p, ln.macroturbulence, resolving_power=ln.resolving_power,
-                                         radial_fraction=ln.radial_fraction) for p in profiles]
-    elif ln.resolving_power is not None:
-        profiles = [instrumental_broaden(p, ln.resolving_power) for p in profiles]
+    ew = ln.equivalent_width
+    if ew is not None:
+        ew = equivalent_width_kms(list(ew) if isinstance(ew, tuple) else ew, ln.wavelength_nm,
+                                  "angstrom" if ln.ew_unit == "angstrom" else "km/s", "[line] equivalent_width")
+    profiles = line_profiles(profiles, equivalent_width=ew, ew_method=ln.ew_method, ew_stage=ln.ew_stage,
+                             resolving_power=ln.resolving_power, macroturbulence=ln.macroturbulence,
+                             radial_fraction=ln.radial_fraction)
     t = (temps.phot, temps.cool, temps.hot)
     inten = ln.intensity or tuple(intensity_ratio(x, temps.phot, ln.wavelength_nm) for x in t)
     lds = [LimbDarkening(ln.limb_darkening, c) for c in (ln.ld_phot, ln.ld_cool, ln.ld_hot)]
     return ComponentSet(*[Component(p, ld, i) for p, ld, i in zip(profiles, lds, inten, strict=True)])
 
 
-def _band(cfg, lcc) -> LightCurveBand:
+def _band(cfg, lcc, star=None) -> LightCurveBand:
     temps = cfg.temperatures
-    lds = [LimbDarkening(lcc.limb_darkening, c) for c in (lcc.ld_phot, lcc.ld_cool, lcc.ld_hot)]
-    return (LightCurveBand(tuple(lds), tuple(lcc.intensity)) if lcc.intensity is not None
-            else LightCurveBand.from_temperatures(temps.phot, temps.cool, temps.hot, lcc.wavelength_nm, lds))
+    if lcc.limb_darkening == "atmosphere":
+        lds = _atmosphere_limb_darkening(cfg, lcc, star)
+    else:
+        lds = [LimbDarkening(lcc.limb_darkening, c) for c in (lcc.ld_phot, lcc.ld_cool, lcc.ld_hot)]
+    if lcc.intensity is not None:
+        return LightCurveBand(tuple(lds), tuple(lcc.intensity))
+    if lcc.passband is not None:
+        if lcc.passband in RESPONSES:  # blackbody contrasts over the band's published response
+            inten = tuple(passband_planck_ratio(t, temps.phot, lcc.passband) for t in (temps.phot, temps.cool, temps.hot))
+            return LightCurveBand(tuple(lds), inten)
+        warn(f"{cfg.source}: passband {lcc.passband!r}: no response curve ships with dopplermap, so the band's "
+             f"contrasts are Planck ratios at wavelength_nm = {lcc.wavelength_nm:g} nm; give intensity to set them")
+    return LightCurveBand.from_temperatures(temps.phot, temps.cool, temps.hot, lcc.wavelength_nm, lds)
+
+
+def _atmosphere_limb_darkening(cfg, lcc, star) -> list:
+    """Each component's limb darkening in ``lcc.passband`` from the shipped model-atmosphere
+    table (:mod:`dopplermap.atmosphere`) at its temperature and the star's log g."""
+    s, t = cfg.star, cfg.temperatures
+    logg = s.logg
+    if logg is None:
+        if s.mass is None or star is None:
+            raise DopplermapInputError(f"{cfg.source}: limb_darkening = 'atmosphere' needs the star's log g: give "
+                                       "[star] logg, or [star] mass (with the radius, it gives log g)")
+        logg = log_g(s.mass, star.radius_rsun)
+    where = f"{cfg.source}: {lcc.passband} limb darkening"
+    try:
+        return [passband_limb_darkening(lcc.passband, temp, logg) for temp in (t.phot, t.cool, t.hot)]
+    except DopplermapInputError as exc:
+        raise DopplermapInputError(f"{where}: {exc}") from None
 
 
 def _read_lightcurve(cfg, star, profile_times, path, fmt, column, unit, time_scale, bin_width, bin_unit, fallback,
@@ -488,7 +565,7 @@ def _lightcurve_data(cfg, star, profile_times, time_scale):
         for lc in cfg.lightcurves:
             data = _read_lightcurve(cfg, star, profile_times, lc.file, lc.format, lc.column, lc.unit, lc.time_scale,
                                     lc.bin, lc.bin_unit, time_scale, lc.quality_bitmask)
-            out.append(LightCurveData(times=data.time, flux=data.flux, err=data.err, band=_band(cfg, lc),
+            out.append(LightCurveData(times=data.time, flux=data.flux, err=data.err, band=_band(cfg, lc, star),
                                       fit_dilution=lc.fit_dilution, source=data.source, read=data, name=lc.name,
                                       weight=lc.weight, wavelength_nm=lc.wavelength_nm))
         return tuple(out)
@@ -499,7 +576,7 @@ def _lightcurve_data(cfg, star, profile_times, time_scale):
     data = _read_lightcurve(cfg, star, profile_times, d.lightcurve, d.lightcurve_format, d.lightcurve_column,
                             d.lightcurve_unit, d.lightcurve_time_scale, d.lightcurve_bin, d.lightcurve_bin_unit,
                             d.time_scale, d.lightcurve_quality_bitmask)
-    return LightCurveData(times=data.time, flux=data.flux, err=data.err, band=_band(cfg, lcc),
+    return LightCurveData(times=data.time, flux=data.flux, err=data.err, band=_band(cfg, lcc, star),
                           fit_dilution=lcc.fit_dilution, source=data.source, read=data)
 
 
@@ -528,6 +605,20 @@ def _warn_reused_files(source: str, what: str, files_of: dict) -> None:
         more = f" and {len(twice) - 3} more" if len(twice) > 3 else ""
         warn(f"{source}: {len(twice)} file(s) are read by more than one {what} table, so their data are fitted "
              f"once per table (they weigh double): {listed}{more}; list each file in one table")
+
+
+def _windows(mp, star, times, source) -> Windows | None:
+    """The ``[map]`` time windows over the profiles' epochs (BJD_TDB), or None."""
+    where = f"{source}: [map]"
+    if mp.windows is not None:
+        return Windows.count(mp.windows, times, where=f"{where} windows")
+    if mp.window_rotations is not None:
+        return Windows.rotations(mp.window_rotations, times, star.period, star.t0, where=f"{where} window_rotations")
+    if mp.window_edges:
+        return Windows.from_cycles(mp.window_edges, star.period, star.t0, where=f"{where} window_edges")
+    if mp.window_gap is not None:
+        return Windows.gaps(mp.window_gap, times, where=f"{where} window_gap")
+    return None
 
 
 def from_config(cfg) -> Problem:
@@ -576,7 +667,7 @@ def _from_config(cfg) -> Problem:
     if cfg.gravity_darkening.enabled:
         gravity = GravityDarkening(mass=s.mass, beta=cfg.gravity_darkening.beta, temperatures=temps,
                                    line_wavelength_nm=first.line.wavelength_nm,
-                                   lc_wavelength_nm=cfg.lightcurve.wavelength_nm)
+                                   lc_wavelength_nm=cfg.lightcurve.wavelength_nm, law=cfg.gravity_darkening.law)
     inv = cfg.inversion
     # each set's offsets get its own [[lines]] offset_sigma, else the [inversion] one
     sigmas = tuple(inv.offset_sigma if ls.offset_sigma is None else ls.offset_sigma for ls in cfg.line_sets())
@@ -584,15 +675,26 @@ def _from_config(cfg) -> Problem:
                         fit_rv=inv.fit_rv, fit_amp=inv.fit_amp, line_weight=inv.line_weight,
                         lc_weight=inv.lc_weight, solver=inv.solver, fit_components=tuple(inv.fit_components),
                         offset_sigma=None if all(v is None for v in sigmas) else
-                        sigmas[0] if len(sigmas) == 1 else sigmas)
+                        sigmas[0] if len(sigmas) == 1 else sigmas, lmbd_time=cfg.map.lmbd_time,
+                        time_coupling=cfg.map.time_coupling)
     profile_times = np.concatenate([np.asarray(ld.obs.times) for ld in sets])
     lc = _lightcurve_data(cfg, star, profile_times, first.data.time_scale)
+    # the windows span every epoch and every light-curve point
+    lc_times = [np.asarray(d.times) for d in (lc if isinstance(lc, tuple) else (lc,)) if d is not None]
+    windows = _windows(cfg.map, star, np.concatenate([profile_times, *lc_times]), cfg.source)
     if isinstance(lc, tuple) and len(lc) == 1:  # one band: the plain joint fit, its weight on lc_weight
         settings = settings.replace(lc_weight=settings.lc_weight * lc[0].weight)
         lc = lc[0]
-    common = dict(grid=make_grid(cfg.grid.kind, cfg.grid.n_cell, cfg.grid.nside), star=star, method=inv.method,
+    grid = make_grid(cfg.grid.kind, cfg.grid.n_cell, cfg.grid.nside)
+    if s.shape == "roche":
+        if not s.mass_ratio and s.mass is None:
+            raise DopplermapInputError(f"{cfg.source}: [star] shape = 'roche' of a single star needs [star] mass "
+                                       "(M_sun): the rotation's distortion follows from mass, period and radius")
+        grid = with_surface(grid, star_surface(grid, star, mass=s.mass, q=s.mass_ratio, fill=s.roche_fill,
+                                               sync=s.synchronicity))
+    common = dict(grid=grid, star=star, method=inv.method,
                   rv_shift=inv.rv_shift, gravity=gravity, lightcurve_data=lc, t_phot=float(temps[0]),
-                  wavelength_nm=float(first.line.wavelength_nm), source=cfg.source, mass=s.mass)
+                  wavelength_nm=float(first.line.wavelength_nm), source=cfg.source, mass=s.mass, windows=windows)
     if len(sets) == 1:  # one set (also one [[lines]] table): the plain problem, its weight on line_weight
         one = sets[0]
         if cfg.lines:

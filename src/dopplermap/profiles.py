@@ -3,7 +3,7 @@
 Each of the three surface components (photosphere, cool spot, hot spot) has
 
 * a local line profile ``I/Ic(v)`` at disc centre (Gaussian, Voigt or tabulated),
-* a limb-darkening law ``I(mu)/I(1)`` (linear, quadratic or square-root),
+* a limb-darkening law ``I(mu)/I(1)`` (linear, quadratic, square-root or power-2),
 * a continuum intensity relative to the photosphere (given, or Planck at T and lambda).
 
 Profiles are evaluated with NumPy once, at set-up; limb darkening is ``jax.numpy`` so the

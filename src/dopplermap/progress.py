@@ -62,7 +62,7 @@ class Reporter:
             else:
                 self._progress = Progress(
                     SpinnerColumn(finished_text=""), TextColumn("{task.fields[mark]}"),
-                    TextColumn("{task.description:<18}"),
+                    TextColumn("{task.description:<24}"),
                     TimeElapsedColumn(), TextColumn("{task.fields[info]}"),
                     console=console, transient=self._transient, refresh_per_second=8)
             if self._progress is not None:
@@ -198,7 +198,7 @@ class _NotebookProgress:
             dt = t["dt"] if t["dt"] is not None else now - t["t0"]
             mark = Text.from_markup(t["mark"]).plain if t.get("mark") else "✓" if t["dt"] is not None else "…"
             name = Text.from_markup(t["description"]).plain  # descriptions may carry rich markup
-            lines.append(f"{mark} {name:<18} {int(dt) // 60}:{dt % 60:04.1f}  {t['info']}")
+            lines.append(f"{mark} {name:<24} {int(dt) // 60}:{dt % 60:04.1f}  {t['info']}")
         self._handle.update({"text/plain": "\n".join(lines)}, raw=True)
 
 
@@ -252,7 +252,7 @@ class _LineProgress:
         name = Text.from_markup(t["description"]).plain
         info = Text.from_markup(t["info"]).plain
         info = re.sub(r"^[0-9.]+ s\s*", "", info)  # a step's own time: already in the line
-        line = f"{'✗' if failed else '✓'} {name:<18} {dt:8.2f} s  {info}".rstrip()
+        line = f"{'✗' if failed else '✓'} {name:<24} {dt:8.2f} s  {info}".rstrip()
         stream = self._stream if self._stream is not None else sys.stderr  # at write time: redirections apply
         enc = getattr(stream, "encoding", None) or "utf-8"
         try:

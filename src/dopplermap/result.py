@@ -129,6 +129,11 @@ class InversionResult:
         cube_dtype: dtype of the (folded) dense cube the solve used, None for the binned model.
         fit_components: the spot components fitted, ``("cool", "hot")`` or one of them; an
             unfitted component's filling factor is held at the floor 1e-5.
+        window_edges: with time windows (:mod:`dopplermap.windows`): the (K + 1,) edges of
+            the windows, days; ``fssc`` and ``fssh`` then hold the K maps one after another
+            (:meth:`window_maps`, :meth:`window`). None: one static map.
+        lmbd_time, temporal: the weight and value of the windows' temporal coupling (None
+            without windows).
 
     Context for result files and figures (optional; filled by :func:`dopplermap.invert` from a
     model made by :func:`dopplermap.precompute`, by :func:`dopplermap.io.results.with_context`
@@ -180,9 +185,14 @@ class InversionResult:
     chi2_sets: dict | None = None  # {name: reduced chi2} of several line data sets (chi2: the pooled one)
     chi2_lc_sets: dict | None = None  # {name: reduced chi2} of several light-curve bands (chi2_lc: pooled)
     offset_prior: float | None = None  # the offset prior's term in the loss (None: no prior)
+    window_edges: np.ndarray | None = None  # (K + 1,) days: fssc, fssh hold K maps (dopplermap.windows)
+    lmbd_time: float | None = None
+    temporal: float | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "fit_components", tuple(self.fit_components))  # a JSON list after a round trip
+        if self.window_edges is not None:
+            object.__setattr__(self, "window_edges", np.asarray(self.window_edges, dtype=float))
         if self.outcome is not None:
             object.__setattr__(self, "outcome", Outcome(self.outcome))
 
@@ -212,11 +222,43 @@ class InversionResult:
             v = getattr(self, k)
             out[k] = v.item() if isinstance(v, np.generic) else list(v) if isinstance(v, tuple) else \
                 dict(v) if isinstance(v, dict) else v
+        if self.window_edges is not None:
+            out.update(window_edges=[float(v) for v in self.window_edges], lmbd_time=self.lmbd_time,
+                       temporal=self.temporal)
         return out
 
     @property
+    def n_window(self) -> int:
+        """The number of time windows (1: one static map)."""
+        return 1 if self.window_edges is None else int(np.size(self.window_edges)) - 1
+
+    @property
+    def window_spans(self) -> np.ndarray | None:
+        """(K, 2) start and end of each window, days (None: one static map)."""
+        if self.window_edges is None:
+            return None
+        e = np.asarray(self.window_edges, dtype=float)
+        return np.stack([e[:-1], e[1:]], axis=1)
+
+    def window_maps(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(fssc, fssh)`` as (K, n_cell) arrays, one row per window (K = 1: the static map)."""
+        k = self.n_window
+        return np.reshape(self.fssc, (k, -1)), np.reshape(self.fssh, (k, -1))
+
+    def window(self, k: int) -> InversionResult:
+        """This result with window ``k``'s maps only: a static result that every figure and
+        writer of one map takes (fit statistics, rv, amp and model are the whole fit's)."""
+        fc, fh = self.window_maps()
+        if not -self.n_window <= k < self.n_window:
+            raise IndexError(f"window {k} of {self.n_window}")
+        return dataclasses.replace(self, fssc=fc[k], fssh=fh[k], window_edges=None,
+                                   extra={**self.extra, "window": int(k % self.n_window),
+                                          "window_span": [float(v) for v in self.window_spans[k]]})
+
+    @property
     def n_cell(self) -> int:
-        return int(np.shape(self.fssc)[0])
+        """Cells of one map."""
+        return int(np.shape(self.fssc)[0]) // self.n_window
 
     @property
     def n_epoch(self) -> int:
@@ -230,6 +272,7 @@ class InversionResult:
         lc += "".join(f", chi2[{k}]={v:.5g}" for k, v in (self.chi2_sets or {}).items())
         lc += "".join(f", chi2_lc[{k}]={v:.5g}" for k, v in (self.chi2_lc_sets or {}).items())
         lc += "" if self.offset_prior is None else f", offset_prior={self.offset_prior:.5g}"
+        lc += "" if self.n_window == 1 else f", windows={self.n_window}"
         return (f"InversionResult(chi2={self.chi2:.5g}{lc}, loss={self.loss:.6g}, lmbd={self.lmbd:g}, "
                 f"iterations={self.iterations}, success={self.success}, stop={stop!r}, "
                 f"n_cell={self.n_cell}, n_epoch={self.n_epoch})")
@@ -258,12 +301,18 @@ class InversionResult:
             s = self.star
             rows.append(("star", f"inclination {s.inclination:g} deg, vsini {s.vsini_kms:.4g} km/s, "
                                  f"period {s.period:g} d"))
+        shown = self  # with time windows: the last window's map
+        if self.n_window > 1:
+            shown = self.window(self.n_window - 1)
+            t0, t1 = self.window_spans[0, 0], self.window_spans[-1, 1]
+            rows.append(("time windows", f"{self.n_window} over {t1 - t0:.4g} d, lmbd_time {self.lmbd_time}, "
+                                         f"coupling {self.temporal}; map: the last window"))
         table = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in rows)
         thumb = ""
         if self.grid is not None:
-            top = max(float(np.max(self.fssc)), 1e-3)
+            top = max(float(np.max(shown.fssc)), 1e-3)
             thumb = (f"<div><img alt='cool-spot filling factor map' width='240' style='image-rendering:pixelated' "
-                     f"src='data:image/png;base64,{self._thumbnail_png()}'/><br/><small>cool-spot filling factor "
+                     f"src='data:image/png;base64,{shown._thumbnail_png()}'/><br/><small>cool-spot filling factor "
                      f"0 (white) to {top:.2f} (dark), longitude 0-360 deg</small></div>")
         return (f"<div style='display:flex;gap:1em;text-align:left'><table><caption><b>InversionResult</b>"
                 f"</caption>{table}</table>{thumb}</div>")

@@ -44,9 +44,9 @@ from pathlib import Path
 import jax.numpy as jnp
 import numpy as np
 
-from . import regularisers, style
+from . import plan, regularisers, style
 from .atomic import exclusive_lock, fingerprint, write_text
-from .choices import REGULARISERS, WEIGHTED_REGULARISERS, check
+from .choices import MANY_MODES, REGULARISERS, WEIGHTED_REGULARISERS, check
 from .diagnostics import INTERVAL_CHI2_HIGH, INTERVAL_CHI2_LOW
 from .errors import DopplermapInputError, DopplermapWarning, reader, warn
 from .errorscale import ErrorScale, error_scale_for
@@ -54,11 +54,12 @@ from .geometry import StarParams, check_star
 from .gravity import breakup, log_g
 from .memory import MAX_GRID_POINTS
 from .model import Precomputed
+from .objective import n_windows
 from .problem import Problem, Settings, require_problem
 from .profiles import ComponentSet, LocalProfile, intensity_ratio, tabulated
 from .regularisers import seed_entropy
 from .result import line_sets
-from .solvers import InversionResult, check_solver_args, invert
+from .solvers import InversionResult, check_solver_args, invert, prepare, solve_many, solver_choice
 
 __all__ = [
     "LambdaSweep", "sweep_lambda", "lcurve_corner", "lcurve_curvature", "regulariser_floor",
@@ -86,6 +87,7 @@ class LambdaSweep:
         results: the :class:`InversionResult` of each lambda.
         floor: infimum of the regulariser (subtracted on the L-curve's axis).
         total_time: wall seconds for the sweep (compile included).
+        mode: how the solves ran (``"vmap"``, ``"sequential"`` or ``"invert"``, see :func:`sweep_lambda`).
     """
 
     lmbd: np.ndarray
@@ -96,6 +98,7 @@ class LambdaSweep:
     results: list
     floor: float
     total_time: float
+    mode: str = "invert"
 
     def table(self) -> str:
         """CSV text: lambda, chi2, regulariser, loss, iterations, solve_time."""
@@ -140,11 +143,11 @@ def _warm_solve(problem, lmbd, start, cold, on_solve=None) -> InversionResult:
 
 
 def sweep_lambda(problem: Problem, lmbds: Sequence[float], *, warm_start: bool = True, x0=None,
-                 progress=None) -> LambdaSweep:
+                 progress=None, mode: str = "auto") -> LambdaSweep:
     """Invert at every lambda, from the smallest to the largest, warm-starting each solve.
 
-    Every solve is :func:`dopplermap.invert` of ``problem`` with its settings (regulariser,
-    tol, maxiter, weights, solver, light curve) and that lambda. Set a tight ``tol`` (e.g.
+    Every solve is of ``problem`` with its settings (regulariser, tol, maxiter, weights,
+    light curve) and that lambda. Set a tight ``tol`` (e.g.
     ``problem.replace(settings=problem.settings.replace(tol=1e-7))``, what ``dopplermap
     lambda`` uses): a loose one leaves solver noise on the L-curve and in chi2(lambda).
 
@@ -154,9 +157,16 @@ def sweep_lambda(problem: Problem, lmbds: Sequence[float], *, warm_start: bool =
         warm_start: start each solve from the previous (smaller-lambda) map (one that
             stops within ``STALL_ITERATIONS`` is re-solved from ``x0`` and the lower loss
             kept); otherwise every solve starts from ``x0`` (default: the seed's flat map).
-        progress: optional ``progress(n_done, n_total, result)`` called after each solve.
+            The members of a vmapped sweep all start from ``x0``.
+        progress: optional ``progress(n_done, n_total, result)`` called after each solve
+            (a vmapped sweep: after the batch, once per lambda).
+        mode: how the solves run (:func:`dopplermap.solvers.solve_many`): ``"vmap"`` (all
+            lambdas in one compiled call, the device back end), ``"sequential"`` (one
+            compiled device solve after another), ``"invert"`` (:func:`dopplermap.invert`
+            each, with the problem's solver); ``"auto"`` (default): vmap where
+            :func:`dopplermap.plan.many_mode` says it pays, else ``"invert"``.
     Returns:
-        :class:`LambdaSweep`, ascending in lambda.
+        :class:`LambdaSweep`, ascending in lambda; its ``mode`` says how it was solved.
     """
     problem = require_problem(problem, "sweep_lambda")
     regulariser = problem.settings.regulariser
@@ -168,25 +178,77 @@ def sweep_lambda(problem: Problem, lmbds: Sequence[float], *, warm_start: bool =
     if np.unique(lm).size != lm.size:
         raise DopplermapInputError("lmbds contains repeated values")
     check(regulariser, WEIGHTED_REGULARISERS, "regulariser for a lambda sweep")
+    check(mode, MANY_MODES, "mode")
+    mode = _sweep_mode(problem, mode)
     t0 = time.perf_counter()
     order = np.argsort(lm)  # upwards: smoothing a detailed map converges better than the reverse
     results: dict[int, InversionResult] = {}
-    start = x0
-    for i in order:
-        res = _warm_solve(problem, float(lm[i]), start, x0)
-        results[int(i)] = res
-        if warm_start:
-            start = res.x
-        log.info("lambda %.4g: chi2 %.5g reg %.5g (%d it)", lm[i], res.chi2, res.regulariser_value, res.iterations)
-        if progress is not None:
-            progress(len(results), lm.size, res)
+    if mode == "invert":
+        problem = _sweep_solver(problem, lm.size)
+        start = x0
+        for i in order:
+            res = _warm_solve(problem, float(lm[i]), start, x0)
+            results[int(i)] = res
+            if warm_start:
+                start = res.x
+            _report_lambda(lm[i], res, len(results), lm.size, progress)
+    else:
+        many = solve_many(problem, lmbds=lm[order], x0=x0, mode=mode, warm_start=warm_start and mode == "sequential")
+        for k, (i, res) in enumerate(zip(order, many.results, strict=True)):
+            if mode == "sequential" and warm_start and k > 0 and res.iterations <= STALL_ITERATIONS:
+                # the chained start can stop at once, as in _warm_solve: also from the flat start
+                other = solve_many(problem, lmbds=[float(lm[i])], x0=x0, mode="sequential").results[0]
+                res = other if other.loss < res.loss else res
+            results[int(i)] = res
+            _report_lambda(lm[i], res, len(results), lm.size, progress)
+    log.info("lambda sweep: %s", _mode_line(mode, lm.size))
     asc = np.argsort(lm)
     rs = [results[int(i)] for i in asc]
     return LambdaSweep(lmbd=lm[asc], chi2=np.array([r.chi2 for r in rs]),
                        regulariser=np.array([r.regulariser_value for r in rs]),
                        loss=np.array([r.loss for r in rs]), iterations=np.array([r.iterations for r in rs]),
                        results=rs, floor=regulariser_floor(regulariser, problem.pre),
-                       total_time=time.perf_counter() - t0)
+                       total_time=time.perf_counter() - t0, mode=mode)
+
+
+def _sweep_mode(problem: Problem, mode: str) -> str:
+    """The mode a sweep runs in: ``mode``, or for ``"auto"`` vmap where it pays, else invert
+    (one line data set only: several go through invert)."""
+    if problem.lines:
+        if mode not in ("auto", "invert"):
+            raise DopplermapInputError(f"a lambda sweep over several line data sets runs in mode 'invert', not {mode!r}")
+        return "invert"
+    if mode != "auto":
+        return mode
+    pre, obs = problem.pre, problem.obs
+    fits = plan.blocked_fits(pre, plan.cube_dtype("auto", problem.settings.tol))
+    many = plan.many_mode("auto", n_data=obs.n_epoch * obs.n_vel, n_cell=pre.n_cell, blocked_fits=fits)
+    return "vmap" if many == "vmap" else "invert"
+
+
+def _sweep_solver(problem: Problem, n: int) -> Problem:
+    """The problem with ``solver="auto"`` resolved once for all ``n`` solves of a sweep (one
+    compile serves them all: :func:`dopplermap.solvers.solver_choice`)."""
+    st = problem.settings
+    if st.solver != "auto":
+        return problem
+    setup = prepare(problem.pre, problem.observations, st, lightcurve=problem.lightcurve, problem=problem)
+    choice = solver_choice(settings=st, pre=problem.pre, setup=setup, n_solves=n)
+    if choice.estimates:
+        log.info("lambda sweep of %d solves: %s", n, choice.describe())
+    return problem.replace(settings=st.replace(solver=choice.solver))
+
+
+def _mode_line(mode: str, n: int) -> str:
+    return {"vmap": f"{n} solves together (vmap)",
+            "sequential": f"{n} solves one after another through one compiled device solve",
+            "invert": f"{n} solves one after another (invert)"}[mode]
+
+
+def _report_lambda(lmbd, res, n_done, n_total, progress):
+    log.info("lambda %.4g: chi2 %.5g reg %.5g (%d it)", lmbd, res.chi2, res.regulariser_value, res.iterations)
+    if progress is not None:
+        progress(n_done, n_total, res)
 
 
 def lcurve_curvature(lmbd, chi2, reg, floor: float = 0.0) -> np.ndarray:
@@ -318,13 +380,18 @@ def lambda_for_chi2(problem: Problem, target: float, *, lo: float = 1e-3, hi: fl
     if pair is not None:
         r_lo, r_hi = sweep.results[pair[0]], sweep.results[pair[1]]
     else:
-        r_hi = solve(hi, x0)
+        if sweep is not None:  # no crossing inside the sweep: widen from its ends, already solved
+            r_lo, r_hi = sweep.results[0], sweep.results[-1]
+            lo, hi = r_lo.lmbd, r_hi.lmbd
+        else:
+            r_hi = solve(hi, x0)
         for _ in range(4):
             if r_hi.chi2 >= target:
                 break
             hi *= 10.0
             r_hi = solve(hi, r_hi.x)
-        r_lo = solve(lo, r_hi.x)
+        if sweep is None:
+            r_lo = solve(lo, r_hi.x)
         for _ in range(4):
             if r_lo.chi2 <= target:
                 break
@@ -570,7 +637,9 @@ def evaluate_point(problem: Problem, params: dict, x0=None) -> dict:
     point = problem.replace(star=star, components=comps)
     pre = pad_precomputed(point.pre)
     res = invert(pre, point.obs, **point.invert_kwargs(), x0=x0)
-    ent = float(seed_entropy(jnp.asarray(res.fssc), jnp.asarray(res.fssh), pre.cell_area))
+    k = n_windows(pre)  # time windows: the mean of the windows' entropies (as the objective's)
+    ent = float(np.mean([seed_entropy(jnp.asarray(c), jnp.asarray(h), pre.cell_area)
+                         for c, h in zip(np.reshape(res.fssc, (k, -1)), np.reshape(res.fssh, (k, -1)), strict=True)]))
     obs = point.obs
     n_data = obs.n_epoch * obs.n_vel
     return dict(params, chi2=res.chi2, chi2_total=res.chi2 * n_data, loss=res.loss,
@@ -630,6 +699,11 @@ def problem_fingerprint(problem: Problem) -> str:
               if f.name not in ("settings", "source", "files")}
     if fields.get("mass") is None:  # no mass: the fingerprint of a problem that had no such field
         fields.pop("mass", None)
+    if fields.get("windows") is None:  # a static map: likewise
+        fields.pop("windows", None)
+    else:  # the coupling is a setting the table has no column for
+        fields["lmbd_time"] = float(problem.settings.lmbd_time)
+        fields["time_coupling"] = str(problem.settings.time_coupling)
     return fingerprint(type(problem).__qualname__, fields)
 
 

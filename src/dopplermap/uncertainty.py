@@ -41,6 +41,7 @@ Numbers only: :func:`dopplermap.plot.plot_uncertainty` draws map and uncertainty
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 import warnings
 from pathlib import Path
@@ -55,10 +56,12 @@ from .constants import FILL_MAX, FILL_MIN
 from .errors import DopplermapInputError, DopplermapWarning, warn
 from .memory import check_bytes, format_bytes
 from .model import Precomputed, solve_form
-from .objective import DEFAULT_PENALTY, Layout, LineSets, ObjectiveData, Observations, loss
+from .objective import DEFAULT_PENALTY, Layout, LineSets, ObjectiveData, Observations, loss, n_windows
 from .problem import Problem, require_problem
-from .solvers import InversionResult, invert, invert_batch
+from .solvers import InversionResult, invert, solve_many
 from .solvers.newton import line_residuals, smooth_terms
+
+log = logging.getLogger(__name__)
 
 __all__ = ["Uncertainty", "bootstrap", "laplace", "laplace_cost", "LaplaceCost", "LAPLACE_OPTIONS", "resample_epochs",
            "never_visible", "hvp_function", "hvp_form", "lowrank_applies", "bounded_interval", "save_uncertainty"]
@@ -76,6 +79,7 @@ class Uncertainty:
         never_visible: (n_cell,) cells with zero weight at every epoch.
         samples: (n_boot, 2, n_cell) bootstrap maps (bootstrap only).
         time: wall seconds.
+        mode: how the bootstrap's refits ran (``"vmap"``, ``"sequential"`` or ``"resample"``).
         lower, upper: (2, n_cell) 1-sigma intervals (cool, hot) inside the bounds
             (:func:`bounded_interval`; Laplace only).
         at_bound: (2, n_cell) factors on a bound, whose interval is one-sided (Laplace only).
@@ -89,6 +93,7 @@ class Uncertainty:
     never_visible: np.ndarray
     samples: np.ndarray | None = None
     time: float = 0.0
+    mode: str | None = None
     lower: np.ndarray | None = None
     upper: np.ndarray | None = None
     at_bound: np.ndarray | None = None
@@ -97,6 +102,8 @@ class Uncertainty:
 
 
 def _one_set(pre, what: str) -> None:
+    if n_windows(pre) > 1:
+        raise DopplermapInputError(f"{what}: one static map only, this problem has {n_windows(pre)} time windows")
     if isinstance(pre, LineSets):
         raise DopplermapInputError(f"{what}: one line data set only, got {len(pre.sets)} sets "
                                    f"({', '.join(pre.names)}); compute uncertainty maps per set")
@@ -131,10 +138,6 @@ def resample_epochs(pre: Precomputed, obs: Observations, idx) -> tuple[Precomput
     return new_pre, new_obs
 
 
-BOOT_BATCH = 8
-"""Resamples solved together by the batched bootstrap (see :func:`bootstrap`)."""
-
-
 def bootstrap(problem: Problem, best: InversionResult, *, n_boot: int = 20, seed: int = 0, progress=None,
               mode: str = "auto") -> Uncertainty:
     """Bootstrap over epochs, each resample re-solved from ``best`` (same lambda, regulariser).
@@ -152,15 +155,14 @@ def bootstrap(problem: Problem, best: InversionResult, *, n_boot: int = 20, seed
     Args:
         problem: a :class:`dopplermap.Problem` (one line data set). best: its inversion.
         n_boot: number of resamples (>= 2). seed: random seed (the same resamples in every mode).
-        progress: optional ``progress(i, n_boot)`` after each resample (batch: each batch).
-        mode: ``"batch"`` - :data:`BOOT_BATCH` resamples at a time in one vmapped device solve
-            (:func:`dopplermap.invert_batch` over error sets; seed size, 2 cores, 16
-            resamples: 5.9 s, 9.9 s with its compile, against 20.3 s resampling; the
-            uncertainty maps agree to 0.1-2.5 % in their medians, correlation 0.9996);
-            ``"resample"`` - each resample's own model and data through
-            :func:`dopplermap.invert` (scipy L-BFGS-B), one after another; ``"auto"``
-            (default) - batch when ``invert_batch`` would vmap (a dense model that fits the
-            blocked form on CPU, any model elsewhere), else resample.
+        progress: optional ``progress(i, n_boot)`` after the refits.
+        mode: ``"vmap"`` (or ``"batch"``) - the resamples as error sets of the one model,
+            solved together in vmapped device solves (:func:`dopplermap.solvers.solve_many`,
+            as many per call as memory allows); ``"sequential"`` - the same error sets one
+            after another through one compiled device solve; ``"resample"`` - each resample's
+            own model and data through :func:`dopplermap.invert` (scipy L-BFGS-B), one after
+            another; ``"auto"`` (default) - vmap where :func:`dopplermap.plan.many_mode` says
+            it pays, else sequential. The result's ``mode`` says which ran.
     """
     problem = require_problem(problem, "bootstrap")
     pre, obs, st = problem.pre, problem.obs, problem.settings
@@ -169,34 +171,34 @@ def bootstrap(problem: Problem, best: InversionResult, *, n_boot: int = 20, seed
     _without_offset_prior(best, "bootstrap")
     if int(n_boot) != n_boot or n_boot < 2:
         raise DopplermapInputError(f"n_boot must be an integer >= 2, got {n_boot!r}")
-    if mode not in ("auto", "batch", "resample"):
-        raise DopplermapInputError(f"bootstrap mode must be 'auto', 'batch' or 'resample', got {mode!r}")
+    if mode not in ("auto", "vmap", "batch", "sequential", "resample"):
+        raise DopplermapInputError(f"bootstrap mode must be 'auto', 'vmap', 'batch', 'sequential' or 'resample', "
+                                   f"got {mode!r}")
     dtype = plan.cube_dtype("auto", tol)
     if mode == "auto":
-        mode = "batch" if (plan.on_accelerator() or plan.blocked_fits(pre, dtype)) else "resample"
+        mode = plan.many_mode("auto", n_data=obs.n_epoch * obs.n_vel, n_cell=pre.n_cell,
+                              blocked_fits=plan.blocked_fits(pre, dtype))
+    mode = "vmap" if mode == "batch" else mode
     t0 = time.perf_counter()
     rng = np.random.default_rng(seed)
     n_e = pre.n_epoch
     hidden = never_visible(pre)
     draws = [rng.integers(0, n_e, n_e) for _ in range(int(n_boot))]
     samples = np.empty((int(n_boot), 2, pre.n_cell))
-    if mode == "batch":
+    if mode != "resample":
         x0 = np.concatenate([best.fssc, best.fssh, best.rv, best.amp])
         err = np.asarray(obs.err, dtype=float)
-        for s in range(0, int(n_boot), BOOT_BATCH):
-            idx = draws[s:s + BOOT_BATCH]
-            n = len(idx)
-            idx = idx + [idx[0]] * (BOOT_BATCH - n)  # same compiled shape for a short last batch
-            w = np.stack([np.bincount(i, minlength=n_e) for i in idx]).astype(float)  # (B, E)
-            with np.errstate(divide="ignore"):
-                err_b = err[None] / np.sqrt(w)[:, :, None]  # inf for an epoch not drawn
-            rs = invert_batch(pre, obs, lmbd=best.lmbd, flux=np.broadcast_to(np.asarray(obs.flux), err_b.shape),
-                              err=err_b, regulariser=best.regulariser, x0=x0, tol=tol, maxiter=maxiter,
-                              fit_rv=fit_rv, fit_amp=fit_amp, mode="vmap")
-            for j in range(n):
-                samples[s + j, 0], samples[s + j, 1] = rs[j].fssc, rs[j].fssh
-            if progress is not None:
-                progress(s + n, n_boot)
+        w = np.stack([np.bincount(i, minlength=n_e) for i in draws]).astype(float)  # (n_boot, E)
+        with np.errstate(divide="ignore"):
+            err_b = err[None] / np.sqrt(w)[:, :, None]  # inf for an epoch not drawn
+        many = solve_many(pre, obs, lmbd=best.lmbd, flux=np.broadcast_to(np.asarray(obs.flux), err_b.shape),
+                          err=err_b, regulariser=best.regulariser, x0=x0, tol=tol, maxiter=maxiter,
+                          fit_rv=fit_rv, fit_amp=fit_amp, mode=mode)
+        for j, r in enumerate(many.results):
+            samples[j, 0], samples[j, 1] = r.fssc, r.fssh
+        log.info("bootstrap: %s", many.describe())
+        if progress is not None:
+            progress(int(n_boot), n_boot)
     else:
         # resample the form the solver iterates on (folding is per epoch): fold once, not per resample
         pre = solve_form(pre, dtype)
@@ -210,10 +212,11 @@ def bootstrap(problem: Problem, best: InversionResult, *, n_boot: int = 20, seed
             samples[b, 0], samples[b, 1] = r.fssc, r.fssh
             if progress is not None:
                 progress(b + 1, n_boot)
+        log.info("bootstrap: %d resamples one after another (invert)", int(n_boot))
     sd = samples.std(axis=0, ddof=1)
     sd[:, hidden] = np.inf
     return Uncertainty(sigma_fssc=sd[0], sigma_fssh=sd[1], method="bootstrap", never_visible=hidden,
-                       samples=samples, time=time.perf_counter() - t0)
+                       samples=samples, time=time.perf_counter() - t0, mode=mode)
 
 
 def _hvp(x, v, lmbd, pre, obs, regulariser, penalty):

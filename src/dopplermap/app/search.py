@@ -194,7 +194,7 @@ def run_lambda(problem, *, n_cell, n_epoch, n_vel, snr, regulariser, out: Path, 
 
     with _expected_chi2_spread():
         sw = search.sweep_lambda(prob, lm, progress=None if quiet else progress)
-    choice = {"lmbds": sw.lmbd.tolist(), "sweep_time": sw.total_time, "regulariser_floor": sw.floor,
+    choice = {"lmbds": sw.lmbd.tolist(), "sweep_time": sw.total_time, "solve_mode": sw.mode, "regulariser_floor": sw.floor,
               "regulariser": regulariser, "tol": tol, "problem": fp, "error_scale": scale}
     try:
         corner, _ = search.lcurve_corner(sw)
@@ -204,12 +204,17 @@ def run_lambda(problem, *, n_cell, n_epoch, n_vel, snr, regulariser, out: Path, 
         choice["lcurve_corner"] = None
         choice["lcurve_message"] = str(exc)
         click.echo(f"warning: {exc}", err=True)
+    missed = None
     if target_chi2 is not None:
-        with _expected_chi2_spread():
-            lmt, res, trials = search.lambda_for_chi2(prob, target_chi2, lo=float(sw.lmbd[0]),
-                                                      hi=float(sw.lmbd[-1]), sweep=sw)
-        choice.update(target_chi2=target_chi2, target_lambda=lmt, target_result_chi2=res.chi2,
-                      target_trials=trials)
+        try:
+            with _expected_chi2_spread():
+                lmt, res, trials = search.lambda_for_chi2(prob, target_chi2, lo=float(sw.lmbd[0]),
+                                                          hi=float(sw.lmbd[-1]), sweep=sw)
+            choice.update(target_chi2=target_chi2, target_lambda=lmt, target_result_chi2=res.chi2,
+                          target_trials=trials)
+        except DopplermapInputError as exc:  # the sweep is still worth keeping: write it, then fail
+            missed = str(exc)
+            choice.update(target_chi2=target_chi2, target_lambda=None, target_message=missed)
     lines = sw.table().splitlines()  # each row also names its settings and problem
     table = "\n".join([lines[0] + ",regulariser_kind,tol,problem"]
                       + [f"{ln},{regulariser},{tol!r},{fp}" for ln in lines[1:]]) + "\n"
@@ -218,6 +223,8 @@ def run_lambda(problem, *, n_cell, n_epoch, n_vel, snr, regulariser, out: Path, 
         choice["run_id"] = folder.run_id
         folder.write("lambda.json", lambda p: p.write_text(json.dumps(choice, indent=2, default=float)))
         folder.write("lcurve.png", lambda p: save_figure(search.plot_lcurve(sw, corner=corner, target=target_chi2), p))
+    if missed is not None:
+        raise DopplermapInputError(f"--target-chi2: {missed}; the sweep is written to {out}")
     msg = f"L-curve corner lambda {corner:.4g}" if corner is not None else "no L-curve corner"
     if target_chi2 is not None:
         msg += (f"; lambda for chi2={target_chi2:g}: {choice['target_lambda']:.4g} "
@@ -326,7 +333,8 @@ def _search_and_summarise(prob, axes, out, resume, cluster, max_points, quiet, d
     if n_sim is not None:
         if calibrate_oversample is None:
             calibrate_oversample = 1 if problem is None else calibrate.SIM_OVERSAMPLE
-        calibrated = _calibrate(prob, axes, best, n_sim, calibrate_seed, calibrate_oversample, quiet, max_points)
+        calibrated = _calibrate(prob, axes, best, n_sim, calibrate_seed, calibrate_oversample, quiet, max_points,
+                                cluster=cluster)
         summary["calibrated"] = {name: c.summary() for name, c in calibrated.items()}
     _write_json(out / "grid.json", summary)
     save_figure(search.plot_grid(rows, list(axes)), out / "grid.png")
@@ -366,7 +374,7 @@ def _print_grid(axes, rows, best, summary, calibrated, delta_chi2) -> None:
             click.echo(f"{name}: {iv['lo']:g} .. {iv['hi']:g} (Delta chi2_total <= {delta_chi2:g}){edge}{flag}")
 
 
-def _calibrate(prob, axes, best, n_sim, seed, oversample, quiet, max_solves=None) -> dict:
+def _calibrate(prob, axes, best, n_sim, seed, oversample, quiet, max_solves=None, cluster=None) -> dict:
     """Calibrate every axis of >= 3 values in the order of the axes; the others are held at
     the grid's best point, or at their calibrated value once calibrated (as the benchmark
     measured it: inclination, then vsini at the calibrated inclination)."""
@@ -390,7 +398,8 @@ def _calibrate(prob, axes, best, n_sim, seed, oversample, quiet, max_solves=None
         with _expected_chi2_spread():
             options = calibrate.CalibrationOptions(n_sim=n_sim, seed=seed + i, sim_oversample=oversample,
                                                    max_solves=max_solves)
-            out[name] = calibrate.calibrate_parameter(prob, name, v, fixed=fixed, options=options, progress=progress)
+            out[name] = calibrate.calibrate_parameter(prob, name, v, fixed=fixed, options=options, progress=progress,
+                                                      cluster=cluster)
         held[name] = out[name].estimate
     return out
 

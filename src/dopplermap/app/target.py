@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import uncertainty as U
+from ..atmosphere import CITATION, RESPONSES
 from ..compiled import call_cached
 from ..errors import DopplermapInputError
 from ..errorscale import describe_all, summarise
@@ -22,9 +23,10 @@ from ..progress import Reporter
 from ..search import apply_error_scale
 from ..solvers import choose_solver, invert
 from ..style import save_figure
+from ..windows import WindowedLightCurve, windowed_lightcurve_models
 from .folders import save_result, with_context
 
-__all__ = ["run_target", "summary_line", "error_scale_line", "uncertainty_writers"]
+__all__ = ["run_target", "summary_line", "error_scale_line", "band_line", "band_values", "uncertainty_writers"]
 
 
 def summary_line(s: dict) -> str:
@@ -39,6 +41,43 @@ def summary_line(s: dict) -> str:
 def error_scale_line(s: dict) -> str | None:
     """The line ``dopplermap invert`` prints about the error scale (None: errors as given)."""
     return describe_all(s.get("error_scale"))
+
+
+def band_values(cfg, lcds, grid) -> dict:
+    """What the summary keeps of the light-curve bands (each component's limb darkening and
+    intensity, and where they came from) and of the star's shape."""
+    out = {}
+    bands = []
+    confs = {lc.name: lc for lc in cfg.lightcurves}
+    for d in lcds:
+        if d is None:
+            continue
+        conf = confs.get(d.name, cfg.lightcurve)
+        table = conf.limb_darkening == "atmosphere"
+        bands.append(dict(name=d.name, limb_darkening={c: [ld.law, *map(float, ld.coeffs)] for c, ld in
+                                                       zip(("phot", "cool", "hot"), d.band.limb_darkening, strict=True)},
+                          intensity=dict(zip(("phot", "cool", "hot"), map(float, d.band.intensity), strict=True)),
+                          limb_darkening_source=CITATION if table else "given",
+                          intensity_source=("given" if conf.intensity is not None else
+                                            f"Planck over the {conf.passband} response" if conf.passband in RESPONSES
+                                            else f"Planck at {conf.wavelength_nm:g} nm")))
+    if bands:
+        out["lc_bands"] = bands
+    surf = grid.surface
+    if surf is not None:
+        out["shape"] = dict(kind="roche", mass_ratio=surf.q, nu=surf.nu, potential=surf.potential, fill=surf.fill,
+                            r_max=float(surf.radius.max()), r_min=float(surf.radius.min()))
+    return out
+
+
+def band_line(s: dict) -> str | None:
+    """The line ``dopplermap invert`` prints about the light-curve bands' numbers (None: no band)."""
+    parts = []
+    for b in s.get("lc_bands") or ():
+        ld = "  ".join(f"{c} {v[0]}({', '.join(f'{x:.4f}' for x in v[1:])})" for c, v in b["limb_darkening"].items())
+        inten = ", ".join(f"{c} {v:.4f}" for c, v in b["intensity"].items())
+        parts.append(f"{b['name']}: limb darkening {ld}; intensity {inten}")
+    return ("bands: " + " | ".join(parts)) if parts else None
 
 
 def uncertainty_writers(methods, problem, res, grid, *, n_boot: int = 20, seed: int = 0, plots: bool = True,
@@ -75,6 +114,8 @@ def uncertainty_writers(methods, problem, res, grid, *, n_boot: int = 20, seed: 
         scalars[f"sigma_fssc_median_{m}"] = float(np.median(unc.sigma_fssc[seen])) if seen.any() else None
         scalars[f"sigma_fssh_median_{m}"] = float(np.median(unc.sigma_fssh[seen])) if seen.any() else None
         scalars[f"uncertainty_time_{m}"] = unc.time
+        if unc.mode is not None:
+            scalars[f"uncertainty_mode_{m}"] = unc.mode
 
         def write(folder, unc=unc):
             path = U.save_uncertainty(unc, folder)
@@ -106,6 +147,9 @@ def run_target(cfg, out: Path, *, plots: bool = True, quiet: bool = True, config
     figs = figure_process if figure_process is not None or not plots else FigureProcess()
     t0 = time.perf_counter()
     methods = tuple(cfg.uncertainty.methods if uncertainty is None else uncertainty)
+    if methods and cfg.map.windowed:  # before any work
+        raise DopplermapInputError(f"{cfg.source}: [uncertainty] methods {list(methods)} handle one static map; "
+                                   "this target has time windows ([map]): set methods = []")
     if methods and cfg.lines and len(cfg.lines) > 1:  # before any work
         raise DopplermapInputError(f"{cfg.source}: [uncertainty] methods {list(methods)} handle one line data set; "
                                    f"this target has {len(cfg.lines)} ([[lines]]): set methods = []")
@@ -115,7 +159,7 @@ def run_target(cfg, out: Path, *, plots: bool = True, quiet: bool = True, config
             prob = from_config(cfg)
             pre, lc = prob.pre, prob.lightcurve  # built here, once
         if any(e.pending for e in prob.error_scale):  # [data] error_scale from the residuals of a fit
-            with rep.step("error scale from the residuals of a fit (4 solves)"):
+            with rep.step("error scale (4 fits)"):
                 prob = apply_error_scale(prob)
         t_setup = time.perf_counter() - t0
         # astropy's FITS writer (and what the figures drawn here and the report need) loads in a thread
@@ -138,8 +182,16 @@ def run_target(cfg, out: Path, *, plots: bool = True, quiet: bool = True, config
                        "model": np.asarray(call_cached("lightcurve_model", lightcurve_model, fssc, fssh, b))}
                 return out if name is None else {"name": name, **out}
 
-            light_curve = (band(lc) if isinstance(lc, LightCurveFit)
-                           else tuple(band(b, n) for b, n in zip(lc.bands, lc.names, strict=True)))
+            if isinstance(lc, WindowedLightCurve):  # each point from its window's map
+                models = windowed_lightcurve_models(fssc, fssh, lc)
+                fits = [b for b, _ in lc.bands()]
+                named = [{"times": np.asarray(b.times), "flux": np.asarray(b.flux), "err": np.asarray(b.err),
+                          "model": np.asarray(m)} for b, m in zip(fits, models, strict=True)]
+                light_curve = (named[0] if isinstance(lc.fit, LightCurveFit) else
+                               tuple({"name": n, **d} for n, d in zip(lc.fit.names, named, strict=True)))
+            else:
+                light_curve = (band(lc) if isinstance(lc, LightCurveFit)
+                               else tuple(band(b, n) for b, n in zip(lc.bands, lc.names, strict=True)))
         methods = tuple(cfg.uncertainty.methods if uncertainty is None else uncertainty)
         writers, unc_scalars = uncertainty_writers(methods, prob, res, grid, n_boot=cfg.uncertainty.n_boot,
                                                    seed=cfg.uncertainty.seed, plots=plots, report=rep)
@@ -163,7 +215,10 @@ def run_target(cfg, out: Path, *, plots: bool = True, quiet: bool = True, config
                      n_lc=None if lc is None else lc.n_lc, gravity_darkening=cfg.gravity_darkening.enabled,
                      plan=prob.plan.describe(), setup_time=t_setup, total_time=time.perf_counter() - t0,
                      **unc_scalars)
+        if prob.windows is not None:
+            extra["windows"] = prob.windows.describe()
         lcds = prob.lightcurve_data if isinstance(prob.lightcurve_data, tuple) else (prob.lightcurve_data,)
+        extra.update(band_values(cfg, lcds, grid))
         reads = [d.read for d in lcds if d is not None and d.read is not None]
         if len(reads) == 1:  # what was read, dropped and binned, for the summary and the screen
             lcd = reads[0]

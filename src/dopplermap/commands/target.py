@@ -58,7 +58,7 @@ def register(group):
             cfg = dataclasses.replace(cfg, inversion=dataclasses.replace(cfg.inversion, **overrides))
         preflight.check_result_out(out, overwrite)  # before any work
         with preflight.figure_process(not no_plots) as figs:  # matplotlib loads there while JAX loads here
-            from ..app.target import error_scale_line, run_target, summary_line
+            from ..app.target import band_line, error_scale_line, run_target, summary_line
 
             s = run_target(cfg, out, plots=not no_plots, quiet=quiet, config_file=target,
                            uncertainty=list(uncertainty) if uncertainty else None, report=not no_report,
@@ -70,5 +70,7 @@ def register(group):
             click.echo(f"plan: {s['plan']}")
         if s.get("lc_note"):
             click.echo(f"light curve {s['lc_note']}")
+        if band_line(s):
+            click.echo(band_line(s))
         click.echo(f"results in {out}")
         return exit_status(s)

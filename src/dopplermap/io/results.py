@@ -162,8 +162,8 @@ def with_context(result, *, grid=None, star=None, obs=None, spotless=None, compo
     """
     changes = {}
     if grid is not None:
-        if grid.n_cell != result.fssc.shape[0]:
-            raise DopplermapInputError(f"grid has {grid.n_cell} cells but the result has {result.fssc.shape[0]}")
+        if grid.n_cell != result.n_cell:  # cells of one map (a time-windowed result holds several)
+            raise DopplermapInputError(f"grid has {grid.n_cell} cells but the result has {result.n_cell}")
         changes["grid"] = grid
     if star is not None:
         changes["star"] = star
@@ -217,6 +217,26 @@ def _seed_entropy_np(fssc, fssh, area, m: float = FILL_MIN) -> float:
 
 
 def _map_hdus(res, fits):
+    if res.n_window == 1:
+        return _static_map_hdus(res, fits)
+    # time windows: one MAP HDU per window (EXTVER 1 .. K) with its span as TSTART/TSTOP
+    lists = [_static_map_hdus(res.window(k), fits) for k in range(res.n_window)]
+    maps = []
+    for k, (hdul, (t0, t1)) in enumerate(zip(lists, res.window_spans, strict=True)):
+        h = hdul["MAP"].header
+        h["EXTVER"] = (k + 1, "time window")
+        h["NWINDOW"] = (res.n_window, "number of time windows (one MAP HDU each)")
+        h["TSTART"] = (float(t0), "[d] start of the window, BJD_TDB")
+        h["TSTOP"] = (float(t1), "[d] end of the window, BJD_TDB")
+        _time_keywords(h)
+        if res.lmbd_time is not None:
+            h["LMBDTIME"] = (float(res.lmbd_time), "weight of the temporal coupling")
+        maps.append(hdul["MAP"])
+    first = lists[0]
+    return fits.HDUList([first[0], *maps, first["EDGES"], first["CONVERGENCE"]])
+
+
+def _static_map_hdus(res, fits):
     grid = res.grid
     if grid is None:
         raise DopplermapInputError("result has no grid: call dopplermap.io.results.with_context(result, grid=...) first")
@@ -234,7 +254,7 @@ def _map_hdus(res, fits):
         for name, arr, j in (("LAT_MIN", grid.lat_bounds, 0), ("LAT_MAX", grid.lat_bounds, 1),
                              ("LON_MIN", grid.lon_bounds, 0), ("LON_MAX", grid.lon_bounds, 1)):
             cols.append(fits.Column(name, "D", unit="deg", array=np.degrees(arr[:, j])))
-    if res.truth is not None:
+    if res.truth is not None and np.size(res.truth["fssc"]) == grid.n_cell:
         cols += [fits.Column("TRUE_FSSC", "D", array=res.truth["fssc"]),
                  fits.Column("TRUE_FSSH", "D", array=res.truth["fssh"])]
     hdu = fits.BinTableHDU.from_columns(cols, name="MAP")
@@ -551,6 +571,11 @@ def load_result(path):
                            kind=h.get("GRIDKIND", "bands"), lat_bounds=latb, lon_bounds=lonb)
         fssc = np.asarray(m["FSSC"], float)
         fssh = np.asarray(m["FSSH"], float)
+        windows = [x for x in hdul if x.name == "MAP"]
+        if len(windows) > 1:  # one MAP HDU per time window, in EXTVER order
+            windows.sort(key=lambda x: int(x.header.get("EXTVER", 1)))
+            fssc = np.concatenate([np.asarray(x.data["FSSC"], float) for x in windows])
+            fssh = np.concatenate([np.asarray(x.data["FSSH"], float) for x in windows])
         truth = None
         if {"TRUE_FSSC", "TRUE_FSSH"} <= names:
             truth = {"fssc": np.asarray(m["TRUE_FSSC"], float), "fssh": np.asarray(m["TRUE_FSSH"], float)}

@@ -347,14 +347,16 @@ def seed_dicts(sim, *, keys=None, per_cell_lis: bool = False, as_jax: bool = Fal
     if len(keys) != times.size or len(set(keys)) != len(keys):
         raise DopplermapInputError(f"keys must be {times.size} distinct hashable values, got {len(keys)} ({len(set(keys))} distinct)")
     geo = cell_geometry(grid.lat, grid.lon, grid.area, times, star.inclination, star.vsini_kms, star.period,
-                        star.t0, star.domega)
+                        star.t0, star.domega, surface=grid.surface)
     mu = np.asarray(geo.mu)
     v_los = np.asarray(geo.v_los)
     arr = jnp.asarray if as_jax else np.asarray
     flux = np.asarray(obs.flux)
     err = np.asarray(obs.err)
     idc = {"times": list(keys), "vels": arr(vels), "data": {}}
-    sg = {"noes": int(grid.n_cell), "grid_areas": arr(np.asarray(grid.area, dtype=float))}
+    # a distorted surface's cells: their surface areas, as the geometry above weighs them
+    areas = grid.area if grid.surface is None else grid.surface.area
+    sg = {"noes": int(grid.n_cell), "grid_areas": arr(np.asarray(areas, dtype=float))}
     if coordinates:
         sg["grid_lats"] = arr(np.asarray(grid.lat, dtype=float))
         sg["grid_longs"] = arr(np.asarray(grid.lon, dtype=float))
@@ -363,7 +365,7 @@ def seed_dicts(sim, *, keys=None, per_cell_lis: bool = False, as_jax: bool = Fal
         idc["data"][t] = {"prf": arr(flux[e]), "errs": arr(err[e])}
         ivis = np.nonzero(mu[e] > 0.0)[0]
         mus = mu[e, ivis]
-        cpcs["common"][t] = {"ivis": arr(ivis), "areas": arr(np.asarray(grid.area)[ivis]), "mus": arr(mus)}
+        cpcs["common"][t] = {"ivis": arr(ivis), "areas": arr(np.asarray(areas)[ivis]), "mus": arr(mus)}
         entry = {}
         for name, comp in zip(COMPONENT_NAMES, comps, strict=True):
             entry[f"ldfs_{name}"] = arr(np.asarray(comp.limb_darkening(mus), dtype=float))

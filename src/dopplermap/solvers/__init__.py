@@ -24,6 +24,7 @@ is ``invert(solver="projected_lbfgs")``; :func:`invert_batch` is the same device
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Callable
 
 import jax
@@ -31,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _device, plan
-from ..choices import BATCH_FORMS, BATCH_MODES, REGULARISERS, SOLVER_CHOICES, check
+from ..choices import BATCH_FORMS, BATCH_MODES, MANY_MODES, REGULARISERS, SOLVER_CHOICES, check
 from ..diagnostics import check_observations, check_result
 from ..errors import DopplermapInputError
 from ..model import Precomputed
@@ -40,6 +41,7 @@ from ..objective import (
     LineSets,
     ObjectiveData,
     Observations,
+    n_windows,
     set_chi2,
     solve_form,
     with_exact_numerator,
@@ -59,13 +61,17 @@ from ._common import (
     start,
 )
 from .batch import solve_batch, solve_device
+from .newton import compile_state as newton_compile_state
 from .newton import solve_newton
 from .program import compiled_terms
+from .scipy_lbfgsb import compile_state as lbfgsb_compile_state
 from .scipy_lbfgsb import solve as solve_scipy
 
-__all__ = ["invert", "invert_device", "invert_batch", "prepare", "finish", "bounds", "InversionResult",
+__all__ = ["invert", "invert_device", "invert_batch", "solve_many", "Many", "prepare", "finish", "bounds", "InversionResult",
            "project_feasible", "check_solver_args", "check_fit_components",
-           "start", "NEWTON_TOL", "choose_solver"]
+           "start", "NEWTON_TOL", "choose_solver", "solver_choice"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,16 +97,34 @@ NEWTON_TOL = 1e-6
 objective passes than L-BFGS-B and, compiled once, solves faster), else L-BFGS-B."""
 
 
-def choose_solver(problem: Problem | None = None, *, settings: Settings | None = None, pre=None) -> str:
-    """The back end a solve uses: ``settings.solver``, or for ``"auto"`` Newton at
-    ``tol <= NEWTON_TOL`` where Newton can fit the model (one line data set, the
-    interpolating rv shift) and L-BFGS-B otherwise. Pass a problem, or its settings and model."""
+def choose_solver(problem: Problem | None = None, *, settings: Settings | None = None, pre=None,
+                  setup: SolveSetup | None = None, n_solves: int = 1) -> str:
+    """The back end a solve uses: ``settings.solver``, or for ``"auto"``
+    :func:`solver_choice`'s. Pass a problem, or its settings and model."""
     if problem is not None:
         settings, pre = problem.settings, problem.pre
     if settings.solver != "auto":
         return settings.solver
-    newton_fits = not isinstance(pre, LineSets) and not pre.line.exact_rv
-    return "newton" if settings.tol <= NEWTON_TOL and newton_fits else "lbfgsb"
+    return solver_choice(settings=settings, pre=pre, setup=setup, n_solves=n_solves).solver
+
+
+def solver_choice(*, settings: Settings, pre, setup: SolveSetup | None = None, n_solves: int = 1) -> plan.SolverChoice:
+    """What ``solver="auto"`` takes, with its estimates (:func:`dopplermap.plan.pick_solver`).
+
+    Newton is a candidate at ``tol <= NEWTON_TOL`` where it can fit the model (one line data
+    set, the interpolating rv shift); L-BFGS-B always. Of the candidates the one of the least
+    compile plus ``n_solves`` estimated solves is taken; the compile is counted cold, from the
+    persistent cache or as already done in this process, as ``setup`` (the solve's
+    :class:`SolveSetup`) finds it; without a setup both count as compiled (the solve alone)."""
+    newton_fits = not isinstance(pre, LineSets) and not pre.line.exact_rv and n_windows(pre) == 1
+    if not (settings.tol <= NEWTON_TOL and newton_fits):
+        return plan.SolverChoice("lbfgsb", {})
+    if setup is None:
+        states = {"newton": "memo", "lbfgsb": "memo"}
+    else:
+        states = {"newton": newton_compile_state(setup), "lbfgsb": lbfgsb_compile_state(setup)}
+    n_data = pre.n_epoch * len(np.asarray(pre.line.vels))
+    return plan.pick_solver(states, tol=settings.tol, n_data=n_data, n_cell=pre.n_cell, n_solves=n_solves)
 
 
 def invert(problem: Problem | Precomputed, obs: Observations | None = None, *, x0=None,
@@ -129,9 +153,10 @@ def invert(problem: Problem | Precomputed, obs: Observations | None = None, *, x
         fit_rv, fit_amp: whether rv and amp are free [True].
         penalty: weight of the ``fssc + fssh <= 1`` penalty.
         solver: ``"lbfgsb"`` [default], ``"projected_lbfgs"``, ``"newton"`` (see the module)
-            or ``"auto"`` (:func:`choose_solver`: Newton at ``tol <= 1e-6`` where it applies, else
-            L-BFGS-B; the TOML's default, since the CLI keeps compiled programs across runs and
-            Newton's compile, 4-5x L-BFGS-B's, is then paid once).
+            or ``"auto"`` (:func:`solver_choice`: at ``tol <= 1e-6``, where Newton applies, the
+            shorter of Newton and L-BFGS-B counting each one's compile, cold, from the
+            persistent cache (the CLI keeps compiled programs across runs) or done in this
+            process, plus its estimated solve; L-BFGS-B otherwise; the TOML's default).
         callback: ``callback(iteration, history)`` after every iteration (progress display),
             for every solver; ``history`` holds the ``loss``, ``chi2`` and ``regulariser``
             lists so far (``chi2``/``regulariser`` NaN where the back end does not form them).
@@ -167,9 +192,16 @@ def invert(problem: Problem | Precomputed, obs: Observations | None = None, *, x
     solve = _solve_arguments("invert", problem, obs, settings)
     pre, obs, settings = solve.pre, solve.obs, solve.settings
     check(settings.solver, SOLVER_CHOICES, "solver")
-    settings = settings.replace(solver=choose_solver(settings=settings, pre=pre))
     setup = prepare(pre, obs, settings, x0=x0, penalty=solve.penalty, lightcurve=solve.lightcurve,
                     cube_dtype=solve.cube_dtype, options=options, problem=solve.problem)
+    if settings.solver == "auto":
+        choice = solver_choice(settings=settings, pre=pre, setup=setup)
+        if choice.estimates:
+            log.info("%s", choice.describe())
+        settings = settings.replace(solver=choice.solver)
+    if settings.solver == "newton" and n_windows(pre) > 1:
+        raise DopplermapInputError("solver 'newton' fits one static map; with time windows use 'lbfgsb' or "
+                                   "'projected_lbfgs'")
     if isinstance(pre, LineSets):
         if settings.solver == "newton":
             raise DopplermapInputError("solver 'newton' fits one line data set; with several use 'lbfgsb' or "
@@ -235,7 +267,8 @@ def _in_context(res: InversionResult, problem: Problem | None) -> InversionResul
     (figures and result files need them); a bare model's result knows its observations only."""
     if problem is None:
         return res
-    return dataclasses.replace(res, grid=problem.grid, star=problem.star, intensities=problem.intensities)
+    windows = {} if problem.windows is None else {"window_edges": np.asarray(problem.windows.edges)}
+    return dataclasses.replace(res, grid=problem.grid, star=problem.star, intensities=problem.intensities, **windows)
 
 
 def prepare(pre: Precomputed, obs: Observations, settings: Settings, *, x0=None, penalty: float = DEFAULT_PENALTY,
@@ -255,7 +288,8 @@ def prepare(pre: Precomputed, obs: Observations, settings: Settings, *, x0=None,
     layout, x0, lo, hi = start(form, x0, fit_rv=settings.fit_rv, fit_amp=settings.fit_amp,
                                fit_components=fit_components, layout=None if problem is None else problem.layout)
     data = ObjectiveData.create(pre, obs, lightcurve=lightcurve, line_weight=settings.line_weight,
-                                lc_weight=settings.lc_weight, offset_sigma=settings.offset_sigma)
+                                lc_weight=settings.lc_weight, offset_sigma=settings.offset_sigma,
+                                lmbd_time=settings.lmbd_time, time_coupling=settings.time_coupling)
     return SolveSetup(layout=layout, x0=x0, lower=lo, upper=hi, lmbd=float(settings.lmbd),
                       regulariser=settings.regulariser, penalty=float(penalty), tol=float(settings.tol),
                       maxiter=int(settings.maxiter), pre=form, exact_pre=pre, data=data,
@@ -287,6 +321,8 @@ def finish(setup: SolveSetup, raw: RawSolve, solver: str, obs: Observations | No
         max_sum_excess=excess,
         solver=solver, chi2_lc=None if terms.chi2_lc is None else float(terms.chi2_lc),
         offset_prior=None if terms.offset_prior is None else float(terms.offset_prior),
+        temporal=None if terms.temporal is None else float(terms.temporal),
+        lmbd_time=None if data.lmbd_time is None else float(data.lmbd_time),
         cube_dtype=cube_dtype_of(setup.pre), fit_components=setup.fit_components, extra=dict(raw.extra),
         **set_chi2(setup.pre, data.lightcurve, terms))
     return dataclasses.replace(res, obs=obs)
@@ -300,7 +336,8 @@ def invert_device(problem: Problem | Precomputed, obs: Observations | None = Non
 
 
 def invert_batch(problem: Problem | Precomputed, obs: Observations | None = None, *, lmbds=None, flux=None,
-                 err=None, mode: str = "auto", form: str = "auto", **settings) -> list[InversionResult]:
+                 err=None, mode: str = "auto", form: str = "auto", warm_start: bool = False,
+                 **settings) -> list[InversionResult]:
     """Several device solves (:func:`invert_device`) in one compiled, ``vmap``-ed call (or one after another).
 
     Args:
@@ -323,6 +360,8 @@ def invert_batch(problem: Problem | Precomputed, obs: Observations | None = None
             (:func:`dopplermap.model.fold_dense`); ``"auto"`` (default) - blocked on CPU for
             dense models while both its copies fit ``dopplermap.plan.BLOCKED_MAX_BYTES``,
             folded otherwise (binned models are used as they are).
+        warm_start: ``mode="sequential"`` only: each member starts from the map of the one
+            before it (neighbouring lambdas), the first from ``x0``.
         settings: as in :func:`invert` (shared by every member), and ``x0`` (the start of
             every member) and ``maxcor`` (the L-BFGS memory, 10).
     Returns:
@@ -344,6 +383,9 @@ def invert_batch(problem: Problem | Precomputed, obs: Observations | None = None
                                    f"and cube_dtype={cube_dtype!r}")
     form = plan.batch_form(form, mode=mode, blocked_fits=plan.blocked_fits(pre, dtype))
     mode = plan.batch_mode(mode, form=form)
+    if warm_start and mode != "sequential":
+        raise DopplermapInputError("invert_batch: warm_start chains the members one after another; it needs "
+                                   "mode='sequential'")
     batch_lmbd, batch_obs = lmbds is not None, flux is not None
     if not (batch_lmbd or batch_obs):
         raise DopplermapInputError("invert_batch needs lmbds and/or flux (with err) to batch over")
@@ -372,7 +414,8 @@ def invert_batch(problem: Problem | Precomputed, obs: Observations | None = None
         n = flux.shape[0]
         ob = Observations(times=obs.times, vels=obs.vels, flux=jnp.asarray(flux), err=jnp.asarray(err))
     lm_all = np.broadcast_to(lm if batch_lmbd else float(settings.lmbd), (n,))
-    raws = solve_batch(setup, lm_all, ob, batch_lmbd=batch_lmbd, batch_obs=batch_obs, mode=mode)
+    raws = solve_batch(setup, lm_all, ob, batch_lmbd=batch_lmbd, batch_obs=batch_obs, mode=mode,
+                       warm_start=bool(warm_start))
 
     def member(i):
         if not batch_obs:
@@ -381,3 +424,99 @@ def invert_batch(problem: Problem | Precomputed, obs: Observations | None = None
 
     return [_in_context(finish(setup, raw, "projected_lbfgs", obs=member(i), lmbd=lm_all[i]), solve.problem)
             for i, raw in enumerate(raws)]
+
+
+@dataclasses.dataclass
+class Many:
+    """What :func:`solve_many` solved and how.
+
+    Attributes:
+        results: one :class:`InversionResult` per member, in the members' order.
+        mode: ``"vmap"`` (members together), ``"sequential"`` (one compiled device solve after
+            another) or ``"invert"`` (:func:`invert` each, the problem's own solver).
+        chunk: members per vmapped call (``mode="vmap"``; the last call is padded to it).
+        n_calls: compiled calls made.
+    """
+
+    results: list
+    mode: str
+    chunk: int
+    n_calls: int
+
+    def describe(self) -> str:
+        """One line for a log or a summary."""
+        n = len(self.results)
+        if self.mode == "vmap":
+            return f"{n} solves together (vmap), {self.n_calls} call(s) of {self.chunk}"
+        if self.mode == "sequential":
+            return f"{n} solves one after another through one compiled device solve"
+        return f"{n} solves one after another (invert)"
+
+
+def solve_many(problem: Problem | Precomputed, obs: Observations | None = None, *, lmbds=None, flux=None, err=None,
+               x0=None, mode: str = "auto", warm_start: bool = False, budget: int | None = None,
+               **settings) -> Many:
+    """Many solves of one problem's shape: lambdas and/or observation sets (as :func:`invert_batch`;
+    a :class:`~dopplermap.problem.Problem`, or a bare model and its observations).
+
+    ``mode``: ``"vmap"`` - the members together, in calls of as many members as fit ``budget``
+    bytes (:func:`dopplermap.plan.batch_chunk`; the last call padded to the same shape, so one
+    compile serves all); ``"sequential"`` - one compiled device solve after another (with
+    ``warm_start`` each from the map of the one before); ``"invert"`` - :func:`invert` each
+    member with the problem's own solver (lambdas only); ``"auto"`` (default) -
+    :func:`dopplermap.plan.many_mode`. Returns a :class:`Many` (results and the mode used).
+    """
+    check(mode, MANY_MODES, "mode")
+    if isinstance(problem, Problem):
+        pre, obs = problem.pre, (problem.obs if not problem.lines else None)
+        base = problem.settings
+    else:
+        pre, base = problem, Settings()
+    if isinstance(pre, LineSets) and mode not in ("auto", "invert"):
+        raise DopplermapInputError(f"solve_many: mode {mode!r} solves one line data set; several sets need "
+                                   "mode 'invert'")
+    n_members = (np.size(lmbds) if lmbds is not None else np.shape(flux)[0]) if (lmbds is not None or
+                                                                                 flux is not None) else 0
+    if n_members < 1:
+        raise DopplermapInputError("solve_many needs lmbds and/or flux (with err), at least one member")
+    if isinstance(pre, LineSets):
+        mode = "invert"
+    tol = float(settings.get("tol", base.tol))
+    dtype = plan.cube_dtype(settings.get("cube_dtype", "auto"), tol)
+    if mode == "auto":
+        mode = plan.many_mode("auto", n_data=obs.n_epoch * obs.n_vel, n_cell=pre.n_cell,
+                              blocked_fits=plan.blocked_fits(pre, dtype))
+    if mode == "invert":
+        if flux is not None:
+            raise DopplermapInputError("solve_many: mode 'invert' solves lambdas only; observation sets need "
+                                       "'vmap' or 'sequential'")
+        results, start = [], x0
+        for lm in np.asarray(lmbds, dtype=float).ravel():
+            results.append(invert(problem, obs if not isinstance(problem, Problem) else None, x0=start,
+                                  **dict(settings, lmbd=float(lm))))
+            if warm_start:
+                start = results[-1].x
+        return Many(results=results, mode="invert", chunk=1, n_calls=len(results))
+    if mode == "sequential":
+        rs = invert_batch(problem, None if isinstance(problem, Problem) else obs, lmbds=lmbds, flux=flux, err=err,
+                          x0=x0, mode="sequential", form="folded",
+                          warm_start=warm_start, **settings)
+        return Many(results=rs, mode="sequential", chunk=1, n_calls=len(rs))
+    n_param = 2 * pre.n_cell + 2 * obs.n_epoch
+    chunk = plan.batch_chunk(n_members, plan.member_bytes(obs.n_epoch * obs.n_vel, n_param,
+                                                          int(settings.get("maxcor", 10))), budget)
+    lm = None if lmbds is None else np.asarray(lmbds, dtype=float).ravel()
+    fl = None if flux is None else np.asarray(flux, dtype=float)
+    er = None if err is None else np.asarray(err, dtype=float)
+    if er is not None and fl is not None and er.ndim == 3:
+        er = np.broadcast_to(er, fl.shape)
+    results = []
+    for s in range(0, n_members, chunk):
+        take = np.arange(s, min(s + chunk, n_members))
+        idx = np.concatenate([take, np.full(chunk - take.size, take[-1])])  # one shape for every call
+        part = dict(lmbds=None if lm is None else lm[idx], flux=None if fl is None else fl[idx],
+                    err=er if (er is None or er.ndim == 2) else er[idx])
+        rs = invert_batch(problem, None if isinstance(problem, Problem) else obs, x0=x0, mode="vmap", **part,
+                          **settings)
+        results.extend(rs[:take.size])
+    return Many(results=results, mode="vmap", chunk=chunk, n_calls=-(-n_members // chunk))

@@ -95,10 +95,11 @@ def solve_device(setup: SolveSetup, callback=None) -> RawSolve:
 
 
 def solve_batch(setup: SolveSetup, lmbds, obs: Observations, *, batch_lmbd: bool, batch_obs: bool,
-                mode: str) -> list[RawSolve]:
+                mode: str, warm_start: bool = False) -> list[RawSolve]:
     """The members of a batch (``lmbds`` (n,), ``obs`` with (n, E, V) flux/err when
     ``batch_obs``): one vmapped compiled call (``mode="vmap"``) or one compiled single solve
-    after another (``"sequential"``); ``solve_time`` is the whole batch's."""
+    after another (``"sequential"``; with ``warm_start`` each member starts from the map of the
+    one before, every member from ``setup.x0`` otherwise); ``solve_time`` is the whole batch's."""
     xj, lo, hi = jnp.asarray(setup.x0), jnp.asarray(setup.lower), jnp.asarray(setup.upper)
     kw = dict(regulariser=setup.regulariser, penalty=setup.penalty, maxiter=setup.maxiter, tol=setup.tol,
               maxcor=int(setup.options.get("maxcor", 10)))
@@ -112,8 +113,11 @@ def solve_batch(setup: SolveSetup, lmbds, obs: Observations, *, batch_lmbd: bool
 
         fn, timing = compile_solver(xj, lo, hi, jnp.asarray(float(lmbds[0])), setup.pre, member(0), **kw)
         t0 = time.perf_counter()
-        runs = [jax.block_until_ready(fn(xj, lo, hi, jnp.asarray(float(lm)), setup.pre, member(i)))
-                for i, lm in enumerate(lmbds)]
+        runs, x = [], xj
+        for i, lm in enumerate(lmbds):
+            runs.append(jax.block_until_ready(fn(x, lo, hi, jnp.asarray(float(lm)), setup.pre, member(i))))
+            if warm_start:
+                x = runs[-1].x
         solve_time = time.perf_counter() - t0
         return [_raw(r, timing, solve_time) for r in runs]
     lm = jnp.asarray(lmbds if batch_lmbd else float(lmbds[0]))

@@ -45,7 +45,7 @@ import numpy as np
 
 from .. import _device, regularisers
 from .._x64 import require_x64
-from ..compiled import compile_cached
+from ..compiled import compile_cached, program_state
 from ..errors import DopplermapInputError
 from ..lightcurve import lightcurve_residuals
 from ..model import apply_nuisance, forward, synthesize
@@ -490,6 +490,24 @@ def compile_newton(x0, lo, hi, spacing, tol, lmbd, pre, data: ObjectiveData, *, 
     # a host callback (progress) cannot be exported: that program is traced every run
     compiled, timing = compile_cached("newton", _solve, args, kw, cache=not kw["progress"])
     return compiled, timing["trace_lower"] + timing["compile"]
+
+
+def _program_args(setup: SolveSetup):
+    """The arguments and static keywords of the compiled Newton solve of ``setup``."""
+    xj, lo_j, hi_j = _device.asarray(setup.x0), _device.asarray(setup.lower), _device.asarray(setup.upper)
+    lm = _device.asarray(setup.lmbd, dtype=xj.dtype)
+    spacing = _device.asarray(kink_spacing(setup.layout, setup.pre.line.vels))
+    tol_j = _device.asarray(setup.tol, dtype=xj.dtype)
+    kw = dict(regulariser=setup.regulariser, penalty=float(setup.penalty), maxiter=int(min(setup.maxiter, NEWTON_MAXITER)),
+              max_cg=int(setup.options.get("max_cg", DEFAULT_MAX_CG)),
+              n_probe=int(setup.options.get("n_probe", DEFAULT_PROBES)), progress=False)
+    return (xj, lo_j, hi_j, spacing, tol_j, lm, setup.pre, setup.data), kw
+
+
+def compile_state(setup: SolveSetup) -> str:
+    """Where the Newton program of ``setup`` would come from (:func:`dopplermap.compiled.program_state`)."""
+    args, kw = _program_args(setup)
+    return program_state("newton", _solve, args, kw)
 
 
 def solve_newton(setup: SolveSetup, callback=None) -> RawSolve:

@@ -22,9 +22,10 @@ except ImportError:  # pragma: no cover
         return contextlib.nullcontext()
 
 from .. import _device
+from ..compiled import program_state
 from ..result import Outcome
 from ._common import RawSolve, SolveSetup
-from .program import compiled_value_and_grad
+from .program import compiled_value_and_grad, value_and_grad_body
 
 __all__ = ["lbfgsb", "solve"]
 
@@ -88,6 +89,15 @@ def lbfgsb(fn: Callable, x0: np.ndarray, lower: np.ndarray, upper: np.ndarray, *
             restarts += 1
     res.nit, res.nfev, res.restarts = nit, nfev, restarts
     return res, {k: np.asarray(v) for k, v in history.items()}
+
+
+def compile_state(setup: SolveSetup) -> str:
+    """Where the value-and-gradient program of ``setup`` would come from
+    (:func:`dopplermap.compiled.program_state`)."""
+    xj = _device.asarray(setup.x0)
+    lm = _device.asarray(setup.lmbd, dtype=xj.dtype)
+    return program_state("value_and_grad", value_and_grad_body, (xj, lm, setup.pre, setup.data),
+                         {"regulariser": setup.regulariser, "penalty": float(setup.penalty)})
 
 
 def solve(setup: SolveSetup, callback: Callable | None = None) -> RawSolve:

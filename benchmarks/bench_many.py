@@ -1,0 +1,103 @@
+"""Many solves of one shape on CPU: a 12-value lambda sweep and a 20-refit bootstrap, each in
+every mode of :func:`dopplermap.solvers.solve_many`, in one process (same load for all).
+
+The problem is the demo star of ``dopplermap lambda`` (400 cells, 30 epochs, 24 velocities)
+or, with ``--n-cell/--n-epoch``, a larger one. The sweep runs at the command's tol 1e-7 with
+the problem's solver (L-BFGS-B, as ``dopplermap lambda`` on the demo star) and with Newton;
+the bootstrap at the CLI's tol 1e-6 from the map at lambda 1. Each mode runs twice: the first
+time with its compile, the second reusing it. ``bootstrap 8-member vmap calls`` is the
+previous default (resamples solved 8 at a time, the last call padded).
+
+    PYTHONPATH=src python benchmarks/bench_many.py [--n-cell 2500 --n-epoch 60]
+"""
+
+import argparse
+import os
+import time
+import warnings
+
+import numpy as np
+
+import dopplermap as dm
+from dopplermap import search
+from dopplermap import uncertainty as U
+from dopplermap.app.search import load_problem
+
+
+def timed(fn):
+    t = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t
+
+
+def old_bootstrap(problem, best, n_boot, seed=0, chunk=8):
+    """The previous default bootstrap: error sets solved 8 at a time (vmap, the last call padded)."""
+    pre, obs, st = problem.pre, problem.obs, problem.settings
+    rng = np.random.default_rng(seed)
+    n_e = pre.n_epoch
+    draws = [rng.integers(0, n_e, n_e) for _ in range(n_boot)]
+    x0 = np.concatenate([best.fssc, best.fssh, best.rv, best.amp])
+    err = np.asarray(obs.err, float)
+    out = []
+    for s in range(0, n_boot, chunk):
+        idx = draws[s:s + chunk]
+        n = len(idx)
+        idx = idx + [idx[0]] * (chunk - n)
+        w = np.stack([np.bincount(i, minlength=n_e) for i in idx]).astype(float)
+        with np.errstate(divide="ignore"):
+            err_b = err[None] / np.sqrt(w)[:, :, None]
+        rs = dm.invert_batch(pre, obs, lmbd=best.lmbd, flux=np.broadcast_to(np.asarray(obs.flux), err_b.shape),
+                             err=err_b, regulariser=best.regulariser, x0=x0, tol=st.tol, maxiter=st.maxiter,
+                             mode="vmap")
+        out.extend(rs[:n])
+    return np.array([[r.fssc, r.fssh] for r in out])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n-cell", type=int, default=None)
+    ap.add_argument("--n-epoch", type=int, default=None)
+    ap.add_argument("--skip-vmap-sweep", action="store_true")
+    a = ap.parse_args()
+    warnings.simplefilter("ignore")
+    size = {k: v for k, v in (("n_cell", a.n_cell), ("n_epoch", a.n_epoch)) if v is not None}
+    prob = load_problem(None, quiet=True, **size)
+    obs = prob.obs
+    print(f"n_cell {prob.grid.n_cell} n_epoch {obs.n_epoch} n_vel {obs.n_vel}; load average "
+          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
+    lm = np.logspace(-3, 2, 12)
+    sweep = prob.replace(settings=prob.settings.replace(tol=1e-7, maxiter=2000))
+    runs = [("invert (L-BFGS-B; the default)", sweep, "invert"), ("invert (Newton)",
+            sweep.replace(settings=sweep.settings.replace(solver="newton")), "invert"),
+            ("sequential (device solve)", sweep, "sequential")]
+    if not a.skip_vmap_sweep:
+        runs.append(("vmap (12 together)", sweep, "vmap"))
+    ref = None
+    for name, p, mode in runs:
+        for k in range(2):
+            sw, t = timed(lambda p=p, mode=mode: search.sweep_lambda(p, lm, mode=mode))
+            ref = sw if ref is None else ref
+            dl = np.max(np.abs(sw.loss / ref.loss - 1))
+            print(f"sweep {name:34s} run {k + 1}: {t:7.2f} s  iterations {int(sw.iterations.sum()):6d}  "
+                  f"max |loss / default's - 1| {dl:.1e}", flush=True)
+    boot = prob.replace(settings=prob.settings.replace(tol=1e-6, maxiter=1000))
+    best = dm.invert(boot, lmbd=1.0)
+    print(f"bootstrap: best map at lambda 1, chi2 {best.chi2:.4f}; load average {os.getloadavg()[0]:.1f}", flush=True)
+    ref = None
+    for name, fn in (("8-member vmap calls (previous default)", lambda: old_bootstrap(boot, best, 20)),
+                     ("vmap, 20 together", lambda: U.bootstrap(boot, best, n_boot=20, mode="vmap").samples),
+                     ("sequential (device solve)", lambda: U.bootstrap(boot, best, n_boot=20, mode="sequential").samples),
+                     ("resample (invert each)", lambda: U.bootstrap(boot, best, n_boot=20, mode="resample").samples)):
+        for k in range(2):
+            s, t = timed(fn)
+            ref = s if ref is None else ref
+            sd, sd0 = s.std(axis=0, ddof=1), ref.std(axis=0, ddof=1)
+            seen = np.isfinite(sd0).all(axis=0) & (sd0 > 0).all(axis=0)
+            r = np.corrcoef(sd[:, seen].ravel(), sd0[:, seen].ravel())[0, 1]
+            print(f"bootstrap {name:40s} run {k + 1}: {t:7.2f} s  sigma maps' correlation with the first {r:.5f}",
+                  flush=True)
+    print(f"load average at the end {os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,126 @@
+"""Limb darkening of model atmospheres in photometric passbands, offline, from published tables.
+
+The package ships a column subset of Claret & Southworth (2023, A&A 674, A63; VizieR
+J/A+A/674/A63 table 1): the power-2 law ``I(mu)/I(1) = 1 - g (1 - mu^h)`` fitted to PHOENIX-COND
+spherical model atmospheres (solar metallicity, microturbulence 2 km/s) for the Gaia G, BP, RP,
+Kepler and TESS passbands, Teff 2300-12000 K and log g 0-6 (``data/claret2023_power2.csv``,
+written by ``tools/subset_claret_power2.py`` from the catalogue; values unchanged). Cite the
+paper when you use these coefficients.
+
+:func:`passband_limb_darkening` interpolates ``g`` and ``h`` bilinearly in Teff and log g
+between the table's nodes (exact at a node); a point whose four surrounding nodes are not all
+in the table (outside its range, or in a hole of the grid) is refused, naming the point.
+Only solar metallicity is tabulated. Nothing here reaches the network.
+
+What the tables do not give: disc-centre intensities of the model atmospheres (the spots'
+contrasts in the band) and monochromatic limb darkening at a line's wavelength. For the
+contrasts :func:`passband_planck_ratio` integrates the Planck function over a passband's
+published response (TESS: the TESS Science Office's v2.0 curve, ``data/tess_response_v2.csv``,
+written by ``tools/subset_tess_response.py``), photon-weighted as the detector counts photons::
+
+    J(T) / J(T_phot) = int R(lambda) B_lambda(T) lambda dlambda / int R(lambda) B_lambda(T_phot) lambda dlambda
+
+a blackbody contrast in the band, not a model atmosphere's. Line limb darkening stays the
+typed law (:mod:`dopplermap.profiles`).
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import numpy as np
+
+from .choices import PASSBANDS, check
+from .errors import DopplermapInputError
+from .limb_darkening import LimbDarkening
+from .profiles import planck
+
+__all__ = ["TABLE", "CITATION", "RESPONSES", "passband_limb_darkening", "table_nodes", "passband_response",
+           "passband_planck_ratio"]
+
+TABLE = Path(__file__).parent / "data" / "claret2023_power2.csv"
+CITATION = "Claret A., Southworth J., 2023, A&A 674, A63 (power-2 limb darkening, PHOENIX-COND spherical models)"
+RESPONSES = {"TESS": Path(__file__).parent / "data" / "tess_response_v2.csv"}
+"""The passbands whose response curve ships with the package."""
+
+
+@functools.cache
+def _load():
+    lines = [ln for ln in TABLE.read_text(encoding="ascii").splitlines() if ln.strip() and not ln.startswith("#")]
+    names = lines[0].split(",")
+    values = np.array([[float(x) for x in ln.split(",")] for ln in lines[1:]])
+    data = {n: values[:, k] for k, n in enumerate(names)}
+    teff, logg = np.unique(data["teff"]), np.unique(data["logg"])
+    cols = {}
+    for band in PASSBANDS:
+        for c in ("g", "h"):
+            grid = np.full((teff.size, logg.size), np.nan)
+            grid[np.searchsorted(teff, data["teff"]), np.searchsorted(logg, data["logg"])] = data[f"{c}_{band}"]
+            cols[c, band] = grid
+    return teff, logg, cols
+
+
+def table_nodes() -> tuple[np.ndarray, np.ndarray]:
+    """The table's Teff (K) and log g (cgs) nodes (not every pair is tabulated)."""
+    teff, logg, _ = _load()
+    return teff.copy(), logg.copy()
+
+
+def _cell(axis, x, name, unit):
+    if not (np.isfinite(x) and axis[0] <= x <= axis[-1]):
+        raise DopplermapInputError(f"{name} = {x!r}{unit} is outside the limb-darkening table "
+                                   f"({axis[0]:g}-{axis[-1]:g}{unit}; {CITATION})")
+    i = int(np.clip(np.searchsorted(axis, x, side="right") - 1, 0, axis.size - 2))
+    return i, (x - axis[i]) / (axis[i + 1] - axis[i])
+
+
+def passband_limb_darkening(passband: str, teff: float, logg: float, metallicity: float = 0.0) -> LimbDarkening:
+    """The power-2 limb darkening of a model atmosphere (Teff K, log g cgs) in ``passband``
+    (:data:`dopplermap.choices.PASSBANDS`), interpolated bilinearly in the shipped table."""
+    check(passband, PASSBANDS, "passband")
+    if metallicity != 0.0:
+        raise DopplermapInputError(f"metallicity = {metallicity!r}: the shipped limb-darkening table is for solar "
+                                   "metallicity only ([M/H] = 0)")
+    teff_ax, logg_ax, cols = _load()
+    i, t = _cell(teff_ax, float(teff), "teff", " K")
+    j, u = _cell(logg_ax, float(logg), "logg", "")
+    out = []
+    for c in ("g", "h"):
+        block = cols[c, passband][i:i + 2, j:j + 2]
+        w = np.array([[(1 - t) * (1 - u), (1 - t) * u], [t * (1 - u), t * u]])
+        need = w > 0
+        if np.any(np.isnan(block[need])):
+            raise DopplermapInputError(f"teff = {teff!r} K, logg = {logg!r}: the limb-darkening table has no model at "
+                                       f"a neighbouring node (Teff {teff_ax[i]:g}-{teff_ax[i + 1]:g} K, log g "
+                                       f"{logg_ax[j]:g}-{logg_ax[j + 1]:g}; {CITATION})")
+        out.append(float(np.sum(np.where(need, w * np.nan_to_num(block), 0.0))))
+    return LimbDarkening("power2", (out[0], out[1]))
+
+
+@functools.cache
+def passband_response(passband: str) -> tuple[np.ndarray, np.ndarray]:
+    """A shipped passband's response: wavelength (nm) and relative response, read-only arrays."""
+    check(passband, PASSBANDS, "passband")
+    if passband not in RESPONSES:
+        raise DopplermapInputError(f"passband {passband!r}: no response curve ships with dopplermap (only "
+                                   f"{', '.join(RESPONSES)}); give the band's intensities or wavelength_nm")
+    rows = [ln for ln in RESPONSES[passband].read_text(encoding="ascii").splitlines()
+            if ln.strip() and not ln.startswith("#")][1:]
+    wl, resp = np.array([[float(x) for x in ln.split(",")] for ln in rows]).T
+    wl.flags.writeable = resp.flags.writeable = False
+    return wl, resp
+
+
+def passband_planck_ratio(temperature: float, t_phot: float, passband: str) -> float:
+    """Photon-weighted blackbody intensity at ``temperature`` over that at ``t_phot`` (K) in
+    ``passband`` (module docstring)."""
+    for name, t in (("temperature", temperature), ("t_phot", t_phot)):
+        if not (np.isfinite(t) and t > 0):
+            raise DopplermapInputError(f"{name} must be > 0 K, got {t!r}")
+    wl, resp = passband_response(passband)
+
+    def counts(t):
+        return float(np.trapezoid(resp * planck(wl, t) * wl, wl))
+
+    return counts(float(temperature)) / counts(float(t_phot))

@@ -1,0 +1,128 @@
+"""Model-atmosphere limb darkening from the shipped table, against the published catalogue, offline."""
+
+import socket
+import tomllib
+
+import numpy as np
+import pytest
+
+from dopplermap import atmosphere
+from dopplermap.config import TEMPLATE, parse_config
+from dopplermap.errors import DopplermapInputError, DopplermapWarning
+from dopplermap.limb_darkening import LimbDarkening
+from dopplermap.profiles import planck
+
+# rows of Claret & Southworth (2023), VizieR J/A+A/674/A63 table1.dat, read off the catalogue:
+# (log g, Teff, g_Kepler, g_TESS, h_Kepler, h_TESS)
+CATALOGUE = [(4.00, 3800.0, 0.80087162, 0.76420665, 0.71855180, 0.59523428),
+             (4.50, 4900.0, 0.74658600, 0.68454137, 0.83506410, 0.73023499),
+             (4.50, 5100.0, 0.73439161, 0.66826361, 0.81258763, 0.70959166),
+             (4.50, 5800.0, 0.71389974, 0.63733991, 0.72633317, 0.64468186)]
+
+
+@pytest.fixture
+def no_network(monkeypatch):
+    """Every socket refused: what a run with the network unplugged sees."""
+    def refuse(*args, **kwargs):
+        raise OSError("network disabled in this test")
+
+    monkeypatch.setattr(socket, "socket", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    monkeypatch.setattr(socket, "getaddrinfo", refuse)
+
+
+@pytest.mark.parametrize("row", CATALOGUE, ids=[f"logg{r[0]}-T{r[1]:.0f}" for r in CATALOGUE])
+def test_table_nodes_are_the_published_values(row, no_network):
+    logg, teff, g_kep, g_tess, h_kep, h_tess = row
+    atmosphere._load.cache_clear()  # read the file with the sockets off
+    for band, g, h in (("Kepler", g_kep, h_kep), ("TESS", g_tess, h_tess)):
+        ld = atmosphere.passband_limb_darkening(band, teff, logg)
+        assert ld.law == "power2" and ld.coeffs == pytest.approx((g, h), abs=1e-12)
+        # the law itself: I(mu)/I(1) = 1 - g (1 - mu^h)
+        mu = np.array([0.1, 0.5, 1.0])
+        np.testing.assert_allclose(ld(mu), 1.0 - g * (1.0 - mu**h), rtol=1e-14)
+
+
+def test_interpolation_is_bilinear_between_nodes():
+    # Teff 5000 K is a hole in the catalogue's grid: the value lies between 4900 and 5100 K
+    mid = atmosphere.passband_limb_darkening("TESS", 5000.0, 4.5).coeffs
+    a, b = CATALOGUE[1], CATALOGUE[2]
+    assert mid == pytest.approx((0.5 * (a[3] + b[3]), 0.5 * (a[5] + b[5])), rel=1e-12)
+    teff, logg = atmosphere.table_nodes()
+    assert teff[0] == 2300.0 and teff[-1] == 12000.0 and logg[0] == 0.0 and logg[-1] == 6.0
+
+
+def test_outside_the_table_is_one_clear_error():
+    with pytest.raises(DopplermapInputError, match="teff = 1500.0 K is outside"):
+        atmosphere.passband_limb_darkening("TESS", 1500.0, 4.5)
+    with pytest.raises(DopplermapInputError, match="solar metallicity only"):
+        atmosphere.passband_limb_darkening("TESS", 5000.0, 4.5, metallicity=-0.5)
+    with pytest.raises(DopplermapInputError, match="passband must be one of"):
+        atmosphere.passband_limb_darkening("Johnson_V", 5000.0, 4.5)
+    with pytest.raises(DopplermapInputError, match="exponent h > 0"):
+        LimbDarkening("power2", (0.6, 0.0))
+
+
+def _cfg(lightcurve=None, star=None):
+    t = tomllib.loads(TEMPLATE)
+    t["lightcurve"].update(lightcurve or {})
+    t["star"].update(star or {})
+    return parse_config(t, source="t.toml")
+
+
+def test_config_atmosphere_limb_darkening(no_network):
+    from dopplermap.problem import _band
+
+    cfg = _cfg({"limb_darkening": "atmosphere", "passband": "TESS"}, {"logg": 4.5})
+    band = _band(cfg, cfg.lightcurve)
+    want = [atmosphere.passband_limb_darkening("TESS", t, 4.5) for t in (5000.0, 3800.0, 6000.0)]
+    assert band.limb_darkening == tuple(want)
+    assert band.intensity == tuple(atmosphere.passband_planck_ratio(t, 5000.0, "TESS") for t in (5000.0, 3800.0, 6000.0))
+    kepler = _cfg({"limb_darkening": "atmosphere", "passband": "Kepler"}, {"logg": 4.5})
+    with pytest.warns(DopplermapWarning, match="no response curve ships"):
+        _band(kepler, kepler.lightcurve)
+    with pytest.raises(DopplermapInputError, match="give passband"):
+        _cfg({"limb_darkening": "atmosphere"})
+    with pytest.raises(DopplermapInputError, match=r"\[line\] limb_darkening = 'atmosphere'.*photometric passbands"):
+        t = tomllib.loads(TEMPLATE)
+        t["line"]["limb_darkening"] = "atmosphere"
+        parse_config(t, source="t.toml")
+    cfg = _cfg({"limb_darkening": "atmosphere", "passband": "TESS"})
+    with pytest.raises(DopplermapInputError, match=r"needs the star's log g"):
+        _band(cfg, cfg.lightcurve)
+
+
+def test_passband_planck_ratio_is_the_response_weighted_integral(no_network):
+    """Against a direct sum over the published response (photon-weighted), and the limits: 1 at
+    the photosphere's temperature; between the Planck ratios at the band's edges."""
+    atmosphere.passband_response.cache_clear()
+    wl, resp = atmosphere.passband_response("TESS")
+    assert wl[0] == 532.0 and wl[-1] == 1062.0 and resp.max() < 1.0 and np.all(resp >= 0)
+    mid = 0.5 * (wl[1:] + wl[:-1])
+    r_mid = 0.5 * (resp[1:] + resp[:-1])
+    direct = [np.sum(r_mid * planck(mid, t) * mid) for t in (3800.0, 5000.0)]
+    got = atmosphere.passband_planck_ratio(3800.0, 5000.0, "TESS")
+    assert got == pytest.approx(direct[0] / direct[1], rel=2e-3)  # midpoint against trapezoid rule
+    assert atmosphere.passband_planck_ratio(5000.0, 5000.0, "TESS") == 1.0
+    edges = [planck(x, 3800.0) / planck(x, 5000.0) for x in (600.0, 1000.0)]
+    assert edges[0] < got < edges[1]
+    with pytest.raises(DopplermapInputError, match="no response curve ships"):
+        atmosphere.passband_planck_ratio(3800.0, 5000.0, "Gaia_G")
+
+
+def test_the_numbers_used_are_kept_and_printed():
+    from types import SimpleNamespace
+
+    from dopplermap.app.target import band_line, band_values
+    from dopplermap.grid import latitude_band_grid
+    from dopplermap.problem import _band
+
+    cfg = _cfg({"limb_darkening": "atmosphere", "passband": "TESS"}, {"logg": 4.5})
+    band = _band(cfg, cfg.lightcurve)
+    kept = band_values(cfg, (SimpleNamespace(name="lightcurve", band=band),), latitude_band_grid(100))
+    (b,) = kept["lc_bands"]
+    assert b["limb_darkening"]["cool"] == ["power2", *band.limb_darkening[1].coeffs]
+    assert b["intensity"]["cool"] == band.intensity[1] and "Claret" in b["limb_darkening_source"]
+    assert b["intensity_source"] == "Planck over the TESS response" and "shape" not in kept
+    line = band_line(kept)
+    assert line.startswith("bands: lightcurve: limb darkening phot power2(") and f"cool {band.intensity[1]:.4f}" in line

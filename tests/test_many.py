@@ -1,0 +1,131 @@
+"""Many solves of one shape (dopplermap.solvers.solve_many): the modes agree, the vmapped calls
+are sized to the memory budget, and the searches built on it say how they ran."""
+
+import numpy as np
+import pytest
+from _search_problem import small_problem
+
+import dopplermap as dm
+from dopplermap import plan, search
+from dopplermap.solvers import solve_many
+
+TOL = 1e-9
+LMBDS = [1.0, 3.0, 10.0]
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    # maps only (no rv, amp) and lambdas where every solver converges: the modes must then
+    # reach the same minimum to the tolerance
+    prob, sim = small_problem(n_cell=150, n_epoch=8, n_vel=20, inclination=55.0, snr=200.0)
+    return prob.replace(settings=prob.settings.replace(tol=TOL, maxiter=5000, fit_rv=False, fit_amp=False))
+
+
+def _rel(a, b):
+    return abs(a - b) / abs(b)
+
+
+@pytest.mark.slow  # a vmapped compile
+def test_modes_agree_and_calls_are_sized_to_the_budget(tiny):
+    lm = LMBDS
+    seq = solve_many(tiny, lmbds=lm, mode="sequential")
+    one = [dm.invert(tiny, lmbd=m, solver="lbfgsb") for m in lm]
+    per = plan.member_bytes(tiny.obs.n_epoch * tiny.obs.n_vel, 2 * tiny.grid.n_cell + 2 * tiny.obs.n_epoch)
+    chunked = solve_many(tiny, lmbds=lm, mode="vmap", budget=2 * per)  # two members a call
+    assert (seq.mode, chunked.mode, chunked.chunk, chunked.n_calls) == ("sequential", "vmap", 2, 2)
+    for a, b, c in zip(seq.results, one, chunked.results, strict=True):
+        assert a.lmbd == b.lmbd == c.lmbd
+        # the same minimum, to the solver tolerance (Tikhonov: a convex objective)
+        assert _rel(a.loss, b.loss) < 100 * TOL and _rel(c.loss, b.loss) < 100 * TOL
+    assert "2 call(s) of 2" in chunked.describe()
+
+
+def test_sequential_agrees_with_invert_warm_started_or_not(tiny):
+    lm = LMBDS
+    one = [dm.invert(tiny, lmbd=m, solver="lbfgsb") for m in lm]
+    cold = solve_many(tiny, lmbds=lm, mode="sequential")
+    warm = solve_many(tiny, lmbds=lm, mode="sequential", warm_start=True)
+    assert (cold.mode, warm.mode) == ("sequential", "sequential")
+    for a, b, c in zip(warm.results, cold.results, one, strict=True):
+        assert _rel(a.loss, c.loss) < 100 * TOL and _rel(b.loss, c.loss) < 100 * TOL
+    # the chain's first member starts where the cold ones do; the next ones from its map
+    assert warm.results[0].iterations == cold.results[0].iterations
+    assert [r.iterations for r in warm.results[1:]] != [r.iterations for r in cold.results[1:]]
+    with pytest.raises(dm.DopplermapInputError, match="mode='sequential'"):
+        dm.invert_batch(tiny, lmbds=lm, mode="vmap", warm_start=True)
+
+
+def test_sweep_modes_agree_and_say_which_ran(tiny, monkeypatch):
+    lm = LMBDS[::-1]
+    ref = search.sweep_lambda(tiny, lm, mode="invert")
+    sw = search.sweep_lambda(tiny, lm, mode="sequential")
+    assert (ref.mode, sw.mode) == ("invert", "sequential")
+    # invert runs the problem's L-BFGS-B, sequential the device solver: the same minima
+    assert np.all(np.abs(sw.loss / ref.loss - 1) < 100 * TOL)
+    # its parts trade along the flat valley of the minimum: to about the tolerance's square root
+    assert np.all(np.abs(sw.chi2 / ref.chi2 - 1) < 3 * TOL ** 0.5)
+    # "auto": below the size where a CPU batch pays, invert, as before
+    monkeypatch.setattr(plan, "on_accelerator", lambda: False)
+    assert search.sweep_lambda(tiny, lm[:1]).mode == "invert"
+    with pytest.raises(dm.DopplermapInputError, match="mode"):
+        search.sweep_lambda(tiny, lm, mode="together")
+
+
+def test_many_mode_decides_by_device_size_and_fit(monkeypatch):
+    monkeypatch.setattr(plan, "on_accelerator", lambda: False)
+    big = plan.VMAP_MIN_CPU_WORK
+    assert plan.many_mode("auto", n_data=big, n_cell=1, blocked_fits=True) == "vmap"
+    assert plan.many_mode("auto", n_data=big - 1, n_cell=1, blocked_fits=True) == "sequential"
+    assert plan.many_mode("auto", n_data=big, n_cell=10, blocked_fits=False) == "sequential"
+    assert plan.many_mode("sequential", n_data=big, n_cell=10, blocked_fits=True) == "sequential"
+    monkeypatch.setattr(plan, "on_accelerator", lambda: True)
+    assert plan.many_mode("auto", n_data=10, n_cell=10, blocked_fits=False) == "vmap"
+
+
+def test_batch_chunk_fits_the_budget(monkeypatch):
+    assert plan.batch_chunk(10, 100, budget=1000) == 10
+    assert plan.batch_chunk(50, 100, budget=1000) == 10
+    assert plan.batch_chunk(50, 5000, budget=1000) == 1  # one member even when it alone is over
+    monkeypatch.setenv("DOPPLERMAP_MAX_MEMORY", "4000")  # the user's limit, a quarter of it a call
+    assert plan.batch_chunk(50, 100) == int(plan.BATCH_MEMORY_FRACTION * 4000) // 100
+
+
+def test_auto_solver_counts_a_cold_compile():
+    """The shorter of compile plus solve: a cold Newton compile loses to L-BFGS-B on a small
+    problem and wins on a large one; compiled (in this process or in the persistent cache),
+    Newton's fewer, cheaper passes win at any size; several solves share one compile."""
+    small, large = dict(n_data=30 * 24, n_cell=400), dict(n_data=150 * 32, n_cell=20_000)
+    cold = {"newton": "cold", "lbfgsb": "memo"}
+    assert plan.pick_solver(cold, tol=1e-7, **small).solver == "lbfgsb"
+    assert plan.pick_solver(cold, tol=1e-7, **large).solver == "newton"
+    for state in ("memo", "disk"):
+        assert plan.pick_solver({"newton": state, "lbfgsb": state}, tol=1e-7, **small).solver == "newton"
+    # a cold Newton compile paid once for a sweep of many solves
+    assert plan.pick_solver(cold, tol=1e-7, n_solves=200, **small).solver == "newton"
+    # the estimate: each candidate's compile state and seconds, printed with -v
+    choice = plan.pick_solver(cold, tol=1e-7, **small)
+    assert choice.estimates["newton"][:2] == ("cold", plan.COMPILE_SECONDS["newton"]["cold"])
+    line = choice.describe()
+    assert line.startswith("solver auto: lbfgsb") and "newton" in line and "(cold)" in line
+    # more digits of tolerance cost L-BFGS-B more passes than Newton
+    assert (plan.solver_passes("lbfgsb", 1e-8) - plan.solver_passes("lbfgsb", 1e-6)
+            > plan.solver_passes("newton", 1e-8) - plan.solver_passes("newton", 1e-6))
+
+
+def test_auto_solver_sees_where_the_newton_program_is(tiny, caplog):
+    """invert's "auto" finds the Newton program of this shape compiled in this process, and
+    logs its choice with the estimates (what -v prints)."""
+    import logging
+
+    from dopplermap.solvers import prepare, solver_choice
+
+    p = tiny.replace(settings=tiny.settings.replace(solver="auto", tol=1e-7))
+    setup = prepare(p.pre, p.obs, p.settings, problem=p)
+    before = solver_choice(settings=p.settings, pre=p.pre, setup=setup)
+    dm.invert(p, solver="newton")
+    after = solver_choice(settings=p.settings, pre=p.pre, setup=setup)
+    assert before.estimates["newton"][0] in ("cold", "disk") and after.estimates["newton"][0] == "memo"
+    with caplog.at_level(logging.INFO, logger="dopplermap.solvers"):
+        assert after.solver == "newton" and dm.invert(p).solver == "newton"
+    assert any(r.getMessage().startswith("solver auto: newton (estimated newton 0.0 s compile (memo)")
+               for r in caplog.records)
