@@ -255,23 +255,29 @@ def test_lowrank_agrees_with_dense(mem_fitted, width):
 
 
 def test_bounded_interval_stays_inside_the_bounds():
-    from dopplermap.constants import FILL_MAX, FILL_MIN
+    """The Gaussian truncated to [0, 1], its 68.27 % highest-density interval."""
+    from scipy.stats import truncnorm
 
-    f = np.array([0.5, 0.5, 0.02, 0.98, FILL_MIN, FILL_MAX, 0.3])
-    sigma = np.array([1e-4, 2.0, 0.1, 0.1, 0.05, 0.05, np.inf])
-    free = np.array([True, True, True, True, False, False, True])
-    lo, hi = U.bounded_interval(f, sigma, free)
-    assert np.all(lo >= FILL_MIN) and np.all(hi <= FILL_MAX) and np.all(lo < hi)
-    # a narrow interval away from the bounds is the Gaussian one
-    np.testing.assert_allclose([lo[0], hi[0]], [0.5 - 1e-4, 0.5 + 1e-4], rtol=1e-7)
-    # near a bound: asymmetric, longer on the open side, never past the bound
-    assert hi[2] - f[2] > f[2] - lo[2] > 0 and f[3] - lo[3] > hi[3] - f[3] > 0
-    # a wide one in the middle nearly spans the range
-    assert lo[1] < 0.05 and hi[1] > 0.95
-    # on a bound: one-sided, from the bound inwards by the conditional width
-    np.testing.assert_allclose([lo[4], hi[4], lo[5], hi[5]], [FILL_MIN, FILL_MIN + 0.05, FILL_MAX - 0.05, FILL_MAX])
-    # unconstrained: the whole range
-    assert (lo[6], hi[6]) == (FILL_MIN, FILL_MAX)
+    from dopplermap.constants import FILL_MIN
+
+    f = np.array([0.5, 0.5, 0.02, 0.98, FILL_MIN, 0.3, 0.4])
+    sigma = np.array([1e-4, 2.0, 0.1, 0.1, 0.05, np.inf, 0.0])
+    lo, hi = U.bounded_interval(f, sigma)
+    assert np.all(lo >= 0) and np.all(hi <= 1) and np.all(lo <= f) and np.all(f <= hi)
+    # away from the bounds: f +- sigma
+    np.testing.assert_allclose([lo[0], hi[0]], [0.5 - 1e-4, 0.5 + 1e-4], rtol=1e-9)
+    # every interval holds 68.27 % of the truncated Gaussian (scipy's truncnorm)
+    for i in range(5):
+        t = truncnorm(-f[i] / sigma[i], (1 - f[i]) / sigma[i], loc=f[i], scale=sigma[i])
+        assert abs(t.cdf(hi[i]) - t.cdf(lo[i]) - 0.6826894921370859) < 1e-9
+    # near a bound it reaches the bound (a true 0 can be covered), longer on the open side
+    assert lo[2] == 0 and hi[2] - f[2] > f[2] and hi[3] == 1
+    # nearly flat (sigma >> 1): about the middle 68 %
+    assert 0.15 < lo[1] < 0.17 and 0.83 < hi[1] < 0.85
+    # on the floor with its conditional width: half a Gaussian, [0, ~sigma]
+    assert lo[4] == 0 and abs(hi[4] - 0.05) < 1e-4
+    # unconstrained: the whole range; zero width: the point
+    assert (lo[5], hi[5]) == (0.0, 1.0) and lo[6] == hi[6] == 0.4
 
 
 def test_laplace_auto_choice_and_cost(mem_fitted, fitted, monkeypatch):
@@ -312,9 +318,8 @@ def test_laplace_refused_past_the_memory_limit(mem_fitted, monkeypatch):
 
 @pytest.mark.slow
 def test_laplace_intervals_and_the_gaussian_warning(mem_fitted, tmp_path):
-    """Every interval lies in the bounds; the warning counts exactly the free seen cells whose
-    Gaussian 1-sigma range crosses one; the bounded intervals are saved."""
-    from dopplermap.constants import FILL_MAX, FILL_MIN
+    """Every interval lies in [0, 1]; the warning counts exactly the free seen cells whose
+    Gaussian 1-sigma range crosses 0 or 1; the bounded intervals are saved."""
     from dopplermap.errors import DopplermapWarning
 
     pre, sim, best = mem_fitted
@@ -323,10 +328,10 @@ def test_laplace_intervals_and_the_gaussian_warning(mem_fitted, tmp_path):
     fill = np.stack([best.fssc, best.fssh])
     sigma = np.stack([unc.sigma_fssc, unc.sigma_fssh])
     free_seen = ~unc.at_bound & ~unc.never_visible[None]
-    crossing = free_seen & ((fill - sigma < FILL_MIN) | (fill + sigma > FILL_MAX))
+    crossing = free_seen & ((fill - sigma < 0) | (fill + sigma > 1))
     msg = str([w for w in rec if "1-sigma range" in str(w.message)][0].message)
     assert f"in {crossing.sum()} of {free_seen.sum()} free seen cells" in msg and unc.n_crossing == crossing.sum()
-    assert np.all(unc.lower >= FILL_MIN) and np.all(unc.upper <= FILL_MAX) and np.all(unc.lower <= fill)
+    assert np.all(unc.lower >= 0) and np.all(unc.upper <= 1) and np.all(unc.lower <= fill)
     assert np.all(fill <= unc.upper)
     back = np.load(U.save_uncertainty(unc, tmp_path))
     np.testing.assert_array_equal(back["upper_fssc"], unc.upper[0])

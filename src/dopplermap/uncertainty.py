@@ -22,9 +22,9 @@
   find nothing of ``E`` outside it; then Woodbury in ``S``; for regularisers that couple no
   cells) or stochastically (``"hutchinson"``: ``E[z * H^-1 z]`` over Rademacher probes
   ``z``, each ``H^-1 z`` by conjugate gradients on HVPs). ``"auto"`` chooses by size
-  (:func:`laplace_cost`, which also says what it will cost). Filling factors live in their
-  bounds, so Laplace results also carry 1-sigma intervals that stay inside them
-  (:func:`bounded_interval`: the logit's Laplace interval mapped back).
+  (:func:`laplace_cost`, which also says what it will cost). Filling factors live in [0, 1],
+  so Laplace results also carry 1-sigma intervals that stay inside it
+  (:func:`bounded_interval`: the Gaussian truncated to [0, 1], its highest-density interval).
   ``width="sandwich"`` gives the linearised sampling width of the regularised estimate,
   ``H^-1 F H^-1`` (``F`` from the chi-square alone): the Laplace counterpart of what the
   bootstrap measures. The posterior width is larger where the regulariser (the prior)
@@ -80,9 +80,10 @@ class Uncertainty:
         samples: (n_boot, 2, n_cell) bootstrap maps (bootstrap only).
         time: wall seconds.
         mode: how the bootstrap's refits ran (``"vmap"``, ``"sequential"`` or ``"resample"``).
-        lower, upper: (2, n_cell) 1-sigma intervals (cool, hot) inside the bounds
+        lower, upper: (2, n_cell) 1-sigma intervals (cool, hot) inside [0, 1]
             (:func:`bounded_interval`; Laplace only).
-        at_bound: (2, n_cell) factors on a bound, whose interval is one-sided (Laplace only).
+        at_bound: (2, n_cell) factors on a bound (not free; their sigma is the conditional
+            width and their interval reaches the bound; Laplace only).
         n_crossing: free seen factors whose Gaussian 1-sigma range crosses a bound (Laplace only).
         note: how the diagonal was computed (low-rank: the basis' rank and what it left out).
     """
@@ -647,29 +648,39 @@ def _laplace_options(options):
     return {**LAPLACE_OPTIONS, **(options or {})}
 
 
-def bounded_interval(f, sigma, free):
-    """1-sigma intervals ``(lower, upper)`` of filling factors that stay inside their bounds.
+ONE_SIGMA = 0.6826894921370859
+"""Probability inside 1 sigma of a Gaussian: the mass of :func:`bounded_interval`'s intervals."""
 
-    A free factor: the Laplace interval of its logit, ``u = logit((f - FILL_MIN) / span)``
-    (at the optimum the Hessian in ``u`` is the one in ``f`` scaled by ``df/du``, so
-    ``sigma_u = sigma / (df/du)``), mapped back: asymmetric near a bound, never past it.
-    A factor on a bound (not free): one-sided, from the bound ``sigma`` (its conditional
-    width) inwards. ``inf`` sigma (unconstrained): the whole range.
+
+def bounded_interval(f, sigma, level: float = ONE_SIGMA):
+    """Intervals ``(lower, upper)`` of filling factors that stay inside [0, 1].
+
+    The Laplace Gaussian ``N(f, sigma^2)`` truncated to [0, 1] (the posterior restricted to
+    the allowed maps), and its highest-density interval holding ``level``: ``f +- sigma``
+    where that lies inside, otherwise reaching the bound (a factor near 0 gets ``[0, b]``,
+    so a true value of 0 can be covered) and longer on the open side. A factor on a bound
+    with its conditional width gets ``[0, ~sigma]`` (half a Gaussian). ``inf`` sigma
+    (unconstrained): the whole range.
     """
-    f = np.asarray(f, dtype=float)
+    from scipy.special import ndtr  # SciPy only where Laplace intervals are made
+
+    f = np.clip(np.asarray(f, dtype=float), 0.0, 1.0)
     sigma = np.asarray(sigma, dtype=float)
-    span = FILL_MAX - FILL_MIN
-    t = np.clip((f - FILL_MIN) / span, 1e-300, 1.0 - 1e-16)
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        su = sigma / (span * t * (1.0 - t))
-        u = np.log(t) - np.log1p(-t)
-        lo = FILL_MIN + span / (1.0 + np.exp(-(u - su)))
-        hi = FILL_MIN + span / (1.0 + np.exp(-(u + su)))
-    at_low = ~free & (f <= FILL_MIN + 0.5 * span)
-    lo = np.where(free, lo, np.where(at_low, FILL_MIN, np.maximum(FILL_MIN, FILL_MAX - sigma)))
-    hi = np.where(free, hi, np.where(at_low, np.minimum(FILL_MAX, FILL_MIN + sigma), FILL_MAX))
-    inf = ~np.isfinite(sigma)
-    return np.where(inf, FILL_MIN, lo), np.where(inf, FILL_MAX, hi)
+    wide = ~np.isfinite(sigma)
+    s = np.where(wide | (sigma <= 0), 1.0, sigma)
+    z = ndtr((1.0 - f) / s) - ndtr(-f / s)  # the truncated Gaussian's mass
+
+    def mass(a):
+        return (ndtr((np.minimum(1.0, f + a) - f) / s) - ndtr((np.maximum(0.0, f - a) - f) / s)) / z
+
+    lo_a, hi_a = np.zeros_like(f), np.maximum(f, 1.0 - f)
+    for _ in range(60):  # the mass grows with the half-width a: bisection
+        mid = 0.5 * (lo_a + hi_a)
+        below = mass(mid) < level
+        lo_a, hi_a = np.where(below, mid, lo_a), np.where(below, hi_a, mid)
+    a = np.where(sigma <= 0, 0.0, hi_a)
+    lower, upper = np.maximum(0.0, f - a), np.minimum(1.0, f + a)
+    return np.where(wide, 0.0, lower), np.where(wide, 1.0, upper)
 
 
 GAUSSIAN_WARN_FRACTION = 0.05
@@ -706,8 +717,8 @@ def laplace(problem: Problem, best: InversionResult, *, width: str = "posterior"
         cost: :func:`laplace_cost`'s answer, if already asked (its method is used).
 
     Filling factors sitting on a bound are not free; they get ``1 / sqrt(N/2 H_ii)``
-    (their conditional width) and a one-sided interval (``at_bound``). Every factor gets
-    an interval inside its bounds (:func:`bounded_interval`); a warning says when many
+    (their conditional width) and are marked ``at_bound``. Every factor gets an interval
+    inside [0, 1] (:func:`bounded_interval`); a warning says when many
     seen cells' Gaussian 1-sigma range crosses a bound (the approximation is not meaningful
     there: read the bounded intervals, or use the bootstrap).
     """
@@ -802,14 +813,14 @@ def laplace(problem: Problem, best: InversionResult, *, width: str = "posterior"
     sd[pre.n_cell:][hidden] = np.inf
     fill = np.concatenate([np.asarray(best.fssc, dtype=float), np.asarray(best.fssh, dtype=float)])
     fr = free[:2 * pre.n_cell]
-    lower, upper = bounded_interval(fill, sd, fr)
+    lower, upper = bounded_interval(fill, sd)
     seen = np.concatenate([~hidden, ~hidden]) & fr
-    crosses = seen & ((fill - sd < FILL_MIN) | (fill + sd > FILL_MAX))
+    crosses = seen & ((fill - sd < 0.0) | (fill + sd > 1.0))
     if seen.any() and crosses.sum() > GAUSSIAN_WARN_FRACTION * seen.sum():
         warn(f"laplace: in {int(crosses.sum())} of {int(seen.sum())} free seen cells the 1-sigma range crosses the "
              f"bound 0 or 1 (there median f {np.median(fill[crosses]):.3g}, median sigma {np.median(sd[crosses]):.3g}): "
-             "the Gaussian approximation is not meaningful there; read the bounded intervals (lower/upper, in logit "
-             "space) or use the bootstrap", stacklevel=2)
+             "the Gaussian approximation is not meaningful there; read the bounded intervals (lower/upper: the "
+             "Gaussian truncated to [0, 1]) or use the bootstrap", stacklevel=2)
     nc = pre.n_cell
     return Uncertainty(sigma_fssc=sd[:nc], sigma_fssh=sd[nc:], method=name, never_visible=hidden,
                        time=time.perf_counter() - t0, lower=np.stack([lower[:nc], lower[nc:]]),
