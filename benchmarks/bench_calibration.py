@@ -379,6 +379,11 @@ def run_coverage(s, n_boot=20, min_frac=0.5):
         out[f"cov_{name}_cool_spotted_z"] = (np.abs(best.fssc - s["truth_fssc"])[spotted]
                                               / u.sigma_fssc[spotted]).tolist()
         out[f"sig_{name}_median"] = float(np.median(u.sigma_fssc[well]))
+        if u.lower is not None:  # Laplace: the bounded 1-sigma intervals (inside [0, 1])
+            ic = (u.lower[0] <= s["truth_fssc"]) & (s["truth_fssc"] <= u.upper[0])
+            ih = (u.lower[1] <= s["truth_fssh"]) & (s["truth_fssh"] <= u.upper[1])
+            out[f"cov_{name}_interval_both"] = float(np.concatenate([ic[well], ih[well]]).mean())
+            out[f"cov_{name}_interval_cool_spotted"] = float(ic[spotted].mean()) if spotted.any() else None
         out[f"cov_{name}_never_visible_inf"] = bool(np.all(np.isinf(u.sigma_fssc[u.never_visible])))
     return out
 
@@ -546,6 +551,9 @@ def summarise(rows):
         v = [r[f"cov_{m}_both"] for r in rows if f"cov_{m}_both" in r]
         if v:
             out[f"cov_{m}"] = dict(mean=float(np.mean(v)), per_star=v)
+        vi = [r[f"cov_{m}_interval_both"] for r in rows if f"cov_{m}_interval_both" in r]
+        if vi:
+            out[f"cov_{m}_interval"] = dict(mean=float(np.mean(vi)), per_star=vi)
     return out
 
 

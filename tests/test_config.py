@@ -371,6 +371,11 @@ def test_invert_writes_uncertainty_maps(tmp_path, capsys):
         assert (out_dir / f"uncertainty_{name}_cool.png").stat().st_size > 0
         assert summary[f"sigma_fssc_median_{m}"] > 0
         assert f"uncertainty_{name}.npz" in summary["files"]
+    # the Laplace step names its method and cost before it starts; its intervals stay in the bounds
+    assert summary["uncertainty_plan_laplace"].startswith("dense (<= 2000 free parameters): ")
+    assert "Hessian products" in summary["uncertainty_plan_laplace"] and "uncertainty_plan_bootstrap" not in summary
+    with np.load(out_dir / "uncertainty_laplace.npz") as z:
+        assert np.all(z["lower_fssc"] >= 0) and np.all(z["upper_fssc"] <= 1) and z["at_bound_fssh"].shape == (120,)
     assert not list(out_dir.glob("uncertainty_sandwich*"))
     bad = tmp_path / "bad.toml"
     bad.write_text(cfg_path.read_text().replace('methods = ["sandwich"]', 'methods = ["jackknife"]'))

@@ -224,3 +224,115 @@ def test_settings_copy_keeps_the_model(fitted):
     tight = prob.replace(settings=prob.settings.replace(tol=1e-6))
     assert tight.pre is built and tight.settings.tol == 1e-6
     assert prob.replace(star=prob.star.replace(inclination=55.0)).pre is not prob.pre
+
+
+@pytest.fixture(scope="module")
+def mem_fitted():
+    prob, sim = small_problem(n_cell=64, n_epoch=10, n_vel=16, inclination=50.0)
+    pre = dm.precompute(prob.grid, prob.star, sim.obs.times, sim.obs.vels, prob.components)
+    best = dm.invert(pre, sim.obs, lmbd=1.0, regulariser="mem", tol=1e-10, maxiter=5000)
+    return pre, sim, best
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:laplace. in .* free seen cells")
+@pytest.mark.parametrize("width", ["posterior", "sandwich"])
+def test_lowrank_agrees_with_dense(mem_fitted, width):
+    """The matrix-free low-rank diagonal is the dense one (both exact) to 1e-8, free and
+    bound cells alike; rv and amp marginalised."""
+    pre, sim, best = mem_fitted
+    problem = form_problem(pre, sim.obs)
+    dense = U.laplace(problem, best, width=width, diagonal="dense")
+    low = U.laplace(problem, best, width=width, diagonal="lowrank")
+    assert dense.method == f"laplace-{width}-dense" and low.method == f"laplace-{width}-lowrank"
+    assert dense.at_bound.any() and (~dense.at_bound).any()  # both kinds of cells are compared
+    for a, b in ((dense.sigma_fssc, low.sigma_fssc), (dense.sigma_fssh, low.sigma_fssh)):
+        seen = np.isfinite(a)
+        assert np.array_equal(seen, np.isfinite(b))
+        np.testing.assert_allclose(b[seen], a[seen], rtol=1e-8)
+    np.testing.assert_allclose(low.lower, dense.lower, rtol=1e-8, atol=1e-12)
+    assert "outside" in low.note
+
+
+def test_bounded_interval_stays_inside_the_bounds():
+    """The Gaussian truncated to [0, 1], its 68.27 % highest-density interval."""
+    from scipy.stats import truncnorm
+
+    from dopplermap.constants import FILL_MIN
+
+    f = np.array([0.5, 0.5, 0.02, 0.98, FILL_MIN, 0.3, 0.4])
+    sigma = np.array([1e-4, 2.0, 0.1, 0.1, 0.05, np.inf, 0.0])
+    lo, hi = U.bounded_interval(f, sigma)
+    assert np.all(lo >= 0) and np.all(hi <= 1) and np.all(lo <= f) and np.all(f <= hi)
+    # away from the bounds: f +- sigma
+    np.testing.assert_allclose([lo[0], hi[0]], [0.5 - 1e-4, 0.5 + 1e-4], rtol=1e-9)
+    # every interval holds 68.27 % of the truncated Gaussian (scipy's truncnorm)
+    for i in range(5):
+        t = truncnorm(-f[i] / sigma[i], (1 - f[i]) / sigma[i], loc=f[i], scale=sigma[i])
+        assert abs(t.cdf(hi[i]) - t.cdf(lo[i]) - 0.6826894921370859) < 1e-9
+    # near a bound it reaches the bound (a true 0 can be covered), longer on the open side
+    assert lo[2] == 0 and hi[2] - f[2] > f[2] and hi[3] == 1
+    # nearly flat (sigma >> 1): about the middle 68 %
+    assert 0.15 < lo[1] < 0.17 and 0.83 < hi[1] < 0.85
+    # on the floor with its conditional width: half a Gaussian, [0, ~sigma]
+    assert lo[4] == 0 and abs(hi[4] - 0.05) < 1e-4
+    # unconstrained: the whole range; zero width: the point
+    assert (lo[5], hi[5]) == (0.0, 1.0) and lo[6] == hi[6] == 0.4
+
+
+def test_laplace_auto_choice_and_cost(mem_fitted, fitted, monkeypatch):
+    """Small problems get the exact dense diagonal; above DENSE_MAX_FREE a per-cell prior with
+    fewer data than parameters gets the low-rank one, a cell-coupling regulariser dense or
+    Hutchinson; the cost names it before anything is computed."""
+    pre, sim, best = mem_fitted
+    problem = form_problem(pre, sim.obs)
+    small = U.laplace_cost(problem, best)
+    assert small.diagonal == "dense" and small.n_hvp == small.n_free and small.seconds is None
+    monkeypatch.setattr(U, "DENSE_MAX_FREE", 10)
+    n_data = sim.obs.n_epoch * sim.obs.n_vel + 2 * sim.obs.n_epoch
+    big = U.laplace_cost(problem, best)
+    assert (big.diagonal == "lowrank") == (n_data < big.n_free)
+    assert U.laplace_cost(problem, best, diagonal="lowrank").n_vjp == sim.obs.n_epoch * sim.obs.n_vel
+    assert "free parameters" in big.describe() and "B" in big.describe()
+    _, sim_t, pre_t, best_t = fitted  # Tikhonov couples cells: no low-rank form
+    tik = U.laplace_cost(form_problem(pre_t, sim_t.obs), best_t)
+    assert tik.diagonal == "dense" and "couples cells" in tik.reason
+    monkeypatch.setattr(U, "DENSE_MAX_FREE_FALLBACK", 10)
+    assert U.laplace_cost(form_problem(pre_t, sim_t.obs), best_t).diagonal == "hutchinson"
+    from dopplermap.errors import DopplermapInputError
+
+    with pytest.raises(DopplermapInputError, match="'lowrank' needs a regulariser that couples no cells, got 'tikhonov'"):
+        U.laplace(form_problem(pre_t, sim_t.obs), best_t, diagonal="lowrank")
+
+
+def test_laplace_refused_past_the_memory_limit(mem_fitted, monkeypatch):
+    from dopplermap.errors import DopplermapInputError
+    from dopplermap.memory import ENV
+
+    pre, sim, best = mem_fitted
+    monkeypatch.setenv(ENV, "1K")
+    with pytest.raises(DopplermapInputError, match=r"the Laplace uncertainty \(dense .* needs about .* more than the "
+                                                   r"limit .*1K"):
+        U.laplace(form_problem(pre, sim.obs), best)
+
+
+@pytest.mark.slow
+def test_laplace_intervals_and_the_gaussian_warning(mem_fitted, tmp_path):
+    """Every interval lies in [0, 1]; the warning counts exactly the free seen cells whose
+    Gaussian 1-sigma range crosses 0 or 1; the bounded intervals are saved."""
+    from dopplermap.errors import DopplermapWarning
+
+    pre, sim, best = mem_fitted
+    with pytest.warns(DopplermapWarning, match=r"laplace: in (\d+) of (\d+) free seen cells the 1-sigma range") as rec:
+        unc = U.laplace(form_problem(pre, sim.obs), best)
+    fill = np.stack([best.fssc, best.fssh])
+    sigma = np.stack([unc.sigma_fssc, unc.sigma_fssh])
+    free_seen = ~unc.at_bound & ~unc.never_visible[None]
+    crossing = free_seen & ((fill - sigma < 0) | (fill + sigma > 1))
+    msg = str([w for w in rec if "1-sigma range" in str(w.message)][0].message)
+    assert f"in {crossing.sum()} of {free_seen.sum()} free seen cells" in msg and unc.n_crossing == crossing.sum()
+    assert np.all(unc.lower >= 0) and np.all(unc.upper <= 1) and np.all(unc.lower <= fill)
+    assert np.all(fill <= unc.upper)
+    back = np.load(U.save_uncertainty(unc, tmp_path))
+    np.testing.assert_array_equal(back["upper_fssc"], unc.upper[0])
+    np.testing.assert_array_equal(back["at_bound_fssh"], unc.at_bound[1])

@@ -58,7 +58,8 @@ def uncertainty_title(method: str) -> str:
     (``"laplace-posterior-dense"`` -> ``"Laplace (exact diagonal)"``)."""
     if method.startswith("laplace-"):
         _, width, diagonal = (method.split("-") + ["", ""])[:3]
-        how = {"dense": "exact diagonal", "hutchinson": "Hutchinson diagonal"}.get(diagonal, diagonal)
+        how = {"dense": "exact diagonal", "lowrank": "exact low-rank diagonal",
+               "hutchinson": "Hutchinson diagonal"}.get(diagonal, diagonal)
         kind = "Laplace sandwich" if width == "sandwich" else "Laplace"
         return f"{kind} ({how})" if how else kind
     return {"laplace": "Laplace", "sandwich": "Laplace sandwich"}.get(method, method)

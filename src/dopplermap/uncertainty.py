@@ -14,10 +14,17 @@
   Hessian of the loss restricted to the free parameters (filling factors off their
   bounds, free rv and amp: the nuisances are marginalised). Hessian-vector products are
   ``grad(grad(loss) . v)`` (the custom-VJP primitives of ``_linops`` support reverse over
-  reverse, not forward mode). The diagonal of the inverse comes either exactly (``"dense"``:
-  Hessian columns from batched HVPs, then a Cholesky factorisation) or stochastically
-  (``"hutchinson"``: ``E[z * H^-1 z]`` over Rademacher probes ``z``, each ``H^-1 z`` by
-  conjugate gradients on HVPs; for problems too large for a dense Hessian).
+  reverse, not forward mode). The diagonal of the inverse comes exactly (``"dense"``:
+  Hessian columns from batched HVPs, then a Cholesky factorisation), exactly and
+  matrix-free (``"lowrank"``: ``H = S + E`` with ``S`` the per-cell Hessian of the
+  regulariser and penalty and ``E`` the chi-square's, whose range lies in a basis of about
+  ``n_epoch n_vel`` vectors: the Jacobian's rows, rv and amp, widened until random probes
+  find nothing of ``E`` outside it; then Woodbury in ``S``; for regularisers that couple no
+  cells) or stochastically (``"hutchinson"``: ``E[z * H^-1 z]`` over Rademacher probes
+  ``z``, each ``H^-1 z`` by conjugate gradients on HVPs). ``"auto"`` chooses by size
+  (:func:`laplace_cost`, which also says what it will cost). Filling factors live in [0, 1],
+  so Laplace results also carry 1-sigma intervals that stay inside it
+  (:func:`bounded_interval`: the Gaussian truncated to [0, 1], its highest-density interval).
   ``width="sandwich"`` gives the linearised sampling width of the regularised estimate,
   ``H^-1 F H^-1`` (``F`` from the chi-square alone): the Laplace counterpart of what the
   bootstrap measures. The posterior width is larger where the regulariser (the prior)
@@ -43,21 +50,23 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import plan
+from . import plan, regularisers
 from ._repr import compact
 from .atomic import write_file
 from .choices import uncertainty_choice
 from .constants import FILL_MAX, FILL_MIN
 from .errors import DopplermapInputError, DopplermapWarning, warn
+from .memory import check_bytes, format_bytes
 from .model import Precomputed, solve_form
-from .objective import DEFAULT_PENALTY, Layout, LineSets, Observations, loss, n_windows
+from .objective import DEFAULT_PENALTY, Layout, LineSets, ObjectiveData, Observations, loss, n_windows
 from .problem import Problem, require_problem
 from .solvers import InversionResult, invert, solve_many
+from .solvers.newton import line_residuals, smooth_terms
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Uncertainty", "bootstrap", "laplace", "LAPLACE_OPTIONS", "resample_epochs", "never_visible", "hvp_function", "hvp_form",
-           "save_uncertainty"]
+__all__ = ["Uncertainty", "bootstrap", "laplace", "laplace_cost", "LaplaceCost", "LAPLACE_OPTIONS", "resample_epochs",
+           "never_visible", "hvp_function", "hvp_form", "lowrank_applies", "bounded_interval", "save_uncertainty"]
 
 
 @dataclasses.dataclass
@@ -68,11 +77,17 @@ class Uncertainty:
         sigma_fssc, sigma_fssh: (n_cell,) standard deviations (``inf`` where the method
             cannot constrain a cell, see the module docstring).
         method: ``"bootstrap"`` or ``"laplace-<width>-<diagonal>"`` (width posterior/sandwich,
-            diagonal dense/hutchinson).
+            diagonal dense/lowrank/hutchinson).
         never_visible: (n_cell,) cells with zero weight at every epoch.
         samples: (n_boot, 2, n_cell) bootstrap maps (bootstrap only).
         time: wall seconds.
         mode: how the bootstrap's refits ran (``"vmap"``, ``"sequential"`` or ``"resample"``).
+        lower, upper: (2, n_cell) 1-sigma intervals (cool, hot) inside [0, 1]
+            (:func:`bounded_interval`; Laplace only).
+        at_bound: (2, n_cell) factors on a bound (not free; their sigma is the conditional
+            width and their interval reaches the bound; Laplace only).
+        n_crossing: free seen factors whose Gaussian 1-sigma range crosses a bound (Laplace only).
+        note: how the diagonal was computed (low-rank: the basis' rank and what it left out).
     """
 
     sigma_fssc: np.ndarray
@@ -82,6 +97,11 @@ class Uncertainty:
     samples: np.ndarray | None = None
     time: float = 0.0
     mode: str | None = None
+    lower: np.ndarray | None = None
+    upper: np.ndarray | None = None
+    at_bound: np.ndarray | None = None
+    n_crossing: int = 0
+    note: str = ""
 
     def __repr__(self) -> str:
         return compact(self, ("method", "sigma_fssc", "sigma_fssh", "time"))
@@ -286,12 +306,394 @@ def _free_mask(best: InversionResult, fit_rv: bool, fit_amp: bool) -> np.ndarray
     return np.concatenate([inside, np.full(n_e, fit_rv), np.full(n_e, fit_amp)])
 
 
-LAPLACE_OPTIONS = {"chunk": 64, "cg_tol": 1e-8, "cg_maxiter": 2000, "penalty": DEFAULT_PENALTY}
+LAPLACE_OPTIONS = {"chunk": 64, "cg_tol": 1e-8, "cg_maxiter": 2000, "penalty": DEFAULT_PENALTY,
+                   "lowrank_tol": 1e-8, "n_check": 8}
 """The rarely changed knobs of :func:`laplace` (its ``options``) and their defaults."""
 
+LAPLACE_DIAGONALS = ("auto", "dense", "lowrank", "hutchinson")
+"""How :func:`laplace` computes the diagonal of the inverse Hessian."""
 
-def laplace(problem: Problem, best: InversionResult, *, width: str = "posterior", diagonal: str = "dense",
-            n_probe: int = 64, seed: int = 0, options: dict | None = None) -> Uncertainty:
+DENSE_MAX_FREE = 2000
+"""``diagonal="auto"``: the exact dense Hessian up to this many free parameters."""
+
+DENSE_MAX_FREE_FALLBACK = 6000
+"""``diagonal="auto"`` where the low-rank form does not apply: dense up to this many, Hutchinson beyond."""
+
+LOWRANK_ROUNDS = 4
+"""Most rounds that widen the low-rank basis (each adds what the data Hessian maps outside it)."""
+
+SKETCH = 64
+"""Random combinations of what the data Hessian maps outside the basis that one widening round adds."""
+
+
+# ---------------------------------------------------------------- the low-rank (matrix-free) diagonal
+
+def _vjps(x, us, pre, data):
+    # J' u for a batch of cotangents ``us`` of the line residuals: one vmapped backward pass
+    _, back = jax.vjp(lambda y: line_residuals(y, 0.0, pre, data), x)
+    return jax.vmap(lambda u: back(u)[0])(us)
+
+
+_vjps_jit = jax.jit(_vjps)
+
+
+def _smooth_hvp(x, v, lmbd, pre, regulariser, penalty):
+    return jax.jvp(jax.grad(lambda y: smooth_terms(y, lmbd, pre, regulariser=regulariser, penalty=penalty)),
+                   (x,), (v,))[1]
+
+
+_smooth_hvp_jit = jax.jit(_smooth_hvp, static_argnames=("regulariser", "penalty"))
+
+
+def lowrank_applies(regulariser: str) -> bool:
+    """Whether ``diagonal="lowrank"`` can take ``regulariser``: one whose Hessian couples no
+    cells (a positive per-cell prior that the data's low-rank part is added to)."""
+    return regulariser != "none" and regularisers.regulariser(regulariser).newton_diagonal is None
+
+
+class _CellBlocks:
+    """The Hessian of ``lmbd reg + penalty`` (couples no cells) as per-cell 2x2 blocks
+    ``[[a, b], [b, d]]`` in (fssc, fssh), zero on rv and amp; read with two products."""
+
+    def __init__(self, x, lmbd, pre, regulariser, penalty, n_cell):
+        n = x.shape[0]
+        self.n_cell = n_cell
+        ones_c = jnp.zeros(n).at[:n_cell].set(1.0)
+        ones_h = jnp.zeros(n).at[n_cell:2 * n_cell].set(1.0)
+        hc = np.asarray(_smooth_hvp_jit(x, ones_c, lmbd, pre, regulariser=regulariser, penalty=penalty))
+        hh = np.asarray(_smooth_hvp_jit(x, ones_h, lmbd, pre, regulariser=regulariser, penalty=penalty))
+        self.a, self.b, self.d = hc[:n_cell], hc[n_cell:2 * n_cell], hh[n_cell:2 * n_cell]
+
+    def apply(self, v):
+        """``S v`` for ``v`` of shape (n, ...) (rows are parameters)."""
+        nc = self.n_cell
+        out = np.zeros_like(v)
+        vc, vh = v[:nc], v[nc:2 * nc]
+        ex = (slice(None),) + (None,) * (v.ndim - 1)
+        out[:nc] = self.a[ex] * vc + self.b[ex] * vh
+        out[nc:2 * nc] = self.b[ex] * vc + self.d[ex] * vh
+        return out
+
+    def diagonal(self, n):
+        return np.concatenate([self.a, self.d, np.zeros(n - 2 * self.n_cell)])
+
+    def inverse_sqrt(self, free, extra):
+        """Per-parameter ``P^-1/2`` as 2x2 cell blocks (arrays m11, m12, m22) and a diagonal on
+        rv/amp: P is the block restricted to the free filling factors (a cell with one free
+        factor: that factor's own entry), ``extra`` on the free rv/amp. Raises where a free
+        cell's block is not positive definite."""
+        nc = self.n_cell
+        fc, fh = free[:nc], free[nc:2 * nc]
+        both = fc & fh
+        a = np.where(fc, self.a, 1.0)
+        d = np.where(fh, self.d, 1.0)
+        b = np.where(both, self.b, 0.0)
+        blocks = np.stack([np.stack([a, b], -1), np.stack([b, d], -1)], -2)
+        w, v = np.linalg.eigh(blocks)
+        if not np.all(w > 0):
+            raise ValueError("prior block not positive definite")
+        m = np.einsum("cij,cj,ckj->cik", v, 1.0 / np.sqrt(w), v)
+        tail = np.where(free[2 * nc:], 1.0 / np.sqrt(extra), 0.0)
+        return m[:, 0, 0], m[:, 0, 1], m[:, 1, 1], tail
+
+    @staticmethod
+    def apply_blocks(mats, v, n_cell):
+        m11, m12, m22, tail = mats
+        ex = (slice(None),) + (None,) * (v.ndim - 1)
+        out = np.empty_like(v)
+        vc, vh = v[:n_cell], v[n_cell:2 * n_cell]
+        out[:n_cell] = m11[ex] * vc + m12[ex] * vh
+        out[n_cell:2 * n_cell] = m12[ex] * vc + m22[ex] * vh
+        out[2 * n_cell:] = tail[ex] * v[2 * n_cell:]
+        return out
+
+
+def _max_col(a):
+    return float(np.sqrt(np.max(np.einsum("ij,ij->j", a, a)))) if a.size else 0.0
+
+
+def _gram_factor(g, tol):
+    """``R`` (r, k) with ``R' R = g`` for a positive semi-definite ``g`` (k, k), ``r`` its rank
+    down to pivots of ``tol`` x its largest diagonal (pivoted Cholesky), and the pivot order."""
+    import scipy.linalg.lapack  # SciPy only where a low-rank diagonal is computed
+
+    k = g.shape[0]
+    if k == 0:
+        return np.zeros((0, 0)), np.zeros(0, int)
+    c, piv, rank, _ = scipy.linalg.lapack.dpstrf(0.5 * (g + g.T), lower=1,
+                                                 tol=tol * max(float(np.max(np.diag(g))), 1e-300))
+    piv = piv - 1
+    r = np.zeros((rank, k))
+    r[:, piv] = np.tril(c)[:, :rank].T
+    return r, piv[:rank]
+
+
+def _solve_lower(chol, b):
+    import scipy.linalg  # SciPy only where a low-rank diagonal is computed
+
+    return scipy.linalg.solve_triangular(chol, b, lower=True, check_finite=False)
+
+
+def _orthonormal(a, tol):
+    """Orthonormal columns spanning the columns of ``a`` (n, j) down to pivots of ``tol^2``
+    (the selected columns, by a pivoted Cholesky of the Gram matrix), then one Cholesky pass
+    that restores orthogonality (matrix products only)."""
+    if a.shape[1] == 0:
+        return a
+    r, sel = _gram_factor(a.T @ a, tol ** 2)
+    out = a[:, sel]
+    for chol in (r[:, sel].T, None):
+        if chol is None:
+            chol = np.linalg.cholesky(out.T @ out)
+        out = _solve_lower(chol, out.T).T
+    return out
+
+
+def _lowrank(x, free, lay, lmbd, hpre, obs, regulariser, penalty, hvp, width, *, chunk, tol, n_check, seed):
+    """Loss-scale ``diag(H^-1)`` (or the sandwich's) over ``free``, ``diag(H)`` over all.
+
+    ``H = S + E``: ``S`` the per-cell Hessian of the regulariser and penalty, ``E`` that of the
+    chi-square, whose range lies in a small subspace (the Gauss-Newton part ``2 J'J`` has rank
+    at most ``n_epoch n_vel``; the second-order part adds a few directions per epoch). The
+    basis starts from the rows of ``J'`` and rv/amp, is widened by what ``E`` maps outside it
+    (up to :data:`LOWRANK_ROUNDS` rounds) and is checked with random probes orthogonal to it;
+    then ``E = U M U'`` exactly up to ``tol`` and the inverse follows by Woodbury in ``S``'s
+    whitened coordinates (a ``k x k`` eigenproblem). Returns ``(diag, hii, info)``."""
+    n, nc = lay.size, lay.n_cell
+    blocks = _CellBlocks(x, lmbd, hpre, regulariser, penalty, nc)
+    data = ObjectiveData(obs=obs)
+    m = obs.n_epoch * obs.n_vel
+    rows = np.empty((m, n))
+    for s in range(0, m, chunk):  # J' e_r for every residual r, ``chunk`` at a time (one compiled shape)
+        k = min(chunk, m - s)
+        us = np.zeros((chunk, m))
+        us[np.arange(k), s + np.arange(k)] = 1.0
+        rows[s:s + k] = np.asarray(_vjps_jit(x, jnp.asarray(us), hpre, data))[:k]
+    rows[:, 2 * nc:] = 0.0  # rv and amp get unit vectors of their own
+    nuis = np.zeros((n, n - 2 * nc))
+    nuis[2 * nc + np.arange(n - 2 * nc), np.arange(n - 2 * nc)] = 1.0
+    u = np.concatenate([_orthonormal(rows.T, 1e-7), nuis], axis=1)
+    del rows
+
+    def e_of(cols):  # E v = H v - S v, columns of shape (n, j)
+        if cols.shape[1] == 0:
+            return cols
+        return np.asarray(hvp(x, jnp.asarray(cols.T))).T - blocks.apply(cols)
+
+    rng = np.random.default_rng(seed)
+    eu = e_of(u)
+    rank0 = u.shape[1]
+    scale_e = max(_max_col(eu), 1e-300)
+    rounds, outside = 0, 0.0
+    while True:
+        z = rng.standard_normal((n, int(n_check)))
+        z -= u @ (u.T @ z)
+        z /= np.linalg.norm(z, axis=0)
+        ez = e_of(z)
+        mu = u.T @ eu
+        resid = eu - u @ mu  # what E maps outside the basis
+        outside = max(_max_col(resid), _max_col(ez)) / scale_e
+        if outside <= tol or rounds >= LOWRANK_ROUNDS:
+            break
+        # a random sketch of what lies outside (the next round checks that it caught all)
+        new = np.concatenate([resid @ rng.standard_normal((resid.shape[1], SKETCH)), ez], axis=1)
+        new -= u @ (u.T @ new)
+        new = _orthonormal(new, tol)
+        new -= u @ (u.T @ new)  # once more, for the rounding of the first pass
+        new = _orthonormal(new, 1e-3)
+        u = np.concatenate([u, new], axis=1)
+        eu = np.concatenate([eu, e_of(new)], axis=1)
+        rounds += 1
+    mu = 0.5 * (mu + mu.T)
+    hii = blocks.diagonal(n) + np.einsum("ij,ij->i", eu, u)  # diag(H) = diag(S) + diag(U U' E U U'), exact
+    info = {"rank": u.shape[1], "rank0": rank0, "rounds": rounds, "outside": float(outside), "n_hvp": int(u.shape[1] + (rounds + 1) * n_check),
+            "n_vjp": m}
+    if outside > tol:
+        return None, hii, info
+    # rv/amp carry no prior: give them their own curvature as "prior" and take it out of E
+    tail = np.maximum(hii[2 * nc:], 1e-300 * max(np.max(np.abs(hii)), 1.0))
+    fr_tail = free[2 * nc:]
+    w_t = u[2 * nc:][fr_tail]  # rows of U at the free rv/amp: U' e_j
+    mu_f = mu - (w_t.T * tail[fr_tail]) @ w_t
+    try:
+        mats = blocks.inverse_sqrt(free, tail)
+    except ValueError:
+        return None, hii, {**info, "reason": "the regulariser's Hessian is not positive definite on the free cells"}
+    fidx = np.nonzero(free)[0]
+    # Woodbury: H = P + U M U' over the free parameters, A = P^-1 U, K = U' P^-1 U = R' R
+    # (pivoted Cholesky; directions of U on fixed parameters only drop out), then
+    # H^-1 = P^-1 - A Z A' with Z = M (I + K M)^-1 = M - M R' S^-1 R M, S = I + R M R',
+    # positive definite exactly when H is
+    uf = u * free[:, None]
+    a_mat = _CellBlocks.apply_blocks(mats, _CellBlocks.apply_blocks(mats, uf, nc), nc)[fidx]
+    k_mat = uf[fidx].T @ a_mat
+    r, _ = _gram_factor(k_mat, 1e-14)
+    rm = r @ mu_f
+    s_mat = np.eye(r.shape[0]) + rm @ r.T
+    try:
+        c = np.linalg.cholesky(0.5 * (s_mat + s_mat.T))
+    except np.linalg.LinAlgError:
+        raise DopplermapInputError("the Hessian at the map is not positive definite (the inversion has not converged "
+                                   "to a minimum); re-solve with a tighter tol") from None
+    half = _solve_lower(c, rm)  # C^-1 R M
+    z = mu_f - half.T @ half
+    m11, m12, m22, tl = mats
+    p_inv = np.concatenate([m11 ** 2 + m12 ** 2, m12 ** 2 + m22 ** 2, tl ** 2])[fidx]  # diag(P^-1)
+    if width == "posterior":
+        diag = p_inv - np.einsum("ij,ij->i", a_mat @ z, a_mat)
+    else:
+        # H^-1 E H^-1 = H^-1 - H^-1 S H^-1 with S = P - C (C: the rv/amp curvature moved into P):
+        # H^-1 - H^-1 P H^-1 = A (Z - Z K Z) A', plus the columns H^-1 e_j of the free rv/amp
+        diag = np.einsum("ij,ij->i", a_mat @ (z - z @ k_mat @ z), a_mat)
+        jt = np.nonzero(fr_tail)[0]
+        if jt.size:
+            pos = np.searchsorted(fidx, 2 * nc + jt)
+            pe = np.zeros((fidx.size, jt.size))
+            pe[pos, np.arange(jt.size)] = tl[jt] ** 2
+            cols = pe - a_mat @ (z @ a_mat[pos].T)
+            diag = diag + np.einsum("ij,ij,j->i", cols, cols, tail[jt])
+    return diag, hii, info
+
+
+@dataclasses.dataclass(frozen=True)
+class LaplaceCost:
+    """What :func:`laplace` will do and about what it costs, known before it starts.
+
+    Attributes:
+        diagonal: the method chosen (``"dense"``, ``"lowrank"`` or ``"hutchinson"``) and
+            ``reason``, why. n_free: free parameters. n_hvp: Hessian-vector products (about,
+            for lowrank; a lower bound for hutchinson, whose CG steps are not known before).
+            n_vjp: Jacobian rows (lowrank). nbytes: peak memory of its arrays, about.
+        seconds: estimated wall time (None: not measured).
+    """
+
+    diagonal: str
+    reason: str
+    n_free: int
+    n_hvp: int
+    n_vjp: int
+    nbytes: float
+    seconds: float | None = None
+
+    def describe(self) -> str:
+        t = "" if self.seconds is None else f", ~{self.seconds:.0f} s"
+        parts = [f"{self.n_hvp} Hessian products"] + ([f"{self.n_vjp} Jacobian rows"] if self.n_vjp else [])
+        return (f"{self.diagonal} ({self.reason}): {self.n_free} free parameters, {', '.join(parts)}, "
+                f"~{format_bytes(self.nbytes)}{t}")
+
+
+def _choose(diagonal, n_free, m, n_tail, regulariser):
+    k = m + n_tail
+    if diagonal != "auto":
+        return diagonal, "as asked"
+    if n_free <= DENSE_MAX_FREE:
+        return "dense", f"<= {DENSE_MAX_FREE} free parameters"
+    if lowrank_applies(regulariser) and k < n_free:
+        return "lowrank", f"> {DENSE_MAX_FREE} free parameters, data rank <= {k}"
+    if n_free <= DENSE_MAX_FREE_FALLBACK:
+        why = "a regulariser that couples cells" if not lowrank_applies(regulariser) else "more data than parameters"
+        return "dense", f"{why}, <= {DENSE_MAX_FREE_FALLBACK} free parameters"
+    return "hutchinson", f"> {DENSE_MAX_FREE_FALLBACK} free parameters, no low-rank form"
+
+
+def _flop_rate() -> float:
+    a = np.ones((384, 384))
+    t = time.perf_counter()
+    a @ a
+    return 2 * 384 ** 3 / max(time.perf_counter() - t, 1e-6)
+
+
+def laplace_cost(problem: Problem, best: InversionResult, *, width: str = "posterior", diagonal: str = "auto",
+                 n_probe: int = 64, options: dict | None = None, measure: bool = False) -> LaplaceCost:
+    """The method :func:`laplace` will use and its cost (products, memory; with ``measure``, wall
+    seconds extrapolated from one timed batch of Hessian products, compiled first)."""
+    problem = require_problem(problem, "laplace")
+    opt = _laplace_options(options)
+    pre, obs = problem.pre, problem.obs
+    _one_set(pre, "laplace")
+    free = _free_mask(best, problem.settings.fit_rv, problem.settings.fit_amp)
+    n_free = int(free.sum())
+    n = free.size
+    m = obs.n_epoch * obs.n_vel
+    n_tail = n - 2 * pre.n_cell
+    how, why = _choose(diagonal, n_free, m, n_tail, best.regulariser)
+    two = 2 if width == "sandwich" else 1
+    if how == "dense":
+        n_hvp, n_vjp = two * n_free, 0
+        nbytes = 8.0 * (6 + 3 * (two - 1)) * n_free ** 2  # columns, their symmetric copy, factor, inverse
+        flops = (2.0 + 2 * (two - 1)) * n_free ** 3
+    elif how == "lowrank":
+        k = m + n_tail + 2 * n_tail + 3 * opt["n_check"]  # the basis plus a widening round
+        n_hvp, n_vjp = k, m
+        nbytes = 8.0 * (m * n + 10 * n * k + 4 * k * k)  # Jacobian rows; basis, its products and copies
+        flops = 10.0 * n * k * k + 4.0 * k ** 3
+    else:
+        n_hvp, n_vjp = int(n_probe) * two * 20, 0
+        nbytes = 8.0 * (int(n_probe) + 8) * n
+        flops = 0.0
+    seconds = None
+    if measure:
+        hvp = hvp_function(jnp.asarray(best.lmbd), pre, obs, best.regulariser, float(opt["penalty"]), chunk=opt["chunk"])
+        x = jnp.asarray(best.x)
+        k = opt["chunk"] if hvp.batched else 1
+        v = jnp.zeros((k, n))
+        jax.block_until_ready(hvp(x, v))  # compile
+        t = time.perf_counter()
+        jax.block_until_ready(hvp(x, v))
+        per = (time.perf_counter() - t) / k
+        seconds = (n_hvp + 0.5 * n_vjp) * per + flops / _flop_rate()
+    return LaplaceCost(how, why, n_free, int(n_hvp), int(n_vjp), float(nbytes), seconds)
+
+
+def _laplace_options(options):
+    unknown = sorted(set(options or {}) - set(LAPLACE_OPTIONS))
+    if unknown:
+        raise DopplermapInputError(f"laplace options: unknown {', '.join(map(repr, unknown))}; "
+                                   f"known: {', '.join(LAPLACE_OPTIONS)}")
+    return {**LAPLACE_OPTIONS, **(options or {})}
+
+
+ONE_SIGMA = 0.6826894921370859
+"""Probability inside 1 sigma of a Gaussian: the mass of :func:`bounded_interval`'s intervals."""
+
+
+def bounded_interval(f, sigma, level: float = ONE_SIGMA):
+    """Intervals ``(lower, upper)`` of filling factors that stay inside [0, 1].
+
+    The Laplace Gaussian ``N(f, sigma^2)`` truncated to [0, 1] (the posterior restricted to
+    the allowed maps), and its highest-density interval holding ``level``: ``f +- sigma``
+    where that lies inside, otherwise reaching the bound (a factor near 0 gets ``[0, b]``,
+    so a true value of 0 can be covered) and longer on the open side. A factor on a bound
+    with its conditional width gets ``[0, ~sigma]`` (half a Gaussian). ``inf`` sigma
+    (unconstrained): the whole range.
+    """
+    from scipy.special import ndtr  # SciPy only where Laplace intervals are made
+
+    f = np.clip(np.asarray(f, dtype=float), 0.0, 1.0)
+    sigma = np.asarray(sigma, dtype=float)
+    wide = ~np.isfinite(sigma)
+    s = np.where(wide | (sigma <= 0), 1.0, sigma)
+    z = ndtr((1.0 - f) / s) - ndtr(-f / s)  # the truncated Gaussian's mass
+
+    def mass(a):
+        return (ndtr((np.minimum(1.0, f + a) - f) / s) - ndtr((np.maximum(0.0, f - a) - f) / s)) / z
+
+    lo_a, hi_a = np.zeros_like(f), np.maximum(f, 1.0 - f)
+    for _ in range(60):  # the mass grows with the half-width a: bisection
+        mid = 0.5 * (lo_a + hi_a)
+        below = mass(mid) < level
+        lo_a, hi_a = np.where(below, mid, lo_a), np.where(below, hi_a, mid)
+    a = np.where(sigma <= 0, 0.0, hi_a)
+    lower, upper = np.maximum(0.0, f - a), np.minimum(1.0, f + a)
+    return np.where(wide, 0.0, lower), np.where(wide, 1.0, upper)
+
+
+GAUSSIAN_WARN_FRACTION = 0.05
+"""Above this fraction of seen free cells whose 1-sigma Gaussian crosses a bound, :func:`laplace` warns."""
+
+
+def laplace(problem: Problem, best: InversionResult, *, width: str = "posterior", diagonal: str = "auto",
+            n_probe: int = 64, seed: int = 0, options: dict | None = None, cost: LaplaceCost | None = None) -> Uncertainty:
     """Laplace-approximation uncertainties at the optimum ``best`` (see module docstring).
 
     Args:
@@ -302,53 +704,86 @@ def laplace(problem: Problem, best: InversionResult, *, width: str = "posterior"
             ``"sandwich"``, the linearised sampling width of the regularised estimate,
             ``diag(H^-1 F H^-1)`` with ``F`` the Hessian of ``chi2_total / 2`` alone (what a
             bootstrap measures: zero for cells no datum touches).
-        diagonal: how the diagonal of the inverse is computed - ``"dense"`` (exact; memory
-            ``n_free^2``) or ``"hutchinson"`` (``n_probe`` CG solves, unbiased but noisy;
-            ``seed`` draws the probes).
+        diagonal: how the diagonal of the inverse is computed (:data:`LAPLACE_DIAGONALS`) -
+            ``"dense"`` (exact; the Hessian column by column, memory ``n_free^2``),
+            ``"lowrank"`` (exact to ``lowrank_tol``, matrix-free: the per-cell prior plus the
+            data Hessian in a basis of about ``n_epoch n_vel`` vectors, see :func:`_lowrank`;
+            regularisers that couple no cells), ``"hutchinson"`` (``n_probe`` CG solves,
+            unbiased but noisy; ``seed`` draws the probes) or ``"auto"`` (default: dense up to
+            :data:`DENSE_MAX_FREE` free parameters, then lowrank where it applies and the data
+            are fewer than the parameters, else dense up to :data:`DENSE_MAX_FREE_FALLBACK`,
+            else hutchinson; :func:`laplace_cost` says which, and what it costs).
         options: any of :data:`LAPLACE_OPTIONS` - ``chunk`` (Hessian-vector products
             evaluated together, in one vmapped call, see :func:`hvp_function`), ``cg_tol`` and
             ``cg_maxiter`` (Hutchinson's conjugate gradients), ``penalty`` (weight of the
-            ``fssc + fssh <= 1`` penalty, as in :func:`dopplermap.invert`).
+            ``fssc + fssh <= 1`` penalty, as in :func:`dopplermap.invert`), ``lowrank_tol``
+            (largest part of the data Hessian the low-rank basis may miss, relative) and
+            ``n_check`` (random probes that check it each round).
+        cost: :func:`laplace_cost`'s answer, if already asked (its method is used).
+
     Filling factors sitting on a bound are not free; they get ``1 / sqrt(N/2 H_ii)``
-    (their conditional width).
+    (their conditional width) and are marked ``at_bound``. Every factor gets an interval
+    inside [0, 1] (:func:`bounded_interval`); a warning says when many
+    seen cells' Gaussian 1-sigma range crosses a bound (the approximation is not meaningful
+    there: read the bounded intervals, or use the bootstrap).
     """
     problem = require_problem(problem, "laplace")
-    unknown = sorted(set(options or {}) - set(LAPLACE_OPTIONS))
-    if unknown:
-        raise DopplermapInputError(f"laplace options: unknown {', '.join(map(repr, unknown))}; "
-                                   f"known: {', '.join(LAPLACE_OPTIONS)}")
-    opt = {**LAPLACE_OPTIONS, **(options or {})}
+    opt = _laplace_options(options)
     chunk, cg_tol, cg_maxiter, penalty = opt["chunk"], opt["cg_tol"], opt["cg_maxiter"], opt["penalty"]
     pre, obs = problem.pre, problem.obs
     _one_set(pre, "laplace")
     _without_offset_prior(best, "laplace")
-    if diagonal not in ("dense", "hutchinson"):
-        raise DopplermapInputError(f"Laplace diagonal must be 'dense' or 'hutchinson', got {diagonal!r}")
+    if diagonal not in LAPLACE_DIAGONALS:
+        raise DopplermapInputError(f"Laplace diagonal must be one of {', '.join(map(repr, LAPLACE_DIAGONALS))}, "
+                                   f"got {diagonal!r}")
     if width not in ("posterior", "sandwich"):
         raise DopplermapInputError(f"Laplace width must be 'posterior' or 'sandwich', got {width!r}")
+    if diagonal == "lowrank" and not lowrank_applies(best.regulariser):
+        raise DopplermapInputError(f"Laplace diagonal 'lowrank' needs a regulariser that couples no cells, "
+                                   f"got {best.regulariser!r}; use 'dense' or 'hutchinson'")
     t0 = time.perf_counter()
     lay = Layout(pre.n_cell, pre.n_epoch)
     x = jnp.asarray(best.x)
     if x.shape != (lay.size,):
         raise DopplermapInputError(f"best map has {x.shape[0]} parameters, the problem needs {lay.size}")
+    if cost is None:
+        cost = laplace_cost(problem, best, width=width, diagonal=diagonal, n_probe=n_probe, options=options)
+    check_bytes(cost.nbytes, f"the Laplace uncertainty ({cost.describe()})",
+                "the grid's n_cell, or choose another diagonal / the bootstrap")
+    diagonal = cost.diagonal
     scale = 0.5 * obs.n_epoch * obs.n_vel
     hvp = hvp_function(jnp.asarray(best.lmbd), pre, obs, best.regulariser, float(penalty), chunk=chunk)
-    hvp_data = hvp_function(jnp.asarray(0.0), pre, obs, "none", 0.0, chunk=chunk) if width == "sandwich" else None
     free = _free_mask(best, problem.settings.fit_rv, problem.settings.fit_amp)
     fidx = np.nonzero(free)[0]
     n_free = fidx.size
     diag_inv = np.full(lay.size, np.nan)
-
-    def columns(fn):
-        cols = np.empty((n_free, n_free))
-        for s in range(0, n_free, chunk):
-            ids = fidx[s:s + chunk]
-            basis = np.zeros((chunk if fn.batched else ids.size, lay.size))  # batched: one compiled shape
-            basis[np.arange(ids.size), ids] = 1.0
-            cols[s:s + ids.size] = np.asarray(fn(x, jnp.asarray(basis)))[:ids.size, fidx]
-        return scale * 0.5 * (cols + cols.T)
-
+    hii_all = None
+    note = ""
+    if diagonal == "lowrank":
+        d, hii_all, info = _lowrank(x, free, lay, jnp.asarray(best.lmbd, dtype=jnp.float64), hvp_form(pre), obs,
+                                    best.regulariser, float(penalty), hvp, width, chunk=chunk,
+                                    tol=float(opt["lowrank_tol"]), n_check=int(opt["n_check"]), seed=seed)
+        if d is None:  # the data Hessian is not low-rank here: the exact dense path
+            note = (f"low-rank basis of {info['rank']} left {info['outside']:.2g} of the data Hessian outside "
+                    f"(tolerance {opt['lowrank_tol']:.2g}){'; ' + info['reason'] if 'reason' in info else ''}: dense")
+            warn(f"laplace: {note}", stacklevel=2)
+            diagonal = "dense"
+        else:
+            diag_inv[fidx] = d / scale
+            note = (f"basis of {info['rank']} ({info['rank0']} from the Jacobian and rv/amp, {info['rounds']} widening "
+                    f"rounds); {info['outside']:.2g} of the data Hessian outside")
     if diagonal == "dense":
+        hvp_data = hvp_function(jnp.asarray(0.0), pre, obs, "none", 0.0, chunk=chunk) if width == "sandwich" else None
+
+        def columns(fn):
+            cols = np.empty((n_free, n_free))
+            for s in range(0, n_free, chunk):
+                ids = fidx[s:s + chunk]
+                basis = np.zeros((chunk if fn.batched else ids.size, lay.size))  # batched: one compiled shape
+                basis[np.arange(ids.size), ids] = 1.0
+                cols[s:s + ids.size] = np.asarray(fn(x, jnp.asarray(basis)))[:ids.size, fidx]
+            return scale * 0.5 * (cols + cols.T)
+
         h = columns(hvp)
         try:
             chol = np.linalg.cholesky(h)
@@ -363,63 +798,91 @@ def laplace(problem: Problem, best: InversionResult, *, width: str = "posterior"
             # diag(H^-1 F H^-1) through one BLAS product (a three-operand einsum loops in C
             # without BLAS: 7 minutes at the seed size's 4065 free parameters)
             diag_inv[fidx] = np.einsum("ij,ji->i", hinv @ columns(hvp_data), hinv)
-        name = f"laplace-{width}-dense"
-    else:
-        rng = np.random.default_rng(seed)
-
-        hpre = hvp_form(pre)
-        pchunk = chunk if _batches_well(hpre) else 1  # probes solved together where that pays
-
-        def op_of(lm, reg, pen):
-            def op(v):
-                full = jnp.zeros(lay.size).at[fidx].set(v)
-                return scale * _hvp(x, full, lm, hpre, obs, reg, pen)[fidx]
-            return op
-
-        op = op_of(jnp.asarray(best.lmbd, dtype=jnp.float64), best.regulariser, float(penalty))
-        data_op = op_of(jnp.asarray(0.0), "none", 0.0)
-
-        # the probes' CG solves run together (vmapped, ``chunk`` at a time) where that pays:
-        # every CG step is then one batch of HVPs, matrix-matrix products on the blocked form
-        @jax.jit
-        def probe(z):
-            def one(b):
-                y = jax.scipy.sparse.linalg.cg(op, b, tol=cg_tol, maxiter=cg_maxiter)[0]
-                if width == "sandwich":
-                    y = jax.scipy.sparse.linalg.cg(op, data_op(y), tol=cg_tol, maxiter=cg_maxiter)[0]
-                return b * y
-            return jax.vmap(one)(z).sum(axis=0)
-
-        z_all = rng.choice([-1.0, 1.0], size=(int(n_probe), n_free))  # the same draws as one probe at a time
-        acc = np.zeros(n_free)
-        for s in range(0, int(n_probe), pchunk):
-            z = z_all[s:s + pchunk]
-            if z.shape[0] < pchunk:  # same compiled shape; zero probes add zero
-                z = np.concatenate([z, np.zeros((pchunk - z.shape[0], n_free))])
-            acc += np.asarray(probe(jnp.asarray(z)))
-        diag_inv[fidx] = np.maximum(acc / n_probe, 0.0)
-        name = f"laplace-{width}-hutchinson"
+    elif diagonal == "hutchinson":
+        diag_inv[fidx] = _hutchinson(x, fidx, lay, best, hvp_form(pre), obs, float(penalty), scale, width,
+                                     n_probe=n_probe, seed=seed, chunk=chunk, cg_tol=cg_tol, cg_maxiter=cg_maxiter)
+    name = f"laplace-{width}-{diagonal}"
 
     fixed = np.nonzero(~free[:2 * pre.n_cell])[0]
     if fixed.size:
-        basis = np.zeros((fixed.size, lay.size))
-        basis[np.arange(fixed.size), fixed] = 1.0
-        hii = scale * np.asarray(hvp(x, jnp.asarray(basis)))[np.arange(fixed.size), fixed]
+        if hii_all is not None:
+            hii = scale * hii_all[fixed]
+        else:
+            basis = np.zeros((fixed.size, lay.size))
+            basis[np.arange(fixed.size), fixed] = 1.0
+            hii = scale * np.asarray(hvp(x, jnp.asarray(basis)))[np.arange(fixed.size), fixed]
         diag_inv[fixed] = 1.0 / np.maximum(hii, 1e-300)
     sd = np.sqrt(diag_inv[:2 * pre.n_cell])
     hidden = never_visible(pre)
     sd[:pre.n_cell][hidden] = np.inf  # unconstrained by the data (see the module docstring)
     sd[pre.n_cell:][hidden] = np.inf
-    return Uncertainty(sigma_fssc=sd[:pre.n_cell], sigma_fssh=sd[pre.n_cell:], method=name,
-                       never_visible=hidden, time=time.perf_counter() - t0)
+    fill = np.concatenate([np.asarray(best.fssc, dtype=float), np.asarray(best.fssh, dtype=float)])
+    fr = free[:2 * pre.n_cell]
+    lower, upper = bounded_interval(fill, sd)
+    seen = np.concatenate([~hidden, ~hidden]) & fr
+    crosses = seen & ((fill - sd < 0.0) | (fill + sd > 1.0))
+    if seen.any() and crosses.sum() > GAUSSIAN_WARN_FRACTION * seen.sum():
+        warn(f"laplace: in {int(crosses.sum())} of {int(seen.sum())} free seen cells the 1-sigma range crosses the "
+             f"bound 0 or 1 (there median f {np.median(fill[crosses]):.3g}, median sigma {np.median(sd[crosses]):.3g}): "
+             "the Gaussian approximation is not meaningful there; read the bounded intervals (lower/upper: the "
+             "Gaussian truncated to [0, 1]) or use the bootstrap", stacklevel=2)
+    nc = pre.n_cell
+    return Uncertainty(sigma_fssc=sd[:nc], sigma_fssh=sd[nc:], method=name, never_visible=hidden,
+                       time=time.perf_counter() - t0, lower=np.stack([lower[:nc], lower[nc:]]),
+                       upper=np.stack([upper[:nc], upper[nc:]]), at_bound=np.stack([~fr[:nc], ~fr[nc:]]),
+                       n_crossing=int(crosses.sum()), note=note)
+
+
+def _hutchinson(x, fidx, lay, best, hpre, obs, penalty, scale, width, *, n_probe, seed, chunk, cg_tol, cg_maxiter):
+    rng = np.random.default_rng(seed)
+    n_free = fidx.size
+    pchunk = chunk if _batches_well(hpre) else 1  # probes solved together where that pays
+    fj = jnp.asarray(fidx)
+
+    def op_of(lm, reg, pen, pre_, obs_, x_):
+        def op(v):
+            full = jnp.zeros(lay.size).at[fj].set(v)
+            return scale * _hvp(x_, full, lm, pre_, obs_, reg, pen)[fj]
+        return op
+
+    # the probes' CG solves run together (vmapped, ``chunk`` at a time) where that pays: every
+    # CG step is then one batch of HVPs. Model, data and map are arguments, not constants of
+    # the program (as constants XLA would try to fold the products at compile time)
+    @jax.jit
+    def probe(z, x_, pre_, obs_, lm):
+        op = op_of(lm, best.regulariser, penalty, pre_, obs_, x_)
+        data_op = op_of(jnp.zeros((), lm.dtype), "none", 0.0, pre_, obs_, x_)
+
+        def one(b):
+            y = jax.scipy.sparse.linalg.cg(op, b, tol=cg_tol, maxiter=cg_maxiter)[0]
+            if width == "sandwich":
+                y = jax.scipy.sparse.linalg.cg(op, data_op(y), tol=cg_tol, maxiter=cg_maxiter)[0]
+            return b * y
+        return jax.vmap(one)(z).sum(axis=0)
+
+    z_all = rng.choice([-1.0, 1.0], size=(int(n_probe), n_free))  # the same draws as one probe at a time
+    acc = np.zeros(n_free)
+    lm = jnp.asarray(best.lmbd, dtype=jnp.float64)
+    for s in range(0, int(n_probe), pchunk):
+        z = z_all[s:s + pchunk]
+        if z.shape[0] < pchunk:  # same compiled shape; zero probes add zero
+            z = np.concatenate([z, np.zeros((pchunk - z.shape[0], n_free))])
+        acc += np.asarray(probe(jnp.asarray(z), x, hpre, obs, lm))
+    return np.maximum(acc / n_probe, 0.0)
 
 
 def save_uncertainty(unc: Uncertainty, folder) -> Path:
-    """Write ``uncertainty_<method>.npz`` (sigma_fssc, sigma_fssh, never_visible and the full
-    method name) into ``folder``; ``<method>`` is the user's choice (``laplace``, ``sandwich``,
-    ``bootstrap``, :func:`dopplermap.choices.uncertainty_choice`)."""
+    """Write ``uncertainty_<method>.npz`` (sigma_fssc, sigma_fssh, never_visible, the full method
+    name; for Laplace also lower_*, upper_* and at_bound_* per component) into ``folder``;
+    ``<method>`` is the user's choice (``laplace``, ``sandwich``, ``bootstrap``,
+    :func:`dopplermap.choices.uncertainty_choice`)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
+    extra = {}
+    if unc.lower is not None:
+        for i, comp in enumerate(("fssc", "fssh")):
+            extra.update({f"lower_{comp}": unc.lower[i], f"upper_{comp}": unc.upper[i],
+                          f"at_bound_{comp}": unc.at_bound[i]})
     return write_file(folder / f"uncertainty_{uncertainty_choice(unc.method)}.npz",
                       lambda fh: np.savez(fh, sigma_fssc=unc.sigma_fssc, sigma_fssh=unc.sigma_fssh,
-                                          never_visible=unc.never_visible, method=unc.method))
+                                          never_visible=unc.never_visible, method=unc.method, **extra))

@@ -86,14 +86,15 @@ def uncertainty_writers(methods, problem, res, grid, *, n_boot: int = 20, seed: 
     """Compute the requested uncertainties; return ``(writers, scalars)`` for :func:`save_result`.
 
     ``methods``: any of ``laplace`` (posterior width), ``sandwich`` and ``bootstrap``. The
-    Laplace diagonal is exact (dense Hessian) up to 3000 free parameters, Hutchinson beyond.
+    Laplace diagonal is chosen by size (:func:`dopplermap.uncertainty.laplace_cost`: exact
+    dense, exact low-rank or Hutchinson); its cost estimate is shown before it starts and
+    refused past the memory limit (``--max-memory``). rv and amp are marginalised where the
+    map fitted them (the Hessian at unfitted offsets is not that of an optimum).
     Each method adds ``uncertainty_<name>.npz`` and, with ``plots``, one PNG per component.
     """
-    pre = problem.pre
-    # the settings these maps have always been computed with, whatever the target's [inversion]
-    problem = problem.replace(settings=problem.settings.replace(tol=1e-6, maxiter=1000, fit_rv=True, fit_amp=True))
+    # the tolerance the bootstrap's re-solves have always used, whatever the target's [inversion]
+    problem = problem.replace(settings=problem.settings.replace(tol=1e-6, maxiter=1000))
     writers, scalars, uncs = [], {}, []
-    hutch = 2 * pre.n_cell + 2 * pre.n_epoch > 3000
     star = res.star
     phase_lons = None
     if star is not None and res.obs is not None and not isinstance(res.obs, tuple):
@@ -105,13 +106,21 @@ def uncertainty_writers(methods, problem, res, grid, *, n_boot: int = 20, seed: 
         return float(v.max()) if v.size and v.max() > 0 else None
 
     for m in dict.fromkeys(methods):
-        step = report.step(f"uncertainty ({m})") if report is not None else contextlib.nullcontext()
+        width = "posterior" if m == "laplace" else "sandwich"
+        cost = None
+        if m != "bootstrap":
+            est = report.step(f"uncertainty ({m}): cost estimate") if report is not None else contextlib.nullcontext()
+            with est:
+                cost = U.laplace_cost(problem, res, width=width, measure=True)
+            scalars[f"uncertainty_plan_{m}"] = cost.describe()
+        name = f"uncertainty ({m})" if cost is None else f"uncertainty ({m}): {cost.describe()}"
+        step = report.step(name) if report is not None else contextlib.nullcontext()
         with step:
             if m == "bootstrap":
                 unc = U.bootstrap(problem, res, n_boot=n_boot, seed=seed)
             else:
-                unc = U.laplace(problem, res, width="posterior" if m == "laplace" else "sandwich",
-                                diagonal="hutchinson" if hutch else "dense")
+                unc = U.laplace(problem, res, width=width, cost=cost)
+                scalars[f"uncertainty_crossing_{m}"] = unc.n_crossing
         seen = ~unc.never_visible
         scalars[f"sigma_fssc_median_{m}"] = float(np.median(unc.sigma_fssc[seen])) if seen.any() else None
         scalars[f"sigma_fssh_median_{m}"] = float(np.median(unc.sigma_fssh[seen])) if seen.any() else None
