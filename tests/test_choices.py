@@ -49,6 +49,10 @@ def test_rv_shift_mapping_is_the_rv_shift_list():
     assert tuple(model.RV_SHIFTS) == choices.RV_SHIFTS
 
 
+def test_limb_weight_mapping_is_the_limb_list():
+    assert tuple(dm.geometry.LIMB_WEIGHTS) == choices.LIMB_WEIGHTS
+
+
 @pytest.mark.parametrize("name", choices.REGULARISERS)
 def test_newton_reads_the_whole_hessian_diagonal_of_every_regulariser(name):
     # the block reading of the Newton preconditioner plus the entry's newton_diagonal is the

@@ -12,7 +12,7 @@ import math
 
 from .errors import DopplermapInputError
 
-__all__ = ["FORMS", "SYNTHESIS_METHODS", "RV_SHIFTS", "SOLVERS", "SOLVER_CHOICES", "REGULARISER_LABELS",
+__all__ = ["FORMS", "SYNTHESIS_METHODS", "RV_SHIFTS", "LIMB_WEIGHTS", "SOLVERS", "SOLVER_CHOICES", "REGULARISER_LABELS",
            "REGULARISERS", "WEIGHTED_REGULARISERS", "SPOT_COMPONENTS", "UNCERTAINTY_METHODS", "EW_METHODS",
            "LINE_PROFILES", "GRID_KINDS", "PROFILE_FORMATS", "PROFILE_WRITE_FORMATS", "LIGHTCURVE_FORMATS",
            "LIGHTCURVE_WRITE_FORMATS", "LIGHTCURVE_UNITS", "QUALITY_BITMASKS", "BIN_UNITS", "FIGURE_FORMATS", "MAP_PROJECTIONS",
@@ -25,6 +25,8 @@ FORMS = ("dense", "binned")
 SYNTHESIS_METHODS = ("auto", *FORMS)
 # precompute(rv_shift=...) and [inversion] rv_shift: the seed's interpolation, or the exact shift (binned)
 RV_SHIFTS = ("interpolate", "exact")
+# precompute(limb=...), cell_geometry(limb=...): the cell-averaged projected area at the limb, or max(mu, 0)
+LIMB_WEIGHTS = ("smooth", "sharp")
 # the solver back ends (dopplermap.solvers)
 SOLVERS = ("lbfgsb", "projected_lbfgs", "newton")
 # solver=... and [inversion] solver: "auto" picks a back end by tolerance (dopplermap.solvers.choose_solver)
