@@ -179,7 +179,7 @@ def limb_weight(mu, h, *, xp=jnp):
     ``max(mu, 0)`` has a kink at every limb crossing.
     """
     m = xp.clip(mu, -h, h)
-    return (m + h) ** 2 / (4.0 * h) + xp.maximum(mu - h, 0.0)
+    return xp.where(mu >= h, mu, (m + h) ** 2 / (4.0 * h))  # mu itself inside the disc, to the bit
 
 
 def cell_geometry(lat, lon, area, times, inclination, vsini, period, t0=0.0, domega=0.0, *, xp=jnp,
