@@ -149,10 +149,11 @@ def precompute(grid: SurfaceGrid, star: StarParams, times, vels, components: Com
     check_phase_span(times, star.t0, star.period, where="line profiles")
     geo = cell_geometry(grid.lat, grid.lon, grid.area, times, star.inclination, star.vsini_kms,
                         star.period, star.t0, star.domega, xp=np, limb=limb)
-    mu = np.asarray(geo.mu)
+    # limb darkening and mu-dependent local profiles at the same mu (never < 0 for a cell in view)
+    mu = np.asarray(geo.ld_mu)
     v_los = np.asarray(geo.v_los)
     visible = np.asarray(geo.visible)
-    weights = _component_weights(components, np.asarray(geo.ld_mu), np.asarray(geo.proj_area))  # (3, E, C)
+    weights = _component_weights(components, mu, np.asarray(geo.proj_area))  # (3, E, C)
     n_epoch, n_cell = mu.shape
     n_vis = visible.sum(axis=1)
     if np.any(n_vis == 0):
