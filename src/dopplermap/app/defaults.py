@@ -5,3 +5,6 @@ so that the CLI can read them at start-up."""
 # brings its own [inversion] settings); tighter than a single inversion's so that chi2 is
 # smooth across lambdas and grid points
 LAMBDA_TOL, GRID_TOL = 1e-7, 1e-6
+
+# how grid reads a point's chi2 (dopplermap.choices.GRID_READOUTS)
+DEFAULT_READOUT = "regularised"

@@ -1,0 +1,120 @@
+"""The inclination read-out of ``grid``: regularised (old) against profiled (new), and the chi2
+jitter between two solvers at one grid point.
+
+    PYTHONPATH=src python benchmarks/bench_readout.py [--stars 0,4,7] [--jitter K]
+        [--out benchmarks/results/readout-cpu2.json]
+
+Stars are :mod:`bench_calibration`'s (simulated by its independent disc integrator). For each,
+the inclination is profiled over :data:`bench_calibration.INC_GRID` with vsini held at the truth,
+every point solved from the flat start (:func:`dopplermap.search.evaluate_point`), and read by
+:func:`bench_calibration.continuous_interval` on ``chi2_total`` (Delta chi2 <= 1 / 4):
+
+* ``old``: the problem's working settings (lambda 1, tol 1e-5), what ``grid`` reported;
+* ``profiled``: :data:`dopplermap.search.PROFILE_READOUT` (lambda well below the working one,
+  tight tolerance, the map's bounds active as in every solve).
+
+``--jitter K``: star K at its true star, chi2_total from two solvers (L-BFGS-B and the projected
+L-BFGS) at both settings: the grid's landscape noise. Results: benchmarks/RESULTS.md, topic
+"Stellar parameters: profiled read-out".
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_calibration as B  # noqa: E402
+from _common import write_json  # noqa: E402
+
+OLD = dict(lmbd=1.0, tol=1e-5, maxiter=1000)
+
+
+def _settings(problem, which):
+    from dopplermap.search import PROFILE_READOUT
+
+    if which == "old":
+        return problem.settings.replace(**OLD)
+    return problem.settings.replace(**PROFILE_READOUT.settings(problem.settings))
+
+
+def profile(s, which, incs=B.INC_GRID):
+    from dopplermap.search import evaluate_point
+
+    p = s["problem"]
+    p = p.replace(settings=_settings(p, which))
+    t0 = time.perf_counter()
+    rows = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for inc in incs:
+            rows.append(evaluate_point(p, {"inclination": float(inc), "vsini": s["vsini"]}))
+    prof = np.array([r["chi2_total"] for r in rows])
+    best, lo, hi = B.continuous_interval(incs, prof, 1.0)
+    _, lo95, hi95 = B.continuous_interval(incs, prof, 4.0)
+    truth = s["inc"]
+    return dict(best=best, lo68=lo, hi68=hi, lo95=lo95, hi95=hi95, err=best - truth,
+                in68=bool(lo <= truth <= hi), in95=bool(lo95 <= truth <= hi95), profile=prof.tolist(),
+                iterations=[int(r["iterations"]) for r in rows], lmbd=p.settings.lmbd, tol=p.settings.tol,
+                wall_s=time.perf_counter() - t0)
+
+
+def jitter(s, which):
+    """chi2_total at the true star from two solvers, each from the flat start."""
+    from dopplermap.search import evaluate_point
+
+    p = s["problem"]
+    out = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for solver in ("lbfgsb", "projected_lbfgs"):
+            q = p.replace(settings=_settings(p, which).replace(solver=solver))
+            out[solver] = float(evaluate_point(q, {"inclination": s["inc"], "vsini": s["vsini"]})["chi2_total"])
+    return dict(out, jitter=abs(out["lbfgsb"] - out["projected_lbfgs"]))
+
+
+def summary(rows, which):
+    err = np.array([r[which]["err"] for r in rows])
+    return dict(n_stars=len(rows), mean_abs_err=float(np.mean(np.abs(err))), bias=float(np.mean(err)),
+                cover68=float(np.mean([r[which]["in68"] for r in rows])),
+                cover95=float(np.mean([r[which]["in95"] for r in rows])),
+                mean_width68=float(np.mean([r[which]["hi68"] - r[which]["lo68"] for r in rows])))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--stars", default=",".join(map(str, B.QUICK)))
+    ap.add_argument("--jitter", type=int, default=None, help="star K: two solvers' chi2 at its truth")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    res = {"stars": [], "machine": B.platform.platform() if hasattr(B, "platform") else ""}
+    if args.jitter is not None:
+        s = B.make_star(args.jitter)
+        res["jitter"] = {w: jitter(s, w) for w in ("old", "profiled")}
+        print("jitter", res["jitter"], flush=True)
+    for k in [int(x) for x in args.stars.split(",") if x]:
+        s = B.make_star(k)
+        row = dict(k=k, inc=s["inc"], vsini=s["vsini"], n_epoch=s["n_epoch"], snr=s["snr"])
+        for which in ("old", "profiled"):
+            row[which] = profile(s, which)
+            r = row[which]
+            print(f"star {k} (i={s['inc']:.0f}) {which:8s}: {r['best']:6.2f} [{r['lo68']:.2f}, {r['hi68']:.2f}] "
+                  f"95% [{r['lo95']:.2f}, {r['hi95']:.2f}]  {r['wall_s']:.0f}s", flush=True)
+        res["stars"].append(row)
+        if args.out:
+            write_json(args.out, res)
+    for which in ("old", "profiled"):
+        if res["stars"]:
+            res[f"summary_{which}"] = summary(res["stars"], which)
+            print(which, res[f"summary_{which}"], flush=True)
+    if args.out:
+        write_json(args.out, res)
+
+
+if __name__ == "__main__":
+    main()
