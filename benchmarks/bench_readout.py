@@ -14,7 +14,7 @@ every point solved from the flat start (:func:`dopplermap.search.evaluate_point`
   tight tolerance, the map's bounds active as in every solve).
 
 ``--jitter K``: star K at its true star, chi2_total from two solvers (L-BFGS-B and the projected
-L-BFGS) at both settings: the grid's landscape noise. Results: benchmarks/RESULTS.md, topic
+L-BFGS, and Gauss-Newton) at each read-out's settings: the grid's landscape noise. Results: benchmarks/RESULTS.md, topic
 "Stellar parameters: profiled read-out".
 """
 
@@ -33,14 +33,19 @@ import bench_calibration as B  # noqa: E402
 from _common import write_json  # noqa: E402
 
 OLD = dict(lmbd=1.0, tol=1e-5, maxiter=1000)
+READOUTS = ("old", "tight", "profiled")
 
 
 def _settings(problem, which):
     from dopplermap.search import PROFILE_READOUT
 
+    old = problem.settings.replace(**OLD)
     if which == "old":
-        return problem.settings.replace(**OLD)
-    return problem.settings.replace(**PROFILE_READOUT.settings(problem.settings))
+        return old
+    profiled = PROFILE_READOUT.settings(old)
+    if which == "tight":  # the working lambda, solved as the profiled read-out is
+        return old.replace(**dict(profiled, lmbd=old.lmbd))
+    return old.replace(**profiled)
 
 
 def profile(s, which, incs=B.INC_GRID):
@@ -65,17 +70,18 @@ def profile(s, which, incs=B.INC_GRID):
 
 
 def jitter(s, which):
-    """chi2_total at the true star from two solvers, each from the flat start."""
+    """chi2_total at the true star from each solver, from the flat start; ``jitter``: the
+    spread of the read-out's own solver and the other back ends at its settings."""
     from dopplermap.search import evaluate_point
 
     p = s["problem"]
     out = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for solver in ("lbfgsb", "projected_lbfgs"):
+        for solver in ("newton", "lbfgsb", "projected_lbfgs"):
             q = p.replace(settings=_settings(p, which).replace(solver=solver))
             out[solver] = float(evaluate_point(q, {"inclination": s["inc"], "vsini": s["vsini"]})["chi2_total"])
-    return dict(out, jitter=abs(out["lbfgsb"] - out["projected_lbfgs"]))
+    return dict(out, settings=str(_settings(p, which)))
 
 
 def summary(rows, which):
@@ -95,12 +101,12 @@ def main():
     res = {"stars": [], "machine": B.platform.platform() if hasattr(B, "platform") else ""}
     if args.jitter is not None:
         s = B.make_star(args.jitter)
-        res["jitter"] = {w: jitter(s, w) for w in ("old", "profiled")}
+        res["jitter"] = {w: jitter(s, w) for w in READOUTS}
         print("jitter", res["jitter"], flush=True)
     for k in [int(x) for x in args.stars.split(",") if x]:
         s = B.make_star(k)
         row = dict(k=k, inc=s["inc"], vsini=s["vsini"], n_epoch=s["n_epoch"], snr=s["snr"])
-        for which in ("old", "profiled"):
+        for which in READOUTS:
             row[which] = profile(s, which)
             r = row[which]
             print(f"star {k} (i={s['inc']:.0f}) {which:8s}: {r['best']:6.2f} [{r['lo68']:.2f}, {r['hi68']:.2f}] "
@@ -108,7 +114,7 @@ def main():
         res["stars"].append(row)
         if args.out:
             write_json(args.out, res)
-    for which in ("old", "profiled"):
+    for which in READOUTS:
         if res["stars"]:
             res[f"summary_{which}"] = summary(res["stars"], which)
             print(which, res[f"summary_{which}"], flush=True)

@@ -105,7 +105,7 @@ def _choice_options(cmd, path=()):
 # the choices list of each option, by its parameter name, or by command and name where the
 # same name means different things
 BY_NAME = {"solver": choices.SOLVER_CHOICES, "uncertainty": choices.UNCERTAINTY_METHODS,
-           "regulariser": choices.WEIGHTED_REGULARISERS}
+           "regulariser": choices.WEIGHTED_REGULARISERS, "readout": choices.GRID_READOUTS}
 BY_COMMAND = {(("plot",), "fmt"): choices.FIGURE_FORMATS, (("simulate",), "fmt"): choices.SIMULATION_FORMATS}
 
 
