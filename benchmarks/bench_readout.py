@@ -10,7 +10,9 @@ every point solved from the flat start (:func:`dopplermap.search.evaluate_point`
 :func:`bench_calibration.continuous_interval` on ``chi2_total`` (Delta chi2 <= 1 / 4):
 
 * ``old``: the problem's working settings (lambda 1, tol 1e-5), what ``grid`` reported;
-* ``profiled``: :data:`dopplermap.search.PROFILE_READOUT` (lambda well below the working one,
+* ``tight``: the working lambda solved as the profiled read-out is (Gauss-Newton, tol 1e-10);
+* ``lambda0.1``: the same at a tenth of the working lambda;
+* ``profiled``: :data:`dopplermap.search.PROFILE_READOUT` (lambda 1/100 of the working one,
   tight tolerance, the map's bounds active as in every solve).
 
 ``--jitter K``: star K at its true star, chi2_total from two solvers (L-BFGS-B and the projected
@@ -33,7 +35,7 @@ import bench_calibration as B  # noqa: E402
 from _common import write_json  # noqa: E402
 
 OLD = dict(lmbd=1.0, tol=1e-5, maxiter=1000)
-READOUTS = ("old", "tight", "profiled")
+READOUTS = ("old", "tight", "lambda0.1", "profiled")
 
 
 def _settings(problem, which):
@@ -45,6 +47,8 @@ def _settings(problem, which):
     profiled = PROFILE_READOUT.settings(old)
     if which == "tight":  # the working lambda, solved as the profiled read-out is
         return old.replace(**dict(profiled, lmbd=old.lmbd))
+    if which == "lambda0.1":  # between the two
+        return old.replace(**dict(profiled, lmbd=0.1 * old.lmbd))
     return old.replace(**profiled)
 
 

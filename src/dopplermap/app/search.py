@@ -250,6 +250,8 @@ def run_grid(problem, *, n_cell, n_epoch, n_vel, snr, regulariser, out: Path, ov
     prob = load_problem(problem, n_cell=n_cell, n_epoch=n_epoch, n_vel=n_vel, snr=snr, tol=GRID_TOL, quiet=quiet)
     _echo_error_scale(prob)
     settings = prob.settings.replace(lmbd=lmbd, regulariser=regulariser, tol=tol)
+    if tol is None and settings.tol > GRID_TOL:  # a looser target tol leaves solver noise in the landscape
+        settings = settings.replace(tol=GRID_TOL)
     if check(readout, GRID_READOUTS, "--readout") == "profiled":
         profiled = search.PROFILE_READOUT.settings(settings)
         settings = settings.replace(**(profiled if tol is None else dict(profiled, tol=tol)))

@@ -80,7 +80,8 @@ def register(group):
     @click.option("--lmbd", type=click.FloatRange(min=0), default=None,
                   help="Regularisation weight (default: the target's [inversion] lmbd, else 1).")
     @click.option("--tol", type=click.FloatRange(min=0, min_open=True), default=None,
-                  help=f"Solver tolerance (default: the target's [inversion] tol, else {GRID_TOL:g}).")
+                  help=f"Solver tolerance (default: the target's [inversion] tol, at most {GRID_TOL:g}; grid.json's "
+                       "chi2_jitter is the best point's chi2 noise from where the solve stops).")
     @click.option("--resume", is_flag=True, help="Continue an interrupted search in OUT (same problem and settings).")
     @click.option("--scheduler", default=None,
                   help="Dask scheduler address (it runs the pickled code Dask sends it: use only one you trust); "
