@@ -15,9 +15,10 @@ every point solved from the flat start (:func:`dopplermap.search.evaluate_point`
 * ``profiled``: :data:`dopplermap.search.PROFILE_READOUT` (lambda 1/100 of the working one,
   tight tolerance, the map's bounds active as in every solve).
 
-``--jitter K``: star K at its true star, chi2_total from two solvers (L-BFGS-B and the projected
-L-BFGS, and Gauss-Newton) at each read-out's settings: the grid's landscape noise. Results: benchmarks/RESULTS.md, topic
-"Stellar parameters: profiled read-out".
+``--jitter K``: star K at its true star, chi2_total from three solvers (L-BFGS-B, the projected
+L-BFGS, Gauss-Newton) at each read-out's settings, and with ``--tols`` the two L-BFGS solvers at
+each tol: the grid's landscape noise. Results: benchmarks/RESULTS.md, topic
+"Stellar parameters: calibration", "Profiled read-out, smooth limb and chi2 jitter".
 """
 
 from __future__ import annotations
@@ -88,6 +89,26 @@ def jitter(s, which):
     return dict(out, settings=str(_settings(p, which)))
 
 
+def jitter_tols(s, tols, lmbd=1.0):
+    """chi2_total at the true star from each solver at each tol (lambda ``lmbd``); ``spread``:
+    the two L-BFGS solvers' difference."""
+    from dopplermap.search import evaluate_point
+
+    p = s["problem"]
+    out = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for tol in tols:
+            row = {"tol": tol}
+            for solver in ("lbfgsb", "projected_lbfgs", "newton"):
+                q = p.replace(settings=p.settings.replace(lmbd=lmbd, tol=tol, maxiter=20000, solver=solver))
+                row[solver] = float(evaluate_point(q, {"inclination": s["inc"], "vsini": s["vsini"]})["chi2_total"])
+            row["spread"] = abs(row["lbfgsb"] - row["projected_lbfgs"])
+            print("jitter", row, flush=True)
+            out.append(row)
+    return out
+
+
 def summary(rows, which):
     err = np.array([r[which]["err"] for r in rows])
     return dict(n_stars=len(rows), mean_abs_err=float(np.mean(np.abs(err))), bias=float(np.mean(err)),
@@ -100,6 +121,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--stars", default=",".join(map(str, B.QUICK)))
     ap.add_argument("--jitter", type=int, default=None, help="star K: two solvers' chi2 at its truth")
+    ap.add_argument("--tols", default=None, help="with --jitter: also every solver at these tols")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     res = {"stars": [], "machine": B.platform.platform() if hasattr(B, "platform") else ""}
@@ -107,6 +129,8 @@ def main():
         s = B.make_star(args.jitter)
         res["jitter"] = {w: jitter(s, w) for w in READOUTS}
         print("jitter", res["jitter"], flush=True)
+        if args.tols:
+            res["jitter_tols"] = jitter_tols(s, [float(t) for t in args.tols.split(",")])
     for k in [int(x) for x in args.stars.split(",") if x]:
         s = B.make_star(k)
         row = dict(k=k, inc=s["inc"], vsini=s["vsini"], n_epoch=s["n_epoch"], snr=s["snr"])
