@@ -1,7 +1,7 @@
 """The inclination read-out of ``grid``: regularised (old) against profiled (new), and the chi2
 jitter between two solvers at one grid point.
 
-    PYTHONPATH=src python benchmarks/bench_readout.py [--stars 0,4,7] [--jitter K]
+    PYTHONPATH=src python benchmarks/bench_readout.py [--stars 0,4,7] [--jitter K [--tols ...]] [--sharp]
         [--out benchmarks/results/readout-cpu2.json]
 
 Stars are :mod:`bench_calibration`'s (simulated by its independent disc integrator). For each,
@@ -15,7 +15,8 @@ every point solved from the flat start (:func:`dopplermap.search.evaluate_point`
 * ``profiled``: :data:`dopplermap.search.PROFILE_READOUT` (lambda 1/100 of the working one,
   tight tolerance, the map's bounds active as in every solve).
 
-``--jitter K``: star K at its true star, chi2_total from three solvers (L-BFGS-B, the projected
+``--sharp``: only the old read-out, on the sharp limb weight ``max(mu, 0)`` (the model before the
+smooth limb). ``--jitter K``: star K at its true star, chi2_total from three solvers (L-BFGS-B, the projected
 L-BFGS, Gauss-Newton) at each read-out's settings, and with ``--tols`` the two L-BFGS solvers at
 each tol: the grid's landscape noise. Results: benchmarks/RESULTS.md, topic
 "Stellar parameters: calibration", "Profiled read-out, smooth limb and chi2 jitter".
@@ -24,6 +25,8 @@ each tol: the grid's landscape noise. Results: benchmarks/RESULTS.md, topic
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import sys
 import time
 import warnings
@@ -37,13 +40,14 @@ from _common import write_json  # noqa: E402
 
 OLD = dict(lmbd=1.0, tol=1e-5, maxiter=1000)
 READOUTS = ("old", "tight", "lambda0.1", "profiled")
+SHARP = ("old_sharp",)  # --sharp: the old read-out on the sharp limb max(mu, 0)
 
 
 def _settings(problem, which):
     from dopplermap.search import PROFILE_READOUT
 
     old = problem.settings.replace(**OLD)
-    if which == "old":
+    if which in ("old", "old_sharp"):
         return old
     profiled = PROFILE_READOUT.settings(old)
     if which == "tight":  # the working lambda, solved as the profiled read-out is
@@ -53,6 +57,20 @@ def _settings(problem, which):
     return old.replace(**profiled)
 
 
+@contextlib.contextmanager
+def _limb(which):
+    """The problem's precompute with the sharp limb for ``old_sharp`` (the problem has no limb setting)."""
+    import dopplermap.problem as P
+
+    plain = P.precompute
+    if which == "old_sharp":
+        P.precompute = functools.partial(plain, limb="sharp")
+    try:
+        yield
+    finally:
+        P.precompute = plain
+
+
 def profile(s, which, incs=B.INC_GRID):
     from dopplermap.search import evaluate_point
 
@@ -60,7 +78,7 @@ def profile(s, which, incs=B.INC_GRID):
     p = p.replace(settings=_settings(p, which))
     t0 = time.perf_counter()
     rows = []
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), _limb(which):
         warnings.simplefilter("ignore")
         for inc in incs:
             rows.append(evaluate_point(p, {"inclination": float(inc), "vsini": s["vsini"]}))
@@ -122,6 +140,7 @@ def main():
     ap.add_argument("--stars", default=",".join(map(str, B.QUICK)))
     ap.add_argument("--jitter", type=int, default=None, help="star K: two solvers' chi2 at its truth")
     ap.add_argument("--tols", default=None, help="with --jitter: also every solver at these tols")
+    ap.add_argument("--sharp", action="store_true", help="only the old read-out on the sharp limb")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     res = {"stars": [], "machine": B.platform.platform() if hasattr(B, "platform") else ""}
@@ -134,7 +153,7 @@ def main():
     for k in [int(x) for x in args.stars.split(",") if x]:
         s = B.make_star(k)
         row = dict(k=k, inc=s["inc"], vsini=s["vsini"], n_epoch=s["n_epoch"], snr=s["snr"])
-        for which in READOUTS:
+        for which in (SHARP if args.sharp else READOUTS):
             row[which] = profile(s, which)
             r = row[which]
             print(f"star {k} (i={s['inc']:.0f}) {which:8s}: {r['best']:6.2f} [{r['lo68']:.2f}, {r['hi68']:.2f}] "
@@ -142,7 +161,7 @@ def main():
         res["stars"].append(row)
         if args.out:
             write_json(args.out, res)
-    for which in READOUTS:
+    for which in (SHARP if args.sharp else READOUTS):
         if res["stars"]:
             res[f"summary_{which}"] = summary(res["stars"], which)
             print(which, res[f"summary_{which}"], flush=True)
