@@ -571,11 +571,12 @@ class ProfileReadout:
 
     Attributes:
         lmbd_fraction: lambda of the read-out as a fraction of the problem's lambda.
-        solver, tol, maxiter: the solve's back end and stopping rule.
+        solver, tol, maxiter: the solve's back end ("auto": Gauss-Newton where it fits the
+            model, :func:`dopplermap.solvers.choose_solver`) and stopping rule.
     """
 
     lmbd_fraction: float = 0.01
-    solver: str = "newton"
+    solver: str = "auto"
     tol: float = 1e-10
     maxiter: int = 5000
 
@@ -617,13 +618,14 @@ def evaluate_point(problem: Problem, params: dict, x0=None) -> dict:
                 **_star_columns(problem, star), status="ok", reason="")
 
 
-JITTER_REFERENCE = dict(solver="newton", tol=1e-12, maxiter=5000)
-"""The converged solve :func:`chi2_jitter` compares a grid point's with."""
+JITTER_REFERENCE = dict(solver="auto", tol=1e-12, maxiter=5000)
+"""The converged solve :func:`chi2_jitter` compares a grid point's with ("auto" at this tol:
+Gauss-Newton where it fits the model, :func:`dopplermap.solvers.choose_solver`)."""
 
 
 def chi2_jitter(problem: Problem, params: dict) -> float:
     """``|chi2_total|`` difference at grid point ``params`` between the problem's solve and
-    :data:`JITTER_REFERENCE` (Gauss-Newton to convergence), both from the flat start: the noise
+    :data:`JITTER_REFERENCE` (Gauss-Newton to convergence where it applies), both from the flat start: the noise
     a grid's chi2 landscape carries from where its solves stop (Delta chi2 below it is noise)."""
     rows = [evaluate_point(problem.replace(settings=problem.settings.replace(**s)), params)
             for s in ({}, JITTER_REFERENCE)]
