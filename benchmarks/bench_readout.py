@@ -15,7 +15,8 @@ every point solved from the flat start (:func:`dopplermap.search.evaluate_point`
 * ``profiled``: :data:`dopplermap.search.PROFILE_READOUT` (lambda 1/100 of the working one,
   tight tolerance, the map's bounds active as in every solve).
 
-``--sharp``: only the old read-out, on the sharp limb weight ``max(mu, 0)`` (the model before the
+``--joint K,...``: :func:`dopplermap.jointfit.joint_fit` of inclination and vsini from 45 deg and
+vsini + 2 km/s with each limb weight. ``--sharp``: only the old read-out, on the sharp limb weight ``max(mu, 0)`` (the model before the
 smooth limb). ``--jitter K``: star K at its true star, chi2_total from three solvers (L-BFGS-B, the projected
 L-BFGS, Gauss-Newton) at each read-out's settings, and with ``--tols`` the two L-BFGS solvers at
 each tol: the grid's landscape noise. Results: benchmarks/RESULTS.md, topic
@@ -127,6 +128,20 @@ def jitter_tols(s, tols, lmbd=1.0):
     return out
 
 
+def joint(s, limb, start_inc=45.0, dvsini=2.0):
+    """joint_fit of inclination and vsini from ``start_inc`` and vsini + ``dvsini`` with one limb weight."""
+    from dopplermap.jointfit import joint_fit
+
+    p = s["problem"]
+    t0 = time.perf_counter()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        r = joint_fit(p.replace(star=p.star.replace(inclination=start_inc, vsini=s["vsini"] + dvsini)), limb=limb)
+    return dict(inc=float(r.star.inclination), vsini=float(r.star.vsini), success=bool(r.map.success),
+                kink_warning=any("crosses the limb" in str(w.message) for w in caught),
+                iterations=int(r.map.iterations), wall_s=time.perf_counter() - t0)
+
+
 def summary(rows, which):
     err = np.array([r[which]["err"] for r in rows])
     return dict(n_stars=len(rows), mean_abs_err=float(np.mean(np.abs(err))), bias=float(np.mean(err)),
@@ -141,6 +156,7 @@ def main():
     ap.add_argument("--jitter", type=int, default=None, help="star K: two solvers' chi2 at its truth")
     ap.add_argument("--tols", default=None, help="with --jitter: also every solver at these tols")
     ap.add_argument("--sharp", action="store_true", help="only the old read-out on the sharp limb")
+    ap.add_argument("--joint", default=None, help="stars K,...: joint_fit with the smooth and the sharp limb")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     res = {"stars": [], "machine": B.platform.platform() if hasattr(B, "platform") else ""}
@@ -150,6 +166,10 @@ def main():
         print("jitter", res["jitter"], flush=True)
         if args.tols:
             res["jitter_tols"] = jitter_tols(s, [float(t) for t in args.tols.split(",")])
+    for k in [int(x) for x in (args.joint or "").split(",") if x]:
+        s = B.make_star(k)
+        res.setdefault("joint", {})[k] = {limb: joint(s, limb) for limb in ("smooth", "sharp")}
+        print("joint", k, res["joint"][k], flush=True)
     for k in [int(x) for x in args.stars.split(",") if x]:
         s = B.make_star(k)
         row = dict(k=k, inc=s["inc"], vsini=s["vsini"], n_epoch=s["n_epoch"], snr=s["snr"])
