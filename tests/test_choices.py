@@ -55,6 +55,10 @@ def test_rv_shift_mapping_is_the_rv_shift_list():
     assert tuple(model.RV_SHIFTS) == choices.RV_SHIFTS
 
 
+def test_limb_weight_mapping_is_the_limb_list():
+    assert tuple(dm.geometry.LIMB_WEIGHTS) == choices.LIMB_WEIGHTS
+
+
 @pytest.mark.parametrize("name", choices.REGULARISERS)
 def test_newton_reads_the_whole_hessian_diagonal_of_every_regulariser(name):
     # the block reading of the Newton preconditioner plus the entry's newton_diagonal is the
@@ -107,7 +111,7 @@ def _choice_options(cmd, path=()):
 # the choices list of each option, by its parameter name, or by command and name where the
 # same name means different things
 BY_NAME = {"solver": choices.SOLVER_CHOICES, "uncertainty": choices.UNCERTAINTY_METHODS,
-           "regulariser": choices.WEIGHTED_REGULARISERS}
+           "regulariser": choices.WEIGHTED_REGULARISERS, "readout": choices.GRID_READOUTS}
 BY_COMMAND = {(("plot",), "fmt"): choices.FIGURE_FORMATS, (("simulate",), "fmt"): choices.SIMULATION_FORMATS}
 
 

@@ -1,5 +1,6 @@
 """Pin the conventions of docs/conventions.md."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -88,3 +89,35 @@ def test_geometry_is_differentiable_in_star_parameters():
     g = jax.grad(f)(50.0)
     h = 1e-6
     assert np.isclose(g, (f(50.0 + h) - f(50.0 - h)) / (2 * h), rtol=1e-6)
+
+
+def test_smooth_limb_weight_is_the_cell_average_of_max_mu_zero():
+    from dopplermap.geometry import limb_half_width, limb_weight
+
+    h = 0.05
+    mu = np.linspace(-0.1, 0.1, 41)
+    m = mu[:, None] + np.linspace(-h, h, 200001)[None, :]  # mu spread uniformly over the cell
+    np.testing.assert_allclose(limb_weight(mu, h, xp=np), np.maximum(m, 0.0).mean(axis=1), atol=1e-6)
+    far = np.array([-0.5, -h, h, 0.5])
+    np.testing.assert_array_equal(limb_weight(far, h, xp=np), np.maximum(far, 0.0))
+    # continuous first derivative across the band's edges: 0 below, 1 above
+    g = jax.vmap(jax.grad(lambda x: limb_weight(x, h)))(jnp.array([-h - 1e-9, -h + 1e-9, h - 1e-9, h + 1e-9]))
+    np.testing.assert_allclose(np.asarray(g), [0.0, 0.0, 1.0, 1.0], atol=1e-6)
+    # h: half the side of a square cell of the same solid angle
+    assert float(limb_half_width(4 * np.pi / 300, xp=np)) == pytest.approx(0.5 * np.sqrt(4 * np.pi / 300))
+
+
+def test_smooth_limb_steadies_the_disc_flux_over_rotation():
+    """A featureless star's continuum flux, sum of area * LD * projected area, is constant in
+    phase; on a coarse grid the sharp limb makes it jump as cells cross, the smooth far less."""
+    grid = dm.latitude_band_grid(300)
+    t = np.linspace(0.0, 1.0, 200, endpoint=False)
+    sd = {}
+    for limb in ("sharp", "smooth"):
+        geo = dm.geometry.cell_geometry(grid.lat, grid.lon, grid.area, t, 60.0, 30.0, 1.0, xp=np, limb=limb)
+        flux = (geo.proj_area * (1 - 0.6 * (1 - geo.ld_mu))).sum(axis=1)
+        sd[limb] = flux.std() / flux.mean()
+        assert abs(flux.mean() / (np.pi * (1 - 0.6 / 3)) - 1) < 5e-3  # the disc integral, analytic
+    assert sd["smooth"] < 0.2 * sd["sharp"]
+    with pytest.raises(dm.DopplermapInputError, match="limb"):
+        dm.geometry.cell_geometry(grid.lat, grid.lon, grid.area, t, 60.0, 30.0, 1.0, xp=np, limb="soft")

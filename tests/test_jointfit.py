@@ -113,15 +113,64 @@ def test_limb_kink_distance_finds_the_limb_crossings(problem):
     assert abs(mu0) < 1e-12
 
 
+def _crossing_chi2(limb):
+    """chi2(inclination) of a small dense model against data made at 57 deg, and an inclination
+    near 55 deg where a cell crosses the limb (mu = 0) at some epoch."""
+    from dopplermap.geometry import cell_geometry
+
+    star, grid, times, vels, comps = dm.demo_setup(n_cell=120, n_epoch=6, n_vel=20, seed=2)
+    sim = dm.simulate(grid, star.replace(inclination=57.0), times, vels, comps, dm.DEMO_SPOTS, snr=500, seed=2)
+    model = J.dense_model(grid, times, vels, comps, limb=limb)
+    zero = jnp.zeros(len(times))
+
+    def c2(inc):
+        return dm.objective.chi2(model(jnp.asarray(sim.fssc), jnp.asarray(sim.fssh), zero, zero, inc, star.vsini,
+                                       0.0, star.period, star.t0), sim.obs)
+
+    b = cell_geometry(grid.lat, grid.lon, grid.area, times, 0.0, 1.0, star.period, star.t0, xp=np).mu
+    a = cell_geometry(grid.lat, grid.lon, grid.area, times, 90.0, 1.0, star.period, star.t0, xp=np).mu
+    crossing = np.degrees(np.arctan2(-b, a)) % 180.0
+    return jax.jit(c2), float(crossing.flat[np.argmin(np.abs(crossing - 55.0))])
+
+
+def test_smooth_limb_model_is_differentiable_where_a_cell_crosses_the_limb():
+    smooth, i0 = _crossing_chi2("smooth")
+    assert abs(i0 - 55.0) < 1.0
+    g = float(jax.grad(smooth)(i0))
+    h = 1e-4
+    left = (float(smooth(i0)) - float(smooth(i0 - h))) / h
+    right = (float(smooth(i0 + h)) - float(smooth(i0))) / h
+    assert g == pytest.approx(0.5 * (left + right), rel=1e-4)
+    assert right == pytest.approx(left, rel=1e-3)
+    # the sharp limb max(mu, 0) at the same point: the one-sided slopes differ (a kink)
+    sharp, _ = _crossing_chi2("sharp")
+    left = (float(sharp(i0)) - float(sharp(i0 - h))) / h
+    right = (float(sharp(i0 + h)) - float(sharp(i0))) / h
+    assert abs(right - left) > 1e-3 * abs(left)
+
+
 def test_joint_fit_warns_when_it_stops_on_a_limb_kink(problem, monkeypatch):
     prob, sim = problem
     x0 = np.concatenate([sim.fssc, sim.fssh, np.zeros(sim.obs.n_epoch), np.zeros(sim.obs.n_epoch)])
     monkeypatch.setattr(J, "limb_kink_distance", lambda *a: 0.0)
     with pytest.warns(dm.DopplermapWarning, match="crosses the limb"):
-        jf = J.joint_fit(prob.replace(obs=sim.obs, settings=Settings(lmbd=LMBD)), x0=x0, maxiter=2)
-    assert jf.limb_kink_deg == 0.0
+        jf = J.joint_fit(prob.replace(obs=sim.obs, settings=Settings(lmbd=LMBD)), x0=x0, maxiter=2, limb="sharp")
+    assert jf.limb_kink_deg == 0.0 and not jf.map.success  # a kink is never reported as an optimum
     monkeypatch.undo()
     assert J.limb_kink_distance(prob.grid, sim.obs.times, jf.star) > 0.0
+
+
+def test_joint_fit_with_the_smooth_limb_has_no_kink_to_warn_about(problem, monkeypatch, recwarn):
+    prob, sim = problem
+    x0 = np.concatenate([sim.fssc, sim.fssh, np.zeros(sim.obs.n_epoch), np.full(sim.obs.n_epoch, 0.002)])
+    monkeypatch.setattr(J, "limb_kink_distance", lambda *a: 0.0)  # even on a crossing of mu = 0
+    jf = J.joint_fit(prob.replace(obs=sim.obs, settings=Settings(lmbd=LMBD, offset_sigma=0.01)), x0=x0, maxiter=2)
+    assert not [w for w in recwarn if "limb" in str(w.message)]
+    assert jf.limb_kink_deg is None
+    # the offset prior is in the fit: its term is sum (amp / sigma)^2 over the data points
+    amp = jf.map.amp
+    assert jf.map.offset_prior == pytest.approx(float(np.sum((amp / 0.01) ** 2)) / sim.obs.flux.size, rel=1e-9)
+    assert jf.map.offset_prior > 0.0
 
 
 def test_joint_fit_refuses_what_its_dense_model_does_not_fit(problem):
@@ -135,8 +184,7 @@ def test_joint_fit_refuses_what_its_dense_model_does_not_fit(problem):
     lc = prob.replace(lightcurve_data=LightCurveData(times=np.linspace(0.0, 1.0, n), flux=np.ones(n),
                                                      err=np.full(n, 1e-3), band=None))
     given = Problem(grid=prob.grid, star=None, obs=sim.obs, components=None, form=prob.pre)
-    for p, what in ((several, "several line data sets"), (lc, "a light curve"), (given, "a given synthesis form"),
-                    (prob.replace(settings=Settings(offset_sigma=0.01)), "offset_sigma")):
+    for p, what in ((several, "several line data sets"), (lc, "a light curve"), (given, "a given synthesis form")):
         with pytest.raises(dm.DopplermapInputError, match=what) as exc:
             J.joint_fit(p)
         assert "\n" not in str(exc.value)

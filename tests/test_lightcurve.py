@@ -39,18 +39,25 @@ def test_unspotted_star_is_flat_and_matches_loop_reference():
     flat_fine = np.asarray(lightcurve_model(jnp.full(fine_grid.n_cell, 1e-5), jnp.full(fine_grid.n_cell, 1e-5), lc_fine))
     assert np.max(np.abs(flat - 1.0)) < 1e-3
     assert np.max(np.abs(flat_fine - 1.0)) < 0.5 * np.max(np.abs(flat - 1.0))
+    # the sharp limb max(mu, 0) lets each cell's whole area pop in and out at once: rougher
+    lc_sharp = precompute_lightcurve(grid, star, t, np.ones(t.size), np.full(t.size, 1e-3), BAND, limb="sharp")
+    sharp = np.asarray(lightcurve_model(jnp.full(grid.n_cell, 1e-5), jnp.full(grid.n_cell, 1e-5), lc_sharp))
+    assert np.max(np.abs(flat - 1.0)) < 0.5 * np.max(np.abs(sharp - 1.0))
     rng = np.random.default_rng(1)
     fc, fh = rng.uniform(0, 0.6, grid.n_cell), rng.uniform(0, 0.3, grid.n_cell)
     model = np.asarray(lightcurve_model(jnp.asarray(fc), jnp.asarray(fh), lc))
     geo = dm.geometry.cell_geometry(grid.lat, grid.lon, grid.area, t, star.inclination, star.vsini, star.period)
     mu = np.asarray(geo.mu)
-    ldv = [np.asarray(ld(mu)) for ld in BAND.limb_darkening]
+    # the cell-averaged max(mu, 0) of a cell of side sqrt(area): mu uniform over +-h, h = side / 2
+    h = 0.5 * np.sqrt(grid.area)[None, :]
+    w = np.where(mu >= h, mu, np.where(mu <= -h, 0.0, (mu + h) ** 2 / (4 * h)))
+    ldv = [np.asarray(ld(w)) for ld in BAND.limb_darkening]
     ref = np.zeros(t.size)
-    for e in range(t.size):  # slow reference: direct sum over visible cells
+    for e in range(t.size):  # slow reference: direct sum over the cells in view
         for c in range(grid.n_cell):
-            if mu[e, c] > 0:
+            if w[e, c] > 0:
                 fills = (1 - fc[c] - fh[c], fc[c], fh[c])
-                ref[e] += sum(j * ld[e, c] * grid.area[c] * mu[e, c] * f
+                ref[e] += sum(j * ld[e, c] * grid.area[c] * w[e, c] * f
                               for j, ld, f in zip(BAND.intensity, ldv, fills, strict=True))
     assert np.max(np.abs(model - ref / ref.mean())) < 1e-12
 

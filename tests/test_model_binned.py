@@ -77,13 +77,14 @@ def _direct_loop(grid, star, times, vels, comps, fc, fh):
     """Per-epoch, per-cell reference of the seed's normalised profile (no rv, amp)."""
     geo = dm.geometry.cell_geometry(grid.lat, grid.lon, grid.area, times, star.inclination, star.vsini_kms,
                            star.period, star.t0, star.domega)
-    mu, vlos, parea = (np.asarray(a) for a in (geo.mu, geo.v_los, geo.proj_area))
+    # cells in view (the limb's cut ones too), limb darkening and local profile at ld_mu
+    mu, vlos, parea, seen = (np.asarray(a) for a in (geo.ld_mu, geo.v_los, geo.proj_area, geo.visible))
     fill = (1 - np.asarray(fc) - np.asarray(fh), np.asarray(fc), np.asarray(fh))
     out = np.zeros((len(times), len(vels)))
     for e in range(len(times)):
         num = np.zeros(len(vels))
         den = 0.0
-        for c in np.nonzero(mu[e] > 0)[0]:
+        for c in np.nonzero(seen[e])[0]:
             for k, comp in enumerate(comps):
                 wk = comp.intensity * float(comp.limb_darkening(mu[e, c])) * parea[e, c] * fill[k][c]
                 num += wk * eval_profile(comp.profile, vels - vlos[e, c], mu[e, c])

@@ -190,7 +190,16 @@ def test_cli_grid_and_lambda(problem, tmp_path, capsys):
     assert rc == 0
     assert len(search.read_table(out / "grid.csv")) == 2 and (out / "grid.png").exists()
     assert (out / "landscape.png").exists()  # one parameter: its chi2 landscape
+    summary = json.loads((out / "grid.json").read_text())
     assert "un-reduced" in (out / "grid.json").read_text()
+    assert summary["readout"] == "regularised" and summary["lmbd"] == 0.5
+    assert summary["chi2_jitter"] >= 0.0  # against a converged solve at the best point
+    # the profiled read-out: lambda 100 times smaller, solved tightly
+    assert main(["grid", str(npz), "--out", str(tmp_path / "p"), "--param", "vsini=40", "--lmbd", "0.5",
+                 "--scheduler", "sync", "--readout", "profiled", "-q"]) == 0
+    profiled = json.loads((tmp_path / "p" / "grid.json").read_text())
+    assert profiled["readout"] == "profiled" and profiled["lmbd"] == pytest.approx(0.005)
+    assert profiled["tol"] == search.PROFILE_READOUT.tol
     rc = main(["lambda", str(npz), "--out", str(tmp_path / "l"), "--lmbds", "0.01,0.1,1,10,100", "--tol", "1e-6"])
     assert rc == 0 and (tmp_path / "l" / "lcurve.csv").exists() and (tmp_path / "l" / "lcurve.png").exists()
     assert main(["grid", str(npz), "--out", str(out), "--param", "vsini=38:40:2", "--scheduler", "sync"]) == 2
@@ -278,3 +287,29 @@ def test_repeated_param_is_refused(tmp_path, capsys):
     assert err[-1].startswith("error:") and "--param vsini is given twice" in err[-1]
     assert "'vsini=38,40'" in err[-1] and "'vsini=41'" in err[-1]
     assert not out.exists()
+
+
+def test_a_warm_solve_that_does_not_move_its_loss_is_redone_cold(monkeypatch):
+    from types import SimpleNamespace
+
+    def result(loss, iterations):
+        return SimpleNamespace(iterations=iterations, history={"loss": np.asarray(loss)}, loss=loss[-1])
+
+    moved, still = result([5.0, 4.0, 3.0, 2.9, 2.8], 5), result([3.0, 3.0, 3.0, 3.0, 3.0 - 1e-9], 5)
+    assert not search._stalled(moved, 1e-5)
+    assert search._stalled(still, 1e-5)  # more than STALL_ITERATIONS, but the loss stood still
+    assert search._stalled(result([3.0, 2.0], 2), 1e-5)
+    calls = []
+    cold_result = result([4.0, 2.0], 9)
+
+    def fake_invert(problem, *, lmbd, x0):
+        calls.append(x0)
+        return still if x0 == "warm" else cold_result
+
+    monkeypatch.setattr(search, "invert", fake_invert)
+    problem = SimpleNamespace(settings=SimpleNamespace(tol=1e-5))
+    assert search._warm_solve(problem, 0.1, "warm", "cold") is cold_result  # lower loss kept
+    assert calls == ["warm", "cold"]
+    calls.clear()
+    monkeypatch.setattr(search, "invert", lambda problem, *, lmbd, x0: calls.append(x0) or moved)
+    assert search._warm_solve(problem, 0.1, "warm", "cold") is moved and calls == ["warm"]

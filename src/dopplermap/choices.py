@@ -12,7 +12,8 @@ import math
 
 from .errors import DopplermapInputError
 
-__all__ = ["FORMS", "SYNTHESIS_METHODS", "RV_SHIFTS", "TIME_COUPLINGS", "SOLVERS", "SOLVER_CHOICES", "REGULARISER_LABELS",
+__all__ = ["FORMS", "SYNTHESIS_METHODS", "RV_SHIFTS", "LIMB_WEIGHTS", "GRID_READOUTS", "TIME_COUPLINGS", "SOLVERS",
+           "SOLVER_CHOICES", "REGULARISER_LABELS",
            "REGULARISERS", "WEIGHTED_REGULARISERS", "SPOT_COMPONENTS", "UNCERTAINTY_METHODS", "EW_METHODS", "EW_STAGES",
            "EW_UNITS", "STAR_SHAPES", "GRAVITY_LAWS", "PASSBANDS", "uncertainty_choice", "uncertainty_title",
            "LINE_PROFILES", "GRID_KINDS", "PROFILE_FORMATS", "PROFILE_WRITE_FORMATS", "LIGHTCURVE_FORMATS",
@@ -28,6 +29,10 @@ SYNTHESIS_METHODS = ("auto", *FORMS)
 RV_SHIFTS = ("interpolate", "exact")
 # [map] time_coupling: the penalty on the change between neighbouring time windows' maps (dopplermap.windows)
 TIME_COUPLINGS = ("quadratic", "relative_entropy")
+# precompute(limb=...), cell_geometry(limb=...): the cell-averaged projected area at the limb, or max(mu, 0)
+LIMB_WEIGHTS = ("smooth", "sharp")
+# grid --readout: each point solved at the working lambda, or profiled (dopplermap.search.PROFILE_READOUT)
+GRID_READOUTS = ("regularised", "profiled")
 # the solver back ends (dopplermap.solvers)
 SOLVERS = ("lbfgsb", "projected_lbfgs", "newton")
 # solver=... and [inversion] solver: "auto" picks a back end by tolerance (dopplermap.solvers.choose_solver)

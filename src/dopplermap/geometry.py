@@ -17,14 +17,21 @@ import math
 import jax.numpy as jnp
 import numpy as np
 
-from . import _x64  # noqa: F401  (float64 JAX for every numeric module)
+from . import (
+    _x64,  # noqa: F401  (float64 JAX for every numeric module)
+    choices,
+)
 from ._repr import compact
 from .constants import DAY_S, R_SUN_KM
 from .diagnostics import check_inclination, check_radius
 from .errors import DopplermapInputError
 from .units import to_days, to_epoch, to_unit
 
-__all__ = ["StarParams", "rotation_phase", "cell_geometry", "CellGeometry"]
+__all__ = ["StarParams", "rotation_phase", "cell_geometry", "CellGeometry", "limb_weight", "limb_half_width", "LIMB_WEIGHTS"]
+
+LIMB_WEIGHTS = {"smooth": True, "sharp": False}
+"""``cell_geometry(limb=...)`` (:data:`dopplermap.choices.LIMB_WEIGHTS`): whether a cell's projected area
+is averaged over the cell where the limb cuts it."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,17 +153,46 @@ class CellGeometry:
         mu: cosine of the angle between the surface normal and the line of sight
             (<= 0 for cells on the far side).
         v_los: line-of-sight velocity, km/s, positive = receding (redshift).
-        visible: ``mu > 0``.
-        proj_area: projected solid angle ``area * max(mu, 0)``, sr.
+        visible: the cells with a projected area > 0 (``mu > -h`` for the smooth limb,
+            ``mu > 0`` for the sharp one).
+        proj_area: projected solid angle ``area * limb_weight(mu, h)``, sr.
+        ld_mu: the ``mu`` at which to evaluate limb darkening: ``mu`` clipped to [0, 1]
+            (sharp limb), or the limb weight (smooth: ``mu`` away from the limb, in [0, h]
+            within ``h`` of it), so that the weight ``LD(ld_mu) proj_area`` is as smooth
+            in the inclination as ``proj_area``.
     """
 
     mu: jnp.ndarray
     v_los: jnp.ndarray
     visible: jnp.ndarray
     proj_area: jnp.ndarray
+    ld_mu: jnp.ndarray
 
 
-def cell_geometry(lat, lon, area, times, inclination, vsini, period, t0=0.0, domega=0.0, *, xp=jnp, surface=None):
+def limb_half_width(area, *, xp=jnp):
+    """Half-range ``h`` of ``mu`` across a cell at the limb: half the side of a square cell of
+    solid angle ``area`` (``h = sqrt(area) / 2``).
+
+    At the limb ``|grad mu| = 1`` on the unit sphere, so ``mu`` runs over the cell's extent
+    along the limb normal; a uniform spread over ``[-h, h]`` has the second moment
+    ``h^2 / 3 = side^2 / 12`` of a square of that side in any direction.
+    """
+    return 0.5 * xp.sqrt(xp.asarray(area))
+
+
+def limb_weight(mu, h, *, xp=jnp):
+    """Cell-averaged ``max(mu, 0)``: ``(mu + h)^2 / (4 h)`` for ``|mu| < h``, ``max(mu, 0)`` outside.
+
+    The mean of ``max(m, 0)`` for ``m`` uniform on ``[mu - h, mu + h]``: the projected area of a
+    cell that the limb cuts, once differentiable in ``mu`` (so in the inclination), where
+    ``max(mu, 0)`` has a kink at every limb crossing.
+    """
+    m = xp.clip(mu, -h, h)
+    return xp.where(mu >= h, mu, (m + h) ** 2 / (4.0 * h))  # mu itself inside the disc, to the bit
+
+
+def cell_geometry(lat, lon, area, times, inclination, vsini, period, t0=0.0, domega=0.0, *, xp=jnp,
+                  limb: str = "smooth", surface=None):
     """Geometry of every cell at every epoch (pure array code, differentiable with jax).
 
     Args:
@@ -171,11 +207,16 @@ def cell_geometry(lat, lon, area, times, inclination, vsini, period, t0=0.0, dom
             towards the observer, ``v_los = vsini y'`` with ``y'`` the rotated position's
             component along the direction of motion of the approaching limb (in reference
             radii), and the projected area uses the surface's areas instead of ``area``.
+        limb: ``"smooth"`` (default): the projected area of a cell is ``area *``
+            :func:`limb_weight` with ``h`` from :func:`limb_half_width`, so cells whose centre
+            has just set still count with the part of them in view, and the model is
+            differentiable in the inclination; ``"sharp"``: ``area * max(mu, 0)`` (the seed's,
+            with a kink at every limb crossing).
     Returns:
         :class:`CellGeometry` with (n_epoch, n_cell) arrays.
     """
     if surface is not None:
-        return _surface_geometry(surface, times, inclination, vsini, period, t0, domega, xp)
+        return _surface_geometry(surface, times, inclination, vsini, period, t0, domega, xp, limb)
     lat = xp.asarray(lat)[None, :]
     lon = xp.asarray(lon)[None, :]
     dt = (xp.asarray(times) - t0)[:, None]
@@ -186,12 +227,24 @@ def cell_geometry(lat, lon, area, times, inclination, vsini, period, t0=0.0, dom
     coslat = xp.cos(lat)
     mu = xp.sin(inc) * coslat * xp.cos(alpha) + xp.cos(inc) * xp.sin(lat)
     v_los = vsini * (omega / omega_eq) * coslat * xp.sin(alpha)
-    visible = mu > 0.0
-    proj_area = xp.asarray(area)[None, :] * xp.maximum(mu, 0.0)
-    return CellGeometry(mu=mu, v_los=v_los, visible=visible, proj_area=proj_area)
+    return _limbed(mu, v_los, xp.asarray(area)[None, :], limb, xp)
 
 
-def _surface_geometry(surface, times, inclination, vsini, period, t0, domega, xp):
+def _limbed(mu, v_los, area, limb: str, xp) -> CellGeometry:
+    """The geometry with its limb weights (``limb`` of :func:`cell_geometry`); ``area`` (1, n_cell)."""
+    if LIMB_WEIGHTS[choices.check(limb, choices.LIMB_WEIGHTS, "limb")]:
+        h = limb_half_width(area, xp=xp)
+        ld_mu = limb_weight(mu, h, xp=xp)
+        proj_area = area * ld_mu
+        visible = mu > -h
+    else:
+        ld_mu = xp.clip(mu, 0.0, 1.0)
+        proj_area = area * xp.maximum(mu, 0.0)
+        visible = mu > 0.0
+    return CellGeometry(mu=mu, v_los=v_los, visible=visible, proj_area=proj_area, ld_mu=ld_mu)
+
+
+def _surface_geometry(surface, times, inclination, vsini, period, t0, domega, xp, limb):
     if _is_concrete(domega) and float(domega) != 0.0:
         raise DopplermapInputError(f"a distorted (Roche) surface rotates rigidly: domega must be 0, got {domega!r}")
     pos, nrm = xp.asarray(surface.position), xp.asarray(surface.normal)
@@ -203,5 +256,5 @@ def _surface_geometry(surface, times, inclination, vsini, period, t0, domega, xp
     mu = xp.sin(inc) * nx + xp.cos(inc) * nrm[None, :, 2]
     yp = pos[None, :, 0] * sa + pos[None, :, 1] * ca
     v_los = vsini * yp
-    proj_area = xp.asarray(surface.area)[None, :] * xp.maximum(mu, 0.0)
-    return CellGeometry(mu=mu, v_los=v_los, visible=mu > 0.0, proj_area=proj_area)
+    # the limb band from the cell's area in reference radii squared (a solid angle on the sphere)
+    return _limbed(mu, v_los, xp.asarray(surface.area)[None, :], limb, xp)

@@ -3,12 +3,15 @@
 :func:`precompute` sorts cells into velocity bins with NumPy, which is not
 differentiable in the star parameters. This module uses a dense synthesis built directly
 on :func:`dopplermap.geometry.cell_geometry` (pure JAX): every cell at every epoch,
-weighted by ``I_k LD_k(mu) area max(mu, 0) f_k``, times the local profile
+weighted by ``I_k LD_k(mu) area w(mu) f_k`` (``w`` the limb weight: by default the
+cell-averaged projected area :func:`dopplermap.geometry.limb_weight`, smooth in the
+inclination; ``limb="sharp"``: ``max(mu, 0)``), times the local profile
 ``L_k(v - v_los)`` evaluated in JAX (Gaussian profiles exactly, other kinds by linear
 interpolation of a fine table). The whole model - geometry, weights, profiles, rv shift -
 is then differentiable in ``(fssc, fssh, rv, amp, inclination, vsini, domega)``, and one
 L-BFGS-B run fits all of them. The objective is the package's: reduced chi-square +
-``lambda`` x regulariser (+ the ``fssc + fssh <= 1`` penalty).
+``lambda`` x regulariser (+ the ``fssc + fssh <= 1`` penalty, + the offset prior with
+``offset_sigma``).
 
 Cost: ``3 n_epoch n_cell n_vel`` profile evaluations per call, mapped over epochs in
 batches to bound memory.
@@ -23,12 +26,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .choices import REGULARISERS, SPOT_COMPONENTS, check
+from .choices import LIMB_WEIGHTS, REGULARISERS, SPOT_COMPONENTS, check
 from .errors import DopplermapInputError, warn
 from .geometry import StarParams, cell_geometry
 from .grid import SurfaceGrid
 from .model import apply_nuisance, precompute
-from .objective import DEFAULT_PENALTY, Layout, Terms, chi2, regulariser_value, sum_excess
+from .objective import DEFAULT_PENALTY, Layout, Terms, chi2, offset_prior, offset_sigmas, regulariser_value, sum_excess
 from .problem import Problem, require_problem
 from .profiles import ComponentSet, LocalProfile
 from .result import Outcome
@@ -42,15 +45,16 @@ __all__ = ["JointFitResult", "joint_fit", "dense_model", "limb_kink_distance", "
 STAR_PARAMETERS = {"inclination": ((1.0, 90.0), 1.0), "vsini": ((0.1, None), 1.0), "domega": ((-2.0, 2.0), 0.1)}
 
 LIMB_KINK_DEG = 1e-3
-"""A fitted inclination this close (deg) to a limb crossing is reported as stalled there."""
+"""With the sharp limb, a fitted inclination this close (deg) to a limb crossing is reported as stalled there."""
 
 
 def limb_kink_distance(grid: SurfaceGrid, times, star: StarParams) -> float:
     """Degrees from ``star.inclination`` to the nearest inclination at which some cell
     crosses the limb (``mu = 0``) at some epoch.
 
-    The model weighs a cell by ``max(mu, 0)``, so the loss has a kink in the inclination at
-    every such crossing; a gradient fit (L-BFGS-B) often stops on one. ``mu = a sin i + b cos i``
+    With the sharp limb (``limb="sharp"``) the model weighs a cell by ``max(mu, 0)``, so the loss
+    has a kink in the inclination at every such crossing, where a gradient fit (L-BFGS-B) often
+    stops; the smooth limb weight has none (its curvature only steps at ``mu = +-h``). ``mu = a sin i + b cos i``
     with ``a = mu(90 deg)`` and ``b = mu(0)`` (both from :func:`dopplermap.geometry.cell_geometry`),
     so the crossings are ``i = arctan(-b / a)`` modulo 180 deg.
     """
@@ -76,12 +80,14 @@ def _profile_fn(profile: LocalProfile):
     return lambda x: jnp.interp(x, vt, table, left=1.0, right=1.0)
 
 
-def dense_model(grid: SurfaceGrid, times, vels, components: ComponentSet, *, batch: int = 8):
+def dense_model(grid: SurfaceGrid, times, vels, components: ComponentSet, *, batch: int = 8, limb: str = "smooth"):
     """``model(fssc, fssh, rv, amp, inclination, vsini, domega, period, t0) -> (n_epoch, n_vel)``.
 
     Differentiable (reverse mode) in every argument; angles in deg, velocities km/s,
-    domega rad/day, period and t0 days.
+    domega rad/day, period and t0 days. ``limb``: the limb weight
+    (:func:`dopplermap.geometry.cell_geometry`); ``"smooth"`` is also smooth in the inclination.
     """
+    check(limb, LIMB_WEIGHTS, "limb")
     lat, lon, area = (jnp.asarray(a) for a in (grid.lat, grid.lon, grid.area))
     times = jnp.asarray(np.asarray(times, dtype=float))
     vels = jnp.asarray(np.asarray(vels, dtype=float))
@@ -89,11 +95,11 @@ def dense_model(grid: SurfaceGrid, times, vels, components: ComponentSet, *, bat
     profs = [_profile_fn(c.profile) for c in comps]
 
     def model(fssc, fssh, rv, amp, inclination, vsini, domega, period, t0):
-        geo = cell_geometry(lat, lon, area, times, inclination, vsini, period, t0, domega)
+        geo = cell_geometry(lat, lon, area, times, inclination, vsini, period, t0, domega, limb=limb)
         fill = (1.0 - fssc - fssh, fssc, fssh)
 
         def one_epoch(args):
-            mu, vlos, parea = args  # (n_cell,)
+            mu, vlos, parea = args  # (n_cell,); mu: where the limb darkening is evaluated
             dv = vels[None, :] - vlos[:, None]  # (n_cell, n_vel)
             num = jnp.zeros(vels.shape, mu.dtype)
             norm = jnp.zeros((), mu.dtype)
@@ -103,7 +109,7 @@ def dense_model(grid: SurfaceGrid, times, vels, components: ComponentSet, *, bat
                 norm = norm + a.sum()
             return num / norm
 
-        raw = jax.lax.map(one_epoch, (geo.mu, geo.v_los, geo.proj_area), batch_size=batch)
+        raw = jax.lax.map(one_epoch, (geo.ld_mu, geo.v_los, geo.proj_area), batch_size=batch)
         return apply_nuisance(raw, vels, rv, amp)
 
     return model
@@ -141,7 +147,6 @@ def _fittable(problem: Problem) -> None:
                (problem.rv_shift != "interpolate", f"rv_shift {problem.rv_shift!r}"),
                (tuple(st.fit_components) != SPOT_COMPONENTS, f"fit_components {tuple(st.fit_components)!r}"),
                (st.line_weight != 1.0, f"line_weight {st.line_weight!r}"),
-               (st.offset_sigma is not None, f"offset_sigma {st.offset_sigma!r}"),
                (problem.windows is not None, "time windows (one map per window)"))
     refused = [what for bad, what in reasons if bad]
     if refused:
@@ -150,15 +155,17 @@ def _fittable(problem: Problem) -> None:
 
 
 def joint_fit(problem: Problem, *, fit=("inclination", "vsini"), x0=None, batch: int = 8, tol: float = 1e-9,
-              maxiter: int = 3000, penalty: float = DEFAULT_PENALTY) -> JointFitResult:
+              maxiter: int = 3000, penalty: float = DEFAULT_PENALTY, limb: str = "smooth") -> JointFitResult:
     """Fit the parameters named in ``fit`` (of ``STAR_PARAMETERS``) together with the map.
 
     Args:
         problem: the grid, star, observations and local lines, and the settings lmbd,
-            regulariser, fit_rv and fit_amp (as :func:`dopplermap.invert`); ``problem.star``
-            holds the starting values (and the fixed period, t0 and any parameter not
-            fitted). One line data set without a light curve, gravity darkening or a given
-            form: anything else is refused.
+            regulariser, fit_rv, fit_amp and offset_sigma (as :func:`dopplermap.invert`);
+            ``problem.star`` holds the starting values (and the fixed period, t0 and any
+            parameter not fitted): give it the values you trust most, e.g. the calibrated
+            ones (``problem.replace(star=dopplermap.calibrate.calibrated_star(star, cals))``).
+            One line data set without a light curve, gravity darkening or a given form:
+            anything else is refused.
         fit: star parameters to fit.
         x0: starting ``[fssc, fssh, rv, amp]``; default: the map inverted (binned model,
             L-BFGS-B to tol 1e-7) at the starting star.
@@ -166,6 +173,9 @@ def joint_fit(problem: Problem, *, fit=("inclination", "vsini"), x0=None, batch:
             solve's, Settings' 1e-5 and 1000): the joint fit keeps the tighter defaults its
             results in benchmarks/RESULTS.md were measured with.
         batch: epochs per step of the dense model (bounds its memory).
+        limb: the model's limb weight, ``"smooth"`` (default: differentiable in the
+            inclination) or ``"sharp"`` (``max(mu, 0)``: a fitted inclination on one of its
+            kinks is warned about, and ``map.success`` is False there).
     """
     _fittable(require_problem(problem, "joint_fit"))
     grid, star, obs, components, st = problem.grid, problem.star, problem.obs, problem.components, problem.settings
@@ -175,14 +185,17 @@ def joint_fit(problem: Problem, *, fit=("inclination", "vsini"), x0=None, batch:
     if bad or not fit:
         raise DopplermapInputError(f"fit must name star parameters among {sorted(STAR_PARAMETERS)}, got {list(fit)!r}")
     check(regulariser, REGULARISERS, "regulariser")
+    check(limb, LIMB_WEIGHTS, "limb")
     if star.vsini is None:
         raise DopplermapInputError("joint_fit needs star.vsini (km/s), got None (radius given instead)")
+    # one line data set (refused otherwise): its observations stand for the model's epochs
+    sigma = offset_sigmas(obs, st.offset_sigma, f"{problem.source}: offset_sigma")
     t_start = time.perf_counter()
     times, vels = np.asarray(obs.times), np.asarray(obs.vels)
     if x0 is None:
-        pre = precompute(grid, star, times, vels, components, method="binned")
+        pre = precompute(grid, star, times, vels, components, method="binned", limb=limb)
         init = invert(pre, obs, lmbd=lmbd, regulariser=regulariser, tol=1e-7, maxiter=maxiter, penalty=penalty,
-                      fit_rv=fit_rv, fit_amp=fit_amp)
+                      fit_rv=fit_rv, fit_amp=fit_amp, offset_sigma=st.offset_sigma)
         x0 = init.x
     else:
         init = None
@@ -190,20 +203,23 @@ def joint_fit(problem: Problem, *, fit=("inclination", "vsini"), x0=None, batch:
     x0 = np.asarray(x0, dtype=float)
     if x0.shape != (lay.size,):
         raise DopplermapInputError(f"x0 must have shape ({lay.size},), got {x0.shape}")
-    model = dense_model(grid, times, vels, components, batch=batch)
+    model = dense_model(grid, times, vels, components, batch=batch, limb=limb)
     scales = np.array([STAR_PARAMETERS[p][1] for p in fit])
     start = {p: float(getattr(star, p)) for p in fit}
     fixed = {p: float(getattr(star, p)) for p in STAR_PARAMETERS if p not in fit}
     area, edges = jnp.asarray(grid.area), jnp.asarray(np.asarray(grid.edges, dtype=np.int32))
+    sig = None if sigma is None else jnp.asarray(sigma)
 
     def terms(z, lm):
         fssc, fssh, rv, amp = lay.split(z[:lay.size])
         sp = dict(fixed, **{p: z[lay.size + i] * scales[i] for i, p in enumerate(fit)})
         m = model(fssc, fssh, rv, amp, sp["inclination"], sp["vsini"], sp["domega"], star.period, star.t0)
         c2 = chi2(m, obs)
+        prior = None if sig is None else offset_prior(amp, sig.astype(z.dtype), None, obs)[0]
         reg = regulariser_value(regulariser, fssc, fssh, area, edges).astype(z.dtype)
         pen = penalty * sum_excess(fssc, fssh)
-        return c2 + lm * reg + pen, Terms(c2, reg, pen)
+        line = c2 if prior is None else c2 + prior
+        return line + lm * reg + pen, Terms(c2, reg, pen, offset_prior=prior)
 
     vg = jax.jit(jax.value_and_grad(terms, has_aux=True))
     lm = jnp.asarray(float(lmbd))
@@ -229,19 +245,21 @@ def joint_fit(problem: Problem, *, fit=("inclination", "vsini"), x0=None, batch:
     fssc, fssh, rv, amp = lay.split(z[:lay.size])
     m = np.asarray(model(jnp.asarray(fssc), jnp.asarray(fssh), jnp.asarray(rv), jnp.asarray(amp),
                          new_star.inclination, new_star.vsini, new_star.domega, star.period, star.t0))
+    kink = None
+    if "inclination" in fit and limb == "sharp":
+        kink = limb_kink_distance(grid, times, new_star)
+    stalled = kink is not None and kink < LIMB_KINK_DEG
     result = InversionResult(fssc=fssc, fssh=fssh, rv=rv, amp=amp, loss=float(val), chi2=float(aux.chi2),
                              regulariser_value=float(aux.regulariser), lmbd=float(lmbd), regulariser=regulariser,
-                             iterations=int(res.nit), n_eval=int(res.nfev), success=bool(res.success),
+                             iterations=int(res.nit), n_eval=int(res.nfev), success=bool(res.success) and not stalled,
                              outcome=Outcome.from_scipy(res.message, int(res.status)),
                              stop_reason=str(res.message), compile_time=0.0, solve_time=solve_time,
-                             history=history, model=m, solver="lbfgsb-joint")
-    kink = None
-    if "inclination" in fit:
-        kink = limb_kink_distance(grid, times, new_star)
-        if kink < LIMB_KINK_DEG:
-            warn(f"joint_fit: the fitted inclination {new_star.inclination:.4f} deg is {kink:.1e} deg from an "
-                 "inclination where a surface cell crosses the limb at an epoch; the model's limb weight max(mu, 0) "
-                 "has a kink there, where the gradient fit stalls, so this is probably not the optimum: profile the "
-                 "inclination instead (dopplermap grid, or grid --calibrate N)")
+                             history=history, model=m, solver="lbfgsb-joint",
+                             offset_prior=None if aux.offset_prior is None else float(aux.offset_prior))
+    if stalled:
+        warn(f"joint_fit: the fitted inclination {new_star.inclination:.4f} deg is {kink:.1e} deg from an "
+             "inclination where a surface cell crosses the limb at an epoch; the sharp limb weight max(mu, 0) "
+             "has a kink there, where the gradient fit stalls, so this is probably not the optimum: fit with "
+             "limb='smooth' (the default), or profile the inclination (dopplermap grid, or grid --calibrate N)")
     return JointFitResult(star=new_star, fitted=fit, start=start, map=result, initial_map=init,
                           time=time.perf_counter() - t_start, limb_kink_deg=kink)

@@ -144,17 +144,17 @@ class LightCurveSet:
         return sum(b.n_lc for b in self.bands)
 
 
-def _lc_weights(grid, star, times, band, cell_factors):
+def _lc_weights(grid, star, times, band, cell_factors, limb="smooth"):
     check_star(star)
     # NumPy: set-up work, evaluated once (jax.numpy would compile every operation)
     geo = cell_geometry(grid.lat, grid.lon, grid.area, times, star.inclination, star.vsini_kms,
-                        star.period, star.t0, star.domega, xp=np, surface=grid.surface)
+                        star.period, star.t0, star.domega, xp=np, limb=limb, surface=grid.surface)
     mu = np.asarray(geo.mu)
     pa = np.asarray(geo.proj_area)
     # written once, into a buffer the device adopts without a copy (as the dense cube)
     w = _device.host_array((*mu.shape, len(band.limb_darkening)))
     for k, (ld, j) in enumerate(zip(band.limb_darkening, band.intensity, strict=True)):
-        np.multiply(j, np.asarray(ld(mu)), out=w[..., k])
+        np.multiply(j, np.asarray(ld(geo.ld_mu)), out=w[..., k])
         w[..., k] *= pa
     if cell_factors is not None:
         f = np.asarray(cell_factors, dtype=float)
@@ -167,13 +167,14 @@ def _lc_weights(grid, star, times, band, cell_factors):
 
 def precompute_lightcurve(grid: SurfaceGrid, star: StarParams, times, flux, err, band: LightCurveBand, *,
                           cell_factors=None, source: str = "light curve", normalise: bool = True,
-                          fit_dilution: bool = False) -> LightCurveFit:
+                          fit_dilution: bool = False, limb: str = "smooth") -> LightCurveFit:
     """Weights of the light-curve model plus validated data.
 
     Args:
         grid, star: as for the line model. times: (n_lc,) days. flux, err: (n_lc,) in any
             units (divided by the mean flux when ``normalise``). band: :class:`LightCurveBand`.
         cell_factors: optional (n_cell,) or (n_cell, 3) intensity factors (gravity darkening).
+        limb: the limb weight, as :func:`dopplermap.model.precompute`'s.
     """
     if hasattr(times, "flux") or hasattr(times, "jd"):  # a lightkurve light curve or an astropy Time
         what = "an astropy Time" if hasattr(times, "jd") else f"a {type(times).__name__}"
@@ -197,7 +198,7 @@ def precompute_lightcurve(grid: SurfaceGrid, star: StarParams, times, flux, err,
         if not mean > 0:
             raise DopplermapInputError(f"{source}: mean flux must be > 0 to normalise, got {mean!r}")
         flux, err = flux / mean, err / mean
-    w = _lc_weights(grid, star, times, band, cell_factors)
+    w = _lc_weights(grid, star, times, band, cell_factors, limb)
     n_cell = w.shape[1]
     diff = _device.host_array((w.shape[0], 2 * n_cell))
     np.subtract(w[..., 1], w[..., 0], out=diff[:, :n_cell])
@@ -256,12 +257,12 @@ def chi2_lightcurves(fssc, fssh, lcs):
 
 
 def simulate_lightcurve(grid: SurfaceGrid, star: StarParams, times, band: LightCurveBand, fssc, fssh, *,
-                        sigma: float = 1e-3, seed: int = 0, cell_factors=None):
+                        sigma: float = 1e-3, seed: int = 0, cell_factors=None, limb: str = "smooth"):
     """Noisy normalised light curve of the maps: returns (flux (n_lc,), err (n_lc,), noiseless)."""
     if not sigma > 0:
         raise DopplermapInputError(f"sigma must be > 0, got {sigma!r}")
     times = np.atleast_1d(np.asarray(times, dtype=float))
-    w = _lc_weights(grid, star, times, band, cell_factors)
+    w = _lc_weights(grid, star, times, band, cell_factors, limb)
     f = np.stack([1.0 - np.asarray(fssc) - np.asarray(fssh), np.asarray(fssc), np.asarray(fssh)], axis=1)
     clean = np.einsum("eck,ck->e", w, f)
     clean = clean / clean.mean()

@@ -2,11 +2,12 @@
 
 For epoch ``e`` and velocity ``v`` the model is the seed's::
 
-    a_k[e, c] = I_k LD_k(mu[e, c]) area[c] mu[e, c] f_k[c]        (visible cells, k = phot, cool, hot)
+    a_k[e, c] = I_k LD_k(mu[e, c]) area[c] w(mu[e, c]) f_k[c]        (visible cells, k = phot, cool, hot)
     raw[e, v] = sum_k sum_c a_k[e, c] L_k(v - v_los[e, c]) / sum_k sum_c a_k[e, c]
     model[e]  = shift(raw[e], rv[e]) + amp[e];  model[e] /= mean(model[e])
 
-with ``f_phot = 1 - f_cool - f_hot`` and ``shift`` the seed's linear interpolation
+with ``f_phot = 1 - f_cool - f_hot``, ``w`` the limb weight (``mu`` inside the disc; at the limb
+the cell-averaged :func:`dopplermap.geometry.limb_weight`, or the seed's ``max(mu, 0)``) and ``shift`` the seed's linear interpolation
 ``interp(v, v + rv, raw)``.
 
 :func:`precompute` does everything that depends only on star, grid, epochs and local
@@ -117,7 +118,7 @@ def _component_weights(components: ComponentSet, mu, proj_area):
 
 def precompute(grid: SurfaceGrid, star: StarParams, times, vels, components: ComponentSet, *,
                method: str = "auto", synthesis_tol: float = 1e-7, bin_width: float | None = None,
-               dtype=jnp.float64, rv_shift: str = "interpolate") -> Precomputed:
+               dtype=jnp.float64, rv_shift: str = "interpolate", limb: str = "smooth") -> Precomputed:
     """Precompute the line synthesis for a star, grid, epochs and local profiles.
 
     Args:
@@ -137,6 +138,9 @@ def precompute(grid: SurfaceGrid, star: StarParams, times, vels, components: Com
             disc-integrated profile on the data grid) or ``"exact"`` (binned only, and what
             ``"auto"`` then picks: the local profiles' velocities moved by rv, to
             ``synthesis_tol``, for shifts up to half the velocity window).
+        limb: ``"smooth"`` (default: a cell the limb cuts weighs its cell-averaged projected
+            area, :func:`dopplermap.geometry.limb_weight`) or ``"sharp"`` (``max(mu, 0)``, the
+            seed's weights).
     """
     check_star(star)
     vels = _check_vels(vels)
@@ -148,10 +152,11 @@ def precompute(grid: SurfaceGrid, star: StarParams, times, vels, components: Com
     check_velocity_window(vels, float(star.vsini_kms))
     check_phase_span(times, star.t0, star.period, where="line profiles")
     geo = cell_geometry(grid.lat, grid.lon, grid.area, times, star.inclination, star.vsini_kms,
-                        star.period, star.t0, star.domega, xp=np, surface=grid.surface)
-    mu = np.asarray(geo.mu)
+                        star.period, star.t0, star.domega, xp=np, limb=limb, surface=grid.surface)
+    # limb darkening and mu-dependent local profiles at the same mu (never < 0 for a cell in view)
+    mu = np.asarray(geo.ld_mu)
     v_los = np.asarray(geo.v_los)
-    visible = mu > 0.0
+    visible = np.asarray(geo.visible)
     weights = _component_weights(components, mu, np.asarray(geo.proj_area))  # (3, E, C)
     n_epoch, n_cell = mu.shape
     n_vis = visible.sum(axis=1)

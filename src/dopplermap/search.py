@@ -128,16 +128,26 @@ STALL_ITERATIONS = 3
 from the flat start (see :func:`_warm_solve`)."""
 
 
+def _stalled(res: InversionResult, tol: float) -> bool:
+    """Whether a warm-started solve stopped without moving the loss at its own lambda: within
+    ``STALL_ITERATIONS`` iterations, or with its loss lowered by less than ``tol`` (relative)
+    from its first iterate to its last."""
+    loss = np.asarray(res.history.get("loss", ())) if res.history else np.zeros(0)
+    if res.iterations <= STALL_ITERATIONS or loss.size < 2:
+        return True
+    return bool(loss[0] - loss[-1] <= tol * max(abs(float(loss[-1])), 1.0))
+
+
 def _warm_solve(problem, lmbd, start, cold, on_solve=None) -> InversionResult:
-    """``invert`` from ``start``; if it stops within ``STALL_ITERATIONS``, also from ``cold``
-    and the lower loss is kept. From a map that is nearly optimal for a nearby lambda, the
-    first steps can be so short that the relative-reduction test stops the solve at once,
-    leaving the old map (seen: lambda 0.008 -> 0.023, 2 iterations, chi2 and regulariser
-    unchanged), which bends the L-curve and shifts chi2(lambda)."""
+    """``invert`` from ``start``; if it stalled (:func:`_stalled`), also from ``cold`` and the
+    lower loss is kept. From a map that is nearly optimal for a nearby lambda, the first
+    steps can be so short that the relative-reduction test stops the solve at once, leaving
+    the old map (chi2 and regulariser unchanged), which bends the L-curve and shifts
+    chi2(lambda)."""
     res = invert(problem, lmbd=lmbd, x0=start)
     if on_solve is not None:
         on_solve(lmbd, res)
-    if start is None or start is cold or res.iterations > STALL_ITERATIONS:
+    if start is None or start is cold or not _stalled(res, problem.settings.tol):
         return res
     other = invert(problem, lmbd=lmbd, x0=cold)
     if on_solve is not None:
@@ -622,6 +632,36 @@ def pad_precomputed(pre: Precomputed, n_slot: int | None = None, n_bin: int | No
     return dataclasses.replace(pre, line=pre.line.pad(n_slot, n_bin))
 
 
+@dataclasses.dataclass(frozen=True)
+class ProfileReadout:
+    """Settings of a grid point solved for reading star parameters off the chi2 profile: the
+    map nearly free (lambda a small fraction of the working one, the map's bounds active as
+    in every solve) and solved to convergence, so that the regulariser does not pull the chi2
+    minimum and the landscape carries no solver noise. The nearly free map is ill-conditioned:
+    the L-BFGS solvers' relative-reduction test stops them in its flat valley well before the
+    minimum, the Gauss-Newton solver reaches it in a few hundred iterations.
+
+    Attributes:
+        lmbd_fraction: lambda of the read-out as a fraction of the problem's lambda.
+        solver, tol, maxiter: the solve's back end ("auto": Gauss-Newton where it fits the
+            model, :func:`dopplermap.solvers.choose_solver`) and stopping rule.
+    """
+
+    lmbd_fraction: float = 0.01
+    solver: str = "auto"
+    tol: float = 1e-10
+    maxiter: int = 5000
+
+    def settings(self, settings: Settings) -> dict:
+        """The fields of ``settings`` the read-out replaces (``settings.replace(**...)``)."""
+        return dict(lmbd=settings.lmbd * self.lmbd_fraction, solver=self.solver, tol=self.tol,
+                    maxiter=max(self.maxiter, settings.maxiter))
+
+
+PROFILE_READOUT = ProfileReadout()
+"""The profiled read-out's settings (``grid --readout profiled``)."""
+
+
 def evaluate_point(problem: Problem, params: dict, x0=None) -> dict:
     """Re-precompute and re-solve at one grid point; returns the table row (a dict).
 
@@ -650,6 +690,22 @@ def evaluate_point(problem: Problem, params: dict, x0=None) -> dict:
     return dict(params, chi2=res.chi2, chi2_total=res.chi2 * n_data, loss=res.loss,
                 regulariser=res.regulariser_value, entropy=ent, iterations=res.iterations, success=res.success,
                 **_star_columns(problem, star), status="ok", reason="")
+
+
+JITTER_REFERENCE = dict(solver="auto", tol=1e-12, maxiter=5000)
+"""The converged solve :func:`chi2_jitter` compares a grid point's with ("auto" at this tol:
+Gauss-Newton where it fits the model, :func:`dopplermap.solvers.choose_solver`)."""
+
+
+def chi2_jitter(problem: Problem, params: dict) -> float:
+    """``|chi2_total|`` difference at grid point ``params`` between the problem's solve and
+    :data:`JITTER_REFERENCE` (Gauss-Newton to convergence where it applies), both from the flat start: the noise
+    a grid's chi2 landscape carries from where its solves stop (Delta chi2 below it is noise)."""
+    rows = [evaluate_point(problem.replace(settings=problem.settings.replace(**s)), params)
+            for s in ({}, JITTER_REFERENCE)]
+    if any(r["status"] != "ok" for r in rows):
+        return math.nan
+    return float(abs(rows[0]["chi2_total"] - rows[1]["chi2_total"]))
 
 
 def point_star(problem: Problem, params: dict) -> StarParams:

@@ -19,6 +19,7 @@ import numpy as np
 
 from .. import calibrate, plot, search
 from ..atomic import AtomicFolder, check_out, new_run_id, write_manifest, write_text
+from ..choices import GRID_READOUTS, check
 from ..config import load_config
 from ..errors import DopplermapInputError, DopplermapWarning, warn
 from ..errorscale import describe_all, summarise
@@ -236,7 +237,7 @@ def run_lambda(problem, *, n_cell, n_epoch, n_vel, snr, regulariser, out: Path, 
 
 def run_grid(problem, *, n_cell, n_epoch, n_vel, snr, regulariser, out: Path, overwrite: bool, quiet: bool, params,
              lmbd, tol, resume: bool, scheduler, connect_timeout, workers, max_points, delta_chi2, n_sim,
-             calibrate_seed, calibrate_oversample) -> dict:
+             calibrate_seed, calibrate_oversample, readout: str = "regularised") -> dict:
     """``dopplermap grid``: invert over the grid of ``params`` (``NAME=start:stop:step``,
     ``NAME=start:stop:nN`` or ``NAME=v1,v2,...``; each name once) on the problem of
     :func:`load_problem`, optionally calibrating each axis of >= 3 values by ``n_sim``
@@ -258,6 +259,11 @@ def run_grid(problem, *, n_cell, n_epoch, n_vel, snr, regulariser, out: Path, ov
     prob = load_problem(problem, n_cell=n_cell, n_epoch=n_epoch, n_vel=n_vel, snr=snr, tol=GRID_TOL, quiet=quiet)
     _echo_error_scale(prob)
     settings = prob.settings.replace(lmbd=lmbd, regulariser=regulariser, tol=tol)
+    if tol is None and settings.tol > GRID_TOL:  # a looser target tol leaves solver noise in the landscape
+        settings = settings.replace(tol=GRID_TOL)
+    if check(readout, GRID_READOUTS, "--readout") == "profiled":
+        profiled = search.PROFILE_READOUT.settings(settings)
+        settings = settings.replace(**(profiled if tol is None else dict(profiled, tol=tol)))
     prob = prob.replace(settings=settings)
     if n_sim is not None:  # refuse what cannot be calibrated before the search, not after it
         calibrate.check_calibratable(prob)
@@ -274,7 +280,7 @@ def run_grid(problem, *, n_cell, n_epoch, n_vel, snr, regulariser, out: Path, ov
                 (out / name).unlink(missing_ok=True)
         summary, rows, best, calibrated = _search_and_summarise(prob, axes, out, resume, cluster, max_points, quiet,
                                                                 delta_chi2, problem, n_sim, calibrate_seed,
-                                                                calibrate_oversample)
+                                                                calibrate_oversample, readout)
     _finish_grid_folder(out, summary["problem"])
     _print_grid(axes, rows, best, summary, calibrated, delta_chi2)
     click.echo(f"results in {out}")
@@ -294,7 +300,7 @@ def _describe(row: dict) -> str:
 
 
 def _search_and_summarise(prob, axes, out, resume, cluster, max_points, quiet, delta_chi2, problem, n_sim,
-                          calibrate_seed, calibrate_oversample):
+                          calibrate_seed, calibrate_oversample, readout="regularised"):
     """The grid search, its intervals (flagged) and calibration, grid.json and grid.png."""
     t_start, best_so_far = time.perf_counter(), {}
 
@@ -330,7 +336,8 @@ def _search_and_summarise(prob, axes, out, resume, cluster, max_points, quiet, d
     settings = prob.settings
     summary = {"best": best, "intervals": intervals, "refused": refused, "mass": prob.stellar_mass,
                "lmbd": settings.lmbd, "regulariser": settings.regulariser, "tol": settings.tol, "problem": fp,
-               "error_scale": summarise(prob.error_scale)}
+               "error_scale": summarise(prob.error_scale), "readout": readout,
+               "chi2_jitter": search.chi2_jitter(prob, {k: best[k] for k in axes}) if best else None}
     calibrated = None
     if n_sim is not None:
         if calibrate_oversample is None:

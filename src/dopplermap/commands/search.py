@@ -23,8 +23,8 @@ from pathlib import Path
 
 import click
 
-from ..app.defaults import GRID_TOL, LAMBDA_TOL  # shown by --help
-from ..choices import WEIGHTED_REGULARISERS
+from ..app.defaults import DEFAULT_READOUT, GRID_TOL, LAMBDA_TOL  # shown by --help
+from ..choices import GRID_READOUTS, WEIGHTED_REGULARISERS
 
 problem_options = [
     click.argument("problem", required=False, type=click.Path(dir_okay=False, path_type=Path)),
@@ -80,7 +80,8 @@ def register(group):
     @click.option("--lmbd", type=click.FloatRange(min=0), default=None,
                   help="Regularisation weight (default: the target's [inversion] lmbd, else 1).")
     @click.option("--tol", type=click.FloatRange(min=0, min_open=True), default=None,
-                  help=f"Solver tolerance (default: the target's [inversion] tol, else {GRID_TOL:g}).")
+                  help=f"Solver tolerance (default: the target's [inversion] tol, at most {GRID_TOL:g}; grid.json's "
+                       "chi2_jitter is the best point's chi2 noise from where the solve stops).")
     @click.option("--resume", is_flag=True, help="Continue an interrupted search in OUT (same problem and settings).")
     @click.option("--scheduler", default=None,
                   help="Dask scheduler address (it runs the pickled code Dask sends it: use only one you trust); "
@@ -97,6 +98,10 @@ def register(group):
                   help="Calibrate each parameter of >= 3 values by simulation with N data sets per trial value "
                        "(parametric-bootstrap Neyman construction, docs/parameters.md); then the best point and "
                        "the 68 %/95 % intervals printed are the calibrated ones.")
+    @click.option("--readout", type=click.Choice(GRID_READOUTS), default=DEFAULT_READOUT, show_default=True,
+                  help="regularised: each point solved at lambda with --tol; profiled: at a lambda 100 times "
+                       "smaller, to tol 1e-8 (unless --tol), so the regulariser does not pull the chi2 minimum "
+                       "(docs/parameters.md).")
     @click.option("--calibrate-seed", type=int, default=0, show_default=True, help="Seed of the simulated noise.")
     @click.option("--calibrate-oversample", type=click.IntRange(min=1), default=None,
                   help="Simulate the calibration's data sets on a band grid of this many times the cells, so "
@@ -104,7 +109,7 @@ def register(group):
                        "the built-in demo star, whose data are made on the inversion grid itself).")
     def grid_cmd(problem, n_cell, n_epoch, n_vel, snr, regulariser, out, overwrite, quiet, params, lmbd, tol,
                  resume, scheduler, connect_timeout, workers, max_points, delta_chi2, n_sim, calibrate_seed,
-                 calibrate_oversample):
+                 calibrate_oversample, readout):
         """Invert over a grid of stellar parameters; table, best point, intervals and plot.
 
         PROBLEM: a target .toml, an .npz problem file (see the module docs), or omitted (simulated demo star).
@@ -125,4 +130,4 @@ def register(group):
                  overwrite=overwrite, quiet=quiet, params=params, lmbd=lmbd, tol=tol, resume=resume,
                  scheduler=scheduler, connect_timeout=connect_timeout, workers=workers, max_points=max_points,
                  delta_chi2=delta_chi2, n_sim=n_sim, calibrate_seed=calibrate_seed,
-                 calibrate_oversample=calibrate_oversample)
+                 calibrate_oversample=calibrate_oversample, readout=readout)

@@ -327,11 +327,15 @@ def read_seed(idc, sg, cpcs, *, trust_pickle: bool = False) -> SeedProblem:
 # ---------------------------------------------------------------- writer (from a simulation)
 
 def seed_dicts(sim, *, keys=None, per_cell_lis: bool = False, as_jax: bool = False,
-               coordinates: bool = True):
+               coordinates: bool = True, limb: str = "smooth"):
     """The seed's ``(idc, sg, cpcs)`` dicts for a :class:`~dopplermap.simulate.Simulation`.
 
-    The coefficients are those of ``dopplermap.precompute(..., method="dense")`` for the
-    simulation's grid, star and components, so the two models agree to rounding.
+    The coefficients are those of ``dopplermap.precompute(..., method="dense", limb=limb)`` for
+    the simulation's grid, star and components, so the two models agree to rounding. The
+    seed reads ``mus`` only as the weight's projected-area factor, so ``mus`` holds the limb
+    weight (``mu`` itself away from the limb; with ``limb="smooth"`` the cell-averaged
+    :func:`~dopplermap.geometry.limb_weight` within ``h`` of it, where ``mu`` may be <= 0), and
+    ``ldfs`` the limb darkening at :class:`~dopplermap.geometry.CellGeometry`'s ``ld_mu``.
 
     Args:
         sim: the simulation (grid, star, components, observations).
@@ -339,6 +343,7 @@ def seed_dicts(sim, *, keys=None, per_cell_lis: bool = False, as_jax: bool = Fal
         per_cell_lis: write ``lis_*`` as (n_vis,) arrays instead of scalars.
         as_jax: store JAX arrays instead of numpy arrays.
         coordinates: include ``grid_lats`` / ``grid_longs`` (rad) in ``sg``.
+        limb: ``"smooth"`` (default, as precompute's) or ``"sharp"`` (the seed's ``mu > 0``).
     """
     grid, star, comps, obs = sim.grid, sim.star, sim.components, sim.obs
     times = np.asarray(obs.times, dtype=float)
@@ -347,15 +352,15 @@ def seed_dicts(sim, *, keys=None, per_cell_lis: bool = False, as_jax: bool = Fal
     if len(keys) != times.size or len(set(keys)) != len(keys):
         raise DopplermapInputError(f"keys must be {times.size} distinct hashable values, got {len(keys)} ({len(set(keys))} distinct)")
     geo = cell_geometry(grid.lat, grid.lon, grid.area, times, star.inclination, star.vsini_kms, star.period,
-                        star.t0, star.domega, surface=grid.surface)
-    mu = np.asarray(geo.mu)
+                        star.t0, star.domega, xp=np, limb=limb, surface=grid.surface)
+    # a distorted surface's cells: their surface areas, as the geometry weighs them
+    areas = np.asarray(grid.area if grid.surface is None else grid.surface.area, dtype=float)
+    weight = np.asarray(geo.proj_area) / areas[None, :]  # the limb weight
     v_los = np.asarray(geo.v_los)
     arr = jnp.asarray if as_jax else np.asarray
     flux = np.asarray(obs.flux)
     err = np.asarray(obs.err)
     idc = {"times": list(keys), "vels": arr(vels), "data": {}}
-    # a distorted surface's cells: their surface areas, as the geometry above weighs them
-    areas = grid.area if grid.surface is None else grid.surface.area
     sg = {"noes": int(grid.n_cell), "grid_areas": arr(np.asarray(areas, dtype=float))}
     if coordinates:
         sg["grid_lats"] = arr(np.asarray(grid.lat, dtype=float))
@@ -363,9 +368,9 @@ def seed_dicts(sim, *, keys=None, per_cell_lis: bool = False, as_jax: bool = Fal
     cpcs = {"common": {}, "line": {}}
     for e, t in enumerate(keys):
         idc["data"][t] = {"prf": arr(flux[e]), "errs": arr(err[e])}
-        ivis = np.nonzero(mu[e] > 0.0)[0]
-        mus = mu[e, ivis]
-        cpcs["common"][t] = {"ivis": arr(ivis), "areas": arr(np.asarray(areas)[ivis]), "mus": arr(mus)}
+        ivis = np.nonzero(np.asarray(geo.visible)[e])[0]
+        mus = np.asarray(geo.ld_mu)[e, ivis]
+        cpcs["common"][t] = {"ivis": arr(ivis), "areas": arr(areas[ivis]), "mus": arr(weight[e, ivis])}
         entry = {}
         for name, comp in zip(COMPONENT_NAMES, comps, strict=True):
             entry[f"ldfs_{name}"] = arr(np.asarray(comp.limb_darkening(mus), dtype=float))

@@ -1,0 +1,193 @@
+"""The inclination read-out of ``grid``: regularised (old) against profiled (new), and the chi2
+jitter between two solvers at one grid point.
+
+    PYTHONPATH=src python benchmarks/bench_readout.py [--stars 0,4,7] [--jitter K [--tols ...]] [--sharp]
+        [--out benchmarks/results/readout-cpu2.json]
+
+Stars are :mod:`bench_calibration`'s (simulated by its independent disc integrator). For each,
+the inclination is profiled over :data:`bench_calibration.INC_GRID` with vsini held at the truth,
+every point solved from the flat start (:func:`dopplermap.search.evaluate_point`), and read by
+:func:`bench_calibration.continuous_interval` on ``chi2_total`` (Delta chi2 <= 1 / 4):
+
+* ``old``: the problem's working settings (lambda 1, tol 1e-5), what ``grid`` reported;
+* ``tight``: the working lambda solved as the profiled read-out is (Gauss-Newton, tol 1e-10);
+* ``lambda0.1``: the same at a tenth of the working lambda;
+* ``profiled``: :data:`dopplermap.search.PROFILE_READOUT` (lambda 1/100 of the working one,
+  tight tolerance, the map's bounds active as in every solve).
+
+``--joint K,...``: :func:`dopplermap.jointfit.joint_fit` of inclination and vsini from 45 deg and
+vsini + 2 km/s with each limb weight. ``--sharp``: only the old read-out, on the sharp limb weight ``max(mu, 0)`` (the model before the
+smooth limb). ``--jitter K``: star K at its true star, chi2_total from three solvers (L-BFGS-B, the projected
+L-BFGS, Gauss-Newton) at each read-out's settings, and with ``--tols`` the two L-BFGS solvers at
+each tol: the grid's landscape noise. Results: benchmarks/RESULTS.md, topic
+"Stellar parameters: calibration", "Profiled read-out, smooth limb and chi2 jitter".
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_calibration as B  # noqa: E402
+from _common import write_json  # noqa: E402
+
+OLD = dict(lmbd=1.0, tol=1e-5, maxiter=1000)
+READOUTS = ("old", "tight", "lambda0.1", "profiled")
+SHARP = ("old_sharp",)  # --sharp: the old read-out on the sharp limb max(mu, 0)
+
+
+def _settings(problem, which):
+    from dopplermap.search import PROFILE_READOUT
+
+    old = problem.settings.replace(**OLD)
+    if which in ("old", "old_sharp"):
+        return old
+    profiled = PROFILE_READOUT.settings(old)
+    if which == "tight":  # the working lambda, solved as the profiled read-out is
+        return old.replace(**dict(profiled, lmbd=old.lmbd))
+    if which == "lambda0.1":  # between the two
+        return old.replace(**dict(profiled, lmbd=0.1 * old.lmbd))
+    return old.replace(**profiled)
+
+
+@contextlib.contextmanager
+def _limb(which):
+    """The problem's precompute with the sharp limb for ``old_sharp`` (the problem has no limb setting)."""
+    import dopplermap.problem as P
+
+    plain = P.precompute
+    if which == "old_sharp":
+        P.precompute = functools.partial(plain, limb="sharp")
+    try:
+        yield
+    finally:
+        P.precompute = plain
+
+
+def profile(s, which, incs=B.INC_GRID):
+    from dopplermap.search import evaluate_point
+
+    p = s["problem"]
+    p = p.replace(settings=_settings(p, which))
+    t0 = time.perf_counter()
+    rows = []
+    with warnings.catch_warnings(), _limb(which):
+        warnings.simplefilter("ignore")
+        for inc in incs:
+            rows.append(evaluate_point(p, {"inclination": float(inc), "vsini": s["vsini"]}))
+    prof = np.array([r["chi2_total"] for r in rows])
+    best, lo, hi = B.continuous_interval(incs, prof, 1.0)
+    _, lo95, hi95 = B.continuous_interval(incs, prof, 4.0)
+    truth = s["inc"]
+    return dict(best=best, lo68=lo, hi68=hi, lo95=lo95, hi95=hi95, err=best - truth,
+                in68=bool(lo <= truth <= hi), in95=bool(lo95 <= truth <= hi95), profile=prof.tolist(),
+                iterations=[int(r["iterations"]) for r in rows], lmbd=p.settings.lmbd, tol=p.settings.tol,
+                wall_s=time.perf_counter() - t0)
+
+
+def jitter(s, which):
+    """chi2_total at the true star from each solver, from the flat start; ``jitter``: the
+    spread of the read-out's own solver and the other back ends at its settings."""
+    from dopplermap.search import evaluate_point
+
+    p = s["problem"]
+    out = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for solver in ("newton", "lbfgsb", "projected_lbfgs"):
+            q = p.replace(settings=_settings(p, which).replace(solver=solver))
+            out[solver] = float(evaluate_point(q, {"inclination": s["inc"], "vsini": s["vsini"]})["chi2_total"])
+    return dict(out, settings=str(_settings(p, which)))
+
+
+def jitter_tols(s, tols, lmbd=1.0):
+    """chi2_total at the true star from each solver at each tol (lambda ``lmbd``); ``spread``:
+    the two L-BFGS solvers' difference."""
+    from dopplermap.search import evaluate_point
+
+    p = s["problem"]
+    out = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for tol in tols:
+            row = {"tol": tol}
+            for solver in ("lbfgsb", "projected_lbfgs", "newton"):
+                q = p.replace(settings=p.settings.replace(lmbd=lmbd, tol=tol, maxiter=20000, solver=solver))
+                row[solver] = float(evaluate_point(q, {"inclination": s["inc"], "vsini": s["vsini"]})["chi2_total"])
+            row["spread"] = abs(row["lbfgsb"] - row["projected_lbfgs"])
+            print("jitter", row, flush=True)
+            out.append(row)
+    return out
+
+
+def joint(s, limb, start_inc=45.0, dvsini=2.0):
+    """joint_fit of inclination and vsini from ``start_inc`` and vsini + ``dvsini`` with one limb weight."""
+    from dopplermap.jointfit import joint_fit
+
+    p = s["problem"]
+    t0 = time.perf_counter()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        r = joint_fit(p.replace(star=p.star.replace(inclination=start_inc, vsini=s["vsini"] + dvsini)), limb=limb)
+    return dict(inc=float(r.star.inclination), vsini=float(r.star.vsini), success=bool(r.map.success),
+                kink_warning=any("crosses the limb" in str(w.message) for w in caught),
+                iterations=int(r.map.iterations), wall_s=time.perf_counter() - t0)
+
+
+def summary(rows, which):
+    err = np.array([r[which]["err"] for r in rows])
+    return dict(n_stars=len(rows), mean_abs_err=float(np.mean(np.abs(err))), bias=float(np.mean(err)),
+                cover68=float(np.mean([r[which]["in68"] for r in rows])),
+                cover95=float(np.mean([r[which]["in95"] for r in rows])),
+                mean_width68=float(np.mean([r[which]["hi68"] - r[which]["lo68"] for r in rows])))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--stars", default=",".join(map(str, B.QUICK)))
+    ap.add_argument("--jitter", type=int, default=None, help="star K: two solvers' chi2 at its truth")
+    ap.add_argument("--tols", default=None, help="with --jitter: also every solver at these tols")
+    ap.add_argument("--sharp", action="store_true", help="only the old read-out on the sharp limb")
+    ap.add_argument("--joint", default=None, help="stars K,...: joint_fit with the smooth and the sharp limb")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    res = {"stars": [], "machine": B.platform.platform() if hasattr(B, "platform") else ""}
+    if args.jitter is not None:
+        s = B.make_star(args.jitter)
+        res["jitter"] = {w: jitter(s, w) for w in READOUTS}
+        print("jitter", res["jitter"], flush=True)
+        if args.tols:
+            res["jitter_tols"] = jitter_tols(s, [float(t) for t in args.tols.split(",")])
+    for k in [int(x) for x in (args.joint or "").split(",") if x]:
+        s = B.make_star(k)
+        res.setdefault("joint", {})[k] = {limb: joint(s, limb) for limb in ("smooth", "sharp")}
+        print("joint", k, res["joint"][k], flush=True)
+    for k in [int(x) for x in args.stars.split(",") if x]:
+        s = B.make_star(k)
+        row = dict(k=k, inc=s["inc"], vsini=s["vsini"], n_epoch=s["n_epoch"], snr=s["snr"])
+        for which in (SHARP if args.sharp else READOUTS):
+            row[which] = profile(s, which)
+            r = row[which]
+            print(f"star {k} (i={s['inc']:.0f}) {which:8s}: {r['best']:6.2f} [{r['lo68']:.2f}, {r['hi68']:.2f}] "
+                  f"95% [{r['lo95']:.2f}, {r['hi95']:.2f}]  {r['wall_s']:.0f}s", flush=True)
+        res["stars"].append(row)
+        if args.out:
+            write_json(args.out, res)
+    for which in (SHARP if args.sharp else READOUTS):
+        if res["stars"]:
+            res[f"summary_{which}"] = summary(res["stars"], which)
+            print(which, res[f"summary_{which}"], flush=True)
+    if args.out:
+        write_json(args.out, res)
+
+
+if __name__ == "__main__":
+    main()
