@@ -120,7 +120,9 @@ def _reference_loop(grid, star, times, vels, comps, zeta, R):
     x, w = np.polynomial.hermite.hermgauss(80)
     sig_i = C_KMS / R / S2F
     geo = dm.geometry.cell_geometry(grid.lat, grid.lon, grid.area, times, star.inclination, star.vsini_kms, star.period)
-    mu_all, vlos_all = np.asarray(geo.mu), np.asarray(geo.v_los)
+    # the default smooth limb: a cell the limb cuts is weighted, limb-darkened and broadened at
+    # its cell-averaged mu (ld_mu, > 0 for every cell in view)
+    mu_all, vlos_all = np.asarray(geo.ld_mu), np.asarray(geo.v_los)
     out = np.zeros((len(times), len(vels)))
     for e in range(len(times)):
         num = np.zeros(len(vels))

@@ -196,8 +196,8 @@ def test_grid_command_reports_one_criterion(tmp_path, monkeypatch):
     from dopplermap.cli import main
 
     star, grid, times, vels, comps = dm.demo_setup(n_cell=100, n_epoch=6, n_vel=12)
-    flux = np.ones((times.size, vels.size))
-    save_problem(tmp_path / "p.npz", dm.Observations.create(times, vels, flux, 1e-3 * flux), star, n_cell=100)
+    flux = np.ones((times.size, vels.size)) - 0.3 * np.exp(-0.5 * (vels / 20.0) ** 2)  # a line (the best point is re-solved)
+    save_problem(tmp_path / "p.npz", dm.Observations.create(times, vels, flux, 1e-3 + 0 * flux), star, n_cell=100)
     monkeypatch.setattr(search, "grid_search", lambda *a, **k: _rows())
     rc = main(["grid", str(tmp_path / "p.npz"), "--param", "inclination=40,50,60,70", "--out", str(tmp_path / "o"),
                "--delta-chi2", "5"])

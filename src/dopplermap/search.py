@@ -132,9 +132,12 @@ def _stalled(res: InversionResult, tol: float) -> bool:
     """Whether a warm-started solve stopped without moving the loss at its own lambda: within
     ``STALL_ITERATIONS`` iterations, or with its loss lowered by less than ``tol`` (relative)
     from its first iterate to its last."""
-    loss = np.asarray(res.history.get("loss", ())) if res.history else np.zeros(0)
-    if res.iterations <= STALL_ITERATIONS or loss.size < 2:
+    if res.iterations <= STALL_ITERATIONS:
         return True
+    history = getattr(res, "history", None)  # a back end that keeps none: the iteration count only
+    loss = np.asarray(history.get("loss", ())) if history else np.zeros(0)
+    if loss.size < 2:
+        return False
     return bool(loss[0] - loss[-1] <= tol * max(abs(float(loss[-1])), 1.0))
 
 
