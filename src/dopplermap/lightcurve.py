@@ -45,8 +45,16 @@ from .grid import SurfaceGrid
 from .profiles import LimbDarkening, intensity_ratio
 from .units import to_unit
 
-__all__ = ["LightCurveBand", "LightCurveFit", "LightCurveSet", "precompute_lightcurve", "lightcurve_model",
+__all__ = ["PHOTOMETRY_LIMITS", "LightCurveBand", "LightCurveFit", "LightCurveSet", "precompute_lightcurve", "lightcurve_model",
            "chi2_lightcurve", "chi2_lightcurves", "lightcurve_residuals", "simulate_lightcurve"]
+
+
+PHOTOMETRY_LIMITS = (
+    "light curves alone: a longitude / contrast map. The disc-integrated flux fixes where in rotation phase "
+    "the spots are and how much light they remove; it barely constrains their latitudes, cannot tell a spot "
+    "in the northern hemisphere from its mirror image in the southern one (identical light curves), and "
+    "trades a spot's area against its contrast")
+"""What photometry cannot tell, said in the summary of a map fitted to light curves alone."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -40,7 +40,7 @@ from .io.lsd import load_profiles, read_local_profile
 from .io.times import epoch_times
 from .lightcurve import LightCurveBand, LightCurveSet, precompute_lightcurve
 from .model import Precomputed, precompute
-from .objective import Layout, LineSets, Observations, solve_form
+from .objective import Layout, LineSets, NoLines, Observations, solve_form
 from .plan import Plan
 from .profiles import Component, ComponentSet, LimbDarkening, gaussian, intensity_ratio, voigt
 from .simulate import DEMO_SPOTS, demo_setup, simulate
@@ -206,10 +206,18 @@ class Problem:
             if self.grid is None or self.star is None:
                 raise DopplermapInputError(f"{self.source}: a problem needs a grid and a star (or a given form)")
             single = (self.obs is not None, self.components is not None)
-            if (self.lines and any(single)) or (not self.lines and not all(single)):
+            if self.photometry_only:
+                if self.method != "auto" or self.rv_shift != "interpolate":
+                    raise DopplermapInputError(f"{self.source}: method and rv_shift choose how line profiles are "
+                                               "synthesised; a problem of light curves alone has none")
+                if self.settings.offset_sigma is not None:
+                    raise DopplermapInputError(f"{self.source}: offset_sigma is a prior on the line profiles' "
+                                               "offsets; a problem of light curves alone has none")
+            elif (self.lines and any(single)) or (not self.lines and not all(single)):
                 what = "both" if self.lines else "neither" if not any(single) else "only one of obs and components"
-                raise DopplermapInputError(f"{self.source}: give obs and components (one line data set) or lines "
-                                           f"(several line data sets), got {what}")
+                raise DopplermapInputError(f"{self.source}: give obs and components (one line data set), lines "
+                                           f"(several line data sets) or light curves alone (lightcurve_data), "
+                                           f"got {what}")
         else:
             if self.lines or self.obs is None:
                 raise DopplermapInputError(f"{self.source}: a problem with a given synthesis form needs its one "
@@ -236,6 +244,14 @@ class Problem:
         return float(self.gravity.mass) if self.gravity is not None else None
 
     @property
+    def photometry_only(self) -> bool:
+        """Whether the problem fits light curves alone (no line profiles: ``obs``,
+        ``components`` and ``lines`` absent, ``lightcurve_data`` given). Its map is a
+        longitude / contrast map: see :data:`PHOTOMETRY_LIMITS`."""
+        return (self.form is None and self.obs is None and self.components is None and not self.lines
+                and self.lightcurve_data is not None)
+
+    @property
     def multi(self) -> bool:
         """Whether the problem has several line data sets (``lines``)."""
         return bool(self.lines)
@@ -249,6 +265,9 @@ class Problem:
     def intensities(self) -> tuple[float, float, float] | None:
         """Continuum intensities (phot, cool, hot) of the line band (several sets: the first
         set's), for the brightness map; None for a given form (the seed's files)."""
+        if self.photometry_only:  # the (first) light-curve band's
+            d = self.lightcurve_data if isinstance(self.lightcurve_data, LightCurveData) else self.lightcurve_data[0]
+            return tuple(float(x) for x in d.band.intensity)
         comps = self.lines[0].components if self.lines else self.components
         return None if comps is None else tuple(float(c.intensity) for c in comps)
 
@@ -292,6 +311,8 @@ class Problem:
         with ``lines`` one per set (:class:`dopplermap.objective.LineSets`); a given ``form`` as it is."""
         if self.form is not None:
             return self.form
+        if self.photometry_only:
+            return NoLines.of_grid(self.grid)
         if not self.lines:
             return self._precompute(self.obs, self.components)
         return LineSets.create([self._precompute(ld.obs, ld.components, ld.wavelength_nm) for ld in self.lines],
@@ -357,7 +378,9 @@ class Problem:
 
     @property
     def set_names(self) -> tuple[str, ...]:
-        """The line data sets' names (``("lines",)`` for one set)."""
+        """The line data sets' names (``("lines",)`` for one set, ``()`` for light curves alone)."""
+        if self.photometry_only:
+            return ()
         return tuple(ld.name for ld in self.lines) if self.lines else ("lines",)
 
     def scale_errors(self, scales) -> Problem:
@@ -556,6 +579,10 @@ def _from_config(cfg) -> Problem:
         obs = Observations.create(times, obs.vels, obs.flux, obs.err, source=where)
         sets.append(LineData(obs=obs, components=_line_components(cfg, ls.line), name=ls.name, weight=ls.weight,
                              wavelength_nm=float(ls.line.wavelength_nm), files=tuple(files)))
+    if not sets:  # light curves alone: t0 from its declared scale (else the [data] time_scale, else BJD_TDB)
+        scale = cfg.data.time_scale if cfg.data is not None else "BJD_TDB"
+        _, t0 = epoch_times(np.zeros(0), s.t0, time_scale=scale, t0_scale=s.t0_scale, ra=s.ra, dec=s.dec,
+                            period=s.period, where=cfg.source)
     if cfg.lines:
         _warn_reused_files(cfg.source, "[[lines]]", {ld.name: ld.files for ld in sets})
     if cfg.lightcurves:
@@ -571,12 +598,13 @@ def _from_config(cfg) -> Problem:
             for ld, e in zip(sets, scales, strict=True)]
     scales = tuple(e for e in scales if e is not None)
     temps = (cfg.temperatures.phot, cfg.temperatures.cool, cfg.temperatures.hot)
-    first = cfg.line_sets()[0]
+    first = cfg.line_sets()[0] if sets else None
+    lc_nm = cfg.lightcurves[0].wavelength_nm if cfg.lightcurves else cfg.lightcurve.wavelength_nm
+    line_nm = first.line.wavelength_nm if first is not None else lc_nm
     gravity = None
     if cfg.gravity_darkening.enabled:
         gravity = GravityDarkening(mass=s.mass, beta=cfg.gravity_darkening.beta, temperatures=temps,
-                                   line_wavelength_nm=first.line.wavelength_nm,
-                                   lc_wavelength_nm=cfg.lightcurve.wavelength_nm)
+                                   line_wavelength_nm=line_nm, lc_wavelength_nm=cfg.lightcurve.wavelength_nm)
     inv = cfg.inversion
     # each set's offsets get its own [[lines]] offset_sigma, else the [inversion] one
     sigmas = tuple(inv.offset_sigma if ls.offset_sigma is None else ls.offset_sigma for ls in cfg.line_sets())
@@ -585,14 +613,20 @@ def _from_config(cfg) -> Problem:
                         lc_weight=inv.lc_weight, solver=inv.solver, fit_components=tuple(inv.fit_components),
                         offset_sigma=None if all(v is None for v in sigmas) else
                         sigmas[0] if len(sigmas) == 1 else sigmas)
-    profile_times = np.concatenate([np.asarray(ld.obs.times) for ld in sets])
-    lc = _lightcurve_data(cfg, star, profile_times, first.data.time_scale)
+    profile_times = np.concatenate([np.asarray(ld.obs.times) for ld in sets]) if sets else None
+    lc = _lightcurve_data(cfg, star, profile_times, first.data.time_scale if first is not None else
+                          (cfg.data.time_scale if cfg.data is not None else "BJD_TDB"))
     if isinstance(lc, tuple) and len(lc) == 1:  # one band: the plain joint fit, its weight on lc_weight
         settings = settings.replace(lc_weight=settings.lc_weight * lc[0].weight)
         lc = lc[0]
     common = dict(grid=make_grid(cfg.grid.kind, cfg.grid.n_cell, cfg.grid.nside), star=star, method=inv.method,
                   rv_shift=inv.rv_shift, gravity=gravity, lightcurve_data=lc, t_phot=float(temps[0]),
-                  wavelength_nm=float(first.line.wavelength_nm), source=cfg.source, mass=s.mass)
+                  wavelength_nm=float(line_nm), source=cfg.source, mass=s.mass)
+    if not sets:  # light curves alone: no line synthesis, no offsets
+        if lc is None:
+            raise DopplermapInputError(f"{cfg.source}: no data to fit: give [data] profiles (line profiles) and/or a "
+                                       "light curve ([data] lightcurve or [[lightcurves]] tables)")
+        return Problem(obs=None, components=None, settings=settings, **common)
     if len(sets) == 1:  # one set (also one [[lines]] table): the plain problem, its weight on line_weight
         one = sets[0]
         if cfg.lines:

@@ -15,7 +15,7 @@ from ..errors import DopplermapInputError
 from ..errorscale import describe_all, summarise
 from ..figure_process import FigureProcess
 from ..io.results import prefetch_writers
-from ..lightcurve import LightCurveFit, lightcurve_model
+from ..lightcurve import PHOTOMETRY_LIMITS, LightCurveFit, lightcurve_model
 from ..plot import fitted_components, plot_uncertainty
 from ..problem import from_config
 from ..progress import Reporter
@@ -138,7 +138,10 @@ def run_target(cfg, out: Path, *, plots: bool = True, quiet: bool = True, config
             unc_scalars["uncertainty_note"] = "line profiles only (the light curve is not part of the uncertainty)"
         config = {"command": "invert", **dataclasses.asdict(cfg), "overrides": dict(overrides or {})}
         sets = cfg.line_sets()
-        if prob.multi:  # per set: epochs, velocities, synthesis method, macroturbulence
+        if prob.photometry_only:  # no line profiles: say what the map can and cannot tell
+            per_set = {"n_epoch": 0, "n_vel": None, "method": None, "macroturbulence": None,
+                       "constraints": PHOTOMETRY_LIMITS}
+        elif prob.multi:  # per set: epochs, velocities, synthesis method, macroturbulence
             per_set = {"n_epoch": sum(o.n_epoch for o in obs), "n_vel": None,
                        "method": ",".join(dict.fromkeys(p.line.kind for p in pre.sets)),
                        "macroturbulence": None,
