@@ -119,7 +119,7 @@ def test_lightcurve_only_recovers_two_spot_longitudes():
     assert res.chi2 == pytest.approx(res.chi2_lc)
     assert res.chi2_lc < 2.0
     found = _spot_longitudes(prob.grid, res.fssc)
-    for lat, lon, _ in SPOTS:
+    for _lat, lon, _ in SPOTS:
         assert min(_dlon_deg(lon, f) for f in found) <= 10.0, (np.degrees(found), np.degrees(lon))
 
 
@@ -129,7 +129,7 @@ def test_lightcurve_only_several_sectors():
     res = invert(prob)
     assert set(res.chi2_lc_sets) == {"sector1", "sector2"}
     found = _spot_longitudes(prob.grid, res.fssc)
-    for lat, lon, _ in SPOTS:
+    for _lat, lon, _ in SPOTS:
         assert min(_dlon_deg(lon, f) for f in found) <= 10.0
 
 
@@ -233,5 +233,5 @@ def test_cli_lightcurve_only_target(tmp_path, capsys):
     res = load_result(out)
     assert res.obs is None and res.light_curve is not None
     found = _spot_longitudes(res.grid, res.fssc)
-    for lat, lon, _ in SPOTS:
+    for _lat, lon, _ in SPOTS:
         assert min(_dlon_deg(lon, f) for f in found) <= 10.0
