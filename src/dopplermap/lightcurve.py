@@ -13,7 +13,19 @@ normalised by its mean too. Light curves are small, so the weight
 ``flux = sum_c W[:, c, 0] + (W[..., 1:] - W[..., :1]) . (fssc, fssh)`` (the same sum; a
 third fewer bytes, in one plain matrix product).
 
-``W[e, c, k]`` is precomputed densely: (n_lc, n_cell, 3).
+**Bounded memory.** The weights are built :data:`CHUNK_BYTES` at a time and only their folded
+form is kept: ``(n_row, 2 n_cell)`` float64. A rigidly rotating star (``domega = 0``) looks
+the same at the same rotation phase, so a long light curve (``n_lc`` above twice
+:func:`phase_nodes`) is modelled on ``N`` evenly spaced phase nodes and linearly interpolated
+to its times: ``n_row = N`` whatever ``n_lc``. Linear interpolation of a function of the
+rotation angle ``a`` errs by at most ``(2 pi / N)^2 / 8 max|F''(a)|``. Each cell's weight
+``mu (1 - u + u mu)`` with ``mu = A cos a + B`` is smooth but for its kink at the limb, and
+on the grids measured (tests/test_lightcurve_memory.py) the normalised flux has
+``|F''| <= 2.3`` (coarse grids, where single cells' kinks show) and ``<= 1`` (fine ones); ``N``
+is the smallest node count with ``(2 pi / N)^2 / 8 x 8 <=`` :data:`PHASE_TOLERANCE` x the
+median normalised error (``|F''| <= 8``: a margin over those), at least :data:`MIN_PHASE_NODES`. With differential rotation
+(``domega != 0``) the rows are the data's times (``n_row = n_lc``): bin the light curve
+(``bin = "auto"``) to bound them.
 
 Several bands (:class:`LightCurveSet`) share the maps; each has its own weights, times and
 normalisation. Their chi-square is pooled over all points, as for several line data sets
@@ -42,10 +54,12 @@ from .diagnostics import check_phase_span, check_spot_contrast, fields_checked
 from .errors import DopplermapInputError
 from .geometry import StarParams, cell_geometry, check_star
 from .grid import SurfaceGrid
+from .memory import check_bytes
 from .profiles import LimbDarkening, intensity_ratio
 from .units import to_unit
 
-__all__ = ["PHOTOMETRY_LIMITS", "LightCurveBand", "LightCurveFit", "LightCurveSet", "precompute_lightcurve", "lightcurve_model",
+__all__ = ["PHOTOMETRY_LIMITS", "CHUNK_BYTES", "PHASE_TOLERANCE", "MIN_PHASE_NODES", "phase_nodes", "lightcurve_rows",
+           "lightcurve_nbytes", "LightCurveBand", "LightCurveFit", "LightCurveSet", "precompute_lightcurve", "lightcurve_model",
            "chi2_lightcurve", "chi2_lightcurves", "lightcurve_residuals", "simulate_lightcurve"]
 
 
@@ -55,6 +69,36 @@ PHOTOMETRY_LIMITS = (
     "in the northern hemisphere from its mirror image in the southern one (identical light curves), and "
     "trades a spot's area against its contrast")
 """What photometry cannot tell, said in the summary of a map fitted to light curves alone."""
+
+
+CHUNK_BYTES = 64 * 2**20
+"""The set-up builds the (rows, n_cell, 3) weights this many bytes at a time."""
+
+PHASE_TOLERANCE = 0.01
+"""Phase nodes: the interpolation error bound, as a fraction of the median normalised error."""
+
+MIN_PHASE_NODES = 256
+
+
+def phase_nodes(err, n_lc: int, domega: float) -> int | None:
+    """Number of phase nodes of a light curve's model (module docstring), or None: rows at
+    the data's times (differential rotation, or too few points for nodes to save anything)."""
+    if domega != 0.0:
+        return None
+    med = float(np.median(np.asarray(err, dtype=float)))
+    n = max(MIN_PHASE_NODES, int(np.ceil(2.0 * np.pi / np.sqrt(PHASE_TOLERANCE * med))))
+    return n if 2 * n < n_lc else None
+
+
+def lightcurve_rows(n_lc: int, err, domega: float) -> int:
+    """Rows of the light-curve model's weights: the phase nodes, or the points."""
+    n = phase_nodes(err, n_lc, domega)
+    return n_lc if n is None else n
+
+
+def lightcurve_nbytes(n_rows: int, n_cell: int) -> float:
+    """Bytes the light-curve model holds (its folded weights) plus one set-up chunk."""
+    return 8.0 * n_rows * (2 * n_cell + 1) + min(CHUNK_BYTES, 72.0 * n_rows * n_cell)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,13 +128,15 @@ class LightCurveBand:
 
 
 @functools.partial(jax.tree_util.register_dataclass,
-                   data_fields=["weight", "flux", "err", "times", "base", "diff"], meta_fields=["fit_dilution"])
+                   data_fields=["weight", "flux", "err", "times", "base", "diff", "index", "frac"],
+                   meta_fields=["fit_dilution"])
 @dataclasses.dataclass(frozen=True, eq=False)
 class LightCurveFit:
     """Precomputed light-curve weights with the (mean-normalised) data.
 
     Attributes:
-        weight: (n_lc, n_cell, 3) ``J_k LD_k(mu) area mu g`` (0 for hidden cells).
+        weight: (n_lc, n_cell, 3) ``J_k LD_k(mu) area mu g`` (0 for hidden cells), or None:
+            :func:`precompute_lightcurve` keeps only the folded ``base`` and ``diff``.
         flux: (n_lc,) observed flux / its mean. err: (n_lc,) 1-sigma errors, same units.
         times: (n_lc,) days.
         fit_dilution: free light-curve offset (contaminating light ``D``): the model becomes
@@ -101,6 +147,9 @@ class LightCurveFit:
             ``W[..., 1:] - W[..., :1]`` (cool cells, then hot), as
             :func:`precompute_lightcurve` builds them; None: the model reads ``weight``. They
             are derived from ``weight``: a copy with other weights sets them None (or rebuilds).
+            With phase nodes their rows are the nodes, not the points.
+        index, frac: (n_lc,) with phase nodes: each point's node below it and its fraction
+            of the way to the next (linear interpolation, periodic); None: rows are the points.
     """
 
     weight: jnp.ndarray
@@ -110,6 +159,8 @@ class LightCurveFit:
     fit_dilution: bool = False
     base: jnp.ndarray | None = None
     diff: jnp.ndarray | None = None
+    index: jnp.ndarray | None = None
+    frac: jnp.ndarray | None = None
 
     @property
     def n_lc(self) -> int:
@@ -117,7 +168,12 @@ class LightCurveFit:
 
     @property
     def n_cell(self) -> int:
-        return int(self.weight.shape[1])
+        return int(self.weight.shape[1]) if self.weight is not None else int(self.diff.shape[1]) // 2
+
+    @property
+    def n_rows(self) -> int:
+        """Rows of the model's weights: the phase nodes, or the points."""
+        return int(self.diff.shape[0]) if self.diff is not None else self.n_lc
 
 
 @functools.partial(jax.tree_util.register_dataclass, data_fields=["bands", "weights"], meta_fields=["names"])
@@ -205,20 +261,40 @@ def precompute_lightcurve(grid: SurfaceGrid, star: StarParams, times, flux, err,
         if not mean > 0:
             raise DopplermapInputError(f"{source}: mean flux must be > 0 to normalise, got {mean!r}")
         flux, err = flux / mean, err / mean
-    w = _lc_weights(grid, star, times, band, cell_factors)
-    n_cell = w.shape[1]
-    diff = _device.host_array((w.shape[0], 2 * n_cell))
-    np.subtract(w[..., 1], w[..., 0], out=diff[:, :n_cell])
-    np.subtract(w[..., 2], w[..., 0], out=diff[:, n_cell:])
-    return LightCurveFit(weight=_device.asarray(w), flux=_device.asarray(flux), err=_device.asarray(err),
+    n_nodes = phase_nodes(err, times.size, float(star.domega))
+    index = frac = None
+    rows = times
+    if n_nodes is not None:  # rigid rotation: the model on phase nodes, interpolated to the times
+        rows = star.t0 + star.period * np.arange(n_nodes) / n_nodes
+        pos = np.mod((times - star.t0) / star.period, 1.0) * n_nodes
+        index = np.minimum(np.floor(pos).astype(np.int32), n_nodes - 1)
+        frac = pos - index
+    n_cell = grid.n_cell
+    check_bytes(lightcurve_nbytes(rows.size, n_cell),
+                f"{source}: the light-curve model ({rows.size} rows x {n_cell} cells)",
+                "the light curve's points (bin = \"auto\") or the grid's n_cell")
+    diff = _device.host_array((rows.size, 2 * n_cell))
+    base = np.empty(rows.size)
+    step = max(1, int(CHUNK_BYTES // (24 * 3 * n_cell)))  # the chunk's weights and geometry
+    for a in range(0, rows.size, step):
+        w = _lc_weights(grid, star, rows[a:a + step], band, cell_factors)
+        np.subtract(w[..., 1], w[..., 0], out=diff[a:a + step, :n_cell])
+        np.subtract(w[..., 2], w[..., 0], out=diff[a:a + step, n_cell:])
+        base[a:a + step] = w[..., 0].sum(axis=1)
+    return LightCurveFit(weight=None, flux=_device.asarray(flux), err=_device.asarray(err),
                          times=_device.asarray(times), fit_dilution=bool(fit_dilution),
-                         base=_device.asarray(w[..., 0].sum(axis=1)), diff=_device.asarray(diff))
+                         base=_device.asarray(base), diff=_device.asarray(diff),
+                         index=None if index is None else _device.asarray(index),
+                         frac=None if frac is None else _device.asarray(frac))
 
 
 def lightcurve_model(fssc, fssh, lc: LightCurveFit):
     """Model light curve (n_lc,), normalised by its mean; fssc, fssh: (n_cell,)."""
-    if lc.diff is not None:  # the folded weights: one (n_lc, 2 n_cell) product
+    if lc.diff is not None:  # the folded weights: one (n_row, 2 n_cell) product
         flux = lc.base + lc.diff @ jnp.concatenate([fssc, fssh])
+        if lc.index is not None:  # phase nodes: interpolated to the points (periodic)
+            nxt = jnp.where(lc.index + 1 == flux.shape[0], 0, lc.index + 1)
+            flux = flux[lc.index] * (1.0 - lc.frac) + flux[nxt] * lc.frac
     else:
         f = jnp.stack([1.0 - fssc - fssh, fssc, fssh], axis=1)
         flux = jnp.einsum("eck,ck->e", lc.weight, f)
