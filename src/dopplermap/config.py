@@ -61,7 +61,7 @@ class DataConfig:
     lightcurve_column: str = "auto"
     lightcurve_unit: str = "flux"
     lightcurve_time_scale: str | None = None
-    lightcurve_bin: float | None = None
+    lightcurve_bin: float | str | None = None  # a width, or "auto" (dopplermap.lightcurve.auto_bin)
     lightcurve_bin_unit: str = "d"
     error_scale: float | str | None = None  # a factor on the errors, or one of ERROR_SCALES (dopplermap.errorscale)
     lightcurve_quality_bitmask: str | int | None = None  # None: "default" (dopplermap.io.quality)
@@ -146,7 +146,7 @@ class LightCurveSetConfig:
     column: str = "auto"
     unit: str = "flux"
     time_scale: str | None = None
-    bin: float | None = None
+    bin: float | str | None = None
     bin_unit: str = "d"
     quality_bitmask: str | int | None = None
     wavelength_nm: float = 550.0
@@ -376,7 +376,10 @@ def _validate_lc_reading(s: str, sec: str, fmt, unit, bin_width, bin_unit, time_
     check(fmt, LIGHTCURVE_FORMATS, f"{s}: {sec}format")
     check(unit, LIGHTCURVE_UNITS, f"{s}: {sec}unit")
     check(bin_unit, BIN_UNITS, f"{s}: {sec}bin_unit")
-    if bin_width is not None:
+    if isinstance(bin_width, str):
+        if bin_width != "auto":
+            raise DopplermapInputError(f"{s}: {sec}bin must be a width or \"auto\", got {bin_width!r}")
+    elif bin_width is not None:
         _positive(f"{s}: {sec}bin", bin_width)
         if bin_unit == "phase" and bin_width > 0.5:
             raise DopplermapInputError(f"{s}: {sec}bin in phase must be <= 0.5, got {bin_width!r}")
@@ -585,7 +588,7 @@ time_scale = "BJD_TDB"               # BJD_TDB | HJD | JD | MJD | BTJD | BKJD | 
 # lightcurve_quality_bitmask = "default"  # none | default (the archives' bad cadences) | hard | hardest (or a bit mask)
 # lightcurve_unit = "flux"           # flux | mag (magnitudes are converted to flux)
 # lightcurve_time_scale = "BTJD"     # text light curves (default: time_scale); mission FITS use their keywords
-# lightcurve_bin = 0.01              # bin before fitting (inverse-variance weighted means) ...
+# lightcurve_bin = 0.01              # bin before fitting (inverse-variance weighted means), or "auto" ...
 # lightcurve_bin_unit = "phase"      # ... in days ("d") or in rotation phase ("phase")
 
 [star]

@@ -14,18 +14,21 @@ normalised by its mean too. Light curves are small, so the weight
 third fewer bytes, in one plain matrix product).
 
 **Bounded memory.** The weights are built :data:`CHUNK_BYTES` at a time and only their folded
-form is kept: ``(n_row, 2 n_cell)`` float64. A rigidly rotating star (``domega = 0``) looks
-the same at the same rotation phase, so a long light curve (``n_lc`` above twice
-:func:`phase_nodes`) is modelled on ``N`` evenly spaced phase nodes and linearly interpolated
-to its times: ``n_row = N`` whatever ``n_lc``. Linear interpolation of a function of the
-rotation angle ``a`` errs by at most ``(2 pi / N)^2 / 8 max|F''(a)|``. Each cell's weight
-``mu (1 - u + u mu)`` with ``mu = A cos a + B`` is smooth but for its kink at the limb, and
-on the grids measured (tests/test_lightcurve_memory.py) the normalised flux has
-``|F''| <= 2.3`` (coarse grids, where single cells' kinks show) and ``<= 1`` (fine ones); ``N``
-is the smallest node count with ``(2 pi / N)^2 / 8 x 8 <=`` :data:`PHASE_TOLERANCE` x the
-median normalised error (``|F''| <= 8``: a margin over those), at least :data:`MIN_PHASE_NODES`. With differential rotation
-(``domega != 0``) the rows are the data's times (``n_row = n_lc``): bin the light curve
-(``bin = "auto"``) to bound them.
+form is kept. Cells at the same latitude turn at the same rate (``Omega(lat) = Omega_eq -
+domega sin^2 lat``; one rate for a rigid rotator), so each such *rotation group* looks the
+same at the same phase of its own rotation: a long light curve (``n_lc`` above twice
+:func:`phase_nodes`) is modelled on ``N`` evenly spaced phase nodes per group, each group's
+flux linearly interpolated to the times at its own phase and summed: ``N x n_cell`` weights
+whatever ``n_lc`` (plus an ``(n_lc, n_group)`` index), instead of ``n_lc x n_cell``.
+Linear interpolation of a function of the rotation angle ``a`` errs by at most
+``(2 pi / N)^2 / 8 max|F''(a)|``. Each cell's weight ``mu (1 - u + u mu)`` with
+``mu = A cos a + B`` is smooth but for its kink at the limb, and on the grids measured
+(tests/test_lightcurve_memory.py) the normalised flux has ``|F''| <= 2.3`` (coarse grids,
+where single cells' kinks show) and ``<= 1`` (fine ones); ``N`` is the smallest node count
+with ``(2 pi / N)^2 / 8 x 8 <=`` :data:`PHASE_TOLERANCE` x the median normalised error
+(``|F''| <= 8``: a margin over those), at least :data:`MIN_PHASE_NODES`. A grid with more
+than :data:`MAX_ROTATION_GROUPS` latitudes (a grid given cell by cell) keeps rows at the
+data's times: bin the light curve (``bin = "auto"``) to bound them.
 
 Several bands (:class:`LightCurveSet`) share the maps; each has its own weights, times and
 normalisation. Their chi-square is pooled over all points, as for several line data sets
@@ -58,8 +61,8 @@ from .memory import check_bytes
 from .profiles import LimbDarkening, intensity_ratio
 from .units import to_unit
 
-__all__ = ["PHOTOMETRY_LIMITS", "CHUNK_BYTES", "PHASE_TOLERANCE", "MIN_PHASE_NODES", "phase_nodes", "lightcurve_rows",
-           "lightcurve_nbytes", "LightCurveBand", "LightCurveFit", "LightCurveSet", "precompute_lightcurve", "lightcurve_model",
+__all__ = ["PHOTOMETRY_LIMITS", "CHUNK_BYTES", "PHASE_TOLERANCE", "MIN_PHASE_NODES", "phase_nodes", "rotation_groups",
+           "lightcurve_plan", "MAX_ROTATION_GROUPS", "auto_bin", "LC_MADD_RATE", "TYPICAL_EVALUATIONS", "AUTO_BINS_PER_CELL", "LightCurveBand", "LightCurveFit", "LightCurveSet", "precompute_lightcurve", "lightcurve_model",
            "chi2_lightcurve", "chi2_lightcurves", "lightcurve_residuals", "simulate_lightcurve"]
 
 
@@ -80,25 +83,70 @@ PHASE_TOLERANCE = 0.01
 MIN_PHASE_NODES = 256
 
 
-def phase_nodes(err, n_lc: int, domega: float) -> int | None:
+MAX_ROTATION_GROUPS = 512
+"""More rotation groups (distinct latitudes) than this: no phase nodes (rows at the times)."""
+
+
+def rotation_groups(grid, star) -> tuple[np.ndarray, np.ndarray]:
+    """``(group, omega)``: each cell's rotation group (n_cell,) and each group's angular
+    rate (n_group,), rad/day; cells whose rates agree to 1e-12 share a group."""
+    rate = 2.0 * np.pi / float(star.period) - float(star.domega) * np.sin(np.asarray(grid.lat, dtype=float)) ** 2
+    key, group = np.unique(np.round(rate * float(star.period) / (2.0 * np.pi), 12), return_inverse=True)
+    return group.astype(np.int64), key * 2.0 * np.pi / float(star.period)
+
+
+def phase_nodes(err, n_lc: int, n_group: int = 1) -> int | None:
     """Number of phase nodes of a light curve's model (module docstring), or None: rows at
-    the data's times (differential rotation, or too few points for nodes to save anything)."""
-    if domega != 0.0:
+    the data's times (too few points for nodes to save anything, or too many rotation groups)."""
+    if n_group > MAX_ROTATION_GROUPS:
         return None
     med = float(np.median(np.asarray(err, dtype=float)))
     n = max(MIN_PHASE_NODES, int(np.ceil(2.0 * np.pi / np.sqrt(PHASE_TOLERANCE * med))))
     return n if 2 * n < n_lc else None
 
 
-def lightcurve_rows(n_lc: int, err, domega: float) -> int:
-    """Rows of the light-curve model's weights: the phase nodes, or the points."""
-    n = phase_nodes(err, n_lc, domega)
-    return n_lc if n is None else n
+def lightcurve_plan(grid, star, err, n_lc: int) -> dict:
+    """How the light-curve model of ``n_lc`` points with errors ``err`` (normalised) is held:
+    ``nodes`` (phase nodes, or None: rows at the times), ``rows``, ``n_group``, ``bytes``
+    (held, plus one set-up chunk) and ``work`` (multiply-adds per evaluation, value and gradient)."""
+    group, _ = rotation_groups(grid, star)
+    n_group = int(group.max()) + 1
+    n_cell = grid.n_cell
+    nodes = phase_nodes(err, n_lc, n_group)
+    if nodes is None:
+        rows, width = n_lc, n_cell
+        held = 8.0 * rows * (2 * n_cell + 1)
+    else:
+        rows, width = nodes, n_group * int(np.bincount(group).max())  # padded to the largest group
+        held = 8.0 * nodes * (2 * width + n_group) + 12.0 * n_lc * n_group + 4.0 * width
+    return dict(nodes=nodes, rows=rows, n_group=n_group,
+                bytes=held + min(CHUNK_BYTES, 72.0 * rows * n_cell), work=2.0 * 2.0 * rows * 2 * width)
 
 
-def lightcurve_nbytes(n_rows: int, n_cell: int) -> float:
-    """Bytes the light-curve model holds (its folded weights) plus one set-up chunk."""
-    return 8.0 * n_rows * (2 * n_cell + 1) + min(CHUNK_BYTES, 72.0 * n_rows * n_cell)
+AUTO_BINS_PER_CELL = 4
+"""``bin = "auto"``: bins per cell width along the equator (module docstring of :func:`auto_bin`)."""
+
+
+def auto_bin(n_cell: int, period: float, domega: float) -> tuple[float, str]:
+    """``(width, unit)`` of ``bin = "auto"``: the resolution the map can use.
+
+    A map of ``n_cell`` cells resolves about ``sqrt(4 pi / n_cell)`` rad of longitude (one
+    cell), which the star turns through in that fraction of a rotation; ``AUTO_BINS_PER_CELL``
+    bins per cell keep the light curve's features finer than a cell (a box of a quarter cell
+    damps a signal that varies on one cell's scale by under 3 %). A rigid rotator
+    (``domega = 0``) is binned in rotation phase, folding every rotation together (the map
+    is one map: the same spots at every rotation); with differential rotation the pattern
+    drifts, so the bins are in time, ``period`` x the phase width (days).
+    """
+    width = float(np.sqrt(4.0 * np.pi / n_cell) / (2.0 * np.pi) / AUTO_BINS_PER_CELL)
+    return (width, "phase") if domega == 0.0 else (width * float(period), "d")
+
+
+LC_MADD_RATE = 1.0e9
+"""Multiply-adds a second assumed by the time estimate (one CPU core, float64 matrix-vector)."""
+
+TYPICAL_EVALUATIONS = 300
+"""Objective evaluations assumed by the time estimate (an L-BFGS-B map solve at tol 1e-5)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,8 +176,8 @@ class LightCurveBand:
 
 
 @functools.partial(jax.tree_util.register_dataclass,
-                   data_fields=["weight", "flux", "err", "times", "base", "diff", "index", "frac"],
-                   meta_fields=["fit_dilution"])
+                   data_fields=["weight", "flux", "err", "times", "base", "diff", "index", "frac", "cells"],
+                   meta_fields=["fit_dilution", "cell_count"])
 @dataclasses.dataclass(frozen=True, eq=False)
 class LightCurveFit:
     """Precomputed light-curve weights with the (mean-normalised) data.
@@ -148,8 +196,12 @@ class LightCurveFit:
             :func:`precompute_lightcurve` builds them; None: the model reads ``weight``. They
             are derived from ``weight``: a copy with other weights sets them None (or rebuilds).
             With phase nodes their rows are the nodes, not the points.
-        index, frac: (n_lc,) with phase nodes: each point's node below it and its fraction
-            of the way to the next (linear interpolation, periodic); None: rows are the points.
+        index, frac, cells: with phase nodes (module docstring): ``base`` (N, n_group),
+            ``diff`` (N, n_group, 2 M) (each group's cool cells, then hot, padded with zero
+            weights to the largest group's M cells), ``cells`` (n_group, M) the cells of
+            each group (padding: cell 0), ``index`` and ``frac`` (n_lc, n_group) each point's
+            node below it in each group's phase and its fraction of the way to the next
+            (periodic); ``cell_count`` the grid's cells. None: rows are the points.
     """
 
     weight: jnp.ndarray
@@ -161,6 +213,8 @@ class LightCurveFit:
     diff: jnp.ndarray | None = None
     index: jnp.ndarray | None = None
     frac: jnp.ndarray | None = None
+    cells: jnp.ndarray | None = None
+    cell_count: int = 0
 
     @property
     def n_lc(self) -> int:
@@ -168,6 +222,8 @@ class LightCurveFit:
 
     @property
     def n_cell(self) -> int:
+        if self.cells is not None:
+            return self.cell_count
         return int(self.weight.shape[1]) if self.weight is not None else int(self.diff.shape[1]) // 2
 
     @property
@@ -261,40 +317,71 @@ def precompute_lightcurve(grid: SurfaceGrid, star: StarParams, times, flux, err,
         if not mean > 0:
             raise DopplermapInputError(f"{source}: mean flux must be > 0 to normalise, got {mean!r}")
         flux, err = flux / mean, err / mean
-    n_nodes = phase_nodes(err, times.size, float(star.domega))
-    index = frac = None
-    rows = times
-    if n_nodes is not None:  # rigid rotation: the model on phase nodes, interpolated to the times
-        rows = star.t0 + star.period * np.arange(n_nodes) / n_nodes
-        pos = np.mod((times - star.t0) / star.period, 1.0) * n_nodes
-        index = np.minimum(np.floor(pos).astype(np.int32), n_nodes - 1)
-        frac = pos - index
+    plan = lightcurve_plan(grid, star, err, times.size)
     n_cell = grid.n_cell
-    check_bytes(lightcurve_nbytes(rows.size, n_cell),
-                f"{source}: the light-curve model ({rows.size} rows x {n_cell} cells)",
+    check_bytes(plan["bytes"], f"{source}: the light-curve model ({plan['rows']} rows x {n_cell} cells)",
                 "the light curve's points (bin = \"auto\") or the grid's n_cell")
-    diff = _device.host_array((rows.size, 2 * n_cell))
-    base = np.empty(rows.size)
     step = max(1, int(CHUNK_BYTES // (24 * 3 * n_cell)))  # the chunk's weights and geometry
-    for a in range(0, rows.size, step):
-        w = _lc_weights(grid, star, rows[a:a + step], band, cell_factors)
-        np.subtract(w[..., 1], w[..., 0], out=diff[a:a + step, :n_cell])
-        np.subtract(w[..., 2], w[..., 0], out=diff[a:a + step, n_cell:])
-        base[a:a + step] = w[..., 0].sum(axis=1)
-    return LightCurveFit(weight=None, flux=_device.asarray(flux), err=_device.asarray(err),
-                         times=_device.asarray(times), fit_dilution=bool(fit_dilution),
-                         base=_device.asarray(base), diff=_device.asarray(diff),
-                         index=None if index is None else _device.asarray(index),
-                         frac=None if frac is None else _device.asarray(frac))
+    common = dict(weight=None, flux=_device.asarray(flux), err=_device.asarray(err), times=_device.asarray(times),
+                  fit_dilution=bool(fit_dilution))
+    if plan["nodes"] is None:  # rows at the times
+        diff = _device.host_array((times.size, 2 * n_cell))
+        base = np.empty(times.size)
+        for a in range(0, times.size, step):
+            w = _lc_weights(grid, star, times[a:a + step], band, cell_factors)
+            np.subtract(w[..., 1], w[..., 0], out=diff[a:a + step, :n_cell])
+            np.subtract(w[..., 2], w[..., 0], out=diff[a:a + step, n_cell:])
+            base[a:a + step] = w[..., 0].sum(axis=1)
+        return LightCurveFit(**common, base=_device.asarray(base), diff=_device.asarray(diff))
+    n = plan["nodes"]
+    group, omega = rotation_groups(grid, star)
+    n_group = omega.size
+    m = int(np.bincount(group, minlength=n_group).max())
+    cells = np.zeros((n_group, m), dtype=np.int32)
+    diff = _device.host_array((n, n_group, 2 * m))
+    diff[...] = 0.0  # the padding's weights
+    base = np.zeros((n, n_group))
+    factors = None if cell_factors is None else np.asarray(cell_factors, dtype=float)
+    for g in range(n_group):
+        members = np.flatnonzero(group == g)
+        k = members.size
+        cells[g, :k] = members
+        sub = _Cells(lat=np.asarray(grid.lat)[members], lon=np.asarray(grid.lon)[members],
+                     area=np.asarray(grid.area)[members], n_cell=k)
+        node_t = star.t0 + 2.0 * np.pi * np.arange(n) / (n * omega[g])  # node j: turned by 2 pi j / N since t0
+        gstep = max(1, int(CHUNK_BYTES // (24 * 3 * k)))
+        for a in range(0, n, gstep):
+            w = _lc_weights(sub, star, node_t[a:a + gstep], band, None if factors is None else factors[members])
+            diff[a:a + gstep, g, :k] = w[..., 1] - w[..., 0]
+            diff[a:a + gstep, g, m:m + k] = w[..., 2] - w[..., 0]
+            base[a:a + gstep, g] = w[..., 0].sum(axis=1)
+    pos = np.mod(omega[None, :] * (times[:, None] - star.t0) / (2.0 * np.pi), 1.0) * n
+    index = np.minimum(np.floor(pos).astype(np.int32), n - 1)
+    return LightCurveFit(**common, base=_device.asarray(base), diff=_device.asarray(diff),
+                         index=_device.asarray(index), frac=_device.asarray(pos - index),
+                         cells=_device.asarray(cells), cell_count=int(n_cell))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Cells:
+    """Some cells of a grid (a rotation group), as :func:`_lc_weights` reads a grid."""
+
+    lat: np.ndarray
+    lon: np.ndarray
+    area: np.ndarray
+    n_cell: int
 
 
 def lightcurve_model(fssc, fssh, lc: LightCurveFit):
     """Model light curve (n_lc,), normalised by its mean; fssc, fssh: (n_cell,)."""
-    if lc.diff is not None:  # the folded weights: one (n_row, 2 n_cell) product
+    if lc.cells is not None:  # phase nodes per rotation group, interpolated to the points (periodic)
+        f = jnp.concatenate([fssc[lc.cells], fssh[lc.cells]], axis=1)  # (n_group, 2 M)
+        v = lc.base + jnp.einsum("jgm,gm->jg", lc.diff, f)  # (N, n_group)
+        g = jnp.arange(v.shape[1])[None, :]
+        nxt = jnp.where(lc.index + 1 == v.shape[0], 0, lc.index + 1)
+        flux = jnp.sum(v[lc.index, g] * (1.0 - lc.frac) + v[nxt, g] * lc.frac, axis=1)
+    elif lc.diff is not None:  # the folded weights: one (n_lc, 2 n_cell) product
         flux = lc.base + lc.diff @ jnp.concatenate([fssc, fssh])
-        if lc.index is not None:  # phase nodes: interpolated to the points (periodic)
-            nxt = jnp.where(lc.index + 1 == flux.shape[0], 0, lc.index + 1)
-            flux = flux[lc.index] * (1.0 - lc.frac) + flux[nxt] * lc.frac
     else:
         f = jnp.stack([1.0 - fssc - fssh, fssc, fssh], axis=1)
         flux = jnp.einsum("eck,ck->e", lc.weight, f)

@@ -38,7 +38,15 @@ from .grid import SurfaceGrid, make_grid
 from .io.lightcurve import load_lightcurve
 from .io.lsd import load_profiles, read_local_profile
 from .io.times import epoch_times
-from .lightcurve import LightCurveBand, LightCurveSet, precompute_lightcurve
+from .lightcurve import (
+    LC_MADD_RATE,
+    TYPICAL_EVALUATIONS,
+    LightCurveBand,
+    LightCurveSet,
+    auto_bin,
+    lightcurve_plan,
+    precompute_lightcurve,
+)
 from .model import Precomputed, precompute
 from .objective import Layout, LineSets, NoLines, Observations, solve_form
 from .plan import Plan
@@ -346,10 +354,60 @@ class Problem:
         d = self.lightcurve_data
         if d is None:
             return None
+        self._warn_lightcurve_cost()
         if isinstance(d, LightCurveData):
             return self._lightcurve(d)
         return LightCurveSet.create([self._lightcurve(b) for b in d], weights=[b.weight for b in d],
                                     names=[b.name for b in d])
+
+    @property
+    def lightcurve_bands(self) -> tuple[LightCurveData, ...]:
+        """The light curves (one per band), ``()`` without."""
+        d = self.lightcurve_data
+        return () if d is None else (d,) if isinstance(d, LightCurveData) else tuple(d)
+
+    def lightcurve_estimate(self) -> dict | None:
+        """What the light-curve model will cost, before it is built: ``rows`` (its phase nodes
+        or points, all bands), ``bytes`` (held), ``work`` (multiply-adds per evaluation, value
+        and gradient), ``seconds`` (over :data:`~dopplermap.lightcurve.TYPICAL_EVALUATIONS`
+        evaluations at :data:`~dopplermap.lightcurve.LC_MADD_RATE`), ``line_work`` (the line
+        profiles' dense-equivalent multiply-adds per evaluation, 0 without) and ``points``;
+        None without a light curve."""
+        if self.lightcurve_data is None:
+            return None
+        n_cell = self.grid.n_cell
+        plans = [lightcurve_plan(self.grid, self.star, np.asarray(d.err) / np.mean(d.flux), d.flux.size)
+                 for d in self.lightcurve_bands]
+        work = sum(p["work"] for p in plans)
+        obs = () if self.observations is None else (
+            self.observations if isinstance(self.observations, tuple) else (self.observations,))
+        return dict(points=sum(d.flux.size for d in self.lightcurve_bands), rows=sum(p["rows"] for p in plans),
+                    nodes=sum(p["nodes"] or 0 for p in plans), bytes=sum(p["bytes"] for p in plans), work=work,
+                    seconds=TYPICAL_EVALUATIONS * work / LC_MADD_RATE,
+                    line_work=sum(4.0 * int(np.size(o.flux)) * n_cell for o in obs))
+
+    def _warn_lightcurve_cost(self) -> None:
+        """Warn when unbinned light curves will cost more per evaluation than the line
+        profiles (light curves alone: more than ten times their ``bin = "auto"`` points)."""
+        est = self.lightcurve_estimate()
+        unbinned = [d for d in self.lightcurve_bands if d.read is None or not d.read.binned]
+        if not unbinned:
+            return
+        if self.photometry_only:
+            width, unit = auto_bin(self.grid.n_cell, self.star.period, float(self.star.domega))
+            enough = 10 * (math.ceil(1.0 / width) if unit == "phase" else
+                           sum(math.ceil(np.ptp(np.asarray(d.times)) / width) + 1 for d in unbinned))
+            heavy = est["rows"] > enough
+            versus = f"more than ten times the {enough // 10} points of bin = \"auto\""
+        else:
+            heavy = est["work"] > est["line_work"]
+            versus = (f"{est['work'] / max(est['line_work'], 1.0):.3g} times the line profiles' "
+                      f"({est['line_work']:.3g})")
+        if heavy:
+            names = ", ".join(d.source for d in unbinned)
+            warn(f"{self.source}: the unbinned light curve(s) {names} dominate the cost: {est['points']} points as "
+                 f"{est['rows']} model rows x {self.grid.n_cell} cells, {est['work']:.3g} multiply-adds per "
+                 f"evaluation, {versus}; bin them (bin = \"auto\": the resolution the map can use)")
 
     def _lightcurve(self, d: LightCurveData):
         factors = self.lc_factors
@@ -497,20 +555,22 @@ def _band(cfg, lcc) -> LightCurveBand:
 
 
 def _read_lightcurve(cfg, star, profile_times, path, fmt, column, unit, time_scale, bin_width, bin_unit, fallback,
-                     quality):
+                     quality, n_cell):
+    if bin_width == "auto":  # the resolution the map can use (dopplermap.lightcurve.auto_bin)
+        bin_width, bin_unit = auto_bin(n_cell, star.period, float(star.domega))
     return load_lightcurve(cfg.path(path), fmt=fmt, column=column, unit=unit, time_scale=time_scale,
                            fallback_time_scale=fallback, ra=cfg.star.ra, dec=cfg.star.dec, bin_width=bin_width,
                            bin_unit=bin_unit, period=star.period, t0=star.t0, profile_times=profile_times,
                            quality_bitmask=quality)
 
 
-def _lightcurve_data(cfg, star, profile_times, time_scale):
+def _lightcurve_data(cfg, star, profile_times, time_scale, n_cell):
     """The ``[data] lightcurve`` (a LightCurveData), the ``[[lightcurves]]`` (a tuple) or None."""
     if cfg.lightcurves:
         out = []
         for lc in cfg.lightcurves:
             data = _read_lightcurve(cfg, star, profile_times, lc.file, lc.format, lc.column, lc.unit, lc.time_scale,
-                                    lc.bin, lc.bin_unit, time_scale, lc.quality_bitmask)
+                                    lc.bin, lc.bin_unit, time_scale, lc.quality_bitmask, n_cell)
             out.append(LightCurveData(times=data.time, flux=data.flux, err=data.err, band=_band(cfg, lc),
                                       fit_dilution=lc.fit_dilution, source=data.source, read=data, name=lc.name,
                                       weight=lc.weight, wavelength_nm=lc.wavelength_nm))
@@ -521,7 +581,7 @@ def _lightcurve_data(cfg, star, profile_times, time_scale):
     lcc = cfg.lightcurve
     data = _read_lightcurve(cfg, star, profile_times, d.lightcurve, d.lightcurve_format, d.lightcurve_column,
                             d.lightcurve_unit, d.lightcurve_time_scale, d.lightcurve_bin, d.lightcurve_bin_unit,
-                            d.time_scale, d.lightcurve_quality_bitmask)
+                            d.time_scale, d.lightcurve_quality_bitmask, n_cell)
     return LightCurveData(times=data.time, flux=data.flux, err=data.err, band=_band(cfg, lcc),
                           fit_dilution=lcc.fit_dilution, source=data.source, read=data)
 
@@ -614,12 +674,13 @@ def _from_config(cfg) -> Problem:
                         offset_sigma=None if all(v is None for v in sigmas) else
                         sigmas[0] if len(sigmas) == 1 else sigmas)
     profile_times = np.concatenate([np.asarray(ld.obs.times) for ld in sets]) if sets else None
+    grid = make_grid(cfg.grid.kind, cfg.grid.n_cell, cfg.grid.nside)
     lc = _lightcurve_data(cfg, star, profile_times, first.data.time_scale if first is not None else
-                          (cfg.data.time_scale if cfg.data is not None else "BJD_TDB"))
+                          (cfg.data.time_scale if cfg.data is not None else "BJD_TDB"), grid.n_cell)
     if isinstance(lc, tuple) and len(lc) == 1:  # one band: the plain joint fit, its weight on lc_weight
         settings = settings.replace(lc_weight=settings.lc_weight * lc[0].weight)
         lc = lc[0]
-    common = dict(grid=make_grid(cfg.grid.kind, cfg.grid.n_cell, cfg.grid.nside), star=star, method=inv.method,
+    common = dict(grid=grid, star=star, method=inv.method,
                   rv_shift=inv.rv_shift, gravity=gravity, lightcurve_data=lc, t_phot=float(temps[0]),
                   wavelength_nm=float(line_nm), source=cfg.source, mass=s.mass)
     if not sets:  # light curves alone: no line synthesis, no offsets

@@ -16,6 +16,7 @@ from ..errorscale import describe_all, summarise
 from ..figure_process import FigureProcess
 from ..io.results import prefetch_writers
 from ..lightcurve import PHOTOMETRY_LIMITS, LightCurveFit, lightcurve_model
+from ..memory import format_bytes
 from ..plot import fitted_components, plot_uncertainty
 from ..problem import from_config
 from ..progress import Reporter
@@ -24,7 +25,7 @@ from ..solvers import choose_solver, invert
 from ..style import save_figure
 from .folders import save_result, with_context
 
-__all__ = ["run_target", "summary_line", "error_scale_line", "uncertainty_writers"]
+__all__ = ["run_target", "summary_line", "error_scale_line", "estimate_line", "uncertainty_writers"]
 
 
 def summary_line(s: dict) -> str:
@@ -34,6 +35,13 @@ def summary_line(s: dict) -> str:
     sets += "".join(f"  chi2(lc {k}) {v:.4f}" for k, v in (s.get("chi2_lc_sets") or {}).items())
     return (f"chi2 {s['chi2']:.4f}{lc}{sets}  iterations {s['iterations']}  {s['stop_reason']}  "
             f"solve {s['solve_time']:.2f} s")
+
+
+def estimate_line(est: dict, n_cell: int) -> str:
+    """The estimate of the light-curve model's cost printed before the solve."""
+    nodes = f" on {est['rows']} phase nodes" if est["nodes"] else ""
+    return (f"light curve: {est['points']} points{nodes} x {n_cell} cells: model about "
+            f"{format_bytes(est['bytes'])}, about {est['seconds']:.2g} s of the solve")
 
 
 def error_scale_line(s: dict) -> str | None:
@@ -104,6 +112,9 @@ def run_target(cfg, out: Path, *, plots: bool = True, quiet: bool = True, config
     with Reporter(quiet=quiet) as rep:
         with rep.step("read + precompute"):
             prob = from_config(cfg)
+            est = prob.lightcurve_estimate()
+            if est is not None:  # before the light-curve model is built (its size guard refuses past the limit)
+                rep.note(estimate_line(est, prob.grid.n_cell))
             pre, lc = prob.pre, prob.lightcurve  # built here, once
         if any(e.pending for e in prob.error_scale):  # [data] error_scale from the residuals of a fit
             with rep.step("error scale from the residuals of a fit (4 solves)"):
@@ -155,6 +166,7 @@ def run_target(cfg, out: Path, *, plots: bool = True, quiet: bool = True, config
         extra = dict(target=cfg.source, n_files=len(prob.files), n_cell=grid.n_cell, **per_set,
                      error_scale=summarise(prob.error_scale),
                      n_lc=None if lc is None else lc.n_lc, gravity_darkening=cfg.gravity_darkening.enabled,
+                     lc_estimate=None if est is None else {k: float(v) for k, v in est.items()},
                      plan=prob.plan.describe(), setup_time=t_setup, total_time=time.perf_counter() - t0,
                      **unc_scalars)
         lcds = prob.lightcurve_data if isinstance(prob.lightcurve_data, tuple) else (prob.lightcurve_data,)

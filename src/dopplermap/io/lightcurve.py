@@ -83,7 +83,7 @@ from .quality import apply_bitmask, check_bitmask, mission_flags, resolve_bitmas
 from .times import TimeScale, check_time_overlap, parse_time_scale, to_internal
 
 __all__ = ["LightCurveData", "read_lightcurve", "from_lightkurve", "is_lightcurve_object", "bin_lightcurve",
-           "load_lightcurve", "write_lightcurve", "DROPPED_WARN_FRACTION", "LONG_LIGHTCURVE"]
+           "load_lightcurve", "write_lightcurve", "DROPPED_WARN_FRACTION"]
 
 _T_NAMES = ("time", "t", "bjd", "hjd", "jd", "mjd", "bjd_tdb", "btjd", "bkjd")
 _F_NAMES = ("flux", "f", "mag_flux", "pdcsap_flux", "sap_flux", "rel_flux", "mag", "magnitude")
@@ -92,8 +92,6 @@ _FITS_EXT = (".fits", ".fit", ".fts", ".fits.gz", ".fit.gz")
 _SPLIT = re.compile(r"[,\s;]+")
 #: above this fraction of dropped cadences a mission light curve gets a warning
 DROPPED_WARN_FRACTION = 0.2
-#: unbinned light curves longer than this get a warning (their dense model weights grow with it)
-LONG_LIGHTCURVE = 20000
 _FRAME_OF = {"SOLARSYSTEM": "barycentric", "BARYCENTER": "barycentric", "BARYCENTRIC": "barycentric",
              "HELIOCENTER": "heliocentric", "HELIOCENTRIC": "heliocentric", "GEOCENTER": "geocentric",
              "GEOCENTRIC": "geocentric"}
@@ -865,10 +863,6 @@ def load_lightcurve(source, *, fmt: str = "auto", column: str = "auto", unit: st
         check_time_overlap(profile_times, data.time, period=period, where=data.source)
     if bin_width is not None:
         data = bin_lightcurve(data, bin_width, unit=bin_unit, period=period, t0=t0)
-    elif data.n_points > LONG_LIGHTCURVE:
-        warn(f"{data.source}: {data.n_points} light-curve points are fitted unbinned; the light-curve model keeps "
-             f"{data.n_points} x n_cell x 3 weights ({data.n_points * 24 / 1e6:.3g} MB per 1000 cells): bin with "
-             "[data] lightcurve_bin (days or rotation phase)")
     return data
 
 
