@@ -94,3 +94,85 @@ def test_the_size_guard_refuses_a_model_past_the_limit(monkeypatch):
         L.precompute_lightcurve(grid, STAR, times, np.ones(500), np.full(500, 1e-3), _band())
     monkeypatch.setenv("DOPPLERMAP_MAX_MEMORY", "2G")
     L.precompute_lightcurve(grid, STAR, times, np.ones(500), np.full(500, 1e-3), _band())
+
+
+# ------------------------------------------------------------------ several sectors
+
+
+def _shifted_copy(src, dst, days):
+    """A copy of a mission FITS light curve moved ``days`` later (another sector)."""
+    from astropy.io import fits
+
+    with fits.open(src) as h:
+        h[1].data["TIME"] = h[1].data["TIME"] + days
+        h.writeto(dst)
+
+
+def test_several_files_keep_their_time_systems_gaps_and_segments(tmp_path):
+    from test_lightcurve_io import mission_fits
+
+    from dopplermap.io.lightcurve import GAP_DAYS, load_lightcurve, read_lightcurve
+
+    mission_fits(tmp_path / "tess.fits", mission="TESS", n=300, n_quality=0, n_nan=0)
+    mission_fits(tmp_path / "kep0.fits", mission="Kepler", n=200, n_quality=0, n_nan=0, seed=1)
+    _shifted_copy(tmp_path / "kep0.fits", tmp_path / "kepler.fits", 30.0)
+    one = [read_lightcurve(tmp_path / n) for n in ("tess.fits", "kepler.fits")]
+    data = load_lightcurve([tmp_path / "tess.fits", tmp_path / "kepler.fits"])
+    # each file's times from its own keywords (BTJD and BKJD), in time order, nothing assumed
+    np.testing.assert_array_equal(data.time, np.concatenate([one[0].time, one[1].time]))
+    assert [s["time_scale"] for s in data.segments] == [one[0].time_scale, one[1].time_scale]
+    assert one[0].time_scale != one[1].time_scale
+    np.testing.assert_array_equal(data.segment, np.repeat([0, 1], [300, 200]))
+    for k, o in enumerate(one):  # each divided by its own mean
+        np.testing.assert_allclose(data.flux[data.segment == k], o.flux / o.flux.mean(), rtol=1e-12)
+    gap = one[1].time.min() - one[0].time.max()
+    assert data.gaps == [pytest.approx(gap)] and gap > GAP_DAYS
+    assert "2 segments" in data.describe() and f"{gap:.3g} d" in data.describe()
+
+
+def test_a_free_scale_per_segment_absorbs_each_sectors_level():
+    """Two sectors of one star, the second 4 % brighter (another aperture) and covering a
+    partial rotation (its mean is not the star's): with the segments' free scales the true map
+    fits to the noise; one normalisation for both does not."""
+    grid = latitude_band_grid(200)
+    fssc, fssh = _maps(grid.n_cell, 5)
+    t = np.concatenate([np.linspace(0.0, 2.6, 300), np.linspace(40.0, 40.5, 120)])
+    seg = np.repeat([0, 1], [300, 120])
+    sigma = 1e-3
+    noisy, err, _ = L.simulate_lightcurve(grid, STAR, t, _band(), fssc, fssh, sigma=sigma, seed=3)
+    noisy = np.where(seg == 1, noisy * 1.04, noisy)
+    free = L.precompute_lightcurve(grid, STAR, t, noisy, err, _band(), segment=seg)
+    fixed = L.precompute_lightcurve(grid, STAR, t, noisy, err, _band())
+    assert float(L.chi2_lightcurve(fssc, fssh, free)) < 1.3
+    assert float(L.chi2_lightcurve(fssc, fssh, fixed)) > 10.0
+    with pytest.raises(DopplermapInputError, match="fit_dilution"):
+        L.precompute_lightcurve(grid, STAR, t, noisy, err, _band(), segment=seg, fit_dilution=True)
+
+
+def test_unbinned_light_curve_dominating_the_cost_warns_and_auto_bin_silences_it():
+    import dataclasses
+    import warnings
+
+    from dopplermap.errors import DopplermapWarning
+    from dopplermap.io.lightcurve import LightCurveData as Read
+    from dopplermap.problem import LightCurveData, demo_problem
+
+    prob = demo_problem(n_cell=150, n_epoch=8, n_vel=20)
+    t = np.linspace(prob.star.t0, prob.star.t0 + 20 * prob.star.period, 6000)
+    flux = 1.0 + 0.01 * np.sin(2 * np.pi * (t - prob.star.t0) / prob.star.period)
+    err = np.full(t.size, 1e-3)
+    read = Read(time=t, flux=flux, err=err, source="long.csv")
+    lc = LightCurveData(times=t, flux=flux, err=err, band=_band(), read=read, source="long.csv")
+    with pytest.warns(DopplermapWarning, match=r"long\.csv dominate the cost: 6000 points as \d+ model rows x 150 "
+                                               r"cells.*bin = \"auto\""):
+        assert prob.replace(lightcurve_data=lc).lightcurve is not None
+    width, unit = L.auto_bin(prob.grid.n_cell, prob.star.period, float(prob.star.domega))
+    assert unit == "phase" and width == pytest.approx(np.sqrt(4 * np.pi / 150) / (2 * np.pi) / L.AUTO_BINS_PER_CELL)
+    from dopplermap.io.lightcurve import bin_lightcurve
+
+    binned = bin_lightcurve(read, width, unit=unit, period=prob.star.period, t0=prob.star.t0)
+    assert binned.n_points == int(np.ceil(1 / width)) and "points fitted" in binned.describe()
+    small = dataclasses.replace(lc, times=binned.time, flux=binned.flux, err=binned.err, read=binned)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DopplermapWarning)
+        assert prob.replace(lightcurve_data=small).lightcurve is not None

@@ -55,7 +55,7 @@ class DataConfig:
     time_pattern: str | None = None
     time_scale: str = "BJD_TDB"
     velocity_range: tuple[float, ...] | None = None
-    lightcurve: str | None = None
+    lightcurve: str | tuple[str, ...] | None = None  # several files: sectors of one band, a free scale each
     lightcurve_format: str = "auto"
     fits_columns: tuple[str, ...] | None = None
     lightcurve_column: str = "auto"
@@ -139,7 +139,7 @@ class LightCurveSetConfig:
     """One ``[[lightcurves]]`` table: a light curve in one band. ``file`` and the reading keys
     are ``[data]``'s ``lightcurve*`` keys without the prefix; the band keys are ``[lightcurve]``'s."""
 
-    file: str
+    file: str | tuple[str, ...]
     name: str = ""
     weight: float = 1.0
     format: str = "auto"

@@ -176,8 +176,9 @@ class LightCurveBand:
 
 
 @functools.partial(jax.tree_util.register_dataclass,
-                   data_fields=["weight", "flux", "err", "times", "base", "diff", "index", "frac", "cells"],
-                   meta_fields=["fit_dilution", "cell_count"])
+                   data_fields=["weight", "flux", "err", "times", "base", "diff", "index", "frac", "cells",
+                                "segment"],
+                   meta_fields=["fit_dilution", "cell_count", "n_segment"])
 @dataclasses.dataclass(frozen=True, eq=False)
 class LightCurveFit:
     """Precomputed light-curve weights with the (mean-normalised) data.
@@ -202,6 +203,11 @@ class LightCurveFit:
             each group (padding: cell 0), ``index`` and ``frac`` (n_lc, n_group) each point's
             node below it in each group's phase and its fraction of the way to the next
             (periodic); ``cell_count`` the grid's cells. None: rows are the points.
+        segment: (n_lc,) int, each point's segment (a sector, a quarter, a file) of
+            ``n_segment``, or None. Each segment has a free scale: the model of segment k is
+            ``s_k model`` with ``s_k = sum_k(w obs model) / sum_k(w model^2)`` (``w = 1/err^2``),
+            the weighted least-squares scale profiled out at every evaluation (no extra
+            parameter), as the per-epoch continuum offsets free each line profile's level.
     """
 
     weight: jnp.ndarray
@@ -215,6 +221,8 @@ class LightCurveFit:
     frac: jnp.ndarray | None = None
     cells: jnp.ndarray | None = None
     cell_count: int = 0
+    segment: jnp.ndarray | None = None
+    n_segment: int = 0
 
     @property
     def n_lc(self) -> int:
@@ -287,13 +295,15 @@ def _lc_weights(grid, star, times, band, cell_factors):
 
 def precompute_lightcurve(grid: SurfaceGrid, star: StarParams, times, flux, err, band: LightCurveBand, *,
                           cell_factors=None, source: str = "light curve", normalise: bool = True,
-                          fit_dilution: bool = False) -> LightCurveFit:
+                          fit_dilution: bool = False, segment=None) -> LightCurveFit:
     """Weights of the light-curve model plus validated data.
 
     Args:
         grid, star: as for the line model. times: (n_lc,) days. flux, err: (n_lc,) in any
             units (divided by the mean flux when ``normalise``). band: :class:`LightCurveBand`.
         cell_factors: optional (n_cell,) or (n_cell, 3) intensity factors (gravity darkening).
+        segment: optional (n_lc,) segment of each point (sectors, files): each segment is
+            divided by its own mean and gets a free scale (:class:`LightCurveFit`).
     """
     if hasattr(times, "flux") or hasattr(times, "jd"):  # a lightkurve light curve or an astropy Time
         what = "an astropy Time" if hasattr(times, "jd") else f"a {type(times).__name__}"
@@ -301,8 +311,8 @@ def precompute_lightcurve(grid: SurfaceGrid, star: StarParams, times, flux, err,
                                    "read a light curve with dopplermap.io.lightcurve.read_lightcurve (or "
                                    "dopplermap.problem.LightCurveData.load), which converts times and fluxes")
     times = np.atleast_1d(np.asarray(times, dtype=float))
-    flux = np.atleast_1d(np.asarray(flux, dtype=float))
-    err = np.atleast_1d(np.asarray(err, dtype=float))
+    flux = np.atleast_1d(np.array(flux, dtype=float))  # copies: normalised in place below
+    err = np.atleast_1d(np.array(err, dtype=float))
     if not (times.shape == flux.shape == err.shape) or times.ndim != 1 or times.size < 2:
         raise DopplermapInputError(f"{source}: times, flux and err must be 1-D of equal length >= 2, got "
                          f"{times.shape}, {flux.shape}, {err.shape}")
@@ -312,18 +322,33 @@ def precompute_lightcurve(grid: SurfaceGrid, star: StarParams, times, flux, err,
     if np.any(err <= 0):
         raise DopplermapInputError(f"{source}: errors must be > 0, row {int(np.argmax(err <= 0))} has {err[err <= 0][0]!r}")
     check_phase_span(times, star.t0, star.period, where=source)
+    seg, n_seg = None, 0
+    if segment is not None:
+        seg = np.asarray(segment)
+        if seg.shape != times.shape or seg.dtype.kind not in "iu" or seg.min() < 0:
+            raise DopplermapInputError(f"{source}: segment must be {times.size} integers >= 0 (one per point), "
+                                       f"got shape {seg.shape}, dtype {seg.dtype}")
+        if fit_dilution:
+            raise DopplermapInputError(f"{source}: fit_dilution with several segments: each segment's free scale "
+                                       "already absorbs a constant dilution's effect on the level; use one or the other")
+        _, seg = np.unique(seg, return_inverse=True)
+        n_seg = int(seg.max()) + 1
+        seg = seg.astype(np.int32)
     if normalise:
-        mean = flux.mean()
-        if not mean > 0:
-            raise DopplermapInputError(f"{source}: mean flux must be > 0 to normalise, got {mean!r}")
-        flux, err = flux / mean, err / mean
+        for k in range(max(n_seg, 1)):
+            sel = slice(None) if seg is None else seg == k
+            mean = flux[sel].mean()
+            if not mean > 0:
+                raise DopplermapInputError(f"{source}: mean flux must be > 0 to normalise, got {mean!r}")
+            flux[sel], err[sel] = flux[sel] / mean, err[sel] / mean
     plan = lightcurve_plan(grid, star, err, times.size)
     n_cell = grid.n_cell
     check_bytes(plan["bytes"], f"{source}: the light-curve model ({plan['rows']} rows x {n_cell} cells)",
                 "the light curve's points (bin = \"auto\") or the grid's n_cell")
     step = max(1, int(CHUNK_BYTES // (24 * 3 * n_cell)))  # the chunk's weights and geometry
     common = dict(weight=None, flux=_device.asarray(flux), err=_device.asarray(err), times=_device.asarray(times),
-                  fit_dilution=bool(fit_dilution))
+                  fit_dilution=bool(fit_dilution), segment=None if seg is None else _device.asarray(seg),
+                  n_segment=n_seg)
     if plan["nodes"] is None:  # rows at the times
         diff = _device.host_array((times.size, 2 * n_cell))
         base = np.empty(times.size)
@@ -391,6 +416,11 @@ def lightcurve_model(fssc, fssh, lc: LightCurveFit):
 def lightcurve_residuals(fssc, fssh, lc: LightCurveFit):
     """Normalised residuals ``(obs - model) / err`` (n_lc,), the dilution profiled out if fitted."""
     model = lightcurve_model(fssc, fssh, lc)
+    if lc.segment is not None:  # a free scale per segment, profiled out (weighted least squares)
+        w = 1.0 / lc.err**2
+        num = jax.ops.segment_sum(w * lc.flux * model, lc.segment, num_segments=lc.n_segment)
+        den = jax.ops.segment_sum(w * model * model, lc.segment, num_segments=lc.n_segment)
+        model = model * (num / den)[lc.segment]
     if lc.fit_dilution:
         w = 1.0 / lc.err**2
         dm_, do = model - 1.0, lc.flux - 1.0

@@ -117,6 +117,7 @@ class LightCurveData:
     name: str = "lightcurve"
     weight: float = 1.0  # of this band among several (dopplermap.lightcurve.LightCurveSet)
     wavelength_nm: float | None = None  # gravity-darkening factors; None: GravityDarkening.lc_wavelength_nm
+    segment: np.ndarray | None = None  # (n_lc,) each point's segment (sector, file): a free scale each
 
     @classmethod
     def load(cls, source, band, *, name: str = "lightcurve", weight: float = 1.0, fit_dilution: bool = False,
@@ -127,7 +128,8 @@ class LightCurveData:
         ``time_scale``, ``bin_width``, ...)."""
         data = load_lightcurve(source, **reading)
         return cls(times=data.time, flux=data.flux, err=data.err, band=band, fit_dilution=fit_dilution,
-                   source=data.source, read=data, name=name, weight=weight, wavelength_nm=wavelength_nm)
+                   source=data.source, read=data, name=name, weight=weight, wavelength_nm=wavelength_nm,
+                   segment=data.segment)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -414,7 +416,8 @@ class Problem:
         if self.gravity is not None and d.wavelength_nm is not None:
             factors = self._factors(d.wavelength_nm)
         return precompute_lightcurve(self.grid, self.star, d.times, d.flux, d.err, d.band,
-                                     cell_factors=factors, source=d.source, fit_dilution=d.fit_dilution)
+                                     cell_factors=factors, source=d.source, fit_dilution=d.fit_dilution,
+                                     segment=d.segment)
 
     # ------------------------------------------------------------------ variations
 
@@ -558,7 +561,8 @@ def _read_lightcurve(cfg, star, profile_times, path, fmt, column, unit, time_sca
                      quality, n_cell):
     if bin_width == "auto":  # the resolution the map can use (dopplermap.lightcurve.auto_bin)
         bin_width, bin_unit = auto_bin(n_cell, star.period, float(star.domega))
-    return load_lightcurve(cfg.path(path), fmt=fmt, column=column, unit=unit, time_scale=time_scale,
+    path = [cfg.path(p) for p in path] if isinstance(path, tuple) else cfg.path(path)
+    return load_lightcurve(path, fmt=fmt, column=column, unit=unit, time_scale=time_scale,
                            fallback_time_scale=fallback, ra=cfg.star.ra, dec=cfg.star.dec, bin_width=bin_width,
                            bin_unit=bin_unit, period=star.period, t0=star.t0, profile_times=profile_times,
                            quality_bitmask=quality)
@@ -573,7 +577,7 @@ def _lightcurve_data(cfg, star, profile_times, time_scale, n_cell):
                                     lc.bin, lc.bin_unit, time_scale, lc.quality_bitmask, n_cell)
             out.append(LightCurveData(times=data.time, flux=data.flux, err=data.err, band=_band(cfg, lc),
                                       fit_dilution=lc.fit_dilution, source=data.source, read=data, name=lc.name,
-                                      weight=lc.weight, wavelength_nm=lc.wavelength_nm))
+                                      weight=lc.weight, wavelength_nm=lc.wavelength_nm, segment=data.segment))
         return tuple(out)
     d = cfg.data
     if d is None or d.lightcurve is None:
@@ -583,7 +587,7 @@ def _lightcurve_data(cfg, star, profile_times, time_scale, n_cell):
                             d.lightcurve_unit, d.lightcurve_time_scale, d.lightcurve_bin, d.lightcurve_bin_unit,
                             d.time_scale, d.lightcurve_quality_bitmask, n_cell)
     return LightCurveData(times=data.time, flux=data.flux, err=data.err, band=_band(cfg, lcc),
-                          fit_dilution=lcc.fit_dilution, source=data.source, read=data)
+                          fit_dilution=lcc.fit_dilution, source=data.source, read=data, segment=data.segment)
 
 
 def _check_config_values(cfg) -> None:
@@ -646,7 +650,9 @@ def _from_config(cfg) -> Problem:
     if cfg.lines:
         _warn_reused_files(cfg.source, "[[lines]]", {ld.name: ld.files for ld in sets})
     if cfg.lightcurves:
-        _warn_reused_files(cfg.source, "[[lightcurves]]", {lc.name: [cfg.path(lc.file)] for lc in cfg.lightcurves})
+        _warn_reused_files(cfg.source, "[[lightcurves]]",
+                           {lc.name: [cfg.path(f) for f in (lc.file if isinstance(lc.file, tuple) else (lc.file,))]
+                            for lc in cfg.lightcurves})
     star = StarParams(inclination=s.inclination, vsini=s.vsini, period=s.period, t0=t0, domega=s.domega,
                       radius=s.radius)
     # [data] error_scale: a factor, the continuum's scatter, or pending (dopplermap.search.apply_error_scale)

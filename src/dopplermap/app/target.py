@@ -15,7 +15,7 @@ from ..errors import DopplermapInputError
 from ..errorscale import describe_all, summarise
 from ..figure_process import FigureProcess
 from ..io.results import prefetch_writers
-from ..lightcurve import PHOTOMETRY_LIMITS, LightCurveFit, lightcurve_model
+from ..lightcurve import PHOTOMETRY_LIMITS, LightCurveFit, lightcurve_residuals
 from ..memory import format_bytes
 from ..plot import fitted_components, plot_uncertainty
 from ..problem import from_config
@@ -136,8 +136,10 @@ def run_target(cfg, out: Path, *, plots: bool = True, quiet: bool = True, config
             fssc, fssh = np.asarray(res.fssc, dtype=np.float64), np.asarray(res.fssh, dtype=np.float64)
 
             def band(b, name=None):
+                # the model as fitted (with the segments' scales and the dilution): obs - residual x err
+                resid = np.asarray(call_cached("lightcurve_residuals", lightcurve_residuals, fssc, fssh, b))
                 out = {"times": np.asarray(b.times), "flux": np.asarray(b.flux), "err": np.asarray(b.err),
-                       "model": np.asarray(call_cached("lightcurve_model", lightcurve_model, fssc, fssh, b))}
+                       "model": np.asarray(b.flux) - resid * np.asarray(b.err)}
                 return out if name is None else {"name": name, **out}
 
             light_curve = (band(lc) if isinstance(lc, LightCurveFit)
@@ -176,6 +178,7 @@ def run_target(cfg, out: Path, *, plots: bool = True, quiet: bool = True, config
             extra.update(lc_cadences=lcd.n_read if lcd.n_read is not None else lcd.n_points,
                          lc_dropped_quality=lcd.n_quality, lc_dropped_by_flag=dict(lcd.dropped_by_flag),
                          lc_quality_bitmask=lcd.quality_bitmask, lc_dropped_nan=lcd.n_invalid, lc_points=lcd.n_points,
+                         lc_segments=[dict(sg) for sg in lcd.segments] or None, lc_gaps_days=lcd.gaps or None,
                          lc_note=(f"{lcds[0].name}: " if len(lcds) > 1 else "") + lcd.describe())
         elif reads:
             extra.update(lc_points=sum(r.n_points for r in reads),
@@ -184,7 +187,8 @@ def run_target(cfg, out: Path, *, plots: bool = True, quiet: bool = True, config
                                         d.read.n_points, dropped_quality=d.read.n_quality,
                                         dropped_by_flag=dict(d.read.dropped_by_flag),
                                         quality_bitmask=d.read.quality_bitmask, dropped_nan=d.read.n_invalid,
-                                        points=d.read.n_points) for d in lcds if d.read is not None])
+                                        points=d.read.n_points, segments=[dict(sg) for sg in d.read.segments] or None,
+                                        gaps_days=d.read.gaps or None) for d in lcds if d.read is not None])
         with rep.step("write results" + (" + figures" if plots else "")):
             res = with_context(res, grid=grid, star=prob.star, obs=obs, pre=pre, light_curve=light_curve, config=config,
                                extra=extra)
