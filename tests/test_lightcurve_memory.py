@@ -55,7 +55,7 @@ def test_differential_rotation_nodes_per_rotation_group():
     fssc, fssh = _maps(grid.n_cell, 2)
     _, _, exact = L.simulate_lightcurve(grid, star, times, _band(), fssc, fssh)
     lc = L.precompute_lightcurve(grid, star, times, exact, err, _band())
-    assert lc.cells is not None and lc.index.shape == (times.size, omega.size) and lc.n_cell == grid.n_cell
+    assert lc.cells is not None and lc.index.shape == (omega.size, times.size) and lc.n_cell == grid.n_cell
     model = np.asarray(L.lightcurve_model(fssc, fssh, lc))
     assert np.max(np.abs(model - exact)) <= L.PHASE_TOLERANCE * 1e-3
 

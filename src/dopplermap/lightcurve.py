@@ -197,10 +197,10 @@ class LightCurveFit:
             :func:`precompute_lightcurve` builds them; None: the model reads ``weight``. They
             are derived from ``weight``: a copy with other weights sets them None (or rebuilds).
             With phase nodes their rows are the nodes, not the points.
-        index, frac, cells: with phase nodes (module docstring): ``base`` (N, n_group),
-            ``diff`` (N, n_group, 2 M) (each group's cool cells, then hot, padded with zero
+        index, frac, cells: with phase nodes (module docstring): ``base`` (n_group, N),
+            ``diff`` (n_group, N, 2 M) (each group's cool cells, then hot, padded with zero
             weights to the largest group's M cells), ``cells`` (n_group, M) the cells of
-            each group (padding: cell 0), ``index`` and ``frac`` (n_lc, n_group) each point's
+            each group (padding: cell 0), ``index`` and ``frac`` (n_group, n_lc) each point's
             node below it in each group's phase and its fraction of the way to the next
             (periodic); ``cell_count`` the grid's cells. None: rows are the points.
         segment: (n_lc,) int, each point's segment (a sector, a quarter, a file) of
@@ -237,6 +237,8 @@ class LightCurveFit:
     @property
     def n_rows(self) -> int:
         """Rows of the model's weights: the phase nodes, or the points."""
+        if self.cells is not None:
+            return int(self.diff.shape[1])
         return int(self.diff.shape[0]) if self.diff is not None else self.n_lc
 
 
@@ -363,9 +365,9 @@ def precompute_lightcurve(grid: SurfaceGrid, star: StarParams, times, flux, err,
     n_group = omega.size
     m = int(np.bincount(group, minlength=n_group).max())
     cells = np.zeros((n_group, m), dtype=np.int32)
-    diff = _device.host_array((n, n_group, 2 * m))
+    diff = _device.host_array((n_group, n, 2 * m))  # group first: one batched matrix-vector product
     diff[...] = 0.0  # the padding's weights
-    base = np.zeros((n, n_group))
+    base = np.zeros((n_group, n))
     factors = None if cell_factors is None else np.asarray(cell_factors, dtype=float)
     for g in range(n_group):
         members = np.flatnonzero(group == g)
@@ -377,10 +379,10 @@ def precompute_lightcurve(grid: SurfaceGrid, star: StarParams, times, flux, err,
         gstep = max(1, int(CHUNK_BYTES // (24 * 3 * k)))
         for a in range(0, n, gstep):
             w = _lc_weights(sub, star, node_t[a:a + gstep], band, None if factors is None else factors[members])
-            diff[a:a + gstep, g, :k] = w[..., 1] - w[..., 0]
-            diff[a:a + gstep, g, m:m + k] = w[..., 2] - w[..., 0]
-            base[a:a + gstep, g] = w[..., 0].sum(axis=1)
-    pos = np.mod(omega[None, :] * (times[:, None] - star.t0) / (2.0 * np.pi), 1.0) * n
+            diff[g, a:a + gstep, :k] = w[..., 1] - w[..., 0]
+            diff[g, a:a + gstep, m:m + k] = w[..., 2] - w[..., 0]
+            base[g, a:a + gstep] = w[..., 0].sum(axis=1)
+    pos = np.mod(omega[:, None] * (times[None, :] - star.t0) / (2.0 * np.pi), 1.0) * n
     index = np.minimum(np.floor(pos).astype(np.int32), n - 1)
     return LightCurveFit(**common, base=_device.asarray(base), diff=_device.asarray(diff),
                          index=_device.asarray(index), frac=_device.asarray(pos - index),
@@ -401,10 +403,10 @@ def lightcurve_model(fssc, fssh, lc: LightCurveFit):
     """Model light curve (n_lc,), normalised by its mean; fssc, fssh: (n_cell,)."""
     if lc.cells is not None:  # phase nodes per rotation group, interpolated to the points (periodic)
         f = jnp.concatenate([fssc[lc.cells], fssh[lc.cells]], axis=1)  # (n_group, 2 M)
-        v = lc.base + jnp.einsum("jgm,gm->jg", lc.diff, f)  # (N, n_group)
-        g = jnp.arange(v.shape[1])[None, :]
-        nxt = jnp.where(lc.index + 1 == v.shape[0], 0, lc.index + 1)
-        flux = jnp.sum(v[lc.index, g] * (1.0 - lc.frac) + v[nxt, g] * lc.frac, axis=1)
+        v = lc.base + jnp.einsum("gjm,gm->gj", lc.diff, f)  # (n_group, N)
+        nxt = jnp.where(lc.index + 1 == v.shape[1], 0, lc.index + 1)
+        flux = jnp.sum(jnp.take_along_axis(v, lc.index, axis=1) * (1.0 - lc.frac)
+                       + jnp.take_along_axis(v, nxt, axis=1) * lc.frac, axis=0)
     elif lc.diff is not None:  # the folded weights: one (n_lc, 2 n_cell) product
         flux = lc.base + lc.diff @ jnp.concatenate([fssc, fssh])
     else:
