@@ -235,3 +235,35 @@ def test_cli_lightcurve_only_target(tmp_path, capsys):
     found = _spot_longitudes(res.grid, res.fssc)
     for _lat, lon, _ in SPOTS:
         assert min(_dlon_deg(lon, f) for f in found) <= 10.0
+
+
+def test_config_several_sector_files_are_segments(tmp_path):
+    """``[data] lightcurve`` as a list: one band, a segment (free scale) per file, in the
+    summary's counts and gaps."""
+    from dopplermap.config import load_config
+    from dopplermap.problem import from_config
+
+    for k, start in enumerate((0.0, 20.0)):
+        t = start + np.linspace(0.0, 2.0 * PERIOD, 90)
+        np.savetxt(tmp_path / f"s{k}.csv", np.column_stack([t, pixel_lightcurve(t) * (1 + 0.05 * k),
+                                                             np.full(t.size, 5e-4)]),
+                   delimiter=",", header="time,flux,err", comments="")
+    table = LC_TABLE.replace('lightcurve = "lc.csv"', 'lightcurve = ["s0.csv", "s1.csv"]')
+    target = _write_target(tmp_path, lc_table=table)
+    prob = from_config(load_config(target))
+    d = prob.lightcurve_data
+    np.testing.assert_array_equal(d.segment, np.repeat([0, 1], 90))
+    assert prob.lightcurve.n_segment == 2
+    assert len(d.read.segments) == 2 and d.read.gaps == [pytest.approx(20.0 - 2.0 * PERIOD)]
+    res = invert(prob)
+    assert res.chi2_lc < 1.5  # the 5 % level step between the files is absorbed by the free scales
+
+
+@pytest.mark.slow
+def test_cli_refuses_a_light_curve_model_past_max_memory(tmp_path, capsys):
+    from dopplermap.cli import main
+
+    target = _write_target(tmp_path, lc_table=LC_TABLE)
+    rc = main(["--max-memory", "100K", "invert", str(target), "--out", str(tmp_path / "r"), "--no-plots", "-q"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "light-curve model" in err and 'bin = "auto"' in err

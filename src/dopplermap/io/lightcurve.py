@@ -778,12 +778,14 @@ def join_segments(parts, where: str, *, free_scale: bool = True) -> LightCurveDa
     columns = list(dict.fromkeys(p.column for p in parts))
     return LightCurveData(time=t[order], flux=np.concatenate(flux)[order], err=np.concatenate(err)[order],
                           source=f"{where} ({'; '.join(p.source for p in parts)})",
-                          n_read=sum(p.n_read for p in parts), n_quality=sum(p.n_quality for p in parts),
-                          n_invalid=sum(p.n_invalid for p in parts), column=", ".join(columns),
+                          n_read=sum(p.n_points if p.n_read is None else p.n_read for p in parts),
+                          n_quality=sum(p.n_quality for p in parts),
+                          n_invalid=sum(p.n_invalid for p in parts), column=", ".join(c for c in columns if c) or None,
                           time_scale="; ".join(dict.fromkeys(p.time_scale for p in parts)), unit=parts[0].unit,
                           quality_bitmask="; ".join(labels) or None, dropped_by_flag=by_flag,
                           binned="; ".join(dict.fromkeys(p.binned for p in parts if p.binned)) or None,
-                          note=f"{len(parts)} light curves joined, each divided by its mean flux",
+                          note=(f"{len(parts)} light curves joined, each divided by its mean flux" if not free_scale
+                                else None),
                           segment=seg if free_scale else None, segments=segments)
 
 
