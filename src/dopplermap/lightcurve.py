@@ -26,7 +26,10 @@ Linear interpolation of a function of the rotation angle ``a`` errs by at most
 (tests/test_lightcurve_memory.py) the normalised flux has ``|F''| <= 2.3`` (coarse grids,
 where single cells' kinks show) and ``<= 1`` (fine ones); ``N`` is the smallest node count
 with ``(2 pi / N)^2 / 8 x 8 <=`` :data:`PHASE_TOLERANCE` x the median normalised error
-(``|F''| <= 8``: a margin over those), at least :data:`MIN_PHASE_NODES`. A grid with more
+(``|F''| <= 8``: a margin over those, and over the sum of the rotation groups' separate
+errors with differential rotation), at least :data:`MIN_PHASE_NODES`. The groups
+are cut into pieces of at most the mean group's cells (one batched matrix-vector product
+over pieces of equal size, little padding), summed per group before the interpolation. A grid with more
 than :data:`MAX_ROTATION_GROUPS` latitudes (a grid given cell by cell) keeps rows at the
 data's times: bin the light curve (``bin = "auto"``) to bound them.
 
@@ -117,7 +120,8 @@ def lightcurve_plan(grid, star, err, n_lc: int) -> dict:
         rows, width = n_lc, n_cell
         held = 8.0 * rows * (2 * n_cell + 1)
     else:
-        rows, width = nodes, n_group * int(np.bincount(group).max())  # padded to the largest group
+        pieces = _pieces(group, n_group)
+        rows, width = nodes, len(pieces) * max(p.size for p in pieces)  # padded to the largest piece
         held = 8.0 * nodes * (2 * width + n_group) + 12.0 * n_lc * n_group + 4.0 * width
     return dict(nodes=nodes, rows=rows, n_group=n_group,
                 bytes=held + min(CHUNK_BYTES, 72.0 * rows * n_cell), work=2.0 * 2.0 * rows * 2 * width)
@@ -177,7 +181,7 @@ class LightCurveBand:
 
 @functools.partial(jax.tree_util.register_dataclass,
                    data_fields=["weight", "flux", "err", "times", "base", "diff", "index", "frac", "cells",
-                                "segment"],
+                                "piece_group", "segment"],
                    meta_fields=["fit_dilution", "cell_count", "n_segment"])
 @dataclasses.dataclass(frozen=True, eq=False)
 class LightCurveFit:
@@ -197,10 +201,11 @@ class LightCurveFit:
             :func:`precompute_lightcurve` builds them; None: the model reads ``weight``. They
             are derived from ``weight``: a copy with other weights sets them None (or rebuilds).
             With phase nodes their rows are the nodes, not the points.
-        index, frac, cells: with phase nodes (module docstring): ``base`` (n_group, N),
-            ``diff`` (n_group, N, 2 M) (each group's cool cells, then hot, padded with zero
-            weights to the largest group's M cells), ``cells`` (n_group, M) the cells of
-            each group (padding: cell 0), ``index`` and ``frac`` (n_group, n_lc) each point's
+        index, frac, cells, piece_group: with phase nodes (module docstring): ``base``
+            (n_group, N), ``diff`` (n_piece, N, 2 M) (each piece's cool cells, then hot,
+            padded with zero weights to the largest piece's M cells), ``cells`` (n_piece, M)
+            the cells of each piece (padding: cell 0) and ``piece_group`` its rotation
+            group, ``index`` and ``frac`` (n_group, n_lc) each point's
             node below it in each group's phase and its fraction of the way to the next
             (periodic); ``cell_count`` the grid's cells. None: rows are the points.
         segment: (n_lc,) int, each point's segment (a sector, a quarter, a file) of
@@ -220,6 +225,7 @@ class LightCurveFit:
     index: jnp.ndarray | None = None
     frac: jnp.ndarray | None = None
     cells: jnp.ndarray | None = None
+    piece_group: jnp.ndarray | None = None
     cell_count: int = 0
     segment: jnp.ndarray | None = None
     n_segment: int = 0
@@ -363,30 +369,43 @@ def precompute_lightcurve(grid: SurfaceGrid, star: StarParams, times, flux, err,
     n = plan["nodes"]
     group, omega = rotation_groups(grid, star)
     n_group = omega.size
-    m = int(np.bincount(group, minlength=n_group).max())
-    cells = np.zeros((n_group, m), dtype=np.int32)
-    diff = _device.host_array((n_group, n, 2 * m))  # group first: one batched matrix-vector product
+    pieces = _pieces(group, n_group)
+    m = max(p.size for p in pieces)
+    cells = np.zeros((len(pieces), m), dtype=np.int32)
+    piece_group = np.asarray([group[p[0]] for p in pieces], dtype=np.int32)
+    diff = _device.host_array((len(pieces), n, 2 * m))  # piece first: one batched matrix-vector product
     diff[...] = 0.0  # the padding's weights
     base = np.zeros((n_group, n))
     factors = None if cell_factors is None else np.asarray(cell_factors, dtype=float)
-    for g in range(n_group):
-        members = np.flatnonzero(group == g)
+    for q, members in enumerate(pieces):
+        g = int(piece_group[q])
         k = members.size
-        cells[g, :k] = members
+        cells[q, :k] = members
         sub = _Cells(lat=np.asarray(grid.lat)[members], lon=np.asarray(grid.lon)[members],
                      area=np.asarray(grid.area)[members], n_cell=k)
         node_t = star.t0 + 2.0 * np.pi * np.arange(n) / (n * omega[g])  # node j: turned by 2 pi j / N since t0
         gstep = max(1, int(CHUNK_BYTES // (24 * 3 * k)))
         for a in range(0, n, gstep):
             w = _lc_weights(sub, star, node_t[a:a + gstep], band, None if factors is None else factors[members])
-            diff[g, a:a + gstep, :k] = w[..., 1] - w[..., 0]
-            diff[g, a:a + gstep, m:m + k] = w[..., 2] - w[..., 0]
-            base[g, a:a + gstep] = w[..., 0].sum(axis=1)
+            diff[q, a:a + gstep, :k] = w[..., 1] - w[..., 0]
+            diff[q, a:a + gstep, m:m + k] = w[..., 2] - w[..., 0]
+            base[g, a:a + gstep] += w[..., 0].sum(axis=1)
     pos = np.mod(omega[:, None] * (times[None, :] - star.t0) / (2.0 * np.pi), 1.0) * n
     index = np.minimum(np.floor(pos).astype(np.int32), n - 1)
     return LightCurveFit(**common, base=_device.asarray(base), diff=_device.asarray(diff),
                          index=_device.asarray(index), frac=_device.asarray(pos - index),
-                         cells=_device.asarray(cells), cell_count=int(n_cell))
+                         cells=_device.asarray(cells), piece_group=_device.asarray(piece_group),
+                         cell_count=int(n_cell))
+
+
+def _pieces(group, n_group: int) -> list[np.ndarray]:
+    """Each rotation group's cells cut into pieces of at most the mean group's size."""
+    size = int(np.ceil(group.size / n_group))
+    out = []
+    for g in range(n_group):
+        members = np.flatnonzero(group == g)
+        out += [members[a:a + size] for a in range(0, members.size, size)]
+    return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -402,8 +421,9 @@ class _Cells:
 def lightcurve_model(fssc, fssh, lc: LightCurveFit):
     """Model light curve (n_lc,), normalised by its mean; fssc, fssh: (n_cell,)."""
     if lc.cells is not None:  # phase nodes per rotation group, interpolated to the points (periodic)
-        f = jnp.concatenate([fssc[lc.cells], fssh[lc.cells]], axis=1)  # (n_group, 2 M)
-        v = lc.base + jnp.einsum("gjm,gm->gj", lc.diff, f)  # (n_group, N)
+        f = jnp.concatenate([fssc[lc.cells], fssh[lc.cells]], axis=1)  # (n_piece, 2 M)
+        pv = jnp.einsum("pjm,pm->pj", lc.diff, f)  # (n_piece, N)
+        v = lc.base + jax.ops.segment_sum(pv, lc.piece_group, num_segments=lc.base.shape[0])  # (n_group, N)
         nxt = jnp.where(lc.index + 1 == v.shape[1], 0, lc.index + 1)
         flux = jnp.sum(jnp.take_along_axis(v, lc.index, axis=1) * (1.0 - lc.frac)
                        + jnp.take_along_axis(v, nxt, axis=1) * lc.frac, axis=0)
