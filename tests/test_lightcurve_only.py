@@ -267,3 +267,13 @@ def test_cli_refuses_a_light_curve_model_past_max_memory(tmp_path, capsys):
     rc = main(["--max-memory", "100K", "invert", str(target), "--out", str(tmp_path / "r"), "--no-plots", "-q"])
     err = capsys.readouterr().err
     assert rc == 2 and "light-curve model" in err and 'bin = "auto"' in err
+
+
+def test_uncertainty_maps_are_refused_for_light_curves_alone(tmp_path):
+    from dopplermap.app.target import run_target
+    from dopplermap.config import load_config
+
+    cfg = load_config(_write_target(tmp_path, lc_table=LC_TABLE))
+    with pytest.raises(DopplermapInputError, match="light curves alone: set methods = \\[\\]"):
+        run_target(cfg, tmp_path / "out", plots=False, uncertainty=["laplace"], report=False)
+    assert not (tmp_path / "out").exists()

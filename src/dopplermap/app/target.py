@@ -108,6 +108,9 @@ def run_target(cfg, out: Path, *, plots: bool = True, quiet: bool = True, config
     if methods and cfg.lines and len(cfg.lines) > 1:  # before any work
         raise DopplermapInputError(f"{cfg.source}: [uncertainty] methods {list(methods)} handle one line data set; "
                                    f"this target has {len(cfg.lines)} ([[lines]]): set methods = []")
+    if methods and cfg.photometry_only:
+        raise DopplermapInputError(f"{cfg.source}: [uncertainty] methods {list(methods)} give the uncertainty of a "
+                                   "map fitted to line profiles; this target has light curves alone: set methods = []")
     inv = cfg.inversion
     with Reporter(quiet=quiet) as rep:
         with rep.step("read + precompute"):
