@@ -143,6 +143,10 @@ def test_lightcurve_only_refusals():
         prob.replace(method="dense")
     with pytest.raises(DopplermapInputError, match="neither"):
         Problem(grid=prob.grid, star=prob.star, obs=None, components=None)
+    from dopplermap.search import apply_parameters
+
+    with pytest.raises(DopplermapInputError, match="grid search .* light curves alone"):
+        apply_parameters(prob, {"inclination": 40.0})
 
 
 def _write_target(tmp_path: Path, *, lc_table: str) -> Path:
