@@ -157,17 +157,17 @@ def test_unbinned_light_curve_dominating_the_cost_warns_and_auto_bin_silences_it
     from dopplermap.io.lightcurve import LightCurveData as Read
     from dopplermap.problem import LightCurveData, demo_problem
 
-    prob = demo_problem(n_cell=150, n_epoch=8, n_vel=20)
+    prob = demo_problem(n_cell=1200, n_epoch=8, n_vel=20)
     t = np.linspace(prob.star.t0, prob.star.t0 + 20 * prob.star.period, 6000)
     flux = 1.0 + 0.01 * np.sin(2 * np.pi * (t - prob.star.t0) / prob.star.period)
     err = np.full(t.size, 1e-3)
     read = Read(time=t, flux=flux, err=err, source="long.csv")
     lc = LightCurveData(times=t, flux=flux, err=err, band=_band(), read=read, source="long.csv")
-    with pytest.warns(DopplermapWarning, match=r"long\.csv dominate the cost: 6000 points as \d+ model rows x 150 "
+    with pytest.warns(DopplermapWarning, match=r"long\.csv dominate the cost: 6000 points as \d+ model rows x 1200 "
                                                r"cells.*bin = \"auto\""):
         assert prob.replace(lightcurve_data=lc).lightcurve is not None
     width, unit = L.auto_bin(prob.grid.n_cell, prob.star.period, float(prob.star.domega))
-    assert unit == "phase" and width == pytest.approx(np.sqrt(4 * np.pi / 150) / (2 * np.pi) / L.AUTO_BINS_PER_CELL)
+    assert unit == "phase" and width == pytest.approx(np.sqrt(4 * np.pi / 1200) / (2 * np.pi) / L.AUTO_BINS_PER_CELL)
     from dopplermap.io.lightcurve import bin_lightcurve
 
     binned = bin_lightcurve(read, width, unit=unit, period=prob.star.period, t0=prob.star.t0)

@@ -65,7 +65,7 @@ from .profiles import LimbDarkening, intensity_ratio
 from .units import to_unit
 
 __all__ = ["PHOTOMETRY_LIMITS", "CHUNK_BYTES", "PHASE_TOLERANCE", "MIN_PHASE_NODES", "phase_nodes", "rotation_groups",
-           "lightcurve_plan", "MAX_ROTATION_GROUPS", "auto_bin", "LC_MADD_RATE", "TYPICAL_EVALUATIONS", "AUTO_BINS_PER_CELL", "LightCurveBand", "LightCurveFit", "LightCurveSet", "precompute_lightcurve", "lightcurve_model",
+           "lightcurve_plan", "MAX_ROTATION_GROUPS", "LC_WARN_WORK", "auto_bin", "LC_MADD_RATE", "TYPICAL_EVALUATIONS", "AUTO_BINS_PER_CELL", "LightCurveBand", "LightCurveFit", "LightCurveSet", "precompute_lightcurve", "lightcurve_model",
            "chi2_lightcurve", "chi2_lightcurves", "lightcurve_residuals", "simulate_lightcurve"]
 
 
@@ -106,6 +106,11 @@ def phase_nodes(err, n_lc: int, n_group: int = 1) -> int | None:
     med = float(np.median(np.asarray(err, dtype=float)))
     n = max(MIN_PHASE_NODES, int(np.ceil(2.0 * np.pi / np.sqrt(PHASE_TOLERANCE * med))))
     return n if 2 * n < n_lc else None
+
+
+LC_WARN_WORK = 1.0e7
+"""The cost warning needs the light curve's multiply-adds per evaluation above this too
+(about 10 ms of CPU): a small light curve that outweighs a few profiles costs nothing."""
 
 
 def lightcurve_plan(grid, star, err, n_lc: int) -> dict:

@@ -40,6 +40,7 @@ from .io.lsd import load_profiles, read_local_profile
 from .io.times import epoch_times
 from .lightcurve import (
     LC_MADD_RATE,
+    LC_WARN_WORK,
     TYPICAL_EVALUATIONS,
     LightCurveBand,
     LightCurveSet,
@@ -390,7 +391,8 @@ class Problem:
 
     def _warn_lightcurve_cost(self) -> None:
         """Warn when unbinned light curves will cost more per evaluation than the line
-        profiles (light curves alone: more than ten times their ``bin = "auto"`` points)."""
+        profiles (light curves alone: more than ten times their ``bin = "auto"`` points), and
+        more than :data:`~dopplermap.lightcurve.LC_WARN_WORK` multiply-adds."""
         est = self.lightcurve_estimate()
         unbinned = [d for d in self.lightcurve_bands if d.read is None or not d.read.binned]
         if not unbinned:
@@ -405,7 +407,7 @@ class Problem:
             heavy = est["work"] > est["line_work"]
             versus = (f"{est['work'] / max(est['line_work'], 1.0):.3g} times the line profiles' "
                       f"({est['line_work']:.3g})")
-        if heavy:
+        if heavy and est["work"] > LC_WARN_WORK:
             names = ", ".join(d.source for d in unbinned)
             warn(f"{self.source}: the unbinned light curve(s) {names} dominate the cost: {est['points']} points as "
                  f"{est['rows']} model rows x {self.grid.n_cell} cells, {est['work']:.3g} multiply-adds per "
