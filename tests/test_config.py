@@ -263,7 +263,7 @@ def test_macroturbulence_instrument_and_gravity_darkening_build(tmp_path):
     cfg = dataclasses.replace(cfg, inversion=dataclasses.replace(cfg.inversion, method="binned"))
     prob = from_config(cfg)
     assert prob.pre.line.kind == "binned" and prob.line_factors.shape == (150, 3)
-    assert prob.lightcurve.weight.shape == (120, 150, 3)
+    assert prob.lightcurve.diff.shape == (120, 2 * 150) and prob.lightcurve.n_cell == 150
     # the local profiles were EW-scaled then broadened and depend on mu: the binned model
     # holds several mu-basis columns per component, and agrees with the dense one
     phot = prob.components.phot.profile

@@ -55,19 +55,19 @@ __all__ = ["DataConfig", "StarConfig", "TemperatureConfig", "LineConfig", "Light
 class DataConfig:
     """Observed data. Paths are relative to the TOML file."""
 
-    profiles: tuple[str, ...]
+    profiles: tuple[str, ...] = ()  # none: light curves alone (a longitude / contrast map)
     format: str = "auto"
     times_table: str | None = None
     time_pattern: str | None = None
     time_scale: str = "BJD_TDB"
     velocity_range: tuple[float, ...] | None = None
-    lightcurve: str | None = None
+    lightcurve: str | tuple[str, ...] | None = None  # several files: sectors of one band, a free scale each
     lightcurve_format: str = "auto"
     fits_columns: tuple[str, ...] | None = None
     lightcurve_column: str = "auto"
     lightcurve_unit: str = "flux"
     lightcurve_time_scale: str | None = None
-    lightcurve_bin: float | None = None
+    lightcurve_bin: float | str | None = None  # a width, or "auto" (dopplermap.lightcurve.auto_bin)
     lightcurve_bin_unit: str = "d"
     error_scale: float | str | None = None  # a factor on the errors, or one of ERROR_SCALES (dopplermap.errorscale)
     lightcurve_quality_bitmask: str | int | None = None  # None: "default" (dopplermap.io.quality)
@@ -168,14 +168,14 @@ class LightCurveSetConfig:
     """One ``[[lightcurves]]`` table: a light curve in one band. ``file`` and the reading keys
     are ``[data]``'s ``lightcurve*`` keys without the prefix; the band keys are ``[lightcurve]``'s."""
 
-    file: str
+    file: str | tuple[str, ...]
     name: str = ""
     weight: float = 1.0
     format: str = "auto"
     column: str = "auto"
     unit: str = "flux"
     time_scale: str | None = None
-    bin: float | None = None
+    bin: float | str | None = None
     bin_unit: str = "d"
     quality_bitmask: str | int | None = None
     wavelength_nm: float = 550.0
@@ -280,8 +280,17 @@ class TargetConfig:
     base_dir: str = "."
     source: str = "<config>"
 
+    @property
+    def photometry_only(self) -> bool:
+        """Whether the target has light curves and no line profiles (no ``[[lines]]``, no
+        ``[data] profiles``)."""
+        return not self.lines and (self.data is None or not self.data.profiles)
+
     def line_sets(self) -> list[LineSetConfig]:
-        """Every line data set: the ``[[lines]]`` tables, or ``[data]`` with ``[line]``."""
+        """Every line data set: the ``[[lines]]`` tables, or ``[data]`` with ``[line]`` (none
+        for light curves alone)."""
+        if self.photometry_only:
+            return []
         return list(self.lines) if self.lines else [LineSetConfig(self.data, self.line, "lines", 1.0)]
 
     def path(self, rel: str) -> Path:
@@ -380,6 +389,10 @@ def _check_ld(where, law, coeffs):
 def _validate_data(s: str, d: DataConfig, sec: str = "[data]"):
     if not d.profiles:
         raise DopplermapInputError(f"{s}: {sec} profiles must list at least one file or glob pattern")
+    _validate_profile_keys(s, d, sec)
+
+
+def _validate_profile_keys(s: str, d: DataConfig, sec: str):
     check(d.format, PROFILE_FORMATS, f"{s}: {sec} format")
     if (d.times_table is None) == (d.time_pattern is None):
         raise DopplermapInputError(f"{s}: {sec} give exactly one of times_table or time_pattern")
@@ -449,7 +462,10 @@ def _validate_lc_reading(s: str, sec: str, fmt, unit, bin_width, bin_unit, time_
     check(fmt, LIGHTCURVE_FORMATS, f"{s}: {sec}format")
     check(unit, LIGHTCURVE_UNITS, f"{s}: {sec}unit")
     check(bin_unit, BIN_UNITS, f"{s}: {sec}bin_unit")
-    if bin_width is not None:
+    if isinstance(bin_width, str):
+        if bin_width != "auto":
+            raise DopplermapInputError(f"{s}: {sec}bin must be a width or \"auto\", got {bin_width!r}")
+    elif bin_width is not None:
         _positive(f"{s}: {sec}bin", bin_width)
         if bin_unit == "phase" and bin_width > 0.5:
             raise DopplermapInputError(f"{s}: {sec}bin in phase must be <= 0.5, got {bin_width!r}")
@@ -457,6 +473,21 @@ def _validate_lc_reading(s: str, sec: str, fmt, unit, bin_width, bin_unit, time_
 
 def _validate(cfg: TargetConfig):
     s = cfg.source
+    if cfg.photometry_only:
+        d = cfg.data
+        if (d is None or d.lightcurve is None) and not cfg.lightcurves:
+            raise DopplermapInputError(f"{s}: [data]: missing required key 'profiles' (line profiles); a target "
+                                       "without them needs a light curve ([data] lightcurve or [[lightcurves]] tables)")
+        if cfg.line is not None:
+            raise DopplermapInputError(f"{s}: [line] describes the local line of [data] profiles, and this target "
+                                       "lists none: remove [line], or list the profiles")
+        if d is not None:
+            set_keys = [f.name for f in dataclasses.fields(DataConfig) if not f.name.startswith("lightcurve")
+                        and f.name not in ("profiles", "time_scale") and getattr(d, f.name) != f.default]
+            if set_keys:
+                raise DopplermapInputError(f"{s}: [data] {set_keys[0]} describes line profiles, and this target "
+                                           "lists none ([data] profiles)")
+            parse_time_scale(d.time_scale, f"{s}: [data] time_scale")
     for i, ls in enumerate(cfg.line_sets()):
         multi = bool(cfg.lines)
         sec = f"[[lines]] {i + 1} ({ls.name!r})" if multi else ""
@@ -627,6 +658,12 @@ def parse_config(table: dict, *, source: str = "<config>", base_dir: str = ".") 
             raise DopplermapInputError(f"{source}: [{both[0]}] and [[lines]] both given: with [[lines]] every line data "
                                        "set has its own data and line sub-tables")
         parts.update(data=None, line=None)
+    elif not (isinstance(table.get("data"), dict) and "profiles" in table["data"]):
+        # light curves alone: [data] holds the light-curve keys (or is absent), no [line]
+        parts.setdefault("line", None if "line" not in table else _build(LineConfig, table["line"],
+                                                                         f"{source}: [line]"))
+        if "data" not in table:
+            parts["data"] = None
     if "lightcurves" in table:
         parts["lightcurves"] = _lightcurve_sets(table["lightcurves"], source)
         if "lightcurve" in table:
@@ -677,7 +714,7 @@ time_scale = "BJD_TDB"               # BJD_TDB | HJD | JD | MJD | BTJD | BKJD | 
 # lightcurve_quality_bitmask = "default"  # none | default (the archives' bad cadences) | hard | hardest (or a bit mask)
 # lightcurve_unit = "flux"           # flux | mag (magnitudes are converted to flux)
 # lightcurve_time_scale = "BTJD"     # text light curves (default: time_scale); mission FITS use their keywords
-# lightcurve_bin = 0.01              # bin before fitting (inverse-variance weighted means) ...
+# lightcurve_bin = 0.01              # bin before fitting (inverse-variance weighted means), or "auto" ...
 # lightcurve_bin_unit = "phase"      # ... in days ("d") or in rotation phase ("phase")
 
 [star]

@@ -119,7 +119,9 @@ def check_result(res, obs, *, tol: float, maxiter: int) -> None:
             warn(f"solve did not meet its tolerance tol={tol:g} ({reason}); check the data and the settings",
                  category=ConvergenceWarning)
     rv = np.asarray(res.rv, dtype=float)
-    if isinstance(obs, (tuple, list)):  # several line data sets: rv holds them set after set
+    if obs is None:  # light curves alone: no rv
+        half_span = np.zeros(0)
+    elif isinstance(obs, (tuple, list)):  # several line data sets: rv holds them set after set
         half_span = np.concatenate([np.full(np.shape(o.flux)[0], _half_span(o.vels)) for o in obs])
     else:
         half_span = np.full(rv.shape, _half_span(obs.vels))
@@ -136,7 +138,8 @@ def check_result(res, obs, *, tol: float, maxiter: int) -> None:
         warn(f"additive offsets ran away: |amp| up to {abs(amp[e]):.3g} (epoch {e}) at {big.size} epoch(s), beyond "
              f"{AMP_MAX} of the continuum; the line depth or the normalisation does not match the data: check the "
              "local line profile (depth, equivalent width) and the profiles' normalisation")
-    named = [("line profiles", res.chi2), ("light curve", getattr(res, "chi2_lc", None))]
+    named = [] if obs is None else [("line profiles", res.chi2)]  # light curves alone: chi2 is chi2_lc
+    named += [("light curve", getattr(res, "chi2_lc", None))]
     named += [(f"line data set {k!r}", v) for k, v in (getattr(res, "chi2_sets", None) or {}).items()]
     named += [(f"light curve {k!r}", v) for k, v in (getattr(res, "chi2_lc_sets", None) or {}).items()]
     for name, chi2 in named:

@@ -13,7 +13,25 @@ normalised by its mean too. Light curves are small, so the weight
 ``flux = sum_c W[:, c, 0] + (W[..., 1:] - W[..., :1]) . (fssc, fssh)`` (the same sum; a
 third fewer bytes, in one plain matrix product).
 
-``W[e, c, k]`` is precomputed densely: (n_lc, n_cell, 3).
+**Bounded memory.** The weights are built :data:`CHUNK_BYTES` at a time and only their folded
+form is kept. Cells at the same latitude turn at the same rate (``Omega(lat) = Omega_eq -
+domega sin^2 lat``; one rate for a rigid rotator), so each such *rotation group* looks the
+same at the same phase of its own rotation: a long light curve (``n_lc`` above twice
+:func:`phase_nodes`) is modelled on ``N`` evenly spaced phase nodes per group, each group's
+flux linearly interpolated to the times at its own phase and summed: ``N x n_cell`` weights
+whatever ``n_lc`` (plus an ``(n_lc, n_group)`` index), instead of ``n_lc x n_cell``.
+Linear interpolation of a function of the rotation angle ``a`` errs by at most
+``(2 pi / N)^2 / 8 max|F''(a)|``. Each cell's weight ``mu (1 - u + u mu)`` with
+``mu = A cos a + B`` is smooth but for its kink at the limb, and on the grids measured
+(tests/test_lightcurve_memory.py) the normalised flux has ``|F''| <= 2.3`` (coarse grids,
+where single cells' kinks show) and ``<= 1`` (fine ones); ``N`` is the smallest node count
+with ``(2 pi / N)^2 / 8 x 8 <=`` :data:`PHASE_TOLERANCE` x the median normalised error
+(``|F''| <= 8``: a margin over those, and over the sum of the rotation groups' separate
+errors with differential rotation), at least :data:`MIN_PHASE_NODES`. The groups
+are cut into pieces of at most the mean group's cells (one batched matrix-vector product
+over pieces of equal size, little padding), summed per group before the interpolation. A grid with more
+than :data:`MAX_ROTATION_GROUPS` latitudes (a grid given cell by cell) keeps rows at the
+data's times: bin the light curve (``bin = "auto"``) to bound them.
 
 Several bands (:class:`LightCurveSet`) share the maps; each has its own weights, times and
 normalisation. Their chi-square is pooled over all points, as for several line data sets
@@ -42,11 +60,103 @@ from .diagnostics import check_phase_span, check_spot_contrast, fields_checked
 from .errors import DopplermapInputError
 from .geometry import StarParams, cell_geometry, check_star
 from .grid import SurfaceGrid
+from .memory import check_bytes
 from .profiles import LimbDarkening, intensity_ratio
 from .units import to_unit
 
-__all__ = ["LightCurveBand", "LightCurveFit", "LightCurveSet", "precompute_lightcurve", "lightcurve_model",
+__all__ = ["PHOTOMETRY_LIMITS", "CHUNK_BYTES", "PHASE_TOLERANCE", "MIN_PHASE_NODES", "phase_nodes", "rotation_groups",
+           "lightcurve_plan", "MAX_ROTATION_GROUPS", "LC_WARN_WORK", "auto_bin", "LC_MADD_RATE", "TYPICAL_EVALUATIONS", "AUTO_BINS_PER_CELL", "LightCurveBand", "LightCurveFit", "LightCurveSet", "precompute_lightcurve", "lightcurve_model",
            "chi2_lightcurve", "chi2_lightcurves", "lightcurve_residuals", "model_residuals", "simulate_lightcurve"]
+
+
+PHOTOMETRY_LIMITS = (
+    "light curves alone: a longitude / contrast map. The disc-integrated flux fixes where in rotation phase "
+    "the spots are and how much light they remove; it barely constrains their latitudes, cannot tell a spot "
+    "in the northern hemisphere from its mirror image in the southern one (identical light curves), and "
+    "trades a spot's area against its contrast")
+"""What photometry cannot tell, said in the summary of a map fitted to light curves alone."""
+
+
+CHUNK_BYTES = 64 * 2**20
+"""The set-up builds the (rows, n_cell, 3) weights this many bytes at a time."""
+
+PHASE_TOLERANCE = 0.01
+"""Phase nodes: the interpolation error bound, as a fraction of the median normalised error."""
+
+MIN_PHASE_NODES = 256
+
+
+MAX_ROTATION_GROUPS = 512
+"""More rotation groups (distinct latitudes) than this: no phase nodes (rows at the times)."""
+
+
+def rotation_groups(grid, star) -> tuple[np.ndarray, np.ndarray]:
+    """``(group, omega)``: each cell's rotation group (n_cell,) and each group's angular
+    rate (n_group,), rad/day; cells whose rates agree to 1e-12 share a group."""
+    rate = 2.0 * np.pi / float(star.period) - float(star.domega) * np.sin(np.asarray(grid.lat, dtype=float)) ** 2
+    key, group = np.unique(np.round(rate * float(star.period) / (2.0 * np.pi), 12), return_inverse=True)
+    return group.astype(np.int64), key * 2.0 * np.pi / float(star.period)
+
+
+def phase_nodes(err, n_lc: int, n_group: int = 1) -> int | None:
+    """Number of phase nodes of a light curve's model (module docstring), or None: rows at
+    the data's times (too few points for nodes to save anything, or too many rotation groups)."""
+    if n_group > MAX_ROTATION_GROUPS:
+        return None
+    med = float(np.median(np.asarray(err, dtype=float)))
+    n = max(MIN_PHASE_NODES, int(np.ceil(2.0 * np.pi / np.sqrt(PHASE_TOLERANCE * med))))
+    return n if 2 * n < n_lc else None
+
+
+LC_WARN_WORK = 1.0e7
+"""The cost warning needs the light curve's multiply-adds per evaluation above this too
+(about 10 ms of CPU): a small light curve that outweighs a few profiles costs nothing."""
+
+
+def lightcurve_plan(grid, star, err, n_lc: int, *, at_times: bool = False) -> dict:
+    """How the light-curve model of ``n_lc`` points with errors ``err`` (normalised) is held:
+    ``nodes`` (phase nodes, or None: rows at the times, always with ``at_times``), ``rows``,
+    ``n_group``, ``bytes`` (held, plus one set-up chunk) and ``work`` (multiply-adds per
+    evaluation, value and gradient)."""
+    group, _ = rotation_groups(grid, star)
+    n_group = int(group.max()) + 1
+    n_cell = grid.n_cell
+    nodes = None if at_times else phase_nodes(err, n_lc, n_group)
+    if nodes is None:
+        rows, width = n_lc, n_cell
+        held = 8.0 * rows * (2 * n_cell + 1)
+    else:
+        pieces = _pieces(group, n_group)
+        rows, width = nodes, len(pieces) * max(p.size for p in pieces)  # padded to the largest piece
+        held = 8.0 * nodes * (2 * width + n_group) + 12.0 * n_lc * n_group + 4.0 * width
+    return dict(nodes=nodes, rows=rows, n_group=n_group,
+                bytes=held + min(CHUNK_BYTES, 72.0 * rows * n_cell), work=2.0 * 2.0 * rows * 2 * width)
+
+
+AUTO_BINS_PER_CELL = 4
+"""``bin = "auto"``: bins per cell width along the equator (module docstring of :func:`auto_bin`)."""
+
+
+def auto_bin(n_cell: int, period: float, domega: float) -> tuple[float, str]:
+    """``(width, unit)`` of ``bin = "auto"``: the resolution the map can use.
+
+    A map of ``n_cell`` cells resolves about ``sqrt(4 pi / n_cell)`` rad of longitude (one
+    cell), which the star turns through in that fraction of a rotation; ``AUTO_BINS_PER_CELL``
+    bins per cell keep the light curve's features finer than a cell (a box of a quarter cell
+    damps a signal that varies on one cell's scale by under 3 %). A rigid rotator
+    (``domega = 0``) is binned in rotation phase, folding every rotation together (the map
+    is one map: the same spots at every rotation); with differential rotation the pattern
+    drifts, so the bins are in time, ``period`` x the phase width (days).
+    """
+    width = float(np.sqrt(4.0 * np.pi / n_cell) / (2.0 * np.pi) / AUTO_BINS_PER_CELL)
+    return (width, "phase") if domega == 0.0 else (width * float(period), "d")
+
+
+LC_MADD_RATE = 1.0e9
+"""Multiply-adds a second assumed by the time estimate (one CPU core, float64 matrix-vector)."""
+
+TYPICAL_EVALUATIONS = 300
+"""Objective evaluations assumed by the time estimate (an L-BFGS-B map solve at tol 1e-5)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,13 +186,16 @@ class LightCurveBand:
 
 
 @functools.partial(jax.tree_util.register_dataclass,
-                   data_fields=["weight", "flux", "err", "times", "base", "diff"], meta_fields=["fit_dilution"])
+                   data_fields=["weight", "flux", "err", "times", "base", "diff", "index", "frac", "cells",
+                                "piece_group", "segment"],
+                   meta_fields=["fit_dilution", "cell_count", "n_segment"])
 @dataclasses.dataclass(frozen=True, eq=False)
 class LightCurveFit:
     """Precomputed light-curve weights with the (mean-normalised) data.
 
     Attributes:
-        weight: (n_lc, n_cell, 3) ``J_k LD_k(mu) area mu g`` (0 for hidden cells).
+        weight: (n_lc, n_cell, 3) ``J_k LD_k(mu) area mu g`` (0 for hidden cells), or None:
+            :func:`precompute_lightcurve` keeps only the folded ``base`` and ``diff``.
         flux: (n_lc,) observed flux / its mean. err: (n_lc,) 1-sigma errors, same units.
         times: (n_lc,) days.
         fit_dilution: free light-curve offset (contaminating light ``D``): the model becomes
@@ -93,6 +206,19 @@ class LightCurveFit:
             ``W[..., 1:] - W[..., :1]`` (cool cells, then hot), as
             :func:`precompute_lightcurve` builds them; None: the model reads ``weight``. They
             are derived from ``weight``: a copy with other weights sets them None (or rebuilds).
+            With phase nodes their rows are the nodes, not the points.
+        index, frac, cells, piece_group: with phase nodes (module docstring): ``base``
+            (n_group, N), ``diff`` (n_piece, N, 2 M) (each piece's cool cells, then hot,
+            padded with zero weights to the largest piece's M cells), ``cells`` (n_piece, M)
+            the cells of each piece (padding: cell 0) and ``piece_group`` its rotation
+            group, ``index`` and ``frac`` (n_group, n_lc) each point's
+            node below it in each group's phase and its fraction of the way to the next
+            (periodic); ``cell_count`` the grid's cells. None: rows are the points.
+        segment: (n_lc,) int, each point's segment (a sector, a quarter, a file) of
+            ``n_segment``, or None. Each segment has a free scale: the model of segment k is
+            ``s_k model`` with ``s_k = sum_k(w obs model) / sum_k(w model^2)`` (``w = 1/err^2``),
+            the weighted least-squares scale profiled out at every evaluation (no extra
+            parameter), as the per-epoch continuum offsets free each line profile's level.
     """
 
     weight: jnp.ndarray
@@ -102,6 +228,13 @@ class LightCurveFit:
     fit_dilution: bool = False
     base: jnp.ndarray | None = None
     diff: jnp.ndarray | None = None
+    index: jnp.ndarray | None = None
+    frac: jnp.ndarray | None = None
+    cells: jnp.ndarray | None = None
+    piece_group: jnp.ndarray | None = None
+    cell_count: int = 0
+    segment: jnp.ndarray | None = None
+    n_segment: int = 0
 
     @property
     def n_lc(self) -> int:
@@ -109,7 +242,16 @@ class LightCurveFit:
 
     @property
     def n_cell(self) -> int:
-        return int(self.weight.shape[1])
+        if self.cells is not None:
+            return self.cell_count
+        return int(self.weight.shape[1]) if self.weight is not None else int(self.diff.shape[1]) // 2
+
+    @property
+    def n_rows(self) -> int:
+        """Rows of the model's weights: the phase nodes, or the points."""
+        if self.cells is not None:
+            return int(self.diff.shape[1])
+        return int(self.diff.shape[0]) if self.diff is not None else self.n_lc
 
 
 @functools.partial(jax.tree_util.register_dataclass, data_fields=["bands", "weights"], meta_fields=["names"])
@@ -148,7 +290,7 @@ def _lc_weights(grid, star, times, band, cell_factors, limb="smooth"):
     check_star(star)
     # NumPy: set-up work, evaluated once (jax.numpy would compile every operation)
     geo = cell_geometry(grid.lat, grid.lon, grid.area, times, star.inclination, star.vsini_kms,
-                        star.period, star.t0, star.domega, xp=np, limb=limb, surface=grid.surface)
+                        star.period, star.t0, star.domega, xp=np, limb=limb, surface=getattr(grid, "surface", None))
     mu = np.asarray(geo.mu)
     pa = np.asarray(geo.proj_area)
     # written once, into a buffer the device adopts without a copy (as the dense cube)
@@ -167,7 +309,8 @@ def _lc_weights(grid, star, times, band, cell_factors, limb="smooth"):
 
 def precompute_lightcurve(grid: SurfaceGrid, star: StarParams, times, flux, err, band: LightCurveBand, *,
                           cell_factors=None, source: str = "light curve", normalise: bool = True,
-                          fit_dilution: bool = False, limb: str = "smooth") -> LightCurveFit:
+                          fit_dilution: bool = False, limb: str = "smooth", segment=None,
+                          at_times: bool = False) -> LightCurveFit:
     """Weights of the light-curve model plus validated data.
 
     Args:
@@ -175,6 +318,10 @@ def precompute_lightcurve(grid: SurfaceGrid, star: StarParams, times, flux, err,
             units (divided by the mean flux when ``normalise``). band: :class:`LightCurveBand`.
         cell_factors: optional (n_cell,) or (n_cell, 3) intensity factors (gravity darkening).
         limb: the limb weight, as :func:`dopplermap.model.precompute`'s.
+        segment: optional (n_lc,) segment of each point (sectors, files): each segment is
+            divided by its own mean and gets a free scale (:class:`LightCurveFit`).
+        at_times: model rows at the points' times, never on phase nodes (a model each point
+            reads from its own map: time windows, :mod:`dopplermap.windows`).
     """
     if hasattr(times, "flux") or hasattr(times, "jd"):  # a lightkurve light curve or an astropy Time
         what = "an astropy Time" if hasattr(times, "jd") else f"a {type(times).__name__}"
@@ -182,8 +329,8 @@ def precompute_lightcurve(grid: SurfaceGrid, star: StarParams, times, flux, err,
                                    "read a light curve with dopplermap.io.lightcurve.read_lightcurve (or "
                                    "dopplermap.problem.LightCurveData.load), which converts times and fluxes")
     times = np.atleast_1d(np.asarray(times, dtype=float))
-    flux = np.atleast_1d(np.asarray(flux, dtype=float))
-    err = np.atleast_1d(np.asarray(err, dtype=float))
+    flux = np.atleast_1d(np.array(flux, dtype=float))  # copies: normalised in place below
+    err = np.atleast_1d(np.array(err, dtype=float))
     if not (times.shape == flux.shape == err.shape) or times.ndim != 1 or times.size < 2:
         raise DopplermapInputError(f"{source}: times, flux and err must be 1-D of equal length >= 2, got "
                          f"{times.shape}, {flux.shape}, {err.shape}")
@@ -193,24 +340,107 @@ def precompute_lightcurve(grid: SurfaceGrid, star: StarParams, times, flux, err,
     if np.any(err <= 0):
         raise DopplermapInputError(f"{source}: errors must be > 0, row {int(np.argmax(err <= 0))} has {err[err <= 0][0]!r}")
     check_phase_span(times, star.t0, star.period, where=source)
+    seg, n_seg = None, 0
+    if segment is not None:
+        seg = np.asarray(segment)
+        if seg.shape != times.shape or seg.dtype.kind not in "iu" or seg.min() < 0:
+            raise DopplermapInputError(f"{source}: segment must be {times.size} integers >= 0 (one per point), "
+                                       f"got shape {seg.shape}, dtype {seg.dtype}")
+        if fit_dilution:
+            raise DopplermapInputError(f"{source}: fit_dilution with several segments: each segment's free scale "
+                                       "already absorbs a constant dilution's effect on the level; use one or the other")
+        _, seg = np.unique(seg, return_inverse=True)
+        n_seg = int(seg.max()) + 1
+        seg = seg.astype(np.int32)
     if normalise:
-        mean = flux.mean()
-        if not mean > 0:
-            raise DopplermapInputError(f"{source}: mean flux must be > 0 to normalise, got {mean!r}")
-        flux, err = flux / mean, err / mean
-    w = _lc_weights(grid, star, times, band, cell_factors, limb)
-    n_cell = w.shape[1]
-    diff = _device.host_array((w.shape[0], 2 * n_cell))
-    np.subtract(w[..., 1], w[..., 0], out=diff[:, :n_cell])
-    np.subtract(w[..., 2], w[..., 0], out=diff[:, n_cell:])
-    return LightCurveFit(weight=_device.asarray(w), flux=_device.asarray(flux), err=_device.asarray(err),
-                         times=_device.asarray(times), fit_dilution=bool(fit_dilution),
-                         base=_device.asarray(w[..., 0].sum(axis=1)), diff=_device.asarray(diff))
+        for k in range(max(n_seg, 1)):
+            sel = slice(None) if seg is None else seg == k
+            mean = flux[sel].mean()
+            if not mean > 0:
+                raise DopplermapInputError(f"{source}: mean flux must be > 0 to normalise, got {mean!r}")
+            flux[sel], err[sel] = flux[sel] / mean, err[sel] / mean
+    plan = lightcurve_plan(grid, star, err, times.size, at_times=at_times)
+    n_cell = grid.n_cell
+    check_bytes(plan["bytes"], f"{source}: the light-curve model ({plan['rows']} rows x {n_cell} cells)",
+                "the light curve's points (bin = \"auto\") or the grid's n_cell")
+    step = max(1, int(CHUNK_BYTES // (24 * 3 * n_cell)))  # the chunk's weights and geometry
+    common = dict(weight=None, flux=_device.asarray(flux), err=_device.asarray(err), times=_device.asarray(times),
+                  fit_dilution=bool(fit_dilution), segment=None if seg is None else _device.asarray(seg),
+                  n_segment=n_seg)
+    if plan["nodes"] is None:  # rows at the times
+        diff = _device.host_array((times.size, 2 * n_cell))
+        base = np.empty(times.size)
+        for a in range(0, times.size, step):
+            w = _lc_weights(grid, star, times[a:a + step], band, cell_factors, limb)
+            np.subtract(w[..., 1], w[..., 0], out=diff[a:a + step, :n_cell])
+            np.subtract(w[..., 2], w[..., 0], out=diff[a:a + step, n_cell:])
+            base[a:a + step] = w[..., 0].sum(axis=1)
+        return LightCurveFit(**common, base=_device.asarray(base), diff=_device.asarray(diff))
+    n = plan["nodes"]
+    group, omega = rotation_groups(grid, star)
+    n_group = omega.size
+    pieces = _pieces(group, n_group)
+    m = max(p.size for p in pieces)
+    cells = np.zeros((len(pieces), m), dtype=np.int32)
+    piece_group = np.asarray([group[p[0]] for p in pieces], dtype=np.int32)
+    diff = _device.host_array((len(pieces), n, 2 * m))  # piece first: one batched matrix-vector product
+    diff[...] = 0.0  # the padding's weights
+    base = np.zeros((n_group, n))
+    factors = None if cell_factors is None else np.asarray(cell_factors, dtype=float)
+    for q, members in enumerate(pieces):
+        g = int(piece_group[q])
+        k = members.size
+        cells[q, :k] = members
+        surface = getattr(grid, "surface", None)
+        sub = _Cells(lat=np.asarray(grid.lat)[members], lon=np.asarray(grid.lon)[members],
+                     area=np.asarray(grid.area)[members], n_cell=k,
+                     surface=None if surface is None else surface.subset(members))
+        node_t = star.t0 + 2.0 * np.pi * np.arange(n) / (n * omega[g])  # node j: turned by 2 pi j / N since t0
+        gstep = max(1, int(CHUNK_BYTES // (24 * 3 * k)))
+        for a in range(0, n, gstep):
+            w = _lc_weights(sub, star, node_t[a:a + gstep], band, None if factors is None else factors[members], limb)
+            diff[q, a:a + gstep, :k] = w[..., 1] - w[..., 0]
+            diff[q, a:a + gstep, m:m + k] = w[..., 2] - w[..., 0]
+            base[g, a:a + gstep] += w[..., 0].sum(axis=1)
+    pos = np.mod(omega[:, None] * (times[None, :] - star.t0) / (2.0 * np.pi), 1.0) * n
+    index = np.minimum(np.floor(pos).astype(np.int32), n - 1)
+    return LightCurveFit(**common, base=_device.asarray(base), diff=_device.asarray(diff),
+                         index=_device.asarray(index), frac=_device.asarray(pos - index),
+                         cells=_device.asarray(cells), piece_group=_device.asarray(piece_group),
+                         cell_count=int(n_cell))
+
+
+def _pieces(group, n_group: int) -> list[np.ndarray]:
+    """Each rotation group's cells cut into pieces of at most the mean group's size."""
+    size = int(np.ceil(group.size / n_group))
+    out = []
+    for g in range(n_group):
+        members = np.flatnonzero(group == g)
+        out += [members[a:a + size] for a in range(0, members.size, size)]
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class _Cells:
+    """Some cells of a grid (a rotation group), as :func:`_lc_weights` reads a grid."""
+
+    lat: np.ndarray
+    lon: np.ndarray
+    area: np.ndarray
+    n_cell: int
+    surface: object = None  # the distorted surface's rows of these cells (dopplermap.roche.Surface), or None
 
 
 def lightcurve_model(fssc, fssh, lc: LightCurveFit):
     """Model light curve (n_lc,), normalised by its mean; fssc, fssh: (n_cell,)."""
-    if lc.diff is not None:  # the folded weights: one (n_lc, 2 n_cell) product
+    if lc.cells is not None:  # phase nodes per rotation group, interpolated to the points (periodic)
+        f = jnp.concatenate([fssc[lc.cells], fssh[lc.cells]], axis=1)  # (n_piece, 2 M)
+        pv = jnp.einsum("pjm,pm->pj", lc.diff, f)  # (n_piece, N)
+        v = lc.base + jax.ops.segment_sum(pv, lc.piece_group, num_segments=lc.base.shape[0])  # (n_group, N)
+        nxt = jnp.where(lc.index + 1 == v.shape[1], 0, lc.index + 1)
+        flux = jnp.sum(jnp.take_along_axis(v, lc.index, axis=1) * (1.0 - lc.frac)
+                       + jnp.take_along_axis(v, nxt, axis=1) * lc.frac, axis=0)
+    elif lc.diff is not None:  # the folded weights: one (n_lc, 2 n_cell) product
         flux = lc.base + lc.diff @ jnp.concatenate([fssc, fssh])
     else:
         f = jnp.stack([1.0 - fssc - fssh, fssc, fssh], axis=1)
@@ -225,7 +455,12 @@ def lightcurve_residuals(fssc, fssh, lc: LightCurveFit):
 
 def model_residuals(model, lc: LightCurveFit):
     """Normalised residuals ``(obs - model) / err`` (n_lc,) of a mean-normalised model light
-    curve (the dilution profiled out if fitted)."""
+    curve (each segment's free scale and the dilution profiled out if fitted)."""
+    if lc.segment is not None:  # a free scale per segment, profiled out (weighted least squares)
+        w = 1.0 / lc.err**2
+        num = jax.ops.segment_sum(w * lc.flux * model, lc.segment, num_segments=lc.n_segment)
+        den = jax.ops.segment_sum(w * model * model, lc.segment, num_segments=lc.n_segment)
+        model = model * (num / den)[lc.segment]
     if lc.fit_dilution:
         w = 1.0 / lc.err**2
         dm_, do = model - 1.0, lc.flux - 1.0

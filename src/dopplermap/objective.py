@@ -92,7 +92,7 @@ from .units import to_epoch, to_unit
 from .windows import WindowedLightCurve, chi2_windowed_lightcurves, split_maps
 from .windows import time_coupling as coupling_of
 
-__all__ = ["Observations", "LineSets", "Layout", "Terms", "check_sets", "solve_form", "with_exact_numerator",
+__all__ = ["Observations", "LineSets", "NoLines", "Layout", "Terms", "check_sets", "solve_form", "with_exact_numerator",
            "set_chi2", "chi2", "sum_excess", "regulariser_value", "offset_sigmas", "offset_prior", "ObjectiveData",
            "data_terms", "objective_terms", "loss", "DEFAULT_PENALTY", "n_windows"]
 
@@ -226,6 +226,34 @@ class LineSets:
         return self.sets[0].edges
 
 
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True, eq=False)
+class NoLines:
+    """The line part of a problem without line profiles (light curves alone).
+
+    It has the surface (``cell_area``, ``edges``, for the regulariser) and no epoch: the
+    parameter vector is ``[fssc, fssh]`` (:class:`Layout` with ``n_epoch = 0``), there are
+    no observations (``obs`` is None) and the loss is the light curves' chi-square alone,
+    which the solvers also report as ``chi2``.
+    """
+
+    cell_area: jnp.ndarray
+    edges: jnp.ndarray
+
+    @classmethod
+    def of_grid(cls, grid) -> NoLines:
+        edges = np.asarray(grid.edges, dtype=np.int32).reshape(-1, 2)
+        return cls(cell_area=_device.asarray(np.asarray(grid.area, dtype=float)), edges=_device.asarray(edges))
+
+    @property
+    def n_cell(self) -> int:
+        return int(self.cell_area.shape[0])
+
+    @property
+    def n_epoch(self) -> int:
+        return 0
+
+
 def check_sets(pre: LineSets, obs) -> None:
     """Refuse observations that do not match their sets (a tuple, one :class:`Observations` each)."""
     if not isinstance(obs, (tuple, list)) or len(obs) != pre.n_sets:
@@ -245,6 +273,8 @@ def solve_form(pre, cube_dtype="float32", *, blocked: bool = False):
     """:func:`dopplermap.model.solve_form` of a model, or of each set of a :class:`LineSets`."""
     if isinstance(pre, LineSets):
         return dataclasses.replace(pre, sets=tuple(_solve_form(p, cube_dtype, blocked=blocked) for p in pre.sets))
+    if isinstance(pre, NoLines):
+        return pre
     return _solve_form(pre, cube_dtype, blocked=blocked)
 
 
@@ -253,6 +283,8 @@ def with_exact_numerator(solve_pre, pre, fssc, fssh):
     if isinstance(solve_pre, LineSets):
         return dataclasses.replace(solve_pre, sets=tuple(_with_exact_numerator(s, p, fssc, fssh)
                                                          for s, p in zip(solve_pre.sets, pre.sets, strict=True)))
+    if isinstance(solve_pre, NoLines):
+        return solve_pre
     return _with_exact_numerator(solve_pre, pre, fssc, fssh)
 
 
@@ -362,7 +394,11 @@ class Terms(NamedTuple):
 
 
 def _line_chi2(fssc, fssh, rv, amp, pre, obs):
-    """``(chi2, weighted, per_set, model)`` of one model or of a :class:`LineSets` (module docstring)."""
+    """``(chi2, weighted, per_set, model)`` of one model or of a :class:`LineSets` (module docstring);
+    zeros and no model for :class:`NoLines`."""
+    if isinstance(pre, NoLines):
+        zero = jnp.zeros((), fssc.dtype)
+        return zero, zero, None, None
     if not isinstance(pre, LineSets):
         model = forward(fssc, fssh, rv, amp, pre)
         c2 = chi2(model, obs)
@@ -477,6 +513,12 @@ class ObjectiveData:
         """The checked data of a solve: the weights are used (and checked) with a light curve
         only; ``offset_sigma`` as :func:`offset_sigmas` takes it; ``lmbd_time`` with time
         windows only (a static problem carries none)."""
+        if isinstance(pre, NoLines):
+            if lightcurve is None:
+                raise DopplermapInputError("a problem without line profiles needs a light curve to fit")
+            if offset_sigma is not None:
+                raise DopplermapInputError(f"offset_sigma {offset_sigma!r}: the offset prior is on the line profiles' "
+                                           "offsets, and this problem has no line profiles")
         sigma = offset_sigmas(pre, offset_sigma)
         sigma = None if sigma is None else _device.asarray(sigma, dtype=np.float64)
         lt = None
@@ -535,6 +577,8 @@ def data_terms(x, lmbd, pre: Precomputed, data: ObjectiveData, regulariser: str 
                                   else chi2_windowed_lightcurves(fssc, fssh, lightcurve)
                                   if isinstance(lightcurve, WindowedLightCurve)
                                   else chi2_lightcurves(fssc, fssh, lightcurve))
+    if isinstance(pre, NoLines):  # the light curves are the only data: their chi2 is the fit's (one map: static)
+        return data.lc_weight * c2_lc_w + lmbd * reg + pen, Terms(c2_lc, reg, pen, c2_lc, None, None, c2_lc_sets)
     line = c2_w if lightcurve is None else data.line_weight * c2_w + data.lc_weight * c2_lc_w
     total = line + lmbd * reg + pen
     if temporal is not None and data.lmbd_time is not None:

@@ -216,6 +216,9 @@ class Plan:
         """The plan of a synthesis form ``pre`` (one set, or a :class:`~dopplermap.objective.LineSets`'
         first set) solved at ``tol``."""
         sets = getattr(pre, "sets", None)
+        if not sets and not hasattr(pre, "line"):  # light curves alone: no synthesis form of line profiles
+            return cls(method="none (light curves alone)", cube_dtype=None, batch_form="folded",
+                       batch_mode="sequential", hvp_form="as solved", batch_hvps=False, accelerator=on_accelerator())
         line = (sets[0] if sets else pre).line
         dense = line.foldable
         dtype = cube_dtype("auto", tol) if dense else None

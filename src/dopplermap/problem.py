@@ -40,9 +40,18 @@ from .grid import SurfaceGrid, make_grid, with_surface
 from .io.lightcurve import load_lightcurve
 from .io.lsd import load_profiles, read_local_profile
 from .io.times import epoch_times
-from .lightcurve import LightCurveBand, LightCurveSet, precompute_lightcurve
+from .lightcurve import (
+    LC_MADD_RATE,
+    LC_WARN_WORK,
+    TYPICAL_EVALUATIONS,
+    LightCurveBand,
+    LightCurveSet,
+    auto_bin,
+    lightcurve_plan,
+    precompute_lightcurve,
+)
 from .model import Precomputed, precompute
-from .objective import Layout, LineSets, Observations, solve_form
+from .objective import Layout, LineSets, NoLines, Observations, solve_form
 from .plan import Plan
 from .profiles import Component, ComponentSet, LimbDarkening, gaussian, intensity_ratio, voigt
 from .simulate import DEMO_SPOTS, demo_setup, simulate
@@ -117,6 +126,7 @@ class LightCurveData:
     name: str = "lightcurve"
     weight: float = 1.0  # of this band among several (dopplermap.lightcurve.LightCurveSet)
     wavelength_nm: float | None = None  # gravity-darkening factors; None: GravityDarkening.lc_wavelength_nm
+    segment: np.ndarray | None = None  # (n_lc,) each point's segment (sector, file): a free scale each
 
     def __repr__(self) -> str:
         return compact(self, ("name", "times", "flux", "source"))
@@ -130,7 +140,8 @@ class LightCurveData:
         ``time_scale``, ``bin_width``, ...)."""
         data = load_lightcurve(source, **reading)
         return cls(times=data.time, flux=data.flux, err=data.err, band=band, fit_dilution=fit_dilution,
-                   source=data.source, read=data, name=name, weight=weight, wavelength_nm=wavelength_nm)
+                   source=data.source, read=data, name=name, weight=weight, wavelength_nm=wavelength_nm,
+                   segment=data.segment)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -234,10 +245,21 @@ class Problem:
             if self.grid is None or self.star is None:
                 raise DopplermapInputError(f"{self.source}: a problem needs a grid and a star (or a given form)")
             single = (self.obs is not None, self.components is not None)
-            if (self.lines and any(single)) or (not self.lines and not all(single)):
+            if self.photometry_only:
+                if self.method != "auto" or self.rv_shift != "interpolate":
+                    raise DopplermapInputError(f"{self.source}: method and rv_shift choose how line profiles are "
+                                               "synthesised; a problem of light curves alone has none")
+                if self.settings.offset_sigma is not None:
+                    raise DopplermapInputError(f"{self.source}: offset_sigma is a prior on the line profiles' "
+                                               "offsets; a problem of light curves alone has none")
+                if self.windows is not None:  # the map of light curves alone is one static map
+                    raise DopplermapInputError(f"{self.source}: time windows need line profiles; a problem of "
+                                               "light curves alone fits one map (remove the [map] windows)")
+            elif (self.lines and any(single)) or (not self.lines and not all(single)):
                 what = "both" if self.lines else "neither" if not any(single) else "only one of obs and components"
-                raise DopplermapInputError(f"{self.source}: give obs and components (one line data set) or lines "
-                                           f"(several line data sets), got {what}")
+                raise DopplermapInputError(f"{self.source}: give obs and components (one line data set), lines "
+                                           f"(several line data sets) or light curves alone (lightcurve_data), "
+                                           f"got {what}")
         else:
             if self.lines or self.obs is None:
                 raise DopplermapInputError(f"{self.source}: a problem with a given synthesis form needs its one "
@@ -264,6 +286,14 @@ class Problem:
         return float(self.gravity.mass) if self.gravity is not None else None
 
     @property
+    def photometry_only(self) -> bool:
+        """Whether the problem fits light curves alone (no line profiles: ``obs``,
+        ``components`` and ``lines`` absent, ``lightcurve_data`` given). Its map is a
+        longitude / contrast map: see :data:`PHOTOMETRY_LIMITS`."""
+        return (self.form is None and self.obs is None and self.components is None and not self.lines
+                and self.lightcurve_data is not None)
+
+    @property
     def multi(self) -> bool:
         """Whether the problem has several line data sets (``lines``)."""
         return bool(self.lines)
@@ -277,6 +307,9 @@ class Problem:
     def intensities(self) -> tuple[float, float, float] | None:
         """Continuum intensities (phot, cool, hot) of the line band (several sets: the first
         set's), for the brightness map; None for a given form (the seed's files)."""
+        if self.photometry_only:  # the (first) light-curve band's
+            d = self.lightcurve_data if isinstance(self.lightcurve_data, LightCurveData) else self.lightcurve_data[0]
+            return tuple(float(x) for x in d.band.intensity)
         comps = self.lines[0].components if self.lines else self.components
         return None if comps is None else tuple(float(c.intensity) for c in comps)
 
@@ -323,6 +356,8 @@ class Problem:
                                       where=f"{self.source}: windows")
         if self.form is not None:
             return self._windowed(self.form, self.obs, self.source)
+        if self.photometry_only:
+            return NoLines.of_grid(self.grid)
         if not self.lines:
             return self._windowed(self._precompute(self.obs, self.components), self.obs, self.source)
         return LineSets.create([self._windowed(self._precompute(ld.obs, ld.components, ld.wavelength_nm), ld.obs,
@@ -377,6 +412,7 @@ class Problem:
         d = self.lightcurve_data
         if d is None:
             return None
+        self._warn_lightcurve_cost()
         if isinstance(d, LightCurveData):
             fit = self._lightcurve(d)
         else:
@@ -387,12 +423,64 @@ class Problem:
         # each point reads its window's map (dopplermap.windows)
         return WindowedLightCurve.create(fit, self.windows, where=f"{self.source}: light curve")
 
+    @property
+    def lightcurve_bands(self) -> tuple[LightCurveData, ...]:
+        """The light curves (one per band), ``()`` without."""
+        d = self.lightcurve_data
+        return () if d is None else (d,) if isinstance(d, LightCurveData) else tuple(d)
+
+    def lightcurve_estimate(self) -> dict | None:
+        """What the light-curve model will cost, before it is built: ``rows`` (its phase nodes
+        or points, all bands), ``bytes`` (held), ``work`` (multiply-adds per evaluation, value
+        and gradient), ``seconds`` (over :data:`~dopplermap.lightcurve.TYPICAL_EVALUATIONS`
+        evaluations at :data:`~dopplermap.lightcurve.LC_MADD_RATE`), ``line_work`` (the line
+        profiles' dense-equivalent multiply-adds per evaluation, 0 without) and ``points``;
+        None without a light curve."""
+        if self.lightcurve_data is None:
+            return None
+        n_cell = self.grid.n_cell
+        plans = [lightcurve_plan(self.grid, self.star, np.asarray(d.err) / np.mean(d.flux), d.flux.size,
+                                at_times=self.windows is not None)
+                 for d in self.lightcurve_bands]
+        work = sum(p["work"] for p in plans)
+        obs = () if self.observations is None else (
+            self.observations if isinstance(self.observations, tuple) else (self.observations,))
+        return dict(points=sum(d.flux.size for d in self.lightcurve_bands), rows=sum(p["rows"] for p in plans),
+                    nodes=sum(p["nodes"] or 0 for p in plans), bytes=sum(p["bytes"] for p in plans), work=work,
+                    seconds=TYPICAL_EVALUATIONS * work / LC_MADD_RATE,
+                    line_work=sum(4.0 * int(np.size(o.flux)) * n_cell for o in obs))
+
+    def _warn_lightcurve_cost(self) -> None:
+        """Warn when unbinned light curves will cost more per evaluation than the line
+        profiles (light curves alone: more than ten times their ``bin = "auto"`` points), and
+        more than :data:`~dopplermap.lightcurve.LC_WARN_WORK` multiply-adds."""
+        est = self.lightcurve_estimate()
+        unbinned = [d for d in self.lightcurve_bands if d.read is None or not d.read.binned]
+        if not unbinned:
+            return
+        if self.photometry_only:
+            width, unit = auto_bin(self.grid.n_cell, self.star.period, float(self.star.domega))
+            enough = 10 * (math.ceil(1.0 / width) if unit == "phase" else
+                           sum(math.ceil(np.ptp(np.asarray(d.times)) / width) + 1 for d in unbinned))
+            heavy = est["rows"] > enough
+            versus = f"more than ten times the {enough // 10} points of bin = \"auto\""
+        else:
+            heavy = est["work"] > est["line_work"]
+            versus = (f"{est['work'] / max(est['line_work'], 1.0):.3g} times the line profiles' "
+                      f"({est['line_work']:.3g})")
+        if heavy and est["work"] > LC_WARN_WORK:
+            names = ", ".join(d.source for d in unbinned)
+            warn(f"{self.source}: the unbinned light curve(s) {names} dominate the cost: {est['points']} points as "
+                 f"{est['rows']} model rows x {self.grid.n_cell} cells, {est['work']:.3g} multiply-adds per "
+                 f"evaluation, {versus}; bin them (bin = \"auto\": the resolution the map can use)")
+
     def _lightcurve(self, d: LightCurveData):
         factors = self.lc_factors
         if self.gravity is not None and d.wavelength_nm is not None:
             factors = self._factors(d.wavelength_nm)
         return precompute_lightcurve(self.grid, self.star, d.times, d.flux, d.err, d.band,
-                                     cell_factors=factors, source=d.source, fit_dilution=d.fit_dilution)
+                                     cell_factors=factors, source=d.source, fit_dilution=d.fit_dilution,
+                                     segment=d.segment, at_times=self.windows is not None)
 
     # ------------------------------------------------------------------ variations
 
@@ -421,7 +509,9 @@ class Problem:
 
     @property
     def set_names(self) -> tuple[str, ...]:
-        """The line data sets' names (``("lines",)`` for one set)."""
+        """The line data sets' names (``("lines",)`` for one set, ``()`` for light curves alone)."""
+        if self.photometry_only:
+            return ()
         return tuple(ld.name for ld in self.lines) if self.lines else ("lines",)
 
     def scale_errors(self, scales) -> Problem:
@@ -565,23 +655,26 @@ def _atmosphere_limb_darkening(cfg, lcc, star) -> list:
 
 
 def _read_lightcurve(cfg, star, profile_times, path, fmt, column, unit, time_scale, bin_width, bin_unit, fallback,
-                     quality):
-    return load_lightcurve(cfg.path(path), fmt=fmt, column=column, unit=unit, time_scale=time_scale,
+                     quality, n_cell):
+    if bin_width == "auto":  # the resolution the map can use (dopplermap.lightcurve.auto_bin)
+        bin_width, bin_unit = auto_bin(n_cell, star.period, float(star.domega))
+    path = [cfg.path(p) for p in path] if isinstance(path, tuple) else cfg.path(path)
+    return load_lightcurve(path, fmt=fmt, column=column, unit=unit, time_scale=time_scale,
                            fallback_time_scale=fallback, ra=cfg.star.ra, dec=cfg.star.dec, bin_width=bin_width,
                            bin_unit=bin_unit, period=star.period, t0=star.t0, profile_times=profile_times,
                            quality_bitmask=quality)
 
 
-def _lightcurve_data(cfg, star, profile_times, time_scale):
+def _lightcurve_data(cfg, star, profile_times, time_scale, n_cell):
     """The ``[data] lightcurve`` (a LightCurveData), the ``[[lightcurves]]`` (a tuple) or None."""
     if cfg.lightcurves:
         out = []
         for lc in cfg.lightcurves:
             data = _read_lightcurve(cfg, star, profile_times, lc.file, lc.format, lc.column, lc.unit, lc.time_scale,
-                                    lc.bin, lc.bin_unit, time_scale, lc.quality_bitmask)
+                                    lc.bin, lc.bin_unit, time_scale, lc.quality_bitmask, n_cell)
             out.append(LightCurveData(times=data.time, flux=data.flux, err=data.err, band=_band(cfg, lc, star),
                                       fit_dilution=lc.fit_dilution, source=data.source, read=data, name=lc.name,
-                                      weight=lc.weight, wavelength_nm=lc.wavelength_nm))
+                                      weight=lc.weight, wavelength_nm=lc.wavelength_nm, segment=data.segment))
         return tuple(out)
     d = cfg.data
     if d is None or d.lightcurve is None:
@@ -589,9 +682,9 @@ def _lightcurve_data(cfg, star, profile_times, time_scale):
     lcc = cfg.lightcurve
     data = _read_lightcurve(cfg, star, profile_times, d.lightcurve, d.lightcurve_format, d.lightcurve_column,
                             d.lightcurve_unit, d.lightcurve_time_scale, d.lightcurve_bin, d.lightcurve_bin_unit,
-                            d.time_scale, d.lightcurve_quality_bitmask)
+                            d.time_scale, d.lightcurve_quality_bitmask, n_cell)
     return LightCurveData(times=data.time, flux=data.flux, err=data.err, band=_band(cfg, lcc, star),
-                          fit_dilution=lcc.fit_dilution, source=data.source, read=data)
+                          fit_dilution=lcc.fit_dilution, source=data.source, read=data, segment=data.segment)
 
 
 def _check_config_values(cfg) -> None:
@@ -661,10 +754,16 @@ def _from_config(cfg) -> Problem:
         obs = Observations.create(times, obs.vels, obs.flux, obs.err, source=where)
         sets.append(LineData(obs=obs, components=_line_components(cfg, ls.line), name=ls.name, weight=ls.weight,
                              wavelength_nm=float(ls.line.wavelength_nm), files=tuple(files)))
+    if not sets:  # light curves alone: t0 from its declared scale (else the [data] time_scale, else BJD_TDB)
+        scale = cfg.data.time_scale if cfg.data is not None else "BJD_TDB"
+        _, t0 = epoch_times(np.zeros(0), s.t0, time_scale=scale, t0_scale=s.t0_scale, ra=s.ra, dec=s.dec,
+                            period=s.period, where=cfg.source)
     if cfg.lines:
         _warn_reused_files(cfg.source, "[[lines]]", {ld.name: ld.files for ld in sets})
     if cfg.lightcurves:
-        _warn_reused_files(cfg.source, "[[lightcurves]]", {lc.name: [cfg.path(lc.file)] for lc in cfg.lightcurves})
+        _warn_reused_files(cfg.source, "[[lightcurves]]",
+                           {lc.name: [cfg.path(f) for f in (lc.file if isinstance(lc.file, tuple) else (lc.file,))]
+                            for lc in cfg.lightcurves})
     star = StarParams(inclination=s.inclination, vsini=s.vsini, period=s.period, t0=t0, domega=s.domega,
                       radius=s.radius, name=s.name)
     # [data] error_scale: a factor, the continuum's scatter, or pending (dopplermap.search.apply_error_scale)
@@ -676,11 +775,13 @@ def _from_config(cfg) -> Problem:
             for ld, e in zip(sets, scales, strict=True)]
     scales = tuple(e for e in scales if e is not None)
     temps = (cfg.temperatures.phot, cfg.temperatures.cool, cfg.temperatures.hot)
-    first = cfg.line_sets()[0]
+    first = cfg.line_sets()[0] if sets else None
+    lc_nm = cfg.lightcurves[0].wavelength_nm if cfg.lightcurves else cfg.lightcurve.wavelength_nm
+    line_nm = first.line.wavelength_nm if first is not None else lc_nm
     gravity = None
     if cfg.gravity_darkening.enabled:
         gravity = GravityDarkening(mass=s.mass, beta=cfg.gravity_darkening.beta, temperatures=temps,
-                                   line_wavelength_nm=first.line.wavelength_nm,
+                                   line_wavelength_nm=line_nm,
                                    lc_wavelength_nm=cfg.lightcurve.wavelength_nm, law=cfg.gravity_darkening.law)
     inv = cfg.inversion
     # each set's offsets get its own [[lines]] offset_sigma, else the [inversion] one
@@ -691,15 +792,17 @@ def _from_config(cfg) -> Problem:
                         offset_sigma=None if all(v is None for v in sigmas) else
                         sigmas[0] if len(sigmas) == 1 else sigmas, lmbd_time=cfg.map.lmbd_time,
                         time_coupling=cfg.map.time_coupling)
-    profile_times = np.concatenate([np.asarray(ld.obs.times) for ld in sets])
-    lc = _lightcurve_data(cfg, star, profile_times, first.data.time_scale)
+    profile_times = np.concatenate([np.asarray(ld.obs.times) for ld in sets]) if sets else None
+    grid = make_grid(cfg.grid.kind, cfg.grid.n_cell, cfg.grid.nside)
+    lc = _lightcurve_data(cfg, star, profile_times, first.data.time_scale if first is not None else
+                          (cfg.data.time_scale if cfg.data is not None else "BJD_TDB"), grid.n_cell)
     # the windows span every epoch and every light-curve point
     lc_times = [np.asarray(d.times) for d in (lc if isinstance(lc, tuple) else (lc,)) if d is not None]
-    windows = _windows(cfg.map, star, np.concatenate([profile_times, *lc_times]), cfg.source)
+    all_times = [t for t in ([] if profile_times is None else [profile_times]) + lc_times]
+    windows = _windows(cfg.map, star, np.concatenate(all_times), cfg.source) if all_times else None
     if isinstance(lc, tuple) and len(lc) == 1:  # one band: the plain joint fit, its weight on lc_weight
         settings = settings.replace(lc_weight=settings.lc_weight * lc[0].weight)
         lc = lc[0]
-    grid = make_grid(cfg.grid.kind, cfg.grid.n_cell, cfg.grid.nside)
     if s.shape == "roche":
         if not s.mass_ratio and s.mass is None:
             raise DopplermapInputError(f"{cfg.source}: [star] shape = 'roche' of a single star needs [star] mass "
@@ -708,7 +811,12 @@ def _from_config(cfg) -> Problem:
                                                sync=s.synchronicity))
     common = dict(grid=grid, star=star, method=inv.method,
                   rv_shift=inv.rv_shift, gravity=gravity, lightcurve_data=lc, t_phot=float(temps[0]),
-                  wavelength_nm=float(first.line.wavelength_nm), source=cfg.source, mass=s.mass, windows=windows)
+                  wavelength_nm=float(line_nm), source=cfg.source, mass=s.mass, windows=windows)
+    if not sets:  # light curves alone: no line synthesis, no offsets
+        if lc is None:
+            raise DopplermapInputError(f"{cfg.source}: no data to fit: give [data] profiles (line profiles) and/or a "
+                                       "light curve ([data] lightcurve or [[lightcurves]] tables)")
+        return Problem(obs=None, components=None, settings=settings, **common)
     if len(sets) == 1:  # one set (also one [[lines]] table): the plain problem, its weight on line_weight
         one = sets[0]
         if cfg.lines:

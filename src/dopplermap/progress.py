@@ -95,6 +95,14 @@ class Reporter:
             self._progress.update(task, total=1, completed=1, info=info, mark=mark)
             self._progress.stop_task(task)
 
+    def note(self, text: str) -> None:
+        """A finished line of information (an estimate, a choice made) among the steps."""
+        log.info("%s", text)
+        task = self._add(text)
+        if self._progress is not None and task is not None:
+            self._progress.update(task, total=1, completed=1, info="", mark="•")
+            self._progress.stop_task(task)
+
     @contextlib.contextmanager
     def step(self, name: str):
         """Show ``name`` with a spinner while the block runs; records and logs its time."""
@@ -252,7 +260,10 @@ class _LineProgress:
         name = Text.from_markup(t["description"]).plain
         info = Text.from_markup(t["info"]).plain
         info = re.sub(r"^[0-9.]+ s\s*", "", info)  # a step's own time: already in the line
-        line = f"{'✗' if failed else '✓'} {name:<24} {dt:8.2f} s  {info}".rstrip()
+        if "•" in t.get("mark", ""):  # a note: no time of its own
+            line = f"• {name}"
+        else:
+            line = f"{'✗' if failed else '✓'} {name:<24} {dt:8.2f} s  {info}".rstrip()
         stream = self._stream if self._stream is not None else sys.stderr  # at write time: redirections apply
         enc = getattr(stream, "encoding", None) or "utf-8"
         try:

@@ -70,6 +70,12 @@ class Surface:
     omega_kepler: float | None = None
     kind: str = "roche"
 
+    def subset(self, cells) -> Surface:
+        """The rows of ``cells`` (an index array), the model's parameters unchanged."""
+        idx = np.asarray(cells)
+        return dataclasses.replace(self, position=self.position[idx], normal=self.normal[idx],
+                                   area=self.area[idx], gravity=self.gravity[idx])
+
     @property
     def n_cell(self) -> int:
         return int(self.area.shape[0])

@@ -598,6 +598,10 @@ def _scaled(profile: LocalProfile, s: float) -> LocalProfile:
 def apply_parameters(problem: Problem, params: dict) -> tuple[StarParams, ComponentSet]:
     """Star and components of ``problem`` with grid parameters ``params`` substituted."""
     problem.single("the grid search")
+    if problem.photometry_only:  # each point is a line-profile fit (its synthesis, its chi2)
+        raise DopplermapInputError(f"{problem.source}: the grid search compares fits to line profiles; this problem "
+                                   "has light curves alone (their map is a longitude / contrast map): map one star "
+                                   "with dopplermap invert")
     unknown = sorted(set(params) - set(GRID_PARAMETERS))
     if unknown:
         raise DopplermapInputError(f"unknown grid parameter(s) {unknown}; known: {sorted(GRID_PARAMETERS)}")

@@ -21,7 +21,7 @@ from ..compiled import call_cached
 from ..figure_process import submit
 from ..io import results as _files
 from ..model import Precomputed, forward
-from ..objective import LineSets
+from ..objective import LineSets, NoLines
 from ..plot import plot_result
 from ..report import write_report
 
@@ -43,7 +43,7 @@ def spotless_model(pre: Precomputed, rv, amp) -> np.ndarray:
 def with_context(result, *, pre: Precomputed | None = None, **context):
     """:func:`dopplermap.io.results.with_context`, plus ``pre``: with it the spotless model
     (:func:`spotless_model` at the result's rv and amp) is added."""
-    if pre is not None:
+    if pre is not None and not isinstance(pre, NoLines):  # light curves alone: no profiles
         context["spotless"] = spotless_model(pre, result.rv, result.amp)
     return _files.with_context(result, **context)
 

@@ -17,7 +17,8 @@ from ..errors import DopplermapInputError
 from ..errorscale import describe_all, summarise
 from ..figure_process import FigureProcess
 from ..io.results import prefetch_writers
-from ..lightcurve import LightCurveFit, lightcurve_model
+from ..lightcurve import PHOTOMETRY_LIMITS, LightCurveFit, lightcurve_residuals
+from ..memory import format_bytes
 from ..plot import central_meridians, fitted_components, plot_uncertainty
 from ..problem import from_config
 from ..progress import Reporter
@@ -27,7 +28,8 @@ from ..style import save_figure
 from ..windows import WindowedLightCurve, windowed_lightcurve_models
 from .folders import save_result, with_context
 
-__all__ = ["run_target", "summary_line", "error_scale_line", "band_line", "band_values", "uncertainty_writers"]
+__all__ = ["run_target", "summary_line", "error_scale_line", "estimate_line", "band_line", "band_values",
+           "uncertainty_writers"]
 
 
 def summary_line(s: dict) -> str:
@@ -37,6 +39,13 @@ def summary_line(s: dict) -> str:
     sets += "".join(f"  chi2(lc {k}) {v:.4f}" for k, v in (s.get("chi2_lc_sets") or {}).items())
     return (f"chi2 {s['chi2']:.4f}{lc}{sets}  iterations {s['iterations']}  {s['stop_reason']}  "
             f"solve {s['solve_time']:.2f} s")
+
+
+def estimate_line(est: dict, n_cell: int) -> str:
+    """The estimate of the light-curve model's cost printed before the solve."""
+    nodes = f" on {est['rows']} phase nodes" if est["nodes"] else ""
+    return (f"light curve: {est['points']} points{nodes} x {n_cell} cells: model about "
+            f"{format_bytes(est['bytes'])}, about {est['seconds']:.2g} s of the solve")
 
 
 def error_scale_line(s: dict) -> str | None:
@@ -172,10 +181,16 @@ def run_target(cfg, out: Path, *, plots: bool = True, quiet: bool = True, config
     if methods and cfg.lines and len(cfg.lines) > 1:  # before any work
         raise DopplermapInputError(f"{cfg.source}: [uncertainty] methods {list(methods)} handle one line data set; "
                                    f"this target has {len(cfg.lines)} ([[lines]]): set methods = []")
+    if methods and cfg.photometry_only:
+        raise DopplermapInputError(f"{cfg.source}: [uncertainty] methods {list(methods)} give the uncertainty of a "
+                                   "map fitted to line profiles; this target has light curves alone: set methods = []")
     inv = cfg.inversion
     with Reporter(quiet=quiet) as rep:
         with rep.step("read + precompute"):
             prob = from_config(cfg)
+            est = prob.lightcurve_estimate()
+            if est is not None:  # before the light-curve model is built (its size guard refuses past the limit)
+                rep.note(estimate_line(est, prob.grid.n_cell))
             pre, lc = prob.pre, prob.lightcurve  # built here, once
         if any(e.pending for e in prob.error_scale):  # [data] error_scale from the residuals of a fit
             with rep.step("error scale (4 fits)"):
@@ -197,8 +212,10 @@ def run_target(cfg, out: Path, *, plots: bool = True, quiet: bool = True, config
             fssc, fssh = np.asarray(res.fssc, dtype=np.float64), np.asarray(res.fssh, dtype=np.float64)
 
             def band(b, name=None):
+                # the model as fitted (with the segments' scales and the dilution): obs - residual x err
+                resid = np.asarray(call_cached("lightcurve_residuals", lightcurve_residuals, fssc, fssh, b))
                 out = {"times": np.asarray(b.times), "flux": np.asarray(b.flux), "err": np.asarray(b.err),
-                       "model": np.asarray(call_cached("lightcurve_model", lightcurve_model, fssc, fssh, b))}
+                       "model": np.asarray(b.flux) - resid * np.asarray(b.err)}
                 return out if name is None else {"name": name, **out}
 
             if isinstance(lc, WindowedLightCurve):  # each point from its window's map
@@ -218,7 +235,10 @@ def run_target(cfg, out: Path, *, plots: bool = True, quiet: bool = True, config
             unc_scalars["uncertainty_note"] = "line profiles only (the light curve is not part of the uncertainty)"
         config = {"command": "invert", **dataclasses.asdict(cfg), "overrides": dict(overrides or {})}
         sets = cfg.line_sets()
-        if prob.multi:  # per set: epochs, velocities, synthesis method, macroturbulence
+        if prob.photometry_only:  # no line profiles: say what the map can and cannot tell
+            per_set = {"n_epoch": 0, "n_vel": None, "method": None, "macroturbulence": None,
+                       "constraints": PHOTOMETRY_LIMITS}
+        elif prob.multi:  # per set: epochs, velocities, synthesis method, macroturbulence
             per_set = {"n_epoch": sum(o.n_epoch for o in obs), "n_vel": None,
                        "method": ",".join(dict.fromkeys(p.line.kind for p in pre.sets)),
                        "macroturbulence": None,
@@ -232,6 +252,7 @@ def run_target(cfg, out: Path, *, plots: bool = True, quiet: bool = True, config
         extra = dict(target=cfg.source, n_files=len(prob.files), n_cell=grid.n_cell, **per_set,
                      error_scale=summarise(prob.error_scale),
                      n_lc=None if lc is None else lc.n_lc, gravity_darkening=cfg.gravity_darkening.enabled,
+                     lc_estimate=None if est is None else {k: float(v) for k, v in est.items()},
                      plan=prob.plan.describe(), setup_time=t_setup, total_time=time.perf_counter() - t0,
                      **unc_scalars)
         if prob.windows is not None:
@@ -244,6 +265,7 @@ def run_target(cfg, out: Path, *, plots: bool = True, quiet: bool = True, config
             extra.update(lc_cadences=lcd.n_read if lcd.n_read is not None else lcd.n_points,
                          lc_dropped_quality=lcd.n_quality, lc_dropped_by_flag=dict(lcd.dropped_by_flag),
                          lc_quality_bitmask=lcd.quality_bitmask, lc_dropped_nan=lcd.n_invalid, lc_points=lcd.n_points,
+                         lc_segments=[dict(sg) for sg in lcd.segments] or None, lc_gaps_days=lcd.gaps or None,
                          lc_note=(f"{lcds[0].name}: " if len(lcds) > 1 else "") + lcd.describe())
         elif reads:
             extra.update(lc_points=sum(r.n_points for r in reads),
@@ -252,7 +274,8 @@ def run_target(cfg, out: Path, *, plots: bool = True, quiet: bool = True, config
                                         d.read.n_points, dropped_quality=d.read.n_quality,
                                         dropped_by_flag=dict(d.read.dropped_by_flag),
                                         quality_bitmask=d.read.quality_bitmask, dropped_nan=d.read.n_invalid,
-                                        points=d.read.n_points) for d in lcds if d.read is not None])
+                                        points=d.read.n_points, segments=[dict(sg) for sg in d.read.segments] or None,
+                                        gaps_days=d.read.gaps or None) for d in lcds if d.read is not None])
         with rep.step("write results" + (" + figures" if plots else "")):
             res = with_context(res, grid=grid, star=prob.star, obs=obs, pre=pre, light_curve=light_curve, config=config,
                                extra=extra)

@@ -68,6 +68,8 @@ def register(group):
             click.echo(error_scale_line(s))
         if s.get("plan"):
             click.echo(f"plan: {s['plan']}")
+        if s.get("constraints"):
+            click.echo(f"note: {s['constraints']}")
         if s.get("lc_note"):
             click.echo(f"light curve {s['lc_note']}")
         if band_line(s):

@@ -83,7 +83,8 @@ from .quality import apply_bitmask, check_bitmask, mission_flags, resolve_bitmas
 from .times import TimeScale, check_time_overlap, parse_time_scale, to_internal
 
 __all__ = ["LightCurveData", "read_lightcurve", "from_lightkurve", "is_lightcurve_object", "bin_lightcurve",
-           "load_lightcurve", "write_lightcurve", "DROPPED_WARN_FRACTION", "LONG_LIGHTCURVE"]
+           "load_lightcurve", "write_lightcurve", "DROPPED_WARN_FRACTION", "GAP_DAYS",
+           "join_segments"]
 
 _T_NAMES = ("time", "t", "bjd", "hjd", "jd", "mjd", "bjd_tdb", "btjd", "bkjd")
 _F_NAMES = ("flux", "f", "mag_flux", "pdcsap_flux", "sap_flux", "rel_flux", "mag", "magnitude")
@@ -92,8 +93,8 @@ _FITS_EXT = (".fits", ".fit", ".fts", ".fits.gz", ".fit.gz")
 _SPLIT = re.compile(r"[,\s;]+")
 #: above this fraction of dropped cadences a mission light curve gets a warning
 DROPPED_WARN_FRACTION = 0.2
-#: unbinned light curves longer than this get a warning (their dense model weights grow with it)
-LONG_LIGHTCURVE = 20000
+#: gaps in a light curve longer than this (days) are reported
+GAP_DAYS = 0.5
 _FRAME_OF = {"SOLARSYSTEM": "barycentric", "BARYCENTER": "barycentric", "BARYCENTRIC": "barycentric",
              "HELIOCENTER": "heliocentric", "HELIOCENTRIC": "heliocentric", "GEOCENTER": "geocentric",
              "GEOCENTRIC": "geocentric"}
@@ -141,6 +142,14 @@ class LightCurveData:
     quality_bitmask: str | None = None
     dropped_by_flag: dict = dataclasses.field(default_factory=dict)
     note: str | None = None
+    segment: np.ndarray | None = None
+    segments: tuple = ()
+
+    @property
+    def gaps(self) -> list[float]:
+        """Gaps (days) longer than :data:`GAP_DAYS` between consecutive points, longest first."""
+        d = np.diff(np.sort(self.time))
+        return sorted((float(x) for x in d[d > GAP_DAYS]), reverse=True)
 
     @property
     def n_points(self) -> int:
@@ -167,6 +176,12 @@ class LightCurveData:
                          f"NaN {self.n_invalid})")
         if self.binned:
             parts.append(f"binned in {self.binned}")
+        if self.segments:
+            parts.append(f"{len(self.segments)} segments (sectors), each with a free scale")
+        gaps = self.gaps
+        if gaps:
+            longest = ", ".join(f"{g:.3g} d" for g in gaps[:3])
+            parts.append(f"{len(gaps)} gap(s) over {GAP_DAYS:g} d (longest {longest})")
         return ", ".join(parts) + f"; {self.n_points} points fitted"
 
 
@@ -728,7 +743,16 @@ def from_lightkurve(obj, *, column: str = "auto", unit: str = "flux", time_scale
             raise DopplermapInputError(bad or f"{where}: item {i + 1} is a {type(m).__name__}, not a light curve")
     if not members:
         raise DopplermapInputError(f"{where}: no light curves")
-    parts = [_read_object(m, **kw) for m in members]
+    return join_segments([_read_object(m, **kw) for m in members], where, free_scale=False)
+
+
+def join_segments(parts, where: str, *, free_scale: bool = True) -> LightCurveData:
+    """Light curves of one band (sectors, quarters, files) joined in time order, each
+    divided by its mean flux; each keeps its own time system (read from its own keywords).
+
+    ``free_scale``: record each part as a segment (``segment``, ``segments``), which the
+    light-curve model gives a free scale (:mod:`dopplermap.lightcurve`); otherwise the parts
+    are only divided by their means."""
     ranges = sorted((p.time[0], p.time[-1], p.source) for p in parts)
     for (_a0, a1, an), (b0, _b1, bn) in zip(ranges, ranges[1:], strict=False):
         if b0 < a1:
@@ -743,6 +767,9 @@ def from_lightkurve(obj, *, column: str = "auto", unit: str = "flux", time_scale
         err.append(p.err / mean)
     t = np.concatenate([p.time for p in parts])
     order = np.argsort(t, kind="stable")
+    seg = np.concatenate([np.full(p.n_points, i, dtype=np.int32) for i, p in enumerate(parts)])[order]
+    segments = tuple(dict(source=p.source, start=float(p.time.min()), end=float(p.time.max()), points=p.n_points,
+                          time_scale=p.time_scale, binned=p.binned) for p in parts) if free_scale else ()
     by_flag = {}
     for p in parts:
         for k, v in p.dropped_by_flag.items():
@@ -751,11 +778,15 @@ def from_lightkurve(obj, *, column: str = "auto", unit: str = "flux", time_scale
     columns = list(dict.fromkeys(p.column for p in parts))
     return LightCurveData(time=t[order], flux=np.concatenate(flux)[order], err=np.concatenate(err)[order],
                           source=f"{where} ({'; '.join(p.source for p in parts)})",
-                          n_read=sum(p.n_read for p in parts), n_quality=sum(p.n_quality for p in parts),
-                          n_invalid=sum(p.n_invalid for p in parts), column=", ".join(columns),
+                          n_read=sum(p.n_points if p.n_read is None else p.n_read for p in parts),
+                          n_quality=sum(p.n_quality for p in parts),
+                          n_invalid=sum(p.n_invalid for p in parts), column=", ".join(c for c in columns if c) or None,
                           time_scale="; ".join(dict.fromkeys(p.time_scale for p in parts)), unit=parts[0].unit,
                           quality_bitmask="; ".join(labels) or None, dropped_by_flag=by_flag,
-                          note=f"{len(parts)} light curves joined, each divided by its mean flux")
+                          binned="; ".join(dict.fromkeys(p.binned for p in parts if p.binned)) or None,
+                          note=(f"{len(parts)} light curves joined, each divided by its mean flux" if not free_scale
+                                else None),
+                          segment=seg if free_scale else None, segments=segments)
 
 
 def read_lightcurve(source, fmt: str = "auto", *, column: str = "auto", unit: str = "flux", time_scale=None,
@@ -825,6 +856,9 @@ def bin_lightcurve(data: LightCurveData, width: float, *, unit: str = "d", perio
     if not (isinstance(width, (int, float)) and math.isfinite(width) and width > 0):
         raise DopplermapInputError(f"lightcurve_bin must be > 0, got {width!r}")
     check(unit, BIN_UNITS, "lightcurve_bin_unit")
+    if data.segment is not None:  # the bins would mix segments of different scales
+        raise DopplermapInputError(f"{data.source}: bin each segment (file) before joining them (load_lightcurve "
+                                   "with a list of files and bin_width does so)")
     t, f, e = data.time, data.flux, data.err
     w = 1.0 / e**2
     if unit == "d":
@@ -859,16 +893,25 @@ def load_lightcurve(source, *, fmt: str = "auto", column: str = "auto", unit: st
     """Read (:func:`read_lightcurve`: a file or a lightkurve object), check against the profile
     epochs (:func:`dopplermap.io.times.check_time_overlap`) and bin (:func:`bin_lightcurve`):
     the problem builder's one call. ``period``, ``t0``: the star's (days, BJD_TDB)."""
+    if isinstance(source, (list, tuple)) and source and all(isinstance(x, (str, Path)) for x in source):
+        # several files of one band (sectors, quarters): each read with its own keywords and
+        # binned on its own, then joined with a free scale each
+        kw = dict(fmt=fmt, column=column, unit=unit, time_scale=time_scale, fallback_time_scale=fallback_time_scale,
+                  ra=ra, dec=dec, bin_width=bin_width, bin_unit=bin_unit, period=period, t0=t0,
+                  profile_times=None, quality_bitmask=quality_bitmask)
+        parts = [load_lightcurve(x, **kw) for x in source]
+        if len(parts) == 1:
+            return parts[0]
+        data = join_segments(parts, f"{len(parts)} files")
+        if profile_times is not None:
+            check_time_overlap(profile_times, data.time, period=period, where=data.source)
+        return data
     data = read_lightcurve(source, fmt, column=column, unit=unit, time_scale=time_scale,
                            fallback_time_scale=fallback_time_scale, ra=ra, dec=dec, quality_bitmask=quality_bitmask)
     if profile_times is not None:
         check_time_overlap(profile_times, data.time, period=period, where=data.source)
     if bin_width is not None:
         data = bin_lightcurve(data, bin_width, unit=bin_unit, period=period, t0=t0)
-    elif data.n_points > LONG_LIGHTCURVE:
-        warn(f"{data.source}: {data.n_points} light-curve points are fitted unbinned; the light-curve model keeps "
-             f"{data.n_points} x n_cell x 3 weights ({data.n_points * 24 / 1e6:.3g} MB per 1000 cells): bin with "
-             "[data] lightcurve_bin (days or rotation phase)")
     return data
 
 

@@ -302,7 +302,7 @@ def _static_map_hdus(res, fits):
 
 def _profile_hdus(res, fits):
     sets = line_sets(res)
-    if not sets:
+    if not sets and not light_curves(res):
         raise DopplermapInputError("result has no observations: call with_context(result, obs=...) first")
     hdus = [fits.PrimaryHDU()]
     for k, d in enumerate(sets, start=1):
@@ -607,11 +607,13 @@ def load_result(path):
             history["chi2_lc"] = np.asarray(c["CHI2_LC"], float)
 
     with fits.open(path / "profiles.fits") as hdul:
-        run_ids["profiles.fits"] = hdul["PROFILES"].header.get("RUNID") if "PROFILES" in hdul else None
+        first = "PROFILES" if "PROFILES" in hdul else "LIGHTCURVE" if "LIGHTCURVE" in hdul else None
+        run_ids["profiles.fits"] = hdul[first].header.get("RUNID") if first else None
         _check_same_run(path, run_ids)
         profs = [h for h in hdul if h.name == "PROFILES"]
         vels_hdus = [h for h in hdul if h.name == "VELS"]
-        if not profs or len(vels_hdus) != len(profs):
+        only_lc = not profs and not vels_hdus and first == "LIGHTCURVE"  # a map of light curves alone
+        if (not profs and not only_lc) or len(vels_hdus) != len(profs):
             raise DopplermapInputError(f"{path / 'profiles.fits'}: {len(profs)} PROFILES but {len(vels_hdus)} VELS HDUs")
         obs, model, spotless, rv, amp = [], [], [], [], []
         for vh, ph in zip(vels_hdus, profs, strict=True):
@@ -623,8 +625,10 @@ def load_result(path):
             spotless.append(np.asarray(p["SPOTLESS"], float))
             rv.append(np.asarray(p["RV"], float))
             amp.append(np.asarray(p["AMP"], float))
-        rv, amp = np.concatenate(rv), np.concatenate(amp)
-        if len(profs) == 1:
+        rv, amp = (np.zeros(0), np.zeros(0)) if only_lc else (np.concatenate(rv), np.concatenate(amp))
+        if only_lc:
+            obs, model, spotless = None, None, None
+        elif len(profs) == 1:
             obs, model, spotless = obs[0], model[0], spotless[0]
             model = None if np.all(np.isnan(model)) else model
             spotless = None if np.all(np.isnan(spotless)) else spotless

@@ -39,6 +39,7 @@ from ..model import Precomputed
 from ..objective import (
     DEFAULT_PENALTY,
     LineSets,
+    NoLines,
     ObjectiveData,
     Observations,
     n_windows,
@@ -103,6 +104,11 @@ def choose_solver(problem: Problem | None = None, *, settings: Settings | None =
     :func:`solver_choice`'s. Pass a problem, or its settings and model."""
     if problem is not None:
         settings, pre = problem.settings, problem.pre
+    if isinstance(pre, NoLines):  # light curves alone: Newton's model is the line profiles'
+        if settings.solver == "newton":
+            raise DopplermapInputError("solver 'newton' fits line profiles; a problem of light curves alone uses "
+                                       "'lbfgsb' or 'projected_lbfgs'")
+        return "lbfgsb" if settings.solver == "auto" else settings.solver
     if settings.solver != "auto":
         return settings.solver
     return solver_choice(settings=settings, pre=pre, setup=setup, n_solves=n_solves).solver
@@ -208,7 +214,7 @@ def invert(problem: Problem | Precomputed, obs: Observations | None = None, *, x
                                        "'projected_lbfgs'")
         for name, o in zip(pre.names, obs, strict=True):
             check_observations(o, source=f"line data set {name!r}")
-    else:
+    elif not isinstance(pre, NoLines):
         check_observations(obs)
     backend = _BACKENDS[settings.solver]
     with Progress(callback if backend.compiled_loop else None) as progress:
@@ -254,10 +260,10 @@ def _solve_arguments(door: str, problem, obs, given: dict) -> _Solve:
                                        "pass neither obs nor lightcurve")
         return _Solve(problem, problem.pre, problem.observations, problem.lightcurve,
                       problem.settings.replace(**given), penalty, cube_dtype)
-    if not isinstance(problem, (Precomputed, LineSets)):
+    if not isinstance(problem, (Precomputed, LineSets, NoLines)):
         raise DopplermapInputError(f"{door}: give a dopplermap.Problem (or a precomputed model and its "
                                    f"observations), got {type(problem).__name__}")
-    if obs is None:
+    if obs is None and not isinstance(problem, NoLines):
         raise DopplermapInputError(f"{door}(pre, obs): the observations are missing")
     return _Solve(None, problem, obs, lightcurve, Settings().replace(**given), penalty, cube_dtype)
 
@@ -373,8 +379,9 @@ def invert_batch(problem: Problem | Precomputed, obs: Observations | None = None
     pre, obs, settings = solve.pre, solve.obs, solve.settings.replace(solver="projected_lbfgs")
     cube_dtype, tol = solve.cube_dtype, settings.tol
     check_solver_args(tol=tol, maxiter=settings.maxiter, lmbd=settings.lmbd, lmbds=lmbds)
-    if isinstance(pre, LineSets):
-        raise DopplermapInputError("invert_batch solves one line data set; several sets go through invert()")
+    if isinstance(pre, (LineSets, NoLines)):
+        raise DopplermapInputError("invert_batch solves one line data set; several sets, or light curves alone, "
+                                   "go through invert()")
     check(mode, BATCH_MODES, "mode")
     check(form, BATCH_FORMS, "form")
     dtype = plan.cube_dtype(cube_dtype, tol)

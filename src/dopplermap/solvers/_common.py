@@ -15,7 +15,7 @@ from ..choices import SPOT_COMPONENTS
 from ..constants import FILL_MAX, FILL_MIN
 from ..errors import DopplermapInputError
 from ..model import Precomputed
-from ..objective import Layout, LineSets, ObjectiveData, Observations, check_sets
+from ..objective import Layout, LineSets, NoLines, ObjectiveData, Observations, check_sets
 from ..result import Outcome
 
 __all__ = ["check_fit_components", "bounds", "start", "project_feasible", "check_match",
@@ -172,6 +172,10 @@ def project_feasible(fssc, fssh):
 def check_match(pre: Precomputed, obs: Observations):
     if isinstance(pre, LineSets):
         return check_sets(pre, obs)
+    if isinstance(pre, NoLines):
+        if obs is not None:
+            raise DopplermapInputError("a problem without line profiles takes no observations (obs=None)")
+        return None
     if obs.n_epoch != pre.n_epoch:
         raise DopplermapInputError(f"observations have {obs.n_epoch} epochs but the precomputed model has {pre.n_epoch}")
     if obs.n_vel != pre.n_vel:
@@ -198,5 +202,7 @@ def check_solver_args(*, tol=None, maxiter=None, lmbd=None, lmbds=None) -> None:
 
 def cube_dtype_of(pre: Precomputed) -> str | None:
     """Dtype of the dense/folded cube a solve used (None for the binned model)."""
+    if isinstance(pre, NoLines):
+        return None
     line = pre.sets[0].line if isinstance(pre, LineSets) else pre.line
     return line.cube_dtype

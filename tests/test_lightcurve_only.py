@@ -1,0 +1,285 @@
+"""Maps from photometry alone: a problem with light curves and no line profiles.
+
+The star is simulated by an independent forward model written here: a sky-plane pixel
+integrator with circular spots (no surface cells, none of dopplermap's geometry or weights),
+so the recovered spot longitudes test the light-curve model and its inversion, not a model
+against itself.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dopplermap.errors import DopplermapInputError
+from dopplermap.geometry import StarParams
+from dopplermap.grid import latitude_band_grid
+from dopplermap.lightcurve import PHOTOMETRY_LIMITS, LightCurveBand
+from dopplermap.limb_darkening import LimbDarkening
+from dopplermap.objective import NoLines
+from dopplermap.problem import LightCurveData, Problem, Settings
+from dopplermap.solvers import invert
+
+INC, PERIOD, U_LD, SPOT_I = 60.0, 1.7, 0.6, 0.3
+SPOTS = ((np.radians(30.0), np.radians(60.0), np.radians(22.0)),    # lat, lon, radius
+         (np.radians(-10.0), np.radians(220.0), np.radians(18.0)))
+
+
+def pixel_lightcurve(times, *, inc=INC, period=PERIOD, spots=SPOTS, n_pix=200):
+    """Flux of a linearly limb-darkened star with uniform circular spots of intensity
+    ``SPOT_I``, summed over the visible disc sampled on an ``n_pix`` x ``n_pix`` sky grid.
+
+    Sky frame: z towards the observer, rotation axis ``a = (0, sin i, cos i)``; a point's
+    angle from the sub-observer meridian is ``beta = atan2(x, p . e1)`` with
+    ``e1 = (0, -cos i, sin i)``, and its stellar longitude at time t is ``beta - 2 pi t / P``.
+    """
+    c = (np.arange(n_pix) + 0.5) / n_pix * 2.0 - 1.0
+    x, y = np.meshgrid(c, c)
+    r2 = x * x + y * y
+    on = r2 < 1.0
+    x, y = x[on], y[on]
+    z = np.sqrt(1.0 - x * x - y * y)
+    i = np.radians(inc)
+    sinlat = y * np.sin(i) + z * np.cos(i)
+    beta = np.arctan2(x, -y * np.cos(i) + z * np.sin(i))
+    coslat = np.sqrt(np.clip(1.0 - sinlat * sinlat, 0.0, None))
+    ld = 1.0 - U_LD * (1.0 - z)  # mu = z for a sky pixel
+    out = np.empty(len(times))
+    for k, t in enumerate(times):
+        lon = beta - 2.0 * np.pi * t / period
+        inten = np.ones_like(z)
+        for slat, slon, rad in spots:
+            cosd = np.sin(slat) * sinlat + np.cos(slat) * coslat * np.cos(lon - slon)
+            inten[cosd > np.cos(rad)] = SPOT_I
+        out[k] = np.sum(ld * inten)
+    return out / out.mean()
+
+
+def _band():
+    ld = LimbDarkening("linear", (U_LD,))
+    return LightCurveBand((ld, ld, ld), (1.0, SPOT_I, 1.5))
+
+
+def _spot_longitudes(grid, fssc, n=2):
+    """The ``n`` strongest longitudes of the map's spot area (5-degree bins, circularly
+    smoothed), each refined by the circular mean of the area within 40 degrees of its peak."""
+    w = np.asarray(fssc) * np.asarray(grid.area)
+    lon = np.mod(np.asarray(grid.lon), 2 * np.pi)
+    bins = np.zeros(72)
+    np.add.at(bins, (lon / np.radians(5.0)).astype(int) % 72, w)
+    smooth = sum(np.roll(bins, k) for k in (-2, -1, 0, 1, 2))
+    found = []
+    for _ in range(n):
+        peak = np.radians(5.0) * (int(np.argmax(smooth)) + 0.5)
+        near = np.abs(np.angle(np.exp(1j * (lon - peak)))) < np.radians(40.0)
+        found.append(np.mod(np.angle(np.sum(w[near] * np.exp(1j * lon[near]))), 2 * np.pi))
+        centres = np.radians(5.0) * (np.arange(72) + 0.5)
+        smooth[np.abs(np.angle(np.exp(1j * (centres - peak)))) < np.radians(60.0)] = -np.inf
+    return found
+
+
+def _dlon_deg(a, b):
+    return abs(np.degrees(np.angle(np.exp(1j * (a - b)))))
+
+
+def _problem(times_sets, n_cell=300, **settings):
+    star = StarParams(inclination=INC, vsini=30.0, period=PERIOD, t0=0.0)
+    data = []
+    for k, t in enumerate(times_sets):
+        flux = pixel_lightcurve(t)
+        rng = np.random.default_rng(k)
+        err = np.full(t.size, 5e-4)
+        data.append(LightCurveData(times=t, flux=flux + rng.normal(size=t.size) * err, err=err, band=_band(),
+                                   name=f"sector{k + 1}"))
+    lc = data[0] if len(data) == 1 else tuple(data)
+    return Problem(grid=latitude_band_grid(n_cell), star=star, obs=None, components=None, lightcurve_data=lc,
+                   settings=Settings(**{"lmbd": 1.0, "tol": 1e-5, "maxiter": 1000, **settings}))
+
+
+def test_pixel_integrator_has_the_expected_spot_phases():
+    """The simulator itself: the flux is lowest when the larger spot faces the observer
+    (longitude + 2 pi t / P = 0), i.e. at phase 1 - 60/360."""
+    t = np.linspace(0.0, PERIOD, 181)
+    f = pixel_lightcurve(t, spots=SPOTS[:1])
+    dip = f.max() - f  # the dip is symmetric about the phase the spot faces the observer
+    phase = np.angle(np.sum(dip[:-1] * np.exp(2j * np.pi * t[:-1] / PERIOD))) / (2 * np.pi) % 1.0
+    assert abs(phase - (1.0 - 60.0 / 360.0)) < 0.003
+    assert 1.02 < f.max() / f.min() < 1.2  # a few per cent deep, not a broken star
+
+
+def test_lightcurve_only_recovers_two_spot_longitudes():
+    times = np.linspace(0.0, 2.0 * PERIOD, 160)
+    prob = _problem([times])
+    assert prob.photometry_only and isinstance(prob.pre, NoLines) and prob.layout.size == 2 * prob.grid.n_cell
+    res = invert(prob)
+    assert res.rv.size == 0 and res.amp.size == 0 and res.model is None
+    assert res.chi2 == pytest.approx(res.chi2_lc)
+    assert res.chi2_lc < 2.0
+    found = _spot_longitudes(prob.grid, res.fssc)
+    for _lat, lon, _ in SPOTS:
+        assert min(_dlon_deg(lon, f) for f in found) <= 10.0, (np.degrees(found), np.degrees(lon))
+
+
+def test_lightcurve_only_several_sectors():
+    """Two sectors (two bands of the same photometry, each normalised by its own mean)."""
+    prob = _problem([np.linspace(0.0, 1.2 * PERIOD, 80), np.linspace(30.0, 30.0 + 1.2 * PERIOD, 80)])
+    res = invert(prob)
+    assert set(res.chi2_lc_sets) == {"sector1", "sector2"}
+    found = _spot_longitudes(prob.grid, res.fssc)
+    for _lat, lon, _ in SPOTS:
+        assert min(_dlon_deg(lon, f) for f in found) <= 10.0
+
+
+def test_lightcurve_only_refusals():
+    prob = _problem([np.linspace(0.0, PERIOD, 40)], n_cell=100)
+    with pytest.raises(DopplermapInputError, match="newton"):
+        invert(prob, solver="newton")
+    with pytest.raises(DopplermapInputError, match="offset_sigma"):
+        prob.replace(settings=prob.settings.replace(offset_sigma=0.01))
+    with pytest.raises(DopplermapInputError, match="light curves alone"):
+        prob.replace(method="dense")
+    with pytest.raises(DopplermapInputError, match="neither"):
+        Problem(grid=prob.grid, star=prob.star, obs=None, components=None)
+    from dopplermap.search import apply_parameters
+
+    with pytest.raises(DopplermapInputError, match="grid search .* light curves alone"):
+        apply_parameters(prob, {"inclination": 40.0})
+
+
+def _write_target(tmp_path: Path, *, lc_table: str) -> Path:
+    t = np.linspace(0.0, 2.0 * PERIOD, 120)
+    flux = pixel_lightcurve(t)
+    np.savetxt(tmp_path / "lc.csv", np.column_stack([t, flux, np.full(t.size, 5e-4)]), delimiter=",",
+               header="time,flux,err", comments="")
+    target = tmp_path / "target.toml"
+    target.write_text(f"""
+[star]
+inclination = {INC}
+vsini = 30.0
+period = {PERIOD}
+t0 = 0.0
+
+[temperatures]
+phot = 5000.0
+cool = 4000.0
+hot = 6000.0
+
+{lc_table}
+
+[grid]
+n_cell = 200
+
+[inversion]
+lmbd = 1.0
+tol = 1e-5
+maxiter = 1000
+
+[uncertainty]
+methods = []
+""")
+    return target
+
+
+LC_TABLE = f"""
+[data]
+lightcurve = "lc.csv"
+lightcurve_time_scale = "BJD_TDB"
+
+[lightcurve]
+limb_darkening = "linear"
+ld_phot = [{U_LD}]
+ld_cool = [{U_LD}]
+ld_hot = [{U_LD}]
+intensity = [1.0, {SPOT_I}, 1.5]
+"""
+
+
+def test_config_without_profiles_parses(tmp_path):
+    from dopplermap.config import load_config
+    from dopplermap.problem import from_config
+
+    cfg = load_config(_write_target(tmp_path, lc_table=LC_TABLE))
+    assert cfg.photometry_only and cfg.line is None and cfg.line_sets() == []
+    prob = from_config(cfg)
+    assert prob.photometry_only and prob.observations is None
+
+
+@pytest.mark.parametrize("bad, match", [
+    ("[data]\ntime_scale = 'BJD_TDB'\n", "missing required key 'profiles'"),
+    (LC_TABLE + "\n[line]\nwavelength_nm = 600.0\n", r"\[line\]"),
+    (LC_TABLE.replace("[data]", "[data]\ntime_pattern = 'x'"), "time_pattern"),
+])
+def test_config_without_profiles_refusals(tmp_path, bad, match):
+    from dopplermap.config import load_config
+
+    with pytest.raises(DopplermapInputError, match=match):
+        load_config(_write_target(tmp_path, lc_table=bad))
+
+
+@pytest.mark.slow
+def test_cli_lightcurve_only_target(tmp_path, capsys):
+    """``dopplermap invert`` on a light-curve-only target: the result folder, the note on
+    what photometry cannot tell (screen and summary.json), the two longitudes."""
+    from dopplermap.cli import main
+    from dopplermap.io.results import load_result
+
+    target = _write_target(tmp_path, lc_table=LC_TABLE)
+    out = tmp_path / "res"
+    rc = main(["invert", str(target), "--out", str(out), "--no-plots", "--no-report", "-q"])
+    printed = capsys.readouterr().out
+    assert rc == 0, printed
+    assert "longitude / contrast map" in printed
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["constraints"] == PHOTOMETRY_LIMITS and summary["n_epoch"] == 0
+    res = load_result(out)
+    assert res.obs is None and res.light_curve is not None
+    found = _spot_longitudes(res.grid, res.fssc)
+    for _lat, lon, _ in SPOTS:
+        assert min(_dlon_deg(lon, f) for f in found) <= 10.0
+
+
+def test_config_several_sector_files_are_segments(tmp_path):
+    """``[data] lightcurve`` as a list: one band, a segment (free scale) per file, in the
+    summary's counts and gaps."""
+    from dopplermap.config import load_config
+    from dopplermap.problem import from_config
+
+    for k, start in enumerate((0.0, 20.0)):
+        t = start + np.linspace(0.0, 2.0 * PERIOD, 90)
+        np.savetxt(tmp_path / f"s{k}.csv", np.column_stack([t, pixel_lightcurve(t) * (1 + 0.05 * k),
+                                                             np.full(t.size, 5e-4)]),
+                   delimiter=",", header="time,flux,err", comments="")
+    table = LC_TABLE.replace('lightcurve = "lc.csv"', 'lightcurve = ["s0.csv", "s1.csv"]')
+    target = _write_target(tmp_path, lc_table=table)
+    prob = from_config(load_config(target))
+    d = prob.lightcurve_data
+    np.testing.assert_array_equal(d.segment, np.repeat([0, 1], 90))
+    assert prob.lightcurve.n_segment == 2
+    assert len(d.read.segments) == 2 and d.read.gaps == [pytest.approx(20.0 - 2.0 * PERIOD)]
+    res = invert(prob)
+    assert res.chi2_lc < 1.5  # the 5 % level step between the files is absorbed by the free scales
+
+
+@pytest.mark.slow
+def test_cli_refuses_a_light_curve_model_past_max_memory(tmp_path, capsys, monkeypatch):
+    from dopplermap.cli import main
+
+    monkeypatch.setenv("DOPPLERMAP_MAX_MEMORY", "64G")  # restored after the test (--max-memory sets it)
+
+    target = _write_target(tmp_path, lc_table=LC_TABLE)
+    rc = main(["--max-memory", "100K", "invert", str(target), "--out", str(tmp_path / "r"), "--no-plots", "-q"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "light-curve model" in err and 'bin = "auto"' in err
+
+
+def test_uncertainty_maps_are_refused_for_light_curves_alone(tmp_path):
+    from dopplermap.app.target import run_target
+    from dopplermap.config import load_config
+
+    cfg = load_config(_write_target(tmp_path, lc_table=LC_TABLE))
+    with pytest.raises(DopplermapInputError, match="light curves alone: set methods = \\[\\]"):
+        run_target(cfg, tmp_path / "out", plots=False, uncertainty=["laplace"], report=False)
+    assert not (tmp_path / "out").exists()
