@@ -113,6 +113,18 @@ def test_spot_hotter_than_the_photosphere_warns_once():
         dm.ComponentSet(*[dm.Component(p, LD, i) for p, i in zip(profs, (1.0, 0.3, 1.6), strict=True)])
         LightCurveBand((LD,) * 3, (1.0, 0.3, 1.5))
         LightCurveBand.from_temperatures(5000.0, 3800.0, 6000.0, 550.0, [LD] * 3)
+        # a spot component that is not fitted has no filling factor: its value is never used
+        diagnostics.check_spot_contrast((5000.0, 3800.0, 5000.0), fitted=("cool",))
+    with pytest.warns(DopplermapWarning, match=r"cool spot's 5200 is not below"):
+        diagnostics.check_spot_contrast((5000.0, 5200.0, 5000.0), fitted=("cool",))
+
+
+def test_a_target_without_hot_spots_does_not_warn_about_their_temperature(tmp_path):
+    """ZDIpy's one-brightness maps, imported: hot = phot with fit_components = ["cool"]."""
+    path = _target(tmp_path, temperatures="hot = 5000.0")
+    path.write_text(path.read_text() + '[inversion]\nfit_components = ["cool"]\n')
+    with _none():
+        from_config(load_config(path))
 
 
 # ----------------------------------------------------------------- times

@@ -241,16 +241,18 @@ def check_wavelength(wavelength_nm, where: str = "wavelength") -> None:
             return
 
 
-def check_spot_contrast(values, *, what: str = "intensity", unit: str = "", where: str = "components") -> None:
+def check_spot_contrast(values, *, what: str = "intensity", unit: str = "", where: str = "components",
+                        fitted=("cool", "hot")) -> None:
     """Warn when (phot, cool, hot) ``values`` (temperatures or continuum intensities) put the cool
-    spot at or above the photosphere, or the hot spot at or below it."""
+    spot at or above the photosphere, or the hot spot at or below it; only for the ``fitted``
+    spot components (one not fitted has no filling factor: its value is never used)."""
     if _FIELDS_CHECKED.get() or len(values) != 3 or not all(_concrete(v) for v in values):
         return
     phot, cool, hot = (float(v) for v in values)
     bad = []
-    if cool >= phot:
+    if cool >= phot and "cool" in fitted:
         bad.append(f"the cool spot's {cool:g}{unit} is not below the photosphere's {phot:g}{unit}")
-    if hot <= phot:
+    if hot <= phot and "hot" in fitted:
         bad.append(f"the hot spot's {hot:g}{unit} is not above the photosphere's {phot:g}{unit}")
     if bad:
         swap = " (cool and hot swapped?)" if cool > phot > hot else ""

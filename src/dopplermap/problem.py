@@ -691,13 +691,15 @@ def _check_config_values(cfg) -> None:
     """The configuration's temperatures, intensities and wavelengths, checked under their
     field names (the objects built from them then skip the same checks)."""
     src, t = cfg.source, cfg.temperatures
-    check_spot_contrast((t.phot, t.cool, t.hot), what="[temperatures] phot, cool, hot", unit=" K", where=src)
+    fitted = tuple(cfg.inversion.fit_components)
+    check_spot_contrast((t.phot, t.cool, t.hot), what="[temperatures] phot, cool, hot", unit=" K", where=src,
+                        fitted=fitted)
     bands = [(f"[[lines]] {ls.name!r} line" if cfg.lines else "[line]", ls.line) for ls in cfg.line_sets()]
     bands += [(f"[[lightcurves]] {lc.name!r}", lc) for lc in cfg.lightcurves] or [("[lightcurve]", cfg.lightcurve)]
     for sec, band in bands:
         check_wavelength(band.wavelength_nm, f"{src}: {sec} wavelength_nm")
         if band.intensity is not None:
-            check_spot_contrast(band.intensity, what=f"{sec} intensity (phot, cool, hot)", where=src)
+            check_spot_contrast(band.intensity, what=f"{sec} intensity (phot, cool, hot)", where=src, fitted=fitted)
 
 
 def _warn_reused_files(source: str, what: str, files_of: dict) -> None:
