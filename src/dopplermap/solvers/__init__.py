@@ -122,7 +122,7 @@ def solver_choice(*, settings: Settings, pre, setup: SolveSetup | None = None, n
     compile plus ``n_solves`` estimated solves is taken; the compile is counted cold, from the
     persistent cache or as already done in this process, as ``setup`` (the solve's
     :class:`SolveSetup`) finds it; without a setup both count as compiled (the solve alone)."""
-    newton_fits = not isinstance(pre, LineSets) and not pre.line.exact_rv and n_windows(pre) == 1
+    newton_fits = (not isinstance(pre, (LineSets, NoLines)) and not pre.line.exact_rv and n_windows(pre) == 1)
     if not (settings.tol <= NEWTON_TOL and newton_fits):
         return plan.SolverChoice("lbfgsb", {})
     if setup is None:
@@ -205,6 +205,9 @@ def invert(problem: Problem | Precomputed, obs: Observations | None = None, *, x
         if choice.estimates:
             log.info("%s", choice.describe())
         settings = settings.replace(solver=choice.solver)
+    if settings.solver == "newton" and isinstance(pre, NoLines):
+        raise DopplermapInputError("solver 'newton' fits line profiles; a problem of light curves alone uses "
+                                   "'lbfgsb' or 'projected_lbfgs'")
     if settings.solver == "newton" and n_windows(pre) > 1:
         raise DopplermapInputError("solver 'newton' fits one static map; with time windows use 'lbfgsb' or "
                                    "'projected_lbfgs'")
