@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import dopplermap as dm
+from dopplermap.app.defaults import GRID_TOL
 from dopplermap.cli import main
 from dopplermap.config import TEMPLATE, load_config, parse_config
 from dopplermap.io.lightcurve import write_lightcurve
@@ -201,6 +202,13 @@ def test_search_commands_show_progress(tmp_path, capsys):
                  "--tol", "1e-5"]) == 0
     err = capsys.readouterr().err
     assert "point 2/2: vsini=40 chi2" in err and "best so far vsini=" in err and " R_sun" in err
+    assert json.loads((tmp_path / "g" / "grid.json").read_text())["tol"] == 1e-5  # --tol as given
+    # without --tol, a looser target tol is tightened (solver noise would jag the landscape)
+    assert "tol = " not in cfg_path.read_text() or "tol = 1e-5" in cfg_path.read_text()
+    assert main(["grid", str(cfg_path), "--out", str(tmp_path / "g2"), "--param", "vsini=40", "--scheduler", "sync",
+                 "-q"]) == 0
+    assert json.loads((tmp_path / "g2" / "grid.json").read_text())["tol"] == GRID_TOL
+    capsys.readouterr()
     assert main(["lambda", str(cfg_path), "--out", str(tmp_path / "lam2"), "--lmbds", "0.3,3", "--tol", "1e-5",
                  "-q"]) == 0
     assert "lambda 1/2" not in capsys.readouterr().err
