@@ -307,7 +307,10 @@ def test_roche_shape_builds_a_distorted_grid(tmp_path):
         cfg, star=dataclasses.replace(cfg.star, shape="sphere", mass_ratio=0.0, roche_fill=None),
         gravity_darkening=dataclasses.replace(cfg.gravity_darkening, enabled=False)))
     assert sphere.grid.surface is None
-    assert not np.allclose(np.asarray(prob.lightcurve.weight), np.asarray(sphere.lightcurve.weight))
+    lc, lc_sphere = prob.lightcurve, sphere.lightcurve  # the folded weights (the photosphere's and the spots')
+    assert np.shape(lc.diff) == np.shape(lc_sphere.diff)
+    assert not np.allclose(np.asarray(lc.base), np.asarray(lc_sphere.base))
+    assert not np.allclose(np.asarray(lc.diff), np.asarray(lc_sphere.diff))
     bad = text.replace('shape = "roche"', 'shape = "roche"\ndomega = 0.1').replace("domega = 0.0\n", "")
     cfg_path.write_text(bad)
     with pytest.raises(dm.DopplermapInputError, match=r"\[star\] domega must be 0 with shape = 'roche'"):

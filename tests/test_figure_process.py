@@ -69,7 +69,7 @@ def test_result_folder_figures_from_a_child_equal_those_drawn_here(tmp_path):
     s_here = dm.app.save_result(result, tmp_path / "here", report=True)
     with FigureProcess() as fp:  # no JAX in the child: figure_view's stand-ins unpickle without it
         s_child = dm.app.save_result(result, tmp_path / "child", report=True, figure_process=fp)
-    assert s_child["figures"] == s_here["figures"] and len(s_here["figures"]) == 7
+    assert s_child["figures"] == s_here["figures"] and len(s_here["figures"]) == 8  # with polar.png
     assert s_child["files"] == s_here["files"]
     for name in s_here["figures"]:
         assert (tmp_path / "child" / name).read_bytes() == (tmp_path / "here" / name).read_bytes(), name
