@@ -249,21 +249,26 @@ def test_time_longitude_places_a_spot_in_its_band_longitude_and_window():
 
 
 @pytest.mark.slow
-def test_invert_command_with_windows(tmp_path):
+def test_invert_command_with_windows(tmp_path, capsys):
     """``[map] windows`` through the CLI with a light curve (whose points reach beyond the
     profiles' epochs: the windows span both): a result folder with one MAP HDU per window
-    and the windows' figures."""
+    and the windows' figures; --lmbd-time overrides the TOML's weight and is recorded, and
+    the screen names the windows."""
     import json
 
     from test_config import _dataset
 
     from dopplermap.cli import main
 
-    _dataset(tmp_path, n_epoch=12, n_cell=200, extra="[map]\nwindows = 2\nlmbd_time = 1.0\n")
+    _dataset(tmp_path, n_epoch=12, n_cell=200, extra="[map]\nwindows = 2\nlmbd_time = 0.5\n")
     out = tmp_path / "res"
-    assert main(["invert", str(tmp_path / "target.toml"), "--out", str(out), "--quiet"]) in (0, 3)
+    assert main(["invert", str(tmp_path / "target.toml"), "--out", str(out), "--quiet",
+                 "--lmbd-time", "1.0"]) in (0, 3)
     summary = json.loads((out / "summary.json").read_text())
     assert len(summary["window_edges"]) == 3 and summary["lmbd_time"] == 1.0
+    assert json.loads((out / "config.json").read_text())["overrides"] == {"lmbd_time": 1.0}
+    a, b, c = summary["window_edges"]
+    assert f"time windows: 2 ({a:.6g}-{b:.6g}, {b:.6g}-{c:.6g} d), lmbd_time 1 (quadratic)" in capsys.readouterr().out
     assert {"map_windows.png", "time_longitude.png", "spot_area.png", "light_curve.png"} <= set(summary["figures"])
     assert summary["windows"].startswith("2 windows") and np.isfinite(summary["chi2_lc"])
     assert dm.load_result(out).n_window == 2
@@ -351,3 +356,28 @@ def test_relative_entropy_coupling(tiny):
     assert float(data_terms(x, 0.5, win.pre, data)[1].temporal) == pytest.approx(want / 2, rel=1e-12)
     with pytest.raises(DopplermapInputError, match="time_coupling must be one of"):
         ObjectiveData.create(win.pre, win.obs, time_coupling="cubic")
+
+
+def test_windows_screen_line():
+    from dopplermap.app.target import windows_line
+
+    assert windows_line({"chi2": 1.0}) is None  # one static map: no line
+    line = windows_line({"window_edges": [0.0, 2.5, 5.0], "lmbd_time": 1.0, "time_coupling": "quadratic"})
+    assert line == "time windows: 2 (0-2.5, 2.5-5 d), lmbd_time 1 (quadratic)"
+    many = windows_line({"window_edges": list(np.arange(17.0)), "lmbd_time": 0.0}, most=4)
+    assert many.startswith("time windows: 16 (0-1, 1-2, ... (12 more), 14-15, 15-16 d)")
+    assert many.endswith("lmbd_time 0")  # no coupling: its kind is not named
+
+
+def test_invert_lmbd_time_override_needs_windows(tmp_path, capsys):
+    """--lmbd-time on a target without windows would change nothing: refused before any work."""
+    from dopplermap.cli import main
+    from dopplermap.config import TEMPLATE
+
+    (tmp_path / "target.toml").write_text(TEMPLATE)  # no [map] windows
+    out = tmp_path / "res"
+    assert main(["invert", str(tmp_path / "target.toml"), "--out", str(out), "--quiet", "--lmbd-time", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "--lmbd-time 2" in err and "no time windows" in err and "Traceback" not in err
+    assert not out.exists()
+    assert main(["invert", str(tmp_path / "target.toml"), "--out", str(out), "--lmbd-time", "-1"]) == 2
