@@ -381,3 +381,49 @@ def test_invert_lmbd_time_override_needs_windows(tmp_path, capsys):
     assert "--lmbd-time 2" in err and "no time windows" in err and "Traceback" not in err
     assert not out.exists()
     assert main(["invert", str(tmp_path / "target.toml"), "--out", str(out), "--lmbd-time", "-1"]) == 2
+
+
+def test_sweep_lmbd_time_refuses_what_it_cannot_sweep(tiny):
+    from dopplermap.search import lambda_for_chi2, sweep_lmbd_time
+
+    with pytest.raises(DopplermapInputError, match="needs >= 2 time windows"):
+        sweep_lmbd_time(tiny, [1.0, 10.0])  # no windows: lmbd_time couples nothing
+    win = tiny.replace(windows=Windows.count(2, tiny.obs.times))
+    for bad in ([0.0, 1.0], [1.0, np.nan], [1.0, 1.0], []):
+        with pytest.raises(DopplermapInputError, match="lmbd_time values"):
+            sweep_lmbd_time(win, bad)
+    with pytest.raises(DopplermapInputError, match="needs >= 2 time windows"):
+        lambda_for_chi2(tiny, 1.0, parameter="lmbd_time")
+    with pytest.raises(DopplermapInputError, match="parameter must be"):
+        lambda_for_chi2(win, 1.0, parameter="lmbd_times")
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:reduced chi2 of the line profiles")  # the demo's errors at small weights
+def test_lmbd_time_chosen_by_the_l_curve_corner_and_a_target_chi2(tiny):
+    """Sweeping lmbd_time on three windows: chi2 rises and the temporal coupling falls
+    monotonically (exact minimisers of a convex objective); the corner lies inside the sweep
+    where the coupling has fallen but chi2 has barely risen; a target chi2 between the
+    sweep's ends is met by a lmbd_time between the sweep values that bracket it."""
+    from dopplermap.search import lambda_for_chi2, lcurve_corner, sweep_lmbd_time
+
+    win = tiny.replace(windows=Windows.count(3, tiny.obs.times), settings=tiny.settings.replace(tol=1e-7))
+    values = np.logspace(-2, 4, 9)
+    sw = sweep_lmbd_time(win, values[::-1])  # any order: solved and returned ascending
+    assert sw.parameter == "lmbd_time" and np.array_equal(sw.lmbd, values) and sw.floor == 0.0
+    assert [r.lmbd_time for r in sw.results] == pytest.approx(values.tolist())
+    assert np.all(np.diff(sw.chi2) > 0) and np.all(np.diff(sw.regulariser) < 0)
+    assert sw.regulariser[-1] < 1e-3 * sw.regulariser[0]  # a large weight: nearly one static map
+    assert sw.table().splitlines()[0].startswith("lmbd_time,chi2,temporal,")
+    corner, kappa = lcurve_corner(sw)
+    assert values[1] < corner < values[-2] and kappa.shape == values.shape
+    t = np.log(values)
+    chi2_c = np.interp(np.log(corner), t, sw.chi2)
+    temporal_c = np.exp(np.interp(np.log(corner), t, np.log(sw.regulariser)))
+    assert chi2_c - sw.chi2[0] < 0.25 * (sw.chi2[-1] - sw.chi2[0])  # chi2 has barely risen
+    assert temporal_c < 0.9 * sw.regulariser[0]  # the change between windows has fallen
+    target = float(np.sqrt(sw.chi2[3] * sw.chi2[5]))
+    lt, res, trials = lambda_for_chi2(win, target, sweep=sw, parameter="lmbd_time", rtol=2e-3)
+    assert abs(res.chi2 / target - 1) < 2e-3 and res.lmbd_time == lt and res.lmbd == tiny.settings.lmbd
+    j = int(np.searchsorted(sw.chi2, target))
+    assert values[j - 1] <= lt <= values[j] and 0 < len(trials) <= 10
