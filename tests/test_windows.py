@@ -427,3 +427,39 @@ def test_lmbd_time_chosen_by_the_l_curve_corner_and_a_target_chi2(tiny):
     assert abs(res.chi2 / target - 1) < 2e-3 and res.lmbd_time == lt and res.lmbd == tiny.settings.lmbd
     j = int(np.searchsorted(sw.chi2, target))
     assert values[j - 1] <= lt <= values[j] and 0 < len(trials) <= 10
+
+
+def test_lambda_time_command_needs_a_windowed_target(tmp_path, capsys):
+    from dopplermap.cli import main
+    from dopplermap.config import TEMPLATE
+
+    (tmp_path / "target.toml").write_text(TEMPLATE)  # no [map] windows
+    assert main(["lambda", "--time", "--out", str(tmp_path / "a")]) == 2  # the demo star: one static map
+    assert "give a target .toml with [map] windows" in capsys.readouterr().err
+    assert main(["lambda", str(tmp_path / "target.toml"), "--time", "--out", str(tmp_path / "b")]) == 2
+    err = capsys.readouterr().err
+    assert "--time: " in err and "has no time windows" in err and "Traceback" not in err
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:reduced chi2 of the line profiles")
+def test_lambda_time_command_finds_the_corner(tmp_path, capsys):
+    """``dopplermap lambda --time`` on a windowed target: the sweep of lmbd_time, its corner
+    and the table, figure and JSON naming the parameter swept."""
+    import json
+
+    from test_config import _dataset
+
+    from dopplermap.cli import main
+
+    _dataset(tmp_path, n_epoch=12, n_cell=200, lightcurve=False, extra="[map]\nwindows = 3\n")
+    out = tmp_path / "lt"
+    assert main(["lambda", str(tmp_path / "target.toml"), "--time", "--lmbds", "0.01:10000:9", "--out", str(out),
+                 "--tol", "1e-7"]) == 0
+    io = capsys.readouterr()
+    assert "lmbd_time 9/9: 1e+04  chi2" in io.err and "L-curve corner lmbd_time " in io.out
+    choice = json.loads((out / "lambda.json").read_text())
+    assert choice["parameter"] == "lmbd_time" and 0.01 < choice["lcurve_corner"] < 1e4
+    assert (out / "lcurve.csv").read_text().startswith("lmbd_time,chi2,temporal,")
+    assert (out / "lcurve.png").is_file()
