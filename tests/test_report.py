@@ -265,6 +265,7 @@ def test_report_of_time_windows_holds_one_map_per_window(windowed_folder, folder
     cool = next(q for q in data["quantities"] if q["name"] == "cool")
     assert cool["vmax"] >= 0.9  # one colour scale over the windows: window 1's spot included
     assert len(data["epochs"]) == 12 and 'id="timebox" hidden' in text
+    assert "λ_time (weight of the windows&#x27; coupling)</th><td>0.5<" in text
     static = json.loads(re.search(r'<script id="globe-data" type="application/json">(.*?)</script>',
                                   (folder / "report.html").read_text(), re.S)[1])
     assert static["windows"] == [] and all(len(q["textures"]) == 1 for q in static["quantities"])

@@ -51,7 +51,9 @@ _CAPTIONS = {
 }
 
 _FIT_KEYS = (("chi2", "reduced χ² (line profiles)"), ("chi2_lc", "reduced χ² (light curve)"),
-             ("lmbd", "λ (regularisation weight)"), ("regulariser", "regulariser"),
+             ("lmbd", "λ (regularisation weight)"), ("windows", "time windows"),
+             ("lmbd_time", "λ_time (weight of the windows' coupling)"), ("temporal", "temporal coupling"),
+             ("regulariser", "regulariser"),
              ("regulariser_value", "regulariser value"), ("offset_prior", "offset prior term"), ("loss", "loss"), ("iterations", "iterations"),
              ("n_eval", "objective evaluations"), ("solver", "solver"), ("success", "met tolerance"),
              ("stop_reason", "stop reason"), ("n_cell", "cells"), ("n_epoch", "epochs"), ("n_vel", "velocities"),
