@@ -224,3 +224,93 @@ def test_demo_writes_the_report_unless_asked_not_to(tmp_path):
             manifest = json.loads((out / "dopplermap.json").read_text())
             assert "report.html" in manifest["files"]
             assert "report.html" in json.loads((out / "summary.json").read_text())["files"]
+
+
+@pytest.fixture(scope="module")
+def windowed_folder(tmp_path_factory):
+    """A result of three time windows (built without a solve): window 0 the small result's
+    map, window 1 a large cool spot added on the equator at longitude 0, window 2 spotless."""
+    import dataclasses
+
+    from test_results import small_result
+
+    res = small_result(n_cell=300, n_epoch=12)
+    grid = res.grid
+    lat, lon = np.degrees(np.asarray(grid.lat)), np.degrees(np.asarray(grid.lon))
+    fc0, fh0 = np.asarray(res.fssc), np.asarray(res.fssh)
+    big = (np.abs(lat) < 35) & ((lon < 35) | (lon > 325))
+    fc1 = np.where(big, 0.9, fc0)
+    flat = np.full_like(fc0, 1e-5)
+    t = np.asarray(res.obs.times)
+    edges = np.array([t.min(), t[4] - 1e-3, t[8] - 1e-3, t.max()])
+    res = dataclasses.replace(res, fssc=np.concatenate([fc0, fc1, flat]), fssh=np.concatenate([fh0, fh0, flat]),
+                              window_edges=edges, lmbd_time=0.5, temporal=0.01, truth=None)
+    out = tmp_path_factory.mktemp("report_windows") / "run"
+    dm.save_result(res, out, plots=False)
+    write_report(out)
+    return out
+
+
+def test_report_of_time_windows_holds_one_map_per_window(windowed_folder, folder):
+    text = (windowed_folder / "report.html").read_text()
+    data = json.loads(re.search(r'<script id="globe-data" type="application/json">(.*?)</script>', text, re.S)[1])
+    back = dm.load_result(windowed_folder)
+    assert [[w["start"], w["stop"]] for w in data["windows"]] == back.window_spans.tolist()
+    assert data["windows"][1]["label"].startswith("window 2 of 3: ")
+    tex = {q["name"]: q["textures"] for q in data["quantities"]}
+    assert set(tex) == {"brightness", "cool", "hot"} and all(len(v) == 3 for v in tex.values())
+    # a texture per window: the same where the window's map is (hot spots in windows 0 and 1)
+    assert len(set(tex["cool"])) == len(set(tex["brightness"])) == 3
+    assert tex["hot"][0] == tex["hot"][1] != tex["hot"][2]
+    cool = next(q for q in data["quantities"] if q["name"] == "cool")
+    assert cool["vmax"] >= 0.9  # one colour scale over the windows: window 1's spot included
+    assert len(data["epochs"]) == 12 and 'id="timebox" hidden' in text
+    assert "λ_time (weight of the windows&#x27; coupling)</th><td>0.5<" in text
+    static = json.loads(re.search(r'<script id="globe-data" type="application/json">(.*?)</script>',
+                                  (folder / "report.html").read_text(), re.S)[1])
+    assert static["windows"] == [] and all(len(q["textures"]) == 1 for q in static["quantities"])
+
+
+def test_report_time_slider_in_headless_chromium(windowed_folder, browser, tmp_path):
+    """The slider is shown for a windowed result, switches the globe's map and its label
+    (the window's span) and the meridian ticks (the window's epochs); #w= sets it."""
+    dt = browser
+    for domain in ("Runtime.enable", "Log.enable", "Page.enable"):
+        dt.call(domain)
+    dt.call("Page.navigate", url=(windowed_folder / "report.html").as_uri() + "#phase=0&q=cool&w=2")
+    for _ in range(200):
+        if dt.js("!!(window.dopplermapGlobe && window.dopplermapGlobe.ready)"):
+            break
+        time.sleep(0.05)
+    assert dt.js("window.dopplermapGlobe.ready")
+    errors = [e for e in dt.events
+              if e.get("method") == "Runtime.exceptionThrown"
+              or (e.get("method") == "Runtime.consoleAPICalled" and e["params"]["type"] in ("error", "assert"))
+              or (e.get("method") == "Log.entryAdded" and e["params"]["entry"]["level"] == "error")]
+    assert not errors, errors
+    assert dt.js("document.getElementById('timebox').hidden") is False
+    assert dt.js("window.dopplermapGlobe.window") == 2 and dt.js("document.getElementById('window').value") == "2"
+    spans = dm.load_result(windowed_folder).window_spans
+    label = dt.js("document.getElementById('wlabel').textContent")
+    assert label.startswith("window 3 of 3: ") and f"{spans[2][0]:.4g}" in label
+    dt.js("document.getElementById('globe').scrollIntoView()")
+
+    def globe_pixels():  # painted pixels and their summed luminance
+        return dt.js("""(() => { const c = document.getElementById('globe');
+            const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data; let n = 0, s = 0;
+            for (let i = 0; i < d.length; i += 4) { if (d[i + 3] > 0) { n++; s += d[i] * 3 + d[i + 1] * 7 + d[i + 2]; } }
+            return [n, s]; })()""")
+
+    sums = {}
+    for k in (2, 1, 0):  # moved by the slider, as a reader moves it
+        dt.js(f"(() => {{ const s = document.getElementById('window'); s.value = '{k}';"
+              "s.dispatchEvent(new Event('input')); })()")
+        assert dt.js("window.dopplermapGlobe.window") == k
+        assert dt.js("document.getElementById('wlabel').textContent").startswith(f"window {k + 1} of 3: ")
+        assert dt.js("window.dopplermapGlobe.observedPhases") == 4  # the window's own epochs
+        sums[k] = globe_pixels()[1]
+        dt.screenshot(tmp_path / f"globe_window{k}.png")
+    assert len(set(sums.values())) == 3
+    # window 1's large spot at longitude 0, facing us at phase 0: darker (in luminance) than window 2's bare star
+    assert sums[1] < sums[2]
+    assert dt.js("window.dopplermapGlobe.setView({window: 7}).window") == 2  # clamped to the last window

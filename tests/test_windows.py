@@ -249,21 +249,26 @@ def test_time_longitude_places_a_spot_in_its_band_longitude_and_window():
 
 
 @pytest.mark.slow
-def test_invert_command_with_windows(tmp_path):
+def test_invert_command_with_windows(tmp_path, capsys):
     """``[map] windows`` through the CLI with a light curve (whose points reach beyond the
     profiles' epochs: the windows span both): a result folder with one MAP HDU per window
-    and the windows' figures."""
+    and the windows' figures; --lmbd-time overrides the TOML's weight and is recorded, and
+    the screen names the windows."""
     import json
 
     from test_config import _dataset
 
     from dopplermap.cli import main
 
-    _dataset(tmp_path, n_epoch=12, n_cell=200, extra="[map]\nwindows = 2\nlmbd_time = 1.0\n")
+    _dataset(tmp_path, n_epoch=12, n_cell=200, extra="[map]\nwindows = 2\nlmbd_time = 0.5\n")
     out = tmp_path / "res"
-    assert main(["invert", str(tmp_path / "target.toml"), "--out", str(out), "--quiet"]) in (0, 3)
+    assert main(["invert", str(tmp_path / "target.toml"), "--out", str(out), "--quiet",
+                 "--lmbd-time", "1.0"]) in (0, 3)
     summary = json.loads((out / "summary.json").read_text())
     assert len(summary["window_edges"]) == 3 and summary["lmbd_time"] == 1.0
+    assert json.loads((out / "config.json").read_text())["overrides"] == {"lmbd_time": 1.0}
+    a, b, c = summary["window_edges"]
+    assert f"time windows: 2 ({a:.6g}-{b:.6g}, {b:.6g}-{c:.6g} d), lmbd_time 1 (quadratic)" in capsys.readouterr().out
     assert {"map_windows.png", "time_longitude.png", "spot_area.png", "light_curve.png"} <= set(summary["figures"])
     assert summary["windows"].startswith("2 windows") and np.isfinite(summary["chi2_lc"])
     assert dm.load_result(out).n_window == 2
@@ -351,3 +356,110 @@ def test_relative_entropy_coupling(tiny):
     assert float(data_terms(x, 0.5, win.pre, data)[1].temporal) == pytest.approx(want / 2, rel=1e-12)
     with pytest.raises(DopplermapInputError, match="time_coupling must be one of"):
         ObjectiveData.create(win.pre, win.obs, time_coupling="cubic")
+
+
+def test_windows_screen_line():
+    from dopplermap.app.target import windows_line
+
+    assert windows_line({"chi2": 1.0}) is None  # one static map: no line
+    line = windows_line({"window_edges": [0.0, 2.5, 5.0], "lmbd_time": 1.0, "time_coupling": "quadratic"})
+    assert line == "time windows: 2 (0-2.5, 2.5-5 d), lmbd_time 1 (quadratic)"
+    many = windows_line({"window_edges": list(np.arange(17.0)), "lmbd_time": 0.0}, most=4)
+    assert many.startswith("time windows: 16 (0-1, 1-2, ... (12 more), 14-15, 15-16 d)")
+    assert many.endswith("lmbd_time 0")  # no coupling: its kind is not named
+
+
+def test_invert_lmbd_time_override_needs_windows(tmp_path, capsys):
+    """--lmbd-time on a target without windows would change nothing: refused before any work."""
+    from dopplermap.cli import main
+    from dopplermap.config import TEMPLATE
+
+    (tmp_path / "target.toml").write_text(TEMPLATE)  # no [map] windows
+    out = tmp_path / "res"
+    assert main(["invert", str(tmp_path / "target.toml"), "--out", str(out), "--quiet", "--lmbd-time", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "--lmbd-time 2" in err and "no time windows" in err and "Traceback" not in err
+    assert not out.exists()
+    assert main(["invert", str(tmp_path / "target.toml"), "--out", str(out), "--lmbd-time", "-1"]) == 2
+
+
+def test_sweep_lmbd_time_refuses_what_it_cannot_sweep(tiny):
+    from dopplermap.search import lambda_for_chi2, sweep_lmbd_time
+
+    with pytest.raises(DopplermapInputError, match="needs >= 2 time windows"):
+        sweep_lmbd_time(tiny, [1.0, 10.0])  # no windows: lmbd_time couples nothing
+    win = tiny.replace(windows=Windows.count(2, tiny.obs.times))
+    for bad in ([0.0, 1.0], [1.0, np.nan], [1.0, 1.0], []):
+        with pytest.raises(DopplermapInputError, match="lmbd_time values"):
+            sweep_lmbd_time(win, bad)
+    with pytest.raises(DopplermapInputError, match="needs >= 2 time windows"):
+        lambda_for_chi2(tiny, 1.0, parameter="lmbd_time")
+    with pytest.raises(DopplermapInputError, match="parameter must be"):
+        lambda_for_chi2(win, 1.0, parameter="lmbd_times")
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:reduced chi2 of the line profiles")  # the demo's errors at small weights
+def test_lmbd_time_chosen_by_the_l_curve_corner_and_a_target_chi2(tiny):
+    """Sweeping lmbd_time on three windows: chi2 rises and the temporal coupling falls
+    monotonically (exact minimisers of a convex objective); the corner lies inside the sweep
+    where the coupling has fallen but chi2 has barely risen; a target chi2 between the
+    sweep's ends is met by a lmbd_time between the sweep values that bracket it."""
+    from dopplermap.search import lambda_for_chi2, lcurve_corner, sweep_lmbd_time
+
+    win = tiny.replace(windows=Windows.count(3, tiny.obs.times), settings=tiny.settings.replace(tol=1e-7))
+    values = np.logspace(-2, 4, 9)
+    sw = sweep_lmbd_time(win, values[::-1])  # any order: solved and returned ascending
+    assert sw.parameter == "lmbd_time" and np.array_equal(sw.lmbd, values) and sw.floor == 0.0
+    assert [r.lmbd_time for r in sw.results] == pytest.approx(values.tolist())
+    assert np.all(np.diff(sw.chi2) > 0) and np.all(np.diff(sw.regulariser) < 0)
+    assert sw.regulariser[-1] < 1e-3 * sw.regulariser[0]  # a large weight: nearly one static map
+    assert sw.table().splitlines()[0].startswith("lmbd_time,chi2,temporal,")
+    corner, kappa = lcurve_corner(sw)
+    assert values[1] < corner < values[-2] and kappa.shape == values.shape
+    t = np.log(values)
+    chi2_c = np.interp(np.log(corner), t, sw.chi2)
+    temporal_c = np.exp(np.interp(np.log(corner), t, np.log(sw.regulariser)))
+    assert chi2_c - sw.chi2[0] < 0.25 * (sw.chi2[-1] - sw.chi2[0])  # chi2 has barely risen
+    assert temporal_c < 0.9 * sw.regulariser[0]  # the change between windows has fallen
+    target = float(np.sqrt(sw.chi2[3] * sw.chi2[5]))
+    lt, res, trials = lambda_for_chi2(win, target, sweep=sw, parameter="lmbd_time", rtol=2e-3)
+    assert abs(res.chi2 / target - 1) < 2e-3 and res.lmbd_time == lt and res.lmbd == tiny.settings.lmbd
+    j = int(np.searchsorted(sw.chi2, target))
+    assert values[j - 1] <= lt <= values[j] and 0 < len(trials) <= 10
+
+
+def test_lambda_time_command_needs_a_windowed_target(tmp_path, capsys):
+    from dopplermap.cli import main
+    from dopplermap.config import TEMPLATE
+
+    (tmp_path / "target.toml").write_text(TEMPLATE)  # no [map] windows
+    assert main(["lambda", "--time", "--out", str(tmp_path / "a")]) == 2  # the demo star: one static map
+    assert "give a target .toml with [map] windows" in capsys.readouterr().err
+    assert main(["lambda", str(tmp_path / "target.toml"), "--time", "--out", str(tmp_path / "b")]) == 2
+    err = capsys.readouterr().err
+    assert "--time: " in err and "has no time windows" in err and "Traceback" not in err
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:reduced chi2 of the line profiles")
+def test_lambda_time_command_finds_the_corner(tmp_path, capsys):
+    """``dopplermap lambda --time`` on a windowed target: the sweep of lmbd_time, its corner
+    and the table, figure and JSON naming the parameter swept."""
+    import json
+
+    from test_config import _dataset
+
+    from dopplermap.cli import main
+
+    _dataset(tmp_path, n_epoch=12, n_cell=200, lightcurve=False, extra="[map]\nwindows = 3\n")
+    out = tmp_path / "lt"
+    assert main(["lambda", str(tmp_path / "target.toml"), "--time", "--lmbds", "0.01:10000:9", "--out", str(out),
+                 "--tol", "1e-7"]) == 0
+    io = capsys.readouterr()
+    assert "lmbd_time 9/9: 1e+04  chi2" in io.err and "L-curve corner lmbd_time " in io.out
+    choice = json.loads((out / "lambda.json").read_text())
+    assert choice["parameter"] == "lmbd_time" and 0.01 < choice["lcurve_corner"] < 1e4
+    assert (out / "lcurve.csv").read_text().startswith("lmbd_time,chi2,temporal,")
+    assert (out / "lcurve.png").is_file()

@@ -1491,8 +1491,12 @@ def plot_lcurve(sweep, corner: float | None = None, target: float | None = None,
     ``floor``). ``corner``: the corner's lambda. ``target``: the target reduced chi2;
     ``target_lambda`` its lambda (default: read off the sweep by log interpolation, marked
     "≈"). ``fig``: an empty Figure (default a new two-column one). Save it with
-    :func:`dopplermap.style.save_figure`.
+    :func:`dopplermap.style.save_figure`. A sweep of ``lmbd_time``
+    (:func:`dopplermap.search.sweep_lmbd_time`) is drawn against the temporal coupling and
+    labelled λ_time.
     """
+    time_sweep = getattr(sweep, "parameter", "lmbd") == "lmbd_time"
+    sym = "λ_time" if time_sweep else "λ"
     lm, chi2 = np.asarray(sweep.lmbd, float), np.asarray(sweep.chi2, float)
     x = np.asarray(sweep.regulariser, float) - float(sweep.floor)
     approx = ""
@@ -1506,7 +1510,7 @@ def plot_lcurve(sweep, corner: float | None = None, target: float | None = None,
     with style.context():
         a1, a2 = fig.subplots(1, 2, gridspec_kw=dict(left=0.09, right=0.98, top=0.9, bottom=0.17, wspace=0.3))
         pos = x > 0
-        a1.loglog(x[pos], chi2[pos], "o-", ms=3, color="k", lw=0.8, label="sweep (one point per λ)")
+        a1.loglog(x[pos], chi2[pos], "o-", ms=3, color="k", lw=0.8, label=f"sweep (one point per {sym})")
         a2.loglog(lm, chi2, "o-", ms=3, color="k", lw=0.8, label="sweep")
         def on_curve(lam):  # the L-curve's point at lambda, interpolated in log-log
             if not (np.all(pos) and lm.size > 1 and np.all(np.diff(lm) > 0)):
@@ -1518,8 +1522,8 @@ def plot_lcurve(sweep, corner: float | None = None, target: float | None = None,
             pt = on_curve(corner)
             if pt is not None:
                 a1.plot(*pt, "*", color=style.MODEL_COLOUR, ms=10, zorder=5, gid="corner",
-                        label=f"corner, λ = {corner:.3g}")
-            a2.axvline(corner, color=style.MODEL_COLOUR, ls="--", lw=0.8, gid="corner", label=f"corner λ = {corner:.3g}")
+                        label=f"corner, {sym} = {corner:.3g}")
+            a2.axvline(corner, color=style.MODEL_COLOUR, ls="--", lw=0.8, gid="corner", label=f"corner {sym} = {corner:.3g}")
         if target is not None:
             a1.axhline(target, color="0.4", ls=":", lw=0.8)
             a2.axhline(target, color="0.4", ls=":", lw=0.8, label=f"target χ² = {target:g}")
@@ -1527,18 +1531,18 @@ def plot_lcurve(sweep, corner: float | None = None, target: float | None = None,
             pt = on_curve(target_lambda)
             if pt is not None:
                 a1.plot(*pt, "D", color="C0", ms=5, zorder=5, gid="target",
-                        label=f"target χ², λ {approx}{target_lambda:.3g}")
+                        label=f"target χ², {sym} {approx}{target_lambda:.3g}")
             a2.axvline(target_lambda, color="C0", ls="-.", lw=0.8, gid="target",
-                       label=f"λ for target χ² {approx}{target_lambda:.3g}")
+                       label=f"{sym} for target χ² {approx}{target_lambda:.3g}")
         for a in (a1, a2):
             a.legend(loc="best")
             a.grid(alpha=0.3, lw=0.5, which="major")
-        a1.set_xlabel("regulariser − floor")
+        a1.set_xlabel("temporal coupling" if time_sweep else "regulariser − floor")
         a1.set_ylabel("reduced χ²")
         a1.set_title("L-curve")
-        a2.set_xlabel(style.PARAMETER_LABELS["lmbd"])
+        a2.set_xlabel("λ_time (temporal weight)" if time_sweep else style.PARAMETER_LABELS["lmbd"])
         a2.set_ylabel("reduced χ²")
-        a2.set_title("χ² against λ")
+        a2.set_title(f"χ² against {sym}")
         for a in (a1, a2):
             _log_ticks(a, "x")
             _log_ticks(a, "y")

@@ -7,8 +7,10 @@ by dragging: the brightness or a filling factor is painted on the sphere from an
 equirectangular texture made here with the colour maps of :mod:`dopplermap.style`.
 
 The globe reads its view from the URL hash (``report.html#phase=0.25&inc=60&q=cool``)
-and exposes ``window.dopplermapGlobe`` (``setView({phase, inclination, quantity})``,
-``render()``), so a test or a reader can set the rotation exactly.
+and exposes ``window.dopplermapGlobe`` (``setView({phase, inclination, quantity, window})``,
+``render()``), so a test or a reader can set the rotation exactly. A result with time
+windows gets a time slider over the windows' maps (``#w=2``: the third window), each
+shown with its time span and its own observations' meridians.
 """
 
 from __future__ import annotations
@@ -49,7 +51,9 @@ _CAPTIONS = {
 }
 
 _FIT_KEYS = (("chi2", "reduced χ² (line profiles)"), ("chi2_lc", "reduced χ² (light curve)"),
-             ("lmbd", "λ (regularisation weight)"), ("regulariser", "regulariser"),
+             ("lmbd", "λ (regularisation weight)"), ("windows", "time windows"),
+             ("lmbd_time", "λ_time (weight of the windows' coupling)"), ("temporal", "temporal coupling"),
+             ("regulariser", "regulariser"),
              ("regulariser_value", "regulariser value"), ("offset_prior", "offset prior term"), ("loss", "loss"), ("iterations", "iterations"),
              ("n_eval", "objective evaluations"), ("solver", "solver"), ("success", "met tolerance"),
              ("stop_reason", "stop reason"), ("n_cell", "cells"), ("n_epoch", "epochs"), ("n_vel", "velocities"),
@@ -95,46 +99,70 @@ def _texture_png(rgb: np.ndarray) -> str:
 
 def _globe_data(folder: Path, summary: dict) -> dict:
     """Equirectangular textures (360 x 180 px, longitude 0..360 left to right, north up)
-    of the quantities of ``map.fits``, with the colour-bar stops of each."""
+    of the quantities of ``map.fits``, with the colour-bar stops of each. A result with
+    time windows (one MAP HDU per window) gives one texture per window and quantity, on
+    one colour scale per quantity over all windows, and the windows' spans (``windows``)."""
     from astropy.io import fits
 
     with fits.open(folder / "map.fits") as hdul:
-        m = hdul["MAP"].data
+        hdus = [h for h in hdul if h.name == "MAP"]
+        m = hdus[0].data
         names = set(m.columns.names)
         lat, lon = np.radians(np.asarray(m["LAT"], float)), np.radians(np.asarray(m["LON"], float))
         latb = lonb = None
         if {"LAT_MIN", "LAT_MAX", "LON_MIN", "LON_MAX"} <= names:
             latb = np.radians(np.stack([m["LAT_MIN"], m["LAT_MAX"]], axis=1).astype(float))
             lonb = np.radians(np.stack([m["LON_MIN"], m["LON_MAX"]], axis=1).astype(float))
-        values = {"cool": np.asarray(m["FSSC"], float), "hot": np.asarray(m["FSSH"], float)}
-        fitted = str(hdul["MAP"].header.get("FITCOMP", "cool,hot")).split(",")
-        bright = np.asarray(m["BRIGHT"], float)
-        if np.all(np.isfinite(bright)):
-            values = {"brightness": bright, **values}
-    if "hot" not in fitted or np.all(values["hot"] <= 2e-5):  # hot spots not fitted: nothing to paint
-        values.pop("hot")
+        fitted = str(hdus[0].header.get("FITCOMP", "cool,hot")).split(",")
+        per_window = []  # each window's {quantity: values}
+        for h in hdus:
+            values = {"cool": np.asarray(h.data["FSSC"], float), "hot": np.asarray(h.data["FSSH"], float)}
+            bright = np.asarray(h.data["BRIGHT"], float)
+            if np.all(np.isfinite(bright)):
+                values = {"brightness": bright, **values}
+            per_window.append(values)
+        windows = []
+        if len(hdus) > 1:
+            for k, h in enumerate(hdus):
+                t0, t1 = float(h.header["TSTART"]), float(h.header["TSTOP"])
+                windows.append({"start": t0, "stop": t1, "label": f"window {k + 1} of {len(hdus)}: "
+                                f"{_fmt_time(t0)} – {_fmt_time(t1)} d ({t1 - t0:.3g} d)"})
+    names_q = [q for q in per_window[0] if all(q in v for v in per_window)]
+    if "hot" not in fitted or all(np.all(v["hot"] <= 2e-5) for v in per_window):  # hot spots not fitted
+        names_q.remove("hot")
     raster = grid_raster(lat, lon, latb, lonb, "rect", 180)
     quantities = []
-    for q, v in values.items():
-        lo, hi = colour_limits(q, [v])
+    for q in names_q:
+        lo, hi = colour_limits(q, [v[q] for v in per_window])  # one scale over the windows
         cm = style.cmap(q)
-        rgba = cm((v - lo) / (hi - lo) if hi > lo else np.zeros_like(v), bytes=True)
-        rgb = np.ascontiguousarray(rgba[raster.index][..., :3])
+        textures = []
+        for v in per_window:
+            rgba = cm((v[q] - lo) / (hi - lo) if hi > lo else np.zeros_like(v[q]), bytes=True)
+            textures.append(_texture_png(np.ascontiguousarray(rgba[raster.index][..., :3])))
         stops = [f"rgb({r},{g},{b}) {100 * t:.0f}%"
                  for t, (r, g, b, _) in zip(np.linspace(0, 1, 11), cm(np.linspace(0, 1, 11), bytes=True), strict=True)]
-        quantities.append({"name": q, "label": style.LABELS[q], "texture": _texture_png(rgb), "vmin": lo, "vmax": hi,
+        quantities.append({"name": q, "label": style.LABELS[q], "textures": textures, "vmin": lo, "vmax": hi,
                            "gradient": ", ".join(stops)})
     star = summary.get("star") or {}
-    phases = []
+    phases, epochs = [], []
     if (folder / "profiles.fits").is_file():
         with fits.open(folder / "profiles.fits") as hdul:
             for hdu in hdul:
                 if hdu.name == "PROFILES" and "PHASE" in hdu.columns.names:
-                    phases += [float(p) for p in np.asarray(hdu.data["PHASE"], float) if np.isfinite(p)]
+                    ph = np.asarray(hdu.data["PHASE"], float)
+                    t = np.asarray(hdu.data["TIME"], float) if "TIME" in hdu.columns.names else np.full_like(ph, np.nan)
+                    keep = np.isfinite(ph)
+                    phases += ph[keep].tolist()
+                    epochs += [[float(a), float(b)] for a, b in zip(ph[keep], t[keep], strict=True)]
     # the never-visible band (below latitude -i) is hatched and the central meridian of each
-    # observation ticked on the equator, as the maps show them
+    # observation ticked on the equator, as the maps show them (with windows: the window's own)
     return {"quantities": quantities, "inclination": float(star.get("inclination") or 60.0),
-            "hidden": star.get("inclination") is not None, "phases": sorted(phases)}
+            "hidden": star.get("inclination") is not None, "phases": sorted(phases),
+            "epochs": epochs if windows else [], "windows": windows}
+
+
+def _fmt_time(t: float) -> str:
+    return f"{t:.4f}" if abs(t) >= 1e4 else f"{t:.4g}"
 
 
 @reader("result folder", arg="result_dir")
@@ -251,7 +279,12 @@ _TEMPLATE = """<!DOCTYPE html>
 <div id="globe-box"><canvas id="globe" width="420" height="420" aria-label="rotatable map of the star"></canvas>
 <div style="max-width:420px"><div id="qbuttons"></div><div id="bar" class="bar"></div><div class="barlabels"><span id="vmin"></span>
 <span id="qlabel"></span><span id="vmax"></span></div>
-<p>Drag to rotate (left-right: rotation phase; up-down: inclination); arrow keys work too.<br>
+<div id="timebox" hidden><label for="window">time window</label>
+<input type="range" id="window" min="0" max="0" step="1" value="0" aria-label="time window">
+<div id="wlabel"></div></div>
+<p>Drag to rotate (left-right: rotation phase; up-down: inclination); arrow keys work too.
+<span id="timehelp" hidden>The slider steps through the time windows' maps (one colour scale for all);
+the ticks are then the observations of the window shown.</span><br>
 <span id="view"></span></p><label><input type="checkbox" id="shade" checked> shade the limb for depth</label>
 <p style="font-size:.9em">The view follows the observer's convention: phase 0 shows longitude 0 at the centre,
 north up, the receding limb on the right. Latitude and longitude lines every 30°; hatched: the band
@@ -278,13 +311,26 @@ _JS = r"""
   if (!data || !canvas) { return; }
   var ctx = canvas.getContext("2d");
   var W = canvas.width, H = canvas.height, R = Math.min(W, H) / 2 - 6;
-  var textures = {}, pending = data.quantities.length;
+  var textures = {}, pending = 0;
+  data.quantities.forEach(function (q) { pending += q.textures.length; });
   var hidden = !!data.hidden, hiddenLat = -data.inclination * Math.PI / 180;
+  var windows = data.windows || [];
+  api.window = 0; api.nWindow = Math.max(1, windows.length);
   // central meridian of each observation: longitude -2 pi phase (docs/conventions.md)
-  var cms = (data.phases || []).map(function (p) {
-    var l = -2 * Math.PI * p; return l - 2 * Math.PI * Math.floor(l / (2 * Math.PI));
-  });
-  api.observedPhases = (data.phases || []).length;
+  function meridians(phases) {
+    return phases.map(function (p) {
+      var l = -2 * Math.PI * p; return l - 2 * Math.PI * Math.floor(l / (2 * Math.PI));
+    });
+  }
+  function windowPhases(k) {  // the observations of time window k (the last one holds its end)
+    if (!windows.length || !(data.epochs || []).length) { return data.phases || []; }
+    var w = windows[k], last = k === windows.length - 1;
+    return data.epochs.filter(function (e) {
+      return e[1] >= w.start && (e[1] < w.stop || (last && e[1] <= w.stop));
+    }).map(function (e) { return e[0]; });
+  }
+  var cms = meridians(windowPhases(0));
+  api.observedPhases = cms.length;
   api.inclination = data.inclination;
   api.quantity = data.quantities.length ? data.quantities[0].name : null;
 
@@ -296,11 +342,18 @@ _JS = r"""
       if ((k === "inc" || k === "inclination") && isFinite(parseFloat(v))) { api.inclination = parseFloat(v); }
       if (k === "q" && textures.hasOwnProperty(v)) { api.quantity = v; }
       if (k === "q" && !textures.hasOwnProperty(v)) { api.wantQuantity = v; }
+      if (k === "w" && isFinite(parseInt(v, 10))) { setWindow(parseInt(v, 10)); }
     });
   }
 
+  function setWindow(k) {
+    api.window = Math.max(0, Math.min(api.nWindow - 1, Math.round(k)));
+    cms = meridians(windowPhases(api.window));
+    api.observedPhases = cms.length;
+  }
+
   function render() {
-    var tex = textures[api.quantity];
+    var tex = textures[api.quantity] && textures[api.quantity][api.window];
     if (!tex) { return; }
     var img = ctx.createImageData(W, H), out = img.data;
     var inc = Math.max(-90, Math.min(90, api.inclination)) * Math.PI / 180;
@@ -354,6 +407,11 @@ _JS = r"""
     Array.prototype.forEach.call(document.querySelectorAll("button.q"), function (b) {
       b.className = "q" + (b.getAttribute("data-q") === api.quantity ? " on" : "");
     });
+    if (windows.length) {
+      document.getElementById("window").value = String(api.window);
+      document.getElementById("wlabel").textContent = windows[api.window].label;
+      api.windowLabel = windows[api.window].label;
+    }
   }
 
   api.setView = function (view) {
@@ -361,8 +419,9 @@ _JS = r"""
     if (isFinite(view.phase)) { api.phase = view.phase; }
     if (isFinite(view.inclination)) { api.inclination = Math.max(-90, Math.min(90, view.inclination)); }
     if (view.quantity && textures.hasOwnProperty(view.quantity)) { api.quantity = view.quantity; }
+    if (isFinite(view.window)) { setWindow(view.window); }
     showBar(); render();
-    return {phase: api.phase, inclination: api.inclination, quantity: api.quantity};
+    return {phase: api.phase, inclination: api.inclination, quantity: api.quantity, window: api.window};
   };
   api.render = render;
 
@@ -371,22 +430,33 @@ _JS = r"""
     b.className = "q"; b.setAttribute("data-q", q.name); b.textContent = q.name;
     b.addEventListener("click", function () { api.setView({quantity: q.name}); });
     document.getElementById("qbuttons").appendChild(b);
-    var im = new Image();
-    im.onload = function () {
-      var c = document.createElement("canvas");
-      c.width = im.width; c.height = im.height;
-      var cx = c.getContext("2d");
-      cx.drawImage(im, 0, 0);
-      textures[q.name] = {width: im.width, height: im.height, pixels: cx.getImageData(0, 0, im.width, im.height).data};
-      pending -= 1;
-      if (pending === 0) {
-        parseHash();
-        if (api.wantQuantity && textures.hasOwnProperty(api.wantQuantity)) { api.quantity = api.wantQuantity; }
-        api.ready = true; showBar(); render();
-      }
-    };
-    im.src = q.texture;
+    textures[q.name] = new Array(q.textures.length);
+    q.textures.forEach(function (src, k) {
+      var im = new Image();
+      im.onload = function () {
+        var c = document.createElement("canvas");
+        c.width = im.width; c.height = im.height;
+        var cx = c.getContext("2d");
+        cx.drawImage(im, 0, 0);
+        textures[q.name][k] = {width: im.width, height: im.height,
+                               pixels: cx.getImageData(0, 0, im.width, im.height).data};
+        pending -= 1;
+        if (pending === 0) {
+          parseHash();
+          if (api.wantQuantity && textures.hasOwnProperty(api.wantQuantity)) { api.quantity = api.wantQuantity; }
+          api.ready = true; showBar(); render();
+        }
+      };
+      im.src = src;
+    });
   });
+  if (windows.length) {  // the time slider: one map per window
+    var slider = document.getElementById("window");
+    slider.max = String(windows.length - 1);
+    document.getElementById("timebox").hidden = false;
+    document.getElementById("timehelp").hidden = false;
+    slider.addEventListener("input", function () { api.setView({window: parseInt(slider.value, 10)}); });
+  }
 
   var drag = null;
   canvas.addEventListener("pointerdown", function (e) {

@@ -65,7 +65,7 @@ from .result import line_sets
 from .solvers import InversionResult, check_solver_args, invert, prepare, solve_many, solver_choice
 
 __all__ = [
-    "LambdaSweep", "sweep_lambda", "lcurve_corner", "lcurve_curvature", "regulariser_floor",
+    "LambdaSweep", "sweep_lambda", "sweep_lmbd_time", "lcurve_corner", "lcurve_curvature", "regulariser_floor",
     "lambda_for_chi2", "fit_error_scale", "apply_error_scale", "ERROR_SCALE_LAMBDA", "Problem", "GRID_PARAMETERS", "apply_parameters",
     "grid_points", "count_points", "check_grid_size", "validate_points", "problem_fingerprint",
     "evaluate_point", "point_refusal", "refused_row", "point_star", "Cluster", "grid_search", "grid_lock", "read_table",
@@ -90,6 +90,9 @@ class LambdaSweep:
         floor: infimum of the regulariser (subtracted on the L-curve's axis).
         total_time: wall seconds for the sweep (compile included).
         mode: how the solves ran (``"vmap"``, ``"sequential"`` or ``"invert"``, see :func:`sweep_lambda`).
+        parameter: the weight swept: ``"lmbd"`` (the spatial regulariser's), or ``"lmbd_time"``
+            (:func:`sweep_lmbd_time`: ``lmbd`` then holds the ``lmbd_time`` values and
+            ``regulariser`` the temporal coupling's value, ``floor`` 0).
     """
 
     lmbd: np.ndarray
@@ -101,17 +104,21 @@ class LambdaSweep:
     floor: float
     total_time: float
     mode: str = "invert"
+    parameter: str = "lmbd"
 
     def __repr__(self) -> str:
-        return compact(self, ("lmbd", "chi2", "floor", "total_time"))
+        return compact(self, ("parameter", "lmbd", "chi2", "floor", "total_time"))
 
     def table(self) -> str:
-        """CSV text: lambda, chi2, regulariser, loss, iterations, solve_time."""
+        """CSV text: lambda, chi2, regulariser, loss, iterations, solve_time (a sweep of
+        ``lmbd_time``: lmbd_time, chi2, temporal, ...)."""
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
-        w.writerow(["lmbd", "chi2", "regulariser", "loss", "iterations", "solve_time"])
-        for r in self.results:
-            w.writerow([repr(r.lmbd), repr(r.chi2), repr(r.regulariser_value), repr(r.loss), r.iterations,
+        time_sweep = self.parameter == "lmbd_time"
+        w.writerow(["lmbd_time" if time_sweep else "lmbd", "chi2", "temporal" if time_sweep else "regulariser",
+                    "loss", "iterations", "solve_time"])
+        for v, reg, r in zip(self.lmbd, self.regulariser, self.results, strict=True):
+            w.writerow([repr(float(v)), repr(r.chi2), repr(float(reg)), repr(r.loss), r.iterations,
                         f"{r.solve_time:.4f}"])
         return buf.getvalue()
 
@@ -141,21 +148,21 @@ def _stalled(res: InversionResult, tol: float) -> bool:
     return bool(loss[0] - loss[-1] <= tol * max(abs(float(loss[-1])), 1.0))
 
 
-def _warm_solve(problem, lmbd, start, cold, on_solve=None) -> InversionResult:
+def _warm_solve(problem, lmbd, start, cold, on_solve=None, parameter="lmbd") -> InversionResult:
     """``invert`` from ``start``; if it stalled (:func:`_stalled`), also from ``cold`` and the
     lower loss is kept. From a map that is nearly optimal for a nearby lambda, the first
     steps can be so short that the relative-reduction test stops the solve at once, leaving
     the old map (chi2 and regulariser unchanged), which bends the L-curve and shifts
-    chi2(lambda)."""
-    res = invert(problem, lmbd=lmbd, x0=start)
+    chi2(lambda). ``parameter``: the weight ``lmbd`` sets (``"lmbd"`` or ``"lmbd_time"``)."""
+    res = invert(problem, x0=start, **{parameter: lmbd})
     if on_solve is not None:
         on_solve(lmbd, res)
     if start is None or start is cold or not _stalled(res, problem.settings.tol):
         return res
-    other = invert(problem, lmbd=lmbd, x0=cold)
+    other = invert(problem, x0=cold, **{parameter: lmbd})
     if on_solve is not None:
         on_solve(lmbd, other)
-    log.info("lambda %.4g: warm start stopped after %d iterations; flat start: loss %.8g vs %.8g",
+    log.info("%s %.4g: warm start stopped after %d iterations; flat start: loss %.8g vs %.8g", parameter,
              lmbd, res.iterations, other.loss, res.loss)
     return other if other.loss < res.loss else res
 
@@ -227,6 +234,61 @@ def sweep_lambda(problem: Problem, lmbds: Sequence[float], *, warm_start: bool =
                        loss=np.array([r.loss for r in rs]), iterations=np.array([r.iterations for r in rs]),
                        results=rs, floor=regulariser_floor(regulariser, problem.pre),
                        total_time=time.perf_counter() - t0, mode=mode)
+
+
+def sweep_lmbd_time(problem: Problem, values: Sequence[float], *, warm_start: bool = True, x0=None,
+                    progress=None) -> LambdaSweep:
+    """Invert a windowed problem at every temporal weight ``lmbd_time``, from the smallest to
+    the largest, warm-starting each solve; the machinery of :func:`sweep_lambda` for the
+    coupling of the windows' maps (:mod:`dopplermap.windows`).
+
+    The spatial ``lmbd`` stays the problem's. The sweep's L-curve is ``(temporal coupling,
+    chi2)``: a small ``lmbd_time`` leaves the windows free to fit the noise of their own
+    epochs (small chi2, large change between windows), a large one pulls them to one static
+    map (chi2 rises, the change vanishes); :func:`lcurve_corner` of the returned sweep is
+    the weight at the corner, and :func:`lambda_for_chi2` with ``parameter="lmbd_time"``
+    the weight at a target chi2. Give the problem a tight ``tol``, as for a lambda sweep.
+
+    Args:
+        problem: a :class:`dopplermap.Problem` with time windows (``problem.windows``).
+        values: positive ``lmbd_time`` values (any order, unique).
+        warm_start, x0, progress: as :func:`sweep_lambda` (the solves run through
+            :func:`dopplermap.invert` one after another; ``lmbd_time`` is data of the
+            compiled program, so they share one compilation).
+    Returns:
+        :class:`LambdaSweep` with ``parameter = "lmbd_time"``: ``lmbd`` the ascending
+        ``lmbd_time`` values, ``regulariser`` the temporal coupling ``sum_k T(F_k, F_k-1)``
+        of each solve's maps, ``floor`` 0.
+    """
+    problem = require_problem(problem, "sweep_lmbd_time")
+    if problem.windows is None or problem.windows.n_window < 2:
+        raise DopplermapInputError("sweep_lmbd_time: the problem needs >= 2 time windows (problem.windows) for "
+                                   "lmbd_time to couple anything")
+    lt = np.asarray(values, dtype=float).ravel()
+    if lt.size < 1:
+        raise DopplermapInputError("lmbd_time values: need at least one")
+    if not np.all(np.isfinite(lt)) or np.any(lt <= 0):
+        raise DopplermapInputError(f"lmbd_time values must be finite and > 0, got "
+                                   f"{lt[~(np.isfinite(lt) & (lt > 0))][:3].tolist()}")
+    if np.unique(lt).size != lt.size:
+        raise DopplermapInputError("lmbd_time values contain repeated values")
+    t0 = time.perf_counter()
+    problem = _sweep_solver(problem, lt.size)
+    asc = np.sort(lt)  # upwards: from detailed, independent windows towards one map
+    rs, start = [], x0
+    for k, v in enumerate(asc):
+        res = _warm_solve(problem, float(v), start, x0, parameter="lmbd_time")
+        rs.append(res)
+        if warm_start:
+            start = res.x
+        log.info("lmbd_time %.4g: chi2 %.5g temporal %.5g (%d it)", v, res.chi2, res.temporal, res.iterations)
+        if progress is not None:
+            progress(k + 1, lt.size, res)
+    return LambdaSweep(lmbd=asc, chi2=np.array([r.chi2 for r in rs]),
+                       regulariser=np.array([r.temporal for r in rs], dtype=float),
+                       loss=np.array([r.loss for r in rs]), iterations=np.array([r.iterations for r in rs]),
+                       results=rs, floor=0.0, total_time=time.perf_counter() - t0, mode="invert",
+                       parameter="lmbd_time")
 
 
 def _sweep_mode(problem: Problem, mode: str) -> str:
@@ -317,6 +379,7 @@ def lcurve_corner(sweep: LambdaSweep, *, refine: bool = True) -> tuple[float, np
     solves), searched between its neighbours. It moves continuously with the data instead of jumping from one
     sweep value to the next. ``refine=False``: the best sweep lambda itself.
     """
+    name = "lambda" if getattr(sweep, "parameter", "lmbd") == "lmbd" else sweep.parameter
     kappa = lcurve_curvature(sweep.lmbd, sweep.chi2, sweep.regulariser, sweep.floor)
     step_ok = (np.diff(sweep.chi2) > 0) & (np.diff(sweep.regulariser) < 0)
     ok = np.zeros(kappa.size, bool)
@@ -326,11 +389,12 @@ def lcurve_corner(sweep: LambdaSweep, *, refine: bool = True) -> tuple[float, np
     i = int(np.argmax(score))
     if not np.isfinite(score[i]) or score[i] <= 0:
         raise DopplermapInputError(f"no L-curve corner inside the sweep {sweep.lmbd[0]:.4g}..{sweep.lmbd[-1]:.4g} "
-                         "(no monotone point bends like a corner); extend the lambda range or tighten tol")
+                                   f"(no monotone point bends like a corner); extend the {name} range or tighten tol")
     if i == 0 or i == kappa.size - 1:
         side = "smallest" if i == 0 else "largest"
-        raise DopplermapInputError(f"L-curve corner lies at the sweep boundary (the {side} lambda, {sweep.lmbd[i]:.4g}); "
-                         f"extend the lambda range beyond {sweep.lmbd[0]:.4g}..{sweep.lmbd[-1]:.4g}")
+        raise DopplermapInputError(f"L-curve corner lies at the sweep boundary (the {side} {name}, "
+                                   f"{sweep.lmbd[i]:.4g}); extend the {name} range beyond "
+                                   f"{sweep.lmbd[0]:.4g}..{sweep.lmbd[-1]:.4g}")
     if not refine:
         return float(sweep.lmbd[i]), kappa
     from scipy.optimize import minimize_scalar
@@ -356,7 +420,8 @@ def _crossing(sweep: LambdaSweep, target: float):
 
 
 def lambda_for_chi2(problem: Problem, target: float, *, lo: float = 1e-3, hi: float = 1e3, rtol: float = 1e-3,
-                    max_solves: int = 10, x0=None, sweep: LambdaSweep | None = None) -> tuple[float, InversionResult, list]:
+                    max_solves: int = 10, x0=None, sweep: LambdaSweep | None = None,
+                    parameter: str = "lmbd") -> tuple[float, InversionResult, list]:
     """The lambda at which the reduced chi-square equals ``target``, to ``|chi2 / target - 1| < rtol``.
 
     Every solve is :func:`dopplermap.invert` of ``problem`` with its settings and a trial
@@ -377,8 +442,21 @@ def lambda_for_chi2(problem: Problem, target: float, *, lo: float = 1e-3, hi: fl
     with ``trials`` the ``(lambda, chi2)`` of every solve this call made (a stalled warm
     start re-solved from ``x0`` counts twice, see :func:`_warm_solve`); it stops after
     ``max_solves`` solves (a warning says so if the tolerance was not reached by then).
+
+    ``parameter="lmbd_time"`` finds the temporal weight of a windowed problem instead
+    (:func:`sweep_lmbd_time`; ``sweep`` then one of its sweeps), the spatial lambda fixed.
     """
     problem = require_problem(problem, "lambda_for_chi2")
+    if parameter not in ("lmbd", "lmbd_time"):
+        raise DopplermapInputError(f"parameter must be 'lmbd' or 'lmbd_time', got {parameter!r}")
+    if parameter == "lmbd_time" and (problem.windows is None or problem.windows.n_window < 2):
+        raise DopplermapInputError("lmbd_time for a target chi2: the problem needs >= 2 time windows")
+    if sweep is not None and getattr(sweep, "parameter", "lmbd") != parameter:
+        raise DopplermapInputError(f"the sweep given swept {sweep.parameter}, not {parameter}")
+
+    def weight(r):
+        return r.lmbd if parameter == "lmbd" else r.lmbd_time
+
     if not target > 0:
         raise DopplermapInputError(f"target chi2 must be > 0, got {target!r}")
     if not (0 < lo < hi):
@@ -389,7 +467,8 @@ def lambda_for_chi2(problem: Problem, target: float, *, lo: float = 1e-3, hi: fl
     aim = math.log1p(rtol)
 
     def solve(lm, start):
-        return _warm_solve(problem, lm, start, x0, on_solve=lambda m, r: trials.append((m, r.chi2)))
+        return _warm_solve(problem, lm, start, x0, on_solve=lambda m, r: trials.append((m, r.chi2)),
+                           parameter=parameter)
 
     def g(r):
         return math.log(r.chi2 / target)
@@ -400,7 +479,7 @@ def lambda_for_chi2(problem: Problem, target: float, *, lo: float = 1e-3, hi: fl
     else:
         if sweep is not None:  # no crossing inside the sweep: widen from its ends, already solved
             r_lo, r_hi = sweep.results[0], sweep.results[-1]
-            lo, hi = r_lo.lmbd, r_hi.lmbd
+            lo, hi = weight(r_lo), weight(r_hi)
         else:
             r_hi = solve(hi, x0)
         for _ in range(4):
@@ -417,9 +496,9 @@ def lambda_for_chi2(problem: Problem, target: float, *, lo: float = 1e-3, hi: fl
             r_lo = solve(lo, r_lo.x)
         if not (r_lo.chi2 <= target <= r_hi.chi2):
             raise DopplermapInputError(f"target chi2 {target:.5g} not reached: chi2 runs from {r_lo.chi2:.5g} "
-                                       f"(lambda {lo:.3g}) to {r_hi.chi2:.5g} (lambda {hi:.3g})")
-    a, fa = math.log(r_lo.lmbd), g(r_lo)
-    b, fb = math.log(r_hi.lmbd), g(r_hi)
+                                       f"({parameter} {lo:.3g}) to {r_hi.chi2:.5g} ({parameter} {hi:.3g})")
+    a, fa = math.log(weight(r_lo)), g(r_lo)
+    b, fb = math.log(weight(r_hi)), g(r_hi)
     # Every step starts from the map of the bracket's first upper end (smoother than the
     # answer's): a solve warm-started from a map that is already nearly optimal for a close
     # lambda can stop after a step or two (the relative-reduction test), so chi2 would keep
@@ -448,10 +527,10 @@ def lambda_for_chi2(problem: Problem, target: float, *, lo: float = 1e-3, hi: fl
                 fa *= 0.5
             side = 1
     if abs(g(best)) >= aim:
-        warn(f"lambda for target chi2 {target:.5g}: best chi2 {best.chi2:.5g} (off by "
+        warn(f"{'lambda' if parameter == 'lmbd' else parameter} for target chi2 {target:.5g}: best chi2 {best.chi2:.5g} (off by "
              f"{abs(best.chi2 / target - 1):.2%}) after {len(trials)} solves, between lambda "
              f"{math.exp(a):.5g} and {math.exp(b):.5g}; raise max_solves or tighten tol")
-    return best.lmbd, best, trials
+    return weight(best), best, trials
 
 
 # ------------------------------------------------------------------------ the error scale

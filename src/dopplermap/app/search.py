@@ -174,14 +174,25 @@ def _expected_chi2_spread():
 
 
 def run_lambda(problem, *, n_cell, n_epoch, n_vel, snr, regulariser, out: Path, overwrite: bool, quiet: bool,
-               lmbds: str, target_chi2, tol) -> dict:
+               lmbds: str, target_chi2, tol, parameter: str = "lmbd") -> dict:
     """``dopplermap lambda``: sweep lambda on the problem of :func:`load_problem` and write the
     folder ``out`` (lcurve.csv, lambda.json, lcurve.png) atomically; progress on stderr unless
-    ``quiet``, the result line on stdout. Returns what lambda.json holds."""
+    ``quiet``, the result line on stdout. ``parameter="lmbd_time"`` (``--time``) sweeps the
+    time windows' coupling instead (:func:`dopplermap.search.sweep_lmbd_time`); lambda.json
+    then says ``"parameter": "lmbd_time"``. Returns what lambda.json holds."""
     check_out(out, "lambda", overwrite=overwrite)  # before any work
     lm = _lambda_list(lmbds)
     if not np.all(np.isfinite(lm) & (lm >= 0)):
         raise DopplermapInputError(f"--lmbds: every lambda must be finite and >= 0, got {lmbds!r}")
+    if parameter == "lmbd_time":  # before any work: only a target's [map] cuts the data into windows
+        if problem is None or Path(problem).suffix.lower() != ".toml":
+            raise DopplermapInputError("--time sweeps the coupling of time windows: give a target .toml with "
+                                       "[map] windows (the demo star and .npz problems have one static map)")
+        if not load_config(problem).map.windowed:
+            raise DopplermapInputError(f"--time: {problem} has no time windows ([map] windows, window_rotations, "
+                                       "window_edges or window_gap)")
+        if np.any(lm <= 0):
+            raise DopplermapInputError(f"--lmbds: every lmbd_time of a --time sweep must be > 0, got {lmbds!r}")
     prob = load_problem(problem, n_cell=n_cell, n_epoch=n_epoch, n_vel=n_vel, snr=snr, tol=LAMBDA_TOL, quiet=quiet)
     scale = _echo_error_scale(prob)
     fp = search.problem_fingerprint(prob)
@@ -189,14 +200,23 @@ def run_lambda(problem, *, n_cell, n_epoch, n_vel, snr, regulariser, out: Path, 
     regulariser, tol = prob.settings.regulariser, prob.settings.tol
     t_start = time.perf_counter()
 
+    time_sweep = parameter == "lmbd_time"
+    name = "lmbd_time" if time_sweep else "lambda"
+
     def progress(n, total, res):  # points done, the solve's chi2, elapsed
-        click.echo(f"lambda {n}/{total}: {res.lmbd:.4g}  chi2 {res.chi2:.5g}  ({res.iterations} it; "
+        value = res.lmbd_time if time_sweep else res.lmbd
+        click.echo(f"{name} {n}/{total}: {value:.4g}  chi2 {res.chi2:.5g}  ({res.iterations} it; "
                    f"{time.perf_counter() - t_start:.1f} s)", err=True)
 
     with _expected_chi2_spread():
-        sw = search.sweep_lambda(prob, lm, progress=None if quiet else progress)
+        if time_sweep:
+            sw = search.sweep_lmbd_time(prob, lm, progress=None if quiet else progress)
+        else:
+            sw = search.sweep_lambda(prob, lm, progress=None if quiet else progress)
     choice = {"lmbds": sw.lmbd.tolist(), "sweep_time": sw.total_time, "solve_mode": sw.mode, "regulariser_floor": sw.floor,
-              "regulariser": regulariser, "tol": tol, "problem": fp, "error_scale": scale}
+              "regulariser": regulariser, "tol": tol, "problem": fp, "error_scale": scale, "parameter": parameter}
+    if time_sweep:
+        choice["lmbd"] = prob.settings.lmbd
     try:
         corner, _ = search.lcurve_corner(sw)
         choice["lcurve_corner"] = corner
@@ -210,7 +230,7 @@ def run_lambda(problem, *, n_cell, n_epoch, n_vel, snr, regulariser, out: Path, 
         try:
             with _expected_chi2_spread():
                 lmt, res, trials = search.lambda_for_chi2(prob, target_chi2, lo=float(sw.lmbd[0]),
-                                                          hi=float(sw.lmbd[-1]), sweep=sw)
+                                                          hi=float(sw.lmbd[-1]), sweep=sw, parameter=parameter)
             choice.update(target_chi2=target_chi2, target_lambda=lmt, target_result_chi2=res.chi2,
                           target_trials=trials)
         except DopplermapInputError as exc:  # the sweep is still worth keeping: write it, then fail
@@ -227,9 +247,9 @@ def run_lambda(problem, *, n_cell, n_epoch, n_vel, snr, regulariser, out: Path, 
             sw, corner=corner, target=target_chi2, target_lambda=choice.get("target_lambda")), p))
     if missed is not None:
         raise DopplermapInputError(f"--target-chi2: {missed}; the sweep is written to {out}")
-    msg = f"L-curve corner lambda {corner:.4g}" if corner is not None else "no L-curve corner"
+    msg = f"L-curve corner {name} {corner:.4g}" if corner is not None else "no L-curve corner"
     if target_chi2 is not None:
-        msg += (f"; lambda for chi2={target_chi2:g}: {choice['target_lambda']:.4g} "
+        msg += (f"; {name} for chi2={target_chi2:g}: {choice['target_lambda']:.4g} "
                 f"(chi2 {choice['target_result_chi2']:.5g}, {len(choice['target_trials'])} more solves)")
     click.echo(f"{msg}  ({len(lm)} solves in {sw.total_time:.1f} s); results in {out}")
     return choice

@@ -29,7 +29,7 @@ from ..windows import WindowedLightCurve, windowed_lightcurve_models
 from .folders import save_result, with_context
 
 __all__ = ["run_target", "summary_line", "error_scale_line", "estimate_line", "band_line", "band_values",
-           "uncertainty_writers"]
+           "windows_line", "uncertainty_writers"]
 
 
 def summary_line(s: dict) -> str:
@@ -51,6 +51,23 @@ def estimate_line(est: dict, n_cell: int) -> str:
 def error_scale_line(s: dict) -> str | None:
     """The line ``dopplermap invert`` prints about the error scale (None: errors as given)."""
     return describe_all(s.get("error_scale"))
+
+
+def windows_line(s: dict, *, most: int = 8) -> str | None:
+    """The line ``dopplermap invert`` prints about the time windows: their count, each one's
+    span in days (the first and last ``most // 2`` of more than ``most``) and ``lmbd_time``
+    (None: one static map)."""
+    edges = s.get("window_edges")
+    if not edges:
+        return None
+    spans = [f"{a:.6g}-{b:.6g}" for a, b in zip(edges[:-1], edges[1:], strict=True)]
+    if len(spans) > most:
+        spans = [*spans[:most // 2], f"... ({len(spans) - 2 * (most // 2)} more)", *spans[-(most // 2):]]
+    lt = s.get("lmbd_time")
+    coupling = f", lmbd_time {lt:g}" if lt is not None else ""
+    if lt and s.get("time_coupling"):
+        coupling += f" ({s['time_coupling']})"
+    return f"time windows: {len(edges) - 1} ({', '.join(spans)} d){coupling}"
 
 
 def band_values(cfg, lcds, grid) -> dict:
@@ -257,6 +274,7 @@ def run_target(cfg, out: Path, *, plots: bool = True, quiet: bool = True, config
                      **unc_scalars)
         if prob.windows is not None:
             extra["windows"] = prob.windows.describe()
+            extra["time_coupling"] = cfg.map.time_coupling
         lcds = prob.lightcurve_data if isinstance(prob.lightcurve_data, tuple) else (prob.lightcurve_data,)
         extra.update(band_values(cfg, lcds, grid))
         reads = [d.read for d in lcds if d is not None and d.read is not None]

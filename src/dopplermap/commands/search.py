@@ -56,18 +56,24 @@ def register(group):
                   help="Also find lambda where reduced chi2 = this.")
     @click.option("--tol", type=click.FloatRange(min=0, min_open=True), default=None,
                   help=f"Solver tolerance (default: the target's [inversion] tol, else {LAMBDA_TOL:g}).")
+    @click.option("--time", "time_weight", is_flag=True,
+                  help="Sweep the time windows' coupling lmbd_time instead (a target with [map] windows; "
+                       "--lmbds then lists lmbd_time values, lambda stays the target's).")
     def lambda_cmd(problem, n_cell, n_epoch, n_vel, snr, regulariser, out, overwrite, quiet, lmbds, target_chi2,
-                   tol):
+                   tol, time_weight):
         """Sweep lambda; write the L-curve table, its corner, the target-chi2 lambda and a plot.
 
         PROBLEM: a target .toml, an .npz problem file (see the module docs), or omitted (simulated demo star).
         The output folder is written atomically; lambda.json and every row of lcurve.csv record
-        the regulariser, the tolerance and the problem's fingerprint.
+        the regulariser, the tolerance and the problem's fingerprint. With --time the weight
+        swept is the temporal coupling of the time windows' maps (lmbd_time), its L-curve
+        that of the coupling's value against chi2.
         """
         from ..app.search import run_lambda
 
         run_lambda(problem, n_cell=n_cell, n_epoch=n_epoch, n_vel=n_vel, snr=snr, regulariser=regulariser, out=out,
-                   overwrite=overwrite, quiet=quiet, lmbds=lmbds, target_chi2=target_chi2, tol=tol)
+                   overwrite=overwrite, quiet=quiet, lmbds=lmbds, target_chi2=target_chi2, tol=tol,
+                   parameter="lmbd_time" if time_weight else "lmbd")
 
     @group.command("grid")
     @_with_problem_options

@@ -36,29 +36,38 @@ def register(group):
                   type=click.Choice(UNCERTAINTY_METHODS),
                   help="Also write per-cell uncertainty maps (repeatable; overrides [uncertainty] methods).")
     @click.option("--lmbd", type=click.FloatRange(min=0), default=None, help="Override [inversion] lmbd.")
+    @click.option("--lmbd-time", "lmbd_time", type=click.FloatRange(min=0), default=None,
+                  help="Override [map] lmbd_time (the coupling of the time windows' maps; needs windows).")
     @click.option("--tol", type=click.FloatRange(min=0, min_open=True), default=None, help="Override [inversion] tol.")
     @click.option("--maxiter", type=click.IntRange(min=1), default=None, help="Override [inversion] maxiter.")
     @click.option("--solver", type=click.Choice(SOLVER_CHOICES), default=None,
                   help="Override [inversion] solver.")
-    def invert(target, out, overwrite, quiet, no_plots, no_report, uncertainty, lmbd, tol, maxiter, solver):
+    def invert(target, out, overwrite, quiet, no_plots, no_report, uncertainty, lmbd, lmbd_time, tol, maxiter,
+               solver):
         """Map the star described by the TOML file TARGET; write a result folder to --out.
 
-        --lmbd, --tol, --maxiter and --solver override the TOML's [inversion] values for this run
-        (the TOML stays the record: the result's config.json holds the values used and lists
-        the overrides)."""
+        --lmbd, --tol, --maxiter and --solver override the TOML's [inversion] values and
+        --lmbd-time its [map] lmbd_time for this run (the TOML stays the record: the result's
+        config.json holds the values used and lists the overrides)."""
         import dataclasses
 
         from ..app import preflight
         from ..config import load_config
-        from ..errors import exit_status
+        from ..errors import DopplermapInputError, exit_status
 
         cfg = load_config(target)
         overrides = {k: v for k, v in dict(lmbd=lmbd, tol=tol, maxiter=maxiter, solver=solver).items() if v is not None}
         if overrides:
             cfg = dataclasses.replace(cfg, inversion=dataclasses.replace(cfg.inversion, **overrides))
+        if lmbd_time is not None:
+            if not cfg.map.windowed:  # a weight that would change nothing: refused, not ignored
+                raise DopplermapInputError(f"--lmbd-time {lmbd_time:g}: {target} has no time windows ([map] windows, "
+                                           "window_rotations, window_edges or window_gap)")
+            cfg = dataclasses.replace(cfg, map=dataclasses.replace(cfg.map, lmbd_time=lmbd_time))
+            overrides["lmbd_time"] = lmbd_time
         preflight.check_result_out(out, overwrite)  # before any work
         with preflight.figure_process(not no_plots) as figs:  # matplotlib loads there while JAX loads here
-            from ..app.target import band_line, error_scale_line, run_target, summary_line
+            from ..app.target import band_line, error_scale_line, run_target, summary_line, windows_line
 
             s = run_target(cfg, out, plots=not no_plots, quiet=quiet, config_file=target,
                            uncertainty=list(uncertainty) if uncertainty else None, report=not no_report,
@@ -66,6 +75,8 @@ def register(group):
         click.echo(summary_line(s))
         if error_scale_line(s):
             click.echo(error_scale_line(s))
+        if windows_line(s):
+            click.echo(windows_line(s))
         if s.get("plan"):
             click.echo(f"plan: {s['plan']}")
         if s.get("constraints"):
