@@ -37,7 +37,7 @@ def test_phase_nodes_agree_with_the_exact_rows_within_the_stated_tolerance(sigma
     _, _, exact = L.simulate_lightcurve(grid, STAR, times, _band(), fssc, fssh, sigma=sigma)
     lc = L.precompute_lightcurve(grid, STAR, times, exact, err, _band())
     n = L.phase_nodes(err, times.size)
-    assert n is not None and lc.n_rows == n < times.size and lc.weight is None
+    assert n is not None and n <= lc.n_rows < times.size and lc.weight is None and lc.spectra is not None
     model = np.asarray(L.lightcurve_model(fssc, fssh, lc))
     assert np.max(np.abs(model - exact)) <= L.PHASE_TOLERANCE * sigma
     # and not trivially: the spots vary the flux by far more than the tolerance
@@ -55,9 +55,87 @@ def test_differential_rotation_nodes_per_rotation_group():
     fssc, fssh = _maps(grid.n_cell, 2)
     _, _, exact = L.simulate_lightcurve(grid, star, times, _band(), fssc, fssh)
     lc = L.precompute_lightcurve(grid, star, times, exact, err, _band())
-    assert lc.cells is not None and lc.index.shape == (omega.size, times.size) and lc.n_cell == grid.n_cell
+    assert lc.spectra is not None and lc.n_cell == grid.n_cell
+    assert len(lc.node_counts) >= omega.size and lc.index.shape == (times.size, 2 * len(lc.node_counts))
     model = np.asarray(L.lightcurve_model(fssc, fssh, lc))
     assert np.max(np.abs(model - exact)) <= L.PHASE_TOLERANCE * 1e-3
+
+
+@pytest.mark.parametrize("domega", [0.0, 0.3])
+def test_circulant_nodes_equal_the_cells_own_weights_to_round_off(domega):
+    """Each group's node fluxes (Fourier convolutions of one kernel per ring) equal the sum of
+    every cell's own weights computed at the nodes' times, to round-off."""
+    grid = latitude_band_grid(200)
+    star = STAR.replace(domega=domega)
+    times = np.sort(np.random.default_rng(5).uniform(0.0, 13.0, 3000))
+    err = np.full(times.size, 5e-3)
+    fssc, fssh = _maps(grid.n_cell, 6)
+    lc = L.precompute_lightcurve(grid, star, times, np.ones(times.size), err, _band())
+    assert lc.spectra is not None and all(n >= L.phase_nodes(err, times.size) for n in lc.node_counts)
+    group, omega = L.rotation_groups(grid, star)
+    v = np.asarray(L._circulant_nodes(fssc, fssh, lc))
+    a = 0
+    length = 2 * (lc.spectra.shape[2] - 1)
+    cell_group = np.asarray(lc.piece_group)[np.asarray(lc.slots) // length]
+    for g, n in enumerate(lc.node_counts):
+        cells = np.asarray(lc.group_cells)[cell_group == g]
+        t = star.t0 + 2.0 * np.pi * np.arange(n) / (n * omega[group[cells[0]]])
+        sub = L._Cells(lat=np.asarray(grid.lat)[cells], lon=np.asarray(grid.lon)[cells],
+                       area=np.asarray(grid.area)[cells], n_cell=cells.size)
+        w = L._lc_weights(sub, star, t, _band(), None)
+        f = np.stack([1.0 - fssc[cells] - fssh[cells], fssc[cells], fssh[cells]], axis=1)
+        np.testing.assert_allclose(v[a:a + n], np.einsum("eck,ck->e", w, f), rtol=L.CIRCULANT_RTOL, atol=0)
+        a += n
+    assert a == v.size
+
+
+def test_a_grid_that_is_not_circulant_keeps_the_cells_own_weights():
+    """A ring not evenly spaced (one cell moved), or factors that vary along a ring: the
+    set-up finds no shifted kernel and the model keeps each cell's weights, as accurate."""
+    import dataclasses
+
+    grid = latitude_band_grid(200)
+    lon = np.array(grid.lon)
+    lon[7] += 0.01
+    moved = dataclasses.replace(grid, lon=lon)
+    times = np.sort(np.random.default_rng(7).uniform(0.0, 13.0, 3000))
+    err = np.full(times.size, 5e-3)
+    fssc, fssh = _maps(grid.n_cell, 8)
+    for g, factors in ((moved, None), (grid, 1.0 + 0.1 * np.cos(np.asarray(grid.lon)))):
+        _, _, exact = L.simulate_lightcurve(g, STAR, times, _band(), fssc, fssh, cell_factors=factors)
+        lc = L.precompute_lightcurve(g, STAR, times, exact, err, _band(), cell_factors=factors)
+        assert lc.spectra is None and lc.cells is not None
+        model = np.asarray(L.lightcurve_model(fssc, fssh, lc))
+        assert np.max(np.abs(model - exact)) <= L.PHASE_TOLERANCE * 5e-3
+
+
+def test_circulant_gradient_matches_finite_differences_and_the_cells_own_weights(monkeypatch):
+    import jax
+
+    grid = latitude_band_grid(150)
+    star = STAR.replace(domega=0.2)
+    times = np.sort(np.random.default_rng(9).uniform(0.0, 9.0, 2500))
+    seg = (times > 4.5).astype(int)
+    fssc, fssh = _maps(grid.n_cell, 10)
+    noisy, err, _ = L.simulate_lightcurve(grid, star, times, _band(), fssc, fssh, sigma=5e-3, seed=1)
+    lc = L.precompute_lightcurve(grid, star, times, noisy, err, _band(), segment=seg)
+    monkeypatch.setattr(L, "_ring_groups", lambda *a: None)
+    own = L.precompute_lightcurve(grid, star, times, noisy, err, _band(), segment=seg)
+    assert lc.spectra is not None and own.spectra is None and own.cells is not None
+    c, h = 0.5 * fssc + 0.05, 0.5 * fssh + 0.01
+    chi2 = jax.jit(L.chi2_lightcurve)
+    grad = jax.jit(jax.grad(L.chi2_lightcurve, argnums=(0, 1)))
+    g, g_own = grad(c, h, lc), grad(c, h, own)
+    rng = np.random.default_rng(11)
+    for _ in range(3):
+        dc, dh = rng.normal(size=grid.n_cell), rng.normal(size=grid.n_cell)
+        eps = 1e-6
+        fd = (float(chi2(c + eps * dc, h + eps * dh, lc)) - float(chi2(c - eps * dc, h - eps * dh, lc))) / (2 * eps)
+        an = float(np.dot(g[0], dc) + np.dot(g[1], dh))
+        assert an == pytest.approx(fd, rel=1e-5)
+    # the two models differ only by their nodes' interpolation: so do their gradients
+    for a, b in zip(g, g_own, strict=True):
+        assert np.max(np.abs(np.asarray(a) - np.asarray(b))) <= 0.02 * np.max(np.abs(np.asarray(b)))
 
 
 def test_short_curves_keep_rows_at_the_times():
@@ -149,7 +227,7 @@ def test_a_free_scale_per_segment_absorbs_each_sectors_level():
         L.precompute_lightcurve(grid, STAR, t, noisy, err, _band(), segment=seg, fit_dilution=True)
 
 
-def test_unbinned_light_curve_dominating_the_cost_warns_and_auto_bin_silences_it():
+def test_unbinned_light_curve_dominating_the_cost_warns_and_auto_bin_silences_it(monkeypatch):
     import dataclasses
     import warnings
 
@@ -163,6 +241,10 @@ def test_unbinned_light_curve_dominating_the_cost_warns_and_auto_bin_silences_it
     err = np.full(t.size, 1e-3)
     read = Read(time=t, flux=flux, err=err, source="long.csv")
     lc = LightCurveData(times=t, flux=flux, err=err, band=_band(), read=read, source="long.csv")
+    with warnings.catch_warnings():  # circulant groups: these points cost less than the profiles
+        warnings.simplefilter("error", DopplermapWarning)
+        assert prob.replace(lightcurve_data=lc).lightcurve.spectra is not None
+    monkeypatch.setattr(L, "_ring_groups", lambda *a: None)  # the cells' own weights: they dominate
     with pytest.warns(DopplermapWarning, match=r"long\.csv dominate the cost: 6000 points as \d+ model rows x 1200 "
                                                r"cells.*bin = \"auto\""):
         assert prob.replace(lightcurve_data=lc).lightcurve is not None
@@ -176,3 +258,26 @@ def test_unbinned_light_curve_dominating_the_cost_warns_and_auto_bin_silences_it
     with warnings.catch_warnings():
         warnings.simplefilter("error", DopplermapWarning)
         assert prob.replace(lightcurve_data=small).lightcurve is not None
+
+
+@pytest.mark.parametrize("domega", [0.0, 0.3])
+def test_load_bins_auto_through_the_api_as_the_configuration_does(tmp_path, domega):
+    from dopplermap.io.lightcurve import load_lightcurve
+    from dopplermap.problem import LightCurveData
+
+    star = STAR.replace(domega=domega)
+    t = np.sort(np.random.default_rng(12).uniform(0.0, 10.0, 3000))
+    flux = 1.0 + 0.01 * np.sin(2 * np.pi * (t - star.t0) / star.period)
+    np.savetxt(tmp_path / "lc.csv", np.c_[t, flux, np.full(t.size, 1e-3)], delimiter=",")
+    d = LightCurveData.load(tmp_path / "lc.csv", _band(), bin="auto", star=star, n_cell=300)
+    width, unit = L.auto_bin(300, star.period, domega)
+    same = load_lightcurve(tmp_path / "lc.csv", bin_width=width, bin_unit=unit, period=star.period, t0=star.t0)
+    np.testing.assert_array_equal(d.times, same.time)
+    np.testing.assert_array_equal(d.flux, same.flux)
+    assert d.read.binned and 1 < d.times.size < t.size
+    if domega == 0.0:  # rigid: folded into phase bins
+        assert d.times.size <= int(np.ceil(1.0 / width))
+    with pytest.raises(DopplermapInputError, match=r"lc\.csv: bin = 'auto' .*give star= .* and n_cell="):
+        LightCurveData.load(tmp_path / "lc.csv", _band(), bin="auto", star=star)
+    with pytest.raises(DopplermapInputError, match="give bin or bin_width, not both"):
+        LightCurveData.load(tmp_path / "lc.csv", _band(), bin="auto", bin_width=0.1, star=star, n_cell=300)

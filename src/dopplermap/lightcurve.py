@@ -27,7 +27,17 @@ Linear interpolation of a function of the rotation angle ``a`` errs by at most
 where single cells' kinks show) and ``<= 1`` (fine ones); ``N`` is the smallest node count
 with ``(2 pi / N)^2 / 8 x 8 <=`` :data:`PHASE_TOLERANCE` x the median normalised error
 (``|F''| <= 8``: a margin over those, and over the sum of the rotation groups' separate
-errors with differential rotation), at least :data:`MIN_PHASE_NODES`. The groups
+errors with differential rotation), at least :data:`MIN_PHASE_NODES`.
+
+*Circulant groups.* On a grid of rings of evenly spaced cells (the latitude-band grids, ZDIpy's),
+a ring of ``n`` cells has ``N_g`` = the smallest multiple of ``n`` >= ``N`` nodes: each cell
+then sits a whole number of nodes from the ring's first cell, and its weights at the nodes
+are the first cell's shifted (checked at set-up to :data:`CIRCULANT_RTOL`; otherwise the
+cells' own weights, below). A group (same rate, same ring size) keeps one kernel per ring,
+and its node fluxes are circular convolutions of the kernels with the filling factors
+placed at their shifts: Fourier transforms of ``N_g`` points instead of an ``N x cells``
+product, for the value and the gradient alike; each point reads two nodes of each group in
+one gather. Otherwise the groups
 are cut into pieces of at most the mean group's cells (one batched matrix-vector product
 over pieces of equal size, little padding), summed per group before the interpolation. A grid with more
 than :data:`MAX_ROTATION_GROUPS` latitudes (a grid given cell by cell) keeps rows at the
@@ -64,7 +74,7 @@ from .memory import check_bytes
 from .profiles import LimbDarkening, intensity_ratio
 from .units import to_unit
 
-__all__ = ["PHOTOMETRY_LIMITS", "CHUNK_BYTES", "PHASE_TOLERANCE", "MIN_PHASE_NODES", "phase_nodes", "rotation_groups",
+__all__ = ["PHOTOMETRY_LIMITS", "CHUNK_BYTES", "PHASE_TOLERANCE", "MIN_PHASE_NODES", "CIRCULANT_RTOL", "phase_nodes", "rotation_groups",
            "lightcurve_plan", "MAX_ROTATION_GROUPS", "LC_WARN_WORK", "auto_bin", "LC_MADD_RATE", "TYPICAL_EVALUATIONS", "AUTO_BINS_PER_CELL", "LightCurveBand", "LightCurveFit", "LightCurveSet", "precompute_lightcurve", "lightcurve_model",
            "chi2_lightcurve", "chi2_lightcurves", "lightcurve_residuals", "model_residuals", "simulate_lightcurve"]
 
@@ -113,24 +123,37 @@ LC_WARN_WORK = 1.0e7
 (about 10 ms of CPU): a small light curve that outweighs a few profiles costs nothing."""
 
 
-def lightcurve_plan(grid, star, err, n_lc: int, *, at_times: bool = False) -> dict:
+def lightcurve_plan(grid, star, err, n_lc: int, *, at_times: bool = False, circulant: bool = True) -> dict:
     """How the light-curve model of ``n_lc`` points with errors ``err`` (normalised) is held:
     ``nodes`` (phase nodes, or None: rows at the times, always with ``at_times``), ``rows``,
-    ``n_group``, ``bytes`` (held, plus one set-up chunk) and ``work`` (multiply-adds per
-    evaluation, value and gradient)."""
+    ``n_group``, ``circulant`` (the nodes of circulant groups, where the grid's rings are
+    evenly spaced and ``circulant`` allows), ``bytes`` (held, plus one set-up chunk) and
+    ``work`` (multiply-adds per evaluation, value and gradient; a gathered or scattered
+    element counts as 2)."""
     group, _ = rotation_groups(grid, star)
     n_group = int(group.max()) + 1
     n_cell = grid.n_cell
     nodes = None if at_times else phase_nodes(err, n_lc, n_group)
+    rings = None if nodes is None or not circulant else _ring_groups(grid, group, nodes)
     if nodes is None:
         rows, width = n_lc, n_cell
         held = 8.0 * rows * (2 * n_cell + 1)
+        work = 2.0 * 2.0 * rows * 2 * width
+    elif rings is not None:
+        counts = np.asarray([r[0] for r in rings], dtype=float)
+        n_ring = np.asarray([r[2].max() + 1 for r in rings], dtype=float)
+        rows, n_group, width = int(counts.max()), len(rings), int(max(r[1].size for r in rings))
+        # spectra (complex), base, cells and slots; each point's 2 n_group nodes and weights
+        held = float(np.sum(16.0 * 2 * n_ring * (counts // 2 + 1) + 8.0 * counts)) + 8.0 * n_cell + 24.0 * n_lc * n_group
+        fft = float(np.sum((2 * n_ring + 1) * 2.5 * counts * np.log2(counts)))
+        work = 2.0 * (fft + 2.0 * 2 * n_group * n_lc)
     else:
         pieces = _pieces(group, n_group)
         rows, width = nodes, len(pieces) * max(p.size for p in pieces)  # padded to the largest piece
         held = 8.0 * nodes * (2 * width + n_group) + 12.0 * n_lc * n_group + 4.0 * width
-    return dict(nodes=nodes, rows=rows, n_group=n_group,
-                bytes=held + min(CHUNK_BYTES, 72.0 * rows * n_cell), work=2.0 * 2.0 * rows * 2 * width)
+        work = 2.0 * 2.0 * rows * 2 * width
+    return dict(nodes=nodes, rows=rows, n_group=n_group, circulant=rings is not None,
+                bytes=held + min(CHUNK_BYTES, 72.0 * rows * (width if rings is not None else n_cell)), work=work)
 
 
 AUTO_BINS_PER_CELL = 4
@@ -187,8 +210,8 @@ class LightCurveBand:
 
 @functools.partial(jax.tree_util.register_dataclass,
                    data_fields=["weight", "flux", "err", "times", "base", "diff", "index", "frac", "cells",
-                                "piece_group", "segment"],
-                   meta_fields=["fit_dilution", "cell_count", "n_segment"])
+                                "piece_group", "segment", "spectra", "slots", "group_cells", "fold"],
+                   meta_fields=["fit_dilution", "cell_count", "n_segment", "node_counts"])
 @dataclasses.dataclass(frozen=True, eq=False)
 class LightCurveFit:
     """Precomputed light-curve weights with the (mean-normalised) data.
@@ -219,6 +242,17 @@ class LightCurveFit:
             ``s_k model`` with ``s_k = sum_k(w obs model) / sum_k(w model^2)`` (``w = 1/err^2``),
             the weighted least-squares scale profiled out at every evaluation (no extra
             parameter), as the per-epoch continuum offsets free each line profile's level.
+        spectra, slots, group_cells, fold, node_counts: phase nodes of a grid whose rotation
+            groups are rings of evenly spaced cells (module docstring, *circulant groups*): group
+            ``g`` has ``node_counts[g]`` nodes ``N_g``; ``spectra`` (2, n_ring, L // 2 + 1) the
+            Fourier transforms, zero-padded to one length ``L >= 2 max N_g``, of the cool and hot
+            weight differences of each ring's first cell; ``piece_group`` (n_ring,) each ring's
+            group; ``group_cells`` (n,) cells and ``slots`` (n,) their slots ``r L + s`` (ring r,
+            shifted by s nodes); ``fold`` (2, sum N_g) where each node's two halves of the
+            linear convolution lie (group-major, L a group); ``base`` all groups' nodes end to end,
+            ``index`` (n_lc, 2 n_group) each point's nodes below and above it in each group (in
+            that flat vector) and ``frac`` (n_lc, 2 n_group) their interpolation weights
+            (``diff``, ``cells`` None).
     """
 
     weight: jnp.ndarray
@@ -235,6 +269,11 @@ class LightCurveFit:
     cell_count: int = 0
     segment: jnp.ndarray | None = None
     n_segment: int = 0
+    spectra: jnp.ndarray | None = None
+    slots: jnp.ndarray | None = None
+    group_cells: jnp.ndarray | None = None
+    fold: jnp.ndarray | None = None
+    node_counts: tuple = ()
 
     @property
     def n_lc(self) -> int:
@@ -242,13 +281,15 @@ class LightCurveFit:
 
     @property
     def n_cell(self) -> int:
-        if self.cells is not None:
+        if self.cells is not None or self.spectra is not None:
             return self.cell_count
         return int(self.weight.shape[1]) if self.weight is not None else int(self.diff.shape[1]) // 2
 
     @property
     def n_rows(self) -> int:
-        """Rows of the model's weights: the phase nodes, or the points."""
+        """Rows of the model's weights: the phase nodes (the most of any group), or the points."""
+        if self.spectra is not None:
+            return max(self.node_counts)
         if self.cells is not None:
             return int(self.diff.shape[1])
         return int(self.diff.shape[0]) if self.diff is not None else self.n_lc
@@ -378,6 +419,13 @@ def precompute_lightcurve(grid: SurfaceGrid, star: StarParams, times, flux, err,
         return LightCurveFit(**common, base=_device.asarray(base), diff=_device.asarray(diff))
     n = plan["nodes"]
     group, omega = rotation_groups(grid, star)
+    circ = None if not plan["circulant"] else _circulant(grid, star, times, n, group, omega, band, cell_factors, limb)
+    if circ is not None:
+        return LightCurveFit(**common, **circ, cell_count=int(n_cell))
+    if plan["circulant"]:  # a cell's weights are not its ring's shifted: the cells' own weights
+        plan = lightcurve_plan(grid, star, err, times.size, circulant=False)
+        check_bytes(plan["bytes"], f"{source}: the light-curve model ({plan['rows']} rows x {n_cell} cells)",
+                    "the light curve's points (bin = \"auto\") or the grid's n_cell")
     n_group = omega.size
     pieces = _pieces(group, n_group)
     m = max(p.size for p in pieces)
@@ -410,6 +458,110 @@ def precompute_lightcurve(grid: SurfaceGrid, star: StarParams, times, flux, err,
                          cell_count=int(n_cell))
 
 
+CIRCULANT_RTOL = 1e-10
+"""Circulant groups: each cell's weights equal its ring's kernel shifted to this fraction of the
+largest weight, plus what the nodes' times carry (a time rounded to float64 at ``|t|`` days
+turns the star by up to ``rate eps |t|`` rad, which moves a weight by up to ~4x that of the
+largest weight), or the model keeps the cells' own weights."""
+
+
+def _ring_groups(grid, group, n: int):
+    """Cells grouped by rotation rate and ring size, each ring's cells evenly spaced in
+    longitude: ``[(N_g, members, ring, shift)]`` (``N_g``: the ring size's smallest multiple
+    >= ``n``; ``ring``: each member's ring in the group; ``shift``: its longitude from its
+    ring's first cell, in nodes), or None (a ring not evenly spaced, or too many groups)."""
+    lat, lon = np.asarray(grid.lat, dtype=float), np.asarray(grid.lon, dtype=float)
+    _, ring_of = np.unique(lat, return_inverse=True)
+    size = np.bincount(ring_of)[ring_of]
+    keys, key_of = np.unique(np.stack([group, size]), axis=1, return_inverse=True)
+    if keys.shape[1] > MAX_ROTATION_GROUPS:
+        return None
+    out = []
+    for g in range(keys.shape[1]):
+        members = np.flatnonzero(key_of.ravel() == g)
+        count = int(keys[1, g])
+        n_g = count * int(np.ceil(n / count))
+        _, ring = np.unique(ring_of[members], return_inverse=True)
+        shift = np.empty(members.size, dtype=np.int64)
+        for r in range(int(ring.max()) + 1):
+            sel = ring == r
+            pos = np.mod(lon[members[sel]] - lon[members[sel]][0], 2.0 * np.pi) * n_g / (2.0 * np.pi)
+            k = np.round(pos)
+            if np.max(np.abs(pos - k)) > 1e-6:
+                return None
+            shift[sel] = np.mod(k.astype(np.int64), n_g)
+        out.append((n_g, members, ring, shift))
+    return out
+
+
+def _circulant(grid, star, times, n: int, group, omega, band, cell_factors, limb) -> dict | None:
+    """The phase-node model of circulant groups (:class:`LightCurveFit`), or None where some
+    cell's weights are not its ring's kernel shifted (:data:`CIRCULANT_RTOL`)."""
+    layout = _ring_groups(grid, group, n)
+    if layout is None:
+        return None
+    surface = getattr(grid, "surface", None)
+    factors = None if cell_factors is None else np.asarray(cell_factors, dtype=float)
+
+    def weights(members, node_t):
+        sub = _Cells(lat=np.asarray(grid.lat)[members], lon=np.asarray(grid.lon)[members],
+                     area=np.asarray(grid.area)[members], n_cell=members.size,
+                     surface=None if surface is None else surface.subset(members))
+        return _lc_weights(sub, star, node_t, band, None if factors is None else factors[members], limb)
+
+    # one transform length for all groups (one batched transform): a circular convolution of
+    # N_g points is the sum of the two halves of the linear one, which fits in L >= 2 N_g
+    length = 1 << int(np.ceil(np.log2(2 * max(r[0] for r in layout))))
+    kernels, slots, cells, ring_group, bases, counts, fold, index, weight = [], [], [], [], [], [], [], [], []
+    offset, n_ring = 0, 0
+    for g, (n_g, members, ring, shift) in enumerate(layout):
+        rate = float(omega[group[members[0]]])
+        node_t = star.t0 + 2.0 * np.pi * np.arange(n_g) / (n_g * rate)
+        first = np.asarray([members[ring == r][0] for r in range(int(ring.max()) + 1)])
+        kernel = weights(first, node_t)  # (N_g, R, 3)
+        phase_err = rate * np.finfo(float).eps * float(np.max(np.abs(node_t)))
+        tol = (CIRCULANT_RTOL + 4.0 * phase_err) * (float(np.max(np.abs(kernel))) or 1.0)
+        sign = None
+        base = np.zeros(n_g)
+        gstep = max(1, int(CHUNK_BYTES // (24 * 3 * members.size)))
+        for a in range(0, n_g, gstep):
+            w = weights(members, node_t[a:a + gstep])
+            base[a:a + gstep] = w[..., 0].sum(axis=1)
+            j = np.arange(a, a + w.shape[0])[:, None]
+            for sgn in ((1, -1) if sign is None else (sign,)):
+                expect = kernel[np.mod(j - sgn * shift[None, :], n_g), ring[None, :]]
+                if np.max(np.abs(w - expect)) <= tol:
+                    sign = sgn
+                    break
+            else:
+                return None
+        padded = np.zeros((2, first.size, length))
+        padded[0, :, :n_g] = (kernel[..., 1] - kernel[..., 0]).T
+        padded[1, :, :n_g] = (kernel[..., 2] - kernel[..., 0]).T
+        kernels.append(padded)
+        slots.append((n_ring + ring) * length + np.mod(sign * shift, n_g))
+        cells.append(members)
+        ring_group.append(np.full(first.size, g))
+        bases.append(base)
+        counts.append(n_g)
+        fold.append(np.stack([g * length + np.arange(n_g), g * length + n_g + np.arange(n_g)]))
+        pos = np.mod(rate * (times - star.t0) / (2.0 * np.pi), 1.0) * n_g
+        lo = np.minimum(np.floor(pos).astype(np.int64), n_g - 1)
+        index += [offset + lo, offset + np.where(lo + 1 == n_g, 0, lo + 1)]
+        weight += [1.0 - (pos - lo), pos - lo]
+        offset += n_g
+        n_ring += first.size
+    fold = np.concatenate(fold, axis=1)
+    return dict(base=_device.asarray(np.concatenate(bases)),
+                spectra=_device.asarray(np.fft.rfft(np.concatenate(kernels, axis=1), axis=-1)),
+                slots=_device.asarray(np.concatenate(slots), dtype=np.int32),
+                group_cells=_device.asarray(np.concatenate(cells), dtype=np.int32),
+                piece_group=_device.asarray(np.concatenate(ring_group), dtype=np.int32),
+                fold=_device.asarray(fold, dtype=np.int32), node_counts=tuple(counts),
+                index=_device.asarray(np.stack(index, axis=1), dtype=np.int32),
+                frac=_device.asarray(np.stack(weight, axis=1)))
+
+
 def _pieces(group, n_group: int) -> list[np.ndarray]:
     """Each rotation group's cells cut into pieces of at most the mean group's size."""
     size = int(np.ceil(group.size / n_group))
@@ -433,7 +585,12 @@ class _Cells:
 
 def lightcurve_model(fssc, fssh, lc: LightCurveFit):
     """Model light curve (n_lc,), normalised by its mean; fssc, fssh: (n_cell,)."""
-    if lc.cells is not None:  # phase nodes per rotation group, interpolated to the points (periodic)
+    if lc.spectra is not None:  # circulant groups, interpolated to the points (periodic)
+        v = _circulant_nodes(fssc, fssh, lc)
+        # one flat gather, point-major: XLA's CPU gather (and its scatter-add) is fastest so
+        near = v.at[lc.index.reshape(-1)].get(mode="promise_in_bounds").reshape(lc.index.shape)
+        flux = jnp.sum(near * lc.frac, axis=1)
+    elif lc.cells is not None:  # phase nodes per rotation group, interpolated to the points (periodic)
         f = jnp.concatenate([fssc[lc.cells], fssh[lc.cells]], axis=1)  # (n_piece, 2 M)
         pv = jnp.einsum("pjm,pm->pj", lc.diff, f)  # (n_piece, N)
         v = lc.base + jax.ops.segment_sum(pv, lc.piece_group, num_segments=lc.base.shape[0])  # (n_group, N)
@@ -446,6 +603,18 @@ def lightcurve_model(fssc, fssh, lc: LightCurveFit):
         f = jnp.stack([1.0 - fssc - fssh, fssc, fssh], axis=1)
         flux = jnp.einsum("eck,ck->e", lc.weight, f)
     return flux / jnp.mean(flux)
+
+
+@jax.jit  # called outside a compiled objective too: one compilation, not one per operation
+def _circulant_nodes(fssc, fssh, lc: LightCurveFit):
+    """The flux at every group's phase nodes, end to end: each ring's cells placed at their
+    shifts and circularly convolved with its kernel (a product of Fourier transforms)."""
+    f = jnp.stack([fssc, fssh])  # (2, n_cell)
+    n_ring, length = lc.spectra.shape[1], 2 * (lc.spectra.shape[2] - 1)
+    placed = jnp.zeros((2, n_ring * length), f.dtype).at[:, lc.slots].set(f[:, lc.group_cells], unique_indices=True)
+    prod = jnp.sum(lc.spectra * jnp.fft.rfft(placed.reshape(2, n_ring, length), axis=-1), axis=0)
+    conv = jnp.fft.irfft(jax.ops.segment_sum(prod, lc.piece_group, num_segments=len(lc.node_counts)), n=length)
+    return lc.base + jnp.sum(conv.reshape(-1)[lc.fold], axis=0)
 
 
 def lightcurve_residuals(fssc, fssh, lc: LightCurveFit):

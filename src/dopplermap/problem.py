@@ -133,11 +133,32 @@ class LightCurveData:
 
     @classmethod
     def load(cls, source, band, *, name: str = "lightcurve", weight: float = 1.0, fit_dilution: bool = False,
-             wavelength_nm: float | None = None, **reading) -> LightCurveData:
+             wavelength_nm: float | None = None, bin=None, star=None, n_cell: int | None = None,
+             **reading) -> LightCurveData:
         """The light curve of ``source`` (a file, or a lightkurve ``LightCurve`` /
         ``LightCurveCollection``) in ``band``; ``reading``: the keywords of
         :func:`dopplermap.io.lightcurve.load_lightcurve` (``column``, ``quality_bitmask``,
-        ``time_scale``, ``bin_width``, ...)."""
+        ``time_scale``, ``bin_width``, ...).
+
+        ``bin``: as the configuration's ``lightcurve_bin``: a width (``bin_unit``, days by
+        default) or ``"auto"``, the resolution a map of ``n_cell`` cells of ``star`` can use
+        (:func:`dopplermap.lightcurve.auto_bin`; both needed). ``star`` also gives the period
+        and t0 of phase bins."""
+        if bin is not None:
+            if reading.get("bin_width") is not None:
+                raise DopplermapInputError(f"{source}: give bin or bin_width, not both (got {bin!r} and "
+                                           f"{reading['bin_width']!r})")
+            reading["bin_width"] = bin
+        if isinstance(reading.get("bin_width"), str):
+            if reading["bin_width"] != "auto":
+                raise DopplermapInputError(f"{source}: bin must be a width or 'auto', got {reading['bin_width']!r}")
+            if star is None or n_cell is None:
+                raise DopplermapInputError(f"{source}: bin = 'auto' bins to the resolution the map can use: give "
+                                           "star= (its period and differential rotation) and n_cell= (the grid's cells)")
+            reading["bin_width"], reading["bin_unit"] = auto_bin(int(n_cell), star.period, float(star.domega))
+        if star is not None:
+            reading.setdefault("period", star.period)
+            reading.setdefault("t0", star.t0)
         data = load_lightcurve(source, **reading)
         return cls(times=data.time, flux=data.flux, err=data.err, band=band, fit_dilution=fit_dilution,
                    source=data.source, read=data, name=name, weight=weight, wavelength_nm=wavelength_nm,
