@@ -420,7 +420,7 @@ def _crossing(sweep: LambdaSweep, target: float):
 
 
 def lambda_for_chi2(problem: Problem, target: float, *, lo: float = 1e-3, hi: float = 1e3, rtol: float = 1e-3,
-                    max_solves: int = 10, x0=None, sweep: LambdaSweep | None = None,
+                    max_solves: int = 10, sweep: LambdaSweep | None = None,
                     parameter: str = "lmbd") -> tuple[float, InversionResult, list]:
     """The lambda at which the reduced chi-square equals ``target``, to ``|chi2 / target - 1| < rtol``.
 
@@ -440,7 +440,7 @@ def lambda_for_chi2(problem: Problem, target: float, *, lo: float = 1e-3, hi: fl
     step whose chi2 crosses the target; no new solve) if given, else from ``lo`` and ``hi``
     (each widened by 10x up to 4 times when needed). Returns ``(lambda, result, trials)``
     with ``trials`` the ``(lambda, chi2)`` of every solve this call made (a stalled warm
-    start re-solved from ``x0`` counts twice, see :func:`_warm_solve`); it stops after
+    start re-solved from the flat start counts twice, see :func:`_warm_solve`); it stops after
     ``max_solves`` solves (a warning says so if the tolerance was not reached by then).
 
     ``parameter="lmbd_time"`` finds the temporal weight of a windowed problem instead
@@ -467,7 +467,7 @@ def lambda_for_chi2(problem: Problem, target: float, *, lo: float = 1e-3, hi: fl
     aim = math.log1p(rtol)
 
     def solve(lm, start):
-        return _warm_solve(problem, lm, start, x0, on_solve=lambda m, r: trials.append((m, r.chi2)),
+        return _warm_solve(problem, lm, start, None, on_solve=lambda m, r: trials.append((m, r.chi2)),
                            parameter=parameter)
 
     def g(r):
@@ -481,7 +481,7 @@ def lambda_for_chi2(problem: Problem, target: float, *, lo: float = 1e-3, hi: fl
             r_lo, r_hi = sweep.results[0], sweep.results[-1]
             lo, hi = weight(r_lo), weight(r_hi)
         else:
-            r_hi = solve(hi, x0)
+            r_hi = solve(hi, None)
         for _ in range(4):
             if r_hi.chi2 >= target:
                 break
