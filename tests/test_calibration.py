@@ -259,6 +259,7 @@ def test_owner_cells_by_bounds_and_by_nearest_centre():
     assert np.mean(owner_cells(bare, fine) == o) > 0.8
 
 
+@pytest.mark.slow
 def test_cli_calibrates_in_axis_order_holding_calibrated_values(tmp_path):
     import json
 

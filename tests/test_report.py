@@ -146,13 +146,12 @@ def browser(tmp_path):
             proc.kill()
 
 
-def test_report_in_headless_chromium(folder, browser, tmp_path):
-    """The page loads without console errors, every figure is there and decoded, and the
-    globe is drawn and turns when the rotation is set (URL hash, then the JS call)."""
-    dt = browser
+def _open(dt, folder, fragment: str):
+    """Load ``folder``'s report.html at ``fragment`` in the browser, wait for the globe and
+    check that the page logged no error."""
     for domain in ("Runtime.enable", "Log.enable", "Page.enable"):
         dt.call(domain)
-    dt.call("Page.navigate", url=(folder / "report.html").as_uri() + "#phase=0&q=brightness")
+    dt.call("Page.navigate", url=(folder / "report.html").as_uri() + fragment)
     for _ in range(200):
         if dt.js("!!(window.dopplermapGlobe && window.dopplermapGlobe.ready)"):
             break
@@ -163,6 +162,13 @@ def test_report_in_headless_chromium(folder, browser, tmp_path):
               or (e.get("method") == "Runtime.consoleAPICalled" and e["params"]["type"] in ("error", "assert"))
               or (e.get("method") == "Log.entryAdded" and e["params"]["entry"]["level"] == "error")]
     assert not errors, errors
+    return dt
+
+
+def test_report_in_headless_chromium(folder, browser, tmp_path):
+    """The page loads without console errors, every figure is there and decoded, and the
+    globe is drawn and turns when the rotation is set (URL hash, then the JS call)."""
+    dt = _open(browser, folder, "#phase=0&q=brightness")
     imgs = dt.js("Array.from(document.images).map(i => [i.dataset.name, i.complete && i.naturalWidth > 0])")
     assert {n for n, _ in imgs} == {p.stem for p in folder.glob("*.png")}
     assert all(ok for _, ok in imgs), imgs
@@ -274,20 +280,7 @@ def test_report_of_time_windows_holds_one_map_per_window(windowed_folder, folder
 def test_report_time_slider_in_headless_chromium(windowed_folder, browser, tmp_path):
     """The slider is shown for a windowed result, switches the globe's map and its label
     (the window's span) and the meridian ticks (the window's epochs); #w= sets it."""
-    dt = browser
-    for domain in ("Runtime.enable", "Log.enable", "Page.enable"):
-        dt.call(domain)
-    dt.call("Page.navigate", url=(windowed_folder / "report.html").as_uri() + "#phase=0&q=cool&w=2")
-    for _ in range(200):
-        if dt.js("!!(window.dopplermapGlobe && window.dopplermapGlobe.ready)"):
-            break
-        time.sleep(0.05)
-    assert dt.js("window.dopplermapGlobe.ready")
-    errors = [e for e in dt.events
-              if e.get("method") == "Runtime.exceptionThrown"
-              or (e.get("method") == "Runtime.consoleAPICalled" and e["params"]["type"] in ("error", "assert"))
-              or (e.get("method") == "Log.entryAdded" and e["params"]["entry"]["level"] == "error")]
-    assert not errors, errors
+    dt = _open(browser, windowed_folder, "#phase=0&q=cool&w=2")
     assert dt.js("document.getElementById('timebox').hidden") is False
     assert dt.js("window.dopplermapGlobe.window") == 2 and dt.js("document.getElementById('window').value") == "2"
     spans = dm.load_result(windowed_folder).window_spans

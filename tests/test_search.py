@@ -178,12 +178,18 @@ def test_parameters_change_the_model(problem):
     assert comps.phot.profile.fwhm > prob.components.phot.profile.fwhm
 
 
-def test_cli_grid_and_lambda(problem, tmp_path, capsys):
+@pytest.fixture
+def npz(problem, tmp_path):
+    """The small problem saved as the CLI's searches read it."""
     from dopplermap.app.search import save_problem
-    from dopplermap.cli import main
 
     prob, sim = problem
-    npz = save_problem(tmp_path / "p.npz", sim.obs, prob.star, n_cell=prob.grid.n_cell)
+    return save_problem(tmp_path / "p.npz", sim.obs, prob.star, n_cell=prob.grid.n_cell)
+
+
+def test_cli_grid_and_lambda(npz, tmp_path, capsys):
+    from dopplermap.cli import main
+
     out = tmp_path / "g"
     rc = main(["grid", str(npz), "--out", str(out), "--param", "vsini=38:40:2", "--lmbd", "0.5",
                "--scheduler", "sync"])
@@ -194,12 +200,6 @@ def test_cli_grid_and_lambda(problem, tmp_path, capsys):
     assert "un-reduced" in (out / "grid.json").read_text()
     assert summary["readout"] == "regularised" and summary["lmbd"] == 0.5
     assert summary["chi2_jitter"] >= 0.0  # against a converged solve at the best point
-    # the profiled read-out: lambda 100 times smaller, solved tightly
-    assert main(["grid", str(npz), "--out", str(tmp_path / "p"), "--param", "vsini=40", "--lmbd", "0.5",
-                 "--scheduler", "sync", "--readout", "profiled", "-q"]) == 0
-    profiled = json.loads((tmp_path / "p" / "grid.json").read_text())
-    assert profiled["readout"] == "profiled" and profiled["lmbd"] == pytest.approx(0.005)
-    assert profiled["tol"] == search.PROFILE_READOUT.tol
     rc = main(["lambda", str(npz), "--out", str(tmp_path / "l"), "--lmbds", "0.01,0.1,1,10,100", "--tol", "1e-6"])
     assert rc == 0 and (tmp_path / "l" / "lcurve.csv").exists() and (tmp_path / "l" / "lcurve.png").exists()
     assert main(["grid", str(npz), "--out", str(out), "--param", "vsini=38:40:2", "--scheduler", "sync"]) == 2
@@ -208,13 +208,22 @@ def test_cli_grid_and_lambda(problem, tmp_path, capsys):
     assert main(["grid", "--out", str(out), "--param", "vsini"]) == 2
 
 
-def test_cli_lambda_keeps_the_sweep_when_the_target_chi2_is_out_of_reach(problem, tmp_path, capsys):
-    """An unreachable --target-chi2 fails (exit 2, one line) after writing the sweep it paid for."""
-    from dopplermap.app.search import save_problem
+@pytest.mark.slow
+def test_cli_grid_profiled_readout(npz, tmp_path):
+    """The profiled read-out: lambda 100 times smaller, solved tightly."""
     from dopplermap.cli import main
 
-    prob, sim = problem
-    npz = save_problem(tmp_path / "p.npz", sim.obs, prob.star, n_cell=prob.grid.n_cell)
+    assert main(["grid", str(npz), "--out", str(tmp_path / "p"), "--param", "vsini=40", "--lmbd", "0.5",
+                 "--scheduler", "sync", "--readout", "profiled", "-q"]) == 0
+    profiled = json.loads((tmp_path / "p" / "grid.json").read_text())
+    assert profiled["readout"] == "profiled" and profiled["lmbd"] == pytest.approx(0.005)
+    assert profiled["tol"] == search.PROFILE_READOUT.tol
+
+
+def test_cli_lambda_keeps_the_sweep_when_the_target_chi2_is_out_of_reach(npz, tmp_path, capsys):
+    """An unreachable --target-chi2 fails (exit 2, one line) after writing the sweep it paid for."""
+    from dopplermap.cli import main
+
     out = tmp_path / "l"
     rc = main(["lambda", str(npz), "--out", str(out), "--lmbds", "0.1,1,10", "--tol", "1e-6",
                "--target-chi2", "1e-4"])
