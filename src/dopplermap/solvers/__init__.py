@@ -104,11 +104,6 @@ def choose_solver(problem: Problem | None = None, *, settings: Settings | None =
     :func:`solver_choice`'s. Pass a problem, or its settings and model."""
     if problem is not None:
         settings, pre = problem.settings, problem.pre
-    if isinstance(pre, NoLines):  # light curves alone: Newton's model is the line profiles'
-        if settings.solver == "newton":
-            raise DopplermapInputError("solver 'newton' fits line profiles; a problem of light curves alone uses "
-                                       "'lbfgsb' or 'projected_lbfgs'")
-        return "lbfgsb" if settings.solver == "auto" else settings.solver
     if settings.solver != "auto":
         return settings.solver
     return solver_choice(settings=settings, pre=pre, setup=setup, n_solves=n_solves).solver
