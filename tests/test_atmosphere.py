@@ -2,6 +2,7 @@
 
 import socket
 import tomllib
+import warnings
 
 import numpy as np
 import pytest
@@ -79,8 +80,10 @@ def test_config_atmosphere_limb_darkening(no_network):
     assert band.limb_darkening == tuple(want)
     assert band.intensity == tuple(atmosphere.passband_planck_ratio(t, 5000.0, "TESS") for t in (5000.0, 3800.0, 6000.0))
     kepler = _cfg({"limb_darkening": "atmosphere", "passband": "Kepler"}, {"logg": 4.5})
-    with pytest.warns(DopplermapWarning, match="no response curve ships"):
-        _band(kepler, kepler.lightcurve)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DopplermapWarning)  # every passband has its response: no fallback
+        kband = _band(kepler, kepler.lightcurve)
+    assert kband.intensity == tuple(atmosphere.passband_planck_ratio(t, 5000.0, "Kepler") for t in (5000.0, 3800.0, 6000.0))
     with pytest.raises(DopplermapInputError, match="give passband"):
         _cfg({"limb_darkening": "atmosphere"})
     with pytest.raises(DopplermapInputError, match=r"\[line\] limb_darkening = 'atmosphere'.*photometric passbands"):
@@ -106,8 +109,45 @@ def test_passband_planck_ratio_is_the_response_weighted_integral(no_network):
     assert atmosphere.passband_planck_ratio(5000.0, 5000.0, "TESS") == 1.0
     edges = [planck(x, 3800.0) / planck(x, 5000.0) for x in (600.0, 1000.0)]
     assert edges[0] < got < edges[1]
-    with pytest.raises(DopplermapInputError, match="no response curve ships"):
-        atmosphere.passband_planck_ratio(3800.0, 5000.0, "Gaia_G")
+    with pytest.raises(DopplermapInputError, match="passband must be one of"):
+        atmosphere.passband_planck_ratio(3800.0, 5000.0, "Johnson_V")
+
+
+# the published curves at a few wavelengths (nm), read off the sources named in
+# tools/subset_responses.py: Kepler's high-resolution response, ESA's Gaia (E)DR3 passbands
+PUBLISHED = {"Kepler": [(348.0, 0.000112), (600.0, 0.7135), (800.0, 0.4681), (970.0, 0.000121)],
+             "Gaia_G": [(325.0, 0.000103648276), (600.0, 0.701281364)],
+             "Gaia_BP": [(500.0, 0.631462795), (600.0, 0.627856079)],
+             "Gaia_RP": [(700.0, 0.737591134), (800.0, 0.703762968)],
+             "TESS": [(580.0, 0.491), (800.0, 0.777), (1060.0, 0.038)]}
+# the bands' nominal extents (nm) as the missions describe them: TESS 600-1000 (Ricker et al.
+# 2015), Kepler 423-897 (Koch et al. 2010), Gaia G 330-1050, BP 330-680, RP 630-1050
+NOMINAL = {"TESS": (600, 1000), "Kepler": (423, 897), "Gaia_G": (330, 1050), "Gaia_BP": (330, 680),
+           "Gaia_RP": (630, 1050)}
+
+
+@pytest.mark.parametrize("band", sorted(NOMINAL))
+def test_every_passband_has_its_published_response(band, no_network):
+    from dopplermap.choices import PASSBANDS
+
+    assert set(atmosphere.RESPONSES) == set(PASSBANDS) == set(atmosphere.RESPONSE_SOURCES)
+    atmosphere.passband_response.cache_clear()
+    wl, resp = atmosphere.passband_response(band)
+    assert np.all(np.diff(wl) > 0) and np.all(resp >= 0)
+    for x, want in PUBLISHED[band]:
+        k = np.searchsorted(wl, x)
+        assert wl[k] == x and resp[k] == want
+    # the right curve under the right name: its peak and its mean wavelength inside the band
+    lo, hi = NOMINAL[band]
+    mean = np.trapezoid(resp * wl, wl) / np.trapezoid(resp, wl)
+    assert lo < wl[np.argmax(resp)] < hi and lo < mean < hi
+
+
+def test_bluer_bands_see_darker_spots(no_network):
+    """A cool spot's blackbody contrast grows toward the red: BP < G < RP and Kepler < TESS."""
+    c = {b: atmosphere.passband_planck_ratio(3800.0, 5000.0, b) for b in atmosphere.RESPONSES}
+    assert c["Gaia_BP"] < c["Gaia_G"] < c["Gaia_RP"] and c["Kepler"] < c["TESS"]
+    assert all(0.0 < v < 1.0 for v in c.values())
 
 
 def test_the_numbers_used_are_kept_and_printed():
@@ -123,6 +163,6 @@ def test_the_numbers_used_are_kept_and_printed():
     (b,) = kept["lc_bands"]
     assert b["limb_darkening"]["cool"] == ["power2", *band.limb_darkening[1].coeffs]
     assert b["intensity"]["cool"] == band.intensity[1] and "Claret" in b["limb_darkening_source"]
-    assert b["intensity_source"] == "Planck over the TESS response" and "shape" not in kept
+    assert b["intensity_source"].startswith("Planck over the TESS response: TESS Science Office") and "shape" not in kept
     line = band_line(kept)
     assert line.startswith("bands: lightcurve: limb darkening phot power2(") and f"cool {band.intensity[1]:.4f}" in line

@@ -13,15 +13,25 @@ in the table (outside its range, or in a hole of the grid) is refused, naming th
 Only solar metallicity is tabulated. Nothing here reaches the network.
 
 What the tables do not give: disc-centre intensities of the model atmospheres (the spots'
-contrasts in the band) and monochromatic limb darkening at a line's wavelength. For the
-contrasts :func:`passband_planck_ratio` integrates the Planck function over a passband's
-published response (TESS: the TESS Science Office's v2.0 curve, ``data/tess_response_v2.csv``,
-written by ``tools/subset_tess_response.py``), photon-weighted as the detector counts photons::
+contrasts in the band) and monochromatic limb darkening at a line's wavelength; no compact
+published table of either, with a licence that allows shipping it, is known to this package.
+For the contrasts :func:`passband_planck_ratio` integrates the Planck function over a
+passband's published response, photon-weighted as the detectors count photons::
 
     J(T) / J(T_phot) = int R(lambda) B_lambda(T) lambda dlambda / int R(lambda) B_lambda(T_phot) lambda dlambda
 
-a blackbody contrast in the band, not a model atmosphere's. Line limb darkening stays the
-typed law (:mod:`dopplermap.profiles`).
+a blackbody contrast in the band, not a model atmosphere's. The responses (wavelength in nm,
+values unchanged):
+
+- TESS: the TESS Science Office's v2.0 curve (Ricker et al. 2015), ``data/tess_response_v2.csv``,
+  written by ``tools/subset_tess_response.py``;
+- Kepler: the mission's high-resolution response (Van Cleve & Caldwell, Kepler Instrument
+  Handbook KSCI-19033) as pyphot ships it (MIT), ``data/kepler_response.csv``;
+- Gaia G, BP, RP: ESA's (E)DR3 passbands (Riello et al. 2021, A&A 649, A3) as speclite ships
+  them (BSD-3-Clause), ``data/gaia_dr3_*_response.csv``;
+
+the last two written by ``tools/subset_responses.py``. Line limb darkening stays the typed law
+(:mod:`dopplermap.profiles`).
 """
 
 from __future__ import annotations
@@ -36,13 +46,22 @@ from .errors import DopplermapInputError
 from .limb_darkening import LimbDarkening
 from .profiles import planck
 
-__all__ = ["TABLE", "CITATION", "RESPONSES", "passband_limb_darkening", "table_nodes", "passband_response",
-           "passband_planck_ratio"]
+__all__ = ["TABLE", "CITATION", "RESPONSES", "RESPONSE_SOURCES", "passband_limb_darkening", "table_nodes",
+           "passband_response", "passband_planck_ratio"]
 
 TABLE = Path(__file__).parent / "data" / "claret2023_power2.csv"
 CITATION = "Claret A., Southworth J., 2023, A&A 674, A63 (power-2 limb darkening, PHOENIX-COND spherical models)"
-RESPONSES = {"TESS": Path(__file__).parent / "data" / "tess_response_v2.csv"}
-"""The passbands whose response curve ships with the package."""
+_DATA = Path(__file__).parent / "data"
+RESPONSES = {"TESS": _DATA / "tess_response_v2.csv", "Kepler": _DATA / "kepler_response.csv",
+             "Gaia_G": _DATA / "gaia_dr3_G_response.csv", "Gaia_BP": _DATA / "gaia_dr3_BP_response.csv",
+             "Gaia_RP": _DATA / "gaia_dr3_RP_response.csv"}
+"""The response curve of each passband (:data:`dopplermap.choices.PASSBANDS`)."""
+RESPONSE_SOURCES = {"TESS": "TESS Science Office v2.0 (Ricker et al. 2015)",
+                    "Kepler": "Kepler high-resolution response (Van Cleve & Caldwell, KSCI-19033)",
+                    "Gaia_G": "Gaia (E)DR3 passbands (Riello et al. 2021)",
+                    "Gaia_BP": "Gaia (E)DR3 passbands (Riello et al. 2021)",
+                    "Gaia_RP": "Gaia (E)DR3 passbands (Riello et al. 2021)"}
+"""Where each response comes from, for the run's record."""
 
 
 @functools.cache
@@ -102,9 +121,6 @@ def passband_limb_darkening(passband: str, teff: float, logg: float, metallicity
 def passband_response(passband: str) -> tuple[np.ndarray, np.ndarray]:
     """A shipped passband's response: wavelength (nm) and relative response, read-only arrays."""
     check(passband, PASSBANDS, "passband")
-    if passband not in RESPONSES:
-        raise DopplermapInputError(f"passband {passband!r}: no response curve ships with dopplermap (only "
-                                   f"{', '.join(RESPONSES)}); give the band's intensities or wavelength_nm")
     rows = [ln for ln in RESPONSES[passband].read_text(encoding="ascii").splitlines()
             if ln.strip() and not ln.startswith("#")][1:]
     wl, resp = np.array([[float(x) for x in ln.split(",")] for ln in rows]).T

@@ -27,7 +27,7 @@ import numpy as np
 
 from . import regularisers
 from ._repr import compact
-from .atmosphere import RESPONSES, passband_limb_darkening, passband_planck_ratio
+from .atmosphere import passband_limb_darkening, passband_planck_ratio
 from .atomic import write_file
 from .broadening import apply_cell_factors, equivalent_width_kms, line_profiles
 from .choices import REGULARISERS, RV_SHIFTS, SPOT_COMPONENTS, SYNTHESIS_METHODS, check
@@ -649,12 +649,9 @@ def _band(cfg, lcc, star=None) -> LightCurveBand:
         lds = [LimbDarkening(lcc.limb_darkening, c) for c in (lcc.ld_phot, lcc.ld_cool, lcc.ld_hot)]
     if lcc.intensity is not None:
         return LightCurveBand(tuple(lds), tuple(lcc.intensity))
-    if lcc.passband is not None:
-        if lcc.passband in RESPONSES:  # blackbody contrasts over the band's published response
-            inten = tuple(passband_planck_ratio(t, temps.phot, lcc.passband) for t in (temps.phot, temps.cool, temps.hot))
-            return LightCurveBand(tuple(lds), inten)
-        warn(f"{cfg.source}: passband {lcc.passband!r}: no response curve ships with dopplermap, so the band's "
-             f"contrasts are Planck ratios at wavelength_nm = {lcc.wavelength_nm:g} nm; give intensity to set them")
+    if lcc.passband is not None:  # blackbody contrasts over the band's published response
+        inten = tuple(passband_planck_ratio(t, temps.phot, lcc.passband) for t in (temps.phot, temps.cool, temps.hot))
+        return LightCurveBand(tuple(lds), inten)
     return LightCurveBand.from_temperatures(temps.phot, temps.cool, temps.hot, lcc.wavelength_nm, lds)
 
 
