@@ -97,6 +97,7 @@ class StarConfig:
     mass_ratio: float = 0.0
     roche_fill: float | None = None
     synchronicity: float = 1.0
+    separation: float | None = None  # R_sun: sets roche_fill from the star's radius
 
 
 @dataclasses.dataclass(frozen=True)
@@ -544,8 +545,8 @@ def _validate(cfg: TargetConfig):
     _validate_band(s, cfg.lightcurve, "[lightcurve]")
     _positive(f"{s}: [lightcurve] wavelength_nm", cfg.lightcurve.wavelength_nm)
     check(st.shape, STAR_SHAPES, f"{s}: [star] shape")
-    if st.shape == "sphere" and (st.mass_ratio or st.roche_fill is not None):
-        raise DopplermapInputError(f"{s}: [star] mass_ratio and roche_fill describe a Roche surface: "
+    if st.shape == "sphere" and (st.mass_ratio or st.roche_fill is not None or st.separation is not None):
+        raise DopplermapInputError(f"{s}: [star] mass_ratio, roche_fill and separation describe a Roche surface: "
                                    "set shape = 'roche'")
     if st.shape == "roche":
         _positive(f"{s}: [star] mass_ratio", st.mass_ratio, allow_zero=True)
@@ -553,9 +554,17 @@ def _validate(cfg: TargetConfig):
         if st.domega:
             raise DopplermapInputError(f"{s}: [star] domega must be 0 with shape = 'roche' (the equipotential of a "
                                        f"rigid rotator), got {st.domega!r}")
-        if st.mass_ratio > 0 and (st.roche_fill is None or not 0 < st.roche_fill < 1):
+        if st.separation is not None:
+            if not st.mass_ratio > 0:
+                raise DopplermapInputError(f"{s}: [star] separation is the companion's distance: give mass_ratio > 0")
+            if st.roche_fill is not None:
+                raise DopplermapInputError(f"{s}: [star] give roche_fill or separation (which sets the fill from the "
+                                           "star's radius), not both")
+            _positive(f"{s}: [star] separation", st.separation)
+        elif st.mass_ratio > 0 and (st.roche_fill is None or not 0 < st.roche_fill < 1):
             raise DopplermapInputError(f"{s}: [star] roche_fill (the volume-equivalent radius over the Roche lobe's) "
-                                       f"must be in (0, 1) with mass_ratio > 0, got {st.roche_fill!r}")
+                                       f"must be in (0, 1) with mass_ratio > 0 (or give separation), got "
+                                       f"{st.roche_fill!r}")
     g = cfg.gravity_darkening
     _positive(f"{s}: [gravity_darkening] beta", g.beta, allow_zero=True)
     check(g.law, GRAVITY_LAWS, f"{s}: [gravity_darkening] law")
@@ -731,6 +740,7 @@ domega = 0.0                         # differential rotation, rad/day
 # mass_ratio = 0.0                   # roche: M_companion / M_star (0: a single rotating star)
 # roche_fill = 0.8                   # roche with a companion: volume-equivalent radius / the Roche lobe's
 # synchronicity = 1.0                # roche with a companion: rotation rate / orbital rate
+# separation = 20.0                  # roche with a companion: R_sun, instead of roche_fill (from the radius)
 # systemic_velocity = -19.8          # km/s, line centre; profiles are shifted v -> v - v_sys (or per epoch in times_table)
 # ra = 322.85                        # deg (ICRS): with dec, moves HJD/JD/MJD times to the barycentre
 # dec = 23.335

@@ -31,6 +31,7 @@ from .atmosphere import passband_limb_darkening, passband_planck_ratio
 from .atomic import write_file
 from .broadening import apply_cell_factors, equivalent_width_kms, line_profiles
 from .choices import REGULARISERS, RV_SHIFTS, SPOT_COMPONENTS, SYNTHESIS_METHODS, check
+from .constants import DAY_S, G_SI, M_SUN_KG, R_SUN_KM
 from .diagnostics import check_spot_contrast, check_wavelength, fields_checked
 from .errors import DopplermapInputError, MissingFileError, warn
 from .errorscale import ErrorScale, error_scale_for, scale_errors
@@ -54,6 +55,7 @@ from .model import Precomputed, precompute
 from .objective import Layout, LineSets, NoLines, Observations, solve_form
 from .plan import Plan
 from .profiles import Component, ComponentSet, LimbDarkening, gaussian, intensity_ratio, voigt
+from .roche import fill_from_separation
 from .simulate import DEMO_SPOTS, demo_setup, simulate
 from .windows import WindowedLightCurve, Windows, window_precomputed
 
@@ -655,6 +657,25 @@ def _band(cfg, lcc, star=None) -> LightCurveBand:
     return LightCurveBand.from_temperatures(temps.phot, temps.cool, temps.hot, lcc.wavelength_nm, lds)
 
 
+def _fill_from_separation(source: str, s, star) -> float:
+    """``[star] roche_fill`` from ``separation`` (R_sun) and the star's reference radius; with
+    ``mass``, a warning where the rotation period is not the Keplerian orbit's over the
+    synchronicity (the tide's rotation rate assumes it is)."""
+    try:
+        fill = fill_from_separation(s.mass_ratio, star.radius_rsun / s.separation, sync=s.synchronicity)
+    except DopplermapInputError as exc:
+        raise DopplermapInputError(f"{source}: [star] separation = {s.separation!r} R_sun: {exc}") from None
+    if s.mass is not None:
+        a_m = s.separation * R_SUN_KM * 1e3
+        p_orb = 2.0 * np.pi * np.sqrt(a_m**3 / (G_SI * s.mass * (1.0 + s.mass_ratio) * M_SUN_KG)) / DAY_S
+        p_rot = p_orb / s.synchronicity
+        if abs(star.period / p_rot - 1.0) > 0.05:
+            warn(f"{source}: [star] period = {star.period:g} d, but separation {s.separation:g} R_sun, mass "
+                 f"{s.mass:g} M_sun and mass_ratio {s.mass_ratio:g} give an orbit of {p_orb:.4g} d, so a rotation "
+                 f"period of {p_rot:.4g} d at synchronicity {s.synchronicity:g}; check them")
+    return fill
+
+
 def _atmosphere_limb_darkening(cfg, lcc, star) -> list:
     """Each component's limb darkening in ``lcc.passband`` from the shipped model-atmosphere
     table (:mod:`dopplermap.atmosphere`) at its temperature and the star's log g."""
@@ -827,7 +848,8 @@ def _from_config(cfg) -> Problem:
         if not s.mass_ratio and s.mass is None:
             raise DopplermapInputError(f"{cfg.source}: [star] shape = 'roche' of a single star needs [star] mass "
                                        "(M_sun): the rotation's distortion follows from mass, period and radius")
-        grid = with_surface(grid, star_surface(grid, star, mass=s.mass, q=s.mass_ratio, fill=s.roche_fill,
+        fill = s.roche_fill if s.separation is None else _fill_from_separation(cfg.source, s, star)
+        grid = with_surface(grid, star_surface(grid, star, mass=s.mass, q=s.mass_ratio, fill=fill,
                                                sync=s.synchronicity))
     common = dict(grid=grid, star=star, method=inv.method,
                   rv_shift=inv.rv_shift, gravity=gravity, lightcurve_data=lc, t_phot=float(temps[0]),
