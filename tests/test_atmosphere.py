@@ -166,3 +166,32 @@ def test_the_numbers_used_are_kept_and_printed():
     assert b["intensity_source"].startswith("Planck over the TESS response: TESS Science Office") and "shape" not in kept
     line = band_line(kept)
     assert line.startswith("bands: lightcurve: limb darkening phot power2(") and f"cool {band.intensity[1]:.4f}" in line
+
+
+def test_gravity_darkening_in_a_passband_uses_its_response(no_network):
+    """With a passband, the light curve's gravity-darkening factors are blackbody ratios over its
+    response (as the spots' contrasts), not Planck at the band's wavelength_nm."""
+    import dopplermap as dm
+    from dopplermap.gravity import gravity_darkening_factors, temperature_ratio
+    from dopplermap.grid import latitude_band_grid
+    from dopplermap.lightcurve import LightCurveBand
+    from dopplermap.problem import GravityDarkening, LightCurveData, Problem
+
+    grid = latitude_band_grid(100)
+    star = dm.StarParams(inclination=60.0, vsini=80.0, period=0.5)
+    temps = (5000.0, 3800.0, 6000.0)
+    times = np.linspace(0.0, 0.5, 12)
+    band = LightCurveBand.from_temperatures(*temps, 550.0, [LimbDarkening("linear", (0.6,))] * 3)
+    data = LightCurveData(times=times, flux=np.ones(12), err=np.full(12, 1e-3), band=band, passband="TESS")
+    grav = GravityDarkening(mass=1.0, beta=0.25, temperatures=temps, line_wavelength_nm=550.0,
+                            lc_wavelength_nm=550.0, lc_passband="TESS")
+    prob = Problem(grid=grid, star=star, obs=None, components=None, gravity=grav, lightcurve_data=data)
+    t = temperature_ratio(grid, star, 1.0, beta=0.25)
+    assert t.min() < 0.985  # a fast rotator: the equator darker than the pole
+    for k, temp in enumerate(temps):
+        want = [atmosphere.passband_planck_ratio(temp * x, temp, "TESS") for x in t]
+        np.testing.assert_allclose(prob.lc_factors[:, k], want, rtol=1e-12)
+    np.testing.assert_allclose(prob._factors(None, data.passband), prob.lc_factors, rtol=0)
+    # redder than 550 nm: the same temperature drop darkens the band less
+    at_550 = gravity_darkening_factors(grid, star, 1.0, temps, 550.0, 0.25)
+    assert np.all(prob.lc_factors[:, 0] >= at_550[:, 0]) and np.any(prob.lc_factors[:, 0] > at_550[:, 0] + 0.005)

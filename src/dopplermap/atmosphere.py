@@ -128,15 +128,19 @@ def passband_response(passband: str) -> tuple[np.ndarray, np.ndarray]:
     return wl, resp
 
 
-def passband_planck_ratio(temperature: float, t_phot: float, passband: str) -> float:
+def passband_planck_ratio(temperature, t_phot, passband: str):
     """Photon-weighted blackbody intensity at ``temperature`` over that at ``t_phot`` (K) in
-    ``passband`` (module docstring)."""
+    ``passband`` (module docstring): a float for scalars, else an array of their broadcast shape
+    (per-cell temperatures of gravity darkening)."""
     for name, t in (("temperature", temperature), ("t_phot", t_phot)):
-        if not (np.isfinite(t) and t > 0):
+        a = np.asarray(t, dtype=float)
+        if not np.all(np.isfinite(a) & (a > 0)):
             raise DopplermapInputError(f"{name} must be > 0 K, got {t!r}")
     wl, resp = passband_response(passband)
 
     def counts(t):
-        return float(np.trapezoid(resp * planck(wl, t) * wl, wl))
+        t = np.asarray(t, dtype=float)
+        return np.trapezoid(resp * planck(wl, t[..., None]) * wl, wl, axis=-1)
 
-    return counts(float(temperature)) / counts(float(t_phot))
+    out = counts(temperature) / counts(t_phot)
+    return float(out) if np.ndim(out) == 0 else out

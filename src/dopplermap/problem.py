@@ -36,7 +36,7 @@ from .diagnostics import check_spot_contrast, check_wavelength, fields_checked
 from .errors import DopplermapInputError, MissingFileError, warn
 from .errorscale import ErrorScale, error_scale_for, scale_errors
 from .geometry import StarParams
-from .gravity import gravity_darkening_factors, log_g, star_surface
+from .gravity import gravity_darkening_factors, log_g, star_surface, temperature_ratio
 from .grid import SurfaceGrid, make_grid, with_surface
 from .io.lightcurve import load_lightcurve
 from .io.lsd import load_profiles, read_local_profile
@@ -99,7 +99,9 @@ class GravityDarkening:
     (a grid with a distorted surface carries its own gravity).
 
     ``temperatures``: (phot, cool, hot) K; ``line_wavelength_nm`` / ``lc_wavelength_nm``:
-    where the intensity factors of the line band and of the light-curve band are evaluated.
+    where the intensity factors of the line band and of the light-curve band are evaluated;
+    ``lc_passband``: the light-curve band's passband, whose response then replaces
+    ``lc_wavelength_nm`` (blackbody ratios over it, :func:`dopplermap.atmosphere.passband_planck_ratio`).
     """
 
     mass: float | None
@@ -108,6 +110,7 @@ class GravityDarkening:
     line_wavelength_nm: float
     lc_wavelength_nm: float | None = None
     law: str = "von_zeipel"
+    lc_passband: str | None = None
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -129,6 +132,7 @@ class LightCurveData:
     weight: float = 1.0  # of this band among several (dopplermap.lightcurve.LightCurveSet)
     wavelength_nm: float | None = None  # gravity-darkening factors; None: GravityDarkening.lc_wavelength_nm
     segment: np.ndarray | None = None  # (n_lc,) each point's segment (sector, file): a free scale each
+    passband: str | None = None  # gravity-darkening factors over its response (before wavelength_nm)
 
     def __repr__(self) -> str:
         return compact(self, ("name", "times", "flux", "source"))
@@ -356,11 +360,17 @@ class Problem:
         g = self.gravity
         if g is None:
             return None
-        return self._factors(g.lc_wavelength_nm if g.lc_wavelength_nm is not None else g.line_wavelength_nm)
+        return self._factors(g.lc_wavelength_nm if g.lc_wavelength_nm is not None else g.line_wavelength_nm,
+                             g.lc_passband)
 
-    def _factors(self, wavelength_nm):
+    def _factors(self, wavelength_nm, passband=None):
         g = self.gravity
-        return gravity_darkening_factors(self.grid, self.star, g.mass, g.temperatures, wavelength_nm, g.beta, g.law)
+        if passband is None:
+            return gravity_darkening_factors(self.grid, self.star, g.mass, g.temperatures, wavelength_nm, g.beta, g.law)
+        # the band's blackbody ratio over its response, as its spot contrasts
+        t = temperature_ratio(self.grid, self.star, g.mass, beta=g.beta, law=g.law)
+        temps = np.asarray(g.temperatures, dtype=float)
+        return passband_planck_ratio(temps[None, :] * t[:, None], temps[None, :], passband)
 
     def _precompute(self, obs, components, wavelength_nm=None):
         pre = precompute(self.grid, self.star, np.asarray(obs.times), np.asarray(obs.vels), components,
@@ -499,8 +509,8 @@ class Problem:
 
     def _lightcurve(self, d: LightCurveData):
         factors = self.lc_factors
-        if self.gravity is not None and d.wavelength_nm is not None:
-            factors = self._factors(d.wavelength_nm)
+        if self.gravity is not None and (d.passband is not None or d.wavelength_nm is not None):
+            factors = self._factors(d.wavelength_nm, d.passband)
         return precompute_lightcurve(self.grid, self.star, d.times, d.flux, d.err, d.band,
                                      cell_factors=factors, source=d.source, fit_dilution=d.fit_dilution,
                                      segment=d.segment, at_times=self.windows is not None)
@@ -713,7 +723,8 @@ def _lightcurve_data(cfg, star, profile_times, time_scale, n_cell):
                                     lc.bin, lc.bin_unit, time_scale, lc.quality_bitmask, n_cell)
             out.append(LightCurveData(times=data.time, flux=data.flux, err=data.err, band=_band(cfg, lc, star),
                                       fit_dilution=lc.fit_dilution, source=data.source, read=data, name=lc.name,
-                                      weight=lc.weight, wavelength_nm=lc.wavelength_nm, segment=data.segment))
+                                      weight=lc.weight, wavelength_nm=lc.wavelength_nm, segment=data.segment,
+                                      passband=lc.passband))
         return tuple(out)
     d = cfg.data
     if d is None or d.lightcurve is None:
@@ -723,7 +734,8 @@ def _lightcurve_data(cfg, star, profile_times, time_scale, n_cell):
                             d.lightcurve_unit, d.lightcurve_time_scale, d.lightcurve_bin, d.lightcurve_bin_unit,
                             d.time_scale, d.lightcurve_quality_bitmask, n_cell)
     return LightCurveData(times=data.time, flux=data.flux, err=data.err, band=_band(cfg, lcc, star),
-                          fit_dilution=lcc.fit_dilution, source=data.source, read=data, segment=data.segment)
+                          fit_dilution=lcc.fit_dilution, source=data.source, read=data, segment=data.segment,
+                          passband=lcc.passband)
 
 
 def _check_config_values(cfg) -> None:
@@ -823,7 +835,8 @@ def _from_config(cfg) -> Problem:
     if cfg.gravity_darkening.enabled:
         gravity = GravityDarkening(mass=s.mass, beta=cfg.gravity_darkening.beta, temperatures=temps,
                                    line_wavelength_nm=line_nm,
-                                   lc_wavelength_nm=cfg.lightcurve.wavelength_nm, law=cfg.gravity_darkening.law)
+                                   lc_wavelength_nm=cfg.lightcurve.wavelength_nm, law=cfg.gravity_darkening.law,
+                                   lc_passband=cfg.lightcurve.passband)
     inv = cfg.inversion
     # each set's offsets get its own [[lines]] offset_sigma, else the [inversion] one
     sigmas = tuple(inv.offset_sigma if ls.offset_sigma is None else ls.offset_sigma for ls in cfg.line_sets())
