@@ -195,3 +195,69 @@ def test_gravity_darkening_in_a_passband_uses_its_response(no_network):
     # redder than 550 nm: the same temperature drop darkens the band less
     at_550 = gravity_darkening_factors(grid, star, 1.0, temps, 550.0, 0.25)
     assert np.all(prob.lc_factors[:, 0] >= at_550[:, 0]) and np.any(prob.lc_factors[:, 0] > at_550[:, 0] + 0.005)
+
+
+def test_each_cell_can_have_its_own_limb_darkening():
+    """Cell factors (n_cell, 3, 3) = (factor, g, h): each cell's power-2 law replaces the band's.
+    Cells given law A weigh as the band with law A does, cells given law B as with law B."""
+    import dopplermap as dm
+    from dopplermap.grid import latitude_band_grid
+    from dopplermap.lightcurve import LightCurveBand, _lc_weights
+
+    grid = latitude_band_grid(120)
+    star = dm.StarParams(inclination=60.0, vsini=30.0, period=1.0)
+    times = np.linspace(0.0, 1.0, 9)
+    a, b = (0.65, 0.7), (0.8, 0.45)
+    band_a = LightCurveBand(tuple(LimbDarkening("power2", a) for _ in range(3)), (1.0, 0.3, 1.5))
+    band_b = LightCurveBand(tuple(LimbDarkening("power2", b) for _ in range(3)), (1.0, 0.3, 1.5))
+    fac = np.linspace(0.9, 1.0, grid.n_cell)[:, None] * np.ones(3)
+    use_b = np.arange(grid.n_cell) % 3 == 0
+    cells = np.empty((grid.n_cell, 3, 3))
+    cells[..., 0] = fac
+    cells[..., 1:] = np.where(use_b[:, None, None], b, a)
+    got = _lc_weights(grid, star, times, band_a, cells)
+    want_a = _lc_weights(grid, star, times, band_a, fac)
+    want_b = _lc_weights(grid, star, times, band_b, fac)
+    np.testing.assert_allclose(got[:, ~use_b], want_a[:, ~use_b], rtol=1e-14, atol=0)
+    np.testing.assert_allclose(got[:, use_b], want_b[:, use_b], rtol=1e-14, atol=0)
+    with pytest.raises(DopplermapInputError, match="3 x 3 columns"):
+        _lc_weights(grid, star, times, band_a, np.ones((grid.n_cell, 3, 2)))
+
+
+def test_gravity_darkened_cells_get_their_own_temperatures_limb_darkening(no_network):
+    import dopplermap as dm
+    from dopplermap.gravity import temperature_ratio
+    from dopplermap.grid import latitude_band_grid
+    from dopplermap.lightcurve import LightCurveBand
+    from dopplermap.problem import GravityDarkening, LightCurveData, Problem
+
+    grid = latitude_band_grid(100)
+    star = dm.StarParams(inclination=60.0, vsini=80.0, period=0.5)
+    temps = (5000.0, 3800.0, 6000.0)
+    lds = [atmosphere.passband_limb_darkening("TESS", t, 4.4) for t in temps]
+    band = LightCurveBand(tuple(lds), tuple(atmosphere.passband_planck_ratio(t, 5000.0, "TESS") for t in temps))
+    data = LightCurveData(times=np.linspace(0.0, 0.5, 12), flux=np.ones(12), err=np.full(12, 1e-3), band=band,
+                          passband="TESS", atmosphere_logg=4.4)
+    grav = GravityDarkening(mass=1.0, beta=0.25, temperatures=temps, line_wavelength_nm=550.0,
+                            lc_wavelength_nm=550.0, lc_passband="TESS")
+    prob = Problem(grid=grid, star=star, obs=None, components=None, gravity=grav, lightcurve_data=data)
+    cells = prob._cell_limb_darkening(prob.lc_factors, data)
+    t = temperature_ratio(grid, star, 1.0, beta=0.25)
+    np.testing.assert_array_equal(cells[..., 0], prob.lc_factors)
+    for c in (0, grid.n_cell // 2, grid.n_cell - 1):
+        for k, temp in enumerate(temps):
+            want = atmosphere.passband_limb_darkening("TESS", temp * t[c], 4.4).coeffs
+            assert tuple(cells[c, k, 1:]) == pytest.approx(want, rel=1e-14)
+    # cooler equator: stronger darkening (larger g) than at the pole, whose law is the band's
+    pole, equator = np.argmax(t), np.argmin(t)
+    assert tuple(cells[pole, 0, 1:]) == pytest.approx(lds[0].coeffs, abs=2e-3)
+    assert cells[equator, 0, 1] > cells[pole, 0, 1]
+    # the problem's light-curve model is built with them
+    from dopplermap.lightcurve import precompute_lightcurve
+
+    lc = prob._lightcurve(data)
+    want = precompute_lightcurve(grid, star, data.times, data.flux, data.err, band, cell_factors=cells)
+    plain = precompute_lightcurve(grid, star, data.times, data.flux, data.err, band, cell_factors=prob.lc_factors)
+    for name in ("base", "diff"):
+        np.testing.assert_array_equal(np.asarray(getattr(lc, name)), np.asarray(getattr(want, name)))
+    assert not np.allclose(np.asarray(lc.diff), np.asarray(plain.diff), rtol=1e-4, atol=0)

@@ -133,6 +133,7 @@ class LightCurveData:
     wavelength_nm: float | None = None  # gravity-darkening factors; None: GravityDarkening.lc_wavelength_nm
     segment: np.ndarray | None = None  # (n_lc,) each point's segment (sector, file): a free scale each
     passband: str | None = None  # gravity-darkening factors over its response (before wavelength_nm)
+    atmosphere_logg: float | None = None  # band limb darkening from the table: each gravity-darkened cell's own
 
     def __repr__(self) -> str:
         return compact(self, ("name", "times", "flux", "source"))
@@ -372,6 +373,26 @@ class Problem:
         temps = np.asarray(g.temperatures, dtype=float)
         return passband_planck_ratio(temps[None, :] * t[:, None], temps[None, :], passband)
 
+    def _cell_limb_darkening(self, factors, d: LightCurveData) -> np.ndarray:
+        """(n_cell, 3, 3): each cell's gravity-darkening factor and the power-2 law of the
+        model-atmosphere table at its own temperature (component temperature times the cell's
+        ``T / T_pole``) and the star's log g, for a band with ``limb_darkening = 'atmosphere'``."""
+        g = self.gravity
+        t = temperature_ratio(self.grid, self.star, g.mass, beta=g.beta, law=g.law)
+        out = np.empty((self.grid.n_cell, 3, 3))
+        out[..., 0] = np.broadcast_to(np.asarray(factors, dtype=float).reshape(self.grid.n_cell, -1),
+                                      (self.grid.n_cell, 3))
+        for k, temp in enumerate(g.temperatures):
+            cell_t = temp * t
+            uniq, where = np.unique(cell_t, return_inverse=True)  # latitudes share temperatures
+            try:
+                coeffs = np.array([passband_limb_darkening(d.passband, x, d.atmosphere_logg).coeffs for x in uniq])
+            except DopplermapInputError as exc:
+                raise DopplermapInputError(f"{d.source}: {d.passband} limb darkening of the gravity-darkened cells: "
+                                           f"{exc}") from None
+            out[:, k, 1:] = coeffs[where.ravel()]
+        return out
+
     def _precompute(self, obs, components, wavelength_nm=None):
         pre = precompute(self.grid, self.star, np.asarray(obs.times), np.asarray(obs.vels), components,
                          method=self.method, rv_shift=self.rv_shift)
@@ -511,6 +532,8 @@ class Problem:
         factors = self.lc_factors
         if self.gravity is not None and (d.passband is not None or d.wavelength_nm is not None):
             factors = self._factors(d.wavelength_nm, d.passband)
+        if self.gravity is not None and d.atmosphere_logg is not None:
+            factors = self._cell_limb_darkening(factors, d)
         return precompute_lightcurve(self.grid, self.star, d.times, d.flux, d.err, d.band,
                                      cell_factors=factors, source=d.source, fit_dilution=d.fit_dilution,
                                      segment=d.segment, at_times=self.windows is not None)
@@ -686,16 +709,27 @@ def _fill_from_separation(source: str, s, star) -> float:
     return fill
 
 
+def _table_logg(cfg, lcc, star) -> float | None:
+    """The table's log g for a band with ``limb_darkening = 'atmosphere'``, else None."""
+    return _atmosphere_logg(cfg, star) if lcc.limb_darkening == "atmosphere" else None
+
+
+def _atmosphere_logg(cfg, star) -> float:
+    """The log g at which a band's ``limb_darkening = 'atmosphere'`` reads the table."""
+    s = cfg.star
+    if s.logg is not None:
+        return s.logg
+    if s.mass is None or star is None:
+        raise DopplermapInputError(f"{cfg.source}: limb_darkening = 'atmosphere' needs the star's log g: give "
+                                   "[star] logg, or [star] mass (with the radius, it gives log g)")
+    return log_g(s.mass, star.radius_rsun)
+
+
 def _atmosphere_limb_darkening(cfg, lcc, star) -> list:
     """Each component's limb darkening in ``lcc.passband`` from the shipped model-atmosphere
     table (:mod:`dopplermap.atmosphere`) at its temperature and the star's log g."""
-    s, t = cfg.star, cfg.temperatures
-    logg = s.logg
-    if logg is None:
-        if s.mass is None or star is None:
-            raise DopplermapInputError(f"{cfg.source}: limb_darkening = 'atmosphere' needs the star's log g: give "
-                                       "[star] logg, or [star] mass (with the radius, it gives log g)")
-        logg = log_g(s.mass, star.radius_rsun)
+    t = cfg.temperatures
+    logg = _atmosphere_logg(cfg, star)
     where = f"{cfg.source}: {lcc.passband} limb darkening"
     try:
         return [passband_limb_darkening(lcc.passband, temp, logg) for temp in (t.phot, t.cool, t.hot)]
@@ -724,7 +758,7 @@ def _lightcurve_data(cfg, star, profile_times, time_scale, n_cell):
             out.append(LightCurveData(times=data.time, flux=data.flux, err=data.err, band=_band(cfg, lc, star),
                                       fit_dilution=lc.fit_dilution, source=data.source, read=data, name=lc.name,
                                       weight=lc.weight, wavelength_nm=lc.wavelength_nm, segment=data.segment,
-                                      passband=lc.passband))
+                                      passband=lc.passband, atmosphere_logg=_table_logg(cfg, lc, star)))
         return tuple(out)
     d = cfg.data
     if d is None or d.lightcurve is None:
@@ -735,7 +769,7 @@ def _lightcurve_data(cfg, star, profile_times, time_scale, n_cell):
                             d.time_scale, d.lightcurve_quality_bitmask, n_cell)
     return LightCurveData(times=data.time, flux=data.flux, err=data.err, band=_band(cfg, lcc, star),
                           fit_dilution=lcc.fit_dilution, source=data.source, read=data, segment=data.segment,
-                          passband=lcc.passband)
+                          passband=lcc.passband, atmosphere_logg=_table_logg(cfg, lcc, star))
 
 
 def _check_config_values(cfg) -> None:
