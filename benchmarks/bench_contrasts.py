@@ -15,11 +15,14 @@ import argparse
 import numpy as np
 
 from dopplermap import atmosphere
+from dopplermap.choices import ATMOSPHERE_PASSBANDS
 from dopplermap.profiles import intensity_ratio, planck
 
 
 def _mean_wavelength(band: str) -> float:
+    """The photon-counting response's mean wavelength."""
     wl, resp = atmosphere.passband_response(band)
+    resp = resp / wl if band in atmosphere.ENERGY_RESPONSES else resp
     return float(np.trapezoid(resp * wl, wl) / np.trapezoid(resp, wl))
 
 
@@ -41,10 +44,13 @@ def main() -> None:
     print("|---|---|---|---|---|---|")
     for band in atmosphere.RESPONSES:
         lam = _mean_wavelength(band)
-        ld = [atmosphere.passband_limb_darkening(band, t, a.logg).coeffs for t in (a.phot, a.cool)]
+        if band in ATMOSPHERE_PASSBANDS:
+            ld = [atmosphere.passband_limb_darkening(band, t, a.logg).coeffs for t in (a.phot, a.cool)]
+            lds = [f"({c[0]:.4f}, {c[1]:.4f})" for c in ld]
+        else:
+            lds = ["-", "-"]  # no limb-darkening table for the band
         print(f"| {band} | {lam:.1f} | {atmosphere.passband_planck_ratio(a.cool, a.phot, band):.4f} | "
-              f"{intensity_ratio(a.cool, a.phot, lam):.4f} | ({ld[0][0]:.4f}, {ld[0][1]:.4f}) | "
-              f"({ld[1][0]:.4f}, {ld[1][1]:.4f}) |")
+              f"{intensity_ratio(a.cool, a.phot, lam):.4f} | {lds[0]} | {lds[1]} |")
     print(f"Planck at 800 nm: {intensity_ratio(a.cool, a.phot, 800.0):.4f}; at 560 nm: "
           f"{intensity_ratio(a.cool, a.phot, 560.0):.4f}; flat 440-680 nm, energy-weighted: "
           f"{_flat_band(a.cool, a.phot, 440.0, 680.0):.4f}")

@@ -58,8 +58,8 @@ def test_outside_the_table_is_one_clear_error():
         atmosphere.passband_limb_darkening("TESS", 1500.0, 4.5)
     with pytest.raises(DopplermapInputError, match="solar metallicity only"):
         atmosphere.passband_limb_darkening("TESS", 5000.0, 4.5, metallicity=-0.5)
-    with pytest.raises(DopplermapInputError, match="passband must be one of"):
-        atmosphere.passband_limb_darkening("Johnson_V", 5000.0, 4.5)
+    with pytest.raises(DopplermapInputError, match=r"passband \(of the limb-darkening table\) must be one of"):
+        atmosphere.passband_limb_darkening("Bessell_V", 5000.0, 4.5)
     with pytest.raises(DopplermapInputError, match="exponent h > 0"):
         LimbDarkening("power2", (0.6, 0.0))
 
@@ -119,11 +119,15 @@ PUBLISHED = {"Kepler": [(348.0, 0.000112), (600.0, 0.7135), (800.0, 0.4681), (97
              "Gaia_G": [(325.0, 0.000103648276), (600.0, 0.701281364)],
              "Gaia_BP": [(500.0, 0.631462795), (600.0, 0.627856079)],
              "Gaia_RP": [(700.0, 0.737591134), (800.0, 0.703762968)],
-             "TESS": [(580.0, 0.491), (800.0, 0.777), (1060.0, 0.038)]}
+             "TESS": [(580.0, 0.491), (800.0, 0.777), (1060.0, 0.038)],
+             # Bessell (1990) table 2
+             "Bessell_U": [(370.0, 1.0), (400.0, 0.238)], "Bessell_B": [(440.0, 0.935)],
+             "Bessell_V": [(530.0, 1.0), (600.0, 0.359)], "Bessell_R": [(600.0, 1.0)], "Bessell_I": [(800.0, 1.0)]}
 # the bands' nominal extents (nm) as the missions describe them: TESS 600-1000 (Ricker et al.
 # 2015), Kepler 423-897 (Koch et al. 2010), Gaia G 330-1050, BP 330-680, RP 630-1050
 NOMINAL = {"TESS": (600, 1000), "Kepler": (423, 897), "Gaia_G": (330, 1050), "Gaia_BP": (330, 680),
-           "Gaia_RP": (630, 1050)}
+           "Gaia_RP": (630, 1050), "Bessell_U": (300, 420), "Bessell_B": (360, 560), "Bessell_V": (470, 700),
+           "Bessell_R": (550, 900), "Bessell_I": (700, 920)}
 
 
 @pytest.mark.parametrize("band", sorted(NOMINAL))
@@ -147,6 +151,7 @@ def test_bluer_bands_see_darker_spots(no_network):
     """A cool spot's blackbody contrast grows toward the red: BP < G < RP and Kepler < TESS."""
     c = {b: atmosphere.passband_planck_ratio(3800.0, 5000.0, b) for b in atmosphere.RESPONSES}
     assert c["Gaia_BP"] < c["Gaia_G"] < c["Gaia_RP"] and c["Kepler"] < c["TESS"]
+    assert c["Bessell_U"] < c["Bessell_B"] < c["Bessell_V"] < c["Bessell_R"] < c["Bessell_I"]
     assert all(0.0 < v < 1.0 for v in c.values())
 
 
@@ -261,3 +266,17 @@ def test_gravity_darkened_cells_get_their_own_temperatures_limb_darkening(no_net
     for name in ("base", "diff"):
         np.testing.assert_array_equal(np.asarray(getattr(lc, name)), np.asarray(getattr(want, name)))
     assert not np.allclose(np.asarray(lc.diff), np.asarray(plain.diff), rtol=1e-4, atol=0)
+
+
+def test_energy_responses_are_photon_weighted_as_r_over_lambda(no_network):
+    """Bessell's passbands are energy responses: the detector's photon count is int R B dlambda
+    (Bessell & Murphy 2012), where the missions' photon-counting curves take int R B lambda dlambda."""
+    assert atmosphere.ENERGY_RESPONSES == {f"Bessell_{b}" for b in "UBVRI"}
+    wl, resp = atmosphere.passband_response("Bessell_V")
+    direct = [np.trapezoid(resp * planck(wl, t), wl) for t in (3800.0, 5000.0)]
+    assert atmosphere.passband_planck_ratio(3800.0, 5000.0, "Bessell_V") == pytest.approx(direct[0] / direct[1],
+                                                                                          rel=1e-13)
+    with pytest.raises(DopplermapInputError, match="'Bessell_V' has a response but no limb-darkening table"):
+        _cfg({"limb_darkening": "atmosphere", "passband": "Bessell_V"}, {"logg": 4.5})
+    cfg = _cfg({"passband": "Bessell_V"})  # a typed law: the band's contrasts from its response
+    assert cfg.lightcurve.passband == "Bessell_V"

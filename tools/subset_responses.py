@@ -1,5 +1,5 @@
-"""Write dopplermap's Kepler and Gaia passband responses from maintained packages' copies of the
-missions' published curves.
+"""Write dopplermap's Kepler, Gaia and Johnson-Cousins passband responses from maintained
+packages' copies of the published curves.
 
 Sources (the files inside the packages' wheels, as published on PyPI):
 
@@ -11,6 +11,9 @@ Sources (the files inside the packages' wheels, as published on PyPI):
 - Gaia G, BP, RP: ``speclite/data/filters/gaiadr3-{G,BP,RP}.ecsv`` of speclite 1.0.0 (BSD-3-Clause),
   ESA's Gaia (E)DR3 passbands (Riello et al. 2021, A&A 649, A3;
   https://www.cosmos.esa.int/web/gaia/edr3-passbands), every 1 nm.
+- Johnson-Cousins U, B, V, R, I: ``speclite/data/filters/bessell-{U,B,V,R,I}.ecsv`` of speclite
+  1.0.0, Bessell's standard passbands (Bessell 1990, PASP 102, 1181, table 2; energy responses,
+  normalised to a maximum of 1), every 5 or 10 nm.
 
 The subsets keep the rows where the response is not zero and one zero row at each end (where
 the source has one); the wavelengths are converted from Angstrom to nm (divided by 10), the
@@ -33,6 +36,11 @@ HEADERS = {
 # Kepler spectral response (high resolution; Van Cleve & Caldwell, Kepler Instrument Handbook,
 # KSCI-19033): wavelength (nm), relative response; the rows with a non-zero response, values
 # unchanged, from pyphot 2.1.1's kepler_kp.csv. Written by tools/subset_responses.py.
+""",
+    "bessell_{band}_response.csv": """\
+# Johnson-Cousins {band} standard passband (Bessell 1990, PASP 102, 1181): wavelength (nm), energy
+# response (for photon counting divide by the wavelength); values unchanged, from speclite 1.0.0's
+# bessell-{band}.ecsv. Written by tools/subset_responses.py.
 """,
     "gaia_dr3_{band}_response.csv": """\
 # Gaia (E)DR3 {band} passband (ESA; Riello et al. 2021, A&A 649, A3): wavelength (nm), response; the
@@ -72,6 +80,10 @@ def main(pyphot_wheel: str, speclite_wheel: str, out_dir: str) -> None:
             text = z.read(f"speclite/data/filters/gaiadr3-{band}.ecsv").decode("ascii")
             name = f"gaia_dr3_{band}_response.csv"
             _write(out / name, HEADERS["gaia_dr3_{band}_response.csv"].format(band=band), _rows(text, None))
+        for band in "UBVRI":
+            text = z.read(f"speclite/data/filters/bessell-{band}.ecsv").decode("ascii")
+            name = f"bessell_{band}_response.csv"
+            _write(out / name, HEADERS["bessell_{band}_response.csv"].format(band=band), _rows(text, None))
 
 
 if __name__ == "__main__":

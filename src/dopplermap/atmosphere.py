@@ -29,8 +29,11 @@ values unchanged):
   Handbook KSCI-19033) as pyphot ships it (MIT), ``data/kepler_response.csv``;
 - Gaia G, BP, RP: ESA's (E)DR3 passbands (Riello et al. 2021, A&A 649, A3) as speclite ships
   them (BSD-3-Clause), ``data/gaia_dr3_*_response.csv``;
+- Johnson-Cousins U, B, V, R, I: Bessell's (1990, PASP 102, 1181) standard passbands as speclite
+  ships them, ``data/bessell_*_response.csv`` (energy responses: photon-weighted as ``R / lambda``;
+  no limb-darkening table for them, :data:`dopplermap.choices.ATMOSPHERE_PASSBANDS`);
 
-the last two written by ``tools/subset_responses.py``. Line limb darkening stays the typed law
+the last three written by ``tools/subset_responses.py``. Line limb darkening stays the typed law
 (:mod:`dopplermap.profiles`).
 """
 
@@ -41,12 +44,12 @@ from pathlib import Path
 
 import numpy as np
 
-from .choices import PASSBANDS, check
+from .choices import ATMOSPHERE_PASSBANDS, PASSBANDS, check
 from .errors import DopplermapInputError
 from .limb_darkening import LimbDarkening
 from .profiles import planck
 
-__all__ = ["TABLE", "CITATION", "RESPONSES", "RESPONSE_SOURCES", "passband_limb_darkening", "table_nodes",
+__all__ = ["TABLE", "CITATION", "RESPONSES", "RESPONSE_SOURCES", "ENERGY_RESPONSES", "passband_limb_darkening", "table_nodes",
            "passband_response", "passband_planck_ratio"]
 
 TABLE = Path(__file__).parent / "data" / "claret2023_power2.csv"
@@ -54,14 +57,19 @@ CITATION = "Claret A., Southworth J., 2023, A&A 674, A63 (power-2 limb darkening
 _DATA = Path(__file__).parent / "data"
 RESPONSES = {"TESS": _DATA / "tess_response_v2.csv", "Kepler": _DATA / "kepler_response.csv",
              "Gaia_G": _DATA / "gaia_dr3_G_response.csv", "Gaia_BP": _DATA / "gaia_dr3_BP_response.csv",
-             "Gaia_RP": _DATA / "gaia_dr3_RP_response.csv"}
+             "Gaia_RP": _DATA / "gaia_dr3_RP_response.csv",
+             **{f"Bessell_{b}": _DATA / f"bessell_{b}_response.csv" for b in "UBVRI"}}
 """The response curve of each passband (:data:`dopplermap.choices.PASSBANDS`)."""
 RESPONSE_SOURCES = {"TESS": "TESS Science Office v2.0 (Ricker et al. 2015)",
                     "Kepler": "Kepler high-resolution response (Van Cleve & Caldwell, KSCI-19033)",
                     "Gaia_G": "Gaia (E)DR3 passbands (Riello et al. 2021)",
                     "Gaia_BP": "Gaia (E)DR3 passbands (Riello et al. 2021)",
-                    "Gaia_RP": "Gaia (E)DR3 passbands (Riello et al. 2021)"}
+                    "Gaia_RP": "Gaia (E)DR3 passbands (Riello et al. 2021)",
+                    **{f"Bessell_{b}": "Johnson-Cousins standard passbands (Bessell 1990)" for b in "UBVRI"}}
 """Where each response comes from, for the run's record."""
+ENERGY_RESPONSES = frozenset(f"Bessell_{b}" for b in "UBVRI")
+"""Responses defined for energy integration (Bessell 1990's; Bessell & Murphy 2012): their
+photon-counting response is ``R / lambda``, so the photon-weighted integral is ``int R B dlambda``."""
 
 
 @functools.cache
@@ -72,7 +80,7 @@ def _load():
     data = {n: values[:, k] for k, n in enumerate(names)}
     teff, logg = np.unique(data["teff"]), np.unique(data["logg"])
     cols = {}
-    for band in PASSBANDS:
+    for band in ATMOSPHERE_PASSBANDS:
         for c in ("g", "h"):
             grid = np.full((teff.size, logg.size), np.nan)
             grid[np.searchsorted(teff, data["teff"]), np.searchsorted(logg, data["logg"])] = data[f"{c}_{band}"]
@@ -96,8 +104,8 @@ def _cell(axis, x, name, unit):
 
 def passband_limb_darkening(passband: str, teff: float, logg: float, metallicity: float = 0.0) -> LimbDarkening:
     """The power-2 limb darkening of a model atmosphere (Teff K, log g cgs) in ``passband``
-    (:data:`dopplermap.choices.PASSBANDS`), interpolated bilinearly in the shipped table."""
-    check(passband, PASSBANDS, "passband")
+    (:data:`dopplermap.choices.ATMOSPHERE_PASSBANDS`), interpolated bilinearly in the shipped table."""
+    check(passband, ATMOSPHERE_PASSBANDS, "passband (of the limb-darkening table)")
     if metallicity != 0.0:
         raise DopplermapInputError(f"metallicity = {metallicity!r}: the shipped limb-darkening table is for solar "
                                    "metallicity only ([M/H] = 0)")
@@ -138,9 +146,11 @@ def passband_planck_ratio(temperature, t_phot, passband: str):
             raise DopplermapInputError(f"{name} must be > 0 K, got {t!r}")
     wl, resp = passband_response(passband)
 
+    photon = resp if passband in ENERGY_RESPONSES else resp * wl  # the photon-counting response
+
     def counts(t):
         t = np.asarray(t, dtype=float)
-        return np.trapezoid(resp * planck(wl, t[..., None]) * wl, wl, axis=-1)
+        return np.trapezoid(photon * planck(wl, t[..., None]), wl, axis=-1)
 
     out = counts(temperature) / counts(t_phot)
     return float(out) if np.ndim(out) == 0 else out

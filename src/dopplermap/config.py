@@ -18,6 +18,7 @@ import typing
 from pathlib import Path
 
 from .choices import (
+    ATMOSPHERE_PASSBANDS,
     BIN_UNITS,
     EW_METHODS,
     EW_STAGES,
@@ -445,9 +446,11 @@ def _validate_band(s: str, obj, sec: str):
             raise DopplermapInputError(f"{s}: {sec} limb_darkening = 'atmosphere': the shipped model-atmosphere "
                                        "tables are for photometric passbands (light-curve bands); give a law and "
                                        "its coefficients for the line")
-        if passband is None:
+        if passband is None or passband not in ATMOSPHERE_PASSBANDS:
             raise DopplermapInputError(f"{s}: {sec} limb_darkening = 'atmosphere' reads the model-atmosphere table "
-                                       "of a passband: give passband (TESS, Kepler, Gaia_G, Gaia_BP, Gaia_RP)")
+                                       f"of a passband: give passband ({', '.join(ATMOSPHERE_PASSBANDS)})"
+                                       + ("" if passband is None else f"; {passband!r} has a response but no "
+                                          "limb-darkening table: give a law and its coefficients"))
         return
     for k in ("ld_phot", "ld_cool", "ld_hot"):
         _check_ld(f"{s}: {sec} {k}", obj.limb_darkening, getattr(obj, k))
@@ -773,7 +776,7 @@ ld_hot = [0.60]
 [lightcurve]                         # band of [data] lightcurve
 wavelength_nm = 550.0
 limb_darkening = "linear"            # or "atmosphere": power-2 law of PHOENIX models in passband (Claret & Southworth 2023)
-# passband = "TESS"                  # TESS | Kepler | Gaia_G | Gaia_BP | Gaia_RP (for limb_darkening = "atmosphere")
+# passband = "TESS"                  # TESS | Kepler | Gaia_G | Gaia_BP | Gaia_RP (these: also limb_darkening = "atmosphere") | Bessell_U..I
 ld_phot = [0.70]
 ld_cool = [0.80]
 ld_hot = [0.65]
