@@ -17,7 +17,8 @@ from pathlib import Path
 import click
 import numpy as np
 
-from .. import calibrate, plot, search
+from .. import calibrate, plot, search, uncertainty
+from ..solvers import invert
 from ..atomic import AtomicFolder, check_out, new_run_id, write_manifest, write_text
 from ..choices import GRID_READOUTS, check
 from ..config import load_config
@@ -225,17 +226,19 @@ def run_lambda(problem, *, n_cell, n_epoch, n_vel, snr, regulariser, out: Path, 
         choice["lcurve_corner"] = None
         choice["lcurve_message"] = str(exc)
         click.echo(f"warning: {exc}", err=True)
-    missed = None
+    missed, target_res = None, None
     if target_chi2 is not None:
         try:
             with _expected_chi2_spread():
-                lmt, res, trials = search.lambda_for_chi2(prob, target_chi2, lo=float(sw.lmbd[0]),
-                                                          hi=float(sw.lmbd[-1]), sweep=sw, parameter=parameter)
-            choice.update(target_chi2=target_chi2, target_lambda=lmt, target_result_chi2=res.chi2,
+                lmt, target_res, trials = search.lambda_for_chi2(prob, target_chi2, lo=float(sw.lmbd[0]),
+                                                                 hi=float(sw.lmbd[-1]), sweep=sw, parameter=parameter)
+            choice.update(target_chi2=target_chi2, target_lambda=lmt, target_result_chi2=target_res.chi2,
                           target_trials=trials)
         except DopplermapInputError as exc:  # the sweep is still worth keeping: write it, then fail
             missed = str(exc)
             choice.update(target_chi2=target_chi2, target_lambda=None, target_message=missed)
+    if not time_sweep:
+        _effective_dofs(prob, sw, corner, target_res, choice, quiet)
     lines = sw.table().splitlines()  # each row also names its settings and problem
     table = "\n".join([lines[0] + ",regulariser_kind,tol,problem"]
                       + [f"{ln},{regulariser},{tol!r},{fp}" for ln in lines[1:]]) + "\n"
@@ -248,11 +251,61 @@ def run_lambda(problem, *, n_cell, n_epoch, n_vel, snr, regulariser, out: Path, 
     if missed is not None:
         raise DopplermapInputError(f"--target-chi2: {missed}; the sweep is written to {out}")
     msg = f"L-curve corner {name} {corner:.4g}" if corner is not None else "no L-curve corner"
+    if choice.get("corner_dof"):
+        msg += f" (chi2 {_per_point_and_dof(choice['corner_dof'])})"
     if target_chi2 is not None:
         msg += (f"; {name} for chi2={target_chi2:g}: {choice['target_lambda']:.4g} "
                 f"(chi2 {choice['target_result_chi2']:.5g}, {len(choice['target_trials'])} more solves)")
+        if choice.get("target_dof"):
+            msg += f" (chi2 {_per_point_and_dof(choice['target_dof'])})"
     click.echo(f"{msg}  ({len(lm)} solves in {sw.total_time:.1f} s); results in {out}")
     return choice
+
+
+DOF_MAX_BYTES = 2 * 1024 ** 3
+"""Largest Jacobian (``n_epoch n_vel`` rows of all parameters, float64) for which ``dopplermap
+lambda`` computes the effective degrees of freedom at the corner and the target map."""
+
+
+def _per_point_and_dof(d: dict) -> str:
+    return f"{d['chi2']:.4g} per point, {d['chi2_nu']:.4g} per residual dof; {d['p_eff']:.0f} effective parameters"
+
+
+def _effective_dofs(prob, sw, corner, target_res, choice: dict, quiet: bool) -> None:
+    """Record in ``choice`` the chi2 per point and per residual degree of freedom
+    (:func:`dopplermap.uncertainty.effective_dof`) of the map at the L-curve corner (one more
+    solve, warm-started from the nearest sweep point) and at the target chi2's lambda; a
+    ``dof_message`` says why not where they cannot be had (several line sets, time windows, a
+    regulariser coupling cells, a Jacobian beyond :data:`DOF_MAX_BYTES`)."""
+    lay = prob.layout
+    obs = prob.observations
+    why = None
+    if prob.lines and len(prob.lines) > 1 or prob.n_window > 1 or prob.lightcurve_data is not None:
+        why = "one static map of one line data set only"
+    elif not uncertainty.lowrank_applies(prob.settings.regulariser):
+        why = f"the regulariser {prob.settings.regulariser!r} couples cells (mem and mem_spotdipy do not)"
+    elif 8 * obs.n_epoch * obs.n_vel * lay.size > DOF_MAX_BYTES:
+        why = f"the Jacobian ({obs.n_epoch * obs.n_vel} x {lay.size}) is too large to hold"
+    if why is not None:
+        choice["dof_message"] = f"no chi2 per residual degree of freedom: {why}"
+        return
+    if not quiet:
+        click.echo("effective degrees of freedom at the chosen maps ...", err=True)
+    maps = {}
+    if corner is not None:
+        near = int(np.argmin(np.abs(np.log(sw.lmbd / corner))))
+        with _expected_chi2_spread():
+            maps["corner"] = invert(prob, lmbd=corner, x0=sw.results[near].x)
+        choice["corner_chi2"] = maps["corner"].chi2
+    if target_res is not None:
+        maps["target"] = target_res
+    for key, res in maps.items():
+        try:
+            d = uncertainty.effective_dof(prob, res)
+        except DopplermapInputError as exc:
+            choice["dof_message"] = f"no chi2 per residual degree of freedom: {exc}"
+            return
+        choice[f"{key}_dof"] = {"chi2": d.chi2, **d.to_dict()}
 
 
 def run_grid(problem, *, n_cell, n_epoch, n_vel, snr, regulariser, out: Path, overwrite: bool, quiet: bool, params,
