@@ -96,3 +96,18 @@ def test_effective_dof_refuses_coupled_regulariser(mem_fit):
     pre, sim, best = mem_fit
     with pytest.raises(dm.DopplermapInputError, match="couples no cells"):
         U.effective_dof(form_problem(pre, sim.obs), dataclasses.replace(best, regulariser="tikhonov"))
+
+
+@pytest.mark.slow
+def test_chi2_per_residual_dof_is_1_with_the_true_errors():
+    """A simulated star with errors exactly its noise: fitted at a small lambda the map absorbs
+    part of the noise, so chi2 per point sits clearly below 1 while chi2 per residual degree of
+    freedom is 1 to within its spread ``sqrt(2 / nu)``."""
+    star, grid, times, _, comps = dm.demo_setup(n_cell=300, n_epoch=12, seed=5)
+    sim = dm.simulate(grid, star, times, np.linspace(-60.0, 60.0, 28), comps, dm.DEMO_SPOTS, snr=500.0, seed=5,
+                      method="dense")
+    prob = dm.Problem(grid=grid, star=star, obs=sim.obs, components=comps, settings=dm.Settings(tol=1e-8))
+    res = dm.invert(prob, lmbd=0.02)
+    dof = U.effective_dof(prob, res)
+    assert dof.chi2 < 1.0 - 4 * np.sqrt(2.0 / dof.n)
+    assert dof.chi2_nu == pytest.approx(1.0, abs=3 * np.sqrt(2.0 / dof.nu))

@@ -66,7 +66,7 @@ from .solvers.newton import line_residuals, smooth_terms
 log = logging.getLogger(__name__)
 
 __all__ = ["Uncertainty", "bootstrap", "laplace", "laplace_cost", "LaplaceCost", "LAPLACE_OPTIONS", "resample_epochs",
-           "never_visible", "hvp_function", "EffectiveDof", "effective_dof", "influence_traces", "hvp_form", "lowrank_applies", "bounded_interval", "save_uncertainty"]
+           "never_visible", "hvp_function", "EffectiveDof", "effective_dof", "effective_dof_refusal", "influence_traces", "hvp_form", "lowrank_applies", "bounded_interval", "save_uncertainty"]
 
 
 @dataclasses.dataclass
@@ -960,6 +960,29 @@ def influence_traces(b, prior_inv_sqrt, nuisance=None) -> tuple[float, float]:
     g = np.clip(np.linalg.eigvalsh(ct.T @ ct), 0.0, None)
     a = g / (1.0 + g)
     return float(r + a.sum()), float(r + np.sum(a * a))
+
+
+DOF_MAX_BYTES = 2 * 1024 ** 3
+"""Largest Jacobian (``n_epoch n_vel`` rows of all parameters, float64) :func:`effective_dof_refusal`
+lets the commands compute."""
+
+
+def effective_dof_refusal(problem: Problem, regulariser: str | None = None) -> str | None:
+    """Why :func:`effective_dof` cannot take ``problem`` (fitted with ``regulariser``, default its
+    settings'), in words, or None: several line data sets, time windows, a light curve, a
+    regulariser that couples cells, a Jacobian beyond :data:`DOF_MAX_BYTES`."""
+    problem = require_problem(problem, "effective_dof_refusal")
+    regulariser = problem.settings.regulariser if regulariser is None else regulariser
+    if len(problem.lines) > 1 or problem.n_window > 1 or problem.lightcurve_data is not None or problem.obs is None:
+        return "one static map of one line data set only"
+    if not lowrank_applies(regulariser):
+        return f"the regulariser {regulariser!r} couples cells (mem and mem_spotdipy do not)"
+    obs = problem.obs
+    n = obs.n_epoch * obs.n_vel
+    size = n * problem.layout.size
+    if 8 * size > DOF_MAX_BYTES:
+        return f"its Jacobian ({n} x {problem.layout.size}, {format_bytes(8 * size)}) is too large to hold"
+    return None
 
 
 def effective_dof(problem: Problem, best: InversionResult, *, penalty: float = DEFAULT_PENALTY,

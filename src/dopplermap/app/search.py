@@ -18,7 +18,6 @@ import click
 import numpy as np
 
 from .. import calibrate, plot, search, uncertainty
-from ..solvers import invert
 from ..atomic import AtomicFolder, check_out, new_run_id, write_manifest, write_text
 from ..choices import GRID_READOUTS, check
 from ..config import load_config
@@ -26,6 +25,7 @@ from ..errors import DopplermapInputError, DopplermapWarning, warn
 from ..errorscale import describe_all, summarise
 from ..memory import MAX_GRID_POINTS
 from ..problem import Settings, demo_problem, from_config, from_npz, save_npz
+from ..solvers import invert
 from ..style import save_figure
 from .defaults import GRID_TOL, LAMBDA_TOL
 
@@ -262,11 +262,6 @@ def run_lambda(problem, *, n_cell, n_epoch, n_vel, snr, regulariser, out: Path, 
     return choice
 
 
-DOF_MAX_BYTES = 2 * 1024 ** 3
-"""Largest Jacobian (``n_epoch n_vel`` rows of all parameters, float64) for which ``dopplermap
-lambda`` computes the effective degrees of freedom at the corner and the target map."""
-
-
 def _per_point_and_dof(d: dict) -> str:
     return f"{d['chi2']:.4g} per point, {d['chi2_nu']:.4g} per residual dof; {d['p_eff']:.0f} effective parameters"
 
@@ -276,16 +271,9 @@ def _effective_dofs(prob, sw, corner, target_res, choice: dict, quiet: bool) -> 
     (:func:`dopplermap.uncertainty.effective_dof`) of the map at the L-curve corner (one more
     solve, warm-started from the nearest sweep point) and at the target chi2's lambda; a
     ``dof_message`` says why not where they cannot be had (several line sets, time windows, a
-    regulariser coupling cells, a Jacobian beyond :data:`DOF_MAX_BYTES`)."""
-    lay = prob.layout
-    obs = prob.observations
-    why = None
-    if prob.lines and len(prob.lines) > 1 or prob.n_window > 1 or prob.lightcurve_data is not None:
-        why = "one static map of one line data set only"
-    elif not uncertainty.lowrank_applies(prob.settings.regulariser):
-        why = f"the regulariser {prob.settings.regulariser!r} couples cells (mem and mem_spotdipy do not)"
-    elif 8 * obs.n_epoch * obs.n_vel * lay.size > DOF_MAX_BYTES:
-        why = f"the Jacobian ({obs.n_epoch * obs.n_vel} x {lay.size}) is too large to hold"
+    regulariser coupling cells, a Jacobian too large:
+    :func:`dopplermap.uncertainty.effective_dof_refusal`)."""
+    why = uncertainty.effective_dof_refusal(prob)
     if why is not None:
         choice["dof_message"] = f"no chi2 per residual degree of freedom: {why}"
         return
