@@ -262,6 +262,10 @@ def run_lambda(problem, *, n_cell, n_epoch, n_vel, snr, regulariser, out: Path, 
     return choice
 
 
+DOF_TOL = 1e-7
+"""Solver tolerance of the maps whose effective degrees of freedom ``dopplermap lambda`` reports."""
+
+
 def _per_point_and_dof(d: dict) -> str:
     return f"{d['chi2']:.4g} per point, {d['chi2_nu']:.4g} per residual dof; {d['p_eff']:.0f} effective parameters"
 
@@ -269,7 +273,8 @@ def _per_point_and_dof(d: dict) -> str:
 def _effective_dofs(prob, sw, corner, target_res, choice: dict, quiet: bool) -> None:
     """Record in ``choice`` the chi2 per point and per residual degree of freedom
     (:func:`dopplermap.uncertainty.effective_dof`) of the map at the L-curve corner (one more
-    solve, warm-started from the nearest sweep point) and at the target chi2's lambda; a
+    solve, warm-started from the nearest sweep point) and at the target chi2's lambda, both
+    solved to :data:`DOF_TOL` at least; a
     ``dof_message`` says why not where they cannot be had (several line sets, time windows, a
     regulariser coupling cells, a Jacobian too large:
     :func:`dopplermap.uncertainty.effective_dof_refusal`)."""
@@ -279,14 +284,18 @@ def _effective_dofs(prob, sw, corner, target_res, choice: dict, quiet: bool) -> 
         return
     if not quiet:
         click.echo("effective degrees of freedom at the chosen maps ...", err=True)
+    # polished to DOF_TOL: a loosely converged map leaves cells off the floor that the regulariser
+    # would still push down, and counts them as parameters (LO Peg's corner: 319 at tol 1e-5, 282)
+    tight = prob.replace(settings=prob.settings.replace(tol=min(prob.settings.tol, DOF_TOL)))
     maps = {}
-    if corner is not None:
-        near = int(np.argmin(np.abs(np.log(sw.lmbd / corner))))
-        with _expected_chi2_spread():
-            maps["corner"] = invert(prob, lmbd=corner, x0=sw.results[near].x)
-        choice["corner_chi2"] = maps["corner"].chi2
-    if target_res is not None:
-        maps["target"] = target_res
+    with _expected_chi2_spread():
+        if corner is not None:
+            near = int(np.argmin(np.abs(np.log(sw.lmbd / corner))))
+            maps["corner"] = invert(tight, lmbd=corner, x0=sw.results[near].x)
+            choice["corner_chi2"] = maps["corner"].chi2
+        if target_res is not None:
+            maps["target"] = target_res if prob.settings.tol <= DOF_TOL else invert(
+                tight, lmbd=target_res.lmbd, x0=target_res.x)
     for key, res in maps.items():
         try:
             d = uncertainty.effective_dof(prob, res)
