@@ -92,8 +92,13 @@ def test_effective_dof_falls_with_lambda(mem_fit):
 
 
 @pytest.mark.slow
-def test_effective_dof_refuses_coupled_regulariser(mem_fit):
+def test_effective_dof_refuses_coupled_regulariser(mem_fit, monkeypatch):
     pre, sim, best = mem_fit
+    prob = form_problem(pre, sim.obs)
+    assert U.effective_dof_refusal(prob) is None
+    assert "couples cells" in U.effective_dof_refusal(prob, "tikhonov")
+    monkeypatch.setattr(U, "DOF_MAX_BYTES", 1000)
+    assert "Gram matrix need" in U.effective_dof_refusal(prob)
     with pytest.raises(dm.DopplermapInputError, match="couples no cells"):
         U.effective_dof(form_problem(pre, sim.obs), dataclasses.replace(best, regulariser="tikhonov"))
 

@@ -963,8 +963,8 @@ def influence_traces(b, prior_inv_sqrt, nuisance=None) -> tuple[float, float]:
 
 
 DOF_MAX_BYTES = 2 * 1024 ** 3
-"""Largest Jacobian (``n_epoch n_vel`` rows of all parameters, float64) :func:`effective_dof_refusal`
-lets the commands compute."""
+"""Most memory (the Jacobian's ``n_epoch n_vel`` rows of all parameters twice and the ``N x N``
+Gram matrix, float64) for which :func:`effective_dof_refusal` lets the commands compute."""
 
 
 def effective_dof_refusal(problem: Problem, regulariser: str | None = None) -> str | None:
@@ -979,9 +979,10 @@ def effective_dof_refusal(problem: Problem, regulariser: str | None = None) -> s
         return f"the regulariser {regulariser!r} couples cells (mem and mem_spotdipy do not)"
     obs = problem.obs
     n = obs.n_epoch * obs.n_vel
-    size = n * problem.layout.size
-    if 8 * size > DOF_MAX_BYTES:
-        return f"its Jacobian ({n} x {problem.layout.size}, {format_bytes(8 * size)}) is too large to hold"
+    nbytes = 8 * (2 * n * problem.layout.size + n * n)  # the Jacobian, its whitened copy, the Gram matrix
+    if nbytes > DOF_MAX_BYTES:
+        return (f"its Jacobian ({n} x {problem.layout.size}) and Gram matrix need {format_bytes(nbytes)}, more "
+                f"than {format_bytes(DOF_MAX_BYTES)}")
     return None
 
 
