@@ -92,7 +92,7 @@ def dof_row(prob, res):
             "n": d.n, "n_free": d.n_free, "time": d.time}
 
 
-def choose(prob, what, truth_map=False):
+def choose(prob, what, polar=False):
     """Sweep, corner, chi2 = 1 lambda; effective dof at the corner, at chi2 = 1 and along the sweep."""
     t = time.perf_counter()
     sw = search.sweep_lambda(prob, LMBDS)
@@ -104,7 +104,7 @@ def choose(prob, what, truth_map=False):
            "target_chi2": rt.chi2, "corner_dof": dof_row(prob, at_corner), "target_dof": dof_row(prob, rt),
            "sweep": [[float(lm), float(c)] for lm, c in zip(sw.lmbd, sw.chi2, strict=True)]}
     row["sweep_dof"] = [dof_row(prob, sw.results[i]) for i in (3, 6, 9)]
-    if truth_map:
+    if polar:
         row["target_polar"] = polar_ratio(prob, rt)
         row["corner_polar"] = polar_ratio(prob, at_corner)
     emit(**row)
@@ -112,8 +112,7 @@ def choose(prob, what, truth_map=False):
 
 
 def simulate(narrow, wide, truth, sigma_narrow, sigma_wide, rho, seed):
-    """Noisy sims of ``truth`` in both windows (the same noise draws where the windows overlap are
-    not needed: each window its own draw), errors 2x the noise."""
+    """Noisy simulations of ``truth`` in both windows (each its own noise draw), errors 2x the noise."""
     theta = 0.0 if rho == 0 else (1 - np.sqrt(1 - 4 * rho ** 2)) / (2 * rho)  # MA(1) with lag-1 correlation rho
     rng = np.random.default_rng(seed)
     out = []
@@ -135,7 +134,6 @@ def main():
     ap.add_argument("--out", default="errorscale_dof.json")
     ap.add_argument("--rho", type=float, default=0.23)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--skip-lopeg-sweep", action="store_true")
     a = ap.parse_args()
     warnings.filterwarnings("ignore", category=DopplermapWarning)
     with tempfile.TemporaryDirectory() as tmp:
@@ -144,7 +142,7 @@ def main():
     emit(what="lopeg factors", **fac)
     f = fac["residuals"]["factor"]
     scaled = narrow.scale_errors([f])
-    truth = choose(scaled, "lopeg (auto: residuals)", truth_map=True).x
+    truth = choose(scaled, "lopeg (auto: residuals)", polar=True).x
     # the continuum's factor gives chi2 per point at small lambda
     sc = narrow.scale_errors([fac["continuum_wide"]["factor"]])
     r = invert(sc, lmbd=0.01 * (f / fac["continuum_wide"]["factor"]) ** 2)
@@ -155,8 +153,8 @@ def main():
         sn, sw_ = simulate(narrow, wide, truth, sig_n, sig_w, rho, a.seed)
         sf = factors(sn, sw_)
         emit(what=f"sim rho={rho}", true_factor=0.5, **sf)
-        choose(sn.scale_errors([sf["residuals"]["factor"]]), f"sim rho={rho}, auto factor", truth_map=True)
-        choose(sn.scale_errors([0.5]), f"sim rho={rho}, true factor 0.5", truth_map=True)
+        choose(sn.scale_errors([sf["residuals"]["factor"]]), f"sim rho={rho}, auto factor", polar=True)
+        choose(sn.scale_errors([0.5]), f"sim rho={rho}, true factor 0.5", polar=True)
     Path(a.out).write_text(json.dumps(OUT, indent=1, default=float))
 
 
