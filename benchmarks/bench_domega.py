@@ -183,20 +183,24 @@ def true_map(s, values):
     return read(values, np.array(prof), s["domega"])
 
 
-def calibrated(s, values, n_sim, trials, seed=0):
-    from dopplermap.calibrate import CalibrationOptions, calibrate_parameter
+def calibrated(s, values, n_sim, trials, seed=0, which="regularised", sim_lmbd=None, oversample=None):
+    from dopplermap.calibrate import SIM_OVERSAMPLE, CalibrationOptions, calibrate_parameter
 
     p = s["problem"]
-    p = p.replace(settings=readout_settings(p.settings, "regularised"))
+    p = p.replace(settings=readout_settings(p.settings, which))
+    opts = CalibrationOptions(n_sim=n_sim, seed=seed, sim_lmbd=sim_lmbd,
+                              sim_oversample=SIM_OVERSAMPLE if oversample is None else oversample)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        c = calibrate_parameter(p, "domega", values, trials=trials, options=CalibrationOptions(n_sim=n_sim, seed=seed),
+        c = calibrate_parameter(p, "domega", values, trials=trials, options=opts,
                                 progress=lambda stage, i, n: print(f"  calibrate {stage} {i}/{n}", flush=True))
     truth = s["domega"]
     return dict(best=c.estimate, raw=c.raw, lo68=c.lo68, hi68=c.hi68, lo95=c.lo95, hi95=c.hi95, err=c.estimate - truth,
                 in68=bool(c.lo68 <= truth <= c.hi68), in95=bool(c.lo95 <= truth <= c.hi95),
                 excludes0_68=bool(c.lo68 > 0.0), excludes0_95=bool(c.lo95 > 0.0), n_sim=n_sim,
                 trials=c.trials.tolist(), center=c.center.tolist(), spread=c.spread.tolist(),
+                median=np.median(c.sims, axis=1).tolist(), sims=c.sims.tolist(), readout=which,
+                sim_lmbd=c.sim_lmbd, sim_oversample=c.sim_oversample,
                 no_crossing=c.no_crossing, solves=c.n_solves, wall_s=c.seconds)
 
 
@@ -228,7 +232,9 @@ def run_star(args, layout, values):
         res[which] = profile(s, which, values)
         print(_line(which, res[which]), flush=True)
     if args.calibrate:
-        res["calibrated"] = calibrated(s, values, args.calibrate, np.array([float(x) for x in args.trials.split(",")]))
+        res["calibrated"] = calibrated(s, values, args.calibrate, np.array([float(x) for x in args.trials.split(",")]),
+                                       which=args.cal_readout, sim_lmbd=args.cal_sim_lmbd,
+                                       oversample=args.cal_oversample)
         print(_line("calibrated", res["calibrated"]), flush=True)
     res["load_end"] = os.getloadavg()[0]
     res["wall_s"] = time.perf_counter() - t0
@@ -254,6 +260,9 @@ def main():
     ap.add_argument("--grid", default=None, help="dOmega values, comma-separated (default 0:0.1:0.01)")
     ap.add_argument("--calibrate", type=int, default=0, help="N simulated data sets per trial (0: none)")
     ap.add_argument("--trials", default=",".join(map(str, TRIALS)))
+    ap.add_argument("--cal-readout", default="regularised", help="the read-out the calibration calibrates")
+    ap.add_argument("--cal-sim-lmbd", type=float, default=None, help="lambda of its trial maps (default 0.1 x)")
+    ap.add_argument("--cal-oversample", type=int, default=None, help="its simulation grid's factor (default 4)")
     ap.add_argument("--noise-free", action="store_true")
     ap.add_argument("--n-cell", type=int, default=300)
     ap.add_argument("--domega", type=float, default=0.05)
