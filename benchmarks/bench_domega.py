@@ -22,6 +22,7 @@ Inclination and vsini are held at the truth; dOmega is profiled over ``--grid`` 
 ``bench_calibration.continuous_interval`` on ``chi2_total`` (Delta chi2 <= 1 / <= 4). Read-outs:
 
 * ``regularised``: the working lambda (1) at ``GRID_TOL`` (``grid``'s default);
+* ``tight``: the working lambda, Gauss-Newton to 1e-10 (the solver-tolerance control);
 * ``lambda0.1``: a tenth of it, Gauss-Newton to 1e-10;
 * ``profiled``: :data:`dopplermap.search.PROFILE_READOUT` (``grid --readout profiled``);
 * ``--calibrate N``: :func:`dopplermap.calibrate.calibrate_parameter` on the regularised
@@ -130,6 +131,8 @@ def readout_settings(settings, which):
     if which == "regularised":
         return work
     profiled = PROFILE_READOUT.settings(work)
+    if which == "tight":  # the working lambda, solved as the profiled read-out is
+        return work.replace(**dict(profiled, lmbd=work.lmbd))
     if which == "lambda0.1":
         return work.replace(**dict(profiled, lmbd=0.1 * work.lmbd))
     if which == "profiled":
