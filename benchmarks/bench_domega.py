@@ -86,10 +86,13 @@ def dr_profiles(flat, flon, farea, fc, fh, times, vels, inclination, vsini, peri
 
 
 def spots_of(layout: int):
-    """Star ``layout``'s spots: 0 is :data:`SPOTS`; others three cool spots and a hot one drawn
-    as on the calibration stars (latitudes -15 to 70 deg, radii 12-22 deg)."""
+    """Star ``layout``'s spots: 0 is :data:`SPOTS`; negative: none (an unspotted star, whose
+    profiles carry no dOmega signal: the noise-only control); others three cool spots and a hot
+    one drawn as on the calibration stars (latitudes -15 to 70 deg, radii 12-22 deg)."""
     if layout == 0:
         return SPOTS
+    if layout < 0:
+        return ()
     rng = np.random.default_rng(1000 + layout)
     spots = [(float(rng.uniform(-15, 70)), float(rng.uniform(0, 360)), float(rng.uniform(12, 22)), "cool",
               float(rng.uniform(0.6, 0.9))) for _ in range(3)]

@@ -44,12 +44,12 @@ def settings(problem, which):
     return work if which == "regularised" else work.replace(**PROFILE_READOUT.settings(work))
 
 
-def profile(s, which, inclination):
+def profile(s, which, inclination, steps=STEPS):
     from dopplermap.search import evaluate_point
 
     p = s["problem"]
     p = p.replace(settings=settings(p, which))
-    vals = s["vsini"] + STEPS
+    vals = s["vsini"] + np.asarray(steps, float)
     t0 = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -65,19 +65,21 @@ def main():
     ap.add_argument("--stars", default=",".join(str(k) for k in range(12)))
     ap.add_argument("--readouts", default="regularised,profiled")
     ap.add_argument("--at", choices=("truth", "estimate"), default="truth")
+    ap.add_argument("--steps", default=None, help="vsini - truth, km/s, comma-separated (default STEPS)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    steps = STEPS if args.steps is None else np.array([float(x) for x in args.steps.split(",")])
     est = {}
     if args.at == "estimate":
         est = {r["k"]: r for r in json.loads(READOUT_FILE.read_text())["stars"]}
-    res = dict(machine=platform.platform(), load_start=os.getloadavg()[0], at=args.at, steps=STEPS.tolist(), stars=[])
+    res = dict(machine=platform.platform(), load_start=os.getloadavg()[0], at=args.at, steps=steps.tolist(), stars=[])
     readouts = [w for w in args.readouts.split(",") if w]
     for k in [int(x) for x in args.stars.split(",") if x]:
         s = B.make_star(k)
         row = dict(k=k, inc=s["inc"], vsini=s["vsini"])
         for which in readouts:
             inc = s["inc"] if args.at == "truth" else float(est[k][OLD_NAME[which]]["best"])
-            row[which] = r = profile(s, which, inc)
+            row[which] = r = profile(s, which, inc, steps)
             print(f"star {k} (vsini {s['vsini']:.0f}, i {inc:.1f}) {which:11s}: {r['best']:.3f} "
                   f"[{r['lo68']:.3f}, {r['hi68']:.3f}] err {r['err']:+.3f}  {r['wall_s']:.0f}s; "
                   f"load {os.getloadavg()[0]:.1f}", flush=True)
