@@ -29,6 +29,7 @@ Inclination and vsini are held at the truth; dOmega is profiled over ``--grid`` 
   read-out (``grid --calibrate N``), trial values ``--trials``.
 
 Controls: ``--noise-free`` (the same star without noise), ``--n-cell`` (the inversion grid),
+``--rv-sigma 0 --no-fit-rv`` (no per-epoch rv, and none fitted: what fitting it absorbs),
 ``--true-map`` (chi2 of the true map, averaged over each inversion cell, with the true rv:
 where the model itself puts dOmega, no solve), ``--jitter`` (the regularised read-out's
 chi2 against a Gauss-Newton solve to 1e-12 at the truth, :func:`dopplermap.search.chi2_jitter`).
@@ -218,7 +219,11 @@ def _line(name, r):
 
 def run_star(args, layout, values):
     t0 = time.perf_counter()
-    s = make_star(layout=layout, domega=args.domega, n_cell=args.n_cell, noise=not args.noise_free)
+    s = make_star(layout=layout, domega=args.domega, n_cell=args.n_cell, noise=not args.noise_free,
+                  rv_sigma=args.rv_sigma)
+    if args.no_fit_rv:  # rv known (and 0 with --rv-sigma 0): the control of what the per-epoch rv absorbs
+        p = s["problem"]
+        s["problem"] = p.replace(settings=p.settings.replace(fit_rv=False))
     res = dict(layout=layout, spots=s["spots"], load_start=os.getloadavg()[0], simulate_s=time.perf_counter() - t0)
     print(f"star {layout} simulated ({s['n_fine']} fine cells, {res['simulate_s']:.1f} s); load "
           f"{res['load_start']:.2f}", flush=True)
@@ -273,6 +278,8 @@ def main():
     ap.add_argument("--n-cell", type=int, default=300)
     ap.add_argument("--domega", type=float, default=0.05)
     ap.add_argument("--true-map", action="store_true")
+    ap.add_argument("--rv-sigma", type=float, default=0.5, help="sd of the simulated per-epoch rv, km/s")
+    ap.add_argument("--no-fit-rv", action="store_true", help="the inversion does not fit the per-epoch rv")
     ap.add_argument("--jitter", action="store_true")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
@@ -280,7 +287,8 @@ def main():
     t0 = time.perf_counter()
     res = dict(machine=platform.platform(), cpus=os.cpu_count(), load_start=os.getloadavg()[0], args=vars(args),
                star=dict(inclination=INC, vsini=VSINI, period=PERIOD, domega=args.domega, n_epoch=30, snr=300.0,
-                         n_cell=args.n_cell, noise=not args.noise_free), grid=values.tolist(), stars=[])
+                         n_cell=args.n_cell, noise=not args.noise_free, rv_sigma=args.rv_sigma,
+                         fit_rv=not args.no_fit_rv), grid=values.tolist(), stars=[])
     for k in [int(x) for x in args.stars.split(",") if x]:
         res["stars"].append(run_star(args, k, values))
         if args.out:
