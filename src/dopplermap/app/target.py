@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import uncertainty as U
-from ..atmosphere import CITATION, RESPONSES
+from ..atmosphere import CITATION, RESPONSE_SOURCES
 from ..choices import uncertainty_title
 from ..compiled import call_cached
 from ..errors import DopplermapInputError
@@ -86,7 +86,8 @@ def band_values(cfg, lcds, grid) -> dict:
                           intensity=dict(zip(("phot", "cool", "hot"), map(float, d.band.intensity), strict=True)),
                           limb_darkening_source=CITATION if table else "given",
                           intensity_source=("given" if conf.intensity is not None else
-                                            f"Planck over the {conf.passband} response" if conf.passband in RESPONSES
+                                            f"Planck over the {conf.passband} response: {RESPONSE_SOURCES[conf.passband]}"
+                                            if conf.passband is not None
                                             else f"Planck at {conf.wavelength_nm:g} nm")))
     if bands:
         out["lc_bands"] = bands
