@@ -33,6 +33,8 @@ Controls: ``--noise-free`` (the same star without noise), ``--n-cell`` (the inve
 ``--true-map`` (chi2 of the true map, averaged over each inversion cell, with the true rv:
 where the model itself puts dOmega, no solve), ``--jitter`` (the regularised read-out's
 chi2 against a Gauss-Newton solve to 1e-12 at the truth, :func:`dopplermap.search.chi2_jitter`).
+``--save-npz FILE``: write the first star as a problem file instead, for
+``dopplermap grid FILE --param domega=0:0.1:0.01 [--calibrate N]``.
 Results: benchmarks/RESULTS.md, "Stellar parameters: calibration", "Differential rotation".
 """
 
@@ -281,8 +283,17 @@ def main():
     ap.add_argument("--rv-sigma", type=float, default=0.5, help="sd of the simulated per-epoch rv, km/s")
     ap.add_argument("--no-fit-rv", action="store_true", help="the inversion does not fit the per-epoch rv")
     ap.add_argument("--jitter", action="store_true")
+    ap.add_argument("--save-npz", default=None, help="write the first star as a problem file for dopplermap grid")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    if args.save_npz:
+        from dopplermap.app.search import save_problem
+
+        k = int(args.stars.split(",")[0])
+        p = make_star(layout=k, domega=args.domega, n_cell=args.n_cell, noise=not args.noise_free,
+                      rv_sigma=args.rv_sigma)["problem"]
+        print(save_problem(args.save_npz, p.obs, p.star, n_cell=args.n_cell))
+        return
     values = DOMEGA_GRID if args.grid is None else np.array([float(x) for x in args.grid.split(",")])
     t0 = time.perf_counter()
     res = dict(machine=platform.platform(), cpus=os.cpu_count(), load_start=os.getloadavg()[0], args=vars(args),
