@@ -48,13 +48,14 @@ def _settings(problem, which):
     from dopplermap.search import PROFILE_READOUT
 
     old = problem.settings.replace(**OLD)
+    which = which.removesuffix("_dof")
     if which in ("old", "old_sharp"):
         return old
     profiled = PROFILE_READOUT.settings(old)
     if which == "tight":  # the working lambda, solved as the profiled read-out is
         return old.replace(**dict(profiled, lmbd=old.lmbd))
-    if which == "lambda0.1":  # between the two
-        return old.replace(**dict(profiled, lmbd=0.1 * old.lmbd))
+    if which.startswith("lambda"):  # "lambda0.1": solved as the profiled read-out, at that lambda
+        return old.replace(**dict(profiled, lmbd=float(which[len("lambda"):]) * old.lmbd))
     return old.replace(**profiled)
 
 
@@ -79,18 +80,24 @@ def profile(s, which, incs=B.INC_GRID):
     p = p.replace(settings=_settings(p, which))
     t0 = time.perf_counter()
     rows = []
+    dof = which.endswith("_dof")  # the profile of chi2_total + the effective number of parameters
     with warnings.catch_warnings(), _limb(which):
         warnings.simplefilter("ignore")
         for inc in incs:
-            rows.append(evaluate_point(p, {"inclination": float(inc), "vsini": s["vsini"]}))
-    prof = np.array([r["chi2_total"] for r in rows])
+            rows.append(evaluate_point(p, {"inclination": float(inc), "vsini": s["vsini"]}, dof=dof))
+    prof = np.array([r["chi2_dof" if dof else "chi2_total"] for r in rows])
+    return dict(read(incs, prof, s["inc"]), iterations=[int(r["iterations"]) for r in rows], lmbd=p.settings.lmbd, tol=p.settings.tol,
+                chi2_total=[r["chi2_total"] for r in rows], dof=[r["dof"] for r in rows],
+                wall_s=time.perf_counter() - t0)
+
+
+def read(incs, prof, truth):
+    """Best value and Delta chi2 <= 1 / 4 intervals of one profile, against the truth."""
+    prof = np.asarray(prof, float)
     best, lo, hi = B.continuous_interval(incs, prof, 1.0)
     _, lo95, hi95 = B.continuous_interval(incs, prof, 4.0)
-    truth = s["inc"]
     return dict(best=best, lo68=lo, hi68=hi, lo95=lo95, hi95=hi95, err=best - truth,
-                in68=bool(lo <= truth <= hi), in95=bool(lo95 <= truth <= hi95), profile=prof.tolist(),
-                iterations=[int(r["iterations"]) for r in rows], lmbd=p.settings.lmbd, tol=p.settings.tol,
-                wall_s=time.perf_counter() - t0)
+                in68=bool(lo <= truth <= hi), in95=bool(lo95 <= truth <= hi95), profile=prof.tolist())
 
 
 def jitter(s, which):
@@ -157,8 +164,14 @@ def main():
     ap.add_argument("--tols", default=None, help="with --jitter: also every solver at these tols")
     ap.add_argument("--sharp", action="store_true", help="only the old read-out on the sharp limb")
     ap.add_argument("--joint", default=None, help="stars K,...: joint_fit with the smooth and the sharp limb")
+    ap.add_argument("--readouts", default=",".join(READOUTS), help="which read-outs to profile")
+    ap.add_argument("--cells", type=int, default=B.N_CELL, help="the inversion grid's cells (the simulation is fixed)")
+    ap.add_argument("--noise-free", action="store_true", help="the simulation without its noise (same errors)")
+    ap.add_argument("--incs", default=None, help="inclinations to profile over (default INC_GRID)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    readouts = SHARP if args.sharp else tuple(args.readouts.split(","))
+    incs = B.INC_GRID if args.incs is None else np.array([float(x) for x in args.incs.split(",")])
     res = {"stars": [], "machine": B.platform.platform() if hasattr(B, "platform") else ""}
     if args.jitter is not None:
         s = B.make_star(args.jitter)
@@ -171,17 +184,20 @@ def main():
         res.setdefault("joint", {})[k] = {limb: joint(s, limb) for limb in ("smooth", "sharp")}
         print("joint", k, res["joint"][k], flush=True)
     for k in [int(x) for x in args.stars.split(",") if x]:
-        s = B.make_star(k)
-        row = dict(k=k, inc=s["inc"], vsini=s["vsini"], n_epoch=s["n_epoch"], snr=s["snr"])
-        for which in (SHARP if args.sharp else READOUTS):
-            row[which] = profile(s, which)
+        s = B.make_star(k, n_cell=args.cells, noise=not args.noise_free)
+        row = dict(k=k, inc=s["inc"], vsini=s["vsini"], n_epoch=s["n_epoch"], snr=s["snr"], n_cell=args.cells,
+                   noise=not args.noise_free)
+        for which in readouts:
+            row[which] = profile(s, which, incs)
+            if which.endswith("_dof"):  # the same solves read without the correction
+                row[which.removesuffix("_dof")] = dict(row[which], **read(incs, row[which]["chi2_total"], s["inc"]))
             r = row[which]
             print(f"star {k} (i={s['inc']:.0f}) {which:8s}: {r['best']:6.2f} [{r['lo68']:.2f}, {r['hi68']:.2f}] "
                   f"95% [{r['lo95']:.2f}, {r['hi95']:.2f}]  {r['wall_s']:.0f}s", flush=True)
         res["stars"].append(row)
         if args.out:
             write_json(args.out, res)
-    for which in (SHARP if args.sharp else READOUTS):
+    for which in [w for r in readouts for w in ((r, r.removesuffix("_dof")) if r.endswith("_dof") else (r,))]:
         if res["stars"]:
             res[f"summary_{which}"] = summary(res["stars"], which)
             print(which, res[f"summary_{which}"], flush=True)
