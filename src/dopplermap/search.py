@@ -55,9 +55,9 @@ from .errors import DopplermapInputError, DopplermapWarning, reader, warn
 from .errorscale import ErrorScale, error_scale_for
 from .geometry import StarParams, check_star
 from .gravity import breakup, log_g
+from .grid import healpix_grid, latitude_band_grid
 from .gridtable import best_point, computed_rows, delta_chi2_interval, interval_flags  # noqa: F401  (the search's API)
 from .memory import MAX_GRID_POINTS
-from .grid import healpix_grid, latitude_band_grid
 from .model import Precomputed, forward
 from .objective import n_windows, regulariser_value
 from .problem import Problem, Settings, require_problem
