@@ -218,6 +218,10 @@ def test_cli_grid_profiled_readout(npz, tmp_path):
     profiled = json.loads((tmp_path / "p" / "grid.json").read_text())
     assert profiled["readout"] == "profiled" and profiled["lmbd"] == pytest.approx(0.005)
     assert profiled["tol"] == search.PROFILE_READOUT.tol
+    # read on chi2_total + the solve's effective parameters, written beside chi2_total
+    assert profiled["column"] == "chi2_dof"
+    row = search.read_table(tmp_path / "p" / "grid.csv")[0]
+    assert row["chi2_dof"] == pytest.approx(row["chi2_total"] + row["dof"]) and row["dof"] > 0
 
 
 def test_cli_lambda_keeps_the_sweep_when_the_target_chi2_is_out_of_reach(npz, tmp_path, capsys):
