@@ -200,6 +200,9 @@ def test_cli_grid_and_lambda(npz, tmp_path, capsys):
     assert "un-reduced" in (out / "grid.json").read_text()
     assert summary["readout"] == "regularised" and summary["lmbd"] == 0.5
     assert summary["chi2_jitter"] >= 0.0  # against a converged solve at the best point
+    # the grid's discretisation error at the best point, warned about above the intervals' Delta chi2
+    assert summary["model_error_chi2"] > 0
+    assert ("discretisation error" in capsys.readouterr().err) == (summary["model_error_chi2"] > 1.0)
     rc = main(["lambda", str(npz), "--out", str(tmp_path / "l"), "--lmbds", "0.01,0.1,1,10,100", "--tol", "1e-6"])
     assert rc == 0 and (tmp_path / "l" / "lcurve.csv").exists() and (tmp_path / "l" / "lcurve.png").exists()
     assert main(["grid", str(npz), "--out", str(out), "--param", "vsini=38:40:2", "--scheduler", "sync"]) == 2
