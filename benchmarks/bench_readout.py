@@ -192,7 +192,7 @@ def rv_control(k, incs):
     s = B.make_star(k)
     p0 = s["problem"]
     p = p0.replace(settings=_settings(p0, "profiled"))
-    n, e = p.grid.n_cell, p.obs.n_epoch
+    e = p.obs.n_epoch
 
     def solve(prob, inc, x0=None):
         star, comps = apply_parameters(prob, {"inclination": inc, "vsini": s["vsini"]})
