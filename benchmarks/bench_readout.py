@@ -48,13 +48,14 @@ def _settings(problem, which):
     from dopplermap.search import PROFILE_READOUT
 
     old = problem.settings.replace(**OLD)
+    which = which.removesuffix("_dof")
     if which in ("old", "old_sharp"):
         return old
     profiled = PROFILE_READOUT.settings(old)
     if which == "tight":  # the working lambda, solved as the profiled read-out is
         return old.replace(**dict(profiled, lmbd=old.lmbd))
-    if which == "lambda0.1":  # between the two
-        return old.replace(**dict(profiled, lmbd=0.1 * old.lmbd))
+    if which.startswith("lambda"):  # "lambda0.1": solved as the profiled read-out, at that lambda
+        return old.replace(**dict(profiled, lmbd=float(which[len("lambda"):]) * old.lmbd))
     return old.replace(**profiled)
 
 
@@ -79,18 +80,24 @@ def profile(s, which, incs=B.INC_GRID):
     p = p.replace(settings=_settings(p, which))
     t0 = time.perf_counter()
     rows = []
+    dof = which.endswith("_dof")  # the profile of chi2_total + the effective number of parameters
     with warnings.catch_warnings(), _limb(which):
         warnings.simplefilter("ignore")
         for inc in incs:
-            rows.append(evaluate_point(p, {"inclination": float(inc), "vsini": s["vsini"]}))
-    prof = np.array([r["chi2_total"] for r in rows])
+            rows.append(evaluate_point(p, {"inclination": float(inc), "vsini": s["vsini"]}, dof=dof))
+    prof = np.array([r["chi2_dof" if dof else "chi2_total"] for r in rows])
+    return dict(read(incs, prof, s["inc"]), iterations=[int(r["iterations"]) for r in rows], lmbd=p.settings.lmbd, tol=p.settings.tol,
+                chi2_total=[r["chi2_total"] for r in rows], dof=[r["dof"] for r in rows],
+                wall_s=time.perf_counter() - t0)
+
+
+def read(incs, prof, truth):
+    """Best value and Delta chi2 <= 1 / 4 intervals of one profile, against the truth."""
+    prof = np.asarray(prof, float)
     best, lo, hi = B.continuous_interval(incs, prof, 1.0)
     _, lo95, hi95 = B.continuous_interval(incs, prof, 4.0)
-    truth = s["inc"]
     return dict(best=best, lo68=lo, hi68=hi, lo95=lo95, hi95=hi95, err=best - truth,
-                in68=bool(lo <= truth <= hi), in95=bool(lo95 <= truth <= hi95), profile=prof.tolist(),
-                iterations=[int(r["iterations"]) for r in rows], lmbd=p.settings.lmbd, tol=p.settings.tol,
-                wall_s=time.perf_counter() - t0)
+                in68=bool(lo <= truth <= hi), in95=bool(lo95 <= truth <= hi95), profile=prof.tolist())
 
 
 def jitter(s, which):
@@ -142,6 +149,77 @@ def joint(s, limb, start_inc=45.0, dvsini=2.0):
                 iterations=int(r.map.iterations), wall_s=time.perf_counter() - t0)
 
 
+def model_error(k, cells=(300, 1200, 2500)):
+    """The surface grid's discretisation error in chi2 units at star ``k``'s truth on each grid
+    (:func:`dopplermap.search.model_grid_error`: the unspotted star against 4x the cells)."""
+    from dopplermap.search import model_grid_error
+
+    out = {}
+    for n in cells:
+        s = B.make_star(k, n_cell=n)
+        out[n] = model_grid_error(s["problem"], {"inclination": s["inc"], "vsini": s["vsini"]})
+    return out
+
+
+def dof_control(k, incs, cells=B.N_CELL):
+    """The profiled read-out's solves on star ``k``'s noisy and noise-free profiles at ``incs``:
+    ``chi2_total`` and the effective parameters of each; for a linear model the noisy chi2 is
+    the noise-free one plus ``N - dof`` in expectation."""
+    from dopplermap.search import evaluate_point
+
+    out = {}
+    for noise in (True, False):
+        s = B.make_star(k, n_cell=cells, noise=noise)
+        p = s["problem"]
+        p = p.replace(settings=_settings(p, "profiled"))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            rows = [evaluate_point(p, {"inclination": float(i), "vsini": s["vsini"]}, dof=True) for i in incs]
+        out["noisy" if noise else "noise_free"] = dict(chi2_total=[r["chi2_total"] for r in rows],
+                                                       dof=[r["dof"] for r in rows])
+    out["n_data"] = s["n_epoch"] * B.N_VEL
+    return out
+
+
+def rv_control(k, incs):
+    """Star ``k``'s profiled solves at two inclinations, each from the flat start and warm-started
+    from the other's solution, then with rv held at the regularised (lambda 1) fit's and at the
+    truth: chi2_total and the rms rv error of each (multiple minima in rv show as chi2 that a
+    warm start lowers)."""
+    from dopplermap.search import apply_parameters, pad_precomputed
+    from dopplermap.solvers import invert
+
+    s = B.make_star(k)
+    p0 = s["problem"]
+    p = p0.replace(settings=_settings(p0, "profiled"))
+    e = p.obs.n_epoch
+
+    def solve(prob, inc, x0=None):
+        star, comps = apply_parameters(prob, {"inclination": inc, "vsini": s["vsini"]})
+        pt = prob.replace(star=star, components=comps)
+        r = invert(pad_precomputed(pt.pre), pt.obs, **pt.invert_kwargs(), x0=x0)
+        return r, dict(chi2_total=float(r.chi2 * e * pt.obs.n_vel), iterations=int(r.iterations),
+                       rv_rms_err=float(np.sqrt(np.mean((np.asarray(r.rv) - s["rv"]) ** 2))))
+
+    def x(r, rv=None):
+        return np.concatenate([r.fssc, r.fssh, r.rv if rv is None else rv, r.amp])
+
+    out = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        flat = {inc: solve(p, inc) for inc in incs}
+        a, b = incs
+        for inc, other in ((a, b), (b, a)):
+            out[f"{inc:g}"] = {"flat": flat[inc][1], f"warm from {other:g}": solve(p, inc, x(flat[other][0]))[1]}
+            held = p.replace(settings=p.settings.replace(fit_rv=False))
+            reg, row = solve(p0.replace(settings=p0.settings.replace(tol=1e-6)), inc)
+            out[f"{inc:g}"]["lambda 1"] = row
+            out[f"{inc:g}"]["rv held at lambda 1's"] = solve(held, inc, x(reg))[1]
+            out[f"{inc:g}"]["rv held at the truth"] = solve(held, inc, x(reg, s["rv"]))[1]
+    out["n_data"] = e * p.obs.n_vel
+    return out
+
+
 def summary(rows, which):
     err = np.array([r[which]["err"] for r in rows])
     return dict(n_stars=len(rows), mean_abs_err=float(np.mean(np.abs(err))), bias=float(np.mean(err)),
@@ -157,9 +235,27 @@ def main():
     ap.add_argument("--tols", default=None, help="with --jitter: also every solver at these tols")
     ap.add_argument("--sharp", action="store_true", help="only the old read-out on the sharp limb")
     ap.add_argument("--joint", default=None, help="stars K,...: joint_fit with the smooth and the sharp limb")
+    ap.add_argument("--readouts", default=",".join(READOUTS), help="which read-outs to profile")
+    ap.add_argument("--cells", type=int, default=B.N_CELL, help="the inversion grid's cells (the simulation is fixed)")
+    ap.add_argument("--noise-free", action="store_true", help="the simulation without its noise (same errors)")
+    ap.add_argument("--incs", default=None, help="inclinations to profile over (default INC_GRID)")
+    ap.add_argument("--model-error", default=None, help="stars K,...: the grid's discretisation error in chi2")
+    ap.add_argument("--dof-control", default=None, help="star K: noisy and noise-free chi2 and dof at --incs")
+    ap.add_argument("--rv-control", default=None, help="star K: flat, warm and rv-held solves at two of --incs")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    readouts = SHARP if args.sharp else tuple(args.readouts.split(","))
+    incs = B.INC_GRID if args.incs is None else np.array([float(x) for x in args.incs.split(",")])
     res = {"stars": [], "machine": B.platform.platform() if hasattr(B, "platform") else ""}
+    for k in [int(x) for x in (args.model_error or "").split(",") if x]:
+        res.setdefault("model_error", {})[k] = model_error(k)
+        print("model error chi2", k, res["model_error"][k], flush=True)
+    if args.dof_control is not None:
+        res["dof_control"] = dof_control(int(args.dof_control), incs, args.cells)
+        print("dof control", res["dof_control"], flush=True)
+    if args.rv_control is not None:
+        res["rv_control"] = rv_control(int(args.rv_control), [float(v) for v in incs[:2]])
+        print("rv control", res["rv_control"], flush=True)
     if args.jitter is not None:
         s = B.make_star(args.jitter)
         res["jitter"] = {w: jitter(s, w) for w in READOUTS}
@@ -171,17 +267,20 @@ def main():
         res.setdefault("joint", {})[k] = {limb: joint(s, limb) for limb in ("smooth", "sharp")}
         print("joint", k, res["joint"][k], flush=True)
     for k in [int(x) for x in args.stars.split(",") if x]:
-        s = B.make_star(k)
-        row = dict(k=k, inc=s["inc"], vsini=s["vsini"], n_epoch=s["n_epoch"], snr=s["snr"])
-        for which in (SHARP if args.sharp else READOUTS):
-            row[which] = profile(s, which)
+        s = B.make_star(k, n_cell=args.cells, noise=not args.noise_free)
+        row = dict(k=k, inc=s["inc"], vsini=s["vsini"], n_epoch=s["n_epoch"], snr=s["snr"], n_cell=args.cells,
+                   noise=not args.noise_free)
+        for which in readouts:
+            row[which] = profile(s, which, incs)
+            if which.endswith("_dof"):  # the same solves read without the correction
+                row[which.removesuffix("_dof")] = dict(row[which], **read(incs, row[which]["chi2_total"], s["inc"]))
             r = row[which]
             print(f"star {k} (i={s['inc']:.0f}) {which:8s}: {r['best']:6.2f} [{r['lo68']:.2f}, {r['hi68']:.2f}] "
                   f"95% [{r['lo95']:.2f}, {r['hi95']:.2f}]  {r['wall_s']:.0f}s", flush=True)
         res["stars"].append(row)
         if args.out:
             write_json(args.out, res)
-    for which in (SHARP if args.sharp else READOUTS):
+    for which in [w for r in readouts for w in ((r, r.removesuffix("_dof")) if r.endswith("_dof") else (r,))]:
         if res["stars"]:
             res[f"summary_{which}"] = summary(res["stars"], which)
             print(which, res[f"summary_{which}"], flush=True)

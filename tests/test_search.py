@@ -200,7 +200,9 @@ def test_cli_grid_and_lambda(npz, tmp_path, capsys):
     assert "un-reduced" in (out / "grid.json").read_text()
     assert summary["readout"] == "regularised" and summary["lmbd"] == 0.5
     assert summary["chi2_jitter"] >= 0.0  # against a converged solve at the best point
-    capsys.readouterr()
+    # the grid's discretisation error at the best point, warned about above the intervals' Delta chi2
+    assert summary["model_error_chi2"] > 0
+    assert ("discretisation error" in capsys.readouterr().err) == (summary["model_error_chi2"] > 1.0)
     rc = main(["lambda", str(npz), "--out", str(tmp_path / "l"), "--lmbds", "0.01,0.1,1,10,100", "--tol", "1e-6"])
     assert rc == 0 and (tmp_path / "l" / "lcurve.csv").exists() and (tmp_path / "l" / "lcurve.png").exists()
     # the corner's map, solved, with its chi2 per point and per residual degree of freedom
@@ -225,6 +227,10 @@ def test_cli_grid_profiled_readout(npz, tmp_path):
     profiled = json.loads((tmp_path / "p" / "grid.json").read_text())
     assert profiled["readout"] == "profiled" and profiled["lmbd"] == pytest.approx(0.005)
     assert profiled["tol"] == search.PROFILE_READOUT.tol
+    # read on chi2_total + the solve's effective parameters, written beside chi2_total
+    assert profiled["column"] == "chi2_dof"
+    row = search.read_table(tmp_path / "p" / "grid.csv")[0]
+    assert row["chi2_dof"] == pytest.approx(row["chi2_total"] + row["dof"]) and row["dof"] > 0
 
 
 def test_cli_lambda_keeps_the_sweep_when_the_target_chi2_is_out_of_reach(npz, tmp_path, capsys):

@@ -43,6 +43,7 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -54,10 +55,11 @@ from .errors import DopplermapInputError, DopplermapWarning, reader, warn
 from .errorscale import ErrorScale, error_scale_for
 from .geometry import StarParams, check_star
 from .gravity import breakup, log_g
+from .grid import healpix_grid, latitude_band_grid
 from .gridtable import best_point, computed_rows, delta_chi2_interval, interval_flags  # noqa: F401  (the search's API)
 from .memory import MAX_GRID_POINTS
-from .model import Precomputed
-from .objective import n_windows
+from .model import Precomputed, forward
+from .objective import n_windows, regulariser_value
 from .problem import Problem, Settings, require_problem
 from .profiles import ComponentSet, LocalProfile, intensity_ratio, tabulated
 from .regularisers import seed_entropy
@@ -731,12 +733,16 @@ class ProfileReadout:
         lmbd_fraction: lambda of the read-out as a fraction of the problem's lambda.
         solver, tol, maxiter: the solve's back end ("auto": Gauss-Newton where it fits the
             model, :func:`dopplermap.solvers.choose_solver`) and stopping rule.
+        dof: read ``chi2_total + dof`` (:func:`effective_dof`) instead of ``chi2_total``: the
+            nearly free map fits part of the noise, as much more as it has effective
+            parameters, and their number moves with the star parameters.
     """
 
     lmbd_fraction: float = 0.01
     solver: str = "auto"
     tol: float = 1e-10
     maxiter: int = 5000
+    dof: bool = True
 
     def settings(self, settings: Settings) -> dict:
         """The fields of ``settings`` the read-out replaces (``settings.replace(**...)``)."""
@@ -748,7 +754,7 @@ PROFILE_READOUT = ProfileReadout()
 """The profiled read-out's settings (``grid --readout profiled``)."""
 
 
-def evaluate_point(problem: Problem, params: dict, x0=None) -> dict:
+def evaluate_point(problem: Problem, params: dict, x0=None, *, dof: bool = False) -> dict:
     """Re-precompute and re-solve at one grid point; returns the table row (a dict).
 
     The point is ``problem`` with the grid parameters substituted (:meth:`Problem.replace`),
@@ -758,8 +764,9 @@ def evaluate_point(problem: Problem, params: dict, x0=None) -> dict:
     seed's entropy of the map, whatever the regulariser), ``iterations``, ``success``,
     ``radius`` (R_sun, implied by the point's rotation, :attr:`dopplermap.geometry.StarParams.radius_rsun`),
     ``logg`` (cgs, where the problem's mass is known, else NaN), ``status`` (``"ok"``) and
-    ``reason`` (empty). A point :func:`point_refusal` refuses is not solved here either:
-    its row is :func:`refused_row`.
+    ``reason`` (empty), ``dof`` and ``chi2_dof`` (``chi2_total + dof``): with ``dof``
+    the solve's effective number of parameters (:func:`effective_dof`), else NaN. A point
+    :func:`point_refusal` refuses is not solved here either: its row is :func:`refused_row`.
     """
     reason = point_refusal(require_problem(problem, "evaluate_point"), params)
     if reason is not None:
@@ -773,9 +780,107 @@ def evaluate_point(problem: Problem, params: dict, x0=None) -> dict:
                          for c, h in zip(np.reshape(res.fssc, (k, -1)), np.reshape(res.fssh, (k, -1)), strict=True)]))
     obs = point.obs
     n_data = obs.n_epoch * obs.n_vel
-    return dict(params, chi2=res.chi2, chi2_total=res.chi2 * n_data, loss=res.loss,
+    chi2_total = res.chi2 * n_data
+    n_dof = effective_dof(point, res) if dof else math.nan
+    return dict(params, chi2=res.chi2, chi2_total=chi2_total, loss=res.loss,
                 regulariser=res.regulariser_value, entropy=ent, iterations=res.iterations, success=res.success,
-                **_star_columns(problem, star), status="ok", reason="")
+                **_star_columns(problem, star), status="ok", reason="", dof=n_dof, chi2_dof=chi2_total + n_dof)
+
+
+def dof_refusal(problem: Problem) -> str | None:
+    """Why :func:`effective_dof` cannot count ``problem``'s fitted parameters, or None."""
+    if problem.lines or problem.form is not None or problem.obs is None or problem.photometry_only:
+        return "it needs one line data set built from a grid"
+    if problem.lightcurve_data is not None:
+        return "a light curve is fitted too"
+    if problem.windows is not None:
+        return "the map has time windows"
+    if problem.settings.offset_sigma is not None:
+        return "the offsets have a prior (offset_sigma)"
+    return None
+
+
+def effective_dof(problem: Problem, res: InversionResult) -> float:
+    """The effective number of parameters of a solve: ``trace(F^-1 J^T W J)`` at its result,
+    ``F = J^T W J + (N / 2) lambda d^2R`` the loss's Gauss-Newton Hessian in chi2 units (``N``
+    data points, ``J`` the model's Jacobian in the fitted maps, rv and amp, ``W = 1/err^2``).
+
+    On noisy data the fitted chi2 is lower than the noise-free one by about this much (for a
+    linear model exactly ``N - dof`` in expectation). Where the map is nearly free its value
+    moves with the star parameters (each spotted cell a free parameter, each cell pinned at the
+    floor by the entropy's curvature none), so a chi2 profile prefers the parameters that
+    give the map the most room to fit the noise; ``chi2 + dof`` (Mallows' Cp, Stein's unbiased
+    risk estimate) is, in expectation, the noise-free profile plus a constant.
+    """
+    reason = dof_refusal(problem)
+    if reason is not None:
+        raise DopplermapInputError(f"effective_dof: {reason}")
+    pre, obs, settings = problem.pre, problem.obs, problem.settings
+    n, e = pre.n_cell, obs.n_epoch
+    x = jnp.concatenate([jnp.asarray(a, dtype=float) for a in (res.fssc, res.fssh, res.rv, res.amp)])
+    free = np.concatenate([np.full(n, "cool" in settings.fit_components), np.full(n, "hot" in settings.fit_components),
+                           np.full(e, bool(settings.fit_rv)), np.full(e, bool(settings.fit_amp))])
+
+    def model(z):
+        return forward(z[:n], z[n:2 * n], z[2 * n:2 * n + e], z[2 * n + e:], pre).ravel()
+
+    sw = 1.0 / np.asarray(obs.err, dtype=float).ravel()  # W^(1/2)
+    a = np.asarray(jax.jacrev(model)(x))[:, free] * sw[:, None]
+    area, edges = jnp.asarray(pre.cell_area), pre.edges
+    h_reg = np.asarray(jax.hessian(lambda z: regulariser_value(settings.regulariser, z[:n], z[n:], area, edges))(x[:2 * n]))
+    fd = a.T @ a
+    f = fd.copy()
+    nmap = int(free[:2 * n].sum())
+    f[:nmap, :nmap] += 0.5 * sw.size * settings.lmbd * h_reg[np.ix_(free[:2 * n], free[:2 * n])]
+    try:
+        return float(np.trace(np.linalg.solve(f, fd)))
+    except np.linalg.LinAlgError:  # a direction neither the data nor the prior fix adds nothing
+        return float(np.trace(np.linalg.lstsq(f, fd, rcond=None)[0]))
+
+
+MODEL_ERROR_REFINE = 4
+"""How many times more cells the grid :func:`model_grid_error` compares the problem's with."""
+
+
+def _refined_grid(grid, factor: int):
+    """The same kind of grid with ``factor`` times the cells (HEALPix: the nearest power of
+    two of nside), or None where there is none to build (a distorted surface)."""
+    if grid is None or grid.surface is not None:
+        return None
+    if grid.kind == "bands":
+        return latitude_band_grid(factor * grid.n_cell)
+    nside = round(math.sqrt(grid.n_cell / 12))
+    return healpix_grid(nside * 2 ** max(1, round(math.log2(factor) / 2)))
+
+
+def model_grid_error(problem: Problem, params: dict | None = None, factor: int = MODEL_ERROR_REFINE) -> float | None:
+    """The surface grid's discretisation error in units of chi2: ``sum(((m_n - m_fine) / err)^2)``
+    over the line profiles of the unspotted star (rv 0, amp 0) at grid point ``params``, with
+    ``m_n`` the model on the problem's cells and ``m_fine`` on ``factor`` times as many.
+
+    A chi2 read-out is biased by the grid where this is not well below its Delta chi2 (the map
+    absorbs part of the error, the rest moves the minimum), so a grid that reads star
+    parameters needs cells fine enough for it. None where it is not estimated: several line
+    data sets, a form given as data, a light curve alone, time windows, a distorted surface.
+    """
+    problem = require_problem(problem, "model_grid_error")
+    if (problem.lines or problem.form is not None or problem.photometry_only or problem.windows is not None
+            or problem.obs is None):
+        return None
+    fine = _refined_grid(problem.grid, factor)
+    if fine is None:
+        return None
+    star, comps = apply_parameters(problem, params or {})
+    point = problem.replace(star=star, components=comps)
+    obs = point.obs
+    zero = jnp.zeros(obs.n_epoch)
+
+    def profiles(p):
+        blank = jnp.zeros(p.grid.n_cell)
+        return np.asarray(forward(blank, blank, zero, zero, p.pre))
+
+    diff = (profiles(point) - profiles(point.replace(grid=fine))) / np.asarray(obs.err)
+    return float(np.sum(diff ** 2))
 
 
 JITTER_REFERENCE = dict(solver="auto", tol=1e-12, maxiter=5000)
@@ -824,13 +929,13 @@ def refused_row(problem: Problem, params: dict, reason: str) -> dict:
     nan = math.nan
     return dict(params, chi2=nan, chi2_total=nan, loss=nan, regulariser=nan, entropy=nan, iterations=0,
                 success=False, **_star_columns(problem, point_star(problem, params)), status="refused",
-                reason=reason)
+                reason=reason, dof=nan, chi2_dof=nan)
 
 
 # ------------------------------------------------------------------------- grid search
 
 _RESULT_COLUMNS = ("chi2", "chi2_total", "loss", "regulariser", "entropy", "iterations", "success", "radius",
-                   "logg", "status", "reason")
+                   "logg", "dof", "chi2_dof", "status", "reason")
 # what makes two rows comparable: the solve settings and the problem, on every row
 _SETTING_COLUMNS = ("lmbd", "regulariser_kind", "tol", "maxiter", "fit_rv", "fit_amp", "problem")
 _INT_COLUMNS = ("point", "iterations", "success", "maxiter", "fit_rv", "fit_amp")
@@ -1098,7 +1203,7 @@ class Cluster:
 
 
 def grid_search(problem: Problem, axes: dict, table, *, resume: bool = False, cluster: Cluster | None = None,
-                progress=None, max_points: int | None = None) -> list[dict]:
+                progress=None, max_points: int | None = None, dof: bool = False) -> list[dict]:
     """Invert at every point of a Cartesian parameter grid; one CSV row per finished point.
 
     Args:
@@ -1116,6 +1221,8 @@ def grid_search(problem: Problem, axes: dict, table, *, resume: bool = False, cl
             serially in this process.
         max_points: most grid points (default :data:`dopplermap.memory.MAX_GRID_POINTS`).
         progress: optional ``progress(n_done, n_total, row)`` called per finished point.
+        dof: also count each solve's effective parameters (the ``dof`` and ``chi2_dof``
+            columns, :func:`evaluate_point`).
     Every grid value is validated before the first solve (:func:`validate_points`; an error
     there concerns the whole grid). A point whose star cannot exist (:func:`point_refusal`)
     is recorded as refused, with its reason (``status``/``reason`` columns, NaN results),
@@ -1155,14 +1262,14 @@ def grid_search(problem: Problem, axes: dict, table, *, resume: bool = False, cl
         todo = [i for i in todo if i not in refused]
         if todo and cluster is None:
             for i in todo:
-                finish(i, evaluate_point(problem, points[i]))
+                finish(i, evaluate_point(problem, points[i], dof=dof))
         elif todo:
             from dask.distributed import as_completed
 
             client, local = cluster.connect()
             try:
                 prob = client.scatter(problem, broadcast=True)
-                futs = {client.submit(evaluate_point, prob, points[i], pure=False): i for i in todo}
+                futs = {client.submit(evaluate_point, prob, points[i], pure=False, dof=dof): i for i in todo}
                 for fut in as_completed(futs):
                     finish(futs[fut], fut.result())
             finally:

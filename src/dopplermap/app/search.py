@@ -331,9 +331,15 @@ def run_grid(problem, *, n_cell, n_epoch, n_vel, snr, regulariser, out: Path, ov
     settings = prob.settings.replace(lmbd=lmbd, regulariser=regulariser, tol=tol)
     if tol is None and settings.tol > GRID_TOL:  # a looser target tol leaves solver noise in the landscape
         settings = settings.replace(tol=GRID_TOL)
+    dof = False
     if check(readout, GRID_READOUTS, "--readout") == "profiled":
         profiled = search.PROFILE_READOUT.settings(settings)
         settings = settings.replace(**(profiled if tol is None else dict(profiled, tol=tol)))
+        dof = search.PROFILE_READOUT.dof
+        if dof and (why := search.dof_refusal(prob)) is not None:
+            dof = False
+            warn(f"grid --readout profiled reads chi2_total without the effective-parameter correction ({why}): "
+                 "the profile can favour the parameters that give the map the most room to fit the noise")
     prob = prob.replace(settings=settings)
     if n_sim is not None:  # refuse what cannot be calibrated before the search, not after it
         calibrate.check_calibratable(prob)
@@ -350,7 +356,7 @@ def run_grid(problem, *, n_cell, n_epoch, n_vel, snr, regulariser, out: Path, ov
                 (out / name).unlink(missing_ok=True)
         summary, rows, best, calibrated = _search_and_summarise(prob, axes, out, resume, cluster, max_points, quiet,
                                                                 delta_chi2, problem, n_sim, calibrate_seed,
-                                                                calibrate_oversample, readout)
+                                                                calibrate_oversample, readout, dof)
     _finish_grid_folder(out, summary["problem"])
     _print_grid(axes, rows, best, summary, calibrated, delta_chi2)
     click.echo(f"results in {out}")
@@ -370,8 +376,9 @@ def _describe(row: dict) -> str:
 
 
 def _search_and_summarise(prob, axes, out, resume, cluster, max_points, quiet, delta_chi2, problem, n_sim,
-                          calibrate_seed, calibrate_oversample, readout="regularised"):
-    """The grid search, its intervals (flagged) and calibration, grid.json and grid.png."""
+                          calibrate_seed, calibrate_oversample, readout="regularised", dof=False):
+    """The grid search, its intervals (flagged) and calibration, grid.json and grid.png; with
+    ``dof`` read on ``chi2_dof`` (:func:`dopplermap.search.effective_dof`), else on ``chi2_total``."""
     t_start, best_so_far = time.perf_counter(), {}
 
     def progress(n, total, row):  # points done, best so far (the grid's criterion), elapsed
@@ -387,8 +394,8 @@ def _search_and_summarise(prob, axes, out, resume, cluster, max_points, quiet, d
 
     with _expected_chi2_spread():
         rows = search.grid_search(prob, axes, out / "grid.csv", resume=resume, cluster=cluster,
-                                  max_points=max_points, progress=None if quiet else progress)
-    column = "chi2_total"  # one criterion for the best point and the intervals
+                                  max_points=max_points, progress=None if quiet else progress, dof=dof)
+    column = "chi2_dof" if dof else "chi2_total"  # one criterion for the best point and the intervals
     best = search.best_point(rows, list(axes), column=column)
     intervals = {}
     for name in axes:
@@ -406,8 +413,11 @@ def _search_and_summarise(prob, axes, out, resume, cluster, max_points, quiet, d
     settings = prob.settings
     summary = {"best": best, "intervals": intervals, "refused": refused, "mass": prob.stellar_mass,
                "lmbd": settings.lmbd, "regulariser": settings.regulariser, "tol": settings.tol, "problem": fp,
-               "error_scale": summarise(prob.error_scale), "readout": readout,
-               "chi2_jitter": search.chi2_jitter(prob, {k: best[k] for k in axes}) if best else None}
+               "error_scale": summarise(prob.error_scale), "readout": readout, "column": column,
+               "chi2_jitter": search.chi2_jitter(prob, {k: best[k] for k in axes}) if best else None,
+               # the built-in demo's data are made on the inversion grid itself: no discretisation error
+               "model_error_chi2": (_model_error(prob, {k: best[k] for k in axes}, delta_chi2)
+                                    if best and problem is not None else None)}
     calibrated = None
     if n_sim is not None:
         if calibrate_oversample is None:
@@ -421,6 +431,18 @@ def _search_and_summarise(prob, axes, out, resume, cluster, max_points, quiet, d
     if len(axes) <= 2:
         save_figure(plot.plot_chi2_landscape(rows, list(axes)), out / "landscape.png")
     return summary, rows, best, calibrated
+
+
+def _model_error(prob, point: dict, delta_chi2: float) -> float | None:
+    """The surface grid's discretisation error at the best point in chi2 units
+    (:func:`dopplermap.search.model_grid_error`), warned about where it reaches the intervals' Delta chi2."""
+    err = search.model_grid_error(prob, point)
+    if err is not None and err > delta_chi2:
+        n = prob.grid.n_cell
+        warn(f"grid: the surface grid's discretisation error is worth chi2 {err:.3g} against the errors (the model on "
+             f"{n} cells against {search.MODEL_ERROR_REFINE * n}), more than the intervals' Delta chi2 {delta_chi2:g}: "
+             "it can move the best point and the intervals; use more cells ([grid] n_cell)")
+    return err
 
 
 def _print_grid(axes, rows, best, summary, calibrated, delta_chi2) -> None:

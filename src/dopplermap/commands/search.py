@@ -106,8 +106,8 @@ def register(group):
                        "the 68 %/95 % intervals printed are the calibrated ones.")
     @click.option("--readout", type=click.Choice(GRID_READOUTS), default=DEFAULT_READOUT, show_default=True,
                   help="regularised: each point solved at lambda with --tol; profiled: at a lambda 100 times "
-                       "smaller, to tol 1e-8 (unless --tol), so the regulariser does not pull the chi2 minimum "
-                       "(docs/parameters.md).")
+                       "smaller, to tol 1e-10 (unless --tol), so the regulariser does not pull the chi2 minimum, "
+                       "read on chi2 + the solve's effective number of parameters (docs/parameters.md).")
     @click.option("--calibrate-seed", type=int, default=0, show_default=True, help="Seed of the simulated noise.")
     @click.option("--calibrate-oversample", type=click.IntRange(min=1), default=None,
                   help="Simulate the calibration's data sets on a band grid of this many times the cells, so "
