@@ -43,7 +43,6 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -59,12 +58,14 @@ from .grid import healpix_grid, latitude_band_grid
 from .gridtable import best_point, computed_rows, delta_chi2_interval, interval_flags  # noqa: F401  (the search's API)
 from .memory import MAX_GRID_POINTS
 from .model import Precomputed, forward
-from .objective import n_windows, regulariser_value
+from .objective import n_windows
 from .problem import Problem, Settings, require_problem
 from .profiles import ComponentSet, LocalProfile, intensity_ratio, tabulated
 from .regularisers import seed_entropy
 from .result import line_sets
 from .solvers import InversionResult, check_solver_args, invert, prepare, solve_many, solver_choice
+from .uncertainty import effective_dof as uncertainty_dof
+from .uncertainty import effective_dof_refusal
 
 __all__ = [
     "LambdaSweep", "sweep_lambda", "sweep_lmbd_time", "lcurve_corner", "lcurve_curvature", "regulariser_floor",
@@ -797,45 +798,46 @@ def dof_refusal(problem: Problem) -> str | None:
         return "the map has time windows"
     if problem.settings.offset_sigma is not None:
         return "the offsets have a prior (offset_sigma)"
-    return None
+    return effective_dof_refusal(problem)
 
 
 def effective_dof(problem: Problem, res: InversionResult) -> float:
-    """The effective number of parameters of a solve: ``trace(F^-1 J^T W J)`` at its result,
-    ``F = J^T W J + (N / 2) lambda d^2R`` the loss's Gauss-Newton Hessian in chi2 units (``N``
-    data points, ``J`` the model's Jacobian in the fitted maps, rv and amp, ``W = 1/err^2``).
+    """The effective number of parameters of a solve at ``problem``'s lambda:
+    ``trace(J (J^T W J + (N / 2) lambda d^2R)^-1 J^T W)`` at ``res`` (the trace of the influence
+    matrix, :func:`dopplermap.uncertainty.effective_dof`; a factor on a bound does not move
+    with the data and counts nothing).
 
     On noisy data the fitted chi2 is lower than the noise-free one by about this much (for a
     linear model exactly ``N - dof`` in expectation). Where the map is nearly free its value
     moves with the star parameters (each spotted cell a free parameter, each cell pinned at the
-    floor by the entropy's curvature none), so a chi2 profile prefers the parameters that
-    give the map the most room to fit the noise; ``chi2 + dof`` (Mallows' Cp, Stein's unbiased
-    risk estimate) is, in expectation, the noise-free profile plus a constant.
+    floor none), so a chi2 profile prefers the parameters that give the map the most room to
+    fit the noise; ``chi2 + dof`` (Mallows' Cp, Stein's unbiased risk estimate) is, in
+    expectation, the noise-free profile plus a constant.
     """
     reason = dof_refusal(problem)
     if reason is not None:
         raise DopplermapInputError(f"effective_dof: {reason}")
-    pre, obs, settings = problem.pre, problem.obs, problem.settings
-    n, e = pre.n_cell, obs.n_epoch
-    x = jnp.concatenate([jnp.asarray(a, dtype=float) for a in (res.fssc, res.fssh, res.rv, res.amp)])
-    free = np.concatenate([np.full(n, "cool" in settings.fit_components), np.full(n, "hot" in settings.fit_components),
-                           np.full(e, bool(settings.fit_rv)), np.full(e, bool(settings.fit_amp))])
+    at = _AtLambda(np.asarray(res.fssc, dtype=float), np.asarray(res.fssh, dtype=float),
+                   np.asarray(res.rv, dtype=float), np.asarray(res.amp, dtype=float),
+                   float(problem.settings.lmbd), problem.settings.regulariser, float(getattr(res, "chi2", math.nan)))
+    return float(uncertainty_dof(problem, at).p_eff)
 
-    def model(z):
-        return forward(z[:n], z[n:2 * n], z[2 * n:2 * n + e], z[2 * n + e:], pre).ravel()
 
-    sw = 1.0 / np.asarray(obs.err, dtype=float).ravel()  # W^(1/2)
-    a = np.asarray(jax.jacrev(model)(x))[:, free] * sw[:, None]
-    area, edges = jnp.asarray(pre.cell_area), pre.edges
-    h_reg = np.asarray(jax.hessian(lambda z: regulariser_value(settings.regulariser, z[:n], z[n:], area, edges))(x[:2 * n]))
-    fd = a.T @ a
-    f = fd.copy()
-    nmap = int(free[:2 * n].sum())
-    f[:nmap, :nmap] += 0.5 * sw.size * settings.lmbd * h_reg[np.ix_(free[:2 * n], free[:2 * n])]
-    try:
-        return float(np.trace(np.linalg.solve(f, fd)))
-    except np.linalg.LinAlgError:  # a direction neither the data nor the prior fix adds nothing
-        return float(np.trace(np.linalg.lstsq(f, fd, rcond=None)[0]))
+@dataclasses.dataclass(frozen=True)
+class _AtLambda:
+    """A map read at the problem's lambda and regulariser (what :func:`effective_dof` counts)."""
+
+    fssc: np.ndarray
+    fssh: np.ndarray
+    rv: np.ndarray
+    amp: np.ndarray
+    lmbd: float
+    regulariser: str
+    chi2: float
+
+    @property
+    def x(self) -> np.ndarray:
+        return np.concatenate([self.fssc, self.fssh, self.rv, self.amp])
 
 
 MODEL_ERROR_REFINE = 4
