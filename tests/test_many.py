@@ -112,6 +112,29 @@ def test_auto_solver_counts_a_cold_compile():
             > plan.solver_passes("newton", 1e-8) - plan.solver_passes("newton", 1e-6))
 
 
+def test_auto_solver_builds_the_warm_winner_on_a_repeated_run():
+    """A first run (nothing cached) counts Newton's cold compile in full and takes L-BFGS-B on
+    a small problem; once L-BFGS-B's program of the shape is on disk (a repeated run) the cold
+    compile counts 1/REPEAT_RUNS, so Newton, the faster one compiled, is built on that run and
+    wins from the cache after it. Where Newton would not win even compiled, nothing changes."""
+    small = dict(n_data=30 * 24, n_cell=400)
+    first = plan.pick_solver({"newton": "cold", "lbfgsb": "cold"}, tol=1e-7, n_solves=12, **small)
+    again = plan.pick_solver({"newton": "cold", "lbfgsb": "disk"}, tol=1e-7, n_solves=12, **small)
+    later = plan.pick_solver({"newton": "disk", "lbfgsb": "disk"}, tol=1e-7, n_solves=12, **small)
+    assert (first.solver, again.solver, later.solver) == ("lbfgsb", "newton", "newton")
+    assert not first.repeated and again.repeated
+    assert "ran before" in again.describe() and "ran before" not in later.describe()
+    # the rule follows the estimates: the cold compile must be paid back within REPEAT_RUNS runs
+    newton_s = 12 * plan.solve_seconds("newton", 1e-7, **small)
+    lbfgsb_s = 12 * plan.solve_seconds("lbfgsb", 1e-7, **small)
+    assert (plan.COMPILE_SECONDS["newton"]["cold"] / plan.REPEAT_RUNS + newton_s
+            < plan.COMPILE_SECONDS["lbfgsb"]["disk"] + lbfgsb_s)
+    # one solve: Newton's saving (< 0.3 s) does not pay a tenth of its compile: L-BFGS-B stays
+    assert plan.pick_solver({"newton": "cold", "lbfgsb": "disk"}, tol=1e-7, **small).solver == "lbfgsb"
+    # in-process reuse (memo) alone is no repeated run
+    assert plan.pick_solver({"newton": "cold", "lbfgsb": "memo"}, tol=1e-7, n_solves=12, **small).repeated is False
+
+
 def test_auto_solver_sees_where_the_newton_program_is(tiny, caplog):
     """invert's "auto" finds the Newton program of this shape compiled in this process, and
     logs its choice with the estimates (what -v prints)."""

@@ -40,7 +40,8 @@ def load_problem(path=None, *, n_cell=400, n_epoch=30, n_vel=24, snr=500.0, seed
     """The :class:`dopplermap.problem.Problem` of a target TOML (exactly what ``dopplermap
     invert`` solves: gravity darkening, light curve, method, [inversion] settings and the
     errors scaled by [data] error_scale included), of an ``.npz`` file, or of the simulated
-    demo star (``path`` None). A line on stderr before an error scale is read from a fit, unless ``quiet``."""
+    demo star (``path`` None; it and an ``.npz`` solve with ``solver="auto"``, a TOML's default).
+    A line on stderr before an error scale is read from a fit, unless ``quiet``."""
     if path is not None and Path(path).suffix.lower() == ".toml":
         prob = from_config(load_config(path)).single("the lambda and grid searches")
         if any(e.pending for e in prob.error_scale):
@@ -48,7 +49,7 @@ def load_problem(path=None, *, n_cell=400, n_epoch=30, n_vel=24, snr=500.0, seed
                 click.echo("error scale from the residuals of a fit (4 solves) ...", err=True)
             prob = search.apply_error_scale(prob)
         return prob
-    settings = Settings(tol=tol)
+    settings = Settings(tol=tol, solver="auto")  # as a target's [inversion] default
     if path is None:
         return demo_problem(n_cell=n_cell, n_epoch=n_epoch, n_vel=n_vel, snr=snr, seed=seed, settings=settings)
     return from_npz(path, n_cell=n_cell, settings=settings, seed=seed)
