@@ -9,10 +9,20 @@ time with its compile, the second reusing it. ``bootstrap 8-member vmap calls`` 
 previous default (resamples solved 8 at a time, the last call padded).
 
     PYTHONPATH=src python benchmarks/bench_many.py [--n-cell 2500 --n-epoch 60]
+
+``--runs 3`` instead times the sweep as repeated runs of a user's process would see it: each
+run a fresh process with the persistent compile cache on (a fresh temporary folder for each
+solver setting, so run 1 is a first run on an empty cache), solver ``"lbfgsb"`` (the demo
+star's solver before) against ``"auto"``; the sweep's own seconds and the process's.
+
+    PYTHONPATH=src python benchmarks/bench_many.py --runs 3
 """
 
 import argparse
 import os
+import subprocess
+import sys
+import tempfile
 import time
 import warnings
 
@@ -53,12 +63,51 @@ def old_bootstrap(problem, best, n_boot, seed=0, chunk=8):
     return np.array([[r.fssc, r.fssh] for r in out])
 
 
+def one_sweep(solver: str):
+    """One run as a fresh process: the compile cache on, the 12-value sweep, its seconds (stdout)."""
+    from dopplermap.cache import enable_compilation_cache
+
+    enable_compilation_cache()  # $DOPPLERMAP_CACHE_DIR, set by the parent
+    warnings.simplefilter("ignore")
+    prob = load_problem(None, quiet=True, tol=1e-7)
+    prob = prob.replace(settings=prob.settings.replace(solver=solver, maxiter=2000))
+    t = time.perf_counter()
+    sw = search.sweep_lambda(prob, np.logspace(-3, 2, 12))
+    dt = time.perf_counter() - t
+    solver_used = sorted({r.solver for r in sw.results})
+    print(f"{dt:.3f} {int(sw.iterations.sum())} {'+'.join(solver_used)} {sw.loss.tolist()}")
+
+
+def process_runs(n_runs: int):
+    print(f"12-value sweep, demo star, tol 1e-7, {n_runs} runs as fresh processes; load average "
+          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
+    ref = None
+    for solver in ("lbfgsb", "auto"):
+        with tempfile.TemporaryDirectory() as cache:
+            env = dict(os.environ, DOPPLERMAP_CACHE_DIR=cache)
+            for k in range(n_runs):
+                t = time.perf_counter()
+                out = subprocess.run([sys.executable, __file__, "--one-sweep", solver], env=env, check=True,
+                                     capture_output=True, text=True).stdout.split(maxsplit=3)
+                wall = time.perf_counter() - t
+                loss = np.array(eval(out[3]))  # noqa: S307  (our own child's list of floats)
+                ref = loss if ref is None else ref
+                print(f"solver {solver:6s} run {k + 1}: sweep {float(out[0]):6.2f} s  process {wall:6.2f} s  "
+                      f"solver used {out[2]:7s} iterations {out[1]:>5s}  max |loss / first's - 1| "
+                      f"{np.max(np.abs(loss / ref - 1)):.1e}  load {os.getloadavg()[0]:.1f}", flush=True)
+
+
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--one-sweep":
+        return one_sweep(sys.argv[2])
     ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=0, help="time the sweep as this many fresh processes instead")
     ap.add_argument("--n-cell", type=int, default=None)
     ap.add_argument("--n-epoch", type=int, default=None)
     ap.add_argument("--skip-vmap-sweep", action="store_true")
     a = ap.parse_args()
+    if a.runs:
+        return process_runs(a.runs)
     warnings.simplefilter("ignore")
     size = {k: v for k, v in (("n_cell", a.n_cell), ("n_epoch", a.n_epoch)) if v is not None}
     prob = load_problem(None, quiet=True, **size)

@@ -299,6 +299,8 @@ def run_grid(problem, *, n_cell, n_epoch, n_vel, snr, regulariser, out: Path, ov
         if overwrite and not resume:  # an earlier grid search (checked above): start again
             for name in ("grid.csv", "grid.json", "grid.png", "landscape.png", "dopplermap.json"):
                 (out / name).unlink(missing_ok=True)
+            for kept in out.glob(f"{CALIBRATION_PREFIX}*"):  # an earlier calibration's finished work
+                kept.unlink()
         summary, rows, best, calibrated = _search_and_summarise(prob, axes, out, resume, cluster, max_points, quiet,
                                                                 delta_chi2, problem, n_sim, calibrate_seed,
                                                                 calibrate_oversample, readout)
@@ -364,7 +366,7 @@ def _search_and_summarise(prob, axes, out, resume, cluster, max_points, quiet, d
         if calibrate_oversample is None:
             calibrate_oversample = 1 if problem is None else calibrate.SIM_OVERSAMPLE
         calibrated = _calibrate(prob, axes, best, n_sim, calibrate_seed, calibrate_oversample, quiet, max_points,
-                                cluster=cluster)
+                                cluster=cluster, folder=out)
         summary["calibrated"] = {name: c.summary() for name, c in calibrated.items()}
     _write_json(out / "grid.json", summary)
     save_figure(plot.plot_grid(rows, list(axes), column=column, delta=delta_chi2, calibrated=calibrated),
@@ -407,10 +409,16 @@ def _print_grid(axes, rows, best, summary, calibrated, delta_chi2) -> None:
             click.echo(f"{name}: {iv['lo']:g} .. {iv['hi']:g} (Delta chi2_total <= {delta_chi2:g}){edge}{flag}")
 
 
-def _calibrate(prob, axes, best, n_sim, seed, oversample, quiet, max_solves=None, cluster=None) -> dict:
+CALIBRATION_PREFIX = "calibrate-"
+"""The grid folder's files of a calibration's finished work (``calibrate-NAME.jsonl`` and
+its data sets ``.npz``, :class:`dopplermap.calibrate.Finished`): ``--resume`` continues from them."""
+
+
+def _calibrate(prob, axes, best, n_sim, seed, oversample, quiet, max_solves=None, cluster=None, folder=None) -> dict:
     """Calibrate every axis of >= 3 values in the order of the axes; the others are held at
     the grid's best point, or at their calibrated value once calibrated (as the benchmark
-    measured it: inclination, then vsini at the calibrated inclination)."""
+    measured it: inclination, then vsini at the calibrated inclination). With a ``folder``
+    each calibration keeps its finished work there as it goes (a killed run resumes it)."""
     names = [n for n in axes if np.size(axes[n]) >= 3]
     if not names:
         raise DopplermapInputError("--calibrate needs a --param axis of at least 3 values")
@@ -431,8 +439,9 @@ def _calibrate(prob, axes, best, n_sim, seed, oversample, quiet, max_solves=None
         with _expected_chi2_spread():
             options = calibrate.CalibrationOptions(n_sim=n_sim, seed=seed + i, sim_oversample=oversample,
                                                    max_solves=max_solves)
+            table = None if folder is None else folder / f"{CALIBRATION_PREFIX}{name}.jsonl"
             out[name] = calibrate.calibrate_parameter(prob, name, v, fixed=fixed, options=options, progress=progress,
-                                                      cluster=cluster)
+                                                      cluster=cluster, table=table)
         held[name] = out[name].estimate
     return out
 
