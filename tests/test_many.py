@@ -152,3 +152,31 @@ def test_auto_solver_sees_where_the_newton_program_is(tiny, caplog):
         assert after.solver == "newton" and dm.invert(p).solver == "newton"
     assert any(r.getMessage().startswith("solver auto: newton (estimated newton 0.0 s compile (memo)")
                for r in caplog.records)
+
+
+@pytest.mark.slow  # a local Dask cluster
+def test_sweep_and_bootstrap_on_a_two_worker_cluster_equal_this_process(tiny, monkeypatch):
+    """A lambda sweep and a bootstrap spread over a local 2-worker cluster, in tasks of a few
+    members: the same solves as in this process (each member from the same start), so the
+    same maps."""
+    from dask.distributed import LocalCluster
+
+    from dopplermap import search
+    from dopplermap import uncertainty as U
+
+    lm = [0.3, 1.0, 3.0]
+    here = search.sweep_lambda(tiny, lm, warm_start=False, mode="sequential")
+    best = dm.invert(tiny, lmbd=1.0)
+    boot_here = U.bootstrap(tiny, best, n_boot=5, mode="sequential")
+    monkeypatch.setattr(search, "SWEEP_TASK_LAMBDAS", 2)  # 2 tasks
+    monkeypatch.setattr(U, "BOOTSTRAP_TASK", 2)  # 3 tasks
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        where = search.Cluster(cluster.scheduler_address)
+        there = search.sweep_lambda(tiny, lm, warm_start=False, mode="sequential", cluster=where)
+        boot_there = U.bootstrap(tiny, best, n_boot=5, mode="sequential", cluster=where)
+    np.testing.assert_allclose(there.loss, here.loss, rtol=1e-10)
+    for a, b in zip(there.results, here.results, strict=True):
+        np.testing.assert_allclose(a.fssc, b.fssc, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(boot_there.samples, boot_here.samples, rtol=1e-9, atol=1e-12)
+    with pytest.raises(dm.DopplermapInputError, match="resample"):
+        U.bootstrap(tiny, best, n_boot=5, mode="resample", cluster=search.Cluster("tcp://127.0.0.1:1"))

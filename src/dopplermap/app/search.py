@@ -175,12 +175,15 @@ def _expected_chi2_spread():
 
 
 def run_lambda(problem, *, n_cell, n_epoch, n_vel, snr, regulariser, out: Path, overwrite: bool, quiet: bool,
-               lmbds: str, target_chi2, tol, parameter: str = "lmbd") -> dict:
+               lmbds: str, target_chi2, tol, parameter: str = "lmbd", scheduler=None, connect_timeout=5.0,
+               workers=None) -> dict:
     """``dopplermap lambda``: sweep lambda on the problem of :func:`load_problem` and write the
     folder ``out`` (lcurve.csv, lambda.json, lcurve.png) atomically; progress on stderr unless
     ``quiet``, the result line on stdout. ``parameter="lmbd_time"`` (``--time``) sweeps the
     time windows' coupling instead (:func:`dopplermap.search.sweep_lmbd_time`); lambda.json
-    then says ``"parameter": "lmbd_time"``. Returns what lambda.json holds."""
+    then says ``"parameter": "lmbd_time"``. ``scheduler``: None/``"sync"`` in this process,
+    ``"local"`` a local Dask cluster of ``workers``, else a scheduler's address (the lambda
+    sweep only). Returns what lambda.json holds."""
     check_out(out, "lambda", overwrite=overwrite)  # before any work
     lm = _lambda_list(lmbds)
     if not np.all(np.isfinite(lm) & (lm >= 0)):
@@ -194,6 +197,14 @@ def run_lambda(problem, *, n_cell, n_epoch, n_vel, snr, regulariser, out: Path, 
                                        "window_edges or window_gap)")
         if np.any(lm <= 0):
             raise DopplermapInputError(f"--lmbds: every lmbd_time of a --time sweep must be > 0, got {lmbds!r}")
+    cluster = None
+    if scheduler not in (None, "sync"):
+        if parameter == "lmbd_time":
+            raise DopplermapInputError("--scheduler: a --time sweep runs in this process")
+        cluster = search.Cluster(scheduler, workers, connect_timeout)
+        if cluster.remote:  # an unreachable scheduler fails before any work
+            client, _ = cluster.connect()
+            client.close()
     prob = load_problem(problem, n_cell=n_cell, n_epoch=n_epoch, n_vel=n_vel, snr=snr, tol=LAMBDA_TOL, quiet=quiet)
     scale = _echo_error_scale(prob)
     fp = search.problem_fingerprint(prob)
@@ -213,7 +224,7 @@ def run_lambda(problem, *, n_cell, n_epoch, n_vel, snr, regulariser, out: Path, 
         if time_sweep:
             sw = search.sweep_lmbd_time(prob, lm, progress=None if quiet else progress)
         else:
-            sw = search.sweep_lambda(prob, lm, progress=None if quiet else progress)
+            sw = search.sweep_lambda(prob, lm, progress=None if quiet else progress, cluster=cluster)
     choice = {"lmbds": sw.lmbd.tolist(), "sweep_time": sw.total_time, "solve_mode": sw.mode, "regulariser_floor": sw.floor,
               "regulariser": regulariser, "tol": tol, "problem": fp, "error_scale": scale, "parameter": parameter}
     if time_sweep:
