@@ -16,6 +16,13 @@ solver setting, so run 1 is a first run on an empty cache), solver ``"lbfgsb"`` 
 star's solver before) against ``"auto"``; the sweep's own seconds and the process's.
 
     PYTHONPATH=src python benchmarks/bench_many.py --runs 3
+
+``--calibration 3 4`` times a fraction of ``grid --calibrate 16`` over 13 inclinations on a
+20-epoch, 2500-cell star (the demo star at that size, tol 1e-6 as ``grid``): a calibration
+over 3 grid values and 3 trials with 4 data sets each, in this process, and the seconds per
+solve it gives, scaled to the 13 x (1 + 13 x 16) + 13 solves of the full calibration.
+
+    PYTHONPATH=src python benchmarks/bench_many.py --calibration 3 4
 """
 
 import argparse
@@ -97,7 +104,27 @@ def process_runs(n_runs: int):
                       f"{np.max(np.abs(loss / ref - 1)):.1e}  load {os.getloadavg()[0]:.1f}", flush=True)
 
 
+def calibration_fraction(n_values: int, n_sim: int):
+    from dopplermap.calibrate import CalibrationOptions, calibrate_parameter, calibration_cost
+    from dopplermap.problem import demo_problem
+
+    warnings.simplefilter("ignore")
+    prob = demo_problem(n_cell=2500, n_epoch=20, n_vel=32)
+    prob = prob.replace(settings=prob.settings.replace(tol=1e-6, solver="auto"))
+    vals = np.linspace(40.0, 70.0, n_values)
+    print(f"calibration fraction: n_cell 2500 n_epoch 20 n_vel 32, {n_values} values x {n_sim} sets; load average "
+          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
+    c, t = timed(lambda: calibrate_parameter(prob, "inclination", vals, fixed={"vsini": prob.star.vsini},
+                                             options=CalibrationOptions(n_sim=n_sim, sim_oversample=1)))
+    full = calibration_cost(13, 13, 16)["total"] + 13  # and the grid's own 13 points
+    per = t / c.n_solves
+    print(f"{c.n_solves} solves in {t:.1f} s ({c.mode}): {per:.3f} s a solve -> {full} solves ~ {per * full / 60:.1f} "
+          f"min; estimate {c.estimate:.2f} [{c.lo68:.2f}, {c.hi68:.2f}]; load average {os.getloadavg()[0]:.1f}")
+
+
 def main():
+    if len(sys.argv) == 4 and sys.argv[1] == "--calibration":
+        return calibration_fraction(int(sys.argv[2]), int(sys.argv[3]))
     if len(sys.argv) == 3 and sys.argv[1] == "--one-sweep":
         return one_sweep(sys.argv[2])
     ap = argparse.ArgumentParser()
