@@ -180,3 +180,27 @@ def test_sweep_and_bootstrap_on_a_two_worker_cluster_equal_this_process(tiny, mo
     np.testing.assert_allclose(boot_there.samples, boot_here.samples, rtol=1e-9, atol=1e-12)
     with pytest.raises(dm.DopplermapInputError, match="resample"):
         U.bootstrap(tiny, best, n_boot=5, mode="resample", cluster=search.Cluster("tcp://127.0.0.1:1"))
+
+
+def test_invert_scheduler_needs_a_bootstrap(tmp_path, capsys):
+    """--scheduler spreads the bootstrap's refits: without a bootstrap to spread it is refused
+    with one line before any work (never silently ignored)."""
+    from dopplermap.cli import main
+
+    p = tmp_path / "target.toml"
+    assert main(["init", str(p)]) == 0
+    capsys.readouterr()
+    assert main(["invert", str(p), "--out", str(tmp_path / "r"), "--scheduler", "local"]) == 2
+    err = capsys.readouterr().err
+    assert "--scheduler spreads the bootstrap's refits" in err and "Traceback" not in err
+    assert not (tmp_path / "r").exists()
+
+
+def test_lambda_refuses_an_unreachable_scheduler_before_any_work(tmp_path, capsys):
+    from dopplermap.cli import main
+
+    out = tmp_path / "l"
+    assert main(["lambda", "--out", str(out), "--scheduler", "tcp://127.0.0.1:9", "--connect-timeout", "0.5"]) == 2
+    err = capsys.readouterr().err
+    assert "--scheduler tcp://127.0.0.1:9: could not connect" in err and "Traceback" not in err
+    assert not out.exists()
