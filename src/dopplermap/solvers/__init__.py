@@ -116,7 +116,9 @@ def solver_choice(*, settings: Settings, pre, setup: SolveSetup | None = None, n
     set, the interpolating rv shift); L-BFGS-B always. Of the candidates the one of the least
     compile plus ``n_solves`` estimated solves is taken; the compile is counted cold, from the
     persistent cache or as already done in this process, as ``setup`` (the solve's
-    :class:`SolveSetup`) finds it; without a setup both count as compiled (the solve alone)."""
+    :class:`SolveSetup`) finds it; without a setup both count as compiled (the solve alone).
+    Once a program of the shape is in the persistent cache (a repeated run) a cold compile
+    counts ``1 / plan.REPEAT_RUNS``, so the back end that wins compiled gets built."""
     newton_fits = (not isinstance(pre, (LineSets, NoLines)) and not pre.line.exact_rv and n_windows(pre) == 1)
     if not (settings.tol <= NEWTON_TOL and newton_fits):
         return plan.SolverChoice("lbfgsb", {})
