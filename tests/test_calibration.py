@@ -237,6 +237,9 @@ def test_cli_grid_calibrate_prints_one_criterion(tmp_path, capsys):
     # the printed best point and interval are the calibrated ones; vsini (one value) is held
     assert f"inclination={c['estimate']:.4g}" in text and "vsini=35 (held)" in text
     assert f"68 % {c['lo68']:.4g} .. {c['hi68']:.4g}" in text and "Delta chi2" not in text
+    # the calibration's finished work kept beside the table (what --resume continues from)
+    assert len((out / "calibrate-inclination.jsonl").read_text().splitlines()) == 3
+    assert (out / "calibrate-inclination.npz").exists()
     # nothing to calibrate: refused before the search
     assert main(["grid", str(npz), "--out", str(tmp_path / "h"), "--param", "inclination=60,70", "--calibrate", "4",
                  "--scheduler", "sync"]) == 2

@@ -133,6 +133,9 @@ def test_auto_solver_builds_the_warm_winner_on_a_repeated_run():
     assert plan.pick_solver({"newton": "cold", "lbfgsb": "disk"}, tol=1e-7, **small).solver == "lbfgsb"
     # in-process reuse (memo) alone is no repeated run
     assert plan.pick_solver({"newton": "cold", "lbfgsb": "memo"}, tol=1e-7, n_solves=12, **small).repeated is False
+    # a Newton loop that reports progress to the host is never stored: its compile is not spread
+    assert plan.pick_solver({"newton": "cold", "lbfgsb": "disk"}, tol=1e-7, n_solves=12, unkept=("newton",),
+                            **small).solver == "lbfgsb"
 
 
 def test_auto_solver_sees_where_the_newton_program_is(tiny, caplog):

@@ -180,7 +180,8 @@ class SolverChoice:
         return f"solver auto: {self.solver} (estimated {'; '.join(parts)}{why})"
 
 
-def pick_solver(states: dict, *, tol: float, n_data: int, n_cell: int, n_solves: int = 1) -> SolverChoice:
+def pick_solver(states: dict, *, tol: float, n_data: int, n_cell: int, n_solves: int = 1,
+                unkept: tuple = ()) -> SolverChoice:
     """Of the candidate back ends (``states``: ``{solver: compile state}``, states as in
     :data:`COMPILE_SECONDS`), the one of the least compile plus ``n_solves`` estimated solves
     (one compile serves them all); a tie goes to the first candidate.
@@ -190,6 +191,8 @@ def pick_solver(states: dict, *, tol: float, n_data: int, n_cell: int, n_solves:
     being solved again, and a cold compile counts ``1 / REPEAT_RUNS``: a back end that is
     faster compiled (Newton at tight tolerances) is compiled on that run and kept, instead
     of losing to the cached one on every later run because its own program never gets built.
+    ``unkept``: candidates whose program this run cannot store (a compiled loop that reports
+    progress to the host): their cold compile always counts in full.
     """
     est = {s: (state, COMPILE_SECONDS[s][state], n_solves * solve_seconds(s, tol, n_data, n_cell))
            for s, state in states.items()}
@@ -197,7 +200,8 @@ def pick_solver(states: dict, *, tol: float, n_data: int, n_cell: int, n_solves:
 
     def cost(s):
         state, compile_s, solve_s = est[s]
-        return (compile_s / REPEAT_RUNS if repeated and state == "cold" else compile_s) + solve_s
+        spread = repeated and state == "cold" and s not in unkept
+        return (compile_s / REPEAT_RUNS if spread else compile_s) + solve_s
 
     return SolverChoice(min(est, key=cost), est, repeated)
 

@@ -82,7 +82,8 @@ def run_invert_seed(problem, out: Path, *, lmbd: float, tol: float, maxiter: int
             click.echo(f"  iteration {it:4d}  loss {hist['loss'][-1]:.8g}", err=True)
 
     prob = from_seed(problem, settings=Settings(lmbd=lmbd, regulariser="mem", tol=tol, maxiter=maxiter, solver=solver))
-    res = invert(prob, callback=progress)
+    # no callback when quiet: a compiled loop that reports progress is not kept in the compile cache
+    res = invert(prob, callback=None if quiet else progress)
     total = time.perf_counter() - t0 + read_time
     obs = problem.obs
     inputs = fingerprint((obs.times, obs.vels, obs.flux, obs.err), problem.pre.cell_area,
