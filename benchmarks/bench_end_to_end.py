@@ -75,11 +75,12 @@ def dm_cmd(*args):
 
 
 def write_small_dataset(root: Path, n_epoch: int = 8, n_vel: int = 47, n_cell: int = 4000, n_lc: int = 300):
-    """The example's observed star (examples/observed_star.py) at 8 epochs x 47 velocities."""
-    sys.path.insert(0, str(HERE.parent / "examples"))
+    """The example's observed star (dopplermap/examples/observed_star.py) at 8 epochs x 47 velocities."""
+    sys.path.insert(0, str(SRC))
     import jax.numpy as jnp
     import numpy as np
-    import observed_star as ex
+
+    from dopplermap.examples import observed_star as ex
 
     import dopplermap as dm
     from dopplermap.broadening import mu_dependent_profile, replace_profiles
