@@ -80,10 +80,9 @@ def write_small_dataset(root: Path, n_epoch: int = 8, n_vel: int = 47, n_cell: i
     import jax.numpy as jnp
     import numpy as np
 
-    from dopplermap.examples import observed_star as ex
-
     import dopplermap as dm
     from dopplermap.broadening import mu_dependent_profile, replace_profiles
+    from dopplermap.examples import observed_star as ex
     from dopplermap.io.lightcurve import write_lightcurve
     from dopplermap.io.lsd import write_lsd
     from dopplermap.lightcurve import LightCurveBand, simulate_lightcurve
