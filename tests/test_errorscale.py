@@ -17,6 +17,7 @@ from dopplermap.errorscale import continuum_error_scale, line_margin, scale_erro
 from dopplermap.io.lsd import write_lsd
 from dopplermap.problem import Problem, Settings, from_config
 from dopplermap.search import apply_error_scale
+from dopplermap.uncertainty import effective_dof
 
 LOPEG = Path(__file__).resolve().parents[2] / "shared" / "data" / "lopeg"
 
@@ -170,6 +171,12 @@ def test_invert_reports_the_error_scale(tmp_path, capsys):
     assert len(scale["sets"][0]["per_epoch"]) == 6 and f"error scale {scale['factor']:.4g} (continuum" in out
     report = (tmp_path / "res" / "report.html").read_text()
     assert "error scale" in report and f"{scale['factor']:.4g} (continuum" in report
+    # scaled errors: the chi2 per residual degree of freedom beside the chi2 per point
+    dof = summary["chi2_dof"]
+    assert dof["chi2"] == pytest.approx(summary["chi2"]) and 0 < dof["p_eff"] < dof["n"] == 6 * 30
+    assert dof["chi2_nu"] == pytest.approx(summary["chi2"] * dof["n"] / dof["nu"])
+    assert f"({dof['chi2_nu']:.4f} per residual dof" in out
+    assert "per residual degree of freedom" in report and f"{dof['chi2_nu']:.4g} (" in report
     # the chi2 is the scaled errors': the fit's residuals against them
     res = dm.load_result(tmp_path / "res")
     assert np.mean(((res.obs.flux - res.model) / res.obs.err) ** 2) == pytest.approx(summary["chi2"], rel=1e-6)
@@ -221,4 +228,8 @@ def test_lopeg_auto_scale_brings_chi2_near_1(tmp_path):
     unscaled = dm.invert(prob, lmbd=1.0)
     res = dm.invert(scaled, lmbd=1.0 / e.factor ** 2)  # the same map: lambda moves with the errors squared
     assert res.chi2 == pytest.approx(unscaled.chi2 / e.factor ** 2, rel=1e-2)
-    assert unscaled.chi2 < 0.5 and 0.5 < dm.invert(scaled, lmbd=0.1).chi2 < 1.5
+    small = dm.invert(scaled, lmbd=0.1)
+    assert unscaled.chi2 < 0.5 and 0.5 < small.chi2 < 1.5
+    # the map absorbs part of the noise: per residual degree of freedom the chi2 is 1
+    dof = effective_dof(scaled, small)
+    assert small.chi2 < 0.85 and dof.chi2_nu == pytest.approx(1.0, abs=0.1)

@@ -264,10 +264,8 @@ def test_config_several_sector_files_are_segments(tmp_path):
 
 
 @pytest.mark.slow
-def test_cli_refuses_a_light_curve_model_past_max_memory(tmp_path, capsys, monkeypatch):
+def test_cli_refuses_a_light_curve_model_past_max_memory(tmp_path, capsys):
     from dopplermap.cli import main
-
-    monkeypatch.setenv("DOPPLERMAP_MAX_MEMORY", "64G")  # restored after the test (--max-memory sets it)
 
     target = _write_target(tmp_path, lc_table=LC_TABLE)
     rc = main(["--max-memory", "100K", "invert", str(target), "--out", str(tmp_path / "r"), "--no-plots", "-q"])

@@ -34,6 +34,10 @@ def test_lopeg_import_and_invert(tmp_path):
     scale = summary["error_scale"]
     assert scale["method"] == "residuals" and 0.15 < scale["factor"] < 0.45 and len(scale["sets"][0]["per_epoch"]) == 16
     assert f"error scale {scale['factor']:.4g} (residuals" in run.stdout
+    # the scaled errors' chi2 per residual degree of freedom beside it (the map absorbs part of the noise)
+    dof = summary["chi2_dof"]
+    assert dof["n"] == 16 * 89 and 0 < dof["p_eff"] < dof["n"] and dof["chi2_nu"] > summary["chi2"]
+    assert f"({dof['chi2_nu']:.4f} per residual dof" in run.stdout
     # the fit explains the spot signatures: far below the spotless star's chi2, and near 1 in the scaled errors
     obs = res.obs
     spotless_chi2 = float(np.mean(((np.asarray(obs.flux) - res.spotless) / np.asarray(obs.err)) ** 2))

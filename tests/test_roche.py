@@ -134,6 +134,64 @@ def test_bad_roche_input_is_one_clear_error():
         gravity.temperature_ratio(tidal, law="elr")
 
 
+def test_separation_gives_the_fill_of_the_surface_through_the_star_radius():
+    """The fill from a radius over separation builds (by a root search on the volume radius)
+    the equipotential through that radius: the same potential, the radius back to 1e-10."""
+    rho = 0.3
+    fill = roche.fill_from_separation(1.0, rho)
+    s = roche.tidal_surface(GRID, 1.0, fill)
+    want = float(roche.roche_potential(np.array([0.0, rho, 0.0]), 1.0, 2.0))
+    assert s.potential == pytest.approx(want, rel=1e-12)
+    assert roche.surface_radius(SIDE, 1.0, 2.0, s.potential)[0] == pytest.approx(rho, rel=1e-10)
+
+
+def test_separation_of_a_small_star_against_eggleton():
+    # a star far inside its lobe is a sphere: fill -> (R / a) / (R_L / a), Eggleton's R_L to 1 %
+    for q in (0.5, 1.0, 2.0):
+        got = roche.fill_from_separation(q, 0.01)
+        assert got == pytest.approx(0.01 / roche.eggleton_radius(1.0 / q), rel=0.012)
+    with pytest.raises(DopplermapInputError, match="overflow the lobe"):
+        roche.fill_from_separation(1.0, 0.4)
+    with pytest.raises(DopplermapInputError, match="needs a companion"):
+        roche.fill_from_separation(0.0, 0.1)
+
+
+def test_separation_in_the_configuration(tmp_path):
+    import tomllib
+    import warnings
+    from types import SimpleNamespace
+
+    from dopplermap.config import TEMPLATE, parse_config
+    from dopplermap.errors import DopplermapWarning
+    from dopplermap.problem import _fill_from_separation
+
+    def cfg(**star):
+        t = tomllib.loads(TEMPLATE)
+        t["star"].update(star)
+        return parse_config(t, source="t.toml")
+
+    s = cfg(shape="roche", mass_ratio=1.0, separation=10.0, mass=1.0).star
+    assert s.separation == 10.0 and s.roche_fill is None
+    for bad, msg in ((dict(separation=10.0), "set shape = 'roche'"),
+                     (dict(shape="roche", separation=10.0), "give mass_ratio > 0"),
+                     (dict(shape="roche", mass_ratio=1.0, separation=10.0, roche_fill=0.5), "not both"),
+                     (dict(shape="roche", mass_ratio=1.0, separation=-1.0), "separation must be > 0"),
+                     (dict(shape="roche", mass_ratio=1.0), "or give separation")):
+        with pytest.raises(DopplermapInputError, match=msg):
+            cfg(**bad)
+    # a 1 + 1 M_sun pair 10 R_sun apart orbits in 2.590 d (Kepler's third law)
+    p_orb = 2.0 * math.pi * math.sqrt((10.0 * R_SUN_KM * 1e3) ** 3 / (6.6743e-11 * 2.0 * 1.98840987e30)) / 86400.0
+    star = SimpleNamespace(radius_rsun=3.0, period=p_orb)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DopplermapWarning)
+        fill = _fill_from_separation("t.toml", s, star)
+    assert fill == roche.fill_from_separation(1.0, 0.3)
+    with pytest.warns(DopplermapWarning, match="give an orbit of 2.59 d"):
+        _fill_from_separation("t.toml", s, SimpleNamespace(radius_rsun=3.0, period=1.5))
+    with pytest.raises(DopplermapInputError, match=r"t.toml: \[star\] separation = 10.0 R_sun: .*overflow"):
+        _fill_from_separation("t.toml", s, SimpleNamespace(radius_rsun=4.0, period=p_orb))
+
+
 def _brute_force_profiles(q, nu, potential, r_ref, times, vels, inclination, vsini, spot, n_t=90, n_p=180):
     """An independent disc integration: a fine colatitude-longitude mesh of the equipotential,
     each element's area and normal from the cross product of the surface's tangent vectors

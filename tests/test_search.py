@@ -200,8 +200,15 @@ def test_cli_grid_and_lambda(npz, tmp_path, capsys):
     assert "un-reduced" in (out / "grid.json").read_text()
     assert summary["readout"] == "regularised" and summary["lmbd"] == 0.5
     assert summary["chi2_jitter"] >= 0.0  # against a converged solve at the best point
+    capsys.readouterr()
     rc = main(["lambda", str(npz), "--out", str(tmp_path / "l"), "--lmbds", "0.01,0.1,1,10,100", "--tol", "1e-6"])
     assert rc == 0 and (tmp_path / "l" / "lcurve.csv").exists() and (tmp_path / "l" / "lcurve.png").exists()
+    # the corner's map, solved, with its chi2 per point and per residual degree of freedom
+    choice = json.loads((tmp_path / "l" / "lambda.json").read_text())
+    dof = choice["corner_dof"]
+    assert dof["chi2"] == pytest.approx(choice["corner_chi2"]) and 0.0 < dof["p_eff"] < dof["n"]
+    assert dof["chi2_nu"] == pytest.approx(dof["chi2"] * dof["n"] / dof["nu"]) and dof["chi2_nu"] > dof["chi2"]
+    assert f"{dof['chi2_nu']:.4g} per residual dof" in capsys.readouterr().out
     assert main(["grid", str(npz), "--out", str(out), "--param", "vsini=38:40:2", "--scheduler", "sync"]) == 2
     assert "resume" in capsys.readouterr().err
     assert main(["grid", str(tmp_path / "missing.npz"), "--out", str(out), "--param", "vsini=38"]) == 2

@@ -688,6 +688,10 @@ def test_memory_guards_refuse_before_allocating(small, monkeypatch, capsys):
     monkeypatch.delenv("DOPPLERMAP_MAX_MEMORY")
     assert main(["--max-memory", "10K", "demo", "--out", "x", "--n-cell", "5000"]) == 2
     assert "reduce n_cell" in capsys.readouterr().err
+    assert "DOPPLERMAP_MAX_MEMORY" not in os.environ  # the limit ends with the command
+    monkeypatch.setenv("DOPPLERMAP_MAX_MEMORY", "64G")
+    assert main(["--max-memory", "10K", "demo", "--out", "x", "--n-cell", "5000"]) == 2
+    assert os.environ["DOPPLERMAP_MAX_MEMORY"] == "64G"  # and a limit set before it is restored
 
 
 def test_healpix_guard():

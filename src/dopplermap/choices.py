@@ -15,7 +15,7 @@ from .errors import DopplermapInputError
 __all__ = ["FORMS", "SYNTHESIS_METHODS", "RV_SHIFTS", "LIMB_WEIGHTS", "GRID_READOUTS", "TIME_COUPLINGS", "SOLVERS",
            "SOLVER_CHOICES", "REGULARISER_LABELS",
            "REGULARISERS", "WEIGHTED_REGULARISERS", "SPOT_COMPONENTS", "UNCERTAINTY_METHODS", "EW_METHODS", "EW_STAGES",
-           "EW_UNITS", "STAR_SHAPES", "GRAVITY_LAWS", "PASSBANDS", "uncertainty_choice", "uncertainty_title",
+           "EW_UNITS", "STAR_SHAPES", "GRAVITY_LAWS", "PASSBANDS", "ATMOSPHERE_PASSBANDS", "uncertainty_choice", "uncertainty_title",
            "LINE_PROFILES", "GRID_KINDS", "PROFILE_FORMATS", "PROFILE_WRITE_FORMATS", "LIGHTCURVE_FORMATS",
            "LIGHTCURVE_WRITE_FORMATS", "LIGHTCURVE_UNITS", "QUALITY_BITMASKS", "BIN_UNITS", "FIGURE_FORMATS", "MAP_PROJECTIONS", "RESULT_PLOT_KINDS",
            "SIMULATION_FORMATS", "ERROR_SCALES",
@@ -81,8 +81,10 @@ LINE_PROFILES = ("gaussian", "voigt", "tabulated")
 STAR_SHAPES = ("sphere", "roche")
 # [gravity_darkening] law: von Zeipel's beta, or Espinosa Lara & Rieutord (2011) (dopplermap.gravity)
 GRAVITY_LAWS = ("von_zeipel", "elr")
-# [lightcurve] passband: the photometric bands of the shipped limb-darkening table (dopplermap.atmosphere)
-PASSBANDS = ("TESS", "Kepler", "Gaia_G", "Gaia_BP", "Gaia_RP")
+# the photometric bands of the shipped limb-darkening table (limb_darkening = "atmosphere"; dopplermap.atmosphere)
+ATMOSPHERE_PASSBANDS = ("TESS", "Kepler", "Gaia_G", "Gaia_BP", "Gaia_RP")
+# [lightcurve] passband: the bands whose response curve ships (spot contrasts, gravity darkening)
+PASSBANDS = (*ATMOSPHERE_PASSBANDS, "Bessell_U", "Bessell_B", "Bessell_V", "Bessell_R", "Bessell_I")
 # [grid] kind and make_grid(kind=...)
 GRID_KINDS = ("bands", "healpix")
 # [data] format and read_lsd(fmt=...): the line-profile files read

@@ -69,7 +69,12 @@ def _max_memory(ctx, param, value):
         from .memory import ENV, parse_size
 
         parse_size(value)  # a bad value is a one-line error
+        # the environment, so Dask workers started by this command inherit the limit; restored when
+        # the command ends, so that in-process invocations (tests, notebooks) do not inherit it
+        before = os.environ.get(ENV)
         os.environ[ENV] = str(value)
+        ctx.find_root().call_on_close(lambda: os.environ.__setitem__(ENV, before) if before is not None
+                                      else os.environ.pop(ENV, None))
     return value
 
 

@@ -18,6 +18,7 @@ import typing
 from pathlib import Path
 
 from .choices import (
+    ATMOSPHERE_PASSBANDS,
     BIN_UNITS,
     EW_METHODS,
     EW_STAGES,
@@ -97,6 +98,7 @@ class StarConfig:
     mass_ratio: float = 0.0
     roche_fill: float | None = None
     synchronicity: float = 1.0
+    separation: float | None = None  # R_sun: sets roche_fill from the star's radius
 
 
 @dataclasses.dataclass(frozen=True)
@@ -444,9 +446,11 @@ def _validate_band(s: str, obj, sec: str):
             raise DopplermapInputError(f"{s}: {sec} limb_darkening = 'atmosphere': the shipped model-atmosphere "
                                        "tables are for photometric passbands (light-curve bands); give a law and "
                                        "its coefficients for the line")
-        if passband is None:
+        if passband is None or passband not in ATMOSPHERE_PASSBANDS:
             raise DopplermapInputError(f"{s}: {sec} limb_darkening = 'atmosphere' reads the model-atmosphere table "
-                                       "of a passband: give passband (TESS, Kepler, Gaia_G, Gaia_BP, Gaia_RP)")
+                                       f"of a passband: give passband ({', '.join(ATMOSPHERE_PASSBANDS)})"
+                                       + ("" if passband is None else f"; {passband!r} has a response but no "
+                                          "limb-darkening table: give a law and its coefficients"))
         return
     for k in ("ld_phot", "ld_cool", "ld_hot"):
         _check_ld(f"{s}: {sec} {k}", obj.limb_darkening, getattr(obj, k))
@@ -544,8 +548,8 @@ def _validate(cfg: TargetConfig):
     _validate_band(s, cfg.lightcurve, "[lightcurve]")
     _positive(f"{s}: [lightcurve] wavelength_nm", cfg.lightcurve.wavelength_nm)
     check(st.shape, STAR_SHAPES, f"{s}: [star] shape")
-    if st.shape == "sphere" and (st.mass_ratio or st.roche_fill is not None):
-        raise DopplermapInputError(f"{s}: [star] mass_ratio and roche_fill describe a Roche surface: "
+    if st.shape == "sphere" and (st.mass_ratio or st.roche_fill is not None or st.separation is not None):
+        raise DopplermapInputError(f"{s}: [star] mass_ratio, roche_fill and separation describe a Roche surface: "
                                    "set shape = 'roche'")
     if st.shape == "roche":
         _positive(f"{s}: [star] mass_ratio", st.mass_ratio, allow_zero=True)
@@ -553,9 +557,17 @@ def _validate(cfg: TargetConfig):
         if st.domega:
             raise DopplermapInputError(f"{s}: [star] domega must be 0 with shape = 'roche' (the equipotential of a "
                                        f"rigid rotator), got {st.domega!r}")
-        if st.mass_ratio > 0 and (st.roche_fill is None or not 0 < st.roche_fill < 1):
+        if st.separation is not None:
+            if not st.mass_ratio > 0:
+                raise DopplermapInputError(f"{s}: [star] separation is the companion's distance: give mass_ratio > 0")
+            if st.roche_fill is not None:
+                raise DopplermapInputError(f"{s}: [star] give roche_fill or separation (which sets the fill from the "
+                                           "star's radius), not both")
+            _positive(f"{s}: [star] separation", st.separation)
+        elif st.mass_ratio > 0 and (st.roche_fill is None or not 0 < st.roche_fill < 1):
             raise DopplermapInputError(f"{s}: [star] roche_fill (the volume-equivalent radius over the Roche lobe's) "
-                                       f"must be in (0, 1) with mass_ratio > 0, got {st.roche_fill!r}")
+                                       f"must be in (0, 1) with mass_ratio > 0 (or give separation), got "
+                                       f"{st.roche_fill!r}")
     g = cfg.gravity_darkening
     _positive(f"{s}: [gravity_darkening] beta", g.beta, allow_zero=True)
     check(g.law, GRAVITY_LAWS, f"{s}: [gravity_darkening] law")
@@ -731,6 +743,7 @@ domega = 0.0                         # differential rotation, rad/day
 # mass_ratio = 0.0                   # roche: M_companion / M_star (0: a single rotating star)
 # roche_fill = 0.8                   # roche with a companion: volume-equivalent radius / the Roche lobe's
 # synchronicity = 1.0                # roche with a companion: rotation rate / orbital rate
+# separation = 20.0                  # roche with a companion: R_sun, instead of roche_fill (from the radius)
 # systemic_velocity = -19.8          # km/s, line centre; profiles are shifted v -> v - v_sys (or per epoch in times_table)
 # ra = 322.85                        # deg (ICRS): with dec, moves HJD/JD/MJD times to the barycentre
 # dec = 23.335
@@ -763,7 +776,7 @@ ld_hot = [0.60]
 [lightcurve]                         # band of [data] lightcurve
 wavelength_nm = 550.0
 limb_darkening = "linear"            # or "atmosphere": power-2 law of PHOENIX models in passband (Claret & Southworth 2023)
-# passband = "TESS"                  # TESS | Kepler | Gaia_G | Gaia_BP | Gaia_RP (for limb_darkening = "atmosphere")
+# passband = "TESS"                  # TESS | Kepler | Gaia_G | Gaia_BP | Gaia_RP (these: also limb_darkening = "atmosphere") | Bessell_U..I
 ld_phot = [0.70]
 ld_cool = [0.80]
 ld_hot = [0.65]

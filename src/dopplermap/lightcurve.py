@@ -336,15 +336,21 @@ def _lc_weights(grid, star, times, band, cell_factors, limb="smooth"):
     pa = np.asarray(geo.proj_area)
     # written once, into a buffer the device adopts without a copy (as the dense cube)
     w = _device.host_array((*mu.shape, len(band.limb_darkening)))
-    for k, (ld, j) in enumerate(zip(band.limb_darkening, band.intensity, strict=True)):
-        np.multiply(j, np.asarray(ld(geo.ld_mu)), out=w[..., k])
-        w[..., k] *= pa
-    if cell_factors is not None:
-        f = np.asarray(cell_factors, dtype=float)
+    f = None if cell_factors is None else np.asarray(cell_factors, dtype=float)
+    if f is not None:
         f = f[:, None] if f.ndim == 1 else f
-        if f.shape[0] != grid.n_cell:
-            raise DopplermapInputError(f"cell factors must have n_cell={grid.n_cell} rows, got {f.shape}")
-        w = w * f[None, :, :]
+        if f.shape[0] != grid.n_cell or (f.ndim == 3 and f.shape[1:] != (3, 3)):
+            raise DopplermapInputError(f"cell factors must have n_cell={grid.n_cell} rows (and, with each cell's "
+                                       f"limb darkening, 3 x 3 columns), got {f.shape}")
+    for k, (ld, j) in enumerate(zip(band.limb_darkening, band.intensity, strict=True)):
+        if f is not None and f.ndim == 3:  # each cell's own power-2 law (its temperature's)
+            m = np.clip(np.asarray(geo.ld_mu), 0.0, 1.0)
+            np.multiply(j, 1.0 - f[None, :, k, 1] * (1.0 - m ** f[None, :, k, 2]), out=w[..., k])
+        else:
+            np.multiply(j, np.asarray(ld(geo.ld_mu)), out=w[..., k])
+        w[..., k] *= pa
+    if f is not None:
+        w = w * (f[None, :, :, 0] if f.ndim == 3 else f[None, :, :])
     return w
 
 
@@ -357,7 +363,9 @@ def precompute_lightcurve(grid: SurfaceGrid, star: StarParams, times, flux, err,
     Args:
         grid, star: as for the line model. times: (n_lc,) days. flux, err: (n_lc,) in any
             units (divided by the mean flux when ``normalise``). band: :class:`LightCurveBand`.
-        cell_factors: optional (n_cell,) or (n_cell, 3) intensity factors (gravity darkening).
+        cell_factors: optional (n_cell,) or (n_cell, 3) intensity factors (gravity darkening);
+            or (n_cell, 3, 3): each cell's and component's factor and power-2 limb darkening
+            ``(factor, g, h)``, which replaces the band's law (cells whose temperatures differ).
         limb: the limb weight, as :func:`dopplermap.model.precompute`'s.
         segment: optional (n_lc,) segment of each point (sectors, files): each segment is
             divided by its own mean and gets a free scale (:class:`LightCurveFit`).

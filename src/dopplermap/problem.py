@@ -27,15 +27,16 @@ import numpy as np
 
 from . import regularisers
 from ._repr import compact
-from .atmosphere import RESPONSES, passband_limb_darkening, passband_planck_ratio
+from .atmosphere import passband_limb_darkening, passband_planck_ratio
 from .atomic import write_file
 from .broadening import apply_cell_factors, equivalent_width_kms, line_profiles
 from .choices import REGULARISERS, RV_SHIFTS, SPOT_COMPONENTS, SYNTHESIS_METHODS, check
+from .constants import DAY_S, G_SI, M_SUN_KG, R_SUN_KM
 from .diagnostics import check_spot_contrast, check_wavelength, fields_checked
 from .errors import DopplermapInputError, MissingFileError, warn
 from .errorscale import ErrorScale, error_scale_for, scale_errors
 from .geometry import StarParams
-from .gravity import gravity_darkening_factors, log_g, star_surface
+from .gravity import gravity_darkening_factors, log_g, star_surface, temperature_ratio
 from .grid import SurfaceGrid, make_grid, with_surface
 from .io.lightcurve import load_lightcurve
 from .io.lsd import load_profiles, read_local_profile
@@ -54,6 +55,7 @@ from .model import Precomputed, precompute
 from .objective import Layout, LineSets, NoLines, Observations, solve_form
 from .plan import Plan
 from .profiles import Component, ComponentSet, LimbDarkening, gaussian, intensity_ratio, voigt
+from .roche import fill_from_separation
 from .simulate import DEMO_SPOTS, demo_setup, simulate
 from .windows import WindowedLightCurve, Windows, window_precomputed
 
@@ -97,7 +99,9 @@ class GravityDarkening:
     (a grid with a distorted surface carries its own gravity).
 
     ``temperatures``: (phot, cool, hot) K; ``line_wavelength_nm`` / ``lc_wavelength_nm``:
-    where the intensity factors of the line band and of the light-curve band are evaluated.
+    where the intensity factors of the line band and of the light-curve band are evaluated;
+    ``lc_passband``: the light-curve band's passband, whose response then replaces
+    ``lc_wavelength_nm`` (blackbody ratios over it, :func:`dopplermap.atmosphere.passband_planck_ratio`).
     """
 
     mass: float | None
@@ -106,6 +110,7 @@ class GravityDarkening:
     line_wavelength_nm: float
     lc_wavelength_nm: float | None = None
     law: str = "von_zeipel"
+    lc_passband: str | None = None
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -127,6 +132,8 @@ class LightCurveData:
     weight: float = 1.0  # of this band among several (dopplermap.lightcurve.LightCurveSet)
     wavelength_nm: float | None = None  # gravity-darkening factors; None: GravityDarkening.lc_wavelength_nm
     segment: np.ndarray | None = None  # (n_lc,) each point's segment (sector, file): a free scale each
+    passband: str | None = None  # gravity-darkening factors over its response (before wavelength_nm)
+    atmosphere_logg: float | None = None  # band limb darkening from the table: each gravity-darkened cell's own
 
     def __repr__(self) -> str:
         return compact(self, ("name", "times", "flux", "source"))
@@ -354,11 +361,37 @@ class Problem:
         g = self.gravity
         if g is None:
             return None
-        return self._factors(g.lc_wavelength_nm if g.lc_wavelength_nm is not None else g.line_wavelength_nm)
+        return self._factors(g.lc_wavelength_nm if g.lc_wavelength_nm is not None else g.line_wavelength_nm,
+                             g.lc_passband)
 
-    def _factors(self, wavelength_nm):
+    def _factors(self, wavelength_nm, passband=None):
         g = self.gravity
-        return gravity_darkening_factors(self.grid, self.star, g.mass, g.temperatures, wavelength_nm, g.beta, g.law)
+        if passband is None:
+            return gravity_darkening_factors(self.grid, self.star, g.mass, g.temperatures, wavelength_nm, g.beta, g.law)
+        # the band's blackbody ratio over its response, as its spot contrasts
+        t = temperature_ratio(self.grid, self.star, g.mass, beta=g.beta, law=g.law)
+        temps = np.asarray(g.temperatures, dtype=float)
+        return passband_planck_ratio(temps[None, :] * t[:, None], temps[None, :], passband)
+
+    def _cell_limb_darkening(self, factors, d: LightCurveData) -> np.ndarray:
+        """(n_cell, 3, 3): each cell's gravity-darkening factor and the power-2 law of the
+        model-atmosphere table at its own temperature (component temperature times the cell's
+        ``T / T_pole``) and the star's log g, for a band with ``limb_darkening = 'atmosphere'``."""
+        g = self.gravity
+        t = temperature_ratio(self.grid, self.star, g.mass, beta=g.beta, law=g.law)
+        out = np.empty((self.grid.n_cell, 3, 3))
+        out[..., 0] = np.broadcast_to(np.asarray(factors, dtype=float).reshape(self.grid.n_cell, -1),
+                                      (self.grid.n_cell, 3))
+        for k, temp in enumerate(g.temperatures):
+            cell_t = temp * t
+            uniq, where = np.unique(cell_t, return_inverse=True)  # latitudes share temperatures
+            try:
+                coeffs = np.array([passband_limb_darkening(d.passband, x, d.atmosphere_logg).coeffs for x in uniq])
+            except DopplermapInputError as exc:
+                raise DopplermapInputError(f"{d.source}: {d.passband} limb darkening of the gravity-darkened cells: "
+                                           f"{exc}") from None
+            out[:, k, 1:] = coeffs[where.ravel()]
+        return out
 
     def _precompute(self, obs, components, wavelength_nm=None):
         pre = precompute(self.grid, self.star, np.asarray(obs.times), np.asarray(obs.vels), components,
@@ -497,8 +530,10 @@ class Problem:
 
     def _lightcurve(self, d: LightCurveData):
         factors = self.lc_factors
-        if self.gravity is not None and d.wavelength_nm is not None:
-            factors = self._factors(d.wavelength_nm)
+        if self.gravity is not None and (d.passband is not None or d.wavelength_nm is not None):
+            factors = self._factors(d.wavelength_nm, d.passband)
+        if self.gravity is not None and d.atmosphere_logg is not None:
+            factors = self._cell_limb_darkening(factors, d)
         return precompute_lightcurve(self.grid, self.star, d.times, d.flux, d.err, d.band,
                                      cell_factors=factors, source=d.source, fit_dilution=d.fit_dilution,
                                      segment=d.segment, at_times=self.windows is not None)
@@ -649,25 +684,52 @@ def _band(cfg, lcc, star=None) -> LightCurveBand:
         lds = [LimbDarkening(lcc.limb_darkening, c) for c in (lcc.ld_phot, lcc.ld_cool, lcc.ld_hot)]
     if lcc.intensity is not None:
         return LightCurveBand(tuple(lds), tuple(lcc.intensity))
-    if lcc.passband is not None:
-        if lcc.passband in RESPONSES:  # blackbody contrasts over the band's published response
-            inten = tuple(passband_planck_ratio(t, temps.phot, lcc.passband) for t in (temps.phot, temps.cool, temps.hot))
-            return LightCurveBand(tuple(lds), inten)
-        warn(f"{cfg.source}: passband {lcc.passband!r}: no response curve ships with dopplermap, so the band's "
-             f"contrasts are Planck ratios at wavelength_nm = {lcc.wavelength_nm:g} nm; give intensity to set them")
+    if lcc.passband is not None:  # blackbody contrasts over the band's published response
+        inten = tuple(passband_planck_ratio(t, temps.phot, lcc.passband) for t in (temps.phot, temps.cool, temps.hot))
+        return LightCurveBand(tuple(lds), inten)
     return LightCurveBand.from_temperatures(temps.phot, temps.cool, temps.hot, lcc.wavelength_nm, lds)
+
+
+def _fill_from_separation(source: str, s, star) -> float:
+    """``[star] roche_fill`` from ``separation`` (R_sun) and the star's reference radius; with
+    ``mass``, a warning where the rotation period is not the Keplerian orbit's over the
+    synchronicity (the tide's rotation rate assumes it is)."""
+    try:
+        fill = fill_from_separation(s.mass_ratio, star.radius_rsun / s.separation, sync=s.synchronicity)
+    except DopplermapInputError as exc:
+        raise DopplermapInputError(f"{source}: [star] separation = {s.separation!r} R_sun: {exc}") from None
+    if s.mass is not None:
+        a_m = s.separation * R_SUN_KM * 1e3
+        p_orb = 2.0 * np.pi * np.sqrt(a_m**3 / (G_SI * s.mass * (1.0 + s.mass_ratio) * M_SUN_KG)) / DAY_S
+        p_rot = p_orb / s.synchronicity
+        if abs(star.period / p_rot - 1.0) > 0.05:
+            warn(f"{source}: [star] period = {star.period:g} d, but separation {s.separation:g} R_sun, mass "
+                 f"{s.mass:g} M_sun and mass_ratio {s.mass_ratio:g} give an orbit of {p_orb:.4g} d, so a rotation "
+                 f"period of {p_rot:.4g} d at synchronicity {s.synchronicity:g}; check them")
+    return fill
+
+
+def _table_logg(cfg, lcc, star) -> float | None:
+    """The table's log g for a band with ``limb_darkening = 'atmosphere'``, else None."""
+    return _atmosphere_logg(cfg, star) if lcc.limb_darkening == "atmosphere" else None
+
+
+def _atmosphere_logg(cfg, star) -> float:
+    """The log g at which a band's ``limb_darkening = 'atmosphere'`` reads the table."""
+    s = cfg.star
+    if s.logg is not None:
+        return s.logg
+    if s.mass is None or star is None:
+        raise DopplermapInputError(f"{cfg.source}: limb_darkening = 'atmosphere' needs the star's log g: give "
+                                   "[star] logg, or [star] mass (with the radius, it gives log g)")
+    return log_g(s.mass, star.radius_rsun)
 
 
 def _atmosphere_limb_darkening(cfg, lcc, star) -> list:
     """Each component's limb darkening in ``lcc.passband`` from the shipped model-atmosphere
     table (:mod:`dopplermap.atmosphere`) at its temperature and the star's log g."""
-    s, t = cfg.star, cfg.temperatures
-    logg = s.logg
-    if logg is None:
-        if s.mass is None or star is None:
-            raise DopplermapInputError(f"{cfg.source}: limb_darkening = 'atmosphere' needs the star's log g: give "
-                                       "[star] logg, or [star] mass (with the radius, it gives log g)")
-        logg = log_g(s.mass, star.radius_rsun)
+    t = cfg.temperatures
+    logg = _atmosphere_logg(cfg, star)
     where = f"{cfg.source}: {lcc.passband} limb darkening"
     try:
         return [passband_limb_darkening(lcc.passband, temp, logg) for temp in (t.phot, t.cool, t.hot)]
@@ -695,7 +757,8 @@ def _lightcurve_data(cfg, star, profile_times, time_scale, n_cell):
                                     lc.bin, lc.bin_unit, time_scale, lc.quality_bitmask, n_cell)
             out.append(LightCurveData(times=data.time, flux=data.flux, err=data.err, band=_band(cfg, lc, star),
                                       fit_dilution=lc.fit_dilution, source=data.source, read=data, name=lc.name,
-                                      weight=lc.weight, wavelength_nm=lc.wavelength_nm, segment=data.segment))
+                                      weight=lc.weight, wavelength_nm=lc.wavelength_nm, segment=data.segment,
+                                      passband=lc.passband, atmosphere_logg=_table_logg(cfg, lc, star)))
         return tuple(out)
     d = cfg.data
     if d is None or d.lightcurve is None:
@@ -705,7 +768,8 @@ def _lightcurve_data(cfg, star, profile_times, time_scale, n_cell):
                             d.lightcurve_unit, d.lightcurve_time_scale, d.lightcurve_bin, d.lightcurve_bin_unit,
                             d.time_scale, d.lightcurve_quality_bitmask, n_cell)
     return LightCurveData(times=data.time, flux=data.flux, err=data.err, band=_band(cfg, lcc, star),
-                          fit_dilution=lcc.fit_dilution, source=data.source, read=data, segment=data.segment)
+                          fit_dilution=lcc.fit_dilution, source=data.source, read=data, segment=data.segment,
+                          passband=lcc.passband, atmosphere_logg=_table_logg(cfg, lcc, star))
 
 
 def _check_config_values(cfg) -> None:
@@ -805,7 +869,8 @@ def _from_config(cfg) -> Problem:
     if cfg.gravity_darkening.enabled:
         gravity = GravityDarkening(mass=s.mass, beta=cfg.gravity_darkening.beta, temperatures=temps,
                                    line_wavelength_nm=line_nm,
-                                   lc_wavelength_nm=cfg.lightcurve.wavelength_nm, law=cfg.gravity_darkening.law)
+                                   lc_wavelength_nm=cfg.lightcurve.wavelength_nm, law=cfg.gravity_darkening.law,
+                                   lc_passband=cfg.lightcurve.passband)
     inv = cfg.inversion
     # each set's offsets get its own [[lines]] offset_sigma, else the [inversion] one
     sigmas = tuple(inv.offset_sigma if ls.offset_sigma is None else ls.offset_sigma for ls in cfg.line_sets())
@@ -830,7 +895,8 @@ def _from_config(cfg) -> Problem:
         if not s.mass_ratio and s.mass is None:
             raise DopplermapInputError(f"{cfg.source}: [star] shape = 'roche' of a single star needs [star] mass "
                                        "(M_sun): the rotation's distortion follows from mass, period and radius")
-        grid = with_surface(grid, star_surface(grid, star, mass=s.mass, q=s.mass_ratio, fill=s.roche_fill,
+        fill = s.roche_fill if s.separation is None else _fill_from_separation(cfg.source, s, star)
+        grid = with_surface(grid, star_surface(grid, star, mass=s.mass, q=s.mass_ratio, fill=fill,
                                                sync=s.synchronicity))
     common = dict(grid=grid, star=star, method=inv.method,
                   rv_shift=inv.rv_shift, gravity=gravity, lightcurve_data=lc, t_phot=float(temps[0]),

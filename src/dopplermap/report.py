@@ -211,6 +211,11 @@ def report_html(result_dir, *, check: bool = True) -> str:
         if k in ("chi2", "chi2_lc"):  # several line data sets / bands: one row each
             what = "line profiles" if k == "chi2" else "light curve"
             fit_rows += [(f"reduced χ² ({what} {name})", v) for name, v in (summary.get(f"{k}_sets") or {}).items()]
+    dof = summary.get("chi2_dof")
+    if isinstance(dof, dict) and dof.get("chi2_nu") is not None:  # the chi2 to read against 1 (see effective_dof)
+        fit_rows.insert(1, ("reduced χ² per residual degree of freedom",
+                            f"{dof['chi2_nu']:.4g} ({dof['p_eff']:.1f} effective parameters, "
+                            f"{dof['nu']:.1f} residual degrees of freedom of {dof['n']} points)"))
     scale = summary.get("error_scale")
     if isinstance(scale, dict):  # the errors the chi2 above is measured in: scaled by these factors
         for d in scale.get("sets") or []:

@@ -39,7 +39,7 @@ from .grid import SurfaceGrid
 
 __all__ = ["Surface", "roche_potential", "roche_gradient", "lagrange_l1", "roche_surface", "rotating_surface",
            "tidal_surface", "surface_radius", "eggleton_radius", "polar_to_equatorial", "radius_ratio_at", "volume_radius",
-           "critical_omega_fraction"]
+           "critical_omega_fraction", "fill_from_separation"]
 
 _BISECT = 30  # bisection steps along each ray before the Newton steps
 
@@ -298,6 +298,28 @@ def tidal_surface(grid: SurfaceGrid, q: float, fill: float, *, sync: float = 1.0
                            1.0 / (0.2 * target) + q + nu, xtol=1e-12, rtol=1e-12)
     r_ref = float(_radii(np.array([[0.0, 1.0, 0.0]]), q, nu, potential, x1)[0])
     return _surface(grid, q, nu, potential, r_ref, fill=float(fill))
+
+
+def fill_from_separation(q: float, radius_over_a: float, *, sync: float = 1.0) -> float:
+    """The Roche-lobe fill (volume-equivalent radii) of a star whose reference radius (module
+    docstring) is ``radius_over_a`` of the separation: the equipotential through the point at
+    that distance perpendicular to the line of centres, ``q = M_companion / M_star``, rotating
+    ``sync`` times the orbital rate."""
+    _check(q, 0.0, sync)
+    if not q > 0:
+        raise DopplermapInputError(f"a separation needs a companion: mass ratio must be > 0, got {q!r}")
+    if not (np.isfinite(radius_over_a) and radius_over_a > 0):
+        raise DopplermapInputError(f"the star's radius over the separation must be > 0, got {radius_over_a!r}")
+    nu = sync**2 * (1.0 + q)
+    x1 = lagrange_l1(q, nu)
+    pot_l1 = float(roche_potential(np.array([x1, 0.0, 0.0]), q, nu))
+    y_lobe = float(_radii(np.array([[0.0, 1.0, 0.0]]), q, nu, pot_l1, x1)[0])
+    if radius_over_a >= y_lobe:
+        raise DopplermapInputError(f"the star's radius is {radius_over_a:.4g} of the separation, at or beyond its "
+                                   f"Roche lobe there ({y_lobe:.4g}, mass ratio {q:g}, synchronicity {sync:g}): "
+                                   "it would overflow the lobe; check the radius and the separation")
+    potential = float(roche_potential(np.array([0.0, radius_over_a, 0.0]), q, nu))
+    return volume_radius(q, nu, potential, n_theta=48, n_phi=96) / volume_radius(q, nu, pot_l1)
 
 
 def roche_surface(grid: SurfaceGrid, *, w: float | None = None, omega_fraction: float | None = None,

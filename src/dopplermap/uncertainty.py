@@ -67,7 +67,7 @@ from .solvers.newton import line_residuals, smooth_terms
 log = logging.getLogger(__name__)
 
 __all__ = ["Uncertainty", "bootstrap", "laplace", "laplace_cost", "LaplaceCost", "LAPLACE_OPTIONS", "resample_epochs",
-           "never_visible", "hvp_function", "hvp_form", "lowrank_applies", "bounded_interval", "save_uncertainty"]
+           "never_visible", "hvp_function", "EffectiveDof", "effective_dof", "effective_dof_refusal", "influence_traces", "hvp_form", "lowrank_applies", "bounded_interval", "save_uncertainty"]
 
 
 @dataclasses.dataclass
@@ -912,3 +912,159 @@ def save_uncertainty(unc: Uncertainty, folder) -> Path:
     return write_file(folder / f"uncertainty_{uncertainty_choice(unc.method)}.npz",
                       lambda fh: np.savez(fh, sigma_fssc=unc.sigma_fssc, sigma_fssh=unc.sigma_fssh,
                                           never_visible=unc.never_visible, method=unc.method, **extra))
+
+
+# ---------------------------------------------------------------- effective degrees of freedom
+
+
+@dataclasses.dataclass(frozen=True)
+class EffectiveDof:
+    """How many of the data's degrees of freedom a regularised fit uses (its influence matrix).
+
+    With ``A = d model / d data`` in units of the errors (the influence or hat matrix of the
+    fit linearised at the map), ``p_eff = tr A`` is the effective number of parameters and
+    ``nu = N - 2 tr A + tr A'A`` the residual degrees of freedom: for errors that match the
+    noise, the expected chi-square of the residuals is ``nu`` (plus what the map cannot fit:
+    the regulariser's bias, model error). A fit that follows the data absorbs ``N - nu`` of
+    the noise, so its ``chi2 / N`` sits below 1 even with exact errors: ``chi2 / nu`` is the
+    reduced chi-square to read against 1.
+
+    Attributes:
+        n: data points (``n_epoch n_vel``).
+        p_eff: ``tr A``.
+        tr_a2: ``tr A'A``.
+        nu: ``n - 2 p_eff + tr_a2``.
+        chi2: the map's reduced chi-square per point (``chi2_total / n``).
+        n_free: free parameters the influence matrix was computed over (cells off their
+            bounds, free rv and amp).
+        time: wall seconds.
+    """
+
+    n: int
+    p_eff: float
+    tr_a2: float
+    nu: float
+    chi2: float
+    n_free: int
+    time: float = 0.0
+
+    @property
+    def chi2_nu(self) -> float:
+        """The reduced chi-square per residual degree of freedom, ``chi2_total / nu``."""
+        return self.chi2 * self.n / self.nu
+
+    def describe(self) -> str:
+        """One line: both reduced chi-squares and what the fit uses."""
+        return (f"reduced chi2 {self.chi2:.4g} per point, {self.chi2_nu:.4g} per residual degree of freedom "
+                f"(N {self.n}, effective parameters {self.p_eff:.1f}, residual dof {self.nu:.1f})")
+
+    def to_dict(self) -> dict:
+        """For JSON files."""
+        return {"chi2_nu": self.chi2_nu, "nu": self.nu, "p_eff": self.p_eff, "tr_a2": self.tr_a2, "n": self.n,
+                "n_free": self.n_free}
+
+
+def influence_traces(b, prior_inv_sqrt, nuisance=None) -> tuple[float, float]:
+    """``(tr A, tr A'A)`` of ``A = B (B'B + P)^-1 B'`` (a ridge-type influence matrix).
+
+    ``b`` (N, p): the whitened Jacobian of the penalised parameters; ``prior_inv_sqrt`` (p, p)
+    or a callable giving ``P^-1/2 M`` for ``M`` (p, k), ``P`` positive definite; ``nuisance``
+    (N, q): the whitened Jacobian of unpenalised parameters (fitted freely alongside), whose
+    span the fit reproduces exactly. With ``C = Q B P^-1/2`` (``Q`` the projection off the
+    nuisances' span, rank ``r``) and ``g`` the eigenvalues of ``C C'``,
+    ``A = (I - Q) + C (C'C + I)^-1 C'``: ``tr A = r + sum g / (1 + g)``,
+    ``tr A'A = r + sum (g / (1 + g))^2``. Costs ``N^2 p`` (the Gram matrix) and one ``N x N``
+    eigenvalue problem: cheap when the data are few, whatever the parameters."""
+    b = np.asarray(b, dtype=float)
+    ct = prior_inv_sqrt(b.T) if callable(prior_inv_sqrt) else np.asarray(prior_inv_sqrt, dtype=float) @ b.T
+    r = 0
+    if nuisance is not None and np.size(nuisance):
+        u, s, _ = np.linalg.svd(np.asarray(nuisance, dtype=float), full_matrices=False)
+        u = u[:, s > s[0] * 1e-10 * max(u.shape)]
+        r = u.shape[1]
+        ct = ct - (ct @ u) @ u.T
+    g = np.clip(np.linalg.eigvalsh(ct.T @ ct), 0.0, None)
+    a = g / (1.0 + g)
+    return float(r + a.sum()), float(r + np.sum(a * a))
+
+
+DOF_MAX_BYTES = 2 * 1024 ** 3
+"""Most memory (the Jacobian's ``n_epoch n_vel`` rows of all parameters twice and the ``N x N``
+Gram matrix, float64) for which :func:`effective_dof_refusal` lets the commands compute."""
+
+
+def effective_dof_refusal(problem: Problem, regulariser: str | None = None) -> str | None:
+    """Why :func:`effective_dof` cannot take ``problem`` (fitted with ``regulariser``, default its
+    settings'), in words, or None: several line data sets, time windows, a light curve, a
+    regulariser that couples cells, a Jacobian beyond :data:`DOF_MAX_BYTES`."""
+    problem = require_problem(problem, "effective_dof_refusal")
+    regulariser = problem.settings.regulariser if regulariser is None else regulariser
+    if len(problem.lines) > 1 or problem.n_window > 1 or problem.lightcurve_data is not None or problem.obs is None:
+        return "one static map of one line data set only"
+    if not lowrank_applies(regulariser):
+        return f"the regulariser {regulariser!r} couples cells (mem and mem_spotdipy do not)"
+    obs = problem.obs
+    n = obs.n_epoch * obs.n_vel
+    nbytes = 8 * (2 * n * problem.layout.size + n * n)  # the Jacobian, its whitened copy, the Gram matrix
+    if nbytes > DOF_MAX_BYTES:
+        return (f"its Jacobian ({n} x {problem.layout.size}) and Gram matrix need {format_bytes(nbytes)}, more "
+                f"than {format_bytes(DOF_MAX_BYTES)}")
+    return None
+
+
+def effective_dof(problem: Problem, best: InversionResult, *, penalty: float = DEFAULT_PENALTY,
+                  chunk: int = 64) -> EffectiveDof:
+    """The influence matrix of the fit ``best`` of ``problem``: effective parameters and residual
+    degrees of freedom (:class:`EffectiveDof`).
+
+    The fit linearised at the map (Gauss-Newton: the model's Jacobian ``J`` in units of the
+    errors, the regulariser's Hessian ``S`` as the prior) has ``A = J (J'J + S)^-1 J'`` over
+    the free parameters (filling factors off their bounds, free rv and amp; a factor on a
+    bound does not move with the data). ``J`` comes row by row from one backward pass per
+    datum, ``N`` of them (``chunk`` at a time); then :func:`influence_traces`. For
+    regularisers whose Hessian couples no cells (:func:`lowrank_applies`; ``mem``), one
+    static map and one line data set."""
+    problem = require_problem(problem, "effective_dof")
+    pre, obs = problem.pre, problem.obs
+    _one_set(pre, "effective_dof")
+    if not lowrank_applies(best.regulariser):
+        raise DopplermapInputError(f"effective_dof: needs a regulariser that couples no cells (mem), got "
+                                   f"{best.regulariser!r}")
+    t0 = time.perf_counter()
+    lay = Layout(pre.n_cell, pre.n_epoch)
+    nc, n = pre.n_cell, lay.size
+    x = jnp.asarray(best.x, dtype=jnp.float64)
+    if x.shape != (n,):
+        raise DopplermapInputError(f"best map has {x.shape[0]} parameters, the problem needs {n}")
+    hpre = hvp_form(pre)
+    m = obs.n_epoch * obs.n_vel
+    free = _free_mask(best, problem.settings.fit_rv, problem.settings.fit_amp)
+    blocks = _CellBlocks(x, jnp.asarray(best.lmbd, dtype=jnp.float64), hpre, best.regulariser, float(penalty), nc)
+    data = ObjectiveData(obs=obs)
+    chunk = max(int(chunk), 1)
+    rows = np.empty((m, n))
+    for s in range(0, m, chunk):  # J' e_r for every residual r (one compiled shape)
+        k = min(chunk, m - s)
+        us = np.zeros((chunk, m))
+        us[np.arange(k), s + np.arange(k)] = 1.0
+        rows[s:s + k] = np.asarray(_vjps_jit(x, jnp.asarray(us), hpre, data))[:k]
+    # line_residuals are (obs - model) / err / sqrt(N) and the loss is their squared norm plus S:
+    # in chi-square units J = sqrt(N) rows and the prior is N / 2 times S's Hessian
+    rows *= np.sqrt(m)
+    nuis = np.nonzero(free[2 * nc:])[0] + 2 * nc
+    cells = free.copy()
+    cells[2 * nc:] = False
+    try:
+        mats = blocks.inverse_sqrt(cells, np.ones(n - 2 * nc))
+    except ValueError:
+        raise DopplermapInputError("effective_dof: the regulariser's Hessian is not positive definite on the free "
+                                   "cells (the inversion has not converged to a minimum?)") from None
+    scale = np.sqrt(2.0 / m)
+    mats = (mats[0] * scale, mats[1] * scale, mats[2] * scale, np.zeros(n - 2 * nc))
+
+    def prior_inv_sqrt(bt):
+        return _CellBlocks.apply_blocks(mats, bt * cells[:, None], nc)
+
+    tr_a, tr_a2 = influence_traces(rows, prior_inv_sqrt, rows[:, nuis] if nuis.size else None)
+    return EffectiveDof(n=m, p_eff=tr_a, tr_a2=tr_a2, nu=m - 2.0 * tr_a + tr_a2, chi2=float(best.chi2),
+                        n_free=int(free.sum()), time=time.perf_counter() - t0)

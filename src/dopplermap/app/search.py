@@ -17,7 +17,7 @@ from pathlib import Path
 import click
 import numpy as np
 
-from .. import calibrate, plot, search
+from .. import calibrate, plot, search, uncertainty
 from ..atomic import AtomicFolder, check_out, new_run_id, write_manifest, write_text
 from ..choices import GRID_READOUTS, check
 from ..config import load_config
@@ -25,6 +25,7 @@ from ..errors import DopplermapInputError, DopplermapWarning, warn
 from ..errorscale import describe_all, summarise
 from ..memory import MAX_GRID_POINTS
 from ..problem import Settings, demo_problem, from_config, from_npz, save_npz
+from ..solvers import invert
 from ..style import save_figure
 from .defaults import GRID_TOL, LAMBDA_TOL
 
@@ -237,17 +238,19 @@ def run_lambda(problem, *, n_cell, n_epoch, n_vel, snr, regulariser, out: Path, 
         choice["lcurve_corner"] = None
         choice["lcurve_message"] = str(exc)
         click.echo(f"warning: {exc}", err=True)
-    missed = None
+    missed, target_res = None, None
     if target_chi2 is not None:
         try:
             with _expected_chi2_spread():
-                lmt, res, trials = search.lambda_for_chi2(prob, target_chi2, lo=float(sw.lmbd[0]),
-                                                          hi=float(sw.lmbd[-1]), sweep=sw, parameter=parameter)
-            choice.update(target_chi2=target_chi2, target_lambda=lmt, target_result_chi2=res.chi2,
+                lmt, target_res, trials = search.lambda_for_chi2(prob, target_chi2, lo=float(sw.lmbd[0]),
+                                                                 hi=float(sw.lmbd[-1]), sweep=sw, parameter=parameter)
+            choice.update(target_chi2=target_chi2, target_lambda=lmt, target_result_chi2=target_res.chi2,
                           target_trials=trials)
         except DopplermapInputError as exc:  # the sweep is still worth keeping: write it, then fail
             missed = str(exc)
             choice.update(target_chi2=target_chi2, target_lambda=None, target_message=missed)
+    if not time_sweep:
+        _effective_dofs(prob, sw, corner, target_res, choice, quiet)
     lines = sw.table().splitlines()  # each row also names its settings and problem
     table = "\n".join([lines[0] + ",regulariser_kind,tol,problem"]
                       + [f"{ln},{regulariser},{tol!r},{fp}" for ln in lines[1:]]) + "\n"
@@ -260,11 +263,58 @@ def run_lambda(problem, *, n_cell, n_epoch, n_vel, snr, regulariser, out: Path, 
     if missed is not None:
         raise DopplermapInputError(f"--target-chi2: {missed}; the sweep is written to {out}")
     msg = f"L-curve corner {name} {corner:.4g}" if corner is not None else "no L-curve corner"
+    if choice.get("corner_dof"):
+        msg += f" (chi2 {_per_point_and_dof(choice['corner_dof'])})"
     if target_chi2 is not None:
         msg += (f"; {name} for chi2={target_chi2:g}: {choice['target_lambda']:.4g} "
                 f"(chi2 {choice['target_result_chi2']:.5g}, {len(choice['target_trials'])} more solves)")
+        if choice.get("target_dof"):
+            msg += f" (chi2 {_per_point_and_dof(choice['target_dof'])})"
     click.echo(f"{msg}  ({len(lm)} solves in {sw.total_time:.1f} s); results in {out}")
     return choice
+
+
+DOF_TOL = 1e-7
+"""Solver tolerance of the maps whose effective degrees of freedom ``dopplermap lambda`` reports."""
+
+
+def _per_point_and_dof(d: dict) -> str:
+    return f"{d['chi2']:.4g} per point, {d['chi2_nu']:.4g} per residual dof; {d['p_eff']:.0f} effective parameters"
+
+
+def _effective_dofs(prob, sw, corner, target_res, choice: dict, quiet: bool) -> None:
+    """Record in ``choice`` the chi2 per point and per residual degree of freedom
+    (:func:`dopplermap.uncertainty.effective_dof`) of the map at the L-curve corner (one more
+    solve, warm-started from the nearest sweep point) and at the target chi2's lambda, both
+    solved to :data:`DOF_TOL` at least; a
+    ``dof_message`` says why not where they cannot be had (several line sets, time windows, a
+    regulariser coupling cells, a Jacobian too large:
+    :func:`dopplermap.uncertainty.effective_dof_refusal`)."""
+    why = uncertainty.effective_dof_refusal(prob)
+    if why is not None:
+        choice["dof_message"] = f"no chi2 per residual degree of freedom: {why}"
+        return
+    if not quiet:
+        click.echo("effective degrees of freedom at the chosen maps ...", err=True)
+    # polished to DOF_TOL: a loosely converged map leaves cells off the floor that the regulariser
+    # would still push down, and counts them as parameters (LO Peg's corner: 319 at tol 1e-5, 282)
+    tight = prob.replace(settings=prob.settings.replace(tol=min(prob.settings.tol, DOF_TOL)))
+    maps = {}
+    with _expected_chi2_spread():
+        if corner is not None:
+            near = int(np.argmin(np.abs(np.log(sw.lmbd / corner))))
+            maps["corner"] = invert(tight, lmbd=corner, x0=sw.results[near].x)
+            choice["corner_chi2"] = maps["corner"].chi2
+        if target_res is not None:
+            maps["target"] = target_res if prob.settings.tol <= DOF_TOL else invert(
+                tight, lmbd=target_res.lmbd, x0=target_res.x)
+    for key, res in maps.items():
+        try:
+            d = uncertainty.effective_dof(prob, res)
+        except DopplermapInputError as exc:
+            choice["dof_message"] = f"no chi2 per residual degree of freedom: {exc}"
+            return
+        choice[f"{key}_dof"] = {"chi2": d.chi2, **d.to_dict()}
 
 
 def run_grid(problem, *, n_cell, n_epoch, n_vel, snr, regulariser, out: Path, overwrite: bool, quiet: bool, params,

@@ -11,7 +11,7 @@ import numpy as np
 
 from .. import search
 from .. import uncertainty as U
-from ..atmosphere import CITATION, RESPONSES
+from ..atmosphere import CITATION, RESPONSE_SOURCES
 from ..choices import uncertainty_title
 from ..compiled import call_cached
 from ..errors import DopplermapInputError
@@ -38,6 +38,9 @@ def summary_line(s: dict) -> str:
     lc = f"  chi2(lc) {s['chi2_lc']:.4f}" if s.get("chi2_lc") is not None else ""
     sets = "".join(f"  chi2({k}) {v:.4f}" for k, v in (s.get("chi2_sets") or {}).items())
     sets += "".join(f"  chi2(lc {k}) {v:.4f}" for k, v in (s.get("chi2_lc_sets") or {}).items())
+    dof = s.get("chi2_dof")
+    if dof:
+        sets += f" ({dof['chi2_nu']:.4f} per residual dof, {dof['p_eff']:.0f} effective parameters)"
     return (f"chi2 {s['chi2']:.4f}{lc}{sets}  iterations {s['iterations']}  {s['stop_reason']}  "
             f"solve {s['solve_time']:.2f} s")
 
@@ -87,7 +90,8 @@ def band_values(cfg, lcds, grid) -> dict:
                           intensity=dict(zip(("phot", "cool", "hot"), map(float, d.band.intensity), strict=True)),
                           limb_darkening_source=CITATION if table else "given",
                           intensity_source=("given" if conf.intensity is not None else
-                                            f"Planck over the {conf.passband} response" if conf.passband in RESPONSES
+                                            f"Planck over the {conf.passband} response: {RESPONSE_SOURCES[conf.passband]}"
+                                            if conf.passband is not None
                                             else f"Planck at {conf.wavelength_nm:g} nm")))
     if bands:
         out["lc_bands"] = bands
@@ -227,6 +231,11 @@ def run_target(cfg, out: Path, *, plots: bool = True, quiet: bool = True, config
             res = invert(prob, callback=callback if live else None)
             if not live:
                 callback(res.iterations, {"loss": [res.loss], "chi2": [res.chi2]})
+        dof = None
+        if any(not e.pending for e in prob.error_scale) and U.effective_dof_refusal(prob, res.regulariser) is None:
+            # errors scaled to the noise: say what chi2 to read against 1 (the map absorbs part of the noise)
+            with rep.step("effective degrees of freedom"):
+                dof = U.effective_dof(prob, res)
         grid, obs = prob.grid, prob.observations
         light_curve = None
         if lc is not None:
@@ -274,6 +283,7 @@ def run_target(cfg, out: Path, *, plots: bool = True, quiet: bool = True, config
                        "macroturbulence": sets[0].line.macroturbulence}
         extra = dict(target=cfg.source, n_files=len(prob.files), n_cell=grid.n_cell, **per_set,
                      error_scale=summarise(prob.error_scale),
+                     chi2_dof=None if dof is None else {"chi2": dof.chi2, **dof.to_dict()},
                      n_lc=None if lc is None else lc.n_lc, gravity_darkening=cfg.gravity_darkening.enabled,
                      lc_estimate=None if est is None else {k: float(v) for k, v in est.items()},
                      plan=prob.plan.describe(), setup_time=t_setup, total_time=time.perf_counter() - t0,
