@@ -75,14 +75,14 @@ def dm_cmd(*args):
 
 
 def write_small_dataset(root: Path, n_epoch: int = 8, n_vel: int = 47, n_cell: int = 4000, n_lc: int = 300):
-    """The example's observed star (examples/observed_star.py) at 8 epochs x 47 velocities."""
-    sys.path.insert(0, str(HERE.parent / "examples"))
+    """The example's observed star (dopplermap/examples/observed_star.py) at 8 epochs x 47 velocities."""
+    sys.path.insert(0, str(SRC))
     import jax.numpy as jnp
     import numpy as np
-    import observed_star as ex
 
     import dopplermap as dm
     from dopplermap.broadening import mu_dependent_profile, replace_profiles
+    from dopplermap.examples import observed_star as ex
     from dopplermap.io.lightcurve import write_lightcurve
     from dopplermap.io.lsd import write_lsd
     from dopplermap.lightcurve import LightCurveBand, simulate_lightcurve
@@ -134,7 +134,7 @@ def startup(env):
     return ver, imp
 
 
-def run_seed_size(name, work, seed_python, skip_seed, ver):
+def run_seed_size(name, work, seed_python, skip_seed, ver, solvers=()):
     n_cell, n_epoch, n_vel = SIZES[name]
     data = work / f"pickles-{name}"
     if not (data / "cpcs.pkl").exists():
@@ -152,33 +152,43 @@ def run_seed_size(name, work, seed_python, skip_seed, ver):
         out["seed"] = dict(wall=wall, cpu=timed.cpu, compile=s["compile_time"] + s["trace_lower_time"], solve=s["solve_time"],
                            startup_read=wall - s["total_time"], iterations=s["iterations"], loss_reported=s["loss_reported"],
                            x_file=s["x_file"])
-    cache = work / f"cache-{name}"
-    shutil.rmtree(cache, ignore_errors=True)
-    for label in ("cold", "warm"):
-        res = work / f"dm-{name}-{label}"
-        shutil.rmtree(res, ignore_errors=True)  # this script's own output of an earlier run
-        wall, _ = timed(dm_cmd("invert-seed", "--idc", str(data / "idc.pkl"), "--sg", str(data / "sg.pkl"), "--cpcs",
-                               str(data / "cpcs.pkl"), "--trust-pickle", "--lmbd", "1.0", "--tol", "1e-5",
-                               "--quiet", "--out", str(res)), env=dm_env(cache), log=work / f"dm-{name}-{label}.log")
-        s = json.loads((res / "summary.json").read_text())
-        out[f"dm_{label}"] = dict(wall=wall, cpu=timed.cpu, startup=ver, read=s["read_time"], compile=s["compile_time"],
-                                  solve=s["solve_time"], write=wall - ver - s["total_time"], total=s["total_time"],
-                                  iterations=s["iterations"], loss=s["loss"])
+    for solver in (None, *solvers):  # None: invert-seed's default (L-BFGS-B, the seed's)
+        cache = work / f"cache-{name}-{solver or 'default'}"
+        shutil.rmtree(cache, ignore_errors=True)
+        for label in ("cold", "warm"):
+            key = label if solver is None else f"{solver}_{label}"
+            res = work / f"dm-{name}-{key}"
+            shutil.rmtree(res, ignore_errors=True)  # this script's own output of an earlier run
+            extra = () if solver is None else ("--solver", solver)
+            wall, _ = timed(dm_cmd("invert-seed", "--idc", str(data / "idc.pkl"), "--sg", str(data / "sg.pkl"), "--cpcs",
+                                   str(data / "cpcs.pkl"), "--trust-pickle", "--lmbd", "1.0", "--tol", "1e-5",
+                                   "--quiet", *extra, "--out", str(res)), env=dm_env(cache),
+                            log=work / f"dm-{name}-{key}.log")
+            s = json.loads((res / "summary.json").read_text())
+            out[f"dm_{key}"] = dict(wall=wall, cpu=timed.cpu, startup=ver, read=s["read_time"], compile=s["compile_time"],
+                                    solve=s["solve_time"], write=wall - ver - s["total_time"], total=s["total_time"],
+                                    iterations=s["iterations"], loss=s["loss"], solver=s.get("solver"))
     return out
 
 
-def run_small(work, ver):
+def run_small(work, ver, forced_newton=False):
     root = work / "observed"
     if not (root / "target.toml").exists():
         write_small_dataset(root)
     # the default solver ("auto": Newton at this tol) against L-BFGS-B, each from a cold cache
     text = (root / "target.toml").read_text()
     (root / "target_lbfgsb.toml").write_text(text.replace("tol = 1e-7", 'tol = 1e-7\nsolver = "lbfgsb"'))
-    cache = work / "cache-observed"
-    shutil.rmtree(cache, ignore_errors=True)
+    (root / "target_newton.toml").write_text(text.replace("tol = 1e-7", 'tol = 1e-7\nsolver = "newton"'))
     out = {}
-    for toml, label in (("target.toml", "cold"), ("target.toml", "warm"), ("target_lbfgsb.toml", "lbfgsb_cold"),
-                        ("target_lbfgsb.toml", "lbfgsb_warm")):
+    runs = [("target.toml", "cold"), ("target.toml", "warm"), ("target_lbfgsb.toml", "lbfgsb_cold"),
+            ("target_lbfgsb.toml", "lbfgsb_warm")]
+    if forced_newton:
+        runs += [("target_newton.toml", "newton_cold"), ("target_newton.toml", "newton_warm")]
+    for toml, label in runs:
+        # each setting from its own empty cache (a shared one would hand one solver's programs to the next)
+        cache = work / f"cache-observed-{toml}"
+        if label.endswith("cold"):
+            shutil.rmtree(cache, ignore_errors=True)
         res = work / f"observed-{label}"
         shutil.rmtree(res, ignore_errors=True)
         wall, _ = timed(dm_cmd("invert", str(root / toml), "--quiet", "--out", str(res)), env=dm_env(cache),
@@ -207,20 +217,21 @@ def make_table(result) -> str:
             lines.append(f"| {tag}: seed script (jaxopt, float64, tol 1e-5) | {s['wall']:.1f} | {cpu(s)} | {s['startup_read']:.1f} "
                          f"(with read) | | {s['compile']:.1f} | {s['solve']:.1f} | | {s['iterations']} | "
                          f"{s['loss_reported']:.8g} | 1 |")
-        for label in ("cold", "warm"):
+        for label in [k[3:] for k in r if k.startswith("dm_")]:
             d = dict(r[f"dm_{label}"])
             if "total" not in d:  # a run of the first version of this script: start-up was the import time
                 d["total"] = d["wall"] - d["startup"] - d["write"]
             d["startup"], d["write"] = ver, d["wall"] - ver - d["total"]
             ratio = f"{s['wall'] / d['wall']:.1f}x" if s else "-"
-            lines.append(f"| {tag}: `invert-seed`, {label} cache | {d['wall']:.2f} | {cpu(d)} | {d['startup']:.2f} | {d['read']:.2f} | "
+            how = f" --solver {label.rsplit('_', 1)[0]}" if "_" in label else ""
+            lines.append(f"| {tag}: `invert-seed{how}`, {label.rsplit('_', 1)[-1]} cache | {d['wall']:.2f} | {cpu(d)} | {d['startup']:.2f} | {d['read']:.2f} | "
                          f"{d['compile']:.2f} | {d['solve']:.2f} | {d['write']:.2f} | {d['iterations']} | {d['loss']:.8g} | {ratio} |")
-    for label, d in result["observed"].items():
+    for label, d in result.get("observed", {}).items():
         d = dict(d)
         if "total" not in d:
             d["total"] = d["wall"] - d["startup"] - d["rest"] - (d["write"] or 0.0)
         d["startup"], d["rest"] = ver, d["wall"] - ver - d["total"] - (d["write"] or 0.0)
-        lines.append(f"| 8 x 47 + 300 lc, 4000 cells, tol 1e-7: `invert` ({d['solver']}), {label.replace('lbfgsb_', '')} cache | "
+        lines.append(f"| 8 x 47 + 300 lc, 4000 cells, tol 1e-7: `invert` ({d['solver']}), {label.rsplit('_', 1)[-1]} cache | "
                      f"{d['wall']:.2f} | {cpu(d)} | {d['startup']:.2f} | {d['setup']:.2f} | {d['compile']:.2f} | {d['solve']:.2f} | "
                      f"{(d['write'] or 0) + d['rest']:.2f} | {d['iterations']} | {d['loss']:.8g} | - |")
     return "\n".join(lines)
@@ -233,6 +244,10 @@ def main(argv=None) -> int:
     ap.add_argument("--workdir", type=Path)
     ap.add_argument("--skip-seed", action="store_true", help="no run of the seed's script")
     ap.add_argument("--out", help="JSON output file")
+    ap.add_argument("--solvers", nargs="*", default=[],
+                    help="also run invert-seed with each of these --solver values, and the real layout with Newton "
+                         "forced, each cold then warm from its own empty cache")
+    ap.add_argument("--skip-observed", action="store_true", help="no run of the small real-layout set")
     args = ap.parse_args(argv)
     work = args.workdir or Path(tempfile.mkdtemp(prefix="dopplermap-e2e-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -243,11 +258,12 @@ def main(argv=None) -> int:
     result = dict(machine=platform.node(), processor=platform.processor() or platform.machine(),
                   cpu_count=os.cpu_count(), load_start=load0, version_s=ver, import_s=imp, seed=[], workdir=str(work))
     for name in args.sizes:
-        r = run_seed_size(name, work, args.seed_python, args.skip_seed, ver)
+        r = run_seed_size(name, work, args.seed_python, args.skip_seed, ver, args.solvers)
         result["seed"].append(r)
         print(json.dumps(r, indent=1), flush=True)
-    result["observed"] = run_small(work, ver)
-    print(json.dumps(result["observed"], indent=1), flush=True)
+    if not args.skip_observed:
+        result["observed"] = run_small(work, ver, forced_newton=bool(args.solvers))
+        print(json.dumps(result["observed"], indent=1), flush=True)
     result["load_end"] = os.getloadavg()
 
     table = make_table(result)

@@ -9,10 +9,27 @@ time with its compile, the second reusing it. ``bootstrap 8-member vmap calls`` 
 previous default (resamples solved 8 at a time, the last call padded).
 
     PYTHONPATH=src python benchmarks/bench_many.py [--n-cell 2500 --n-epoch 60]
+
+``--runs 3`` instead times the sweep as repeated runs of a user's process would see it: each
+run a fresh process with the persistent compile cache on (a fresh temporary folder for each
+solver setting, so run 1 is a first run on an empty cache), solver ``"lbfgsb"`` (the demo
+star's solver before) against ``"auto"``; the sweep's own seconds and the process's.
+
+    PYTHONPATH=src python benchmarks/bench_many.py --runs 3
+
+``--calibration 3 4`` times a fraction of ``grid --calibrate 16`` over 13 inclinations on a
+20-epoch, 2500-cell star (the demo star at that size, tol 1e-6 as ``grid``): a calibration
+over 3 grid values and 3 trials with 4 data sets each, in this process, and the seconds per
+solve it gives, scaled to the 13 x (1 + 13 x 16) + 13 solves of the full calibration.
+
+    PYTHONPATH=src python benchmarks/bench_many.py --calibration 3 4
 """
 
 import argparse
 import os
+import subprocess
+import sys
+import tempfile
 import time
 import warnings
 
@@ -53,12 +70,71 @@ def old_bootstrap(problem, best, n_boot, seed=0, chunk=8):
     return np.array([[r.fssc, r.fssh] for r in out])
 
 
+def one_sweep(solver: str):
+    """One run as a fresh process: the compile cache on, the 12-value sweep, its seconds (stdout)."""
+    from dopplermap.cache import enable_compilation_cache
+
+    enable_compilation_cache()  # $DOPPLERMAP_CACHE_DIR, set by the parent
+    warnings.simplefilter("ignore")
+    prob = load_problem(None, quiet=True, tol=1e-7)
+    prob = prob.replace(settings=prob.settings.replace(solver=solver, maxiter=2000))
+    t = time.perf_counter()
+    sw = search.sweep_lambda(prob, np.logspace(-3, 2, 12))
+    dt = time.perf_counter() - t
+    solver_used = sorted({r.solver for r in sw.results})
+    print(f"{dt:.3f} {int(sw.iterations.sum())} {'+'.join(solver_used)} {sw.loss.tolist()}")
+
+
+def process_runs(n_runs: int):
+    print(f"12-value sweep, demo star, tol 1e-7, {n_runs} runs as fresh processes; load average "
+          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
+    ref = None
+    for solver in ("lbfgsb", "auto"):
+        with tempfile.TemporaryDirectory() as cache:
+            env = dict(os.environ, DOPPLERMAP_CACHE_DIR=cache)
+            for k in range(n_runs):
+                t = time.perf_counter()
+                out = subprocess.run([sys.executable, __file__, "--one-sweep", solver], env=env, check=True,
+                                     capture_output=True, text=True).stdout.split(maxsplit=3)
+                wall = time.perf_counter() - t
+                loss = np.array(eval(out[3]))  # noqa: S307  (our own child's list of floats)
+                ref = loss if ref is None else ref
+                print(f"solver {solver:6s} run {k + 1}: sweep {float(out[0]):6.2f} s  process {wall:6.2f} s  "
+                      f"solver used {out[2]:7s} iterations {out[1]:>5s}  max |loss / first's - 1| "
+                      f"{np.max(np.abs(loss / ref - 1)):.1e}  load {os.getloadavg()[0]:.1f}", flush=True)
+
+
+def calibration_fraction(n_values: int, n_sim: int):
+    from dopplermap.calibrate import CalibrationOptions, calibrate_parameter, calibration_cost
+    from dopplermap.problem import demo_problem
+
+    warnings.simplefilter("ignore")
+    prob = demo_problem(n_cell=2500, n_epoch=20, n_vel=32)
+    prob = prob.replace(settings=prob.settings.replace(tol=1e-6, solver="auto"))
+    vals = np.linspace(40.0, 70.0, n_values)
+    print(f"calibration fraction: n_cell 2500 n_epoch 20 n_vel 32, {n_values} values x {n_sim} sets; load average "
+          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
+    c, t = timed(lambda: calibrate_parameter(prob, "inclination", vals, fixed={"vsini": prob.star.vsini},
+                                             options=CalibrationOptions(n_sim=n_sim, sim_oversample=1)))
+    full = calibration_cost(13, 13, 16)["total"] + 13  # and the grid's own 13 points
+    per = t / c.n_solves
+    print(f"{c.n_solves} solves in {t:.1f} s ({c.mode}): {per:.3f} s a solve -> {full} solves ~ {per * full / 60:.1f} "
+          f"min; estimate {c.estimate:.2f} [{c.lo68:.2f}, {c.hi68:.2f}]; load average {os.getloadavg()[0]:.1f}")
+
+
 def main():
+    if len(sys.argv) == 4 and sys.argv[1] == "--calibration":
+        return calibration_fraction(int(sys.argv[2]), int(sys.argv[3]))
+    if len(sys.argv) == 3 and sys.argv[1] == "--one-sweep":
+        return one_sweep(sys.argv[2])
     ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=0, help="time the sweep as this many fresh processes instead")
     ap.add_argument("--n-cell", type=int, default=None)
     ap.add_argument("--n-epoch", type=int, default=None)
     ap.add_argument("--skip-vmap-sweep", action="store_true")
     a = ap.parse_args()
+    if a.runs:
+        return process_runs(a.runs)
     warnings.simplefilter("ignore")
     size = {k: v for k, v in (("n_cell", a.n_cell), ("n_epoch", a.n_epoch)) if v is not None}
     prob = load_problem(None, quiet=True, **size)
@@ -66,8 +142,9 @@ def main():
     print(f"n_cell {prob.grid.n_cell} n_epoch {obs.n_epoch} n_vel {obs.n_vel}; load average "
           f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
     lm = np.logspace(-3, 2, 12)
-    sweep = prob.replace(settings=prob.settings.replace(tol=1e-7, maxiter=2000))
-    runs = [("invert (L-BFGS-B; the default)", sweep, "invert"), ("invert (Newton)",
+    # L-BFGS-B as the demo star solved before its solver became "auto" (the --runs comparison)
+    sweep = prob.replace(settings=prob.settings.replace(tol=1e-7, maxiter=2000, solver="lbfgsb"))
+    runs = [("invert (L-BFGS-B)", sweep, "invert"), ("invert (Newton)",
             sweep.replace(settings=sweep.settings.replace(solver="newton")), "invert"),
             ("sequential (device solve)", sweep, "sequential")]
     if not a.skip_vmap_sweep:

@@ -237,6 +237,9 @@ def test_cli_grid_calibrate_prints_one_criterion(tmp_path, capsys):
     # the printed best point and interval are the calibrated ones; vsini (one value) is held
     assert f"inclination={c['estimate']:.4g}" in text and "vsini=35 (held)" in text
     assert f"68 % {c['lo68']:.4g} .. {c['hi68']:.4g}" in text and "Delta chi2" not in text
+    # the calibration's finished work kept beside the table (what --resume continues from)
+    assert len((out / "calibrate-inclination.jsonl").read_text().splitlines()) == 3
+    assert (out / "calibrate-inclination.npz").exists()
     # nothing to calibrate: refused before the search
     assert main(["grid", str(npz), "--out", str(tmp_path / "h"), "--param", "inclination=60,70", "--calibrate", "4",
                  "--scheduler", "sync"]) == 2
@@ -376,3 +379,61 @@ def test_calibration_on_a_two_worker_cluster_equals_the_serial_one(monkeypatch):
             np.testing.assert_allclose(run.member_profiles[col], serial.member_profiles[col], rtol=1e-9)
         assert (run.estimate, run.lo68, run.hi68) == pytest.approx((serial.estimate, serial.lo68, serial.hi68),
                                                                    rel=1e-9)
+
+
+def test_interrupted_calibration_resumes_from_its_table(tmp_path, monkeypatch):
+    """A calibration keeps its data sets and each finished grid value's solves as they finish:
+    killed midway and run again with the same table it solves only what was left and gives
+    the uninterrupted result; a line cut off by the kill is dropped, and a calibration of
+    other inputs (another seed) takes nothing from the table. The solves are stand-ins (a
+    profile with its minimum where each data set's mean puts it): the bookkeeping is tested."""
+    from dopplermap import calibrate
+    from dopplermap.calibrate import CalibrationOptions, calibrate_parameter
+    from dopplermap.problem import demo_problem
+
+    class Killed(Exception):
+        pass
+
+    small_problem = demo_problem(n_cell=100, n_epoch=8, n_vel=20)
+    calls = {"sets": 0, "values": []}
+
+    def sets(problem, at, t, kw, lm_sim, err, o, progress):
+        calls["sets"] += 1
+        rng = np.random.default_rng(o.seed)
+        return rng.normal(size=(1 + t.size * o.n_sim, *err.shape))
+
+    def value_task(problem, name, fixed, value, flux, err, kw, mode):
+        calls["values"].append(value)
+        if value == stop_at[0]:
+            raise Killed  # the run is killed while solving this grid value
+        centre = 70.0 + 20.0 * flux.mean(axis=(1, 2))
+        chi2 = 1.0 + ((value - centre) / 10.0) ** 2
+        return chi2, chi2 + 0.5, type("Many", (), {"mode": "sequential", "describe": lambda self: "stand-in"})()
+
+    monkeypatch.setattr(calibrate, "_simulated_sets", sets)
+    monkeypatch.setattr(calibrate, "grid_value_task", value_task)
+    vals = [60.0, 65.0, 70.0, 75.0, 80.0]
+    kw = dict(fixed={"vsini": small_problem.star.vsini}, options=CalibrationOptions(n_sim=4, seed=3))
+    stop_at = [None]
+    whole = calibrate_parameter(small_problem, "inclination", vals, **kw)
+    table = tmp_path / "calibrate-inclination.jsonl"
+    stop_at[0] = 75.0
+    calls.update(sets=0, values=[])
+    with pytest.raises(Killed):
+        calibrate_parameter(small_problem, "inclination", vals, table=table, **kw)
+    assert calls == {"sets": 1, "values": [60.0, 65.0, 70.0, 75.0]}
+    assert len(table.read_text().splitlines()) == 3 and table.with_suffix(".npz").exists()
+    with open(table, "a") as fh:  # a line cut off by the kill
+        fh.write('{"digest": "')
+    stop_at[0] = None
+    calls.update(sets=0, values=[])
+    resumed = calibrate_parameter(small_problem, "inclination", vals, table=table, **kw)
+    assert calls == {"sets": 0, "values": [75.0, 80.0]}  # the data sets and three values from the table
+    for col in calibrate.COLUMNS:
+        np.testing.assert_array_equal(resumed.member_profiles[col], whole.member_profiles[col])
+    assert (resumed.estimate, resumed.lo68, resumed.hi68) == (whole.estimate, whole.lo68, whole.hi68)
+    # other inputs: nothing taken from the table, everything solved
+    calls.update(sets=0, values=[])
+    other = dict(kw, options=CalibrationOptions(n_sim=4, seed=4))
+    calibrate_parameter(small_problem, "inclination", vals, table=table, **other)
+    assert calls == {"sets": 1, "values": vals}

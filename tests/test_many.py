@@ -112,6 +112,32 @@ def test_auto_solver_counts_a_cold_compile():
             > plan.solver_passes("newton", 1e-8) - plan.solver_passes("newton", 1e-6))
 
 
+def test_auto_solver_builds_the_warm_winner_on_a_repeated_run():
+    """A first run (nothing cached) counts Newton's cold compile in full and takes L-BFGS-B on
+    a small problem; once L-BFGS-B's program of the shape is on disk (a repeated run) the cold
+    compile counts 1/REPEAT_RUNS, so Newton, the faster one compiled, is built on that run and
+    wins from the cache after it. Where Newton would not win even compiled, nothing changes."""
+    small = dict(n_data=30 * 24, n_cell=400)
+    first = plan.pick_solver({"newton": "cold", "lbfgsb": "cold"}, tol=1e-7, n_solves=12, **small)
+    again = plan.pick_solver({"newton": "cold", "lbfgsb": "disk"}, tol=1e-7, n_solves=12, **small)
+    later = plan.pick_solver({"newton": "disk", "lbfgsb": "disk"}, tol=1e-7, n_solves=12, **small)
+    assert (first.solver, again.solver, later.solver) == ("lbfgsb", "newton", "newton")
+    assert not first.repeated and again.repeated
+    assert "ran before" in again.describe() and "ran before" not in later.describe()
+    # the rule follows the estimates: the cold compile must be paid back within REPEAT_RUNS runs
+    newton_s = 12 * plan.solve_seconds("newton", 1e-7, **small)
+    lbfgsb_s = 12 * plan.solve_seconds("lbfgsb", 1e-7, **small)
+    assert (plan.COMPILE_SECONDS["newton"]["cold"] / plan.REPEAT_RUNS + newton_s
+            < plan.COMPILE_SECONDS["lbfgsb"]["disk"] + lbfgsb_s)
+    # one solve: Newton's saving (< 0.3 s) does not pay a tenth of its compile: L-BFGS-B stays
+    assert plan.pick_solver({"newton": "cold", "lbfgsb": "disk"}, tol=1e-7, **small).solver == "lbfgsb"
+    # in-process reuse (memo) alone is no repeated run
+    assert plan.pick_solver({"newton": "cold", "lbfgsb": "memo"}, tol=1e-7, n_solves=12, **small).repeated is False
+    # a Newton loop that reports progress to the host is never stored: its compile is not spread
+    assert plan.pick_solver({"newton": "cold", "lbfgsb": "disk"}, tol=1e-7, n_solves=12, unkept=("newton",),
+                            **small).solver == "lbfgsb"
+
+
 def test_auto_solver_sees_where_the_newton_program_is(tiny, caplog):
     """invert's "auto" finds the Newton program of this shape compiled in this process, and
     logs its choice with the estimates (what -v prints)."""
@@ -129,3 +155,55 @@ def test_auto_solver_sees_where_the_newton_program_is(tiny, caplog):
         assert after.solver == "newton" and dm.invert(p).solver == "newton"
     assert any(r.getMessage().startswith("solver auto: newton (estimated newton 0.0 s compile (memo)")
                for r in caplog.records)
+
+
+@pytest.mark.slow  # a local Dask cluster
+def test_sweep_and_bootstrap_on_a_two_worker_cluster_equal_this_process(tiny, monkeypatch):
+    """A lambda sweep and a bootstrap spread over a local 2-worker cluster, in tasks of a few
+    members: the same solves as in this process (each member from the same start), so the
+    same maps."""
+    from dask.distributed import LocalCluster
+
+    from dopplermap import search
+    from dopplermap import uncertainty as U
+
+    lm = [0.3, 1.0, 3.0]
+    here = search.sweep_lambda(tiny, lm, warm_start=False, mode="sequential")
+    best = dm.invert(tiny, lmbd=1.0)
+    boot_here = U.bootstrap(tiny, best, n_boot=5, mode="sequential")
+    monkeypatch.setattr(search, "SWEEP_TASK_LAMBDAS", 2)  # 2 tasks
+    monkeypatch.setattr(U, "BOOTSTRAP_TASK", 2)  # 3 tasks
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        where = search.Cluster(cluster.scheduler_address)
+        there = search.sweep_lambda(tiny, lm, warm_start=False, mode="sequential", cluster=where)
+        boot_there = U.bootstrap(tiny, best, n_boot=5, mode="sequential", cluster=where)
+    np.testing.assert_allclose(there.loss, here.loss, rtol=1e-10)
+    for a, b in zip(there.results, here.results, strict=True):
+        np.testing.assert_allclose(a.fssc, b.fssc, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(boot_there.samples, boot_here.samples, rtol=1e-9, atol=1e-12)
+    with pytest.raises(dm.DopplermapInputError, match="resample"):
+        U.bootstrap(tiny, best, n_boot=5, mode="resample", cluster=search.Cluster("tcp://127.0.0.1:1"))
+
+
+def test_invert_scheduler_needs_a_bootstrap(tmp_path, capsys):
+    """--scheduler spreads the bootstrap's refits: without a bootstrap to spread it is refused
+    with one line before any work (never silently ignored)."""
+    from dopplermap.cli import main
+
+    p = tmp_path / "target.toml"
+    assert main(["init", str(p)]) == 0
+    capsys.readouterr()
+    assert main(["invert", str(p), "--out", str(tmp_path / "r"), "--scheduler", "local"]) == 2
+    err = capsys.readouterr().err
+    assert "--scheduler spreads the bootstrap's refits" in err and "Traceback" not in err
+    assert not (tmp_path / "r").exists()
+
+
+def test_lambda_refuses_an_unreachable_scheduler_before_any_work(tmp_path, capsys):
+    from dopplermap.cli import main
+
+    out = tmp_path / "l"
+    assert main(["lambda", "--out", str(out), "--scheduler", "tcp://127.0.0.1:9", "--connect-timeout", "0.5"]) == 2
+    err = capsys.readouterr().err
+    assert "--scheduler tcp://127.0.0.1:9: could not connect" in err and "Traceback" not in err
+    assert not out.exists()

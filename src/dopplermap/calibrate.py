@@ -31,26 +31,30 @@ held at their given values.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import math
+import os
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
 from ._repr import compact
+from .atomic import fingerprint, write_file
 from .choices import SPOT_COMPONENTS
 from .errors import DopplermapInputError
 from .grid import SurfaceGrid, latitude_band_grid
 from .memory import MAX_GRID_POINTS, check_bytes
 from .model import forward
 from .problem import Problem, require_problem
-from .search import apply_parameters, pad_precomputed
+from .search import apply_parameters, pad_precomputed, problem_fingerprint
 from .solvers import invert_batch, solve_many
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Calibration", "CalibrationOptions", "calibrate_parameter", "calibration_cost", "profile_minimum",
+__all__ = ["Calibration", "CalibrationOptions", "Finished", "calibrate_parameter", "calibration_cost", "profile_minimum",
            "belt_estimate", "check_calibratable", "check_calibration_size", "owner_cells", "calibrated_star", "LEVELS", "COLUMNS",
            "SIM_LMBD_FACTOR", "SIM_OVERSAMPLE", "TASK_MEMBERS", "grid_value_task"]
 
@@ -401,6 +405,61 @@ TASK_MEMBERS = 64
 """Most data sets of one Dask task of a calibration (one grid value's batched solve, in parts)."""
 
 
+class Finished:
+    """A calibration's finished work, kept beside a grid table so that a killed run resumes it.
+
+    ``path`` (``.jsonl``): one line per finished unit (a grid value's solves of data sets
+    ``start:stop``), appended and synced as each finishes; ``path`` with suffix ``.npz``: the
+    simulated data sets (written atomically once the trial maps are solved, so a resumed run
+    neither re-solves them nor draws other noise). Every line and the data file carry the
+    digest of the calibration's inputs (problem, parameter, grid and trial values, held
+    parameters, settings, options): what another calibration left is ignored, never mixed
+    in; a line cut off by a kill is dropped.
+    """
+
+    def __init__(self, path, digest: str):
+        self.path, self.digest = Path(path), digest
+        self.data_path = self.path.with_suffix(".npz")
+        self.units: dict[tuple[int, int, int], tuple[np.ndarray, np.ndarray]] = {}
+        if self.path.exists():
+            for line in self.path.read_text().splitlines():
+                try:
+                    u = json.loads(line)
+                    if u["digest"] == digest:
+                        self.units[(int(u["j"]), int(u["start"]), int(u["stop"]))] = (
+                            np.asarray(u["chi2_total"], float), np.asarray(u["loss"], float))
+                except (ValueError, KeyError, TypeError):  # a line cut off by a kill
+                    continue
+        else:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.touch()
+
+    def data(self):
+        """The simulated data sets a run of these inputs saved, or None."""
+        try:
+            with np.load(self.data_path) as z:
+                return np.array(z["flux"]) if str(z["digest"]) == self.digest else None
+        except (OSError, ValueError, KeyError):
+            return None
+
+    def save_data(self, flux: np.ndarray) -> None:
+        write_file(self.data_path, lambda fh: np.savez(fh, flux=flux, digest=np.array(self.digest)))
+
+    def take(self, j: int, start: int, stop: int):
+        """``(chi2_total, loss)`` of a finished unit, or None."""
+        return self.units.get((j, start, stop))
+
+    def add(self, j: int, start: int, stop: int, chi2_total, loss) -> None:
+        line = json.dumps({"digest": self.digest, "j": j, "start": start, "stop": stop,
+                           "chi2_total": np.asarray(chi2_total, float).tolist(),
+                           "loss": np.asarray(loss, float).tolist()})
+        with open(self.path, "a") as fh:
+            fh.write(line + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        self.units[(j, start, stop)] = (np.asarray(chi2_total, float), np.asarray(loss, float))
+
+
 def grid_value_task(problem: Problem, name: str, fixed: dict, value: float, flux, err, kw: dict, mode: str):
     """``(chi2, loss, Many)``: every data set of ``flux`` solved at grid value ``value`` of
     ``name`` (the other parameters ``fixed``), as one :func:`dopplermap.solvers.solve_many`;
@@ -416,43 +475,78 @@ def _task(problem, name, fixed, value, flux, err, kw, mode):
     return chi2, loss, many.mode
 
 
-def _on_cluster(cluster, problem, name, fixed, v, flux, err, kw, mode, profiles, n_data, progress) -> str:
+def _on_cluster(cluster, problem, name, fixed, v, flux, err, kw, mode, profiles, n_data, progress,
+                finished: Finished | None = None) -> str:
     """The grid values' solves as Dask tasks of at most :data:`TASK_MEMBERS` data sets each;
-    a task lost with its worker is run again by the scheduler (only that task's solves)."""
+    a task lost with its worker is run again by the scheduler (only that task's solves).
+    Units ``finished`` holds are not solved again; each finished task is added to it."""
     from dask.distributed import as_completed
 
-    client, local = cluster.connect()
-    try:
-        prob = client.scatter(problem, broadcast=True)
-        parts = [slice(s, min(s + TASK_MEMBERS, flux.shape[0])) for s in range(0, flux.shape[0], TASK_MEMBERS)]
-        data = [client.scatter(flux[p]) for p in parts]
-        futs = {}
-        for j, gv in enumerate(v):
-            for k, p in enumerate(parts):
-                futs[client.submit(_task, prob, name, fixed, float(gv), data[k], err, kw, mode, pure=False,
-                                   retries=2)] = (j, p)
-        left = {j: len(parts) for j in range(v.size)}
-        modes = set()
-        for fut in as_completed(futs):
-            j, p = futs[fut]
-            chi2, loss, used = fut.result()
-            modes.add(used)
-            profiles["chi2_total"][j, p], profiles["loss"][j, p] = chi2 * n_data, loss * n_data
-            left[j] -= 1
-            if left[j] == 0 and progress is not None:
-                progress("grid", v.size - sum(1 for n in left.values() if n), v.size)
-    finally:
-        client.close()
-        if local is not None:
-            local.close()
-    used = "+".join(sorted(modes))
-    log.info("calibrate %s: %d grid values x %d tasks on the cluster (%s)", name, v.size, len(parts), used)
+    parts = [slice(s, min(s + TASK_MEMBERS, flux.shape[0])) for s in range(0, flux.shape[0], TASK_MEMBERS)]
+    left = {j: len(parts) for j in range(v.size)}
+    todo = []
+    for j in range(v.size):
+        for p in parts:
+            done = None if finished is None else finished.take(j, p.start, p.stop)
+            if done is None:
+                todo.append((j, p))
+            else:
+                profiles["chi2_total"][j, p], profiles["loss"][j, p] = done
+                left[j] -= 1
+    modes = set()
+    if todo:
+        client, local = cluster.connect()
+        try:
+            prob = client.scatter(problem, broadcast=True)
+            data = {p.start: client.scatter(flux[p]) for p in parts}
+            futs = {client.submit(_task, prob, name, fixed, float(v[j]), data[p.start], err, kw, mode, pure=False,
+                                  retries=2): (j, p) for j, p in todo}
+            for fut in as_completed(futs):
+                j, p = futs[fut]
+                chi2, loss, used = fut.result()
+                modes.add(used)
+                profiles["chi2_total"][j, p], profiles["loss"][j, p] = chi2 * n_data, loss * n_data
+                if finished is not None:
+                    finished.add(j, p.start, p.stop, chi2 * n_data, loss * n_data)
+                left[j] -= 1
+                if left[j] == 0 and progress is not None:
+                    progress("grid", v.size - sum(1 for n in left.values() if n), v.size)
+        finally:
+            client.close()
+            if local is not None:
+                local.close()
+    used = "+".join(sorted(modes)) or "resumed"
+    log.info("calibrate %s: %d grid values x %d tasks on the cluster (%s; %d finished before)", name, v.size,
+             len(parts), used, v.size * len(parts) - len(todo))
     return used
+
+
+def _simulated_sets(problem, at, t, kw, lm_sim, err, o, progress) -> np.ndarray:
+    """``(1 + n_trial n_sim, n_epoch, n_vel)``: the observed profiles, then for each trial value
+    ``n_sim`` data sets drawn from the map the data give there (:func:`calibrate_parameter`)."""
+    obs = problem.obs
+    rng = np.random.default_rng(o.seed)
+    fine = latitude_band_grid(int(o.sim_oversample) * problem.grid.n_cell) if o.sim_oversample > 1 else None
+    owner = owner_cells(problem.grid, fine) if fine is not None else None
+    flux = [np.asarray(obs.flux, float)[None]]
+    for i, tv in enumerate(t):  # the map the data give at each trial value, and data sets drawn from it
+        point = at(tv)
+        res = invert_batch(pad_precomputed(point.pre), point.obs, flux=flux[0], err=err, mode="sequential",
+                           form="folded", **dict(kw, lmbd=lm_sim))[0]
+        model = np.asarray(res.model)
+        if fine is not None:
+            fp = point.replace(grid=fine)
+            model = np.asarray(forward(np.asarray(res.fssc)[owner], np.asarray(res.fssh)[owner], np.asarray(res.rv),
+                                       np.asarray(res.amp), fp.pre))
+        flux.append(model[None] + err[None] * rng.standard_normal((o.n_sim, *err.shape)))
+        if progress is not None:
+            progress("trial", i + 1, t.size)
+    return np.concatenate(flux)
 
 
 def calibrate_parameter(problem: Problem, name: str, values, *, fixed: dict | None = None, trials=None,
                         options: CalibrationOptions = CalibrationOptions(), progress=None,
-                        cluster=None) -> Calibration:
+                        cluster=None, table=None) -> Calibration:
     """Calibrate grid parameter ``name`` by simulation (module docs; docs/parameters.md).
 
     Args:
@@ -467,6 +561,10 @@ def calibrate_parameter(problem: Problem, name: str, values, *, fixed: dict | No
         progress: optional ``progress(stage, i, n)`` per trial map and per grid value.
         cluster: a :class:`dopplermap.search.Cluster` to spread the grid values' solves over,
             as tasks of at most :data:`TASK_MEMBERS` data sets (None: in this process).
+        table: a ``.jsonl`` path where the finished work is kept as it finishes
+            (:class:`Finished`; ``dopplermap grid --calibrate`` keeps it in the grid's folder):
+            a calibration of the same inputs run again takes its data sets and finished
+            solves from there and solves only the rest. None: nothing kept.
     Returns:
         :class:`Calibration`.
     """
@@ -495,38 +593,38 @@ def calibrate_parameter(problem: Problem, name: str, values, *, fixed: dict | No
 
     obs = problem.obs
     err = np.asarray(obs.err, float)
-    rng = np.random.default_rng(o.seed)
-    fine = latitude_band_grid(int(o.sim_oversample) * problem.grid.n_cell) if o.sim_oversample > 1 else None
-    owner = owner_cells(problem.grid, fine) if fine is not None else None
-    flux = [np.asarray(obs.flux, float)[None]]
-    for i, tv in enumerate(t):  # the map the data give at each trial value, and data sets drawn from it
-        point = at(tv)
-        res = invert_batch(pad_precomputed(point.pre), point.obs, flux=flux[0], err=err, mode="sequential",
-                           form="folded", **dict(kw, lmbd=lm_sim))[0]
-        model = np.asarray(res.model)
-        if fine is not None:
-            fp = point.replace(grid=fine)
-            model = np.asarray(forward(np.asarray(res.fssc)[owner], np.asarray(res.fssh)[owner], np.asarray(res.rv),
-                                       np.asarray(res.amp), fp.pre))
-        flux.append(model[None] + err[None] * rng.standard_normal((n_sim, *err.shape)))
-        if progress is not None:
-            progress("trial", i + 1, t.size)
-    flux = np.concatenate(flux)
+    finished = None
+    if table is not None:
+        finished = Finished(table, fingerprint(problem_fingerprint(problem), name, fixed, v, t, kw, lm_sim,
+                                               dataclasses.asdict(o)))
+    flux = None if finished is None else finished.data()
+    if flux is None:
+        flux = _simulated_sets(problem, at, t, kw, lm_sim, err, o, progress)
+        if finished is not None:
+            finished.save_data(flux)
+    elif progress is not None:
+        progress("trial", t.size, t.size)
     n_data = obs.n_epoch * obs.n_vel
     profiles = {c: np.empty((v.size, flux.shape[0])) for c in COLUMNS}
     if cluster is None:
-        mode = o.mode
+        mode, n_all = o.mode, flux.shape[0]
         for j, gv in enumerate(v):  # every data set solved at each grid value, in one batch
-            chi2, loss, many = grid_value_task(problem, name, fixed, float(gv), flux, err, kw, mode)
-            # every grid value in the mode the first chose (vmap: a new shape compiles anew, which
-            # the first value's choice has counted)
-            mode = many.mode
-            log.info("calibrate %s = %g: %s", name, gv, many.describe())
-            profiles["chi2_total"][j], profiles["loss"][j] = chi2 * n_data, loss * n_data
+            done = None if finished is None else finished.take(j, 0, n_all)
+            if done is None:
+                chi2, loss, many = grid_value_task(problem, name, fixed, float(gv), flux, err, kw, mode)
+                # every grid value in the mode the first chose (vmap: a new shape compiles anew, which
+                # the first value's choice has counted)
+                mode = many.mode
+                log.info("calibrate %s = %g: %s", name, gv, many.describe())
+                done = (chi2 * n_data, loss * n_data)
+                if finished is not None:
+                    finished.add(j, 0, n_all, *done)
+            profiles["chi2_total"][j], profiles["loss"][j] = done
             if progress is not None:
                 progress("grid", j + 1, v.size)
     else:
-        mode = _on_cluster(cluster, problem, name, fixed, v, flux, err, kw, o.mode, profiles, n_data, progress)
+        mode = _on_cluster(cluster, problem, name, fixed, v, flux, err, kw, o.mode, profiles, n_data, progress,
+                           finished)
     prof = profiles[o.column]
     est = np.array([profile_minimum(v, prof[:, m]) for m in range(flux.shape[0])])
     sims = est[1:].reshape(t.size, n_sim)

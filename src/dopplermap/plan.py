@@ -14,7 +14,8 @@
   :data:`BATCH_MEMORY_FRACTION` of the memory holds;
 * the solver of ``solver="auto"`` (:func:`pick_solver`): of the back ends that apply, the one
   whose compile (cold, from the persistent cache, or already in this process) plus estimated
-  solve is the shortest;
+  solve is the shortest; on a repeated run of a shape a cold compile counts
+  ``1 / REPEAT_RUNS`` (it is paid once and kept);
 * Hessian-vector products (:func:`hvp_blocked`, :func:`batch_hvps`): the blocked float64
   form while it fits :data:`HVP_BLOCKED_MAX_BYTES`; batched where that pays (blocked form,
   or any accelerator).
@@ -36,7 +37,7 @@ from .memory import memory_limit
 __all__ = ["DENSE_AUTO_BYTES", "FLOAT32_MIN_TOL", "BLOCKED_MAX_BYTES", "HVP_BLOCKED_MAX_BYTES", "on_accelerator",
            "synthesis_method", "cube_dtype", "blocked_fits", "batch_form", "batch_mode", "many_mode", "member_bytes", "batch_chunk",
            "VMAP_MIN_CPU_WORK", "BATCH_MEMORY_FRACTION",
-           "COMPILE_SECONDS", "solver_passes", "solve_seconds", "pick_solver", "SolverChoice", "hvp_blocked", "batch_hvps", "Plan"]
+           "COMPILE_SECONDS", "REPEAT_RUNS", "solver_passes", "solve_seconds", "pick_solver", "SolverChoice", "hvp_blocked", "batch_hvps", "Plan"]
 
 DENSE_AUTO_BYTES = 512 * 2**20
 """``method="auto"`` picks ``"dense"`` while the float64 dense cube fits this."""
@@ -154,29 +155,55 @@ def solve_seconds(solver: str, tol: float, n_data: int, n_cell: int) -> float:
     return solver_passes(solver, tol) * (_PASS_SECONDS[solver] * n_data * n_cell + _PASS_OVERHEAD[solver])
 
 
+REPEAT_RUNS = 10
+"""A shape solved before (a candidate's program is in the persistent cache) is taken to be
+solved again: a cold compile is then counted as spread over this many runs, so a back end
+that wins once compiled is compiled now rather than never (see :func:`pick_solver`)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class SolverChoice:
     """The back end :func:`pick_solver` chose and why: ``estimates`` maps each candidate to
-    ``(compile state, compile seconds, solve seconds)``."""
+    ``(compile state, compile seconds, solve seconds)``; ``repeated``: a candidate's program
+    was in the persistent cache, so a cold compile counted ``1 / REPEAT_RUNS`` of its seconds."""
 
     solver: str
     estimates: dict
+    repeated: bool = False
 
     def describe(self) -> str:
         """One line for ``-v``: the choice and every candidate's estimate."""
         parts = [f"{s} {c:.1f} s compile ({state}) + {t:.1f} s solve"
                  for s, (state, c, t) in self.estimates.items()]
-        return f"solver auto: {self.solver} (estimated {'; '.join(parts)})"
+        why = (f"; this shape ran before: a cold compile counts 1/{REPEAT_RUNS}" if self.repeated
+               and any(state == "cold" for state, _, _ in self.estimates.values()) else "")
+        return f"solver auto: {self.solver} (estimated {'; '.join(parts)}{why})"
 
 
-def pick_solver(states: dict, *, tol: float, n_data: int, n_cell: int, n_solves: int = 1) -> SolverChoice:
+def pick_solver(states: dict, *, tol: float, n_data: int, n_cell: int, n_solves: int = 1,
+                unkept: tuple = ()) -> SolverChoice:
     """Of the candidate back ends (``states``: ``{solver: compile state}``, states as in
     :data:`COMPILE_SECONDS`), the one of the least compile plus ``n_solves`` estimated solves
-    (one compile serves them all); a tie goes to the first candidate."""
+    (one compile serves them all); a tie goes to the first candidate.
+
+    On a first run of a shape (nothing of it in the persistent cache) a cold compile counts
+    in full: the user waits for it now. Once a candidate's program is on disk the shape is
+    being solved again, and a cold compile counts ``1 / REPEAT_RUNS``: a back end that is
+    faster compiled (Newton at tight tolerances) is compiled on that run and kept, instead
+    of losing to the cached one on every later run because its own program never gets built.
+    ``unkept``: candidates whose program this run cannot store (a compiled loop that reports
+    progress to the host): their cold compile always counts in full.
+    """
     est = {s: (state, COMPILE_SECONDS[s][state], n_solves * solve_seconds(s, tol, n_data, n_cell))
            for s, state in states.items()}
-    best = min(est, key=lambda s: est[s][1] + est[s][2])
-    return SolverChoice(best, est)
+    repeated = any(state == "disk" for state in states.values())
+
+    def cost(s):
+        state, compile_s, solve_s = est[s]
+        spread = repeated and state == "cold" and s not in unkept
+        return (compile_s / REPEAT_RUNS if spread else compile_s) + solve_s
+
+    return SolverChoice(min(est, key=cost), est, repeated)
 
 
 def hvp_blocked(blocked_nbytes: int) -> bool:

@@ -170,8 +170,16 @@ def _warm_solve(problem, lmbd, start, cold, on_solve=None, parameter="lmbd") -> 
     return other if other.loss < res.loss else res
 
 
+SWEEP_TASK_LAMBDAS = 4
+"""Lambdas of one Dask task of a sweep on a cluster (neighbours, warm-started within the task)."""
+
+
+def _sweep_task(problem, lmbds, warm_start, x0, mode):
+    return sweep_lambda(problem, lmbds, warm_start=warm_start, x0=x0, mode=mode).results
+
+
 def sweep_lambda(problem: Problem, lmbds: Sequence[float], *, warm_start: bool = True, x0=None,
-                 progress=None, mode: str = "auto") -> LambdaSweep:
+                 progress=None, mode: str = "auto", cluster: Cluster | None = None) -> LambdaSweep:
     """Invert at every lambda, from the smallest to the largest, warm-starting each solve.
 
     Every solve is of ``problem`` with its settings (regulariser, tol, maxiter, weights,
@@ -193,6 +201,10 @@ def sweep_lambda(problem: Problem, lmbds: Sequence[float], *, warm_start: bool =
             compiled device solve after another), ``"invert"`` (:func:`dopplermap.invert`
             each, with the problem's solver); ``"auto"`` (default): vmap where
             :func:`dopplermap.plan.many_mode` says it pays, else ``"invert"``.
+        cluster: a :class:`Cluster` to spread the sweep over, as tasks of
+            :data:`SWEEP_TASK_LAMBDAS` neighbouring lambdas each, solved in ``mode`` and
+            warm-started within the task (each task's first lambda from ``x0``); None
+            (default): in this process.
     Returns:
         :class:`LambdaSweep`, ascending in lambda; its ``mode`` says how it was solved.
     """
@@ -211,7 +223,16 @@ def sweep_lambda(problem: Problem, lmbds: Sequence[float], *, warm_start: bool =
     t0 = time.perf_counter()
     order = np.argsort(lm)  # upwards: smoothing a detailed map converges better than the reverse
     results: dict[int, InversionResult] = {}
-    if mode == "invert":
+    if cluster is not None:
+        if mode == "invert":  # one choice for every task (a task alone would weigh its few solves)
+            problem = _sweep_solver(problem, lm.size)
+        chunks = [order[s:s + SWEEP_TASK_LAMBDAS] for s in range(0, order.size, SWEEP_TASK_LAMBDAS)]
+        parts = run_tasks(cluster, _sweep_task, problem, [(lm[c], warm_start, x0, mode) for c in chunks])
+        for c, part in zip(chunks, parts, strict=True):
+            for i, res in zip(c, part, strict=True):
+                results[int(i)] = res
+                _report_lambda(lm[i], res, len(results), lm.size, progress)
+    elif mode == "invert":
         problem = _sweep_solver(problem, lm.size)
         start = x0
         for i in order:
@@ -229,7 +250,8 @@ def sweep_lambda(problem: Problem, lmbds: Sequence[float], *, warm_start: bool =
                 res = other if other.loss < res.loss else res
             results[int(i)] = res
             _report_lambda(lm[i], res, len(results), lm.size, progress)
-    log.info("lambda sweep: %s", _mode_line(mode, lm.size))
+    log.info("lambda sweep: %s%s", _mode_line(mode, lm.size),
+             "" if cluster is None else f" in tasks of {SWEEP_TASK_LAMBDAS} on the cluster")
     asc = np.argsort(lm)
     rs = [results[int(i)] for i in asc]
     return LambdaSweep(lmbd=lm[asc], chi2=np.array([r.chi2 for r in rs]),
@@ -1202,6 +1224,28 @@ class Cluster:
             raise DopplermapInputError(f"--scheduler {self.scheduler}: could not connect within "
                                        f"{self.connect_timeout:g} s ({msg}); check the address and that the "
                                        "scheduler is running, or use --scheduler sync") from None
+
+
+def run_tasks(cluster: Cluster, fn, shared, tasks: list, progress=None) -> list:
+    """``[fn(shared, *task) for task in tasks]`` as Dask tasks on ``cluster``, in the tasks'
+    order: ``shared`` (the problem) is sent to every worker once; a task lost with its worker
+    runs again elsewhere (only that task's solves). ``progress(n_done, n_tasks)`` as tasks finish."""
+    from dask.distributed import as_completed
+
+    client, local = cluster.connect()
+    try:
+        common = client.scatter(shared, broadcast=True)
+        futs = {client.submit(fn, common, *task, pure=False, retries=2): k for k, task in enumerate(tasks)}
+        out = [None] * len(tasks)
+        for n, fut in enumerate(as_completed(futs), 1):
+            out[futs[fut]] = fut.result()
+            if progress is not None:
+                progress(n, len(tasks))
+    finally:
+        client.close()
+        if local is not None:
+            local.close()
+    return out
 
 
 def grid_search(problem: Problem, axes: dict, table, *, resume: bool = False, cluster: Cluster | None = None,

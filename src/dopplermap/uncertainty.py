@@ -60,6 +60,7 @@ from .memory import check_bytes, format_bytes
 from .model import Precomputed, solve_form
 from .objective import DEFAULT_PENALTY, Layout, LineSets, ObjectiveData, Observations, loss, n_windows
 from .problem import Problem, require_problem
+from .search import run_tasks
 from .solvers import InversionResult, invert, solve_many
 from .solvers.newton import line_residuals, smooth_terms
 
@@ -144,8 +145,18 @@ def resample_epochs(pre: Precomputed, obs: Observations, idx) -> tuple[Precomput
     return new_pre, new_obs
 
 
+BOOTSTRAP_TASK = 16
+"""Resamples of one Dask task of a bootstrap on a cluster (one batched solve)."""
+
+
+def _bootstrap_task(shared, flux, err):
+    pre, obs, kw = shared
+    many = solve_many(pre, obs, flux=flux, err=err, **kw)
+    return np.array([r.fssc for r in many.results]), np.array([r.fssh for r in many.results]), many.describe()
+
+
 def bootstrap(problem: Problem, best: InversionResult, *, n_boot: int = 20, seed: int = 0, progress=None,
-              mode: str = "auto") -> Uncertainty:
+              mode: str = "auto", cluster=None) -> Uncertainty:
     """Bootstrap over epochs, each resample re-solved from ``best`` (same lambda, regulariser).
 
     The resamples are solved with the problem's ``tol``, ``maxiter``, ``fit_rv`` and
@@ -169,6 +180,9 @@ def bootstrap(problem: Problem, best: InversionResult, *, n_boot: int = 20, seed
             own model and data through :func:`dopplermap.invert` (scipy L-BFGS-B), one after
             another; ``"auto"`` (default) - vmap where :func:`dopplermap.plan.many_mode` says
             it pays, else sequential. The result's ``mode`` says which ran.
+        cluster: a :class:`dopplermap.search.Cluster` to spread the resamples over (not
+            ``"resample"``), as tasks of :data:`BOOTSTRAP_TASK` resamples, each one batched
+            solve in ``mode``; None (default): in this process.
     """
     problem = require_problem(problem, "bootstrap")
     pre, obs, st = problem.pre, problem.obs, problem.settings
@@ -185,6 +199,9 @@ def bootstrap(problem: Problem, best: InversionResult, *, n_boot: int = 20, seed
         mode = plan.many_mode("auto", n_data=obs.n_epoch * obs.n_vel, n_cell=pre.n_cell,
                               blocked_fits=plan.blocked_fits(pre, dtype))
     mode = "vmap" if mode == "batch" else mode
+    if cluster is not None and mode == "resample":
+        raise DopplermapInputError("bootstrap mode 'resample' runs in this process; on a cluster use 'vmap', "
+                                   "'sequential' or 'auto'")
     t0 = time.perf_counter()
     rng = np.random.default_rng(seed)
     n_e = pre.n_epoch
@@ -197,12 +214,21 @@ def bootstrap(problem: Problem, best: InversionResult, *, n_boot: int = 20, seed
         w = np.stack([np.bincount(i, minlength=n_e) for i in draws]).astype(float)  # (n_boot, E)
         with np.errstate(divide="ignore"):
             err_b = err[None] / np.sqrt(w)[:, :, None]  # inf for an epoch not drawn
-        many = solve_many(pre, obs, lmbd=best.lmbd, flux=np.broadcast_to(np.asarray(obs.flux), err_b.shape),
-                          err=err_b, regulariser=best.regulariser, x0=x0, tol=tol, maxiter=maxiter,
-                          fit_rv=fit_rv, fit_amp=fit_amp, mode=mode)
-        for j, r in enumerate(many.results):
-            samples[j, 0], samples[j, 1] = r.fssc, r.fssh
-        log.info("bootstrap: %s", many.describe())
+        kw = dict(lmbd=best.lmbd, regulariser=best.regulariser, x0=x0, tol=tol, maxiter=maxiter, fit_rv=fit_rv,
+                  fit_amp=fit_amp, mode=mode)
+        flux_b = np.broadcast_to(np.asarray(obs.flux), err_b.shape)
+        if cluster is None:
+            many = solve_many(pre, obs, flux=flux_b, err=err_b, **kw)
+            for j, r in enumerate(many.results):
+                samples[j, 0], samples[j, 1] = r.fssc, r.fssh
+            log.info("bootstrap: %s", many.describe())
+        else:
+            parts = [slice(s, min(s + BOOTSTRAP_TASK, int(n_boot))) for s in range(0, int(n_boot), BOOTSTRAP_TASK)]
+            done = run_tasks(cluster, _bootstrap_task, (pre, obs, kw),
+                             [(np.array(flux_b[p]), err_b[p]) for p in parts])
+            for p, (fssc, fssh, _how) in zip(parts, done, strict=True):
+                samples[p, 0], samples[p, 1] = fssc, fssh
+            log.info("bootstrap: %d tasks of at most %d on the cluster (%s)", len(parts), BOOTSTRAP_TASK, done[0][2])
         if progress is not None:
             progress(int(n_boot), n_boot)
     else:

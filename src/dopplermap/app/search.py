@@ -41,7 +41,8 @@ def load_problem(path=None, *, n_cell=400, n_epoch=30, n_vel=24, snr=500.0, seed
     """The :class:`dopplermap.problem.Problem` of a target TOML (exactly what ``dopplermap
     invert`` solves: gravity darkening, light curve, method, [inversion] settings and the
     errors scaled by [data] error_scale included), of an ``.npz`` file, or of the simulated
-    demo star (``path`` None). A line on stderr before an error scale is read from a fit, unless ``quiet``."""
+    demo star (``path`` None; it and an ``.npz`` solve with ``solver="auto"``, a TOML's default).
+    A line on stderr before an error scale is read from a fit, unless ``quiet``."""
     if path is not None and Path(path).suffix.lower() == ".toml":
         prob = from_config(load_config(path)).single("the lambda and grid searches")
         if any(e.pending for e in prob.error_scale):
@@ -49,7 +50,7 @@ def load_problem(path=None, *, n_cell=400, n_epoch=30, n_vel=24, snr=500.0, seed
                 click.echo("error scale from the residuals of a fit (4 solves) ...", err=True)
             prob = search.apply_error_scale(prob)
         return prob
-    settings = Settings(tol=tol)
+    settings = Settings(tol=tol, solver="auto")  # as a target's [inversion] default
     if path is None:
         return demo_problem(n_cell=n_cell, n_epoch=n_epoch, n_vel=n_vel, snr=snr, seed=seed, settings=settings)
     return from_npz(path, n_cell=n_cell, settings=settings, seed=seed)
@@ -175,12 +176,15 @@ def _expected_chi2_spread():
 
 
 def run_lambda(problem, *, n_cell, n_epoch, n_vel, snr, regulariser, out: Path, overwrite: bool, quiet: bool,
-               lmbds: str, target_chi2, tol, parameter: str = "lmbd") -> dict:
+               lmbds: str, target_chi2, tol, parameter: str = "lmbd", scheduler=None, connect_timeout=5.0,
+               workers=None) -> dict:
     """``dopplermap lambda``: sweep lambda on the problem of :func:`load_problem` and write the
     folder ``out`` (lcurve.csv, lambda.json, lcurve.png) atomically; progress on stderr unless
     ``quiet``, the result line on stdout. ``parameter="lmbd_time"`` (``--time``) sweeps the
     time windows' coupling instead (:func:`dopplermap.search.sweep_lmbd_time`); lambda.json
-    then says ``"parameter": "lmbd_time"``. Returns what lambda.json holds."""
+    then says ``"parameter": "lmbd_time"``. ``scheduler``: None/``"sync"`` in this process,
+    ``"local"`` a local Dask cluster of ``workers``, else a scheduler's address (the lambda
+    sweep only). Returns what lambda.json holds."""
     check_out(out, "lambda", overwrite=overwrite)  # before any work
     lm = _lambda_list(lmbds)
     if not np.all(np.isfinite(lm) & (lm >= 0)):
@@ -194,6 +198,14 @@ def run_lambda(problem, *, n_cell, n_epoch, n_vel, snr, regulariser, out: Path, 
                                        "window_edges or window_gap)")
         if np.any(lm <= 0):
             raise DopplermapInputError(f"--lmbds: every lmbd_time of a --time sweep must be > 0, got {lmbds!r}")
+    cluster = None
+    if scheduler not in (None, "sync"):
+        if parameter == "lmbd_time":
+            raise DopplermapInputError("--scheduler: a --time sweep runs in this process")
+        cluster = search.Cluster(scheduler, workers, connect_timeout)
+        if cluster.remote:  # an unreachable scheduler fails before any work
+            client, _ = cluster.connect()
+            client.close()
     prob = load_problem(problem, n_cell=n_cell, n_epoch=n_epoch, n_vel=n_vel, snr=snr, tol=LAMBDA_TOL, quiet=quiet)
     scale = _echo_error_scale(prob)
     fp = search.problem_fingerprint(prob)
@@ -213,7 +225,7 @@ def run_lambda(problem, *, n_cell, n_epoch, n_vel, snr, regulariser, out: Path, 
         if time_sweep:
             sw = search.sweep_lmbd_time(prob, lm, progress=None if quiet else progress)
         else:
-            sw = search.sweep_lambda(prob, lm, progress=None if quiet else progress)
+            sw = search.sweep_lambda(prob, lm, progress=None if quiet else progress, cluster=cluster)
     choice = {"lmbds": sw.lmbd.tolist(), "sweep_time": sw.total_time, "solve_mode": sw.mode, "regulariser_floor": sw.floor,
               "regulariser": regulariser, "tol": tol, "problem": fp, "error_scale": scale, "parameter": parameter}
     if time_sweep:
@@ -354,6 +366,8 @@ def run_grid(problem, *, n_cell, n_epoch, n_vel, snr, regulariser, out: Path, ov
         if overwrite and not resume:  # an earlier grid search (checked above): start again
             for name in ("grid.csv", "grid.json", "grid.png", "landscape.png", "dopplermap.json"):
                 (out / name).unlink(missing_ok=True)
+            for kept in out.glob(f"{CALIBRATION_PREFIX}*"):  # an earlier calibration's finished work
+                kept.unlink()
         summary, rows, best, calibrated = _search_and_summarise(prob, axes, out, resume, cluster, max_points, quiet,
                                                                 delta_chi2, problem, n_sim, calibrate_seed,
                                                                 calibrate_oversample, readout, dof)
@@ -423,7 +437,7 @@ def _search_and_summarise(prob, axes, out, resume, cluster, max_points, quiet, d
         if calibrate_oversample is None:
             calibrate_oversample = 1 if problem is None else calibrate.SIM_OVERSAMPLE
         calibrated = _calibrate(prob, axes, best, n_sim, calibrate_seed, calibrate_oversample, quiet, max_points,
-                                cluster=cluster)
+                                cluster=cluster, folder=out)
         summary["calibrated"] = {name: c.summary() for name, c in calibrated.items()}
     _write_json(out / "grid.json", summary)
     save_figure(plot.plot_grid(rows, list(axes), column=column, delta=delta_chi2, calibrated=calibrated),
@@ -478,10 +492,16 @@ def _print_grid(axes, rows, best, summary, calibrated, delta_chi2) -> None:
             click.echo(f"{name}: {iv['lo']:g} .. {iv['hi']:g} (Delta chi2_total <= {delta_chi2:g}){edge}{flag}")
 
 
-def _calibrate(prob, axes, best, n_sim, seed, oversample, quiet, max_solves=None, cluster=None) -> dict:
+CALIBRATION_PREFIX = "calibrate-"
+"""The grid folder's files of a calibration's finished work (``calibrate-NAME.jsonl`` and
+its data sets ``.npz``, :class:`dopplermap.calibrate.Finished`): ``--resume`` continues from them."""
+
+
+def _calibrate(prob, axes, best, n_sim, seed, oversample, quiet, max_solves=None, cluster=None, folder=None) -> dict:
     """Calibrate every axis of >= 3 values in the order of the axes; the others are held at
     the grid's best point, or at their calibrated value once calibrated (as the benchmark
-    measured it: inclination, then vsini at the calibrated inclination)."""
+    measured it: inclination, then vsini at the calibrated inclination). With a ``folder``
+    each calibration keeps its finished work there as it goes (a killed run resumes it)."""
     names = [n for n in axes if np.size(axes[n]) >= 3]
     if not names:
         raise DopplermapInputError("--calibrate needs a --param axis of at least 3 values")
@@ -502,8 +522,9 @@ def _calibrate(prob, axes, best, n_sim, seed, oversample, quiet, max_solves=None
         with _expected_chi2_spread():
             options = calibrate.CalibrationOptions(n_sim=n_sim, seed=seed + i, sim_oversample=oversample,
                                                    max_solves=max_solves)
+            table = None if folder is None else folder / f"{CALIBRATION_PREFIX}{name}.jsonl"
             out[name] = calibrate.calibrate_parameter(prob, name, v, fixed=fixed, options=options, progress=progress,
-                                                      cluster=cluster)
+                                                      cluster=cluster, table=table)
         held[name] = out[name].estimate
     return out
 

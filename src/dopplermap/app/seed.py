@@ -62,7 +62,8 @@ def seed_figure_arrays(problem, res) -> dict:
 
 
 def run_invert_seed(problem, out: Path, *, lmbd: float, tol: float, maxiter: int, quiet: bool, plots: bool,
-                    read_time: float = 0.0, overwrite: bool = True, figure_process=None) -> dict:
+                    read_time: float = 0.0, overwrite: bool = True, figure_process=None,
+                    solver: str = "lbfgsb") -> dict:
     """Invert a :class:`~dopplermap.io.seed.SeedProblem` and write the results to ``out``.
 
     The problem is solved as a :class:`dopplermap.problem.Problem` (:func:`~dopplermap.problem.from_seed`)
@@ -80,8 +81,9 @@ def run_invert_seed(problem, out: Path, *, lmbd: float, tol: float, maxiter: int
         if not quiet and it % 25 == 0:
             click.echo(f"  iteration {it:4d}  loss {hist['loss'][-1]:.8g}", err=True)
 
-    prob = from_seed(problem, settings=Settings(lmbd=lmbd, regulariser="mem", tol=tol, maxiter=maxiter))
-    res = invert(prob, callback=progress)
+    prob = from_seed(problem, settings=Settings(lmbd=lmbd, regulariser="mem", tol=tol, maxiter=maxiter, solver=solver))
+    # no callback when quiet: a compiled loop that reports progress is not kept in the compile cache
+    res = invert(prob, callback=None if quiet else progress)
     total = time.perf_counter() - t0 + read_time
     obs = problem.obs
     inputs = fingerprint((obs.times, obs.vels, obs.flux, obs.err), problem.pre.cell_area,

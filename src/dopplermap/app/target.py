@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import search
 from .. import uncertainty as U
 from ..atmosphere import CITATION, RESPONSE_SOURCES
 from ..choices import uncertainty_title
@@ -112,7 +113,7 @@ def band_line(s: dict) -> str | None:
 
 
 def uncertainty_writers(methods, problem, res, grid, *, n_boot: int = 20, seed: int = 0, plots: bool = True,
-                        report=None):
+                        report=None, cluster=None):
     """Compute the requested uncertainties; return ``(writers, scalars)`` for :func:`save_result`.
 
     ``methods``: any of ``laplace`` (posterior width), ``sandwich`` and ``bootstrap``. The
@@ -121,6 +122,7 @@ def uncertainty_writers(methods, problem, res, grid, *, n_boot: int = 20, seed: 
     refused past the memory limit (``--max-memory``). rv and amp are marginalised where the
     map fitted them (the Hessian at unfitted offsets is not that of an optimum).
     Each method adds ``uncertainty_<name>.npz`` and, with ``plots``, one PNG per component.
+    ``cluster``: a :class:`dopplermap.search.Cluster` for the bootstrap's refits (None: here).
     """
     # the tolerance the bootstrap's re-solves have always used, whatever the target's [inversion]
     problem = problem.replace(settings=problem.settings.replace(tol=1e-6, maxiter=1000))
@@ -147,7 +149,7 @@ def uncertainty_writers(methods, problem, res, grid, *, n_boot: int = 20, seed: 
         step = report.step(name) if report is not None else contextlib.nullcontext()
         with step:
             if m == "bootstrap":
-                unc = U.bootstrap(problem, res, n_boot=n_boot, seed=seed)
+                unc = U.bootstrap(problem, res, n_boot=n_boot, seed=seed, cluster=cluster)
             else:
                 unc = U.laplace(problem, res, width=width, cost=cost)
                 scalars[f"uncertainty_crossing_{m}"] = unc.n_crossing
@@ -179,7 +181,7 @@ def uncertainty_writers(methods, problem, res, grid, *, n_boot: int = 20, seed: 
 
 def run_target(cfg, out: Path, *, plots: bool = True, quiet: bool = True, config_file=None,
                uncertainty=None, report: bool = True, overwrite: bool = True, overrides=None,
-               figure_process=None) -> dict:
+               figure_process=None, scheduler=None, workers=None) -> dict:
     """Run the inversion a target config describes and write a result folder at ``out``.
 
     The folder is the standard one of :func:`dopplermap.io.results.save_result` (map.fits,
@@ -190,7 +192,9 @@ def run_target(cfg, out: Path, *, plots: bool = True, quiet: bool = True, config
     Progress goes to stderr unless ``quiet``; ``report.html`` is written unless ``report``
     is False. The figures are drawn in ``figure_process`` (a started
     :class:`~dopplermap.figure_process.FigureProcess`: the CLI starts it before this module's
-    imports), by default in one started here. Returns the summary written.
+    imports), by default in one started here. ``scheduler``: where the bootstrap's refits
+    run (a Dask scheduler's address, or ``"local"`` for a local cluster of ``workers``;
+    None/``"sync"``: here). Returns the summary written.
     """
     # matplotlib loads in a child on another core meanwhile (it exits on its own if unused)
     figs = figure_process if figure_process is not None or not plots else FigureProcess()
@@ -256,7 +260,9 @@ def run_target(cfg, out: Path, *, plots: bool = True, quiet: bool = True, config
                                else tuple(band(b, n) for b, n in zip(lc.bands, lc.names, strict=True)))
         methods = tuple(cfg.uncertainty.methods if uncertainty is None else uncertainty)
         writers, unc_scalars = uncertainty_writers(methods, prob, res, grid, n_boot=cfg.uncertainty.n_boot,
-                                                   seed=cfg.uncertainty.seed, plots=plots, report=rep)
+                                                   seed=cfg.uncertainty.seed, plots=plots, report=rep,
+                                                   cluster=None if scheduler in (None, "sync") else
+                                                   search.Cluster(scheduler, workers))
         if methods and lc is not None:
             unc_scalars["uncertainty_note"] = "line profiles only (the light curve is not part of the uncertainty)"
         config = {"command": "invert", **dataclasses.asdict(cfg), "overrides": dict(overrides or {})}

@@ -59,8 +59,15 @@ def register(group):
     @click.option("--time", "time_weight", is_flag=True,
                   help="Sweep the time windows' coupling lmbd_time instead (a target with [map] windows; "
                        "--lmbds then lists lmbd_time values, lambda stays the target's).")
+    @click.option("--scheduler", default=None,
+                  help="Spread the sweep over Dask: a scheduler address (it runs the pickled code Dask sends it: "
+                       "use only one you trust) or 'local' (a local cluster); default: in this process.")
+    @click.option("--connect-timeout", type=click.FloatRange(min=0, min_open=True), default=5.0, show_default=True,
+                  help="Seconds to wait for the Dask scheduler.")
+    @click.option("--workers", type=click.IntRange(min=1), default=None,
+                  help="Local cluster size (--scheduler local; default: CPU count).")
     def lambda_cmd(problem, n_cell, n_epoch, n_vel, snr, regulariser, out, overwrite, quiet, lmbds, target_chi2,
-                   tol, time_weight):
+                   tol, time_weight, scheduler, connect_timeout, workers):
         """Sweep lambda; write the L-curve table, its corner, the target-chi2 lambda and a plot.
 
         PROBLEM: a target .toml, an .npz problem file (see the module docs), or omitted (simulated demo star).
@@ -73,7 +80,8 @@ def register(group):
 
         run_lambda(problem, n_cell=n_cell, n_epoch=n_epoch, n_vel=n_vel, snr=snr, regulariser=regulariser, out=out,
                    overwrite=overwrite, quiet=quiet, lmbds=lmbds, target_chi2=target_chi2, tol=tol,
-                   parameter="lmbd_time" if time_weight else "lmbd")
+                   parameter="lmbd_time" if time_weight else "lmbd", scheduler=scheduler,
+                   connect_timeout=connect_timeout, workers=workers)
 
     @group.command("grid")
     @_with_problem_options

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import click
 
-from ..choices import SIMULATION_FORMATS
+from ..choices import SIMULATION_FORMATS, SOLVER_CHOICES
 
 _PATH = click.Path(dir_okay=False, path_type=Path)
 
@@ -34,12 +34,15 @@ def register(group):
     @click.option("--tol", type=click.FloatRange(min=0, min_open=True), default=1e-5, show_default=True,
                   help="L-BFGS-B ftol/gtol (the seed's).")
     @click.option("--maxiter", type=click.IntRange(min=1), default=1000, show_default=True, help="Iteration cap.")
+    @click.option("--solver", type=click.Choice(SOLVER_CHOICES), default="lbfgsb", show_default=True,
+                  help="Back end (lbfgsb: the seed's algorithm; auto: the shorter compile plus solve).")
     @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("seed-out"),
                   show_default=True, help="Output folder (an earlier result there is replaced only with --overwrite).")
     @click.option("--overwrite", is_flag=True, help="Replace an earlier invert-seed result in --out.")
     @click.option("-q", "--quiet", is_flag=True, help="No progress display.")
     @click.option("--no-plots", is_flag=True, help="Skip the figures.")
-    def invert_seed(idc, sg, cpcs, problem, trust_pickle, lmbd, tol, maxiter, out, overwrite, quiet, no_plots):
+    def invert_seed(idc, sg, cpcs, problem, trust_pickle, lmbd, tol, maxiter, solver, out, overwrite, quiet,
+                    no_plots):
         """Solve the seed's problem (idc/sg/cpcs pickles or a converted .npz) with the seed's loss."""
         from ..app import preflight
         from ..errors import exit_status
@@ -57,7 +60,7 @@ def register(group):
                 click.echo(f"read {prob.n_epoch} epochs x {prob.n_vel} velocities, {prob.n_cell} cells "
                            f"({prob.n_visible.min()}-{prob.n_visible.max()} visible) in {read_time:.2f} s", err=True)
             s = run_invert_seed(prob, out, lmbd=lmbd, tol=tol, maxiter=maxiter, quiet=quiet, plots=not no_plots,
-                                read_time=read_time, overwrite=overwrite, figure_process=figs)
+                                read_time=read_time, overwrite=overwrite, figure_process=figs, solver=solver)
         click.echo(f"loss {s['loss']:.10g}  chi2 {s['chi2']:.6g}  entropy {s['entropy']:.6g}  "
                    f"iterations {s['iterations']}  compile {s['compile_time']:.2f} s  solve {s['solve_time']:.2f} s")
         if not no_plots and not prob.has_coordinates:

@@ -42,8 +42,13 @@ def register(group):
     @click.option("--maxiter", type=click.IntRange(min=1), default=None, help="Override [inversion] maxiter.")
     @click.option("--solver", type=click.Choice(SOLVER_CHOICES), default=None,
                   help="Override [inversion] solver.")
+    @click.option("--scheduler", default=None,
+                  help="Spread the bootstrap's refits (--uncertainty bootstrap) over Dask: a scheduler address (it "
+                       "runs the pickled code Dask sends it: use only one you trust) or 'local'; default: here.")
+    @click.option("--workers", type=click.IntRange(min=1), default=None,
+                  help="Local cluster size (--scheduler local; default: CPU count).")
     def invert(target, out, overwrite, quiet, no_plots, no_report, uncertainty, lmbd, lmbd_time, tol, maxiter,
-               solver):
+               solver, scheduler, workers):
         """Map the star described by the TOML file TARGET; write a result folder to --out.
 
         --lmbd, --tol, --maxiter and --solver override the TOML's [inversion] values and
@@ -66,12 +71,18 @@ def register(group):
             cfg = dataclasses.replace(cfg, map=dataclasses.replace(cfg.map, lmbd_time=lmbd_time))
             overrides["lmbd_time"] = lmbd_time
         preflight.check_result_out(out, overwrite)  # before any work
+        if scheduler not in (None, "sync"):
+            methods = list(uncertainty) if uncertainty else list(cfg.uncertainty.methods)
+            if "bootstrap" not in methods:
+                raise DopplermapInputError("--scheduler spreads the bootstrap's refits: add --uncertainty bootstrap "
+                                           "(or list it in the target's [uncertainty] methods)")
         with preflight.figure_process(not no_plots) as figs:  # matplotlib loads there while JAX loads here
             from ..app.target import band_line, error_scale_line, run_target, summary_line, windows_line
 
             s = run_target(cfg, out, plots=not no_plots, quiet=quiet, config_file=target,
                            uncertainty=list(uncertainty) if uncertainty else None, report=not no_report,
-                           overwrite=overwrite, overrides=overrides, figure_process=figs)
+                           overwrite=overwrite, overrides=overrides, figure_process=figs,
+                           scheduler=scheduler, workers=workers)
         click.echo(summary_line(s))
         if error_scale_line(s):
             click.echo(error_scale_line(s))

@@ -109,23 +109,29 @@ def choose_solver(problem: Problem | None = None, *, settings: Settings | None =
     return solver_choice(settings=settings, pre=pre, setup=setup, n_solves=n_solves).solver
 
 
-def solver_choice(*, settings: Settings, pre, setup: SolveSetup | None = None, n_solves: int = 1) -> plan.SolverChoice:
+def solver_choice(*, settings: Settings, pre, setup: SolveSetup | None = None, n_solves: int = 1,
+                  progress: bool = False) -> plan.SolverChoice:
     """What ``solver="auto"`` takes, with its estimates (:func:`dopplermap.plan.pick_solver`).
 
     Newton is a candidate at ``tol <= NEWTON_TOL`` where it can fit the model (one line data
     set, the interpolating rv shift); L-BFGS-B always. Of the candidates the one of the least
     compile plus ``n_solves`` estimated solves is taken; the compile is counted cold, from the
     persistent cache or as already done in this process, as ``setup`` (the solve's
-    :class:`SolveSetup`) finds it; without a setup both count as compiled (the solve alone)."""
+    :class:`SolveSetup`) finds it; without a setup both count as compiled (the solve alone).
+    Once a program of the shape is in the persistent cache (a repeated run) a cold compile
+    counts ``1 / plan.REPEAT_RUNS``, so the back end that wins compiled gets built.
+    ``progress``: the solve reports each iteration (a callback): Newton's loop is then a
+    program the persistent cache cannot keep, so its cold compile counts in full."""
     newton_fits = (not isinstance(pre, (LineSets, NoLines)) and not pre.line.exact_rv and n_windows(pre) == 1)
     if not (settings.tol <= NEWTON_TOL and newton_fits):
         return plan.SolverChoice("lbfgsb", {})
     if setup is None:
         states = {"newton": "memo", "lbfgsb": "memo"}
     else:
-        states = {"newton": newton_compile_state(setup), "lbfgsb": lbfgsb_compile_state(setup)}
+        states = {"newton": newton_compile_state(setup, progress), "lbfgsb": lbfgsb_compile_state(setup)}
     n_data = pre.n_epoch * len(np.asarray(pre.line.vels))
-    return plan.pick_solver(states, tol=settings.tol, n_data=n_data, n_cell=pre.n_cell, n_solves=n_solves)
+    return plan.pick_solver(states, tol=settings.tol, n_data=n_data, n_cell=pre.n_cell, n_solves=n_solves,
+                            unkept=("newton",) if progress else ())
 
 
 def invert(problem: Problem | Precomputed, obs: Observations | None = None, *, x0=None,
@@ -196,7 +202,7 @@ def invert(problem: Problem | Precomputed, obs: Observations | None = None, *, x
     setup = prepare(pre, obs, settings, x0=x0, penalty=solve.penalty, lightcurve=solve.lightcurve,
                     cube_dtype=solve.cube_dtype, options=options, problem=solve.problem)
     if settings.solver == "auto":
-        choice = solver_choice(settings=settings, pre=pre, setup=setup)
+        choice = solver_choice(settings=settings, pre=pre, setup=setup, progress=callback is not None)
         if choice.estimates:
             log.info("%s", choice.describe())
         settings = settings.replace(solver=choice.solver)

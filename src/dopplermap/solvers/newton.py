@@ -504,10 +504,11 @@ def _program_args(setup: SolveSetup):
     return (xj, lo_j, hi_j, spacing, tol_j, lm, setup.pre, setup.data), kw
 
 
-def compile_state(setup: SolveSetup) -> str:
-    """Where the Newton program of ``setup`` would come from (:func:`dopplermap.compiled.program_state`)."""
+def compile_state(setup: SolveSetup, progress: bool = False) -> str:
+    """Where the Newton program of ``setup`` would come from (:func:`dopplermap.compiled.program_state`);
+    ``progress``: the program that reports each iteration to the host (never stored on disk)."""
     args, kw = _program_args(setup)
-    return program_state("newton", _solve, args, kw)
+    return program_state("newton", _solve, args, dict(kw, progress=bool(progress)))
 
 
 def solve_newton(setup: SolveSetup, callback=None) -> RawSolve:
