@@ -67,11 +67,12 @@ def register(group):
             overrides["lmbd_time"] = lmbd_time
         preflight.check_result_out(out, overwrite)  # before any work
         with preflight.figure_process(not no_plots) as figs:  # matplotlib loads there while JAX loads here
+            from ..app.output import Output
             from ..app.target import band_line, error_scale_line, run_target, summary_line, windows_line
 
-            s = run_target(cfg, out, plots=not no_plots, quiet=quiet, config_file=target,
-                           uncertainty=list(uncertainty) if uncertainty else None, report=not no_report,
-                           overwrite=overwrite, overrides=overrides, figure_process=figs)
+            s = run_target(cfg, out, config_file=target, uncertainty=list(uncertainty) if uncertainty else None,
+                           overrides=overrides, output=Output(plots=not no_plots, quiet=quiet, report=not no_report,
+                                                              overwrite=overwrite, figure_process=figs))
         click.echo(summary_line(s))
         if error_scale_line(s):
             click.echo(error_scale_line(s))
