@@ -1,18 +1,14 @@
-import sys
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from support.problems import small_problem  # noqa: E402
 
 import dopplermap as dm
 from dopplermap import jointfit as J
 from dopplermap import search
 from dopplermap.problem import Settings
-
-sys.path.insert(0, str(Path(__file__).parent))
-from _search_problem import small_problem  # noqa: E402
 
 LMBD = 0.03
 

@@ -7,14 +7,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from support.problems import form_problem, small_problem  # noqa: E402
 
 import dopplermap as dm
 from dopplermap import plot, search
 from dopplermap.app.demo import recovery_correlation
 from dopplermap.problem import Settings
-
-sys.path.insert(0, str(Path(__file__).parent))
-from _search_problem import form_problem, small_problem  # noqa: E402
 
 AXES = {"inclination": [45.0, 52.5, 60.0, 67.5], "vsini": [37.0, 38.5, 40.0, 41.5]}
 SETTINGS = Settings(lmbd=0.5, tol=1e-5)
@@ -116,9 +114,7 @@ def test_dask_two_workers_identical_to_local(problem, local_table, tmp_path):
 
 
 KILL_SCRIPT = """
-import sys
-sys.path.insert(0, {tests!r})
-from _search_problem import small_problem
+from support.problems import small_problem
 from dopplermap import search
 from dopplermap.problem import Settings
 prob, _ = small_problem()
@@ -131,8 +127,8 @@ def test_kill_and_resume(problem, local_table, tmp_path):
     prob = problem[0].replace(settings=SETTINGS)
     path, _ = local_table
     out = tmp_path / "killed.csv"
-    script = KILL_SCRIPT.format(tests=str(Path(__file__).parent), axes=AXES, out=str(out))
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parents[1] / "src"))
+    script = KILL_SCRIPT.format(axes=AXES, out=str(out))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).parents[1] / "src"), str(Path(__file__).parent)]))
     proc = subprocess.Popen([sys.executable, "-c", script], env=env)
     try:
         deadline = time.time() + 120
