@@ -9,9 +9,11 @@ inclination; ``limb="sharp"``: ``max(mu, 0)``), times the local profile
 ``L_k(v - v_los)`` evaluated in JAX (Gaussian profiles exactly, other kinds by linear
 interpolation of a fine table). The whole model - geometry, weights, profiles, rv shift -
 is then differentiable in ``(fssc, fssh, rv, amp, inclination, vsini, domega)``, and one
-L-BFGS-B run fits all of them. The objective is the package's: reduced chi-square +
-``lambda`` x regulariser (+ the ``fssc + fssh <= 1`` penalty, + the offset prior with
-``offset_sigma``).
+L-BFGS-B run fits all of them. The objective is the package's (:func:`dopplermap.objective.data_terms`
+on the dense model as a form): reduced chi-square + ``lambda`` x regulariser (+ the
+``fssc + fssh <= 1`` penalty, + the offset prior with ``offset_sigma``), set up and reported by
+the door of :func:`dopplermap.invert` (:func:`dopplermap.solvers.prepare` and
+:func:`dopplermap.solvers.finish`).
 
 Cost: ``3 n_epoch n_cell n_vel`` profile evaluations per call, mapped over epochs in
 batches to bound memory.
