@@ -1,17 +1,13 @@
 """The calibration benchmark's independent disc integrator against dopplermap's dense model,
 and one calibration star end to end (benchmarks/bench_calibration.py)."""
 
-import sys
-from pathlib import Path
 
+import bench_calibration as B  # noqa: E402
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import dopplermap as dm
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import bench_calibration as B  # noqa: E402
 
 SPOTS = [(40.0, 30.0, 20.0, "cool", 0.8), (10.0, 200.0, 15.0, "hot", 0.6)]
 

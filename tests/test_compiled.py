@@ -132,18 +132,17 @@ def test_a_host_callback_is_compiled_without_the_file(cache_dir):
 def test_a_new_process_reads_the_program(tmp_path):
     """The point of the cache: a second process skips the trace and gets the same numbers."""
     script = textwrap.dedent(f"""
-        import json, sys
+        import json
         import jax, jax.numpy as jnp
         from dopplermap import _x64
         from dopplermap.cache import enable_compilation_cache
         from dopplermap.compiled import compile_cached
-        sys.path.insert(0, {str(Path(__file__).parent)!r})
         from test_compiled import args, body
         enable_compilation_cache({str(tmp_path / "jax")!r})
         fn, timing = compile_cached("t", body, args(), {{"power": 3}})
         print(json.dumps({{"exported": timing["exported"], "g": [float(v) for v in fn(*args())["g"]]}}))
     """)
-    env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([SRC, str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]))
     runs = [subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
             for _ in range(2)]
     import json

@@ -56,6 +56,8 @@ def test_template_is_valid_and_complete():
                                      r"got 'gauss'"),
     ({"line__profile": "tabulated"}, r"\[line\] files must list 3"),
     ({"inversion__rv_shift": "spline"}, r"\[inversion\] rv_shift must be one of 'interpolate', 'exact', got 'spline'"),
+    ({"inversion__cube_dtype": "float16"}, r"\[inversion\] cube_dtype must be one of 'auto', 'float32', 'float64', "
+                                           r"got 'float16'"),
     ({"data__lightcurve_format": "xlsx"}, r"\[data\] lightcurve_format must be one of 'auto', 'text', 'fits', got 'xlsx'"),
 ])
 def test_bad_values_name_the_key(changes, match):
@@ -444,3 +446,14 @@ def test_exact_rv_shift_reaches_the_model(tmp_path):
     assert problem.rv_shift == "exact" and problem.pre.line.exact_rv and problem.pre.line.kind == "binned"
     with pytest.raises(dm.DopplermapInputError, match="rv_shift='exact' needs method='binned'"):
         _ = problem.replace(method="dense").pre  # the synthesis form's own rule, one line
+
+
+def test_the_cube_dtype_key_reaches_the_problem_and_its_plan(tmp_path):
+    """``[inversion] cube_dtype`` is the problem's (decided once in its plan, shown in the summary)."""
+    assert parse_config(_table(), source="t.toml").inversion.cube_dtype == "auto"
+    _dataset(tmp_path, n_epoch=4, n_cell=100, lightcurve=False)
+    cfg = load_config(tmp_path / "target.toml")
+    cfg = dataclasses.replace(cfg, inversion=dataclasses.replace(cfg.inversion, method="dense", cube_dtype="float64"))
+    prob = from_config(cfg)
+    assert prob.cube_dtype == "float64" and prob.plan.cube_dtype == "float64"
+    assert "float64 cube" in prob.plan.describe()

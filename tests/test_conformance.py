@@ -12,9 +12,9 @@ their reason, so a change that makes one work (or breaks a supported one) shows 
 
 import dataclasses
 
-import helpers as H
 import numpy as np
 import pytest
+from support import helpers as H
 
 import dopplermap as dm
 from dopplermap import search

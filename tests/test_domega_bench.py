@@ -2,18 +2,13 @@
 dopplermap's model: two independent codes of the same integral, spots drifting with their
 latitude's rate."""
 
-import sys
-from pathlib import Path
-
+import bench_calibration as B
+import bench_domega as D
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import dopplermap as dm
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import bench_calibration as B  # noqa: E402
-import bench_domega as D  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -2,21 +2,17 @@
 ridge regression's closed form and against the exact implicit derivative d model / d data."""
 
 import dataclasses
-import sys
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from support.problems import form_problem, small_problem
 
 import dopplermap as dm
 from dopplermap import uncertainty as U
 from dopplermap.model import forward
 from dopplermap.objective import Layout, loss
-
-sys.path.insert(0, str(Path(__file__).parent))
-from _search_problem import form_problem, small_problem  # noqa: E402
 
 
 def test_influence_traces_ridge():

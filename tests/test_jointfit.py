@@ -1,18 +1,14 @@
-import sys
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from support.problems import small_problem  # noqa: E402
 
 import dopplermap as dm
 from dopplermap import jointfit as J
 from dopplermap import search
 from dopplermap.problem import Settings
-
-sys.path.insert(0, str(Path(__file__).parent))
-from _search_problem import small_problem  # noqa: E402
 
 LMBD = 0.03
 
@@ -171,6 +167,25 @@ def test_joint_fit_with_the_smooth_limb_has_no_kink_to_warn_about(problem, monke
     amp = jf.map.amp
     assert jf.map.offset_prior == pytest.approx(float(np.sum((amp / 0.01) ** 2)) / sim.obs.flux.size, rel=1e-9)
     assert jf.map.offset_prior > 0.0
+    # the reported map is the dense model's at the fitted star (invert's finish), and knows that star
+    pre = dm.precompute(prob.grid, jf.star, sim.obs.times, sim.obs.vels, prob.components, method="dense")
+    model = dm.forward(jf.map.fssc, jf.map.fssh, jf.map.rv, jf.map.amp, pre)
+    assert jf.map.chi2 == pytest.approx(float(dm.objective.chi2(model, sim.obs)), rel=1e-10)
+    np.testing.assert_allclose(jf.map.model, model, rtol=0, atol=1e-12)
+    assert jf.map.star == jf.star and jf.map.grid is prob.grid
+
+
+def test_joint_fit_checks_its_settings_as_invert_does(problem):
+    """The joint fit's settings pass invert's checks (its prepare), also with a given start."""
+    prob, sim = problem
+    x0 = np.concatenate([sim.fssc, sim.fssh, np.zeros(2 * sim.obs.n_epoch)])
+    for settings, what in ((Settings(lmbd=-1.0), "lmbd"), (Settings(offset_sigma=0.0), "offset_sigma"),
+                           (Settings(regulariser="entropy"), "regulariser")):
+        with pytest.raises(dm.DopplermapInputError, match=what) as exc:
+            J.joint_fit(prob.replace(obs=sim.obs, settings=settings), x0=x0)
+        assert "\n" not in str(exc.value)
+    with pytest.raises(dm.DopplermapInputError, match="x0 must have shape"):
+        J.joint_fit(prob.replace(obs=sim.obs), x0=x0[:-1])
 
 
 def test_joint_fit_refuses_what_its_dense_model_does_not_fit(problem):

@@ -3,20 +3,16 @@ and one criterion for the grid's best point and intervals."""
 
 import json
 import math
-import sys
 import types
 import warnings
-from pathlib import Path
 
 import numpy as np
 import pytest
+from support.problems import form_problem  # noqa: E402
 
 import dopplermap as dm
 from dopplermap import search
 from dopplermap.errors import ConvergenceWarning, DopplermapWarning
-
-sys.path.insert(0, str(Path(__file__).parent))
-from _search_problem import form_problem  # noqa: E402
 
 # ------------------------------------------------------------------ an analytic L-curve
 

@@ -3,7 +3,7 @@ are sized to the memory budget, and the searches built on it say how they ran.""
 
 import numpy as np
 import pytest
-from _search_problem import small_problem
+from support.problems import small_problem
 
 import dopplermap as dm
 from dopplermap import plan, search

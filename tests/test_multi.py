@@ -3,13 +3,12 @@ map, how the objective pools and weights the sets, the lines/light-curve tables 
 to CLI, and the errors of bad tables and unsupported paths."""
 
 import json
-import sys
-from pathlib import Path
 
+import bench_multi as BM  # noqa: E402
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import write_lsd_set
+from support.helpers import write_lsd_set
 
 import dopplermap as dm
 from dopplermap import uncertainty
@@ -27,9 +26,6 @@ from dopplermap.lightcurve import (
 )
 from dopplermap.objective import LineSets, objective_terms, regulariser_value
 from dopplermap.problem import LineData, Problem, Settings
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import bench_multi as BM  # noqa: E402
 
 
 def _ssr(obs, model):

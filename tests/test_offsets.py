@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import write_lsd_set
+from support.helpers import write_lsd_set
 
 import dopplermap as dm
 from dopplermap import uncertainty

@@ -74,3 +74,36 @@ def test_new_settings_keep_the_built_forms_but_not_the_plan(problem):
     tight = problem.replace(settings=problem.settings.replace(tol=1e-8))
     assert tight.pre is problem.pre and tight.solve_form("float32") is f32
     assert tight.plan.cube_dtype == "float64"
+
+
+def test_the_cube_dtype_is_a_problem_field_decided_once_in_the_plan(problem):
+    wide = problem.replace(cube_dtype="float64")
+    assert wide.pre is problem.pre  # the choice enters no built model
+    assert wide.plan.cube_dtype == "float64" and "float64 cube" in wide.plan.describe()
+    assert dm.invert(wide, maxiter=2).cube_dtype == "float64"
+    assert dm.invert(problem, maxiter=2).cube_dtype == "float32"  # "auto" at tol 1e-5
+    assert dm.invert(wide, maxiter=2, cube_dtype="float32").cube_dtype == "float32"  # one solve's override
+    assert problem.replace(cube_dtype=None).plan.cube_dtype is None
+    with pytest.raises(DopplermapInputError, match="cube_dtype") as exc:
+        problem.replace(cube_dtype="float16")
+    assert "\n" not in str(exc.value)
+
+
+def test_invert_batch_takes_its_form_and_mode_from_the_plan(problem, monkeypatch):
+    import dataclasses
+
+    from dopplermap import solvers
+
+    seen = {}
+
+    def stop(setup, lmbds, obs, *, mode, **kw):
+        seen.update(mode=mode, form=type(setup.pre.line).__name__)
+        raise RuntimeError("stop before solving")
+
+    monkeypatch.setattr(solvers, "solve_batch", stop)
+    for form, mode, cls in (("folded", "sequential", "Folded"), ("blocked", "vmap", "Blocked")):
+        planned = problem.replace(cube_dtype="float64")
+        planned.__dict__["plan"] = dataclasses.replace(planned.plan, batch_form=form, batch_mode=mode)
+        with pytest.raises(RuntimeError, match="stop before solving"):
+            dm.invert_batch(planned, lmbds=[0.5, 1.0])
+        assert seen["mode"] == mode and seen["form"].startswith(cls), seen

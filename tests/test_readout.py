@@ -1,19 +1,15 @@
 """The profiled read-out's corrections: the effective number of fitted parameters and the
 surface grid's discretisation error in chi2 units."""
 
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from support.problems import small_problem
 
 import dopplermap as dm
 from dopplermap import search
 from dopplermap.errors import DopplermapInputError
-
-sys.path.insert(0, str(Path(__file__).parent))
-from _search_problem import small_problem  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -7,14 +7,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from support.problems import form_problem, small_problem  # noqa: E402
 
 import dopplermap as dm
 from dopplermap import plot, search
 from dopplermap.app.demo import recovery_correlation
 from dopplermap.problem import Settings
-
-sys.path.insert(0, str(Path(__file__).parent))
-from _search_problem import form_problem, small_problem  # noqa: E402
 
 AXES = {"inclination": [45.0, 52.5, 60.0, 67.5], "vsini": [37.0, 38.5, 40.0, 41.5]}
 SETTINGS = Settings(lmbd=0.5, tol=1e-5)
@@ -116,9 +114,7 @@ def test_dask_two_workers_identical_to_local(problem, local_table, tmp_path):
 
 
 KILL_SCRIPT = """
-import sys
-sys.path.insert(0, {tests!r})
-from _search_problem import small_problem
+from support.problems import small_problem
 from dopplermap import search
 from dopplermap.problem import Settings
 prob, _ = small_problem()
@@ -131,8 +127,8 @@ def test_kill_and_resume(problem, local_table, tmp_path):
     prob = problem[0].replace(settings=SETTINGS)
     path, _ = local_table
     out = tmp_path / "killed.csv"
-    script = KILL_SCRIPT.format(tests=str(Path(__file__).parent), axes=AXES, out=str(out))
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parents[1] / "src"))
+    script = KILL_SCRIPT.format(axes=AXES, out=str(out))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).parents[1] / "src"), str(Path(__file__).parent)]))
     proc = subprocess.Popen([sys.executable, "-c", script], env=env)
     try:
         deadline = time.time() + 120
@@ -170,12 +166,32 @@ def test_bad_parameters(problem, tmp_path):
 
 def test_parameters_change_the_model(problem):
     prob, _ = problem
-    star, comps = search.apply_parameters(prob, {"t_cool": 3500.0, "macroturbulence": 3.0, "ew_scale": 1.2})
+    star, comps = search.apply_parameters(prob, {"t_cool": 3500.0, "macro_gauss": 3.0, "ew_scale": 1.2})
     assert comps.cool.intensity == pytest.approx(dm.intensity_ratio(3500.0, 5000.0, 600.0))
-    # Gaussian macroturbulence keeps the equivalent width; ew_scale scales it
+    # the Gaussian broadening keeps the equivalent width; ew_scale scales it
     ew0 = prob.components.phot.profile.equivalent_width()
     assert comps.phot.profile.equivalent_width() == pytest.approx(1.2 * ew0, rel=1e-6)
     assert comps.phot.profile.fwhm > prob.components.phot.profile.fwhm
+
+
+def test_the_old_name_of_the_gaussian_broadening_is_read_as_the_new_one(problem, tmp_path):
+    """``macroturbulence`` (the grid's Gaussian broadening, not [line]'s radial-tangential one)
+    is read as ``macro_gauss``, with a warning naming it, wherever a grid parameter is read."""
+    prob, _ = problem
+    with pytest.warns(dm.DopplermapWarning, match="'macroturbulence' is now called 'macro_gauss'"):
+        _, old = search.apply_parameters(prob, {"macroturbulence": 3.0})
+    _, new = search.apply_parameters(prob, {"macro_gauss": 3.0})
+    assert old.phot.profile.fwhm == new.phot.profile.fwhm > prob.components.phot.profile.fwhm
+    with pytest.warns(dm.DopplermapWarning, match="macro_gauss"):
+        points = search.grid_points({"macroturbulence": [0.0, 2.0]})
+    assert points == [{"macro_gauss": 0.0}, {"macro_gauss": 2.0}]
+    with pytest.warns(dm.DopplermapWarning, match="macro_gauss"), pytest.raises(ValueError, match="macro_gauss"):
+        search.grid_search(prob, {"macroturbulence": [-1.0, 2.0]}, tmp_path / "t.csv")
+    assert "macroturbulence" not in search.GRID_PARAMETERS
+    from dopplermap.app.search import _axes
+
+    with pytest.warns(dm.DopplermapWarning, match="macro_gauss"):
+        assert list(_axes(["macroturbulence=0,2"])) == ["macro_gauss"]  # --param
 
 
 @pytest.fixture

@@ -497,7 +497,7 @@ def test_cli_grid_resume_with_another_lambda_is_refused(tmp_path, capsys):
 def test_every_grid_value_is_validated_before_the_first_solve(sprob, tmp_path, monkeypatch):
     monkeypatch.setattr(search, "evaluate_point", lambda *a, **k: pytest.fail("solved before validating"))
     for axes, pattern in (({"inclination": [50.0, 60.0, 120.0]}, "inclination=120"),
-                          ({"vsini": [40.0, -1.0]}, "vsini"), ({"macroturbulence": [0.0, -2.0]}, "macroturbulence"),
+                          ({"vsini": [40.0, -1.0]}, "vsini"), ({"macro_gauss": [0.0, -2.0]}, "macro_gauss"),
                           ({"ew_scale": [1.0, 50.0]}, "ew_scale")):
         with pytest.raises(DopplermapInputError, match=pattern):
             search.grid_search(sprob, axes, tmp_path / "t.csv")

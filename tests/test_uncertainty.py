@@ -1,18 +1,14 @@
-import sys
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from support.problems import form_problem, small_problem  # noqa: E402
 
 import dopplermap as dm
 from dopplermap import plan
 from dopplermap import uncertainty as U
 from dopplermap.objective import loss
-
-sys.path.insert(0, str(Path(__file__).parent))
-from _search_problem import form_problem, small_problem  # noqa: E402
 
 LMBD, REG = 5.0, "tikhonov"
 

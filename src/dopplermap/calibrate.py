@@ -49,7 +49,7 @@ from .grid import SurfaceGrid, latitude_band_grid
 from .memory import MAX_GRID_POINTS, check_bytes
 from .model import forward
 from .problem import Problem, require_problem
-from .search import apply_parameters, pad_precomputed, problem_fingerprint
+from .search import apply_parameters, grid_parameter, pad_precomputed, problem_fingerprint
 from .solvers import invert_batch, solve_many
 
 log = logging.getLogger(__name__)
@@ -570,7 +570,8 @@ def calibrate_parameter(problem: Problem, name: str, values, *, fixed: dict | No
     """
     check_calibratable(require_problem(problem, "calibrate_parameter"))
     settings, o = problem.settings, options
-    fixed = dict(fixed or {})
+    name = grid_parameter(name)
+    fixed = {grid_parameter(k): v for k, v in (fixed or {}).items()}
     if name in fixed:
         raise DopplermapInputError(f"calibrate_parameter: {name!r} is both calibrated and fixed")
     v = np.asarray(values, float)

@@ -20,6 +20,7 @@ from pathlib import Path
 from .choices import (
     ATMOSPHERE_PASSBANDS,
     BIN_UNITS,
+    CUBE_DTYPES,
     EW_METHODS,
     EW_STAGES,
     EW_UNITS,
@@ -228,6 +229,7 @@ class InversionConfig:
     solver: str = "auto"
     fit_components: tuple[str, ...] = SPOT_COMPONENTS
     offset_sigma: float | None = None  # Gaussian prior on the per-epoch offsets (dopplermap.objective)
+    cube_dtype: str = "auto"  # the dense cube a solve iterates on (dopplermap.problem.Problem.cube_dtype)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -592,6 +594,7 @@ def _validate(cfg: TargetConfig):
     if inv.maxiter < 1:
         raise DopplermapInputError(f"{s}: [inversion] maxiter must be >= 1, got {inv.maxiter!r}")
     check(inv.rv_shift, RV_SHIFTS, f"{s}: [inversion] rv_shift")
+    check(inv.cube_dtype, tuple(c for c in CUBE_DTYPES if c is not None), f"{s}: [inversion] cube_dtype")
     check(inv.solver, SOLVER_CHOICES, f"{s}: [inversion] solver")
     comps = inv.fit_components
     if not comps or len(set(comps)) != len(comps) or not set(comps) <= set(SPOT_COMPONENTS):
@@ -805,6 +808,7 @@ fit_amp = true                       # free additive offset per epoch
 tol = 1e-5
 maxiter = 1000
 method = "auto"                      # auto (dense while its cube <= 512 MiB) | binned (memory-light) | dense (exact)
+# cube_dtype = "auto"                # dense cube a solve iterates on: auto (float32 at tol >= 1e-6) | float32 | float64
 fit_components = ["cool", "hot"]     # spot components fitted; ["cool"]: photosphere + cool spots only
 # rv_shift = "interpolate"           # interpolate (the seed's shift of the disc-integrated profile) | exact (binned)
 solver = "auto"                      # auto (newton at tol <= 1e-6, else lbfgsb) | lbfgsb (scipy, live progress)

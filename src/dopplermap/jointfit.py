@@ -9,9 +9,11 @@ inclination; ``limb="sharp"``: ``max(mu, 0)``), times the local profile
 ``L_k(v - v_los)`` evaluated in JAX (Gaussian profiles exactly, other kinds by linear
 interpolation of a fine table). The whole model - geometry, weights, profiles, rv shift -
 is then differentiable in ``(fssc, fssh, rv, amp, inclination, vsini, domega)``, and one
-L-BFGS-B run fits all of them. The objective is the package's: reduced chi-square +
-``lambda`` x regulariser (+ the ``fssc + fssh <= 1`` penalty, + the offset prior with
-``offset_sigma``).
+L-BFGS-B run fits all of them. The objective is the package's (:func:`dopplermap.objective.data_terms`
+on the dense model as a form): reduced chi-square + ``lambda`` x regulariser (+ the
+``fssc + fssh <= 1`` penalty, + the offset prior with ``offset_sigma``), set up and reported by
+the door of :func:`dopplermap.invert` (:func:`dopplermap.solvers.prepare` and
+:func:`dopplermap.solvers.finish`).
 
 Cost: ``3 n_epoch n_cell n_vel`` profile evaluations per call, mapped over epochs in
 batches to bound memory.
@@ -26,17 +28,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .choices import LIMB_WEIGHTS, REGULARISERS, SPOT_COMPONENTS, check
+from .choices import LIMB_WEIGHTS, SPOT_COMPONENTS, check
+from .diagnostics import check_result
 from .errors import DopplermapInputError, warn
+from .forms.base import shift_profiles
 from .geometry import StarParams, cell_geometry
 from .grid import SurfaceGrid
-from .model import apply_nuisance, precompute
-from .objective import DEFAULT_PENALTY, Layout, Terms, chi2, offset_prior, offset_sigmas, regulariser_value, sum_excess
-from .problem import Problem, require_problem
+from .model import Precomputed, apply_nuisance, precompute
+from .objective import DEFAULT_PENALTY, data_terms
+from .problem import Problem, Settings, require_problem
 from .profiles import ComponentSet, LocalProfile
 from .result import Outcome
-from .solvers import InversionResult, invert
-from .solvers._common import bounds
+from .solvers import InversionResult, finish, invert, prepare
+from .solvers._common import RawSolve
 from .solvers.scipy_lbfgsb import lbfgsb
 
 __all__ = ["JointFitResult", "joint_fit", "dense_model", "limb_kink_distance", "STAR_PARAMETERS", "LIMB_KINK_DEG"]
@@ -80,13 +84,9 @@ def _profile_fn(profile: LocalProfile):
     return lambda x: jnp.interp(x, vt, table, left=1.0, right=1.0)
 
 
-def dense_model(grid: SurfaceGrid, times, vels, components: ComponentSet, *, batch: int = 8, limb: str = "smooth"):
-    """``model(fssc, fssh, rv, amp, inclination, vsini, domega, period, t0) -> (n_epoch, n_vel)``.
-
-    Differentiable (reverse mode) in every argument; angles in deg, velocities km/s,
-    domega rad/day, period and t0 days. ``limb``: the limb weight
-    (:func:`dopplermap.geometry.cell_geometry`); ``"smooth"`` is also smooth in the inclination.
-    """
+def _dense_profiles(grid: SurfaceGrid, times, vels, components: ComponentSet, *, batch: int, limb: str):
+    """``raw(fssc, fssh, inclination, vsini, domega, period, t0) -> (n_epoch, n_vel)``: the
+    disc-integrated profiles before the rv shift, the offsets and the normalisation."""
     check(limb, LIMB_WEIGHTS, "limb")
     lat, lon, area = (jnp.asarray(a) for a in (grid.lat, grid.lon, grid.area))
     times = jnp.asarray(np.asarray(times, dtype=float))
@@ -94,7 +94,7 @@ def dense_model(grid: SurfaceGrid, times, vels, components: ComponentSet, *, bat
     comps = list(components)
     profs = [_profile_fn(c.profile) for c in comps]
 
-    def model(fssc, fssh, rv, amp, inclination, vsini, domega, period, t0):
+    def raw(fssc, fssh, inclination, vsini, domega, period, t0):
         geo = cell_geometry(lat, lon, area, times, inclination, vsini, period, t0, domega, limb=limb)
         fill = (1.0 - fssc - fssh, fssc, fssh)
 
@@ -109,10 +109,45 @@ def dense_model(grid: SurfaceGrid, times, vels, components: ComponentSet, *, bat
                 norm = norm + a.sum()
             return num / norm
 
-        raw = jax.lax.map(one_epoch, (geo.ld_mu, geo.v_los, geo.proj_area), batch_size=batch)
-        return apply_nuisance(raw, vels, rv, amp)
+        return jax.lax.map(one_epoch, (geo.ld_mu, geo.v_los, geo.proj_area), batch_size=batch)
+
+    return raw
+
+
+def dense_model(grid: SurfaceGrid, times, vels, components: ComponentSet, *, batch: int = 8, limb: str = "smooth"):
+    """``model(fssc, fssh, rv, amp, inclination, vsini, domega, period, t0) -> (n_epoch, n_vel)``.
+
+    Differentiable (reverse mode) in every argument; angles in deg, velocities km/s,
+    domega rad/day, period and t0 days. ``limb``: the limb weight
+    (:func:`dopplermap.geometry.cell_geometry`); ``"smooth"`` is also smooth in the inclination.
+    """
+    raw = _dense_profiles(grid, times, vels, components, batch=batch, limb=limb)
+    v = jnp.asarray(np.asarray(vels, dtype=float))
+
+    def model(fssc, fssh, rv, amp, inclination, vsini, domega, period, t0):
+        return apply_nuisance(raw(fssc, fssh, inclination, vsini, domega, period, t0), v, rv, amp)
 
     return model
+
+
+@dataclasses.dataclass(frozen=True)
+class _StarForm:
+    """The dense model at star parameters that are (traced) arguments, as a synthesis form: the
+    package's objective (:func:`dopplermap.objective.data_terms`) reads it as any other form
+    (``shifted_profiles``), so the joint fit's loss is every solve's loss, plus the star."""
+
+    raw: object  # _dense_profiles(...)
+    vels: jax.Array
+    star: tuple  # (inclination, vsini, domega, period, t0)
+    n_cell: int
+    n_epoch: int
+
+    @property
+    def n_vel(self) -> int:
+        return int(self.vels.shape[0])
+
+    def shifted_profiles(self, fssc, fssh, rv):
+        return shift_profiles(self.vels, rv, self.raw(fssc, fssh, *self.star))
 
 
 @dataclasses.dataclass
@@ -154,9 +189,26 @@ def _fittable(problem: Problem) -> None:
                                    f"of the star; this problem has {refused[0]}")
 
 
+def _form_problem(problem: Problem, star: StarParams, settings: Settings, *, method: str, limb: str) -> Problem:
+    """``problem`` at ``star``, with its form built here (the form carries the ``limb`` weight),
+    for :func:`dopplermap.invert`'s door: its ``prepare`` and ``finish``."""
+    obs = problem.obs
+    form = precompute(problem.grid, star, np.asarray(obs.times), np.asarray(obs.vels), problem.components,
+                      method=method, limb=limb)
+    return Problem(grid=problem.grid, star=None, obs=obs, components=None, form=form, settings=settings,
+                   source=problem.source)
+
+
 def joint_fit(problem: Problem, *, fit=("inclination", "vsini"), x0=None, batch: int = 8, tol: float = 1e-9,
               maxiter: int = 3000, penalty: float = DEFAULT_PENALTY, limb: str = "smooth") -> JointFitResult:
     """Fit the parameters named in ``fit`` (of ``STAR_PARAMETERS``) together with the map.
+
+    The solve goes through the door of :func:`dopplermap.invert`: its ``prepare`` checks the
+    settings and builds the start, the map's bounds and the objective data (with the offset
+    prior), the loss is the package's (:func:`dopplermap.objective.data_terms`) on a form whose
+    star parameters are part of the fitted vector, scipy's L-BFGS-B (the ``"lbfgsb"`` back
+    end's driver) minimises it, and ``finish`` reports the map evaluated in float64 on the
+    dense model at the fitted star, with the solve warnings of every inversion.
 
     Args:
         problem: the grid, star, observations and local lines, and the settings lmbd,
@@ -178,84 +230,73 @@ def joint_fit(problem: Problem, *, fit=("inclination", "vsini"), x0=None, batch:
             kinks is warned about, and ``map.success`` is False there).
     """
     _fittable(require_problem(problem, "joint_fit"))
-    grid, star, obs, components, st = problem.grid, problem.star, problem.obs, problem.components, problem.settings
-    lmbd, regulariser, fit_rv, fit_amp = st.lmbd, st.regulariser, st.fit_rv, st.fit_amp
+    grid, star, obs, components = problem.grid, problem.star, problem.obs, problem.components
     fit = tuple(fit)
     bad = [p for p in fit if p not in STAR_PARAMETERS]
     if bad or not fit:
         raise DopplermapInputError(f"fit must name star parameters among {sorted(STAR_PARAMETERS)}, got {list(fit)!r}")
-    check(regulariser, REGULARISERS, "regulariser")
     check(limb, LIMB_WEIGHTS, "limb")
     if star.vsini is None:
         raise DopplermapInputError("joint_fit needs star.vsini (km/s), got None (radius given instead)")
-    # one line data set (refused otherwise): its observations stand for the model's epochs
-    sigma = offset_sigmas(obs, st.offset_sigma, f"{problem.source}: offset_sigma")
+    # the problem's objective settings; the stopping rule and the back end are the joint fit's
+    settings = problem.settings.replace(tol=tol, maxiter=maxiter, solver="lbfgsb")
     t_start = time.perf_counter()
-    times, vels = np.asarray(obs.times), np.asarray(obs.vels)
+    start_problem = _form_problem(problem, star, settings, method="binned", limb=limb)
     if x0 is None:
-        pre = precompute(grid, star, times, vels, components, method="binned", limb=limb)
-        init = invert(pre, obs, lmbd=lmbd, regulariser=regulariser, tol=1e-7, maxiter=maxiter, penalty=penalty,
-                      fit_rv=fit_rv, fit_amp=fit_amp, offset_sigma=st.offset_sigma)
+        init = invert(start_problem.replace(settings=settings.replace(tol=1e-7)), penalty=penalty)
+        init = dataclasses.replace(init, grid=grid, star=star, intensities=problem.intensities)
         x0 = init.x
     else:
         init = None
-    lay = Layout(grid.n_cell, obs.n_epoch)
-    x0 = np.asarray(x0, dtype=float)
-    if x0.shape != (lay.size,):
-        raise DopplermapInputError(f"x0 must have shape ({lay.size},), got {x0.shape}")
-    model = dense_model(grid, times, vels, components, batch=batch, limb=limb)
+    setup = prepare(start_problem.pre, obs, settings, x0=x0, penalty=penalty, problem=start_problem)
+    lay = setup.layout
+    raw_model = _dense_profiles(grid, obs.times, obs.vels, components, batch=batch, limb=limb)
+    vels = jnp.asarray(np.asarray(obs.vels, dtype=float))
+    cells = setup.exact_pre
     scales = np.array([STAR_PARAMETERS[p][1] for p in fit])
     start = {p: float(getattr(star, p)) for p in fit}
     fixed = {p: float(getattr(star, p)) for p in STAR_PARAMETERS if p not in fit}
-    area, edges = jnp.asarray(grid.area), jnp.asarray(np.asarray(grid.edges, dtype=np.int32))
-    sig = None if sigma is None else jnp.asarray(sigma)
 
     def terms(z, lm):
-        fssc, fssh, rv, amp = lay.split(z[:lay.size])
         sp = dict(fixed, **{p: z[lay.size + i] * scales[i] for i, p in enumerate(fit)})
-        m = model(fssc, fssh, rv, amp, sp["inclination"], sp["vsini"], sp["domega"], star.period, star.t0)
-        c2 = chi2(m, obs)
-        prior = None if sig is None else offset_prior(amp, sig.astype(z.dtype), None, obs)[0]
-        reg = regulariser_value(regulariser, fssc, fssh, area, edges).astype(z.dtype)
-        pen = penalty * sum_excess(fssc, fssh)
-        line = c2 if prior is None else c2 + prior
-        return line + lm * reg + pen, Terms(c2, reg, pen, offset_prior=prior)
+        form = _StarForm(raw_model, vels, (sp["inclination"], sp["vsini"], sp["domega"], star.period, star.t0),
+                         n_cell=lay.n_cell, n_epoch=lay.n_epoch)
+        pre = Precomputed(line=form, cell_area=cells.cell_area, edges=cells.edges)
+        return data_terms(z[:lay.size], lm, pre, setup.data, setup.regulariser, setup.penalty)
 
     vg = jax.jit(jax.value_and_grad(terms, has_aux=True))
-    lm = jnp.asarray(float(lmbd))
+    lm = jnp.asarray(setup.lmbd)
 
     def fn(z):
         (val, aux), g = vg(jnp.asarray(z), lm)
         return val, g, aux
 
-    z0 = np.concatenate([x0, [start[p] / s for p, s in zip(fit, scales, strict=False)]])
-    lo, hi = bounds(lay, fit_rv=fit_rv, fit_amp=fit_amp, x0=x0)  # the map's, as every solve's
-    plo = [(STAR_PARAMETERS[p][0][0] if STAR_PARAMETERS[p][0][0] is not None else -np.inf) / s for p, s in zip(fit, scales, strict=False)]
-    phi = [(STAR_PARAMETERS[p][0][1] if STAR_PARAMETERS[p][0][1] is not None else np.inf) / s for p, s in zip(fit, scales, strict=False)]
-    lo, hi = np.concatenate([lo, plo]), np.concatenate([hi, phi])
-    z0 = np.clip(z0, lo, hi)
+    star_lo = [(STAR_PARAMETERS[p][0][0] if STAR_PARAMETERS[p][0][0] is not None else -np.inf) / s
+               for p, s in zip(fit, scales, strict=True)]
+    star_hi = [(STAR_PARAMETERS[p][0][1] if STAR_PARAMETERS[p][0][1] is not None else np.inf) / s
+               for p, s in zip(fit, scales, strict=True)]
+    lo, hi = np.concatenate([setup.lower, star_lo]), np.concatenate([setup.upper, star_hi])
+    z0 = np.clip(np.concatenate([setup.x0, [start[p] / s for p, s in zip(fit, scales, strict=True)]]), lo, hi)
 
     t0 = time.perf_counter()
-    res, history = lbfgsb(fn, z0, lo, hi, tol=tol, maxiter=maxiter)
+    res, history = lbfgsb(fn, z0, lo, hi, tol=setup.tol, maxiter=setup.maxiter)
     solve_time = time.perf_counter() - t0
     z = np.asarray(res.x)
-    val, _, aux = fn(z)
-    fitted = {p: float(z[lay.size + i] * scales[i]) for i, p in enumerate(fit)}
-    new_star = star.replace(**fitted)
-    fssc, fssh, rv, amp = lay.split(z[:lay.size])
-    m = np.asarray(model(jnp.asarray(fssc), jnp.asarray(fssh), jnp.asarray(rv), jnp.asarray(amp),
-                         new_star.inclination, new_star.vsini, new_star.domega, star.period, star.t0))
+    new_star = star.replace(**{p: float(z[lay.size + i] * scales[i]) for i, p in enumerate(fit)})
+    raw = RawSolve(x=z[:lay.size], iterations=int(res.nit), n_eval=int(res.nfev),
+                   outcome=Outcome.from_scipy(res.message, int(res.status)), stop_reason=str(res.message),
+                   history=history, compile_time=0.0, solve_time=solve_time, extra={"restarts": int(res.restarts)})
+    # the reported map: the same door's finish, on the dense model at the fitted star
+    fitted = _form_problem(problem, new_star, settings, method="dense", limb=limb)
+    result = finish(prepare(fitted.pre, obs, settings, x0=raw.x, penalty=penalty, problem=fitted), raw,
+                    "lbfgsb-joint")
     kink = None
     if "inclination" in fit and limb == "sharp":
-        kink = limb_kink_distance(grid, times, new_star)
+        kink = limb_kink_distance(grid, obs.times, new_star)
     stalled = kink is not None and kink < LIMB_KINK_DEG
-    result = InversionResult(fssc=fssc, fssh=fssh, rv=rv, amp=amp, loss=float(val), chi2=float(aux.chi2),
-                             regulariser_value=float(aux.regulariser), lmbd=float(lmbd), regulariser=regulariser,
-                             iterations=int(res.nit), n_eval=int(res.nfev), success=bool(res.success) and not stalled,
-                             outcome=Outcome.from_scipy(res.message, int(res.status)),
-                             stop_reason=str(res.message), compile_time=0.0, solve_time=solve_time,
-                             history=history, model=m, solver="lbfgsb-joint",
-                             offset_prior=None if aux.offset_prior is None else float(aux.offset_prior))
+    result = dataclasses.replace(result, grid=grid, star=new_star, intensities=problem.intensities,
+                                 success=result.success and not stalled)
+    check_result(result, obs, tol=setup.tol, maxiter=setup.maxiter)
     if stalled:
         warn(f"joint_fit: the fitted inclination {new_star.inclination:.4f} deg is {kink:.1e} deg from an "
              "inclination where a surface cell crosses the limb at an epoch; the sharp limb weight max(mu, 0) "

@@ -72,6 +72,9 @@ def cube_dtype(choice, tol: float):
     return check(choice, CUBE_DTYPES, "cube_dtype")
 
 
+_cube_dtype = cube_dtype  # Plan.of's argument of the same name hides the function
+
+
 def blocked_fits(pre, dtype) -> bool:
     """Whether the blocked form of a dense model ``pre`` (both its copies) in ``dtype`` fits
     :data:`BLOCKED_MAX_BYTES` (never for a model that has no blocked form, or no dtype)."""
@@ -239,16 +242,16 @@ class Plan:
     accelerator: bool
 
     @classmethod
-    def of(cls, pre, tol: float) -> Plan:
+    def of(cls, pre, tol: float, cube_dtype="auto") -> Plan:
         """The plan of a synthesis form ``pre`` (one set, or a :class:`~dopplermap.objective.LineSets`'
-        first set) solved at ``tol``."""
+        first set) solved at ``tol``, its cube in ``cube_dtype`` (:func:`cube_dtype`'s choice)."""
         sets = getattr(pre, "sets", None)
         if not sets and not hasattr(pre, "line"):  # light curves alone: no synthesis form of line profiles
             return cls(method="none (light curves alone)", cube_dtype=None, batch_form="folded",
                        batch_mode="sequential", hvp_form="as solved", batch_hvps=False, accelerator=on_accelerator())
         line = (sets[0] if sets else pre).line
         dense = line.foldable
-        dtype = cube_dtype("auto", tol) if dense else None
+        dtype = _cube_dtype(cube_dtype, tol) if dense else None
         fits = dense and blocked_fits(sets[0] if sets else pre, dtype)
         form = batch_form("auto", mode="auto", blocked_fits=fits)
         hvp = dense and hvp_blocked(line.blocked_nbytes("float64"))

@@ -30,7 +30,7 @@ from ._repr import compact
 from .atmosphere import passband_limb_darkening, passband_planck_ratio
 from .atomic import write_file
 from .broadening import apply_cell_factors, equivalent_width_kms, line_profiles
-from .choices import REGULARISERS, RV_SHIFTS, SPOT_COMPONENTS, SYNTHESIS_METHODS, check
+from .choices import CUBE_DTYPES, REGULARISERS, RV_SHIFTS, SPOT_COMPONENTS, SYNTHESIS_METHODS, check
 from .constants import DAY_S, G_SI, M_SUN_KG, R_SUN_KM
 from .diagnostics import check_spot_contrast, check_wavelength, fields_checked
 from .errors import DopplermapInputError, MissingFileError, warn
@@ -226,6 +226,11 @@ class Problem:
         windows: time windows (:class:`dopplermap.windows.Windows`), one map each, coupled
             by ``settings.lmbd_time``; None: one static map. The parameter vector then holds
             every window's maps (:mod:`dopplermap.windows`); ``pre`` is windowed.
+        cube_dtype: the dtype of the dense cube the solves iterate on (one of
+            :data:`dopplermap.choices.CUBE_DTYPES`): ``"auto"`` (float32 at ``tol >= 1e-6``, else
+            float64), ``"float32"``, ``"float64"``, or None (the model as built). Decided once,
+            with the batch form and mode, in :attr:`plan` (shown in a run's summary); a solve's
+            ``cube_dtype=`` keyword overrides it for that solve.
     """
 
     grid: SurfaceGrid
@@ -246,6 +251,7 @@ class Problem:
     error_scale: tuple[ErrorScale, ...] = ()
     mass: float | None = None
     windows: Windows | None = None
+    cube_dtype: str | None = "auto"
 
     def __repr__(self) -> str:
         obs = self.observations
@@ -256,6 +262,7 @@ class Problem:
 
     def __post_init__(self):
         check(self.method, SYNTHESIS_METHODS, f"{self.source}: method")
+        check(self.cube_dtype, CUBE_DTYPES, f"{self.source}: cube_dtype")
         if self.windows is not None and not isinstance(self.windows, Windows):
             raise DopplermapInputError(f"{self.source}: windows takes dopplermap.windows.Windows, got "
                                        f"{type(self.windows).__name__}")
@@ -446,7 +453,7 @@ class Problem:
     @functools.cached_property
     def plan(self) -> Plan:
         """The engine's choices for this problem (:class:`dopplermap.plan.Plan`), made once."""
-        return Plan.of(self.pre, self.settings.tol)
+        return Plan.of(self.pre, self.settings.tol, self.cube_dtype)
 
     def solve_form(self, cube_dtype="float32", *, blocked: bool = False):
         """The form of :attr:`pre` a solver iterates on (:func:`dopplermap.objective.solve_form`:
@@ -558,8 +565,8 @@ class Problem:
             # a rotating star's shape follows its period and radius: rebuilt for the new star
             changes["grid"] = with_surface(self.grid, star_surface(self.grid, changes["star"], mass=self.stellar_mass))
         new = dataclasses.replace(self, **changes)
-        if set(changes) <= {"settings"}:  # solver settings enter no derived array: keep those built
-            # (but the plan: its cube dtype follows the tolerance)
+        if set(changes) <= {"settings", "cube_dtype"}:  # solver choices enter no derived array: keep those
+            # built (but the plan: its cube dtype follows the tolerance and the choice)
             new.__dict__.update({k: v for k, v in self.__dict__.items() if k in _CACHED and k != "plan"})
         return new
 
@@ -898,7 +905,7 @@ def _from_config(cfg) -> Problem:
         fill = s.roche_fill if s.separation is None else _fill_from_separation(cfg.source, s, star)
         grid = with_surface(grid, star_surface(grid, star, mass=s.mass, q=s.mass_ratio, fill=fill,
                                                sync=s.synchronicity))
-    common = dict(grid=grid, star=star, method=inv.method,
+    common = dict(grid=grid, star=star, method=inv.method, cube_dtype=inv.cube_dtype,
                   rv_shift=inv.rv_shift, gravity=gravity, lightcurve_data=lc, t_phot=float(temps[0]),
                   wavelength_nm=float(line_nm), source=cfg.source, mass=s.mass, windows=windows)
     if not sets:  # light curves alone: no line synthesis, no offsets

@@ -11,7 +11,7 @@
   a bracket (from a sweep, or widened from ``lo``/``hi``), then a safeguarded Illinois root
   finder in ``log lambda`` on warm-started solves.
 * :func:`grid_search` re-precomputes and re-solves at every point of a Cartesian grid of
-  stellar parameters (inclination, vsini, domega, period, t_cool, t_hot, macroturbulence,
+  stellar parameters (inclination, vsini, domega, period, t_cool, t_hot, macro_gauss,
   ew_scale) and appends one CSV row per finished point, so a killed search resumes where it
   stopped. Points run serially in this process, or on a Dask cluster (:class:`Cluster`): a
   local one sized to the machine, or a remote one at a scheduler's address. A point whose
@@ -69,7 +69,7 @@ from .uncertainty import effective_dof_refusal
 
 __all__ = [
     "LambdaSweep", "sweep_lambda", "sweep_lmbd_time", "lcurve_corner", "lcurve_curvature", "regulariser_floor",
-    "lambda_for_chi2", "fit_error_scale", "apply_error_scale", "ERROR_SCALE_LAMBDA", "Problem", "GRID_PARAMETERS", "apply_parameters",
+    "lambda_for_chi2", "fit_error_scale", "apply_error_scale", "ERROR_SCALE_LAMBDA", "Problem", "GRID_PARAMETERS", "RENAMED_GRID_PARAMETERS", "grid_parameter", "apply_parameters",
     "grid_points", "count_points", "check_grid_size", "validate_points", "problem_fingerprint",
     "evaluate_point", "point_refusal", "refused_row", "point_star", "Cluster", "grid_search", "grid_lock", "read_table",
     "computed_rows", "best_point", "delta_chi2_interval", "interval_flags", "pad_precomputed",
@@ -669,9 +669,27 @@ def apply_error_scale(problem: Problem, spec=None, *, lmbd: float = ERROR_SCALE_
 
 GRID_PARAMETERS = {
     "inclination": "deg", "vsini": "km/s", "domega": "rad/day", "period": "day",
-    "t_cool": "K", "t_hot": "K", "macroturbulence": "km/s (Gaussian zeta)",
+    "t_cool": "K", "t_hot": "K", "macro_gauss": "km/s (Gaussian zeta)",
     "ew_scale": "factor on the local lines' depth (equivalent width)",
 }
+
+RENAMED_GRID_PARAMETERS = {"macroturbulence": "macro_gauss"}
+"""Grid parameters under an older name: read as the new one, with a warning naming it."""
+
+
+def grid_parameter(name: str) -> str:
+    """``name``, or the new name of a renamed grid parameter (:data:`RENAMED_GRID_PARAMETERS`),
+    with a :class:`~dopplermap.errors.DopplermapWarning` naming it."""
+    new = RENAMED_GRID_PARAMETERS.get(name)
+    if new is None:
+        return name
+    warn(f"grid parameter {name!r} is now called {new!r} (a Gaussian broadening of the local lines, not the "
+         f"[line] radial-tangential macroturbulence); read as {new!r}")
+    return new
+
+
+def _renamed(params: dict) -> dict:
+    return {grid_parameter(k): v for k, v in params.items()}
 
 
 def _broadened(profile: LocalProfile, zeta: float) -> LocalProfile:
@@ -706,6 +724,7 @@ def apply_parameters(problem: Problem, params: dict) -> tuple[StarParams, Compon
         raise DopplermapInputError(f"{problem.source}: the grid search compares fits to line profiles; this problem "
                                    "has light curves alone (their map is a longitude / contrast map): map one star "
                                    "with dopplermap invert")
+    params = _renamed(params)
     unknown = sorted(set(params) - set(GRID_PARAMETERS))
     if unknown:
         raise DopplermapInputError(f"unknown grid parameter(s) {unknown}; known: {sorted(GRID_PARAMETERS)}")
@@ -724,10 +743,10 @@ def apply_parameters(problem: Problem, params: dict) -> tuple[StarParams, Compon
     comps = [phot, cool, hot]
     if "ew_scale" in params:
         comps = [dataclasses.replace(c, profile=_scaled(c.profile, float(params["ew_scale"]))) for c in comps]
-    if "macroturbulence" in params:
-        z = float(params["macroturbulence"])
+    if "macro_gauss" in params:
+        z = float(params["macro_gauss"])
         if z < 0:
-            raise DopplermapInputError(f"macroturbulence must be >= 0 km/s, got {z!r}")
+            raise DopplermapInputError(f"macro_gauss must be >= 0 km/s, got {z!r}")
         comps = [dataclasses.replace(c, profile=_broadened(c.profile, z)) for c in comps]
     return star, ComponentSet(*comps)
 
@@ -1028,6 +1047,7 @@ def grid_points(axes: dict, max_points: int | None = None) -> list[dict]:
     """Cartesian product of ``{name: values}`` as a list of dicts (last axis fastest)."""
     if not axes:
         raise DopplermapInputError("grid search needs at least one parameter axis")
+    axes = _renamed(axes)
     names = list(axes)
     vals = [_axis_values(n, axes[n]) for n in names]
     check_grid_size(dict(zip(names, vals, strict=True)), max_points)
@@ -1036,7 +1056,7 @@ def grid_points(axes: dict, max_points: int | None = None) -> list[dict]:
 
 def validate_points(problem: Problem, points: list[dict]) -> None:
     """Check every grid value before the first solve: each axis value on its own (line
-    profile, temperatures, macroturbulence) and the star of every point (so a bad
+    profile, temperatures, Gaussian broadening) and the star of every point (so a bad
     inclination or vsini fails now, not hours into a search)."""
     if not points:
         return
@@ -1283,6 +1303,7 @@ def grid_search(problem: Problem, axes: dict, table, *, resume: bool = False, cl
     """
     settings = require_problem(problem, "grid_search").settings
     table = Path(table)
+    axes = _renamed(axes)
     points = grid_points(axes, max_points)
     names = list(axes)
     check_solver_args(tol=settings.tol, maxiter=settings.maxiter, lmbd=settings.lmbd)

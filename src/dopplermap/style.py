@@ -119,7 +119,7 @@ PARAMETER_LABELS = {
     "period": "period P (d)",
     "t_cool": "cool-spot temperature (K)",
     "t_hot": "hot-spot temperature (K)",
-    "macroturbulence": "macroturbulence ζ (km/s)",
+    "macro_gauss": "Gaussian broadening ζ (km/s)",
     "ew_scale": "line-depth scale (× equivalent width)",
     "lmbd": "regularisation weight λ",
 }

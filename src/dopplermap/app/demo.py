@@ -15,6 +15,7 @@ from ..progress import Reporter
 from ..simulate import DEMO_SPOTS, demo_setup, simulate
 from ..solvers import invert
 from .folders import save_result, with_context
+from .output import Output, output_options
 
 __all__ = ["recovery_correlation", "run_demo"]
 
@@ -25,18 +26,20 @@ def recovery_correlation(true, fitted, lat, inclination_deg):
     return float(np.corrcoef(np.asarray(true)[seen], np.asarray(fitted)[seen])[0, 1])
 
 
-def run_demo(out: Path, *, lmbd: float, snr: float, n_cell: int, seed: int, quiet: bool, plots: bool,
-             report: bool = True, overwrite: bool = True, figure_process=None) -> dict:
+def run_demo(out: Path, *, lmbd: float, snr: float, n_cell: int, seed: int, output: Output | None = None,
+             **loose) -> dict:
     """Simulate, invert and write a result folder at ``out``; returns the summary written.
 
-    Progress goes to stderr (rich) unless ``quiet``; figures are drawn unless ``plots`` is
-    False, in ``figure_process`` (a started :class:`~dopplermap.figure_process.FigureProcess`:
-    the CLI starts it before this module's imports), by default in one started here;
-    ``report.html`` (:mod:`dopplermap.report`) is written unless ``report`` is False.
+    ``output`` (:class:`~dopplermap.app.output.Output`, or its fields as loose keywords):
+    progress on stderr (rich) unless ``quiet``; figures unless ``plots`` is False, drawn in
+    ``figure_process`` (the CLI starts it before this module's imports) or in one started here;
+    ``report.html`` (:mod:`dopplermap.report`) unless ``report`` is False.
     """
+    opts = output_options("run_demo", output, loose)
+    quiet, plots, report, overwrite = opts.quiet, opts.plots, opts.report, opts.overwrite
     t_start = time.perf_counter()
     # matplotlib loads in a child on another core meanwhile (it exits on its own if unused)
-    figs = figure_process if figure_process is not None or not plots else FigureProcess()
+    figs = opts.figure_process if opts.figure_process is not None or not plots else FigureProcess()
     with Reporter(quiet=quiet) as rep:
         with rep.step("simulate"):
             star, grid, times, vels, comps = demo_setup(n_cell=n_cell, seed=seed)

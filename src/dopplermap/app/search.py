@@ -149,6 +149,7 @@ def _axes(params, max_points: int | None = None) -> dict:
     axes: dict = {}
     for text in params:
         name, values = _axis(text, max_points)
+        name = search.grid_parameter(name)
         if name in axes:
             first = next(t for t in params if t.split("=", 1)[0].strip() == name)
             raise DopplermapInputError(f"--param {name} is given twice ({first!r} and {text!r}); give each "

@@ -22,6 +22,7 @@ from ..io.seed import load_problem, read_seed, save_problem, seed_dicts, seed_pr
 from ..problem import Settings, from_seed
 from ..simulate import DEMO_SPOTS, demo_setup, simulate
 from ..solvers import invert
+from .output import Output, output_options
 from .preflight import (
     SEED_FIGURES,
     check_seed_arguments,
@@ -61,9 +62,8 @@ def seed_figure_arrays(problem, res) -> dict:
                 lon=None if problem.lon is None else np.asarray(problem.lon))
 
 
-def run_invert_seed(problem, out: Path, *, lmbd: float, tol: float, maxiter: int, quiet: bool, plots: bool,
-                    read_time: float = 0.0, overwrite: bool = True, figure_process=None,
-                    solver: str = "lbfgsb") -> dict:
+def run_invert_seed(problem, out: Path, *, lmbd: float, tol: float, maxiter: int, read_time: float = 0.0,
+                    solver: str = "lbfgsb", output: Output | None = None, **loose) -> dict:
     """Invert a :class:`~dopplermap.io.seed.SeedProblem` and write the results to ``out``.
 
     The problem is solved as a :class:`dopplermap.problem.Problem` (:func:`~dopplermap.problem.from_seed`)
@@ -73,7 +73,11 @@ def run_invert_seed(problem, out: Path, *, lmbd: float, tol: float, maxiter: int
     previous folder or the complete new one. The figures are drawn by ``figure_process`` (a
     :class:`dopplermap.figure_process.FigureProcess` started with
     ``preload=(dopplermap.app.preflight.SEED_FIGURES,)``) while the result file is written, or here.
+    ``output``: :class:`~dopplermap.app.output.Output` (its ``report`` does not apply here), or
+    its fields as loose keywords.
     """
+    opts = output_options("run_invert_seed", output, loose)
+    quiet, plots, overwrite, figure_process = opts.quiet, opts.plots, opts.overwrite, opts.figure_process
     check_seed_out(out, overwrite)
     t0 = time.perf_counter()
 

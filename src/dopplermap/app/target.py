@@ -28,6 +28,7 @@ from ..solvers import choose_solver, invert
 from ..style import save_figure
 from ..windows import WindowedLightCurve, windowed_lightcurve_models
 from .folders import save_result, with_context
+from .output import Output, output_options
 
 __all__ = ["run_target", "summary_line", "error_scale_line", "estimate_line", "band_line", "band_values",
            "windows_line", "uncertainty_writers"]
@@ -179,25 +180,24 @@ def uncertainty_writers(methods, problem, res, grid, *, n_boot: int = 20, seed: 
     return writers, scalars
 
 
-def run_target(cfg, out: Path, *, plots: bool = True, quiet: bool = True, config_file=None,
-               uncertainty=None, report: bool = True, overwrite: bool = True, overrides=None,
-               figure_process=None, scheduler=None, workers=None) -> dict:
+def run_target(cfg, out: Path, *, output: Output | None = None, config_file=None, uncertainty=None,
+               overrides=None, scheduler=None, workers=None, **loose) -> dict:
     """Run the inversion a target config describes and write a result folder at ``out``.
 
     The folder is the standard one of :func:`dopplermap.io.results.save_result` (map.fits,
     profiles.fits with the light curve of a joint fit, config.json, a copy of the TOML
-    file, summary.json and, unless ``plots`` is False, the figures), plus the uncertainty
+    file, summary.json and, unless ``output.plots`` is False, the figures), plus the uncertainty
     maps of ``[uncertainty] methods`` (or of ``uncertainty``, a list overriding them; see
     :func:`uncertainty_writers`; with a light curve they cover the line profiles only).
-    Progress goes to stderr unless ``quiet``; ``report.html`` is written unless ``report``
-    is False. The figures are drawn in ``figure_process`` (a started
-    :class:`~dopplermap.figure_process.FigureProcess`: the CLI starts it before this module's
-    imports), by default in one started here. ``scheduler``: where the bootstrap's refits
-    run (a Dask scheduler's address, or ``"local"`` for a local cluster of ``workers``;
-    None/``"sync"``: here). Returns the summary written.
+    ``output`` (:class:`~dopplermap.app.output.Output`): figures, progress, report, overwriting
+    and the figure process; its fields may also be given as loose keywords (``plots=False``).
+    ``scheduler``: where the bootstrap's refits run (a Dask scheduler's address, or ``"local"``
+    for a local cluster of ``workers``; None/``"sync"``: here). Returns the summary written.
     """
+    opts = output_options("run_target", output, loose)
+    plots, quiet, report, overwrite = opts.plots, opts.quiet, opts.report, opts.overwrite
     # matplotlib loads in a child on another core meanwhile (it exits on its own if unused)
-    figs = figure_process if figure_process is not None or not plots else FigureProcess()
+    figs = opts.figure_process if opts.figure_process is not None or not plots else FigureProcess()
     t0 = time.perf_counter()
     methods = tuple(cfg.uncertainty.methods if uncertainty is None else uncertainty)
     if methods and cfg.map.windowed:  # before any work

@@ -29,9 +29,11 @@ def register(group):
         preflight.check_result_out(out, overwrite)  # before any work
         with preflight.figure_process(not no_plots) as figs:  # matplotlib loads there while JAX loads here
             from ..app.demo import run_demo
+            from ..app.output import Output
 
-            s = run_demo(out, lmbd=lmbd, snr=snr, n_cell=n_cell, seed=seed, quiet=quiet, plots=not no_plots,
-                         report=not no_report, overwrite=overwrite, figure_process=figs)
+            s = run_demo(out, lmbd=lmbd, snr=snr, n_cell=n_cell, seed=seed,
+                         output=Output(plots=not no_plots, quiet=quiet, report=not no_report, overwrite=overwrite,
+                                       figure_process=figs))
         click.echo(f"chi2 {s['chi2']:.4f}  iterations {s['iterations']}  compile {s['compile_time']:.2f} s  "
                    f"solve {s['solve_time']:.2f} s  corr(cool) {s['corr_cool']:.3f}  corr(hot) {s['corr_hot']:.3f}")
         click.echo(f"results in {out}")

@@ -88,7 +88,7 @@ def register(group):
     @click.option("--param", "params", multiple=True, required=True,
                   help="NAME=start:stop:step (a float step; stop included when within 1e-6 of a step), "
                        "NAME=start:stop:nN (N evenly spaced values, both ends included) or NAME=v1,v2,... "
-                       "(inclination, vsini, domega, period, t_cool, t_hot, macroturbulence, ew_scale); e.g. "
+                       "(inclination, vsini, domega, period, t_cool, t_hot, macro_gauss, ew_scale); e.g. "
                        "vsini=38:42:0.5, domega=0:0.1:0.01, inclination=5:85:n9. Repeat for more axes, each "
                        "parameter once.")
     @click.option("--lmbd", type=click.FloatRange(min=0), default=None,

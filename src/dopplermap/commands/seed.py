@@ -52,6 +52,7 @@ def register(group):
         t0 = time.perf_counter()
         # matplotlib loads in a child on another core while this process reads and solves
         with preflight.figure_process(not no_plots, preload=(preflight.SEED_FIGURES,)) as figs:
+            from ..app.output import Output
             from ..app.seed import read_problem, run_invert_seed
 
             prob = read_problem(idc, sg, cpcs, problem, trust_pickle)
@@ -59,8 +60,9 @@ def register(group):
             if not quiet:
                 click.echo(f"read {prob.n_epoch} epochs x {prob.n_vel} velocities, {prob.n_cell} cells "
                            f"({prob.n_visible.min()}-{prob.n_visible.max()} visible) in {read_time:.2f} s", err=True)
-            s = run_invert_seed(prob, out, lmbd=lmbd, tol=tol, maxiter=maxiter, quiet=quiet, plots=not no_plots,
-                                read_time=read_time, overwrite=overwrite, figure_process=figs, solver=solver)
+            s = run_invert_seed(prob, out, lmbd=lmbd, tol=tol, maxiter=maxiter, read_time=read_time, solver=solver,
+                                output=Output(plots=not no_plots, quiet=quiet, overwrite=overwrite,
+                                              figure_process=figs))
         click.echo(f"loss {s['loss']:.10g}  chi2 {s['chi2']:.6g}  entropy {s['entropy']:.6g}  "
                    f"iterations {s['iterations']}  compile {s['compile_time']:.2f} s  solve {s['solve_time']:.2f} s")
         if not no_plots and not prob.has_coordinates:

@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 import dopplermap as dm
+from dopplermap.app.output import Output
 from dopplermap.app.target import run_target
 from dopplermap.app.zdipy import import_zdipy
 from dopplermap.config import load_config
@@ -72,7 +73,7 @@ def main(argv=None):
     for item in lost:
         print(f"  - {item}")
     cfg = load_config(toml)
-    summary = run_target(cfg, args.out / "results", plots=True, quiet=False, config_file=toml)
+    summary = run_target(cfg, args.out / "results", output=Output(quiet=False), config_file=toml)
     wall = time.perf_counter() - t0
     res = dm.load_result(args.out / "results")
     print(f"reduced chi2 {summary['chi2']:.4f} after {summary['iterations']} iterations ({summary['stop_reason']}); "

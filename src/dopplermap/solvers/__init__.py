@@ -256,7 +256,7 @@ def _solve_arguments(door: str, problem, obs, given: dict) -> _Solve:
                                    f"{', '.join(_SETTINGS)}, or {', '.join(_SOLVE_KEYWORDS)}")
     given = dict(given)
     penalty = given.pop("penalty", DEFAULT_PENALTY)
-    cube_dtype = given.pop("cube_dtype", "auto")
+    cube_dtype = given.pop("cube_dtype", problem.cube_dtype if isinstance(problem, Problem) else "auto")
     lightcurve = given.pop("lightcurve", None)
     if isinstance(problem, Problem):
         if obs is not None or lightcurve is not None:
@@ -281,6 +281,18 @@ def _in_context(res: InversionResult, problem: Problem | None) -> InversionResul
     return dataclasses.replace(res, grid=problem.grid, star=problem.star, intensities=problem.intensities, **windows)
 
 
+def _planned(problem: Problem | None, cube_dtype, tol: float) -> bool:
+    """Whether a solve at ``tol`` with ``cube_dtype`` is the one the problem's plan decided."""
+    return (problem is not None and cube_dtype == problem.cube_dtype and tol == problem.settings.tol
+            and problem.plan.cube_dtype is not None)
+
+
+def _cube_dtype(problem: Problem | None, cube_dtype, tol: float):
+    """The cube dtype a solve iterates in: the problem's plan's, where the solve is the planned
+    one (:attr:`dopplermap.problem.Problem.plan`, decided once), else decided here."""
+    return problem.plan.cube_dtype if _planned(problem, cube_dtype, tol) else plan.cube_dtype(cube_dtype, tol)
+
+
 def prepare(pre: Precomputed, obs: Observations, settings: Settings, *, x0=None, penalty: float = DEFAULT_PENALTY,
             lightcurve=None, cube_dtype: str | None = "auto", blocked: bool = False,
             options: dict | None = None, problem: Problem | None = None) -> SolveSetup:
@@ -292,7 +304,7 @@ def prepare(pre: Precomputed, obs: Observations, settings: Settings, *, x0=None,
     check_solver_args(tol=settings.tol, maxiter=settings.maxiter, lmbd=settings.lmbd)
     fit_components = check_fit_components(settings.fit_components)
     check_match(pre, obs)
-    dtype = plan.cube_dtype(cube_dtype, settings.tol)
+    dtype = _cube_dtype(problem, cube_dtype, settings.tol)
     form = (problem.solve_form(dtype, blocked=blocked) if problem is not None
             else solve_form(pre, dtype, blocked=blocked))
     layout, x0, lo, hi = start(form, x0, fit_rv=settings.fit_rv, fit_amp=settings.fit_amp,
@@ -388,10 +400,12 @@ def invert_batch(problem: Problem | Precomputed, obs: Observations | None = None
                                    "go through invert()")
     check(mode, BATCH_MODES, "mode")
     check(form, BATCH_FORMS, "form")
-    dtype = plan.cube_dtype(cube_dtype, tol)
+    dtype = _cube_dtype(solve.problem, cube_dtype, tol)
     if form == "blocked" and (not pre.line.foldable or dtype is None):
         raise DopplermapInputError(f"form='blocked' needs a dense model and a cube_dtype, got a {pre.line.kind} model "
                                    f"and cube_dtype={cube_dtype!r}")
+    if form == mode == "auto" and _planned(solve.problem, cube_dtype, tol):  # the problem's plan decided both
+        form, mode = solve.problem.plan.batch_form, solve.problem.plan.batch_mode
     form = plan.batch_form(form, mode=mode, blocked_fits=plan.blocked_fits(pre, dtype))
     mode = plan.batch_mode(mode, form=form)
     if warm_start and mode != "sequential":
