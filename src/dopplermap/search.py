@@ -326,7 +326,7 @@ def _sweep_mode(problem: Problem, mode: str) -> str:
     if mode != "auto":
         return mode
     pre, obs = problem.pre, problem.obs
-    fits = plan.blocked_fits(pre, plan.cube_dtype("auto", problem.settings.tol))
+    fits = plan.blocked_fits(pre, plan.cube_dtype(problem.cube_dtype or "auto", problem.settings.tol))
     many = plan.many_mode("auto", n_data=obs.n_epoch * obs.n_vel, n_cell=pre.n_cell, blocked_fits=fits)
     return "vmap" if many == "vmap" else "invert"
 

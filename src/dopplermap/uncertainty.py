@@ -194,7 +194,7 @@ def bootstrap(problem: Problem, best: InversionResult, *, n_boot: int = 20, seed
     if mode not in ("auto", "vmap", "batch", "sequential", "resample"):
         raise DopplermapInputError(f"bootstrap mode must be 'auto', 'vmap', 'batch', 'sequential' or 'resample', "
                                    f"got {mode!r}")
-    dtype = plan.cube_dtype("auto", tol)
+    dtype = plan.cube_dtype(problem.cube_dtype or "auto", tol)
     if mode == "auto":
         mode = plan.many_mode("auto", n_data=obs.n_epoch * obs.n_vel, n_cell=pre.n_cell,
                               blocked_fits=plan.blocked_fits(pre, dtype))
