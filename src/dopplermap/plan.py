@@ -146,16 +146,32 @@ _PASS_OVERHEAD = {"lbfgsb": 1e-3, "newton": 2e-4}
 """Seconds a pass costs whatever the size (L-BFGS-B: a host round trip per evaluation)."""
 
 
-def solver_passes(solver: str, tol: float) -> float:
-    """Objective passes a solve from the flat start takes at ``tol`` (the tight-tolerance
-    solver comparison of benchmarks/RESULTS.md, linear in ``log10 tol``)."""
+_PASSES = {"lbfgsb": (110.0, 70.0, 0.23, 0.05), "newton": (140.0, 15.0, 0.26, 0.05)}
+"""``(base, per_digit, slope, slope_per_digit)`` of :func:`solver_passes`, fitted to measured
+passes of the demo star over lambda 1e-3..10 and tol 1e-5..1e-8 (benchmarks/RESULTS.md)."""
+
+LMBD_PASSES_RANGE = (1e-3, 1.0)
+"""Lambdas outside this range count as its ends in :func:`solver_passes` (no more passes
+were measured above lambda 1; below 1e-3 the fit is not extrapolated)."""
+
+
+def solver_passes(solver: str, tol: float, lmbd: float = 1.0) -> float:
+    """Objective passes a solve from the flat start takes at ``tol`` and regularisation ``lmbd``.
+
+    ``(base + per_digit * d) * (1 / lmbd) ** (slope + slope_per_digit * d)`` with ``d`` the
+    digits of tolerance beyond 1e-5 and ``lmbd`` clipped to :data:`LMBD_PASSES_RANGE`
+    (:data:`_PASSES`): a weaker maximum-entropy term leaves the loss less well conditioned,
+    and every digit of tolerance then costs more."""
+    base, per_digit, slope, slope_digit = _PASSES[solver]
     digits = max(0.0, -math.log10(tol) - 5.0)
-    return {"lbfgsb": 110.0 + 70.0 * digits, "newton": 140.0 + 15.0 * digits}[solver]
+    lo, hi = LMBD_PASSES_RANGE
+    weak = 1.0 / min(max(float(lmbd), lo), hi)
+    return (base + per_digit * digits) * weak ** (slope + slope_digit * digits)
 
 
-def solve_seconds(solver: str, tol: float, n_data: int, n_cell: int) -> float:
+def solve_seconds(solver: str, tol: float, n_data: int, n_cell: int, lmbd: float = 1.0) -> float:
     """Estimated seconds of one solve by ``solver`` (passes x seconds a pass)."""
-    return solver_passes(solver, tol) * (_PASS_SECONDS[solver] * n_data * n_cell + _PASS_OVERHEAD[solver])
+    return solver_passes(solver, tol, lmbd) * (_PASS_SECONDS[solver] * n_data * n_cell + _PASS_OVERHEAD[solver])
 
 
 REPEAT_RUNS = 10
@@ -184,7 +200,7 @@ class SolverChoice:
 
 
 def pick_solver(states: dict, *, tol: float, n_data: int, n_cell: int, n_solves: int = 1,
-                unkept: tuple = ()) -> SolverChoice:
+                unkept: tuple = (), lmbd=1.0) -> SolverChoice:
     """Of the candidate back ends (``states``: ``{solver: compile state}``, states as in
     :data:`COMPILE_SECONDS`), the one of the least compile plus ``n_solves`` estimated solves
     (one compile serves them all); a tie goes to the first candidate.
@@ -196,9 +212,15 @@ def pick_solver(states: dict, *, tol: float, n_data: int, n_cell: int, n_solves:
     of losing to the cached one on every later run because its own program never gets built.
     ``unkept``: candidates whose program this run cannot store (a compiled loop that reports
     progress to the host): their cold compile always counts in full.
+    ``lmbd``: the regularisation weight, or the weights of the solves (a sweep: each solve's
+    estimate is the mean over them).
     """
-    est = {s: (state, COMPILE_SECONDS[s][state], n_solves * solve_seconds(s, tol, n_data, n_cell))
-           for s, state in states.items()}
+    lmbds = [float(v) for v in (lmbd if hasattr(lmbd, "__len__") else [lmbd])] or [1.0]
+
+    def solves(s):
+        return n_solves * sum(solve_seconds(s, tol, n_data, n_cell, v) for v in lmbds) / len(lmbds)
+
+    est = {s: (state, COMPILE_SECONDS[s][state], solves(s)) for s, state in states.items()}
     repeated = any(state == "disk" for state in states.values())
 
     def cost(s):
