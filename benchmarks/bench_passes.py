@@ -19,7 +19,8 @@ import sys
 
 from _common import write_json  # benchmarks/ is the script's folder
 
-SIZES = {"small": dict(n_cell=400, n_epoch=20, n_vel=24), "demo": dict(n_cell=1200, n_epoch=30, n_vel=32)}
+SIZES = {"small": dict(n_cell=400, n_epoch=20, n_vel=24), "demo": dict(n_cell=1200, n_epoch=30, n_vel=32),
+         "sparse": dict(n_cell=1200, n_epoch=8, n_vel=24)}  # few data per cell, as a short campaign
 
 
 def run_size(name, size, lmbds, tols):

@@ -25,6 +25,19 @@ def test_passes_grow_as_lambda_falls_and_tol_tightens(solver):
     assert digit(1e-3) > digit(1.0)
 
 
+def test_fewer_data_per_cell_cost_more_passes():
+    for s in ("lbfgsb", "newton"):
+        p = [plan.solver_passes(s, 1e-7, 1.0, density) for density in (0.1, 0.3, 1.0)]
+        assert p[0] > p[1] > p[2]
+        assert plan.solver_passes(s, 1e-7, 1.0, 5.0) == p[2]  # more than one datum a cell: no fewer passes
+        assert plan.solver_passes(s, 1e-7, 1.0, 0.01) == p[0]  # clipped at DENSITY_PASSES_MIN
+    # solve_seconds passes the size's density on
+    sparse, dense = dict(n_data=400, n_cell=4000), dict(n_data=4000, n_cell=400)
+    per_pass = plan._PASS_SECONDS["lbfgsb"] * 400 * 4000 + plan._PASS_OVERHEAD["lbfgsb"]
+    assert plan.solve_seconds("lbfgsb", 1e-7, **sparse) == pytest.approx(plan.solver_passes("lbfgsb", 1e-7, 1.0, 0.1) * per_pass)
+    assert plan.solve_seconds("lbfgsb", 1e-7, **dense) == pytest.approx(plan.solver_passes("lbfgsb", 1e-7, 1.0) * per_pass)
+
+
 def test_passes_are_clipped_outside_the_measured_lambdas():
     lo, hi = plan.LMBD_PASSES_RANGE
     for s in ("lbfgsb", "newton"):

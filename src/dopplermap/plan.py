@@ -37,7 +37,7 @@ from .memory import memory_limit
 __all__ = ["DENSE_AUTO_BYTES", "FLOAT32_MIN_TOL", "BLOCKED_MAX_BYTES", "HVP_BLOCKED_MAX_BYTES", "on_accelerator",
            "synthesis_method", "cube_dtype", "blocked_fits", "batch_form", "batch_mode", "many_mode", "member_bytes", "batch_chunk",
            "VMAP_MIN_CPU_WORK", "BATCH_MEMORY_FRACTION",
-           "COMPILE_SECONDS", "REPEAT_RUNS", "solver_passes", "solve_seconds", "pick_solver", "SolverChoice", "hvp_blocked", "batch_hvps", "Plan"]
+           "COMPILE_SECONDS", "REPEAT_RUNS", "LMBD_PASSES_RANGE", "DENSITY_PASSES_MIN", "solver_passes", "solve_seconds", "pick_solver", "SolverChoice", "hvp_blocked", "batch_hvps", "Plan"]
 
 DENSE_AUTO_BYTES = 512 * 2**20
 """``method="auto"`` picks ``"dense"`` while the float64 dense cube fits this."""
@@ -146,32 +146,41 @@ _PASS_OVERHEAD = {"lbfgsb": 1e-3, "newton": 2e-4}
 """Seconds a pass costs whatever the size (L-BFGS-B: a host round trip per evaluation)."""
 
 
-_PASSES = {"lbfgsb": (110.0, 70.0, 0.23, 0.05), "newton": (140.0, 15.0, 0.26, 0.05)}
-"""``(base, per_digit, slope, slope_per_digit)`` of :func:`solver_passes`, fitted to measured
-passes of the demo star over lambda 1e-3..10 and tol 1e-5..1e-8 (benchmarks/RESULTS.md)."""
+_PASSES = {"lbfgsb": (110.0, 70.0, 0.23, 0.05, 0.25), "newton": (140.0, 15.0, 0.26, 0.05, 0.15)}
+"""``(base, per_digit, slope, slope_per_digit, sparse_slope)`` of :func:`solver_passes`,
+fitted to measured passes of the demo star over lambda 1e-3..10, tol 1e-5..1e-8 and 0.16-1.2
+data per cell (benchmarks/RESULTS.md)."""
 
 LMBD_PASSES_RANGE = (1e-3, 1.0)
 """Lambdas outside this range count as its ends in :func:`solver_passes` (no more passes
 were measured above lambda 1; below 1e-3 the fit is not extrapolated)."""
 
+DENSITY_PASSES_MIN = 0.1
+"""Fewer data per cell than this count as this many in :func:`solver_passes` (the fit's
+sparsest set had 0.16)."""
 
-def solver_passes(solver: str, tol: float, lmbd: float = 1.0) -> float:
-    """Objective passes a solve from the flat start takes at ``tol`` and regularisation ``lmbd``.
 
-    ``(base + per_digit * d) * (1 / lmbd) ** (slope + slope_per_digit * d)`` with ``d`` the
-    digits of tolerance beyond 1e-5 and ``lmbd`` clipped to :data:`LMBD_PASSES_RANGE`
-    (:data:`_PASSES`): a weaker maximum-entropy term leaves the loss less well conditioned,
-    and every digit of tolerance then costs more."""
-    base, per_digit, slope, slope_digit = _PASSES[solver]
+def solver_passes(solver: str, tol: float, lmbd: float = 1.0, density: float = 1.0) -> float:
+    """Objective passes a solve from the flat start takes at ``tol``, regularisation ``lmbd``
+    and ``density`` data per cell.
+
+    ``(base + per_digit * d) * (1 / lmbd) ** (slope + slope_per_digit * d) / density ** sparse_slope``
+    with ``d`` the digits of tolerance beyond 1e-5, ``lmbd`` clipped to
+    :data:`LMBD_PASSES_RANGE` and ``density`` to [:data:`DENSITY_PASSES_MIN`, 1]
+    (:data:`_PASSES`): a weaker maximum-entropy term, or fewer data per cell, leave the loss
+    less well conditioned, and every digit of tolerance then costs more."""
+    base, per_digit, slope, slope_digit, sparse_slope = _PASSES[solver]
     digits = max(0.0, -math.log10(tol) - 5.0)
     lo, hi = LMBD_PASSES_RANGE
     weak = 1.0 / min(max(float(lmbd), lo), hi)
-    return (base + per_digit * digits) * weak ** (slope + slope_digit * digits)
+    sparse = 1.0 / min(max(float(density), DENSITY_PASSES_MIN), 1.0)
+    return (base + per_digit * digits) * weak ** (slope + slope_digit * digits) * sparse ** sparse_slope
 
 
 def solve_seconds(solver: str, tol: float, n_data: int, n_cell: int, lmbd: float = 1.0) -> float:
     """Estimated seconds of one solve by ``solver`` (passes x seconds a pass)."""
-    return solver_passes(solver, tol, lmbd) * (_PASS_SECONDS[solver] * n_data * n_cell + _PASS_OVERHEAD[solver])
+    density = n_data / max(1, n_cell)
+    return solver_passes(solver, tol, lmbd, density) * (_PASS_SECONDS[solver] * n_data * n_cell + _PASS_OVERHEAD[solver])
 
 
 REPEAT_RUNS = 10
