@@ -82,3 +82,17 @@ def test_a_sweep_weighs_its_lambdas():
         assert sweep.estimates[s][2] > one.estimates[s][2]
     expected = sum(plan.solve_seconds("lbfgsb", 1e-7, lmbd=v, **small) for v in (1e-3, 1e-2, 1.0))
     assert sweep.estimates["lbfgsb"][2] == pytest.approx(expected)
+
+
+def test_real_layout_runs_l_bfgs_b_first_and_builds_newton_on_the_second_run():
+    """8 LSD profiles x 47 velocities on 4000 cells at lambda 1, tol 1e-7 (0.09 line data a
+    cell): a first run (nothing compiled) takes L-BFGS-B, whose cold compile is the shorter;
+    once its program is on disk Newton, the faster solve there, is built and then kept."""
+    size = dict(n_data=8 * 47, n_cell=4000)
+    first = plan.pick_solver({"lbfgsb": "cold", "newton": "cold"}, tol=1e-7, lmbd=1.0, **size)
+    again = plan.pick_solver({"lbfgsb": "disk", "newton": "cold"}, tol=1e-7, lmbd=1.0, **size)
+    later = plan.pick_solver({"lbfgsb": "disk", "newton": "disk"}, tol=1e-7, lmbd=1.0, **size)
+    assert (first.solver, again.solver, later.solver) == ("lbfgsb", "newton", "newton")
+    # no tie: warm, Newton's estimate is well under L-BFGS-B's
+    lb, nt = later.estimates["lbfgsb"], later.estimates["newton"]
+    assert nt[1] + nt[2] < 0.75 * (lb[1] + lb[2])
