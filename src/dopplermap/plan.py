@@ -14,7 +14,8 @@
   :data:`BATCH_MEMORY_FRACTION` of the memory holds;
 * the solver of ``solver="auto"`` (:func:`pick_solver`): of the back ends that apply, the one
   whose compile (cold, from the persistent cache, or already in this process) plus estimated
-  solve is the shortest; on a repeated run of a shape a cold compile counts
+  solve (:func:`solver_passes`: more passes at a smaller lambda, a tighter tolerance and
+  fewer data per cell) is the shortest; on a repeated run of a shape a cold compile counts
   ``1 / REPEAT_RUNS`` (it is paid once and kept);
 * Hessian-vector products (:func:`hvp_blocked`, :func:`batch_hvps`): the blocked float64
   form while it fits :data:`HVP_BLOCKED_MAX_BYTES`; batched where that pays (blocked form,
@@ -30,6 +31,7 @@ import dataclasses
 import math
 
 import jax
+import numpy as np
 
 from .choices import CUBE_DTYPES, SYNTHESIS_METHODS, check
 from .memory import memory_limit
@@ -224,7 +226,7 @@ def pick_solver(states: dict, *, tol: float, n_data: int, n_cell: int, n_solves:
     ``lmbd``: the regularisation weight, or the weights of the solves (a sweep: each solve's
     estimate is the mean over them).
     """
-    lmbds = [float(v) for v in (lmbd if hasattr(lmbd, "__len__") else [lmbd])] or [1.0]
+    lmbds = [float(v) for v in np.ravel(lmbd)] or [1.0]
 
     def solves(s):
         return n_solves * sum(solve_seconds(s, tol, n_data, n_cell, v) for v in lmbds) / len(lmbds)
