@@ -1,6 +1,6 @@
 """Benchmark: the work of a solve against lambda, tolerance and size, and plan.solver_passes' estimate of it.
 
-    PYTHONPATH=src python benchmarks/bench_passes.py [--sizes small demo] [--lmbds 1e-3 1e-2 0.1 1 10]
+    PYTHONPATH=src python benchmarks/bench_passes.py [--sizes small demo sparse] [--lmbds 1e-3 1e-2 0.1 1 10]
         [--tols 1e-5 1e-6 1e-7 1e-8] [--out benchmarks/results/passes-cpu2.json]
 
 Each size is the built-in demo star (``dm.demo_setup``, S/N 500, maximum entropy) at a
@@ -36,7 +36,7 @@ def run_size(name, size, lmbds, tols):
             for solver in ("lbfgsb", "newton"):
                 res = dm.invert(pre, sim.obs, lmbd=lmbd, tol=tol, maxiter=5000, solver=solver)
                 passes = res.extra["passes"]["total"] if solver == "newton" else res.n_eval
-                est = plan.solver_passes(solver, tol, lmbd)
+                est = plan.solver_passes(solver, tol, lmbd, pre.n_epoch * pre.n_vel / pre.n_cell)
                 rows.append(dict(size=name, n_cell=pre.n_cell, n_data=pre.n_epoch * pre.n_vel, lmbd=lmbd, tol=tol,
                                  solver=solver, iterations=int(res.iterations), passes=int(passes), estimate=est,
                                  solve_time=res.solve_time, stop_reason=res.stop_reason))
