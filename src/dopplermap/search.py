@@ -226,7 +226,7 @@ def sweep_lambda(problem: Problem, lmbds: Sequence[float], *, warm_start: bool =
     results: dict[int, InversionResult] = {}
     if cluster is not None:
         if mode == "invert":  # one choice for every task (a task alone would weigh its few solves)
-            problem = _sweep_solver(problem, lm.size)
+            problem = _sweep_solver(problem, lm.size, lm)
         chunks = [order[s:s + SWEEP_TASK_LAMBDAS] for s in range(0, order.size, SWEEP_TASK_LAMBDAS)]
         parts = run_tasks(cluster, _sweep_task, problem, [(lm[c], warm_start, x0, mode) for c in chunks])
         for c, part in zip(chunks, parts, strict=True):
@@ -234,7 +234,7 @@ def sweep_lambda(problem: Problem, lmbds: Sequence[float], *, warm_start: bool =
                 results[int(i)] = res
                 _report_lambda(lm[i], res, len(results), lm.size, progress)
     elif mode == "invert":
-        problem = _sweep_solver(problem, lm.size)
+        problem = _sweep_solver(problem, lm.size, lm)
         start = x0
         for i in order:
             res = _warm_solve(problem, float(lm[i]), start, x0)
@@ -332,14 +332,15 @@ def _sweep_mode(problem: Problem, mode: str) -> str:
     return "vmap" if many == "vmap" else "invert"
 
 
-def _sweep_solver(problem: Problem, n: int) -> Problem:
+def _sweep_solver(problem: Problem, n: int, lmbds=None) -> Problem:
     """The problem with ``solver="auto"`` resolved once for all ``n`` solves of a sweep (one
-    compile serves them all: :func:`dopplermap.solvers.solver_choice`)."""
+    compile serves them all: :func:`dopplermap.solvers.solver_choice`), at the sweep's
+    ``lmbds`` (default: the problem's lambda for each)."""
     st = problem.settings
     if st.solver != "auto":
         return problem
     setup = prepare(problem.pre, problem.observations, st, lightcurve=problem.lightcurve, problem=problem)
-    choice = solver_choice(settings=st, pre=problem.pre, setup=setup, n_solves=n)
+    choice = solver_choice(settings=st, pre=problem.pre, setup=setup, n_solves=n, lmbds=lmbds)
     if choice.estimates:
         log.info("lambda sweep of %d solves: %s", n, choice.describe())
     return problem.replace(settings=st.replace(solver=choice.solver))
