@@ -284,8 +284,9 @@ def test_load_lightcurve_warns_for_days_from_zero_against_bjd_profiles(tmp_path)
     assert lc.n_points == 50 and lc.n_read == 2000 and "binned in 0.02 phase; 50 points fitted" in lc.describe()
 
 
-def _target(root, lc_name, *, time_scale="BTJD", star_extra="", data_extra=""):
-    """A target whose profiles are dated in ``time_scale`` (BJD0 + 0.3 .. 2.3 d) and a light curve."""
+def _target(root, lc_name, *, time_scale="BTJD", star_extra="", lc_extra="", old=False):
+    """A target whose profiles are dated in ``time_scale`` (BJD0 + 0.3 .. 2.3 d) and a light curve
+    (a ``[[lightcurves]]`` table; ``old``: the old ``[data] lightcurve`` spelling)."""
     from dopplermap.io.lsd import write_lsd
     from dopplermap.io.times import parse_time_scale
 
@@ -302,8 +303,7 @@ def _target(root, lc_name, *, time_scale="BTJD", star_extra="", data_extra=""):
 profiles = ["ep*.lsd"]
 times_table = "times.csv"
 time_scale = "{time_scale}"
-lightcurve = "{lc_name}"
-{data_extra}
+{f'lightcurve = "{lc_name}"' if old else ""}
 [star]
 inclination = 45.0
 vsini = 30.0
@@ -320,7 +320,7 @@ wavelength_nm = 600.0
 
 [grid]
 n_cell = 60
-""")
+""" + ("" if old else f'\n[[lightcurves]]\nfile = "{lc_name}"\n{lc_extra}\n'))
     return root / "t.toml"
 
 
@@ -329,7 +329,7 @@ def test_problem_builder_converts_profiles_t0_and_light_curve(tmp_path):
     from dopplermap.problem import from_config
 
     bjd, pdc, _, good = mission_fits(tmp_path / "tess_lc.fits", n=1500)
-    cfg = load_config(_target(tmp_path, "tess_lc.fits", data_extra='lightcurve_bin = 0.01\nlightcurve_bin_unit = "d"'))
+    cfg = load_config(_target(tmp_path, "tess_lc.fits", lc_extra='bin = 0.01\nbin_unit = "d"'))
     with strict():
         prob = from_config(cfg)
     np.testing.assert_allclose(np.asarray(prob.obs.times), BJD0 + np.linspace(0.3, 2.3, 4), atol=1e-8)
@@ -355,7 +355,7 @@ def test_problem_builder_warns_for_reported_light_curve_cases(tmp_path):
         from_config(load_config(_target(tmp_path, "mag.csv", time_scale="BJD_TDB")))
     with strict():
         prob = from_config(load_config(_target(tmp_path, "mag.csv", time_scale="BJD_TDB",
-                                               data_extra='lightcurve_unit = "mag"')))
+                                               lc_extra='unit = "mag"')))
     np.testing.assert_allclose(prob.lightcurve_data.flux, 10 ** (-0.4 * m), rtol=1e-12)
 
 
@@ -379,7 +379,7 @@ def test_invert_prints_what_was_read_dropped_and_fitted(tmp_path, capsys):
     from dopplermap.cli import main
 
     bjd, _, _, good = mission_fits(tmp_path / "tess_lc.fits", n=1500)
-    toml = _target(tmp_path, "tess_lc.fits", data_extra='lightcurve_bin = 0.02\nlightcurve_bin_unit = "phase"')
+    toml = _target(tmp_path, "tess_lc.fits", lc_extra='bin = 0.02\nbin_unit = "phase"')
     toml.write_text(toml.read_text() + "\n[inversion]\nmaxiter = 3\n")
     rc = main(["invert", str(toml), "--out", str(tmp_path / "res"), "--no-plots", "--quiet"])
     assert rc == 3  # maxiter = 3 keeps the test short: a complete result, reported as not converged
@@ -631,7 +631,7 @@ def test_config_takes_a_quality_bitmask_for_each_light_curve(tmp_path):
     from dopplermap.problem import from_config
 
     mission_fits(tmp_path / "tess_lc.fits", n=400, n_nan=0, flags=(256,))  # corrected discontinuities: kept
-    toml = _target(tmp_path, "tess_lc.fits")
+    toml = _target(tmp_path, "tess_lc.fits", old=True)  # the old spelling's key, then the table's
     read = from_config(load_config(toml)).lightcurve_data.read
     assert (read.n_quality, read.n_invalid, read.n_points) == (0, 3, 397)  # 3 flagged gaps have a NaN time
     toml.write_text(toml.read_text().replace('lightcurve = "tess_lc.fits"',
@@ -649,7 +649,7 @@ def test_config_takes_a_quality_bitmask_for_each_light_curve(tmp_path):
     t = tomllib.loads(toml.read_text().replace("lightcurve_quality_bitmask = 2.5\n", "").replace(
         'lightcurve = "tess_lc.fits"\n', ""))
     t["lightcurves"] = [{"file": "tess_lc.fits", "quality_bitmask": "nope"}]
-    with pytest.raises(DopplermapInputError, match=r"\[\[lightcurves\]\] 1 \('lightcurve1'\) quality_bitmask must be "
+    with pytest.raises(DopplermapInputError, match=r"\[\[lightcurves\]\] 1 \('lightcurve'\) quality_bitmask must be "
                                                    r"one of 'none', 'default', 'hard', 'hardest'"):
         parse_config(t, source="t.toml", base_dir=str(tmp_path))
     t["lightcurves"][0]["quality_bitmask"] = 256
