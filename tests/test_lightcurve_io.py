@@ -340,6 +340,72 @@ def test_problem_builder_converts_profiles_t0_and_light_curve(tmp_path):
     assert bjd[good][0] - 1e-9 <= prob.lightcurve_data.times[0] < bjd[good][0] + 0.01
 
 
+def _two_spellings(root):
+    """One light curve with reading options and a band, written in the old spelling
+    (``[data] lightcurve*`` with ``[lightcurve]``) and as a ``[[lightcurves]]`` table:
+    (old config, its DopplermapWarning messages, new config, old problem, new problem)."""
+    from dopplermap.config import load_config
+    from dopplermap.problem import from_config
+
+    t = BJD0 + np.linspace(0.0, 2.0, 400)
+    m = 9.2 + 0.02 * np.sin(2 * np.pi * t / 0.4232)
+    np.savetxt(root / "lc.csv", np.c_[t, m, np.full(t.size, 2e-3)], delimiter=",")
+    reading = {"unit": '"mag"', "bin": "0.05", "bin_unit": '"phase"', "time_scale": '"BJD_TDB"'}
+    band = {"wavelength_nm": "700.0", "ld_phot": "[0.55]", "ld_cool": "[0.72]", "ld_hot": "[0.41]",
+            "fit_dilution": "true"}
+    old = _target(root, "lc.csv", time_scale="BJD_TDB", old=True)
+    text = old.read_text().replace('lightcurve = "lc.csv"', 'lightcurve = "lc.csv"\n' + "\n".join(
+        f"lightcurve_{k} = {v}" for k, v in reading.items()))
+    old.write_text(text + "\n[lightcurve]\n" + "\n".join(f"{k} = {v}" for k, v in band.items()) + "\n")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        cfg_old = load_config(old)
+    said = [str(w.message) for w in seen if issubclass(w.category, DopplermapWarning)]
+    (root / "new").mkdir()
+    new = _target(root / "new", "../lc.csv", time_scale="BJD_TDB",
+                  lc_extra="\n".join(f"{k} = {v}" for k, v in {**reading, **band}.items()))
+    with strict():  # the table warns of nothing
+        cfg_new = load_config(new)
+        prob_new = from_config(cfg_new)
+    return cfg_old, said, cfg_new, from_config(cfg_old), prob_new
+
+
+def test_old_light_curve_spelling_is_read_as_one_table_with_one_warning(tmp_path):
+    """The old spelling builds the problem its one ``[[lightcurves]]`` table builds (files,
+    reading options, band, weights) and says the table once."""
+    import jax
+
+    cfg_old, said, cfg_new, prob_old, prob_new = _two_spellings(tmp_path)
+    assert len(said) == 1 and "[[lightcurves]]" in said[0] and 'file = "lc.csv"' in said[0], said
+    assert 'unit = "mag"' in said[0] and "ld_cool = [0.72]" in said[0] and "fit_dilution = true" in said[0]
+    assert cfg_old.data.lightcurve is None and len(cfg_old.lightcurves) == 1
+    assert cfg_new.lightcurves[0].name == cfg_old.lightcurves[0].name == "lightcurve"
+    a, b = prob_old.lightcurve_data, prob_new.lightcurve_data
+    assert a.read.binned and a.times.size < 400  # the reading options reached the reader
+    for field in ("times", "flux", "err"):
+        np.testing.assert_array_equal(np.asarray(getattr(a, field)), np.asarray(getattr(b, field)))
+    assert (a.band, a.fit_dilution, a.weight, a.name) == (b.band, True, 1.0, "lightcurve")
+    assert a.band.limb_darkening[1].coeffs == pytest.approx((0.72,))
+    assert prob_old.settings == prob_new.settings and prob_old.gravity == prob_new.gravity
+    # the precomputed light-curve fits the loss reads agree leaf by leaf
+    fa, fb = jax.tree_util.tree_flatten(prob_old.lightcurve), jax.tree_util.tree_flatten(prob_new.lightcurve)
+    assert fa[1] == fb[1]
+    for u, v in zip(fa[0], fb[0], strict=True):
+        np.testing.assert_array_equal(np.asarray(u), np.asarray(v))
+
+
+@pytest.mark.slow
+def test_old_light_curve_spelling_gives_the_same_loss(tmp_path):
+    from dopplermap.objective import loss
+
+    *_, prob_old, prob_new = _two_spellings(tmp_path)
+    x = np.linspace(0.05, 0.4, prob_old.layout.size)
+    kw = {k: v for k, v in prob_old.invert_kwargs().items() if k in ("line_weight", "lc_weight", "offset_sigma")}
+    f_old, f_new = (float(loss(x, 1.0, p.pre, p.obs, "mem", lightcurve=p.lightcurve, **kw))
+                    for p in (prob_old, prob_new))
+    assert np.isfinite(f_old) and f_old == f_new
+
+
 def test_problem_builder_warns_for_reported_light_curve_cases(tmp_path):
     from dopplermap.config import load_config
     from dopplermap.problem import from_config
