@@ -390,8 +390,8 @@ def test_old_light_curve_spelling_is_read_as_one_table_with_one_warning(tmp_path
     # the precomputed light-curve fits the loss reads agree leaf by leaf
     fa, fb = jax.tree_util.tree_flatten(prob_old.lightcurve), jax.tree_util.tree_flatten(prob_new.lightcurve)
     assert fa[1] == fb[1]
-    for u, v in zip(fa[0], fb[0], strict=True):
-        np.testing.assert_array_equal(np.asarray(u), np.asarray(v))
+    for leaf_a, leaf_b in zip(fa[0], fb[0], strict=True):
+        np.testing.assert_array_equal(np.asarray(leaf_a), np.asarray(leaf_b))
 
 
 @pytest.mark.slow
