@@ -201,7 +201,7 @@ def test_magnitudes_fed_as_flux_warn(tmp_path):
     m = 9.2 + 0.05 * np.sin(2 * np.pi * t / 0.4232)
     np.savetxt(tmp_path / "plain.csv", np.c_[t, m, np.full(60, 0.002)], delimiter=",")
     with pytest.warns(DopplermapWarning, match=r"plain\.csv: fluxes 9\.15\.\.9\.25 .* look like magnitudes.*"
-                                               r"lightcurve_unit = 'mag'"):
+                                               r"unit = 'mag' in its \[\[lightcurves\]\] table"):
         read_lightcurve(tmp_path / "plain.csv")
     np.savetxt(tmp_path / "named.csv", np.c_[t, 10 ** (-0.4 * m), np.full(60, 1e-6)], delimiter=",",
                header="time,Vmag,err", comments="")
