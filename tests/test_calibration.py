@@ -413,23 +413,24 @@ def test_interrupted_calibration_resumes_from_its_table(tmp_path, monkeypatch):
     stop_at = [None]
     whole = calibrate_parameter(small_problem, "inclination", vals, **kw)
     table = tmp_path / "calibrate-inclination.jsonl"
+    kept = dict(kw, options=CalibrationOptions(n_sim=4, seed=3, table=table))
     stop_at[0] = 75.0
     calls.update(sets=0, values=[])
     with pytest.raises(Killed):
-        calibrate_parameter(small_problem, "inclination", vals, table=table, **kw)
+        calibrate_parameter(small_problem, "inclination", vals, **kept)
     assert calls == {"sets": 1, "values": [60.0, 65.0, 70.0, 75.0]}
     assert len(table.read_text().splitlines()) == 3 and table.with_suffix(".npz").exists()
     with open(table, "a") as fh:  # a line cut off by the kill
         fh.write('{"digest": "')
     stop_at[0] = None
     calls.update(sets=0, values=[])
-    resumed = calibrate_parameter(small_problem, "inclination", vals, table=table, **kw)
+    resumed = calibrate_parameter(small_problem, "inclination", vals, **kept)
     assert calls == {"sets": 0, "values": [75.0, 80.0]}  # the data sets and three values from the table
     for col in calibrate.COLUMNS:
         np.testing.assert_array_equal(resumed.member_profiles[col], whole.member_profiles[col])
     assert (resumed.estimate, resumed.lo68, resumed.hi68) == (whole.estimate, whole.lo68, whole.hi68)
     # other inputs: nothing taken from the table, everything solved
     calls.update(sets=0, values=[])
-    other = dict(kw, options=CalibrationOptions(n_sim=4, seed=4))
-    calibrate_parameter(small_problem, "inclination", vals, table=table, **other)
+    other = dict(kw, options=CalibrationOptions(n_sim=4, seed=4, table=table))
+    calibrate_parameter(small_problem, "inclination", vals, **other)
     assert calls == {"sets": 1, "values": vals}

@@ -226,7 +226,7 @@ def _app_import_violations() -> list[str]:
 # not named by a longer prefix take the layer of the shortest one that names them.
 LAYERS = (
     ("base", ("_version", "_x64", "_device", "_sets", "_linops", "errors", "constants", "choices", "units",
-              "memory", "atomic", "cache", "compiled", "diagnostics", "figure_process", "limb_darkening",
+              "memory", "atomic", "cache", "cluster", "compiled", "diagnostics", "figure_process", "limb_darkening",
               "plan", "fisher", "result", "style", "gridtable", "_repr")),
     ("physics", ("geometry", "grid", "roche", "profiles", "atmosphere", "broadening", "gravity", "lightcurve")),
     ("forms", ("forms", "model", "windows")),

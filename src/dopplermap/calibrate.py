@@ -375,6 +375,11 @@ class CalibrationOptions:
         mode: how each grid value's data sets are solved (:func:`dopplermap.solvers.solve_many`):
             ``"vmap"`` (together, in calls that fit memory), ``"sequential"`` (one compiled device
             solve after another) or ``"auto"`` (default, :func:`dopplermap.plan.many_mode`).
+        table: a ``.jsonl`` path where the finished work is kept as it finishes
+            (:class:`Finished`; ``dopplermap grid --calibrate`` keeps it in the grid's folder):
+            a calibration of the same inputs run again takes its data sets and finished
+            solves from there and solves only the rest. None (default): nothing kept. Where
+            the work is kept is not one of the inputs it is matched by.
     """
 
     n_sim: int = 32
@@ -384,6 +389,7 @@ class CalibrationOptions:
     sim_oversample: int = SIM_OVERSAMPLE
     max_solves: int | None = None
     mode: str = "auto"
+    table: str | Path | None = None
 
     def __post_init__(self):
         if int(self.n_sim) != self.n_sim or self.n_sim < 4:
@@ -546,7 +552,7 @@ def _simulated_sets(problem, at, t, kw, lm_sim, err, o, progress) -> np.ndarray:
 
 def calibrate_parameter(problem: Problem, name: str, values, *, fixed: dict | None = None, trials=None,
                         options: CalibrationOptions = CalibrationOptions(), progress=None,
-                        cluster=None, table=None) -> Calibration:
+                        cluster=None) -> Calibration:
     """Calibrate grid parameter ``name`` by simulation (module docs; docs/parameters.md).
 
     Args:
@@ -561,10 +567,6 @@ def calibrate_parameter(problem: Problem, name: str, values, *, fixed: dict | No
         progress: optional ``progress(stage, i, n)`` per trial map and per grid value.
         cluster: a :class:`dopplermap.search.Cluster` to spread the grid values' solves over,
             as tasks of at most :data:`TASK_MEMBERS` data sets (None: in this process).
-        table: a ``.jsonl`` path where the finished work is kept as it finishes
-            (:class:`Finished`; ``dopplermap grid --calibrate`` keeps it in the grid's folder):
-            a calibration of the same inputs run again takes its data sets and finished
-            solves from there and solves only the rest. None: nothing kept.
     Returns:
         :class:`Calibration`.
     """
@@ -595,9 +597,9 @@ def calibrate_parameter(problem: Problem, name: str, values, *, fixed: dict | No
     obs = problem.obs
     err = np.asarray(obs.err, float)
     finished = None
-    if table is not None:
-        finished = Finished(table, fingerprint(problem_fingerprint(problem), name, fixed, v, t, kw, lm_sim,
-                                               dataclasses.asdict(o)))
+    if o.table is not None:
+        finished = Finished(o.table, fingerprint(problem_fingerprint(problem), name, fixed, v, t, kw, lm_sim,
+                                                 dataclasses.asdict(dataclasses.replace(o, table=None))))
     flux = None if finished is None else finished.data()
     if flux is None:
         flux = _simulated_sets(problem, at, t, kw, lm_sim, err, o, progress)

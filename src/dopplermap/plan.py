@@ -14,7 +14,8 @@
   :data:`BATCH_MEMORY_FRACTION` of the memory holds;
 * the solver of ``solver="auto"`` (:func:`pick_solver`): of the back ends that apply, the one
   whose compile (cold, from the persistent cache, or already in this process) plus estimated
-  solve is the shortest; on a repeated run of a shape a cold compile counts
+  solve (:func:`solver_passes`: more passes at a smaller lambda, a tighter tolerance and
+  fewer data per cell) is the shortest; on a repeated run of a shape a cold compile counts
   ``1 / REPEAT_RUNS`` (it is paid once and kept);
 * Hessian-vector products (:func:`hvp_blocked`, :func:`batch_hvps`): the blocked float64
   form while it fits :data:`HVP_BLOCKED_MAX_BYTES`; batched where that pays (blocked form,
@@ -30,6 +31,7 @@ import dataclasses
 import math
 
 import jax
+import numpy as np
 
 from .choices import CUBE_DTYPES, SYNTHESIS_METHODS, check
 from .memory import memory_limit
@@ -37,7 +39,7 @@ from .memory import memory_limit
 __all__ = ["DENSE_AUTO_BYTES", "FLOAT32_MIN_TOL", "BLOCKED_MAX_BYTES", "HVP_BLOCKED_MAX_BYTES", "on_accelerator",
            "synthesis_method", "cube_dtype", "blocked_fits", "batch_form", "batch_mode", "many_mode", "member_bytes", "batch_chunk",
            "VMAP_MIN_CPU_WORK", "BATCH_MEMORY_FRACTION",
-           "COMPILE_SECONDS", "REPEAT_RUNS", "solver_passes", "solve_seconds", "pick_solver", "SolverChoice", "hvp_blocked", "batch_hvps", "Plan"]
+           "COMPILE_SECONDS", "REPEAT_RUNS", "LMBD_PASSES_RANGE", "DENSITY_PASSES_MIN", "solver_passes", "solve_seconds", "pick_solver", "SolverChoice", "hvp_blocked", "batch_hvps", "Plan"]
 
 DENSE_AUTO_BYTES = 512 * 2**20
 """``method="auto"`` picks ``"dense"`` while the float64 dense cube fits this."""
@@ -146,16 +148,41 @@ _PASS_OVERHEAD = {"lbfgsb": 1e-3, "newton": 2e-4}
 """Seconds a pass costs whatever the size (L-BFGS-B: a host round trip per evaluation)."""
 
 
-def solver_passes(solver: str, tol: float) -> float:
-    """Objective passes a solve from the flat start takes at ``tol`` (the tight-tolerance
-    solver comparison of benchmarks/RESULTS.md, linear in ``log10 tol``)."""
+_PASSES = {"lbfgsb": (110.0, 70.0, 0.23, 0.05, 0.25), "newton": (140.0, 15.0, 0.26, 0.05, 0.15)}
+"""``(base, per_digit, slope, slope_per_digit, sparse_slope)`` of :func:`solver_passes`,
+fitted to measured passes of the demo star over lambda 1e-3..10, tol 1e-5..1e-8 and 0.16-1.2
+data per cell (benchmarks/RESULTS.md)."""
+
+LMBD_PASSES_RANGE = (1e-3, 1.0)
+"""Lambdas outside this range count as its ends in :func:`solver_passes` (no more passes
+were measured above lambda 1; below 1e-3 the fit is not extrapolated)."""
+
+DENSITY_PASSES_MIN = 0.1
+"""Fewer data per cell than this count as this many in :func:`solver_passes` (the fit's
+sparsest set had 0.16)."""
+
+
+def solver_passes(solver: str, tol: float, lmbd: float = 1.0, density: float = 1.0) -> float:
+    """Objective passes a solve from the flat start takes at ``tol``, regularisation ``lmbd``
+    and ``density`` data per cell.
+
+    ``(base + per_digit * d) * (1 / lmbd) ** (slope + slope_per_digit * d) / density ** sparse_slope``
+    with ``d`` the digits of tolerance beyond 1e-5, ``lmbd`` clipped to
+    :data:`LMBD_PASSES_RANGE` and ``density`` to [:data:`DENSITY_PASSES_MIN`, 1]
+    (:data:`_PASSES`): a weaker maximum-entropy term, or fewer data per cell, leave the loss
+    less well conditioned, and every digit of tolerance then costs more."""
+    base, per_digit, slope, slope_digit, sparse_slope = _PASSES[solver]
     digits = max(0.0, -math.log10(tol) - 5.0)
-    return {"lbfgsb": 110.0 + 70.0 * digits, "newton": 140.0 + 15.0 * digits}[solver]
+    lo, hi = LMBD_PASSES_RANGE
+    weak = 1.0 / min(max(float(lmbd), lo), hi)
+    sparse = 1.0 / min(max(float(density), DENSITY_PASSES_MIN), 1.0)
+    return (base + per_digit * digits) * weak ** (slope + slope_digit * digits) * sparse ** sparse_slope
 
 
-def solve_seconds(solver: str, tol: float, n_data: int, n_cell: int) -> float:
+def solve_seconds(solver: str, tol: float, n_data: int, n_cell: int, lmbd: float = 1.0) -> float:
     """Estimated seconds of one solve by ``solver`` (passes x seconds a pass)."""
-    return solver_passes(solver, tol) * (_PASS_SECONDS[solver] * n_data * n_cell + _PASS_OVERHEAD[solver])
+    density = n_data / max(1, n_cell)
+    return solver_passes(solver, tol, lmbd, density) * (_PASS_SECONDS[solver] * n_data * n_cell + _PASS_OVERHEAD[solver])
 
 
 REPEAT_RUNS = 10
@@ -184,7 +211,7 @@ class SolverChoice:
 
 
 def pick_solver(states: dict, *, tol: float, n_data: int, n_cell: int, n_solves: int = 1,
-                unkept: tuple = ()) -> SolverChoice:
+                unkept: tuple = (), lmbd=1.0) -> SolverChoice:
     """Of the candidate back ends (``states``: ``{solver: compile state}``, states as in
     :data:`COMPILE_SECONDS`), the one of the least compile plus ``n_solves`` estimated solves
     (one compile serves them all); a tie goes to the first candidate.
@@ -196,9 +223,15 @@ def pick_solver(states: dict, *, tol: float, n_data: int, n_cell: int, n_solves:
     of losing to the cached one on every later run because its own program never gets built.
     ``unkept``: candidates whose program this run cannot store (a compiled loop that reports
     progress to the host): their cold compile always counts in full.
+    ``lmbd``: the regularisation weight, or the weights of the solves (a sweep: each solve's
+    estimate is the mean over them).
     """
-    est = {s: (state, COMPILE_SECONDS[s][state], n_solves * solve_seconds(s, tol, n_data, n_cell))
-           for s, state in states.items()}
+    lmbds = [float(v) for v in np.ravel(lmbd)] or [1.0]
+
+    def solves(s):
+        return n_solves * sum(solve_seconds(s, tol, n_data, n_cell, v) for v in lmbds) / len(lmbds)
+
+    est = {s: (state, COMPILE_SECONDS[s][state], solves(s)) for s, state in states.items()}
     repeated = any(state == "disk" for state in states.values())
 
     def cost(s):

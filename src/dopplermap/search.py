@@ -50,6 +50,7 @@ from . import plan, regularisers
 from ._repr import compact
 from .atomic import exclusive_lock, fingerprint, write_text
 from .choices import MANY_MODES, REGULARISERS, WEIGHTED_REGULARISERS, check
+from .cluster import CONNECT_TIMEOUT, Cluster, run_tasks  # noqa: F401  (the search's API)
 from .errors import DopplermapInputError, DopplermapWarning, reader, warn
 from .errorscale import ErrorScale, error_scale_for
 from .geometry import StarParams, check_star
@@ -225,7 +226,7 @@ def sweep_lambda(problem: Problem, lmbds: Sequence[float], *, warm_start: bool =
     results: dict[int, InversionResult] = {}
     if cluster is not None:
         if mode == "invert":  # one choice for every task (a task alone would weigh its few solves)
-            problem = _sweep_solver(problem, lm.size)
+            problem = _sweep_solver(problem, lm.size, lm)
         chunks = [order[s:s + SWEEP_TASK_LAMBDAS] for s in range(0, order.size, SWEEP_TASK_LAMBDAS)]
         parts = run_tasks(cluster, _sweep_task, problem, [(lm[c], warm_start, x0, mode) for c in chunks])
         for c, part in zip(chunks, parts, strict=True):
@@ -233,7 +234,7 @@ def sweep_lambda(problem: Problem, lmbds: Sequence[float], *, warm_start: bool =
                 results[int(i)] = res
                 _report_lambda(lm[i], res, len(results), lm.size, progress)
     elif mode == "invert":
-        problem = _sweep_solver(problem, lm.size)
+        problem = _sweep_solver(problem, lm.size, lm)
         start = x0
         for i in order:
             res = _warm_solve(problem, float(lm[i]), start, x0)
@@ -331,14 +332,15 @@ def _sweep_mode(problem: Problem, mode: str) -> str:
     return "vmap" if many == "vmap" else "invert"
 
 
-def _sweep_solver(problem: Problem, n: int) -> Problem:
+def _sweep_solver(problem: Problem, n: int, lmbds=None) -> Problem:
     """The problem with ``solver="auto"`` resolved once for all ``n`` solves of a sweep (one
-    compile serves them all: :func:`dopplermap.solvers.solver_choice`)."""
+    compile serves them all: :func:`dopplermap.solvers.solver_choice`), at the sweep's
+    ``lmbds`` (default: the problem's lambda for each)."""
     st = problem.settings
     if st.solver != "auto":
         return problem
     setup = prepare(problem.pre, problem.observations, st, lightcurve=problem.lightcurve, problem=problem)
-    choice = solver_choice(settings=st, pre=problem.pre, setup=setup, n_solves=n)
+    choice = solver_choice(settings=st, pre=problem.pre, setup=setup, n_solves=n, lmbds=lmbds)
     if choice.estimates:
         log.info("lambda sweep of %d solves: %s", n, choice.describe())
     return problem.replace(settings=st.replace(solver=choice.solver))
@@ -1193,79 +1195,6 @@ def _sort_table(path: Path) -> None:
     header, body = text[0], text[1:]
     body.sort(key=lambda s: int(s.split(",", 1)[0]))  # the point id, first and never quoted
     write_text(path, header + "".join(body))
-
-
-CONNECT_TIMEOUT = 5.0
-"""Seconds to wait for a Dask scheduler (or a local cluster) before giving up."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Cluster:
-    """Where :func:`grid_search` solves its points (``cluster=None``: serially in this process).
-
-    ``scheduler``: ``None``/``"local"`` = a local Dask cluster of ``n_workers`` processes
-    (default: one per CPU), otherwise the address of a running Dask scheduler
-    (``tcp://host:8786``), which must be trusted: Dask sends it pickled code and data, and it
-    runs them. ``connect_timeout``: seconds to wait for that scheduler.
-    """
-
-    scheduler: str | None = None
-    n_workers: int | None = None
-    connect_timeout: float = CONNECT_TIMEOUT
-
-    def __post_init__(self):
-        if self.scheduler == "sync":  # one way to say "here": cluster=None
-            raise DopplermapInputError("Cluster(scheduler='sync'): pass cluster=None to solve in this process")
-        if self.n_workers is not None and (int(self.n_workers) != self.n_workers or self.n_workers < 1):
-            raise DopplermapInputError(f"n_workers (--workers) must be an integer >= 1, got {self.n_workers!r}")
-        if not (self.connect_timeout > 0):
-            raise DopplermapInputError(f"connect timeout must be > 0 s, got {self.connect_timeout!r}")
-
-    @property
-    def remote(self) -> bool:
-        """Whether the scheduler is a running one at an address (not a local cluster)."""
-        return self.scheduler not in (None, "local")
-
-    def connect(self):
-        """``(client, local_cluster)``: a client of the scheduler (``local_cluster`` None) or of
-        a new local cluster, which the caller closes."""
-        try:
-            from dask.distributed import Client, LocalCluster
-        except ImportError as exc:  # pragma: no cover - depends on the environment
-            raise ImportError("parallel grid search needs dask: pip install 'dopplermap[dask]'") from exc
-        if not self.remote:
-            n = self.n_workers or max(1, os.cpu_count() or 1)
-            cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None)
-            return Client(cluster), cluster
-        try:
-            return Client(self.scheduler, timeout=self.connect_timeout), None
-        except (OSError, TimeoutError, ValueError) as exc:
-            msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise DopplermapInputError(f"--scheduler {self.scheduler}: could not connect within "
-                                       f"{self.connect_timeout:g} s ({msg}); check the address and that the "
-                                       "scheduler is running, or use --scheduler sync") from None
-
-
-def run_tasks(cluster: Cluster, fn, shared, tasks: list, progress=None) -> list:
-    """``[fn(shared, *task) for task in tasks]`` as Dask tasks on ``cluster``, in the tasks'
-    order: ``shared`` (the problem) is sent to every worker once; a task lost with its worker
-    runs again elsewhere (only that task's solves). ``progress(n_done, n_tasks)`` as tasks finish."""
-    from dask.distributed import as_completed
-
-    client, local = cluster.connect()
-    try:
-        common = client.scatter(shared, broadcast=True)
-        futs = {client.submit(fn, common, *task, pure=False, retries=2): k for k, task in enumerate(tasks)}
-        out = [None] * len(tasks)
-        for n, fut in enumerate(as_completed(futs), 1):
-            out[futs[fut]] = fut.result()
-            if progress is not None:
-                progress(n, len(tasks))
-    finally:
-        client.close()
-        if local is not None:
-            local.close()
-    return out
 
 
 def grid_search(problem: Problem, axes: dict, table, *, resume: bool = False, cluster: Cluster | None = None,

@@ -54,13 +54,13 @@ from . import plan, regularisers
 from ._repr import compact
 from .atomic import write_file
 from .choices import uncertainty_choice
+from .cluster import run_tasks
 from .constants import FILL_MAX, FILL_MIN
 from .errors import DopplermapInputError, DopplermapWarning, warn
 from .memory import check_bytes, format_bytes
 from .model import Precomputed, solve_form
 from .objective import DEFAULT_PENALTY, Layout, LineSets, ObjectiveData, Observations, loss, n_windows
 from .problem import Problem, require_problem
-from .search import run_tasks
 from .solvers import InversionResult, invert, solve_many
 from .solvers.newton import line_residuals, smooth_terms
 

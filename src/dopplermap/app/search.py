@@ -521,11 +521,11 @@ def _calibrate(prob, axes, best, n_sim, seed, oversample, quiet, max_solves=None
                 click.echo(f"calibrating {name}: {stage} {i}/{n}", err=True)
 
         with _expected_chi2_spread():
-            options = calibrate.CalibrationOptions(n_sim=n_sim, seed=seed + i, sim_oversample=oversample,
-                                                   max_solves=max_solves)
             table = None if folder is None else folder / f"{CALIBRATION_PREFIX}{name}.jsonl"
+            options = calibrate.CalibrationOptions(n_sim=n_sim, seed=seed + i, sim_oversample=oversample,
+                                                   max_solves=max_solves, table=table)
             out[name] = calibrate.calibrate_parameter(prob, name, v, fixed=fixed, options=options, progress=progress,
-                                                      cluster=cluster, table=table)
+                                                      cluster=cluster)
         held[name] = out[name].estimate
     return out
 

@@ -110,7 +110,7 @@ def choose_solver(problem: Problem | None = None, *, settings: Settings | None =
 
 
 def solver_choice(*, settings: Settings, pre, setup: SolveSetup | None = None, n_solves: int = 1,
-                  progress: bool = False) -> plan.SolverChoice:
+                  progress: bool = False, lmbds=None) -> plan.SolverChoice:
     """What ``solver="auto"`` takes, with its estimates (:func:`dopplermap.plan.pick_solver`).
 
     Newton is a candidate at ``tol <= NEWTON_TOL`` where it can fit the model (one line data
@@ -121,7 +121,9 @@ def solver_choice(*, settings: Settings, pre, setup: SolveSetup | None = None, n
     Once a program of the shape is in the persistent cache (a repeated run) a cold compile
     counts ``1 / plan.REPEAT_RUNS``, so the back end that wins compiled gets built.
     ``progress``: the solve reports each iteration (a callback): Newton's loop is then a
-    program the persistent cache cannot keep, so its cold compile counts in full."""
+    program the persistent cache cannot keep, so its cold compile counts in full.
+    ``lmbds``: the regularisation weights of the ``n_solves`` solves (a lambda sweep; default
+    ``settings.lmbd``): a weaker weight costs more passes (:func:`dopplermap.plan.solver_passes`)."""
     newton_fits = (not isinstance(pre, (LineSets, NoLines)) and not pre.line.exact_rv and n_windows(pre) == 1)
     if not (settings.tol <= NEWTON_TOL and newton_fits):
         return plan.SolverChoice("lbfgsb", {})
@@ -131,7 +133,8 @@ def solver_choice(*, settings: Settings, pre, setup: SolveSetup | None = None, n
         states = {"newton": newton_compile_state(setup, progress), "lbfgsb": lbfgsb_compile_state(setup)}
     n_data = pre.n_epoch * len(np.asarray(pre.line.vels))
     return plan.pick_solver(states, tol=settings.tol, n_data=n_data, n_cell=pre.n_cell, n_solves=n_solves,
-                            unkept=("newton",) if progress else ())
+                            unkept=("newton",) if progress else (),
+                            lmbd=settings.lmbd if lmbds is None else tuple(np.ravel(lmbds)))
 
 
 def invert(problem: Problem | Precomputed, obs: Observations | None = None, *, x0=None,
