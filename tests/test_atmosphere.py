@@ -66,7 +66,8 @@ def test_outside_the_table_is_one_clear_error():
 
 def _cfg(lightcurve=None, star=None):
     t = tomllib.loads(TEMPLATE)
-    t["lightcurve"].update(lightcurve or {})
+    t["lightcurve"] = {"wavelength_nm": 550.0, "ld_phot": [0.70], "ld_cool": [0.80], "ld_hot": [0.65],
+                       **(lightcurve or {})}  # a band alone (no light curve): what _band reads
     t["star"].update(star or {})
     return parse_config(t, source="t.toml")
 

@@ -129,10 +129,10 @@ def test_every_cli_choice_is_its_choices_list():
 # (section, key, list): keys of the TOML whose value is one of a list
 CONFIG_CHOICES = [
     ("data", "format", choices.PROFILE_FORMATS),
-    ("data", "lightcurve_format", choices.LIGHTCURVE_FORMATS),
-    ("data", "lightcurve_unit", choices.LIGHTCURVE_UNITS),
-    ("data", "lightcurve_bin_unit", choices.BIN_UNITS),
-    ("data", "lightcurve_quality_bitmask", choices.QUALITY_BITMASKS),
+    ("lightcurves", "format", choices.LIGHTCURVE_FORMATS),
+    ("lightcurves", "unit", choices.LIGHTCURVE_UNITS),
+    ("lightcurves", "bin_unit", choices.BIN_UNITS),
+    ("lightcurves", "quality_bitmask", choices.QUALITY_BITMASKS),
     ("line", "profile", choices.LINE_PROFILES),
     ("line", "ew_method", choices.EW_METHODS),
     ("line", "ew_unit", choices.EW_UNITS),
@@ -149,13 +149,16 @@ CONFIG_CHOICES = [
 ]
 
 
-# the keys whose choices the template's comments list as "a | b | c"
-TEMPLATE_KEYS = ("format", "lightcurve_unit", "lightcurve_quality_bitmask", "profile", "ew_method", "ew_unit", "ew_stage",
+# the (section, key)s whose choices the template's comments list as "a | b | c" (each key's first line)
+TEMPLATE_KEYS = ("format", "unit", "quality_bitmask", "profile", "ew_method", "ew_unit", "ew_stage",
                  "shape", "law", "kind", "regulariser", "method", "rv_shift", "solver", "time_coupling")
 
 
 def _parse(section, key, value):
     t = tomllib.loads(TEMPLATE)
+    if section == "lightcurves":  # an array of tables: one light curve
+        t[section] = [{"file": "lc.csv", key: value}]
+        return parse_config(t, source="t.toml")
     t.setdefault(section, {})[key] = [value] if key == "methods" else value
     if value == "tabulated":
         t["line"]["files"] = ["phot.txt", "cool.txt", "hot.txt"]
@@ -166,9 +169,10 @@ def _parse(section, key, value):
 def test_config_accepts_exactly_the_list(section, key, allowed):
     for value in allowed:
         cfg = _parse(section, key, value)
-        got = getattr(getattr(cfg, section), key)
+        got = getattr(cfg.lightcurves[0] if section == "lightcurves" else getattr(cfg, section), key)
         assert got == ((value,) if key == "methods" else value)
-    where = f"[{section}] {key}[0]" if key == "methods" else f"[{section}] {key}"
+    where = (f"[{section}] {key}[0]" if key == "methods" else f"[[lightcurves]] 1 ('lightcurve') {key}"
+             if section == "lightcurves" else f"[{section}] {key}")
     with pytest.raises(DopplermapInputError) as e:
         _parse(section, key, "no-such-choice")
     message = f"t.toml: {where} must be one of {', '.join(map(repr, allowed))}, got 'no-such-choice'"
@@ -193,8 +197,11 @@ def _template_lists(key):
     raise AssertionError(f"the template has no line for {key}")
 
 
-@pytest.mark.parametrize("section,key,allowed", [c for c in CONFIG_CHOICES if c[1] in TEMPLATE_KEYS],
-                         ids=[f"{s}.{k}" for s, k, _ in CONFIG_CHOICES if k in TEMPLATE_KEYS])
+# the template offers no light-curve format (its first "format" line is the profiles')
+_OFFERED = [c for c in CONFIG_CHOICES if c[1] in TEMPLATE_KEYS and c[:2] != ("lightcurves", "format")]
+
+
+@pytest.mark.parametrize("section,key,allowed", _OFFERED, ids=[f"{s}.{k}" for s, k, _ in _OFFERED])
 def test_the_template_offers_exactly_the_list(section, key, allowed):
     assert _template_lists(key) == set(allowed)
 

@@ -201,7 +201,7 @@ def test_magnitudes_fed_as_flux_warn(tmp_path):
     m = 9.2 + 0.05 * np.sin(2 * np.pi * t / 0.4232)
     np.savetxt(tmp_path / "plain.csv", np.c_[t, m, np.full(60, 0.002)], delimiter=",")
     with pytest.warns(DopplermapWarning, match=r"plain\.csv: fluxes 9\.15\.\.9\.25 .* look like magnitudes.*"
-                                               r"lightcurve_unit = 'mag'"):
+                                               r"unit = 'mag' in its \[\[lightcurves\]\] table"):
         read_lightcurve(tmp_path / "plain.csv")
     np.savetxt(tmp_path / "named.csv", np.c_[t, 10 ** (-0.4 * m), np.full(60, 1e-6)], delimiter=",",
                header="time,Vmag,err", comments="")
@@ -284,8 +284,9 @@ def test_load_lightcurve_warns_for_days_from_zero_against_bjd_profiles(tmp_path)
     assert lc.n_points == 50 and lc.n_read == 2000 and "binned in 0.02 phase; 50 points fitted" in lc.describe()
 
 
-def _target(root, lc_name, *, time_scale="BTJD", star_extra="", data_extra=""):
-    """A target whose profiles are dated in ``time_scale`` (BJD0 + 0.3 .. 2.3 d) and a light curve."""
+def _target(root, lc_name, *, time_scale="BTJD", star_extra="", lc_extra="", old=False):
+    """A target whose profiles are dated in ``time_scale`` (BJD0 + 0.3 .. 2.3 d) and a light curve
+    (a ``[[lightcurves]]`` table; ``old``: the old ``[data] lightcurve`` spelling)."""
     from dopplermap.io.lsd import write_lsd
     from dopplermap.io.times import parse_time_scale
 
@@ -302,8 +303,7 @@ def _target(root, lc_name, *, time_scale="BTJD", star_extra="", data_extra=""):
 profiles = ["ep*.lsd"]
 times_table = "times.csv"
 time_scale = "{time_scale}"
-lightcurve = "{lc_name}"
-{data_extra}
+{f'lightcurve = "{lc_name}"' if old else ""}
 [star]
 inclination = 45.0
 vsini = 30.0
@@ -320,7 +320,7 @@ wavelength_nm = 600.0
 
 [grid]
 n_cell = 60
-""")
+""" + ("" if old else f'\n[[lightcurves]]\nfile = "{lc_name}"\n{lc_extra}\n'))
     return root / "t.toml"
 
 
@@ -329,7 +329,7 @@ def test_problem_builder_converts_profiles_t0_and_light_curve(tmp_path):
     from dopplermap.problem import from_config
 
     bjd, pdc, _, good = mission_fits(tmp_path / "tess_lc.fits", n=1500)
-    cfg = load_config(_target(tmp_path, "tess_lc.fits", data_extra='lightcurve_bin = 0.01\nlightcurve_bin_unit = "d"'))
+    cfg = load_config(_target(tmp_path, "tess_lc.fits", lc_extra='bin = 0.01\nbin_unit = "d"'))
     with strict():
         prob = from_config(cfg)
     np.testing.assert_allclose(np.asarray(prob.obs.times), BJD0 + np.linspace(0.3, 2.3, 4), atol=1e-8)
@@ -338,6 +338,72 @@ def test_problem_builder_converts_profiles_t0_and_light_curve(tmp_path):
     assert (read.n_read, read.n_quality, read.n_invalid, read.binned) == (1500, 20, 15, "0.01 d")
     assert read.n_points == prob.lightcurve_data.times.size < 1500 - 35
     assert bjd[good][0] - 1e-9 <= prob.lightcurve_data.times[0] < bjd[good][0] + 0.01
+
+
+def _two_spellings(root):
+    """One light curve with reading options and a band, written in the old spelling
+    (``[data] lightcurve*`` with ``[lightcurve]``) and as a ``[[lightcurves]]`` table:
+    (old config, its DopplermapWarning messages, new config, old problem, new problem)."""
+    from dopplermap.config import load_config
+    from dopplermap.problem import from_config
+
+    t = BJD0 + np.linspace(0.0, 2.0, 400)
+    m = 9.2 + 0.02 * np.sin(2 * np.pi * t / 0.4232)
+    np.savetxt(root / "lc.csv", np.c_[t, m, np.full(t.size, 2e-3)], delimiter=",")
+    reading = {"unit": '"mag"', "bin": "0.05", "bin_unit": '"phase"', "time_scale": '"BJD_TDB"'}
+    band = {"wavelength_nm": "700.0", "ld_phot": "[0.55]", "ld_cool": "[0.72]", "ld_hot": "[0.41]",
+            "fit_dilution": "true"}
+    old = _target(root, "lc.csv", time_scale="BJD_TDB", old=True)
+    text = old.read_text().replace('lightcurve = "lc.csv"', 'lightcurve = "lc.csv"\n' + "\n".join(
+        f"lightcurve_{k} = {v}" for k, v in reading.items()))
+    old.write_text(text + "\n[lightcurve]\n" + "\n".join(f"{k} = {v}" for k, v in band.items()) + "\n")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        cfg_old = load_config(old)
+    said = [str(w.message) for w in seen if issubclass(w.category, DopplermapWarning)]
+    (root / "new").mkdir()
+    new = _target(root / "new", "../lc.csv", time_scale="BJD_TDB",
+                  lc_extra="\n".join(f"{k} = {v}" for k, v in {**reading, **band}.items()))
+    with strict():  # the table warns of nothing
+        cfg_new = load_config(new)
+        prob_new = from_config(cfg_new)
+    return cfg_old, said, cfg_new, from_config(cfg_old), prob_new
+
+
+def test_old_light_curve_spelling_is_read_as_one_table_with_one_warning(tmp_path):
+    """The old spelling builds the problem its one ``[[lightcurves]]`` table builds (files,
+    reading options, band, weights) and says the table once."""
+    import jax
+
+    cfg_old, said, cfg_new, prob_old, prob_new = _two_spellings(tmp_path)
+    assert len(said) == 1 and "[[lightcurves]]" in said[0] and 'file = "lc.csv"' in said[0], said
+    assert 'unit = "mag"' in said[0] and "ld_cool = [0.72]" in said[0] and "fit_dilution = true" in said[0]
+    assert cfg_old.data.lightcurve is None and len(cfg_old.lightcurves) == 1
+    assert cfg_new.lightcurves[0].name == cfg_old.lightcurves[0].name == "lightcurve"
+    a, b = prob_old.lightcurve_data, prob_new.lightcurve_data
+    assert a.read.binned and a.times.size < 400  # the reading options reached the reader
+    for field in ("times", "flux", "err"):
+        np.testing.assert_array_equal(np.asarray(getattr(a, field)), np.asarray(getattr(b, field)))
+    assert (a.band, a.fit_dilution, a.weight, a.name) == (b.band, True, 1.0, "lightcurve")
+    assert a.band.limb_darkening[1].coeffs == pytest.approx((0.72,))
+    assert prob_old.settings == prob_new.settings and prob_old.gravity == prob_new.gravity
+    # the precomputed light-curve fits the loss reads agree leaf by leaf
+    fa, fb = jax.tree_util.tree_flatten(prob_old.lightcurve), jax.tree_util.tree_flatten(prob_new.lightcurve)
+    assert fa[1] == fb[1]
+    for leaf_a, leaf_b in zip(fa[0], fb[0], strict=True):
+        np.testing.assert_array_equal(np.asarray(leaf_a), np.asarray(leaf_b))
+
+
+@pytest.mark.slow
+def test_old_light_curve_spelling_gives_the_same_loss(tmp_path):
+    from dopplermap.objective import loss
+
+    *_, prob_old, prob_new = _two_spellings(tmp_path)
+    x = np.linspace(0.05, 0.4, prob_old.layout.size)
+    kw = {k: v for k, v in prob_old.invert_kwargs().items() if k in ("line_weight", "lc_weight", "offset_sigma")}
+    f_old, f_new = (float(loss(x, 1.0, p.pre, p.obs, "mem", lightcurve=p.lightcurve, **kw))
+                    for p in (prob_old, prob_new))
+    assert np.isfinite(f_old) and f_old == f_new
 
 
 def test_problem_builder_warns_for_reported_light_curve_cases(tmp_path):
@@ -355,7 +421,7 @@ def test_problem_builder_warns_for_reported_light_curve_cases(tmp_path):
         from_config(load_config(_target(tmp_path, "mag.csv", time_scale="BJD_TDB")))
     with strict():
         prob = from_config(load_config(_target(tmp_path, "mag.csv", time_scale="BJD_TDB",
-                                               data_extra='lightcurve_unit = "mag"')))
+                                               lc_extra='unit = "mag"')))
     np.testing.assert_allclose(prob.lightcurve_data.flux, 10 ** (-0.4 * m), rtol=1e-12)
 
 
@@ -379,7 +445,7 @@ def test_invert_prints_what_was_read_dropped_and_fitted(tmp_path, capsys):
     from dopplermap.cli import main
 
     bjd, _, _, good = mission_fits(tmp_path / "tess_lc.fits", n=1500)
-    toml = _target(tmp_path, "tess_lc.fits", data_extra='lightcurve_bin = 0.02\nlightcurve_bin_unit = "phase"')
+    toml = _target(tmp_path, "tess_lc.fits", lc_extra='bin = 0.02\nbin_unit = "phase"')
     toml.write_text(toml.read_text() + "\n[inversion]\nmaxiter = 3\n")
     rc = main(["invert", str(toml), "--out", str(tmp_path / "res"), "--no-plots", "--quiet"])
     assert rc == 3  # maxiter = 3 keeps the test short: a complete result, reported as not converged
@@ -631,7 +697,7 @@ def test_config_takes_a_quality_bitmask_for_each_light_curve(tmp_path):
     from dopplermap.problem import from_config
 
     mission_fits(tmp_path / "tess_lc.fits", n=400, n_nan=0, flags=(256,))  # corrected discontinuities: kept
-    toml = _target(tmp_path, "tess_lc.fits")
+    toml = _target(tmp_path, "tess_lc.fits", old=True)  # the old spelling's key, then the table's
     read = from_config(load_config(toml)).lightcurve_data.read
     assert (read.n_quality, read.n_invalid, read.n_points) == (0, 3, 397)  # 3 flagged gaps have a NaN time
     toml.write_text(toml.read_text().replace('lightcurve = "tess_lc.fits"',
@@ -649,7 +715,7 @@ def test_config_takes_a_quality_bitmask_for_each_light_curve(tmp_path):
     t = tomllib.loads(toml.read_text().replace("lightcurve_quality_bitmask = 2.5\n", "").replace(
         'lightcurve = "tess_lc.fits"\n', ""))
     t["lightcurves"] = [{"file": "tess_lc.fits", "quality_bitmask": "nope"}]
-    with pytest.raises(DopplermapInputError, match=r"\[\[lightcurves\]\] 1 \('lightcurve1'\) quality_bitmask must be "
+    with pytest.raises(DopplermapInputError, match=r"\[\[lightcurves\]\] 1 \('lightcurve'\) quality_bitmask must be "
                                                    r"one of 'none', 'default', 'hard', 'hardest'"):
         parse_config(t, source="t.toml", base_dir=str(tmp_path))
     t["lightcurves"][0]["quality_bitmask"] = 256

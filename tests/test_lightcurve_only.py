@@ -184,11 +184,9 @@ methods = []
 
 
 LC_TABLE = f"""
-[data]
-lightcurve = "lc.csv"
-lightcurve_time_scale = "BJD_TDB"
-
-[lightcurve]
+[[lightcurves]]
+file = "lc.csv"
+time_scale = "BJD_TDB"
 limb_darkening = "linear"
 ld_phot = [{U_LD}]
 ld_cool = [{U_LD}]
@@ -210,7 +208,7 @@ def test_config_without_profiles_parses(tmp_path):
 @pytest.mark.parametrize("bad, match", [
     ("[data]\ntime_scale = 'BJD_TDB'\n", "missing required key 'profiles'"),
     (LC_TABLE + "\n[line]\nwavelength_nm = 600.0\n", r"\[line\]"),
-    (LC_TABLE.replace("[data]", "[data]\ntime_pattern = 'x'"), "time_pattern"),
+    ("[data]\ntime_pattern = 'x'\n" + LC_TABLE, "time_pattern"),
 ])
 def test_config_without_profiles_refusals(tmp_path, bad, match):
     from dopplermap.config import load_config
@@ -242,7 +240,7 @@ def test_cli_lightcurve_only_target(tmp_path, capsys):
 
 
 def test_config_several_sector_files_are_segments(tmp_path):
-    """``[data] lightcurve`` as a list: one band, a segment (free scale) per file, in the
+    """A ``[[lightcurves]]`` file list: one band, a segment (free scale) per file, in the
     summary's counts and gaps."""
     from dopplermap.config import load_config
     from dopplermap.problem import from_config
@@ -252,7 +250,7 @@ def test_config_several_sector_files_are_segments(tmp_path):
         np.savetxt(tmp_path / f"s{k}.csv", np.column_stack([t, pixel_lightcurve(t) * (1 + 0.05 * k),
                                                              np.full(t.size, 5e-4)]),
                    delimiter=",", header="time,flux,err", comments="")
-    table = LC_TABLE.replace('lightcurve = "lc.csv"', 'lightcurve = ["s0.csv", "s1.csv"]')
+    table = LC_TABLE.replace('file = "lc.csv"', 'file = ["s0.csv", "s1.csv"]')
     target = _write_target(tmp_path, lc_table=table)
     prob = from_config(load_config(target))
     d = prob.lightcurve_data

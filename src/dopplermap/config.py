@@ -266,8 +266,10 @@ class UncertaintyConfig:
 @dataclasses.dataclass(frozen=True)
 class TargetConfig:
     """A parsed target file. One line data set: ``data`` and ``line`` (``[data]``, ``[line]``);
-    several: ``lines`` (``[[lines]]``) with ``data`` and ``line`` None. Light curves: ``[data]
-    lightcurve`` with ``[lightcurve]``, or ``lightcurves`` (``[[lightcurves]]``, one per band)."""
+    several: ``lines`` (``[[lines]]``) with ``data`` and ``line`` None. Light curves:
+    ``lightcurves`` (``[[lightcurves]]``, one per band); :func:`parse_config` maps the old
+    spelling (``[data] lightcurve`` keys with ``[lightcurve]``) to one such table, so a parsed
+    configuration never holds a ``[data] lightcurve``."""
 
     data: DataConfig | None
     star: StarConfig
@@ -483,7 +485,7 @@ def _validate(cfg: TargetConfig):
         d = cfg.data
         if (d is None or d.lightcurve is None) and not cfg.lightcurves:
             raise DopplermapInputError(f"{s}: [data]: missing required key 'profiles' (line profiles); a target "
-                                       "without them needs a light curve ([data] lightcurve or [[lightcurves]] tables)")
+                                       "without them needs a light curve ([[lightcurves]] tables)")
         if cfg.line is not None:
             raise DopplermapInputError(f"{s}: [line] describes the local line of [data] profiles, and this target "
                                        "lists none: remove [line], or list the profiles")
@@ -650,14 +652,52 @@ def _line_sets(tables, source: str) -> tuple[LineSetConfig, ...]:
     return tuple(out)
 
 
+LC_NAME = "lightcurve"  # the name of a light curve given alone (an unnamed single [[lightcurves]] table)
+
+
 def _lightcurve_sets(tables, source: str) -> tuple[LightCurveSetConfig, ...]:
     if not isinstance(tables, list) or not tables:
         raise DopplermapInputError(f"{source}: lightcurves must be [[lightcurves]] tables (an array of tables), got {tables!r}")
     out = []
     for i, t in enumerate(tables):
         lc = _build(LightCurveSetConfig, t, f"{source}: [[lightcurves]] {i + 1}")
-        out.append(lc if lc.name else dataclasses.replace(lc, name=f"lightcurve{i + 1}"))
+        # one band keeps the name a single light curve always had, so its results read the same
+        out.append(lc if lc.name else dataclasses.replace(lc, name=LC_NAME if len(tables) == 1 else f"lightcurve{i + 1}"))
     return tuple(out)
+
+# the old spelling's [data] reading keys -> their [[lightcurves]] keys
+_OLD_LC_KEYS = {f.name: f.name.removeprefix("lightcurve_") if f.name != "lightcurve" else "file"
+                for f in dataclasses.fields(DataConfig) if f.name.startswith("lightcurve")}
+_BAND_KEYS = tuple(f.name for f in dataclasses.fields(LightCurveConfig))
+
+
+def _toml(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, (tuple, list)):
+        return "[" + ", ".join(map(_toml, value)) + "]"
+    return repr(value)
+
+
+def _as_lightcurve_table(cfg: TargetConfig) -> TargetConfig:
+    """``[data] lightcurve*`` keys with ``[lightcurve]`` (the old spelling of one light curve)
+    as the one ``[[lightcurves]]`` table they mean, with a warning naming that table; the
+    configuration then holds one spelling, whatever the file used."""
+    d = cfg.data
+    if d is None or d.lightcurve is None:
+        return cfg
+    given = {new: getattr(d, old) for old, new in _OLD_LC_KEYS.items()}
+    given.update({k: getattr(cfg.lightcurve, k) for k in _BAND_KEYS})
+    table = LightCurveSetConfig(name=LC_NAME, weight=1.0, **given)
+    defaults = LightCurveSetConfig(file="")
+    shown = "; ".join(f"{k} = {_toml(v)}" for k, v in given.items()
+                      if k == "file" or v != getattr(defaults, k))
+    warn(f"{cfg.source}: [data] lightcurve with [lightcurve] is the old spelling of a light curve, read as one "
+         f"[[lightcurves]] table: write it as [[lightcurves]] with {shown} (one key a line)")
+    data = dataclasses.replace(d, **{f.name: f.default for f in dataclasses.fields(DataConfig) if f.name in _OLD_LC_KEYS})
+    return dataclasses.replace(cfg, data=data, lightcurve=LightCurveConfig(), lightcurves=(table,))
 
 
 def parse_config(table: dict, *, source: str = "<config>", base_dir: str = ".") -> TargetConfig:
@@ -692,8 +732,8 @@ def parse_config(table: dict, *, source: str = "<config>", base_dir: str = ".") 
         elif f.default is dataclasses.MISSING:
             raise DopplermapInputError(f"{source}: missing section [{name}]")
     cfg = TargetConfig(**parts, base_dir=str(base_dir), source=source)
-    _validate(cfg)
-    return cfg
+    _validate(cfg)  # the old light-curve keys are checked under their own names, then mapped
+    return _as_lightcurve_table(cfg)
 
 
 def load_config(path) -> TargetConfig:
@@ -724,13 +764,6 @@ time_scale = "BJD_TDB"               # BJD_TDB | HJD | JD | MJD | BTJD | BKJD | 
 # velocity_range = [-60.0, 60.0]     # fit only this part, km/s around the line centre (v - v_sys)
 # error_scale = "auto"               # LSD errors larger than the scatter: auto | continuum | residuals | a factor
 # fits_columns = ["VEL", "I", "ERR"] # FITS profiles: names of the velocity, intensity, error columns
-# lightcurve = "lightcurve.csv"      # time, flux (any units), error; a TESS/Kepler *_lc.fits or a lightkurve to_fits()
-# lightcurve_column = "auto"         # FITS flux column (auto: PDCSAP_FLUX, else FLUX) | "SAP_FLUX" | "CBVSAP_FLUX" ...
-# lightcurve_quality_bitmask = "default"  # none | default (the archives' bad cadences) | hard | hardest (or a bit mask)
-# lightcurve_unit = "flux"           # flux | mag (magnitudes are converted to flux)
-# lightcurve_time_scale = "BTJD"     # text light curves (default: time_scale); mission FITS use their keywords
-# lightcurve_bin = 0.01              # bin before fitting (inverse-variance weighted means), or "auto" ...
-# lightcurve_bin_unit = "phase"      # ... in days ("d") or in rotation phase ("phase")
 
 [star]
 # name = "LO Peg"                    # titles the figures and the report; OBJECT in the FITS headers
@@ -776,17 +809,27 @@ ld_cool = [0.75]
 ld_hot = [0.60]
 # intensity = [1.0, 0.3, 1.6]        # continuum intensities instead of Planck ratios
 
-[lightcurve]                         # band of [data] lightcurve
-wavelength_nm = 550.0
-limb_darkening = "linear"            # or "atmosphere": power-2 law of PHOENIX models in passband (Claret & Southworth 2023)
+# A light curve fitted jointly: one [[lightcurves]] table per photometric band (uncomment to use).
+# [[lightcurves]]
+# file = "lightcurve.csv"            # time, flux (any units), error; a TESS/Kepler *_lc.fits or a lightkurve to_fits()
+# name = "TESS"                      # names the band's results (default: "lightcurve", or lightcurve1, 2 ... of several)
+# weight = 1.0                       # of this band among several (the light-curve term itself: [inversion] lc_weight)
+# column = "auto"                    # FITS flux column (auto: PDCSAP_FLUX, else FLUX) | "SAP_FLUX" | "CBVSAP_FLUX" ...
+# quality_bitmask = "default"        # none | default (the archives' bad cadences) | hard | hardest (or a bit mask)
+# unit = "flux"                      # flux | mag (magnitudes are converted to flux)
+# time_scale = "BTJD"                # text light curves (default: [data] time_scale); mission FITS use their keywords
+# bin = 0.01                         # bin before fitting (inverse-variance weighted means), or "auto" ...
+# bin_unit = "phase"                 # ... in days ("d") or in rotation phase ("phase")
+# wavelength_nm = 550.0
+# limb_darkening = "linear"          # or "atmosphere": power-2 law of PHOENIX models in passband (Claret & Southworth 2023)
 # passband = "TESS"                  # TESS | Kepler | Gaia_G | Gaia_BP | Gaia_RP (these: also limb_darkening = "atmosphere") | Bessell_U..I
-ld_phot = [0.70]
-ld_cool = [0.80]
-ld_hot = [0.65]
-fit_dilution = false                 # free light-curve offset (contaminating light), profiled out
+# ld_phot = [0.70]
+# ld_cool = [0.80]
+# ld_hot = [0.65]
+# fit_dilution = false               # free light-curve offset (contaminating light), profiled out
 
 # Several instruments or masks: [[lines]] tables (each with [lines.data] and [lines.line]) instead of
-# [data] and [line], and one [[lightcurves]] table per photometric band; see docs/datasets.md.
+# [data] and [line]; see docs/datasets.md.
 
 [gravity_darkening]
 enabled = false                      # on a Roche surface; needs [star] mass (or a Roche [star] shape)

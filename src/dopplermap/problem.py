@@ -756,27 +756,22 @@ def _read_lightcurve(cfg, star, profile_times, path, fmt, column, unit, time_sca
 
 
 def _lightcurve_data(cfg, star, profile_times, time_scale, n_cell):
-    """The ``[data] lightcurve`` (a LightCurveData), the ``[[lightcurves]]`` (a tuple) or None."""
-    if cfg.lightcurves:
-        out = []
-        for lc in cfg.lightcurves:
-            data = _read_lightcurve(cfg, star, profile_times, lc.file, lc.format, lc.column, lc.unit, lc.time_scale,
-                                    lc.bin, lc.bin_unit, time_scale, lc.quality_bitmask, n_cell)
-            out.append(LightCurveData(times=data.time, flux=data.flux, err=data.err, band=_band(cfg, lc, star),
-                                      fit_dilution=lc.fit_dilution, source=data.source, read=data, name=lc.name,
-                                      weight=lc.weight, wavelength_nm=lc.wavelength_nm, segment=data.segment,
-                                      passband=lc.passband, atmosphere_logg=_table_logg(cfg, lc, star)))
-        return tuple(out)
-    d = cfg.data
-    if d is None or d.lightcurve is None:
+    """The ``[[lightcurves]]`` (a tuple, one per band) or None. A parsed configuration holds
+    no ``[data] lightcurve``: :func:`dopplermap.config.parse_config` maps it to one table."""
+    if cfg.data is not None and cfg.data.lightcurve is not None:
+        raise DopplermapInputError(f"{cfg.source}: [data] lightcurve reaches the problem unmapped: read the target "
+                                   "with dopplermap.config.load_config or parse_config, which make it a [[lightcurves]] table")
+    if not cfg.lightcurves:
         return None
-    lcc = cfg.lightcurve
-    data = _read_lightcurve(cfg, star, profile_times, d.lightcurve, d.lightcurve_format, d.lightcurve_column,
-                            d.lightcurve_unit, d.lightcurve_time_scale, d.lightcurve_bin, d.lightcurve_bin_unit,
-                            d.time_scale, d.lightcurve_quality_bitmask, n_cell)
-    return LightCurveData(times=data.time, flux=data.flux, err=data.err, band=_band(cfg, lcc, star),
-                          fit_dilution=lcc.fit_dilution, source=data.source, read=data, segment=data.segment,
-                          passband=lcc.passband, atmosphere_logg=_table_logg(cfg, lcc, star))
+    out = []
+    for lc in cfg.lightcurves:
+        data = _read_lightcurve(cfg, star, profile_times, lc.file, lc.format, lc.column, lc.unit, lc.time_scale,
+                                lc.bin, lc.bin_unit, time_scale, lc.quality_bitmask, n_cell)
+        out.append(LightCurveData(times=data.time, flux=data.flux, err=data.err, band=_band(cfg, lc, star),
+                                  fit_dilution=lc.fit_dilution, source=data.source, read=data, name=lc.name,
+                                  weight=lc.weight, wavelength_nm=lc.wavelength_nm, segment=data.segment,
+                                  passband=lc.passband, atmosphere_logg=_table_logg(cfg, lc, star)))
+    return tuple(out)
 
 
 def _check_config_values(cfg) -> None:
@@ -870,14 +865,15 @@ def _from_config(cfg) -> Problem:
     scales = tuple(e for e in scales if e is not None)
     temps = (cfg.temperatures.phot, cfg.temperatures.cool, cfg.temperatures.hot)
     first = cfg.line_sets()[0] if sets else None
-    lc_nm = cfg.lightcurves[0].wavelength_nm if cfg.lightcurves else cfg.lightcurve.wavelength_nm
+    lcc = cfg.lightcurves[0] if cfg.lightcurves else cfg.lightcurve  # each band's own factors: Problem._lightcurve
+    lc_nm = lcc.wavelength_nm
     line_nm = first.line.wavelength_nm if first is not None else lc_nm
     gravity = None
     if cfg.gravity_darkening.enabled:
         gravity = GravityDarkening(mass=s.mass, beta=cfg.gravity_darkening.beta, temperatures=temps,
                                    line_wavelength_nm=line_nm,
-                                   lc_wavelength_nm=cfg.lightcurve.wavelength_nm, law=cfg.gravity_darkening.law,
-                                   lc_passband=cfg.lightcurve.passband)
+                                   lc_wavelength_nm=lcc.wavelength_nm, law=cfg.gravity_darkening.law,
+                                   lc_passband=lcc.passband)
     inv = cfg.inversion
     # each set's offsets get its own [[lines]] offset_sigma, else the [inversion] one
     sigmas = tuple(inv.offset_sigma if ls.offset_sigma is None else ls.offset_sigma for ls in cfg.line_sets())
@@ -911,7 +907,7 @@ def _from_config(cfg) -> Problem:
     if not sets:  # light curves alone: no line synthesis, no offsets
         if lc is None:
             raise DopplermapInputError(f"{cfg.source}: no data to fit: give [data] profiles (line profiles) and/or a "
-                                       "light curve ([data] lightcurve or [[lightcurves]] tables)")
+                                       "light curve ([[lightcurves]] tables)")
         return Problem(obs=None, components=None, settings=settings, **common)
     if len(sets) == 1:  # one set (also one [[lines]] table): the plain problem, its weight on line_weight
         one = sets[0]

@@ -59,7 +59,6 @@ TOML = """# example target written by the observed_star example (dopplermap exam
 profiles = ["profiles/*.s"]
 times_table = "times.csv"
 time_scale = "BJD"
-lightcurve = "lightcurve.csv"
 
 [star]
 inclination = 55.0
@@ -83,7 +82,8 @@ ld_phot = [{ldp}]
 ld_cool = [{ldc}]
 ld_hot = [{ldh}]
 
-[lightcurve]
+[[lightcurves]]
+file = "lightcurve.csv"
 wavelength_nm = 550.0
 limb_darkening = "linear"
 ld_phot = [{lcp}]

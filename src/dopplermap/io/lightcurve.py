@@ -244,18 +244,18 @@ def _check_flux_kind(source, values, unit, hint):
     if unit == "flux":
         if hint:
             warn(f"{source}: the flux column is labelled {hint!r}, so these may be magnitudes fitted as flux (spot "
-                 "signal reversed): if they are magnitudes set [data] lightcurve_unit = 'mag'")
+                 "signal reversed): if they are magnitudes set unit = 'mag' in its [[lightcurves]] table")
         elif 4.0 <= med <= 25.0 and spread < 0.2:
             warn(f"{source}: fluxes {np.min(values):.4g}..{np.max(values):.4g} (median {med:.4g}, peak-to-peak "
                  f"{100 * spread:.2g}% of it) look like magnitudes of a 4-25 mag star; magnitudes fitted as flux "
-                 "reverse the spot signal: if they are magnitudes set [data] lightcurve_unit = 'mag'")
+                 "reverse the spot signal: if they are magnitudes set unit = 'mag' in its [[lightcurves]] table")
         elif np.min(values) < 0.0 < np.max(values) and float(np.max(np.abs(values))) < 2.0:
             warn(f"{source}: fluxes {np.min(values):.4g}..{np.max(values):.4g} change sign around 0: differential "
-                 "magnitudes or a flux variation (F - <F>)? dopplermap needs fluxes > 0 (lightcurve_unit = 'mag' for "
+                 "magnitudes or a flux variation (F - <F>)? dopplermap needs fluxes > 0 (unit = 'mag' for "
                  "magnitudes; add the mean back to a flux variation)")
     elif med > 30.0 or (0.5 < med < 2.0 and spread < 0.2):
         warn(f"{source}: values {np.min(values):.4g}..{np.max(values):.4g} are declared magnitudes but look like "
-             "fluxes (normalised or in counts): check [data] lightcurve_unit")
+             "fluxes (normalised or in counts): check the [[lightcurves]] unit")
 
 
 @reader("light-curve file")
