@@ -67,25 +67,31 @@ def dr_profiles(flat, flon, farea, fc, fh, times, vels, inclination, vsini, peri
     """Disc-integrated profiles (n_epoch, n_vel) in units of the continuum of a star rotating
     differentially: ``bench_calibration.brute_force_profiles`` with each fine cell at
     ``alpha = lon + Omega(lat) t`` and ``v_los`` scaled by ``Omega(lat) / Omega_eq``."""
+    out = np.zeros((len(times), len(vels)))
+    for e, t in enumerate(times):  # one epoch at a time: (cells, velocities) fits memory
+        out[e] = dr_epoch(flat, flon, farea, fc, fh, t, vels, inclination, vsini, period, domega, rv[e])
+    return out
+
+
+def dr_epoch(flat, flon, farea, fc, fh, t, vels, inclination, vsini, period, domega, rv=0.0):
+    """One epoch's profile (n_vel,) of :func:`dr_profiles` at time ``t`` (d), fills ``fc``, ``fh``
+    (n_fine,) of that moment."""
     intens = (1.0, B.planck_ratio(B.T_COOL, B.T_PHOT, B.WAVELENGTH_NM), B.planck_ratio(B.T_HOT, B.T_PHOT, B.WAVELENGTH_NM))
     inc = math.radians(inclination)
     om_eq = 2 * np.pi / period
     om = om_eq - domega * np.sin(flat) ** 2
-    out = np.zeros((len(times), len(vels)))
-    for e, t in enumerate(times):  # one epoch at a time: (cells, velocities) fits memory
-        alpha = flon + om * t
-        mu = math.sin(inc) * np.cos(flat) * np.cos(alpha) + math.cos(inc) * np.sin(flat)
-        vlos = vsini * (om / om_eq) * np.cos(flat) * np.sin(alpha)
-        pa = farea * np.clip(mu, 0.0, None)
-        mu = np.clip(mu, 0.0, 1.0)
-        dv = vels[None, :] - vlos[:, None] - rv[e]
-        num, norm = np.zeros(len(vels)), 0.0
-        for (depth, fwhm, u), ik, f in zip(B.LINES, intens, (1.0 - fc - fh, fc, fh), strict=True):
-            w = ik * (1.0 - u * (1.0 - mu)) * pa * f
-            num += w @ (1.0 - depth * np.exp(-4.0 * math.log(2.0) * (dv / fwhm) ** 2))
-            norm += w.sum()
-        out[e] = num / norm
-    return out
+    alpha = flon + om * t
+    mu = math.sin(inc) * np.cos(flat) * np.cos(alpha) + math.cos(inc) * np.sin(flat)
+    vlos = vsini * (om / om_eq) * np.cos(flat) * np.sin(alpha)
+    pa = farea * np.clip(mu, 0.0, None)
+    mu = np.clip(mu, 0.0, 1.0)
+    dv = vels[None, :] - vlos[:, None] - rv
+    num, norm = np.zeros(len(vels)), 0.0
+    for (depth, fwhm, u), ik, f in zip(B.LINES, intens, (1.0 - fc - fh, fc, fh), strict=True):
+        w = ik * (1.0 - u * (1.0 - mu)) * pa * f
+        num += w @ (1.0 - depth * np.exp(-4.0 * math.log(2.0) * (dv / fwhm) ** 2))
+        norm += w.sum()
+    return num / norm
 
 
 def spots_of(layout: int):

@@ -29,7 +29,6 @@ peak resident memory of each solve.
 from __future__ import annotations
 
 import argparse
-import math
 import resource
 import sys
 import time
@@ -39,6 +38,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_calibration as B  # noqa: E402
+import bench_domega as D  # noqa: E402
 from _common import write_json  # noqa: E402
 
 PERIOD = 2.0
@@ -68,26 +68,11 @@ def campaign_profiles(flat, flon, farea, times, vels, domega, t_end):
     """Disc-integrated, continuum-normalised profiles (n_epoch, n_vel) of the evolving,
     differentially rotating star: for each epoch the fill of that moment, the cells at
     ``alpha = lon + Omega(lat) t`` (dopplermap's convention, docs/conventions.md)."""
-    intens = (1.0, B.planck_ratio(B.T_COOL, B.T_PHOT, B.WAVELENGTH_NM), B.planck_ratio(B.T_HOT, B.T_PHOT, B.WAVELENGTH_NM))
-    inc = math.radians(INC)
-    om_eq = 2 * np.pi / PERIOD
-    om = om_eq - domega * np.sin(flat) ** 2
     amps = spot_amplitudes(times, t_end)
     out = np.zeros((len(times), len(vels)))
     for e, t in enumerate(times):
         fc, fh = fine_fill(flat, flon, amps[e])
-        alpha = flon + om * t
-        mu = math.sin(inc) * np.cos(flat) * np.cos(alpha) + math.cos(inc) * np.sin(flat)
-        vlos = VSINI * (om / om_eq) * np.cos(flat) * np.sin(alpha)
-        pa = farea * np.clip(mu, 0.0, None)
-        mu = np.clip(mu, 0.0, 1.0)
-        dv = vels[None, :] - vlos[:, None]
-        num, norm = np.zeros(len(vels)), 0.0
-        for (depth, fwhm, u), ik, f in zip(B.LINES, intens, (1.0 - fc - fh, fc, fh), strict=True):
-            w = ik * (1.0 - u * (1.0 - mu)) * pa * f
-            num += w @ (1.0 - depth * np.exp(-4.0 * math.log(2.0) * (dv / fwhm) ** 2))
-            norm += w.sum()
-        out[e] = num / norm
+        out[e] = D.dr_epoch(flat, flon, farea, fc, fh, t, vels, INC, VSINI, PERIOD, domega)
     return out
 
 

@@ -7,7 +7,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from support.problems import form_problem, small_problem
+from support import problems
+from support.problems import form_problem
 
 import dopplermap as dm
 from dopplermap import uncertainty as U
@@ -38,10 +39,7 @@ def test_influence_traces_ridge():
 
 @pytest.fixture(scope="module")
 def mem_fit():
-    prob, sim = small_problem(n_cell=64, n_epoch=10, n_vel=16, inclination=50.0)
-    pre = dm.precompute(prob.grid, prob.star, sim.obs.times, sim.obs.vels, prob.components)
-    best = dm.invert(pre, sim.obs, lmbd=1.0, regulariser="mem", tol=1e-10, maxiter=5000)
-    return pre, sim, best
+    return problems.mem_fitted()
 
 
 def _implicit_influence(pre, obs, best):

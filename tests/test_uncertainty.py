@@ -3,6 +3,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from support import problems
 from support.problems import form_problem, small_problem  # noqa: E402
 
 import dopplermap as dm
@@ -229,10 +230,7 @@ def test_settings_copy_keeps_the_model(fitted):
 
 @pytest.fixture(scope="module")
 def mem_fitted():
-    prob, sim = small_problem(n_cell=64, n_epoch=10, n_vel=16, inclination=50.0)
-    pre = dm.precompute(prob.grid, prob.star, sim.obs.times, sim.obs.vels, prob.components)
-    best = dm.invert(pre, sim.obs, lmbd=1.0, regulariser="mem", tol=1e-10, maxiter=5000)
-    return pre, sim, best
+    return problems.mem_fitted()
 
 
 @pytest.mark.slow

@@ -15,3 +15,12 @@ def small_problem(n_cell=400, n_epoch=20, n_vel=24, snr=500.0, seed=1, inclinati
 def form_problem(pre, obs, **settings):
     """The problem of a precomputed model ``pre`` and its observations, with these settings."""
     return dm.Problem(grid=None, star=None, obs=obs, components=None, form=pre, settings=dm.Settings(**settings))
+
+
+def mem_fitted():
+    """A 64-cell star fitted tightly with the maximum-entropy regulariser at lambda 1:
+    ``(pre, sim, best)``, for the Laplace and degrees-of-freedom checks."""
+    prob, sim = small_problem(n_cell=64, n_epoch=10, n_vel=16, inclination=50.0)
+    pre = dm.precompute(prob.grid, prob.star, sim.obs.times, sim.obs.vels, prob.components)
+    best = dm.invert(pre, sim.obs, lmbd=1.0, regulariser="mem", tol=1e-10, maxiter=5000)
+    return pre, sim, best
