@@ -504,7 +504,9 @@ def _on_cluster(cluster, problem, name, fixed, v, flux, err, kw, mode, profiles,
         client, local = cluster.connect()
         try:
             prob = client.scatter(problem, broadcast=True)
-            data = {p.start: client.scatter(flux[p]) for p in parts}
+            # every worker holds every part: scattered data has no lineage, so a part held by one
+            # worker only would die with it and take the tasks that need it along
+            data = {p.start: client.scatter(flux[p], broadcast=True) for p in parts}
             futs = {client.submit(_task, prob, name, fixed, float(v[j]), data[p.start], err, kw, mode, pure=False,
                                   retries=2): (j, p) for j, p in todo}
             for fut in as_completed(futs):
