@@ -194,6 +194,7 @@ def test_invert_command_line_overrides_are_used_and_recorded(tmp_path):
     assert main(["invert", str(cfg_path), "--out", str(tmp_path / "r2"), "--tol", "-1"]) == 2
 
 
+@pytest.mark.slow  # a whole CLI run (about 9 s)
 def test_search_commands_show_progress(tmp_path, capsys):
     _dataset(tmp_path, n_epoch=5, n_cell=120, lightcurve=False)
     cfg_path = tmp_path / "target.toml"

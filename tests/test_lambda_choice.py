@@ -187,6 +187,7 @@ def test_best_point_by_column():
         search.best_point(rows, ["inclination"], column="nope")
 
 
+@pytest.mark.slow  # a whole CLI run (about 9 s)
 def test_grid_command_reports_one_criterion(tmp_path, monkeypatch):
     from dopplermap.app.search import save_problem
     from dopplermap.cli import main

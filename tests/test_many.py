@@ -138,6 +138,7 @@ def test_auto_solver_builds_the_warm_winner_on_a_repeated_run():
                             **small).solver == "lbfgsb"
 
 
+@pytest.mark.slow  # a whole CLI run (about 9 s)
 def test_auto_solver_sees_where_the_newton_program_is(tiny, caplog):
     """invert's "auto" finds the Newton program of this shape compiled in this process, and
     logs its choice with the estimates (what -v prints)."""
