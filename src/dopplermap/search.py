@@ -832,13 +832,11 @@ def evaluate_point(problem: Problem, params: dict, x0=None, *, dof: bool = False
 
 
 def dof_refusal(problem: Problem) -> str | None:
-    """Why :func:`effective_dof` cannot count ``problem``'s fitted parameters, or None."""
-    if problem.lines or problem.form is not None or problem.obs is None or problem.photometry_only:
-        return "it needs one line data set built from a grid"
-    if problem.lightcurve_data is not None:
-        return "a light curve is fitted too"
-    if problem.windows is not None:
-        return "the map has time windows"
+    """Why :func:`effective_dof` cannot count ``problem``'s fitted parameters, or None: what
+    :func:`dopplermap.uncertainty.effective_dof_refusal` refuses, a problem given as a synthesis
+    form, and an offset prior (which the count leaves out)."""
+    if problem.form is not None:
+        return "it needs a line data set built from a grid"
     if problem.settings.offset_sigma is not None:
         return "the offsets have a prior (offset_sigma)"
     return effective_dof_refusal(problem)
