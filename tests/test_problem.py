@@ -44,6 +44,12 @@ def test_the_plan_follows_the_thresholds(problem, monkeypatch):
     assert binned.plan.method == "binned" and binned.plan.cube_dtype is None
 
 
+def test_a_tpu_is_named_as_emulating_float64(problem, monkeypatch):
+    monkeypatch.setattr(plan.jax, "default_backend", lambda: "tpu")
+    with pytest.warns(dm.DopplermapWarning, match="JAX_PLATFORMS=cpu"):
+        plan.Plan.of(problem.pre, 1e-5)
+
+
 def test_the_doors_take_a_problem_or_a_model_and_its_observations(problem):
     with pytest.raises(DopplermapInputError, match="give a dopplermap.Problem"):
         dm.invert(problem.observations)

@@ -34,6 +34,7 @@ import jax
 import numpy as np
 
 from .choices import CUBE_DTYPES, SYNTHESIS_METHODS, check
+from .errors import warn
 from .memory import memory_limit
 
 __all__ = ["DENSE_AUTO_BYTES", "FLOAT32_MIN_TOL", "BLOCKED_MAX_BYTES", "HVP_BLOCKED_MAX_BYTES", "on_accelerator",
@@ -278,6 +279,11 @@ class Plan:
     def of(cls, pre, tol: float, cube_dtype="auto") -> Plan:
         """The plan of a synthesis form ``pre`` (one set, or a :class:`~dopplermap.objective.LineSets`'
         first set) solved at ``tol``, its cube in ``cube_dtype`` (:func:`cube_dtype`'s choice)."""
+        if jax.default_backend() == "tpu":
+            # a TPU has no float64 in hardware: the solver's float64 programs run emulated there
+            # (a seed-size solve did not return in 7 minutes, benchmarks/RESULTS.md)
+            warn("JAX computes on a TPU, which only emulates the float64 the solver needs: solves will be "
+                 "very slow; run with JAX_PLATFORMS=cpu, or on a GPU")
         sets = getattr(pre, "sets", None)
         if not sets and not hasattr(pre, "line"):  # light curves alone: no synthesis form of line profiles
             return cls(method="none (light curves alone)", cube_dtype=None, batch_form="folded",
