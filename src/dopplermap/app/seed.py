@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import importlib
 import time
 from pathlib import Path
 
@@ -42,15 +43,33 @@ from .preflight import (
 __all__ = ["convert_seed", "read_problem", "run_invert_seed", "seed_figure_arrays", "simulate_files"]
 
 
-def read_problem(idc, sg, cpcs, problem, trust_pickle: bool, reading=None):
+# modules a solve imports on its way (SciPy's optimiser for L-BFGS-B, JAX's MLIR dialects of a
+# cached program): imported while the reading child still works, time this process would wait
+_SOLVE_IMPORTS = {"lbfgsb": ("scipy.optimize", "jaxlib.mlir.dialects.mhlo"), "other": ("jaxlib.mlir.dialects.mhlo",)}
+
+
+def _import_while(reading, solver: str) -> None:
+    for name in _SOLVE_IMPORTS["lbfgsb" if solver in ("lbfgsb", "auto") else "other"]:
+        if not reading.running():
+            return
+        try:
+            importlib.import_module(name)
+        except ImportError:  # a library version without it: the solve imports what it needs
+            pass
+
+
+def read_problem(idc, sg, cpcs, problem, trust_pickle: bool, reading=None, solver: str = "lbfgsb"):
     """The :class:`~dopplermap.io.seed.SeedProblem` of the three pickles or of a converted ``.npz``.
 
     ``reading``: a :class:`~dopplermap.app.seed_read.SeedReading` of the same pickles, started
     before this process imported JAX; its arrays (or its error) are taken, or, if the child
-    failed, the files are read here."""
+    failed, the files are read here. While it works, what a solve with ``solver`` will import
+    is imported."""
     check_seed_arguments(idc, sg, cpcs, problem)
     if problem is not None:
         return load_problem(problem)
+    if reading is not None:
+        _import_while(reading, solver)
     sent = reading.finish() if reading is not None else None
     if sent is not None:
         try:

@@ -47,6 +47,10 @@ class SeedReading:
             self.close()
             raise
 
+    def running(self) -> bool:
+        """Whether the child still works."""
+        return self._proc.poll() is None
+
     def finish(self):
         """``(stdout, fd)`` of the child for :func:`dopplermap.io.seed_arrays.from_child`, or None
         when it failed (the caller then reads the files itself). Waits for the child."""

@@ -60,7 +60,7 @@ def register(group):
             from ..app.output import Output
             from ..app.seed import read_problem, run_invert_seed
 
-            prob = read_problem(idc, sg, cpcs, problem, trust_pickle, reading=reading)
+            prob = read_problem(idc, sg, cpcs, problem, trust_pickle, reading=reading, solver=solver)
             read_time = time.perf_counter() - t0
             if not quiet:
                 click.echo(f"read {prob.n_epoch} epochs x {prob.n_vel} velocities, {prob.n_cell} cells "
