@@ -100,10 +100,19 @@ def run(cmd, log: Path, timeout: float, env=None):
 
 # ---------------------------------------------------------------- --whole-run
 
+def _children_cpu() -> float:
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def _timed(cmd, env=None, log=None, timeout=3600):
-    t0 = time.perf_counter()
+    """Wall seconds of ``cmd``; ``_timed.cpu``: the CPU seconds of its process tree (children included)."""
+    c0, t0 = _children_cpu(), time.perf_counter()
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     wall = time.perf_counter() - t0
+    _timed.cpu = _children_cpu() - c0
     if log is not None:
         Path(log).write_text(p.stdout + "\n" + p.stderr)
     if p.returncode != 0:
@@ -174,11 +183,11 @@ def whole_run(args) -> int:
         cmd, env = _dm(trees[name], cache, "invert-seed", *pick, *extra, "--out", str(out))
         wall = _timed(cmd, env=env, log=wd / f"{name}-{label}.log")
         s = json.loads((out / "summary.json").read_text())
-        r = dict(wall=wall, startup=rep["startup"][name], read=s["read_time"], compile=s["compile_time"],
+        r = dict(wall=wall, cpu=_timed.cpu, startup=rep["startup"][name], read=s["read_time"], compile=s["compile_time"],
                  solve=s["solve_time"], write=wall - rep["startup"][name] - s["total_time"], iterations=s["iterations"],
                  loss=s["loss"], solver=s.get("solver"), out=str(out))
         rep["runs"].setdefault(name, {})[label] = r
-        print(f"{name} {label}: {wall:.2f} s (read + set-up {r['read']:.2f}, compile {r['compile']:.2f}, "
+        print(f"{name} {label}: {wall:.2f} s, CPU {r['cpu']:.2f} s (read + set-up {r['read']:.2f}, compile {r['compile']:.2f}, "
               f"solve {r['solve']:.2f}, write + rest {r['write']:.2f}), {r['iterations']} it, loss {r['loss']:.10g}, "
               f"{r['solver']}", flush=True)
         return r
@@ -208,7 +217,7 @@ def whole_run(args) -> int:
             s = json.loads(js.read_text())
             rep["seed"] = dict(wall=wall, compile=s["compile_time"] + s["trace_lower_time"], solve=s["solve_time"],
                                startup_read=wall - s["total_time"], iterations=s["iterations"], loss=s["loss_reported"],
-                               jax=s.get("jax"), jaxopt=s.get("jaxopt"))
+                               jax=s.get("jax"), jaxopt=s.get("jaxopt"), cpu=_timed.cpu)
             print(f"seed: {wall:.1f} s (compile {rep['seed']['compile']:.1f}, solve {rep['seed']['solve']:.1f})", flush=True)
         rep["load_end"] = os.getloadavg()
         print(_whole_table(rep), flush=True)
@@ -221,22 +230,22 @@ def whole_run(args) -> int:
 
 
 def _whole_table(rep) -> str:
-    lines = ["| run | wall s | start-up | read + set-up | compile | solve | write + rest | it | loss | solver | x seed |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| run | wall s | CPU s | start-up | read + set-up | compile | solve | write + rest | it | loss | solver | x seed |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     seed = rep.get("seed")
     if seed:
-        lines.append(f"| seed script (jaxopt {seed['jaxopt']}, jax {seed['jax']}, float64) | {seed['wall']:.1f} | "
+        lines.append(f"| seed script (jaxopt {seed['jaxopt']}, jax {seed['jax']}, float64) | {seed['wall']:.1f} | {seed['cpu']:.1f} | "
                      f"{seed['startup_read']:.1f} (with read) | | {seed['compile']:.1f} | {seed['solve']:.1f} | | "
                      f"{seed['iterations']} | {seed['loss']:.8g} | jaxopt L-BFGS-B | 1 |")
     for name, runs in rep["runs"].items():
         warm = [r for k, r in runs.items() if k.startswith("warm")]
         rows = [(k, r) for k, r in runs.items() if not k.startswith("warm")]
         if warm:
-            med = {f: statistics.median(r[f] for r in warm) for f in ("wall", "read", "compile", "solve", "write")}
+            med = {f: statistics.median(r[f] for r in warm) for f in ("wall", "cpu", "read", "compile", "solve", "write")}
             rows.insert(1, (f"warm (median of {len(warm)})", dict(warm[0], **med)))
         for label, r in rows:
             ratio = f"{seed['wall'] / r['wall']:.1f}x" if seed else "-"
-            lines.append(f"| `invert-seed` ({name}), {label} | {r['wall']:.2f} | {r['startup']:.2f} | {r['read']:.2f} | "
+            lines.append(f"| `invert-seed` ({name}), {label} | {r['wall']:.2f} | {r['cpu']:.2f} | {r['startup']:.2f} | {r['read']:.2f} | "
                          f"{r['compile']:.2f} | {r['solve']:.2f} | {r['write']:.2f} | {r['iterations']} | "
                          f"{r['loss']:.10g} | {r['solver']} | {ratio} |")
     lines.append("")
