@@ -12,6 +12,7 @@ nothing heavy: it runs before the command's imports.
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -19,6 +20,8 @@ import tempfile
 from pathlib import Path
 
 __all__ = ["SeedReading", "start"]
+
+log = logging.getLogger(__name__)
 
 _PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
 
@@ -56,6 +59,9 @@ class SeedReading:
         when it failed (the caller then reads the files itself). Waits for the child."""
         out = self._proc.stdout.read()
         if self._proc.wait() != 0 or not out:
+            self._err.seek(0)
+            log.debug("the reading child failed (exit %s): %s", self._proc.returncode,
+                      self._err.read().decode(errors="replace")[-2000:])
             return None
         return out, self._fd
 
