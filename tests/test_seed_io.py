@@ -361,6 +361,142 @@ def test_cli_errors_are_one_line(tmp_path, sim, capsys):
     assert "missing --sg, --cpcs" in capsys.readouterr().err
 
 
+# ------------------------------------------------------------------ the reading child of invert-seed
+
+needs_memfd = pytest.mark.skipif(not hasattr(__import__("os"), "memfd_create"), reason="no os.memfd_create here")
+
+
+def _dump(tmp_path, dicts, name="in"):
+    d = tmp_path / name
+    d.mkdir()
+    paths = []
+    for part, obj in zip(("idc", "sg", "cpcs"), dicts, strict=True):
+        with open(d / f"{part}.pkl", "wb") as fh:
+            pickle.dump(obj, fh, protocol=pickle.HIGHEST_PROTOCOL)
+        paths.append(d / f"{part}.pkl")
+    return paths
+
+
+def _child_problem(paths):
+    from dopplermap.app import seed_read
+    from dopplermap.app.seed import read_problem
+
+    with seed_read.start(*paths, trust_pickle=True) as reading:
+        assert reading is not None
+        return read_problem(*paths, None, True, reading=reading)
+
+
+def _assert_same_problem(a, b):
+    for x, y in zip(jax.tree_util.tree_leaves((a.pre, a.obs)), jax.tree_util.tree_leaves((b.pre, b.obs)), strict=True):
+        assert np.asarray(x).dtype == np.asarray(y).dtype
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    assert a.labels == b.labels and a.source == b.source
+    np.testing.assert_array_equal(a.n_visible, b.n_visible)
+    for u, v in ((a.lat, b.lat), (a.lon, b.lon)):
+        assert (u is None) == (v is None)
+        if u is not None:
+            np.testing.assert_array_equal(u, v)
+
+
+def seed_layout_by_hand():
+    """A tiny problem written the way the seed's script keeps it (module docstring of
+    dopplermap.io.seed): float epoch keys, scalar lis_* and errs, epochs of different
+    visible counts, cells listed out of order; with the dense arrays it must give."""
+    vels = np.array([-10.0, 0.0, 10.0])
+    idc = {"times": [0.5, 1.25], "vels": vels,
+           "data": {0.5: {"prf": np.array([1.0, 0.9, 1.1]), "errs": 0.01},
+                    1.25: {"prf": np.array([0.95, 1.0, 1.05]), "errs": np.array([0.02, 0.03, 0.04])}}}
+    sg = {"noes": 4, "grid_areas": np.array([1.0, 2.0, 3.0, 4.0]),
+          "grid_lats": np.array([0.1, 0.2, -0.1, -0.2]), "grid_longs": np.array([0.0, 1.0, 2.0, 3.0])}
+    lps = {e: {k: np.arange(n * 3, dtype=float).reshape(n, 3) / 10 + 0.1 * j + e
+               for j, k in enumerate(("phot", "cool", "hot"))} for e, n in ((0, 3), (1, 2))}
+    cpcs = {"common": {0.5: {"ivis": np.array([2, 0, 3]), "areas": np.array([3.0, 1.0, 4.0]),
+                             "mus": np.array([0.5, 0.9, 0.2])},
+                       1.25: {"ivis": np.array([1, 2]), "areas": np.array([2.0, 3.0]), "mus": np.array([0.7, 0.4])}},
+            "line": {t: {**{f"lis_{k}": lis for k, lis in zip(("phot", "cool", "hot"), (1.0, 0.3, 2.0), strict=True)},
+                         **{f"ldfs_{k}": np.full(len(cpcs_ivis), ld) for k, ld in zip(("phot", "cool", "hot"),
+                                                                                      (0.8, 0.7, 0.9), strict=True)},
+                         **{f"lps_{k}": lps[e][k] for k in ("phot", "cool", "hot")}}
+                     for e, (t, cpcs_ivis) in enumerate(((0.5, [2, 0, 3]), (1.25, [1, 2])))}}
+    want = {"cell": np.array([[2, 0, 3], [1, 2, 0]]), "pos": np.array([[1, 3, 0, 2], [3, 0, 1, 3]]),
+            "n_visible": np.array([3, 2]), "times": np.array([0.5, 1.25]),
+            "err": np.array([[0.01] * 3, [0.02, 0.03, 0.04]])}
+    weight = np.zeros((2, 3, 3))
+    for e, (areas, mus) in enumerate((([3.0, 1.0, 4.0], [0.5, 0.9, 0.2]), ([2.0, 3.0], [0.7, 0.4]))):
+        for k, (lis, ld) in enumerate(((1.0, 0.8), (0.3, 0.7), (2.0, 0.9))):
+            weight[e, :len(areas), k] = lis * ld * np.array(areas) * np.array(mus)
+    local = np.zeros((2, 3, 3, 3))
+    for e, n in ((0, 3), (1, 2)):
+        for k, name in enumerate(("phot", "cool", "hot")):
+            local[e, :n, k] = lps[e][name]
+    want.update(weight=weight, local=local)
+    return (idc, sg, cpcs), want
+
+
+@needs_memfd
+def test_seed_layout_by_hand_reads_the_same_in_the_child_and_here(tmp_path):
+    dicts, want = seed_layout_by_hand()
+    paths = _dump(tmp_path, dicts)
+    here = read_seed(*paths, trust_pickle=True)
+    child = _child_problem(paths)
+    _assert_same_problem(child, here)
+    lm = child.pre.line
+    np.testing.assert_array_equal(np.asarray(lm.cell), want["cell"])
+    np.testing.assert_array_equal(np.asarray(lm.pos), want["pos"])
+    np.testing.assert_allclose(np.asarray(lm.weight), want["weight"], rtol=1e-15)
+    np.testing.assert_array_equal(np.asarray(lm.local), want["local"])
+    np.testing.assert_array_equal(child.n_visible, want["n_visible"])
+    np.testing.assert_array_equal(np.asarray(child.obs.times), want["times"])
+    np.testing.assert_array_equal(np.asarray(child.obs.err), want["err"])
+    np.testing.assert_array_equal(np.asarray(child.pre.cell_area), [1.0, 2.0, 3.0, 4.0])
+    assert child.labels == ("0.5", "1.25") and child.has_coordinates
+    assert str(paths[0]) in child.source and str(paths[2]) in child.source
+
+
+@needs_memfd
+@pytest.mark.parametrize("variant", ["plain", "ragged", "per_cell_lis", "jax_arrays", "string_keys"])
+def test_the_reading_child_gives_the_arrays_read_here(tmp_path, sim, dicts, variant):
+    """invert-seed's reading child: the same problem, bit for bit, as reading the files in this
+    process, for the layouts the seed's files come in (JAX arrays in them included)."""
+    d = {"plain": lambda: dicts, "ragged": lambda: ragged(dicts),
+         "per_cell_lis": lambda: seed_dicts(sim, per_cell_lis=True), "jax_arrays": lambda: to_jax(dicts),
+         "string_keys": lambda: rekey(dicts, [f"ep{i}" for i in range(N_EPOCH)])}[variant]()
+    paths = _dump(tmp_path, d)
+    _assert_same_problem(_child_problem(paths), read_seed(*paths, trust_pickle=True))
+
+
+@needs_memfd
+@pytest.mark.parametrize("what", ["ivis_range", "nan_lps", "not_a_pickle", "missing_file"])
+def test_the_reading_child_raises_the_errors_read_here(tmp_path, dicts, what):
+    if what in ("not_a_pickle", "missing_file"):
+        paths = _dump(tmp_path, dicts)
+        if what == "not_a_pickle":
+            paths[1].write_text("grid_areas = 1, 2, 3\n")
+        else:
+            paths[2].unlink()
+    else:
+        paths = _dump(tmp_path, _break(dicts, what))
+    with pytest.raises(ValueError) as here:
+        read_seed(*paths, trust_pickle=True)
+    with pytest.raises(ValueError) as child:
+        _child_problem(paths)
+    assert type(child.value) is type(here.value) and str(child.value) == str(here.value)
+    assert "\n" not in str(child.value)
+
+
+@needs_memfd
+def test_a_failed_reading_child_leaves_the_reading_here(tmp_path, dicts):
+    from dopplermap.app import seed_read
+    from dopplermap.app.seed import read_problem
+
+    paths = _dump(tmp_path, dicts)
+    with seed_read.start(*paths, trust_pickle=True) as reading:
+        reading._proc.kill()  # the child dies before it sends anything
+        prob = read_problem(*paths, None, True, reading=reading)
+    _assert_same_problem(prob, read_seed(*paths, trust_pickle=True))
+    assert seed_read.start(*paths, trust_pickle=False) is None  # the refusal is the reader's own
+
+
 # ------------------------------------------------------------------ the seed's files as a Problem
 
 def test_seed_problem_solves_through_invert_problem(tmp_path, dicts):

@@ -136,3 +136,14 @@ def test_the_root_exports_what_a_user_starts_from():
                         ("invert_device", "solvers"), ("cell_geometry", "geometry")):
         assert not hasattr(dopplermap, old), old
         assert hasattr(importlib.import_module(f"dopplermap.{module}"), old)
+
+
+def test_the_seed_run_imports_no_library_it_does_not_use():
+    """``invert-seed`` on the seed's pickles needs JAX and, for L-BFGS-B, scipy.optimize (loaded
+    while the objective compiles); importing its modules loads no other SciPy package, nor
+    matplotlib (the figure child's) or astropy."""
+    code = ("import json, sys\n"
+            "import dopplermap.commands.seed, dopplermap.app.seed, dopplermap.app.output, dopplermap.problem\n"
+            "print(json.dumps({'loaded': sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('scipy', 'matplotlib', 'astropy'))}))")
+    assert _run(code)["loaded"] == []

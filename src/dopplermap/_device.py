@@ -4,12 +4,15 @@
 each on CPU, a few per data set); :func:`asarray` copies with ``jax.device_put`` instead.
 """
 
+import mmap
+
 import jax
 import numpy as np
 
 from . import _x64  # noqa: F401  (float64 arrays stay float64)
 
 _ALIGN = 64  # bytes: the alignment JAX's CPU client needs to adopt a NumPy buffer
+_MAP_MIN = 1 << 22  # bytes: from here on host_array maps its own pages
 
 
 def host_array(shape, dtype=np.float64) -> np.ndarray:
@@ -22,6 +25,10 @@ def host_array(shape, dtype=np.float64) -> np.ndarray:
     """
     dtype = np.dtype(dtype)
     n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if n >= _MAP_MIN:
+        # fresh pages of an anonymous mapping (page-aligned), without the huge-page advice NumPy
+        # gives its own large buffers: their first writes can stall on memory compaction
+        return np.frombuffer(mmap.mmap(-1, n), dtype).reshape(shape)
     raw = np.empty(n + _ALIGN, np.uint8)
     off = (-raw.ctypes.data) % _ALIGN
     return raw[off:off + n].view(dtype).reshape(shape)

@@ -57,8 +57,6 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
-from scipy import fft as sfft
-from scipy import special
 
 from ._linops import lagrange_weights
 from .choices import EW_METHODS, EW_STAGES, EW_UNITS, check
@@ -127,6 +125,8 @@ def rt_second_moment(zeta: float, mu, radial_fraction: float = 0.5):
 
 def _fine_grid(half_width: float, pad: float, dv: float):
     """Uniform grid covering +-(half_width + pad) with an FFT-friendly length."""
+    from scipy import fft as sfft  # SciPy here, not at the top: runs with tabulated local profiles need none of it
+
     u_max = half_width + pad
     n = sfft.next_fast_len(int(math.ceil(2.0 * u_max / dv)) + 1, real=True)
     u = (np.arange(n) - (n - 1) / 2.0) * dv
@@ -150,6 +150,8 @@ def _convolved_depths(profile: LocalProfile, multipliers_fn, pad: float, dv: flo
 
     Returns (u (n_u,), depth (n_kernel, n_u)).
     """
+    from scipy import fft as sfft
+
     u = _fine_grid(profile.half_width, pad, dv)
     depth = 1.0 - profile(u)
     k = sfft.rfftfreq(u.size, d=dv)
@@ -173,6 +175,8 @@ def instrumental_broaden(profile: LocalProfile, resolving_power: float, *, dv: f
         s0 = profile.fwhm * _FWHM_TO_SIGMA
         s1 = math.hypot(s0, fwhm_i * _FWHM_TO_SIGMA)
         g = 0.5 * profile.fwhm_lorentz
+        from scipy import special
+
         ratio = special.voigt_profile(0.0, s1, g) / special.voigt_profile(0.0, s0, g)
         return voigt(profile.depth * ratio, s1 / _FWHM_TO_SIGMA, profile.fwhm_lorentz)
     sig = fwhm_i * _FWHM_TO_SIGMA
@@ -244,6 +248,8 @@ def scale_equivalent_width(profile: LocalProfile, ew: float, method: str = "inte
         return gaussian(depth, profile.fwhm)
     if profile.kind == "voigt":
         sigma = profile.fwhm * _FWHM_TO_SIGMA
+        from scipy import special
+
         depth = ew * special.voigt_profile(0.0, sigma, 0.5 * profile.fwhm_lorentz)
         if depth >= 1.0:
             raise DopplermapInputError(f"equivalent width {ew!r} km/s needs a Voigt depth {depth:.3f} >= 1")

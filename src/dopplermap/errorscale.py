@@ -25,7 +25,6 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-from scipy import stats
 
 from .choices import check_error_scale
 from .errors import DopplermapInputError
@@ -176,6 +175,8 @@ def continuum_error_scale(obs: Observations, vsini: float, margin: float, *, nam
     # the median of the epochs' variances over the median of chi2_dof / dof: unbiased for
     # Gaussian noise (the median of a few points' scatter alone reads low, by 3 % at 12 dof)
     dof = int(np.median([d for _, d in fits]))
+    from scipy import stats  # here, not at the top: scipy.stats costs ~0.9 s of every run's start
+
     factor = float(np.sqrt(np.median(np.square(per)) * dof / stats.chi2.ppf(0.5, dof)))
     return ErrorScale(factor=factor, method="continuum", per_epoch=per, n_points=n, name=name,
                       detail=f"{n} points per profile at |v| > {vsini + margin:.4g} km/s")

@@ -16,7 +16,6 @@ import dataclasses
 from collections.abc import Sequence
 
 import numpy as np
-from scipy import special
 
 from . import _x64  # noqa: F401  (float64 JAX for every numeric module)
 from ._repr import compact
@@ -52,6 +51,9 @@ def voigt_profile(v, sigma: float, gamma: float) -> np.ndarray:
     on uniform ones an index is one multiplication (7x faster on a dense model's 3.3M points;
     scipy's direct evaluation is 14x slower: ``benchmarks/RESULTS.md``).
     """
+    # scipy.special here, not at the top: with what it loads ~0.25 s of the start of runs that draw no Voigt profile
+    from scipy import special
+
     v = np.asarray(v, dtype=float)
     if v.size < VOIGT_TABLE_MIN or not sigma > 0.0 or not np.all(np.isfinite(v)):
         return special.voigt_profile(v, sigma, gamma)
@@ -124,6 +126,8 @@ class LocalProfile:
         if self.kind == "voigt":
             sigma = self.fwhm / (2.0 * np.sqrt(2.0 * np.log(2.0)))
             gamma = 0.5 * self.fwhm_lorentz
+            from scipy import special  # here: see voigt_profile
+
             peak = special.voigt_profile(0.0, sigma, gamma)
             return 1.0 - self.depth * voigt_profile(v, sigma, gamma) / peak
         if self.kind == "tabulated":

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import importlib
 import time
 from pathlib import Path
 
@@ -16,9 +17,18 @@ import click
 import numpy as np
 
 from ..atomic import AtomicFolder, check_out_file, fingerprint, write_file, write_json
-from ..errors import active_warnings
+from ..errors import DopplermapError, active_warnings
 from ..figure_process import submit
-from ..io.seed import load_problem, read_seed, save_problem, seed_dicts, seed_problem, write_seed_pickles
+from ..io.seed import (
+    load_problem,
+    problem_from_arrays,
+    read_seed,
+    save_problem,
+    seed_dicts,
+    seed_problem,
+    write_seed_pickles,
+)
+from ..io.seed_arrays import from_child
 from ..problem import Settings, from_seed
 from ..simulate import DEMO_SPOTS, demo_setup, simulate
 from ..solvers import invert
@@ -33,11 +43,43 @@ from .preflight import (
 __all__ = ["convert_seed", "read_problem", "run_invert_seed", "seed_figure_arrays", "simulate_files"]
 
 
-def read_problem(idc, sg, cpcs, problem, trust_pickle: bool):
-    """The :class:`~dopplermap.io.seed.SeedProblem` of the three pickles or of a converted ``.npz``."""
+# modules a solve imports on its way (SciPy's optimiser for L-BFGS-B, JAX's MLIR dialects of a
+# cached program): imported while the reading child still works, time this process would wait
+_SOLVE_IMPORTS = {"lbfgsb": ("scipy.optimize", "jaxlib.mlir.dialects.mhlo"), "other": ("jaxlib.mlir.dialects.mhlo",)}
+
+
+def _import_while(reading, solver: str) -> None:
+    for name in _SOLVE_IMPORTS["lbfgsb" if solver in ("lbfgsb", "auto") else "other"]:
+        if not reading.running():
+            return
+        try:
+            importlib.import_module(name)
+        except ImportError:  # a library version without it: the solve imports what it needs
+            pass
+
+
+def read_problem(idc, sg, cpcs, problem, trust_pickle: bool, reading=None, solver: str = "lbfgsb"):
+    """The :class:`~dopplermap.io.seed.SeedProblem` of the three pickles or of a converted ``.npz``.
+
+    ``reading``: a :class:`~dopplermap.app.seed_read.SeedReading` of the same pickles, started
+    before this process imported JAX; its arrays (or its error) are taken, or, if the child
+    failed, the files are read here. While it works, what a solve with ``solver`` will import
+    is imported."""
     check_seed_arguments(idc, sg, cpcs, problem)
     if problem is not None:
         return load_problem(problem)
+    if reading is not None:
+        _import_while(reading, solver)
+    sent = reading.finish() if reading is not None else None
+    if sent is not None:
+        try:
+            arrays = from_child(*sent)
+        except DopplermapError:
+            raise
+        except Exception:  # noqa: BLE001  (a child that sent nothing usable: read the files here)
+            arrays = None
+        if arrays is not None:
+            return problem_from_arrays(arrays)
     return read_seed(idc, sg, cpcs, trust_pickle=trust_pickle)
 
 

@@ -11,6 +11,7 @@ What they run is in :mod:`dopplermap.app.seed`.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from pathlib import Path
 
@@ -49,13 +50,17 @@ def register(group):
 
         preflight.check_seed_out(out, overwrite)  # before any work
         preflight.check_seed_arguments(idc, sg, cpcs, problem)  # answers without JAX
+        from ..app import seed_read
+
         t0 = time.perf_counter()
-        # matplotlib loads in a child on another core while this process reads and solves
-        with preflight.figure_process(not no_plots, preload=(preflight.SEED_FIGURES,)) as figs:
+        # the pickles are read in a child while this process imports JAX and SciPy, and
+        # matplotlib loads in another while this process solves
+        with seed_read.start(idc, sg, cpcs, trust_pickle=trust_pickle) or contextlib.nullcontext() as reading, \
+                preflight.figure_process(not no_plots, preload=(preflight.SEED_FIGURES,)) as figs:
             from ..app.output import Output
             from ..app.seed import read_problem, run_invert_seed
 
-            prob = read_problem(idc, sg, cpcs, problem, trust_pickle)
+            prob = read_problem(idc, sg, cpcs, problem, trust_pickle, reading=reading, solver=solver)
             read_time = time.perf_counter() - t0
             if not quiet:
                 click.echo(f"read {prob.n_epoch} epochs x {prob.n_vel} velocities, {prob.n_cell} cells "

@@ -27,11 +27,8 @@ way, from a :class:`~dopplermap.simulate.Simulation`.
 from __future__ import annotations
 
 import dataclasses
-import numbers
-import os
 import pickle
 import zipfile
-from collections.abc import Mapping
 from pathlib import Path
 
 import jax.numpy as jnp
@@ -44,18 +41,20 @@ from ..forms import FORMS, DenseForm
 from ..geometry import cell_geometry
 from ..model import Precomputed
 from ..objective import Observations
+from .seed_arrays import (
+    COMPONENT_NAMES,
+    SeedArrays,
+    UntrustedPickleError,
+    load_pickle,
+    read_seed_arrays,
+    seed_arrays,
+)
 
-__all__ = ["SeedProblem", "UntrustedPickleError", "load_pickle", "read_seed", "seed_problem", "seed_dicts",
-           "write_seed_pickles", "save_problem", "load_problem", "PROBLEM_FORMAT", "COMPONENT_NAMES"]
-
-COMPONENT_NAMES = ("phot", "cool", "hot")
+__all__ = ["SeedProblem", "UntrustedPickleError", "load_pickle", "read_seed", "seed_problem", "problem_from_arrays",
+           "seed_dicts", "write_seed_pickles", "save_problem", "load_problem", "PROBLEM_FORMAT", "COMPONENT_NAMES"]
 PROBLEM_FORMAT = "dopplermap-problem"
 PROBLEM_VERSION = 1
 _LINE_FIELDS = ("vels", "cell", "pos", "weight", "beta", "jbase", "kernel", "local")
-
-
-class UntrustedPickleError(DopplermapInputError):
-    """Raised when a pickle would be loaded without ``trust_pickle=True``."""
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -99,93 +98,17 @@ class SeedProblem:
 
 # ---------------------------------------------------------------- pickles
 
-def _trust_message(path) -> str:
-    return (f"refusing to unpickle {path}: loading a pickle runs whatever code the file contains. "
-            "If you made this file or trust its source, opt in with trust_pickle=True "
-            "(CLI: --trust-pickle); `dopplermap convert --trust-pickle ...` writes the problem once "
-            "to a safe .npz that later runs read without the opt-in")
-
-
-@reader("pickle")
-def load_pickle(path, *, trust_pickle: bool = False):
-    """Unpickle ``path`` (only with ``trust_pickle=True``; unpickling can execute code)."""
-    path = Path(path)
-    if not trust_pickle:
-        raise UntrustedPickleError(_trust_message(path))
-    if not path.is_file():
-        raise MissingFileError(f"{path}: no such file")
-    try:
-        with path.open("rb") as fh:
-            return pickle.load(fh)
-    except (pickle.UnpicklingError, EOFError, AttributeError, ImportError, IndexError, TypeError) as exc:
-        raise DopplermapInputError(f"{path}: not a readable pickle ({type(exc).__name__}: {exc})") from None
-
-
-def _key_text(k) -> str:
-    if isinstance(k, np.generic):
-        k = k.item()
-    return repr(k)
-
-
-def _get(mapping, key, where: str, src: str):
-    if not isinstance(mapping, Mapping):
-        raise DopplermapInputError(f"{src}: {where} must be a dict, got {type(mapping).__name__}")
-    try:
-        return mapping[key]
-    except (KeyError, TypeError):
-        raise DopplermapInputError(f"{src}: missing key {where}[{_key_text(key)}]") from None
-
-
-def _floats(value, where: str, src: str, shape=None, allow_scalar=False) -> np.ndarray:
-    """Float64 array from ``value``; checks shape (or scalar) and finiteness."""
-    try:
-        arr = np.asarray(value, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise DopplermapInputError(f"{src}: {where} is not numeric ({exc})") from None
-    if shape is not None and arr.shape != tuple(shape) and not (allow_scalar and arr.ndim == 0):
-        want = f"{tuple(shape)}" + (" or a scalar" if allow_scalar else "")
-        raise DopplermapInputError(f"{src}: {where} has shape {arr.shape}, expected {want}")
-    bad = ~np.isfinite(arr)
-    if bad.any():
-        first = np.argwhere(bad)[0] if arr.ndim else ()
-        at = f" first at index {tuple(int(i) for i in first)}" if arr.ndim else ""
-        raise DopplermapInputError(f"{src}: {where} has {int(bad.sum())} NaN/inf value(s),{at}".rstrip(","))
-    return arr
-
-
-def _epoch_keys(times, src: str) -> list:
-    if isinstance(times, (list, tuple)):
-        keys = list(times)
-    elif hasattr(times, "__array__") or isinstance(times, np.ndarray):
-        arr = np.asarray(times)
-        if arr.ndim != 1:
-            raise DopplermapInputError(f"{src}: idc['times'] must be 1-D, got shape {arr.shape}")
-        keys = arr.tolist()
-    else:
-        try:
-            keys = list(times)
-        except TypeError:
-            raise DopplermapInputError(f"{src}: idc['times'] must be a sequence of epoch keys, got {type(times).__name__}") from None
-    if not keys:
-        raise DopplermapInputError(f"{src}: idc['times'] is empty")
-    seen = {}
-    for i, k in enumerate(keys):
-        try:
-            hash(k)
-        except TypeError:
-            raise DopplermapInputError(f"{src}: idc['times'][{i}] = {k!r} is not hashable, so it cannot be a dict key") from None
-        if k in seen:
-            raise DopplermapInputError(f"{src}: idc['times'] repeats the key {_key_text(k)} (positions {seen[k]} and {i})")
-        seen[k] = i
-    return keys
-
-
-def _numeric_times(keys) -> np.ndarray:
-    if all(isinstance(k, numbers.Real) and not isinstance(k, bool) for k in keys):
-        t = np.asarray([float(k) for k in keys])
-        if np.all(np.isfinite(t)):
-            return t
-    return np.arange(len(keys), dtype=np.float64)
+def problem_from_arrays(a: SeedArrays) -> SeedProblem:
+    """The :class:`SeedProblem` of checked arrays (:func:`~dopplermap.io.seed_arrays.seed_arrays`),
+    on the device; the dense cube is handed over without a copy where the device can adopt it."""
+    lm = DenseForm(vels=_device.asarray(a.vels), cell=_device.asarray(a.cell), pos=_device.asarray(a.pos),
+                   weight=_device.asarray(a.weight), local=_device.asarray(a.local))
+    pre = Precomputed(line=lm, cell_area=_device.asarray(a.cell_area),
+                      edges=_device.asarray(np.zeros((0, 2), np.int32)))
+    s_idc, s_sg, s_cpcs = a.sources
+    obs = Observations.create(a.times, a.vels, a.flux, a.err, source=s_idc)
+    return SeedProblem(pre=pre, obs=obs, labels=a.labels, n_visible=a.n_visible, lat=a.lat, lon=a.lon,
+                       source=f"{s_idc}, {s_sg}, {s_cpcs}")
 
 
 def seed_problem(idc, sg, cpcs, *, sources=("idc", "sg", "cpcs")) -> SeedProblem:
@@ -198,113 +121,8 @@ def seed_problem(idc, sg, cpcs, *, sources=("idc", "sg", "cpcs")) -> SeedProblem
     Returns:
         :class:`SeedProblem` with a ``method="dense"`` line model.
     """
-    s_idc, s_sg, s_cpcs = (str(s) for s in sources)
-    for obj, name, src in ((idc, "idc", s_idc), (sg, "sg", s_sg), (cpcs, "cpcs", s_cpcs)):
-        if not isinstance(obj, Mapping):
-            raise DopplermapInputError(f"{src}: expected the {name} dict, got {type(obj).__name__}")
-
-    keys = _epoch_keys(_get(idc, "times", "idc", s_idc), s_idc)
-    vels = _floats(_get(idc, "vels", "idc", s_idc), "idc['vels']", s_idc)
-    if vels.ndim != 1 or vels.size < 3:
-        raise DopplermapInputError(f"{s_idc}: idc['vels'] must be 1-D with >= 3 velocities, got shape {vels.shape}")
-    if np.any(np.diff(vels) <= 0):
-        i = int(np.argmax(np.diff(vels) <= 0))
-        raise DopplermapInputError(f"{s_idc}: idc['vels'] must increase, but vels[{i}]={vels[i]!r} >= vels[{i + 1}]={vels[i + 1]!r}")
-    n_vel = vels.size
-    data = _get(idc, "data", "idc", s_idc)
-
-    noes_raw = np.asarray(_get(sg, "noes", "sg", s_sg))
-    if (noes_raw.ndim != 0 or not np.issubdtype(noes_raw.dtype, np.number) or not np.isfinite(noes_raw)
-            or noes_raw != np.round(noes_raw) or noes_raw < 1):
-        raise DopplermapInputError(f"{s_sg}: sg['noes'] must be a positive integer, got {noes_raw!r}")
-    n_cell = int(noes_raw)
-    areas_all = _floats(_get(sg, "grid_areas", "sg", s_sg), "sg['grid_areas']", s_sg, shape=(n_cell,))
-    if np.any(areas_all <= 0):
-        i = int(np.argmax(areas_all <= 0))
-        raise DopplermapInputError(f"{s_sg}: sg['grid_areas'] must be > 0, got {areas_all[i]!r} at index {i}")
-    lat = lon = None
-    if isinstance(sg, Mapping) and "grid_lats" in sg and "grid_longs" in sg:
-        lat = _floats(sg["grid_lats"], "sg['grid_lats']", s_sg, shape=(n_cell,))
-        lon = _floats(sg["grid_longs"], "sg['grid_longs']", s_sg, shape=(n_cell,))
-
-    common = _get(cpcs, "common", "cpcs", s_cpcs)
-    line = _get(cpcs, "line", "cpcs", s_cpcs)
-
-    n_epoch = len(keys)
-    flux = np.empty((n_epoch, n_vel))
-    err = np.empty((n_epoch, n_vel))
-    per_epoch = []
-    for e, t in enumerate(keys):
-        kt = _key_text(t)
-        d = _get(data, t, "idc['data']", s_idc)
-        flux[e] = _floats(_get(d, "prf", f"idc['data'][{kt}]", s_idc), f"idc['data'][{kt}]['prf']", s_idc,
-                          shape=(n_vel,))
-        errs = _floats(_get(d, "errs", f"idc['data'][{kt}]", s_idc), f"idc['data'][{kt}]['errs']", s_idc,
-                       shape=(n_vel,), allow_scalar=True)
-        if np.any(errs <= 0):
-            raise DopplermapInputError(f"{s_idc}: idc['data'][{kt}]['errs'] must be > 0, got {float(np.min(errs))!r}")
-        err[e] = errs
-
-        com = _get(common, t, "cpcs['common']", s_cpcs)
-        ivis_raw = np.asarray(_get(com, "ivis", f"cpcs['common'][{kt}]", s_cpcs))
-        where = f"cpcs['common'][{kt}]['ivis']"
-        if ivis_raw.ndim != 1 or ivis_raw.size == 0:
-            raise DopplermapInputError(f"{s_cpcs}: {where} must be a non-empty 1-D index array, got shape {ivis_raw.shape}")
-        if not np.issubdtype(ivis_raw.dtype, np.integer):
-            raise DopplermapInputError(f"{s_cpcs}: {where} must hold integer cell indices, got dtype {ivis_raw.dtype}")
-        ivis = ivis_raw.astype(np.int64)
-        bad = (ivis < 0) | (ivis >= n_cell)
-        if bad.any():
-            i = int(np.argmax(bad))
-            raise DopplermapInputError(f"{s_cpcs}: {where}[{i}] = {int(ivis[i])} is out of range [0, {n_cell}) "
-                             f"(sg['noes'] = {n_cell}; {int(bad.sum())} bad indices)")
-        uniq, counts = np.unique(ivis, return_counts=True)
-        if np.any(counts > 1):
-            raise DopplermapInputError(f"{s_cpcs}: {where} lists cell {int(uniq[np.argmax(counts > 1)])} more than once")
-        n_vis = ivis.size
-        areas = _floats(_get(com, "areas", f"cpcs['common'][{kt}]", s_cpcs), f"cpcs['common'][{kt}]['areas']",
-                        s_cpcs, shape=(n_vis,), allow_scalar=True)
-        mus = _floats(_get(com, "mus", f"cpcs['common'][{kt}]", s_cpcs), f"cpcs['common'][{kt}]['mus']",
-                      s_cpcs, shape=(n_vis,), allow_scalar=True)
-        ln = _get(line, t, "cpcs['line']", s_cpcs)
-        weights, locals_ = [], []
-        for k in COMPONENT_NAMES:
-            base = f"cpcs['line'][{kt}]"
-            lis = _floats(_get(ln, f"lis_{k}", base, s_cpcs), f"{base}['lis_{k}']", s_cpcs, shape=(n_vis,),
-                          allow_scalar=True)
-            ldfs = _floats(_get(ln, f"ldfs_{k}", base, s_cpcs), f"{base}['ldfs_{k}']", s_cpcs, shape=(n_vis,),
-                           allow_scalar=True)
-            lps = _floats(_get(ln, f"lps_{k}", base, s_cpcs), f"{base}['lps_{k}']", s_cpcs, shape=(n_vis, n_vel))
-            weights.append(np.broadcast_to(lis * ldfs * areas * mus, (n_vis,)))  # the seed's coeffs_k
-            locals_.append(lps)  # the pickle's own arrays: copied once, into the cube below
-        per_epoch.append((ivis, np.stack(weights, axis=1), locals_))
-
-    n_visible = np.array([p[0].size for p in per_epoch], dtype=np.int64)
-    n_slot = int(n_visible.max())
-    cell = np.zeros((n_epoch, n_slot), np.int32)
-    pos = np.full((n_epoch, n_cell), n_slot, np.int32)
-    weight = np.zeros((n_epoch, n_slot, 3))
     # the cube is most of the input's bytes: written once, into a buffer the device adopts
-    local = _device.host_array((n_epoch, n_slot, 3, n_vel))
-    for e, (ivis, w, lps) in enumerate(per_epoch):
-        n = ivis.size
-        cell[e, :n] = ivis
-        pos[e, ivis] = np.arange(n, dtype=np.int32)
-        weight[e, :n] = w
-        for k, lp in enumerate(lps):
-            local[e, :n, k] = lp
-        local[e, n:] = 0.0
-    bad_norm = (weight.sum(axis=(1, 2)) == 0)
-    if bad_norm.any():
-        e = int(np.argmax(bad_norm))
-        raise DopplermapInputError(f"{s_cpcs}: epoch {_key_text(keys[e])} has zero total weight (lis * ldfs * areas * mus)")
-
-    lm = DenseForm(vels=_device.asarray(vels), cell=_device.asarray(cell), pos=_device.asarray(pos),
-                   weight=_device.asarray(weight), local=_device.asarray(local))
-    pre = Precomputed(line=lm, cell_area=_device.asarray(areas_all), edges=_device.asarray(np.zeros((0, 2), np.int32)))
-    obs = Observations.create(_numeric_times(keys), vels, flux, err, source=s_idc)
-    return SeedProblem(pre=pre, obs=obs, labels=tuple(_key_text(k) for k in keys), n_visible=n_visible,
-                       lat=lat, lon=lon, source=f"{s_idc}, {s_sg}, {s_cpcs}")
+    return problem_from_arrays(seed_arrays(idc, sg, cpcs, sources=sources, alloc=_device.host_array))
 
 
 def read_seed(idc, sg, cpcs, *, trust_pickle: bool = False) -> SeedProblem:
@@ -312,16 +130,7 @@ def read_seed(idc, sg, cpcs, *, trust_pickle: bool = False) -> SeedProblem:
 
     Pickles are only opened with ``trust_pickle=True`` (unpickling can execute code).
     """
-    loaded, names = [], []
-    for obj in (idc, sg, cpcs):
-        if isinstance(obj, (str, os.PathLike)):
-            loaded.append(load_pickle(obj, trust_pickle=trust_pickle))
-            names.append(str(obj))
-        else:
-            loaded.append(obj)
-            names.append(None)
-    names = [n or d for n, d in zip(names, ("idc", "sg", "cpcs"), strict=True)]
-    return seed_problem(*loaded, sources=tuple(names))
+    return problem_from_arrays(read_seed_arrays(idc, sg, cpcs, trust_pickle=trust_pickle, alloc=_device.host_array))
 
 
 # ---------------------------------------------------------------- writer (from a simulation)
