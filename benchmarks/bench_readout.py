@@ -73,22 +73,36 @@ def _limb(which):
         P.precompute = plain
 
 
-def profile(s, which, incs=B.INC_GRID):
+def _point(s, which, inc):
+    """One point of a read-out's profile: star ``s`` at inclination ``inc`` (vsini at the truth),
+    solved from the flat start with the read-out's settings; the fields the tables read."""
     from dopplermap.search import evaluate_point
 
     p = s["problem"]
     p = p.replace(settings=_settings(p, which))
     t0 = time.perf_counter()
-    rows = []
-    dof = which.endswith("_dof")  # the profile of chi2_total + the effective number of parameters
     with warnings.catch_warnings(), _limb(which):
         warnings.simplefilter("ignore")
-        for inc in incs:
-            rows.append(evaluate_point(p, {"inclination": float(inc), "vsini": s["vsini"]}, dof=dof))
-    prof = np.array([r["chi2_dof" if dof else "chi2_total"] for r in rows])
-    return dict(read(incs, prof, s["inc"]), iterations=[int(r["iterations"]) for r in rows], lmbd=p.settings.lmbd, tol=p.settings.tol,
-                chi2_total=[r["chi2_total"] for r in rows], dof=[r["dof"] for r in rows],
-                wall_s=time.perf_counter() - t0)
+        r = evaluate_point(p, {"inclination": float(inc), "vsini": s["vsini"]}, dof=which.endswith("_dof"))
+    return dict(chi2_total=float(r["chi2_total"]), dof=float(r["dof"]), chi2_dof=float(r["chi2_dof"]),
+                iterations=int(r["iterations"]), success=bool(r["success"]), lmbd=p.settings.lmbd,
+                tol=p.settings.tol, maxiter=p.settings.maxiter, wall_s=time.perf_counter() - t0)
+
+
+def _profile_row(s, which, incs, points, wall_s):
+    """A read-out's result on star ``s`` from its points (:func:`_point`, in the order of ``incs``);
+    ``_dof`` read-outs read ``chi2_total + dof`` (the profile of the solves' effective parameters)."""
+    prof = np.array([r["chi2_dof" if which.endswith("_dof") else "chi2_total"] for r in points])
+    return dict(read(incs, prof, s["inc"]), iterations=[r["iterations"] for r in points],
+                at_maxiter=int(sum(r["iterations"] >= r["maxiter"] for r in points)),
+                lmbd=points[0]["lmbd"], tol=points[0]["tol"], chi2_total=[r["chi2_total"] for r in points],
+                dof=[r["dof"] for r in points], point_wall_s=[r["wall_s"] for r in points], wall_s=wall_s)
+
+
+def profile(s, which, incs=B.INC_GRID):
+    t0 = time.perf_counter()
+    points = [_point(s, which, inc) for inc in incs]
+    return _profile_row(s, which, incs, points, time.perf_counter() - t0)
 
 
 def read(incs, prof, truth):
@@ -220,6 +234,130 @@ def rv_control(k, incs):
     return out
 
 
+# ------------------------------------------------------------------ worker processes (--procs)
+
+WORKER_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+WORKER_XLA_FLAGS = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+_WORKER_STARS: dict = {}  # a worker's simulated stars, by (k, cells, noise)
+
+
+def _worker_env():
+    """Single-threaded workers on the CPU: set before a spawned worker imports JAX. JAX_PLATFORMS
+    defaults to cpu (float64 solves; an accelerator in the machine is one chip for one process)."""
+    import os
+
+    os.environ.update(WORKER_ENV)
+    flags = os.environ.get("XLA_FLAGS", "")
+    if WORKER_XLA_FLAGS not in flags:
+        os.environ["XLA_FLAGS"] = f"{flags} {WORKER_XLA_FLAGS}".strip()
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+
+def _worker_init(cache_dir):
+    _worker_env()
+    if cache_dir:  # one persistent compilation cache for all workers: a shape compiled once is loaded after
+        from dopplermap.cache import enable_compilation_cache
+
+        enable_compilation_cache(cache_dir)
+
+
+def _worker_point(k, cells, noise, which, inc):
+    """:func:`_point` in a worker; the star is simulated once per worker (the last three kept)."""
+    key = (k, cells, noise)
+    if key not in _WORKER_STARS:
+        while len(_WORKER_STARS) >= 3:
+            _WORKER_STARS.pop(next(iter(_WORKER_STARS)))
+        _WORKER_STARS[key] = B.make_star(k, n_cell=cells, noise=noise)
+    return _point(_WORKER_STARS[key], which, inc)
+
+
+def _truth(k):
+    """Star ``k``'s truth and data sizes without simulating it (the parent process reads only these)."""
+    inc, vsini, n_epoch, _, snr = B.STARS[k]
+    return dict(k=k, inc=inc, vsini=vsini, n_epoch=n_epoch, snr=snr)
+
+
+def run_parallel(ks, readouts, incs, cells, noise, procs, res, out=None, stop_after=None):
+    """The stars ``ks`` x ``readouts`` x ``incs`` as single-point tasks over ``procs`` spawned
+    single-threaded workers. A star's row goes into ``res["stars"]`` (and ``out``, rewritten) as
+    soon as all its points are in, in the order the stars finish; every finished point is kept
+    in ``res["points"]``. After ``stop_after`` seconds the tasks not started are dropped and
+    the workers ended, so a run cut off at a time limit keeps every star it finished."""
+    import concurrent.futures as cf
+    import multiprocessing as mp
+    import os
+    import tempfile
+
+    _worker_env()  # inherited by the spawned workers
+    cache_dir = tempfile.mkdtemp(prefix="bench-readout-xla-")
+    t0 = time.perf_counter()
+    pending = {k: {w: [None] * len(incs) for w in readouts} for k in ks}
+    walls = {k: 0.0 for k in ks}
+    res.setdefault("points", [])
+    ex = cf.ProcessPoolExecutor(max_workers=procs, mp_context=mp.get_context("spawn"),
+                                initializer=_worker_init, initargs=(cache_dir,))
+    futs = {}
+    for k in ks:  # star by star, so that the first stars finish first
+        for which in readouts:
+            for j, inc in enumerate(incs):
+                futs[ex.submit(_worker_point, k, cells, noise, which, float(inc))] = (k, which, j)
+    left = set(futs)
+    try:
+        while left:
+            timeout = None if stop_after is None else max(stop_after - (time.perf_counter() - t0), 0.0)
+            done, left = cf.wait(left, timeout=timeout, return_when=cf.FIRST_COMPLETED)
+            if not done:
+                print(f"stopped after {time.perf_counter() - t0:.0f} s: {len(left)} points not done", flush=True)
+                res["stopped"] = dict(after_s=time.perf_counter() - t0, points_left=len(left))
+                break
+            for f in done:
+                k, which, j = futs[f]
+                pt = f.result()
+                pending[k][which][j] = pt
+                walls[k] += pt["wall_s"]
+                res["points"].append(dict(k=k, readout=which, inc=float(incs[j]), **pt))
+                if all(p is not None for w in readouts for p in pending[k][w]):
+                    row = _star_row(_truth(k), readouts, incs, pending.pop(k), cells, noise, walls[k])
+                    row["finished_s"] = time.perf_counter() - t0
+                    res["stars"].append(row)
+                    _print_star(row, readouts)
+            if out:
+                write_json(out, res)
+    finally:
+        ex.shutdown(wait=False, cancel_futures=True)
+        for proc in list((getattr(ex, "_processes", None) or {}).values()):
+            if proc.is_alive():
+                proc.terminate()
+    res["procs"] = procs
+    res["wall_s"] = time.perf_counter() - t0
+    return res
+
+
+def _star_row(s, readouts, incs, points, cells, noise, wall_s):
+    """A star's row: each read-out's profile (``points[which]``), and for ``_dof`` read-outs the
+    same solves read without the correction too."""
+    row = dict(k=s["k"], inc=s["inc"], vsini=s["vsini"], n_epoch=s["n_epoch"], snr=s["snr"], n_cell=cells,
+               noise=noise, wall_s=wall_s)
+    for which in readouts:
+        w = sum(p["wall_s"] for p in points[which])
+        row[which] = _profile_row(s, which, incs, points[which], w)
+        if which.endswith("_dof"):
+            row[which.removesuffix("_dof")] = dict(row[which], **read(incs, row[which]["chi2_total"], s["inc"]))
+    return row
+
+
+def _print_star(row, readouts):
+    for which in _read_names(readouts):
+        r = row[which]
+        print(f"star {row['k']} (i={row['inc']:.0f}) {which:12s}: {r['best']:6.2f} [{r['lo68']:.2f}, {r['hi68']:.2f}] "
+              f"95% [{r['lo95']:.2f}, {r['hi95']:.2f}]  {r['wall_s']:.0f}s, {r['at_maxiter']} at maxiter", flush=True)
+
+
+def _read_names(readouts):
+    """The read-outs a run reports: each ``_dof`` one also read without its correction."""
+    return [w for r in readouts for w in ((r.removesuffix("_dof"), r) if r.endswith("_dof") else (r,))]
+
+
 def summary(rows, which):
     err = np.array([r[which]["err"] for r in rows])
     return dict(n_stars=len(rows), mean_abs_err=float(np.mean(np.abs(err))), bias=float(np.mean(err)),
@@ -242,11 +380,20 @@ def main():
     ap.add_argument("--model-error", default=None, help="stars K,...: the grid's discretisation error in chi2")
     ap.add_argument("--dof-control", default=None, help="star K: noisy and noise-free chi2 and dof at --incs")
     ap.add_argument("--rv-control", default=None, help="star K: flat, warm and rv-held solves at two of --incs")
+    ap.add_argument("--procs", type=int, default=1, help="spread stars x inclinations over N worker processes")
+    ap.add_argument("--stop-after", type=float, default=None,
+                    help="with --procs: stop after this many seconds, keeping the stars finished")
+    ap.add_argument("--tables", nargs="+", default=None, help="result files: print their merged tables and stop")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    if args.tables:
+        return tables(args.tables, args.readouts.split(",") if args.readouts != ",".join(READOUTS) else None)
     readouts = SHARP if args.sharp else tuple(args.readouts.split(","))
     incs = B.INC_GRID if args.incs is None else np.array([float(x) for x in args.incs.split(",")])
-    res = {"stars": [], "machine": B.platform.platform() if hasattr(B, "platform") else ""}
+    import os
+
+    res = {"stars": [], "machine": B.platform.platform(), "cpu_count": os.cpu_count(),
+           "loadavg_start": os.getloadavg()[0], "n_cell": args.cells, "incs": [float(v) for v in incs]}
     for k in [int(x) for x in (args.model_error or "").split(",") if x]:
         res.setdefault("model_error", {})[k] = model_error(k)
         print("model error chi2", k, res["model_error"][k], flush=True)
@@ -266,26 +413,64 @@ def main():
         s = B.make_star(k)
         res.setdefault("joint", {})[k] = {limb: joint(s, limb) for limb in ("smooth", "sharp")}
         print("joint", k, res["joint"][k], flush=True)
-    for k in [int(x) for x in args.stars.split(",") if x]:
+    ks = [int(x) for x in args.stars.split(",") if x]
+    if args.procs > 1 and ks:
+        run_parallel(ks, readouts, incs, args.cells, not args.noise_free, args.procs, res, args.out, args.stop_after)
+    for k in ks if args.procs <= 1 else ():
         s = B.make_star(k, n_cell=args.cells, noise=not args.noise_free)
-        row = dict(k=k, inc=s["inc"], vsini=s["vsini"], n_epoch=s["n_epoch"], snr=s["snr"], n_cell=args.cells,
-                   noise=not args.noise_free)
-        for which in readouts:
-            row[which] = profile(s, which, incs)
-            if which.endswith("_dof"):  # the same solves read without the correction
-                row[which.removesuffix("_dof")] = dict(row[which], **read(incs, row[which]["chi2_total"], s["inc"]))
-            r = row[which]
-            print(f"star {k} (i={s['inc']:.0f}) {which:8s}: {r['best']:6.2f} [{r['lo68']:.2f}, {r['hi68']:.2f}] "
-                  f"95% [{r['lo95']:.2f}, {r['hi95']:.2f}]  {r['wall_s']:.0f}s", flush=True)
+        t0 = time.perf_counter()
+        points = {which: [_point(s, which, inc) for inc in incs] for which in readouts}
+        row = _star_row(s, readouts, incs, points, args.cells, not args.noise_free, time.perf_counter() - t0)
+        _print_star(row, readouts)
         res["stars"].append(row)
         if args.out:
             write_json(args.out, res)
-    for which in [w for r in readouts for w in ((r, r.removesuffix("_dof")) if r.endswith("_dof") else (r,))]:
-        if res["stars"]:
-            res[f"summary_{which}"] = summary(res["stars"], which)
-            print(which, res[f"summary_{which}"], flush=True)
+    finish(res, readouts)
     if args.out:
         write_json(args.out, res)
+
+
+def finish(res, readouts):
+    """Each read-out's summary over the finished stars (``summary_<read-out>``), printed as the
+    tables of benchmarks/RESULTS.md."""
+    rows = sorted(res["stars"], key=lambda r: r["k"])
+    if not rows:
+        return
+    for which in _read_names(readouts):
+        res[f"summary_{which}"] = summary(rows, which)
+    print(markdown(rows, _read_names(readouts)), flush=True)
+
+
+def markdown(rows, names):
+    """The per-star table (best [68 %] (95 %)) and the summary table, as in benchmarks/RESULTS.md."""
+    def cell(r):
+        return f"{r['best']:.1f} [{r['lo68']:.1f}, {r['hi68']:.1f}] ({r['lo95']:.1f}-{r['hi95']:.1f})"
+
+    out = ["| star | truth | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]
+    out += [f"| {r['k']} | {r['inc']:g} | " + " | ".join(cell(r[w]) for w in names) + " |" for r in rows]
+    out += ["", "| read-out | stars | mean abs error | bias | 68 % coverage | 95 % coverage | mean 68 % width "
+            "| points at maxiter |", "|---|---|---|---|---|---|---|---|"]
+    for w in names:
+        s = summary(rows, w)
+        n = s["n_stars"]
+        out.append(f"| {w} | {n} | {s['mean_abs_err']:.1f} deg | {s['bias']:+.1f} deg | {round(s['cover68'] * n)}/{n} "
+                   f"| {round(s['cover95'] * n)}/{n} | {s['mean_width68']:.1f} deg | {sum(r[w]['at_maxiter'] for r in rows)} |")
+    return "\n".join(out)
+
+
+def tables(paths, readouts=None):
+    """Merge result files (stars of a split run; a star in several files: the last one's) and
+    print the tables."""
+    import json
+
+    stars = {}
+    for path in paths:
+        with open(path) as fh:
+            for row in json.load(fh)["stars"]:
+                stars[row["k"]] = row
+    rows = list(stars.values())
+    names = readouts or [w for w in READOUTS + ("profiled_dof",) + SHARP if rows and all(w in r for r in rows)]
+    print(markdown(sorted(rows, key=lambda r: r["k"]), names))
 
 
 if __name__ == "__main__":
