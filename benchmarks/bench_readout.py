@@ -285,7 +285,6 @@ def run_parallel(ks, readouts, incs, cells, noise, procs, res, out=None, stop_af
     the workers ended, so a run cut off at a time limit keeps every star it finished."""
     import concurrent.futures as cf
     import multiprocessing as mp
-    import os
     import tempfile
 
     _worker_env()  # inherited by the spawned workers
