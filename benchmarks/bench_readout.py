@@ -1,19 +1,32 @@
 """The inclination read-out of ``grid``: regularised (old) against profiled (new), and the chi2
 jitter between two solvers at one grid point.
 
-    PYTHONPATH=src python benchmarks/bench_readout.py [--stars 0,4,7] [--jitter K [--tols ...]] [--sharp]
+    PYTHONPATH=src python benchmarks/bench_readout.py [--stars 0,4,7] [--readouts old,profiled_dof]
+        [--cells 2500] [--procs N [--stop-after S]] [--jitter K [--tols ...]] [--sharp]
         [--out benchmarks/results/readout-cpu2.json]
+    PYTHONPATH=src python benchmarks/bench_readout.py --tables a.json b.json   # merged tables
 
 Stars are :mod:`bench_calibration`'s (simulated by its independent disc integrator). For each,
 the inclination is profiled over :data:`bench_calibration.INC_GRID` with vsini held at the truth,
 every point solved from the flat start (:func:`dopplermap.search.evaluate_point`), and read by
-:func:`bench_calibration.continuous_interval` on ``chi2_total`` (Delta chi2 <= 1 / 4):
+:func:`bench_calibration.continuous_interval` (Delta chi2 <= 1 / 4):
 
 * ``old``: the problem's working settings (lambda 1, tol 1e-5), what ``grid`` reported;
 * ``tight``: the working lambda solved as the profiled read-out is (Gauss-Newton, tol 1e-10);
 * ``lambda0.1``: the same at a tenth of the working lambda;
 * ``profiled``: :data:`dopplermap.search.PROFILE_READOUT` (lambda 1/100 of the working one,
-  tight tolerance, the map's bounds active as in every solve).
+  tight tolerance, the map's bounds active as in every solve), read on ``chi2_total``;
+* ``X_dof`` (``profiled_dof``, ``lambda0.1_dof``): X's solves with their influence matrix
+  counted, read three ways: ``X`` (``chi2_total``), ``X_dof`` (``chi2_total + tr A``, what
+  ``grid --readout profiled`` reads) and ``X_nu`` (``chi2_total + 2 tr A - tr A'A``).
+
+``--procs N`` spreads the points (stars x read-outs x inclinations) over N spawned worker
+processes, each single-threaded on the CPU (:data:`WORKER_ENV`, :data:`WORKER_XLA_FLAGS`,
+``JAX_PLATFORMS=cpu`` unless set), sharing one persistent compilation cache; each star is
+written to ``--out`` as soon as its points are in, and ``--stop-after S`` ends the run after S
+seconds with the stars finished so far. The run prints the per-star and summary tables
+(mean absolute error, bias, coverage per read-out) that RESULTS.md shows; ``--tables`` prints
+them for result files of a run split over several commands.
 
 ``--joint K,...``: :func:`dopplermap.jointfit.joint_fit` of inclination and vsini from 45 deg and
 vsini + 2 km/s with each limb weight. ``--sharp``: only the old read-out, on the sharp limb weight ``max(mu, 0)`` (the model before the
@@ -28,6 +41,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import math
 import sys
 import time
 import warnings
@@ -75,28 +89,48 @@ def _limb(which):
 
 def _point(s, which, inc):
     """One point of a read-out's profile: star ``s`` at inclination ``inc`` (vsini at the truth),
-    solved from the flat start with the read-out's settings; the fields the tables read."""
-    from dopplermap.search import evaluate_point
+    solved from the flat start with the read-out's settings; the fields the tables read. For a
+    ``_dof`` read-out the solve of :func:`dopplermap.search.evaluate_point` with its influence
+    matrix counted (:func:`dopplermap.search.influence`: ``dof = tr A``, ``tr_a2 = tr A'A``)."""
+    from dopplermap.search import apply_parameters, evaluate_point, influence, pad_precomputed
+    from dopplermap.solvers import invert
 
     p = s["problem"]
     p = p.replace(settings=_settings(p, which))
+    params = {"inclination": float(inc), "vsini": s["vsini"]}
     t0 = time.perf_counter()
     with warnings.catch_warnings(), _limb(which):
         warnings.simplefilter("ignore")
-        r = evaluate_point(p, {"inclination": float(inc), "vsini": s["vsini"]}, dof=which.endswith("_dof"))
-    return dict(chi2_total=float(r["chi2_total"]), dof=float(r["dof"]), chi2_dof=float(r["chi2_dof"]),
+        if which.endswith("_dof"):
+            star, comps = apply_parameters(p, params)
+            point = p.replace(star=star, components=comps)
+            res = invert(pad_precomputed(point.pre), point.obs, **point.invert_kwargs())
+            eff = influence(point, res)
+            r = dict(chi2_total=float(res.chi2) * point.obs.n_epoch * point.obs.n_vel, dof=float(eff.p_eff),
+                     tr_a2=float(eff.tr_a2), iterations=res.iterations, success=res.success)
+        else:
+            r = dict(evaluate_point(p, params), tr_a2=math.nan)
+    return dict(chi2_total=float(r["chi2_total"]), dof=float(r["dof"]), tr_a2=float(r["tr_a2"]),
                 iterations=int(r["iterations"]), success=bool(r["success"]), lmbd=p.settings.lmbd,
                 tol=p.settings.tol, maxiter=p.settings.maxiter, wall_s=time.perf_counter() - t0)
 
 
+# the columns a read-out reads: chi2_total; + tr A (Mallows' Cp); + 2 tr A - tr A'A (N - nu: the
+# expected drop of a linear fit's chi2 by the noise, which tr A alone is where A is a projection)
+_COLUMNS = {"": lambda r: r["chi2_total"], "_dof": lambda r: r["chi2_total"] + r["dof"],
+            "_nu": lambda r: r["chi2_total"] + 2.0 * r["dof"] - r["tr_a2"]}
+
+
 def _profile_row(s, which, incs, points, wall_s):
     """A read-out's result on star ``s`` from its points (:func:`_point`, in the order of ``incs``);
-    ``_dof`` read-outs read ``chi2_total + dof`` (the profile of the solves' effective parameters)."""
-    prof = np.array([r["chi2_dof" if which.endswith("_dof") else "chi2_total"] for r in points])
+    ``_dof`` read-outs read ``chi2_total + dof``, ``_nu`` ones ``chi2_total + 2 dof - tr_a2`` (:data:`_COLUMNS`)."""
+    column = _COLUMNS[next((c for c in ("_dof", "_nu") if which.endswith(c)), "")]
+    prof = np.array([column(r) for r in points])
     return dict(read(incs, prof, s["inc"]), iterations=[r["iterations"] for r in points],
                 at_maxiter=int(sum(r["iterations"] >= r["maxiter"] for r in points)),
                 lmbd=points[0]["lmbd"], tol=points[0]["tol"], chi2_total=[r["chi2_total"] for r in points],
-                dof=[r["dof"] for r in points], point_wall_s=[r["wall_s"] for r in points], wall_s=wall_s)
+                dof=[r["dof"] for r in points], tr_a2=[r["tr_a2"] for r in points],
+                success=[r["success"] for r in points], point_wall_s=[r["wall_s"] for r in points], wall_s=wall_s)
 
 
 def profile(s, which, incs=B.INC_GRID):
@@ -295,11 +329,13 @@ def run_parallel(ks, readouts, incs, cells, noise, procs, res, out=None, stop_af
     res.setdefault("points", [])
     ex = cf.ProcessPoolExecutor(max_workers=procs, mp_context=mp.get_context("spawn"),
                                 initializer=_worker_init, initargs=(cache_dir,))
-    futs = {}
-    for k in ks:  # star by star, so that the first stars finish first
-        for which in readouts:
-            for j, inc in enumerate(incs):
-                futs[ex.submit(_worker_point, k, cells, noise, which, float(inc))] = (k, which, j)
+    # one point of each star first: each star's programs are compiled once, by one worker, into
+    # the shared cache, from which the other workers load them; then star by star, so that the
+    # first stars finish first
+    tasks = [(k, w, j) for k in ks for w in readouts for j in range(len(incs))]
+    first = {(k, readouts[0], len(incs) // 2) for k in ks}
+    futs = {ex.submit(_worker_point, k, cells, noise, w, float(incs[j])): (k, w, j)
+            for k, w, j in sorted(tasks, key=lambda t: t not in first)}
     left = set(futs)
     try:
         while left:
@@ -339,9 +375,12 @@ def _star_row(s, readouts, incs, points, cells, noise, wall_s):
                noise=noise, wall_s=wall_s)
     for which in readouts:
         w = sum(p["wall_s"] for p in points[which])
-        row[which] = _profile_row(s, which, incs, points[which], w)
-        if which.endswith("_dof"):
-            row[which.removesuffix("_dof")] = dict(row[which], **read(incs, row[which]["chi2_total"], s["inc"]))
+        if which.endswith("_dof"):  # the same solves read three ways
+            base = which.removesuffix("_dof")
+            for name in (base, which, base + "_nu"):
+                row[name] = _profile_row(s, name, incs, points[which], w)
+        else:
+            row[which] = _profile_row(s, which, incs, points[which], w)
     return row
 
 
@@ -353,8 +392,9 @@ def _print_star(row, readouts):
 
 
 def _read_names(readouts):
-    """The read-outs a run reports: each ``_dof`` one also read without its correction."""
-    return [w for r in readouts for w in ((r.removesuffix("_dof"), r) if r.endswith("_dof") else (r,))]
+    """The read-outs a run reports: each ``_dof`` one also read without its correction and with ``_nu``'s."""
+    return [w for r in readouts for w in ((r.removesuffix("_dof"), r, r.removesuffix("_dof") + "_nu")
+                                            if r.endswith("_dof") else (r,))]
 
 
 def summary(rows, which):
@@ -468,7 +508,7 @@ def tables(paths, readouts=None):
             for row in json.load(fh)["stars"]:
                 stars[row["k"]] = row
     rows = list(stars.values())
-    names = readouts or [w for w in READOUTS + ("profiled_dof",) + SHARP if rows and all(w in r for r in rows)]
+    names = readouts or [w for w in rows[0] if isinstance(rows[0][w], dict) and all(w in r for r in rows)]
     print(markdown(sorted(rows, key=lambda r: r["k"]), names))
 
 
