@@ -127,7 +127,7 @@ def _profile_row(s, which, incs, points, wall_s):
     column = _COLUMNS[next((c for c in ("_dof", "_nu") if which.endswith(c)), "")]
     prof = np.array([column(r) for r in points])
     return dict(read(incs, prof, s["inc"]), iterations=[r["iterations"] for r in points],
-                at_maxiter=int(sum(r["iterations"] >= r["maxiter"] for r in points)),
+                unconverged=int(sum(not r["success"] for r in points)),
                 lmbd=points[0]["lmbd"], tol=points[0]["tol"], chi2_total=[r["chi2_total"] for r in points],
                 dof=[r["dof"] for r in points], tr_a2=[r["tr_a2"] for r in points],
                 success=[r["success"] for r in points], point_wall_s=[r["wall_s"] for r in points], wall_s=wall_s)
@@ -388,7 +388,7 @@ def _print_star(row, readouts):
     for which in _read_names(readouts):
         r = row[which]
         print(f"star {row['k']} (i={row['inc']:.0f}) {which:12s}: {r['best']:6.2f} [{r['lo68']:.2f}, {r['hi68']:.2f}] "
-              f"95% [{r['lo95']:.2f}, {r['hi95']:.2f}]  {r['wall_s']:.0f}s, {r['at_maxiter']} at maxiter", flush=True)
+              f"95% [{r['lo95']:.2f}, {r['hi95']:.2f}]  {r['wall_s']:.0f}s, {r['unconverged']} unconverged", flush=True)
 
 
 def _read_names(readouts):
@@ -488,12 +488,12 @@ def markdown(rows, names):
     out = ["| star | truth | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]
     out += [f"| {r['k']} | {r['inc']:g} | " + " | ".join(cell(r[w]) for w in names) + " |" for r in rows]
     out += ["", "| read-out | stars | mean abs error | bias | 68 % coverage | 95 % coverage | mean 68 % width "
-            "| points at maxiter |", "|---|---|---|---|---|---|---|---|"]
+            "| solves unconverged |", "|---|---|---|---|---|---|---|---|"]
     for w in names:
         s = summary(rows, w)
         n = s["n_stars"]
         out.append(f"| {w} | {n} | {s['mean_abs_err']:.1f} deg | {s['bias']:+.1f} deg | {round(s['cover68'] * n)}/{n} "
-                   f"| {round(s['cover95'] * n)}/{n} | {s['mean_width68']:.1f} deg | {sum(r[w]['at_maxiter'] for r in rows)} |")
+                   f"| {round(s['cover95'] * n)}/{n} | {s['mean_width68']:.1f} deg | {sum(r[w].get('unconverged', 0) for r in rows)} |")
     return "\n".join(out)
 
 
