@@ -211,25 +211,19 @@ def model_error(k, cells=(300, 1200, 2500)):
 
 def dof_control(k, incs, cells=B.N_CELL):
     """The profiled read-out's solves on star ``k``'s noisy and noise-free profiles at ``incs``:
-    ``chi2_total`` and the effective parameters of each; for a linear model the noisy chi2 is
-    the noise-free one plus ``N - dof`` in expectation."""
-    from dopplermap.search import evaluate_point
-
+    ``chi2_total`` and the influence matrix's ``tr A`` (``dof``) and ``tr A'A`` of each; for a
+    linear model the noisy chi2 is the noise-free one plus ``N - 2 tr A + tr A'A`` in expectation
+    (``N - tr A`` where ``A`` is a projection)."""
     out = {}
     for noise in (True, False):
         s = B.make_star(k, n_cell=cells, noise=noise)
-        p = s["problem"]
-        p = p.replace(settings=_settings(p, "profiled"))
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            rows = [evaluate_point(p, {"inclination": float(i), "vsini": s["vsini"]}, dof=True) for i in incs]
-        out["noisy" if noise else "noise_free"] = dict(chi2_total=[r["chi2_total"] for r in rows],
-                                                       dof=[r["dof"] for r in rows])
+        rows = [_point(s, "profiled_dof", i) for i in incs]
+        out["noisy" if noise else "noise_free"] = {f: [r[f] for r in rows] for f in ("chi2_total", "dof", "tr_a2")}
     out["n_data"] = s["n_epoch"] * B.N_VEL
     return out
 
 
-def rv_control(k, incs):
+def rv_control(k, incs, cells=B.N_CELL):
     """Star ``k``'s profiled solves at two inclinations, each from the flat start and warm-started
     from the other's solution, then with rv held at the regularised (lambda 1) fit's and at the
     truth: chi2_total and the rms rv error of each (multiple minima in rv show as chi2 that a
@@ -237,7 +231,7 @@ def rv_control(k, incs):
     from dopplermap.search import apply_parameters, pad_precomputed
     from dopplermap.solvers import invert
 
-    s = B.make_star(k)
+    s = B.make_star(k, n_cell=cells)
     p0 = s["problem"]
     p = p0.replace(settings=_settings(p0, "profiled"))
     e = p.obs.n_epoch
@@ -440,7 +434,7 @@ def main():
         res["dof_control"] = dof_control(int(args.dof_control), incs, args.cells)
         print("dof control", res["dof_control"], flush=True)
     if args.rv_control is not None:
-        res["rv_control"] = rv_control(int(args.rv_control), [float(v) for v in incs[:2]])
+        res["rv_control"] = rv_control(int(args.rv_control), [float(v) for v in incs[:2]], args.cells)
         print("rv control", res["rv_control"], flush=True)
     if args.jitter is not None:
         s = B.make_star(args.jitter)
