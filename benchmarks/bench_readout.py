@@ -391,6 +391,68 @@ def _read_names(readouts):
                                             if r.endswith("_dof") else (r,))]
 
 
+def polish_control(k, incs, cells=B.N_CELL, which="profiled_dof"):
+    """Star ``k``'s profile of ``which`` from the flat start at every inclination, then swept up
+    and down the inclinations with each point also started from its neighbour's solution, the
+    lower loss kept, until no point improves: whether the flat start's local minima (in rv and
+    the map's normalisation) move the read-out. Both profiles read as the run's read-outs are."""
+    from dopplermap.search import apply_parameters, influence, pad_precomputed
+    from dopplermap.solvers import invert
+
+    s = B.make_star(k, n_cell=cells)
+    p = s["problem"]
+    p = p.replace(settings=_settings(p, which))
+    points = []
+    for inc in incs:
+        star, comps = apply_parameters(p, {"inclination": float(inc), "vsini": s["vsini"]})
+        points.append(p.replace(star=star, components=comps))
+
+    def solve(j, x0=None):
+        pt = points[j]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return invert(pad_precomputed(pt.pre), pt.obs, **pt.invert_kwargs(), x0=x0)
+
+    def x(r):
+        return np.concatenate([r.fssc, r.fssh, r.rv, r.amp])
+
+    def counted(j, r):
+        eff = influence(points[j], r)
+        n = points[j].obs.n_epoch * points[j].obs.n_vel
+        return dict(chi2_total=float(r.chi2) * n, dof=float(eff.p_eff), tr_a2=float(eff.tr_a2), loss=float(r.loss),
+                    iterations=int(r.iterations), success=bool(r.success), maxiter=p.settings.maxiter,
+                    rv_rms_err=float(np.sqrt(np.mean((np.asarray(r.rv) - s["rv"]) ** 2))), lmbd=p.settings.lmbd,
+                    tol=p.settings.tol, wall_s=0.0)
+
+    t0 = time.perf_counter()
+    sols = [solve(j) for j in range(len(incs))]
+    flat = [counted(j, r) for j, r in enumerate(sols)]
+    n_solves, sweeps, moved = len(incs), 0, True
+    while moved and sweeps < 6:  # pairs of sweeps (up, then down) until a pair improves no point
+        moved = False
+        for step in (1, -1):
+            for j in range(1, len(incs)) if step == 1 else range(len(incs) - 2, -1, -1):
+                r = solve(j, x(sols[j - step]))
+                n_solves += 1
+                if float(r.loss) < float(sols[j].loss) - 1e-12:
+                    sols[j], moved = r, True
+            sweeps += 1
+    polished = [counted(j, r) for j, r in enumerate(sols)]
+    out = {"n_solves": n_solves, "sweeps": sweeps, "wall_s": time.perf_counter() - t0, "incs": list(map(float, incs))}
+    for tag, pts in (("flat", flat), ("polished", polished)):
+        for name in ("profiled", "profiled_dof", "profiled_nu"):
+            out[f"{tag}_{name}"] = _profile_row(s, name, incs, pts, 0.0)
+        out[f"{tag}_points"] = pts
+    for tag in ("flat", "polished"):
+        for name in ("profiled", "profiled_dof", "profiled_nu"):
+            r = out[f"{tag}_{name}"]
+            print(f"star {k} (i={s['inc']:.0f}) {tag:8s} {name:12s}: {r['best']:6.2f} [{r['lo68']:.2f}, {r['hi68']:.2f}] "
+                  f"95% [{r['lo95']:.2f}, {r['hi95']:.2f}]", flush=True)
+    print("chi2 flat - polished:", np.round(np.array([f["chi2_total"] - q["chi2_total"] for f, q in zip(flat, polished, strict=True)]), 2),
+          flush=True)
+    return out
+
+
 def summary(rows, which):
     err = np.array([r[which]["err"] for r in rows])
     return dict(n_stars=len(rows), mean_abs_err=float(np.mean(np.abs(err))), bias=float(np.mean(err)),
@@ -413,6 +475,8 @@ def main():
     ap.add_argument("--model-error", default=None, help="stars K,...: the grid's discretisation error in chi2")
     ap.add_argument("--dof-control", default=None, help="star K: noisy and noise-free chi2 and dof at --incs")
     ap.add_argument("--rv-control", default=None, help="star K: flat, warm and rv-held solves at two of --incs")
+    ap.add_argument("--polish-control", default=None,
+                    help="stars K,...: the profile from flat starts against neighbour warm starts (lowest loss)")
     ap.add_argument("--procs", type=int, default=1, help="spread stars x inclinations over N worker processes")
     ap.add_argument("--stop-after", type=float, default=None,
                     help="with --procs: stop after this many seconds, keeping the stars finished")
@@ -436,6 +500,10 @@ def main():
     if args.rv_control is not None:
         res["rv_control"] = rv_control(int(args.rv_control), [float(v) for v in incs[:2]], args.cells)
         print("rv control", res["rv_control"], flush=True)
+    for k in [int(x) for x in (args.polish_control or "").split(",") if x]:
+        res.setdefault("polish_control", {})[k] = polish_control(k, incs, args.cells)
+        if args.out:
+            write_json(args.out, res)
     if args.jitter is not None:
         s = B.make_star(args.jitter)
         res["jitter"] = {w: jitter(s, w) for w in READOUTS}
