@@ -362,6 +362,58 @@ def run_parallel(ks, readouts, incs, cells, noise, procs, res, out=None, stop_af
     return res
 
 
+POLISHED = ("profiled", "profiled_dof", "profiled_nu", "polished", "polished_dof", "polished_nu")
+
+
+def _worker_polish(k, incs, cells, max_sweeps, stop_at):
+    return polish_control(k, np.asarray(incs), cells, max_sweeps=max_sweeps, stop_at=stop_at, quiet=True)
+
+
+def run_polish_parallel(ks, incs, cells, procs, res, out=None, stop_after=None, max_sweeps=4):
+    """:func:`polish_control` of each star in its own worker (a star's sweeps are serial): rows
+    with the flat-start read-outs (``profiled``, ``_dof``, ``_nu``) and the polished ones
+    (``polished``, ``polished_dof``, ``polished_nu``), written as each star finishes. Sweeps stop
+    120 s before ``stop_after`` so that every star can still count its points."""
+    import concurrent.futures as cf
+    import multiprocessing as mp
+    import tempfile
+
+    _worker_env()
+    t0, wall0 = time.perf_counter(), time.time()
+    stop_at = None if stop_after is None else wall0 + stop_after - 120.0
+    ex = cf.ProcessPoolExecutor(max_workers=procs, mp_context=mp.get_context("spawn"), initializer=_worker_init,
+                                initargs=(tempfile.mkdtemp(prefix="bench-readout-xla-"),))
+    # the largest stars (most epochs) first: they set the wall time
+    order = sorted(ks, key=lambda k: -B.STARS[k][2])
+    futs = {ex.submit(_worker_polish, k, [float(v) for v in incs], cells, max_sweeps, stop_at): k for k in order}
+    try:
+        for f in cf.as_completed(futs, timeout=None if stop_after is None else stop_after):
+            k, pc = futs[f], f.result()
+            s = _truth(k)
+            row = dict(k=k, inc=s["inc"], vsini=s["vsini"], n_epoch=s["n_epoch"], snr=s["snr"], n_cell=cells, noise=True,
+                       wall_s=pc["wall_s"], finished_s=time.perf_counter() - t0, n_solves=pc["n_solves"],
+                       sweeps=pc["sweeps"], improved_per_sweep=pc["improved_per_sweep"])
+            for name in POLISHED:
+                tag, base = ("polished", name.replace("polished", "profiled")) if name.startswith("polished") else ("flat", name)
+                row[name] = pc[f"{tag}_{base}"]
+            row["points"] = {"flat": pc["flat_points"], "polished": pc["polished_points"]}
+            res["stars"].append(row)
+            _print_star(row, POLISHED)
+            if out:
+                write_json(out, res)
+    except cf.TimeoutError:
+        res["stopped"] = dict(after_s=time.perf_counter() - t0)
+        print(f"stopped after {time.perf_counter() - t0:.0f} s", flush=True)
+    finally:
+        ex.shutdown(wait=False, cancel_futures=True)
+        for proc in list((getattr(ex, "_processes", None) or {}).values()):
+            if proc.is_alive():
+                proc.terminate()
+    res["procs"] = procs
+    res["wall_s"] = time.perf_counter() - t0
+    return res
+
+
 def _star_row(s, readouts, incs, points, cells, noise, wall_s):
     """A star's row: each read-out's profile (``points[which]``), and for ``_dof`` read-outs the
     same solves read without the correction too."""
@@ -379,7 +431,7 @@ def _star_row(s, readouts, incs, points, cells, noise, wall_s):
 
 
 def _print_star(row, readouts):
-    for which in _read_names(readouts):
+    for which in (readouts if readouts == POLISHED else _read_names(readouts)):
         r = row[which]
         print(f"star {row['k']} (i={row['inc']:.0f}) {which:12s}: {r['best']:6.2f} [{r['lo68']:.2f}, {r['hi68']:.2f}] "
               f"95% [{r['lo95']:.2f}, {r['hi95']:.2f}]  {r['wall_s']:.0f}s, {r['unconverged']} unconverged", flush=True)
@@ -391,11 +443,12 @@ def _read_names(readouts):
                                             if r.endswith("_dof") else (r,))]
 
 
-def polish_control(k, incs, cells=B.N_CELL, which="profiled_dof"):
+def polish_control(k, incs, cells=B.N_CELL, which="profiled_dof", max_sweeps=6, stop_at=None, quiet=False):
     """Star ``k``'s profile of ``which`` from the flat start at every inclination, then swept up
     and down the inclinations with each point also started from its neighbour's solution, the
-    lower loss kept, until no point improves: whether the flat start's local minima (in rv and
-    the map's normalisation) move the read-out. Both profiles read as the run's read-outs are."""
+    lower loss kept, until a pair of sweeps improves no point (at most ``max_sweeps`` sweeps, none
+    begun after the wall-clock time ``stop_at``): whether the flat start's local minima (in rv
+    and the map's normalisation) move the read-out. Both profiles read as the run's read-outs are."""
     from dopplermap.search import apply_parameters, influence, pad_precomputed
     from dopplermap.solvers import invert
 
@@ -427,28 +480,33 @@ def polish_control(k, incs, cells=B.N_CELL, which="profiled_dof"):
     t0 = time.perf_counter()
     sols = [solve(j) for j in range(len(incs))]
     flat = [counted(j, r) for j, r in enumerate(sols)]
-    n_solves, sweeps, moved = len(incs), 0, True
-    while moved and sweeps < 6:  # pairs of sweeps (up, then down) until a pair improves no point
+    n_solves, sweeps, moved, improved = len(incs), 0, True, []
+    while moved and sweeps < max_sweeps:  # pairs of sweeps (up, then down) until a pair improves no point
         moved = False
         for step in (1, -1):
+            if sweeps >= max_sweeps or (stop_at is not None and time.time() > stop_at):
+                break
+            n_better = 0
             for j in range(1, len(incs)) if step == 1 else range(len(incs) - 2, -1, -1):
                 r = solve(j, x(sols[j - step]))
                 n_solves += 1
                 if float(r.loss) < float(sols[j].loss) - 1e-12:
-                    sols[j], moved = r, True
+                    sols[j], moved, n_better = r, True, n_better + 1
             sweeps += 1
+            improved.append(n_better)
     polished = [counted(j, r) for j, r in enumerate(sols)]
-    out = {"n_solves": n_solves, "sweeps": sweeps, "wall_s": time.perf_counter() - t0, "incs": list(map(float, incs))}
+    out = {"n_solves": n_solves, "sweeps": sweeps, "improved_per_sweep": improved, "wall_s": time.perf_counter() - t0,
+           "incs": list(map(float, incs))}
     for tag, pts in (("flat", flat), ("polished", polished)):
         for name in ("profiled", "profiled_dof", "profiled_nu"):
             out[f"{tag}_{name}"] = _profile_row(s, name, incs, pts, 0.0)
         out[f"{tag}_points"] = pts
-    for tag in ("flat", "polished"):
+    for tag in ("flat", "polished") if not quiet else ():
         for name in ("profiled", "profiled_dof", "profiled_nu"):
             r = out[f"{tag}_{name}"]
             print(f"star {k} (i={s['inc']:.0f}) {tag:8s} {name:12s}: {r['best']:6.2f} [{r['lo68']:.2f}, {r['hi68']:.2f}] "
                   f"95% [{r['lo95']:.2f}, {r['hi95']:.2f}]", flush=True)
-    print("chi2 flat - polished:", np.round(np.array([f["chi2_total"] - q["chi2_total"] for f, q in zip(flat, polished, strict=True)]), 2),
+    print(f"star {k} chi2 flat - polished:", np.round(np.array([f["chi2_total"] - q["chi2_total"] for f, q in zip(flat, polished, strict=True)]), 2),
           flush=True)
     return out
 
@@ -477,6 +535,9 @@ def main():
     ap.add_argument("--rv-control", default=None, help="star K: flat, warm and rv-held solves at two of --incs")
     ap.add_argument("--polish-control", default=None,
                     help="stars K,...: the profile from flat starts against neighbour warm starts (lowest loss)")
+    ap.add_argument("--polish", action="store_true",
+                    help="with --procs: each star's profile from flat starts and polished (--polish-control), a star a worker")
+    ap.add_argument("--sweeps", type=int, default=4, help="with --polish: at most this many sweeps")
     ap.add_argument("--procs", type=int, default=1, help="spread stars x inclinations over N worker processes")
     ap.add_argument("--stop-after", type=float, default=None,
                     help="with --procs: stop after this many seconds, keeping the stars finished")
@@ -515,6 +576,10 @@ def main():
         res.setdefault("joint", {})[k] = {limb: joint(s, limb) for limb in ("smooth", "sharp")}
         print("joint", k, res["joint"][k], flush=True)
     ks = [int(x) for x in args.stars.split(",") if x]
+    if args.polish:
+        run_polish_parallel(ks, incs, args.cells, args.procs, res, args.out, args.stop_after, args.sweeps)
+        readouts = POLISHED
+        ks = []
     if args.procs > 1 and ks:
         run_parallel(ks, readouts, incs, args.cells, not args.noise_free, args.procs, res, args.out, args.stop_after)
     for k in ks if args.procs <= 1 else ():
@@ -537,9 +602,10 @@ def finish(res, readouts):
     rows = sorted(res["stars"], key=lambda r: r["k"])
     if not rows:
         return
-    for which in _read_names(readouts):
+    names = readouts if readouts == POLISHED else _read_names(readouts)
+    for which in names:
         res[f"summary_{which}"] = summary(rows, which)
-    print(markdown(rows, _read_names(readouts)), flush=True)
+    print(markdown(rows, names), flush=True)
 
 
 def markdown(rows, names):
