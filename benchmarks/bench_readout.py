@@ -479,6 +479,7 @@ def polish_control(k, incs, cells=B.N_CELL, which="profiled_dof", max_sweeps=6, 
 
     t0 = time.perf_counter()
     sols = [solve(j) for j in range(len(incs))]
+    flat_sols = list(sols)
     flat = [counted(j, r) for j, r in enumerate(sols)]
     n_solves, sweeps, moved, improved = len(incs), 0, True, []
     while moved and sweeps < max_sweeps:  # pairs of sweeps (up, then down) until a pair improves no point
@@ -494,7 +495,7 @@ def polish_control(k, incs, cells=B.N_CELL, which="profiled_dof", max_sweeps=6, 
                     sols[j], moved, n_better = r, True, n_better + 1
             sweeps += 1
             improved.append(n_better)
-    polished = [counted(j, r) for j, r in enumerate(sols)]
+    polished = [flat[j] if sols[j] is flat_sols[j] else counted(j, r) for j, r in enumerate(sols)]
     out = {"n_solves": n_solves, "sweeps": sweeps, "improved_per_sweep": improved, "wall_s": time.perf_counter() - t0,
            "incs": list(map(float, incs))}
     for tag, pts in (("flat", flat), ("polished", polished)):
