@@ -209,16 +209,18 @@ def model_error(k, cells=(300, 1200, 2500)):
     return out
 
 
-def dof_control(k, incs, cells=B.N_CELL):
+def dof_control(k, incs, cells=B.N_CELL, seeds=()):
     """The profiled read-out's solves on star ``k``'s noisy and noise-free profiles at ``incs``:
     ``chi2_total`` and the influence matrix's ``tr A`` (``dof``) and ``tr A'A`` of each; for a
     linear model the noisy chi2 is the noise-free one plus ``N - 2 tr A + tr A'A`` in expectation
-    (``N - tr A`` where ``A`` is a projection)."""
+    (``N - tr A`` where ``A`` is a projection). ``seeds``: the same with other noise draws
+    (``noisy_<seed>``), since one draw's absorbed noise scatters about that expectation."""
     out = {}
-    for noise in (True, False):
-        s = B.make_star(k, n_cell=cells, noise=noise)
+    for tag, kw in [("noisy", {}), ("noise_free", dict(noise=False))] + [(f"noisy_{q}", dict(noise_seed=q)) for q in seeds]:
+        s = B.make_star(k, n_cell=cells, **kw)
         rows = [_point(s, "profiled_dof", i) for i in incs]
-        out["noisy" if noise else "noise_free"] = {f: [r[f] for r in rows] for f in ("chi2_total", "dof", "tr_a2")}
+        out[tag] = {f: [r[f] for r in rows] for f in ("chi2_total", "dof", "tr_a2")}
+        print("dof control", tag, out[tag], flush=True)
     out["n_data"] = s["n_epoch"] * B.N_VEL
     return out
 
@@ -533,6 +535,7 @@ def main():
     ap.add_argument("--incs", default=None, help="inclinations to profile over (default INC_GRID)")
     ap.add_argument("--model-error", default=None, help="stars K,...: the grid's discretisation error in chi2")
     ap.add_argument("--dof-control", default=None, help="star K: noisy and noise-free chi2 and dof at --incs")
+    ap.add_argument("--noise-seeds", default=None, help="with --dof-control: also these noise draws")
     ap.add_argument("--rv-control", default=None, help="star K: flat, warm and rv-held solves at two of --incs")
     ap.add_argument("--polish-control", default=None,
                     help="stars K,...: the profile from flat starts against neighbour warm starts (lowest loss)")
@@ -557,7 +560,8 @@ def main():
         res.setdefault("model_error", {})[k] = model_error(k)
         print("model error chi2", k, res["model_error"][k], flush=True)
     if args.dof_control is not None:
-        res["dof_control"] = dof_control(int(args.dof_control), incs, args.cells)
+        res["dof_control"] = dof_control(int(args.dof_control), incs, args.cells,
+                                         [int(q) for q in (args.noise_seeds or "").split(",") if q])
         print("dof control", res["dof_control"], flush=True)
     if args.rv_control is not None:
         res["rv_control"] = rv_control(int(args.rv_control), [float(v) for v in incs[:2]], args.cells)
