@@ -641,7 +641,8 @@ def tables(paths, readouts=None):
             for row in json.load(fh)["stars"]:
                 stars[row["k"]] = row
     rows = list(stars.values())
-    names = readouts or [w for w in rows[0] if isinstance(rows[0][w], dict) and all(w in r for r in rows)]
+    names = readouts or [w for w in rows[0] if isinstance(rows[0][w], dict) and "best" in rows[0][w]
+                         and all(w in r for r in rows)]
     print(markdown(sorted(rows, key=lambda r: r["k"]), names))
 
 
