@@ -514,6 +514,37 @@ def polish_control(k, incs, cells=B.N_CELL, which="profiled_dof", max_sweeps=6, 
     return out
 
 
+def restart_control(k, incs, cells=B.N_CELL, rounds=4):
+    """Star ``k``'s profiled solves at ``incs``, each restarted from its own solution while it
+    stops unconverged (the Gauss-Newton cap, ``NEWTON_MAXITER``): how far from the minimum a
+    capped solve stops (chi2_total, tr A and rv error of each round)."""
+    from dopplermap.search import apply_parameters, influence, pad_precomputed
+    from dopplermap.solvers import invert
+
+    s = B.make_star(k, n_cell=cells)
+    p = s["problem"]
+    p = p.replace(settings=_settings(p, "profiled_dof"))
+    out = {}
+    for inc in incs:
+        star, comps = apply_parameters(p, {"inclination": float(inc), "vsini": s["vsini"]})
+        pt = p.replace(star=star, components=comps)
+        x0, rows = None, []
+        for _ in range(rounds):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                r = invert(pad_precomputed(pt.pre), pt.obs, **pt.invert_kwargs(), x0=x0)
+            rows.append(dict(iterations=int(r.iterations), success=bool(r.success),
+                             chi2_total=float(r.chi2) * pt.obs.n_epoch * pt.obs.n_vel,
+                             dof=float(influence(pt, r).p_eff),
+                             rv_rms_err=float(np.sqrt(np.mean((np.asarray(r.rv) - s["rv"]) ** 2)))))
+            print("restart", k, inc, rows[-1], flush=True)
+            if r.success:
+                break
+            x0 = np.concatenate([r.fssc, r.fssh, r.rv, r.amp])
+        out[f"{float(inc):g}"] = rows
+    return out
+
+
 def summary(rows, which):
     err = np.array([r[which]["err"] for r in rows])
     return dict(n_stars=len(rows), mean_abs_err=float(np.mean(np.abs(err))), bias=float(np.mean(err)),
@@ -535,6 +566,7 @@ def main():
     ap.add_argument("--incs", default=None, help="inclinations to profile over (default INC_GRID)")
     ap.add_argument("--model-error", default=None, help="stars K,...: the grid's discretisation error in chi2")
     ap.add_argument("--dof-control", default=None, help="star K: noisy and noise-free chi2 and dof at --incs")
+    ap.add_argument("--restart-control", default=None, help="star K: capped solves at --incs restarted from their solution")
     ap.add_argument("--noise-seeds", default=None, help="with --dof-control: also these noise draws")
     ap.add_argument("--rv-control", default=None, help="star K: flat, warm and rv-held solves at two of --incs")
     ap.add_argument("--polish-control", default=None,
@@ -563,6 +595,8 @@ def main():
         res["dof_control"] = dof_control(int(args.dof_control), incs, args.cells,
                                          [int(q) for q in (args.noise_seeds or "").split(",") if q])
         print("dof control", res["dof_control"], flush=True)
+    if args.restart_control is not None:
+        res["restart_control"] = restart_control(int(args.restart_control), incs, args.cells)
     if args.rv_control is not None:
         res["rv_control"] = rv_control(int(args.rv_control), [float(v) for v in incs[:2]], args.cells)
         print("rv control", res["rv_control"], flush=True)
