@@ -849,11 +849,13 @@ def effective_dof(problem: Problem, res: InversionResult) -> float:
     with the data and counts nothing).
 
     On noisy data the fitted chi2 is lower than the noise-free one by about this much (for a
-    linear model exactly ``N - dof`` in expectation). Where the map is nearly free its value
-    moves with the star parameters (each spotted cell a free parameter, each cell pinned at the
-    floor none), so a chi2 profile prefers the parameters that give the map the most room to
-    fit the noise; ``chi2 + dof`` (Mallows' Cp, Stein's unbiased risk estimate) is, in
-    expectation, the noise-free profile plus a constant.
+    linear model whose influence matrix is a projection, exactly in expectation). Where the map
+    is nearly free its value moves with the star parameters (each spotted cell a free
+    parameter, each cell pinned at the floor none), so a chi2 profile prefers the parameters
+    that give the map the most room to fit the noise; ``chi2 + dof`` (Mallows' Cp, Stein's
+    unbiased risk estimate) is, for such a linear model, the noise-free profile plus a constant
+    in expectation. The bounded, nonlinear map fit departs from that (benchmarks/RESULTS.md,
+    "The read-outs on the 2500-cell grid").
     """
     return float(influence(problem, res).p_eff)
 
