@@ -1,19 +1,32 @@
 """The inclination read-out of ``grid``: regularised (old) against profiled (new), and the chi2
 jitter between two solvers at one grid point.
 
-    PYTHONPATH=src python benchmarks/bench_readout.py [--stars 0,4,7] [--jitter K [--tols ...]] [--sharp]
+    PYTHONPATH=src python benchmarks/bench_readout.py [--stars 0,4,7] [--readouts old,profiled_dof]
+        [--cells 2500] [--procs N [--stop-after S]] [--jitter K [--tols ...]] [--sharp]
         [--out benchmarks/results/readout-cpu2.json]
+    PYTHONPATH=src python benchmarks/bench_readout.py --tables a.json b.json   # merged tables
 
 Stars are :mod:`bench_calibration`'s (simulated by its independent disc integrator). For each,
 the inclination is profiled over :data:`bench_calibration.INC_GRID` with vsini held at the truth,
 every point solved from the flat start (:func:`dopplermap.search.evaluate_point`), and read by
-:func:`bench_calibration.continuous_interval` on ``chi2_total`` (Delta chi2 <= 1 / 4):
+:func:`bench_calibration.continuous_interval` (Delta chi2 <= 1 / 4):
 
 * ``old``: the problem's working settings (lambda 1, tol 1e-5), what ``grid`` reported;
 * ``tight``: the working lambda solved as the profiled read-out is (Gauss-Newton, tol 1e-10);
 * ``lambda0.1``: the same at a tenth of the working lambda;
 * ``profiled``: :data:`dopplermap.search.PROFILE_READOUT` (lambda 1/100 of the working one,
-  tight tolerance, the map's bounds active as in every solve).
+  tight tolerance, the map's bounds active as in every solve), read on ``chi2_total``;
+* ``X_dof`` (``profiled_dof``, ``lambda0.1_dof``): X's solves with their influence matrix
+  counted, read three ways: ``X`` (``chi2_total``), ``X_dof`` (``chi2_total + tr A``, what
+  ``grid --readout profiled`` reads) and ``X_nu`` (``chi2_total + 2 tr A - tr A'A``).
+
+``--procs N`` spreads the points (stars x read-outs x inclinations) over N spawned worker
+processes, each single-threaded on the CPU (:data:`WORKER_ENV`, :data:`WORKER_XLA_FLAGS`,
+``JAX_PLATFORMS=cpu`` unless set), sharing one persistent compilation cache; each star is
+written to ``--out`` as soon as its points are in, and ``--stop-after S`` ends the run after S
+seconds with the stars finished so far. The run prints the per-star and summary tables
+(mean absolute error, bias, coverage per read-out) that RESULTS.md shows; ``--tables`` prints
+them for result files of a run split over several commands.
 
 ``--joint K,...``: :func:`dopplermap.jointfit.joint_fit` of inclination and vsini from 45 deg and
 vsini + 2 km/s with each limb weight. ``--sharp``: only the old read-out, on the sharp limb weight ``max(mu, 0)`` (the model before the
@@ -28,6 +41,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import math
 import sys
 import time
 import warnings
@@ -73,22 +87,56 @@ def _limb(which):
         P.precompute = plain
 
 
-def profile(s, which, incs=B.INC_GRID):
-    from dopplermap.search import evaluate_point
+def _point(s, which, inc):
+    """One point of a read-out's profile: star ``s`` at inclination ``inc`` (vsini at the truth),
+    solved from the flat start with the read-out's settings; the fields the tables read. For a
+    ``_dof`` read-out the solve of :func:`dopplermap.search.evaluate_point` with its influence
+    matrix counted (:func:`dopplermap.search.influence`: ``dof = tr A``, ``tr_a2 = tr A'A``)."""
+    from dopplermap.search import apply_parameters, evaluate_point, influence, pad_precomputed
+    from dopplermap.solvers import invert
 
     p = s["problem"]
     p = p.replace(settings=_settings(p, which))
+    params = {"inclination": float(inc), "vsini": s["vsini"]}
     t0 = time.perf_counter()
-    rows = []
-    dof = which.endswith("_dof")  # the profile of chi2_total + the effective number of parameters
     with warnings.catch_warnings(), _limb(which):
         warnings.simplefilter("ignore")
-        for inc in incs:
-            rows.append(evaluate_point(p, {"inclination": float(inc), "vsini": s["vsini"]}, dof=dof))
-    prof = np.array([r["chi2_dof" if dof else "chi2_total"] for r in rows])
-    return dict(read(incs, prof, s["inc"]), iterations=[int(r["iterations"]) for r in rows], lmbd=p.settings.lmbd, tol=p.settings.tol,
-                chi2_total=[r["chi2_total"] for r in rows], dof=[r["dof"] for r in rows],
-                wall_s=time.perf_counter() - t0)
+        if which.endswith("_dof"):
+            star, comps = apply_parameters(p, params)
+            point = p.replace(star=star, components=comps)
+            res = invert(pad_precomputed(point.pre), point.obs, **point.invert_kwargs())
+            eff = influence(point, res)
+            r = dict(chi2_total=float(res.chi2) * point.obs.n_epoch * point.obs.n_vel, dof=float(eff.p_eff),
+                     tr_a2=float(eff.tr_a2), iterations=res.iterations, success=res.success)
+        else:
+            r = dict(evaluate_point(p, params), tr_a2=math.nan)
+    return dict(chi2_total=float(r["chi2_total"]), dof=float(r["dof"]), tr_a2=float(r["tr_a2"]),
+                iterations=int(r["iterations"]), success=bool(r["success"]), lmbd=p.settings.lmbd,
+                tol=p.settings.tol, maxiter=p.settings.maxiter, wall_s=time.perf_counter() - t0)
+
+
+# the columns a read-out reads: chi2_total; + tr A (Mallows' Cp); + 2 tr A - tr A'A (N - nu: the
+# expected drop of a linear fit's chi2 by the noise, which tr A alone is where A is a projection)
+_COLUMNS = {"": lambda r: r["chi2_total"], "_dof": lambda r: r["chi2_total"] + r["dof"],
+            "_nu": lambda r: r["chi2_total"] + 2.0 * r["dof"] - r["tr_a2"]}
+
+
+def _profile_row(s, which, incs, points, wall_s):
+    """A read-out's result on star ``s`` from its points (:func:`_point`, in the order of ``incs``);
+    ``_dof`` read-outs read ``chi2_total + dof``, ``_nu`` ones ``chi2_total + 2 dof - tr_a2`` (:data:`_COLUMNS`)."""
+    column = _COLUMNS[next((c for c in ("_dof", "_nu") if which.endswith(c)), "")]
+    prof = np.array([column(r) for r in points])
+    return dict(read(incs, prof, s["inc"]), iterations=[r["iterations"] for r in points],
+                unconverged=int(sum(not r["success"] for r in points)),
+                lmbd=points[0]["lmbd"], tol=points[0]["tol"], chi2_total=[r["chi2_total"] for r in points],
+                dof=[r["dof"] for r in points], tr_a2=[r["tr_a2"] for r in points],
+                success=[r["success"] for r in points], point_wall_s=[r["wall_s"] for r in points], wall_s=wall_s)
+
+
+def profile(s, which, incs=B.INC_GRID):
+    t0 = time.perf_counter()
+    points = [_point(s, which, inc) for inc in incs]
+    return _profile_row(s, which, incs, points, time.perf_counter() - t0)
 
 
 def read(incs, prof, truth):
@@ -161,27 +209,23 @@ def model_error(k, cells=(300, 1200, 2500)):
     return out
 
 
-def dof_control(k, incs, cells=B.N_CELL):
+def dof_control(k, incs, cells=B.N_CELL, seeds=()):
     """The profiled read-out's solves on star ``k``'s noisy and noise-free profiles at ``incs``:
-    ``chi2_total`` and the effective parameters of each; for a linear model the noisy chi2 is
-    the noise-free one plus ``N - dof`` in expectation."""
-    from dopplermap.search import evaluate_point
-
+    ``chi2_total`` and the influence matrix's ``tr A`` (``dof``) and ``tr A'A`` of each; for a
+    linear model the noisy chi2 is the noise-free one plus ``N - 2 tr A + tr A'A`` in expectation
+    (``N - tr A`` where ``A`` is a projection). ``seeds``: the same with other noise draws
+    (``noisy_<seed>``), since one draw's absorbed noise scatters about that expectation."""
     out = {}
-    for noise in (True, False):
-        s = B.make_star(k, n_cell=cells, noise=noise)
-        p = s["problem"]
-        p = p.replace(settings=_settings(p, "profiled"))
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            rows = [evaluate_point(p, {"inclination": float(i), "vsini": s["vsini"]}, dof=True) for i in incs]
-        out["noisy" if noise else "noise_free"] = dict(chi2_total=[r["chi2_total"] for r in rows],
-                                                       dof=[r["dof"] for r in rows])
+    for tag, kw in [("noisy", {}), ("noise_free", dict(noise=False))] + [(f"noisy_{q}", dict(noise_seed=q)) for q in seeds]:
+        s = B.make_star(k, n_cell=cells, **kw)
+        rows = [_point(s, "profiled_dof", i) for i in incs]
+        out[tag] = {f: [r[f] for r in rows] for f in ("chi2_total", "dof", "tr_a2")}
+        print("dof control", tag, out[tag], flush=True)
     out["n_data"] = s["n_epoch"] * B.N_VEL
     return out
 
 
-def rv_control(k, incs):
+def rv_control(k, incs, cells=B.N_CELL):
     """Star ``k``'s profiled solves at two inclinations, each from the flat start and warm-started
     from the other's solution, then with rv held at the regularised (lambda 1) fit's and at the
     truth: chi2_total and the rms rv error of each (multiple minima in rv show as chi2 that a
@@ -189,7 +233,7 @@ def rv_control(k, incs):
     from dopplermap.search import apply_parameters, pad_precomputed
     from dopplermap.solvers import invert
 
-    s = B.make_star(k)
+    s = B.make_star(k, n_cell=cells)
     p0 = s["problem"]
     p = p0.replace(settings=_settings(p0, "profiled"))
     e = p.obs.n_epoch
@@ -220,6 +264,287 @@ def rv_control(k, incs):
     return out
 
 
+# ------------------------------------------------------------------ worker processes (--procs)
+
+WORKER_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+WORKER_XLA_FLAGS = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+_WORKER_STARS: dict = {}  # a worker's simulated stars, by (k, cells, noise)
+
+
+def _worker_env():
+    """Single-threaded workers on the CPU: set before a spawned worker imports JAX. JAX_PLATFORMS
+    defaults to cpu (float64 solves; an accelerator in the machine is one chip for one process)."""
+    import os
+
+    os.environ.update(WORKER_ENV)
+    flags = os.environ.get("XLA_FLAGS", "")
+    if WORKER_XLA_FLAGS not in flags:
+        os.environ["XLA_FLAGS"] = f"{flags} {WORKER_XLA_FLAGS}".strip()
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+
+def _worker_init(cache_dir):
+    _worker_env()
+    if cache_dir:  # one persistent compilation cache for all workers: a shape compiled once is loaded after
+        from dopplermap.cache import enable_compilation_cache
+
+        enable_compilation_cache(cache_dir)
+
+
+def _worker_point(k, cells, noise, which, inc):
+    """:func:`_point` in a worker; the star is simulated once per worker (the last three kept)."""
+    key = (k, cells, noise)
+    if key not in _WORKER_STARS:
+        while len(_WORKER_STARS) >= 3:
+            _WORKER_STARS.pop(next(iter(_WORKER_STARS)))
+        _WORKER_STARS[key] = B.make_star(k, n_cell=cells, noise=noise)
+    return _point(_WORKER_STARS[key], which, inc)
+
+
+def _truth(k):
+    """Star ``k``'s truth and data sizes without simulating it (the parent process reads only these)."""
+    inc, vsini, n_epoch, _, snr = B.STARS[k]
+    return dict(k=k, inc=inc, vsini=vsini, n_epoch=n_epoch, snr=snr)
+
+
+def run_parallel(ks, readouts, incs, cells, noise, procs, res, out=None, stop_after=None):
+    """The stars ``ks`` x ``readouts`` x ``incs`` as single-point tasks over ``procs`` spawned
+    single-threaded workers. A star's row goes into ``res["stars"]`` (and ``out``, rewritten) as
+    soon as all its points are in, in the order the stars finish; every finished point is kept
+    in ``res["points"]``. After ``stop_after`` seconds the tasks not started are dropped and
+    the workers ended, so a run cut off at a time limit keeps every star it finished."""
+    import concurrent.futures as cf
+    import multiprocessing as mp
+    import tempfile
+
+    _worker_env()  # inherited by the spawned workers
+    cache_dir = tempfile.mkdtemp(prefix="bench-readout-xla-")
+    t0 = time.perf_counter()
+    pending = {k: {w: [None] * len(incs) for w in readouts} for k in ks}
+    walls = {k: 0.0 for k in ks}
+    res.setdefault("points", [])
+    ex = cf.ProcessPoolExecutor(max_workers=procs, mp_context=mp.get_context("spawn"),
+                                initializer=_worker_init, initargs=(cache_dir,))
+    # one point of each star first: each star's programs are compiled once, by one worker, into
+    # the shared cache, from which the other workers load them; then star by star, so that the
+    # first stars finish first
+    tasks = [(k, w, j) for k in ks for w in readouts for j in range(len(incs))]
+    first = {(k, readouts[0], len(incs) // 2) for k in ks}
+    futs = {ex.submit(_worker_point, k, cells, noise, w, float(incs[j])): (k, w, j)
+            for k, w, j in sorted(tasks, key=lambda t: t not in first)}
+    left = set(futs)
+    try:
+        while left:
+            timeout = None if stop_after is None else max(stop_after - (time.perf_counter() - t0), 0.0)
+            done, left = cf.wait(left, timeout=timeout, return_when=cf.FIRST_COMPLETED)
+            if not done:
+                print(f"stopped after {time.perf_counter() - t0:.0f} s: {len(left)} points not done", flush=True)
+                res["stopped"] = dict(after_s=time.perf_counter() - t0, points_left=len(left))
+                break
+            for f in done:
+                k, which, j = futs[f]
+                pt = f.result()
+                pending[k][which][j] = pt
+                walls[k] += pt["wall_s"]
+                res["points"].append(dict(k=k, readout=which, inc=float(incs[j]), **pt))
+                if all(p is not None for w in readouts for p in pending[k][w]):
+                    row = _star_row(_truth(k), readouts, incs, pending.pop(k), cells, noise, walls[k])
+                    row["finished_s"] = time.perf_counter() - t0
+                    res["stars"].append(row)
+                    _print_star(row, readouts)
+            if out:
+                write_json(out, res)
+    finally:
+        ex.shutdown(wait=False, cancel_futures=True)
+        for proc in list((getattr(ex, "_processes", None) or {}).values()):
+            if proc.is_alive():
+                proc.terminate()
+    res["procs"] = procs
+    res["wall_s"] = time.perf_counter() - t0
+    return res
+
+
+POLISHED = ("profiled", "profiled_dof", "profiled_nu", "polished", "polished_dof", "polished_nu")
+
+
+def _worker_polish(k, incs, cells, max_sweeps, stop_at):
+    return polish_control(k, np.asarray(incs), cells, max_sweeps=max_sweeps, stop_at=stop_at, quiet=True)
+
+
+def run_polish_parallel(ks, incs, cells, procs, res, out=None, stop_after=None, max_sweeps=4):
+    """:func:`polish_control` of each star in its own worker (a star's sweeps are serial): rows
+    with the flat-start read-outs (``profiled``, ``_dof``, ``_nu``) and the polished ones
+    (``polished``, ``polished_dof``, ``polished_nu``), written as each star finishes. Sweeps stop
+    120 s before ``stop_after`` so that every star can still count its points."""
+    import concurrent.futures as cf
+    import multiprocessing as mp
+    import tempfile
+
+    _worker_env()
+    t0, wall0 = time.perf_counter(), time.time()
+    stop_at = None if stop_after is None else wall0 + stop_after - 120.0
+    ex = cf.ProcessPoolExecutor(max_workers=procs, mp_context=mp.get_context("spawn"), initializer=_worker_init,
+                                initargs=(tempfile.mkdtemp(prefix="bench-readout-xla-"),))
+    # the largest stars (most epochs) first: they set the wall time
+    order = sorted(ks, key=lambda k: -B.STARS[k][2])
+    futs = {ex.submit(_worker_polish, k, [float(v) for v in incs], cells, max_sweeps, stop_at): k for k in order}
+    try:
+        for f in cf.as_completed(futs, timeout=None if stop_after is None else stop_after):
+            k, pc = futs[f], f.result()
+            s = _truth(k)
+            row = dict(k=k, inc=s["inc"], vsini=s["vsini"], n_epoch=s["n_epoch"], snr=s["snr"], n_cell=cells, noise=True,
+                       wall_s=pc["wall_s"], finished_s=time.perf_counter() - t0, n_solves=pc["n_solves"],
+                       sweeps=pc["sweeps"], improved_per_sweep=pc["improved_per_sweep"])
+            for name in POLISHED:
+                tag, base = ("polished", name.replace("polished", "profiled")) if name.startswith("polished") else ("flat", name)
+                row[name] = pc[f"{tag}_{base}"]
+            row["points"] = {"flat": pc["flat_points"], "polished": pc["polished_points"]}
+            res["stars"].append(row)
+            _print_star(row, POLISHED)
+            if out:
+                write_json(out, res)
+    except cf.TimeoutError:
+        res["stopped"] = dict(after_s=time.perf_counter() - t0)
+        print(f"stopped after {time.perf_counter() - t0:.0f} s", flush=True)
+    finally:
+        ex.shutdown(wait=False, cancel_futures=True)
+        for proc in list((getattr(ex, "_processes", None) or {}).values()):
+            if proc.is_alive():
+                proc.terminate()
+    res["procs"] = procs
+    res["wall_s"] = time.perf_counter() - t0
+    return res
+
+
+def _star_row(s, readouts, incs, points, cells, noise, wall_s):
+    """A star's row: each read-out's profile (``points[which]``), and for ``_dof`` read-outs the
+    same solves read without the correction too."""
+    row = dict(k=s["k"], inc=s["inc"], vsini=s["vsini"], n_epoch=s["n_epoch"], snr=s["snr"], n_cell=cells,
+               noise=noise, wall_s=wall_s)
+    for which in readouts:
+        w = sum(p["wall_s"] for p in points[which])
+        if which.endswith("_dof"):  # the same solves read three ways
+            base = which.removesuffix("_dof")
+            for name in (base, which, base + "_nu"):
+                row[name] = _profile_row(s, name, incs, points[which], w)
+        else:
+            row[which] = _profile_row(s, which, incs, points[which], w)
+    return row
+
+
+def _print_star(row, readouts):
+    for which in (readouts if readouts == POLISHED else _read_names(readouts)):
+        r = row[which]
+        print(f"star {row['k']} (i={row['inc']:.0f}) {which:12s}: {r['best']:6.2f} [{r['lo68']:.2f}, {r['hi68']:.2f}] "
+              f"95% [{r['lo95']:.2f}, {r['hi95']:.2f}]  {r['wall_s']:.0f}s, {r['unconverged']} unconverged", flush=True)
+
+
+def _read_names(readouts):
+    """The read-outs a run reports: each ``_dof`` one also read without its correction and with ``_nu``'s."""
+    return [w for r in readouts for w in ((r.removesuffix("_dof"), r, r.removesuffix("_dof") + "_nu")
+                                            if r.endswith("_dof") else (r,))]
+
+
+def polish_control(k, incs, cells=B.N_CELL, which="profiled_dof", max_sweeps=6, stop_at=None, quiet=False):
+    """Star ``k``'s profile of ``which`` from the flat start at every inclination, then swept up
+    and down the inclinations with each point also started from its neighbour's solution, the
+    lower loss kept, until a pair of sweeps improves no point (at most ``max_sweeps`` sweeps, none
+    begun after the wall-clock time ``stop_at``): whether the flat start's local minima (in rv
+    and the map's normalisation) move the read-out. Both profiles read as the run's read-outs are."""
+    from dopplermap.search import apply_parameters, influence, pad_precomputed
+    from dopplermap.solvers import invert
+
+    s = B.make_star(k, n_cell=cells)
+    p = s["problem"]
+    p = p.replace(settings=_settings(p, which))
+    points = []
+    for inc in incs:
+        star, comps = apply_parameters(p, {"inclination": float(inc), "vsini": s["vsini"]})
+        points.append(p.replace(star=star, components=comps))
+
+    def solve(j, x0=None):
+        pt = points[j]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return invert(pad_precomputed(pt.pre), pt.obs, **pt.invert_kwargs(), x0=x0)
+
+    def x(r):
+        return np.concatenate([r.fssc, r.fssh, r.rv, r.amp])
+
+    def counted(j, r):
+        eff = influence(points[j], r)
+        n = points[j].obs.n_epoch * points[j].obs.n_vel
+        return dict(chi2_total=float(r.chi2) * n, dof=float(eff.p_eff), tr_a2=float(eff.tr_a2), loss=float(r.loss),
+                    iterations=int(r.iterations), success=bool(r.success), maxiter=p.settings.maxiter,
+                    rv_rms_err=float(np.sqrt(np.mean((np.asarray(r.rv) - s["rv"]) ** 2))), lmbd=p.settings.lmbd,
+                    tol=p.settings.tol, wall_s=0.0)
+
+    t0 = time.perf_counter()
+    sols = [solve(j) for j in range(len(incs))]
+    flat_sols = list(sols)
+    flat = [counted(j, r) for j, r in enumerate(sols)]
+    n_solves, sweeps, moved, improved = len(incs), 0, True, []
+    while moved and sweeps < max_sweeps:  # pairs of sweeps (up, then down) until a pair improves no point
+        moved = False
+        for step in (1, -1):
+            if sweeps >= max_sweeps or (stop_at is not None and time.time() > stop_at):
+                break
+            n_better = 0
+            for j in range(1, len(incs)) if step == 1 else range(len(incs) - 2, -1, -1):
+                r = solve(j, x(sols[j - step]))
+                n_solves += 1
+                if float(r.loss) < float(sols[j].loss) - 1e-12:
+                    sols[j], moved, n_better = r, True, n_better + 1
+            sweeps += 1
+            improved.append(n_better)
+    polished = [flat[j] if sols[j] is flat_sols[j] else counted(j, r) for j, r in enumerate(sols)]
+    out = {"n_solves": n_solves, "sweeps": sweeps, "improved_per_sweep": improved, "wall_s": time.perf_counter() - t0,
+           "incs": list(map(float, incs))}
+    for tag, pts in (("flat", flat), ("polished", polished)):
+        for name in ("profiled", "profiled_dof", "profiled_nu"):
+            out[f"{tag}_{name}"] = _profile_row(s, name, incs, pts, 0.0)
+        out[f"{tag}_points"] = pts
+    for tag in ("flat", "polished") if not quiet else ():
+        for name in ("profiled", "profiled_dof", "profiled_nu"):
+            r = out[f"{tag}_{name}"]
+            print(f"star {k} (i={s['inc']:.0f}) {tag:8s} {name:12s}: {r['best']:6.2f} [{r['lo68']:.2f}, {r['hi68']:.2f}] "
+                  f"95% [{r['lo95']:.2f}, {r['hi95']:.2f}]", flush=True)
+    print(f"star {k} chi2 flat - polished:", np.round(np.array([f["chi2_total"] - q["chi2_total"] for f, q in zip(flat, polished, strict=True)]), 2),
+          flush=True)
+    return out
+
+
+def restart_control(k, incs, cells=B.N_CELL, rounds=4):
+    """Star ``k``'s profiled solves at ``incs``, each restarted from its own solution while it
+    stops unconverged (the Gauss-Newton cap, ``NEWTON_MAXITER``): how far from the minimum a
+    capped solve stops (chi2_total, tr A and rv error of each round)."""
+    from dopplermap.search import apply_parameters, influence, pad_precomputed
+    from dopplermap.solvers import invert
+
+    s = B.make_star(k, n_cell=cells)
+    p = s["problem"]
+    p = p.replace(settings=_settings(p, "profiled_dof"))
+    out = {}
+    for inc in incs:
+        star, comps = apply_parameters(p, {"inclination": float(inc), "vsini": s["vsini"]})
+        pt = p.replace(star=star, components=comps)
+        x0, rows = None, []
+        for _ in range(rounds):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                r = invert(pad_precomputed(pt.pre), pt.obs, **pt.invert_kwargs(), x0=x0)
+            rows.append(dict(iterations=int(r.iterations), success=bool(r.success),
+                             chi2_total=float(r.chi2) * pt.obs.n_epoch * pt.obs.n_vel,
+                             dof=float(influence(pt, r).p_eff),
+                             rv_rms_err=float(np.sqrt(np.mean((np.asarray(r.rv) - s["rv"]) ** 2)))))
+            print("restart", k, inc, rows[-1], flush=True)
+            if r.success:
+                break
+            x0 = np.concatenate([r.fssc, r.fssh, r.rv, r.amp])
+        out[f"{float(inc):g}"] = rows
+    return out
+
+
 def summary(rows, which):
     err = np.array([r[which]["err"] for r in rows])
     return dict(n_stars=len(rows), mean_abs_err=float(np.mean(np.abs(err))), bias=float(np.mean(err)),
@@ -241,21 +566,44 @@ def main():
     ap.add_argument("--incs", default=None, help="inclinations to profile over (default INC_GRID)")
     ap.add_argument("--model-error", default=None, help="stars K,...: the grid's discretisation error in chi2")
     ap.add_argument("--dof-control", default=None, help="star K: noisy and noise-free chi2 and dof at --incs")
+    ap.add_argument("--restart-control", default=None, help="star K: capped solves at --incs restarted from their solution")
+    ap.add_argument("--noise-seeds", default=None, help="with --dof-control: also these noise draws")
     ap.add_argument("--rv-control", default=None, help="star K: flat, warm and rv-held solves at two of --incs")
+    ap.add_argument("--polish-control", default=None,
+                    help="stars K,...: the profile from flat starts against neighbour warm starts (lowest loss)")
+    ap.add_argument("--polish", action="store_true",
+                    help="with --procs: each star's profile from flat starts and polished (--polish-control), a star a worker")
+    ap.add_argument("--sweeps", type=int, default=4, help="with --polish: at most this many sweeps")
+    ap.add_argument("--procs", type=int, default=1, help="spread stars x inclinations over N worker processes")
+    ap.add_argument("--stop-after", type=float, default=None,
+                    help="with --procs: stop after this many seconds, keeping the stars finished")
+    ap.add_argument("--tables", nargs="+", default=None, help="result files: print their merged tables and stop")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    if args.tables:
+        return tables(args.tables, args.readouts.split(",") if args.readouts != ",".join(READOUTS) else None)
     readouts = SHARP if args.sharp else tuple(args.readouts.split(","))
     incs = B.INC_GRID if args.incs is None else np.array([float(x) for x in args.incs.split(",")])
-    res = {"stars": [], "machine": B.platform.platform() if hasattr(B, "platform") else ""}
+    import os
+
+    res = {"stars": [], "machine": B.platform.platform(), "cpu_count": os.cpu_count(),
+           "loadavg_start": os.getloadavg()[0], "n_cell": args.cells, "incs": [float(v) for v in incs]}
     for k in [int(x) for x in (args.model_error or "").split(",") if x]:
         res.setdefault("model_error", {})[k] = model_error(k)
         print("model error chi2", k, res["model_error"][k], flush=True)
     if args.dof_control is not None:
-        res["dof_control"] = dof_control(int(args.dof_control), incs, args.cells)
+        res["dof_control"] = dof_control(int(args.dof_control), incs, args.cells,
+                                         [int(q) for q in (args.noise_seeds or "").split(",") if q])
         print("dof control", res["dof_control"], flush=True)
+    if args.restart_control is not None:
+        res["restart_control"] = restart_control(int(args.restart_control), incs, args.cells)
     if args.rv_control is not None:
-        res["rv_control"] = rv_control(int(args.rv_control), [float(v) for v in incs[:2]])
+        res["rv_control"] = rv_control(int(args.rv_control), [float(v) for v in incs[:2]], args.cells)
         print("rv control", res["rv_control"], flush=True)
+    for k in [int(x) for x in (args.polish_control or "").split(",") if x]:
+        res.setdefault("polish_control", {})[k] = polish_control(k, incs, args.cells)
+        if args.out:
+            write_json(args.out, res)
     if args.jitter is not None:
         s = B.make_star(args.jitter)
         res["jitter"] = {w: jitter(s, w) for w in READOUTS}
@@ -266,26 +614,70 @@ def main():
         s = B.make_star(k)
         res.setdefault("joint", {})[k] = {limb: joint(s, limb) for limb in ("smooth", "sharp")}
         print("joint", k, res["joint"][k], flush=True)
-    for k in [int(x) for x in args.stars.split(",") if x]:
+    ks = [int(x) for x in args.stars.split(",") if x]
+    if args.polish:
+        run_polish_parallel(ks, incs, args.cells, args.procs, res, args.out, args.stop_after, args.sweeps)
+        readouts = POLISHED
+        ks = []
+    if args.procs > 1 and ks:
+        run_parallel(ks, readouts, incs, args.cells, not args.noise_free, args.procs, res, args.out, args.stop_after)
+    for k in ks if args.procs <= 1 else ():
         s = B.make_star(k, n_cell=args.cells, noise=not args.noise_free)
-        row = dict(k=k, inc=s["inc"], vsini=s["vsini"], n_epoch=s["n_epoch"], snr=s["snr"], n_cell=args.cells,
-                   noise=not args.noise_free)
-        for which in readouts:
-            row[which] = profile(s, which, incs)
-            if which.endswith("_dof"):  # the same solves read without the correction
-                row[which.removesuffix("_dof")] = dict(row[which], **read(incs, row[which]["chi2_total"], s["inc"]))
-            r = row[which]
-            print(f"star {k} (i={s['inc']:.0f}) {which:8s}: {r['best']:6.2f} [{r['lo68']:.2f}, {r['hi68']:.2f}] "
-                  f"95% [{r['lo95']:.2f}, {r['hi95']:.2f}]  {r['wall_s']:.0f}s", flush=True)
+        t0 = time.perf_counter()
+        points = {which: [_point(s, which, inc) for inc in incs] for which in readouts}
+        row = _star_row(s, readouts, incs, points, args.cells, not args.noise_free, time.perf_counter() - t0)
+        _print_star(row, readouts)
         res["stars"].append(row)
         if args.out:
             write_json(args.out, res)
-    for which in [w for r in readouts for w in ((r, r.removesuffix("_dof")) if r.endswith("_dof") else (r,))]:
-        if res["stars"]:
-            res[f"summary_{which}"] = summary(res["stars"], which)
-            print(which, res[f"summary_{which}"], flush=True)
+    finish(res, readouts)
     if args.out:
         write_json(args.out, res)
+
+
+def finish(res, readouts):
+    """Each read-out's summary over the finished stars (``summary_<read-out>``), printed as the
+    tables of benchmarks/RESULTS.md."""
+    rows = sorted(res["stars"], key=lambda r: r["k"])
+    if not rows:
+        return
+    names = readouts if readouts == POLISHED else _read_names(readouts)
+    for which in names:
+        res[f"summary_{which}"] = summary(rows, which)
+    print(markdown(rows, names), flush=True)
+
+
+def markdown(rows, names):
+    """The per-star table (best [68 %] (95 %)) and the summary table, as in benchmarks/RESULTS.md."""
+    def cell(r):
+        return f"{r['best']:.1f} [{r['lo68']:.1f}, {r['hi68']:.1f}] ({r['lo95']:.1f}-{r['hi95']:.1f})"
+
+    out = ["| star | truth | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]
+    out += [f"| {r['k']} | {r['inc']:g} | " + " | ".join(cell(r[w]) for w in names) + " |" for r in rows]
+    out += ["", "| read-out | stars | mean abs error | bias | 68 % coverage | 95 % coverage | mean 68 % width "
+            "| solves unconverged |", "|---|---|---|---|---|---|---|---|"]
+    for w in names:
+        s = summary(rows, w)
+        n = s["n_stars"]
+        out.append(f"| {w} | {n} | {s['mean_abs_err']:.1f} deg | {s['bias']:+.1f} deg | {round(s['cover68'] * n)}/{n} "
+                   f"| {round(s['cover95'] * n)}/{n} | {s['mean_width68']:.1f} deg | {sum(r[w].get('unconverged', 0) for r in rows)} |")
+    return "\n".join(out)
+
+
+def tables(paths, readouts=None):
+    """Merge result files (stars of a split run; a star in several files: the last one's) and
+    print the tables."""
+    import json
+
+    stars = {}
+    for path in paths:
+        with open(path) as fh:
+            for row in json.load(fh)["stars"]:
+                stars[row["k"]] = row
+    rows = list(stars.values())
+    names = readouts or [w for w in rows[0] if isinstance(rows[0][w], dict) and "best" in rows[0][w]
+                         and all(w in r for r in rows)]
+    print(markdown(sorted(rows, key=lambda r: r["k"]), names))
 
 
 if __name__ == "__main__":

@@ -47,6 +47,20 @@ def test_dof_falls_as_the_prior_grows(tiny):
     assert dofs[-1] >= 2 * tiny.obs.n_epoch - 1e-6
 
 
+@pytest.mark.slow
+def test_influence_traces_of_a_projection_and_of_a_shrinkage(tiny):
+    """tr A'A = tr A where the hat matrix is a projection (the map pinned: rv and amp only);
+    below it where the prior shrinks part of the fit (eigenvalues of A between 0 and 1)."""
+    res, e = _at(tiny), tiny.obs.n_epoch
+    pinned = search.influence(tiny.replace(settings=tiny.settings.replace(lmbd=1e9)), res)
+    assert pinned.tr_a2 == pytest.approx(pinned.p_eff, abs=0.05) and pinned.p_eff == pytest.approx(2 * e, abs=0.05)
+    low = tiny.replace(settings=tiny.settings.replace(lmbd=0.01))
+    counts = search.influence(low, res)
+    assert counts.p_eff == pytest.approx(search.effective_dof(low, res))
+    assert 2 * e < counts.tr_a2 < counts.p_eff - 0.1
+    assert counts.nu == pytest.approx(counts.n - 2 * counts.p_eff + counts.tr_a2)
+
+
 def test_dof_refuses_what_it_cannot_count(tiny):
     prob = tiny.replace(settings=tiny.settings.replace(offset_sigma=0.01))
     assert "offset_sigma" in search.dof_refusal(prob)

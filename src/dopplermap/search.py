@@ -65,8 +65,8 @@ from .profiles import ComponentSet, LocalProfile, intensity_ratio, tabulated
 from .regularisers import seed_entropy
 from .result import line_sets
 from .solvers import InversionResult, check_solver_args, invert, prepare, solve_many, solver_choice
+from .uncertainty import EffectiveDof, effective_dof_refusal
 from .uncertainty import effective_dof as uncertainty_dof
-from .uncertainty import effective_dof_refusal
 
 __all__ = [
     "LambdaSweep", "sweep_lambda", "sweep_lmbd_time", "lcurve_corner", "lcurve_curvature", "regulariser_floor",
@@ -849,19 +849,29 @@ def effective_dof(problem: Problem, res: InversionResult) -> float:
     with the data and counts nothing).
 
     On noisy data the fitted chi2 is lower than the noise-free one by about this much (for a
-    linear model exactly ``N - dof`` in expectation). Where the map is nearly free its value
-    moves with the star parameters (each spotted cell a free parameter, each cell pinned at the
-    floor none), so a chi2 profile prefers the parameters that give the map the most room to
-    fit the noise; ``chi2 + dof`` (Mallows' Cp, Stein's unbiased risk estimate) is, in
-    expectation, the noise-free profile plus a constant.
+    linear model whose influence matrix is a projection, exactly in expectation). Where the map
+    is nearly free its value moves with the star parameters (each spotted cell a free
+    parameter, each cell pinned at the floor none), so a chi2 profile prefers the parameters
+    that give the map the most room to fit the noise; ``chi2 + dof`` (Mallows' Cp, Stein's
+    unbiased risk estimate) is, for such a linear model, the noise-free profile plus a constant
+    in expectation. The bounded, nonlinear map fit departs from that (benchmarks/RESULTS.md,
+    "The read-outs on the 2500-cell grid").
     """
+    return float(influence(problem, res).p_eff)
+
+
+def influence(problem: Problem, res: InversionResult) -> EffectiveDof:
+    """The influence matrix of a solve at ``problem``'s lambda (:func:`effective_dof`'s count):
+    ``p_eff = tr A`` and ``tr_a2 = tr A'A`` (:class:`dopplermap.uncertainty.EffectiveDof`). For a
+    linear fit the noise lowers the expected chi2 by ``2 tr A - tr A'A`` (``N - nu``); ``tr A``
+    alone where ``A`` is a projection (every direction fitted fully or not at all)."""
     reason = dof_refusal(problem)
     if reason is not None:
         raise DopplermapInputError(f"effective_dof: {reason}")
     at = _AtLambda(np.asarray(res.fssc, dtype=float), np.asarray(res.fssh, dtype=float),
                    np.asarray(res.rv, dtype=float), np.asarray(res.amp, dtype=float),
                    float(problem.settings.lmbd), problem.settings.regulariser, float(getattr(res, "chi2", math.nan)))
-    return float(uncertainty_dof(problem, at).p_eff)
+    return uncertainty_dof(problem, at)
 
 
 @dataclasses.dataclass(frozen=True)
