@@ -20,7 +20,7 @@ from ..figure_process import FigureProcess
 from ..io.results import prefetch_writers
 from ..lightcurve import PHOTOMETRY_LIMITS, LightCurveFit, lightcurve_residuals
 from ..memory import format_bytes
-from ..plot import central_meridians, fitted_components, plot_uncertainty
+from ..plot import MapStyle, View, fitted_components, plot_uncertainty
 from ..problem import from_config
 from ..progress import Reporter
 from ..search import apply_error_scale
@@ -129,9 +129,10 @@ def uncertainty_writers(methods, problem, res, grid, *, n_boot: int = 20, seed: 
     problem = problem.replace(settings=problem.settings.replace(tol=1e-6, maxiter=1000))
     writers, scalars, uncs = [], {}, []
     star = res.star
-    phase_lons = None
+    phases = None
     if star is not None and res.obs is not None and not isinstance(res.obs, tuple):
-        phase_lons = central_meridians((np.asarray(res.obs.times, float) - star.t0) / star.period)
+        phases = (np.asarray(res.obs.times, float) - star.t0) / star.period
+    view = View.of(grid, inclination=None if star is None else float(star.inclination), phases=phases)
 
     def top(values):  # one colour scale over every method's figure (finite values of seen cells)
         v = np.concatenate([np.asarray(x, float).ravel() for x in values])
@@ -171,10 +172,9 @@ def uncertainty_writers(methods, problem, res, grid, *, n_boot: int = 20, seed: 
                     key = "sigma_fssc" if comp == "cool" else "sigma_fssh"
                     title = " · ".join(x for x in (getattr(star, "name", None),
                                                    f"{comp} spots, 1σ: {uncertainty_title(unc.method)}") if x)
-                    save_figure(plot_uncertainty(grid, fill, unc, component=comp,
-                                                 inclination=None if star is None else float(star.inclination),
-                                                 sigma_max=top(getattr(u, key) for u in uncs), title=title,
-                                                 phase_lons=phase_lons), folder / f"{path.stem}_{comp}.png")
+                    save_figure(plot_uncertainty(grid, fill, unc, component=comp, view=view,
+                                                 sigma_max=top(getattr(u, key) for u in uncs),
+                                                 look=MapStyle(title=title)), folder / f"{path.stem}_{comp}.png")
 
         writers.append(write)
     return writers, scalars
