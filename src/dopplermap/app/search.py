@@ -29,6 +29,7 @@ from ..problem import Settings, demo_problem, from_config, from_npz, save_npz
 from ..solvers import invert
 from ..style import save_figure
 from .defaults import DEFAULT_READOUT, GRID_TOL, LAMBDA_TOL
+from .output import Scheduling
 
 __all__ = ["load_problem", "run_grid", "run_lambda", "save_problem", "Source", "SearchSettings", "SearchRun",
            "GridSpec"]
@@ -64,18 +65,15 @@ class SearchRun:
     Attributes:
         overwrite: replace an earlier output of the command in the folder. quiet: no progress
             lines. resume: the grid: continue an interrupted search in the folder.
-        scheduler: where the points are solved: None in this process (the lambda sweep) or a
-            local Dask cluster (the grid), ``"sync"`` in this process, ``"local"`` a local Dask
-            cluster of ``workers`` processes, else a Dask scheduler's address (waited for
-            ``connect_timeout`` seconds).
+        scheduling: where the points are solved (:class:`~dopplermap.app.output.Scheduling`;
+            its scheduler None is this process for the lambda sweep, a local Dask cluster for
+            the grid).
     """
 
     overwrite: bool = False
     quiet: bool = False
     resume: bool = False
-    scheduler: str | None = None
-    workers: int | None = None
-    connect_timeout: float = 5.0
+    scheduling: Scheduling = Scheduling()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -258,7 +256,7 @@ def run_lambda(source: Source, out: Path, *, lmbds: str = "0.001:100:16", target
     ``settings``: its regulariser and tol. Returns what lambda.json holds."""
     problem, overwrite, quiet = source.path, run.overwrite, run.quiet
     regulariser, tol = settings.regulariser, settings.tol
-    scheduler, connect_timeout, workers = run.scheduler, run.connect_timeout, run.workers
+    scheduler, connect_timeout, workers = run.scheduling.scheduler, run.scheduling.connect_timeout, run.scheduling.workers
     check_out(out, "lambda", overwrite=overwrite)  # before any work
     lm = _lambda_list(lmbds)
     if not np.all(np.isfinite(lm) & (lm >= 0)):
@@ -407,7 +405,7 @@ def run_grid(source: Source, out: Path, grid: GridSpec, *, settings: SearchSetti
     delta_chi2, n_sim = grid.delta_chi2, grid.n_sim
     lmbd, regulariser, tol = settings.lmbd, settings.regulariser, settings.tol
     overwrite, quiet, resume = run.overwrite, run.quiet, run.resume
-    scheduler, connect_timeout, workers = run.scheduler, run.connect_timeout, run.workers
+    scheduler, connect_timeout, workers = run.scheduling.scheduler, run.scheduling.connect_timeout, run.scheduling.workers
     axes = _axes(params, max_points)
     search.check_grid_size(axes, max_points)
     if not (out.is_dir() and resume and _is_grid(out)):  # resuming: grid_search checks the table

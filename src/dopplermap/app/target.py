@@ -28,10 +28,10 @@ from ..solvers import choose_solver, invert
 from ..style import save_figure
 from ..windows import WindowedLightCurve, windowed_lightcurve_models
 from .folders import save_result, with_context
-from .output import Output, output_options
+from .output import Output, Scheduling, output_options
 
 __all__ = ["run_target", "summary_line", "error_scale_line", "estimate_line", "band_line", "band_values",
-           "windows_line", "uncertainty_writers"]
+           "windows_line"]
 
 
 def summary_line(s: dict) -> str:
@@ -113,7 +113,14 @@ def band_line(s: dict) -> str | None:
     return ("bands: " + " | ".join(parts)) if parts else None
 
 
-def uncertainty_writers(methods, problem, res, grid, *, n_boot: int = 20, seed: int = 0, plots: bool = True,
+def _cluster(scheduling: Scheduling | None):
+    """The bootstrap's :class:`dopplermap.search.Cluster` (None: refits in this process)."""
+    if scheduling is None or scheduling.scheduler in (None, "sync"):
+        return None
+    return search.Cluster(scheduling.scheduler, scheduling.workers, scheduling.connect_timeout)
+
+
+def _uncertainty_writers(methods, problem, res, grid, *, n_boot: int = 20, seed: int = 0, plots: bool = True,
                         report=None, cluster=None):
     """Compute the requested uncertainties; return ``(writers, scalars)`` for :func:`save_result`.
 
@@ -181,18 +188,18 @@ def uncertainty_writers(methods, problem, res, grid, *, n_boot: int = 20, seed: 
 
 
 def run_target(cfg, out: Path, *, output: Output | None = None, config_file=None, uncertainty=None,
-               overrides=None, scheduler=None, workers=None, **loose) -> dict:
+               overrides=None, scheduling: Scheduling | None = None, **loose) -> dict:
     """Run the inversion a target config describes and write a result folder at ``out``.
 
     The folder is the standard one of :func:`dopplermap.io.results.save_result` (map.fits,
     profiles.fits with the light curve of a joint fit, config.json, a copy of the TOML
     file, summary.json and, unless ``output.plots`` is False, the figures), plus the uncertainty
     maps of ``[uncertainty] methods`` (or of ``uncertainty``, a list overriding them; see
-    :func:`uncertainty_writers`; with a light curve they cover the line profiles only).
+    :func:`_uncertainty_writers`; with a light curve they cover the line profiles only).
     ``output`` (:class:`~dopplermap.app.output.Output`): figures, progress, report, overwriting
     and the figure process; its fields may also be given as loose keywords (``plots=False``).
-    ``scheduler``: where the bootstrap's refits run (a Dask scheduler's address, or ``"local"``
-    for a local cluster of ``workers``; None/``"sync"``: here). Returns the summary written.
+    ``scheduling`` (:class:`~dopplermap.app.output.Scheduling`): where the bootstrap's refits
+    run (default here). Returns the summary written.
     """
     opts = output_options("run_target", output, loose)
     plots, quiet, report, overwrite = opts.plots, opts.quiet, opts.report, opts.overwrite
@@ -259,10 +266,9 @@ def run_target(cfg, out: Path, *, output: Output | None = None, config_file=None
                 light_curve = (band(lc) if isinstance(lc, LightCurveFit)
                                else tuple(band(b, n) for b, n in zip(lc.bands, lc.names, strict=True)))
         methods = tuple(cfg.uncertainty.methods if uncertainty is None else uncertainty)
-        writers, unc_scalars = uncertainty_writers(methods, prob, res, grid, n_boot=cfg.uncertainty.n_boot,
+        writers, unc_scalars = _uncertainty_writers(methods, prob, res, grid, n_boot=cfg.uncertainty.n_boot,
                                                    seed=cfg.uncertainty.seed, plots=plots, report=rep,
-                                                   cluster=None if scheduler in (None, "sync") else
-                                                   search.Cluster(scheduler, workers))
+                                                   cluster=_cluster(scheduling))
         if methods and lc is not None:
             unc_scalars["uncertainty_note"] = "line profiles only (the light curve is not part of the uncertainty)"
         config = {"command": "invert", **dataclasses.asdict(cfg), "overrides": dict(overrides or {})}
