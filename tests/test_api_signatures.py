@@ -10,7 +10,6 @@ LIMIT = 8
 KNOWN = frozenset({
     "dopplermap.app.seed.run_invert_seed",
     "dopplermap.app.seed.simulate_files",
-    "dopplermap.atomic.AtomicFolder.__init__",
     "dopplermap.geometry.cell_geometry",
     "dopplermap.objective.ObjectiveData.create",
     "dopplermap.objective.loss",

@@ -477,8 +477,7 @@ def save_result(result, path, *, figures=None, config_file=None, overwrite: bool
     if config_file is not None and not Path(config_file).is_file():
         raise DopplermapInputError(f"config_file {config_file} does not exist")
     fp = input_fingerprint(result)
-    with AtomicFolder(path, "result", overwrite=overwrite, inputs=fp, option="result folder",
-                      flag="overwrite=True") as folder:
+    with AtomicFolder(path, "result", overwrite=overwrite, inputs=fp, names=("result folder", "overwrite=True")) as folder:
         t0 = time.perf_counter()
         timings = _write_files(result, folder, config_file, figures, folder.run_id)
         for writer in extra_writers:
