@@ -8,7 +8,7 @@ import dopplermap as dm
 from dopplermap import plan
 from dopplermap.cache import default_cache_dir, enable_compilation_cache
 from dopplermap.solvers import invert_batch, invert_device
-from dopplermap.solvers.projected_lbfgs import projected_lbfgs
+from dopplermap.solvers.projected_lbfgs import LBFGSOptions, projected_lbfgs
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +29,7 @@ def test_bounded_quadratic_exact():
         r = a @ x - b
         return 0.5 * jnp.dot(r, r), a.T @ r, ()
 
-    res = projected_lbfgs(fun, jnp.full(6, 0.5), jnp.zeros(6), jnp.ones(6), maxiter=500, ftol=0.0, gtol=1e-10)
+    res = projected_lbfgs(fun, jnp.full(6, 0.5), jnp.zeros(6), jnp.ones(6), options=LBFGSOptions(maxiter=500, ftol=0.0, gtol=1e-10))
     from scipy.optimize import lsq_linear
     ref = lsq_linear(np.asarray(a), np.asarray(b), bounds=(0, 1), tol=1e-14).x
     np.testing.assert_allclose(res.x, ref, atol=1e-6)
@@ -154,8 +154,8 @@ def test_device_restarts_after_a_premature_stop(small_problem):
 
     @functools.partial(jax.jit, static_argnames="max_restarts")
     def solve(lm, max_restarts):
-        return projected_lbfgs(fun, jnp.asarray(lay.initial()), lo, hi, lm, pre, ObjectiveData(obs=sim.obs), maxiter=2000,
-                               ftol=1e-5, gtol=1e-12, max_restarts=max_restarts)
+        return projected_lbfgs(fun, jnp.asarray(lay.initial()), lo, hi, lm, pre, ObjectiveData(obs=sim.obs),
+                               options=LBFGSOptions(maxiter=2000, ftol=1e-5, gtol=1e-12, max_restarts=max_restarts))
 
     lm = jnp.asarray(0.01)
     once, full = solve(lm, 0), solve(lm, 10)

@@ -225,7 +225,7 @@ def _app_import_violations() -> list[str]:
 # The whole order, bottom to top: a module imports only from its own layer or below. Modules
 # not named by a longer prefix take the layer of the shortest one that names them.
 LAYERS = (
-    ("base", ("_version", "_x64", "_device", "_sets", "_linops", "errors", "constants", "choices", "units",
+    ("base", ("_version", "_x64", "_device", "_sets", "_linops", "_options", "errors", "constants", "choices", "units",
               "memory", "atomic", "cache", "cluster", "compiled", "diagnostics", "figure_process", "limb_darkening",
               "plan", "fisher", "result", "style", "gridtable", "_repr")),
     ("physics", ("geometry", "grid", "roche", "profiles", "atmosphere", "broadening", "gravity", "lightcurve")),

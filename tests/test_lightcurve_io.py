@@ -13,7 +13,7 @@ import pytest
 from astropy.io import fits
 
 from dopplermap.errors import DopplermapInputError, DopplermapWarning
-from dopplermap.io.lightcurve import LightCurveData, bin_lightcurve, load_lightcurve, read_lightcurve
+from dopplermap.io.lightcurve import LightCurveRead, bin_lightcurve, load_lightcurve, read_lightcurve
 
 BJD0 = 2459500.0  # a TESS sector (Oct 2021)
 
@@ -220,7 +220,7 @@ def test_magnitudes_fed_as_flux_warn(tmp_path):
 
 
 def _lc(t, f, e):
-    return LightCurveData(time=np.asarray(t, float), flux=np.asarray(f, float), err=np.asarray(e, float), source="x")
+    return LightCurveRead(time=np.asarray(t, float), flux=np.asarray(f, float), err=np.asarray(e, float), source="x")
 
 
 def test_time_binning_weighted_means_and_errors():

@@ -232,7 +232,7 @@ def test_unbinned_light_curve_dominating_the_cost_warns_and_auto_bin_silences_it
     import warnings
 
     from dopplermap.errors import DopplermapWarning
-    from dopplermap.io.lightcurve import LightCurveData as Read
+    from dopplermap.io.lightcurve import LightCurveRead as Read
     from dopplermap.problem import LightCurveData, demo_problem
 
     prob = demo_problem(n_cell=1200, n_epoch=8, n_vel=20)
@@ -262,14 +262,14 @@ def test_unbinned_light_curve_dominating_the_cost_warns_and_auto_bin_silences_it
 
 @pytest.mark.parametrize("domega", [0.0, 0.3])
 def test_load_bins_auto_through_the_api_as_the_configuration_does(tmp_path, domega):
-    from dopplermap.io.lightcurve import load_lightcurve
+    from dopplermap.io.lightcurve import LightCurveReading, load_lightcurve
     from dopplermap.problem import LightCurveData
 
     star = STAR.replace(domega=domega)
     t = np.sort(np.random.default_rng(12).uniform(0.0, 10.0, 3000))
     flux = 1.0 + 0.01 * np.sin(2 * np.pi * (t - star.t0) / star.period)
     np.savetxt(tmp_path / "lc.csv", np.c_[t, flux, np.full(t.size, 1e-3)], delimiter=",")
-    d = LightCurveData.load(tmp_path / "lc.csv", _band(), bin="auto", star=star, n_cell=300)
+    d = LightCurveData.load(tmp_path / "lc.csv", _band(), bin_width="auto", star=star, n_cell=300)
     width, unit = L.auto_bin(300, star.period, domega)
     same = load_lightcurve(tmp_path / "lc.csv", bin_width=width, bin_unit=unit, period=star.period, t0=star.t0)
     np.testing.assert_array_equal(d.times, same.time)
@@ -277,7 +277,10 @@ def test_load_bins_auto_through_the_api_as_the_configuration_does(tmp_path, dome
     assert d.read.binned and 1 < d.times.size < t.size
     if domega == 0.0:  # rigid: folded into phase bins
         assert d.times.size <= int(np.ceil(1.0 / width))
-    with pytest.raises(DopplermapInputError, match=r"lc\.csv: bin = 'auto' .*give star= .* and n_cell="):
-        LightCurveData.load(tmp_path / "lc.csv", _band(), bin="auto", star=star)
-    with pytest.raises(DopplermapInputError, match="give bin or bin_width, not both"):
-        LightCurveData.load(tmp_path / "lc.csv", _band(), bin="auto", bin_width=0.1, star=star, n_cell=300)
+    with pytest.raises(DopplermapInputError, match=r"lc\.csv: bin_width = 'auto' .*give star= .* and n_cell="):
+        LightCurveData.load(tmp_path / "lc.csv", _band(), bin_width="auto", star=star)
+    with pytest.raises(DopplermapInputError, match="give reading=LightCurveReading.* or the loose keywords bin_width, "
+                                                   "not both"):
+        LightCurveData.load(tmp_path / "lc.csv", _band(), reading=LightCurveReading(), bin_width=0.1)
+    with pytest.raises(DopplermapInputError, match="unknown keyword.*bin; the options are"):
+        LightCurveData.load(tmp_path / "lc.csv", _band(), bin=0.1)

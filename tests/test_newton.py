@@ -128,7 +128,7 @@ def test_projected_newton_solves_a_bounded_linear_least_squares_problem():
     ref = np.insert(free, 3, 0.1)
     assert np.sum((free <= -0.2 + 1e-9) | (free >= 0.3 - 1e-9)) >= 2  # some bounds are active
     aj, bj = jnp.asarray(a), jnp.asarray(b)
-    out = jax.jit(lambda x0: newton.projected_newton(lambda x: aj @ x - bj, lambda x: c * jnp.vdot(x, x), x0,
+    out = jax.jit(lambda x0: newton._projected_newton(lambda x: aj @ x - bj, lambda x: c * jnp.vdot(x, x), x0,
                                                      jnp.asarray(lo), jnp.asarray(hi), blocks=(12,), maxiter=50,
                                                      ftol=1e-15, gtol=1e-12))(jnp.zeros(12))
     assert np.allclose(np.asarray(out.x), ref, atol=1e-8)

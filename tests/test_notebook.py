@@ -100,12 +100,12 @@ rows = [dict(inclination=i, vsini=v, chi2_total=(i - 60) ** 2 / 50 + (v - 40) **
 print("FIGURES", " ".join(sorted(figs)))
 """
 _CALLS = {
-    "plot_map": "plot.plot_map(g.lat, g.lon, res.fssc, lat_bounds=g.lat_bounds, lon_bounds=g.lon_bounds)",
-    "plot_uncertainty": "plot.plot_uncertainty(g, res.fssc, unc, inclination=60.0)",
+    "plot_map": "plot.plot_map(g.lat, g.lon, res.fssc, view=plot.View.of(g))",
+    "plot_uncertainty": "plot.plot_uncertainty(g, res.fssc, unc, view=plot.View.of(g, inclination=60.0))",
     "plot_lcurve": "plot.plot_lcurve(sweep, corner=1.0, target=1.2)",
     "plot_grid": "plot.plot_grid(rows, ['inclination', 'vsini'])",
     "plot_chi2_landscape": "plot.plot_chi2_landscape(rows, ['inclination', 'vsini'])",
-    "plot_polar": "plot.plot_polar(g.lat, g.lon, res.fssc, quantity='cool', inclination=60.0, phases=[0.1, 0.4])",
+    "plot_polar": "plot.plot_polar(g.lat, g.lon, res.fssc, quantity='cool', view=plot.View(inclination=60.0, phases=[0.1, 0.4]))",
     "result.plot": "res.plot('polar')",
 }
 # result_figures' names for this result: each becomes its own cell, figs[name]()

@@ -34,7 +34,7 @@ def figures(res):
     figs = {name: make() for name, make in plot.result_figures(res).items()}
     sig = np.where(np.degrees(res.grid.lat) < -60, np.inf, 0.01 + 0.02 * res.fssc)
     unc = Uncertainty(sigma_fssc=sig, sigma_fssh=sig, method="laplace", never_visible=~np.isfinite(sig), time=0.0)
-    figs["uncertainty"] = plot.plot_uncertainty(res.grid, res.fssc, unc, inclination=60.0)
+    figs["uncertainty"] = plot.plot_uncertainty(res.grid, res.fssc, unc, view=plot.View(inclination=60.0))
     lm = np.geomspace(0.1, 10, 6)
     fields = {f.name for f in dataclasses.fields(search.LambdaSweep)}
     values = dict(lmbd=lm, chi2=1 + 0.1 * lm, regulariser=1 / lm, floor=0.0, loss=1 + 0.2 * lm,
@@ -47,9 +47,9 @@ def figures(res):
     figs["grid_1d"] = plot.plot_grid([r for r in rows if r["vsini"] == 40.0], ["inclination"])
     figs["landscape"] = plot.plot_chi2_landscape(rows, ["inclination", "vsini"])
     figs["landscape_1d"] = plot.plot_chi2_landscape([r for r in rows if r["vsini"] == 40.0], ["inclination"])
-    figs["polar"] = plot.plot_polar(res.grid.lat, res.grid.lon, res.brightness, inclination=60.0,
-                                    phases=np.arange(8) / 8, lat_bounds=res.grid.lat_bounds,
-                                    lon_bounds=res.grid.lon_bounds, title="test star")
+    figs["polar"] = plot.plot_polar(res.grid.lat, res.grid.lon, res.brightness,
+                                    view=plot.View.of(res.grid, inclination=60.0, phases=np.arange(8) / 8),
+                                    look=plot.MapStyle(title="test star"))
     for f in figs.values():
         f.canvas.draw()  # tick labels and layouts exist after a draw
     return figs
@@ -82,12 +82,12 @@ def test_every_function_returns_a_figure_and_takes_fig_or_ax(res):
     ph = np.asarray(obs.times) / res.star.period
     flux = np.asarray(obs.flux)
     calls = {
-        "plot_maps": lambda fig: plot.plot_maps(g.lat, g.lon, {"cool": res.fssc}, lat_bounds=g.lat_bounds,
+        "_plot_maps": lambda fig: plot._plot_maps(g.lat, g.lon, {"cool": res.fssc}, lat_bounds=g.lat_bounds,
                                                 lon_bounds=g.lon_bounds, fig=fig),
-        "plot_orthographic": lambda fig: plot.plot_orthographic(g.lat, g.lon, res.brightness, inclination=60.0,
+        "_plot_orthographic": lambda fig: plot._plot_orthographic(g.lat, g.lon, res.brightness, inclination=60.0,
                                                                 fig=fig),
         "plot_profiles": lambda fig: plot.plot_profiles(obs.vels, ph, flux, res.model, fig=fig),
-        "plot_dynamic_spectrum": lambda fig: plot.plot_dynamic_spectrum(obs.vels, ph, flux, res.model, fig=fig),
+        "_plot_dynamic_spectrum": lambda fig: plot._plot_dynamic_spectrum(obs.vels, ph, flux, res.model, fig=fig),
         "plot_light_curve": lambda fig: plot.plot_light_curve(res.light_curve["times"] / 2.0,
                                                               res.light_curve["flux"], res.light_curve["model"],
                                                               fig=fig),
@@ -103,8 +103,7 @@ def test_every_function_returns_a_figure_and_takes_fig_or_ax(res):
     # a single map into the caller's axes
     fig = style.new_figure(7.0, 3.0)
     ax1, ax2 = fig.subplots(1, 2)
-    assert plot.plot_map(g.lat, g.lon, res.fssh, quantity="hot", ax=ax2, lat_bounds=g.lat_bounds,
-                         lon_bounds=g.lon_bounds) is fig
+    assert plot.plot_map(g.lat, g.lon, res.fssh, quantity="hot", ax=ax2, view=plot.View.of(g)) is fig
     assert ax2.images and ax2.images[0].get_cmap().name.startswith(style.CMAPS["hot"])
     assert ax2.images[0].get_cmap().get_bad()[3] == 0  # outside the ellipse stays transparent, not grey
     # notebook use: the figures of a result, nothing written
@@ -218,10 +217,10 @@ def test_hot_panel_only_when_hot_spots_are_fitted(res):
         fig = plot.result_figures(r)["map_mollweide"]()
         drawn = {im.get_label() for im in fig.axes[0].images if (im.get_gid() or "").startswith("panel:")}
         assert drawn == expect
-    fig = plot.plot_maps(res.grid.lat, res.grid.lon, {"cool": res.fssc, "hot": res.fssh}, components=("cool",))
+    fig = plot._plot_maps(res.grid.lat, res.grid.lon, {"cool": res.fssc, "hot": res.fssh}, components=("cool",))
     assert {im.get_label() for im in fig.axes[0].images if im.get_gid()} == {"cool"}
     with pytest.raises(ValueError, match="components"):
-        plot.plot_maps(res.grid.lat, res.grid.lon, {"cool": res.fssc}, components=("warm",))
+        plot._plot_maps(res.grid.lat, res.grid.lon, {"cool": res.fssc}, components=("warm",))
 
 
 def test_convergence_shows_line_and_light_curve_chi2(figures):
@@ -253,7 +252,7 @@ def test_dynamic_spectrum_shows_every_epoch_with_cycles():
     assert shown.tolist() == list(range(phases.size))
     assert img.mask.any()  # the gaps between observations
     vels = np.linspace(-50, 50, 3)
-    fig = plot.plot_dynamic_spectrum(vels, phases, rows + 1.0, rows + 1.0)
+    fig = plot._plot_dynamic_spectrum(vels, phases, rows + 1.0, rows + 1.0)
     ax = fig.axes[0]
     labels = [t.get_text() for t in ax.get_yticklabels()]
     assert {"0.0", "1.0", "5.0"} <= set(labels)
@@ -265,7 +264,7 @@ def test_map_shows_the_spot_where_it_is(tmp_path):
     g = dm.latitude_band_grid(800)
     f = np.where(np.degrees(np.arccos(np.sin(g.lat) * np.sin(np.radians(30)) + np.cos(g.lat) * np.cos(np.radians(30))
                                       * np.cos(g.lon - np.radians(90)))) < 12, 0.9, 0.0)
-    fig = plot.plot_maps(g.lat, g.lon, {"cool": f}, lat_bounds=g.lat_bounds, lon_bounds=g.lon_bounds,
+    fig = plot._plot_maps(g.lat, g.lon, {"cool": f}, lat_bounds=g.lat_bounds, lon_bounds=g.lon_bounds,
                          projection="rect")
     im = [i for i in fig.axes[0].images if i.get_label() == "cool"][0]
     x0, x1, y0, y1 = im.get_extent()
@@ -302,9 +301,9 @@ def test_orthographic_receding_limb_on_the_right():
 def test_input_errors(res):
     g, obs = res.grid, res.obs
     with pytest.raises(ValueError, match="1 to 8"):
-        plot.plot_orthographic(g.lat, g.lon, res.fssc, inclination=60, phases=np.arange(9) / 9)
+        plot._plot_orthographic(g.lat, g.lon, res.fssc, inclination=60, phases=np.arange(9) / 9)
     with pytest.raises(ValueError, match="values has shape"):
-        plot.plot_orthographic(g.lat, g.lon, res.fssc[:-1], inclination=60)
+        plot._plot_orthographic(g.lat, g.lon, res.fssc[:-1], inclination=60)
     with pytest.raises(ValueError, match="n_epoch, n_vel"):
         plot.plot_profiles(obs.vels, np.zeros(obs.n_epoch), np.asarray(obs.flux)[:, :-1], res.model)
     with pytest.raises(ValueError, match="no per-iteration"):
@@ -369,7 +368,7 @@ def test_cell_lookup_healpix_nearest_matches_pixels():
     lon = rng.uniform(0, 2 * np.pi, 4000)
     agree = np.mean(f(lat, lon) == hp.ang2pix(8, np.pi / 2 - lat, lon))
     assert agree > 0.85
-    fig = plot.plot_maps(g.lat, g.lon, {"total": np.sin(g.lat) ** 2}, inclination=45.0)
+    fig = plot._plot_maps(g.lat, g.lon, {"total": np.sin(g.lat) ** 2}, inclination=45.0)
     assert [i.get_label() for i in fig.axes[0].images if i.get_gid()] == ["total"]
 
 
@@ -469,8 +468,8 @@ def test_polar_view_puts_the_pole_in_the_centre_and_longitude_counter_clockwise(
     north = np.where(np.degrees(g.lat) > 75, 1.0, 0.0)
     spot = np.where((np.abs(np.degrees(g.lat) - 10) < 12) & (np.abs(np.degrees(g.lon) - 90) < 15), 1.0, 0.0)
     for values, where in ((north, "centre"), (spot, "right")):
-        fig = plot.plot_polar(g.lat, g.lon, values, quantity="cool", inclination=60.0, phases=[0.0, 0.25],
-                              lat_bounds=g.lat_bounds, lon_bounds=g.lon_bounds)
+        fig = plot.plot_polar(g.lat, g.lon, values, quantity="cool",
+                              view=plot.View.of(g, inclination=60.0, phases=[0.0, 0.25]))
         ax = fig.axes[0]
         im = next(i for i in ax.images if i.get_label() == "cool")
         x0, x1, y0, y1 = im.get_extent()

@@ -103,7 +103,7 @@ def test_lbfgsb_restarts_after_a_premature_stop(small_problem):
     from dopplermap.objective import ObjectiveData
     from dopplermap.solvers import bounds
     from dopplermap.solvers.program import compiled_value_and_grad
-    from dopplermap.solvers.scipy_lbfgsb import lbfgsb
+    from dopplermap.solvers.scipy_lbfgsb import LBFGSOptions, lbfgsb
 
     star, grid, times, vels, comps, sim = small_problem
     pre = dm.solve_form(dm.precompute(grid, star, times, vels, comps))
@@ -117,7 +117,7 @@ def test_lbfgsb_restarts_after_a_premature_stop(small_problem):
     def vg(x):
         return fn(x, lm, pre, data)
 
-    once, _ = lbfgsb(vg, x0, lo, hi, max_restarts=0)
+    once, _ = lbfgsb(vg, x0, lo, hi, options=LBFGSOptions(max_restarts=0))
     full, hist = lbfgsb(vg, x0, lo, hi)
     assert once.restarts == 0 and full.restarts >= 1
     assert full.fun < (1 - 1e-2) * once.fun  # 5 % lower here

@@ -222,7 +222,7 @@ def test_windowed_result_files_round_trip(tiny, tmp_path):
 
 
 def test_time_longitude_places_a_spot_in_its_band_longitude_and_window():
-    from dopplermap.plot import plot_spot_area, plot_time_longitude, plot_window_maps
+    from dopplermap.plot import _plot_time_longitude, _plot_window_maps, plot_spot_area
 
     grid = dm.latitude_band_grid(400)
     lat, lon = np.degrees(grid.lat), np.degrees(grid.lon)
@@ -230,7 +230,7 @@ def test_time_longitude_places_a_spot_in_its_band_longitude_and_window():
     maps = np.full((3, grid.n_cell), 1e-5)
     maps[1, spot] = 0.8  # the spot in the second window only
     spans = np.array([[0.0, 2.0], [2.0, 4.0], [4.0, 6.0]])
-    fig = plot_time_longitude(grid.lat, grid.lon, grid.area, maps, spans, bands=(-90, 0, 30, 60, 80, 90), n_lon=12)
+    fig = _plot_time_longitude(grid.lat, grid.lon, grid.area, maps, spans, bands=(-90, 0, 30, 60, 80, 90), n_lon=12)
     panels = [ax for ax in fig.axes if ax.get_ylabel() == "days"]  # not the colour bar
     assert len(panels) == 5  # north first: 80..90, 60..80, 30..60, 0..30, -90..0
     img = np.asarray(panels[2].collections[0].get_array()).reshape(3, 12)
@@ -240,12 +240,12 @@ def test_time_longitude_places_a_spot_in_its_band_longitude_and_window():
     assert max(others) < 1e-3
     # fewer cells than 12 in the 80..90 band: no bin left without a value
     assert all(np.isfinite(np.asarray(p.collections[0].get_array())).all() for p in panels)
-    assert len(plot_window_maps(grid.lat, grid.lon, maps, spans, truth=maps).axes) == 7  # 6 panels + colour bar
+    assert len(_plot_window_maps(grid.lat, grid.lon, maps, spans, truth=maps).axes) == 7  # 6 panels + colour bar
     area = plot_spot_area(spans, grid.area, maps, truth=maps).axes[0]
     y = area.lines[-1].get_ydata()
     assert y[1] > y[0] == pytest.approx(y[2])
     with pytest.raises(DopplermapInputError, match="window maps"):
-        plot_time_longitude(grid.lat, grid.lon, grid.area, maps[:, :10], spans)
+        _plot_time_longitude(grid.lat, grid.lon, grid.area, maps[:, :10], spans)
 
 
 @pytest.mark.slow

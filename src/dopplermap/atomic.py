@@ -540,20 +540,21 @@ class AtomicFolder:
     On a normal exit the manifest is written last (kind, run id, input fingerprint, each
     file's size and SHA-256) and the folder replaces the target; on an exception the
     temporary folder is removed and the target is untouched. ``check_out`` is called on
-    entry (so a caller that did not check earlier still cannot lose a foreign folder).
+    entry (so a caller that did not check earlier still cannot lose a foreign folder);
+    ``names``: how its errors spell the output and the overwrite option (``check_out``'s
+    ``option`` and ``flag``; the CLI's by default).
     """
 
     def __init__(self, path, kind: str, *, overwrite: bool = True, inputs: str | None = None,
-                 run_id: str | None = None, option: str = "--out", unfinished=None, meta: dict | None = None,
-                 flag: str = "--overwrite"):
+                 run_id: str | None = None, unfinished=None, meta: dict | None = None,
+                 names: tuple[str, str] = ("--out", "--overwrite")):
         self.path = _named(path)
         self.kind = kind
         self.overwrite = overwrite
         self.inputs = inputs
         self.run_id = run_id or new_run_id()
-        self.option = option
+        self.option, self.flag = names
         self.unfinished = unfinished
-        self.flag = flag
         self.meta = dict(meta or {})
         self.tmp: Path | None = None
         self._n = 0

@@ -104,7 +104,7 @@ QUALITY_BITMASKS = ("none", "default", "hard", "hardest")
 BIN_UNITS = ("d", "phase")
 # dopplermap plot --format
 FIGURE_FORMATS = ("png", "pdf", "svg")
-# plot_maps(projection=...): the map projections, each drawn into a result folder
+# the maps' projection=... (plot._plot_maps): the map projections, each drawn into a result folder
 MAP_PROJECTIONS = ("mollweide", "rect")
 # what InversionResult.plot(kind=...) draws (dopplermap.plot.plot_result_kind)
 RESULT_PLOT_KINDS = ("map", "maps", "orthographic", "polar", "profiles", "dynamic_spectrum", "light_curve",

@@ -41,7 +41,7 @@ from .profiles import ComponentSet, LocalProfile
 from .result import Outcome
 from .solvers import InversionResult, finish, invert, prepare
 from .solvers._common import RawSolve
-from .solvers.scipy_lbfgsb import lbfgsb
+from .solvers.scipy_lbfgsb import LBFGSOptions, lbfgsb
 
 __all__ = ["JointFitResult", "joint_fit", "dense_model", "limb_kink_distance", "STAR_PARAMETERS", "LIMB_KINK_DEG"]
 
@@ -279,7 +279,7 @@ def joint_fit(problem: Problem, *, fit=("inclination", "vsini"), x0=None, batch:
     z0 = np.clip(np.concatenate([setup.x0, [start[p] / s for p, s in zip(fit, scales, strict=True)]]), lo, hi)
 
     t0 = time.perf_counter()
-    res, history = lbfgsb(fn, z0, lo, hi, tol=setup.tol, maxiter=setup.maxiter)
+    res, history = lbfgsb(fn, z0, lo, hi, options=LBFGSOptions.at(setup.tol, setup.maxiter))
     solve_time = time.perf_counter() - t0
     z = np.asarray(res.x)
     new_star = star.replace(**{p: float(z[lay.size + i] * scales[i]) for i, p in enumerate(fit)})

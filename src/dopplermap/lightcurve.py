@@ -65,6 +65,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _device
+from ._options import options_of
 from ._sets import names_and_weights
 from .diagnostics import check_phase_span, check_spot_contrast, fields_checked
 from .errors import DopplermapInputError
@@ -74,7 +75,7 @@ from .memory import check_bytes
 from .profiles import LimbDarkening, intensity_ratio
 from .units import to_unit
 
-__all__ = ["PHOTOMETRY_LIMITS", "CHUNK_BYTES", "PHASE_TOLERANCE", "MIN_PHASE_NODES", "CIRCULANT_RTOL", "phase_nodes", "rotation_groups",
+__all__ = ["LightCurveOptions", "LightCurveSimulation", "PHOTOMETRY_LIMITS", "CHUNK_BYTES", "PHASE_TOLERANCE", "MIN_PHASE_NODES", "CIRCULANT_RTOL", "phase_nodes", "rotation_groups",
            "lightcurve_plan", "MAX_ROTATION_GROUPS", "LC_WARN_WORK", "auto_bin", "LC_MADD_RATE", "TYPICAL_EVALUATIONS", "AUTO_BINS_PER_CELL", "LightCurveBand", "LightCurveFit", "LightCurveSet", "precompute_lightcurve", "lightcurve_model",
            "chi2_lightcurve", "chi2_lightcurves", "lightcurve_residuals", "model_residuals", "simulate_lightcurve"]
 
@@ -354,15 +355,42 @@ def _lc_weights(grid, star, times, band, cell_factors, limb="smooth"):
     return w
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class LightCurveOptions:
+    """How :func:`precompute_lightcurve` models a light curve (its fields are described there):
+    ``cell_factors``, ``source``, ``normalise``, ``fit_dilution``, ``limb``, ``segment``, ``at_times``."""
+
+    cell_factors: object = None
+    source: str = "light curve"
+    normalise: bool = True
+    fit_dilution: bool = False
+    limb: str = "smooth"
+    segment: object = None
+    at_times: bool = False
+
+    def replace(self, **changes) -> LightCurveOptions:
+        return dataclasses.replace(self, **changes)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class LightCurveSimulation:
+    """How :func:`simulate_lightcurve` makes its data: noise ``sigma`` (of the normalised
+    flux) and its ``seed``; ``cell_factors`` and ``limb`` as in :func:`precompute_lightcurve`."""
+
+    sigma: float = 1e-3
+    seed: int = 0
+    cell_factors: object = None
+    limb: str = "smooth"
+
+
 def precompute_lightcurve(grid: SurfaceGrid, star: StarParams, times, flux, err, band: LightCurveBand, *,
-                          cell_factors=None, source: str = "light curve", normalise: bool = True,
-                          fit_dilution: bool = False, limb: str = "smooth", segment=None,
-                          at_times: bool = False) -> LightCurveFit:
+                          options: LightCurveOptions | None = None, **loose) -> LightCurveFit:
     """Weights of the light-curve model plus validated data.
 
     Args:
         grid, star: as for the line model. times: (n_lc,) days. flux, err: (n_lc,) in any
             units (divided by the mean flux when ``normalise``). band: :class:`LightCurveBand`.
+        options: a :class:`LightCurveOptions`, or its fields as keywords (``fit_dilution=True``):
         cell_factors: optional (n_cell,) or (n_cell, 3) intensity factors (gravity darkening);
             or (n_cell, 3, 3): each cell's and component's factor and power-2 limb darkening
             ``(factor, g, h)``, which replaces the band's law (cells whose temperatures differ).
@@ -371,7 +399,12 @@ def precompute_lightcurve(grid: SurfaceGrid, star: StarParams, times, flux, err,
             divided by its own mean and gets a free scale (:class:`LightCurveFit`).
         at_times: model rows at the points' times, never on phase nodes (a model each point
             reads from its own map: time windows, :mod:`dopplermap.windows`).
+        source: names the data in errors. normalise: divide by the mean flux.
+        fit_dilution: a free dilution (third light) term (:class:`LightCurveFit`).
     """
+    o = options_of("precompute_lightcurve", LightCurveOptions, options, loose)
+    cell_factors, source, normalise, fit_dilution = o.cell_factors, o.source, o.normalise, o.fit_dilution
+    limb, segment, at_times = o.limb, o.segment, o.at_times
     if hasattr(times, "flux") or hasattr(times, "jd"):  # a lightkurve light curve or an astropy Time
         what = "an astropy Time" if hasattr(times, "jd") else f"a {type(times).__name__}"
         raise DopplermapInputError(f"{source}: times is {what}; precompute_lightcurve takes BJD_TDB days as numbers: "
@@ -669,8 +702,11 @@ def chi2_lightcurves(fssc, fssh, lcs):
 
 
 def simulate_lightcurve(grid: SurfaceGrid, star: StarParams, times, band: LightCurveBand, fssc, fssh, *,
-                        sigma: float = 1e-3, seed: int = 0, cell_factors=None, limb: str = "smooth"):
-    """Noisy normalised light curve of the maps: returns (flux (n_lc,), err (n_lc,), noiseless)."""
+                        options: LightCurveSimulation | None = None, **loose):
+    """Noisy normalised light curve of the maps: returns (flux (n_lc,), err (n_lc,), noiseless).
+    ``options``: a :class:`LightCurveSimulation`, or its fields as keywords (``sigma=1e-3, seed=0``)."""
+    o = options_of("simulate_lightcurve", LightCurveSimulation, options, loose)
+    sigma, seed, cell_factors, limb = o.sigma, o.seed, o.cell_factors, o.limb
     if not sigma > 0:
         raise DopplermapInputError(f"sigma must be > 0, got {sigma!r}")
     times = np.atleast_1d(np.asarray(times, dtype=float))

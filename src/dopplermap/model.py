@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import _device, choices, plan
+from ._options import options_of
 from ._repr import compact
 from .diagnostics import check_phase_span, check_velocity_window
 from .errors import DopplermapInputError
@@ -52,7 +53,7 @@ from .grid import SurfaceGrid
 from .memory import check_precompute_size
 from .profiles import ComponentSet
 
-__all__ = ["Precomputed", "precompute", "synthesize", "forward", "apply_nuisance",
+__all__ = ["Precomputed", "Synthesis", "precompute", "synthesize", "forward", "apply_nuisance",
            "choose_bin_width", "is_mu_dependent", "eval_profile", "fold_dense", "block_dense", "blocked_nbytes",
            "phase_order", "solve_form", "dense_numerator", "with_exact_numerator", "DEFAULT_BLOCKS", "shift_profiles"]
 
@@ -116,15 +117,31 @@ def _component_weights(components: ComponentSet, mu, proj_area):
     return np.stack([np.asarray(comp.intensity * comp.limb_darkening(mu) * proj_area) for comp in components])
 
 
+@dataclasses.dataclass(frozen=True)
+class Synthesis:
+    """How :func:`precompute` synthesises the lines (its fields are described there):
+    ``method``, ``synthesis_tol``, ``bin_width``, ``dtype``, ``rv_shift``, ``limb``."""
+
+    method: str = "auto"
+    synthesis_tol: float = 1e-7
+    bin_width: float | None = None
+    dtype: object = jnp.float64
+    rv_shift: str = "interpolate"
+    limb: str = "smooth"
+
+    def replace(self, **changes) -> Synthesis:
+        return dataclasses.replace(self, **changes)
+
+
 def precompute(grid: SurfaceGrid, star: StarParams, times, vels, components: ComponentSet, *,
-               method: str = "auto", synthesis_tol: float = 1e-7, bin_width: float | None = None,
-               dtype=jnp.float64, rv_shift: str = "interpolate", limb: str = "smooth") -> Precomputed:
+               synthesis: Synthesis | None = None, **loose) -> Precomputed:
     """Precompute the line synthesis for a star, grid, epochs and local profiles.
 
     Args:
         grid: surface grid. star: :class:`StarParams`. times: (n_epoch,) days.
         vels: (n_vel,) increasing velocity grid of the observations, km/s.
         components: photosphere, cool-spot and hot-spot components.
+        synthesis: a :class:`Synthesis`, or its fields as keywords (``method="dense"``):
         method: ``"auto"`` (default), ``"binned"`` (memory-light) or ``"dense"`` (exact cube).
             ``"auto"`` is ``"dense"`` while its cube fits :data:`dopplermap.plan.DENSE_AUTO_BYTES`
             (512 MiB; 144 MB at the seed's 2500 cells x 150 epochs x 32 velocities) and
@@ -141,7 +158,11 @@ def precompute(grid: SurfaceGrid, star: StarParams, times, vels, components: Com
         limb: ``"smooth"`` (default: a cell the limb cuts weighs its cell-averaged projected
             area, :func:`dopplermap.geometry.limb_weight`) or ``"sharp"`` (``max(mu, 0)``, the
             seed's weights).
+        dtype: of the synthesis arrays [float64].
     """
+    o = options_of("precompute", Synthesis, synthesis, loose, "synthesis")
+    method, synthesis_tol, bin_width, dtype, rv_shift, limb = (o.method, o.synthesis_tol, o.bin_width, o.dtype,
+                                                               o.rv_shift, o.limb)
     check_star(star)
     vels = _check_vels(vels)
     times = _check_times(times)

@@ -17,6 +17,7 @@ each quantity come from :data:`dopplermap.style.CMAPS` and :data:`dopplermap.sty
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 from pathlib import Path
@@ -30,13 +31,64 @@ from .errors import DopplermapInputError
 from .gridtable import computed_rows, delta_chi2_interval
 from .result import light_curves, line_sets, relative_brightness
 
-__all__ = ["plot_maps", "plot_map", "plot_orthographic", "plot_profiles", "plot_dynamic_spectrum",
+__all__ = ["View", "MapStyle", "plot_map", "plot_profiles",
            "plot_light_curve", "plot_convergence", "plot_uncertainty", "result_figures", "plot_result",
-           "fitted_components", "cell_lookup", "central_meridians", "QUANTITIES", "plot_window_maps",
-           "plot_time_longitude", "plot_spot_area", "plot_polar", "plot_lcurve", "plot_grid", "plot_chi2_landscape",
+           "fitted_components", "cell_lookup", "central_meridians", "QUANTITIES",
+           "plot_spot_area", "plot_polar", "plot_lcurve", "plot_grid", "plot_chi2_landscape",
            "plot_result_kind"]
 
 log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class View:
+    """How a map figure places the star, shared by :func:`plot_map`, :func:`plot_polar` and
+    :func:`plot_uncertainty`.
+
+    Attributes:
+        inclination: deg; hatches the never-visible band (the polar view's outer ring).
+        phases: rotation phases (cycles) of the observations; their central meridians
+            (:func:`central_meridians`) are ticked.
+        lat_bounds, lon_bounds: (n_cell, 2) cell bounds, rad: every pixel takes the value of
+            the cell containing it (without them: of the nearest cell centre).
+    """
+
+    inclination: float | None = None
+    phases: object = None
+    lat_bounds: object = None
+    lon_bounds: object = None
+
+    @classmethod
+    def of(cls, grid, *, inclination: float | None = None, phases=None) -> View:
+        """The view of a :class:`~dopplermap.grid.SurfaceGrid`'s cells (its bounds)."""
+        return cls(inclination=inclination, phases=phases, lat_bounds=getattr(grid, "lat_bounds", None),
+                   lon_bounds=getattr(grid, "lon_bounds", None))
+
+    def replace(self, **changes) -> View:
+        return dataclasses.replace(self, **changes)
+
+
+@dataclasses.dataclass(frozen=True)
+class MapStyle:
+    """How a map figure draws its values.
+
+    Attributes:
+        vmin, vmax: colour-scale limits (default from the values shown).
+        resolution: image rows (pixels across the polar view); None: the figure's default.
+        colorbar: draw the colour bar. title: above the figure.
+    """
+
+    vmin: float | None = None
+    vmax: float | None = None
+    resolution: int | None = None
+    colorbar: bool = True
+    title: str | None = None
+
+    def replace(self, **changes) -> MapStyle:
+        return dataclasses.replace(self, **changes)
+
+
+_MAP_STYLE_FIELDS = tuple(f.name for f in dataclasses.fields(MapStyle))
 
 _SQRT2 = np.sqrt(2.0)
 
@@ -370,7 +422,7 @@ def _legend_strip(sheet, *, ticks: bool, shade: bool, missing: str | None = None
 # ---------------------------------------------------------------------------- maps
 
 
-def plot_maps(lat, lon, maps: dict, *, truth: dict | None = None, lat_bounds=None, lon_bounds=None,
+def _plot_maps(lat, lon, maps: dict, *, truth: dict | None = None, lat_bounds=None, lon_bounds=None,
               inclination: float | None = None, phase_lons=None, projection: str = "mollweide",
               components=SPOT_COMPONENTS, title: str | None = None, resolution: int = 200,
               missing_label: str | None = None, hidden=None, limits: dict | None = None, fig=None):
@@ -484,12 +536,19 @@ def plot_maps(lat, lon, maps: dict, *, truth: dict | None = None, lat_bounds=Non
     return sheet.fig
 
 
-def plot_map(lat, lon, values, *, quantity: str = "cool", ax=None, lat_bounds=None, lon_bounds=None,
-             inclination: float | None = None, vmin=None, vmax=None, resolution: int = 200, colorbar: bool = True):
+def plot_map(lat, lon, values, *, quantity: str = "cool", ax=None, view: View | None = None,
+             look: MapStyle | None = None):
     """One Mollweide map of ``values`` (n_cell,) into ``ax`` (default: a new one-column figure).
 
-    ``quantity`` picks the colour map and label (:data:`dopplermap.style.CMAPS`). Returns the Figure.
+    ``quantity`` picks the colour map and label (:data:`dopplermap.style.CMAPS`). ``view``: the
+    cells' bounds and the inclination (:class:`View`; e.g. ``View.of(grid, inclination=60)``);
+    ``look``: colour limits, resolution (default 200), colour bar (:class:`MapStyle`; its
+    title is not drawn here). Returns the Figure.
     """
+    view, look = view or View(), look or MapStyle()
+    lat_bounds, lon_bounds, inclination = view.lat_bounds, view.lon_bounds, view.inclination
+    vmin, vmax, colorbar = look.vmin, look.vmax, look.colorbar
+    resolution = 200 if look.resolution is None else look.resolution
     if np.shape(values) != np.shape(lat):
         raise DopplermapInputError(f"values has shape {np.shape(values)}, expected (n_cell,) = {np.shape(lat)}")
     if ax is None:
@@ -589,7 +648,7 @@ def _pole_and_rotation(ax, inclination, cx, cy):
     ax.plot([cx], [cy + np.sin(inc)], marker="+", color="k", ms=5, mew=0.9, zorder=6, gid="pole", path_effects=halo)
 
 
-def plot_orthographic(lat, lon, values, *, inclination: float, phases=None, truth=None, lat_bounds=None,
+def _plot_orthographic(lat, lon, values, *, inclination: float, phases=None, truth=None, lat_bounds=None,
                       lon_bounds=None, quantity: str = "brightness", vmin=None, vmax=None, resolution: int = 160,
                       fig=None):
     """The star as seen at 1-8 rotation phases (recovered; the truth above it when given).
@@ -802,7 +861,7 @@ def _phase_image(y, rows, n_bins, span: float = 1.0):
     return np.ma.masked_invalid(img)
 
 
-def plot_dynamic_spectrum(vels, phases, obs, model, *, spotless=None, err=None, vsini: float | None = None,
+def _plot_dynamic_spectrum(vels, phases, obs, model, *, spotless=None, err=None, vsini: float | None = None,
                           bins_per_cycle: int = 200, fig=None):
     """Dynamic spectra (rotation cycle + phase x velocity): spots show as tracks from blue to red.
 
@@ -987,25 +1046,31 @@ def plot_convergence(history: dict, *, regulariser_label: str = "regulariser", f
     return fig
 
 
-def plot_uncertainty(grid, fill, unc, *, component: str = "cool", inclination: float | None = None,
-                     sigma_max: float | None = None, fill_max: float | None = None, title: str | None = None,
-                     phase_lons=None, fig=None):
+def plot_uncertainty(grid, fill, unc, *, component: str = "cool", view: View | None = None,
+                     sigma_max: float | None = None, look: MapStyle | None = None, fig=None):
     """Map of a filling factor beside its 1-sigma uncertainty map (Mollweide), one figure, in
-    the maps' conventions (:func:`plot_maps`).
+    the maps' conventions (:func:`_plot_maps`).
 
     Args:
         grid: the :class:`~dopplermap.grid.SurfaceGrid`. fill: (n_cell,) filling factors of
             ``component``. unc: a :class:`dopplermap.uncertainty.Uncertainty`; cells it
             reports as unconstrained (``inf``) are drawn in the gap colour, except those of
             the never-visible band, which is hatched as on the maps.
-        inclination: deg; hatches the never-visible band. phase_lons: deg, the observations'
-            central meridians (ticks, as on the maps).
-        sigma_max, fill_max: colour-scale tops, to give several methods' figures one scale.
-        title: default the component and the method's readable name
-            (:func:`dopplermap.choices.uncertainty_title`). fig: an empty Figure to draw into.
+        view: a :class:`View` (default ``View.of(grid)``): ``inclination`` (deg; hatches the
+            never-visible band), ``phases`` (the observations' central meridians are ticked,
+            as on the maps); cell bounds default to the grid's.
+        sigma_max: the uncertainty's colour-scale top; ``look.vmax``: the filling factor's
+            (to give several methods' figures one scale). ``look.title``: default the component
+            and the method's readable name (:func:`dopplermap.choices.uncertainty_title`).
+        fig: an empty Figure to draw into.
 
     Returns the Figure.
     """
+    view, look = view or View(), look or MapStyle()
+    if view.lat_bounds is None and view.lon_bounds is None:
+        view = view.replace(lat_bounds=grid.lat_bounds, lon_bounds=grid.lon_bounds)
+    inclination, fill_max, title = view.inclination, look.vmax, look.title
+    phase_lons = None if view.phases is None else central_meridians(view.phases)
     if component not in _FILL:
         raise DopplermapInputError(f"component must be one of {tuple(_FILL)}, got {component!r}")
     sigma = np.asarray(unc.sigma_fssc if component == "cool" else unc.sigma_fssh, float)
@@ -1020,8 +1085,8 @@ def plot_uncertainty(grid, fill, unc, *, component: str = "cool", inclination: f
         limits[component] = (0.0, float(fill_max))
     if title is None:
         title = f"{component} spots, 1σ: {uncertainty_title(str(unc.method))}"
-    fig = plot_maps(grid.lat, grid.lon, {component: np.asarray(fill, float), "uncertainty": sig},
-                    lat_bounds=grid.lat_bounds, lon_bounds=grid.lon_bounds, inclination=inclination,
+    fig = _plot_maps(grid.lat, grid.lon, {component: np.asarray(fill, float), "uncertainty": sig},
+                    lat_bounds=view.lat_bounds, lon_bounds=view.lon_bounds, inclination=inclination,
                     phase_lons=phase_lons, components=(component,), title=title,
                     missing_label="unconstrained", hidden=hidden, limits=limits, fig=fig)
     return fig
@@ -1072,32 +1137,32 @@ def result_figures(result, *, n_views: int = 6, max_profiles: int = 24, componen
         spans = result.window_spans
         t_ref = None if star is None else star.t0
         per = None if star is None else star.period
-        out["map_windows"] = lambda: plot_window_maps(grid.lat, grid.lon, fc, spans, truth=true_c,
+        out["map_windows"] = lambda: _plot_window_maps(grid.lat, grid.lon, fc, spans, truth=true_c,
                                                       lat_bounds=grid.lat_bounds, lon_bounds=grid.lon_bounds,
                                                       t_ref=t_ref, period=per)
-        out["time_longitude"] = lambda: plot_time_longitude(grid.lat, grid.lon, grid.area, fc, spans, t_ref=t_ref,
+        out["time_longitude"] = lambda: _plot_time_longitude(grid.lat, grid.lon, grid.area, fc, spans, t_ref=t_ref,
                                                             period=per)
         out["spot_area"] = lambda: plot_spot_area(spans, grid.area, fc, truth=true_c, t_ref=t_ref, period=per)
         if "hot" in comps:
-            out["map_windows_hot"] = lambda: plot_window_maps(grid.lat, grid.lon, fh, spans, quantity="hot",
+            out["map_windows_hot"] = lambda: _plot_window_maps(grid.lat, grid.lon, fh, spans, quantity="hot",
                                                               lat_bounds=grid.lat_bounds,
                                                               lon_bounds=grid.lon_bounds, t_ref=t_ref, period=per)
     elif grid is not None:
         rec = quantities(result.fssc, result.fssh)
         tru = quantities(result.truth["fssc"], result.truth["fssh"]) if result.truth is not None else None
         for proj in MAP_PROJECTIONS:
-            out[f"map_{proj}"] = lambda proj=proj: plot_maps(
+            out[f"map_{proj}"] = lambda proj=proj: _plot_maps(
                 grid.lat, grid.lon, rec, truth=tru, lat_bounds=grid.lat_bounds, lon_bounds=grid.lon_bounds,
                 inclination=inc, phase_lons=phase_lons, projection=proj, components=comps, title=star_name)
         if inc is not None:
             key = "brightness" if "brightness" in rec else "cool"
-            out["orthographic"] = _labelled(lambda: plot_orthographic(
+            out["orthographic"] = _labelled(lambda: _plot_orthographic(
                 grid.lat, grid.lon, rec[key], truth=None if tru is None else tru[key], inclination=inc,
                 phases=np.arange(n_views) / n_views, lat_bounds=grid.lat_bounds, lon_bounds=grid.lon_bounds,
                 quantity=key), star_name)
             out["polar"] = lambda: plot_polar(
-                grid.lat, grid.lon, rec[key], quantity=key, inclination=inc, phases=phases,
-                lat_bounds=grid.lat_bounds, lon_bounds=grid.lon_bounds, title=star_name)
+                grid.lat, grid.lon, rec[key], quantity=key, view=View.of(grid, inclination=inc, phases=phases),
+                look=MapStyle(title=star_name))
     else:
         log.info("no grid in the result: map figures skipped")
     for d in sets:
@@ -1111,7 +1176,7 @@ def result_figures(result, *, n_views: int = 6, max_profiles: int = 24, componen
         label = named(_set_label(d["name"], d["chi2"]) if several else None)
         out[f"profiles{suffix}"] = _labelled(lambda obs=obs, ph=ph, flux=flux, err=err, d=d: plot_profiles(
             obs.vels, ph, flux, d["model"], err=err, spotless=d["spotless"], max_profiles=max_profiles), label)
-        out[f"dynamic_spectrum{suffix}"] = _labelled(lambda obs=obs, ph=ph, flux=flux, err=err, d=d: plot_dynamic_spectrum(
+        out[f"dynamic_spectrum{suffix}"] = _labelled(lambda obs=obs, ph=ph, flux=flux, err=err, d=d: _plot_dynamic_spectrum(
             obs.vels, ph, flux, d["model"], spotless=d["spotless"], err=err,
             vsini=None if star is None else star.vsini_kms), label)
     if star is not None:
@@ -1148,7 +1213,7 @@ def _check_windows(maps, spans, n_cell):
     return maps, spans
 
 
-def plot_window_maps(lat, lon, maps, spans, *, quantity: str = "cool", truth=None, lat_bounds=None,
+def _plot_window_maps(lat, lon, maps, spans, *, quantity: str = "cool", truth=None, lat_bounds=None,
                      lon_bounds=None, t_ref: float | None = None, period: float | None = None, ncol: int = 4,
                      resolution: int = 90, fig=None):
     """The maps of the time windows in sequence (rectangular projection), on one colour scale.
@@ -1200,7 +1265,7 @@ def plot_window_maps(lat, lon, maps, spans, *, quantity: str = "cool", truth=Non
     return fig
 
 
-def plot_time_longitude(lat, lon, area, maps, spans, *, bands=(-90.0, -30.0, 0.0, 30.0, 60.0, 90.0),
+def _plot_time_longitude(lat, lon, area, maps, spans, *, bands=(-90.0, -30.0, 0.0, 30.0, 60.0, 90.0),
                         n_lon: int = 36, quantity: str = "cool", t_ref: float | None = None,
                         period: float | None = None, fig=None):
     """Spot coverage against longitude and time, one panel per latitude band (the
@@ -1331,16 +1396,16 @@ def _labelled(make, label, strip_in: float = 0.24):
 _DRAW_COST = {"dynamic_spectrum": 3.0, "profiles": 1.5}
 
 
-def plot_result(result, out_dir, *, fmt: str = "png", dpi: float | None = None, n_views: int = 6,
-                max_profiles: int = 24, components=None, workers: int | None = None,
-                processes: int | None = None) -> list[Path]:
+def plot_result(result, out_dir, *, fmt: str = "png", dpi: float | None = None, max_profiles: int = 24,
+                components=None, workers: int | None = None, processes: int | None = None) -> list[Path]:
     """Save every figure of :func:`result_figures` into ``out_dir`` as ``NAME.{fmt}``; returns the paths.
+    (Other figure choices: ``style.save_figures(result_figures(result, ...), out_dir)``.)
 
     The figures are drawn in parallel (:func:`dopplermap.style.save_figures`): in forked
     processes where that is safe (the figure child of a CLI run), else in ``workers``
     threads (each its own Figure and Agg canvas, so no state is shared).
     """
-    figs = result_figures(result, n_views=n_views, max_profiles=max_profiles, components=components)
+    figs = result_figures(result, max_profiles=max_profiles, components=components)
     return style.save_figures(figs, out_dir, fmt=fmt, dpi=dpi, costs=_DRAW_COST, processes=processes, workers=workers)
 
 
@@ -1359,9 +1424,8 @@ def _polar_xy(lat_deg, lon_deg):
     return r * np.sin(lam), -r * np.cos(lam)
 
 
-def plot_polar(lat, lon, values, *, quantity: str = "brightness", inclination: float | None = None, phases=None,
-               lat_min: float | None = None, lat_bounds=None, lon_bounds=None, vmin=None, vmax=None,
-               resolution: int = 240, title: str | None = None, colorbar: bool = True, ax=None):
+def plot_polar(lat, lon, values, *, quantity: str = "brightness", view: View | None = None,
+               lat_min: float | None = None, look: MapStyle | None = None, ax=None):
     """Flattened polar view: the north pole at the centre, colatitude as radius.
 
     The view of Doppler-imaging papers: latitude rings every 30 deg (labelled), longitude 0
@@ -1373,13 +1437,19 @@ def plot_polar(lat, lon, values, *, quantity: str = "brightness", inclination: f
     Args:
         lat, lon: (n_cell,) rad. values: (n_cell,) values of ``quantity`` (colour map and
             label from :mod:`dopplermap.style`); NaN or inf cells are drawn in the gap colour.
-        inclination: deg; the outer ring defaults to latitude ``-inclination`` (the lowest
-            latitude ever seen). phases: rotation phases (cycles) of the observations.
+        view: a :class:`View`: ``inclination`` (deg; the outer ring defaults to latitude
+            ``-inclination``, the lowest latitude ever seen), ``phases`` (rotation phases,
+            cycles, of the observations), the cells' bounds.
         lat_min: outer ring latitude, deg (default ``-inclination``, else -30).
-        ax: an Axes to draw into (default a new one-column figure). title: above the view.
+        look: a :class:`MapStyle`: colour limits, pixels across (default 240), colour bar,
+            title above the view. ax: an Axes to draw into (default a new one-column figure).
 
     Returns the Figure.
     """
+    view, look = view or View(), look or MapStyle()
+    inclination, phases, lat_bounds, lon_bounds = view.inclination, view.phases, view.lat_bounds, view.lon_bounds
+    vmin, vmax, title, colorbar = look.vmin, look.vmax, look.title, look.colorbar
+    resolution = 240 if look.resolution is None else look.resolution
     if np.shape(values) != np.shape(lat):
         raise DopplermapInputError(f"values has shape {np.shape(values)}, expected (n_cell,) = {np.shape(lat)}")
     if lat_min is None:
@@ -1757,16 +1827,18 @@ def plot_result_kind(result, kind: str, *, ax=None, **kwargs):
         quantity = kwargs.pop("quantity", "cool" if kind == "map" else "brightness"
                               if result.intensities is not None else "cool")
         values = _result_quantity(result, quantity)
+        look = MapStyle(**{k: kwargs.pop(k) for k in _MAP_STYLE_FIELDS if k in kwargs})
         if kind == "map":
-            return plot_map(grid.lat, grid.lon, values, quantity=quantity, ax=ax, lat_bounds=grid.lat_bounds,
-                            lon_bounds=grid.lon_bounds, inclination=inc, **kwargs)
+            return plot_map(grid.lat, grid.lon, values, quantity=quantity, ax=ax,
+                            view=View.of(grid, inclination=inc), look=look, **kwargs)
         phases = None
         sets = line_sets(result)
         if sets and star is not None:
             phases = (np.concatenate([np.asarray(d["obs"].times, float) for d in sets]) - star.t0) / star.period
-        kwargs.setdefault("title", result.name)
-        return plot_polar(grid.lat, grid.lon, values, quantity=quantity, inclination=inc, phases=phases,
-                          lat_bounds=grid.lat_bounds, lon_bounds=grid.lon_bounds, ax=ax, **kwargs)
+        if look.title is None:
+            look = look.replace(title=result.name)
+        return plot_polar(grid.lat, grid.lon, values, quantity=quantity, ax=ax,
+                          view=View.of(grid, inclination=inc, phases=phases), look=look, **kwargs)
     if kind == "convergence":
         if ax is not None:
             kwargs["fig"] = ax.figure

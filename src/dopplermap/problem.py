@@ -38,7 +38,7 @@ from .errorscale import ErrorScale, error_scale_for, scale_errors
 from .geometry import StarParams
 from .gravity import gravity_darkening_factors, log_g, star_surface, temperature_ratio
 from .grid import SurfaceGrid, make_grid, with_surface
-from .io.lightcurve import load_lightcurve
+from .io.lightcurve import LightCurveRead, LightCurveReading, load_lightcurve, reading_options
 from .io.lsd import load_profiles, read_local_profile
 from .io.times import epoch_times
 from .lightcurve import (
@@ -115,10 +115,12 @@ class GravityDarkening:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class LightCurveData:
-    """An observed light curve and its band: times (days), flux and err (n_lc,).
+    """An observed light curve and its band: times (days), flux and err (n_lc,); the one
+    light-curve input of a :class:`Problem` (a configuration's ``[[lightcurves]]`` become these).
 
     :meth:`load` builds one from a file or a lightkurve ``LightCurve`` /
-    ``LightCurveCollection`` (times converted to BJD_TDB, quality mask, counts kept in ``read``).
+    ``LightCurveCollection`` (times converted to BJD_TDB, quality mask; what the reader did,
+    a :class:`~dopplermap.io.lightcurve.LightCurveRead`, kept in ``read``).
     """
 
     times: np.ndarray
@@ -127,7 +129,7 @@ class LightCurveData:
     band: object  # dopplermap.lightcurve.LightCurveBand
     fit_dilution: bool = False
     source: str = "light curve"
-    read: object | None = None  # dopplermap.io.lightcurve.LightCurveData: counts read, dropped, binned
+    read: LightCurveRead | None = None  # what reading did: counts read, dropped, binned
     name: str = "lightcurve"
     weight: float = 1.0  # of this band among several (dopplermap.lightcurve.LightCurveSet)
     wavelength_nm: float | None = None  # gravity-darkening factors; None: GravityDarkening.lc_wavelength_nm
@@ -139,37 +141,40 @@ class LightCurveData:
         return compact(self, ("name", "times", "flux", "source"))
 
     @classmethod
-    def load(cls, source, band, *, name: str = "lightcurve", weight: float = 1.0, fit_dilution: bool = False,
-             wavelength_nm: float | None = None, bin=None, star=None, n_cell: int | None = None,
-             **reading) -> LightCurveData:
+    def load(cls, source, band, *, star=None, n_cell: int | None = None, reading: LightCurveReading | None = None,
+             **given) -> LightCurveData:
         """The light curve of ``source`` (a file, or a lightkurve ``LightCurve`` /
-        ``LightCurveCollection``) in ``band``; ``reading``: the keywords of
-        :func:`dopplermap.io.lightcurve.load_lightcurve` (``column``, ``quality_bitmask``,
-        ``time_scale``, ``bin_width``, ...).
+        ``LightCurveCollection``) in ``band``.
 
-        ``bin``: as the configuration's ``lightcurve_bin``: a width (``bin_unit``, days by
-        default) or ``"auto"``, the resolution a map of ``n_cell`` cells of ``star`` can use
+        ``given``: this class's fields (``name``, ``weight``, ``fit_dilution``,
+        ``wavelength_nm``, ``passband``, ``atmosphere_logg``), the ephemeris ``period`` and
+        ``t0`` (default the star's), and, unless ``reading`` (a
+        :class:`~dopplermap.io.lightcurve.LightCurveReading`) is given, its fields
+        (``column``, ``quality_bitmask``, ``time_scale``, ``bin_width``, ``bin_unit``, ...) as
+        in :func:`dopplermap.io.lightcurve.load_lightcurve`.
+
+        ``bin_width="auto"`` (the configuration's ``lightcurve_bin = "auto"``) bins to the
+        resolution a map of ``n_cell`` cells of ``star`` can use
         (:func:`dopplermap.lightcurve.auto_bin`; both needed). ``star`` also gives the period
         and t0 of phase bins."""
-        if bin is not None:
-            if reading.get("bin_width") is not None:
-                raise DopplermapInputError(f"{source}: give bin or bin_width, not both (got {bin!r} and "
-                                           f"{reading['bin_width']!r})")
-            reading["bin_width"] = bin
-        if isinstance(reading.get("bin_width"), str):
-            if reading["bin_width"] != "auto":
-                raise DopplermapInputError(f"{source}: bin must be a width or 'auto', got {reading['bin_width']!r}")
+        fields = {k: given.pop(k) for k in _LOAD_FIELDS if k in given}
+        period = given.pop("period", None if star is None else star.period)
+        t0 = given.pop("t0", None if star is None else star.t0)
+        r = reading_options("LightCurveData.load", reading, given)
+        if isinstance(r.bin_width, str):
+            if r.bin_width != "auto":
+                raise DopplermapInputError(f"{source}: bin_width must be a width or 'auto', got {r.bin_width!r}")
             if star is None or n_cell is None:
-                raise DopplermapInputError(f"{source}: bin = 'auto' bins to the resolution the map can use: give "
+                raise DopplermapInputError(f"{source}: bin_width = 'auto' bins to the resolution the map can use: give "
                                            "star= (its period and differential rotation) and n_cell= (the grid's cells)")
-            reading["bin_width"], reading["bin_unit"] = auto_bin(int(n_cell), star.period, float(star.domega))
-        if star is not None:
-            reading.setdefault("period", star.period)
-            reading.setdefault("t0", star.t0)
-        data = load_lightcurve(source, **reading)
-        return cls(times=data.time, flux=data.flux, err=data.err, band=band, fit_dilution=fit_dilution,
-                   source=data.source, read=data, name=name, weight=weight, wavelength_nm=wavelength_nm,
-                   segment=data.segment)
+            width, unit = auto_bin(int(n_cell), star.period, float(star.domega))
+            r = r.replace(bin_width=width, bin_unit=unit)
+        data = load_lightcurve(source, r, period=period, t0=t0)
+        return cls(times=data.time, flux=data.flux, err=data.err, band=band, source=data.source, read=data,
+                   segment=data.segment, **fields)
+
+
+_LOAD_FIELDS = ("name", "weight", "fit_dilution", "wavelength_nm", "passband", "atmosphere_logg")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -749,10 +754,10 @@ def _read_lightcurve(cfg, star, profile_times, path, fmt, column, unit, time_sca
     if bin_width == "auto":  # the resolution the map can use (dopplermap.lightcurve.auto_bin)
         bin_width, bin_unit = auto_bin(n_cell, star.period, float(star.domega))
     path = [cfg.path(p) for p in path] if isinstance(path, tuple) else cfg.path(path)
-    return load_lightcurve(path, fmt=fmt, column=column, unit=unit, time_scale=time_scale,
-                           fallback_time_scale=fallback, ra=cfg.star.ra, dec=cfg.star.dec, bin_width=bin_width,
-                           bin_unit=bin_unit, period=star.period, t0=star.t0, profile_times=profile_times,
-                           quality_bitmask=quality)
+    sky = None if cfg.star.ra is None else (cfg.star.ra, cfg.star.dec)
+    reading = LightCurveReading(fmt=fmt, column=column, unit=unit, time_scale=time_scale, fallback_time_scale=fallback,
+                                sky=sky, quality_bitmask=quality, bin_width=bin_width, bin_unit=bin_unit)
+    return load_lightcurve(path, reading, period=star.period, t0=star.t0, profile_times=profile_times)
 
 
 def _lightcurve_data(cfg, star, profile_times, time_scale, n_cell):

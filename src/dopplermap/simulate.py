@@ -7,6 +7,7 @@ import dataclasses
 import jax.numpy as jnp
 import numpy as np
 
+from ._options import options_of
 from ._repr import compact
 from .choices import SPOT_COMPONENTS, check
 from .constants import FILL_MIN
@@ -18,7 +19,7 @@ from .objective import Observations
 from .profiles import Component, ComponentSet, LimbDarkening, gaussian, intensity_ratio
 from .units import to_epoch, to_unit
 
-__all__ = ["Spot", "spot_map", "simulate", "Simulation", "demo_setup", "DEMO_SPOTS"]
+__all__ = ["Spot", "spot_map", "simulate", "SimulationOptions", "Simulation", "demo_setup", "DEMO_SPOTS"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,17 +81,42 @@ class Simulation:
                        star=self.star)
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class SimulationOptions:
+    """How :func:`simulate` makes its data.
+
+    Attributes:
+        snr: continuum signal-to-noise of the Gaussian noise. seed: of the noise draws.
+        rv, amp: per-epoch (or one) true rv shift (km/s) and continuum offset [0].
+        method, synthesis_tol: the synthesis (:class:`dopplermap.model.Synthesis`); default
+            binned to 1e-11 (see :func:`simulate`).
+    """
+
+    snr: float = 500.0
+    rv: object = None
+    amp: object = None
+    seed: int = 0
+    method: str = "binned"
+    synthesis_tol: float = 1e-11
+
+    def replace(self, **changes) -> SimulationOptions:
+        return dataclasses.replace(self, **changes)
+
+
 def simulate(grid: SurfaceGrid, star: StarParams, times, vels, components: ComponentSet, spots=(), *,
-             snr: float = 500.0, rv=None, amp=None, seed: int = 0, method: str = "binned",
-             synthesis_tol: float = 1e-11) -> Simulation:
+             options: SimulationOptions | None = None, **loose) -> Simulation:
     """Simulate mean-normalised line profiles of a spotted star with Gaussian noise.
 
-    The noise has sigma = 1/snr of the continuum (before normalisation by the mean). The
+    ``options``: a :class:`SimulationOptions`, or its fields as keywords (``snr=500``, ``seed``,
+    ``rv``, ``amp``, ``method``, ``synthesis_tol``). The noise has sigma = 1/snr of the
+    continuum (before normalisation by the mean). The
     default synthesis is binned with ``synthesis_tol=1e-11`` (exact for all purposes, and
     a finer velocity binning than an inversion's default, so the two do not share their
     discretisation); ``method="dense"`` uses the exact cube. ``times`` may be an astropy
     ``Time`` and ``vels``/``rv`` velocity Quantities (see :mod:`dopplermap.units`).
     """
+    o = options_of("simulate", SimulationOptions, options, loose)
+    snr, rv, amp, seed, method, synthesis_tol = o.snr, o.rv, o.amp, o.seed, o.method, o.synthesis_tol
     if not snr > 0:
         raise DopplermapInputError(f"snr must be > 0, got {snr!r}")
     times = np.asarray(to_epoch(times, "times"), dtype=float)

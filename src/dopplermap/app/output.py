@@ -9,7 +9,7 @@ import dataclasses
 
 from ..errors import DopplermapInputError
 
-__all__ = ["Output", "output_options"]
+__all__ = ["Output", "Scheduling", "output_options"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,6 +33,22 @@ class Output:
 
     def replace(self, **changes) -> Output:
         return dataclasses.replace(self, **changes)
+
+
+@dataclasses.dataclass(frozen=True)
+class Scheduling:
+    """Where a pipeline's independent solves run (the bootstrap's refits, a lambda sweep's or a
+    grid's points).
+
+    Attributes:
+        scheduler: None or ``"sync"``: in this process (the grid: None is a local cluster);
+            ``"local"``: a local Dask cluster of ``workers`` processes (default one per CPU);
+            else the address of a running Dask scheduler, waited for ``connect_timeout`` seconds.
+    """
+
+    scheduler: str | None = None
+    workers: int | None = None
+    connect_timeout: float = 5.0
 
 
 _OUTPUT_FIELDS = tuple(f.name for f in dataclasses.fields(Output))

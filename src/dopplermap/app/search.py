@@ -8,6 +8,7 @@ the simulated demo star) are described in :mod:`dopplermap.commands.search`.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import time
@@ -27,9 +28,75 @@ from ..memory import MAX_GRID_POINTS
 from ..problem import Settings, demo_problem, from_config, from_npz, save_npz
 from ..solvers import invert
 from ..style import save_figure
-from .defaults import GRID_TOL, LAMBDA_TOL
+from .defaults import DEFAULT_READOUT, GRID_TOL, LAMBDA_TOL
+from .output import Scheduling
 
-__all__ = ["load_problem", "run_grid", "run_lambda", "save_problem"]
+__all__ = ["load_problem", "run_grid", "run_lambda", "save_problem", "Source", "SearchSettings", "SearchRun",
+           "GridSpec"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """The problem a search runs on (:func:`load_problem`): ``path`` a target TOML or an
+    ``.npz`` PROBLEM file; None the simulated demo star of ``n_cell`` cells, ``n_epoch``
+    epochs, ``n_vel`` velocities at signal-to-noise ``snr``."""
+
+    path: Path | None = None
+    n_cell: int = 400
+    n_epoch: int = 30
+    n_vel: int = 24
+    snr: float = 500.0
+
+
+@dataclasses.dataclass(frozen=True)
+class SearchSettings:
+    """What a search sets on its problem's settings; None keeps the problem's (the target's
+    ``[inversion]``, else the command's default). ``lmbd``: the grid's (a lambda sweep sets its own)."""
+
+    regulariser: str | None = None
+    lmbd: float | None = None
+    tol: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class SearchRun:
+    """How a search runs and writes its folder.
+
+    Attributes:
+        overwrite: replace an earlier output of the command in the folder. quiet: no progress
+            lines. resume: the grid: continue an interrupted search in the folder.
+        scheduling: where the points are solved (:class:`~dopplermap.app.output.Scheduling`;
+            its scheduler None is this process for the lambda sweep, a local Dask cluster for
+            the grid).
+    """
+
+    overwrite: bool = False
+    quiet: bool = False
+    resume: bool = False
+    scheduling: Scheduling = Scheduling()
+
+
+@dataclasses.dataclass(frozen=True)
+class GridSpec:
+    """A grid search: its axes and read-out.
+
+    Attributes:
+        params: the axes, ``NAME=start:stop:step``, ``NAME=start:stop:nN`` or ``NAME=v1,v2,...``
+            (each name once). max_points: most grid points and calibration solves (default
+            :data:`dopplermap.memory.MAX_GRID_POINTS`). delta_chi2: of the intervals.
+        readout: one of :data:`dopplermap.choices.GRID_READOUTS`.
+        n_sim: calibrate each axis of >= 3 values with this many simulated data sets per trial
+            value (None: no calibration); calibrate_seed: their noise's seed;
+            calibrate_oversample: their band grid's cells per problem cell (None: the default).
+    """
+
+    params: tuple = ()
+    max_points: int | None = None
+    delta_chi2: float = 1.0
+    readout: str = DEFAULT_READOUT
+    n_sim: int | None = None
+    calibrate_seed: int = 0
+    calibrate_oversample: int | None = None
 
 
 def save_problem(path, obs, star=None, n_cell: int | None = None) -> Path:
@@ -176,16 +243,20 @@ def _expected_chi2_spread():
         yield
 
 
-def run_lambda(problem, *, n_cell, n_epoch, n_vel, snr, regulariser, out: Path, overwrite: bool, quiet: bool,
-               lmbds: str, target_chi2, tol, parameter: str = "lmbd", scheduler=None, connect_timeout=5.0,
-               workers=None) -> dict:
-    """``dopplermap lambda``: sweep lambda on the problem of :func:`load_problem` and write the
-    folder ``out`` (lcurve.csv, lambda.json, lcurve.png) atomically; progress on stderr unless
-    ``quiet``, the result line on stdout. ``parameter="lmbd_time"`` (``--time``) sweeps the
-    time windows' coupling instead (:func:`dopplermap.search.sweep_lmbd_time`); lambda.json
-    then says ``"parameter": "lmbd_time"``. ``scheduler``: None/``"sync"`` in this process,
-    ``"local"`` a local Dask cluster of ``workers``, else a scheduler's address (the lambda
-    sweep only). Returns what lambda.json holds."""
+def run_lambda(source: Source, out: Path, *, lmbds: str = "0.001:100:16", target_chi2: float | None = None,
+               parameter: str = "lmbd", settings: SearchSettings = SearchSettings(),
+               run: SearchRun = SearchRun()) -> dict:
+    """``dopplermap lambda``: sweep ``lmbds`` (``start:stop:count`` log-spaced, or ``v1,v2,...``)
+    on the problem of ``source`` and write the folder ``out`` (lcurve.csv, lambda.json,
+    lcurve.png) atomically; progress on stderr unless ``run.quiet``, the result line on stdout.
+    ``parameter="lmbd_time"`` (``--time``) sweeps the time windows' coupling instead
+    (:func:`dopplermap.search.sweep_lmbd_time`); lambda.json then says ``"parameter":
+    "lmbd_time"``. ``run.scheduler``: None/``"sync"`` in this process, ``"local"`` a local Dask
+    cluster of ``run.workers``, else a scheduler's address (the lambda sweep only).
+    ``settings``: its regulariser and tol. Returns what lambda.json holds."""
+    problem, overwrite, quiet = source.path, run.overwrite, run.quiet
+    regulariser, tol = settings.regulariser, settings.tol
+    scheduler, connect_timeout, workers = run.scheduling.scheduler, run.scheduling.connect_timeout, run.scheduling.workers
     check_out(out, "lambda", overwrite=overwrite)  # before any work
     lm = _lambda_list(lmbds)
     if not np.all(np.isfinite(lm) & (lm >= 0)):
@@ -207,7 +278,8 @@ def run_lambda(problem, *, n_cell, n_epoch, n_vel, snr, regulariser, out: Path, 
         if cluster.remote:  # an unreachable scheduler fails before any work
             client, _ = cluster.connect()
             client.close()
-    prob = load_problem(problem, n_cell=n_cell, n_epoch=n_epoch, n_vel=n_vel, snr=snr, tol=LAMBDA_TOL, quiet=quiet)
+    prob = load_problem(problem, n_cell=source.n_cell, n_epoch=source.n_epoch, n_vel=source.n_vel, snr=source.snr,
+                        tol=LAMBDA_TOL, quiet=quiet)
     scale = _echo_error_scale(prob)
     fp = search.problem_fingerprint(prob)
     prob = prob.replace(settings=prob.settings.replace(regulariser=regulariser, tol=tol))  # None: the problem's
@@ -318,18 +390,22 @@ def _effective_dofs(prob, sw, corner, target_res, choice: dict, quiet: bool) -> 
         choice[f"{key}_dof"] = {"chi2": d.chi2, **d.to_dict()}
 
 
-def run_grid(problem, *, n_cell, n_epoch, n_vel, snr, regulariser, out: Path, overwrite: bool, quiet: bool, params,
-             lmbd, tol, resume: bool, scheduler, connect_timeout, workers, max_points, delta_chi2, n_sim,
-             calibrate_seed, calibrate_oversample, readout: str = "regularised") -> dict:
-    """``dopplermap grid``: invert over the grid of ``params`` (``NAME=start:stop:step``,
+def run_grid(source: Source, out: Path, grid: GridSpec, *, settings: SearchSettings = SearchSettings(),
+             run: SearchRun = SearchRun()) -> dict:
+    """``dopplermap grid``: invert over the grid of ``grid.params`` (``NAME=start:stop:step``,
     ``NAME=start:stop:nN`` or ``NAME=v1,v2,...``; each name once) on the problem of
-    :func:`load_problem`, optionally calibrating each axis of >= 3 values by ``n_sim``
+    ``source``, optionally calibrating each axis of >= 3 values by ``grid.n_sim``
     simulations per trial value; writes grid.csv (as points finish), grid.json, grid.png (and
     landscape.png, the chi2 landscape of one or two parameters) and
     the manifest to ``out``; progress on stderr unless ``quiet``, the best point, the
     intervals (flagged where not to be trusted), the refused points and, for a small grid,
     the table on stdout. The folder is locked while the search runs. Returns what grid.json
     holds."""
+    problem, params, max_points, readout = source.path, grid.params, grid.max_points, grid.readout
+    delta_chi2, n_sim = grid.delta_chi2, grid.n_sim
+    lmbd, regulariser, tol = settings.lmbd, settings.regulariser, settings.tol
+    overwrite, quiet, resume = run.overwrite, run.quiet, run.resume
+    scheduler, connect_timeout, workers = run.scheduling.scheduler, run.scheduling.connect_timeout, run.scheduling.workers
     axes = _axes(params, max_points)
     search.check_grid_size(axes, max_points)
     if not (out.is_dir() and resume and _is_grid(out)):  # resuming: grid_search checks the table
@@ -339,7 +415,8 @@ def run_grid(problem, *, n_cell, n_epoch, n_vel, snr, regulariser, out: Path, ov
     if cluster is not None and cluster.remote:  # an unreachable scheduler fails before any work
         client, _ = cluster.connect()
         client.close()
-    prob = load_problem(problem, n_cell=n_cell, n_epoch=n_epoch, n_vel=n_vel, snr=snr, tol=GRID_TOL, quiet=quiet)
+    prob = load_problem(problem, n_cell=source.n_cell, n_epoch=source.n_epoch, n_vel=source.n_vel, snr=source.snr,
+                        tol=GRID_TOL, quiet=quiet)
     _echo_error_scale(prob)
     settings = prob.settings.replace(lmbd=lmbd, regulariser=regulariser, tol=tol)
     if tol is None and settings.tol > GRID_TOL:  # a looser target tol leaves solver noise in the landscape
@@ -370,8 +447,8 @@ def run_grid(problem, *, n_cell, n_epoch, n_vel, snr, regulariser, out: Path, ov
             for kept in out.glob(f"{CALIBRATION_PREFIX}*"):  # an earlier calibration's finished work
                 kept.unlink()
         summary, rows, best, calibrated = _search_and_summarise(prob, axes, out, resume, cluster, max_points, quiet,
-                                                                delta_chi2, problem, n_sim, calibrate_seed,
-                                                                calibrate_oversample, readout, dof)
+                                                                delta_chi2, problem, n_sim, grid.calibrate_seed,
+                                                                grid.calibrate_oversample, readout, dof)
     _finish_grid_folder(out, summary["problem"])
     _print_grid(axes, rows, best, summary, calibrated, delta_chi2)
     click.echo(f"results in {out}")

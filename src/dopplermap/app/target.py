@@ -20,7 +20,7 @@ from ..figure_process import FigureProcess
 from ..io.results import prefetch_writers
 from ..lightcurve import PHOTOMETRY_LIMITS, LightCurveFit, lightcurve_residuals
 from ..memory import format_bytes
-from ..plot import central_meridians, fitted_components, plot_uncertainty
+from ..plot import MapStyle, View, fitted_components, plot_uncertainty
 from ..problem import from_config
 from ..progress import Reporter
 from ..search import apply_error_scale
@@ -28,10 +28,10 @@ from ..solvers import choose_solver, invert
 from ..style import save_figure
 from ..windows import WindowedLightCurve, windowed_lightcurve_models
 from .folders import save_result, with_context
-from .output import Output, output_options
+from .output import Output, Scheduling, output_options
 
 __all__ = ["run_target", "summary_line", "error_scale_line", "estimate_line", "band_line", "band_values",
-           "windows_line", "uncertainty_writers"]
+           "windows_line"]
 
 
 def summary_line(s: dict) -> str:
@@ -113,7 +113,14 @@ def band_line(s: dict) -> str | None:
     return ("bands: " + " | ".join(parts)) if parts else None
 
 
-def uncertainty_writers(methods, problem, res, grid, *, n_boot: int = 20, seed: int = 0, plots: bool = True,
+def _cluster(scheduling: Scheduling | None):
+    """The bootstrap's :class:`dopplermap.search.Cluster` (None: refits in this process)."""
+    if scheduling is None or scheduling.scheduler in (None, "sync"):
+        return None
+    return search.Cluster(scheduling.scheduler, scheduling.workers, scheduling.connect_timeout)
+
+
+def _uncertainty_writers(methods, problem, res, grid, *, n_boot: int = 20, seed: int = 0, plots: bool = True,
                         report=None, cluster=None):
     """Compute the requested uncertainties; return ``(writers, scalars)`` for :func:`save_result`.
 
@@ -129,9 +136,10 @@ def uncertainty_writers(methods, problem, res, grid, *, n_boot: int = 20, seed: 
     problem = problem.replace(settings=problem.settings.replace(tol=1e-6, maxiter=1000))
     writers, scalars, uncs = [], {}, []
     star = res.star
-    phase_lons = None
+    phases = None
     if star is not None and res.obs is not None and not isinstance(res.obs, tuple):
-        phase_lons = central_meridians((np.asarray(res.obs.times, float) - star.t0) / star.period)
+        phases = (np.asarray(res.obs.times, float) - star.t0) / star.period
+    view = View.of(grid, inclination=None if star is None else float(star.inclination), phases=phases)
 
     def top(values):  # one colour scale over every method's figure (finite values of seen cells)
         v = np.concatenate([np.asarray(x, float).ravel() for x in values])
@@ -171,28 +179,27 @@ def uncertainty_writers(methods, problem, res, grid, *, n_boot: int = 20, seed: 
                     key = "sigma_fssc" if comp == "cool" else "sigma_fssh"
                     title = " · ".join(x for x in (getattr(star, "name", None),
                                                    f"{comp} spots, 1σ: {uncertainty_title(unc.method)}") if x)
-                    save_figure(plot_uncertainty(grid, fill, unc, component=comp,
-                                                 inclination=None if star is None else float(star.inclination),
-                                                 sigma_max=top(getattr(u, key) for u in uncs), title=title,
-                                                 phase_lons=phase_lons), folder / f"{path.stem}_{comp}.png")
+                    save_figure(plot_uncertainty(grid, fill, unc, component=comp, view=view,
+                                                 sigma_max=top(getattr(u, key) for u in uncs),
+                                                 look=MapStyle(title=title)), folder / f"{path.stem}_{comp}.png")
 
         writers.append(write)
     return writers, scalars
 
 
 def run_target(cfg, out: Path, *, output: Output | None = None, config_file=None, uncertainty=None,
-               overrides=None, scheduler=None, workers=None, **loose) -> dict:
+               overrides=None, scheduling: Scheduling | None = None, **loose) -> dict:
     """Run the inversion a target config describes and write a result folder at ``out``.
 
     The folder is the standard one of :func:`dopplermap.io.results.save_result` (map.fits,
     profiles.fits with the light curve of a joint fit, config.json, a copy of the TOML
     file, summary.json and, unless ``output.plots`` is False, the figures), plus the uncertainty
     maps of ``[uncertainty] methods`` (or of ``uncertainty``, a list overriding them; see
-    :func:`uncertainty_writers`; with a light curve they cover the line profiles only).
+    :func:`_uncertainty_writers`; with a light curve they cover the line profiles only).
     ``output`` (:class:`~dopplermap.app.output.Output`): figures, progress, report, overwriting
     and the figure process; its fields may also be given as loose keywords (``plots=False``).
-    ``scheduler``: where the bootstrap's refits run (a Dask scheduler's address, or ``"local"``
-    for a local cluster of ``workers``; None/``"sync"``: here). Returns the summary written.
+    ``scheduling`` (:class:`~dopplermap.app.output.Scheduling`): where the bootstrap's refits
+    run (default here). Returns the summary written.
     """
     opts = output_options("run_target", output, loose)
     plots, quiet, report, overwrite = opts.plots, opts.quiet, opts.report, opts.overwrite
@@ -259,10 +266,9 @@ def run_target(cfg, out: Path, *, output: Output | None = None, config_file=None
                 light_curve = (band(lc) if isinstance(lc, LightCurveFit)
                                else tuple(band(b, n) for b, n in zip(lc.bands, lc.names, strict=True)))
         methods = tuple(cfg.uncertainty.methods if uncertainty is None else uncertainty)
-        writers, unc_scalars = uncertainty_writers(methods, prob, res, grid, n_boot=cfg.uncertainty.n_boot,
+        writers, unc_scalars = _uncertainty_writers(methods, prob, res, grid, n_boot=cfg.uncertainty.n_boot,
                                                    seed=cfg.uncertainty.seed, plots=plots, report=rep,
-                                                   cluster=None if scheduler in (None, "sync") else
-                                                   search.Cluster(scheduler, workers))
+                                                   cluster=_cluster(scheduling))
         if methods and lc is not None:
             unc_scalars["uncertainty_note"] = "line profiles only (the light curve is not part of the uncertainty)"
         config = {"command": "invert", **dataclasses.asdict(cfg), "overrides": dict(overrides or {})}

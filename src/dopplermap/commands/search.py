@@ -76,12 +76,14 @@ def register(group):
         swept is the temporal coupling of the time windows' maps (lmbd_time), its L-curve
         that of the coupling's value against chi2.
         """
-        from ..app.search import run_lambda
+        from ..app.output import Scheduling
+        from ..app.search import SearchRun, SearchSettings, Source, run_lambda
 
-        run_lambda(problem, n_cell=n_cell, n_epoch=n_epoch, n_vel=n_vel, snr=snr, regulariser=regulariser, out=out,
-                   overwrite=overwrite, quiet=quiet, lmbds=lmbds, target_chi2=target_chi2, tol=tol,
-                   parameter="lmbd_time" if time_weight else "lmbd", scheduler=scheduler,
-                   connect_timeout=connect_timeout, workers=workers)
+        run_lambda(Source(problem, n_cell, n_epoch, n_vel, snr), out, lmbds=lmbds, target_chi2=target_chi2,
+                   parameter="lmbd_time" if time_weight else "lmbd",
+                   settings=SearchSettings(regulariser=regulariser, tol=tol),
+                   run=SearchRun(overwrite=overwrite, quiet=quiet,
+                                 scheduling=Scheduling(scheduler, workers, connect_timeout)))
 
     @group.command("grid")
     @_with_problem_options
@@ -138,10 +140,12 @@ def register(group):
         grid's edge, or whose reduced chi2 is far from 1, is flagged (try --calibrate). A
         second process on the same OUT is refused while the first runs (OUT/grid.csv.lock).
         """
-        from ..app.search import run_grid
+        from ..app.output import Scheduling
+        from ..app.search import GridSpec, SearchRun, SearchSettings, Source, run_grid
 
-        run_grid(problem, n_cell=n_cell, n_epoch=n_epoch, n_vel=n_vel, snr=snr, regulariser=regulariser, out=out,
-                 overwrite=overwrite, quiet=quiet, params=params, lmbd=lmbd, tol=tol, resume=resume,
-                 scheduler=scheduler, connect_timeout=connect_timeout, workers=workers, max_points=max_points,
-                 delta_chi2=delta_chi2, n_sim=n_sim, calibrate_seed=calibrate_seed,
-                 calibrate_oversample=calibrate_oversample, readout=readout)
+        run_grid(Source(problem, n_cell, n_epoch, n_vel, snr), out,
+                 GridSpec(params=tuple(params), max_points=max_points, delta_chi2=delta_chi2, readout=readout,
+                          n_sim=n_sim, calibrate_seed=calibrate_seed, calibrate_oversample=calibrate_oversample),
+                 settings=SearchSettings(regulariser=regulariser, lmbd=lmbd, tol=tol),
+                 run=SearchRun(overwrite=overwrite, quiet=quiet, resume=resume,
+                               scheduling=Scheduling(scheduler, workers, connect_timeout)))

@@ -77,11 +77,11 @@ def register(group):
                 raise DopplermapInputError("--scheduler spreads the bootstrap's refits: add --uncertainty bootstrap "
                                            "(or list it in the target's [uncertainty] methods)")
         with preflight.figure_process(not no_plots) as figs:  # matplotlib loads there while JAX loads here
-            from ..app.output import Output
+            from ..app.output import Output, Scheduling
             from ..app.target import band_line, error_scale_line, run_target, summary_line, windows_line
 
             s = run_target(cfg, out, config_file=target, uncertainty=list(uncertainty) if uncertainty else None,
-                           overrides=overrides, scheduler=scheduler, workers=workers,
+                           overrides=overrides, scheduling=Scheduling(scheduler, workers),
                            output=Output(plots=not no_plots, quiet=quiet, report=not no_report,
                                          overwrite=overwrite, figure_process=figs))
         click.echo(summary_line(s))

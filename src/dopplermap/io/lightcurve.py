@@ -31,8 +31,8 @@ can be named (``SAP_FLUX``, ``KSPSAP_FLUX``, ``CBVSAP_FLUX``, ...). Its error is
 mask set are dropped, counted per flag; the mask is ``quality_bitmask`` (``"default"``, the
 community's, unless given: ``"none"``, ``"hard"``, ``"hardest"`` or an integer). Cadences
 with a NaN time, flux or error (the pipelines mark gaps so) are dropped and counted too
-(:attr:`LightCurveData.n_quality`, :attr:`~LightCurveData.dropped_by_flag`,
-:attr:`~LightCurveData.n_invalid`); dropping more than a fifth of them is a warning.
+(:attr:`LightCurveRead.n_quality`, :attr:`~LightCurveRead.dropped_by_flag`,
+:attr:`~LightCurveRead.n_invalid`); dropping more than a fifth of them is a warning.
 
 **lightkurve objects** (``LightCurve`` and its TESS/Kepler kinds, ``LightCurveCollection``,
 or a list of light curves) are read by their attributes (lightkurve is never imported
@@ -76,13 +76,14 @@ from pathlib import Path
 
 import numpy as np
 
+from .._options import options_of
 from ..atomic import write_file, write_text
 from ..choices import BIN_UNITS, LIGHTCURVE_FORMATS, LIGHTCURVE_UNITS, LIGHTCURVE_WRITE_FORMATS, check
 from ..errors import DopplermapInputError, MissingFileError, bad_file, reader, warn
 from .quality import apply_bitmask, check_bitmask, mission_flags, resolve_bitmask
 from .times import TimeScale, check_time_overlap, parse_time_scale, to_internal
 
-__all__ = ["LightCurveData", "read_lightcurve", "from_lightkurve", "is_lightcurve_object", "bin_lightcurve",
+__all__ = ["LightCurveRead", "LightCurveReading", "read_lightcurve", "from_lightkurve", "is_lightcurve_object", "bin_lightcurve",
            "load_lightcurve", "write_lightcurve", "DROPPED_WARN_FRACTION", "GAP_DAYS",
            "join_segments"]
 
@@ -110,8 +111,10 @@ _VEL_UNITS = ("km/s", "km s-1", "km.s-1", "m/s", "m s-1")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class LightCurveData:
-    """A light curve as read.
+class LightCurveRead:
+    """A light curve as read: its arrays and what reading did (counts, masks, bins). The input
+    a :class:`~dopplermap.problem.Problem` fits is :class:`dopplermap.problem.LightCurveData`
+    (:meth:`~dopplermap.problem.LightCurveData.load` reads one; its ``read`` is this record).
 
     Attributes:
         time: (n,) BJD_TDB, full Julian days. flux: (n,) any units. err: (n,) > 0, same units.
@@ -233,7 +236,7 @@ def _complete(source, t, f, e, *, ts, scale_name, unit, hint, ra, dec, rows=None
         f = flux
     bjd = to_internal(t, ts, ra=ra, dec=dec, where=f"{source}: time")
     order = np.argsort(bjd, kind="stable")
-    return LightCurveData(time=bjd[order], flux=f[order].copy(), err=e[order].copy(), source=source,
+    return LightCurveRead(time=bjd[order], flux=f[order].copy(), err=e[order].copy(), source=source,
                           time_scale=scale_name, unit=unit, **meta)
 
 
@@ -717,9 +720,9 @@ def _read_object(obj, *, column, unit, time_scale, quality_bitmask, ra, dec):
 
 
 def from_lightkurve(obj, *, column: str = "auto", unit: str = "flux", time_scale=None, quality_bitmask=None,
-                    ra=None, dec=None) -> LightCurveData:
+                    sky=None) -> LightCurveRead:
     """A lightkurve ``LightCurve``, ``LightCurveCollection`` (or a list of light curves) as a
-    :class:`LightCurveData` (times in BJD_TDB): see the module docstring.
+    :class:`LightCurveRead` (times in BJD_TDB): see the module docstring.
 
     ``quality_bitmask``: None keeps what lightkurve applied when it read the file (its
     ``meta['QUALITY_BITMASK']``; ``"default"`` for a light curve without one); a preset or
@@ -729,6 +732,7 @@ def from_lightkurve(obj, *, column: str = "auto", unit: str = "flux", time_scale
     check(unit, LIGHTCURVE_UNITS, "light-curve unit")
     if quality_bitmask is not None:
         check_bitmask(quality_bitmask, "quality_bitmask")
+    ra, dec = (None, None) if sky is None else sky
     kw = dict(column=column, unit=unit, time_scale=time_scale, quality_bitmask=quality_bitmask, ra=ra, dec=dec)
     if _is_table_like(obj) or _not_a_lightcurve(obj, "") is not None:
         return _read_object(obj, **kw)
@@ -746,7 +750,7 @@ def from_lightkurve(obj, *, column: str = "auto", unit: str = "flux", time_scale
     return join_segments([_read_object(m, **kw) for m in members], where, free_scale=False)
 
 
-def join_segments(parts, where: str, *, free_scale: bool = True) -> LightCurveData:
+def join_segments(parts, where: str, *, free_scale: bool = True) -> LightCurveRead:
     """Light curves of one band (sectors, quarters, files) joined in time order, each
     divided by its mean flux; each keeps its own time system (read from its own keywords).
 
@@ -776,7 +780,7 @@ def join_segments(parts, where: str, *, free_scale: bool = True) -> LightCurveDa
             by_flag[k] = by_flag.get(k, 0) + v
     labels = list(dict.fromkeys(p.quality_bitmask for p in parts if p.quality_bitmask))
     columns = list(dict.fromkeys(p.column for p in parts))
-    return LightCurveData(time=t[order], flux=np.concatenate(flux)[order], err=np.concatenate(err)[order],
+    return LightCurveRead(time=t[order], flux=np.concatenate(flux)[order], err=np.concatenate(err)[order],
                           source=f"{where} ({'; '.join(p.source for p in parts)})",
                           n_read=sum(p.n_points if p.n_read is None else p.n_read for p in parts),
                           n_quality=sum(p.n_quality for p in parts),
@@ -790,7 +794,7 @@ def join_segments(parts, where: str, *, free_scale: bool = True) -> LightCurveDa
 
 
 def read_lightcurve(source, fmt: str = "auto", *, column: str = "auto", unit: str = "flux", time_scale=None,
-                    fallback_time_scale: str = "BJD_TDB", ra=None, dec=None, quality_bitmask=None) -> LightCurveData:
+                    fallback_time_scale: str = "BJD_TDB", sky=None, quality_bitmask=None) -> LightCurveRead:
     """Read a light curve, times in the internal BJD_TDB, sorted by time.
 
     Args:
@@ -805,11 +809,12 @@ def read_lightcurve(source, fmt: str = "auto", *, column: str = "auto", unit: st
             (a declared one must agree).
         fallback_time_scale: used when ``time_scale`` is None for files without keywords
             (the problem builder passes ``[data] time_scale``).
-        ra, dec: target coordinates (deg), for heliocentric/geocentric times.
+        sky: ``(ra, dec)``, the target's coordinates (deg), for heliocentric/geocentric times.
         quality_bitmask: ``"none"``, ``"default"``, ``"hard"``, ``"hardest"`` or an integer
             (:mod:`dopplermap.io.quality`); None: ``"default"`` for files with a QUALITY
             column, what lightkurve applied for objects. Text files have no QUALITY column.
     """
+    ra, dec = (None, None) if sky is None else sky
     if quality_bitmask is not None:
         check_bitmask(quality_bitmask, "quality_bitmask")
     if is_lightcurve_object(source):
@@ -817,7 +822,7 @@ def read_lightcurve(source, fmt: str = "auto", *, column: str = "auto", unit: st
             raise DopplermapInputError(f"lightcurve_format = {fmt!r} applies to files; {type(source).__name__} is an "
                                        "object")
         return from_lightkurve(source, column=column, unit=unit, time_scale=time_scale,
-                               quality_bitmask=quality_bitmask, ra=ra, dec=dec)
+                               quality_bitmask=quality_bitmask, sky=sky)
     if not isinstance(source, (str, os.PathLike)):
         raise DopplermapInputError(f"a light curve is a file path or a lightkurve LightCurve / LightCurveCollection, "
                                    f"got {type(source).__name__}")
@@ -839,7 +844,7 @@ def read_lightcurve(source, fmt: str = "auto", *, column: str = "auto", unit: st
     return _read_text(path, unit, ts, name, ra, dec)
 
 
-def bin_lightcurve(data: LightCurveData, width: float, *, unit: str = "d", period=None, t0=None) -> LightCurveData:
+def bin_lightcurve(data: LightCurveRead, width: float, *, unit: str = "d", period=None, t0=None) -> LightCurveRead:
     """Bin a light curve: inverse-variance weighted means in bins of ``width``.
 
     ``unit="d"``: bins of ``width`` days from the first cadence; each point's time is the
@@ -887,31 +892,57 @@ def bin_lightcurve(data: LightCurveData, width: float, *, unit: str = "d", perio
                                binned=f"{width:g} {'d' if unit == 'd' else 'phase'}")
 
 
-def load_lightcurve(source, *, fmt: str = "auto", column: str = "auto", unit: str = "flux", time_scale=None,
-                    fallback_time_scale: str = "BJD_TDB", ra=None, dec=None, bin_width=None, bin_unit: str = "d",
-                    period=None, t0=None, profile_times=None, quality_bitmask=None) -> LightCurveData:
+@dataclasses.dataclass(frozen=True)
+class LightCurveReading:
+    """How :func:`load_lightcurve` reads and bins a light curve: the keywords of
+    :func:`read_lightcurve` (``fmt``, ``column``, ``unit``, ``time_scale``,
+    ``fallback_time_scale``, ``sky``, ``quality_bitmask``) and the bins of
+    :func:`bin_lightcurve` (``bin_width``, None: not binned; ``bin_unit``)."""
+
+    fmt: str = "auto"
+    column: str = "auto"
+    unit: str = "flux"
+    time_scale: str | None = None
+    fallback_time_scale: str = "BJD_TDB"
+    sky: tuple | None = None
+    quality_bitmask: object = None
+    bin_width: float | None = None
+    bin_unit: str = "d"
+
+    def replace(self, **changes) -> LightCurveReading:
+        return dataclasses.replace(self, **changes)
+
+
+def reading_options(where: str, reading: LightCurveReading | None, loose: dict) -> LightCurveReading:
+    """The :class:`LightCurveReading` of ``where(..., reading=LightCurveReading(...))`` or of its
+    fields given as loose keywords (``bin_width=0.02``), not both."""
+    return options_of(where, LightCurveReading, reading, loose, "reading")
+
+
+def load_lightcurve(source, reading: LightCurveReading | None = None, *, period=None, t0=None, profile_times=None,
+                    **loose) -> LightCurveRead:
     """Read (:func:`read_lightcurve`: a file or a lightkurve object), check against the profile
     epochs (:func:`dopplermap.io.times.check_time_overlap`) and bin (:func:`bin_lightcurve`):
-    the problem builder's one call. ``period``, ``t0``: the star's (days, BJD_TDB)."""
+    the problem builder's one call. ``reading``: a :class:`LightCurveReading`, or its fields
+    as keywords (``bin_width=0.02, bin_unit="d"``). ``period``, ``t0``: the star's (days,
+    BJD_TDB; phase bins and the overlap check)."""
+    r = reading_options("load_lightcurve", reading, loose)
     if isinstance(source, (list, tuple)) and source and all(isinstance(x, (str, Path)) for x in source):
         # several files of one band (sectors, quarters): each read with its own keywords and
         # binned on its own, then joined with a free scale each
-        kw = dict(fmt=fmt, column=column, unit=unit, time_scale=time_scale, fallback_time_scale=fallback_time_scale,
-                  ra=ra, dec=dec, bin_width=bin_width, bin_unit=bin_unit, period=period, t0=t0,
-                  profile_times=None, quality_bitmask=quality_bitmask)
-        parts = [load_lightcurve(x, **kw) for x in source]
+        parts = [load_lightcurve(x, r, period=period, t0=t0) for x in source]
         if len(parts) == 1:
             return parts[0]
         data = join_segments(parts, f"{len(parts)} files")
         if profile_times is not None:
             check_time_overlap(profile_times, data.time, period=period, where=data.source)
         return data
-    data = read_lightcurve(source, fmt, column=column, unit=unit, time_scale=time_scale,
-                           fallback_time_scale=fallback_time_scale, ra=ra, dec=dec, quality_bitmask=quality_bitmask)
+    data = read_lightcurve(source, r.fmt, column=r.column, unit=r.unit, time_scale=r.time_scale,
+                           fallback_time_scale=r.fallback_time_scale, sky=r.sky, quality_bitmask=r.quality_bitmask)
     if profile_times is not None:
         check_time_overlap(profile_times, data.time, period=period, where=data.source)
-    if bin_width is not None:
-        data = bin_lightcurve(data, bin_width, unit=bin_unit, period=period, t0=t0)
+    if r.bin_width is not None:
+        data = bin_lightcurve(data, r.bin_width, unit=r.bin_unit, period=period, t0=t0)
     return data
 
 

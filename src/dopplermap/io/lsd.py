@@ -67,13 +67,14 @@ from pathlib import Path
 
 import numpy as np
 
+from .._options import options_of
 from ..atomic import write_file, write_text
 from ..choices import PROFILE_FORMATS, PROFILE_WRITE_FORMATS, check
 from ..errors import DopplermapInputError, MissingFileError, bad_file, one_line, reader, warn
 from ..objective import Observations
 from ..profiles import tabulated
 
-__all__ = ["LineProfile", "read_lsd", "write_lsd", "read_times_table", "read_epochs_table", "Epoch",
+__all__ = ["LineProfile", "ProfileReading", "read_lsd", "write_lsd", "read_times_table", "read_epochs_table", "Epoch",
            "times_from_pattern", "resample", "load_observations", "load_profiles", "profile_files",
            "read_local_profile"]
 
@@ -673,10 +674,28 @@ def _systemic(n, systemic_velocity, table_v, table_path):
     return tv
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class ProfileReading:
+    """How :func:`load_observations` reads and puts profiles on one grid (described there):
+    ``fmt``, ``fits_columns`` (:func:`read_lsd`), ``systemic_velocity``, ``velocity_range``,
+    ``vels``, ``normalise``."""
+
+    fmt: str = "auto"
+    normalise: bool = True
+    systemic_velocity: object = None
+    velocity_range: object = None
+    fits_columns: object = None
+    vels: object = None
+
+    def replace(self, **changes) -> ProfileReading:
+        return dataclasses.replace(self, **changes)
+
+
 def load_observations(paths: Sequence, *, times=None, times_table=None, time_pattern: str | None = None,
-                      vels=None, fmt: str = "auto", normalise: bool = True, systemic_velocity=None,
-                      velocity_range=None, fits_columns=None):
+                      reading: ProfileReading | None = None, **loose):
     """Read profiles into :class:`dopplermap.Observations` on one velocity grid, sorted by time.
+
+    ``reading``: a :class:`ProfileReading`, or its fields as keywords (``normalise=False``).
 
     Exactly one of ``times`` ((n_epoch,) days), ``times_table`` (path of an epochs table,
     see :func:`read_epochs_table`) or ``time_pattern`` (regex) gives the epochs. Each
@@ -688,6 +707,9 @@ def load_observations(paths: Sequence, *, times=None, times_table=None, time_pat
     all files cover and to ``velocity_range``; given, every profile is resampled onto it
     without a warning. Each profile (and its error) is divided by its mean when ``normalise``.
     """
+    r = options_of("load_observations", ProfileReading, reading, loose, "reading")
+    fmt, normalise, systemic_velocity, velocity_range = r.fmt, r.normalise, r.systemic_velocity, r.velocity_range
+    fits_columns, vels = r.fits_columns, r.vels
     paths = [Path(p) for p in paths]
     if not paths:
         raise DopplermapInputError("no profile files given")

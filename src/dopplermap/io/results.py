@@ -65,7 +65,8 @@ from ..errors import DopplermapInputError, MissingFileError, active_warnings, ba
 from ..grid import SurfaceGrid
 from ..result import InversionResult, light_curves, line_sets
 
-__all__ = ["save_result", "load_result", "check_result_folder", "with_context", "prefetch_writers", "RESULT_FILES"]
+__all__ = ["save_result", "load_result", "check_result_folder", "with_context", "prefetch_writers", "RESULT_FILES",
+           "CONTEXT"]
 
 log = logging.getLogger(__name__)
 
@@ -151,9 +152,14 @@ def prefetch_writers(plots: bool = True, report: bool = False):
 _PREFETCH = None
 
 
-def with_context(result, *, grid=None, star=None, obs=None, spotless=None, components=None, truth=None,
-                 light_curve=None, config=None, extra=None):
-    """Return ``result`` with the context needed for result files and figures.
+CONTEXT = ("grid", "star", "obs", "spotless", "components", "truth", "light_curve", "config", "extra")
+"""The keywords of :func:`with_context`."""
+
+
+def with_context(result, **context):
+    """Return ``result`` with the context needed for result files and figures: like
+    ``dataclasses.replace``, one keyword per piece of context (:data:`CONTEXT`), each checked
+    against the result; a piece given as None is left as it was.
 
     Args:
         grid: :class:`SurfaceGrid`. star: :class:`StarParams`. obs: :class:`Observations`.
@@ -163,6 +169,11 @@ def with_context(result, *, grid=None, star=None, obs=None, spotless=None, compo
         truth: ``{"fssc", "fssh"}`` true maps. light_curve: ``{"times", "flux", "err", "model"}``.
         config: JSON-ready dict. extra: JSON-ready scalars merged into ``result.extra``.
     """
+    unknown = sorted(set(context) - set(CONTEXT))
+    if unknown:
+        raise DopplermapInputError(f"with_context: unknown keyword(s) {', '.join(unknown)}; the context is "
+                                   f"{', '.join(CONTEXT)}")
+    grid, star, obs, spotless, components, truth, light_curve, config, extra = (context.get(k) for k in CONTEXT)
     changes = {}
     if grid is not None:
         if grid.n_cell != result.n_cell:  # cells of one map (a time-windowed result holds several)
@@ -466,8 +477,7 @@ def save_result(result, path, *, figures=None, config_file=None, overwrite: bool
     if config_file is not None and not Path(config_file).is_file():
         raise DopplermapInputError(f"config_file {config_file} does not exist")
     fp = input_fingerprint(result)
-    with AtomicFolder(path, "result", overwrite=overwrite, inputs=fp, option="result folder",
-                      flag="overwrite=True") as folder:
+    with AtomicFolder(path, "result", overwrite=overwrite, inputs=fp, names=("result folder", "overwrite=True")) as folder:
         t0 = time.perf_counter()
         timings = _write_files(result, folder, config_file, figures, folder.run_id)
         for writer in extra_writers:

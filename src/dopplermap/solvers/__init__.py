@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _device, plan
+from .._options import options_of
 from ..choices import BATCH_FORMS, BATCH_MODES, MANY_MODES, REGULARISERS, SOLVER_CHOICES, check
 from ..diagnostics import check_observations, check_result
 from ..errors import DopplermapInputError
@@ -68,7 +69,8 @@ from .program import compiled_terms
 from .scipy_lbfgsb import compile_state as lbfgsb_compile_state
 from .scipy_lbfgsb import solve as solve_scipy
 
-__all__ = ["invert", "invert_device", "invert_batch", "solve_many", "Many", "prepare", "finish", "bounds", "InversionResult",
+__all__ = ["invert", "invert_device", "invert_batch", "solve_many", "Many", "prepare", "SolveOptions", "BatchOptions",
+           "ManyOptions", "finish", "bounds", "InversionResult",
            "project_feasible", "check_solver_args", "check_fit_components",
            "start", "NEWTON_TOL", "choose_solver", "solver_choice"]
 
@@ -202,8 +204,8 @@ def invert(problem: Problem | Precomputed, obs: Observations | None = None, *, x
     solve = _solve_arguments("invert", problem, obs, settings)
     pre, obs, settings = solve.pre, solve.obs, solve.settings
     check(settings.solver, SOLVER_CHOICES, "solver")
-    setup = prepare(pre, obs, settings, x0=x0, penalty=solve.penalty, lightcurve=solve.lightcurve,
-                    cube_dtype=solve.cube_dtype, options=options, problem=solve.problem)
+    setup = prepare(pre, obs, settings, x0=x0, lightcurve=solve.lightcurve, problem=solve.problem,
+                    solve=SolveOptions(penalty=solve.penalty, cube_dtype=solve.cube_dtype, backend=options))
     if settings.solver == "auto":
         choice = solver_choice(settings=settings, pre=pre, setup=setup, progress=callback is not None)
         if choice.estimates:
@@ -296,13 +298,32 @@ def _cube_dtype(problem: Problem | None, cube_dtype, tol: float):
     return problem.plan.cube_dtype if _planned(problem, cube_dtype, tol) else plan.cube_dtype(cube_dtype, tol)
 
 
-def prepare(pre: Precomputed, obs: Observations, settings: Settings, *, x0=None, penalty: float = DEFAULT_PENALTY,
-            lightcurve=None, cube_dtype: str | None = "auto", blocked: bool = False,
-            options: dict | None = None, problem: Problem | None = None) -> SolveSetup:
+@dataclasses.dataclass(frozen=True, eq=False)
+class SolveOptions:
+    """How :func:`prepare` sets a solve up, beyond the :class:`~dopplermap.problem.Settings`.
+
+    Attributes:
+        penalty: weight of the ``fssc + fssh <= 1`` penalty. cube_dtype: the dtype of the
+            dense cube the solve iterates on (as :func:`invert`'s). blocked: iterate on the
+            blocked form (:func:`invert_batch`'s ``form="blocked"``). backend: the back end's
+            options (``maxcor``, ``max_cg``, ``n_probe``).
+    """
+
+    penalty: float = DEFAULT_PENALTY
+    cube_dtype: str | None = "auto"
+    blocked: bool = False
+    backend: dict | None = None
+
+
+def prepare(pre: Precomputed, obs: Observations, settings: Settings, *, x0=None, lightcurve=None,
+            problem: Problem | None = None, solve: SolveOptions | None = None, **loose) -> SolveSetup:
     """Check a solve's arguments and build its :class:`SolveSetup` (every back end's input).
 
     With ``problem`` (whose ``pre`` this is) the form the solve iterates on is the problem's,
-    built once for all its solves (:meth:`dopplermap.problem.Problem.solve_form`)."""
+    built once for all its solves (:meth:`dopplermap.problem.Problem.solve_form`). ``solve``:
+    a :class:`SolveOptions`, or its fields as keywords (``penalty=1e4``)."""
+    o = options_of("prepare", SolveOptions, solve, loose, "solve")
+    penalty, cube_dtype, blocked, options = o.penalty, o.cube_dtype, o.blocked, o.backend
     check(settings.regulariser, REGULARISERS, "regulariser")
     check_solver_args(tol=settings.tol, maxiter=settings.maxiter, lmbd=settings.lmbd)
     fit_components = check_fit_components(settings.fit_components)
@@ -360,9 +381,36 @@ def invert_device(problem: Problem | Precomputed, obs: Observations | None = Non
     return invert(problem, obs, solver="projected_lbfgs", options={"maxcor": int(maxcor)}, **kwargs)
 
 
+@dataclasses.dataclass(frozen=True)
+class BatchOptions:
+    """How :func:`invert_batch` runs its members: ``mode``, ``form`` and ``warm_start``
+    (described there). Its fields may also be given as keywords (``mode="sequential"``)."""
+
+    mode: str = "auto"
+    form: str = "auto"
+    warm_start: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class ManyOptions:
+    """How :func:`solve_many` runs its members: ``mode``, ``warm_start`` and ``budget``
+    (described there). Its fields may also be given as keywords (``mode="vmap"``)."""
+
+    mode: str = "auto"
+    warm_start: bool = False
+    budget: int | None = None
+
+
+def _options_in(where: str, cls, given, settings: dict):
+    """The ``cls`` options of a door called with ``given`` or with its fields among ``settings``
+    (taken out of it)."""
+    names = [f.name for f in dataclasses.fields(cls)]
+    return options_of(where, cls, given, {k: settings.pop(k) for k in names if k in settings},
+                      "batch" if cls is BatchOptions else "many")
+
+
 def invert_batch(problem: Problem | Precomputed, obs: Observations | None = None, *, lmbds=None, flux=None,
-                 err=None, mode: str = "auto", form: str = "auto", warm_start: bool = False,
-                 **settings) -> list[InversionResult]:
+                 err=None, batch: BatchOptions | None = None, **settings) -> list[InversionResult]:
     """Several device solves (:func:`invert_device`) in one compiled, ``vmap``-ed call (or one after another).
 
     Args:
@@ -374,6 +422,7 @@ def invert_batch(problem: Problem | Precomputed, obs: Observations | None = None
             default ``obs`` itself for every member. An infinite error drops its point
             (e.g. an epoch a bootstrap resample did not draw).
         cube_dtype: as in :func:`invert` (dense models only).
+        batch: a :class:`BatchOptions`, or its fields as keywords:
         mode: ``"vmap"`` - one compiled call for the whole batch; ``"sequential"`` - the
             members one after another through one compiled single solve; ``"auto"``
             (default) - vmap, except on CPU when the blocked form (below) does not apply
@@ -393,6 +442,8 @@ def invert_batch(problem: Problem | Precomputed, obs: Observations | None = None
         one :class:`InversionResult` per member (each evaluated as :func:`invert` reports
         it); ``solve_time`` is the whole batch's.
     """
+    b = _options_in("invert_batch", BatchOptions, batch, settings)
+    mode, form, warm_start = b.mode, b.form, b.warm_start
     x0, maxcor = settings.pop("x0", None), settings.pop("maxcor", 10)
     solve = _solve_arguments("invert_batch", problem, obs, settings)
     pre, obs, settings = solve.pre, solve.obs, solve.settings.replace(solver="projected_lbfgs")
@@ -417,9 +468,9 @@ def invert_batch(problem: Problem | Precomputed, obs: Observations | None = None
     batch_lmbd, batch_obs = lmbds is not None, flux is not None
     if not (batch_lmbd or batch_obs):
         raise DopplermapInputError("invert_batch needs lmbds and/or flux (with err) to batch over")
-    setup = prepare(pre, obs, settings, x0=x0, penalty=solve.penalty, lightcurve=solve.lightcurve,
-                    cube_dtype=cube_dtype, blocked=form == "blocked", options={"maxcor": int(maxcor)},
-                    problem=solve.problem)
+    setup = prepare(pre, obs, settings, x0=x0, lightcurve=solve.lightcurve, problem=solve.problem,
+                    solve=SolveOptions(penalty=solve.penalty, cube_dtype=cube_dtype, blocked=form == "blocked",
+                                       backend={"maxcor": int(maxcor)}))
     lm = np.asarray(lmbds, dtype=float) if batch_lmbd else None
     if batch_lmbd and lm.ndim != 1:
         raise DopplermapInputError(f"lmbds must be a 1-D array of finite values >= 0, got {np.asarray(lmbds)!r}")
@@ -482,18 +533,19 @@ class Many:
 
 
 def solve_many(problem: Problem | Precomputed, obs: Observations | None = None, *, lmbds=None, flux=None, err=None,
-               x0=None, mode: str = "auto", warm_start: bool = False, budget: int | None = None,
-               **settings) -> Many:
+               x0=None, many: ManyOptions | None = None, **settings) -> Many:
     """Many solves of one problem's shape: lambdas and/or observation sets (as :func:`invert_batch`;
     a :class:`~dopplermap.problem.Problem`, or a bare model and its observations).
 
-    ``mode``: ``"vmap"`` - the members together, in calls of as many members as fit ``budget``
+    ``many``: a :class:`ManyOptions`, or its fields as keywords. ``mode``: ``"vmap"`` - the members together, in calls of as many members as fit ``budget``
     bytes (:func:`dopplermap.plan.batch_chunk`; the last call padded to the same shape, so one
     compile serves all); ``"sequential"`` - one compiled device solve after another (with
     ``warm_start`` each from the map of the one before); ``"invert"`` - :func:`invert` each
     member with the problem's own solver (lambdas only); ``"auto"`` (default) -
     :func:`dopplermap.plan.many_mode`. Returns a :class:`Many` (results and the mode used).
     """
+    m = _options_in("solve_many", ManyOptions, many, settings)
+    mode, warm_start, budget = m.mode, m.warm_start, m.budget
     check(mode, MANY_MODES, "mode")
     if isinstance(problem, Problem):
         pre, obs = problem.pre, (problem.obs if not problem.lines else None)

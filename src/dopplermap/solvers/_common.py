@@ -20,7 +20,34 @@ from ..result import Outcome
 
 __all__ = ["check_fit_components", "bounds", "start", "project_feasible", "check_match",
            "check_solver_args", "cube_dtype_of",
-           "SolveSetup", "RawSolve", "Progress", "report_progress"]
+           "SolveSetup", "RawSolve", "Progress", "report_progress", "LBFGSOptions"]
+
+
+@dataclasses.dataclass(frozen=True)
+class LBFGSOptions:
+    """The stopping rule and tuning of both L-BFGS loops (scipy's and the compiled one), built
+    once and passed as one object (static under ``jit``: every field is a Python number).
+
+    Attributes:
+        maxiter: iteration cap. ftol, gtol: relative loss reduction and projected-gradient
+            tolerances (scipy L-BFGS-B's criteria; :func:`dopplermap.solvers.scipy_lbfgsb.lbfgsb`
+            also ends its restarts on ``ftol``). maxcor: stored correction pairs.
+        max_backtrack, c1: the compiled loop's Armijo line search (steps, sufficient decrease).
+        max_restarts: memory restarts after a relative-reduction stop.
+    """
+
+    maxiter: int = 1000
+    ftol: float = 1e-5
+    gtol: float = 1e-5
+    maxcor: int = 10
+    max_backtrack: int = 30
+    c1: float = 1e-4
+    max_restarts: int = 10
+
+    @classmethod
+    def at(cls, tol: float, maxiter: int, maxcor: int = 10) -> LBFGSOptions:
+        """One tolerance for both criteria (as ``scipy.optimize.minimize(tol=...)`` sets them)."""
+        return cls(maxiter=int(maxiter), ftol=float(tol), gtol=float(tol), maxcor=int(maxcor))
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

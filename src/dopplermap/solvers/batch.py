@@ -23,11 +23,11 @@ import numpy as np
 from ..compiled import compile_cached
 from ..objective import DEFAULT_PENALTY, ObjectiveData, Observations
 from ..result import Outcome
-from ._common import RawSolve, SolveSetup, report_progress
+from ._common import LBFGSOptions, RawSolve, SolveSetup, report_progress
 from .program import value_and_grad_body  # the same value-and-gradient body as the scipy path
 from .projected_lbfgs import STOP_REASONS, projected_lbfgs
 
-__all__ = ["solve_device", "solve_batch", "compile_solver"]
+__all__ = ["solve_device", "solve_batch"]
 
 def _report(it, f, aux):
     report_progress(it, f, aux.chi2, aux.regulariser)
@@ -35,8 +35,8 @@ def _report(it, f, aux):
 
 def _solve(x0, lo, hi, lmbd, pre, data, *, regulariser, penalty, maxiter, tol, maxcor, progress=False):
     fun = functools.partial(value_and_grad_body, regulariser=regulariser, penalty=penalty)
-    return projected_lbfgs(fun, x0, lo, hi, lmbd, pre, data, maxiter=maxiter, ftol=tol, gtol=tol,
-                           maxcor=maxcor, report=_report if progress else None)
+    return projected_lbfgs(fun, x0, lo, hi, lmbd, pre, data, options=LBFGSOptions.at(tol, maxiter, maxcor),
+                           report=_report if progress else None)
 
 
 def _solve_members(x0, lo, hi, lmbd, pre, data, *, batch_lmbd, batch_obs, **kw):
@@ -49,7 +49,7 @@ def _solve_members(x0, lo, hi, lmbd, pre, data, *, batch_lmbd, batch_obs, **kw):
     return fn(x0, lo, hi, lmbd, pre, data)
 
 
-def compile_solver(x0, lo, hi, lmbd, pre, data: ObjectiveData, *, regulariser="mem", penalty=DEFAULT_PENALTY,
+def _compile_solver(x0, lo, hi, lmbd, pre, data: ObjectiveData, *, regulariser="mem", penalty=DEFAULT_PENALTY,
                    maxiter=1000, tol=1e-5, maxcor=10, batch_lmbd=False, batch_obs=False, progress=False):
     """AOT-compile the device solve; returns ``(compiled, timings)``.
 
@@ -86,7 +86,7 @@ def solve_device(setup: SolveSetup, callback=None) -> RawSolve:
     ``callback`` the loop reports every iteration (:class:`~dopplermap.solvers._common.Progress`)."""
     xj, lo, hi = jnp.asarray(setup.x0), jnp.asarray(setup.lower), jnp.asarray(setup.upper)
     lm = jnp.asarray(setup.lmbd, dtype=xj.dtype)
-    fn, timing = compile_solver(xj, lo, hi, lm, setup.pre, setup.data, regulariser=setup.regulariser,
+    fn, timing = _compile_solver(xj, lo, hi, lm, setup.pre, setup.data, regulariser=setup.regulariser,
                                 penalty=setup.penalty, maxiter=setup.maxiter, tol=setup.tol,
                                 maxcor=int(setup.options.get("maxcor", 10)), progress=callback is not None)
     t0 = time.perf_counter()
@@ -111,7 +111,7 @@ def solve_batch(setup: SolveSetup, lmbds, obs: Observations, *, batch_lmbd: bool
             return setup.data.replace(obs=Observations(times=obs.times, vels=obs.vels, flux=obs.flux[i],
                                                        err=obs.err[i]))
 
-        fn, timing = compile_solver(xj, lo, hi, jnp.asarray(float(lmbds[0])), setup.pre, member(0), **kw)
+        fn, timing = _compile_solver(xj, lo, hi, jnp.asarray(float(lmbds[0])), setup.pre, member(0), **kw)
         t0 = time.perf_counter()
         runs, x = [], xj
         for i, lm in enumerate(lmbds):
@@ -122,7 +122,7 @@ def solve_batch(setup: SolveSetup, lmbds, obs: Observations, *, batch_lmbd: bool
         return [_raw(r, timing, solve_time) for r in runs]
     lm = jnp.asarray(lmbds if batch_lmbd else float(lmbds[0]))
     data = setup.data.replace(obs=obs)
-    fn, timing = compile_solver(xj, lo, hi, lm, setup.pre, data, batch_lmbd=batch_lmbd, batch_obs=batch_obs, **kw)
+    fn, timing = _compile_solver(xj, lo, hi, lm, setup.pre, data, batch_lmbd=batch_lmbd, batch_obs=batch_obs, **kw)
     t0 = time.perf_counter()
     r = jax.block_until_ready(fn(xj, lo, hi, lm, setup.pre, data))
     solve_time = time.perf_counter() - t0

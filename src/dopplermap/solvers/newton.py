@@ -53,7 +53,7 @@ from ..objective import DEFAULT_PENALTY, Layout, ObjectiveData, regulariser_valu
 from ..result import Outcome
 from ._common import RawSolve, SolveSetup, report_progress
 
-__all__ = ["NewtonResult", "projected_newton", "solve_newton", "compile_newton", "line_residuals", "smooth_terms",
+__all__ = ["NewtonResult", "solve_newton", "line_residuals", "smooth_terms",
            "STOP_REASONS", "EPS_ACTIVE"]
 
 STOP_REASONS = ("running", "ftol: relative reduction of the loss <= tol",
@@ -69,7 +69,7 @@ KINK_NUDGE = 1e-7
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class NewtonResult:
-    """Result of :func:`projected_newton` (arrays).
+    """Result of :func:`_projected_newton` (arrays).
 
     Attributes:
         x: (n,) solution. f: its loss. g: (n,) gradient at the last linearisation (the
@@ -146,7 +146,7 @@ def _pieces(x, g, g_left, g_right, lower, upper, spacing):
     return lo, hi, g_eff, held
 
 
-def projected_newton(residual: Callable, smooth: Callable, x0, lower, upper, *args, blocks: tuple[int, ...],
+def _projected_newton(residual: Callable, smooth: Callable, x0, lower, upper, *args, blocks: tuple[int, ...],
                      kink_spacing=None, kink_step: Callable | None = None, smooth_diag: Callable | None = None, maxiter: int = 200, ftol: float = 1e-8, gtol: float = 1e-8, max_cg: int = 50,
                      n_probe: int = 8, max_backtrack: int = 30, c1: float = 1e-4, seed: int = 0,
                      report: Callable | None = None) -> NewtonResult:
@@ -387,7 +387,7 @@ RV_SEARCH = 16
 
 
 def rv_step(x, nudge, lmbd, pre, data: ObjectiveData):
-    """The kink step of :func:`projected_newton` for ``rv``: search, then the slopes at the kinks.
+    """The kink step of :func:`_projected_newton` for ``rv``: search, then the slopes at the kinks.
 
     Only the line chi-square depends on ``rv_e``, and only through the cheap per-epoch shift
     of the synthesised profiles (:func:`dopplermap.model.apply_nuisance`), so with the
@@ -436,7 +436,7 @@ def smooth_terms(x, lmbd, pre, data=None, *, regulariser: str = "mem",
 
 
 def coupling_diagonal(per_cell, x, lmbd, pre, data=None):
-    """``smooth_diag`` of :func:`projected_newton` from a regulariser's ``newton_diagonal``
+    """``smooth_diag`` of :func:`_projected_newton` from a regulariser's ``newton_diagonal``
     (:class:`dopplermap.regularisers.Regulariser`): its ``(n_cell,)`` diagonal on fssc and
     on fssh, none on rv and amp."""
     d = per_cell(lmbd, pre.edges, pre.n_cell, x.dtype)
@@ -452,7 +452,7 @@ def _solve(x0, lo, hi, spacing, tol, lmbd, pre, data, *, regulariser, penalty, m
     n_cell = pre.n_cell
     smooth = functools.partial(smooth_terms, regulariser=regulariser, penalty=penalty)
     per_cell = regularisers.regulariser(regulariser).newton_diagonal
-    return projected_newton(line_residuals, smooth, x0, lo, hi, lmbd, pre, data,
+    return _projected_newton(line_residuals, smooth, x0, lo, hi, lmbd, pre, data,
                             blocks=(n_cell, n_cell, x0.shape[0] - 2 * n_cell), kink_spacing=spacing, kink_step=rv_step,
                             smooth_diag=None if per_cell is None else functools.partial(coupling_diagonal, per_cell),
                             maxiter=maxiter, ftol=tol, gtol=tol, max_cg=max_cg, n_probe=n_probe,
@@ -476,7 +476,7 @@ NEWTON_MAXITER = 200
 """Newton iteration cap when the caller's ``maxiter`` (sized for L-BFGS) is larger."""
 
 
-def compile_newton(x0, lo, hi, spacing, tol, lmbd, pre, data: ObjectiveData, *, regulariser="mem",
+def _compile_newton(x0, lo, hi, spacing, tol, lmbd, pre, data: ObjectiveData, *, regulariser="mem",
                    penalty=DEFAULT_PENALTY, maxiter=NEWTON_MAXITER, max_cg=DEFAULT_MAX_CG, n_probe=DEFAULT_PROBES,
                    progress=False):
     """AOT-compile the Newton solve for these shapes; returns ``(compiled, seconds)`` (0 when reused).
@@ -528,7 +528,7 @@ def solve_newton(setup: SolveSetup, callback=None) -> RawSolve:
     n_iter_max = int(min(setup.maxiter, NEWTON_MAXITER))
     spacing = _device.asarray(kink_spacing(setup.layout, setup.pre.line.vels))
     tol_j = _device.asarray(setup.tol, dtype=xj.dtype)
-    fn, t_compile = compile_newton(xj, lo_j, hi_j, spacing, tol_j, lm, setup.pre, setup.data,
+    fn, t_compile = _compile_newton(xj, lo_j, hi_j, spacing, tol_j, lm, setup.pre, setup.data,
                                    regulariser=setup.regulariser, penalty=setup.penalty, maxiter=n_iter_max,
                                    max_cg=int(setup.options.get("max_cg", DEFAULT_MAX_CG)),
                                    n_probe=int(setup.options.get("n_probe", DEFAULT_PROBES)),

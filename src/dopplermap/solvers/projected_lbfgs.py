@@ -28,7 +28,9 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 
-__all__ = ["LBFGSResult", "projected_lbfgs", "STOP_REASONS"]
+from ._common import LBFGSOptions
+
+__all__ = ["LBFGSResult", "LBFGSOptions", "projected_lbfgs", "STOP_REASONS"]
 
 STOP_REASONS = ("running", "ftol: relative reduction of the loss <= tol",
                 "gtol: projected gradient <= tol", "maxiter reached", "line search failed")
@@ -109,21 +111,23 @@ def _two_loop(g, s_hist, y_hist, rho, k, maxcor, free=None):
     return jax.lax.fori_loop(0, maxcor, second, r)
 
 
-def projected_lbfgs(fun: Callable, x0, lower, upper, *args, maxiter: int = 1000, ftol: float = 1e-5,
-                    gtol: float = 1e-5, maxcor: int = 10, max_backtrack: int = 30,
-                    c1: float = 1e-4, max_restarts: int = 10, report: Callable | None = None) -> LBFGSResult:
+def projected_lbfgs(fun: Callable, x0, lower, upper, *args, options: LBFGSOptions | None = None,
+                    report: Callable | None = None) -> LBFGSResult:
     """Minimise ``fun(x, *args) -> (loss, grad, aux)`` subject to ``lower <= x <= upper``.
 
     Args:
         fun: value, gradient and auxiliary output (jax-traceable).
         x0, lower, upper: (n,) start and bounds (``-inf``/``inf`` for free variables).
         args: extra arguments of ``fun`` (e.g. lambda, data); they may be traced.
-        maxiter: iteration cap (static). ftol, gtol: stopping tolerances (see module).
-        maxcor: number of stored correction pairs (static).
-        max_restarts: memory restarts after a relative-reduction stop (see module).
+        options: an :class:`~dopplermap.solvers._common.LBFGSOptions` (static; default its defaults): ``maxiter``,
+            ``ftol``/``gtol`` (see module), ``maxcor`` (stored correction pairs), the line
+            search's ``max_backtrack`` and ``c1``, ``max_restarts`` (see module).
         report: optional ``report(iteration, loss, aux)``, traced into the loop body after
             every iteration (e.g. a ``jax.debug.callback`` for progress; static).
     """
+    options = LBFGSOptions() if options is None else options
+    maxiter, ftol, gtol, maxcor = options.maxiter, options.ftol, options.gtol, options.maxcor
+    max_backtrack, c1, max_restarts = options.max_backtrack, options.c1, options.max_restarts
     x0 = jnp.clip(jnp.asarray(x0), lower, upper)
     n = x0.shape[0]
     dtype = x0.dtype

@@ -24,30 +24,33 @@ except ImportError:  # pragma: no cover
 from .. import _device
 from ..compiled import program_state
 from ..result import Outcome
-from ._common import RawSolve, SolveSetup
+from ._common import LBFGSOptions, RawSolve, SolveSetup
 from .program import compiled_value_and_grad, value_and_grad_body
 
-__all__ = ["lbfgsb", "solve"]
+__all__ = ["lbfgsb", "solve", "LBFGSOptions"]
 
 
 MAX_RESTARTS = 10
 """Restarts after a premature relative-reduction stop (see :func:`lbfgsb`)."""
 
 
-def lbfgsb(fn: Callable, x0: np.ndarray, lower: np.ndarray, upper: np.ndarray, *, tol: float = 1e-5,
-           maxiter: int = 1000, maxcor: int = 10, callback: Callable | None = None,
-           max_restarts: int = MAX_RESTARTS):
+def lbfgsb(fn: Callable, x0: np.ndarray, lower: np.ndarray, upper: np.ndarray, *,
+           options: LBFGSOptions | None = None, callback: Callable | None = None):
     """Minimise with scipy L-BFGS-B; ``fn(x) -> (value, grad, aux)`` on float64 arrays.
 
-    ``tol`` sets both ``ftol`` and ``gtol`` (as ``scipy.optimize.minimize(tol=...)`` and the
-    seed's jaxopt call do). L-BFGS-B stops as soon as one step reduces the loss by less than
+    ``options`` (:class:`~dopplermap.solvers._common.LBFGSOptions`; ``LBFGSOptions.at(tol,
+    maxiter)`` sets ``ftol`` and ``gtol`` to one ``tol``, as ``scipy.optimize.minimize(tol=...)``
+    and the seed's jaxopt call do): ``maxiter``, ``ftol``, ``gtol``, ``maxcor``,
+    ``max_restarts``. L-BFGS-B stops as soon as one step reduces the loss by less than
     ``ftol`` relative; with thousands of bounded variables that happens while the loss is
     still falling fast (seen at the seed's size: a 6e-7 step right after 1e-3 steps, 3 %
     above the optimum). So after such a stop the solve restarts from there with a fresh
-    memory, and ends when a restarted run gains less than ``tol`` in total (at most
+    memory, and ends when a restarted run gains less than ``ftol`` in total (at most
     ``max_restarts`` times). Returns ``(scipy_result, history)``; the result's ``nit`` and
     ``nfev`` count all runs and ``restarts`` says how many there were.
     """
+    options = LBFGSOptions(max_restarts=MAX_RESTARTS) if options is None else options
+    maxiter, tol, maxcor, max_restarts = options.maxiter, options.ftol, options.maxcor, options.max_restarts
     last = {}
     history = {"loss": [], "chi2": [], "regulariser": []}
 
@@ -78,8 +81,9 @@ def lbfgsb(fn: Callable, x0: np.ndarray, lower: np.ndarray, upper: np.ndarray, *
     # cores XLA needs next.
     with threadpool_limits(limits=1, user_api="blas"):
         while True:
-            res = minimize(fun, x, jac=True, method="L-BFGS-B", bounds=bounds, tol=tol, callback=cb,
-                           options={"maxiter": max(maxiter - nit, 1), "maxcor": maxcor})
+            res = minimize(fun, x, jac=True, method="L-BFGS-B", bounds=bounds, callback=cb,
+                           options={"maxiter": max(maxiter - nit, 1), "maxcor": maxcor, "ftol": options.ftol,
+                                    "gtol": options.gtol})
             nit, nfev = nit + int(res.nit), nfev + int(res.nfev)
             gained = np.inf if f_before is None else (f_before - res.fun) / max(abs(f_before), abs(res.fun), 1.0)
             f_before, x = float(res.fun), res.x
@@ -123,8 +127,8 @@ def solve(setup: SolveSetup, callback: Callable | None = None) -> RawSolve:
         return fn(x, lm, setup.pre, setup.data)
 
     t0 = time.perf_counter()
-    res, history = lbfgsb(vg, setup.x0, setup.lower, setup.upper, tol=setup.tol, maxiter=setup.maxiter,
-                          maxcor=int(setup.options.get("maxcor", 10)), callback=callback)
+    res, history = lbfgsb(vg, setup.x0, setup.lower, setup.upper, callback=callback,
+                          options=LBFGSOptions.at(setup.tol, setup.maxiter, setup.options.get("maxcor", 10)))
     return RawSolve(x=np.asarray(res.x), iterations=int(res.nit), n_eval=int(res.nfev),
                     outcome=Outcome.from_scipy(res.message, int(res.status)), stop_reason=str(res.message),
                     history=history, compile_time=timing["trace_lower"] + timing["compile"],
