@@ -362,8 +362,7 @@ def run_coverage(s, n_boot=20, min_frac=0.5):
         uncs["bootstrap"] = U.bootstrap(up, best, n_boot=n_boot, seed=s["k"])
         t2 = time.perf_counter()
     g = p.grid
-    geo = cell_geometry(g.lat, g.lon, g.area, p.obs.times, p.star.inclination, p.star.vsini, p.star.period,
-                        xp=np)
+    geo = cell_geometry((g.lat, g.lon, g.area), p.obs.times, (p.star.inclination, p.star.vsini, p.star.period), xp=np)
     seen = (np.asarray(geo.mu) > 0.2).mean(axis=0)  # fraction of epochs a cell is well on the disc
     well = seen >= min_frac
     out = dict(cov_n_well=int(well.sum()), cov_n_spotted=int((well & (s["truth_fssc"] > 0.1)).sum()), cov_laplace_s=t1 - t0, cov_boot_s=t2 - t1,

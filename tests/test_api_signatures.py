@@ -7,14 +7,7 @@ LIMIT = 8
 
 # Over the limit still, to be brought under it; each entry must exist and still exceed the
 # limit, so the list only shrinks.
-KNOWN = frozenset({
-    "dopplermap.app.seed.run_invert_seed",
-    "dopplermap.app.seed.simulate_files",
-    "dopplermap.geometry.cell_geometry",
-    "dopplermap.objective.ObjectiveData.create",
-    "dopplermap.objective.loss",
-    "dopplermap.objective.objective_terms",
-})
+KNOWN: frozenset[str] = frozenset()
 
 
 def test_no_public_callable_takes_more_than_eight_parameters():

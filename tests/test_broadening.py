@@ -119,7 +119,7 @@ def _reference_loop(grid, star, times, vels, comps, zeta, R):
     """Slow per-cell reference: each visible cell's local profile by Gauss-Hermite quadrature."""
     x, w = np.polynomial.hermite.hermgauss(80)
     sig_i = C_KMS / R / S2F
-    geo = dm.geometry.cell_geometry(grid.lat, grid.lon, grid.area, times, star.inclination, star.vsini_kms, star.period)
+    geo = dm.geometry.cell_geometry((grid.lat, grid.lon, grid.area), times, (star.inclination, star.vsini_kms, star.period))
     # the default smooth limb: a cell the limb cuts is weighted, limb-darkened and broadened at
     # its cell-averaged mu (ld_mu, > 0 for every cell in view)
     mu_all, vlos_all = np.asarray(geo.ld_mu), np.asarray(geo.v_los)

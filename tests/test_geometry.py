@@ -11,8 +11,7 @@ from dopplermap.geometry import cell_geometry
 
 def _geo(lat_deg, lon_deg, phases, inc=60.0, vsini=40.0, period=2.0, t0=0.5, domega=0.0):
     times = t0 + np.asarray(phases) * period
-    return cell_geometry(np.radians([lat_deg]), np.radians([lon_deg]), np.ones(1), times, inc, vsini,
-                         period, t0, domega)
+    return cell_geometry((np.radians([lat_deg]), np.radians([lon_deg]), np.ones(1)), times, (inc, vsini, period, t0, domega))
 
 
 def test_longitude_zero_faces_observer_at_phase_zero():
@@ -84,7 +83,7 @@ def test_geometry_is_differentiable_in_star_parameters():
     lon = np.radians(np.array([20.0, 200.0]))
 
     def f(inc):
-        return jnp.sum(cell_geometry(lat, lon, np.ones(2), np.array([0.1, 0.3]), inc, 30.0, 1.0).mu)
+        return jnp.sum(cell_geometry((lat, lon, np.ones(2)), np.array([0.1, 0.3]), (inc, 30.0, 1.0)).mu)
 
     g = jax.grad(f)(50.0)
     h = 1e-6
@@ -114,10 +113,10 @@ def test_smooth_limb_steadies_the_disc_flux_over_rotation():
     t = np.linspace(0.0, 1.0, 200, endpoint=False)
     sd = {}
     for limb in ("sharp", "smooth"):
-        geo = dm.geometry.cell_geometry(grid.lat, grid.lon, grid.area, t, 60.0, 30.0, 1.0, xp=np, limb=limb)
+        geo = dm.geometry.cell_geometry((grid.lat, grid.lon, grid.area), t, (60.0, 30.0, 1.0), xp=np, limb=limb)
         flux = (geo.proj_area * (1 - 0.6 * (1 - geo.ld_mu))).sum(axis=1)
         sd[limb] = flux.std() / flux.mean()
         assert abs(flux.mean() / (np.pi * (1 - 0.6 / 3)) - 1) < 5e-3  # the disc integral, analytic
     assert sd["smooth"] < 0.2 * sd["sharp"]
     with pytest.raises(dm.DopplermapInputError, match="limb"):
-        dm.geometry.cell_geometry(grid.lat, grid.lon, grid.area, t, 60.0, 30.0, 1.0, xp=np, limb="soft")
+        dm.geometry.cell_geometry((grid.lat, grid.lon, grid.area), t, (60.0, 30.0, 1.0), xp=np, limb="soft")

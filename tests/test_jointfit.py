@@ -85,8 +85,7 @@ def test_limb_kink_distance_finds_the_limb_crossings(problem):
     times = np.asarray(sim.obs.times)
     star = prob.star
     incs = np.linspace(50.0, 51.0, 2001)  # 5e-4 deg apart
-    mus = np.stack([cell_geometry(prob.grid.lat, prob.grid.lon, prob.grid.area, times, i, 1.0, star.period,
-                                  star.t0, star.domega, xp=np).mu for i in incs])
+    mus = np.stack([cell_geometry((prob.grid.lat, prob.grid.lon, prob.grid.area), times, (i, 1.0, star.period, star.t0, star.domega), xp=np).mu for i in incs])
     flips = np.flatnonzero(np.any(np.sign(mus[1:]) != np.sign(mus[:-1]), axis=(1, 2)))
     assert flips.size > 3
     for k in flips[:5]:
@@ -96,16 +95,13 @@ def test_limb_kink_distance_finds_the_limb_crossings(problem):
     if calm:  # 40 steps (0.02 deg) from every flip
         assert J.limb_kink_distance(prob.grid, times, star.replace(inclination=incs[calm[0]])) > 0.015
     # exactly on a crossing: mu of that cell is zero there
-    b = cell_geometry(prob.grid.lat, prob.grid.lon, prob.grid.area, times, 0.0, 1.0, star.period, star.t0,
-                      star.domega, xp=np).mu
-    a = cell_geometry(prob.grid.lat, prob.grid.lon, prob.grid.area, times, 90.0, 1.0, star.period, star.t0,
-                      star.domega, xp=np).mu
+    b = cell_geometry((prob.grid.lat, prob.grid.lon, prob.grid.area), times, (0.0, 1.0, star.period, star.t0, star.domega), xp=np).mu
+    a = cell_geometry((prob.grid.lat, prob.grid.lon, prob.grid.area), times, (90.0, 1.0, star.period, star.t0, star.domega), xp=np).mu
     crossing = np.degrees(np.arctan2(-b, a)) % 180.0
     e, c = np.unravel_index(np.argmin(np.abs(crossing - 50.5)), b.shape)
     i0 = float(crossing[e, c])
     assert J.limb_kink_distance(prob.grid, times, star.replace(inclination=i0)) < 1e-9
-    mu0 = cell_geometry(prob.grid.lat, prob.grid.lon, prob.grid.area, times, i0, 1.0, star.period, star.t0,
-                        star.domega, xp=np).mu[e, c]
+    mu0 = cell_geometry((prob.grid.lat, prob.grid.lon, prob.grid.area), times, (i0, 1.0, star.period, star.t0, star.domega), xp=np).mu[e, c]
     assert abs(mu0) < 1e-12
 
 
@@ -123,8 +119,8 @@ def _crossing_chi2(limb):
         return dm.objective.chi2(model(jnp.asarray(sim.fssc), jnp.asarray(sim.fssh), zero, zero, inc, star.vsini,
                                        0.0, star.period, star.t0), sim.obs)
 
-    b = cell_geometry(grid.lat, grid.lon, grid.area, times, 0.0, 1.0, star.period, star.t0, xp=np).mu
-    a = cell_geometry(grid.lat, grid.lon, grid.area, times, 90.0, 1.0, star.period, star.t0, xp=np).mu
+    b = cell_geometry((grid.lat, grid.lon, grid.area), times, (0.0, 1.0, star.period, star.t0), xp=np).mu
+    a = cell_geometry((grid.lat, grid.lon, grid.area), times, (90.0, 1.0, star.period, star.t0), xp=np).mu
     crossing = np.degrees(np.arctan2(-b, a)) % 180.0
     return jax.jit(c2), float(crossing.flat[np.argmin(np.abs(crossing - 55.0))])
 

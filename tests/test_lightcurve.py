@@ -46,7 +46,7 @@ def test_unspotted_star_is_flat_and_matches_loop_reference():
     rng = np.random.default_rng(1)
     fc, fh = rng.uniform(0, 0.6, grid.n_cell), rng.uniform(0, 0.3, grid.n_cell)
     model = np.asarray(lightcurve_model(jnp.asarray(fc), jnp.asarray(fh), lc))
-    geo = dm.geometry.cell_geometry(grid.lat, grid.lon, grid.area, t, star.inclination, star.vsini, star.period)
+    geo = dm.geometry.cell_geometry((grid.lat, grid.lon, grid.area), t, (star.inclination, star.vsini, star.period))
     mu = np.asarray(geo.mu)
     # the cell-averaged max(mu, 0) of a cell of side sqrt(area): mu uniform over +-h, h = side / 2
     h = 0.5 * np.sqrt(grid.area)[None, :]

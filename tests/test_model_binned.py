@@ -75,8 +75,7 @@ def test_binned_gradient_matches_dense(small):
 
 def _direct_loop(grid, star, times, vels, comps, fc, fh):
     """Per-epoch, per-cell reference of the seed's normalised profile (no rv, amp)."""
-    geo = dm.geometry.cell_geometry(grid.lat, grid.lon, grid.area, times, star.inclination, star.vsini_kms,
-                           star.period, star.t0, star.domega)
+    geo = dm.geometry.cell_geometry((grid.lat, grid.lon, grid.area), times, (star.inclination, star.vsini_kms, star.period, star.t0, star.domega))
     # cells in view (the limb's cut ones too), limb darkening and local profile at ld_mu
     mu, vlos, parea, seen = (np.asarray(a) for a in (geo.ld_mu, geo.v_los, geo.proj_area, geo.visible))
     fill = (1 - np.asarray(fc) - np.asarray(fh), np.asarray(fc), np.asarray(fh))

@@ -89,8 +89,8 @@ def test_residual_form_equals_the_objective(problem, lightcurve):
             data = ObjectiveData.create(sp, sim.obs, lightcurve=lc, line_weight=0.8, lc_weight=0.3)
             r = newton.line_residuals(x, lm, sp, data)
             ours = float(jnp.vdot(r, r) + newton.smooth_terms(x, lm, sp, data, regulariser=reg))
-            extra = () if lc is None else (lc, 0.8, 0.3)
-            theirs = float(objective_loss(x, lm, sp, sim.obs, reg, 1e4, *extra))
+            extra = {} if lc is None else dict(lightcurve=lc, line_weight=0.8, lc_weight=0.3)
+            theirs = float(objective_loss(x, lm, sp, sim.obs, reg, 1e4, **extra))
             assert ours == pytest.approx(theirs, rel=1e-12), (reg, lc is None)
     assert lay.size == x.shape[0]
 

@@ -97,3 +97,12 @@ def test_mem_spotdipy_is_selectable_and_weighs_the_map_otherwise(small_problem):
         objective_terms(jnp.asarray(x), 1.0, pre, sim.obs, "entropy")
     res = dm.invert(pre, sim.obs, regulariser="mem_spotdipy", lmbd=0.3, tol=1e-6)
     assert res.success and res.regulariser == "mem_spotdipy" and res.chi2 < 3.0
+
+
+def test_an_unknown_data_keyword_is_one_line(small_problem):
+    star, grid, times, vels, comps, sim = small_problem
+    pre = dm.precompute(grid, star, times, vels, comps)
+    x = jnp.asarray(dm.Layout(grid.n_cell, len(times)).initial(0.3))
+    with pytest.raises(dm.DopplermapInputError, match="loss: unknown keyword.s. lightcurv;"):
+        dm.objective.loss(x, 1.0, pre, sim.obs, lightcurv=None)
+    assert float(dm.objective.loss(x, 1.0, pre, sim.obs, lightcurve=None)) == float(dm.objective.loss(x, 1.0, pre, sim.obs))

@@ -70,8 +70,10 @@ def test_term_is_the_formula(star, lightcurve):
         assert float(with_prior - plain) == pytest.approx(want, rel=1e-9)
         assert float(t.chi2) == float(t0.chi2)  # chi2 stays the data's
     # a joint fit multiplies it with the line chi-square by line_weight
-    a = objective_terms(jnp.asarray(x), 0.8, pre, sim.obs, "mem", 1e4, lightcurve, 0.3, 2.0)[0]
-    b = objective_terms(jnp.asarray(x), 0.8, pre, sim.obs, "mem", 1e4, lightcurve, 0.3, 2.0, offset_sigma=0.007)[0]
+    a = objective_terms(jnp.asarray(x), 0.8, pre, sim.obs, "mem", 1e4, lightcurve=lightcurve, line_weight=0.3,
+                        lc_weight=2.0)[0]
+    b = objective_terms(jnp.asarray(x), 0.8, pre, sim.obs, "mem", 1e4, lightcurve=lightcurve, line_weight=0.3,
+                        lc_weight=2.0, offset_sigma=0.007)[0]
     assert float(b - a) == pytest.approx(0.3 * np.sum((amp / 0.007) ** 2) / n, rel=1e-9)
 
 
@@ -293,6 +295,6 @@ def test_newton_residuals_hold_the_prior_exactly(star, lightcurve):
             offset_sigma=sigma)
         r = newton.line_residuals(x, 0.7, pre, data)
         ours = float(jnp.vdot(r, r) + newton.smooth_terms(x, 0.7, pre, data))
-        extra = () if lc is None else (lc, 0.8, 0.3)
-        theirs = float(objective_terms(x, 0.7, pre, sim.obs, "mem", 1e4, *extra, offset_sigma=sigma)[0])
+        extra = {} if lc is None else dict(lightcurve=lc, line_weight=0.8, lc_weight=0.3)
+        theirs = float(objective_terms(x, 0.7, pre, sim.obs, "mem", 1e4, **extra, offset_sigma=sigma)[0])
         assert ours == pytest.approx(theirs, rel=1e-12), lc is None

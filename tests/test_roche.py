@@ -27,8 +27,8 @@ def test_sphere_is_the_zero_distortion_limit():
     np.testing.assert_allclose(s.area, GRID.area, rtol=1e-15)
     np.testing.assert_allclose(s.gravity, 1.0, rtol=1e-15)
     times = np.linspace(0.0, 1.7, 9)
-    a = cell_geometry(GRID.lat, GRID.lon, GRID.area, times, 55.0, 30.0, 1.3, 0.2, xp=np)
-    b = cell_geometry(GRID.lat, GRID.lon, GRID.area, times, 55.0, 30.0, 1.3, 0.2, xp=np, surface=s)
+    a = cell_geometry((GRID.lat, GRID.lon, GRID.area), times, (55.0, 30.0, 1.3, 0.2), xp=np)
+    b = cell_geometry((GRID.lat, GRID.lon, GRID.area), times, (55.0, 30.0, 1.3, 0.2), xp=np, surface=s)
     for k in ("mu", "v_los", "proj_area"):
         np.testing.assert_allclose(getattr(b, k), getattr(a, k), rtol=0, atol=1e-13 * (30.0 if k == "v_los" else 1.0))
     # the model built on it: the same weights and local lines, cell by cell
@@ -127,8 +127,7 @@ def test_bad_roche_input_is_one_clear_error():
     with pytest.raises(DopplermapInputError, match="must be in \\[0, 1\\)"):
         roche.rotating_surface(GRID, w=1.2)
     with pytest.raises(DopplermapInputError, match="domega must be 0"):
-        cell_geometry(GRID.lat, GRID.lon, GRID.area, np.zeros(2), 60.0, 30.0, 1.0, 0.0, 0.1, xp=np,
-                      surface=roche.rotating_surface(GRID, w=0.3))
+        cell_geometry((GRID.lat, GRID.lon, GRID.area), np.zeros(2), (60.0, 30.0, 1.0, 0.0, 0.1), xp=np, surface=roche.rotating_surface(GRID, w=0.3))
     tidal = with_surface(GRID, roche.tidal_surface(GRID, 0.5, 0.5))
     with pytest.raises(DopplermapInputError, match="single rotating stars"):
         gravity.temperature_ratio(tidal, law="elr")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import NamedTuple
 
 import jax.numpy as jnp
 import numpy as np
@@ -27,7 +28,7 @@ from .diagnostics import check_inclination, check_radius
 from .errors import DopplermapInputError
 from .units import to_days, to_epoch, to_unit
 
-__all__ = ["StarParams", "rotation_phase", "cell_geometry", "CellGeometry", "limb_weight", "limb_half_width", "LIMB_WEIGHTS"]
+__all__ = ["StarParams", "rotation_phase", "Rotation", "cell_geometry", "CellGeometry", "limb_weight", "limb_half_width", "LIMB_WEIGHTS"]
 
 LIMB_WEIGHTS = {"smooth": True, "sharp": False}
 """``cell_geometry(limb=...)`` (:data:`dopplermap.choices.LIMB_WEIGHTS`): whether a cell's projected area
@@ -191,14 +192,32 @@ def limb_weight(mu, h, *, xp=jnp):
     return xp.where(mu >= h, mu, (m + h) ** 2 / (4.0 * h))  # mu itself inside the disc, to the bit
 
 
-def cell_geometry(lat, lon, area, times, inclination, vsini, period, t0=0.0, domega=0.0, *, xp=jnp,
-                  limb: str = "smooth", surface=None):
+class Rotation(NamedTuple):
+    """The rotation :func:`cell_geometry` turns the cells with: inclination (deg), vsini
+    (km/s), period (days), t0 (days), domega (rad/day). A plain tuple of 3-5 of them does
+    too; the values may be traced (a fit of the inclination)."""
+
+    inclination: object
+    vsini: object
+    period: object
+    t0: object = 0.0
+    domega: object = 0.0
+
+    @classmethod
+    def of(cls, star: StarParams) -> Rotation:
+        """A star's rotation."""
+        return cls(star.inclination, star.vsini_kms, star.period, star.t0, star.domega)
+
+
+def cell_geometry(cells, times, rotation, *, xp=jnp, limb: str = "smooth", surface=None):
     """Geometry of every cell at every epoch (pure array code, differentiable with jax).
 
     Args:
-        lat, lon: (n_cell,) rad. area: (n_cell,) sr.
-        times: (n_epoch,) days. inclination: deg. vsini: km/s. period: days.
-        t0: days. domega: rad/day.
+        cells: ``(lat, lon, area)``: (n_cell,) rad, rad, sr (a tuple, or an object with those
+            attributes such as a :class:`~dopplermap.grid.SurfaceGrid`).
+        times: (n_epoch,) days.
+        rotation: :class:`Rotation` (inclination deg, vsini km/s, period days, t0 days, domega
+            rad/day), or a tuple of its first 3-5 fields.
         xp: array module, ``jax.numpy`` (default, differentiable) or ``numpy`` (set-up
             code: no compilation).
         surface: a distorted surface (:class:`dopplermap.roche.Surface`: cell positions,
@@ -215,6 +234,8 @@ def cell_geometry(lat, lon, area, times, inclination, vsini, period, t0=0.0, dom
     Returns:
         :class:`CellGeometry` with (n_epoch, n_cell) arrays.
     """
+    lat, lon, area = (cells.lat, cells.lon, cells.area) if hasattr(cells, "lat") else cells
+    inclination, vsini, period, t0, domega = Rotation(*rotation)
     if surface is not None:
         return _surface_geometry(surface, times, inclination, vsini, period, t0, domega, xp, limb)
     lat = xp.asarray(lat)[None, :]

@@ -63,8 +63,7 @@ def limb_kink_distance(grid: SurfaceGrid, times, star: StarParams) -> float:
     so the crossings are ``i = arctan(-b / a)`` modulo 180 deg.
     """
     def mu(inc):
-        return cell_geometry(grid.lat, grid.lon, grid.area, np.asarray(times, dtype=float), inc, 1.0, star.period,
-                             star.t0, star.domega, xp=np).mu
+        return cell_geometry((grid.lat, grid.lon, grid.area), np.asarray(times, dtype=float), (inc, 1.0, star.period, star.t0, star.domega), xp=np).mu
 
     crossings = np.degrees(np.arctan2(-mu(0.0), mu(90.0))) % 180.0
     return float(np.min(np.abs(crossings - float(star.inclination))))
@@ -95,7 +94,7 @@ def _dense_profiles(grid: SurfaceGrid, times, vels, components: ComponentSet, *,
     profs = [_profile_fn(c.profile) for c in comps]
 
     def raw(fssc, fssh, inclination, vsini, domega, period, t0):
-        geo = cell_geometry(lat, lon, area, times, inclination, vsini, period, t0, domega, limb=limb)
+        geo = cell_geometry((lat, lon, area), times, (inclination, vsini, period, t0, domega), limb=limb)
         fill = (1.0 - fssc - fssh, fssc, fssh)
 
         def one_epoch(args):

@@ -69,7 +69,7 @@ from ._options import options_of
 from ._sets import names_and_weights
 from .diagnostics import check_phase_span, check_spot_contrast, fields_checked
 from .errors import DopplermapInputError
-from .geometry import StarParams, cell_geometry, check_star
+from .geometry import Rotation, StarParams, cell_geometry, check_star
 from .grid import SurfaceGrid
 from .memory import check_bytes
 from .profiles import LimbDarkening, intensity_ratio
@@ -331,8 +331,7 @@ class LightCurveSet:
 def _lc_weights(grid, star, times, band, cell_factors, limb="smooth"):
     check_star(star)
     # NumPy: set-up work, evaluated once (jax.numpy would compile every operation)
-    geo = cell_geometry(grid.lat, grid.lon, grid.area, times, star.inclination, star.vsini_kms,
-                        star.period, star.t0, star.domega, xp=np, limb=limb, surface=getattr(grid, "surface", None))
+    geo = cell_geometry(grid, times, Rotation.of(star), xp=np, limb=limb, surface=getattr(grid, "surface", None))
     mu = np.asarray(geo.mu)
     pa = np.asarray(geo.proj_area)
     # written once, into a buffer the device adopts without a copy (as the dense cube)

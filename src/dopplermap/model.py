@@ -48,7 +48,7 @@ from .forms import (
     phase_order,
 )
 from .forms.base import form_pytree, shift_profiles
-from .geometry import StarParams, cell_geometry, check_star
+from .geometry import Rotation, StarParams, cell_geometry, check_star
 from .grid import SurfaceGrid
 from .memory import check_precompute_size
 from .profiles import ComponentSet
@@ -172,8 +172,7 @@ def precompute(grid: SurfaceGrid, star: StarParams, times, vels, components: Com
     check_precompute_size(grid.n_cell, times.size, vels.size, method, cube)
     check_velocity_window(vels, float(star.vsini_kms))
     check_phase_span(times, star.t0, star.period, where="line profiles")
-    geo = cell_geometry(grid.lat, grid.lon, grid.area, times, star.inclination, star.vsini_kms,
-                        star.period, star.t0, star.domega, xp=np, limb=limb, surface=grid.surface)
+    geo = cell_geometry(grid, times, Rotation.of(star), xp=np, limb=limb, surface=grid.surface)
     # limb darkening and mu-dependent local profiles at the same mu (never < 0 for a cell in view)
     mu = np.asarray(geo.ld_mu)
     v_los = np.asarray(geo.v_los)

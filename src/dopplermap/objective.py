@@ -509,7 +509,7 @@ class ObjectiveData:
 
     @classmethod
     def create(cls, pre, obs, *, lightcurve=None, line_weight=1.0, lc_weight=1.0, offset_sigma=None,
-               lmbd_time=0.0, time_coupling="quadratic", dtype=jnp.float64) -> ObjectiveData:
+               lmbd_time=0.0, time_coupling="quadratic") -> ObjectiveData:
         """The checked data of a solve: the weights are used (and checked) with a light curve
         only; ``offset_sigma`` as :func:`offset_sigmas` takes it; ``lmbd_time`` with time
         windows only (a static problem carries none)."""
@@ -526,7 +526,7 @@ class ObjectiveData:
             if not (isinstance(lmbd_time, (int, float, np.floating, np.integer)) and np.isfinite(lmbd_time)
                     and lmbd_time >= 0):
                 raise DopplermapInputError(f"lmbd_time must be a finite number >= 0, got {lmbd_time!r}")
-            lt = _device.asarray(float(lmbd_time), dtype=dtype)
+            lt = _device.asarray(float(lmbd_time), dtype=jnp.float64)
         coupling_of(time_coupling)  # a known name
         if lightcurve is None:
             return cls(obs=obs, offset_sigma=sigma, lmbd_time=lt, time_coupling=time_coupling)
@@ -539,8 +539,8 @@ class ObjectiveData:
         if lightcurve.n_cell * n_windows(pre) != pre.n_cell:
             raise DopplermapInputError(f"light curve was precomputed for {lightcurve.n_cell} cells, "
                                        f"the line model has {pre.n_cell}")
-        return cls(obs=obs, lightcurve=lightcurve, line_weight=_device.asarray(line_weight, dtype=dtype),
-                   lc_weight=_device.asarray(lc_weight, dtype=dtype), offset_sigma=sigma, lmbd_time=lt,
+        return cls(obs=obs, lightcurve=lightcurve, line_weight=_device.asarray(line_weight, dtype=jnp.float64),
+                   lc_weight=_device.asarray(lc_weight, dtype=jnp.float64), offset_sigma=sigma, lmbd_time=lt,
                    time_coupling=time_coupling)
 
     def replace(self, **changes) -> ObjectiveData:
@@ -586,10 +586,27 @@ def data_terms(x, lmbd, pre: Precomputed, data: ObjectiveData, regulariser: str 
     return total, Terms(c2, reg, pen, c2_lc, model if with_model else None, c2_sets, c2_lc_sets, prior, temporal)
 
 
+LOOSE_DATA = ("lightcurve", "line_weight", "lc_weight", "offset_sigma")
+"""The data :func:`objective_terms` and :func:`loss` take as keywords beside ``obs``."""
+
+
+def _loose_data(where: str, obs, data: dict) -> ObjectiveData:
+    unknown = sorted(set(data) - set(LOOSE_DATA))
+    if unknown:
+        raise DopplermapInputError(f"{where}: unknown keyword(s) {', '.join(unknown)}; the data keywords are "
+                                   f"{', '.join(LOOSE_DATA)}")
+    if data.get("lightcurve") is None:
+        return ObjectiveData(obs=obs, offset_sigma=data.get("offset_sigma"))
+    return ObjectiveData(obs=obs, lightcurve=data["lightcurve"], line_weight=data.get("line_weight", 1.0),
+                         lc_weight=data.get("lc_weight", 1.0), offset_sigma=data.get("offset_sigma"))
+
+
 def objective_terms(x, lmbd, pre: Precomputed, obs: Observations, regulariser: str = "mem",
-                    penalty: float = DEFAULT_PENALTY, lightcurve=None, line_weight=1.0, lc_weight=1.0, *,
-                    with_model: bool = False, offset_sigma=None) -> tuple[jax.Array, Terms]:
-    """``(loss, Terms)`` for the flat vector ``x``: :func:`data_terms` with the data given loose.
+                    penalty: float = DEFAULT_PENALTY, *, with_model: bool = False,
+                    **data) -> tuple[jax.Array, Terms]:
+    """``(loss, Terms)`` for the flat vector ``x``: :func:`data_terms` with the data given loose
+    (``obs`` and the keywords :data:`LOOSE_DATA`: ``lightcurve=None``, ``line_weight=1``,
+    ``lc_weight=1``, ``offset_sigma=None``).
 
     With ``lightcurve`` (a :class:`dopplermap.lightcurve.LightCurveFit`, or a
     :class:`~dopplermap.lightcurve.LightCurveSet` of several bands) the loss is the joint
@@ -600,16 +617,12 @@ def objective_terms(x, lmbd, pre: Precomputed, obs: Observations, regulariser: s
     :func:`offset_sigmas`' (n_epoch,) array (checked unless traced); it adds
     ``Terms.offset_prior`` to the line term.
     """
-    if lightcurve is None:
-        data = ObjectiveData(obs=obs, offset_sigma=offset_sigma)
-    else:
-        data = ObjectiveData(obs=obs, lightcurve=lightcurve, line_weight=line_weight, lc_weight=lc_weight,
-                             offset_sigma=offset_sigma)
-    return data_terms(x, lmbd, pre, data, regulariser, penalty, with_model=with_model)
+    return data_terms(x, lmbd, pre, _loose_data("objective_terms", obs, data), regulariser, penalty,
+                      with_model=with_model)
 
 
 def loss(x, lmbd, pre: Precomputed, obs: Observations, regulariser: str = "mem",
-         penalty: float = DEFAULT_PENALTY, lightcurve=None, line_weight=1.0, lc_weight=1.0, *, offset_sigma=None):
-    """Scalar objective (see module docstring and :func:`objective_terms`)."""
-    return objective_terms(x, lmbd, pre, obs, regulariser, penalty, lightcurve, line_weight, lc_weight,
-                           offset_sigma=offset_sigma)[0]
+         penalty: float = DEFAULT_PENALTY, **data):
+    """Scalar objective (see module docstring and :func:`objective_terms`; ``data``: its
+    keywords :data:`LOOSE_DATA`)."""
+    return data_terms(x, lmbd, pre, _loose_data("loss", obs, data), regulariser, penalty)[0]

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import time
 from pathlib import Path
@@ -16,6 +17,7 @@ from pathlib import Path
 import click
 import numpy as np
 
+from .._options import options_of
 from ..atomic import AtomicFolder, check_out_file, fingerprint, write_file, write_json
 from ..errors import DopplermapError, active_warnings
 from ..figure_process import submit
@@ -40,7 +42,8 @@ from .preflight import (
     check_simulation_arguments,
 )
 
-__all__ = ["convert_seed", "read_problem", "run_invert_seed", "seed_figure_arrays", "simulate_files"]
+__all__ = ["SeedSolve", "SimulatedFiles", "convert_seed", "read_problem", "run_invert_seed", "seed_figure_arrays",
+           "simulate_files"]
 
 
 # modules a solve imports on its way (SciPy's optimiser for L-BFGS-B, JAX's MLIR dialects of a
@@ -104,8 +107,39 @@ def seed_figure_arrays(problem, res) -> dict:
                 lon=None if problem.lon is None else np.asarray(problem.lon))
 
 
-def run_invert_seed(problem, out: Path, *, lmbd: float, tol: float, maxiter: int, read_time: float = 0.0,
-                    solver: str = "lbfgsb", output: Output | None = None, **loose) -> dict:
+@dataclasses.dataclass(frozen=True)
+class SeedSolve:
+    """How :func:`run_invert_seed` solves: the seed's loss at ``lmbd`` (MEM), to ``tol`` within
+    ``maxiter`` iterations with ``solver``; ``read_time``: seconds already spent reading the
+    files, counted in the summary's ``total_time``."""
+
+    lmbd: float
+    tol: float
+    maxiter: int
+    solver: str = "lbfgsb"
+    read_time: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class SimulatedFiles:
+    """What :func:`simulate_files` writes: the demo star at ``n_cell`` x ``n_epoch`` x ``n_vel``
+    (S/N ``snr``, noise ``seed``) as ``fmt`` ("npz" or "seed-pickle"); ``per_cell_lis``,
+    ``coordinates``, ``keys`` and ``as_jax`` choose the pickles' layout
+    (:func:`dopplermap.io.seed.write_seed_pickles`)."""
+
+    fmt: str = "npz"
+    n_cell: int = 2500
+    n_epoch: int = 150
+    n_vel: int = 32
+    snr: float = 500.0
+    seed: int = 1
+    per_cell_lis: bool = False
+    coordinates: bool = True
+    keys: object = None
+    as_jax: bool = False
+
+
+def run_invert_seed(problem, out: Path, *, solve: SeedSolve, output: Output | None = None, **loose) -> dict:
     """Invert a :class:`~dopplermap.io.seed.SeedProblem` and write the results to ``out``.
 
     The problem is solved as a :class:`dopplermap.problem.Problem` (:func:`~dopplermap.problem.from_seed`)
@@ -115,10 +149,11 @@ def run_invert_seed(problem, out: Path, *, lmbd: float, tol: float, maxiter: int
     previous folder or the complete new one. The figures are drawn by ``figure_process`` (a
     :class:`dopplermap.figure_process.FigureProcess` started with
     ``preload=(dopplermap.app.preflight.SEED_FIGURES,)``) while the result file is written, or here.
-    ``output``: :class:`~dopplermap.app.output.Output` (its ``report`` does not apply here), or
-    its fields as loose keywords.
+    ``solve``: :class:`SeedSolve`. ``output``: :class:`~dopplermap.app.output.Output` (its
+    ``report`` does not apply here), or its fields as loose keywords.
     """
     opts = output_options("run_invert_seed", output, loose)
+    lmbd, tol, maxiter, solver, read_time = solve.lmbd, solve.tol, solve.maxiter, solve.solver, solve.read_time
     quiet, plots, overwrite, figure_process = opts.quiet, opts.plots, opts.overwrite, opts.figure_process
     check_seed_out(out, overwrite)
     t0 = time.perf_counter()
@@ -162,11 +197,14 @@ def run_invert_seed(problem, out: Path, *, lmbd: float, tol: float, maxiter: int
     return summary
 
 
-def simulate_files(out: Path, *, fmt: str = "npz", n_cell: int = 2500, n_epoch: int = 150, n_vel: int = 32,
-                   snr: float = 500.0, seed: int = 1, per_cell_lis: bool = False, coordinates: bool = True,
-                   keys=None, as_jax: bool = False, overwrite: bool = True) -> list[Path]:
+def simulate_files(out: Path, *, options: SimulatedFiles | None = None, overwrite: bool = True,
+                   **loose) -> list[Path]:
     """Simulate the demo star and write its problem (``fmt`` "npz" or "seed-pickle") and ``truth.npz``
-    into the folder ``out``, as one atomic folder (kind ``simulation``)."""
+    into the folder ``out``, as one atomic folder (kind ``simulation``). ``options``:
+    :class:`SimulatedFiles`, or its fields as loose keywords."""
+    o = options_of("simulate_files", SimulatedFiles, options, loose)
+    fmt, n_cell, n_epoch, n_vel, snr, seed = o.fmt, o.n_cell, o.n_epoch, o.n_vel, o.snr, o.seed
+    per_cell_lis, coordinates, keys, as_jax = o.per_cell_lis, o.coordinates, o.keys, o.as_jax
     check_simulation_arguments(fmt, n_cell, n_epoch, n_vel)
     star, grid, times, vels, comps = demo_setup(n_cell=n_cell, n_epoch=n_epoch, n_vel=n_vel, seed=seed)
     sim = simulate(grid, star, times, vels, comps, DEMO_SPOTS, snr=snr, seed=seed)

@@ -58,14 +58,15 @@ def register(group):
         with seed_read.start(idc, sg, cpcs, trust_pickle=trust_pickle) or contextlib.nullcontext() as reading, \
                 preflight.figure_process(not no_plots, preload=(preflight.SEED_FIGURES,)) as figs:
             from ..app.output import Output
-            from ..app.seed import read_problem, run_invert_seed
+            from ..app.seed import SeedSolve, read_problem, run_invert_seed
 
             prob = read_problem(idc, sg, cpcs, problem, trust_pickle, reading=reading, solver=solver)
             read_time = time.perf_counter() - t0
             if not quiet:
                 click.echo(f"read {prob.n_epoch} epochs x {prob.n_vel} velocities, {prob.n_cell} cells "
                            f"({prob.n_visible.min()}-{prob.n_visible.max()} visible) in {read_time:.2f} s", err=True)
-            s = run_invert_seed(prob, out, lmbd=lmbd, tol=tol, maxiter=maxiter, read_time=read_time, solver=solver,
+            s = run_invert_seed(prob, out, solve=SeedSolve(lmbd=lmbd, tol=tol, maxiter=maxiter, solver=solver,
+                                                         read_time=read_time),
                                 output=Output(plots=not no_plots, quiet=quiet, overwrite=overwrite,
                                               figure_process=figs))
         click.echo(f"loss {s['loss']:.10g}  chi2 {s['chi2']:.6g}  entropy {s['entropy']:.6g}  "

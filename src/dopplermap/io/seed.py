@@ -38,7 +38,7 @@ from .. import _device, choices
 from ..atomic import write_file
 from ..errors import DopplermapInputError, MissingFileError, reader
 from ..forms import FORMS, DenseForm
-from ..geometry import cell_geometry
+from ..geometry import Rotation, cell_geometry
 from ..model import Precomputed
 from ..objective import Observations
 from .seed_arrays import (
@@ -160,8 +160,7 @@ def seed_dicts(sim, *, keys=None, per_cell_lis: bool = False, as_jax: bool = Fal
     keys = [float(t) for t in times] if keys is None else list(keys)
     if len(keys) != times.size or len(set(keys)) != len(keys):
         raise DopplermapInputError(f"keys must be {times.size} distinct hashable values, got {len(keys)} ({len(set(keys))} distinct)")
-    geo = cell_geometry(grid.lat, grid.lon, grid.area, times, star.inclination, star.vsini_kms, star.period,
-                        star.t0, star.domega, xp=np, limb=limb, surface=grid.surface)
+    geo = cell_geometry(grid, times, Rotation.of(star), xp=np, limb=limb, surface=grid.surface)
     # a distorted surface's cells: their surface areas, as the geometry weighs them
     areas = np.asarray(grid.area if grid.surface is None else grid.surface.area, dtype=float)
     weight = np.asarray(geo.proj_area) / areas[None, :]  # the limb weight
