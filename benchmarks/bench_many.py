@@ -17,14 +17,16 @@ star's solver before) against ``"auto"``; the sweep's own seconds and the proces
 
     PYTHONPATH=src python benchmarks/bench_many.py --runs 3
 
-``--calibration VALUES SIM [TRIALS [OVERSAMPLE]]`` times ``calibrate_parameter`` as in
+``--calibration VALUES SIM [TRIALS [OVERSAMPLE [REF]]]`` times ``calibrate_parameter`` as in
 ``grid --calibrate SIM`` over inclinations 40, 42.5, ... (the first VALUES of 13 values 40-70)
 on a 20-epoch, 2500-cell star (the demo star at that size, tol 1e-6 as ``grid``), TRIALS of
 the values as trials (default all), data sets simulated on OVERSAMPLE x the cells (default 1):
 once with every solve from the flat start and once warm-started (each data set from its
 solution at the value before), on the same data sets, in this process; it prints both
 calibrations, their Monte Carlo errors, the per-data-set differences and both extrapolated
-to the 13 x (1 + 13 x 16) + 13 + 13 solves of the full ``grid --calibrate 16``.
+to the 13 x (1 + 13 x 16) + 13 + 13 solves of the full ``grid --calibrate 16``; with REF, the
+profiles of the first REF data sets solved to tol 1e-9 as well (which start stops nearer the
+minimum).
 
     PYTHONPATH=src python benchmarks/bench_many.py --calibration 13 4 3
 """
@@ -123,7 +125,7 @@ def _belt_mc(c, n_boot=400, seed=0):
     return dict(zip(keys, np.std(out, axis=0, ddof=1)))
 
 
-def calibration_compare(n_values: int, n_sim: int, n_trials: int, oversample: int):
+def calibration_compare(n_values: int, n_sim: int, n_trials: int, oversample: int, n_ref: int = 0):
     """``calibrate_parameter`` with every solve from the flat start against warm starts (each
     data set from its solution at the grid value before), on the same data sets, in one process."""
     from dopplermap.calibrate import CalibrationOptions, calibrate_parameter, calibration_cost, grid_value_task
@@ -185,6 +187,26 @@ def calibration_compare(n_values: int, n_sim: int, n_trials: int, oversample: in
     print(f"   estimate {warm.estimate - cold.estimate:+.3f}, lo68 {warm.lo68 - cold.lo68:+.3f}, hi68 "
           f"{warm.hi68 - cold.hi68:+.3f}, lo95 {warm.lo95 - cold.lo95:+.3f}, hi95 {warm.hi95 - cold.hi95:+.3f} deg",
           flush=True)
+    if n_ref:  # which stops nearer the minimum: the first n_ref data sets solved to tol 1e-9
+        from dopplermap.calibrate import _simulated_sets  # noqa: PLC0415 - the calibration's own data sets
+        from dopplermap.calibrate import profile_minimum
+        from dopplermap.search import apply_parameters
+
+        def at(value):
+            star, comps = apply_parameters(prob, dict(fixed, inclination=float(value)))
+            return prob.replace(star=star, components=comps)
+
+        o = CalibrationOptions(n_sim=n_sim, seed=0, sim_oversample=oversample)
+        flux = _simulated_sets(prob, at, trials, kw, 0.1 * st.lmbd, err, o, None)[:n_ref]
+        ref = np.stack([grid_value_task(prob, "inclination", fixed, gv, flux, err, dict(kw, tol=1e-9, maxiter=5000),
+                                        "sequential")[0] * flux[0].size for gv in vals])
+        for tag, c in (("cold", cold), ("warm", warm)):
+            d = c.member_profiles["chi2_total"][:, :n_ref] - ref
+            e = [profile_minimum(vals, c.member_profiles["chi2_total"][:, m]) - profile_minimum(vals, ref[:, m])
+                 for m in range(n_ref)]
+            print(f"   {tag} - tol 1e-9 (first {n_ref} data sets): chi2_total rms {np.sqrt(np.mean(d ** 2)):.3f} max |d| "
+                  f"{np.abs(d).max():.3f}; base estimates max |d| {np.max(np.abs(e)):.3f} deg, mean d "
+                  f"{np.mean(e):+.3f}", flush=True)
     # the full grid --calibrate 16 over 13 values: 13 trial maps + 13 x 209 members (+ the grid's 13 points)
     full = calibration_cost(13, 13, 16)
     per_trial = sc / trials.size
@@ -202,7 +224,8 @@ def calibration_compare(n_values: int, n_sim: int, n_trials: int, oversample: in
 def main():
     if len(sys.argv) >= 4 and sys.argv[1] == "--calibration":
         n = [int(a) for a in sys.argv[2:]]
-        return calibration_compare(n[0], n[1], n[2] if len(n) > 2 else n[0], n[3] if len(n) > 3 else 1)
+        return calibration_compare(n[0], n[1], n[2] if len(n) > 2 else n[0], n[3] if len(n) > 3 else 1,
+                                   n[4] if len(n) > 4 else 0)
     if len(sys.argv) == 3 and sys.argv[1] == "--one-sweep":
         return one_sweep(sys.argv[2])
     ap = argparse.ArgumentParser()

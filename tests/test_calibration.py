@@ -407,7 +407,7 @@ def test_interrupted_calibration_resumes_from_its_table(tmp_path, monkeypatch):
             raise Killed  # the run is killed while solving this grid value
         centre = 70.0 + 20.0 * flux.mean(axis=(1, 2))
         chi2 = 1.0 + ((value - centre) / 10.0) ** 2
-        results = [SimpleNamespace(x=np.full(3, value), iterations=1) for _ in chi2]
+        results = [SimpleNamespace(x=np.full(3, value), iterations=1, cube_dtype=None) for _ in chi2]
         return chi2, chi2 + 0.5, SimpleNamespace(mode="sequential", results=results, describe=lambda: "stand-in")
 
     monkeypatch.setattr(calibrate, "_simulated_sets", sets)

@@ -16,7 +16,8 @@ inverts that (Neyman 1937; the parametric bootstrap of Efron 1979; docs/paramete
    epochs, and the base estimate is taken on each by the same solver and read-out as on the
    observed data (one batched solve per grid value, the observed data its first member;
    walking the grid values in order, each data set starts from its own solution at the
-   value before: the same minimum to the solver's tolerance in a fraction of the iterations).
+   value before, solved to :data:`WARM_TOL` x the tolerance: the minimum a flat start
+   reaches, to that start's tolerance, in about half the iterations).
 3. The trials' simulated estimates form the belt (:func:`belt_estimate`): the point
    estimate is the ``theta_t`` whose median estimate equals the observed one
    (median-unbiased), the 68 % / 95 % confidence sets are the ``theta_t`` whose central
@@ -58,7 +59,7 @@ log = logging.getLogger(__name__)
 
 __all__ = ["Calibration", "CalibrationOptions", "Finished", "calibrate_parameter", "calibration_cost", "profile_minimum",
            "belt_estimate", "check_calibratable", "check_calibration_size", "owner_cells", "calibrated_star", "LEVELS", "COLUMNS",
-           "SIM_LMBD_FACTOR", "SIM_OVERSAMPLE", "TASK_MEMBERS", "grid_value_task"]
+           "SIM_LMBD_FACTOR", "SIM_OVERSAMPLE", "TASK_MEMBERS", "WARM_TOL", "grid_value_task"]
 
 COLUMNS = ("chi2_total", "loss")
 """Base read-outs: the profile of the un-reduced chi-square, or of ``n_data`` x the objective."""
@@ -381,11 +382,11 @@ class CalibrationOptions:
             ``"vmap"`` (together, in calls that fit memory), ``"sequential"`` (one compiled device
             solve after another) or ``"auto"`` (default, :func:`dopplermap.plan.many_mode`).
         warm_start: each data set's solve at a grid value starts from its own solution at the
-            value before (default True; in this process the values are walked in order, on a
-            cluster each part of the data sets walks them as a chain of tasks); False: every
-            solve from the default flat start. The fit is the same minimum either way, to the
-            solver's tolerance (measured: benchmarks/RESULTS.md); warm starts take a fraction
-            of the iterations. A value after one taken from a table starts cold.
+            value before, at :data:`WARM_TOL` x the tolerance (default True; in this process
+            the values are walked in order, on a cluster each part of the data sets walks them
+            as a chain of tasks); False: every solve from the default flat start. The same
+            minimum either way, to the cold solve's tolerance, in fewer iterations (measured:
+            benchmarks/RESULTS.md). A value after one taken from a table starts cold.
         table: a ``.jsonl`` path where the finished work is kept as it finishes
             (:class:`Finished`; ``dopplermap grid --calibrate`` keeps it in the grid's folder):
             a calibration of the same inputs run again takes its data sets and finished
@@ -490,16 +491,37 @@ def grid_value_task(problem: Problem, name: str, fixed: dict, value: float, flux
     return np.array([r.chi2 for r in many.results]), np.array([r.loss for r in many.results]), many
 
 
-def _solutions(many) -> tuple[np.ndarray, int]:
-    """Each member's solution (a start for its solve at the next grid value) and the iterations."""
-    return np.stack([r.x for r in many.results]), int(sum(r.iterations for r in many.results))
+WARM_TOL = 0.1
+"""Tolerance of a warm-started solve, as a fraction of the problem's. Started at the solution
+of the grid value before, a solve at the problem's own tolerance stops early on its
+relative-reduction test, nearer that start than a cold solve stops to its minimum: the
+profiles then lag along the walk and the calibrated sets shift (measured:
+benchmarks/RESULTS.md). A tenth of the tolerance stops nearer the minimum than a cold solve
+does, in fewer iterations. The cube is kept in the cold solve's dtype (a tighter tolerance
+alone would switch a float32 cube to float64, at twice the cost an iteration)."""
+
+
+def _warm(kw: dict, starts) -> dict:
+    """The solve settings ``kw`` of a grid value whose data sets start from ``starts``, the
+    ``(solutions, cube dtype)`` of the value before (None: cold)."""
+    if starts is None:
+        return kw
+    x, dtype = starts
+    return dict(kw, x0=x, tol=WARM_TOL * float(kw["tol"]), cube_dtype=dtype)
+
+
+def _solutions(many) -> tuple[tuple[np.ndarray, str | None], int]:
+    """Each member's solution and the cube dtype it was solved in (the starts of the next grid
+    value's solves), and the iterations."""
+    x = np.stack([r.x for r in many.results])
+    return (x, many.results[0].cube_dtype), int(sum(r.iterations for r in many.results))
 
 
 def _task(problem, name, fixed, value, flux, err, kw, mode, before=None):
     """A cluster task: ``(chi2, loss, mode, solutions, iterations)``; ``before``: the same
     data sets' task at the grid value before (a Dask future resolves to its result), whose
     solutions are the starts."""
-    kw = kw if before is None else dict(kw, x0=before[3])
+    kw = _warm(kw, None if before is None else before[3])
     chi2, loss, many = grid_value_task(problem, name, fixed, value, flux, err, kw, mode)
     return (chi2, loss, many.mode, *_solutions(many))
 
@@ -648,8 +670,7 @@ def calibrate_parameter(problem: Problem, name: str, values, *, fixed: dict | No
         for j, gv in enumerate(v):  # every data set solved at each grid value, in one batch
             done = None if finished is None else finished.take(j, 0, n_all)
             if done is None:
-                chi2, loss, many = grid_value_task(problem, name, fixed, float(gv), flux, err,
-                                                   kw if starts is None else dict(kw, x0=starts), mode)
+                chi2, loss, many = grid_value_task(problem, name, fixed, float(gv), flux, err, _warm(kw, starts), mode)
                 # every grid value in the mode the first chose (vmap: a new shape compiles anew, which
                 # the first value's choice has counted)
                 mode = many.mode
