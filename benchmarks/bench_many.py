@@ -122,7 +122,7 @@ def _belt_mc(c, n_boot=400, seed=0):
         sims = np.stack([row[rng.integers(0, row.size, row.size)] for row in c.sims])
         b = belt_estimate(c.trials, sims, c.raw)
         out.append([b[k] for k in keys])
-    return dict(zip(keys, np.std(out, axis=0, ddof=1)))
+    return dict(zip(keys, np.std(out, axis=0, ddof=1), strict=True))
 
 
 def calibration_compare(n_values: int, n_sim: int, n_trials: int, oversample: int, n_ref: int = 0):
@@ -173,7 +173,7 @@ def calibration_compare(n_values: int, n_sim: int, n_trials: int, oversample: in
         print(f"   estimate {c.estimate:.3f} 68 % [{c.lo68:.3f}, {c.hi68:.3f}] 95 % [{c.lo95:.3f}, {c.hi95:.3f}] raw "
               f"{c.raw:.3f}; Monte Carlo error (resampled simulations): " +
               " ".join(f"{k} {v:.3f}" for k, v in mc.items()), flush=True)
-    (cold, tc, sc, pc), (warm, tw, sw, pw) = runs[False], runs[True]
+    (cold, tc, sc, _), (warm, _, _, pw) = runs[False], runs[True]
     d2 = warm.member_profiles["chi2_total"] - cold.member_profiles["chi2_total"]
     dl = warm.member_profiles["loss"] - cold.member_profiles["loss"]
     de = np.abs(np.concatenate([[warm.raw - cold.raw], (warm.sims - cold.sims).ravel()]))
@@ -188,8 +188,7 @@ def calibration_compare(n_values: int, n_sim: int, n_trials: int, oversample: in
           f"{warm.hi68 - cold.hi68:+.3f}, lo95 {warm.lo95 - cold.lo95:+.3f}, hi95 {warm.hi95 - cold.hi95:+.3f} deg",
           flush=True)
     if n_ref:  # which stops nearer the minimum: the first n_ref data sets solved to tol 1e-9
-        from dopplermap.calibrate import _simulated_sets  # noqa: PLC0415 - the calibration's own data sets
-        from dopplermap.calibrate import profile_minimum
+        from dopplermap.calibrate import _simulated_sets, profile_minimum  # the calibration's own data sets
         from dopplermap.search import apply_parameters
 
         def at(value):
