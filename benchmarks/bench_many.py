@@ -17,12 +17,18 @@ star's solver before) against ``"auto"``; the sweep's own seconds and the proces
 
     PYTHONPATH=src python benchmarks/bench_many.py --runs 3
 
-``--calibration 3 4`` times a fraction of ``grid --calibrate 16`` over 13 inclinations on a
-20-epoch, 2500-cell star (the demo star at that size, tol 1e-6 as ``grid``): a calibration
-over 3 grid values and 3 trials with 4 data sets each, in this process, and the seconds per
-solve it gives, scaled to the 13 x (1 + 13 x 16) + 13 solves of the full calibration.
+``--calibration VALUES SIM [TRIALS [OVERSAMPLE [REF]]]`` times ``calibrate_parameter`` as in
+``grid --calibrate SIM`` over inclinations 40, 42.5, ... (the first VALUES of 13 values 40-70)
+on a 20-epoch, 2500-cell star (the demo star at that size, tol 1e-6 as ``grid``), TRIALS of
+the values as trials (default all), data sets simulated on OVERSAMPLE x the cells (default 1):
+once with every solve from the flat start and once warm-started (each data set from its
+solution at the value before), on the same data sets, in this process; it prints both
+calibrations, their Monte Carlo errors, the per-data-set differences and both extrapolated
+to the 13 x (1 + 13 x 16) + 13 + 13 solves of the full ``grid --calibrate 16``; with REF, the
+profiles of the first REF data sets solved to tol 1e-9 as well (which start stops nearer the
+minimum).
 
-    PYTHONPATH=src python benchmarks/bench_many.py --calibration 3 4
+    PYTHONPATH=src python benchmarks/bench_many.py --calibration 13 4 3
 """
 
 import argparse
@@ -104,27 +110,121 @@ def process_runs(n_runs: int):
                       f"{np.max(np.abs(loss / ref - 1)):.1e}  load {os.getloadavg()[0]:.1f}", flush=True)
 
 
-def calibration_fraction(n_values: int, n_sim: int):
-    from dopplermap.calibrate import CalibrationOptions, calibrate_parameter, calibration_cost
+def _belt_mc(c, n_boot=400, seed=0):
+    """Monte Carlo error of a calibration's estimate and sets: their spread over resamples
+    (with replacement) of each trial's simulated estimates."""
+    from dopplermap.calibrate import belt_estimate
+
+    rng = np.random.default_rng(seed)
+    keys = ("estimate", "lo68", "hi68", "lo95", "hi95")
+    out = []
+    for _ in range(n_boot):
+        sims = np.stack([row[rng.integers(0, row.size, row.size)] for row in c.sims])
+        b = belt_estimate(c.trials, sims, c.raw)
+        out.append([b[k] for k in keys])
+    return dict(zip(keys, np.std(out, axis=0, ddof=1), strict=True))
+
+
+def calibration_compare(n_values: int, n_sim: int, n_trials: int, oversample: int, n_ref: int = 0):
+    """``calibrate_parameter`` with every solve from the flat start against warm starts (each
+    data set from its solution at the grid value before), on the same data sets, in one process."""
+    from dopplermap.calibrate import CalibrationOptions, calibrate_parameter, calibration_cost, grid_value_task
     from dopplermap.problem import demo_problem
 
     warnings.simplefilter("ignore")
     prob = demo_problem(n_cell=2500, n_epoch=20, n_vel=32)
     prob = prob.replace(settings=prob.settings.replace(tol=1e-6, solver="auto"))
-    vals = np.linspace(40.0, 70.0, n_values)
-    print(f"calibration fraction: n_cell 2500 n_epoch 20 n_vel 32, {n_values} values x {n_sim} sets; load average "
-          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
-    c, t = timed(lambda: calibrate_parameter(prob, "inclination", vals, fixed={"vsini": prob.star.vsini},
-                                             options=CalibrationOptions(n_sim=n_sim, sim_oversample=1)))
-    full = calibration_cost(13, 13, 16)["total"] + 13  # and the grid's own 13 points
-    per = t / c.n_solves
-    print(f"{c.n_solves} solves in {t:.1f} s ({c.mode}): {per:.3f} s a solve -> {full} solves ~ {per * full / 60:.1f} "
-          f"min; estimate {c.estimate:.2f} [{c.lo68:.2f}, {c.hi68:.2f}]; load average {os.getloadavg()[0]:.1f}")
+    st = prob.settings
+    vals = np.linspace(40.0, 70.0, 13)[:n_values]  # the full calibration's 2.5 deg spacing
+    idx = np.unique(np.round(np.linspace(0, n_values - 1, n_trials)).astype(int))
+    trials = vals[idx]
+    fixed = {"vsini": prob.star.vsini}
+    print(f"calibration: n_cell 2500 n_epoch 20 n_vel 32, tol {st.tol}, {vals.size} values {vals[0]:g}..{vals[-1]:g}, "
+          f"{trials.size} trials x {n_sim} sets, sim_oversample {oversample}; load average {os.getloadavg()[0]:.1f} on "
+          f"{os.cpu_count()} cores", flush=True)
+    kw = dict(lmbd=st.lmbd, regulariser=st.regulariser, tol=st.tol, maxiter=st.maxiter, fit_rv=st.fit_rv,
+              fit_amp=st.fit_amp, offset_sigma=st.offset_sigma)
+    err = np.asarray(prob.obs.err, float)
+    _, t = timed(lambda: grid_value_task(prob, "inclination", fixed, vals[0], np.asarray(prob.obs.flux)[None], err, kw,
+                                         "sequential"))
+    print(f"compile and one solve: {t:.1f} s", flush=True)
+    runs = {}
+    for warm in (False, True):
+        marks = []
+
+        def progress(stage, i, n, marks=marks):
+            marks.append((stage, time.perf_counter()))
+
+        t0 = time.perf_counter()
+        c = calibrate_parameter(prob, "inclination", vals, fixed=fixed, trials=trials, progress=progress,
+                                options=CalibrationOptions(n_sim=n_sim, seed=0, sim_oversample=oversample,
+                                                           warm_start=warm))
+        t_end = time.perf_counter()
+        t_sets = max(tt for s, tt in marks if s == "trial") - t0
+        per_value = np.diff([t0 + t_sets] + [tt for s, tt in marks if s == "grid"])
+        runs[warm] = (c, t_end - t0, t_sets, per_value)
+        mc = _belt_mc(c)
+        members = c.sims.size + 1
+        print(f"{'warm' if warm else 'cold'}: {t_end - t0:.1f} s = data sets {t_sets:.1f} s ({trials.size} trial maps) + "
+              f"grid {t_end - t0 - t_sets:.1f} s ({vals.size} x {members} solves, {c.iterations} iterations, "
+              f"{(t_end - t0 - t_sets) / (vals.size * members):.3f} s a solve; first value {per_value[0]:.1f} s, "
+              f"later values {per_value[1:].mean():.1f} s each); mode {c.mode}; load average {os.getloadavg()[0]:.1f}",
+              flush=True)
+        print(f"   estimate {c.estimate:.3f} 68 % [{c.lo68:.3f}, {c.hi68:.3f}] 95 % [{c.lo95:.3f}, {c.hi95:.3f}] raw "
+              f"{c.raw:.3f}; Monte Carlo error (resampled simulations): " +
+              " ".join(f"{k} {v:.3f}" for k, v in mc.items()), flush=True)
+    (cold, tc, sc, _), (warm, _, _, pw) = runs[False], runs[True]
+    d2 = warm.member_profiles["chi2_total"] - cold.member_profiles["chi2_total"]
+    dl = warm.member_profiles["loss"] - cold.member_profiles["loss"]
+    de = np.abs(np.concatenate([[warm.raw - cold.raw], (warm.sims - cold.sims).ravel()]))
+    print(f"warm - cold, per data set and grid value: chi2_total max |d| {np.abs(d2).max():.3f}, median |d| "
+          f"{np.median(np.abs(d2)):.3f} (the plain read-out's interval threshold: Delta chi2 = 1); loss (n_data x "
+          f"objective) max |d| {np.abs(dl).max():.3f}, lower warm {np.mean(dl < 0):.2f} of solves; profile's change "
+          f"per grid step median {np.median(np.abs(np.diff(cold.member_profiles['chi2_total'], axis=0))):.2f}", flush=True)
+    print(f"   base estimates (profile minima) max |d| {de.max():.3f} deg, median {np.median(de):.4f}, > 0.5 deg on "
+          f"{np.mean(de > 0.5):.3f} of data sets; the trials' spread (half 68 % width) median "
+          f"{np.median(cold.spread):.2f} deg", flush=True)
+    print(f"   estimate {warm.estimate - cold.estimate:+.3f}, lo68 {warm.lo68 - cold.lo68:+.3f}, hi68 "
+          f"{warm.hi68 - cold.hi68:+.3f}, lo95 {warm.lo95 - cold.lo95:+.3f}, hi95 {warm.hi95 - cold.hi95:+.3f} deg",
+          flush=True)
+    if n_ref:  # which stops nearer the minimum: the first n_ref data sets solved to tol 1e-9
+        from dopplermap.calibrate import _simulated_sets, profile_minimum  # the calibration's own data sets
+        from dopplermap.search import apply_parameters
+
+        def at(value):
+            star, comps = apply_parameters(prob, dict(fixed, inclination=float(value)))
+            return prob.replace(star=star, components=comps)
+
+        o = CalibrationOptions(n_sim=n_sim, seed=0, sim_oversample=oversample)
+        flux = _simulated_sets(prob, at, trials, kw, 0.1 * st.lmbd, err, o, None)[:n_ref]
+        ref = np.stack([grid_value_task(prob, "inclination", fixed, gv, flux, err, dict(kw, tol=1e-9, maxiter=5000),
+                                        "sequential")[0] * flux[0].size for gv in vals])
+        for tag, c in (("cold", cold), ("warm", warm)):
+            d = c.member_profiles["chi2_total"][:, :n_ref] - ref
+            e = [profile_minimum(vals, c.member_profiles["chi2_total"][:, m]) - profile_minimum(vals, ref[:, m])
+                 for m in range(n_ref)]
+            print(f"   {tag} - tol 1e-9 (first {n_ref} data sets): chi2_total rms {np.sqrt(np.mean(d ** 2)):.3f} max |d| "
+                  f"{np.abs(d).max():.3f}; base estimates max |d| {np.max(np.abs(e)):.3f} deg, mean d "
+                  f"{np.mean(e):+.3f}", flush=True)
+    # the full grid --calibrate 16 over 13 values: 13 trial maps + 13 x 209 members (+ the grid's 13 points)
+    full = calibration_cost(13, 13, 16)
+    per_trial = sc / trials.size
+    members = cold.sims.size + 1
+    cold_solve = (tc - sc) / (vals.size * members)
+    first, later = pw[0] / members, pw[1:].mean() / members
+    m = full["members"]
+    est_cold = 13 * per_trial + (13 * m + 13) * cold_solve
+    est_warm = 13 * per_trial + (m + 13) * first + 12 * m * later
+    print(f"extrapolated to grid --calibrate 16 over 13 values ({full['total'] + 13} solves): cold {est_cold / 60:.1f} "
+          f"min, warm {est_warm / 60:.1f} min (trial map {per_trial:.2f} s, cold solve {cold_solve:.3f} s, warm "
+          f"solve {later:.3f} s); load average {os.getloadavg()[0]:.1f}", flush=True)
 
 
 def main():
-    if len(sys.argv) == 4 and sys.argv[1] == "--calibration":
-        return calibration_fraction(int(sys.argv[2]), int(sys.argv[3]))
+    if len(sys.argv) >= 4 and sys.argv[1] == "--calibration":
+        n = [int(a) for a in sys.argv[2:]]
+        return calibration_compare(n[0], n[1], n[2] if len(n) > 2 else n[0], n[3] if len(n) > 3 else 1,
+                                   n[4] if len(n) > 4 else 0)
     if len(sys.argv) == 3 and sys.argv[1] == "--one-sweep":
         return one_sweep(sys.argv[2])
     ap = argparse.ArgumentParser()

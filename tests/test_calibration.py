@@ -2,6 +2,8 @@
 and one calibration star end to end (benchmarks/bench_calibration.py)."""
 
 
+from types import SimpleNamespace
+
 import bench_calibration as B  # noqa: E402
 import jax.numpy as jnp
 import numpy as np
@@ -391,7 +393,7 @@ def test_interrupted_calibration_resumes_from_its_table(tmp_path, monkeypatch):
         pass
 
     small_problem = demo_problem(n_cell=100, n_epoch=8, n_vel=20)
-    calls = {"sets": 0, "values": []}
+    calls = {"sets": 0, "values": [], "warm": []}
 
     def sets(problem, at, t, kw, lm_sim, err, o, progress):
         calls["sets"] += 1
@@ -400,11 +402,13 @@ def test_interrupted_calibration_resumes_from_its_table(tmp_path, monkeypatch):
 
     def value_task(problem, name, fixed, value, flux, err, kw, mode):
         calls["values"].append(value)
+        calls["warm"].append("x0" in kw)
         if value == stop_at[0]:
             raise Killed  # the run is killed while solving this grid value
         centre = 70.0 + 20.0 * flux.mean(axis=(1, 2))
         chi2 = 1.0 + ((value - centre) / 10.0) ** 2
-        return chi2, chi2 + 0.5, type("Many", (), {"mode": "sequential", "describe": lambda self: "stand-in"})()
+        results = [SimpleNamespace(x=np.full(3, value), iterations=1, cube_dtype=None) for _ in chi2]
+        return chi2, chi2 + 0.5, SimpleNamespace(mode="sequential", results=results, describe=lambda: "stand-in")
 
     monkeypatch.setattr(calibrate, "_simulated_sets", sets)
     monkeypatch.setattr(calibrate, "grid_value_task", value_task)
@@ -415,22 +419,65 @@ def test_interrupted_calibration_resumes_from_its_table(tmp_path, monkeypatch):
     table = tmp_path / "calibrate-inclination.jsonl"
     kept = dict(kw, options=CalibrationOptions(n_sim=4, seed=3, table=table))
     stop_at[0] = 75.0
-    calls.update(sets=0, values=[])
+    calls.update(sets=0, values=[], warm=[])
     with pytest.raises(Killed):
         calibrate_parameter(small_problem, "inclination", vals, **kept)
-    assert calls == {"sets": 1, "values": [60.0, 65.0, 70.0, 75.0]}
+    # every value after the first starts from the solutions at the value before
+    assert calls == {"sets": 1, "values": [60.0, 65.0, 70.0, 75.0], "warm": [False, True, True, True]}
     assert len(table.read_text().splitlines()) == 3 and table.with_suffix(".npz").exists()
     with open(table, "a") as fh:  # a line cut off by the kill
         fh.write('{"digest": "')
     stop_at[0] = None
-    calls.update(sets=0, values=[])
+    calls.update(sets=0, values=[], warm=[])
     resumed = calibrate_parameter(small_problem, "inclination", vals, **kept)
-    assert calls == {"sets": 0, "values": [75.0, 80.0]}  # the data sets and three values from the table
+    # the data sets and three values from the table; the first value solved again starts cold
+    assert calls == {"sets": 0, "values": [75.0, 80.0], "warm": [False, True]}
     for col in calibrate.COLUMNS:
         np.testing.assert_array_equal(resumed.member_profiles[col], whole.member_profiles[col])
     assert (resumed.estimate, resumed.lo68, resumed.hi68) == (whole.estimate, whole.lo68, whole.hi68)
     # other inputs: nothing taken from the table, everything solved
-    calls.update(sets=0, values=[])
+    calls.update(sets=0, values=[], warm=[])
     other = dict(kw, options=CalibrationOptions(n_sim=4, seed=4, table=table))
     calibrate_parameter(small_problem, "inclination", vals, **other)
-    assert calls == {"sets": 1, "values": vals}
+    assert calls["sets"] == 1 and calls["values"] == vals
+
+
+def test_warm_started_calibration_gives_the_cold_profiles(monkeypatch):
+    """Each data set's solve at a grid value starts from its own solution at the value
+    before: on a problem with one minimum (maps only, rv and offsets held; tol 1e-9) every
+    data set's profile is the cold-started one's to 0.05 in chi2 (the profiles change by
+    several units a grid step), so the base estimates and the calibrated sets are the same.
+    (The iterations saved are measured at the calibration's real size: bench_many.py.)"""
+    from dopplermap import calibrate
+    from dopplermap.calibrate import CalibrationOptions, calibrate_parameter
+    from dopplermap.problem import demo_problem
+
+    p = demo_problem(n_cell=100, n_epoch=8, n_vel=20)
+    p = p.replace(settings=p.settings.replace(tol=1e-9, maxiter=5000, fit_rv=False, fit_amp=False))
+    kw = dict(fixed={"vsini": p.star.vsini}, trials=[55.0, 70.0])
+    vals = [55.0, 62.5, 70.0]
+    seen = []
+    task = calibrate.grid_value_task
+
+    def spy(problem, name, fixed, value, flux, err, kw, mode):
+        out = task(problem, name, fixed, value, flux, err, kw, mode)
+        seen.append((kw.get("x0"), np.stack([r.x for r in out[2].results])))
+        return out
+
+    def run(warm):
+        return calibrate_parameter(p, "inclination", vals, **kw, options=CalibrationOptions(
+            n_sim=4, seed=1, sim_oversample=1, mode="sequential", warm_start=warm))
+
+    cold = run(False)
+    monkeypatch.setattr(calibrate, "grid_value_task", spy)
+    warm = run(True)
+    # each data set started from its own solution at the value before (the first value cold)
+    assert seen[0][0] is None and len(seen) == len(vals)
+    for (_, before), (x0, _) in zip(seen[:-1], seen[1:], strict=True):
+        np.testing.assert_array_equal(x0, before)
+    step = np.abs(np.diff(cold.member_profiles["chi2_total"], axis=0))
+    assert np.median(step) > 1.0
+    np.testing.assert_allclose(warm.member_profiles["chi2_total"], cold.member_profiles["chi2_total"], rtol=0,
+                               atol=0.05)
+    np.testing.assert_allclose(warm.sims, cold.sims, rtol=0, atol=0.05)
+    assert (warm.estimate, warm.lo68, warm.hi68) == pytest.approx((cold.estimate, cold.lo68, cold.hi68), abs=0.05)

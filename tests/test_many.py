@@ -38,6 +38,10 @@ def test_modes_agree_and_calls_are_sized_to_the_budget(tiny):
         # the same minimum, to the solver tolerance (Tikhonov: a convex objective)
         assert _rel(a.loss, b.loss) < 100 * TOL and _rel(c.loss, b.loss) < 100 * TOL
     assert "2 call(s) of 2" in chunked.describe()
+    # a start per member, through the padded vmapped calls: each member from its own solution
+    again = solve_many(tiny, lmbds=lm, mode="vmap", budget=2 * per, x0=np.stack([r.x for r in seq.results]))
+    for a, b in zip(again.results, seq.results, strict=True):
+        assert _rel(a.loss, b.loss) < 100 * TOL and a.iterations < 0.2 * b.iterations
 
 
 def test_sequential_agrees_with_invert_warm_started_or_not(tiny):
@@ -53,6 +57,30 @@ def test_sequential_agrees_with_invert_warm_started_or_not(tiny):
     assert [r.iterations for r in warm.results[1:]] != [r.iterations for r in cold.results[1:]]
     with pytest.raises(dm.DopplermapInputError, match="mode='sequential'"):
         dm.invert_batch(tiny, lmbds=lm, mode="vmap", warm_start=True)
+
+
+def test_a_start_per_member(tiny):
+    """``x0`` of shape (n_members, n_param): each member starts from its own row. Started at
+    their own solutions, the members stop at once at the same minimum; rows of the wrong
+    shape, or held rv differing between rows, are refused."""
+    rng = np.random.default_rng(0)
+    obs = tiny.obs
+    flux = np.asarray(obs.flux)[None] + np.asarray(obs.err)[None] * rng.standard_normal((3, *obs.flux.shape))
+    cold = solve_many(tiny, flux=flux, err=obs.err, mode="sequential")
+    starts = np.stack([r.x for r in cold.results])
+    again = solve_many(tiny, flux=flux, err=obs.err, mode="sequential", x0=starts)
+    for a, b in zip(again.results, cold.results, strict=True):
+        assert _rel(a.loss, b.loss) < 100 * TOL
+        assert a.iterations < 0.2 * b.iterations
+    # the rows are the members' own: swapped starts cost more iterations than their own
+    swapped = solve_many(tiny, flux=flux, err=obs.err, mode="sequential", x0=starts[::-1])
+    assert swapped.results[0].iterations > again.results[0].iterations
+    with pytest.raises(dm.DopplermapInputError, match="shape"):
+        solve_many(tiny, flux=flux, err=obs.err, mode="sequential", x0=starts[:2])
+    held = starts.copy()
+    held[1, 2 * tiny.grid.n_cell] += 0.1  # rv is held (fit_rv off): one value for the batch
+    with pytest.raises(dm.DopplermapInputError, match="held rv"):
+        solve_many(tiny, flux=flux, err=obs.err, mode="sequential", x0=held)
 
 
 def test_sweep_modes_agree_and_say_which_ran(tiny, monkeypatch):

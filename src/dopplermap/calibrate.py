@@ -14,7 +14,10 @@ inverts that (Neyman 1937; the parametric bootstrap of Efron 1979; docs/paramete
    from the observed data at ``theta_t``: what the data say if ``theta_t`` were true.
    ``n_sim`` data sets are simulated from its model profiles with the observed errors and
    epochs, and the base estimate is taken on each by the same solver and read-out as on the
-   observed data (one batched solve per grid value, the observed data its first member).
+   observed data (one batched solve per grid value, the observed data its first member;
+   walking the grid values in order, each data set starts from its own solution at the
+   value before, solved to :data:`WARM_TOL` x the tolerance: the minimum a flat start
+   reaches, to that start's tolerance, in about half the iterations).
 3. The trials' simulated estimates form the belt (:func:`belt_estimate`): the point
    estimate is the ``theta_t`` whose median estimate equals the observed one
    (median-unbiased), the 68 % / 95 % confidence sets are the ``theta_t`` whose central
@@ -56,7 +59,7 @@ log = logging.getLogger(__name__)
 
 __all__ = ["Calibration", "CalibrationOptions", "Finished", "calibrate_parameter", "calibration_cost", "profile_minimum",
            "belt_estimate", "check_calibratable", "check_calibration_size", "owner_cells", "calibrated_star", "LEVELS", "COLUMNS",
-           "SIM_LMBD_FACTOR", "SIM_OVERSAMPLE", "TASK_MEMBERS", "grid_value_task"]
+           "SIM_LMBD_FACTOR", "SIM_OVERSAMPLE", "TASK_MEMBERS", "WARM_TOL", "grid_value_task"]
 
 COLUMNS = ("chi2_total", "loss")
 """Base read-outs: the profile of the un-reduced chi-square, or of ``n_data`` x the objective."""
@@ -219,6 +222,8 @@ class Calibration:
             ``"sequential"``: one compiled device solve after another).
         member_profiles: ``{column: (n_grid, 1 + n_trial n_sim)}`` profiles of every data
             set (the observed first) for each of :data:`COLUMNS`.
+        iterations: solver iterations of the grid values' solves made in this run (not those
+            taken from a table).
     """
 
     name: str
@@ -247,6 +252,7 @@ class Calibration:
     sim_oversample: int = SIM_OVERSAMPLE
     member_profiles: dict | None = dataclasses.field(default=None, repr=False)
     mode: str | None = None
+    iterations: int | None = None
 
     def __repr__(self) -> str:
         return compact(self, ("name", "estimate", "lo68", "hi68", "lo95", "hi95", "n_sim", "n_solves"))
@@ -254,7 +260,7 @@ class Calibration:
     def summary(self) -> dict:
         """JSON-ready summary (no per-simulation arrays)."""
         keys = ("name", "estimate", "lo68", "hi68", "lo95", "hi95", "raw", "lo_open", "hi_open", "no_crossing",
-                "fixed", "n_sim", "n_solves", "seconds", "seed", "column", "sim_lmbd", "sim_oversample", "mode")
+                "fixed", "n_sim", "n_solves", "seconds", "seed", "column", "sim_lmbd", "sim_oversample", "mode", "iterations")
         out = {k: getattr(self, k) for k in keys}
         out.update(trials=self.trials.tolist(), center=self.center.tolist(), spread=self.spread.tolist(),
                    values=self.values.tolist(), profile=self.profile.tolist(),
@@ -375,6 +381,12 @@ class CalibrationOptions:
         mode: how each grid value's data sets are solved (:func:`dopplermap.solvers.solve_many`):
             ``"vmap"`` (together, in calls that fit memory), ``"sequential"`` (one compiled device
             solve after another) or ``"auto"`` (default, :func:`dopplermap.plan.many_mode`).
+        warm_start: each data set's solve at a grid value starts from its own solution at the
+            value before, at :data:`WARM_TOL` x the tolerance (default True; in this process
+            the values are walked in order, on a cluster each part of the data sets walks them
+            as a chain of tasks); False: every solve from the default flat start. The same
+            minimum either way, to the cold solve's tolerance, in fewer iterations (measured:
+            benchmarks/RESULTS.md). A value after one taken from a table starts cold.
         table: a ``.jsonl`` path where the finished work is kept as it finishes
             (:class:`Finished`; ``dopplermap grid --calibrate`` keeps it in the grid's folder):
             a calibration of the same inputs run again takes its data sets and finished
@@ -389,6 +401,7 @@ class CalibrationOptions:
     sim_oversample: int = SIM_OVERSAMPLE
     max_solves: int | None = None
     mode: str = "auto"
+    warm_start: bool = True
     table: str | Path | None = None
 
     def __post_init__(self):
@@ -407,8 +420,9 @@ class CalibrationOptions:
             raise DopplermapInputError(f"calibration: max_solves must be an integer >= 1, got {self.max_solves!r}")
 
 
-TASK_MEMBERS = 64
-"""Most data sets of one Dask task of a calibration (one grid value's batched solve, in parts)."""
+TASK_MEMBERS = 16
+"""Most data sets of one Dask task of a calibration (one grid value's batched solve, in parts;
+each part walks the grid values as a chain of tasks, so the parts are what runs in parallel)."""
 
 
 class Finished:
@@ -468,24 +482,58 @@ class Finished:
 
 def grid_value_task(problem: Problem, name: str, fixed: dict, value: float, flux, err, kw: dict, mode: str):
     """``(chi2, loss, Many)``: every data set of ``flux`` solved at grid value ``value`` of
-    ``name`` (the other parameters ``fixed``), as one :func:`dopplermap.solvers.solve_many`;
-    a calibration's unit of work, in this process or as a Dask task."""
+    ``name`` (the other parameters ``fixed``), as one :func:`dopplermap.solvers.solve_many`
+    with the settings ``kw`` (its ``x0``, where given: a start per data set); a calibration's
+    unit of work, in this process or as a Dask task."""
     star, comps = apply_parameters(problem, dict(fixed, **{name: float(value)}))
     point = problem.replace(star=star, components=comps)
     many = solve_many(pad_precomputed(point.pre), point.obs, flux=flux, err=err, mode=mode, **kw)
     return np.array([r.chi2 for r in many.results]), np.array([r.loss for r in many.results]), many
 
 
-def _task(problem, name, fixed, value, flux, err, kw, mode):
+WARM_TOL = 0.1
+"""Tolerance of a warm-started solve, as a fraction of the problem's. Started at the solution
+of the grid value before, a solve at the problem's own tolerance stops early on its
+relative-reduction test, nearer that start than a cold solve stops to its minimum: the
+profiles then lag along the walk and the calibrated sets shift (measured:
+benchmarks/RESULTS.md). A tenth of the tolerance stops nearer the minimum than a cold solve
+does, in fewer iterations. The cube is kept in the cold solve's dtype (a tighter tolerance
+alone would switch a float32 cube to float64, at twice the cost an iteration)."""
+
+
+def _warm(kw: dict, starts) -> dict:
+    """The solve settings ``kw`` of a grid value whose data sets start from ``starts``, the
+    ``(solutions, cube dtype)`` of the value before (None: cold)."""
+    if starts is None:
+        return kw
+    x, dtype = starts
+    return dict(kw, x0=x, tol=WARM_TOL * float(kw["tol"]), cube_dtype=dtype)
+
+
+def _solutions(many) -> tuple[tuple[np.ndarray, str | None], int]:
+    """Each member's solution and the cube dtype it was solved in (the starts of the next grid
+    value's solves), and the iterations."""
+    x = np.stack([r.x for r in many.results])
+    return (x, many.results[0].cube_dtype), int(sum(r.iterations for r in many.results))
+
+
+def _task(problem, name, fixed, value, flux, err, kw, mode, before=None):
+    """A cluster task: ``(chi2, loss, mode, solutions, iterations)``; ``before``: the same
+    data sets' task at the grid value before (a Dask future resolves to its result), whose
+    solutions are the starts."""
+    kw = _warm(kw, None if before is None else before[3])
     chi2, loss, many = grid_value_task(problem, name, fixed, value, flux, err, kw, mode)
-    return chi2, loss, many.mode
+    return (chi2, loss, many.mode, *_solutions(many))
 
 
-def _on_cluster(cluster, problem, name, fixed, v, flux, err, kw, mode, profiles, n_data, progress,
-                finished: Finished | None = None) -> str:
+def _on_cluster(cluster, problem, name, fixed, v, flux, err, kw, o, profiles, n_data, progress,
+                finished: Finished | None = None) -> tuple[str, int]:
     """The grid values' solves as Dask tasks of at most :data:`TASK_MEMBERS` data sets each;
-    a task lost with its worker is run again by the scheduler (only that task's solves).
-    Units ``finished`` holds are not solved again; each finished task is added to it."""
+    with ``o.warm_start`` each part's tasks form a chain along the grid values (each starts
+    from the task before's solutions). A task lost with its worker is run again by the
+    scheduler (that task's solves, and a lost result a later task needs). Units ``finished``
+    holds are not solved again; each finished task is added to it. Returns the modes used
+    and the iterations."""
     from dask.distributed import as_completed
 
     parts = [slice(s, min(s + TASK_MEMBERS, flux.shape[0])) for s in range(0, flux.shape[0], TASK_MEMBERS)]
@@ -499,7 +547,7 @@ def _on_cluster(cluster, problem, name, fixed, v, flux, err, kw, mode, profiles,
             else:
                 profiles["chi2_total"][j, p], profiles["loss"][j, p] = done
                 left[j] -= 1
-    modes = set()
+    modes, iterations = set(), 0
     if todo:
         client, local = cluster.connect()
         try:
@@ -507,12 +555,17 @@ def _on_cluster(cluster, problem, name, fixed, v, flux, err, kw, mode, profiles,
             # every worker holds every part: scattered data has no lineage, so a part held by one
             # worker only would die with it and take the tasks that need it along
             data = {p.start: client.scatter(flux[p], broadcast=True) for p in parts}
-            futs = {client.submit(_task, prob, name, fixed, float(v[j]), data[p.start], err, kw, mode, pure=False,
-                                  retries=2): (j, p) for j, p in todo}
+            futs, before = {}, {}
+            for j, p in todo:  # in grid order: a part's task at the value before is submitted first
+                prev = before.get((j - 1, p.start)) if o.warm_start else None
+                fut = client.submit(_task, prob, name, fixed, float(v[j]), data[p.start], err, kw, o.mode, prev,
+                                    pure=False, retries=2)
+                futs[fut], before[(j, p.start)] = (j, p), fut
             for fut in as_completed(futs):
                 j, p = futs[fut]
-                chi2, loss, used = fut.result()
+                chi2, loss, used, _, its = fut.result()
                 modes.add(used)
+                iterations += its
                 profiles["chi2_total"][j, p], profiles["loss"][j, p] = chi2 * n_data, loss * n_data
                 if finished is not None:
                     finished.add(j, p.start, p.stop, chi2 * n_data, loss * n_data)
@@ -526,7 +579,7 @@ def _on_cluster(cluster, problem, name, fixed, v, flux, err, kw, mode, profiles,
     used = "+".join(sorted(modes)) or "resumed"
     log.info("calibrate %s: %d grid values x %d tasks on the cluster (%s; %d finished before)", name, v.size,
              len(parts), used, v.size * len(parts) - len(todo))
-    return used
+    return used, iterations
 
 
 def _simulated_sets(problem, at, t, kw, lm_sim, err, o, progress) -> np.ndarray:
@@ -611,25 +664,31 @@ def calibrate_parameter(problem: Problem, name: str, values, *, fixed: dict | No
         progress("trial", t.size, t.size)
     n_data = obs.n_epoch * obs.n_vel
     profiles = {c: np.empty((v.size, flux.shape[0])) for c in COLUMNS}
+    iterations = 0
     if cluster is None:
-        mode, n_all = o.mode, flux.shape[0]
+        mode, n_all, starts = o.mode, flux.shape[0], None
         for j, gv in enumerate(v):  # every data set solved at each grid value, in one batch
             done = None if finished is None else finished.take(j, 0, n_all)
             if done is None:
-                chi2, loss, many = grid_value_task(problem, name, fixed, float(gv), flux, err, kw, mode)
+                chi2, loss, many = grid_value_task(problem, name, fixed, float(gv), flux, err, _warm(kw, starts), mode)
                 # every grid value in the mode the first chose (vmap: a new shape compiles anew, which
                 # the first value's choice has counted)
                 mode = many.mode
-                log.info("calibrate %s = %g: %s", name, gv, many.describe())
+                x, its = _solutions(many)
+                starts, iterations = (x if o.warm_start else None), iterations + its
+                log.info("calibrate %s = %g: %s, %d iterations (%s)", name, gv, many.describe(), its,
+                         "warm" if j and o.warm_start else "cold")
                 done = (chi2 * n_data, loss * n_data)
                 if finished is not None:
                     finished.add(j, 0, n_all, *done)
+            else:
+                starts = None  # a value from the table: its solutions were not kept
             profiles["chi2_total"][j], profiles["loss"][j] = done
             if progress is not None:
                 progress("grid", j + 1, v.size)
     else:
-        mode = _on_cluster(cluster, problem, name, fixed, v, flux, err, kw, o.mode, profiles, n_data, progress,
-                           finished)
+        mode, iterations = _on_cluster(cluster, problem, name, fixed, v, flux, err, kw, o, profiles, n_data,
+                                       progress, finished)
     prof = profiles[o.column]
     est = np.array([profile_minimum(v, prof[:, m]) for m in range(flux.shape[0])])
     sims = est[1:].reshape(t.size, n_sim)
@@ -641,4 +700,4 @@ def calibrate_parameter(problem: Problem, name: str, values, *, fixed: dict | No
                        sims=sims, center=belt["center"], spread=belt["spread"], profile=prof[:, 0],
                        n_sim=n_sim, n_solves=cost["total"], seconds=time.perf_counter() - t_start, seed=int(o.seed),
                        column=o.column, sim_lmbd=lm_sim, sim_oversample=int(o.sim_oversample),
-                       member_profiles=profiles, mode=mode)
+                       member_profiles=profiles, mode=mode, iterations=iterations)

@@ -437,7 +437,9 @@ def invert_batch(problem: Problem | Precomputed, obs: Observations | None = None
         warm_start: ``mode="sequential"`` only: each member starts from the map of the one
             before it (neighbouring lambdas), the first from ``x0``.
         settings: as in :func:`invert` (shared by every member), and ``x0`` (the start of
-            every member) and ``maxcor`` (the L-BFGS memory, 10).
+            every member, or (n_batch, n_param) a start per member: e.g. each member's
+            solution at a neighbouring stellar parameter; not with ``warm_start``) and
+            ``maxcor`` (the L-BFGS memory, 10).
     Returns:
         one :class:`InversionResult` per member (each evaluated as :func:`invert` reports
         it); ``solve_time`` is the whole batch's.
@@ -468,6 +470,15 @@ def invert_batch(problem: Problem | Precomputed, obs: Observations | None = None
     batch_lmbd, batch_obs = lmbds is not None, flux is not None
     if not (batch_lmbd or batch_obs):
         raise DopplermapInputError("invert_batch needs lmbds and/or flux (with err) to batch over")
+    starts = None if x0 is None or np.ndim(x0) == 1 else np.asarray(x0, dtype=np.float64)
+    if starts is not None:
+        if starts.ndim != 2:
+            raise DopplermapInputError(f"x0 must be one start (n_param,) or one per member (n_batch, n_param), got "
+                                       f"shape {starts.shape}")
+        if warm_start:
+            raise DopplermapInputError("invert_batch: warm_start chains the members from one start; with a start "
+                                       "per member (2-D x0) leave it off")
+        x0 = starts[0]  # the bounds' fixed nuisances (fit_rv/fit_amp off) are taken from it
     setup = prepare(pre, obs, settings, x0=x0, lightcurve=solve.lightcurve, problem=solve.problem,
                     solve=SolveOptions(penalty=solve.penalty, cube_dtype=cube_dtype, blocked=form == "blocked",
                                        backend={"maxcor": int(maxcor)}))
@@ -493,8 +504,18 @@ def invert_batch(problem: Problem | Precomputed, obs: Observations | None = None
         n = flux.shape[0]
         ob = Observations(times=obs.times, vels=obs.vels, flux=jnp.asarray(flux), err=jnp.asarray(err))
     lm_all = np.broadcast_to(lm if batch_lmbd else float(settings.lmbd), (n,))
+    if starts is not None:
+        if starts.shape != (n, setup.x0.size):
+            raise DopplermapInputError(f"x0 with a start per member must have shape (n_batch, n_param) = ({n}, "
+                                       f"{setup.x0.size}), got {starts.shape}")
+        fixed = np.nonzero(setup.lower == setup.upper)[0]
+        fixed = fixed[fixed >= 2 * setup.layout.n_cell]  # rv / amp held: the same for every member
+        if np.any(starts[:, fixed] != starts[0, fixed]):
+            raise DopplermapInputError("x0: the held rv / continuum offsets (fit_rv / fit_amp off) differ between "
+                                       "the members' starts; a batch holds them at one value")
+        starts = np.clip(starts, setup.lower, setup.upper)
     raws = solve_batch(setup, lm_all, ob, batch_lmbd=batch_lmbd, batch_obs=batch_obs, mode=mode,
-                       warm_start=bool(warm_start))
+                       warm_start=bool(warm_start), starts=starts)
 
     def member(i):
         if not batch_obs:
@@ -540,7 +561,8 @@ def solve_many(problem: Problem | Precomputed, obs: Observations | None = None, 
     ``many``: a :class:`ManyOptions`, or its fields as keywords. ``mode``: ``"vmap"`` - the members together, in calls of as many members as fit ``budget``
     bytes (:func:`dopplermap.plan.batch_chunk`; the last call padded to the same shape, so one
     compile serves all); ``"sequential"`` - one compiled device solve after another (with
-    ``warm_start`` each from the map of the one before); ``"invert"`` - :func:`invert` each
+    ``warm_start`` each from the map of the one before); ``x0``: one start for every member or
+    (n_members, n_param) one each (``"vmap"`` and ``"sequential"``); ``"invert"`` - :func:`invert` each
     member with the problem's own solver (lambdas only); ``"auto"`` (default) -
     :func:`dopplermap.plan.many_mode`. Returns a :class:`Many` (results and the mode used).
     """
@@ -571,7 +593,9 @@ def solve_many(problem: Problem | Precomputed, obs: Observations | None = None, 
             raise DopplermapInputError("solve_many: mode 'invert' solves lambdas only; observation sets need "
                                        "'vmap' or 'sequential'")
         results, start = [], x0
-        for lm in np.asarray(lmbds, dtype=float).ravel():
+        for i, lm in enumerate(np.asarray(lmbds, dtype=float).ravel()):
+            if x0 is not None and np.ndim(x0) == 2:
+                start = np.asarray(x0)[i]
             results.append(invert(problem, obs if not isinstance(problem, Problem) else None, x0=start,
                                   **dict(settings, lmbd=float(lm))))
             if warm_start:
@@ -596,7 +620,8 @@ def solve_many(problem: Problem | Precomputed, obs: Observations | None = None, 
         idx = np.concatenate([take, np.full(chunk - take.size, take[-1])])  # one shape for every call
         part = dict(lmbds=None if lm is None else lm[idx], flux=None if fl is None else fl[idx],
                     err=er if (er is None or er.ndim == 2) else er[idx])
-        rs = invert_batch(problem, None if isinstance(problem, Problem) else obs, x0=x0, mode="vmap", **part,
+        start = x0 if x0 is None or np.ndim(x0) == 1 else np.asarray(x0)[idx]
+        rs = invert_batch(problem, None if isinstance(problem, Problem) else obs, x0=start, mode="vmap", **part,
                           **settings)
         results.extend(rs[:take.size])
     return Many(results=results, mode="vmap", chunk=chunk, n_calls=-(-n_members // chunk))

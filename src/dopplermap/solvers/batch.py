@@ -39,18 +39,19 @@ def _solve(x0, lo, hi, lmbd, pre, data, *, regulariser, penalty, maxiter, tol, m
                            report=_report if progress else None)
 
 
-def _solve_members(x0, lo, hi, lmbd, pre, data, *, batch_lmbd, batch_obs, **kw):
+def _solve_members(x0, lo, hi, lmbd, pre, data, *, batch_lmbd, batch_obs, batch_x0=False, **kw):
     fn = functools.partial(_solve, **kw)
     if batch_lmbd or batch_obs:
         obs_axes = Observations(times=None, vels=None, flux=0, err=0) if batch_obs else None
         # the light curve, its weights and the offset prior are shared by every member
         data_axes = ObjectiveData(obs=obs_axes, lightcurve=None, line_weight=None, lc_weight=None, offset_sigma=None)
-        fn = jax.vmap(fn, in_axes=(None, None, None, 0 if batch_lmbd else None, None, data_axes))
+        fn = jax.vmap(fn, in_axes=(0 if batch_x0 else None, None, None, 0 if batch_lmbd else None, None, data_axes))
     return fn(x0, lo, hi, lmbd, pre, data)
 
 
 def _compile_solver(x0, lo, hi, lmbd, pre, data: ObjectiveData, *, regulariser="mem", penalty=DEFAULT_PENALTY,
-                   maxiter=1000, tol=1e-5, maxcor=10, batch_lmbd=False, batch_obs=False, progress=False):
+                    maxiter=1000, tol=1e-5, maxcor=10, batch_lmbd=False, batch_obs=False, batch_x0=False,
+                    progress=False):
     """AOT-compile the device solve; returns ``(compiled, timings)``.
 
     The compiled function takes ``(x0, lo, hi, lmbd, pre, data)`` (``data``: the
@@ -59,12 +60,15 @@ def _compile_solver(x0, lo, hi, lmbd, pre, data: ObjectiveData, *, regulariser="
     ``timings``: ``trace`` (trace and lowering: :func:`dopplermap.compiled.compile_cached`), ``lower``
     (0) and ``compile`` seconds (all 0 when reused in-process).
     With ``batch_lmbd`` / ``batch_obs`` the solve is vmapped over the leading axis of
-    ``lmbd`` / of ``data.obs.flux`` and ``data.obs.err``. ``progress``: report every iteration to the
+    ``lmbd`` / of ``data.obs.flux`` and ``data.obs.err``; with ``batch_x0`` also over the leading
+    axis of ``x0`` (a start per member). ``progress``: report every iteration to the
     active :class:`~dopplermap.solvers._common.Progress` (single solves only).
     """
     kw = dict(regulariser=regulariser, penalty=float(penalty), maxiter=int(maxiter), tol=float(tol),
               maxcor=int(maxcor), progress=bool(progress) and not (batch_lmbd or batch_obs),
               batch_lmbd=bool(batch_lmbd), batch_obs=bool(batch_obs))
+    if batch_x0:  # only when set: the programs compiled before keep their cache key
+        kw["batch_x0"] = True
     args = (x0, lo, hi, lmbd, pre, data)
     # a host callback (progress) cannot be exported: that program is traced every run
     compiled, timing = compile_cached("projected_lbfgs", _solve_members, args, kw, cache=not kw["progress"])
@@ -95,12 +99,14 @@ def solve_device(setup: SolveSetup, callback=None) -> RawSolve:
 
 
 def solve_batch(setup: SolveSetup, lmbds, obs: Observations, *, batch_lmbd: bool, batch_obs: bool,
-                mode: str, warm_start: bool = False) -> list[RawSolve]:
+                mode: str, warm_start: bool = False, starts=None) -> list[RawSolve]:
     """The members of a batch (``lmbds`` (n,), ``obs`` with (n, E, V) flux/err when
     ``batch_obs``): one vmapped compiled call (``mode="vmap"``) or one compiled single solve
     after another (``"sequential"``; with ``warm_start`` each member starts from the map of the
-    one before, every member from ``setup.x0`` otherwise); ``solve_time`` is the whole batch's."""
+    one before, every member from ``setup.x0`` otherwise); ``starts``: (n, n_param) a start per
+    member instead (inside the bounds); ``solve_time`` is the whole batch's."""
     xj, lo, hi = jnp.asarray(setup.x0), jnp.asarray(setup.lower), jnp.asarray(setup.upper)
+    xs = None if starts is None else jnp.asarray(starts, dtype=xj.dtype)
     kw = dict(regulariser=setup.regulariser, penalty=setup.penalty, maxiter=setup.maxiter, tol=setup.tol,
               maxcor=int(setup.options.get("maxcor", 10)))
     lmbds = np.asarray(lmbds, dtype=float)
@@ -115,6 +121,8 @@ def solve_batch(setup: SolveSetup, lmbds, obs: Observations, *, batch_lmbd: bool
         t0 = time.perf_counter()
         runs, x = [], xj
         for i, lm in enumerate(lmbds):
+            if xs is not None:
+                x = xs[i]
             runs.append(jax.block_until_ready(fn(x, lo, hi, jnp.asarray(float(lm)), setup.pre, member(i))))
             if warm_start:
                 x = runs[-1].x
@@ -122,8 +130,10 @@ def solve_batch(setup: SolveSetup, lmbds, obs: Observations, *, batch_lmbd: bool
         return [_raw(r, timing, solve_time) for r in runs]
     lm = jnp.asarray(lmbds if batch_lmbd else float(lmbds[0]))
     data = setup.data.replace(obs=obs)
-    fn, timing = _compile_solver(xj, lo, hi, lm, setup.pre, data, batch_lmbd=batch_lmbd, batch_obs=batch_obs, **kw)
+    x = xj if xs is None else xs
+    fn, timing = _compile_solver(x, lo, hi, lm, setup.pre, data, batch_lmbd=batch_lmbd, batch_obs=batch_obs,
+                                 batch_x0=xs is not None, **kw)
     t0 = time.perf_counter()
-    r = jax.block_until_ready(fn(xj, lo, hi, lm, setup.pre, data))
+    r = jax.block_until_ready(fn(x, lo, hi, lm, setup.pre, data))
     solve_time = time.perf_counter() - t0
     return [_raw(jax.tree_util.tree_map(lambda a, i=i: a[i], r), timing, solve_time) for i in range(lmbds.size)]
