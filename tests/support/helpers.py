@@ -187,8 +187,8 @@ can cause (:func:`loss_bound`)."""
 
 @functools.partial(jax.jit, static_argnames=("with_lc",))
 def _exact_vg(x, lmbd, pre, obs, lc, with_lc):
-    extra = (lc, 1.0, 1.0) if with_lc else ()
-    return jax.value_and_grad(objective.loss)(x, lmbd, pre, obs, "mem", DEFAULT_PENALTY, *extra)
+    extra = dict(lightcurve=lc, line_weight=1.0, lc_weight=1.0) if with_lc else {}
+    return jax.value_and_grad(objective.loss)(x, lmbd, pre, obs, "mem", DEFAULT_PENALTY, **extra)
 
 
 def exact_value_and_grad(scn: Scenario, x, lmbd: float = LMBD):
