@@ -126,13 +126,13 @@ def test_bootstrap_batch_equals_resampling(fitted):
     xw = jnp.asarray(np.concatenate([r.fssc, r.fssh, rv, amp]))
     assert float(loss(xw, LMBD, pre, obs_w, REG)) == pytest.approx(float(loss(jnp.asarray(r.x), LMBD, pre_b, obs_b, REG)),
                                                                    rel=1e-12)
-    kw = dict(n_boot=6, seed=4)  # the three modes solve the same draws: their agreement does not need many
+    kw = dict(n_boot=10, seed=4)
     problem = form_problem(pre, sim.obs, tol=1e-6)  # the CLI's bootstrap tol
     batch = U.bootstrap(problem, best, mode="batch", **kw)
     resample = U.bootstrap(problem, best, mode="resample", **kw)
     seq = U.bootstrap(problem, best, mode="sequential", **kw)
     assert (batch.mode, resample.mode, seq.mode) == ("vmap", "resample", "sequential")
-    assert batch.samples.shape == resample.samples.shape == seq.samples.shape == (6, 2, pre.n_cell)
+    assert batch.samples.shape == resample.samples.shape == seq.samples.shape == (10, 2, pre.n_cell)
     vis = ~batch.never_visible
     for a, b in ((batch.sigma_fssc, resample.sigma_fssc), (batch.sigma_fssh, resample.sigma_fssh)):
         assert np.corrcoef(a[vis], b[vis])[0, 1] > 0.98
