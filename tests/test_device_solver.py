@@ -49,7 +49,7 @@ def test_device_reaches_scipy_loss(problem):
 @pytest.mark.slow
 def test_batch_equals_single_solves(problem):
     pre, sim = problem
-    lmbds = [0.3, 1.0, 3.0]
+    lmbds = [0.3, 3.0]  # two members: what a batch must equal does not grow with their number
     batch = invert_batch(pre, sim.obs, lmbds=lmbds, tol=1e-9, maxiter=3000, mode="vmap")  # blocked form on CPU
     folded = invert_batch(pre, sim.obs, lmbds=lmbds, tol=1e-9, maxiter=3000, mode="vmap", form="folded")
     seq = invert_batch(pre, sim.obs, lmbds=lmbds, tol=1e-9, maxiter=3000, mode="sequential")
@@ -61,7 +61,7 @@ def test_batch_equals_single_solves(problem):
         assert abs(folded[lmbds.index(lm)].loss - one.loss) <= 1e-6 * abs(one.loss)
         assert q.loss == one.loss  # sequential runs the very same compiled solve
     # more regularisation -> larger chi-square
-    assert batch[0].chi2 < batch[2].chi2
+    assert batch[0].chi2 < batch[1].chi2
     # bootstrap-style batch over observation sets
     rng = np.random.default_rng(0)
     flux = np.asarray(sim.obs.flux)[None] + rng.normal(size=(2,) + sim.obs.flux.shape) * np.asarray(sim.obs.err)

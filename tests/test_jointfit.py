@@ -35,6 +35,7 @@ def test_star_gradient_matches_finite_difference(problem):
     obs = sim.obs
     model = J.dense_model(prob.grid, obs.times, obs.vels, prob.components)
 
+    @jax.jit  # compiled once for the six evaluations (op by op they take several times longer)
     def c2(p):
         m = model(jnp.asarray(sim.fssc), jnp.asarray(sim.fssh), jnp.zeros(obs.n_epoch), jnp.zeros(obs.n_epoch),
                   p[0], p[1], p[2], prob.star.period, 0.0)
