@@ -355,13 +355,18 @@ def run_parallel(ks, readouts, incs, cells, noise, procs, res, out=None, stop_af
             if out:
                 write_json(out, res)
     finally:
-        ex.shutdown(wait=False, cancel_futures=True)
-        for proc in list((getattr(ex, "_processes", None) or {}).values()):
-            if proc.is_alive():
-                proc.terminate()
+        _shutdown(ex)
     res["procs"] = procs
     res["wall_s"] = time.perf_counter() - t0
     return res
+
+
+def _shutdown(ex):
+    """Stop a pool at once: queued work cancelled, running workers ended (a run past its limit)."""
+    ex.shutdown(wait=False, cancel_futures=True)
+    for proc in list((getattr(ex, "_processes", None) or {}).values()):
+        if proc.is_alive():
+            proc.terminate()
 
 
 POLISHED = ("profiled", "profiled_dof", "profiled_nu", "polished", "polished_dof", "polished_nu")
@@ -407,10 +412,7 @@ def run_polish_parallel(ks, incs, cells, procs, res, out=None, stop_after=None, 
         res["stopped"] = dict(after_s=time.perf_counter() - t0)
         print(f"stopped after {time.perf_counter() - t0:.0f} s", flush=True)
     finally:
-        ex.shutdown(wait=False, cancel_futures=True)
-        for proc in list((getattr(ex, "_processes", None) or {}).values()):
-            if proc.is_alive():
-                proc.terminate()
+        _shutdown(ex)
     res["procs"] = procs
     res["wall_s"] = time.perf_counter() - t0
     return res

@@ -18,7 +18,7 @@ def test_loose_keywords_give_the_same_options_as_the_object():
 
 
 @pytest.mark.parametrize("output, loose, message", [
-    (None, {"plot": False}, "unknown keyword.*plot.*output options are plots"),
+    (None, {"plot": False}, "unknown keyword.*plot.*options are plots"),
     (Output(), {"plots": False}, "not both"),
     ({"plots": False}, {}, "output takes dopplermap.app.output.Output, got dict"),
 ])

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..errors import DopplermapInputError
+from .._options import options_of
 
 __all__ = ["Output", "Scheduling", "output_options"]
 
@@ -51,19 +51,8 @@ class Scheduling:
     connect_timeout: float = 5.0
 
 
-_OUTPUT_FIELDS = tuple(f.name for f in dataclasses.fields(Output))
-
-
 def output_options(where: str, output: Output | None, loose: dict, default: Output = Output()) -> Output:
     """The :class:`Output` of a pipeline called as ``where(..., output=Output(...))`` or, the
     older form its callers may still use, with the fields as loose keywords (``plots=False``)."""
-    unknown = sorted(set(loose) - set(_OUTPUT_FIELDS))
-    if unknown:
-        raise DopplermapInputError(f"{where}: unknown keyword(s) {', '.join(unknown)}; the output options are "
-                                   f"{', '.join(_OUTPUT_FIELDS)} (or output=Output(...))")
-    if output is not None and loose:
-        raise DopplermapInputError(f"{where}: give output=Output(...) or the loose keywords "
-                                   f"{', '.join(sorted(loose))}, not both")
-    if output is not None and not isinstance(output, Output):
-        raise DopplermapInputError(f"{where}: output takes dopplermap.app.output.Output, got {type(output).__name__}")
-    return output if output is not None else default.replace(**loose)
+    given = options_of(where, Output, output, loose, keyword="output")  # checks both forms
+    return given if output is not None else default.replace(**loose)
