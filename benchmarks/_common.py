@@ -3,6 +3,10 @@
 import json
 import math
 import os
+import resource
+import subprocess
+import time
+from pathlib import Path
 
 
 def strict(obj):
@@ -26,3 +30,22 @@ def write_json(path: str, obj) -> None:
     with open(tmp, "w") as fh:
         json.dump(strict(obj), fh, indent=2, allow_nan=False)
     os.replace(tmp, path)
+
+
+def _children_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def timed(cmd, env=None, log=None, timeout=3600):
+    """Wall seconds of ``cmd`` and the completed process; ``timed.cpu`` holds the CPU seconds
+    of its process tree (children included), which the machine's load does not inflate."""
+    c0, t0 = _children_cpu(), time.perf_counter()
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    wall = time.perf_counter() - t0
+    timed.cpu = _children_cpu() - c0
+    if log is not None:
+        Path(log).write_text(p.stdout + "\n" + p.stderr)
+    if p.returncode != 0:
+        raise RuntimeError(f"{' '.join(map(str, cmd[:4]))} ... exit {p.returncode}:\n{p.stderr[-3000:]}")
+    return wall, p

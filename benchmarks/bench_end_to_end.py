@@ -31,38 +31,18 @@ import argparse
 import json
 import os
 import platform
-import resource
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from _common import write_json  # benchmarks/ is the script's folder
+from _common import timed, write_json  # benchmarks/ is the script's folder
 
 HERE = Path(__file__).resolve().parent
 SRC = HERE.parent / "src"
 SIZES = {"seed": (2500, 150, 32), "large": (4010, 150, 41)}
 
 
-def _children_cpu():
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime + r.ru_stime
-
-
-def timed(cmd, env=None, log=None, timeout=3600):
-    """Wall seconds of ``cmd`` and the completed process; ``timed.cpu`` holds the CPU seconds
-    of its process tree (with the figure child), which the machine's load does not inflate."""
-    c0, t0 = _children_cpu(), time.perf_counter()
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-    wall = time.perf_counter() - t0
-    timed.cpu = _children_cpu() - c0
-    if log is not None:
-        Path(log).write_text(p.stdout + "\n" + p.stderr)
-    if p.returncode != 0:
-        raise RuntimeError(f"{' '.join(map(str, cmd[:4]))} ... exit {p.returncode}:\n{p.stderr[-3000:]}")
-    return wall, p
 
 
 def dm_env(cache):

@@ -100,23 +100,12 @@ def run(cmd, log: Path, timeout: float, env=None):
 
 # ---------------------------------------------------------------- --whole-run
 
-def _children_cpu() -> float:
-    import resource
-
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime + r.ru_stime
-
-
 def _timed(cmd, env=None, log=None, timeout=3600):
     """Wall seconds of ``cmd``; ``_timed.cpu``: the CPU seconds of its process tree (children included)."""
-    c0, t0 = _children_cpu(), time.perf_counter()
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-    wall = time.perf_counter() - t0
-    _timed.cpu = _children_cpu() - c0
-    if log is not None:
-        Path(log).write_text(p.stdout + "\n" + p.stderr)
-    if p.returncode != 0:
-        raise RuntimeError(f"{' '.join(map(str, cmd[:4]))} ... exit {p.returncode}:\n{p.stderr[-3000:]}")
+    from _common import timed  # benchmarks/ is the script's folder
+
+    wall, _ = timed(cmd, env=env, log=log, timeout=timeout)
+    _timed.cpu = timed.cpu
     return wall
 
 
