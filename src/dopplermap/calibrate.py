@@ -670,6 +670,7 @@ def calibrate_parameter(problem: Problem, name: str, values, *, fixed: dict | No
         for j, gv in enumerate(v):  # every data set solved at each grid value, in one batch
             done = None if finished is None else finished.take(j, 0, n_all)
             if done is None:
+                warm = starts is not None
                 chi2, loss, many = grid_value_task(problem, name, fixed, float(gv), flux, err, _warm(kw, starts), mode)
                 # every grid value in the mode the first chose (vmap: a new shape compiles anew, which
                 # the first value's choice has counted)
@@ -677,7 +678,7 @@ def calibrate_parameter(problem: Problem, name: str, values, *, fixed: dict | No
                 x, its = _solutions(many)
                 starts, iterations = (x if o.warm_start else None), iterations + its
                 log.info("calibrate %s = %g: %s, %d iterations (%s)", name, gv, many.describe(), its,
-                         "warm" if j and o.warm_start else "cold")
+                         "warm" if warm else "cold")
                 done = (chi2 * n_data, loss * n_data)
                 if finished is not None:
                     finished.add(j, 0, n_all, *done)

@@ -251,8 +251,8 @@ def run_lambda(source: Source, out: Path, *, lmbds: str = "0.001:100:16", target
     lcurve.png) atomically; progress on stderr unless ``run.quiet``, the result line on stdout.
     ``parameter="lmbd_time"`` (``--time``) sweeps the time windows' coupling instead
     (:func:`dopplermap.search.sweep_lmbd_time`); lambda.json then says ``"parameter":
-    "lmbd_time"``. ``run.scheduler``: None/``"sync"`` in this process, ``"local"`` a local Dask
-    cluster of ``run.workers``, else a scheduler's address (the lambda sweep only).
+    "lmbd_time"``. ``run.scheduling.scheduler``: None/``"sync"`` in this process, ``"local"`` a
+    local Dask cluster of ``run.scheduling.workers``, else a scheduler's address (the lambda sweep only).
     ``settings``: its regulariser and tol. Returns what lambda.json holds."""
     problem, overwrite, quiet = source.path, run.overwrite, run.quiet
     regulariser, tol = settings.regulariser, settings.tol
