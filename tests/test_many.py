@@ -1,6 +1,8 @@
 """Many solves of one shape (dopplermap.solvers.solve_many): the modes agree, the vmapped calls
 are sized to the memory budget, and the searches built on it say how they ran."""
 
+import os
+
 import numpy as np
 import pytest
 from support.problems import small_problem
@@ -236,3 +238,17 @@ def test_lambda_refuses_an_unreachable_scheduler_before_any_work(tmp_path, capsy
     err = capsys.readouterr().err
     assert "--scheduler tcp://127.0.0.1:9: could not connect" in err and "Traceback" not in err
     assert not out.exists()
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity on this platform")
+def test_the_local_cluster_counts_the_cpus_this_job_may_use():
+    """A batch job given 1 CPU of a bigger node (its affinity) gets a 1-worker local cluster,
+    not one worker per CPU of the node."""
+    from dopplermap.cluster import usable_cpus
+    before = os.sched_getaffinity(0)
+    try:
+        os.sched_setaffinity(0, {min(before)})
+        assert usable_cpus() == 1
+    finally:
+        os.sched_setaffinity(0, before)
+    assert usable_cpus() == len(before)

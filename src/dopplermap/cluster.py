@@ -9,11 +9,21 @@ import os
 
 from .errors import DopplermapInputError
 
-__all__ = ["CONNECT_TIMEOUT", "Cluster", "run_tasks"]
+__all__ = ["CONNECT_TIMEOUT", "Cluster", "run_tasks", "usable_cpus"]
 
 
 CONNECT_TIMEOUT = 5.0
 """Seconds to wait for a Dask scheduler (or a local cluster) before giving up."""
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on: a batch job's allocation (its CPU affinity), not the
+    node's count that ``os.cpu_count`` gives, which would oversubscribe a shared node."""
+    if hasattr(os, "process_cpu_count"):  # Python >= 3.13
+        return max(1, os.process_cpu_count() or 1)
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,7 +61,7 @@ class Cluster:
         except ImportError as exc:  # pragma: no cover - depends on the environment
             raise ImportError("parallel grid search needs dask: pip install 'dopplermap[dask]'") from exc
         if not self.remote:
-            n = self.n_workers or max(1, os.cpu_count() or 1)
+            n = self.n_workers or usable_cpus()
             cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None)
             return Client(cluster), cluster
         try:

@@ -41,6 +41,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .atomic import write_file
+from .cluster import usable_cpus
 from .errors import DopplermapInputError
 
 __all__ = ["lightness_ramp", "ONE_COLUMN", "TWO_COLUMN", "MIN_FONT_PT", "RC", "CMAPS", "LABELS", "GAP_COLOUR", "MODEL_COLOUR",
@@ -320,7 +321,7 @@ def save_figures(makers: dict, out_dir, *, fmt: str = "png", dpi: float | None =
         name, make = item
         return save_figure(make(), out / f"{name}.{fmt}", dpi=dpi)
 
-    n_cpu = os.cpu_count() or 1
+    n_cpu = usable_cpus()
     n_proc = processes if processes is not None else min(4, n_cpu, len(items))
     # matplotlib makes many short-lived objects: the cyclic collector's passes cost ~10 % here
     # and find nothing to free until the figures are dropped, so it pauses while they are drawn
