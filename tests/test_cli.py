@@ -98,3 +98,22 @@ def test_init_and_import_zdipy_refuse_force(tmp_path, capsys):
     assert main(["init", str(p), "--overwrite"]) == 0
     assert main(["import-zdipy", str(tmp_path / "inzdi.dat"), "--force"]) == 2
     assert re.search(r"no such option\W+--force", capsys.readouterr().err, re.IGNORECASE)
+
+
+def test_a_missing_dependency_is_one_line_not_a_bug_report(monkeypatch, capsys):
+    """A third-party package missing from the environment is named in one line (exit 2); a module
+    of dopplermap's own that cannot be found stays a bug (exit 1, traceback)."""
+    import dopplermap.cli as cli
+
+    def missing(name):
+        def command(*args, **kwargs):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return command
+
+    monkeypatch.setattr(cli.group, "main", missing("jax._src"))
+    assert main(["demo"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "'jax' is not installed" in err and "internal error" not in err, err
+    monkeypatch.setattr(cli.group, "main", missing("dopplermap.forms.gone"))
+    assert main(["demo"]) == 1
+    assert "internal error" in capsys.readouterr().err

@@ -115,6 +115,11 @@ def _report_bug(exc: BaseException) -> None:
                "Please report it with the command line and the traceback above.", err=True)
 
 
+def _missing_package(exc: ImportError) -> bool:
+    """A third-party package that cannot be found (a missing module of dopplermap itself is a bug)."""
+    return isinstance(exc, ModuleNotFoundError) and bool(exc.name) and exc.name.partition(".")[0] != "dopplermap"
+
+
 def _print_warnings(seen) -> None:
     if seen:
         click.echo(f"{len(seen)} warning(s) (also in summary.json where a result was written):", err=True)
@@ -156,6 +161,11 @@ def main(argv=None) -> int:
         except ImportError as exc:
             if "pip install" in str(exc):  # an optional dependency the user can install
                 click.echo(f"error: {exc}", err=True)
+                rv = EXIT_USER
+            elif _missing_package(exc):  # the environment lacks a dependency: not a bug of ours
+                click.echo(f"error: the Python package {exc.name.partition('.')[0]!r} is not installed in this "
+                           f"environment ({sys.executable}); install dopplermap with its dependencies "
+                           "(pip install dopplermap)", err=True)
                 rv = EXIT_USER
             else:
                 _report_bug(exc)
