@@ -23,6 +23,13 @@ picks the settings (default ``lbfgsb auto``).
     PYTHONPATH=src python benchmarks/bench_many.py --runs 3
     python benchmarks/bench_many.py --runs 3 --src /tmp/base/src src --solvers auto
 
+``--perturbed N`` runs the 12-value Newton sweep (tol 1e-7) in one process from the flat
+start and from N starts that differ from it in the last bits (each value times ``1 + k
+1e-15``, k = 1..N): the sweep's iterations and losses at the small lambdas move with
+rounding alone, so a change that rounds differently is judged against this spread.
+
+    PYTHONPATH=src python benchmarks/bench_many.py --perturbed 7
+
 ``--calibration VALUES SIM [TRIALS [OVERSAMPLE [REF]]]`` times ``calibrate_parameter`` as in
 ``grid --calibrate SIM`` over inclinations 40, 42.5, ... (the first VALUES of 13 values 40-70)
 on a 20-epoch, 2500-cell star (the demo star at that size, tol 1e-6 as ``grid``), TRIALS of
@@ -96,6 +103,31 @@ def one_sweep(solver: str):
     solver_used = sorted({r.solver for r in sw.results})
     compile_s = sum(r.compile_time for r in sw.results)
     print(f"{dt:.3f} {dc:.3f} {compile_s:.3f} {int(sw.iterations.sum())} {'+'.join(solver_used)} {sw.loss.tolist()}")
+
+
+def perturbed_sweeps(n: int):
+    """The Newton sweep from the flat start and from ``n`` starts perturbed in the last bits."""
+    from dopplermap.solvers import prepare
+
+    warnings.simplefilter("ignore")
+    prob = load_problem(None, quiet=True, tol=1e-7)
+    prob = prob.replace(settings=prob.settings.replace(solver="newton", maxiter=2000))
+    setup = prepare(prob.pre, prob.observations, prob.settings, lightcurve=prob.lightcurve, problem=prob)
+    flat = np.asarray(setup.x0)
+    lm = np.logspace(-3, 2, 12)
+    print(f"12-value Newton sweep, demo star, tol 1e-7, from the flat start and {n} perturbed ones; load average "
+          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
+    its, ref = [], None
+    for k in range(n + 1):
+        x0 = np.clip(flat * (1.0 + k * 1e-15), setup.lower, setup.upper)
+        sw, t = timed(lambda x0=x0: search.sweep_lambda(prob, lm, x0=x0))
+        ref = sw if ref is None else ref
+        its.append(int(sw.iterations.sum()))
+        d = np.abs(sw.loss / ref.loss - 1)
+        print(f"start x (1 + {k}e-15): iterations {its[-1]:4d} (lambda <= 0.01: {sw.iterations[lm <= 0.011].tolist()})  "
+              f"max |loss / flat start's - 1| lambda <= 0.01 {d[lm <= 0.011].max():.1e}, lambda >= 0.1 "
+              f"{d[lm >= 0.1].max():.1e}  {t:.2f} s", flush=True)
+    print(f"iterations: mean {np.mean(its):.1f}, min {min(its)}, max {max(its)}")
 
 
 def process_runs(n_runs: int, srcs=(None,), solvers=("lbfgsb", "auto")):
@@ -247,7 +279,10 @@ def main():
     ap.add_argument("--n-cell", type=int, default=None)
     ap.add_argument("--n-epoch", type=int, default=None)
     ap.add_argument("--skip-vmap-sweep", action="store_true")
+    ap.add_argument("--perturbed", type=int, default=0, help="the Newton sweep from this many perturbed starts")
     a = ap.parse_args()
+    if a.perturbed:
+        return perturbed_sweeps(a.perturbed)
     if a.runs:
         return process_runs(a.runs, tuple(a.src) if a.src else (None,), tuple(a.solvers))
     warnings.simplefilter("ignore")
