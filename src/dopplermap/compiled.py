@@ -17,9 +17,9 @@ The program is always compiled from the exported module, on the first run too, s
 executable the persistent cache stores is the one later runs look up. A program may be
 compiled with XLA options of its own (:func:`loop_options`: the compiled solver loops take
 XLA's cheaper CPU code generation); they are part of its in-process key, and XLA's
-persistent cache keys them too. Without a compilation
-cache folder (API use by default) it is an ordinary ``jit(...).lower(...).compile()``. A file
-that cannot be read is replaced; the cache never changes a result, only when it is computed.
+persistent cache keys them too. Without a compilation cache folder (API use by default) it
+is an ordinary ``jit(...).lower(...).compile()``. A file that cannot be read is replaced;
+the cache never changes a result, only when it is computed.
 The key cannot see code changed at run time (a test that monkeypatches a traced function):
 such a process must not share the folder (the test suite uses its own).
 """
