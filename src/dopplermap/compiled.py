@@ -59,8 +59,8 @@ LOOP_OPTIONS = {"xla_cpu_use_fusion_emitters": False, "xla_backend_optimization_
 L-BFGS) and of the one-off final evaluation, on CPU: XLA's elemental code generation
 instead of its MLIR fusion emitters, and LLVM at level 2. Such a program has hundreds of
 small kernels, each compiled on its own, so their compile is most of a first run on a small
-problem; these options make it much cheaper and leave the solve about as fast
-(benchmarks/RESULTS.md, "A 12-value sweep on the demo star"). The hot value-and-gradient
+problem; these options make it much cheaper at the cost of a slightly slower solve on
+large problems (benchmarks/RESULTS.md, "A 12-value sweep on the demo star"). The hot value-and-gradient
 of scipy's L-BFGS-B keeps XLA's defaults: it runs thousands of times."""
 
 
