@@ -13,9 +13,22 @@ previous default (resamples solved 8 at a time, the last call padded).
 ``--runs 3`` instead times the sweep as repeated runs of a user's process would see it: each
 run a fresh process with the persistent compile cache on (a fresh temporary folder for each
 solver setting, so run 1 is a first run on an empty cache), solver ``"lbfgsb"`` (the demo
-star's solver before) against ``"auto"``; the sweep's own seconds and the process's.
+star's solver before) against ``"auto"``; the sweep's own seconds (wall and CPU: on a
+shared machine the CPU seconds move less with the load), its compile seconds, and the
+process's. ``--src A B ...`` runs each setting's processes with ``PYTHONPATH`` at each of
+these source folders in turn (e.g. a base version's and this tree's), alternated run by run,
+each with its own fresh cache: a before/after comparison under one load. ``--solvers``
+picks the settings (default ``lbfgsb auto``).
 
     PYTHONPATH=src python benchmarks/bench_many.py --runs 3
+    python benchmarks/bench_many.py --runs 3 --src /tmp/base/src src --solvers auto
+
+``--perturbed N`` runs the 12-value Newton sweep (tol 1e-7) in one process from the flat
+start and from N starts that differ from it in the last bits (each value times ``1 + k
+1e-15``, k = 1..N): the sweep's iterations and losses at the small lambdas move with
+rounding alone, so a change that rounds differently is judged against this spread.
+
+    PYTHONPATH=src python benchmarks/bench_many.py --perturbed 7
 
 ``--calibration VALUES SIM [TRIALS [OVERSAMPLE [REF]]]`` times ``calibrate_parameter`` as in
 ``grid --calibrate SIM`` over inclinations 40, 42.5, ... (the first VALUES of 13 values 40-70)
@@ -84,30 +97,62 @@ def one_sweep(solver: str):
     warnings.simplefilter("ignore")
     prob = load_problem(None, quiet=True, tol=1e-7)
     prob = prob.replace(settings=prob.settings.replace(solver=solver, maxiter=2000))
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     sw = search.sweep_lambda(prob, np.logspace(-3, 2, 12))
-    dt = time.perf_counter() - t
+    dt, dc = time.perf_counter() - t, time.process_time() - c
     solver_used = sorted({r.solver for r in sw.results})
-    print(f"{dt:.3f} {int(sw.iterations.sum())} {'+'.join(solver_used)} {sw.loss.tolist()}")
+    compile_s = sum(r.compile_time for r in sw.results)
+    print(f"{dt:.3f} {dc:.3f} {compile_s:.3f} {int(sw.iterations.sum())} {'+'.join(solver_used)} {sw.loss.tolist()}")
 
 
-def process_runs(n_runs: int):
+def perturbed_sweeps(n: int):
+    """The Newton sweep from the flat start and from ``n`` starts perturbed in the last bits."""
+    from dopplermap.solvers import prepare
+
+    warnings.simplefilter("ignore")
+    prob = load_problem(None, quiet=True, tol=1e-7)
+    prob = prob.replace(settings=prob.settings.replace(solver="newton", maxiter=2000))
+    setup = prepare(prob.pre, prob.observations, prob.settings, lightcurve=prob.lightcurve, problem=prob)
+    flat = np.asarray(setup.x0)
+    lm = np.logspace(-3, 2, 12)
+    print(f"12-value Newton sweep, demo star, tol 1e-7, from the flat start and {n} perturbed ones; load average "
+          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
+    its, ref = [], None
+    for k in range(n + 1):
+        x0 = np.clip(flat * (1.0 + k * 1e-15), setup.lower, setup.upper)
+        sw, t = timed(lambda x0=x0: search.sweep_lambda(prob, lm, x0=x0))
+        ref = sw if ref is None else ref
+        its.append(int(sw.iterations.sum()))
+        d = np.abs(sw.loss / ref.loss - 1)
+        print(f"start x (1 + {k}e-15): iterations {its[-1]:4d} (lambda <= 0.01: {sw.iterations[lm <= 0.011].tolist()})  "
+              f"max |loss / flat start's - 1| lambda <= 0.01 {d[lm <= 0.011].max():.1e}, lambda >= 0.1 "
+              f"{d[lm >= 0.1].max():.1e}  {t:.2f} s", flush=True)
+    print(f"iterations: mean {np.mean(its):.1f}, min {min(its)}, max {max(its)}")
+
+
+def process_runs(n_runs: int, srcs=(None,), solvers=("lbfgsb", "auto")):
     print(f"12-value sweep, demo star, tol 1e-7, {n_runs} runs as fresh processes; load average "
           f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
     ref = None
-    for solver in ("lbfgsb", "auto"):
-        with tempfile.TemporaryDirectory() as cache:
-            env = dict(os.environ, DOPPLERMAP_CACHE_DIR=cache)
+    for solver in solvers:
+        with tempfile.TemporaryDirectory() as top:
+            caches = [os.path.join(top, str(i)) for i in range(len(srcs))]  # one fresh cache per source tree
             for k in range(n_runs):
-                t = time.perf_counter()
-                out = subprocess.run([sys.executable, __file__, "--one-sweep", solver], env=env, check=True,
-                                     capture_output=True, text=True).stdout.split(maxsplit=3)
-                wall = time.perf_counter() - t
-                loss = np.array(eval(out[3]))  # noqa: S307  (our own child's list of floats)
-                ref = loss if ref is None else ref
-                print(f"solver {solver:6s} run {k + 1}: sweep {float(out[0]):6.2f} s  process {wall:6.2f} s  "
-                      f"solver used {out[2]:7s} iterations {out[1]:>5s}  max |loss / first's - 1| "
-                      f"{np.max(np.abs(loss / ref - 1)):.1e}  load {os.getloadavg()[0]:.1f}", flush=True)
+                for src, cache in zip(srcs, caches, strict=True):
+                    env = dict(os.environ, DOPPLERMAP_CACHE_DIR=cache)
+                    if src is not None:
+                        env["PYTHONPATH"] = os.path.abspath(src)
+                    t = time.perf_counter()
+                    out = subprocess.run([sys.executable, __file__, "--one-sweep", solver], env=env, check=True,
+                                         capture_output=True, text=True).stdout.split(maxsplit=5)
+                    wall = time.perf_counter() - t
+                    loss = np.array(eval(out[5]))  # noqa: S307  (our own child's list of floats)
+                    ref = loss if ref is None else ref
+                    tree = "" if src is None else f"{src:>24s}  "
+                    print(f"{tree}solver {solver:6s} run {k + 1}: sweep {float(out[0]):6.2f} s (CPU {float(out[1]):6.2f} s, "
+                          f"compile {float(out[2]):5.2f} s)  process {wall:6.2f} s  solver used {out[4]:7s} iterations "
+                          f"{out[3]:>5s}  max |loss / first's - 1| {np.max(np.abs(loss / ref - 1)):.1e}  load "
+                          f"{os.getloadavg()[0]:.1f}", flush=True)
 
 
 def _belt_mc(c, n_boot=400, seed=0):
@@ -229,12 +274,17 @@ def main():
         return one_sweep(sys.argv[2])
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=0, help="time the sweep as this many fresh processes instead")
+    ap.add_argument("--src", nargs="+", default=None, help="with --runs: source folders to alternate (PYTHONPATH)")
+    ap.add_argument("--solvers", nargs="+", default=["lbfgsb", "auto"], help="with --runs: solver settings")
     ap.add_argument("--n-cell", type=int, default=None)
     ap.add_argument("--n-epoch", type=int, default=None)
     ap.add_argument("--skip-vmap-sweep", action="store_true")
+    ap.add_argument("--perturbed", type=int, default=0, help="the Newton sweep from this many perturbed starts")
     a = ap.parse_args()
+    if a.perturbed:
+        return perturbed_sweeps(a.perturbed)
     if a.runs:
-        return process_runs(a.runs)
+        return process_runs(a.runs, tuple(a.src) if a.src else (None,), tuple(a.solvers))
     warnings.simplefilter("ignore")
     size = {k: v for k, v in (("n_cell", a.n_cell), ("n_epoch", a.n_epoch)) if v is not None}
     prob = load_problem(None, quiet=True, **size)

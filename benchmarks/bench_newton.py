@@ -12,6 +12,15 @@ products (one linearised forward + one backward pass each) and preconditioner pr
 counted as one (``result.extra["passes"]``). The headline is the passes (and seconds)
 Newton needs to reach L-BFGS-B's tol-1e-8 loss, read from its per-iteration history.
 Compile seconds are in-process cold (the persistent cache off), reported apart.
+
+``--compile-only`` instead times the first run of each compiled solver loop at each size:
+in a fresh process per source folder of ``--src`` (default this tree's; e.g. a base
+version's and this tree's, alternated ``--runs`` times, so both meet the same load), the
+Newton program and the device L-BFGS program (``projected_lbfgs``) of that problem at tol
+1e-7 are traced and compiled cold (no persistent cache), wall and CPU seconds, then each
+solves it once (its solve seconds, iterations and loss).
+
+    python benchmarks/bench_newton.py --compile-only --sizes seed --runs 2 --src /tmp/base/src src
 """
 
 from __future__ import annotations
@@ -85,13 +94,81 @@ def to_target(rows, name):
     return out
 
 
+def compile_child(name: str) -> None:
+    """One fresh process: cold trace + compile of both compiled loops for size ``name``, one solve each (JSON line)."""
+    import json
+
+    import jax
+    import numpy as np
+
+    import dopplermap as dm
+    from dopplermap.problem import demo_problem
+    from dopplermap.solvers import newton, prepare
+    from dopplermap.solvers.batch import _compile_solver
+
+    prob = demo_problem(**SIZES[name]) if name in SIZES else None
+    if prob is None:  # "demo": the demo star of `dopplermap lambda`
+        from dopplermap.app.search import load_problem
+
+        prob = load_problem(None, quiet=True)
+    prob = prob.replace(settings=prob.settings.replace(tol=1e-7, maxiter=2000))
+    setup = prepare(prob.pre, prob.observations, prob.settings, lightcurve=prob.lightcurve, problem=prob)
+    args, kw = newton._program_args(setup)
+    out = {}
+    t, c = time.perf_counter(), time.process_time()
+    fn, _ = newton._compile_newton(*args, **kw)
+    out["newton"] = dict(compile=time.perf_counter() - t, compile_cpu=time.process_time() - c)
+    t = time.perf_counter()
+    r = jax.block_until_ready(fn(*args))
+    out["newton"].update(solve=time.perf_counter() - t, iterations=int(r.n_iter), loss=float(r.f))
+    xj, lo, hi, _, _, lm, pre, data = args
+    t, c = time.perf_counter(), time.process_time()
+    fn, _ = _compile_solver(xj, lo, hi, lm, pre, data, regulariser=setup.regulariser, penalty=setup.penalty,
+                            maxiter=setup.maxiter, tol=setup.tol)
+    out["projected_lbfgs"] = dict(compile=time.perf_counter() - t, compile_cpu=time.process_time() - c)
+    t = time.perf_counter()
+    r = jax.block_until_ready(fn(xj, lo, hi, lm, pre, data))
+    out["projected_lbfgs"].update(solve=time.perf_counter() - t, iterations=int(r.n_iter), loss=float(r.f))
+    print(json.dumps(dict(out, size=name, n_param=int(np.size(xj)), version=dm.__version__)))
+
+
+def compile_runs(sizes, srcs, n_runs) -> None:
+    import json
+    import subprocess
+
+    print(f"cold compile of the compiled loops (tol 1e-7), fresh processes; load average {os.getloadavg()[0]:.1f} "
+          f"on {os.cpu_count()} cores", flush=True)
+    for name in sizes:
+        for k in range(n_runs):
+            for src in srcs:
+                env = dict(os.environ, DOPPLERMAP_CACHE_DIR="off", PYTHONPATH=os.path.abspath(src))
+                line = subprocess.run([sys.executable, __file__, "--compile-child", name], env=env, check=True,
+                                      capture_output=True, text=True).stdout.strip().splitlines()[-1]
+                d = json.loads(line)
+                for solver in ("newton", "projected_lbfgs"):
+                    e = d[solver]
+                    print(f"{name:5s} run {k + 1} {src:>24s} {solver:15s} compile {e['compile']:6.2f} s (CPU "
+                          f"{e['compile_cpu']:5.2f} s)  solve {e['solve']:6.2f} s  iterations {e['iterations']:4d}  "
+                          f"loss {e['loss']:.12f}  load {os.getloadavg()[0]:.1f}", flush=True)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sizes", nargs="+", default=["seed", "large"], choices=sorted(SIZES))
+    ap.add_argument("--sizes", nargs="+", default=["seed", "large"], choices=sorted(SIZES) + ["demo"])
     ap.add_argument("--tols", type=float, nargs="+", default=[1e-5, 1e-7, 1e-8])
     ap.add_argument("--lmbd", type=float, default=1.0)
     ap.add_argument("--out", help="JSON output file")
+    ap.add_argument("--compile-only", action="store_true", help="time the compiled loops' cold compile instead")
+    ap.add_argument("--compile-child", help=argparse.SUPPRESS)
+    ap.add_argument("--src", nargs="+", default=["src"], help="with --compile-only: source folders to alternate")
+    ap.add_argument("--runs", type=int, default=1, help="with --compile-only: rounds over the source folders")
     args = ap.parse_args(argv)
+    if args.compile_child:
+        compile_child(args.compile_child)
+        return 0
+    if args.compile_only:
+        compile_runs(args.sizes, args.src, args.runs)
+        return 0
     os.environ.setdefault("DOPPLERMAP_CACHE_DIR", "off")  # cold compiles, comparable between solvers
     import jax
 

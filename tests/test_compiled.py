@@ -186,3 +186,28 @@ def test_call_cached_is_the_function_compiled_once(cache_dir):
     assert fn is not None and len(exported_files(cache_dir)) == 1
     compiled.call_cached("t", body, *args(), power=3)
     assert compiled.compiled_program("t", body, args(), {"power": 3}) is fn
+
+
+@pytest.mark.parametrize("folder", [False, True])
+def test_xla_options_make_another_program_with_the_same_values(folder, tmp_path):
+    """A program compiled with XLA options of its own (the solver loops' cheaper CPU code
+    generation) is kept apart from the default one, and computes the same values."""
+    old = jax.config.jax_compilation_cache_dir
+    jax.config.update("jax_compilation_cache_dir", str(tmp_path / "jax") if folder else None)
+    try:
+        opts = compiled.loop_options()
+        assert opts == (compiled.LOOP_OPTIONS if jax.default_backend() == "cpu" else {})
+        plain, _ = compile_cached("t", body, args(), {"power": 3})
+        light, timing = compile_cached("t", body, args(), {"power": 3}, options=opts)
+        assert timing["cached"] is False and light is not plain
+        again, timing = compile_cached("t", body, args(), {"power": 3}, options=opts)
+        assert again is light and timing["cached"] is True
+        assert compiled.program_state("t", body, args(), {"power": 3}, opts) == "memo"
+        ref = reference(args(), 3)
+        for fn in (plain, light):
+            np.testing.assert_allclose(fn(*args())["y"], ref["y"], rtol=1e-14)
+            np.testing.assert_allclose(fn(*args())["g"], ref["g"], rtol=1e-14)
+        if folder:  # one lowered program on disk serves both compilations
+            assert len(exported_files(tmp_path / "jax")) == 1
+    finally:
+        jax.config.update("jax_compilation_cache_dir", old)

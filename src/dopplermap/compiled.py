@@ -14,9 +14,12 @@ tree and avals), so a lambda sweep, a bootstrap or a solve's final evaluation re
 (:func:`compiled_program` looks one up, :func:`forget_compiled` drops them all).
 
 The program is always compiled from the exported module, on the first run too, so the
-executable the persistent cache stores is the one later runs look up. Without a compilation
-cache folder (API use by default) it is an ordinary ``jit(...).lower(...).compile()``. A file
-that cannot be read is replaced; the cache never changes a result, only when it is computed.
+executable the persistent cache stores is the one later runs look up. A program may be
+compiled with XLA options of its own (:func:`loop_options`: the compiled solver loops take
+XLA's cheaper CPU code generation); they are part of its in-process key, and XLA's
+persistent cache keys them too. Without a compilation cache folder (API use by default) it
+is an ordinary ``jit(...).lower(...).compile()``. A file that cannot be read is replaced;
+the cache never changes a result, only when it is computed.
 The key cannot see code changed at run time (a test that monkeypatches a traced function):
 such a process must not share the folder (the test suite uses its own).
 """
@@ -43,12 +46,28 @@ try:  # jax.export's serializer needs it (a declared dependency; a bare environm
 except ImportError:  # pragma: no cover
     _CAN_SERIALIZE = False
 
-__all__ = ["compile_cached", "call_cached", "compiled_program", "program_state", "forget_compiled", "source_digest", "EXPORT_FOLDER"]
+__all__ = ["compile_cached", "call_cached", "compiled_program", "program_state", "forget_compiled", "source_digest",
+           "loop_options", "EXPORT_FOLDER", "LOOP_OPTIONS"]
 
 EXPORT_FOLDER = "dopplermap-exported"
 _SUFFIX = ".jaxexport"
 
 _MEMO: dict = {}  # this process's compiled programs (see the module docstring)
+
+LOOP_OPTIONS = {"xla_cpu_use_fusion_emitters": False, "xla_backend_optimization_level": 2}
+"""XLA options of the programs that hold a whole solve in one loop (Newton, the device
+L-BFGS) and of the one-off final evaluation, on CPU: XLA's elemental code generation
+instead of its MLIR fusion emitters, and LLVM at level 2. Such a program has hundreds of
+small kernels, each compiled on its own, so their compile is most of a first run on a small
+problem; these options make it much cheaper at the cost of a slightly slower solve on
+large problems (benchmarks/RESULTS.md, "A 12-value sweep on the demo star"). The hot value-and-gradient
+of scipy's L-BFGS-B keeps XLA's defaults: it runs thousands of times."""
+
+
+def loop_options() -> dict:
+    """:data:`LOOP_OPTIONS` on the CPU backend, none elsewhere (an accelerator's compile is
+    another code generator)."""
+    return dict(LOOP_OPTIONS) if jax.default_backend() == "cpu" else {}
 
 
 def _avals(leaves) -> tuple:
@@ -57,9 +76,10 @@ def _avals(leaves) -> tuple:
                  for v in leaves)
 
 
-def _memo_key(name: str, fun, static: dict, args: tuple):
+def _memo_key(name: str, fun, static: dict, args: tuple, options: dict | None = None):
     leaves, treedef = jax.tree_util.tree_flatten(args)
-    return (name, fun, tuple(sorted(static.items())), treedef, _avals(leaves))
+    key = (name, fun, tuple(sorted(static.items())), treedef, _avals(leaves))
+    return key + (tuple(sorted(options.items())),) if options else key
 
 
 def compiled_program(name: str, fun, args: tuple, static: dict | None = None):
@@ -70,13 +90,17 @@ def compiled_program(name: str, fun, args: tuple, static: dict | None = None):
         return None
 
 
-def program_state(name: str, fun, args: tuple, static: dict | None = None) -> str:
+def program_state(name: str, fun, args: tuple, static: dict | None = None, options: dict | None = None) -> str:
     """Where :func:`compile_cached` would take this program from: ``"memo"`` (compiled in this
     process), ``"disk"`` (its lowered program is in the cache folder, so XLA's persistent cache
-    holds the executable too) or ``"cold"`` (traced and compiled anew). Nothing is compiled."""
+    holds the executable too) or ``"cold"`` (traced and compiled anew). Nothing is compiled.
+    ``options``: the XLA options it is compiled with (as :func:`compile_cached`'s)."""
     static = dict(static or {})
-    if compiled_program(name, fun, args, static) is not None:
-        return "memo"
+    try:
+        if _MEMO.get(_memo_key(name, fun, static, args, options)) is not None:
+            return "memo"
+    except TypeError:  # unhashable static data: never kept
+        pass
     folder = _export_folder()
     if folder is None:
         return "cold"
@@ -151,7 +175,8 @@ def _write(path: Path, exp, out_tree) -> None:
             tmp.unlink(missing_ok=True)
 
 
-def compile_cached(name: str, fun, args: tuple, static: dict | None = None, *, cache: bool = True):
+def compile_cached(name: str, fun, args: tuple, static: dict | None = None, *, cache: bool = True,
+                   options: dict | None = None):
     """Compile ``fun(*args, **static)`` for these argument shapes; returns ``(fn, timings)``.
 
     ``fn(*args)`` takes arguments of the same tree and shapes and returns ``fun``'s output
@@ -160,36 +185,38 @@ def compile_cached(name: str, fun, args: tuple, static: dict | None = None, *, c
     lowered program came from the cache folder) and ``cached`` (True when this process had
     compiled it already: the seconds are then 0). ``cache=False`` (or no compilation cache
     folder, or a program JAX cannot export, such as one with host callbacks) compiles as
-    ``jax.jit`` does.
+    ``jax.jit`` does. ``options``: XLA compiler options of this program (e.g.
+    :func:`loop_options`); default XLA's.
     """
     static = dict(static or {})
+    options = dict(options or {})
     try:
-        memo_key = _memo_key(name, fun, static, args)
+        memo_key = _memo_key(name, fun, static, args, options)
         hit = _MEMO.get(memo_key)
     except TypeError:  # unhashable static data: compiled every time
         memo_key = hit = None
     if hit is not None:
         return hit, {"trace_lower": 0.0, "compile": 0.0, "exported": False, "cached": True}
-    compiled, timings = _compile(name, fun, args, static, cache)
+    compiled, timings = _compile(name, fun, args, static, cache, options)
     if memo_key is not None:
         _MEMO[memo_key] = compiled
     return compiled, {**timings, "cached": False}
 
 
-def _compile(name: str, fun, args: tuple, static: dict, cache: bool):
+def _compile(name: str, fun, args: tuple, static: dict, cache: bool, options: dict):
     body = functools.partial(fun, **static)
     folder = _export_folder() if cache else None
     t0 = time.perf_counter()
     if folder is None:
         lowered = jax.jit(body).lower(*args)
         t1 = time.perf_counter()
-        compiled = lowered.compile()
+        compiled = lowered.compile(compiler_options=options or None)
         return compiled, {"trace_lower": t1 - t0, "compile": time.perf_counter() - t1, "exported": False}
     leaves, treedef = jax.tree_util.tree_flatten(args)
     try:
         path = folder / f"{name}-{_key(name, static, treedef, leaves)}{_SUFFIX}"
     except (pickle.PicklingError, TypeError, AttributeError):  # static data that cannot be keyed
-        return _compile(name, fun, args, static, cache=False)
+        return _compile(name, fun, args, static, False, options)
     found = _read(path) if path.is_file() else None
     from_file = found is not None
     if found is None:
@@ -204,13 +231,13 @@ def _compile(name: str, fun, args: tuple, static: dict, cache: bool):
         try:
             exp = export.export(jax.jit(flat))(*leaves)
         except Exception:  # noqa: BLE001 - not exportable (e.g. a host callback): compile directly
-            return _compile(name, fun, args, static, cache=False)
+            return _compile(name, fun, args, static, False, options)
         _write(path, exp, out_tree[0])
         found = (exp, out_tree[0])
     exp, out_tree = found
     lowered = jax.jit(exp.call).lower(*leaves)
     t1 = time.perf_counter()
-    compiled = lowered.compile()
+    compiled = lowered.compile(compiler_options=options or None)
     timings = {"trace_lower": t1 - t0, "compile": time.perf_counter() - t1, "exported": from_file}
     return _Flat(compiled, treedef, out_tree), timings
 

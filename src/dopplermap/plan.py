@@ -139,7 +139,7 @@ def batch_chunk(n_members: int, per_member: int, budget: int | None = None) -> i
 
 
 COMPILE_SECONDS = {"lbfgsb": {"cold": 1.6, "disk": 0.2, "memo": 0.0},
-                   "newton": {"cold": 6.1, "disk": 0.4, "memo": 0.0}}
+                   "newton": {"cold": 3.3, "disk": 0.4, "memo": 0.0}}
 """Compile seconds of each back end's program by where it comes from: ``"cold"`` (traced and
 compiled), ``"disk"`` (the persistent compile cache), ``"memo"`` (compiled in this process)."""
 

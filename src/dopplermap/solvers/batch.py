@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..compiled import compile_cached
+from ..compiled import compile_cached, loop_options
 from ..objective import DEFAULT_PENALTY, ObjectiveData, Observations
 from ..result import Outcome
 from ._common import LBFGSOptions, RawSolve, SolveSetup, report_progress
@@ -71,7 +71,8 @@ def _compile_solver(x0, lo, hi, lmbd, pre, data: ObjectiveData, *, regulariser="
         kw["batch_x0"] = True
     args = (x0, lo, hi, lmbd, pre, data)
     # a host callback (progress) cannot be exported: that program is traced every run
-    compiled, timing = compile_cached("projected_lbfgs", _solve_members, args, kw, cache=not kw["progress"])
+    compiled, timing = compile_cached("projected_lbfgs", _solve_members, args, kw, cache=not kw["progress"],
+                                      options=loop_options())
     return compiled, {"trace": timing["trace_lower"], "lower": 0.0, "compile": timing["compile"],
                       "cached": timing["cached"]}
 

@@ -45,7 +45,7 @@ import numpy as np
 
 from .. import _device, regularisers
 from .._x64 import require_x64
-from ..compiled import compile_cached, program_state
+from ..compiled import compile_cached, loop_options, program_state
 from ..errors import DopplermapInputError
 from ..lightcurve import lightcurve_residuals
 from ..model import apply_nuisance, forward, synthesize
@@ -488,7 +488,7 @@ def _compile_newton(x0, lo, hi, spacing, tol, lmbd, pre, data: ObjectiveData, *,
               n_probe=int(n_probe), progress=bool(progress))
     args = (x0, lo, hi, spacing, tol, lmbd, pre, data)
     # a host callback (progress) cannot be exported: that program is traced every run
-    compiled, timing = compile_cached("newton", _solve, args, kw, cache=not kw["progress"])
+    compiled, timing = compile_cached("newton", _solve, args, kw, cache=not kw["progress"], options=loop_options())
     return compiled, timing["trace_lower"] + timing["compile"]
 
 
@@ -508,7 +508,7 @@ def compile_state(setup: SolveSetup, progress: bool = False) -> str:
     """Where the Newton program of ``setup`` would come from (:func:`dopplermap.compiled.program_state`);
     ``progress``: the program that reports each iteration to the host (never stored on disk)."""
     args, kw = _program_args(setup)
-    return program_state("newton", _solve, args, dict(kw, progress=bool(progress)))
+    return program_state("newton", _solve, args, dict(kw, progress=bool(progress)), loop_options())
 
 
 def solve_newton(setup: SolveSetup, callback=None) -> RawSolve:

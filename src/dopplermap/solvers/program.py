@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import jax
 
-from ..compiled import compile_cached, compiled_program
+from ..compiled import compile_cached, compiled_program, loop_options
 from ..objective import ObjectiveData, data_terms
 
 __all__ = ["value_and_grad_body", "terms_body", "compiled_value_and_grad", "compiled_terms"]
@@ -53,7 +53,7 @@ def compiled_terms(x, lmbd, pre, data: ObjectiveData, regulariser="mem", penalty
     vg = compiled_program("value_and_grad", value_and_grad_body, args, static)
     if vg is not None:
         return (lambda *a: _drop_grad(vg(*a))), {"trace_lower": 0.0, "compile": 0.0, "cached": True}
-    return compile_cached("objective_terms", terms_body, args, static)
+    return compile_cached("objective_terms", terms_body, args, static, options=loop_options())
 
 
 def _drop_grad(out):
