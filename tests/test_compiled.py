@@ -211,3 +211,13 @@ def test_xla_options_make_another_program_with_the_same_values(folder, tmp_path)
             assert len(exported_files(tmp_path / "jax")) == 1
     finally:
         jax.config.update("jax_compilation_cache_dir", old)
+
+
+def test_an_xla_option_this_jaxlib_does_not_know_falls_back_to_the_defaults():
+    """XLA options come and go between versions: an unknown one compiles with XLA's defaults
+    (same values) instead of failing every solve; any other compile error still raises."""
+    fn, _ = compile_cached("t-unknown-option", body, args(), {"power": 3},
+                           options={"xla_no_such_option_in_any_version": True})
+    np.testing.assert_allclose(fn(*args())["y"], reference(args(), 3)["y"], rtol=1e-14)
+    with pytest.raises(jax.errors.JaxRuntimeError):
+        compiled._xla_compile(jax.jit(lambda x: x).lower(jnp.ones(2)), {"xla_backend_optimization_level": "x"})

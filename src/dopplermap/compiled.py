@@ -203,6 +203,19 @@ def compile_cached(name: str, fun, args: tuple, static: dict | None = None, *, c
     return compiled, {**timings, "cached": False}
 
 
+def _xla_compile(lowered, options: dict):
+    """``lowered.compile`` with these XLA options; where this jaxlib does not know one of them
+    (options come and go between XLA versions) the program is compiled with XLA's defaults."""
+    if not options:
+        return lowered.compile()
+    try:
+        return lowered.compile(compiler_options=options)
+    except jax.errors.JaxRuntimeError as exc:
+        if "No such compile option" not in str(exc):
+            raise
+        return lowered.compile()
+
+
 def _compile(name: str, fun, args: tuple, static: dict, cache: bool, options: dict):
     body = functools.partial(fun, **static)
     folder = _export_folder() if cache else None
@@ -210,7 +223,7 @@ def _compile(name: str, fun, args: tuple, static: dict, cache: bool, options: di
     if folder is None:
         lowered = jax.jit(body).lower(*args)
         t1 = time.perf_counter()
-        compiled = lowered.compile(compiler_options=options or None)
+        compiled = _xla_compile(lowered, options)
         return compiled, {"trace_lower": t1 - t0, "compile": time.perf_counter() - t1, "exported": False}
     leaves, treedef = jax.tree_util.tree_flatten(args)
     try:
@@ -237,7 +250,7 @@ def _compile(name: str, fun, args: tuple, static: dict, cache: bool, options: di
     exp, out_tree = found
     lowered = jax.jit(exp.call).lower(*leaves)
     t1 = time.perf_counter()
-    compiled = lowered.compile(compiler_options=options or None)
+    compiled = _xla_compile(lowered, options)
     timings = {"trace_lower": t1 - t0, "compile": time.perf_counter() - t1, "exported": from_file}
     return _Flat(compiled, treedef, out_tree), timings
 
