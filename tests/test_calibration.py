@@ -354,7 +354,20 @@ def test_calibration_on_a_two_worker_cluster_equals_the_serial_one(monkeypatch):
     monkeypatch.setattr(calibrate, "TASK_MEMBERS", 5)  # 13 data sets: 3 tasks per grid value
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
         where = search.Cluster(cluster.scheduler_address)
-        spread = calibrate_parameter(s["problem"], "inclination", vals, cluster=where, **kw)
+        held = []
+
+        def count_held(stage, i, n):  # finished results the scheduler still keeps, mid-run
+            if stage == "grid" and i == 2:
+                from dask.distributed import Client
+
+                with Client(cluster.scheduler_address) as c:
+                    held.append(c.run_on_scheduler(
+                        lambda dask_scheduler: sum(t.state == "memory" for t in dask_scheduler.tasks.values())))
+
+        spread = calibrate_parameter(s["problem"], "inclination", vals, cluster=where, progress=count_held, **kw)
+        # the problem and 3 data parts (scattered) + at most one result per chain (3): a worker lost
+        # now would cost no finished task but those the chains' next tasks still need
+        assert held and held[0] <= 4 + 3, held
         killed = []
 
         def kill_one_worker(stage, i, n):  # when the first grid value is in: a worker dies mid-run

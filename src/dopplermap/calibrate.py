@@ -531,7 +531,8 @@ def _on_cluster(cluster, problem, name, fixed, v, flux, err, kw, o, profiles, n_
     """The grid values' solves as Dask tasks of at most :data:`TASK_MEMBERS` data sets each;
     with ``o.warm_start`` each part's tasks form a chain along the grid values (each starts
     from the task before's solutions). A task lost with its worker is run again by the
-    scheduler (that task's solves, and a lost result a later task needs). Units ``finished``
+    scheduler (that task's solves, and a lost result a later task needs: at most one a chain,
+    since the client keeps no task it has read). Units ``finished``
     holds are not solved again; each finished task is added to it. Returns the modes used
     and the iterations."""
     from dask.distributed import as_completed
@@ -562,7 +563,11 @@ def _on_cluster(cluster, problem, name, fixed, v, flux, err, kw, o, profiles, n_
                                     pure=False, retries=2)
                 futs[fut], before[(j, p.start)] = (j, p), fut
             for fut in as_completed(futs):
-                j, p = futs[fut]
+                # the client lets go of a task once read: the scheduler then keeps its result only
+                # until the next task of its chain has it, so a worker lost later takes no finished
+                # task with it (each one the client held would be run again)
+                j, p = futs.pop(fut)
+                before.pop((j, p.start), None)
                 chi2, loss, used, _, its = fut.result()
                 modes.add(used)
                 iterations += its
