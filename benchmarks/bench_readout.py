@@ -547,6 +547,144 @@ def restart_control(k, incs, cells=B.N_CELL, rounds=4):
     return out
 
 
+# ------------------------------------------------------------------ the support refit (--support)
+
+SUPPORT_VARIANTS = ("support", "support_d0", "support_t0.1", "support_d10", "support_union", "support_truth")
+"""The support refits a ``--support`` run reads beside ``old`` (:func:`support_spec`)."""
+
+
+def support_spec(name):
+    """A support read-out's settings from its name: ``support`` is
+    :data:`dopplermap.search.SUPPORT_READOUT` (threshold 0.05, grown by 5 deg, from the
+    regularised map at the best node, lambda 0); ``_t<fill>``, ``_d<deg>`` and ``_l<lambda>``
+    change the threshold, the growth and the refit's lambda; ``_union``: the support of the
+    regularised maps at every node together; ``_truth``: the true spotted cells (fill > 0.01,
+    not grown), the oracle control."""
+    from dopplermap.search import SUPPORT_READOUT
+
+    spec = dict(threshold=SUPPORT_READOUT.threshold, dilate_deg=SUPPORT_READOUT.dilate_deg, lmbd=SUPPORT_READOUT.lmbd,
+                source="best")
+    for part in name.split("_")[1:]:
+        if part in ("union", "truth"):
+            spec["source"] = part
+        elif part[0] == "t":
+            spec["threshold"] = float(part[1:])
+        elif part[0] == "d":
+            spec["dilate_deg"] = float(part[1:])
+        elif part[0] == "l":
+            spec["lmbd"] = float(part[1:])
+        else:
+            raise SystemExit(f"--support: unknown part {part!r} of read-out {name!r}")
+    if spec["source"] == "truth":
+        spec.update(threshold=0.01, dilate_deg=0.0)
+    return spec
+
+
+def support_star(k, incs, cells=B.N_CELL, variants=SUPPORT_VARIANTS, noise=True):
+    """Star ``k``: the old read-out's solves (lambda 1, L-BFGS-B, tol 1e-5, each from the flat
+    start) at every inclination, then each support read-out of ``variants``
+    (:func:`support_spec`) refitted at every inclination by
+    :func:`dopplermap.search.solve_on_support`, started from the regularised solve at that
+    inclination. The star's row: ``old`` and each variant read on ``chi2_total``."""
+    from dopplermap.search import SupportReadout, apply_parameters, pad_precomputed, solve_on_support, support_mask
+    from dopplermap.solvers import invert
+
+    s = B.make_star(k, n_cell=cells, noise=noise)
+    p = s["problem"]
+    p = p.replace(settings=_settings(p, "old"))
+    params = [{"inclination": float(inc), "vsini": s["vsini"]} for inc in incs]
+    t0 = time.perf_counter()
+    regs, old = [], []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for q in params:
+            t1 = time.perf_counter()
+            star, comps = apply_parameters(p, q)
+            pt = p.replace(star=star, components=comps)
+            r = invert(pad_precomputed(pt.pre), pt.obs, **pt.invert_kwargs())
+            regs.append(r)
+            old.append(_support_point(p, r, time.perf_counter() - t1))
+    n_data = p.obs.n_epoch * p.obs.n_vel
+    best = int(np.argmin([r.chi2 for r in regs]))
+    row = dict(k=k, inc=s["inc"], vsini=s["vsini"], n_epoch=s["n_epoch"], snr=s["snr"], n_cell=cells, noise=noise,
+               best_node=float(incs[best]), n_data=n_data)
+    row["old"] = _profile_row(s, "old", incs, old, sum(o["wall_s"] for o in old))
+    for name in variants:
+        spec = support_spec(name)
+        if spec["source"] == "truth":
+            fc, fh = s["truth_fssc"], s["truth_fssh"]
+        elif spec["source"] == "union":
+            fc, fh = np.max([r.fssc for r in regs], axis=0), np.max([r.fssh for r in regs], axis=0)
+        else:
+            fc, fh = regs[best].fssc, regs[best].fssh
+        sc = support_mask(p.grid, fc, spec["threshold"], spec["dilate_deg"])
+        sh = support_mask(p.grid, fh, spec["threshold"], spec["dilate_deg"])
+        readout = SupportReadout(threshold=spec["threshold"], dilate_deg=spec["dilate_deg"], lmbd=spec["lmbd"])
+        pts = []
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for q, r0 in zip(params, regs, strict=True):
+                t1 = time.perf_counter()
+                x0 = np.concatenate([r0.fssc, r0.fssh, r0.rv, r0.amp])
+                r = solve_on_support(p, q, sc, sh, x0, readout=readout)
+                pts.append(_support_point(p, r, time.perf_counter() - t1))
+        row[name] = dict(_profile_row(s, name, incs, pts, sum(o["wall_s"] for o in pts)), support_cool=int(sc.sum()),
+                         support_hot=int(sh.sum()), **{f"spec_{a}": b for a, b in spec.items()})
+        print(f"star {k} (i={s['inc']:.0f}) {name:16s}: {row[name]['best']:6.2f} [{row[name]['lo68']:.2f}, "
+              f"{row[name]['hi68']:.2f}]  cells {int(sc.sum())}+{int(sh.sum())}, {row[name]['wall_s']:.0f}s, "
+              f"{row[name]['unconverged']} unconverged", flush=True)
+    row["wall_s"] = time.perf_counter() - t0
+    return row
+
+
+def _support_point(p, r, wall_s):
+    """A solve's fields as :func:`_profile_row` reads them (no influence matrix counted)."""
+    return dict(chi2_total=float(r.chi2) * p.obs.n_epoch * p.obs.n_vel, dof=math.nan, tr_a2=math.nan,
+                iterations=int(r.iterations), success=bool(r.success), lmbd=float(r.lmbd), tol=math.nan, wall_s=wall_s)
+
+
+def _worker_support(k, incs, cells, variants, noise):
+    return support_star(k, np.asarray(incs), cells, variants, noise)
+
+
+def run_support(ks, incs, cells, variants, procs, res, out=None, stop_after=None, noise=True):
+    """:func:`support_star` of each star, in ``procs`` spawned single-threaded workers (a star a
+    worker, the most epochs first) or in this process (``procs`` 1); each star's row is written to
+    ``out`` as it finishes; after ``stop_after`` seconds the stars not finished are dropped."""
+    import concurrent.futures as cf
+    import multiprocessing as mp
+    import tempfile
+
+    t0 = time.perf_counter()
+    order = sorted(ks, key=lambda k: -B.STARS[k][2])
+    if procs <= 1:
+        for k in order:
+            res["stars"].append(support_star(k, incs, cells, variants, noise))
+            _print_star(res["stars"][-1], ("old",) + tuple(variants))
+            if out:
+                write_json(out, res)
+        return res
+    _worker_env()
+    ex = cf.ProcessPoolExecutor(max_workers=procs, mp_context=mp.get_context("spawn"), initializer=_worker_init,
+                                initargs=(tempfile.mkdtemp(prefix="bench-readout-xla-"),))
+    futs = {ex.submit(_worker_support, k, [float(v) for v in incs], cells, tuple(variants), noise): k for k in order}
+    try:
+        for f in cf.as_completed(futs, timeout=stop_after):
+            row = dict(f.result(), finished_s=time.perf_counter() - t0)
+            res["stars"].append(row)
+            _print_star(row, ("old",) + tuple(variants))
+            if out:
+                write_json(out, res)
+    except cf.TimeoutError:
+        res["stopped"] = dict(after_s=time.perf_counter() - t0)
+        print(f"stopped after {time.perf_counter() - t0:.0f} s", flush=True)
+    finally:
+        _shutdown(ex)
+    res["procs"] = procs
+    res["wall_s"] = time.perf_counter() - t0
+    return res
+
+
 def summary(rows, which):
     err = np.array([r[which]["err"] for r in rows])
     return dict(n_stars=len(rows), mean_abs_err=float(np.mean(np.abs(err))), bias=float(np.mean(err)),
@@ -576,6 +714,9 @@ def main():
     ap.add_argument("--polish", action="store_true",
                     help="with --procs: each star's profile from flat starts and polished (--polish-control), a star a worker")
     ap.add_argument("--sweeps", type=int, default=4, help="with --polish: at most this many sweeps")
+    ap.add_argument("--support", default=None,
+                    help="read-outs support[_t<fill>][_d<deg>][_l<lambda>][_union|_truth],...: the support refit beside old "
+                         "(\"default\": SUPPORT_VARIANTS), a star a worker with --procs")
     ap.add_argument("--procs", type=int, default=1, help="spread stars x inclinations over N worker processes")
     ap.add_argument("--stop-after", type=float, default=None,
                     help="with --procs: stop after this many seconds, keeping the stars finished")
@@ -620,6 +761,13 @@ def main():
     if args.polish:
         run_polish_parallel(ks, incs, args.cells, args.procs, res, args.out, args.stop_after, args.sweeps)
         readouts = POLISHED
+        ks = []
+    if args.support:
+        variants = SUPPORT_VARIANTS if args.support == "default" else tuple(args.support.split(","))
+        for v in variants:
+            support_spec(v)
+        run_support(ks, incs, args.cells, variants, args.procs, res, args.out, args.stop_after, not args.noise_free)
+        readouts = ("old",) + variants
         ks = []
     if args.procs > 1 and ks:
         run_parallel(ks, readouts, incs, args.cells, not args.noise_free, args.procs, res, args.out, args.stop_after)

@@ -64,7 +64,10 @@ from .problem import Problem, Settings, require_problem
 from .profiles import ComponentSet, LocalProfile, intensity_ratio, tabulated
 from .regularisers import seed_entropy
 from .result import line_sets
-from .solvers import InversionResult, check_solver_args, invert, prepare, solve_many, solver_choice
+from .constants import FILL_MIN
+from .diagnostics import check_result
+from .solvers import InversionResult, SolveOptions, check_solver_args, finish, invert, prepare, solve_many, solver_choice
+from .solvers.newton import solve_newton
 from .uncertainty import EffectiveDof, effective_dof_refusal
 from .uncertainty import effective_dof as uncertainty_dof
 
@@ -74,6 +77,7 @@ __all__ = [
     "grid_points", "count_points", "check_grid_size", "validate_points", "problem_fingerprint",
     "evaluate_point", "point_refusal", "refused_row", "point_star", "Cluster", "grid_search", "grid_lock", "read_table",
     "computed_rows", "best_point", "delta_chi2_interval", "interval_flags", "pad_precomputed",
+    "SupportReadout", "SUPPORT_READOUT", "support_mask", "solve_on_support",
 ]
 
 log = logging.getLogger(__name__)
@@ -889,6 +893,81 @@ class _AtLambda:
     @property
     def x(self) -> np.ndarray:
         return np.concatenate([self.fssc, self.fssh, self.rv, self.amp])
+
+
+@dataclasses.dataclass(frozen=True)
+class SupportReadout:
+    """Settings of the support refit (``grid --readout support``): the regularised solves at
+    every grid point choose where the spots are; the map is then refitted at every point with
+    only those cells free and no regulariser, so that the data alone place the chi2 minimum.
+
+    The support is the cells whose filling factor exceeds ``threshold`` (each spot component
+    apart) in the regularised map at the grid's best point, grown by every cell whose centre
+    lies within ``dilate_deg`` of one (so that a spot can move as the star parameters change).
+    It is the same at every point: the number of free parameters does not move with the star
+    parameters and the chi2 profile needs no effective-parameter correction.
+
+    Attributes:
+        threshold: filling factor above which a cell of the regularised map is in the support.
+        dilate_deg: the support grown by this angular radius, deg (0: not grown).
+        lmbd: the refit's lambda (0: the data alone; the cells outside the support are held
+            at the floor, where the regulariser is the same at every point).
+        tol, maxiter: the refit's stopping rule (Gauss-Newton, :mod:`dopplermap.solvers.newton`).
+    """
+
+    threshold: float = 0.05
+    dilate_deg: float = 5.0
+    lmbd: float = 0.0
+    tol: float = 1e-10
+    maxiter: int = 5000
+
+
+SUPPORT_READOUT = SupportReadout()
+"""The support refit's settings (``grid --readout support``)."""
+
+
+def support_mask(grid, fill, threshold: float = SUPPORT_READOUT.threshold,
+                 dilate_deg: float = SUPPORT_READOUT.dilate_deg) -> np.ndarray:
+    """(n_cell,) bool: the cells of ``grid`` whose ``fill`` exceeds ``threshold``, grown by every
+    cell whose centre lies within ``dilate_deg`` (deg) of one of them."""
+    fill = np.asarray(fill, dtype=float)
+    if fill.shape != (grid.n_cell,):
+        raise DopplermapInputError(f"support_mask: fill has shape {fill.shape}, the grid {grid.n_cell} cells")
+    mask = fill > threshold
+    if dilate_deg <= 0 or not mask.any():
+        return mask
+    lat, lon = np.asarray(grid.lat, dtype=float), np.asarray(grid.lon, dtype=float)
+    xyz = np.stack([np.cos(lat) * np.cos(lon), np.cos(lat) * np.sin(lon), np.sin(lat)], axis=1)
+    return np.max(xyz @ xyz[mask].T, axis=1) >= np.cos(np.radians(dilate_deg))
+
+
+def solve_on_support(problem: Problem, params: dict, support_cool, support_hot, x0=None, *,
+                     readout: SupportReadout = SUPPORT_READOUT) -> InversionResult:
+    """The map refitted at one grid point with only the support's cells free: the filling
+    factors of the cells outside ``support_cool`` / ``support_hot`` (bool, (n_cell,)) held at
+    the floor, the others within their bounds, rv and amp as the problem's settings say; at
+    ``readout.lmbd`` (default no regulariser), Gauss-Newton to ``readout.tol``. ``x0``: the
+    start (a solve's ``[fssc, fssh, rv, amp]``, clipped into the support; default the seed's)."""
+    require_problem(problem, "solve_on_support")
+    if problem.windows is not None:
+        raise DopplermapInputError("solve_on_support: the refit fits one static map; the problem has time windows")
+    star, comps = apply_parameters(problem, params)
+    point = problem.replace(star=star, components=comps)
+    n = point.grid.n_cell
+    keep = [np.asarray(m, dtype=bool) for m in (support_cool, support_hot)]
+    if any(m.shape != (n,) for m in keep):
+        raise DopplermapInputError(f"solve_on_support: a support mask's shape is not ({n},)")
+    settings = point.settings.replace(lmbd=readout.lmbd, tol=readout.tol, maxiter=readout.maxiter, solver="newton")
+    setup = prepare(pad_precomputed(point.pre), point.obs, settings, x0=x0, lightcurve=point.lightcurve,
+                    solve=SolveOptions())
+    lower, upper = setup.lower.copy(), setup.upper.copy()
+    for k, m in enumerate(keep):  # lower = upper: the Gauss-Newton solver holds the cell
+        upper[k * n:(k + 1) * n][~m] = FILL_MIN
+        lower[k * n:(k + 1) * n][~m] = FILL_MIN
+    setup = dataclasses.replace(setup, lower=lower, upper=upper, x0=np.clip(setup.x0, lower, upper))
+    res = finish(setup, solve_newton(setup, None), "newton")
+    check_result(res, point.obs, tol=setup.tol, maxiter=setup.maxiter)
+    return res
 
 
 MODEL_ERROR_REFINE = 4
