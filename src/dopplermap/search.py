@@ -77,7 +77,7 @@ __all__ = [
     "grid_points", "count_points", "check_grid_size", "validate_points", "problem_fingerprint",
     "evaluate_point", "point_refusal", "refused_row", "point_star", "Cluster", "grid_search", "grid_lock", "read_table",
     "computed_rows", "best_point", "delta_chi2_interval", "interval_flags", "pad_precomputed",
-    "SupportReadout", "SUPPORT_READOUT", "support_mask", "solve_on_support",
+    "SupportReadout", "SUPPORT_READOUT", "SupportFit", "support_mask", "solve_on_support", "support_from_point",
 ]
 
 log = logging.getLogger(__name__)
@@ -802,7 +802,8 @@ PROFILE_READOUT = ProfileReadout()
 """The profiled read-out's settings (``grid --readout profiled``)."""
 
 
-def evaluate_point(problem: Problem, params: dict, x0=None, *, dof: bool = False) -> dict:
+def evaluate_point(problem: Problem, params: dict, x0=None, *, dof: bool = False,
+                   support: SupportFit | None = None) -> dict:
     """Re-precompute and re-solve at one grid point; returns the table row (a dict).
 
     The point is ``problem`` with the grid parameters substituted (:meth:`Problem.replace`),
@@ -813,8 +814,11 @@ def evaluate_point(problem: Problem, params: dict, x0=None, *, dof: bool = False
     ``radius`` (R_sun, implied by the point's rotation, :attr:`dopplermap.geometry.StarParams.radius_rsun`),
     ``logg`` (cgs, where the problem's mass is known, else NaN), ``status`` (``"ok"``) and
     ``reason`` (empty), ``dof`` and ``chi2_dof`` (``chi2_total + dof``): with ``dof``
-    the solve's effective number of parameters (:func:`effective_dof`), else NaN. A point
-    :func:`point_refusal` refuses is not solved here either: its row is :func:`refused_row`.
+    the solve's effective number of parameters (:func:`effective_dof`), else NaN;
+    ``chi2_support``: with ``support`` (:class:`SupportFit`) the ``chi2_total`` of the map
+    refitted from this solve with only the support's cells free (:func:`solve_on_support`),
+    else NaN. A point :func:`point_refusal` refuses is not solved here either: its row is
+    :func:`refused_row`.
     """
     reason = point_refusal(require_problem(problem, "evaluate_point"), params)
     if reason is not None:
@@ -830,9 +834,15 @@ def evaluate_point(problem: Problem, params: dict, x0=None, *, dof: bool = False
     n_data = obs.n_epoch * obs.n_vel
     chi2_total = res.chi2 * n_data
     n_dof = effective_dof(point, res) if dof else math.nan
+    chi2_support = math.nan
+    if support is not None:
+        refit = solve_on_support(problem, params, support.cool, support.hot,
+                                 np.concatenate([res.fssc, res.fssh, res.rv, res.amp]), readout=support.readout)
+        chi2_support = refit.chi2 * n_data
     return dict(params, chi2=res.chi2, chi2_total=chi2_total, loss=res.loss,
                 regulariser=res.regulariser_value, entropy=ent, iterations=res.iterations, success=res.success,
-                **_star_columns(problem, star), status="ok", reason="", dof=n_dof, chi2_dof=chi2_total + n_dof)
+                **_star_columns(problem, star), status="ok", reason="", dof=n_dof, chi2_dof=chi2_total + n_dof,
+                chi2_support=chi2_support)
 
 
 def dof_refusal(problem: Problem) -> str | None:
@@ -970,6 +980,35 @@ def solve_on_support(problem: Problem, params: dict, support_cool, support_hot, 
     return res
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class SupportFit:
+    """A support for the refit of every grid point (:func:`evaluate_point`'s ``support``):
+    ``cool`` and ``hot`` (n_cell,) bool masks of the cells left free, and the refit's
+    :class:`SupportReadout`; ``at``: the grid point whose regularised map chose it."""
+
+    cool: np.ndarray
+    hot: np.ndarray
+    readout: SupportReadout = SUPPORT_READOUT
+    at: dict | None = None
+
+    def summary(self) -> dict:
+        """What grid.json records of the support."""
+        return dict(at=self.at, cool_cells=int(np.sum(self.cool)), hot_cells=int(np.sum(self.hot)),
+                    threshold=self.readout.threshold, dilate_deg=self.readout.dilate_deg, lmbd=self.readout.lmbd,
+                    tol=self.readout.tol)
+
+
+def support_from_point(problem: Problem, params: dict, readout: SupportReadout = SUPPORT_READOUT) -> SupportFit:
+    """The support of the regularised map at one grid point (``problem``'s settings, from the
+    flat start, as :func:`evaluate_point` solves it): each component's cells above
+    ``readout.threshold``, grown by ``readout.dilate_deg`` (:func:`support_mask`)."""
+    star, comps = apply_parameters(require_problem(problem, "support_from_point"), params)
+    point = problem.replace(star=star, components=comps)
+    res = invert(pad_precomputed(point.pre), point.obs, **point.invert_kwargs())
+    masks = [support_mask(point.grid, f, readout.threshold, readout.dilate_deg) for f in (res.fssc, res.fssh)]
+    return SupportFit(masks[0], masks[1], readout, at={k: float(v) for k, v in params.items()})
+
+
 MODEL_ERROR_REFINE = 4
 """How many times more cells the grid :func:`model_grid_error` compares the problem's with."""
 
@@ -1061,13 +1100,13 @@ def refused_row(problem: Problem, params: dict, reason: str) -> dict:
     nan = math.nan
     return dict(params, chi2=nan, chi2_total=nan, loss=nan, regulariser=nan, entropy=nan, iterations=0,
                 success=False, **_star_columns(problem, point_star(problem, params)), status="refused",
-                reason=reason, dof=nan, chi2_dof=nan)
+                reason=reason, dof=nan, chi2_dof=nan, chi2_support=nan)
 
 
 # ------------------------------------------------------------------------- grid search
 
 _RESULT_COLUMNS = ("chi2", "chi2_total", "loss", "regulariser", "entropy", "iterations", "success", "radius",
-                   "logg", "dof", "chi2_dof", "status", "reason")
+                   "logg", "dof", "chi2_dof", "chi2_support", "status", "reason")
 # what makes two rows comparable: the solve settings and the problem, on every row
 _SETTING_COLUMNS = ("lmbd", "regulariser_kind", "tol", "maxiter", "fit_rv", "fit_amp", "problem")
 _INT_COLUMNS = ("point", "iterations", "success", "maxiter", "fit_rv", "fit_amp")
@@ -1285,7 +1324,8 @@ def _sort_table(path: Path) -> None:
 
 
 def grid_search(problem: Problem, axes: dict, table, *, resume: bool = False, cluster: Cluster | None = None,
-                progress=None, max_points: int | None = None, dof: bool = False) -> list[dict]:
+                progress=None, max_points: int | None = None, dof: bool = False,
+                support: SupportFit | None = None) -> list[dict]:
     """Invert at every point of a Cartesian parameter grid; one CSV row per finished point.
 
     Args:
@@ -1305,6 +1345,8 @@ def grid_search(problem: Problem, axes: dict, table, *, resume: bool = False, cl
         progress: optional ``progress(n_done, n_total, row)`` called per finished point.
         dof: also count each solve's effective parameters (the ``dof`` and ``chi2_dof``
             columns, :func:`evaluate_point`).
+        support: also refit each point's map on this support (the ``chi2_support`` column,
+            :func:`evaluate_point`).
     Every grid value is validated before the first solve (:func:`validate_points`; an error
     there concerns the whole grid). A point whose star cannot exist (:func:`point_refusal`)
     is recorded as refused, with its reason (``status``/``reason`` columns, NaN results),
@@ -1345,14 +1387,15 @@ def grid_search(problem: Problem, axes: dict, table, *, resume: bool = False, cl
         todo = [i for i in todo if i not in refused]
         if todo and cluster is None:
             for i in todo:
-                finish(i, evaluate_point(problem, points[i], dof=dof))
+                finish(i, evaluate_point(problem, points[i], dof=dof, support=support))
         elif todo:
             from dask.distributed import as_completed
 
             client, local = cluster.connect()
             try:
                 prob = client.scatter(problem, broadcast=True)
-                futs = {client.submit(evaluate_point, prob, points[i], pure=False, dof=dof): i for i in todo}
+                futs = {client.submit(evaluate_point, prob, points[i], pure=False, dof=dof, support=support): i
+                        for i in todo}
                 for fut in as_completed(futs):
                     finish(futs[fut], fut.result())
             finally:
