@@ -580,12 +580,15 @@ def support_spec(name):
     return spec
 
 
-def support_star(k, incs, cells=B.N_CELL, variants=SUPPORT_VARIANTS, noise=True):
+def support_star(k, incs, cells=B.N_CELL, variants=SUPPORT_VARIANTS, noise=True, polish=False):
     """Star ``k``: the old read-out's solves (lambda 1, L-BFGS-B, tol 1e-5, each from the flat
     start) at every inclination, then each support read-out of ``variants``
     (:func:`support_spec`) refitted at every inclination by
     :func:`dopplermap.search.solve_on_support`, started from the regularised solve at that
-    inclination. The star's row: ``old`` and each variant read on ``chi2_total``."""
+    inclination. The star's row: ``old`` and each variant read on ``chi2_total``. ``polish``:
+    each variant's refits then swept up and down the inclinations, each point also started from
+    its neighbour's refit, the lower chi2 kept (``<variant>_polished``; ``chi2_drop``: how far
+    each point fell): whether the refits from the regularised starts end in local minima."""
     from dopplermap.search import SupportReadout, apply_parameters, pad_precomputed, solve_on_support, support_mask
     from dopplermap.solvers import invert
 
@@ -620,14 +623,29 @@ def support_star(k, incs, cells=B.N_CELL, variants=SUPPORT_VARIANTS, noise=True)
         sc = support_mask(p.grid, fc, spec["threshold"], spec["dilate_deg"])
         sh = support_mask(p.grid, fh, spec["threshold"], spec["dilate_deg"])
         readout = SupportReadout(threshold=spec["threshold"], dilate_deg=spec["dilate_deg"], lmbd=spec["lmbd"])
-        pts = []
+        pts, fits = [], []
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             for q, r0 in zip(params, regs, strict=True):
                 t1 = time.perf_counter()
                 x0 = np.concatenate([r0.fssc, r0.fssh, r0.rv, r0.amp])
                 r = solve_on_support(p, q, sc, sh, x0, readout=readout)
+                fits.append(r)
                 pts.append(_support_point(p, r, time.perf_counter() - t1))
+            if polish:
+                best_fits = list(fits)
+                for step in (1, -1):
+                    for j in range(1, len(params)) if step == 1 else range(len(params) - 2, -1, -1):
+                        f0 = best_fits[j - step]
+                        r = solve_on_support(p, params[j], sc, sh, np.concatenate([f0.fssc, f0.fssh, f0.rv, f0.amp]),
+                                             readout=readout)
+                        if r.chi2 < best_fits[j].chi2:
+                            best_fits[j] = r
+                polished = [_support_point(p, r, 0.0) for r in best_fits]
+                row[name + "_polished"] = dict(_profile_row(s, name, incs, polished, 0.0), chi2_drop=[
+                    a["chi2_total"] - b["chi2_total"] for a, b in zip(pts, polished, strict=True)])
+                print(f"star {k} {name} polished: chi2 drop {np.round(row[name + '_polished']['chi2_drop'], 3)}; "
+                      f"best {row[name + '_polished']['best']:.2f}", flush=True)
         row[name] = dict(_profile_row(s, name, incs, pts, sum(o["wall_s"] for o in pts)), support_cool=int(sc.sum()),
                          support_hot=int(sh.sum()), **{f"spec_{a}": b for a, b in spec.items()})
         print(f"star {k} (i={s['inc']:.0f}) {name:16s}: {row[name]['best']:6.2f} [{row[name]['lo68']:.2f}, "
@@ -643,11 +661,11 @@ def _support_point(p, r, wall_s):
                 iterations=int(r.iterations), success=bool(r.success), lmbd=float(r.lmbd), tol=math.nan, wall_s=wall_s)
 
 
-def _worker_support(k, incs, cells, variants, noise):
-    return support_star(k, np.asarray(incs), cells, variants, noise)
+def _worker_support(k, incs, cells, variants, noise, polish=False):
+    return support_star(k, np.asarray(incs), cells, variants, noise, polish)
 
 
-def run_support(ks, incs, cells, variants, procs, res, out=None, stop_after=None, noise=True):
+def run_support(ks, incs, cells, variants, procs, res, out=None, stop_after=None, noise=True, polish=False):
     """:func:`support_star` of each star, in ``procs`` spawned single-threaded workers (a star a
     worker, the most epochs first) or in this process (``procs`` 1); each star's row is written to
     ``out`` as it finishes; after ``stop_after`` seconds the stars not finished are dropped."""
@@ -659,7 +677,7 @@ def run_support(ks, incs, cells, variants, procs, res, out=None, stop_after=None
     order = sorted(ks, key=lambda k: -B.STARS[k][2])
     if procs <= 1:
         for k in order:
-            res["stars"].append(support_star(k, incs, cells, variants, noise))
+            res["stars"].append(support_star(k, incs, cells, variants, noise, polish))
             _print_star(res["stars"][-1], ("old",) + tuple(variants))
             if out:
                 write_json(out, res)
@@ -667,7 +685,8 @@ def run_support(ks, incs, cells, variants, procs, res, out=None, stop_after=None
     _worker_env()
     ex = cf.ProcessPoolExecutor(max_workers=procs, mp_context=mp.get_context("spawn"), initializer=_worker_init,
                                 initargs=(tempfile.mkdtemp(prefix="bench-readout-xla-"),))
-    futs = {ex.submit(_worker_support, k, [float(v) for v in incs], cells, tuple(variants), noise): k for k in order}
+    futs = {ex.submit(_worker_support, k, [float(v) for v in incs], cells, tuple(variants), noise, polish): k
+            for k in order}
     try:
         for f in cf.as_completed(futs, timeout=stop_after):
             row = dict(f.result(), finished_s=time.perf_counter() - t0)
@@ -717,6 +736,8 @@ def main():
     ap.add_argument("--support", default=None,
                     help="read-outs support[_t<fill>][_d<deg>][_l<lambda>][_union|_truth],...: the support refit beside old "
                          "(\"default\": SUPPORT_VARIANTS), a star a worker with --procs")
+    ap.add_argument("--support-polish", action="store_true",
+                    help="with --support: each refit profile also swept from its neighbours' refits (local minima)")
     ap.add_argument("--procs", type=int, default=1, help="spread stars x inclinations over N worker processes")
     ap.add_argument("--stop-after", type=float, default=None,
                     help="with --procs: stop after this many seconds, keeping the stars finished")
@@ -768,7 +789,8 @@ def main():
         variants = SUPPORT_VARIANTS if args.support == "default" else tuple(args.support.split(","))
         for v in variants:
             support_spec(v)
-        run_support(ks, incs, args.cells, variants, args.procs, res, args.out, args.stop_after, not args.noise_free)
+        run_support(ks, incs, args.cells, variants, args.procs, res, args.out, args.stop_after, not args.noise_free,
+                    args.support_polish)
         readouts = ("old",) + variants
         ks = []
     if args.procs > 1 and ks:
