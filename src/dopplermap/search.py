@@ -47,6 +47,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import plan, regularisers
+from ._options import options_of
 from ._repr import compact
 from .atomic import exclusive_lock, fingerprint, write_text
 from .choices import MANY_MODES, REGULARISERS, WEIGHTED_REGULARISERS, check
@@ -980,6 +981,16 @@ def solve_on_support(problem: Problem, params: dict, support_cool, support_hot, 
     return res
 
 
+@dataclasses.dataclass(frozen=True)
+class PointColumns:
+    """The optional columns of a grid point (:func:`evaluate_point`'s keywords, given to
+    :func:`grid_search` as loose keywords): ``dof`` (count the solve's effective parameters) and
+    ``support`` (a :class:`SupportFit` to refit the map on)."""
+
+    dof: bool = False
+    support: SupportFit | None = None
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class SupportFit:
     """A support for the refit of every grid point (:func:`evaluate_point`'s ``support``):
@@ -1324,8 +1335,7 @@ def _sort_table(path: Path) -> None:
 
 
 def grid_search(problem: Problem, axes: dict, table, *, resume: bool = False, cluster: Cluster | None = None,
-                progress=None, max_points: int | None = None, dof: bool = False,
-                support: SupportFit | None = None) -> list[dict]:
+                progress=None, max_points: int | None = None, **columns) -> list[dict]:
     """Invert at every point of a Cartesian parameter grid; one CSV row per finished point.
 
     Args:
@@ -1343,10 +1353,10 @@ def grid_search(problem: Problem, axes: dict, table, *, resume: bool = False, cl
             serially in this process.
         max_points: most grid points (default :data:`dopplermap.memory.MAX_GRID_POINTS`).
         progress: optional ``progress(n_done, n_total, row)`` called per finished point.
+        columns: the fields of :class:`PointColumns`, :func:`evaluate_point`'s optional columns:
         dof: also count each solve's effective parameters (the ``dof`` and ``chi2_dof``
-            columns, :func:`evaluate_point`).
-        support: also refit each point's map on this support (the ``chi2_support`` column,
-            :func:`evaluate_point`).
+            columns). support: also refit each point's map on this :class:`SupportFit` (the
+            ``chi2_support`` column).
     Every grid value is validated before the first solve (:func:`validate_points`; an error
     there concerns the whole grid). A point whose star cannot exist (:func:`point_refusal`)
     is recorded as refused, with its reason (``status``/``reason`` columns, NaN results),
@@ -1360,6 +1370,8 @@ def grid_search(problem: Problem, axes: dict, table, *, resume: bool = False, cl
         All rows of the finished table, sorted by point id (refused points included).
     """
     settings = require_problem(problem, "grid_search").settings
+    cols = options_of("grid_search", PointColumns, None, columns)
+    dof, support = cols.dof, cols.support
     table = Path(table)
     axes = _renamed(axes)
     points = grid_points(axes, max_points)
