@@ -230,8 +230,9 @@ def _write_json(path: Path, data: dict) -> None:
 
 
 def _is_grid(folder: Path) -> bool:
-    """A grid-search folder: its manifest is written only when the search completes."""
-    return (folder / "grid.csv").is_file()
+    """A grid-search folder: its manifest is written only when the search completes (a support
+    read-out's first pass writes :data:`SUPPORT_FIRST_TABLE` before ``grid.csv``)."""
+    return (folder / "grid.csv").is_file() or (folder / SUPPORT_FIRST_TABLE).is_file()
 
 
 @contextlib.contextmanager
