@@ -52,6 +52,8 @@ from ._repr import compact
 from .atomic import exclusive_lock, fingerprint, write_text
 from .choices import MANY_MODES, REGULARISERS, WEIGHTED_REGULARISERS, check
 from .cluster import CONNECT_TIMEOUT, Cluster, run_tasks  # noqa: F401  (the search's API)
+from .constants import FILL_MIN
+from .diagnostics import check_result
 from .errors import DopplermapInputError, DopplermapWarning, reader, warn
 from .errorscale import ErrorScale, error_scale_for
 from .geometry import StarParams, check_star
@@ -65,9 +67,16 @@ from .problem import Problem, Settings, require_problem
 from .profiles import ComponentSet, LocalProfile, intensity_ratio, tabulated
 from .regularisers import seed_entropy
 from .result import line_sets
-from .constants import FILL_MIN
-from .diagnostics import check_result
-from .solvers import InversionResult, SolveOptions, check_solver_args, finish, invert, prepare, solve_many, solver_choice
+from .solvers import (
+    InversionResult,
+    SolveOptions,
+    check_solver_args,
+    finish,
+    invert,
+    prepare,
+    solve_many,
+    solver_choice,
+)
 from .solvers.newton import solve_newton
 from .uncertainty import EffectiveDof, effective_dof_refusal
 from .uncertainty import effective_dof as uncertainty_dof
