@@ -549,6 +549,9 @@ def restart_control(k, incs, cells=B.N_CELL, rounds=4):
 
 # ------------------------------------------------------------------ the support refit (--support)
 
+SUPPORT_ROUNDS = 4
+"""``support_iter``: most rounds of support taken again at the refit's best node."""
+
 SUPPORT_VARIANTS = ("support", "support_d0", "support_t0.1", "support_d10", "support_union", "support_truth")
 """The support refits a ``--support`` run reads beside ``old`` (:func:`support_spec`)."""
 
@@ -558,14 +561,16 @@ def support_spec(name):
     :data:`dopplermap.search.SUPPORT_READOUT` (threshold 0.05, grown by 5 deg, from the
     regularised map at the best node, lambda 0); ``_t<fill>``, ``_d<deg>`` and ``_l<lambda>``
     change the threshold, the growth and the refit's lambda; ``_union``: the support of the
-    regularised maps at every node together; ``_truth``: the true spotted cells (fill > 0.01,
-    not grown), the oracle control."""
+    regularised maps at every node together; ``_iter``: the support taken again from the
+    regularised map at the refit's best node while that node moves (at most
+    :data:`SUPPORT_ROUNDS` rounds); ``_truth``: the true spotted cells (fill > 0.01, not grown),
+    the oracle control."""
     from dopplermap.search import SUPPORT_READOUT
 
     spec = dict(threshold=SUPPORT_READOUT.threshold, dilate_deg=SUPPORT_READOUT.dilate_deg, lmbd=SUPPORT_READOUT.lmbd,
                 source="best")
     for part in name.split("_")[1:]:
-        if part in ("union", "truth"):
+        if part in ("union", "truth", "iter"):
             spec["source"] = part
         elif part[0] == "t":
             spec["threshold"] = float(part[1:])
@@ -620,18 +625,25 @@ def support_star(k, incs, cells=B.N_CELL, variants=SUPPORT_VARIANTS, noise=True,
             fc, fh = np.max([r.fssc for r in regs], axis=0), np.max([r.fssh for r in regs], axis=0)
         else:
             fc, fh = regs[best].fssc, regs[best].fssh
-        sc = support_mask(p.grid, fc, spec["threshold"], spec["dilate_deg"])
-        sh = support_mask(p.grid, fh, spec["threshold"], spec["dilate_deg"])
         readout = SupportReadout(threshold=spec["threshold"], dilate_deg=spec["dilate_deg"], lmbd=spec["lmbd"])
-        pts, fits = [], []
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            for q, r0 in zip(params, regs, strict=True):
-                t1 = time.perf_counter()
-                x0 = np.concatenate([r0.fssc, r0.fssh, r0.rv, r0.amp])
-                r = solve_on_support(p, q, sc, sh, x0, readout=readout)
-                fits.append(r)
-                pts.append(_support_point(p, r, time.perf_counter() - t1))
+        at, rounds = best, []
+        while True:
+            sc = support_mask(p.grid, fc, spec["threshold"], spec["dilate_deg"])
+            sh = support_mask(p.grid, fh, spec["threshold"], spec["dilate_deg"])
+            pts, fits = [], []
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                for q, r0 in zip(params, regs, strict=True):
+                    t1 = time.perf_counter()
+                    x0 = np.concatenate([r0.fssc, r0.fssh, r0.rv, r0.amp])
+                    r = solve_on_support(p, q, sc, sh, x0, readout=readout)
+                    fits.append(r)
+                    pts.append(_support_point(p, r, time.perf_counter() - t1))
+            rounds.append(float(incs[at]))
+            moved = int(np.argmin([r.chi2 for r in fits]))
+            if spec["source"] != "iter" or moved == at or len(rounds) >= SUPPORT_ROUNDS or float(incs[moved]) in rounds:
+                break
+            at, fc, fh = moved, regs[moved].fssc, regs[moved].fssh
             if polish:
                 best_fits = list(fits)
                 for step in (1, -1):
@@ -646,7 +658,8 @@ def support_star(k, incs, cells=B.N_CELL, variants=SUPPORT_VARIANTS, noise=True,
                     a["chi2_total"] - b["chi2_total"] for a, b in zip(pts, polished, strict=True)])
                 print(f"star {k} {name} polished: chi2 drop {np.round(row[name + '_polished']['chi2_drop'], 3)}; "
                       f"best {row[name + '_polished']['best']:.2f}", flush=True)
-        row[name] = dict(_profile_row(s, name, incs, pts, sum(o["wall_s"] for o in pts)), support_cool=int(sc.sum()),
+        row[name] = dict(_profile_row(s, name, incs, pts, sum(o["wall_s"] for o in pts)), support_nodes=rounds,
+                         support_cool=int(sc.sum()),
                          support_hot=int(sh.sum()), **{f"spec_{a}": b for a, b in spec.items()})
         print(f"star {k} (i={s['inc']:.0f}) {name:16s}: {row[name]['best']:6.2f} [{row[name]['lo68']:.2f}, "
               f"{row[name]['hi68']:.2f}]  cells {int(sc.sum())}+{int(sh.sum())}, {row[name]['wall_s']:.0f}s, "
