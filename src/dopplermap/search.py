@@ -62,7 +62,7 @@ from .grid import healpix_grid, latitude_band_grid
 from .gridtable import best_point, computed_rows, delta_chi2_interval, interval_flags  # noqa: F401  (the search's API)
 from .memory import MAX_GRID_POINTS
 from .model import Precomputed, forward
-from .objective import n_windows
+from .objective import LineSets, n_windows
 from .problem import Problem, Settings, require_problem
 from .profiles import ComponentSet, LocalProfile, intensity_ratio, tabulated
 from .regularisers import seed_entropy
@@ -973,6 +973,9 @@ def solve_on_support(problem: Problem, params: dict, support_cool, support_hot, 
         raise DopplermapInputError("solve_on_support: the refit fits one static map; the problem has time windows")
     star, comps = apply_parameters(problem, params)
     point = problem.replace(star=star, components=comps)
+    if isinstance(point.pre, LineSets):
+        raise DopplermapInputError("solve_on_support: the refit (Gauss-Newton) fits one line data set; the problem "
+                                   "has several")
     n = point.grid.n_cell
     keep = [np.asarray(m, dtype=bool) for m in (support_cool, support_hot)]
     if any(m.shape != (n,) for m in keep):
