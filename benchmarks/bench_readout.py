@@ -28,6 +28,11 @@ seconds with the stars finished so far. The run prints the per-star and summary 
 (mean absolute error, bias, coverage per read-out) that RESULTS.md shows; ``--tables`` prints
 them for result files of a run split over several commands.
 
+``--support support,support_truth,...``: the support refit (:func:`support_star`,
+:func:`dopplermap.search.solve_on_support`) beside the old read-out from the same regularised
+solves, a star a worker with ``--procs`` (``--support-polish``: its refits also swept from their
+neighbours' refits). ``--tables ... --every 2``: stored profiles read again on every second node.
+
 ``--joint K,...``: :func:`dopplermap.jointfit.joint_fit` of inclination and vsini from 45 deg and
 vsini + 2 km/s with each limb weight. ``--sharp``: only the old read-out, on the sharp limb weight ``max(mu, 0)`` (the model before the
 smooth limb). ``--jitter K``: star K at its true star, chi2_total from three solvers (L-BFGS-B, the projected
