@@ -41,7 +41,6 @@ def test_solve_on_support_holds_the_rest_and_recovers_the_inclination(star):
         assert np.all(r.fssc[~sc] == FILL_MIN) and np.all(r.fssh[~sh] == FILL_MIN)
         assert r.fssc[sc].max() > 0.3 and r.lmbd == 0.0
         chi2[inc] = r.chi2 * prob.obs.n_epoch * prob.obs.n_vel
-    print(chi2)
     assert min(chi2, key=chi2.get) == 60.0
     assert chi2[50.0] - chi2[60.0] > 4.0 and chi2[70.0] - chi2[60.0] > 4.0
     with pytest.raises(DopplermapInputError, match="shape"):
