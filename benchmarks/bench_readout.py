@@ -28,6 +28,11 @@ seconds with the stars finished so far. The run prints the per-star and summary 
 (mean absolute error, bias, coverage per read-out) that RESULTS.md shows; ``--tables`` prints
 them for result files of a run split over several commands.
 
+``--support support,support_truth,...``: the support refit (:func:`support_star`,
+:func:`dopplermap.search.solve_on_support`) beside the old read-out from the same regularised
+solves, a star a worker with ``--procs`` (``--support-polish``: its refits also swept from their
+neighbours' refits). ``--tables ... --every 2``: stored profiles read again on every second node.
+
 ``--joint K,...``: :func:`dopplermap.jointfit.joint_fit` of inclination and vsini from 45 deg and
 vsini + 2 km/s with each limb weight. ``--sharp``: only the old read-out, on the sharp limb weight ``max(mu, 0)`` (the model before the
 smooth limb). ``--jitter K``: star K at its true star, chi2_total from three solvers (L-BFGS-B, the projected
@@ -547,6 +552,176 @@ def restart_control(k, incs, cells=B.N_CELL, rounds=4):
     return out
 
 
+# ------------------------------------------------------------------ the support refit (--support)
+
+SUPPORT_ROUNDS = 4
+"""``support_iter``: most rounds of support taken again at the refit's best node."""
+
+SUPPORT_VARIANTS = ("support", "support_d0", "support_t0.1", "support_d10", "support_union", "support_truth")
+"""The support refits a ``--support`` run reads beside ``old`` (:func:`support_spec`)."""
+
+
+def support_spec(name):
+    """A support read-out's settings from its name: ``support`` is
+    :data:`dopplermap.search.SUPPORT_READOUT` (threshold 0.05, grown by 5 deg, from the
+    regularised map at the best node, lambda 0); ``_t<fill>``, ``_d<deg>`` and ``_l<lambda>``
+    change the threshold, the growth and the refit's lambda; ``_union``: the support of the
+    regularised maps at every node together; ``_iter``: the support taken again from the
+    regularised map at the refit's best node while that node moves (at most
+    :data:`SUPPORT_ROUNDS` rounds); ``_truth``: the true spotted cells (fill > 0.01, not grown),
+    the oracle control."""
+    from dopplermap.search import SUPPORT_READOUT
+
+    spec = dict(threshold=SUPPORT_READOUT.threshold, dilate_deg=SUPPORT_READOUT.dilate_deg, lmbd=SUPPORT_READOUT.lmbd,
+                source="best")
+    for part in name.split("_")[1:]:
+        if part in ("union", "truth", "iter"):
+            spec["source"] = part
+        elif part[0] == "t":
+            spec["threshold"] = float(part[1:])
+        elif part[0] == "d":
+            spec["dilate_deg"] = float(part[1:])
+        elif part[0] == "l":
+            spec["lmbd"] = float(part[1:])
+        else:
+            raise SystemExit(f"--support: unknown part {part!r} of read-out {name!r}")
+    if spec["source"] == "truth":
+        spec.update(threshold=0.01, dilate_deg=0.0)
+    return spec
+
+
+def support_star(k, incs, cells=B.N_CELL, variants=SUPPORT_VARIANTS, noise=True, polish=False):
+    """Star ``k``: the old read-out's solves (lambda 1, L-BFGS-B, tol 1e-5, each from the flat
+    start) at every inclination, then each support read-out of ``variants``
+    (:func:`support_spec`) refitted at every inclination by
+    :func:`dopplermap.search.solve_on_support`, started from the regularised solve at that
+    inclination. The star's row: ``old`` and each variant read on ``chi2_total``. ``polish``:
+    each variant's refits then swept up and down the inclinations, each point also started from
+    its neighbour's refit, the lower chi2 kept (``<variant>_polished``; ``chi2_drop``: how far
+    each point fell): whether the refits from the regularised starts end in local minima."""
+    from dopplermap.search import SupportReadout, apply_parameters, pad_precomputed, solve_on_support, support_mask
+    from dopplermap.solvers import invert
+
+    s = B.make_star(k, n_cell=cells, noise=noise)
+    p = s["problem"]
+    p = p.replace(settings=_settings(p, "old"))
+    params = [{"inclination": float(inc), "vsini": s["vsini"]} for inc in incs]
+    t0 = time.perf_counter()
+    regs, old = [], []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for q in params:
+            t1 = time.perf_counter()
+            star, comps = apply_parameters(p, q)
+            pt = p.replace(star=star, components=comps)
+            r = invert(pad_precomputed(pt.pre), pt.obs, **pt.invert_kwargs())
+            regs.append(r)
+            old.append(_support_point(p, r, time.perf_counter() - t1))
+    n_data = p.obs.n_epoch * p.obs.n_vel
+    best = int(np.argmin([r.chi2 for r in regs]))
+    row = dict(k=k, inc=s["inc"], vsini=s["vsini"], n_epoch=s["n_epoch"], snr=s["snr"], n_cell=cells, noise=noise,
+               best_node=float(incs[best]), n_data=n_data)
+    row["old"] = _profile_row(s, "old", incs, old, sum(o["wall_s"] for o in old))
+    for name in variants:
+        spec = support_spec(name)
+        if spec["source"] == "truth":
+            fc, fh = s["truth_fssc"], s["truth_fssh"]
+        elif spec["source"] == "union":
+            fc, fh = np.max([r.fssc for r in regs], axis=0), np.max([r.fssh for r in regs], axis=0)
+        else:
+            fc, fh = regs[best].fssc, regs[best].fssh
+        readout = SupportReadout(threshold=spec["threshold"], dilate_deg=spec["dilate_deg"], lmbd=spec["lmbd"])
+        at, rounds = best, []
+        while True:
+            sc = support_mask(p.grid, fc, spec["threshold"], spec["dilate_deg"])
+            sh = support_mask(p.grid, fh, spec["threshold"], spec["dilate_deg"])
+            pts, fits = [], []
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                for q, r0 in zip(params, regs, strict=True):
+                    t1 = time.perf_counter()
+                    x0 = np.concatenate([r0.fssc, r0.fssh, r0.rv, r0.amp])
+                    r = solve_on_support(p, q, sc, sh, x0, readout=readout)
+                    fits.append(r)
+                    pts.append(_support_point(p, r, time.perf_counter() - t1))
+            rounds.append(float(incs[at]))
+            moved = int(np.argmin([r.chi2 for r in fits]))
+            if spec["source"] != "iter" or moved == at or len(rounds) >= SUPPORT_ROUNDS or float(incs[moved]) in rounds:
+                break
+            at, fc, fh = moved, regs[moved].fssc, regs[moved].fssh
+            if polish:
+                best_fits = list(fits)
+                for step in (1, -1):
+                    for j in range(1, len(params)) if step == 1 else range(len(params) - 2, -1, -1):
+                        f0 = best_fits[j - step]
+                        r = solve_on_support(p, params[j], sc, sh, np.concatenate([f0.fssc, f0.fssh, f0.rv, f0.amp]),
+                                             readout=readout)
+                        if r.chi2 < best_fits[j].chi2:
+                            best_fits[j] = r
+                polished = [_support_point(p, r, 0.0) for r in best_fits]
+                row[name + "_polished"] = dict(_profile_row(s, name, incs, polished, 0.0), chi2_drop=[
+                    a["chi2_total"] - b["chi2_total"] for a, b in zip(pts, polished, strict=True)])
+                print(f"star {k} {name} polished: chi2 drop {np.round(row[name + '_polished']['chi2_drop'], 3)}; "
+                      f"best {row[name + '_polished']['best']:.2f}", flush=True)
+        row[name] = dict(_profile_row(s, name, incs, pts, sum(o["wall_s"] for o in pts)), support_nodes=rounds,
+                         support_cool=int(sc.sum()),
+                         support_hot=int(sh.sum()), **{f"spec_{a}": b for a, b in spec.items()})
+        print(f"star {k} (i={s['inc']:.0f}) {name:16s}: {row[name]['best']:6.2f} [{row[name]['lo68']:.2f}, "
+              f"{row[name]['hi68']:.2f}]  cells {int(sc.sum())}+{int(sh.sum())}, {row[name]['wall_s']:.0f}s, "
+              f"{row[name]['unconverged']} unconverged", flush=True)
+    row["wall_s"] = time.perf_counter() - t0
+    return row
+
+
+def _support_point(p, r, wall_s):
+    """A solve's fields as :func:`_profile_row` reads them (no influence matrix counted)."""
+    return dict(chi2_total=float(r.chi2) * p.obs.n_epoch * p.obs.n_vel, dof=math.nan, tr_a2=math.nan,
+                iterations=int(r.iterations), success=bool(r.success), lmbd=float(r.lmbd), tol=math.nan, wall_s=wall_s)
+
+
+def _worker_support(k, incs, cells, variants, noise, polish=False):
+    return support_star(k, np.asarray(incs), cells, variants, noise, polish)
+
+
+def run_support(ks, incs, cells, variants, procs, res, out=None, stop_after=None, noise=True, polish=False):
+    """:func:`support_star` of each star, in ``procs`` spawned single-threaded workers (a star a
+    worker, the most epochs first) or in this process (``procs`` 1); each star's row is written to
+    ``out`` as it finishes; after ``stop_after`` seconds the stars not finished are dropped."""
+    import concurrent.futures as cf
+    import multiprocessing as mp
+    import tempfile
+
+    t0 = time.perf_counter()
+    order = sorted(ks, key=lambda k: -B.STARS[k][2])
+    if procs <= 1:
+        for k in order:
+            res["stars"].append(support_star(k, incs, cells, variants, noise, polish))
+            _print_star(res["stars"][-1], ("old",) + tuple(variants))
+            if out:
+                write_json(out, res)
+        return res
+    _worker_env()
+    ex = cf.ProcessPoolExecutor(max_workers=procs, mp_context=mp.get_context("spawn"), initializer=_worker_init,
+                                initargs=(tempfile.mkdtemp(prefix="bench-readout-xla-"),))
+    futs = {ex.submit(_worker_support, k, [float(v) for v in incs], cells, tuple(variants), noise, polish): k
+            for k in order}
+    try:
+        for f in cf.as_completed(futs, timeout=stop_after):
+            row = dict(f.result(), finished_s=time.perf_counter() - t0)
+            res["stars"].append(row)
+            _print_star(row, ("old",) + tuple(variants))
+            if out:
+                write_json(out, res)
+    except cf.TimeoutError:
+        res["stopped"] = dict(after_s=time.perf_counter() - t0)
+        print(f"stopped after {time.perf_counter() - t0:.0f} s", flush=True)
+    finally:
+        _shutdown(ex)
+    res["procs"] = procs
+    res["wall_s"] = time.perf_counter() - t0
+    return res
+
+
 def summary(rows, which):
     err = np.array([r[which]["err"] for r in rows])
     return dict(n_stars=len(rows), mean_abs_err=float(np.mean(np.abs(err))), bias=float(np.mean(err)),
@@ -576,14 +751,21 @@ def main():
     ap.add_argument("--polish", action="store_true",
                     help="with --procs: each star's profile from flat starts and polished (--polish-control), a star a worker")
     ap.add_argument("--sweeps", type=int, default=4, help="with --polish: at most this many sweeps")
+    ap.add_argument("--support", default=None,
+                    help="read-outs support[_t<fill>][_d<deg>][_l<lambda>][_union|_truth],...: the support refit beside old "
+                         "(\"default\": SUPPORT_VARIANTS), a star a worker with --procs")
+    ap.add_argument("--support-polish", action="store_true",
+                    help="with --support: each refit profile also swept from its neighbours' refits (local minima)")
     ap.add_argument("--procs", type=int, default=1, help="spread stars x inclinations over N worker processes")
     ap.add_argument("--stop-after", type=float, default=None,
                     help="with --procs: stop after this many seconds, keeping the stars finished")
     ap.add_argument("--tables", nargs="+", default=None, help="result files: print their merged tables and stop")
+    ap.add_argument("--every", type=int, default=1, help="with --tables: read every K-th inclination of each profile")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     if args.tables:
-        return tables(args.tables, args.readouts.split(",") if args.readouts != ",".join(READOUTS) else None)
+        return tables(args.tables, args.readouts.split(",") if args.readouts != ",".join(READOUTS) else None,
+                      args.every)
     readouts = SHARP if args.sharp else tuple(args.readouts.split(","))
     incs = B.INC_GRID if args.incs is None else np.array([float(x) for x in args.incs.split(",")])
     import os
@@ -620,6 +802,14 @@ def main():
     if args.polish:
         run_polish_parallel(ks, incs, args.cells, args.procs, res, args.out, args.stop_after, args.sweeps)
         readouts = POLISHED
+        ks = []
+    if args.support:
+        variants = SUPPORT_VARIANTS if args.support == "default" else tuple(args.support.split(","))
+        for v in variants:
+            support_spec(v)
+        run_support(ks, incs, args.cells, variants, args.procs, res, args.out, args.stop_after, not args.noise_free,
+                    args.support_polish)
+        readouts = ("old",) + variants
         ks = []
     if args.procs > 1 and ks:
         run_parallel(ks, readouts, incs, args.cells, not args.noise_free, args.procs, res, args.out, args.stop_after)
@@ -666,16 +856,24 @@ def markdown(rows, names):
     return "\n".join(out)
 
 
-def tables(paths, readouts=None):
+def tables(paths, readouts=None, every=1):
     """Merge result files (stars of a split run; a star in several files: the last one's) and
-    print the tables."""
+    print the tables. ``every``: each profile read again at every ``every``-th of the run's
+    inclinations from the first (``--every 2``: a 5-deg run read on 10-deg nodes)."""
     import json
 
     stars = {}
     for path in paths:
         with open(path) as fh:
-            for row in json.load(fh)["stars"]:
-                stars[row["k"]] = row
+            res = json.load(fh)
+        incs = np.asarray(res["incs"])
+        for row in res["stars"]:
+            if every > 1:
+                row = dict(row)
+                for w, r in list(row.items()):
+                    if isinstance(r, dict) and "profile" in r:
+                        row[w] = dict(r, **read(incs[::every], np.asarray(r["profile"])[::every], row["inc"]))
+            stars[row["k"]] = row
     rows = list(stars.values())
     names = readouts or [w for w in rows[0] if isinstance(rows[0][w], dict) and "best" in rows[0][w]
                          and all(w in r for r in rows)]

@@ -351,3 +351,27 @@ def test_a_warm_solve_that_does_not_move_its_loss_is_redone_cold(monkeypatch):
     calls.clear()
     monkeypatch.setattr(search, "invert", lambda problem, *, lmbd, x0: calls.append(x0) or moved)
     assert search._warm_solve(problem, 0.1, "warm", "cold") is moved and calls == ["warm"]
+
+
+@pytest.mark.slow
+def test_cli_grid_support_readout(npz, tmp_path):
+    """The support read-out: a regularised pass, then every point refitted on its best map's
+    spotted cells, read on chi2_support; --calibrate does not combine with it."""
+    from dopplermap.cli import main
+
+    out = tmp_path / "s"
+    assert main(["grid", str(npz), "--out", str(out), "--param", "inclination=50:70:10", "--param", "vsini=40",
+                 "--lmbd", "0.5", "--scheduler", "sync", "--readout", "support", "-q"]) == 0
+    summary = json.loads((out / "grid.json").read_text())
+    assert summary["readout"] == "support" and summary["column"] == "chi2_support"
+    support = summary["support"]
+    assert 0 < support["cool_cells"] < 400 and support["at"]["inclination"] in (50.0, 60.0, 70.0)
+    first = search.read_table(out / "grid-regularised.csv")
+    rows = search.read_table(out / "grid.csv")
+    # the same regularised solves in both tables, the refit beside them in grid.csv
+    assert [r["chi2_total"] for r in rows] == pytest.approx([r["chi2_total"] for r in first], rel=1e-6)
+    assert all(np.isfinite(r["chi2_support"]) for r in rows)
+    assert all(np.isnan(r["chi2_support"]) for r in first)
+    assert summary["best"]["inclination"] == min(rows, key=lambda r: r["chi2_support"])["inclination"]
+    assert main(["grid", str(npz), "--out", str(tmp_path / "c"), "--param", "inclination=50:70:10",
+                 "--readout", "support", "--calibrate", "4", "--scheduler", "sync", "-q"]) == 2

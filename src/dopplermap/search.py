@@ -47,10 +47,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import plan, regularisers
+from ._options import options_of
 from ._repr import compact
 from .atomic import exclusive_lock, fingerprint, write_text
 from .choices import MANY_MODES, REGULARISERS, WEIGHTED_REGULARISERS, check
 from .cluster import CONNECT_TIMEOUT, Cluster, run_tasks  # noqa: F401  (the search's API)
+from .constants import FILL_MIN
+from .diagnostics import check_result
 from .errors import DopplermapInputError, DopplermapWarning, reader, warn
 from .errorscale import ErrorScale, error_scale_for
 from .geometry import StarParams, check_star
@@ -59,12 +62,22 @@ from .grid import healpix_grid, latitude_band_grid
 from .gridtable import best_point, computed_rows, delta_chi2_interval, interval_flags  # noqa: F401  (the search's API)
 from .memory import MAX_GRID_POINTS
 from .model import Precomputed, forward
-from .objective import n_windows
+from .objective import LineSets, n_windows
 from .problem import Problem, Settings, require_problem
 from .profiles import ComponentSet, LocalProfile, intensity_ratio, tabulated
 from .regularisers import seed_entropy
 from .result import line_sets
-from .solvers import InversionResult, check_solver_args, invert, prepare, solve_many, solver_choice
+from .solvers import (
+    InversionResult,
+    SolveOptions,
+    check_solver_args,
+    finish,
+    invert,
+    prepare,
+    solve_many,
+    solver_choice,
+)
+from .solvers.newton import solve_newton
 from .uncertainty import EffectiveDof, effective_dof_refusal
 from .uncertainty import effective_dof as uncertainty_dof
 
@@ -74,6 +87,7 @@ __all__ = [
     "grid_points", "count_points", "check_grid_size", "validate_points", "problem_fingerprint",
     "evaluate_point", "point_refusal", "refused_row", "point_star", "Cluster", "grid_search", "grid_lock", "read_table",
     "computed_rows", "best_point", "delta_chi2_interval", "interval_flags", "pad_precomputed",
+    "SupportReadout", "SUPPORT_READOUT", "SupportFit", "support_mask", "solve_on_support", "support_from_point",
 ]
 
 log = logging.getLogger(__name__)
@@ -798,7 +812,8 @@ PROFILE_READOUT = ProfileReadout()
 """The profiled read-out's settings (``grid --readout profiled``)."""
 
 
-def evaluate_point(problem: Problem, params: dict, x0=None, *, dof: bool = False) -> dict:
+def evaluate_point(problem: Problem, params: dict, x0=None, *, dof: bool = False,
+                   support: SupportFit | None = None) -> dict:
     """Re-precompute and re-solve at one grid point; returns the table row (a dict).
 
     The point is ``problem`` with the grid parameters substituted (:meth:`Problem.replace`),
@@ -809,8 +824,11 @@ def evaluate_point(problem: Problem, params: dict, x0=None, *, dof: bool = False
     ``radius`` (R_sun, implied by the point's rotation, :attr:`dopplermap.geometry.StarParams.radius_rsun`),
     ``logg`` (cgs, where the problem's mass is known, else NaN), ``status`` (``"ok"``) and
     ``reason`` (empty), ``dof`` and ``chi2_dof`` (``chi2_total + dof``): with ``dof``
-    the solve's effective number of parameters (:func:`effective_dof`), else NaN. A point
-    :func:`point_refusal` refuses is not solved here either: its row is :func:`refused_row`.
+    the solve's effective number of parameters (:func:`effective_dof`), else NaN;
+    ``chi2_support``: with ``support`` (:class:`SupportFit`) the ``chi2_total`` of the map
+    refitted from this solve with only the support's cells free (:func:`solve_on_support`),
+    else NaN. A point :func:`point_refusal` refuses is not solved here either: its row is
+    :func:`refused_row`.
     """
     reason = point_refusal(require_problem(problem, "evaluate_point"), params)
     if reason is not None:
@@ -826,9 +844,15 @@ def evaluate_point(problem: Problem, params: dict, x0=None, *, dof: bool = False
     n_data = obs.n_epoch * obs.n_vel
     chi2_total = res.chi2 * n_data
     n_dof = effective_dof(point, res) if dof else math.nan
+    chi2_support = math.nan
+    if support is not None:
+        refit = solve_on_support(problem, params, support.cool, support.hot,
+                                 np.concatenate([res.fssc, res.fssh, res.rv, res.amp]), readout=support.readout)
+        chi2_support = refit.chi2 * n_data
     return dict(params, chi2=res.chi2, chi2_total=chi2_total, loss=res.loss,
                 regulariser=res.regulariser_value, entropy=ent, iterations=res.iterations, success=res.success,
-                **_star_columns(problem, star), status="ok", reason="", dof=n_dof, chi2_dof=chi2_total + n_dof)
+                **_star_columns(problem, star), status="ok", reason="", dof=n_dof, chi2_dof=chi2_total + n_dof,
+                chi2_support=chi2_support)
 
 
 def dof_refusal(problem: Problem) -> str | None:
@@ -889,6 +913,123 @@ class _AtLambda:
     @property
     def x(self) -> np.ndarray:
         return np.concatenate([self.fssc, self.fssh, self.rv, self.amp])
+
+
+@dataclasses.dataclass(frozen=True)
+class SupportReadout:
+    """Settings of the support refit (``grid --readout support``): the regularised solves at
+    every grid point choose where the spots are; the map is then refitted at every point with
+    only those cells free and no regulariser, so that the data alone place the chi2 minimum.
+
+    The support is the cells whose filling factor exceeds ``threshold`` (each spot component
+    apart) in the regularised map at the grid's best point, grown by every cell whose centre
+    lies within ``dilate_deg`` of one (so that a spot can move as the star parameters change).
+    It is the same at every point: the number of free parameters does not move with the star
+    parameters and the chi2 profile needs no effective-parameter correction.
+
+    Attributes:
+        threshold: filling factor above which a cell of the regularised map is in the support.
+        dilate_deg: the support grown by this angular radius, deg (0: not grown).
+        lmbd: the refit's lambda (0: the data alone; the cells outside the support are held
+            at the floor, where the regulariser is the same at every point).
+        tol, maxiter: the refit's stopping rule (Gauss-Newton, :mod:`dopplermap.solvers.newton`).
+    """
+
+    threshold: float = 0.05
+    dilate_deg: float = 5.0
+    lmbd: float = 0.0
+    tol: float = 1e-10
+    maxiter: int = 5000
+
+
+SUPPORT_READOUT = SupportReadout()
+"""The support refit's settings (``grid --readout support``)."""
+
+
+def support_mask(grid, fill, threshold: float = SUPPORT_READOUT.threshold,
+                 dilate_deg: float = SUPPORT_READOUT.dilate_deg) -> np.ndarray:
+    """(n_cell,) bool: the cells of ``grid`` whose ``fill`` exceeds ``threshold``, grown by every
+    cell whose centre lies within ``dilate_deg`` (deg) of one of them."""
+    fill = np.asarray(fill, dtype=float)
+    if fill.shape != (grid.n_cell,):
+        raise DopplermapInputError(f"support_mask: fill has shape {fill.shape}, the grid {grid.n_cell} cells")
+    mask = fill > threshold
+    if dilate_deg <= 0 or not mask.any():
+        return mask
+    lat, lon = np.asarray(grid.lat, dtype=float), np.asarray(grid.lon, dtype=float)
+    xyz = np.stack([np.cos(lat) * np.cos(lon), np.cos(lat) * np.sin(lon), np.sin(lat)], axis=1)
+    return np.max(xyz @ xyz[mask].T, axis=1) >= np.cos(np.radians(dilate_deg))
+
+
+def solve_on_support(problem: Problem, params: dict, support_cool, support_hot, x0=None, *,
+                     readout: SupportReadout = SUPPORT_READOUT) -> InversionResult:
+    """The map refitted at one grid point with only the support's cells free: the filling
+    factors of the cells outside ``support_cool`` / ``support_hot`` (bool, (n_cell,)) held at
+    the floor, the others within their bounds, rv and amp as the problem's settings say; at
+    ``readout.lmbd`` (default no regulariser), Gauss-Newton to ``readout.tol``. ``x0``: the
+    start (a solve's ``[fssc, fssh, rv, amp]``, clipped into the support; default the seed's)."""
+    require_problem(problem, "solve_on_support")
+    if problem.windows is not None:
+        raise DopplermapInputError("solve_on_support: the refit fits one static map; the problem has time windows")
+    star, comps = apply_parameters(problem, params)
+    point = problem.replace(star=star, components=comps)
+    if isinstance(point.pre, LineSets):
+        raise DopplermapInputError("solve_on_support: the refit (Gauss-Newton) fits one line data set; the problem "
+                                   "has several")
+    n = point.grid.n_cell
+    keep = [np.asarray(m, dtype=bool) for m in (support_cool, support_hot)]
+    if any(m.shape != (n,) for m in keep):
+        raise DopplermapInputError(f"solve_on_support: a support mask's shape is not ({n},)")
+    settings = point.settings.replace(lmbd=readout.lmbd, tol=readout.tol, maxiter=readout.maxiter, solver="newton")
+    setup = prepare(pad_precomputed(point.pre), point.obs, settings, x0=x0, lightcurve=point.lightcurve,
+                    solve=SolveOptions())
+    lower, upper = setup.lower.copy(), setup.upper.copy()
+    for k, m in enumerate(keep):  # lower = upper: the Gauss-Newton solver holds the cell
+        upper[k * n:(k + 1) * n][~m] = FILL_MIN
+        lower[k * n:(k + 1) * n][~m] = FILL_MIN
+    setup = dataclasses.replace(setup, lower=lower, upper=upper, x0=np.clip(setup.x0, lower, upper))
+    res = finish(setup, solve_newton(setup, None), "newton")
+    check_result(res, point.obs, tol=setup.tol, maxiter=setup.maxiter)
+    return res
+
+
+@dataclasses.dataclass(frozen=True)
+class PointColumns:
+    """The optional columns of a grid point (:func:`evaluate_point`'s keywords, given to
+    :func:`grid_search` as loose keywords): ``dof`` (count the solve's effective parameters) and
+    ``support`` (a :class:`SupportFit` to refit the map on)."""
+
+    dof: bool = False
+    support: SupportFit | None = None
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class SupportFit:
+    """A support for the refit of every grid point (:func:`evaluate_point`'s ``support``):
+    ``cool`` and ``hot`` (n_cell,) bool masks of the cells left free, and the refit's
+    :class:`SupportReadout`; ``at``: the grid point whose regularised map chose it."""
+
+    cool: np.ndarray
+    hot: np.ndarray
+    readout: SupportReadout = SUPPORT_READOUT
+    at: dict | None = None
+
+    def summary(self) -> dict:
+        """What grid.json records of the support."""
+        return dict(at=self.at, cool_cells=int(np.sum(self.cool)), hot_cells=int(np.sum(self.hot)),
+                    threshold=self.readout.threshold, dilate_deg=self.readout.dilate_deg, lmbd=self.readout.lmbd,
+                    tol=self.readout.tol)
+
+
+def support_from_point(problem: Problem, params: dict, readout: SupportReadout = SUPPORT_READOUT) -> SupportFit:
+    """The support of the regularised map at one grid point (``problem``'s settings, from the
+    flat start, as :func:`evaluate_point` solves it): each component's cells above
+    ``readout.threshold``, grown by ``readout.dilate_deg`` (:func:`support_mask`)."""
+    star, comps = apply_parameters(require_problem(problem, "support_from_point"), params)
+    point = problem.replace(star=star, components=comps)
+    res = invert(pad_precomputed(point.pre), point.obs, **point.invert_kwargs())
+    masks = [support_mask(point.grid, f, readout.threshold, readout.dilate_deg) for f in (res.fssc, res.fssh)]
+    return SupportFit(masks[0], masks[1], readout, at={k: float(v) for k, v in params.items()})
 
 
 MODEL_ERROR_REFINE = 4
@@ -982,13 +1123,13 @@ def refused_row(problem: Problem, params: dict, reason: str) -> dict:
     nan = math.nan
     return dict(params, chi2=nan, chi2_total=nan, loss=nan, regulariser=nan, entropy=nan, iterations=0,
                 success=False, **_star_columns(problem, point_star(problem, params)), status="refused",
-                reason=reason, dof=nan, chi2_dof=nan)
+                reason=reason, dof=nan, chi2_dof=nan, chi2_support=nan)
 
 
 # ------------------------------------------------------------------------- grid search
 
 _RESULT_COLUMNS = ("chi2", "chi2_total", "loss", "regulariser", "entropy", "iterations", "success", "radius",
-                   "logg", "dof", "chi2_dof", "status", "reason")
+                   "logg", "dof", "chi2_dof", "chi2_support", "status", "reason")
 # what makes two rows comparable: the solve settings and the problem, on every row
 _SETTING_COLUMNS = ("lmbd", "regulariser_kind", "tol", "maxiter", "fit_rv", "fit_amp", "problem")
 _INT_COLUMNS = ("point", "iterations", "success", "maxiter", "fit_rv", "fit_amp")
@@ -1206,7 +1347,7 @@ def _sort_table(path: Path) -> None:
 
 
 def grid_search(problem: Problem, axes: dict, table, *, resume: bool = False, cluster: Cluster | None = None,
-                progress=None, max_points: int | None = None, dof: bool = False) -> list[dict]:
+                progress=None, max_points: int | None = None, **columns) -> list[dict]:
     """Invert at every point of a Cartesian parameter grid; one CSV row per finished point.
 
     Args:
@@ -1224,8 +1365,10 @@ def grid_search(problem: Problem, axes: dict, table, *, resume: bool = False, cl
             serially in this process.
         max_points: most grid points (default :data:`dopplermap.memory.MAX_GRID_POINTS`).
         progress: optional ``progress(n_done, n_total, row)`` called per finished point.
+        columns: the fields of :class:`PointColumns`, :func:`evaluate_point`'s optional columns:
         dof: also count each solve's effective parameters (the ``dof`` and ``chi2_dof``
-            columns, :func:`evaluate_point`).
+            columns). support: also refit each point's map on this :class:`SupportFit` (the
+            ``chi2_support`` column).
     Every grid value is validated before the first solve (:func:`validate_points`; an error
     there concerns the whole grid). A point whose star cannot exist (:func:`point_refusal`)
     is recorded as refused, with its reason (``status``/``reason`` columns, NaN results),
@@ -1239,6 +1382,8 @@ def grid_search(problem: Problem, axes: dict, table, *, resume: bool = False, cl
         All rows of the finished table, sorted by point id (refused points included).
     """
     settings = require_problem(problem, "grid_search").settings
+    cols = options_of("grid_search", PointColumns, None, columns)
+    dof, support = cols.dof, cols.support
     table = Path(table)
     axes = _renamed(axes)
     points = grid_points(axes, max_points)
@@ -1266,14 +1411,15 @@ def grid_search(problem: Problem, axes: dict, table, *, resume: bool = False, cl
         todo = [i for i in todo if i not in refused]
         if todo and cluster is None:
             for i in todo:
-                finish(i, evaluate_point(problem, points[i], dof=dof))
+                finish(i, evaluate_point(problem, points[i], dof=dof, support=support))
         elif todo:
             from dask.distributed import as_completed
 
             client, local = cluster.connect()
             try:
                 prob = client.scatter(problem, broadcast=True)
-                futs = {client.submit(evaluate_point, prob, points[i], pure=False, dof=dof): i for i in todo}
+                futs = {client.submit(evaluate_point, prob, points[i], pure=False, dof=dof, support=support): i
+                        for i in todo}
                 for fut in as_completed(futs):
                     finish(futs[fut], fut.result())
             finally:

@@ -230,8 +230,9 @@ def _write_json(path: Path, data: dict) -> None:
 
 
 def _is_grid(folder: Path) -> bool:
-    """A grid-search folder: its manifest is written only when the search completes."""
-    return (folder / "grid.csv").is_file()
+    """A grid-search folder: its manifest is written only when the search completes (a support
+    read-out's first pass writes :data:`SUPPORT_FIRST_TABLE` before ``grid.csv``)."""
+    return (folder / "grid.csv").is_file() or (folder / SUPPORT_FIRST_TABLE).is_file()
 
 
 @contextlib.contextmanager
@@ -431,6 +432,12 @@ def run_grid(source: Source, out: Path, grid: GridSpec, *, settings: SearchSetti
             warn(f"grid --readout profiled reads chi2_total without the effective-parameter correction ({why}): "
                  "the profile can favour the parameters that give the map the most room to fit the noise")
     prob = prob.replace(settings=settings)
+    if readout == "support":
+        if n_sim is not None:
+            raise DopplermapInputError("grid: --calibrate calibrates the regularised read-out; it does not combine "
+                                       "with --readout support")
+        if prob.windows is not None:
+            raise DopplermapInputError("grid --readout support refits one static map; the problem has time windows")
     if n_sim is not None:  # refuse what cannot be calibrated before the search, not after it
         calibrate.check_calibratable(prob)
         sizes = {k: (np.size(v), np.size(v)) for k, v in axes.items() if np.size(v) >= 3}
@@ -442,7 +449,7 @@ def run_grid(source: Source, out: Path, grid: GridSpec, *, settings: SearchSetti
     # is released before the manifest, which lists every file of the folder
     with search.grid_lock(out / "grid.csv"):
         if overwrite and not resume:  # an earlier grid search (checked above): start again
-            for name in ("grid.csv", "grid.json", "grid.png", "landscape.png", "dopplermap.json"):
+            for name in ("grid.csv", SUPPORT_FIRST_TABLE, "grid.json", "grid.png", "landscape.png", "dopplermap.json"):
                 (out / name).unlink(missing_ok=True)
             for kept in out.glob(f"{CALIBRATION_PREFIX}*"):  # an earlier calibration's finished work
                 kept.unlink()
@@ -470,7 +477,10 @@ def _describe(row: dict) -> str:
 def _search_and_summarise(prob, axes, out, resume, cluster, max_points, quiet, delta_chi2, problem, n_sim,
                           calibrate_seed, calibrate_oversample, readout="regularised", dof=False):
     """The grid search, its intervals (flagged) and calibration, grid.json and grid.png; with
-    ``dof`` read on ``chi2_dof`` (:func:`dopplermap.search.effective_dof`), else on ``chi2_total``."""
+    ``dof`` read on ``chi2_dof`` (:func:`dopplermap.search.effective_dof`); with ``readout``
+    ``"support"`` a regularised first pass (:data:`SUPPORT_FIRST_TABLE`), then every point
+    refitted on the support of the first pass's best map and read on ``chi2_support``
+    (:func:`dopplermap.search.support_from_point`); else on ``chi2_total``."""
     t_start, best_so_far = time.perf_counter(), {}
 
     def progress(n, total, row):  # points done, best so far (the grid's criterion), elapsed
@@ -484,10 +494,26 @@ def _search_and_summarise(prob, axes, out, resume, cluster, max_points, quiet, d
         click.echo(f"point {n}/{total}: {at_point} chi2 {row['chi2']:.5g} ({_describe(row)}); best so far {at} "
                    f"(chi2 {best_so_far['chi2']:.5g}); {time.perf_counter() - t_start:.1f} s", err=True)
 
+    support = None
     with _expected_chi2_spread():
+        if readout == "support":  # the regularised grid chooses the support, then every point is refitted on it
+            first = search.grid_search(prob, axes, out / SUPPORT_FIRST_TABLE, resume=resume, cluster=cluster,
+                                       max_points=max_points, progress=None if quiet else progress)
+            if not search.computed_rows(first):
+                raise DopplermapInputError("grid --readout support: no grid point was solved, so there is no "
+                                           "regularised map to choose the support from")
+            at = search.best_point(first, list(axes), column="chi2_total")
+            support = search.support_from_point(prob, {k: at[k] for k in axes})
+            if not quiet:
+                click.echo(f"support: {support.summary()['cool_cells']} cool + {support.summary()['hot_cells']} hot "
+                           f"cells free, from the regularised map at " + ", ".join(f"{k}={at[k]:g}" for k in axes)
+                           + "; refitting every point", err=True)
+            best_so_far.clear()
         rows = search.grid_search(prob, axes, out / "grid.csv", resume=resume, cluster=cluster,
-                                  max_points=max_points, progress=None if quiet else progress, dof=dof)
-    column = "chi2_dof" if dof else "chi2_total"  # one criterion for the best point and the intervals
+                                  max_points=max_points, progress=None if quiet else progress, dof=dof,
+                                  support=support)
+    # one criterion for the best point and the intervals
+    column = "chi2_support" if support is not None else "chi2_dof" if dof else "chi2_total"
     best = search.best_point(rows, list(axes), column=column)
     intervals = {}
     for name in axes:
@@ -504,6 +530,7 @@ def _search_and_summarise(prob, axes, out, resume, cluster, max_points, quiet, d
     fp = search.problem_fingerprint(prob)
     settings = prob.settings
     summary = {"best": best, "intervals": intervals, "refused": refused, "mass": prob.stellar_mass,
+               "support": None if support is None else support.summary(),
                "lmbd": settings.lmbd, "regulariser": settings.regulariser, "tol": settings.tol, "problem": fp,
                "error_scale": summarise(prob.error_scale), "readout": readout, "column": column,
                "chi2_jitter": search.chi2_jitter(prob, {k: best[k] for k in axes}) if best else None,
@@ -569,6 +596,10 @@ def _print_grid(axes, rows, best, summary, calibrated, delta_chi2) -> None:
             flag = f"; NOT TO BE TRUSTED: {'; '.join(iv['flags'])}; try --calibrate N" if iv["flags"] else ""
             click.echo(f"{name}: {iv['lo']:g} .. {iv['hi']:g} (Delta chi2_total <= {delta_chi2:g}){edge}{flag}")
 
+
+SUPPORT_FIRST_TABLE = "grid-regularised.csv"
+"""``grid --readout support``: the table of the regularised first pass, whose best point's map
+chooses the support (``grid.csv`` holds the refitted points)."""
 
 CALIBRATION_PREFIX = "calibrate-"
 """The grid folder's files of a calibration's finished work (``calibrate-NAME.jsonl`` and

@@ -117,7 +117,9 @@ def register(group):
     @click.option("--readout", type=click.Choice(GRID_READOUTS), default=DEFAULT_READOUT, show_default=True,
                   help="regularised: each point solved at lambda with --tol; profiled: at a lambda 100 times "
                        "smaller, to tol 1e-10 (unless --tol), so the regulariser does not pull the chi2 minimum, "
-                       "read on chi2 + the solve's effective number of parameters (docs/parameters.md).")
+                       "read on chi2 + the solve's effective number of parameters; support: a regularised pass "
+                       "chooses the spotted cells (its best map's), then every point's map is refitted with only "
+                       "those free and no regulariser, read on that chi2 (docs/parameters.md).")
     @click.option("--calibrate-seed", type=int, default=0, show_default=True, help="Seed of the simulated noise.")
     @click.option("--calibrate-oversample", type=click.IntRange(min=1), default=None,
                   help="Simulate the calibration's data sets on a band grid of this many times the cells, so "
