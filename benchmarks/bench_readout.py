@@ -386,31 +386,43 @@ def run_polish_parallel(ks, incs, cells, procs, res, out=None, stop_after=None, 
     with the flat-start read-outs (``profiled``, ``_dof``, ``_nu``) and the polished ones
     (``polished``, ``polished_dof``, ``polished_nu``), written as each star finishes. Sweeps stop
     120 s before ``stop_after`` so that every star can still count its points."""
+    _worker_env()
+    t0, wall0 = time.perf_counter(), time.time()
+    stop_at = None if stop_after is None else wall0 + stop_after - 120.0
+    # the largest stars (most epochs) first: they set the wall time
+    order = sorted(ks, key=lambda k: -B.STARS[k][2])
+
+    def row_of(k, pc):
+        s = _truth(k)
+        row = dict(k=k, inc=s["inc"], vsini=s["vsini"], n_epoch=s["n_epoch"], snr=s["snr"], n_cell=cells, noise=True,
+                   wall_s=pc["wall_s"], n_solves=pc["n_solves"], sweeps=pc["sweeps"],
+                   improved_per_sweep=pc["improved_per_sweep"])
+        for name in POLISHED:
+            tag, base = ("polished", name.replace("polished", "profiled")) if name.startswith("polished") else ("flat", name)
+            row[name] = pc[f"{tag}_{base}"]
+        row["points"] = {"flat": pc["flat_points"], "polished": pc["polished_points"]}
+        return row
+
+    jobs = {k: (_worker_polish, (k, [float(v) for v in incs], cells, max_sweeps, stop_at)) for k in order}
+    return _star_pool(jobs, row_of, POLISHED, procs, res, out, stop_after, t0)
+
+
+def _star_pool(jobs, row_of, shown, procs, res, out, stop_after, t0):
+    """Each star's ``jobs[k] = (fn, args)`` in ``procs`` spawned single-threaded workers, a star a
+    worker; ``row_of(k, result)`` is its row, written to ``out`` as it finishes; after
+    ``stop_after`` seconds the stars not finished are dropped."""
     import concurrent.futures as cf
     import multiprocessing as mp
     import tempfile
 
-    _worker_env()
-    t0, wall0 = time.perf_counter(), time.time()
-    stop_at = None if stop_after is None else wall0 + stop_after - 120.0
     ex = cf.ProcessPoolExecutor(max_workers=procs, mp_context=mp.get_context("spawn"), initializer=_worker_init,
                                 initargs=(tempfile.mkdtemp(prefix="bench-readout-xla-"),))
-    # the largest stars (most epochs) first: they set the wall time
-    order = sorted(ks, key=lambda k: -B.STARS[k][2])
-    futs = {ex.submit(_worker_polish, k, [float(v) for v in incs], cells, max_sweeps, stop_at): k for k in order}
+    futs = {ex.submit(fn, *args): k for k, (fn, args) in jobs.items()}
     try:
-        for f in cf.as_completed(futs, timeout=None if stop_after is None else stop_after):
-            k, pc = futs[f], f.result()
-            s = _truth(k)
-            row = dict(k=k, inc=s["inc"], vsini=s["vsini"], n_epoch=s["n_epoch"], snr=s["snr"], n_cell=cells, noise=True,
-                       wall_s=pc["wall_s"], finished_s=time.perf_counter() - t0, n_solves=pc["n_solves"],
-                       sweeps=pc["sweeps"], improved_per_sweep=pc["improved_per_sweep"])
-            for name in POLISHED:
-                tag, base = ("polished", name.replace("polished", "profiled")) if name.startswith("polished") else ("flat", name)
-                row[name] = pc[f"{tag}_{base}"]
-            row["points"] = {"flat": pc["flat_points"], "polished": pc["polished_points"]}
+        for f in cf.as_completed(futs, timeout=stop_after):
+            row = dict(row_of(futs[f], f.result()), finished_s=time.perf_counter() - t0)
             res["stars"].append(row)
-            _print_star(row, POLISHED)
+            _print_star(row, shown)
             if out:
                 write_json(out, res)
     except cf.TimeoutError:
@@ -687,10 +699,6 @@ def run_support(ks, incs, cells, variants, procs, res, out=None, stop_after=None
     """:func:`support_star` of each star, in ``procs`` spawned single-threaded workers (a star a
     worker, the most epochs first) or in this process (``procs`` 1); each star's row is written to
     ``out`` as it finishes; after ``stop_after`` seconds the stars not finished are dropped."""
-    import concurrent.futures as cf
-    import multiprocessing as mp
-    import tempfile
-
     t0 = time.perf_counter()
     order = sorted(ks, key=lambda k: -B.STARS[k][2])
     if procs <= 1:
@@ -701,25 +709,8 @@ def run_support(ks, incs, cells, variants, procs, res, out=None, stop_after=None
                 write_json(out, res)
         return res
     _worker_env()
-    ex = cf.ProcessPoolExecutor(max_workers=procs, mp_context=mp.get_context("spawn"), initializer=_worker_init,
-                                initargs=(tempfile.mkdtemp(prefix="bench-readout-xla-"),))
-    futs = {ex.submit(_worker_support, k, [float(v) for v in incs], cells, tuple(variants), noise, polish): k
-            for k in order}
-    try:
-        for f in cf.as_completed(futs, timeout=stop_after):
-            row = dict(f.result(), finished_s=time.perf_counter() - t0)
-            res["stars"].append(row)
-            _print_star(row, ("old",) + tuple(variants))
-            if out:
-                write_json(out, res)
-    except cf.TimeoutError:
-        res["stopped"] = dict(after_s=time.perf_counter() - t0)
-        print(f"stopped after {time.perf_counter() - t0:.0f} s", flush=True)
-    finally:
-        _shutdown(ex)
-    res["procs"] = procs
-    res["wall_s"] = time.perf_counter() - t0
-    return res
+    jobs = {k: (_worker_support, (k, [float(v) for v in incs], cells, tuple(variants), noise, polish)) for k in order}
+    return _star_pool(jobs, lambda k, row: row, ("old",) + tuple(variants), procs, res, out, stop_after, t0)
 
 
 def summary(rows, which):

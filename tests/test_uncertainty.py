@@ -127,7 +127,10 @@ def test_bootstrap_batch_equals_resampling(fitted):
     assert float(loss(xw, LMBD, pre, obs_w, REG)) == pytest.approx(float(loss(jnp.asarray(r.x), LMBD, pre_b, obs_b, REG)),
                                                                    rel=1e-12)
     kw = dict(n_boot=10, seed=4)
-    problem = form_problem(pre, sim.obs, tol=1e-6)  # the CLI's bootstrap tol
+    # tighter than the CLI's bootstrap tol (1e-6): there the vmapped and the one-after-another solves
+    # stop on their relative-reduction test at rounding-dependent points, and their sigma maps'
+    # medians have differed by 4.6 %
+    problem = form_problem(pre, sim.obs, tol=1e-8)
     batch = U.bootstrap(problem, best, mode="batch", **kw)
     resample = U.bootstrap(problem, best, mode="resample", **kw)
     seq = U.bootstrap(problem, best, mode="sequential", **kw)
