@@ -517,10 +517,11 @@ def _solutions(many) -> tuple[tuple[np.ndarray, str | None], int]:
     return (x, many.results[0].cube_dtype), int(sum(r.iterations for r in many.results))
 
 
-def _task(problem, name, fixed, value, flux, err, kw, mode, starts=None):
-    """A cluster task: ``(chi2, loss, mode, solutions, iterations)``; ``starts``: the solutions
-    of the same data sets' task at the grid value before (None: cold)."""
-    kw = _warm(kw, starts)
+def _task(problem, name, fixed, value, flux, err, kw, mode, before=None):
+    """A cluster task: ``(chi2, loss, mode, solutions, iterations)``; ``before``: the same
+    data sets' task at the grid value before (a Dask future resolves to its result), whose
+    solutions are the starts."""
+    kw = _warm(kw, None if before is None else before[3])
     chi2, loss, many = grid_value_task(problem, name, fixed, value, flux, err, kw, mode)
     return (chi2, loss, many.mode, *_solutions(many))
 
@@ -529,8 +530,9 @@ def _on_cluster(cluster, problem, name, fixed, v, flux, err, kw, o, profiles, n_
                 finished: Finished | None = None) -> tuple[str, int]:
     """The grid values' solves as Dask tasks of at most :data:`TASK_MEMBERS` data sets each;
     with ``o.warm_start`` each part's tasks form a chain along the grid values (each starts
-    from the task before's solutions, which the client passes on as data). A task lost with
-    its worker is run again by the scheduler, alone. Units ``finished``
+    from the task before's solutions). A task lost with its worker is run again by the
+    scheduler (that task's solves, and a lost result a later task needs: at most one a chain,
+    since the client keeps no task it has read). Units ``finished``
     holds are not solved again; each finished task is added to it. Returns the modes used
     and the iterations."""
     from dask.distributed import as_completed
@@ -554,24 +556,19 @@ def _on_cluster(cluster, problem, name, fixed, v, flux, err, kw, o, profiles, n_
             # every worker holds every part: scattered data has no lineage, so a part held by one
             # worker only would die with it and take the tasks that need it along
             data = {p.start: client.scatter(flux[p], broadcast=True) for p in parts}
-            waiting = {(j, p.start) for j, p in todo}
-
-            def submit(j, p, starts=None):
-                return client.submit(_task, prob, name, fixed, float(v[j]), data[p.start], err, kw, o.mode, starts,
-                                     pure=False, retries=2)
-
-            # a chain's next task is submitted once this one's result is in, with its solutions as data,
-            # not as a Dask dependency: a result lost with its worker is then run again alone, not back
-            # along its chain; and the client lets go of each task once read, so the scheduler keeps none
-            futs = {submit(j, p): (j, p) for j, p in todo if not (o.warm_start and (j - 1, p.start) in waiting)}
-            running = as_completed(list(futs))
-            for fut in running:
+            futs, before = {}, {}
+            for j, p in todo:  # in grid order: a part's task at the value before is submitted first
+                prev = before.get((j - 1, p.start)) if o.warm_start else None
+                fut = client.submit(_task, prob, name, fixed, float(v[j]), data[p.start], err, kw, o.mode, prev,
+                                    pure=False, retries=2)
+                futs[fut], before[(j, p.start)] = (j, p), fut
+            for fut in as_completed(futs):
+                # the client lets go of a task once read: the scheduler then keeps its result only
+                # until the next task of its chain has it, so a worker lost later takes no finished
+                # task with it (each one the client held would be run again)
                 j, p = futs.pop(fut)
-                chi2, loss, used, starts, its = fut.result()
-                if o.warm_start and (j + 1, p.start) in waiting:
-                    nxt = submit(j + 1, p, starts)
-                    futs[nxt] = (j + 1, p)
-                    running.add(nxt)
+                before.pop((j, p.start), None)
+                chi2, loss, used, _, its = fut.result()
                 modes.add(used)
                 iterations += its
                 profiles["chi2_total"][j, p], profiles["loss"][j, p] = chi2 * n_data, loss * n_data
