@@ -279,11 +279,7 @@ def owner_cells(coarse: SurfaceGrid, fine: SurfaceGrid) -> np.ndarray:
         if np.all(inside.sum(axis=1) == 1):
             return np.argmax(inside, axis=1)
 
-    def unit(g):
-        la, lo = np.asarray(g.lat), np.asarray(g.lon)
-        return np.stack([np.cos(la) * np.cos(lo), np.cos(la) * np.sin(lo), np.sin(la)], axis=1)
-
-    return np.argmax(unit(fine) @ unit(coarse).T, axis=1)
+    return np.argmax(fine.unit_vectors() @ coarse.unit_vectors().T, axis=1)
 
 
 STAR_FIELDS = ("inclination", "vsini", "domega", "period")

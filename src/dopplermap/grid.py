@@ -56,6 +56,12 @@ class SurfaceGrid:
     def n_cell(self) -> int:
         return int(self.lat.shape[0])
 
+    def unit_vectors(self) -> np.ndarray:
+        """(n_cell, 3) unit vectors of the cell centres (their dot products are the cosines of
+        the angles between cells)."""
+        lat, lon = np.asarray(self.lat, dtype=float), np.asarray(self.lon, dtype=float)
+        return np.stack([np.cos(lat) * np.cos(lon), np.cos(lat) * np.sin(lon), np.sin(lat)], axis=1)
+
     def neighbours(self, i: int) -> np.ndarray:
         """Indices of the cells that share a border with cell ``i``."""
         e = self.edges

@@ -956,8 +956,7 @@ def support_mask(grid, fill, threshold: float = SUPPORT_READOUT.threshold,
     mask = fill > threshold
     if dilate_deg <= 0 or not mask.any():
         return mask
-    lat, lon = np.asarray(grid.lat, dtype=float), np.asarray(grid.lon, dtype=float)
-    xyz = np.stack([np.cos(lat) * np.cos(lon), np.cos(lat) * np.sin(lon), np.sin(lat)], axis=1)
+    xyz = grid.unit_vectors()
     return np.max(xyz @ xyz[mask].T, axis=1) >= np.cos(np.radians(dilate_deg))
 
 
