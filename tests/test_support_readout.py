@@ -45,3 +45,14 @@ def test_solve_on_support_holds_the_rest_and_recovers_the_inclination(star):
     assert chi2[50.0] - chi2[60.0] > 4.0 and chi2[70.0] - chi2[60.0] > 4.0
     with pytest.raises(DopplermapInputError, match="shape"):
         search.solve_on_support(prob, {"inclination": 60.0}, sc[:-1], sh)
+
+
+def test_solve_on_support_refuses_time_windows(star):
+    """The refit fits one static map: a problem with time windows is one clear error, not a wrong fit."""
+    from dopplermap.windows import Windows
+
+    prob, sim = star
+    windowed = prob.replace(windows=Windows.count(2, prob.obs.times))
+    sc = search.support_mask(prob.grid, sim.fssc, 0.05, 0.0)
+    with pytest.raises(DopplermapInputError, match="time windows"):
+        search.solve_on_support(windowed, {"inclination": 60.0}, sc, sc)
