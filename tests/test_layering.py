@@ -47,6 +47,9 @@ ALLOWED_LATE = {
         "and to start prefetch_writers before JAX",
     ("dopplermap.io.results", "dopplermap.objective"):
         "load_result's Observations loads JAX (same reason as geometry)",
+    ("dopplermap.cluster", "dopplermap._dask"):
+        "Dask is optional, imported only when a cluster is used; the workers' plugin must subclass "
+        "distributed's WorkerPlugin in a module the workers import by name",
 }
 
 # what a command may import inside its function (the CLI imports commands/ before any
@@ -225,7 +228,7 @@ def _app_import_violations() -> list[str]:
 # The whole order, bottom to top: a module imports only from its own layer or below. Modules
 # not named by a longer prefix take the layer of the shortest one that names them.
 LAYERS = (
-    ("base", ("_version", "_x64", "_device", "_sets", "_linops", "_options", "errors", "constants", "choices", "units",
+    ("base", ("_version", "_x64", "_device", "_dask", "_sets", "_linops", "_options", "errors", "constants", "choices", "units",
               "memory", "atomic", "cache", "cluster", "compiled", "diagnostics", "figure_process", "limb_darkening",
               "plan", "fisher", "result", "style", "gridtable", "_repr")),
     ("physics", ("geometry", "grid", "roche", "profiles", "atmosphere", "broadening", "gravity", "lightcurve")),

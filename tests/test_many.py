@@ -245,6 +245,35 @@ def test_lambda_refuses_an_unreachable_scheduler_before_any_work(tmp_path, capsy
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity on this platform")
+def test_a_session_s_workers_keep_the_shared_problem_through_a_crash():
+    """Every worker of a :class:`cluster.Session` holds the shared object, and so does each worker
+    a nanny starts after a crash: a task submitted after every worker died still finds it (a
+    scattered copy would be gone with them), and the session's end removes it from the workers."""
+    import operator
+    import os
+
+    from dask.distributed import Client, LocalCluster
+
+    from dopplermap.cluster import Cluster, Session
+
+    shared = {"flux": np.arange(6.0)}
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as lc:
+        with Session(Cluster(lc.scheduler_address), shared) as session:
+            before = session.client.run(os.getpid)
+            assert session.submit(operator.getitem, "flux").result(timeout=60)[3] == 3.0
+            try:
+                session.client.run(os._exit, 1)  # every worker dies; the nannies start new ones
+            except Exception:  # noqa: BLE001 - the workers' connections drop with them
+                pass
+            got = [session.submit(operator.getitem, "flux").result(timeout=120) for _ in range(4)]
+            after = session.client.run(os.getpid)
+            assert set(after.values()).isdisjoint(before.values())
+            assert all(np.array_equal(g, shared["flux"]) for g in got)
+            name = session.name
+        with Client(lc.scheduler_address) as c:
+            assert not any(name in plugins for plugins in c.run(lambda dask_worker: list(dask_worker.plugins)).values())
+
+
 def test_the_local_cluster_counts_the_cpus_this_job_may_use():
     """A batch job given 1 CPU of a bigger node (its affinity) gets a 1-worker local cluster,
     not one worker per CPU of the node."""

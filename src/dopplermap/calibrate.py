@@ -47,6 +47,7 @@ import numpy as np
 from ._repr import compact
 from .atomic import fingerprint, write_file
 from .choices import SPOT_COMPONENTS
+from .cluster import Session
 from .errors import DopplermapInputError
 from .grid import SurfaceGrid, latitude_band_grid
 from .memory import MAX_GRID_POINTS, check_bytes
@@ -513,24 +514,25 @@ def _solutions(many) -> tuple[tuple[np.ndarray, str | None], int]:
     return (x, many.results[0].cube_dtype), int(sum(r.iterations for r in many.results))
 
 
-def _task(problem, name, fixed, value, flux, err, kw, mode, before=None):
-    """A cluster task: ``(chi2, loss, mode, solutions, iterations)``; ``before``: the same
-    data sets' task at the grid value before (a Dask future resolves to its result), whose
-    solutions are the starts."""
-    kw = _warm(kw, None if before is None else before[3])
-    chi2, loss, many = grid_value_task(problem, name, fixed, value, flux, err, kw, mode)
+def _task(shared, name, fixed, value, start, stop, kw, mode, starts=None):
+    """A cluster task: ``(chi2, loss, mode, solutions, iterations)`` of data sets ``start:stop``;
+    ``shared``: the session's ``(problem, flux, err)``; ``starts``: the solutions of the same data
+    sets at the grid value before (:func:`_solutions`; None: from the flat start)."""
+    problem, flux, err = shared
+    chi2, loss, many = grid_value_task(problem, name, fixed, value, flux[start:stop], err, _warm(kw, starts), mode)
     return (chi2, loss, many.mode, *_solutions(many))
 
 
 def _on_cluster(cluster, problem, name, fixed, v, flux, err, kw, o, profiles, n_data, progress,
                 finished: Finished | None = None) -> tuple[str, int]:
     """The grid values' solves as Dask tasks of at most :data:`TASK_MEMBERS` data sets each;
-    with ``o.warm_start`` each part's tasks form a chain along the grid values (each starts
-    from the task before's solutions). A task lost with its worker is run again by the
-    scheduler (that task's solves, and a lost result a later task needs: at most one a chain,
-    since the client keeps no task it has read). Units ``finished``
-    holds are not solved again; each finished task is added to it. Returns the modes used
-    and the iterations."""
+    with ``o.warm_start`` each part's tasks form a chain along the grid values, each started
+    from the solutions of the task before, which the client passes on as data once it has read
+    them (not as a Dask dependency, whose result lost with a worker would be rebuilt from its own
+    predecessor, back along the chain). The problem and data are held by every worker
+    (:class:`dopplermap.cluster.Session`), so a task lost with its worker is run again alone.
+    Units ``finished`` holds are not solved again; each finished task is added to it. Returns
+    the modes used and the iterations."""
     from dask.distributed import as_completed
 
     parts = [slice(s, min(s + TASK_MEMBERS, flux.shape[0])) for s in range(0, flux.shape[0], TASK_MEMBERS)]
@@ -546,25 +548,23 @@ def _on_cluster(cluster, problem, name, fixed, v, flux, err, kw, o, profiles, n_
                 left[j] -= 1
     modes, iterations = set(), 0
     if todo:
-        client, local = cluster.connect()
-        try:
-            prob = client.scatter(problem, broadcast=True)
-            # every worker holds every part: scattered data has no lineage, so a part held by one
-            # worker only would die with it and take the tasks that need it along
-            data = {p.start: client.scatter(flux[p], broadcast=True) for p in parts}
-            futs, before = {}, {}
-            for j, p in todo:  # in grid order: a part's task at the value before is submitted first
-                prev = before.get((j - 1, p.start)) if o.warm_start else None
-                fut = client.submit(_task, prob, name, fixed, float(v[j]), data[p.start], err, kw, o.mode, prev,
-                                    pure=False, retries=2)
-                futs[fut], before[(j, p.start)] = (j, p), fut
-            for fut in as_completed(futs):
-                # the client lets go of a task once read: the scheduler then keeps its result only
-                # until the next task of its chain has it, so a worker lost later takes no finished
-                # task with it (each one the client held would be run again)
-                j, p = futs.pop(fut)
-                before.pop((j, p.start), None)
-                chi2, loss, used, _, its = fut.result()
+        waiting = set((j, p.start) for j, p in todo)
+        with Session(cluster, (problem, flux, err)) as session:
+            def submit(j, p, starts=None):
+                waiting.discard((j, p.start))
+                return session.submit(_task, name, fixed, float(v[j]), p.start, p.stop, kw, o.mode, starts, retries=2)
+
+            # a chain's first task to do (its value before finished earlier, or no chains): from the flat start
+            firsts = [(j, p) for j, p in todo if not (o.warm_start and (j - 1, p.start) in waiting)]
+            futs = {submit(j, p): (j, p) for j, p in firsts}
+            running = as_completed(list(futs))
+            for fut in running:
+                j, p = futs.pop(fut)  # the client keeps no task it has read: the scheduler forgets it
+                chi2, loss, used, starts, its = fut.result()
+                if o.warm_start and (j + 1, p.start) in waiting:
+                    nxt = submit(j + 1, p, starts)
+                    futs[nxt] = (j + 1, p)
+                    running.add(nxt)
                 modes.add(used)
                 iterations += its
                 profiles["chi2_total"][j, p], profiles["loss"][j, p] = chi2 * n_data, loss * n_data
@@ -573,10 +573,6 @@ def _on_cluster(cluster, problem, name, fixed, v, flux, err, kw, o, profiles, n_
                 left[j] -= 1
                 if left[j] == 0 and progress is not None:
                     progress("grid", v.size - sum(1 for n in left.values() if n), v.size)
-        finally:
-            client.close()
-            if local is not None:
-                local.close()
     used = "+".join(sorted(modes)) or "resumed"
     log.info("calibrate %s: %d grid values x %d tasks on the cluster (%s; %d finished before)", name, v.size,
              len(parts), used, v.size * len(parts) - len(todo))

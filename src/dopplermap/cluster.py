@@ -5,11 +5,15 @@ cluster is used."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
+import uuid
 
 from .errors import DopplermapInputError
 
-__all__ = ["CONNECT_TIMEOUT", "Cluster", "run_tasks", "usable_cpus"]
+__all__ = ["CONNECT_TIMEOUT", "Cluster", "Session", "run_tasks", "usable_cpus"]
+
+log = logging.getLogger(__name__)
 
 
 CONNECT_TIMEOUT = 5.0
@@ -73,23 +77,69 @@ class Cluster:
                                        "scheduler is running, or use --scheduler sync") from None
 
 
+class Session:
+    """A client of ``cluster`` whose every worker holds ``shared`` (a problem and its data), as a
+    context manager: :meth:`submit` runs ``fn(shared, *args)`` on a worker.
+
+    ``shared`` is sent as a Dask worker plugin, not scattered: the scheduler keeps a copy of its
+    plugins and sets them up on every worker that joins later, one a nanny starts again after a
+    crash too. Scattered data has no lineage, and Dask's active memory manager leaves one replica
+    of it within seconds whenever no task is waiting for it, whatever ``broadcast`` asked: the
+    worker holding that replica would take it along when it dies, and every task that needs it
+    would be cancelled ("lost dependencies")."""
+
+    def __init__(self, cluster: Cluster, shared):
+        self.cluster, self.shared = cluster, shared
+        self.client = self._local = None
+        self.name = f"dopplermap-shared-{uuid.uuid4().hex}"
+
+    def __enter__(self) -> Session:
+        from . import _dask  # Dask is optional: imported only when a cluster is used
+
+        self._call = _dask.call
+        self.client, self._local = self.cluster.connect()
+        try:
+            self.client.register_plugin(_dask.Shared(self.name, self.shared))
+        except BaseException:
+            self._close()
+            raise
+        return self
+
+    def submit(self, fn, *args, **kwargs):
+        """A future of ``fn(shared, *args, **kwargs)``; Dask's own keywords of
+        ``Client.submit`` (``retries``, ...) are taken from ``kwargs``; never pure (a solve
+        has no reason to be shared between two callers)."""
+        return self.client.submit(self._call, fn, self.name, *args, pure=False, **kwargs)
+
+    def __exit__(self, *exc) -> None:
+        try:  # a running scheduler's workers let go of the problem (a local cluster closes anyway)
+            if self._local is None:
+                self.client.unregister_worker_plugin(self.name)
+        except (OSError, TimeoutError, ValueError) as err:  # the session's work is done: say so, go on
+            log.warning("could not remove the shared problem from the cluster's workers: %s", err)
+        finally:
+            self._close()
+
+    def _close(self) -> None:
+        try:
+            self.client.close()
+        finally:
+            if self._local is not None:
+                self._local.close()
+
+
 def run_tasks(cluster: Cluster, fn, shared, tasks: list, progress=None) -> list:
     """``[fn(shared, *task) for task in tasks]`` as Dask tasks on ``cluster``, in the tasks'
-    order: ``shared`` (the problem) is sent to every worker once; a task lost with its worker
-    runs again elsewhere (only that task's solves). ``progress(n_done, n_tasks)`` as tasks finish."""
+    order: ``shared`` (the problem) is held by every worker (:class:`Session`); a task lost with
+    its worker runs again elsewhere (only that task's solves). ``progress(n_done, n_tasks)`` as
+    tasks finish."""
     from dask.distributed import as_completed
 
-    client, local = cluster.connect()
-    try:
-        common = client.scatter(shared, broadcast=True)
-        futs = {client.submit(fn, common, *task, pure=False, retries=2): k for k, task in enumerate(tasks)}
+    with Session(cluster, shared) as session:
+        futs = {session.submit(fn, *task, retries=2): k for k, task in enumerate(tasks)}
         out = [None] * len(tasks)
         for n, fut in enumerate(as_completed(futs), 1):
             out[futs[fut]] = fut.result()
             if progress is not None:
                 progress(n, len(tasks))
-    finally:
-        client.close()
-        if local is not None:
-            local.close()
     return out

@@ -51,7 +51,7 @@ from ._options import options_of
 from ._repr import compact
 from .atomic import exclusive_lock, fingerprint, write_text
 from .choices import MANY_MODES, REGULARISERS, WEIGHTED_REGULARISERS, check
-from .cluster import CONNECT_TIMEOUT, Cluster, run_tasks  # noqa: F401  (the search's API)
+from .cluster import CONNECT_TIMEOUT, Cluster, Session, run_tasks  # noqa: F401  (the search's API)
 from .constants import FILL_MIN
 from .diagnostics import check_result
 from .errors import DopplermapInputError, DopplermapWarning, reader, warn
@@ -1414,17 +1414,10 @@ def grid_search(problem: Problem, axes: dict, table, *, resume: bool = False, cl
         elif todo:
             from dask.distributed import as_completed
 
-            client, local = cluster.connect()
-            try:
-                prob = client.scatter(problem, broadcast=True)
-                futs = {client.submit(evaluate_point, prob, points[i], pure=False, dof=dof, support=support): i
-                        for i in todo}
+            with Session(cluster, problem) as session:
+                futs = {session.submit(evaluate_point, points[i], dof=dof, support=support): i for i in todo}
                 for fut in as_completed(futs):
                     finish(futs[fut], fut.result())
-            finally:
-                client.close()
-                if local is not None:
-                    local.close()
         _sort_table(table)
         return read_table(table)
 
