@@ -244,7 +244,6 @@ def test_lambda_refuses_an_unreachable_scheduler_before_any_work(tmp_path, capsy
     assert not out.exists()
 
 
-@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity on this platform")
 def test_a_session_s_workers_keep_the_shared_problem_through_a_crash():
     """Every worker of a :class:`cluster.Session` holds the shared object, and so does each worker
     a nanny starts after a crash: a task submitted after every worker died still finds it (a
@@ -274,6 +273,7 @@ def test_a_session_s_workers_keep_the_shared_problem_through_a_crash():
             assert not any(name in plugins for plugins in c.run(lambda dask_worker: list(dask_worker.plugins)).values())
 
 
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity on this platform")
 def test_the_local_cluster_counts_the_cpus_this_job_may_use():
     """A batch job given 1 CPU of a bigger node (its affinity) gets a 1-worker local cluster,
     not one worker per CPU of the node."""

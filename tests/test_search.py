@@ -108,9 +108,28 @@ def test_dask_two_workers_identical_to_local(problem, local_table, tmp_path):
     prob, _ = problem
     path, _ = local_table
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        where = search.Cluster(cluster.scheduler_address)
         out = tmp_path / "dask.csv"
-        search.grid_search(prob.replace(settings=SETTINGS), AXES, out, cluster=search.Cluster(cluster.scheduler_address))
+        search.grid_search(prob.replace(settings=SETTINGS), AXES, out, cluster=where)
+        killed = []
+
+        def kill_one_worker(n, total, row):  # a worker dies after the first points: its point runs again
+            if n == 3 and not killed:
+                from dask.distributed import Client
+
+                with Client(cluster.scheduler_address) as c:
+                    victim = sorted(c.scheduler_info()["workers"])[0]
+                    try:
+                        c.run(os._exit, 1, workers=[victim])
+                    except Exception:  # noqa: BLE001 - the worker's connection drops with it
+                        pass
+                killed.append(victim)
+
+        survived = tmp_path / "killed.csv"
+        search.grid_search(prob.replace(settings=SETTINGS), AXES, survived, cluster=where, progress=kill_one_worker)
+    assert killed
     assert out.read_text() == path.read_text()
+    assert survived.read_text() == path.read_text()
 
 
 KILL_SCRIPT = """
