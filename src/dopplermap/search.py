@@ -63,7 +63,7 @@ from .grid import healpix_grid, latitude_band_grid
 from .gridtable import best_point, computed_rows, delta_chi2_interval, interval_flags  # noqa: F401  (the search's API)
 from .memory import MAX_GRID_POINTS
 from .model import Precomputed, forward
-from .objective import LineSets, n_windows
+from .objective import n_windows
 from .problem import Problem, Settings, require_problem
 from .profiles import ComponentSet, LocalProfile, intensity_ratio, tabulated
 from .regularisers import seed_entropy
@@ -1019,14 +1019,11 @@ def solve_on_support(problem: Problem, params: dict, support_cool, support_hot, 
     the floor, the others within their bounds, rv and amp as the problem's settings say; at
     ``readout.lmbd`` (default no regulariser), Gauss-Newton to ``readout.tol``. ``x0``: the
     start (a solve's ``[fssc, fssh, rv, amp]``, clipped into the support; default the seed's)."""
-    require_problem(problem, "solve_on_support")
+    require_problem(problem, "solve_on_support").single("solve_on_support (the Gauss-Newton refit)")
     if problem.windows is not None:
         raise DopplermapInputError("solve_on_support: the refit fits one static map; the problem has time windows")
     star, comps = apply_parameters(problem, params)
     point = problem.replace(star=star, components=comps)
-    if isinstance(point.pre, LineSets):
-        raise DopplermapInputError("solve_on_support: the refit (Gauss-Newton) fits one line data set; the problem "
-                                   "has several")
     n = point.grid.n_cell
     keep = [np.asarray(m, dtype=bool) for m in (support_cool, support_hot)]
     if any(m.shape != (n,) for m in keep):
