@@ -35,6 +35,7 @@ import csv
 import dataclasses
 import io
 import itertools
+import json
 import logging
 import math
 import os
@@ -62,7 +63,7 @@ from .grid import healpix_grid, latitude_band_grid
 from .gridtable import best_point, computed_rows, delta_chi2_interval, interval_flags  # noqa: F401  (the search's API)
 from .memory import MAX_GRID_POINTS
 from .model import Precomputed, forward
-from .objective import LineSets, n_windows
+from .objective import n_windows
 from .problem import Problem, Settings, require_problem
 from .profiles import ComponentSet, LocalProfile, intensity_ratio, tabulated
 from .regularisers import seed_entropy
@@ -88,6 +89,7 @@ __all__ = [
     "evaluate_point", "point_refusal", "refused_row", "point_star", "Cluster", "grid_search", "grid_lock", "read_table",
     "computed_rows", "best_point", "delta_chi2_interval", "interval_flags", "pad_precomputed",
     "SupportReadout", "SUPPORT_READOUT", "SupportFit", "support_mask", "solve_on_support", "support_from_point",
+    "PointSolve", "read_solutions",
 ]
 
 log = logging.getLogger(__name__)
@@ -813,7 +815,7 @@ PROFILE_READOUT = ProfileReadout()
 
 
 def evaluate_point(problem: Problem, params: dict, x0=None, *, dof: bool = False,
-                   support: SupportFit | None = None) -> dict:
+                   support: SupportFit | None = None, kept: PointSolve | None = None, keep: bool = False) -> dict:
     """Re-precompute and re-solve at one grid point; returns the table row (a dict).
 
     The point is ``problem`` with the grid parameters substituted (:meth:`Problem.replace`),
@@ -829,30 +831,80 @@ def evaluate_point(problem: Problem, params: dict, x0=None, *, dof: bool = False
     refitted from this solve with only the support's cells free (:func:`solve_on_support`),
     else NaN. A point :func:`point_refusal` refuses is not solved here either: its row is
     :func:`refused_row`.
+
+    ``kept``: this point's solve as an earlier call kept it (:class:`PointSolve`, same problem
+    and settings): its columns and map are used and the point is not solved again (``x0`` is
+    then unused). ``keep``: the row also carries the solve as ``row["solve"]`` (a
+    :class:`PointSolve`; not a table column).
     """
     reason = point_refusal(require_problem(problem, "evaluate_point"), params)
     if reason is not None:
         return refused_row(problem, params, reason)
     star, comps = apply_parameters(problem, params)
     point = problem.replace(star=star, components=comps)
-    pre = pad_precomputed(point.pre)
-    res = invert(pre, point.obs, **point.invert_kwargs(), x0=x0)
-    k = n_windows(pre)  # time windows: the mean of the windows' entropies (as the objective's)
-    ent = float(np.mean([seed_entropy(jnp.asarray(c), jnp.asarray(h), pre.cell_area)
-                         for c, h in zip(np.reshape(res.fssc, (k, -1)), np.reshape(res.fssh, (k, -1)), strict=True)]))
+    if kept is None:
+        pre = pad_precomputed(point.pre)
+        res = invert(pre, point.obs, **point.invert_kwargs(), x0=x0)
+        k = n_windows(pre)  # time windows: the mean of the windows' entropies (as the objective's)
+        ent = float(np.mean([seed_entropy(jnp.asarray(c), jnp.asarray(h), pre.cell_area)
+                             for c, h in zip(np.reshape(res.fssc, (k, -1)), np.reshape(res.fssh, (k, -1)),
+                                             strict=True)]))
+        kept = PointSolve(fssc=np.asarray(res.fssc, float), fssh=np.asarray(res.fssh, float),
+                          rv=np.asarray(res.rv, float), amp=np.asarray(res.amp, float), chi2=float(res.chi2),
+                          loss=float(res.loss), regulariser=float(res.regulariser_value), entropy=ent,
+                          iterations=int(res.iterations), success=bool(res.success))
     obs = point.obs
     n_data = obs.n_epoch * obs.n_vel
-    chi2_total = res.chi2 * n_data
-    n_dof = effective_dof(point, res) if dof else math.nan
+    chi2_total = kept.chi2 * n_data
+    n_dof = effective_dof(point, kept) if dof else math.nan
     chi2_support = math.nan
     if support is not None:
-        refit = solve_on_support(problem, params, support.cool, support.hot,
-                                 np.concatenate([res.fssc, res.fssh, res.rv, res.amp]), readout=support.readout)
+        refit = solve_on_support(problem, params, support.cool, support.hot, kept.x, readout=support.readout)
         chi2_support = refit.chi2 * n_data
-    return dict(params, chi2=res.chi2, chi2_total=chi2_total, loss=res.loss,
-                regulariser=res.regulariser_value, entropy=ent, iterations=res.iterations, success=res.success,
-                **_star_columns(problem, star), status="ok", reason="", dof=n_dof, chi2_dof=chi2_total + n_dof,
-                chi2_support=chi2_support)
+    row = dict(params, chi2=kept.chi2, chi2_total=chi2_total, loss=kept.loss, regulariser=kept.regulariser,
+               entropy=kept.entropy, iterations=kept.iterations, success=kept.success,
+               **_star_columns(problem, star), status="ok", reason="", dof=n_dof, chi2_dof=chi2_total + n_dof,
+               chi2_support=chi2_support)
+    if keep:
+        row["solve"] = kept
+    return row
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class PointSolve:
+    """A grid point's regularised solve, kept so that it need not be solved again
+    (:func:`evaluate_point`'s ``keep`` and ``kept``; :func:`grid_search`'s ``solutions`` file):
+    its map (``fssc``, ``fssh``, ``rv``, ``amp``) and the table's columns of it."""
+
+    fssc: np.ndarray
+    fssh: np.ndarray
+    rv: np.ndarray
+    amp: np.ndarray
+    chi2: float
+    loss: float
+    regulariser: float
+    entropy: float
+    iterations: int
+    success: bool
+
+    @property
+    def x(self) -> np.ndarray:
+        """The solve's vector ``[fssc, fssh, rv, amp]`` (a start for :func:`solve_on_support`)."""
+        return np.concatenate([self.fssc, self.fssh, self.rv, self.amp])
+
+    def to_json(self) -> dict:
+        """The solve as JSON data (floats written exactly: ``repr`` round trips)."""
+        return {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in dataclasses.asdict(self).items()}
+
+    @classmethod
+    def from_json(cls, data: dict) -> PointSolve:
+        """The solve of :meth:`to_json`'s data (a missing or malformed field raises KeyError/ValueError/TypeError)."""
+        arrays = {k: np.asarray(data[k], dtype=float) for k in ("fssc", "fssh", "rv", "amp")}
+        if any(a.ndim != 1 for a in arrays.values()):
+            raise ValueError("a map is not a list of numbers")
+        return cls(**arrays, chi2=float(data["chi2"]), loss=float(data["loss"]),
+                   regulariser=float(data["regulariser"]), entropy=float(data["entropy"]),
+                   iterations=int(data["iterations"]), success=bool(data["success"]))
 
 
 def dof_refusal(problem: Problem) -> str | None:
@@ -967,14 +1019,11 @@ def solve_on_support(problem: Problem, params: dict, support_cool, support_hot, 
     the floor, the others within their bounds, rv and amp as the problem's settings say; at
     ``readout.lmbd`` (default no regulariser), Gauss-Newton to ``readout.tol``. ``x0``: the
     start (a solve's ``[fssc, fssh, rv, amp]``, clipped into the support; default the seed's)."""
-    require_problem(problem, "solve_on_support")
+    require_problem(problem, "solve_on_support").single("solve_on_support (the Gauss-Newton refit)")
     if problem.windows is not None:
         raise DopplermapInputError("solve_on_support: the refit fits one static map; the problem has time windows")
     star, comps = apply_parameters(problem, params)
     point = problem.replace(star=star, components=comps)
-    if isinstance(point.pre, LineSets):
-        raise DopplermapInputError("solve_on_support: the refit (Gauss-Newton) fits one line data set; the problem "
-                                   "has several")
     n = point.grid.n_cell
     keep = [np.asarray(m, dtype=bool) for m in (support_cool, support_hot)]
     if any(m.shape != (n,) for m in keep):
@@ -995,11 +1044,14 @@ def solve_on_support(problem: Problem, params: dict, support_cool, support_hot, 
 @dataclasses.dataclass(frozen=True)
 class PointColumns:
     """The optional columns of a grid point (:func:`evaluate_point`'s keywords, given to
-    :func:`grid_search` as loose keywords): ``dof`` (count the solve's effective parameters) and
-    ``support`` (a :class:`SupportFit` to refit the map on)."""
+    :func:`grid_search` as loose keywords): ``dof`` (count the solve's effective parameters),
+    ``support`` (a :class:`SupportFit` to refit the map on) and ``solutions`` (the file of the
+    points' regularised solves, :func:`grid_search`: a search without ``support`` keeps each
+    point's there, one with ``support`` refits a kept solve instead of solving the point again)."""
 
     dof: bool = False
     support: SupportFit | None = None
+    solutions: str | os.PathLike | None = None
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -1020,14 +1072,17 @@ class SupportFit:
                     tol=self.readout.tol)
 
 
-def support_from_point(problem: Problem, params: dict, readout: SupportReadout = SUPPORT_READOUT) -> SupportFit:
+def support_from_point(problem: Problem, params: dict, readout: SupportReadout = SUPPORT_READOUT,
+                       solve: PointSolve | None = None) -> SupportFit:
     """The support of the regularised map at one grid point (``problem``'s settings, from the
     flat start, as :func:`evaluate_point` solves it): each component's cells above
-    ``readout.threshold``, grown by ``readout.dilate_deg`` (:func:`support_mask`)."""
+    ``readout.threshold``, grown by ``readout.dilate_deg`` (:func:`support_mask`). ``solve``:
+    that point's solve as a search kept it (:class:`PointSolve`), read instead of solving again."""
     star, comps = apply_parameters(require_problem(problem, "support_from_point"), params)
     point = problem.replace(star=star, components=comps)
-    res = invert(pad_precomputed(point.pre), point.obs, **point.invert_kwargs())
-    masks = [support_mask(point.grid, f, readout.threshold, readout.dilate_deg) for f in (res.fssc, res.fssh)]
+    if solve is None:
+        solve = invert(pad_precomputed(point.pre), point.obs, **point.invert_kwargs())
+    masks = [support_mask(point.grid, f, readout.threshold, readout.dilate_deg) for f in (solve.fssc, solve.fssh)]
     return SupportFit(masks[0], masks[1], readout, at={k: float(v) for k, v in params.items()})
 
 
@@ -1345,6 +1400,101 @@ def _sort_table(path: Path) -> None:
     write_text(path, header + "".join(body))
 
 
+SOLVES_KIND = "dopplermap grid-point solves"
+"""The first line of a solutions file (:func:`grid_search`'s ``solutions``) names it so."""
+
+
+def _solves_header(axes: dict, settings_row: dict) -> dict:
+    """The first line of a solutions file: what makes its solves this search's (the grid's axes,
+    the solve settings and the problem fingerprint, as on every table row)."""
+    return {"kind": SOLVES_KIND, "axes": {k: [float(v) for v in np.atleast_1d(vals)] for k, vals in axes.items()},
+            **settings_row}
+
+
+def _solves_diff(have: dict, want: dict) -> str | None:
+    """One line naming how a solutions file's first line differs from this search's, or None."""
+    if not isinstance(have, dict) or have.get("kind") != SOLVES_KIND:
+        return "its first line is not a grid search's solutions header"
+    axes, want_axes = have.get("axes"), want["axes"]
+    if not isinstance(axes, dict) or list(axes) != list(want_axes):
+        return f"axes {list(axes) if isinstance(axes, dict) else axes} in the file vs {list(want_axes)} now"
+    for k, v in want_axes.items():
+        got = np.asarray(axes[k], dtype=float) if isinstance(axes[k], list) else np.zeros(0)
+        if got.shape != (len(v),) or np.any(np.abs(got - v) > 1e-12 * np.maximum(1.0, np.abs(got))):
+            return f"values of {k} {axes[k]} in the file vs {v} now"
+    return _settings_diff(have, {k: v for k, v in want.items() if k not in ("kind", "axes")})
+
+
+def _parse_solves(path: Path, want: dict, n_points: int) -> tuple[dict[int, PointSolve], list[str]]:
+    """The solves of an existing solutions file, checked against this search's header
+    (``want``), and its lines to keep (header, then one per point; a last line cut off by a
+    kill is dropped, a repeated point keeps its first)."""
+    lines = path.read_text(errors="replace").splitlines(keepends=True)
+    if lines and not lines[-1].endswith("\n"):
+        lines = lines[:-1]
+    if not lines:
+        return {}, []
+    try:
+        head = json.loads(lines[0])
+    except ValueError:
+        head = None
+    diff = _solves_diff(head, want)
+    if diff:
+        raise DopplermapInputError(f"{path}: not the solutions of this search: {diff}")
+    solves: dict[int, PointSolve] = {}
+    keep = [lines[0]]
+    for j, line in enumerate(lines[1:], start=2):
+        try:
+            data = json.loads(line)
+            point, solve = int(data["point"]), PointSolve.from_json(data)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise DopplermapInputError(f"{path}: line {j} is malformed ({type(exc).__name__}: {exc})") from None
+        if not 0 <= point < n_points:
+            raise DopplermapInputError(f"{path}: line {j} holds point {point}, not a point of this grid "
+                                       f"(0 .. {n_points - 1})")
+        if point not in solves:
+            solves[point] = solve
+            keep.append(line)
+    return solves, keep
+
+
+def _prepare_solves(path: Path, header: dict, n_points: int, resume: bool) -> dict[int, PointSolve]:
+    """Create the solutions file (its header, written atomically), or check an existing one
+    (only with ``resume``, as the table) and return its solves, rewritten atomically without a
+    cut-off last line or repeated points."""
+    if path.exists() and path.stat().st_size > 0:
+        if not resume:
+            raise DopplermapInputError(f"{path} exists; pass resume=True (--resume) to continue it, or remove it")
+        solves, lines = _parse_solves(path, header, n_points)
+        if lines:
+            write_text(path, "".join(lines))
+            return solves
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text(path, json.dumps(header) + "\n")
+    return {}
+
+
+def _append_solve(path: Path, point: int, solve: PointSolve) -> None:
+    line = json.dumps({"point": int(point), **solve.to_json()}) + "\n"
+    with path.open("a") as fh:  # one write per point; a cut-off line is dropped on resume
+        fh.write(line)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def read_solutions(path, problem: Problem, axes: dict) -> dict[int, PointSolve]:
+    """The regularised solves a grid search of ``problem`` over ``axes`` kept in ``path``
+    (:func:`grid_search`'s ``solutions``), by point id; ``{}`` where there is no such file.
+    A file of another search (grid, settings or problem) is refused in one line."""
+    path = Path(path)
+    if not path.exists() or path.stat().st_size == 0:
+        return {}
+    problem = require_problem(problem, "read_solutions")
+    axes = _renamed(axes)
+    header = _solves_header(axes, _settings_row(problem.settings, problem_fingerprint(problem)))
+    return _parse_solves(path, header, count_points(axes))[0]
+
+
 def grid_search(problem: Problem, axes: dict, table, *, resume: bool = False, cluster: Cluster | None = None,
                 progress=None, max_points: int | None = None, **columns) -> list[dict]:
     """Invert at every point of a Cartesian parameter grid; one CSV row per finished point.
@@ -1367,7 +1517,13 @@ def grid_search(problem: Problem, axes: dict, table, *, resume: bool = False, cl
         columns: the fields of :class:`PointColumns`, :func:`evaluate_point`'s optional columns:
         dof: also count each solve's effective parameters (the ``dof`` and ``chi2_dof``
             columns). support: also refit each point's map on this :class:`SupportFit` (the
-            ``chi2_support`` column).
+            ``chi2_support`` column). solutions: a file of the points' regularised solves
+            (:class:`PointSolve`, one JSON line each). Without ``support`` the search keeps each
+            point's solve there as it finishes (the file is created with its header atomically,
+            continued only with ``resume`` and refused, as the table, when another search made
+            it). With ``support`` it is read (:func:`read_solutions`): a point kept there is not
+            solved again, its kept map starts the refit and its columns fill the row; a point
+            missing there is solved.
     Every grid value is validated before the first solve (:func:`validate_points`; an error
     there concerns the whole grid). A point whose star cannot exist (:func:`point_refusal`)
     is recorded as refused, with its reason (``status``/``reason`` columns, NaN results),
@@ -1382,7 +1538,7 @@ def grid_search(problem: Problem, axes: dict, table, *, resume: bool = False, cl
     """
     settings = require_problem(problem, "grid_search").settings
     cols = options_of("grid_search", PointColumns, None, columns)
-    dof, support = cols.dof, cols.support
+    dof, support, solutions = cols.dof, cols.support, cols.solutions
     table = Path(table)
     axes = _renamed(axes)
     points = grid_points(axes, max_points)
@@ -1396,9 +1552,18 @@ def grid_search(problem: Problem, axes: dict, table, *, resume: bool = False, cl
         done = _prepare_table(table, names, points, resume, srow)
         todo = [i for i in range(len(points)) if i not in done]
         n_done = len(done)
+        kept: dict[int, PointSolve] = {}
+        keep = solutions is not None and support is None
+        if keep:
+            kept = _prepare_solves(Path(solutions), _solves_header(axes, srow), len(points), resume)
+        elif solutions is not None:  # the support refit: the first pass's solves start it
+            kept = read_solutions(solutions, problem, axes)
 
         def finish(i, row):
             nonlocal n_done
+            solve = row.pop("solve", None)
+            if keep and solve is not None and i not in kept:  # before its row: a row's solve is always kept
+                _append_solve(Path(solutions), i, solve)
             _append_row(table, names, i, row, srow)
             n_done += 1
             if progress is not None:
@@ -1410,12 +1575,13 @@ def grid_search(problem: Problem, axes: dict, table, *, resume: bool = False, cl
         todo = [i for i in todo if i not in refused]
         if todo and cluster is None:
             for i in todo:
-                finish(i, evaluate_point(problem, points[i], dof=dof, support=support))
+                finish(i, evaluate_point(problem, points[i], dof=dof, support=support, kept=kept.get(i), keep=keep))
         elif todo:
             from dask.distributed import as_completed
 
             with Session(cluster, problem) as session:
-                futs = {session.submit(evaluate_point, points[i], dof=dof, support=support): i for i in todo}
+                futs = {session.submit(evaluate_point, points[i], dof=dof, support=support, kept=kept.get(i),
+                                       keep=keep): i for i in todo}
                 for fut in as_completed(futs):
                     finish(futs[fut], fut.result())
         _sort_table(table)

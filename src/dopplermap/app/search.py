@@ -449,7 +449,7 @@ def run_grid(source: Source, out: Path, grid: GridSpec, *, settings: SearchSetti
     # is released before the manifest, which lists every file of the folder
     with search.grid_lock(out / "grid.csv"):
         if overwrite and not resume:  # an earlier grid search (checked above): start again
-            for name in ("grid.csv", SUPPORT_FIRST_TABLE, "grid.json", "grid.png", "landscape.png", "dopplermap.json"):
+            for name in ("grid.csv", SUPPORT_FIRST_TABLE, SUPPORT_FIRST_SOLVES, "grid.json", "grid.png", "landscape.png", "dopplermap.json"):
                 (out / name).unlink(missing_ok=True)
             for kept in out.glob(f"{CALIBRATION_PREFIX}*"):  # an earlier calibration's finished work
                 kept.unlink()
@@ -480,7 +480,8 @@ def _search_and_summarise(prob, axes, out, resume, cluster, max_points, quiet, d
     ``dof`` read on ``chi2_dof`` (:func:`dopplermap.search.effective_dof`); with ``readout``
     ``"support"`` a regularised first pass (:data:`SUPPORT_FIRST_TABLE`), then every point
     refitted on the support of the first pass's best map and read on ``chi2_support``
-    (:func:`dopplermap.search.support_from_point`); else on ``chi2_total``."""
+    (:func:`dopplermap.search.support_from_point`; the first pass's solves kept in
+    :data:`SUPPORT_FIRST_SOLVES` are not solved again); else on ``chi2_total``."""
     t_start, best_so_far = time.perf_counter(), {}
 
     def progress(n, total, row):  # points done, best so far (the grid's criterion), elapsed
@@ -497,13 +498,16 @@ def _search_and_summarise(prob, axes, out, resume, cluster, max_points, quiet, d
     support = None
     with _expected_chi2_spread():
         if readout == "support":  # the regularised grid chooses the support, then every point is refitted on it
+            solves = out / SUPPORT_FIRST_SOLVES  # each point's map, kept: the refit starts from it, not a new solve
             first = search.grid_search(prob, axes, out / SUPPORT_FIRST_TABLE, resume=resume, cluster=cluster,
-                                       max_points=max_points, progress=None if quiet else progress)
+                                       max_points=max_points, progress=None if quiet else progress,
+                                       solutions=solves)
             if not search.computed_rows(first):
                 raise DopplermapInputError("grid --readout support: no grid point was solved, so there is no "
                                            "regularised map to choose the support from")
             at = search.best_point(first, list(axes), column="chi2_total")
-            support = search.support_from_point(prob, {k: at[k] for k in axes})
+            kept = search.read_solutions(solves, prob, axes).get(int(at["point"]))
+            support = search.support_from_point(prob, {k: at[k] for k in axes}, solve=kept)
             if not quiet:
                 click.echo(f"support: {support.summary()['cool_cells']} cool + {support.summary()['hot_cells']} hot "
                            f"cells free, from the regularised map at " + ", ".join(f"{k}={at[k]:g}" for k in axes)
@@ -511,7 +515,7 @@ def _search_and_summarise(prob, axes, out, resume, cluster, max_points, quiet, d
             best_so_far.clear()
         rows = search.grid_search(prob, axes, out / "grid.csv", resume=resume, cluster=cluster,
                                   max_points=max_points, progress=None if quiet else progress, dof=dof,
-                                  support=support)
+                                  support=support, solutions=None if support is None else out / SUPPORT_FIRST_SOLVES)
     # one criterion for the best point and the intervals
     column = "chi2_support" if support is not None else "chi2_dof" if dof else "chi2_total"
     best = search.best_point(rows, list(axes), column=column)
@@ -600,6 +604,12 @@ def _print_grid(axes, rows, best, summary, calibrated, delta_chi2) -> None:
 SUPPORT_FIRST_TABLE = "grid-regularised.csv"
 """``grid --readout support``: the table of the regularised first pass, whose best point's map
 chooses the support (``grid.csv`` holds the refitted points)."""
+
+SUPPORT_FIRST_SOLVES = "grid-regularised-solves.jsonl"
+"""``grid --readout support``: the first pass's regularised solves, one JSON line per point
+(:func:`dopplermap.search.grid_search`'s ``solutions``): the support is read off the best
+point's and every point's refit starts from its own, so none is solved twice; ``--resume``
+continues it."""
 
 CALIBRATION_PREFIX = "calibrate-"
 """The grid folder's files of a calibration's finished work (``calibrate-NAME.jsonl`` and
