@@ -4,7 +4,7 @@ call that gives it to a task."""
 
 from __future__ import annotations
 
-from distributed import WorkerPlugin, get_worker
+from dask.distributed import WorkerPlugin, get_worker
 
 __all__ = ["Shared", "call"]
 
