@@ -344,6 +344,34 @@ def oracle_grid(k, n_cell, n_draw=8, max_iter=6):
     return out
 
 
+def grid_report(path):
+    """RESULTS.md's table of a ``--bound-cells`` run (its results file ``path``)."""
+    import json
+
+    rows = json.loads(Path(path).read_text())["stars"]
+
+    def f(x):
+        return "inf" if x is None or not np.isfinite(x) else (f"{x:.1f}" if x < 90 else "> 90")
+
+    n = rows[0]["n_cell"]
+    out = [f"| star | inc | E | data points | support {N_CELL} (free cells) | support {n} (free cells) | support {n}, "
+           f"FD columns | known map {N_CELL} / {n} | sd(vsini) support {N_CELL} / {n} |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        q = r["ref"]
+        out.append(f"| {r['k']} | {r['inc']:.0f} | {r['n_epoch']} | {r['n_data']} | {f(q['sd_inc_support'])} "
+                   f"({q['n_support']}) | {f(r['sd_inc_support'])} ({r['n_support']}) | {f(r['sd_inc_support_fd'])} | "
+                   f"{q['sd_inc_known_map']:.2f} / {r['sd_inc_known_map']:.2f} | {q['sd_vsini_support']:.2f} / "
+                   f"{r['sd_vsini_support']:.2f} |")
+    out += ["", f"| mean of 0.80 sd | {N_CELL} cells | {n} cells |", "|---|---|---|"]
+    for key, name in (("sd_inc_support", "support"), ("sd_inc_known_map", "known map")):
+        a, b = (np.array([np.inf if x is None else x for x in v], float) for v in
+                ([r["ref"][key] for r in rows], [r[key] for r in rows]))
+        out.append(f"| {name} | {0.7979 * a.mean():.2f} | {0.7979 * b.mean():.2f} |")
+    text = "\n".join(out)
+    print(text)
+    return text
+
+
 def _clean_profiles(c):
     """The independent simulation's noise-free profiles, normalised as the observations."""
     sn = make_star(c["s"]["k"], noise=False)
@@ -837,13 +865,14 @@ def main():
     ap.add_argument("--profile-data", default="own,indep,noisy", help="data sets of --profile")
     ap.add_argument("--profile-cells", type=int, default=None, help="surface grid of --profile (default 300)")
     ap.add_argument("--mc", default=None, help="comma-separated stars: only mc_check (noise draws of own data)")
-    ap.add_argument("--mc-draws", type=int, default=12, help="noise draws per star of --mc")
+    ap.add_argument("--mc-draws", type=int, default=12, help="noise draws per star of --mc (and of --oracle-cells)")
     ap.add_argument("--mc-lambdas", default="1", help="lambdas of --mc")
     ap.add_argument("--mc-full", action="store_true", help="--mc over the whole 10-90 deg range (not truth +-25)")
     ap.add_argument("--oracle", default=None, help="comma-separated stars: only oracle_mc (is the support bound attained?)")
     ap.add_argument("--bound-cells", type=int, default=None,
                     help="only the support / known-map bounds on this surface grid (grid_bounds), with the 300-cell ones")
     ap.add_argument("--bound-full", action="store_true", help="--bound-cells: also no prior and lambda 1 (whole map)")
+    ap.add_argument("--report-cells", default=None, help="print the table of a --bound-cells results file")
     ap.add_argument("--oracle-cells", type=int, default=None, help="--oracle on this surface grid (oracle_grid)")
     ap.add_argument("--report", action="store_true", help="print RESULTS.md's tables from the results files")
     ap.add_argument("--out", default=None, help="JSON results file")
@@ -856,12 +885,15 @@ def main():
     def stars(arg):
         return range(len(STARS)) if arg == "all" else [int(x) for x in arg.split(",")]
 
+    if args.report_cells:
+        return grid_report(args.report_cells)
     if args.bound_cells:
         return _run_stars([lambda k=k: dict(ref=grid_bounds(k, N_CELL, full=args.bound_full),
                                             **grid_bounds(k, args.bound_cells, full=args.bound_full))
                            for k in stars(args.stars or "all")], args.out)
     if args.oracle and args.oracle_cells:
-        return _run_stars([lambda k=k: oracle_grid(k, args.oracle_cells) for k in stars(args.oracle)], args.out)
+        return _run_stars([lambda k=k: oracle_grid(k, args.oracle_cells, n_draw=args.mc_draws) for k in stars(args.oracle)],
+                          args.out)
     if args.oracle:
         return _run_stars([lambda k=k: oracle_mc(k) for k in stars(args.oracle)], args.out)
     if args.mc:
