@@ -255,6 +255,12 @@ def grid_bounds(k, n_cell, lmbd=1.0, full=True, limb="smooth"):
     idx = [fidx.size - 2, fidx.size - 1]
     b = parameter_bound(fd, idx)
     out["sd_inc_support"], out["sd_vsini_support"] = float(b.sd[0]), float(b.sd[1])
+    # the same without parameter_bound's eigenvalue cut-off (which drops the nuisance directions
+    # below 1e-13 of the largest and with them their share of the inclination's variance): the
+    # whitened J's SVD, every singular value kept; meaningful while its condition is well below 1e16
+    _, sv, vt = np.linalg.svd(jac / sig[:, None], full_matrices=False)
+    out["cond_support"] = float(sv[0] / sv[-1])
+    out["sd_inc_support_svd"] = float(np.sqrt(np.sum(vt[:, -2] ** 2 / sv ** 2)))
     held = np.zeros(fidx.size, bool)
     held[:n_sup] = True
     b = parameter_bound(fd, idx, held=held)
@@ -367,11 +373,14 @@ def grid_report(path):
 
     n = rows[0]["n_cell"]
     out = [f"| star | inc | E | data points | support {N_CELL} (free cells) | support {n} (free cells) | support {n}, "
-           f"FD columns | known map {N_CELL} / {n} | sd(vsini) support {N_CELL} / {n} |", "|---|---|---|---|---|---|---|---|---|"]
+           f"FD columns | support {n}, no cut-off (condition of J) | known map {N_CELL} / {n} | "
+           f"sd(vsini) support {N_CELL} / {n} |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         q = r["ref"]
         out.append(f"| {r['k']} | {r['inc']:.0f} | {r['n_epoch']} | {r['n_data']} | {f(q['sd_inc_support'])} "
                    f"({q['n_support']}) | {f(r['sd_inc_support'])} ({r['n_support']}) | {f(r['sd_inc_support_fd'])} | "
+                   f"{f(r['sd_inc_support_svd']) if r['cond_support'] < 1e13 else 'ill-determined'} "
+                   f"({r['cond_support']:.0e}) | "
                    f"{q['sd_inc_known_map']:.2f} / {r['sd_inc_known_map']:.2f} | {q['sd_vsini_support']:.2f} / "
                    f"{r['sd_vsini_support']:.2f} |")
     out += ["", f"| mean of 0.80 sd | {N_CELL} cells | {n} cells |", "|---|---|---|"]
