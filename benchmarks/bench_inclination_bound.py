@@ -65,7 +65,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import write_json  # noqa: E402  (benchmarks/ is the script's folder)
-from bench_calibration import PERIOD, STARS, make_star  # noqa: E402
+from bench_calibration import N_CELL, PERIOD, STARS, make_star  # noqa: E402
 
 FILL_M = 1e-5  # the seed entropy's default map m
 # minimum of the seed entropy for a cell with fssc = fssh = f: 2 f^2 / (m (1 - m)) = e^-2
@@ -172,6 +172,225 @@ def bounds(c):
         out[f"shift_inc_grid_lam{lm:g}"] = float(b.shift[0])
         out[f"shift_vsini_grid_lam{lm:g}"] = float(b.shift[1])
     return out
+
+
+def _grid_setup(k, n_cell, clip=F_EMPTY, limb="smooth"):
+    """Star ``k`` on a surface grid of ``n_cell`` cells (``make_star``'s discretisation, the
+    one ``bench_readout.py --cells`` inverts on): the dense model, the clipped truth and the
+    true support, the cells with simulated fill > ``SUPPORT_MIN`` on that grid, not grown
+    (``support_mask``, as ``bench_readout.py``'s ``support_truth`` oracle), each component apart."""
+    import jax.numpy as jnp
+
+    from dopplermap.jointfit import dense_model
+    from dopplermap.search import support_mask
+
+    s = make_star(k, n_cell=n_cell)
+    p = s["problem"]
+    grid, obs = p.grid, p.obs
+    n, e = grid.n_cell, obs.n_epoch
+    model = dense_model(grid, obs.times, obs.vels, p.components, limb=limb)
+
+    def f(th):
+        return model(th[:n], th[n:2 * n], th[2 * n:2 * n + e], th[2 * n + e:2 * n + 2 * e], th[-2], th[-1], 0.0,
+                     PERIOD, 0.0)
+
+    fc = np.clip(s["truth_fssc"], clip, 1 - clip)
+    fh = np.clip(s["truth_fssh"], clip, 1 - clip)
+    th0 = np.concatenate([fc, fh, s["rv"], np.zeros(e), [s["inc"], s["vsini"]]])
+    sup = np.concatenate([support_mask(grid, s["truth_fssc"], SUPPORT_MIN, 0.0),
+                          support_mask(grid, s["truth_fssh"], SUPPORT_MIN, 0.0)])
+    # the free columns of the support bound: the support's cells, rv, amp, inclination, vsini
+    fidx = np.concatenate([np.nonzero(sup)[0], np.arange(2 * n, th0.size)])
+
+    def f_free(z):
+        return f(jnp.asarray(th0).at[fidx].set(z))
+
+    return dict(s=s, p=p, n=n, e=e, npt=e * obs.n_vel, th0=th0, f=f, sup=sup, fidx=fidx, f_free=f_free,
+                sigma=np.asarray(obs.err).ravel(), m0=np.asarray(f(jnp.asarray(th0))))
+
+
+def _mem_hessian(n, z, area, edges):
+    """The MEM regulariser's Hessian at ``z = [fssc, fssh]`` (2n, 2n): the entropy is a sum over
+    cells, so the Hessian is one 2x2 block a cell, read from two Hessian-vector products."""
+    import jax
+    import jax.numpy as jnp
+
+    from dopplermap.objective import regulariser_value
+
+    def reg(x):
+        return regulariser_value("mem", x[:n], x[n:], area, edges)
+
+    z = jnp.asarray(z)
+    hvp = jax.jit(lambda v: jax.jvp(jax.grad(reg), (z,), (v,))[1])
+    one = np.concatenate([np.ones(n), np.zeros(n)])
+    a, b = np.asarray(hvp(jnp.asarray(one))), np.asarray(hvp(jnp.asarray(1.0 - one)))
+    h = np.zeros((2 * n, 2 * n))
+    i = np.arange(n)
+    h[i, i], h[i + n, i], h[i, i + n], h[i + n, i + n] = a[:n], a[n:], b[:n], b[n:]
+    # the two products read the Hessian right only if it has no other off-diagonal terms
+    v = np.random.default_rng(0).normal(size=2 * n)
+    err = float(np.max(np.abs(h @ v - np.asarray(hvp(jnp.asarray(v))))) / np.max(np.abs(h @ v)))
+    return h, err
+
+
+def grid_bounds(k, n_cell, lmbd=1.0, full=True, limb="smooth"):
+    """The bounds of star ``k`` on ``n_cell`` cells (:func:`_grid_setup`): ``support`` (no prior,
+    the cells outside the true support held), ``known map``; with ``full``, also ``no prior``
+    and ``prior lambda`` over the whole map. Only the free columns of ``J`` are computed for the
+    support and known-map bounds; the full ones use the whole ``J`` (2 n_cell + 2E + 2 columns)
+    and the MEM Hessian, which is one 2x2 block a cell."""
+    import jax.numpy as jnp
+
+    from dopplermap.fisher import fisher_matrix, jacobian, parameter_bound
+
+    t0 = time.perf_counter()
+    c = _grid_setup(k, n_cell, limb=limb)
+    s, n, sig, fidx = c["s"], c["n"], c["sigma"], c["fidx"]
+    out = {key: s[key] for key in ("k", "inc", "vsini", "n_epoch", "gap", "snr")}
+    n_sup = int(c["sup"].sum())
+    out.update(n_cell=n_cell, limb=limb, n_data=c["npt"], n_support=n_sup, n_support_cool=int(c["sup"][:n].sum()),
+               n_support_hot=int(c["sup"][n:].sum()), n_free_support=int(fidx.size))
+    jac = jacobian(c["f_free"], c["th0"][fidx])
+    fd = fisher_matrix(jac, sig)
+    idx = [fidx.size - 2, fidx.size - 1]
+    b = parameter_bound(fd, idx)
+    out["sd_inc_support"], out["sd_vsini_support"] = float(b.sd[0]), float(b.sd[1])
+    # the same without parameter_bound's eigenvalue cut-off (which drops the nuisance directions
+    # below 1e-13 of the largest and with them their share of the inclination's variance): the
+    # whitened J's SVD, every singular value kept; meaningful while its condition is well below 1e16
+    _, sv, vt = np.linalg.svd(jac / sig[:, None], full_matrices=False)
+    out["cond_support"] = float(sv[0] / sv[-1])
+    out["sd_inc_support_svd"] = float(np.sqrt(np.sum(vt[:, -2] ** 2 / sv ** 2)))
+    held = np.zeros(fidx.size, bool)
+    held[:n_sup] = True
+    b = parameter_bound(fd, idx, held=held)
+    out["sd_inc_known_map"], out["sd_vsini_known_map"] = float(b.sd[0]), float(b.sd[1])
+    # the inclination and vsini columns by central differences (+-0.5 deg, +-0.05 km/s) instead
+    z0 = c["th0"][fidx]
+    for j, hstep in ((-2, 0.5), (-1, 0.05)):
+        dz = np.zeros(z0.size)
+        dz[j] = hstep
+        jac[:, j] = (np.asarray(c["f_free"](jnp.asarray(z0 + dz))) -
+                     np.asarray(c["f_free"](jnp.asarray(z0 - dz)))).ravel() / (2 * hstep)
+    out["sd_inc_support_fd"] = float(parameter_bound(fisher_matrix(jac, sig), idx).sd[0])
+    out["support_s"] = time.perf_counter() - t0
+    if full:
+        t1 = time.perf_counter()
+        th0, size = c["th0"], c["th0"].size
+        jac = jacobian(c["f"], th0, chunk=64)
+        out["jacobian_full_s"] = time.perf_counter() - t1
+        jw = jac / sig[:, None]
+        # no prior: the inclination and vsini columns against the span of all the others
+        # (an orthonormal basis of it in place of the 2n + 2E columns: the same Schur complement)
+        u, sv, _ = np.linalg.svd(jw[:, :-2], full_matrices=False)
+        rank = int(np.sum(sv > 1e-7 * sv[0]))
+        out["rank_others_full"], out["min_sv_ratio_others_full"] = rank, float(sv[-1] / sv[0])
+        basis = u[:, :rank] * sv[:rank]
+        fr = fisher_matrix(np.concatenate([basis, jac[:, -2:]], axis=1), sig)
+        b = parameter_bound(fr, [rank, rank + 1])
+        out["sd_inc_none"], out["sd_vsini_none"] = float(b.sd[0]), float(b.sd[1])
+        # the prior at lambda: F = J^T W J + (N/2) lambda d^2R, solved for the two columns
+        grid = c["p"].grid
+        h, herr = _mem_hessian(n, th0[:2 * n], jnp.asarray(grid.area),
+                               jnp.asarray(np.asarray(grid.edges, dtype=np.int32)))
+        out["mem_hessian_check"] = herr
+        f = jw.T @ jw
+        f[:2 * n, :2 * n] += 0.5 * c["npt"] * lmbd * h
+        cols = np.linalg.solve(f, np.eye(size)[:, -2:])
+        cov = cols[-2:]
+        out[f"sd_inc_lam{lmbd:g}"], out[f"sd_vsini_lam{lmbd:g}"] = (float(x) for x in np.sqrt(np.diag(cov)))
+        out["full_s"] = time.perf_counter() - t1
+    out["star_s"] = time.perf_counter() - t0
+    print(f"star {k} (inc {s['inc']:.0f}, {n_cell} cells): sd(inc) support {out['sd_inc_support']:.3g} "
+          f"({n_sup} cells, {c['npt']} points) known map {out['sd_inc_known_map']:.3g} "
+          f"none {out.get('sd_inc_none', float('nan')):.3g} lam{lmbd:g} {out.get(f'sd_inc_lam{lmbd:g}', float('nan')):.3g} "
+          f"({out['star_s']:.0f} s)", flush=True)
+    return out
+
+
+def oracle_grid(k, n_cell, n_draw=8, max_iter=6):
+    """:func:`oracle_mc` on ``n_cell`` cells: Gauss-Newton least squares (no prior, no bounds)
+    over the true support's cells (:func:`_grid_setup`), rv, amp, inclination and vsini, the
+    other cells held at the clipped truth, on noise draws of the dense model's own profiles at
+    the truth; beside it the linearised (one-step) estimator on 400 draws."""
+    import jax
+    import jax.numpy as jnp
+
+    from dopplermap.fisher import fisher_matrix, jacobian, parameter_bound
+
+    t0 = time.perf_counter()
+    c = _grid_setup(k, n_cell)
+    f_free, z0, sig = c["f_free"], c["th0"][c["fidx"]], c["sigma"]
+    clean = c["m0"].ravel()
+    j0 = jacobian(f_free, z0)
+    a0 = j0 / sig[:, None]
+    bound = float(parameter_bound(fisher_matrix(j0, sig), [z0.size - 2, z0.size - 1]).sd[0])
+    rng = np.random.default_rng(9000 + k)
+    lin = np.linalg.lstsq(a0, rng.normal(size=(clean.size, 400)), rcond=None)[0][-2]
+    # one compiled Jacobian for every Gauss-Newton step (``fisher.jacobian`` compiles a call's own)
+    block = jax.jit(lambda z, t: jax.vmap(lambda u: jax.jvp(lambda x: f_free(x).ravel(), (z,), (u,))[1])(t))
+    eye = np.eye(z0.size)
+
+    def jac_at(z):
+        cols = [np.asarray(block(jnp.asarray(z), jnp.asarray(np.pad(eye[a:a + 32], ((0, max(0, a + 32 - z0.size)), (0, 0))))))
+                [:min(32, z0.size - a)] for a in range(0, z0.size, 32)]
+        return np.concatenate(cols, axis=0).T
+
+    jac_check = float(np.max(np.abs(jac_at(z0) - j0)) / np.max(np.abs(j0)))
+    est, iters = [], []
+    for d in range(n_draw):
+        rng = np.random.default_rng(7000 + 100 * k + d)
+        y = clean + sig * rng.normal(size=clean.size)
+        z = z0.copy()
+        for it in range(max_iter):
+            jac = j0 if it == 0 else jac_at(z)
+            r = (y - np.asarray(f_free(jnp.asarray(z))).ravel()) / sig
+            step = np.linalg.lstsq(jac / sig[:, None], r, rcond=None)[0]
+            z = z + step
+            if abs(step[-2]) < 1e-3:
+                break
+        est.append(float(z[-2]))
+        iters.append(it + 1)
+        print(f"  star {k} draw {d}: inc {z[-2]:.3f} ({it + 1} GN steps)", flush=True)
+    est = np.array(est)
+    out = dict(k=k, inc=c["s"]["inc"], n_cell=n_cell, n_support=int(c["sup"].sum()), n_data=c["npt"],
+               estimates=est.tolist(), gn_steps=iters, oracle_mean=float(est.mean()),
+               oracle_sd=float(est.std(ddof=1)), linear_sd_400=float(lin.std(ddof=1)), sd_support=bound,
+               jac_check=jac_check,
+               wall_s=time.perf_counter() - t0)
+    print(out, flush=True)
+    return out
+
+
+def grid_report(path):
+    """RESULTS.md's table of a ``--bound-cells`` run (its results file ``path``)."""
+    import json
+
+    rows = json.loads(Path(path).read_text())["stars"]
+
+    def f(x):
+        return "inf" if x is None or not np.isfinite(x) else (f"{x:.1f}" if x < 90 else "> 90")
+
+    n = rows[0]["n_cell"]
+    out = [f"| star | inc | E | data points | support {N_CELL} (free cells) | support {n} (free cells) | support {n}, "
+           f"FD columns | support {n}, no cut-off (condition of J) | known map {N_CELL} / {n} | "
+           f"sd(vsini) support {N_CELL} / {n} |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        q = r["ref"]
+        out.append(f"| {r['k']} | {r['inc']:.0f} | {r['n_epoch']} | {r['n_data']} | {f(q['sd_inc_support'])} "
+                   f"({q['n_support']}) | {f(r['sd_inc_support'])} ({r['n_support']}) | {f(r['sd_inc_support_fd'])} | "
+                   f"{f(r['sd_inc_support_svd']) if r['cond_support'] < 1e13 else 'ill-determined'} "
+                   f"({r['cond_support']:.0e}) | "
+                   f"{q['sd_inc_known_map']:.2f} / {r['sd_inc_known_map']:.2f} | {q['sd_vsini_support']:.2f} / "
+                   f"{r['sd_vsini_support']:.2f} |")
+    out += ["", f"| mean of 0.80 sd | {N_CELL} cells | {n} cells |", "|---|---|---|"]
+    for key, name in (("sd_inc_support", "support"), ("sd_inc_known_map", "known map")):
+        a, b = (np.array([np.inf if x is None else x for x in v], float) for v in
+                ([r["ref"][key] for r in rows], [r[key] for r in rows]))
+        out.append(f"| {name} | {0.7979 * a.mean():.2f} | {0.7979 * b.mean():.2f} |")
+    text = "\n".join(out)
+    print(text)
+    return text
 
 
 def _clean_profiles(c):
@@ -667,10 +886,15 @@ def main():
     ap.add_argument("--profile-data", default="own,indep,noisy", help="data sets of --profile")
     ap.add_argument("--profile-cells", type=int, default=None, help="surface grid of --profile (default 300)")
     ap.add_argument("--mc", default=None, help="comma-separated stars: only mc_check (noise draws of own data)")
-    ap.add_argument("--mc-draws", type=int, default=12, help="noise draws per star of --mc")
+    ap.add_argument("--mc-draws", type=int, default=12, help="noise draws per star of --mc (and of --oracle-cells)")
     ap.add_argument("--mc-lambdas", default="1", help="lambdas of --mc")
     ap.add_argument("--mc-full", action="store_true", help="--mc over the whole 10-90 deg range (not truth +-25)")
     ap.add_argument("--oracle", default=None, help="comma-separated stars: only oracle_mc (is the support bound attained?)")
+    ap.add_argument("--bound-cells", type=int, default=None,
+                    help="only the support / known-map bounds on this surface grid (grid_bounds), with the 300-cell ones")
+    ap.add_argument("--bound-full", action="store_true", help="--bound-cells: also no prior and lambda 1 (whole map)")
+    ap.add_argument("--report-cells", default=None, help="print the table of a --bound-cells results file")
+    ap.add_argument("--oracle-cells", type=int, default=None, help="--oracle on this surface grid (oracle_grid)")
     ap.add_argument("--report", action="store_true", help="print RESULTS.md's tables from the results files")
     ap.add_argument("--out", default=None, help="JSON results file")
     args = ap.parse_args()
@@ -682,6 +906,15 @@ def main():
     def stars(arg):
         return range(len(STARS)) if arg == "all" else [int(x) for x in arg.split(",")]
 
+    if args.report_cells:
+        return grid_report(args.report_cells)
+    if args.bound_cells:
+        return _run_stars([lambda k=k: dict(ref=grid_bounds(k, N_CELL, full=args.bound_full),
+                                            **grid_bounds(k, args.bound_cells, full=args.bound_full))
+                           for k in stars(args.stars or "all")], args.out)
+    if args.oracle and args.oracle_cells:
+        return _run_stars([lambda k=k: oracle_grid(k, args.oracle_cells, n_draw=args.mc_draws) for k in stars(args.oracle)],
+                          args.out)
     if args.oracle:
         return _run_stars([lambda k=k: oracle_mc(k) for k in stars(args.oracle)], args.out)
     if args.mc:
