@@ -94,6 +94,34 @@ def test_unidentifiable_parameter_is_infinite_and_others_unaffected():
     assert np.isfinite(parameter_bound(f, [0], prior_hessian=np.diag([0.0, 1.0, 0.0])).sd[0])
 
 
+def test_a_bound_the_cut_off_makes_too_small_is_warned_about():
+    """y = t x + b u + g (u + eps w): the data fix t, b + g and g eps, so sd(t) is that of the
+    regression on [x, u, w] for every eps != 0. At eps 1e-9 the direction g - b has eigenvalue
+    ~eps^2, below the cut-off: the pseudo-inverse treats it as known, sd(t) comes out as the
+    regression on [x, u] alone (too small), and that is warned about. At eps 1e-3 the bound is
+    the closed form, with no warning; nuisance columns exactly equal (no information on their
+    difference, none on t) give no warning either."""
+    import warnings
+
+    from dopplermap.errors import DopplermapWarning
+
+    rng = np.random.default_rng(3)
+    x, u, w = rng.normal(size=(3, 50))
+    w = x + 0.5 * w  # w shares most of x's direction: fixing g - b or not matters to t
+    closed = np.sqrt(np.linalg.inv(fisher_matrix(np.column_stack([x, u, w]), np.ones(50)))[0, 0])
+    known = np.sqrt(np.linalg.inv(fisher_matrix(np.column_stack([x, u]), np.ones(50)))[0, 0])
+    assert known < 0.9 * closed
+    f = fisher_matrix(np.column_stack([x, u, u + 1e-9 * w]), np.ones(50))
+    with pytest.warns(DopplermapWarning, match="too small"):
+        sd = parameter_bound(f, [0]).sd[0]
+    assert sd == pytest.approx(known, rel=1e-6)  # what the pseudo-inverse says
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DopplermapWarning)
+        f = fisher_matrix(np.column_stack([x, u, u + 1e-3 * w]), np.ones(50))
+        assert parameter_bound(f, [0]).sd[0] == pytest.approx(closed, rel=1e-5)
+        parameter_bound(fisher_matrix(np.column_stack([x, u, u]), np.ones(50)), [0])
+
+
 def test_jacobian_matches_finite_differences_of_a_nonlinear_model():
     v = jnp.linspace(-3.0, 3.0, 17)
 

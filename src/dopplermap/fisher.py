@@ -32,7 +32,7 @@ import jax
 import numpy as np
 
 from . import _x64  # noqa: F401  (float64 JAX)
-from .errors import DopplermapInputError
+from .errors import DopplermapInputError, warn
 
 __all__ = ["jacobian", "fisher_matrix", "parameter_bound", "Bound"]
 
@@ -105,6 +105,12 @@ class Bound:
     n_free: int
 
 
+COUPLING_RTOL = 1e-10
+"""Coupling (relative to ``sqrt(f_ii w_max)``) above which a direction that :func:`parameter_bound`'s
+cut-off drops is taken to carry information on the parameters asked about: about 1e6 times the
+rounding of a double-precision product."""
+
+
 def parameter_bound(fisher, index, *, prior_hessian=None, held=None, gradient=None, data_fisher=None,
                     rcond: float = 1e-13) -> Bound:
     """Marginal covariance of the parameters ``index`` from the information ``fisher`` (p, p).
@@ -144,6 +150,21 @@ def parameter_bound(fisher, index, *, prior_hessian=None, held=None, gradient=No
     proj = f_in @ v[:, keep]
     schur = f_ii - (proj / w[keep]) @ proj.T
     schur = 0.5 * (schur + schur.T)
+    if not keep.all():
+        # A dropped direction (eigenvalue w_d below the cut-off) with coupling c to a parameter takes
+        # c^2 / w_d of its information, between c^2 / (rcond w_max) and all of it (c^2 <= w_d f_ii for a
+        # positive semi-definite matrix): where c stands clear of rounding (exact null directions, such
+        # as cells never seen, have c ~ eps) the pseudo-inverse has treated as known what the data do
+        # not fix, and the bound may be far too small
+        w_max = max(float(w.max()), 1e-300)
+        c = np.abs(f_in @ v[:, ~keep]) / np.sqrt(np.maximum(np.diag(f_ii), 1e-300) * w_max)[:, None]
+        coupled = np.max(c, axis=1) > COUPLING_RTOL
+        if np.any(coupled):
+            warn(f"parameter_bound: {int((~keep).sum())} of {keep.size} directions of the other parameters are "
+                 f"below the eigenvalue cut-off (rcond {rcond:g}) but carry information on parameters "
+                 f"{index[coupled].tolist()}: the bound treats them as known and may be too small (an "
+                 "ill-conditioned information matrix; hold the parameters the data do not fix, or compute the "
+                 "bound from the whitened Jacobian's singular values)")
     ws, vs = np.linalg.eigh(schur)
     scale = np.maximum(np.abs(np.diag(f_ii)).max(), 1e-300)
     ok = ws > _RTOL * scale
