@@ -8,6 +8,7 @@ import bench_calibration as B  # noqa: E402
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from support.cluster import kill_one_worker
 
 import dopplermap as dm
 
@@ -340,8 +341,6 @@ def test_calibration_on_a_two_worker_cluster_equals_the_serial_one(monkeypatch):
     """The grid values' solves as Dask tasks of a few data sets each, on a local 2-worker
     cluster: the same profiles, estimate and sets as in this process, also when a worker is
     killed midway (its tasks run again elsewhere)."""
-    import os
-
     from dask.distributed import LocalCluster
 
     from dopplermap import calibrate, search
@@ -372,19 +371,11 @@ def test_calibration_on_a_two_worker_cluster_equals_the_serial_one(monkeypatch):
         assert held and held[0][0] <= 3 and held[0][1] == 0, held
         killed = []
 
-        def kill_one_worker(stage, i, n):  # when the first grid value is in: a worker dies mid-run
+        def kill_a_worker(stage, i, n):  # when the first grid value is in: a worker dies mid-run
             if stage == "grid" and not killed:
-                from dask.distributed import Client
+                killed.append(kill_one_worker(cluster.scheduler_address))
 
-                with Client(cluster.scheduler_address) as c:
-                    victim = sorted(c.scheduler_info()["workers"])[0]
-                    try:
-                        c.run(os._exit, 1, workers=[victim])
-                    except Exception:  # noqa: BLE001 - the worker's connection drops with it
-                        pass
-                killed.append(victim)
-
-        survived = calibrate_parameter(s["problem"], "inclination", vals, cluster=where, progress=kill_one_worker, **kw)
+        survived = calibrate_parameter(s["problem"], "inclination", vals, cluster=where, progress=kill_a_worker, **kw)
     assert killed
     for run in (spread, survived):
         assert run.mode == serial.mode == "sequential"

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from support.cluster import kill_one_worker
 from support.problems import form_problem, small_problem  # noqa: E402
 
 import dopplermap as dm
@@ -113,20 +114,12 @@ def test_dask_two_workers_identical_to_local(problem, local_table, tmp_path):
         search.grid_search(prob.replace(settings=SETTINGS), AXES, out, cluster=where)
         killed = []
 
-        def kill_one_worker(n, total, row):  # a worker dies after the first points: its point runs again
+        def kill_a_worker(n, total, row):  # a worker dies after the first points: its point runs again
             if n == 3 and not killed:
-                from dask.distributed import Client
-
-                with Client(cluster.scheduler_address) as c:
-                    victim = sorted(c.scheduler_info()["workers"])[0]
-                    try:
-                        c.run(os._exit, 1, workers=[victim])
-                    except Exception:  # noqa: BLE001 - the worker's connection drops with it
-                        pass
-                killed.append(victim)
+                killed.append(kill_one_worker(cluster.scheduler_address))
 
         survived = tmp_path / "killed.csv"
-        search.grid_search(prob.replace(settings=SETTINGS), AXES, survived, cluster=where, progress=kill_one_worker)
+        search.grid_search(prob.replace(settings=SETTINGS), AXES, survived, cluster=where, progress=kill_a_worker)
     assert killed
     assert out.read_text() == path.read_text()
     assert survived.read_text() == path.read_text()
