@@ -602,7 +602,7 @@ def support_spec(name):
     return spec
 
 
-def support_star(k, incs, cells=B.N_CELL, variants=SUPPORT_VARIANTS, noise=True, polish=False):
+def support_star(k, incs, cells=B.N_CELL, variants=SUPPORT_VARIANTS, noise=True, polish=False, star=None, keep=None):
     """Star ``k``: the old read-out's solves (lambda 1, L-BFGS-B, tol 1e-5, each from the flat
     start) at every inclination, then each support read-out of ``variants``
     (:func:`support_spec`) refitted at every inclination by
@@ -610,13 +610,18 @@ def support_star(k, incs, cells=B.N_CELL, variants=SUPPORT_VARIANTS, noise=True,
     inclination. The star's row: ``old`` and each variant read on ``chi2_total``. ``polish``:
     each variant's refits then swept up and down the inclinations, each point also started from
     its neighbour's refit, the lower chi2 kept (``<variant>_polished``; ``chi2_drop``: how far
-    each point fell): whether the refits from the regularised starts end in local minima."""
+    each point fell): whether the refits from the regularised starts end in local minima.
+    ``star``: the star to read (a :func:`bench_calibration.make_star` dict, default star ``k``
+    simulated); ``keep``: a dict that receives each variant's support masks and refits
+    (``keep[name] = (sc, sh, fits)``) and the problem (``keep["problem"]``)."""
     from dopplermap.search import SupportReadout, apply_parameters, pad_precomputed, solve_on_support, support_mask
     from dopplermap.solvers import invert
 
-    s = B.make_star(k, n_cell=cells, noise=noise)
+    s = B.make_star(k, n_cell=cells, noise=noise) if star is None else star
     p = s["problem"]
     p = p.replace(settings=_settings(p, "old"))
+    if keep is not None:
+        keep["problem"] = p
     params = [{"inclination": float(inc), "vsini": s["vsini"]} for inc in incs]
     t0 = time.perf_counter()
     regs, old = [], []
@@ -675,6 +680,8 @@ def support_star(k, incs, cells=B.N_CELL, variants=SUPPORT_VARIANTS, noise=True,
                     a["chi2_total"] - b["chi2_total"] for a, b in zip(pts, polished, strict=True)])
                 print(f"star {k} {name} polished: chi2 drop {np.round(row[name + '_polished']['chi2_drop'], 3)}; "
                       f"best {row[name + '_polished']['best']:.2f}", flush=True)
+        if keep is not None:
+            keep[name] = (sc, sh, fits)
         row[name] = dict(_profile_row(s, name, incs, pts, sum(o["wall_s"] for o in pts)), support_nodes=rounds,
                          support_cool=int(sc.sum()),
                          support_hot=int(sh.sum()), **{f"spec_{a}": b for a, b in spec.items()})
@@ -713,6 +720,98 @@ def run_support(ks, incs, cells, variants, procs, res, out=None, stop_after=None
     return _star_pool(jobs, lambda k, row: row, ("old",) + tuple(variants), procs, res, out, stop_after, t0)
 
 
+def debias_star(k, incs, cells=B.N_CELL, n_sims=6, noise=True, name="support"):
+    """A parametric-bootstrap bias correction of star ``k``'s support read-out ``name``: the
+    read-out on the star's data gives ``i_hat``; the map is refitted on the same support at
+    ``i_hat`` (:func:`dopplermap.search.solve_on_support`, started from the refit at the node
+    nearest it) and its fitted profiles (dopplermap's forward model) plus Gaussian noise with the
+    star's errors (seeds ``1000 k + j``) make ``n_sims`` data sets, each read by the same full
+    read-out (:func:`support_star`: regularised pass, support, refits, parabola): ``i_k``. Bias
+    ``b = mean(i_k) - i_hat``; corrected ``i_c = i_hat - b``, with ``sd = sd(i_k)`` as its spread."""
+    import dopplermap as dm
+    from dopplermap.search import SupportReadout, solve_on_support
+
+    t0 = time.perf_counter()
+    s = B.make_star(k, n_cell=cells, noise=noise)
+    keep = {}
+    row = support_star(k, incs, cells, (name,), noise, star=s, keep=keep)
+    p, (sc, sh, fits) = keep["problem"], keep[name]
+    spec = support_spec(name)
+    i_hat = float(row[name]["best"])
+    j = int(np.argmin(np.abs(np.asarray(incs) - i_hat)))
+    f0 = fits[j]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = solve_on_support(p, {"inclination": i_hat, "vsini": s["vsini"]}, sc, sh,
+                               np.concatenate([f0.fssc, f0.fssh, f0.rv, f0.amp]),
+                               readout=SupportReadout(threshold=spec["threshold"], dilate_deg=spec["dilate_deg"],
+                                                      lmbd=spec["lmbd"]))
+    obs = p.obs
+    model, err = np.asarray(fit.model), np.asarray(obs.err)
+    sims = []
+    for q in range(n_sims):
+        rng = np.random.default_rng(1000 * k + q)
+        sim_obs = dm.Observations.create(np.asarray(obs.times), np.asarray(obs.vels),
+                                         model + rng.normal(size=model.shape) * err, err,
+                                         source=f"calibration star {k}, bootstrap {q}")
+        sim = dict(s, problem=s["problem"].replace(obs=sim_obs))
+        r = support_star(k, incs, cells, (name,), noise, star=sim)
+        sims.append(dict(best=float(r[name]["best"]), lo68=float(r[name]["lo68"]), hi68=float(r[name]["hi68"]),
+                         old_best=float(r["old"]["best"]), unconverged=int(r[name]["unconverged"])))
+        print(f"star {k} bootstrap {q}: {sims[-1]['best']:.2f} (from i_hat {i_hat:.2f})", flush=True)
+    i_k = np.array([x["best"] for x in sims])
+    b = float(np.mean(i_k) - i_hat)
+    sd = float(np.std(i_k, ddof=1)) if n_sims > 1 else math.nan
+    i_c = i_hat - b
+    row["debias"] = dict(i_hat=i_hat, i_k=i_k.tolist(), bias=b, sd=sd, i_c=i_c, err_hat=i_hat - s["inc"],
+                         err_c=i_c - s["inc"], in_c_sd=bool(abs(i_c - s["inc"]) <= sd),
+                         in_c_2sd=bool(abs(i_c - s["inc"]) <= 2 * sd), fit_chi2=float(fit.chi2),
+                         fit_success=bool(fit.success), node=float(incs[j]), n_sims=n_sims, sims=sims,
+                         seeds=[1000 * k + q for q in range(n_sims)], wall_s=time.perf_counter() - t0)
+    print(f"star {k} (i={s['inc']:.0f}) debias: i_hat {i_hat:.2f}, i_k {np.round(i_k, 1)}, b {b:+.2f}, "
+          f"i_c {i_c:.2f} +- {sd:.2f}, {row['debias']['wall_s']:.0f}s", flush=True)
+    row["wall_s"] = time.perf_counter() - t0
+    return row
+
+
+def _worker_debias(k, incs, cells, n_sims, noise):
+    return debias_star(k, np.asarray(incs), cells, n_sims, noise)
+
+
+def run_debias(ks, incs, cells, n_sims, procs, res, out=None, stop_after=None, noise=True):
+    """:func:`debias_star` of each star, a star a worker (in the order of ``ks``) or in this
+    process (``procs`` 1), each written to ``out`` as it finishes; after ``stop_after`` seconds
+    the stars not finished are dropped."""
+    t0 = time.perf_counter()
+    res["n_sims"] = n_sims
+    if procs <= 1:
+        for k in ks:
+            res["stars"].append(debias_star(k, incs, cells, n_sims, noise))
+            if out:
+                write_json(out, res)
+        return res
+    _worker_env()
+    jobs = {k: (_worker_debias, (k, [float(v) for v in incs], cells, n_sims, noise)) for k in ks}
+    return _star_pool(jobs, lambda k, row: row, ("old", "support"), procs, res, out, stop_after, t0)
+
+
+def debias_markdown(rows):
+    """The per-star table and the summary of ``i_hat`` and ``i_c`` against the truth."""
+    out = ["| star | truth | i_hat | i_k (bootstrap) | b | i_c +- sd | i_c - truth |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        d = r["debias"]
+        out.append(f"| {r['k']} | {r['inc']:g} | {d['i_hat']:.1f} | {', '.join(f'{v:.1f}' for v in d['i_k'])} | "
+                   f"{d['bias']:+.1f} | {d['i_c']:.1f} +- {d['sd']:.1f} | {d['err_c']:+.1f} |")
+    eh = np.array([r["debias"]["err_hat"] for r in rows])
+    ec = np.array([r["debias"]["err_c"] for r in rows])
+    n = len(rows)
+    out += ["", "| estimate | stars | mean abs error | bias | truth within 1 sd | within 2 sd |", "|---|---|---|---|---|---|",
+            f"| i_hat (support) | {n} | {np.mean(np.abs(eh)):.1f} deg | {np.mean(eh):+.1f} deg | | |",
+            f"| i_c (debiased) | {n} | {np.mean(np.abs(ec)):.1f} deg | {np.mean(ec):+.1f} deg | "
+            f"{sum(r['debias']['in_c_sd'] for r in rows)}/{n} | {sum(r['debias']['in_c_2sd'] for r in rows)}/{n} |"]
+    return "\n".join(out)
+
+
 def summary(rows, which):
     err = np.array([r[which]["err"] for r in rows])
     return dict(n_stars=len(rows), mean_abs_err=float(np.mean(np.abs(err))), bias=float(np.mean(err)),
@@ -747,6 +846,9 @@ def main():
                          "(\"default\": SUPPORT_VARIANTS), a star a worker with --procs")
     ap.add_argument("--support-polish", action="store_true",
                     help="with --support: each refit profile also swept from its neighbours' refits (local minima)")
+    ap.add_argument("--debias", type=int, default=None,
+                    help="K: the support read-out with a parametric-bootstrap bias correction from K simulated sets, "
+                         "a star a worker with --procs (stars in the order given)")
     ap.add_argument("--procs", type=int, default=1, help="spread stars x inclinations over N worker processes")
     ap.add_argument("--stop-after", type=float, default=None,
                     help="with --procs: stop after this many seconds, keeping the stars finished")
@@ -794,6 +896,20 @@ def main():
         run_polish_parallel(ks, incs, args.cells, args.procs, res, args.out, args.stop_after, args.sweeps)
         readouts = POLISHED
         ks = []
+    if args.debias:
+        run_debias(ks, incs, args.cells, args.debias, args.procs, res, args.out, args.stop_after, not args.noise_free)
+        rows = sorted(res["stars"], key=lambda r: r["k"])
+        if rows:
+            print(debias_markdown(rows), flush=True)
+            eh = np.array([r["debias"]["err_hat"] for r in rows])
+            ec = np.array([r["debias"]["err_c"] for r in rows])
+            res["summary_debias"] = dict(n_stars=len(rows), mae_hat=float(np.mean(np.abs(eh))), bias_hat=float(np.mean(eh)),
+                                         mae_c=float(np.mean(np.abs(ec))), bias_c=float(np.mean(ec)),
+                                         cover_sd=float(np.mean([r["debias"]["in_c_sd"] for r in rows])),
+                                         cover_2sd=float(np.mean([r["debias"]["in_c_2sd"] for r in rows])))
+        if args.out:
+            write_json(args.out, res)
+        return
     if args.support:
         variants = SUPPORT_VARIANTS if args.support == "default" else tuple(args.support.split(","))
         for v in variants:
