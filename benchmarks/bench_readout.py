@@ -720,14 +720,18 @@ def run_support(ks, incs, cells, variants, procs, res, out=None, stop_after=None
     return _star_pool(jobs, lambda k, row: row, ("old",) + tuple(variants), procs, res, out, stop_after, t0)
 
 
-def debias_star(k, incs, cells=B.N_CELL, n_sims=6, noise=True, name="support"):
+def debias_star(k, incs, cells=B.N_CELL, n_sims=6, noise=True, name="support", at="i_hat"):
     """A parametric-bootstrap bias correction of star ``k``'s support read-out ``name``: the
     read-out on the star's data gives ``i_hat``; the map is refitted on the same support at
     ``i_hat`` (:func:`dopplermap.search.solve_on_support`, started from the refit at the node
     nearest it) and its fitted profiles (dopplermap's forward model) plus Gaussian noise with the
     star's errors (seeds ``1000 k + j``) make ``n_sims`` data sets, each read by the same full
     read-out (:func:`support_star`: regularised pass, support, refits, parabola): ``i_k``. Bias
-    ``b = mean(i_k) - i_hat``; corrected ``i_c = i_hat - b``, with ``sd = sd(i_k)`` as its spread."""
+    ``b = mean(i_k) - i_hat``; corrected ``i_c = i_hat - b``, with ``sd = sd(i_k)`` as its spread.
+    Controls (``at``): ``"truth"``, the same simulations from the refit at the true inclination
+    (the read-out's bias where the star is, which the correction at ``i_hat`` stands in for);
+    ``"draws"``, the benchmark's own simulator at the truth with other noise draws (the read-out's
+    real sampling distribution); ``b`` is then ``mean(i_k)`` minus the centre."""
     import dopplermap as dm
     from dopplermap.search import SupportReadout, solve_on_support
 
@@ -738,11 +742,12 @@ def debias_star(k, incs, cells=B.N_CELL, n_sims=6, noise=True, name="support"):
     p, (sc, sh, fits) = keep["problem"], keep[name]
     spec = support_spec(name)
     i_hat = float(row[name]["best"])
-    j = int(np.argmin(np.abs(np.asarray(incs) - i_hat)))
+    centre = i_hat if at == "i_hat" else float(s["inc"])
+    j = int(np.argmin(np.abs(np.asarray(incs) - centre)))
     f0 = fits[j]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        fit = solve_on_support(p, {"inclination": i_hat, "vsini": s["vsini"]}, sc, sh,
+        fit = solve_on_support(p, {"inclination": centre, "vsini": s["vsini"]}, sc, sh,
                                np.concatenate([f0.fssc, f0.fssh, f0.rv, f0.amp]),
                                readout=SupportReadout(threshold=spec["threshold"], dilate_deg=spec["dilate_deg"],
                                                       lmbd=spec["lmbd"]))
@@ -754,16 +759,17 @@ def debias_star(k, incs, cells=B.N_CELL, n_sims=6, noise=True, name="support"):
         sim_obs = dm.Observations.create(np.asarray(obs.times), np.asarray(obs.vels),
                                          model + rng.normal(size=model.shape) * err, err,
                                          source=f"calibration star {k}, bootstrap {q}")
-        sim = dict(s, problem=s["problem"].replace(obs=sim_obs))
+        sim = dict(s, problem=s["problem"].replace(obs=sim_obs)) if at != "draws" else \
+            B.make_star(k, n_cell=cells, noise_seed=1000 * k + q)
         r = support_star(k, incs, cells, (name,), noise, star=sim)
         sims.append(dict(best=float(r[name]["best"]), lo68=float(r[name]["lo68"]), hi68=float(r[name]["hi68"]),
                          old_best=float(r["old"]["best"]), unconverged=int(r[name]["unconverged"])))
-        print(f"star {k} bootstrap {q}: {sims[-1]['best']:.2f} (from i_hat {i_hat:.2f})", flush=True)
+        print(f"star {k} bootstrap {q}: {sims[-1]['best']:.2f} (from {at} {centre:.2f})", flush=True)
     i_k = np.array([x["best"] for x in sims])
-    b = float(np.mean(i_k) - i_hat)
+    b = float(np.mean(i_k) - centre)
     sd = float(np.std(i_k, ddof=1)) if n_sims > 1 else math.nan
     i_c = i_hat - b
-    row["debias"] = dict(i_hat=i_hat, i_k=i_k.tolist(), bias=b, sd=sd, i_c=i_c, err_hat=i_hat - s["inc"],
+    row["debias"] = dict(at=at, centre=centre, i_hat=i_hat, i_k=i_k.tolist(), bias=b, sd=sd, i_c=i_c, err_hat=i_hat - s["inc"],
                          err_c=i_c - s["inc"], in_c_sd=bool(abs(i_c - s["inc"]) <= sd),
                          in_c_2sd=bool(abs(i_c - s["inc"]) <= 2 * sd), fit_chi2=float(fit.chi2),
                          fit_success=bool(fit.success), node=float(incs[j]), n_sims=n_sims, sims=sims,
@@ -774,24 +780,24 @@ def debias_star(k, incs, cells=B.N_CELL, n_sims=6, noise=True, name="support"):
     return row
 
 
-def _worker_debias(k, incs, cells, n_sims, noise):
-    return debias_star(k, np.asarray(incs), cells, n_sims, noise)
+def _worker_debias(k, incs, cells, n_sims, noise, at):
+    return debias_star(k, np.asarray(incs), cells, n_sims, noise, at=at)
 
 
-def run_debias(ks, incs, cells, n_sims, procs, res, out=None, stop_after=None, noise=True):
+def run_debias(ks, incs, cells, n_sims, procs, res, out=None, stop_after=None, noise=True, at="i_hat"):
     """:func:`debias_star` of each star, a star a worker (in the order of ``ks``) or in this
     process (``procs`` 1), each written to ``out`` as it finishes; after ``stop_after`` seconds
     the stars not finished are dropped."""
     t0 = time.perf_counter()
-    res["n_sims"] = n_sims
+    res["n_sims"], res["debias_at"] = n_sims, at
     if procs <= 1:
         for k in ks:
-            res["stars"].append(debias_star(k, incs, cells, n_sims, noise))
+            res["stars"].append(debias_star(k, incs, cells, n_sims, noise, at=at))
             if out:
                 write_json(out, res)
         return res
     _worker_env()
-    jobs = {k: (_worker_debias, (k, [float(v) for v in incs], cells, n_sims, noise)) for k in ks}
+    jobs = {k: (_worker_debias, (k, [float(v) for v in incs], cells, n_sims, noise, at)) for k in ks}
     return _star_pool(jobs, lambda k, row: row, ("old", "support"), procs, res, out, stop_after, t0)
 
 
@@ -849,6 +855,9 @@ def main():
     ap.add_argument("--debias", type=int, default=None,
                     help="K: the support read-out with a parametric-bootstrap bias correction from K simulated sets, "
                          "a star a worker with --procs (stars in the order given)")
+    ap.add_argument("--debias-at", default="i_hat", choices=("i_hat", "truth", "draws"),
+                    help="with --debias: simulate at i_hat (the correction), at the truth, or the benchmark's "
+                         "own noise draws at the truth (controls)")
     ap.add_argument("--procs", type=int, default=1, help="spread stars x inclinations over N worker processes")
     ap.add_argument("--stop-after", type=float, default=None,
                     help="with --procs: stop after this many seconds, keeping the stars finished")
@@ -897,7 +906,8 @@ def main():
         readouts = POLISHED
         ks = []
     if args.debias:
-        run_debias(ks, incs, args.cells, args.debias, args.procs, res, args.out, args.stop_after, not args.noise_free)
+        run_debias(ks, incs, args.cells, args.debias, args.procs, res, args.out, args.stop_after, not args.noise_free,
+                   args.debias_at)
         rows = sorted(res["stars"], key=lambda r: r["k"])
         if rows:
             print(debias_markdown(rows), flush=True)
