@@ -32,6 +32,8 @@ them for result files of a run split over several commands.
 :func:`dopplermap.search.solve_on_support`) beside the old read-out from the same regularised
 solves, a star a worker with ``--procs`` (``--support-polish``: its refits also swept from their
 neighbours' refits). ``--tables ... --every 2``: stored profiles read again on every second node.
+``--debias K``: the support read-out with a parametric-bootstrap bias correction
+(:func:`debias_star`; ``--debias-at truth|draws``: its controls), a star a worker with ``--procs``.
 
 ``--joint K,...``: :func:`dopplermap.jointfit.joint_fit` of inclination and vsini from 45 deg and
 vsini + 2 km/s with each limb weight. ``--sharp``: only the old read-out, on the sharp limb weight ``max(mu, 0)`` (the model before the
