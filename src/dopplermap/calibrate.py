@@ -39,6 +39,7 @@ import logging
 import math
 import os
 import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -48,22 +49,36 @@ from ._repr import compact
 from .atomic import fingerprint, write_file
 from .choices import SPOT_COMPONENTS
 from .cluster import Session
-from .errors import DopplermapInputError
+from .errors import DopplermapInputError, DopplermapWarning, warn
 from .grid import SurfaceGrid, latitude_band_grid
 from .memory import MAX_GRID_POINTS, check_bytes
 from .model import forward
 from .problem import Problem, require_problem
-from .search import apply_parameters, grid_parameter, pad_precomputed, problem_fingerprint
+from .search import (
+    SUPPORT_READOUT,
+    apply_parameters,
+    grid_parameter,
+    pad_precomputed,
+    problem_fingerprint,
+    solve_on_support,
+    support_mask,
+)
 from .solvers import invert_batch, solve_many
 
 log = logging.getLogger(__name__)
 
 __all__ = ["Calibration", "CalibrationOptions", "Finished", "calibrate_parameter", "calibration_cost", "profile_minimum",
            "belt_estimate", "check_calibratable", "check_calibration_size", "owner_cells", "calibrated_star", "LEVELS", "COLUMNS",
-           "SIM_LMBD_FACTOR", "SIM_OVERSAMPLE", "TASK_MEMBERS", "WARM_TOL", "grid_value_task"]
+           "SIM_LMBD_FACTOR", "SIM_OVERSAMPLE", "TASK_MEMBERS", "WARM_TOL", "grid_value_task", "READOUTS",
+           "support_unit"]
 
 COLUMNS = ("chi2_total", "loss")
 """Base read-outs: the profile of the un-reduced chi-square, or of ``n_data`` x the objective."""
+
+READOUTS = ("regularised", "support")
+"""What each data set's estimate is read from: the regularised solves' profile (``COLUMNS``), or
+``grid --readout support``'s: the map refitted at every grid value on the support of the data
+set's own regularised map at its lowest ``chi2_total`` value (:func:`support_unit`)."""
 
 SIM_OVERSAMPLE = 4
 """Default ratio of the simulations' surface cells to the problem's."""
@@ -222,9 +237,12 @@ class Calibration:
         mode: how each grid value's data sets were solved (``"vmap"``: together;
             ``"sequential"``: one compiled device solve after another).
         member_profiles: ``{column: (n_grid, 1 + n_trial n_sim)}`` profiles of every data
-            set (the observed first) for each of :data:`COLUMNS`.
+            set (the observed first) for each of :data:`COLUMNS` (the support read-out:
+            ``chi2_total`` and ``chi2_support``).
         iterations: solver iterations of the grid values' solves made in this run (not those
             taken from a table).
+        readout: the base read-out (:data:`READOUTS`). unconverged: the support read-out's
+            refits that stopped before their tolerance (made in this run).
     """
 
     name: str
@@ -254,6 +272,8 @@ class Calibration:
     member_profiles: dict | None = dataclasses.field(default=None, repr=False)
     mode: str | None = None
     iterations: int | None = None
+    readout: str = "regularised"
+    unconverged: int | None = None
 
     def __repr__(self) -> str:
         return compact(self, ("name", "estimate", "lo68", "hi68", "lo95", "hi95", "n_sim", "n_solves"))
@@ -261,7 +281,8 @@ class Calibration:
     def summary(self) -> dict:
         """JSON-ready summary (no per-simulation arrays)."""
         keys = ("name", "estimate", "lo68", "hi68", "lo95", "hi95", "raw", "lo_open", "hi_open", "no_crossing",
-                "fixed", "n_sim", "n_solves", "seconds", "seed", "column", "sim_lmbd", "sim_oversample", "mode", "iterations")
+                "fixed", "n_sim", "n_solves", "seconds", "seed", "column", "sim_lmbd", "sim_oversample", "mode", "iterations",
+                "readout", "unconverged")
         out = {k: getattr(self, k) for k in keys}
         out.update(trials=self.trials.tolist(), center=self.center.tolist(), spread=self.spread.tolist(),
                    values=self.values.tolist(), profile=self.profile.tolist(),
@@ -296,15 +317,18 @@ def calibrated_star(star, calibrations):
     return star.replace(**{c.name: float(c.estimate) for c in cals if c.name in STAR_FIELDS})
 
 
-def calibration_cost(n_grid: int, n_trial: int, n_sim: int) -> dict:
+def calibration_cost(n_grid: int, n_trial: int, n_sim: int, readout: str = "regularised") -> dict:
     """Solves of one calibration: ``n_trial`` trial maps plus ``n_grid`` batched solves of
-    ``1 + n_trial * n_sim`` members (the observed data and every simulated set)."""
+    ``1 + n_trial * n_sim`` members (the observed data and every simulated set); the support
+    read-out refits every member at every grid value too (``refits``, one solve each)."""
     members = 1 + n_trial * n_sim
-    return dict(trial_solves=n_trial, batched_calls=n_grid, members=members,
-                member_solves=n_grid * members, total=n_trial + n_grid * members)
+    refits = n_grid * members if readout == "support" else 0
+    return dict(trial_solves=n_trial, batched_calls=n_grid, members=members, member_solves=n_grid * members,
+                refits=refits, total=n_trial + n_grid * members + refits)
 
 
-def check_calibration_size(problem: Problem, axes: dict, n_sim: int, max_solves: int | None = None) -> dict:
+def check_calibration_size(problem: Problem, axes: dict, n_sim: int, max_solves: int | None = None,
+                           readout: str = "regularised") -> dict:
     """Refuse a calibration too large to run, before anything is allocated: the same guard
     as a grid search's (:func:`dopplermap.search.check_grid_size`, one inversion a point).
 
@@ -314,16 +338,17 @@ def check_calibration_size(problem: Problem, axes: dict, n_sim: int, max_solves:
         n_sim: simulated data sets per trial.
         max_solves: most solves in all (default :data:`dopplermap.memory.MAX_GRID_POINTS`,
             the grid's point limit; ``--max-points`` raises both).
+        readout: the base read-out (:data:`READOUTS`; the support read-out's refits count).
     Returns :func:`calibration_cost` summed over the axes. Raises
     :class:`DopplermapInputError` naming the number of solves and how to lower or raise
     it, or the memory of the largest batch (its data sets, their results and solver states)
     where it exceeds what is available (:func:`dopplermap.memory.check_bytes`).
     """
     limit = MAX_GRID_POINTS if max_solves is None else int(max_solves)
-    costs = {name: calibration_cost(int(g), int(t), int(n_sim)) for name, (g, t) in axes.items()}
+    costs = {name: calibration_cost(int(g), int(t), int(n_sim), readout) for name, (g, t) in axes.items()}
     total = sum(c["total"] for c in costs.values())
     what = ", ".join(f"{name}: {c['trial_solves']} trial maps + {c['batched_calls']} values x {c['members']:.4g} "
-                     "data sets" for name, c in costs.items())
+                     "data sets" + (f" + {c['refits']:.4g} refits" if c["refits"] else "") for name, c in costs.items())
     if total > limit:
         raise DopplermapInputError(f"calibration of {total:.4g} solves ({what}; {n_sim} simulations per trial) is more "
                                    f"than the limit of {limit} (each solve is one inversion): lower --calibrate N "
@@ -332,8 +357,11 @@ def check_calibration_size(problem: Problem, axes: dict, n_sim: int, max_solves:
     n_data, n_cell = obs.n_epoch * obs.n_vel, problem.grid.n_cell
     members = max(c["members"] for c in costs.values())
     # per member: its data (and the solver's copy), model and residuals; its maps, the
-    # L-BFGS history (10 pairs) and the result's arrays
+    # L-BFGS history (10 pairs) and the result's arrays; the support read-out keeps each
+    # member's maps at every grid value (the refits' starts)
     per_member = 8.0 * (6 * n_data + 50 * n_cell)
+    if readout == "support":
+        per_member += 8.0 * 2 * n_cell * max(int(g) for g, _ in axes.values())
     check_bytes(members * per_member, f"calibration batch of {members:.4g} data sets ({n_sim} simulations per trial)",
                 "--calibrate N (n_sim) or the number of values")
     return dict(total=total, axes=costs)
@@ -389,6 +417,11 @@ class CalibrationOptions:
             a calibration of the same inputs run again takes its data sets and finished
             solves from there and solves only the rest. None (default): nothing kept. Where
             the work is kept is not one of the inputs it is matched by.
+        readout: the base read-out (:data:`READOUTS`): ``"regularised"`` (default) reads
+            ``column`` of the regularised solves; ``"support"`` reads ``grid --readout
+            support``'s ``chi2_support`` (:func:`support_unit`; ``column`` then stays
+            ``"chi2_total"``, the column the support's grid value is chosen by), at about twice
+            the solves.
     """
 
     n_sim: int = 32
@@ -400,6 +433,7 @@ class CalibrationOptions:
     mode: str = "auto"
     warm_start: bool = True
     table: str | Path | None = None
+    readout: str = "regularised"
 
     def __post_init__(self):
         if int(self.n_sim) != self.n_sim or self.n_sim < 4:
@@ -415,6 +449,11 @@ class CalibrationOptions:
             raise DopplermapInputError(f"calibration: mode must be 'auto', 'vmap' or 'sequential', got {self.mode!r}")
         if self.max_solves is not None and (int(self.max_solves) != self.max_solves or self.max_solves < 1):
             raise DopplermapInputError(f"calibration: max_solves must be an integer >= 1, got {self.max_solves!r}")
+        if self.readout not in READOUTS:
+            raise DopplermapInputError(f"calibration: readout must be one of {READOUTS}, got {self.readout!r}")
+        if self.readout == "support" and self.column != "chi2_total":
+            raise DopplermapInputError(f"calibration: the support read-out reads chi2_support; column "
+                                       f"{self.column!r} applies to the regularised read-out")
 
 
 TASK_MEMBERS = 16
@@ -438,11 +477,17 @@ class Finished:
         self.path, self.digest = Path(path), digest
         self.data_path = self.path.with_suffix(".npz")
         self.units: dict[tuple[int, int, int], tuple[np.ndarray, np.ndarray]] = {}
+        self.read_outs: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
         if self.path.exists():
             for line in self.path.read_text().splitlines():
                 try:
                     u = json.loads(line)
-                    if u["digest"] == digest:
+                    if u["digest"] != digest:
+                        continue
+                    if "chi2_support" in u:  # a support read-out's unit: data sets start:stop at every value
+                        self.read_outs[(int(u["start"]), int(u["stop"]))] = (
+                            np.asarray(u["chi2_total"], float), np.asarray(u["chi2_support"], float))
+                    else:
                         self.units[(int(u["j"]), int(u["start"]), int(u["stop"]))] = (
                             np.asarray(u["chi2_total"], float), np.asarray(u["loss"], float))
                 except (ValueError, KeyError, TypeError):  # a line cut off by a kill
@@ -467,14 +512,26 @@ class Finished:
         return self.units.get((j, start, stop))
 
     def add(self, j: int, start: int, stop: int, chi2_total, loss) -> None:
-        line = json.dumps({"digest": self.digest, "j": j, "start": start, "stop": stop,
-                           "chi2_total": np.asarray(chi2_total, float).tolist(),
-                           "loss": np.asarray(loss, float).tolist()})
+        self._append({"digest": self.digest, "j": j, "start": start, "stop": stop,
+                      "chi2_total": np.asarray(chi2_total, float).tolist(), "loss": np.asarray(loss, float).tolist()})
+        self.units[(j, start, stop)] = (np.asarray(chi2_total, float), np.asarray(loss, float))
+
+    def take_read_out(self, start: int, stop: int):
+        """``(chi2_total, chi2_support)``, each ``(n_grid, stop - start)``, of a finished support
+        read-out unit (:func:`support_unit`), or None."""
+        return self.read_outs.get((start, stop))
+
+    def add_read_out(self, start: int, stop: int, chi2_total, chi2_support) -> None:
+        self._append({"digest": self.digest, "start": start, "stop": stop,
+                      "chi2_total": np.asarray(chi2_total, float).tolist(),
+                      "chi2_support": np.asarray(chi2_support, float).tolist()})
+        self.read_outs[(start, stop)] = (np.asarray(chi2_total, float), np.asarray(chi2_support, float))
+
+    def _append(self, unit: dict) -> None:
         with open(self.path, "a") as fh:
-            fh.write(line + "\n")
+            fh.write(json.dumps(unit) + "\n")
             fh.flush()
             os.fsync(fh.fileno())
-        self.units[(j, start, stop)] = (np.asarray(chi2_total, float), np.asarray(loss, float))
 
 
 def grid_value_task(problem: Problem, name: str, fixed: dict, value: float, flux, err, kw: dict, mode: str):
@@ -579,6 +636,103 @@ def _on_cluster(cluster, problem, name, fixed, v, flux, err, kw, o, profiles, n_
     return used, iterations
 
 
+def support_unit(problem: Problem, name: str, fixed: dict, values, flux, err, kw: dict, mode: str,
+                 warm_start: bool = True, readout=SUPPORT_READOUT):
+    """``grid --readout support``'s read-out of each data set of ``flux`` along grid values
+    ``values`` of ``name`` (the other parameters ``fixed``): a calibration's unit of work for the
+    support read-out, in this process or as a Dask task. Every data set is solved at every value
+    with the settings ``kw`` (as :func:`grid_value_task`, walking the values with warm starts);
+    its support is read off its own regularised map at its lowest ``chi2_total`` value
+    (:func:`dopplermap.search.support_mask`); the map is then refitted on that support at every
+    value (:func:`dopplermap.search.solve_on_support`, started from the regularised map there).
+
+    Returns ``(chi2_total, chi2_support, mode, iterations, unconverged)``: the two
+    ``(n_grid, n_members)`` profiles (un-reduced), the batched solves' mode and iterations, and
+    how many refits stopped before their tolerance."""
+    v = np.asarray(values, float)
+    obs, n = problem.obs, problem.grid.n_cell
+    n_data = obs.n_epoch * obs.n_vel
+    flux = np.asarray(flux, float)
+    chi2, maps, starts, iterations = np.empty((v.size, flux.shape[0])), [], None, 0
+    for j, gv in enumerate(v):
+        c, _, many = grid_value_task(problem, name, fixed, float(gv), flux, err, _warm(kw, starts), mode)
+        mode = many.mode  # every value in the mode the first chose
+        x, its = _solutions(many)
+        chi2[j], iterations = c * n_data, iterations + its
+        maps.append(x[0])
+        starts = x if warm_start else None
+    refit, unconverged = np.empty_like(chi2), 0
+    for m in range(flux.shape[0]):
+        at = maps[int(np.argmin(chi2[:, m]))][m]
+        keep = [support_mask(problem.grid, at[k * n:(k + 1) * n], readout.threshold, readout.dilate_deg)
+                for k in (0, 1)]
+        member = problem.replace(obs=dataclasses.replace(obs, flux=flux[m]))
+        for j, gv in enumerate(v):
+            with warnings.catch_warnings(record=True) as caught:  # counted and reported once by the caller
+                warnings.simplefilter("always", DopplermapWarning)
+                r = solve_on_support(member, dict(fixed, **{name: float(gv)}), *keep, maps[j][m], readout=readout)
+            unconverged += int(not r.success or any(issubclass(w.category, DopplermapWarning) for w in caught))
+            refit[j, m] = float(r.chi2) * n_data
+    return chi2, refit, mode, iterations, unconverged
+
+
+def _support_task(shared, name, fixed, values, start, stop, kw, mode, warm_start):
+    """A cluster task: :func:`support_unit` of data sets ``start:stop`` of the session's
+    ``(problem, flux, err)``."""
+    problem, flux, err = shared
+    return support_unit(problem, name, fixed, values, flux[start:stop], err, kw, mode, warm_start)
+
+
+def _support_read_outs(units, problem, name, fixed, v, flux, err, kw, o, profiles, progress, cluster,
+                       finished: Finished | None) -> tuple[str, int, int]:
+    """The support read-out of every unit ``(start, stop)`` of data sets (:func:`support_unit`),
+    in this process one after another or as Dask tasks, each unit's profiles kept in
+    ``finished`` as it finishes and taken from there where it finished before. Returns the modes
+    used, the iterations and the unconverged refits."""
+    modes, iterations, unconverged, done = set(), 0, 0, 0
+
+    def store(start, stop, chi2, refit):
+        nonlocal done
+        profiles["chi2_total"][:, start:stop], profiles["chi2_support"][:, start:stop] = chi2, refit
+        done += 1
+        if progress is not None:
+            progress("read-out", done, len(units))
+
+    todo = []
+    for start, stop in units:
+        kept = None if finished is None else finished.take_read_out(start, stop)
+        if kept is None:
+            todo.append((start, stop))
+        else:
+            store(start, stop, *kept)
+    if cluster is None:
+        for start, stop in todo:
+            chi2, refit, used, its, bad = support_unit(problem, name, fixed, v, flux[start:stop], err, kw, o.mode,
+                                                       o.warm_start)
+            modes.add(used)
+            iterations, unconverged = iterations + its, unconverged + bad
+            if finished is not None:
+                finished.add_read_out(start, stop, chi2, refit)
+            store(start, stop, chi2, refit)
+    elif todo:
+        from dask.distributed import as_completed
+
+        with Session(cluster, (problem, flux, err)) as session:
+            futs = {session.submit(_support_task, name, fixed, v, start, stop, kw, o.mode, o.warm_start, retries=2):
+                    (start, stop) for start, stop in todo}
+            for fut in as_completed(list(futs)):
+                start, stop = futs.pop(fut)  # the client keeps no task it has read
+                chi2, refit, used, its, bad = fut.result()
+                modes.add(used)
+                iterations, unconverged = iterations + its, unconverged + bad
+                if finished is not None:
+                    finished.add_read_out(start, stop, chi2, refit)
+                store(start, stop, chi2, refit)
+    log.info("calibrate %s: support read-out of %d units (%d finished before), %d refits unconverged", name,
+             len(units), len(units) - len(todo), unconverged)
+    return "+".join(sorted(modes)) or "resumed", iterations, unconverged
+
+
 def _simulated_sets(problem, at, t, kw, lm_sim, err, o, progress) -> np.ndarray:
     """``(1 + n_trial n_sim, n_epoch, n_vel)``: the observed profiles, then for each trial value
     ``n_sim`` data sets drawn from the map the data give there (:func:`calibrate_parameter`)."""
@@ -635,7 +789,7 @@ def calibrate_parameter(problem: Problem, name: str, values, *, fixed: dict | No
     if t.ndim != 1 or t.size < 2 or np.any(np.diff(t) <= 0):
         raise DopplermapInputError(f"calibrate {name}: need >= 2 ascending trial values, got {np.asarray(trials).tolist()}")
     n_sim = int(o.n_sim)
-    check_calibration_size(problem, {name: (v.size, t.size)}, n_sim, o.max_solves)  # before any allocation
+    check_calibration_size(problem, {name: (v.size, t.size)}, n_sim, o.max_solves, o.readout)  # before any allocation
     t_start = time.perf_counter()
     kw = dict(lmbd=settings.lmbd, regulariser=settings.regulariser, tol=settings.tol, maxiter=settings.maxiter,
               fit_rv=settings.fit_rv, fit_amp=settings.fit_amp, offset_sigma=settings.offset_sigma)
@@ -660,10 +814,19 @@ def calibrate_parameter(problem: Problem, name: str, values, *, fixed: dict | No
     elif progress is not None:
         progress("trial", t.size, t.size)
     n_data = obs.n_epoch * obs.n_vel
-    profiles = {c: np.empty((v.size, flux.shape[0])) for c in COLUMNS}
-    iterations = 0
-    if cluster is None:
-        mode, n_all, starts = o.mode, flux.shape[0], None
+    unconverged = None
+    if o.readout == "support":  # units: the observed data, then each trial's data sets
+        profiles = {c: np.empty((v.size, flux.shape[0])) for c in ("chi2_total", "chi2_support")}
+        units = [(0, 1)] + [(1 + i * n_sim, 1 + (i + 1) * n_sim) for i in range(t.size)]
+        mode, iterations, unconverged = _support_read_outs(units, problem, name, fixed, v, flux, err, kw, o, profiles,
+                                                           progress, cluster, finished)
+        if unconverged:
+            warn(f"calibrate {name}: {unconverged} of {v.size * flux.shape[0]} support refits stopped before their "
+                 f"tolerance (tol {SUPPORT_READOUT.tol:g}, at most {SUPPORT_READOUT.maxiter} iterations); their "
+                 "chi2 is where they stopped")
+    elif cluster is None:
+        profiles = {c: np.empty((v.size, flux.shape[0])) for c in COLUMNS}
+        mode, iterations, n_all, starts = o.mode, 0, flux.shape[0], None
         for j, gv in enumerate(v):  # every data set solved at each grid value, in one batch
             done = None if finished is None else finished.take(j, 0, n_all)
             if done is None:
@@ -685,17 +848,20 @@ def calibrate_parameter(problem: Problem, name: str, values, *, fixed: dict | No
             if progress is not None:
                 progress("grid", j + 1, v.size)
     else:
+        profiles = {c: np.empty((v.size, flux.shape[0])) for c in COLUMNS}
         mode, iterations = _on_cluster(cluster, problem, name, fixed, v, flux, err, kw, o, profiles, n_data,
                                        progress, finished)
-    prof = profiles[o.column]
+    column = "chi2_support" if o.readout == "support" else o.column
+    prof = profiles[column]
     est = np.array([profile_minimum(v, prof[:, m]) for m in range(flux.shape[0])])
     sims = est[1:].reshape(t.size, n_sim)
     belt = belt_estimate(t, sims, est[0])
-    cost = calibration_cost(v.size, t.size, n_sim)
+    cost = calibration_cost(v.size, t.size, n_sim, o.readout)
     return Calibration(name=name, estimate=belt["estimate"], lo68=belt["lo68"], hi68=belt["hi68"],
                        lo95=belt["lo95"], hi95=belt["hi95"], raw=float(est[0]), lo_open=belt["lo_open"],
                        hi_open=belt["hi_open"], no_crossing=belt["no_crossing"], values=v, trials=t, fixed=fixed,
                        sims=sims, center=belt["center"], spread=belt["spread"], profile=prof[:, 0],
                        n_sim=n_sim, n_solves=cost["total"], seconds=time.perf_counter() - t_start, seed=int(o.seed),
-                       column=o.column, sim_lmbd=lm_sim, sim_oversample=int(o.sim_oversample),
-                       member_profiles=profiles, mode=mode, iterations=iterations)
+                       column=column, sim_lmbd=lm_sim, sim_oversample=int(o.sim_oversample),
+                       member_profiles=profiles, mode=mode, iterations=iterations, readout=o.readout,
+                       unconverged=unconverged)

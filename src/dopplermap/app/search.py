@@ -433,9 +433,6 @@ def run_grid(source: Source, out: Path, grid: GridSpec, *, settings: SearchSetti
                  "the profile can favour the parameters that give the map the most room to fit the noise")
     prob = prob.replace(settings=settings)
     if readout == "support":
-        if n_sim is not None:
-            raise DopplermapInputError("grid: --calibrate calibrates the regularised read-out; it does not combine "
-                                       "with --readout support")
         if prob.windows is not None:
             raise DopplermapInputError("grid --readout support refits one static map; the problem has time windows")
     if n_sim is not None:  # refuse what cannot be calibrated before the search, not after it
@@ -443,7 +440,7 @@ def run_grid(source: Source, out: Path, grid: GridSpec, *, settings: SearchSetti
         sizes = {k: (np.size(v), np.size(v)) for k, v in axes.items() if np.size(v) >= 3}
         if not sizes:
             raise DopplermapInputError("--calibrate needs a --param axis of at least 3 values")
-        calibrate.check_calibration_size(prob, sizes, n_sim, max_points)
+        calibrate.check_calibration_size(prob, sizes, n_sim, max_points, _calibrated_readout(readout))
     out.mkdir(exist_ok=True)
     # the lock first: a second process must not clear or resume this folder meanwhile; it
     # is released before the manifest, which lists every file of the folder
@@ -546,7 +543,7 @@ def _search_and_summarise(prob, axes, out, resume, cluster, max_points, quiet, d
         if calibrate_oversample is None:
             calibrate_oversample = 1 if problem is None else calibrate.SIM_OVERSAMPLE
         calibrated = _calibrate(prob, axes, best, n_sim, calibrate_seed, calibrate_oversample, quiet, max_points,
-                                cluster=cluster, folder=out)
+                                cluster=cluster, folder=out, readout=_calibrated_readout(readout))
         summary["calibrated"] = {name: c.summary() for name, c in calibrated.items()}
     _write_json(out / "grid.json", summary)
     save_figure(plot.plot_grid(rows, list(axes), column=column, delta=delta_chi2, calibrated=calibrated),
@@ -616,11 +613,20 @@ CALIBRATION_PREFIX = "calibrate-"
 its data sets ``.npz``, :class:`dopplermap.calibrate.Finished`): ``--resume`` continues from them."""
 
 
-def _calibrate(prob, axes, best, n_sim, seed, oversample, quiet, max_solves=None, cluster=None, folder=None) -> dict:
+def _calibrated_readout(readout: str) -> str:
+    """The base read-out a calibration simulates (:data:`dopplermap.calibrate.READOUTS`): the
+    support refit for ``--readout support``; else the regularised solves with the grid's
+    settings (``--readout profiled``: its lambda and tolerance)."""
+    return "support" if readout == "support" else "regularised"
+
+
+def _calibrate(prob, axes, best, n_sim, seed, oversample, quiet, max_solves=None, cluster=None, folder=None,
+               readout="regularised") -> dict:
     """Calibrate every axis of >= 3 values in the order of the axes; the others are held at
     the grid's best point, or at their calibrated value once calibrated (as the benchmark
     measured it: inclination, then vsini at the calibrated inclination). With a ``folder``
-    each calibration keeps its finished work there as it goes (a killed run resumes it)."""
+    each calibration keeps its finished work there as it goes (a killed run resumes it).
+    ``readout``: the base read-out each data set is read by (:data:`dopplermap.calibrate.READOUTS`)."""
     names = [n for n in axes if np.size(axes[n]) >= 3]
     if not names:
         raise DopplermapInputError("--calibrate needs a --param axis of at least 3 values")
@@ -628,10 +634,11 @@ def _calibrate(prob, axes, best, n_sim, seed, oversample, quiet, max_solves=None
     held = {k: float(best[k]) for k in axes}
     for i, name in enumerate(names):
         v = np.sort(np.asarray(axes[name], float))
-        cost = calibrate.calibration_cost(v.size, v.size, n_sim)
+        cost = calibrate.calibration_cost(v.size, v.size, n_sim, readout)
         if not quiet:
+            refits = f" + {cost['refits']} support refits" if cost["refits"] else ""
             click.echo(f"calibrating {name}: {cost['trial_solves']} trial maps + {cost['batched_calls']} batched "
-                       f"solves of {cost['members']} data sets ({cost['total']} solves)", err=True)
+                       f"solves of {cost['members']} data sets{refits} ({cost['total']} solves)", err=True)
         fixed = {k: x for k, x in held.items() if k != name}
 
         def progress(stage, i, n, name=name):
@@ -641,7 +648,7 @@ def _calibrate(prob, axes, best, n_sim, seed, oversample, quiet, max_solves=None
         with _expected_chi2_spread():
             table = None if folder is None else folder / f"{CALIBRATION_PREFIX}{name}.jsonl"
             options = calibrate.CalibrationOptions(n_sim=n_sim, seed=seed + i, sim_oversample=oversample,
-                                                   max_solves=max_solves, table=table)
+                                                   max_solves=max_solves, table=table, readout=readout)
             out[name] = calibrate.calibrate_parameter(prob, name, v, fixed=fixed, options=options, progress=progress,
                                                       cluster=cluster)
         held[name] = out[name].estimate

@@ -1,0 +1,128 @@
+"""The support read-out calibrated by simulation (``grid --readout support --calibrate N``) on
+the 12 calibration stars, against the same read-out uncalibrated.
+
+    PYTHONPATH=src python benchmarks/bench_calibrated_support.py [--stars 0,1,...] [--cells 1200]
+        [--n-sim 4] [--procs 2] [--stop-after S] [--out benchmarks/results/calibrated-support.json]
+    PYTHONPATH=src python benchmarks/bench_calibrated_support.py --tables a.json b.json
+
+Stars are :mod:`bench_calibration`'s (its independent disc integrator on 11 740 cells). Each star's
+inclination is calibrated by :func:`dopplermap.calibrate.calibrate_parameter` with
+``readout="support"`` over 10-90 deg every 10 deg (``--step``; the support read-out's nodes in
+RESULTS.md), the same values as trials, vsini held at the truth, the read-out's settings
+the regularised ones of ``bench_readout.py``'s ``old`` (lambda 1, tol 1e-5), simulations on a grid
+of 4x the cells (the default for observed data). The uncalibrated support read-out (``raw``) is
+the same calibration's observed-data estimate; its interval is its own profile's Delta chi2 <= 1
+/ 4 range (:func:`bench_calibration.continuous_interval`), as ``grid --readout support`` prints.
+A star a spawned single-threaded worker with ``--procs`` (``bench_readout._star_pool``).
+Results: benchmarks/RESULTS.md, "The support read-out calibrated".
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+import bench_calibration as B  # noqa: E402
+import bench_readout as R  # noqa: E402
+from _common import write_json  # noqa: E402
+
+
+def calibrate_star(k, cells, n_sim, step=10.0, seed=0):
+    """Star ``k``'s support read-out, raw and calibrated (a row of the tables)."""
+    from dopplermap.calibrate import CalibrationOptions, calibrate_parameter
+
+    t0 = time.perf_counter()
+    incs = np.arange(10.0, 90.0 + 1e-9, step)
+    s = B.make_star(k, n_cell=cells)
+    p = s["problem"]
+    p = p.replace(settings=R._settings(p, "old"))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        c = calibrate_parameter(p, "inclination", incs, fixed={"vsini": s["vsini"]}, trials=incs,
+                                options=CalibrationOptions(n_sim=n_sim, seed=seed, readout="support"))
+    row = dict(k=k, inc=s["inc"], vsini=s["vsini"], n_epoch=s["n_epoch"], snr=s["snr"], n_cell=cells, n_sim=n_sim,
+               support=dict(R.read(incs, c.profile, s["inc"]), wall_s=0.0, unconverged=0), raw=float(c.raw),
+               cal_support=dict(best=c.estimate, lo68=c.lo68, hi68=c.hi68, lo95=c.lo95, hi95=c.hi95,
+                                wall_s=c.seconds, unconverged=int(c.unconverged or 0), lo_open=c.lo_open,
+                                hi_open=c.hi_open, no_crossing=c.no_crossing),
+               sims=c.sims.tolist(), center=c.center.tolist(), spread=c.spread.tolist(), profile=c.profile.tolist(),
+               n_solves=c.n_solves, mode=c.mode, warnings=[str(w.message)[:300] for w in caught],
+               wall_s=time.perf_counter() - t0)
+    return row
+
+
+def _worker(k, cells, n_sim, step):
+    return calibrate_star(k, cells, n_sim, step)
+
+
+def summary(rows, which):
+    err = np.array([r[which]["best"] - r["inc"] for r in rows])
+    c68 = sum(r[which]["lo68"] <= r["inc"] <= r[which]["hi68"] for r in rows)
+    c95 = sum(r[which]["lo95"] <= r["inc"] <= r[which]["hi95"] for r in rows)
+    width = np.mean([r[which]["hi68"] - r[which]["lo68"] for r in rows])
+    return (f"| {which} | {len(rows)} | {np.mean(np.abs(err)):.1f} deg | {np.median(np.abs(err)):.1f} deg | "
+            f"{np.mean(err):+.1f} deg | {c68}/{len(rows)} | {c95}/{len(rows)} | {width:.1f} deg |")
+
+
+def tables(rows):
+    rows = sorted(rows, key=lambda r: r["k"])
+    out = ["| star | truth | E | S/N | support, raw [68 %] (95 %) | calibrated [68 %] (95 %) | refits unconverged | s |",
+           "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        a, c = r["support"], r["cal_support"]
+        out.append(f"| {r['k']} | {r['inc']:.0f} | {r['n_epoch']} | {r['snr']:.0f} | {a['best']:.1f} [{a['lo68']:.1f}, "
+                   f"{a['hi68']:.1f}] ({a['lo95']:.1f}-{a['hi95']:.1f}) | {c['best']:.1f} [{c['lo68']:.1f}, "
+                   f"{c['hi68']:.1f}] ({c['lo95']:.1f}-{c['hi95']:.1f}) | {c['unconverged']} | {c['wall_s']:.0f} |")
+    out += ["", "| read-out | stars | mean abs error | median | bias | 68 % coverage | 95 % coverage | mean 68 % width |",
+            "|---|---|---|---|---|---|---|---|", summary(rows, "support"), summary(rows, "cal_support")]
+    return "\n".join(out)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--stars", default=",".join(str(k) for k in range(len(B.STARS))))
+    ap.add_argument("--cells", type=int, default=1200)
+    ap.add_argument("--n-sim", type=int, default=4)
+    ap.add_argument("--step", type=float, default=10.0, help="grid and trial step, deg")
+    ap.add_argument("--procs", type=int, default=1)
+    ap.add_argument("--stop-after", type=float, default=None)
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--tables", nargs="+", default=None, help="print the tables of these result files")
+    args = ap.parse_args()
+    if args.tables:
+        rows = [r for path in args.tables for r in json.loads(Path(path).read_text())["stars"]]
+        print(tables(rows))
+        return
+    ks = [int(k) for k in args.stars.split(",") if k != ""]
+    incs = np.arange(10.0, 90.0 + 1e-9, args.step)
+    res = dict(command=" ".join(sys.argv), cells=args.cells, n_sim=args.n_sim, inc_grid=incs.tolist(),
+               trials=incs.tolist(), stars=[])
+    t0 = time.perf_counter()
+    order = sorted(ks, key=lambda k: -B.STARS[k][2])  # the most epochs first
+    if args.procs <= 1:
+        for k in order:
+            res["stars"].append(calibrate_star(k, args.cells, args.n_sim, args.step))
+            R._print_star(res["stars"][-1], ("support", "cal_support"))
+            if args.out:
+                write_json(args.out, res)
+    else:
+        R._worker_env()
+        jobs = {k: (_worker, (k, args.cells, args.n_sim, args.step)) for k in order}
+        R._star_pool(jobs, lambda k, row: row, ("support", "cal_support"), args.procs, res, args.out, args.stop_after,
+                     t0)
+    res["wall_s"] = time.perf_counter() - t0
+    if args.out:
+        write_json(args.out, res)
+    if res["stars"]:
+        print(tables(res["stars"]))
+
+
+if __name__ == "__main__":
+    main()
