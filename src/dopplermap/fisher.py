@@ -27,6 +27,7 @@ Pure NumPy after :func:`jacobian`; nothing here knows about maps or stars.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import jax
 import numpy as np
@@ -41,29 +42,47 @@ __all__ = ["jacobian", "fisher_matrix", "parameter_bound", "Bound"]
 _RTOL = 1e-10
 
 
-def jacobian(fn, x, *, chunk: int = 32) -> np.ndarray:
+def jacobian(fn, x, *, chunk: int = 32, args: tuple = ()) -> np.ndarray:
     """Dense Jacobian ``(m, p)`` of ``fn: (p,) -> any shape`` (flattened to ``m``) at ``x``.
 
-    Forward mode, ``chunk`` tangents at a time (one compiled program per chunk shape): the
-    memory of ``chunk`` forward passes, not of ``p``.
+    Forward mode, ``chunk`` tangents at a time: the memory of ``chunk`` forward passes, not
+    of ``p``. ``args``: arrays (any pytree) passed on as ``fn(x, *args)``, as arguments of the
+    compiled program rather than constants in it.
+
+    One compiled program per ``fn``, shape of ``x``, ``chunk`` and shapes of ``args``, kept
+    across calls: a Gauss-Newton loop calling this with the same ``fn`` at new points, or a
+    module-level ``fn`` with other data of the same shapes in ``args``, compiles once. A new
+    closure (``lambda``) each call is a new ``fn`` and compiles again.
     """
     x = jax.numpy.asarray(x, dtype=float)
-    if x.ndim != 1:
-        raise DopplermapInputError(f"jacobian needs a 1-D x, got shape {x.shape}")
+    if x.ndim != 1 or x.size == 0:
+        raise DopplermapInputError(f"jacobian needs a 1-D x of at least one parameter, got shape {x.shape}")
+    if isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)) or chunk < 1:
+        raise DopplermapInputError(f"jacobian: chunk must be an integer >= 1, got {chunk!r}")
+    if not isinstance(args, tuple):
+        raise DopplermapInputError(f"jacobian: args must be a tuple (fn is called as fn(x, *args)), got "
+                                   f"{type(args).__name__}")
     p = x.shape[0]
-
-    @jax.jit
-    def block(x, tangents):
-        return jax.vmap(lambda t: jax.jvp(lambda z: fn(z).ravel(), (x,), (t,))[1])(tangents)
-
+    chunk = min(int(chunk), p)  # no all-zero tangents beyond p
     eye = np.eye(p)
     cols = []
     for a in range(0, p, chunk):
-        t = np.zeros((chunk, p))
+        t = np.zeros((chunk, p))  # the last chunk padded: every chunk one shape, one program
         n = min(chunk, p - a)
         t[:n] = eye[a:a + n]
-        cols.append(np.asarray(block(x, jax.numpy.asarray(t)))[:n])
+        cols.append(np.asarray(_jvp_block(fn, x, jax.numpy.asarray(t), args))[:n])
     return np.concatenate(cols, axis=0).T
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _jvp_block(fn, x, tangents, args):
+    """``(k, m)`` directional derivatives of ``fn(., *args).ravel()`` at ``x`` along ``tangents``
+    ``(k, p)``. Compiled here once, ``fn`` static (the jit's cache is keyed on it), so that
+    :func:`jacobian` reuses the program across calls."""
+    def along(t):
+        return jax.jvp(lambda z: jax.numpy.ravel(fn(z, *args)), (x,), (t,))[1]
+
+    return jax.vmap(along)(tangents)
 
 
 def fisher_matrix(jac, sigma) -> np.ndarray:
