@@ -1,5 +1,8 @@
 """dopplermap.fisher against closed forms, a Monte-Carlo least-squares fit and finite differences."""
 
+import gc
+import weakref
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -162,7 +165,7 @@ def test_jacobian_compiles_once_per_function_and_shapes():
     x = np.array([0.4, 0.3, 1.2, 0.1])
     for point in (x, x + 0.05):
         j = jacobian(fn, point, chunk=3)
-        want = np.asarray(jax.jacfwd(lambda z: fn(z).ravel())(jnp.asarray(point)))
+        want = np.asarray(jax.jacfwd(fn)(jnp.asarray(point)))  # fn is 1-D already
         np.testing.assert_allclose(j, want, rtol=1e-12, atol=1e-12 * np.max(np.abs(want)))
     n_first = len(traces)
     assert n_first >= 1
@@ -176,3 +179,8 @@ def test_jacobian_compiles_once_per_function_and_shapes():
     np.testing.assert_allclose(doubled[:, :3], 4.0 * base[:, :3], rtol=1e-12)  # the data reach the result
     with pytest.raises(DopplermapInputError, match="chunk must be an integer >= 1"):
         jacobian(fn, x, chunk=0)
+    # the kept program does not keep the function (and the data it closes over) alive
+    gone = weakref.ref(fn)
+    del fn
+    gc.collect()
+    assert gone() is None

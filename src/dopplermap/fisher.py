@@ -27,7 +27,7 @@ Pure NumPy after :func:`jacobian`; nothing here knows about maps or stars.
 from __future__ import annotations
 
 import dataclasses
-import functools
+import weakref
 
 import jax
 import numpy as np
@@ -52,7 +52,7 @@ def jacobian(fn, x, *, chunk: int = 32, args: tuple = ()) -> np.ndarray:
     One compiled program per ``fn``, shape of ``x``, ``chunk`` and shapes of ``args``, kept
     across calls: a Gauss-Newton loop calling this with the same ``fn`` at new points, or a
     module-level ``fn`` with other data of the same shapes in ``args``, compiles once. A new
-    closure (``lambda``) each call is a new ``fn`` and compiles again.
+    closure (``lambda``) or bound method each call is a new ``fn`` and compiles again.
     """
     x = jax.numpy.asarray(x, dtype=float)
     if x.ndim != 1 or x.size == 0:
@@ -64,25 +64,49 @@ def jacobian(fn, x, *, chunk: int = 32, args: tuple = ()) -> np.ndarray:
                                    f"{type(args).__name__}")
     p = x.shape[0]
     chunk = min(int(chunk), p)  # no all-zero tangents beyond p
+    block = _jvp_block(fn)
     eye = np.eye(p)
     cols = []
     for a in range(0, p, chunk):
         t = np.zeros((chunk, p))  # the last chunk padded: every chunk one shape, one program
         n = min(chunk, p - a)
         t[:n] = eye[a:a + n]
-        cols.append(np.asarray(_jvp_block(fn, x, jax.numpy.asarray(t), args))[:n])
+        cols.append(np.asarray(block(x, jax.numpy.asarray(t), args))[:n])
     return np.concatenate(cols, axis=0).T
 
 
-@functools.partial(jax.jit, static_argnums=0)
-def _jvp_block(fn, x, tangents, args):
-    """``(k, m)`` directional derivatives of ``fn(., *args).ravel()`` at ``x`` along ``tangents``
-    ``(k, p)``. Compiled here once, ``fn`` static (the jit's cache is keyed on it), so that
-    :func:`jacobian` reuses the program across calls."""
-    def along(t):
-        return jax.jvp(lambda z: jax.numpy.ravel(fn(z, *args)), (x,), (t,))[1]
+# fn -> its compiled block, dropped with fn: a static jit argument would keep every fn given, and
+# the arrays it closes over, alive in JAX's cache
+_BLOCKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
-    return jax.vmap(along)(tangents)
+
+def _jvp_block(fn):
+    """The compiled ``(x, tangents (k, p), args) -> (k, m)`` directional derivatives of
+    ``fn(., *args).ravel()`` at ``x``, one per ``fn`` while it lives (JAX keeps one program per
+    shapes under it). A function that cannot be weakly referenced gets a program of its own."""
+    try:
+        return _BLOCKS[fn]
+    except (KeyError, TypeError):
+        pass
+    try:
+        ref = weakref.ref(fn)
+    except TypeError:
+        ref = lambda: fn  # noqa: E731
+
+    @jax.jit
+    def block(x, tangents, args):
+        f = ref()  # alive: jacobian holds fn while it calls this
+
+        def along(t):
+            return jax.jvp(lambda z: jax.numpy.ravel(f(z, *args)), (x,), (t,))[1]
+
+        return jax.vmap(along)(tangents)
+
+    try:
+        _BLOCKS[fn] = block
+    except TypeError:
+        pass
+    return block
 
 
 def fisher_matrix(jac, sigma) -> np.ndarray:
