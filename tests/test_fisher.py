@@ -1,5 +1,9 @@
 """dopplermap.fisher against closed forms, a Monte-Carlo least-squares fit and finite differences."""
 
+import gc
+import weakref
+
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -146,3 +150,37 @@ def test_bad_input_is_refused():
         fisher_matrix(np.ones((3, 2)), [1.0, 0.0, 1.0])
     with pytest.raises(DopplermapInputError, match="prior_hessian"):
         parameter_bound(f, [0], prior_hessian=np.eye(2))
+
+
+def test_jacobian_compiles_once_per_function_and_shapes():
+    """A second call with the same function (a Gauss-Newton step at a new point) or with other
+    data of the same shapes in ``args`` does not trace again; the values are forward mode's."""
+    v = jnp.linspace(-3.0, 3.0, 17)
+    traces = []
+
+    def fn(z, depth=1.0):
+        traces.append(1)  # runs only while JAX traces
+        return depth * z[0] * jnp.exp(-((v - z[1]) / z[2]) ** 2) + z[3] * v
+
+    x = np.array([0.4, 0.3, 1.2, 0.1])
+    for point in (x, x + 0.05):
+        j = jacobian(fn, point, chunk=3)
+        want = np.asarray(jax.jacfwd(fn)(jnp.asarray(point)))  # fn is 1-D already
+        np.testing.assert_allclose(j, want, rtol=1e-12, atol=1e-12 * np.max(np.abs(want)))
+    n_first = len(traces)
+    assert n_first >= 1
+    jacobian(fn, x + 0.1, chunk=3)
+    assert len(traces) == n_first  # same fn, same shapes: the compiled program is reused
+    jacobian(fn, x, chunk=3, args=(jnp.asarray(2.0),))
+    n_args = len(traces)
+    doubled = jacobian(fn, x, chunk=3, args=(jnp.asarray(4.0),))
+    assert len(traces) == n_args  # other data as arguments: no new trace
+    base = jacobian(fn, x, chunk=3, args=(jnp.asarray(1.0),))
+    np.testing.assert_allclose(doubled[:, :3], 4.0 * base[:, :3], rtol=1e-12)  # the data reach the result
+    with pytest.raises(DopplermapInputError, match="chunk must be an integer >= 1"):
+        jacobian(fn, x, chunk=0)
+    # the kept program does not keep the function (and the data it closes over) alive
+    gone = weakref.ref(fn)
+    del fn
+    gc.collect()
+    assert gone() is None

@@ -113,3 +113,31 @@ def test_invert_batch_takes_its_form_and_mode_from_the_plan(problem, monkeypatch
         with pytest.raises(RuntimeError, match="stop before solving"):
             dm.invert_batch(planned, lmbds=[0.5, 1.0])
         assert seen["mode"] == mode and seen["form"].startswith(cls), seen
+
+
+def test_a_given_form_of_several_line_sets_is_refused_in_one_line(problem):
+    """A LineSets is not a form a Problem holds (its several sets come from ``lines``): the
+    constructor says so and names the ways that do take several sets; so for a bare form
+    object or a tuple of observations beside one model."""
+    from dopplermap.errors import ConvergenceWarning
+    from dopplermap.objective import LineSets
+
+    sets = LineSets.create([problem.pre, problem.pre], names=["a", "b"])
+    obs = problem.observations
+    cases = (
+        (dict(obs=(obs, obs), form=sets), r"form takes one line data set's model .*LineSets of 2 sets.*give lines.*"
+                                          r"dopplermap\.invert"),
+        (dict(obs=obs, form=sets), "LineSets of 2 sets"),
+        (dict(obs=obs, form=problem.pre.line), f"form takes a dopplermap.model.Precomputed .*got "
+                                               f"{type(problem.pre.line).__name__}"),
+        (dict(obs=(obs,), form=problem.pre), "obs takes dopplermap.Observations, got tuple"),
+    )
+    for kw, match in cases:
+        with pytest.raises(DopplermapInputError, match=match) as exc:
+            dm.Problem(grid=None, star=None, components=None, source="given", **kw)
+        assert "\n" not in str(exc.value) and str(exc.value).startswith("given: ")
+    # the one-set form still builds and solves; the sets themselves solve through invert
+    given = dm.Problem(grid=None, star=None, obs=obs, components=None, form=problem.pre)
+    assert given.pre is problem.pre
+    with pytest.warns(ConvergenceWarning):  # two iterations: a solve, not a converged one
+        assert set(dm.invert(sets, (obs, obs), maxiter=2).chi2_sets) == {"a", "b"}

@@ -27,6 +27,7 @@ Pure NumPy after :func:`jacobian`; nothing here knows about maps or stars.
 from __future__ import annotations
 
 import dataclasses
+import weakref
 
 import jax
 import numpy as np
@@ -41,29 +42,71 @@ __all__ = ["jacobian", "fisher_matrix", "parameter_bound", "Bound"]
 _RTOL = 1e-10
 
 
-def jacobian(fn, x, *, chunk: int = 32) -> np.ndarray:
+def jacobian(fn, x, *, chunk: int = 32, args: tuple = ()) -> np.ndarray:
     """Dense Jacobian ``(m, p)`` of ``fn: (p,) -> any shape`` (flattened to ``m``) at ``x``.
 
-    Forward mode, ``chunk`` tangents at a time (one compiled program per chunk shape): the
-    memory of ``chunk`` forward passes, not of ``p``.
+    Forward mode, ``chunk`` tangents at a time: the memory of ``chunk`` forward passes, not
+    of ``p``. ``args``: arrays (any pytree) passed on as ``fn(x, *args)``, as arguments of the
+    compiled program rather than constants in it.
+
+    One compiled program per ``fn``, shape of ``x``, ``chunk`` and shapes of ``args``, kept
+    across calls: a Gauss-Newton loop calling this with the same ``fn`` at new points, or a
+    module-level ``fn`` with other data of the same shapes in ``args``, compiles once. A new
+    closure (``lambda``) or bound method each call is a new ``fn`` and compiles again.
     """
     x = jax.numpy.asarray(x, dtype=float)
-    if x.ndim != 1:
-        raise DopplermapInputError(f"jacobian needs a 1-D x, got shape {x.shape}")
+    if x.ndim != 1 or x.size == 0:
+        raise DopplermapInputError(f"jacobian needs a 1-D x of at least one parameter, got shape {x.shape}")
+    if isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)) or chunk < 1:
+        raise DopplermapInputError(f"jacobian: chunk must be an integer >= 1, got {chunk!r}")
+    if not isinstance(args, tuple):
+        raise DopplermapInputError(f"jacobian: args must be a tuple (fn is called as fn(x, *args)), got "
+                                   f"{type(args).__name__}")
     p = x.shape[0]
-
-    @jax.jit
-    def block(x, tangents):
-        return jax.vmap(lambda t: jax.jvp(lambda z: fn(z).ravel(), (x,), (t,))[1])(tangents)
-
+    chunk = min(int(chunk), p)  # no all-zero tangents beyond p
+    block = _jvp_block(fn)
     eye = np.eye(p)
     cols = []
     for a in range(0, p, chunk):
-        t = np.zeros((chunk, p))
+        t = np.zeros((chunk, p))  # the last chunk padded: every chunk one shape, one program
         n = min(chunk, p - a)
         t[:n] = eye[a:a + n]
-        cols.append(np.asarray(block(x, jax.numpy.asarray(t)))[:n])
+        cols.append(np.asarray(block(x, jax.numpy.asarray(t), args))[:n])
     return np.concatenate(cols, axis=0).T
+
+
+# fn -> its compiled block, dropped with fn: a static jit argument would keep every fn given, and
+# the arrays it closes over, alive in JAX's cache
+_BLOCKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _jvp_block(fn):
+    """The compiled ``(x, tangents (k, p), args) -> (k, m)`` directional derivatives of
+    ``fn(., *args).ravel()`` at ``x``, one per ``fn`` while it lives (JAX keeps one program per
+    shapes under it). A function that cannot be weakly referenced gets a program of its own."""
+    try:
+        return _BLOCKS[fn]
+    except (KeyError, TypeError):
+        pass
+    try:
+        ref = weakref.ref(fn)
+    except TypeError:
+        ref = lambda: fn  # noqa: E731
+
+    @jax.jit
+    def block(x, tangents, args):
+        f = ref()  # alive: jacobian holds fn while it calls this
+
+        def along(t):
+            return jax.jvp(lambda z: jax.numpy.ravel(f(z, *args)), (x,), (t,))[1]
+
+        return jax.vmap(along)(tangents)
+
+    try:
+        _BLOCKS[fn] = block
+    except TypeError:
+        pass
+    return block
 
 
 def fisher_matrix(jac, sigma) -> np.ndarray:

@@ -301,6 +301,17 @@ class Problem:
                                            f"(several line data sets) or light curves alone (lightcurve_data), "
                                            f"got {what}")
         else:
+            if isinstance(self.form, LineSets):  # a Problem's several sets are built from lines, not given
+                raise DopplermapInputError(f"{self.source}: form takes one line data set's model "
+                                           f"(dopplermap.model.Precomputed), got a LineSets of {self.form.n_sets} sets; "
+                                           "for several sets give lines (one LineData each) with grid and star, "
+                                           "or call dopplermap.invert(line_sets, obs_tuple)")
+            if not isinstance(self.form, Precomputed):
+                raise DopplermapInputError(f"{self.source}: form takes a dopplermap.model.Precomputed (e.g. from "
+                                           f"dopplermap.precompute), got {type(self.form).__name__}")
+            if self.obs is not None and not isinstance(self.obs, Observations):
+                raise DopplermapInputError(f"{self.source}: obs takes dopplermap.Observations, got "
+                                           f"{type(self.obs).__name__}")
             if self.lines or self.obs is None:
                 raise DopplermapInputError(f"{self.source}: a problem with a given synthesis form needs its one "
                                            "line data set's obs (and no lines)")
