@@ -1,7 +1,7 @@
 """The calibration benchmark's independent disc integrator against dopplermap's dense model,
 and one calibration star end to end (benchmarks/bench_calibration.py)."""
 
-
+import dataclasses
 from types import SimpleNamespace
 
 import bench_calibration as B  # noqa: E402
@@ -487,3 +487,142 @@ def test_warm_started_calibration_gives_the_cold_profiles(monkeypatch):
                                atol=0.05)
     np.testing.assert_allclose(warm.sims, cold.sims, rtol=0, atol=0.05)
     assert (warm.estimate, warm.lo68, warm.hi68) == pytest.approx((cold.estimate, cold.lo68, cold.hi68), abs=0.05)
+
+
+@pytest.fixture(scope="module")
+def support_calibration():
+    """The support read-out calibrated on the demo star (truth 60 deg, data made on the inversion
+    grid itself: simulations on that grid), every data set solved from the flat start."""
+    from dopplermap import calibrate
+    from dopplermap.calibrate import CalibrationOptions, calibrate_parameter
+    from dopplermap.problem import demo_problem
+
+    p = demo_problem(n_cell=100, n_epoch=8, n_vel=20)
+    vals = [50.0, 55.0, 60.0, 65.0, 70.0]
+    made, plain = {}, calibrate._simulated_sets
+
+    def keep(*args):  # the data sets, to read one again by hand
+        made["flux"] = plain(*args)
+        return made["flux"]
+
+    calibrate._simulated_sets = keep
+    try:
+        c = calibrate_parameter(p, "inclination", vals, fixed={"vsini": p.star.vsini}, trials=[50.0, 60.0, 70.0],
+                                options=CalibrationOptions(n_sim=4, seed=1, sim_oversample=1, mode="sequential",
+                                                           warm_start=False, readout="support"))
+    finally:
+        calibrate._simulated_sets = plain
+    return p, vals, c, made["flux"]
+
+
+def test_support_calibration_reads_each_data_set_by_its_own_support(support_calibration):
+    """Each data set is read as ``grid --readout support`` reads the observed data: its own
+    regularised map at its lowest chi2_total value chooses its support, and the map refitted on
+    it at every value gives the profile the estimate is read from. Checked on the observed data
+    and on one simulated set against the search module's own support and refit."""
+    from dopplermap import calibrate, search
+
+    p, vals, c, sims = support_calibration
+    assert (c.readout, c.column, c.unconverged) == ("support", "chi2_support", 0)
+    assert c.n_solves == calibrate.calibration_cost(5, 3, 4, "support")["total"] == 3 + 2 * 5 * 13
+    assert c.lo95 <= c.lo68 <= c.estimate <= c.hi68 <= c.hi95 and c.lo95 <= 60.0 <= c.hi95
+    assert c.raw == calibrate.profile_minimum(vals, c.member_profiles["chi2_support"][:, 0])
+    assert sims.shape == (13, p.obs.n_epoch, p.obs.n_vel)
+    n_data = p.obs.n_epoch * p.obs.n_vel
+    for m in (0, 5):  # the observed data, and the second trial's first data set
+        member = p.replace(obs=dataclasses.replace(p.obs, flux=sims[m]))
+        kw = dict(lmbd=p.settings.lmbd, regulariser=p.settings.regulariser, tol=p.settings.tol,
+                  maxiter=p.settings.maxiter, fit_rv=p.settings.fit_rv, fit_amp=p.settings.fit_amp,
+                  offset_sigma=p.settings.offset_sigma)
+        maps, chi2 = [], []
+        for v in vals:
+            c2, _, many = calibrate.grid_value_task(member, "inclination", {"vsini": p.star.vsini}, v, sims[m:m + 1],
+                                                    np.asarray(p.obs.err), kw, "sequential")
+            chi2.append(c2[0] * n_data)
+            maps.append(many.results[0])
+        np.testing.assert_allclose(c.member_profiles["chi2_total"][:, m], chi2, rtol=1e-9)
+        best = maps[int(np.argmin(chi2))]
+        support = [search.support_mask(p.grid, f) for f in (best.fssc, best.fssh)]
+        refit = [search.solve_on_support(member, {"inclination": v, "vsini": p.star.vsini}, *support, r.x).chi2 * n_data
+                 for v, r in zip(vals, maps, strict=True)]
+        np.testing.assert_allclose(c.member_profiles["chi2_support"][:, m], refit, rtol=1e-9)
+
+
+def test_support_calibration_resumes_from_its_table(tmp_path, monkeypatch):
+    """The support read-out's units (the observed data, then each trial's data sets) are kept
+    as each finishes: killed midway and run again it reads only the units left and gives the
+    uninterrupted result; the regularised read-out's lines of the same table are not taken. The
+    read-outs are stand-ins (a profile with its minimum where each data set's mean puts it)."""
+    from dopplermap import calibrate
+    from dopplermap.calibrate import CalibrationOptions, calibrate_parameter
+    from dopplermap.problem import demo_problem
+
+    class Killed(Exception):
+        pass
+
+    p = demo_problem(n_cell=100, n_epoch=8, n_vel=20)
+    units = []
+
+    def sets(problem, at, t, kw, lm_sim, err, o, progress):
+        return np.random.default_rng(o.seed).normal(size=(1 + t.size * o.n_sim, *err.shape))
+
+    def unit(problem, name, fixed, values, flux, err, kw, mode, warm_start=True):
+        units.append(flux.shape[0])
+        if len(units) == stop_at[0]:
+            raise Killed
+        centre = 60.0 + 20.0 * flux.mean(axis=(1, 2))
+        refit = 1.0 + ((np.asarray(values)[:, None] - centre[None]) / 10.0) ** 2
+        return refit + 3.0, refit, "sequential", 1, 1
+
+    monkeypatch.setattr(calibrate, "_simulated_sets", sets)
+    monkeypatch.setattr(calibrate, "support_unit", unit)
+    vals = [50.0, 55.0, 60.0, 65.0, 70.0]
+    table = tmp_path / "calibrate-inclination.jsonl"
+
+    def run(tab):
+        return calibrate_parameter(p, "inclination", vals, fixed={"vsini": p.star.vsini}, trials=[50.0, 60.0, 70.0],
+                                   options=CalibrationOptions(n_sim=4, seed=3, readout="support", table=tab))
+
+    stop_at = [None]
+    with pytest.warns(dm.DopplermapWarning, match="4 of 65 support refits stopped"):
+        whole = run(None)
+    assert units == [1, 4, 4, 4] and whole.unconverged == 4
+    np.testing.assert_array_equal(whole.member_profiles["chi2_total"], whole.member_profiles["chi2_support"] + 3.0)
+    units.clear()
+    stop_at[0] = 3
+    with pytest.raises(Killed):
+        run(table)
+    assert len(table.read_text().splitlines()) == 2
+    units.clear()
+    stop_at[0] = None
+    with pytest.warns(dm.DopplermapWarning, match="2 of 65"):  # only this run's refits are counted
+        resumed = run(table)
+    assert units == [4, 4]
+    for col in ("chi2_total", "chi2_support"):
+        np.testing.assert_array_equal(resumed.member_profiles[col], whole.member_profiles[col])
+    assert (resumed.estimate, resumed.lo68, resumed.hi68) == (whole.estimate, whole.lo68, whole.hi68)
+    with pytest.raises(dm.DopplermapInputError, match="column 'loss' applies to the regularised"):
+        CalibrationOptions(readout="support", column="loss")
+    with pytest.raises(dm.DopplermapInputError, match="readout must be one of"):
+        CalibrationOptions(readout="profiled")
+
+
+@pytest.mark.slow
+def test_support_calibration_on_a_two_worker_cluster_equals_the_serial_one(support_calibration):
+    """The support read-out's units as Dask tasks on a local 2-worker cluster: the same profiles,
+    estimate and sets as in this process."""
+    from dask.distributed import LocalCluster
+
+    from dopplermap import search
+    from dopplermap.calibrate import CalibrationOptions, calibrate_parameter
+
+    p, vals, serial, _ = support_calibration
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        spread = calibrate_parameter(p, "inclination", vals, fixed={"vsini": p.star.vsini}, trials=[50.0, 60.0, 70.0],
+                                     cluster=search.Cluster(cluster.scheduler_address),
+                                     options=CalibrationOptions(n_sim=4, seed=1, sim_oversample=1, mode="sequential",
+                                                                warm_start=False, readout="support"))
+    for col in ("chi2_total", "chi2_support"):
+        np.testing.assert_allclose(spread.member_profiles[col], serial.member_profiles[col], rtol=1e-9)
+    assert (spread.estimate, spread.lo68, spread.hi68) == pytest.approx((serial.estimate, serial.lo68, serial.hi68),
+                                                                        rel=1e-9)

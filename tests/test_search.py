@@ -368,7 +368,7 @@ def test_a_warm_solve_that_does_not_move_its_loss_is_redone_cold(monkeypatch):
 @pytest.mark.slow
 def test_cli_grid_support_readout(npz, tmp_path):
     """The support read-out: a regularised pass, then every point refitted on its best map's
-    spotted cells, read on chi2_support; --calibrate does not combine with it."""
+    spotted cells, read on chi2_support; with --calibrate that read-out is what is calibrated."""
     from dopplermap.cli import main
 
     out = tmp_path / "s"
@@ -385,5 +385,10 @@ def test_cli_grid_support_readout(npz, tmp_path):
     assert all(np.isfinite(r["chi2_support"]) for r in rows)
     assert all(np.isnan(r["chi2_support"]) for r in first)
     assert summary["best"]["inclination"] == min(rows, key=lambda r: r["chi2_support"])["inclination"]
-    assert main(["grid", str(npz), "--out", str(tmp_path / "c"), "--param", "inclination=50:70:10",
-                 "--readout", "support", "--calibrate", "4", "--scheduler", "sync", "-q"]) == 2
+    assert main(["grid", str(npz), "--out", str(tmp_path / "c"), "--param", "inclination=50:70:10", "--param",
+                 "vsini=40", "--lmbd", "0.5", "--readout", "support", "--calibrate", "4", "--scheduler", "sync",
+                 "-q"]) == 0
+    calibrated = json.loads((tmp_path / "c" / "grid.json").read_text())["calibrated"]["inclination"]
+    assert calibrated["readout"] == "support" and calibrated["column"] == "chi2_support"
+    assert calibrated["n_solves"] == 3 + 2 * 3 * 13 and 50.0 <= calibrated["estimate"] <= 70.0
+    assert (tmp_path / "c" / "calibrate-inclination.jsonl").read_text().count("chi2_support") == 4
