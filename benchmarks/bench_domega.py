@@ -25,8 +25,11 @@ Inclination and vsini are held at the truth; dOmega is profiled over ``--grid`` 
 * ``tight``: the working lambda, Gauss-Newton to 1e-10 (the solver-tolerance control);
 * ``lambda0.1``: a tenth of it, Gauss-Newton to 1e-10;
 * ``profiled``: :data:`dopplermap.search.PROFILE_READOUT` (``grid --readout profiled``);
+* ``support``: ``grid --readout support`` (the regularised solves choose the spotted cells, every
+  value's map refitted on them, read on that chi2; :func:`support_profile`);
 * ``--calibrate N``: :func:`dopplermap.calibrate.calibrate_parameter` on the regularised
-  read-out (``grid --calibrate N``), trial values ``--trials``.
+  read-out (``grid --calibrate N``; ``--cal-readout support``: on the support read-out, ``grid
+  --readout support --calibrate N``), trial values ``--trials``.
 
 Controls: ``--noise-free`` (the same star without noise), ``--n-cell`` (the inversion grid),
 ``--rv-sigma 0 --no-fit-rv`` (no per-epoch rv, and none fitted: what fitting it absorbs),
@@ -162,9 +165,42 @@ def read(values, prof, truth):
                 profile=[float(x) for x in prof])
 
 
+def support_profile(s, values):
+    """``grid --readout support`` along dOmega: the regularised solves (lambda 1, ``GRID_TOL``) at
+    every value, the support of the map at the lowest ``chi2_total`` (:data:`SUPPORT_READOUT`),
+    every value's map refitted on it (:func:`dopplermap.search.solve_on_support`, from that
+    value's regularised map), read on the refits' chi2."""
+    from dopplermap.search import apply_parameters, pad_precomputed, solve_on_support, support_mask
+    from dopplermap.solvers import invert
+
+    p = s["problem"]
+    p = p.replace(settings=readout_settings(p.settings, "regularised"))
+    n_data = p.obs.n_epoch * p.obs.n_vel
+    t0 = time.perf_counter()
+    regs = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for v in values:
+            star, comps = apply_parameters(p, {"domega": float(v)})
+            pt = p.replace(star=star, components=comps)
+            regs.append(invert(pad_precomputed(pt.pre), pt.obs, **pt.invert_kwargs()))
+        best = regs[int(np.argmin([r.chi2 for r in regs]))]
+        keep = [support_mask(p.grid, f) for f in (best.fssc, best.fssh)]
+        fits = [solve_on_support(p, {"domega": float(v)}, *keep, r.x) for v, r in zip(values, regs, strict=True)]
+    prof = np.array([r.chi2 * n_data for r in fits])
+    for v, c in zip(values, prof, strict=True):
+        print(f"  support domega {v:.4f}: chi2_support {c:.3f}", flush=True)
+    out = read(values, prof, s["domega"])
+    out.update(iterations=[int(r.iterations) for r in fits], unconverged=int(sum(not r.success for r in fits)),
+               support_cells=[int(k.sum()) for k in keep], wall_s=time.perf_counter() - t0)
+    return out
+
+
 def profile(s, which, values):
     from dopplermap.search import evaluate_point
 
+    if which == "support":
+        return support_profile(s, values)
     p = s["problem"]
     p = p.replace(settings=readout_settings(p.settings, which))
     t0 = time.perf_counter()
@@ -202,9 +238,10 @@ def calibrated(s, values, n_sim, trials, seed=0, which="regularised", sim_lmbd=N
     from dopplermap.calibrate import SIM_OVERSAMPLE, CalibrationOptions, calibrate_parameter
 
     p = s["problem"]
-    p = p.replace(settings=readout_settings(p.settings, which))
+    p = p.replace(settings=readout_settings(p.settings, "regularised" if which == "support" else which))
     opts = CalibrationOptions(n_sim=n_sim, seed=seed, sim_lmbd=sim_lmbd,
-                              sim_oversample=SIM_OVERSAMPLE if oversample is None else oversample)
+                              sim_oversample=SIM_OVERSAMPLE if oversample is None else oversample,
+                              readout="support" if which == "support" else "regularised")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         c = calibrate_parameter(p, "domega", values, trials=trials, options=opts,
