@@ -3,6 +3,7 @@ the 12 calibration stars, against the same read-out uncalibrated.
 
     PYTHONPATH=src python benchmarks/bench_calibrated_support.py [--stars 0,1,...] [--cells 1200]
         [--n-sim 4] [--procs 2] [--stop-after S] [--out benchmarks/results/calibrated-support.json]
+    PYTHONPATH=src python benchmarks/bench_calibrated_support.py --vsini INCLINATION.json [--procs 2] [--out V.json]
     PYTHONPATH=src python benchmarks/bench_calibrated_support.py --tables a.json b.json
 
 Stars are :mod:`bench_calibration`'s (its independent disc integrator on 11 740 cells). Each star's
@@ -13,7 +14,9 @@ the regularised ones of ``bench_readout.py``'s ``old`` (lambda 1, tol 1e-5), sim
 of 4x the cells (the default for observed data). The uncalibrated support read-out (``raw``) is
 the same calibration's observed-data estimate; its interval is its own profile's Delta chi2 <= 1
 / 4 range (:func:`bench_calibration.continuous_interval`), as ``grid --readout support`` prints.
-A star a spawned single-threaded worker with ``--procs`` (``bench_readout._star_pool``).
+``--vsini``: then each star's vsini, raw and calibrated by the same read-out at its calibrated
+inclination (:func:`vsini_star`). A star a spawned single-threaded worker with ``--procs``
+(``bench_readout._star_pool``).
 Results: benchmarks/RESULTS.md, "The support read-out calibrated".
 """
 
@@ -58,8 +61,55 @@ def calibrate_star(k, cells, n_sim, step=10.0, seed=0):
     return row
 
 
+def vsini_star(k, cells, n_sim, inc, seed=1):
+    """Star ``k``'s vsini by the support read-out, raw and calibrated, with the inclination held at
+    ``inc`` (the calibrated one: ``grid --calibrate`` calibrates the axes in turn): values the
+    truth -2..+2 km/s every 0.5, trials every 1 km/s (:data:`bench_calibration.VSINI_STEPS`)."""
+    from dopplermap.calibrate import CalibrationOptions, calibrate_parameter
+
+    t0 = time.perf_counter()
+    s = B.make_star(k, n_cell=cells)
+    p = s["problem"]
+    p = p.replace(settings=R._settings(p, "old"))
+    values = s["vsini"] + np.arange(-2.0, 2.0 + 1e-9, 0.5)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        c = calibrate_parameter(p, "vsini", values, fixed={"inclination": float(inc)}, trials=s["vsini"] + B.VSINI_STEPS,
+                                options=CalibrationOptions(n_sim=n_sim, seed=seed, readout="support"))
+    return dict(k=k, inc=s["inc"], vsini=s["vsini"], held_inc=float(inc), n_cell=cells, n_sim=n_sim,
+                support=dict(R.read(values, c.profile, s["vsini"]), wall_s=0.0, unconverged=0), raw=float(c.raw),
+                cal_support=dict(best=c.estimate, lo68=c.lo68, hi68=c.hi68, lo95=c.lo95, hi95=c.hi95,
+                                 wall_s=c.seconds, unconverged=int(c.unconverged or 0), lo_open=c.lo_open,
+                                 hi_open=c.hi_open, no_crossing=c.no_crossing),
+                sims=c.sims.tolist(), center=c.center.tolist(), values=values.tolist(),
+                warnings=[str(w.message)[:300] for w in caught], wall_s=time.perf_counter() - t0)
+
+
+def vsini_tables(rows):
+    rows = sorted(rows, key=lambda r: r["k"])
+    out = ["| star | vsini | inclination held | support, raw [68 %] | error | calibrated [68 %] (95 %) | error |",
+           "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        a, c = r["support"], r["cal_support"]
+        out.append(f"| {r['k']} | {r['vsini']:.0f} | {r['held_inc']:.1f} | {a['best']:.2f} [{a['lo68']:.2f}, "
+                   f"{a['hi68']:.2f}] | {a['best'] - r['vsini']:+.2f} | {c['best']:.2f} [{c['lo68']:.2f}, "
+                   f"{c['hi68']:.2f}] ({c['lo95']:.2f}-{c['hi95']:.2f}) | {c['best'] - r['vsini']:+.2f} |")
+    for which in ("support", "cal_support"):
+        e = np.array([r[which]["best"] - r["vsini"] for r in rows])
+        c68 = sum(r[which]["lo68"] <= r["vsini"] <= r[which]["hi68"] for r in rows)
+        c95 = sum(r[which]["lo95"] <= r["vsini"] <= r[which]["hi95"] for r in rows)
+        out.append(f"{which}: mean abs error {np.mean(np.abs(e)):.2f} km/s, bias {np.mean(e):+.2f}, largest "
+                   f"{np.max(np.abs(e)):.2f}, within 0.3 km/s {int(np.sum(np.abs(e) <= 0.3))}/{len(rows)}, 68 % "
+                   f"{c68}/{len(rows)}, 95 % {c95}/{len(rows)}")
+    return "\n".join(out)
+
+
 def _worker(k, cells, n_sim, step):
     return calibrate_star(k, cells, n_sim, step)
+
+
+def _vsini_worker(k, cells, n_sim, inc):
+    return vsini_star(k, cells, n_sim, inc)
 
 
 def summary(rows, which):
@@ -95,10 +145,25 @@ def main():
     ap.add_argument("--stop-after", type=float, default=None)
     ap.add_argument("--out", default=None)
     ap.add_argument("--tables", nargs="+", default=None, help="print the tables of these result files")
+    ap.add_argument("--vsini", default=None, help="an inclination result file: calibrate each star's vsini by the "
+                    "support read-out at its calibrated inclination (--out: the vsini results)")
     args = ap.parse_args()
     if args.tables:
-        rows = [r for path in args.tables for r in json.loads(Path(path).read_text())["stars"]]
-        print(tables(rows))
+        res = [json.loads(Path(path).read_text()) for path in args.tables]
+        rows = [r for x in res for r in x["stars"]]
+        print(vsini_tables(rows) if all("held_inc" in r for r in rows) else tables(rows))
+        return
+    if args.vsini:
+        incs = {r["k"]: r["cal_support"]["best"] for r in json.loads(Path(args.vsini).read_text())["stars"]}
+        ks = [int(k) for k in args.stars.split(",") if k != "" and int(k) in incs]
+        res = dict(command=" ".join(sys.argv), cells=args.cells, n_sim=args.n_sim, stars=[])
+        R._worker_env()
+        t0 = time.perf_counter()
+        R._star_pool({k: (_vsini_worker, (k, args.cells, args.n_sim, incs[k])) for k in ks}, lambda k, row: row,
+                     ("support", "cal_support"), args.procs, res, args.out, args.stop_after, t0)
+        if args.out:
+            write_json(args.out, res)
+        print(vsini_tables(res["stars"]))
         return
     ks = [int(k) for k in args.stars.split(",") if k != ""]
     incs = np.arange(10.0, 90.0 + 1e-9, args.step)
