@@ -14,6 +14,8 @@ the regularised ones of ``bench_readout.py``'s ``old`` (lambda 1, tol 1e-5), sim
 of 4x the cells (the default for observed data). The uncalibrated support read-out (``raw``) is
 the same calibration's observed-data estimate; its interval is its own profile's Delta chi2 <= 1
 / 4 range (:func:`bench_calibration.continuous_interval`), as ``grid --readout support`` prints.
+``--readout regularised``: the control, the regularised read-out calibrated the same way
+(``grid --calibrate N``).
 ``--vsini``: then each star's vsini, raw and calibrated by the same read-out at its calibrated
 inclination (:func:`vsini_star`). A star a spawned single-threaded worker with ``--procs``
 (``bench_readout._star_pool``).
@@ -37,8 +39,9 @@ import bench_readout as R  # noqa: E402
 from _common import write_json  # noqa: E402
 
 
-def calibrate_star(k, cells, n_sim, step=10.0, seed=0):
-    """Star ``k``'s support read-out, raw and calibrated (a row of the tables)."""
+def calibrate_star(k, cells, n_sim, step=10.0, seed=0, readout="support"):
+    """Star ``k``'s ``readout`` (``support``, or ``regularised``: the control), raw and calibrated
+    (a row of the tables: keys ``readout`` and ``"cal_" + readout``)."""
     from dopplermap.calibrate import CalibrationOptions, calibrate_parameter
 
     t0 = time.perf_counter()
@@ -49,13 +52,14 @@ def calibrate_star(k, cells, n_sim, step=10.0, seed=0):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         c = calibrate_parameter(p, "inclination", incs, fixed={"vsini": s["vsini"]}, trials=incs,
-                                options=CalibrationOptions(n_sim=n_sim, seed=seed, readout="support"))
+                                options=CalibrationOptions(n_sim=n_sim, seed=seed, readout=readout))
     row = dict(k=k, inc=s["inc"], vsini=s["vsini"], n_epoch=s["n_epoch"], snr=s["snr"], n_cell=cells, n_sim=n_sim,
-               support=dict(R.read(incs, c.profile, s["inc"]), wall_s=0.0, unconverged=0), raw=float(c.raw),
-               cal_support=dict(best=c.estimate, lo68=c.lo68, hi68=c.hi68, lo95=c.lo95, hi95=c.hi95,
+               readout=readout, raw=float(c.raw))
+    row[readout] = dict(R.read(incs, c.profile, s["inc"]), wall_s=0.0, unconverged=0)
+    row["cal_" + readout] = dict(best=c.estimate, lo68=c.lo68, hi68=c.hi68, lo95=c.lo95, hi95=c.hi95,
                                 wall_s=c.seconds, unconverged=int(c.unconverged or 0), lo_open=c.lo_open,
-                                hi_open=c.hi_open, no_crossing=c.no_crossing),
-               sims=c.sims.tolist(), center=c.center.tolist(), spread=c.spread.tolist(), profile=c.profile.tolist(),
+                                hi_open=c.hi_open, no_crossing=c.no_crossing)
+    row.update(sims=c.sims.tolist(), center=c.center.tolist(), spread=c.spread.tolist(), profile=c.profile.tolist(),
                n_solves=c.n_solves, mode=c.mode, warnings=[str(w.message)[:300] for w in caught],
                wall_s=time.perf_counter() - t0)
     return row
@@ -104,8 +108,8 @@ def vsini_tables(rows):
     return "\n".join(out)
 
 
-def _worker(k, cells, n_sim, step):
-    return calibrate_star(k, cells, n_sim, step)
+def _worker(k, cells, n_sim, step, readout):
+    return calibrate_star(k, cells, n_sim, step, readout=readout)
 
 
 def _vsini_worker(k, cells, n_sim, inc):
@@ -123,15 +127,16 @@ def summary(rows, which):
 
 def tables(rows):
     rows = sorted(rows, key=lambda r: r["k"])
-    out = ["| star | truth | E | S/N | support, raw [68 %] (95 %) | calibrated [68 %] (95 %) | refits unconverged | s |",
+    ro = rows[0].get("readout", "support")
+    out = [f"| star | truth | E | S/N | {ro}, raw [68 %] (95 %) | calibrated [68 %] (95 %) | refits unconverged | s |",
            "|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        a, c = r["support"], r["cal_support"]
+        a, c = r[ro], r["cal_" + ro]
         out.append(f"| {r['k']} | {r['inc']:.0f} | {r['n_epoch']} | {r['snr']:.0f} | {a['best']:.1f} [{a['lo68']:.1f}, "
                    f"{a['hi68']:.1f}] ({a['lo95']:.1f}-{a['hi95']:.1f}) | {c['best']:.1f} [{c['lo68']:.1f}, "
                    f"{c['hi68']:.1f}] ({c['lo95']:.1f}-{c['hi95']:.1f}) | {c['unconverged']} | {c['wall_s']:.0f} |")
     out += ["", "| read-out | stars | mean abs error | median | bias | 68 % coverage | 95 % coverage | mean 68 % width |",
-            "|---|---|---|---|---|---|---|---|", summary(rows, "support"), summary(rows, "cal_support")]
+            "|---|---|---|---|---|---|---|---|", summary(rows, ro), summary(rows, "cal_" + ro)]
     return "\n".join(out)
 
 
@@ -141,6 +146,8 @@ def main():
     ap.add_argument("--cells", type=int, default=1200)
     ap.add_argument("--n-sim", type=int, default=4)
     ap.add_argument("--step", type=float, default=10.0, help="grid and trial step, deg")
+    ap.add_argument("--readout", default="support", choices=("support", "regularised"),
+                    help="the read-out calibrated (regularised: the control, grid --calibrate N)")
     ap.add_argument("--procs", type=int, default=1)
     ap.add_argument("--stop-after", type=float, default=None)
     ap.add_argument("--out", default=None)
@@ -173,15 +180,15 @@ def main():
     order = sorted(ks, key=lambda k: -B.STARS[k][2])  # the most epochs first
     if args.procs <= 1:
         for k in order:
-            res["stars"].append(calibrate_star(k, args.cells, args.n_sim, args.step))
-            R._print_star(res["stars"][-1], ("support", "cal_support"))
+            res["stars"].append(calibrate_star(k, args.cells, args.n_sim, args.step, readout=args.readout))
+            R._print_star(res["stars"][-1], (args.readout, "cal_" + args.readout))
             if args.out:
                 write_json(args.out, res)
     else:
         R._worker_env()
-        jobs = {k: (_worker, (k, args.cells, args.n_sim, args.step)) for k in order}
-        R._star_pool(jobs, lambda k, row: row, ("support", "cal_support"), args.procs, res, args.out, args.stop_after,
-                     t0)
+        jobs = {k: (_worker, (k, args.cells, args.n_sim, args.step, args.readout)) for k in order}
+        R._star_pool(jobs, lambda k, row: row, (args.readout, "cal_" + args.readout), args.procs, res, args.out,
+                     args.stop_after, t0)
     res["wall_s"] = time.perf_counter() - t0
     if args.out:
         write_json(args.out, res)
