@@ -566,7 +566,7 @@ def test_support_calibration_resumes_from_its_table(tmp_path, monkeypatch):
     def sets(problem, at, t, kw, lm_sim, err, o, progress):
         return np.random.default_rng(o.seed).normal(size=(1 + t.size * o.n_sim, *err.shape))
 
-    def unit(problem, name, fixed, values, flux, err, kw, mode, warm_start=True):
+    def unit(problem, name, fixed, values, flux, err, kw, options):
         units.append(flux.shape[0])
         if len(units) == stop_at[0]:
             raise Killed

@@ -636,12 +636,13 @@ def _on_cluster(cluster, problem, name, fixed, v, flux, err, kw, o, profiles, n_
     return used, iterations
 
 
-def support_unit(problem: Problem, name: str, fixed: dict, values, flux, err, kw: dict, mode: str,
-                 warm_start: bool = True, readout=SUPPORT_READOUT):
+def support_unit(problem: Problem, name: str, fixed: dict, values, flux, err, kw: dict,
+                 options: CalibrationOptions = CalibrationOptions()):
     """``grid --readout support``'s read-out of each data set of ``flux`` along grid values
     ``values`` of ``name`` (the other parameters ``fixed``): a calibration's unit of work for the
     support read-out, in this process or as a Dask task. Every data set is solved at every value
-    with the settings ``kw`` (as :func:`grid_value_task`, walking the values with warm starts);
+    with the settings ``kw`` (as :func:`grid_value_task`, in ``options.mode``, walking the values
+    with warm starts where ``options.warm_start``; :data:`dopplermap.search.SUPPORT_READOUT`);
     its support is read off its own regularised map at its lowest ``chi2_total`` value
     (:func:`dopplermap.search.support_mask`); the map is then refitted on that support at every
     value (:func:`dopplermap.search.solve_on_support`, started from the regularised map there).
@@ -649,7 +650,7 @@ def support_unit(problem: Problem, name: str, fixed: dict, values, flux, err, kw
     Returns ``(chi2_total, chi2_support, mode, iterations, unconverged)``: the two
     ``(n_grid, n_members)`` profiles (un-reduced), the batched solves' mode and iterations, and
     how many refits stopped before their tolerance."""
-    v = np.asarray(values, float)
+    v, mode, readout = np.asarray(values, float), options.mode, SUPPORT_READOUT
     obs, n = problem.obs, problem.grid.n_cell
     n_data = obs.n_epoch * obs.n_vel
     flux = np.asarray(flux, float)
@@ -660,7 +661,7 @@ def support_unit(problem: Problem, name: str, fixed: dict, values, flux, err, kw
         x, its = _solutions(many)
         chi2[j], iterations = c * n_data, iterations + its
         maps.append(x[0])
-        starts = x if warm_start else None
+        starts = x if options.warm_start else None
     refit, unconverged = np.empty_like(chi2), 0
     for m in range(flux.shape[0]):
         at = maps[int(np.argmin(chi2[:, m]))][m]
@@ -676,11 +677,11 @@ def support_unit(problem: Problem, name: str, fixed: dict, values, flux, err, kw
     return chi2, refit, mode, iterations, unconverged
 
 
-def _support_task(shared, name, fixed, values, start, stop, kw, mode, warm_start):
+def _support_task(shared, name, fixed, values, start, stop, kw, options):
     """A cluster task: :func:`support_unit` of data sets ``start:stop`` of the session's
     ``(problem, flux, err)``."""
     problem, flux, err = shared
-    return support_unit(problem, name, fixed, values, flux[start:stop], err, kw, mode, warm_start)
+    return support_unit(problem, name, fixed, values, flux[start:stop], err, kw, options)
 
 
 def _support_read_outs(units, problem, name, fixed, v, flux, err, kw, o, profiles, progress, cluster,
@@ -707,8 +708,7 @@ def _support_read_outs(units, problem, name, fixed, v, flux, err, kw, o, profile
             store(start, stop, *kept)
     if cluster is None:
         for start, stop in todo:
-            chi2, refit, used, its, bad = support_unit(problem, name, fixed, v, flux[start:stop], err, kw, o.mode,
-                                                       o.warm_start)
+            chi2, refit, used, its, bad = support_unit(problem, name, fixed, v, flux[start:stop], err, kw, o)
             modes.add(used)
             iterations, unconverged = iterations + its, unconverged + bad
             if finished is not None:
@@ -718,7 +718,7 @@ def _support_read_outs(units, problem, name, fixed, v, flux, err, kw, o, profile
         from dask.distributed import as_completed
 
         with Session(cluster, (problem, flux, err)) as session:
-            futs = {session.submit(_support_task, name, fixed, v, start, stop, kw, o.mode, o.warm_start, retries=2):
+            futs = {session.submit(_support_task, name, fixed, v, start, stop, kw, o, retries=2):
                     (start, stop) for start, stop in todo}
             for fut in as_completed(list(futs)):
                 start, stop = futs.pop(fut)  # the client keeps no task it has read
