@@ -822,8 +822,7 @@ def calibrate_parameter(problem: Problem, name: str, values, *, fixed: dict | No
                                                            progress, cluster, finished)
         if unconverged:
             warn(f"calibrate {name}: {unconverged} of {v.size * flux.shape[0]} support refits stopped before their "
-                 f"tolerance (tol {SUPPORT_READOUT.tol:g}, at most {SUPPORT_READOUT.maxiter} iterations); their "
-                 "chi2 is where they stopped")
+                 f"tolerance (tol {SUPPORT_READOUT.tol:g}); their chi2 is where they stopped")
     elif cluster is None:
         profiles = {c: np.empty((v.size, flux.shape[0])) for c in COLUMNS}
         mode, iterations, n_all, starts = o.mode, 0, flux.shape[0], None
