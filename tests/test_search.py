@@ -1,4 +1,5 @@
 import json
+import math
 import os
 import subprocess
 import sys
@@ -392,3 +393,21 @@ def test_cli_grid_support_readout(npz, tmp_path):
     assert calibrated["readout"] == "support" and calibrated["column"] == "chi2_support"
     assert calibrated["n_solves"] == 3 + 2 * 3 * 13 and 50.0 <= calibrated["estimate"] <= 70.0
     assert (tmp_path / "c" / "calibrate-inclination.jsonl").read_text().count("chi2_support") == 4
+
+
+def test_chi2_jitter_takes_the_grids_own_solve(monkeypatch):
+    """Given the grid's recorded chi2_total at the point, chi2_jitter solves only the reference and
+    gives what it gives solving both (the grid's solve is the same solve)."""
+    from dopplermap.problem import demo_problem
+
+    p = demo_problem(n_cell=100, n_epoch=8, n_vel=20)
+    params = {"inclination": 60.0}
+    both = search.chi2_jitter(p, params)
+    own = search.evaluate_point(p, params)["chi2_total"]
+    calls = []
+    plain = search.evaluate_point
+    monkeypatch.setattr(search, "evaluate_point", lambda problem, params, **kw: calls.append(problem.settings.tol)
+                        or plain(problem, params, **kw))
+    assert search.chi2_jitter(p, params, chi2_total=own) == both and len(calls) == 1
+    assert calls[0] == search.JITTER_REFERENCE["tol"] != p.settings.tol
+    assert math.isnan(search.chi2_jitter(p, params, chi2_total=math.nan))

@@ -175,7 +175,7 @@ def test_cli_support_readout_resumes_between_the_passes(star, tmp_path, monkeypa
     assert len(first) == 2 and not (out / "grid.csv").exists()
     assert len((out / SUPPORT_FIRST_SOLVES).read_text().splitlines()) == 3
     calls = _counting_invert(monkeypatch)
-    monkeypatch.setattr(search, "chi2_jitter", lambda problem, params: 0.0)  # its own reference solves
+    monkeypatch.setattr(search, "chi2_jitter", lambda problem, params, **kw: 0.0)  # its own reference solves
     assert main([*args, "--resume"]) == 0, capsys.readouterr().err
     assert calls == []
     rows = search.read_table(out / "grid.csv")

@@ -1136,15 +1136,18 @@ JITTER_REFERENCE = dict(solver="auto", tol=1e-12, maxiter=5000)
 Gauss-Newton where it fits the model, :func:`dopplermap.solvers.choose_solver`)."""
 
 
-def chi2_jitter(problem: Problem, params: dict) -> float:
+def chi2_jitter(problem: Problem, params: dict, chi2_total: float | None = None) -> float:
     """``|chi2_total|`` difference at grid point ``params`` between the problem's solve and
     :data:`JITTER_REFERENCE` (Gauss-Newton to convergence where it applies), both from the flat start: the noise
-    a grid's chi2 landscape carries from where its solves stop (Delta chi2 below it is noise)."""
-    rows = [evaluate_point(problem.replace(settings=problem.settings.replace(**s)), params)
-            for s in ({}, JITTER_REFERENCE)]
+    a grid's chi2 landscape carries from where its solves stop (Delta chi2 below it is noise).
+    ``chi2_total``: the problem's own solve there as a grid search recorded it (the same solve:
+    :func:`evaluate_point` with the problem's settings), so that only the reference is solved."""
+    settings = [JITTER_REFERENCE] if chi2_total is not None else [{}, JITTER_REFERENCE]
+    rows = [evaluate_point(problem.replace(settings=problem.settings.replace(**s)), params) for s in settings]
     if any(r["status"] != "ok" for r in rows):
         return math.nan
-    return float(abs(rows[0]["chi2_total"] - rows[1]["chi2_total"]))
+    own = float(chi2_total) if chi2_total is not None else rows[0]["chi2_total"]
+    return float(abs(own - rows[-1]["chi2_total"])) if math.isfinite(own) else math.nan
 
 
 def point_star(problem: Problem, params: dict) -> StarParams:

@@ -534,7 +534,8 @@ def _search_and_summarise(prob, axes, out, resume, cluster, max_points, quiet, d
                "support": None if support is None else support.summary(),
                "lmbd": settings.lmbd, "regulariser": settings.regulariser, "tol": settings.tol, "problem": fp,
                "error_scale": summarise(prob.error_scale), "readout": readout, "column": column,
-               "chi2_jitter": search.chi2_jitter(prob, {k: best[k] for k in axes}) if best else None,
+               "chi2_jitter": (search.chi2_jitter(prob, {k: best[k] for k in axes}, chi2_total=best["chi2_total"])
+                               if best else None),
                # the built-in demo's data are made on the inversion grid itself: no discretisation error
                "model_error_chi2": (_model_error(prob, {k: best[k] for k in axes}, delta_chi2)
                                     if best and problem is not None else None)}
