@@ -112,8 +112,9 @@ def register(group):
                   help="Delta of the un-reduced chi2 for the intervals.")
     @click.option("--calibrate", "n_sim", type=click.IntRange(min=4), default=None,
                   help="Calibrate each parameter of >= 3 values by simulation with N data sets per trial value "
-                       "(parametric-bootstrap Neyman construction, docs/parameters.md); then the best point and "
-                       "the 68 %/95 % intervals printed are the calibrated ones.")
+                       "(parametric-bootstrap Neyman construction, docs/parameters.md), each data set read by "
+                       "--readout's read-out (with support: its own support and refits, about 3 times the "
+                       "cost); then the best point and the 68 %/95 % intervals printed are the calibrated ones.")
     @click.option("--readout", type=click.Choice(GRID_READOUTS), default=DEFAULT_READOUT, show_default=True,
                   help="regularised: each point solved at lambda with --tol; profiled: at a lambda 100 times "
                        "smaller, to tol 1e-10 (unless --tol), so the regulariser does not pull the chi2 minimum, "
