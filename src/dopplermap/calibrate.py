@@ -61,7 +61,7 @@ from .search import (
     pad_precomputed,
     problem_fingerprint,
     solve_on_support,
-    support_mask,
+    support_from_point,
 )
 from .solvers import invert_batch, solve_many
 
@@ -644,34 +644,35 @@ def support_unit(problem: Problem, name: str, fixed: dict, values, flux, err, kw
     with the settings ``kw`` (as :func:`grid_value_task`, in ``options.mode``, walking the values
     with warm starts where ``options.warm_start``; :data:`dopplermap.search.SUPPORT_READOUT`);
     its support is read off its own regularised map at its lowest ``chi2_total`` value
-    (:func:`dopplermap.search.support_mask`); the map is then refitted on that support at every
-    value (:func:`dopplermap.search.solve_on_support`, started from the regularised map there).
+    (:func:`dopplermap.search.support_from_point`, as ``grid --readout support`` reads it); the
+    map is then refitted on that support at every value
+    (:func:`dopplermap.search.solve_on_support`, started from the regularised map there).
 
     Returns ``(chi2_total, chi2_support, mode, iterations, unconverged)``: the two
     ``(n_grid, n_members)`` profiles (un-reduced), the batched solves' mode and iterations, and
     how many refits stopped before their tolerance."""
     v, mode, readout = np.asarray(values, float), options.mode, SUPPORT_READOUT
-    obs, n = problem.obs, problem.grid.n_cell
+    obs = problem.obs
     n_data = obs.n_epoch * obs.n_vel
     flux = np.asarray(flux, float)
-    chi2, maps, starts, iterations = np.empty((v.size, flux.shape[0])), [], None, 0
+    chi2, solves, starts, iterations = np.empty((v.size, flux.shape[0])), [], None, 0
     for j, gv in enumerate(v):
         c, _, many = grid_value_task(problem, name, fixed, float(gv), flux, err, _warm(kw, starts), mode)
         mode = many.mode  # every value in the mode the first chose
         x, its = _solutions(many)
         chi2[j], iterations = c * n_data, iterations + its
-        maps.append(x[0])
+        solves.append(many.results)
         starts = x if options.warm_start else None
     refit, unconverged = np.empty_like(chi2), 0
     for m in range(flux.shape[0]):
-        at = maps[int(np.argmin(chi2[:, m]))][m]
-        keep = [support_mask(problem.grid, at[k * n:(k + 1) * n], readout.threshold, readout.dilate_deg)
-                for k in (0, 1)]
+        best = int(np.argmin(chi2[:, m]))
+        support = support_from_point(problem, dict(fixed, **{name: float(v[best])}), readout, solve=solves[best][m])
         member = problem.replace(obs=dataclasses.replace(obs, flux=flux[m]))
         for j, gv in enumerate(v):
             with warnings.catch_warnings(record=True) as caught:  # counted and reported once by the caller
                 warnings.simplefilter("always", DopplermapWarning)
-                r = solve_on_support(member, dict(fixed, **{name: float(gv)}), *keep, maps[j][m], readout=readout)
+                r = solve_on_support(member, dict(fixed, **{name: float(gv)}), support.cool, support.hot,
+                                     solves[j][m].x, readout=readout)
             unconverged += int(not r.success or any(issubclass(w.category, DopplermapWarning) for w in caught))
             refit[j, m] = float(r.chi2) * n_data
     return chi2, refit, mode, iterations, unconverged
