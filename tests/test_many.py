@@ -97,6 +97,11 @@ def test_sweep_modes_agree_and_say_which_ran(tiny, monkeypatch):
     # "auto": below the size where a CPU batch pays, invert, as before
     monkeypatch.setattr(plan, "on_accelerator", lambda: False)
     assert search.sweep_lambda(tiny, lm[:1]).mode == "invert"
+    # nor from it: on CPU a sweep's lockstep batch lost to warm-started solves even at the seed size
+    monkeypatch.setattr(plan, "VMAP_MIN_CPU_WORK", 1)
+    assert search._sweep_mode(tiny, "auto") == "invert"
+    monkeypatch.setattr(plan, "on_accelerator", lambda: True)
+    assert search._sweep_mode(tiny, "auto") == "vmap"
     with pytest.raises(dm.DopplermapInputError, match="mode"):
         search.sweep_lambda(tiny, lm, mode="together")
 

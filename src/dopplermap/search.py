@@ -216,8 +216,9 @@ def sweep_lambda(problem: Problem, lmbds: Sequence[float], *, warm_start: bool =
         mode: how the solves run (:func:`dopplermap.solvers.solve_many`): ``"vmap"`` (all
             lambdas in one compiled call, the device back end), ``"sequential"`` (one
             compiled device solve after another), ``"invert"`` (:func:`dopplermap.invert`
-            each, with the problem's solver); ``"auto"`` (default): vmap where
-            :func:`dopplermap.plan.many_mode` says it pays, else ``"invert"``.
+            each, with the problem's solver); ``"auto"`` (default): vmap on an accelerator
+            where :func:`dopplermap.plan.many_mode` says it pays, else ``"invert"`` (on CPU
+            always: warm-started solves beat a batch whose members' lambdas span decades).
         cluster: a :class:`Cluster` to spread the sweep over, as tasks of
             :data:`SWEEP_TASK_LAMBDAS` neighbouring lambdas each, solved in ``mode`` and
             warm-started within the task (each task's first lambda from ``x0``); None
@@ -334,14 +335,19 @@ def sweep_lmbd_time(problem: Problem, values: Sequence[float], *, warm_start: bo
 
 
 def _sweep_mode(problem: Problem, mode: str) -> str:
-    """The mode a sweep runs in: ``mode``, or for ``"auto"`` vmap where it pays, else invert
-    (one line data set only: several go through invert)."""
+    """The mode a sweep runs in: ``mode``, or for ``"auto"`` vmap on an accelerator where it
+    pays, else invert (one line data set only: several go through invert)."""
     if problem.lines:
         if mode not in ("auto", "invert"):
             raise DopplermapInputError(f"a lambda sweep over several line data sets runs in mode 'invert', not {mode!r}")
         return "invert"
     if mode != "auto":
         return mode
+    if not plan.on_accelerator():
+        # a sweep's lambdas span decades, so its members' iterations differ 10-100x, and a CPU
+        # batch runs them in lockstep to the slowest: slower than warm-started solves one after
+        # another even at the size where a batch of one lambda's members pays (RESULTS.md)
+        return "invert"
     pre, obs = problem.pre, problem.obs
     fits = plan.blocked_fits(pre, plan.cube_dtype(problem.cube_dtype or "auto", problem.settings.tol))
     many = plan.many_mode("auto", n_data=obs.n_epoch * obs.n_vel, n_cell=pre.n_cell, blocked_fits=fits)
