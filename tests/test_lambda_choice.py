@@ -220,3 +220,30 @@ def test_stalled_warm_start_is_checked_from_the_flat_start(monkeypatch):
     sw = search.sweep_lambda(_stub_problem(), [0.5, 2.0, 4.0])
     assert calls == [(0.5, True), (2.0, False), (2.0, True), (4.0, False), (4.0, True)]
     assert list(sw.loss) == [0.5, 2.0, 4.0] and list(sw.iterations) == [40, 40, 40]
+
+
+def test_a_point_above_the_next_lambdas_chi2_is_re_solved_from_that_map(monkeypatch):
+    # exact minima's chi2 does not fall as lambda grows: the smallest lambda's solve stopped short
+    # (chi2 above lambda 2's); re-solved from lambda 2's map it reaches a lower loss, which is kept
+    calls = []
+
+    def invert(problem, *, lmbd, x0=None):
+        calls.append((lmbd, None if x0 is None else float(x0[0])))
+        short = lmbd == 0.5 and x0 is None
+        chi2 = 3.0 if short else lmbd
+        loss = chi2 + 0.1 * lmbd
+        return types.SimpleNamespace(lmbd=lmbd, chi2=chi2, loss=loss, regulariser_value=1.0 / lmbd,
+                                     iterations=40, x=np.array([lmbd]))
+
+    monkeypatch.setattr(search, "invert", invert)
+    monkeypatch.setattr(search, "regulariser_floor", lambda *a: 0.0)
+    sw = search.sweep_lambda(_stub_problem(), [0.5, 2.0, 4.0])
+    assert calls == [(0.5, None), (2.0, 0.5), (4.0, 2.0), (0.5, 2.0)]
+    assert sw.repaired == 1 and list(sw.chi2) == [0.5, 2.0, 4.0]
+    # a re-solve that ends higher is not kept; without warm starts nothing is re-solved
+    monkeypatch.setattr(search, "invert", lambda problem, *, lmbd, x0=None: types.SimpleNamespace(
+        lmbd=lmbd, chi2=3.0 if lmbd == 0.5 else lmbd, loss=(5.0 if x0 is not None else 3.05) if lmbd == 0.5 else lmbd,
+        regulariser_value=1.0, iterations=40, x=np.array([lmbd])))
+    sw = search.sweep_lambda(_stub_problem(), [0.5, 2.0, 4.0])
+    assert sw.repaired == 1 and sw.chi2[0] == 3.0 and sw.loss[0] == 3.05
+    assert search.sweep_lambda(_stub_problem(), [0.5, 2.0, 4.0], warm_start=False).repaired == 0

@@ -411,3 +411,16 @@ def test_chi2_jitter_takes_the_grids_own_solve(monkeypatch):
     assert search.chi2_jitter(p, params, chi2_total=own) == both and len(calls) == 1
     assert calls[0] == search.JITTER_REFERENCE["tol"] != p.settings.tol
     assert math.isnan(search.chi2_jitter(p, params, chi2_total=math.nan))
+
+
+@pytest.mark.slow
+def test_demo_sweep_chi2_rises_with_lambda_at_the_noise_fitting_end():
+    # the command's demo star and 12 lambdas: at lambda 1e-3 the solve from lambda 2.8e-3's
+    # neighbour below stops on its relative-reduction test with chi2 0.676, above the next
+    # lambda's 0.660; exact minima's chi2 never falls as lambda grows
+    from dopplermap.app.search import load_problem
+
+    prob = load_problem(None, quiet=True, tol=1e-7)
+    sw = search.sweep_lambda(prob, np.logspace(-3, 2, 12))
+    assert np.all(sw.chi2[:-1] <= sw.chi2[1:] * (1 + search.SWEEP_ORDER_RTOL))
+    assert sw.repaired >= 1

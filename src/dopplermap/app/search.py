@@ -300,8 +300,8 @@ def run_lambda(source: Source, out: Path, *, lmbds: str = "0.001:100:16", target
             sw = search.sweep_lmbd_time(prob, lm, progress=None if quiet else progress)
         else:
             sw = search.sweep_lambda(prob, lm, progress=None if quiet else progress, cluster=cluster)
-    choice = {"lmbds": sw.lmbd.tolist(), "sweep_time": sw.total_time, "solve_mode": sw.mode, "regulariser_floor": sw.floor,
-              "regulariser": regulariser, "tol": tol, "problem": fp, "error_scale": scale, "parameter": parameter}
+    choice = {"lmbds": sw.lmbd.tolist(), "sweep_time": sw.total_time, "solve_mode": sw.mode, "repaired": sw.repaired,
+              "regulariser_floor": sw.floor, "regulariser": regulariser, "tol": tol, "problem": fp, "error_scale": scale, "parameter": parameter}
     if time_sweep:
         choice["lmbd"] = prob.settings.lmbd
     try:
