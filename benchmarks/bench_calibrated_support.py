@@ -5,6 +5,7 @@ the 12 calibration stars, against the same read-out uncalibrated.
         [--n-sim 4] [--procs 2] [--stop-after S] [--out benchmarks/results/calibrated-support.json]
     PYTHONPATH=src python benchmarks/bench_calibrated_support.py --vsini INCLINATION.json [--procs 2] [--out V.json]
     PYTHONPATH=src python benchmarks/bench_calibrated_support.py --tables a.json b.json
+    ... --map-at RESULTS.json: every trial simulated from the one map at that file's raw estimate
 
 Stars are :mod:`bench_calibration`'s (its independent disc integrator on 11 740 cells). Each star's
 inclination is calibrated by :func:`dopplermap.calibrate.calibrate_parameter` with
@@ -39,7 +40,7 @@ import bench_readout as R  # noqa: E402
 from _common import write_json  # noqa: E402
 
 
-def calibrate_star(k, cells, n_sim, step=10.0, seed=0, readout="support"):
+def calibrate_star(k, cells, n_sim, step=10.0, seed=0, readout="support", map_at=None):
     """Star ``k``'s ``readout`` (``support``, or ``regularised``: the control), raw and calibrated
     (a row of the tables: keys ``readout`` and ``"cal_" + readout``)."""
     from dopplermap.calibrate import CalibrationOptions, calibrate_parameter
@@ -52,9 +53,10 @@ def calibrate_star(k, cells, n_sim, step=10.0, seed=0, readout="support"):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         c = calibrate_parameter(p, "inclination", incs, fixed={"vsini": s["vsini"]}, trials=incs,
-                                options=CalibrationOptions(n_sim=n_sim, seed=seed, readout=readout))
+                                options=CalibrationOptions(n_sim=n_sim, seed=seed, readout=readout,
+                                                           trial_map_at=map_at))
     row = dict(k=k, inc=s["inc"], vsini=s["vsini"], n_epoch=s["n_epoch"], snr=s["snr"], n_cell=cells, n_sim=n_sim,
-               readout=readout, raw=float(c.raw))
+               readout=readout, raw=float(c.raw), trial_map_at=map_at)
     row[readout] = dict(R.read(incs, c.profile, s["inc"]), wall_s=0.0, unconverged=0)
     row["cal_" + readout] = dict(best=c.estimate, lo68=c.lo68, hi68=c.hi68, lo95=c.lo95, hi95=c.hi95,
                                 wall_s=c.seconds, unconverged=int(c.unconverged or 0), lo_open=c.lo_open,
@@ -65,7 +67,7 @@ def calibrate_star(k, cells, n_sim, step=10.0, seed=0, readout="support"):
     return row
 
 
-def vsini_star(k, cells, n_sim, inc, seed=1):
+def vsini_star(k, cells, n_sim, inc, seed=1, map_at=None):
     """Star ``k``'s vsini by the support read-out, raw and calibrated, with the inclination held at
     ``inc`` (the calibrated one: ``grid --calibrate`` calibrates the axes in turn): values the
     truth -2..+2 km/s every 0.5, trials every 1 km/s (:data:`bench_calibration.VSINI_STEPS`)."""
@@ -79,8 +81,9 @@ def vsini_star(k, cells, n_sim, inc, seed=1):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         c = calibrate_parameter(p, "vsini", values, fixed={"inclination": float(inc)}, trials=s["vsini"] + B.VSINI_STEPS,
-                                options=CalibrationOptions(n_sim=n_sim, seed=seed, readout="support"))
-    return dict(k=k, inc=s["inc"], vsini=s["vsini"], held_inc=float(inc), n_cell=cells, n_sim=n_sim,
+                                options=CalibrationOptions(n_sim=n_sim, seed=seed, readout="support",
+                                                           trial_map_at=map_at))
+    return dict(k=k, inc=s["inc"], vsini=s["vsini"], held_inc=float(inc), n_cell=cells, n_sim=n_sim, trial_map_at=map_at,
                 support=dict(R.read(values, c.profile, s["vsini"]), wall_s=0.0, unconverged=0), raw=float(c.raw),
                 cal_support=dict(best=c.estimate, lo68=c.lo68, hi68=c.hi68, lo95=c.lo95, hi95=c.hi95,
                                  wall_s=c.seconds, unconverged=int(c.unconverged or 0), lo_open=c.lo_open,
@@ -108,12 +111,12 @@ def vsini_tables(rows):
     return "\n".join(out)
 
 
-def _worker(k, cells, n_sim, step, readout):
-    return calibrate_star(k, cells, n_sim, step, readout=readout)
+def _worker(k, cells, n_sim, step, readout, map_at=None):
+    return calibrate_star(k, cells, n_sim, step, readout=readout, map_at=map_at)
 
 
-def _vsini_worker(k, cells, n_sim, inc):
-    return vsini_star(k, cells, n_sim, inc)
+def _vsini_worker(k, cells, n_sim, inc, map_at=None):
+    return vsini_star(k, cells, n_sim, inc, map_at=map_at)
 
 
 def summary(rows, which):
@@ -154,7 +157,13 @@ def main():
     ap.add_argument("--tables", nargs="+", default=None, help="print the tables of these result files")
     ap.add_argument("--vsini", default=None, help="an inclination result file: calibrate each star's vsini by the "
                     "support read-out at its calibrated inclination (--out: the vsini results)")
+    ap.add_argument("--map-at", default=None, help="a result file of the same stars (and axis): simulate every "
+                    "trial from the one map fitted at that file's raw estimate (CalibrationOptions.trial_map_at) "
+                    "instead of each trial value's own map")
     args = ap.parse_args()
+    map_at = {}
+    if args.map_at:
+        map_at = {r["k"]: float(r["raw"]) for r in json.loads(Path(args.map_at).read_text())["stars"]}
     if args.tables:
         res = [json.loads(Path(path).read_text()) for path in args.tables]
         rows = [r for x in res for r in x["stars"]]
@@ -166,7 +175,8 @@ def main():
         res = dict(command=" ".join(sys.argv), cells=args.cells, n_sim=args.n_sim, stars=[])
         R._worker_env()
         t0 = time.perf_counter()
-        R._star_pool({k: (_vsini_worker, (k, args.cells, args.n_sim, incs[k])) for k in ks}, lambda k, row: row,
+        R._star_pool({k: (_vsini_worker, (k, args.cells, args.n_sim, incs[k], map_at.get(k))) for k in ks},
+                     lambda k, row: row,
                      ("support", "cal_support"), args.procs, res, args.out, args.stop_after, t0)
         if args.out:
             write_json(args.out, res)
@@ -180,13 +190,14 @@ def main():
     order = sorted(ks, key=lambda k: -B.STARS[k][2])  # the most epochs first
     if args.procs <= 1:
         for k in order:
-            res["stars"].append(calibrate_star(k, args.cells, args.n_sim, args.step, readout=args.readout))
+            res["stars"].append(calibrate_star(k, args.cells, args.n_sim, args.step, readout=args.readout,
+                                               map_at=map_at.get(k)))
             R._print_star(res["stars"][-1], (args.readout, "cal_" + args.readout))
             if args.out:
                 write_json(args.out, res)
     else:
         R._worker_env()
-        jobs = {k: (_worker, (k, args.cells, args.n_sim, args.step, args.readout)) for k in order}
+        jobs = {k: (_worker, (k, args.cells, args.n_sim, args.step, args.readout, map_at.get(k))) for k in order}
         R._star_pool(jobs, lambda k, row: row, (args.readout, "cal_" + args.readout), args.procs, res, args.out,
                      args.stop_after, t0)
     res["wall_s"] = time.perf_counter() - t0

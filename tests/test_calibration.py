@@ -489,6 +489,47 @@ def test_warm_started_calibration_gives_the_cold_profiles(monkeypatch):
     assert (warm.estimate, warm.lo68, warm.hi68) == pytest.approx((cold.estimate, cold.lo68, cold.hi68), abs=0.05)
 
 
+@pytest.mark.parametrize("oversample", [1, 2])
+def test_one_trial_map_simulates_every_trial_value(oversample):
+    # trial_map_at: the map fitted at one value, its model at each trial value; at that value the
+    # data sets are the default's (the same map, the same noise draws), elsewhere that map's
+    from dopplermap import calibrate
+    from dopplermap.calibrate import CalibrationOptions
+    from dopplermap.model import forward
+    from dopplermap.problem import demo_problem
+    from dopplermap.search import apply_parameters
+
+    p = demo_problem(n_cell=60, n_epoch=4, n_vel=16)
+
+    def at(value):
+        star, comps = apply_parameters(p, {"inclination": float(value), "vsini": p.star.vsini})
+        return p.replace(star=star, components=comps)
+
+    kw = dict(lmbd=1.0, regulariser="mem", tol=1e-6, maxiter=500, fit_rv=True, fit_amp=True, offset_sigma=None)
+    err = np.asarray(p.obs.err, float)
+    t = np.array([50.0, 70.0])
+
+    def sets(**more):
+        o = CalibrationOptions(n_sim=4, seed=3, sim_oversample=oversample, **more)
+        return calibrate._simulated_sets(p, at, t, kw, 0.1, err, o, None)
+
+    each, one = sets(), sets(trial_map_at=50.0)
+    assert each.shape == one.shape == (1 + 2 * 4, *err.shape)
+    np.testing.assert_array_equal(one[0], each[0])  # the observed profiles first
+    np.testing.assert_allclose(one[1:5], each[1:5], rtol=0, atol=1e-9)
+    assert np.max(np.abs(one[5:] - each[5:])) > 1e-4  # at 70 deg: not the map fitted there
+    if oversample == 1:  # at 70 deg: the 50-deg map's model there plus the second trial's draws
+        res = calibrate.invert_batch(calibrate.pad_precomputed(at(50.0).pre), p.obs, flux=each[:1], err=err,
+                                     mode="sequential", form="folded", **dict(kw, lmbd=0.1))[0]
+        model = np.asarray(forward(np.asarray(res.fssc), np.asarray(res.fssh), np.asarray(res.rv),
+                                   np.asarray(res.amp), at(70.0).pre))
+        rng = np.random.default_rng(3)
+        rng.standard_normal((4, *err.shape))
+        np.testing.assert_allclose(one[5:], model + err * rng.standard_normal((4, *err.shape)), rtol=0, atol=1e-9)
+    with pytest.raises(dm.DopplermapInputError, match="trial_map_at"):
+        CalibrationOptions(trial_map_at=float("nan"))
+
+
 @pytest.fixture(scope="module")
 def support_calibration():
     """The support read-out calibrated on the demo star (truth 60 deg, data made on the inversion

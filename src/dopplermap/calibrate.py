@@ -417,6 +417,9 @@ class CalibrationOptions:
             a calibration of the same inputs run again takes its data sets and finished
             solves from there and solves only the rest. None (default): nothing kept. Where
             the work is kept is not one of the inputs it is matched by.
+        trial_map_at: the value of the calibrated parameter at which the one trial map is
+            fitted that every trial value's data sets are simulated from (at each trial value's
+            model); None (default): each trial value's own map, the map the data give there.
         readout: the base read-out (:data:`READOUTS`): ``"regularised"`` (default) reads
             ``column`` of the regularised solves; ``"support"`` reads ``grid --readout
             support``'s ``chi2_support`` (:func:`support_unit`; ``column`` then stays
@@ -434,6 +437,7 @@ class CalibrationOptions:
     warm_start: bool = True
     table: str | Path | None = None
     readout: str = "regularised"
+    trial_map_at: float | None = None
 
     def __post_init__(self):
         if int(self.n_sim) != self.n_sim or self.n_sim < 4:
@@ -449,6 +453,8 @@ class CalibrationOptions:
             raise DopplermapInputError(f"calibration: mode must be 'auto', 'vmap' or 'sequential', got {self.mode!r}")
         if self.max_solves is not None and (int(self.max_solves) != self.max_solves or self.max_solves < 1):
             raise DopplermapInputError(f"calibration: max_solves must be an integer >= 1, got {self.max_solves!r}")
+        if self.trial_map_at is not None and not math.isfinite(self.trial_map_at):
+            raise DopplermapInputError(f"calibration: trial_map_at must be finite, got {self.trial_map_at!r}")
         if self.readout not in READOUTS:
             raise DopplermapInputError(f"calibration: readout must be one of {READOUTS}, got {self.readout!r}")
         if self.readout == "support" and self.column != "chi2_total":
@@ -742,11 +748,21 @@ def _simulated_sets(problem, at, t, kw, lm_sim, err, o, progress) -> np.ndarray:
     fine = latitude_band_grid(int(o.sim_oversample) * problem.grid.n_cell) if o.sim_oversample > 1 else None
     owner = owner_cells(problem.grid, fine) if fine is not None else None
     flux = [np.asarray(obs.flux, float)[None]]
-    for i, tv in enumerate(t):  # the map the data give at each trial value, and data sets drawn from it
+
+    def trial_map(point):
+        return invert_batch(pad_precomputed(point.pre), point.obs, flux=flux[0], err=err, mode="sequential",
+                            form="folded", **dict(kw, lmbd=lm_sim))[0]
+
+    one = None if o.trial_map_at is None else trial_map(at(o.trial_map_at))
+    for i, tv in enumerate(t):  # the map the data give at each trial value (or the one map), data sets drawn from it
         point = at(tv)
-        res = invert_batch(pad_precomputed(point.pre), point.obs, flux=flux[0], err=err, mode="sequential",
-                           form="folded", **dict(kw, lmbd=lm_sim))[0]
-        model = np.asarray(res.model)
+        if one is None:
+            res = trial_map(point)
+            model = np.asarray(res.model)
+        else:
+            res = one
+            model = np.asarray(forward(np.asarray(res.fssc), np.asarray(res.fssh), np.asarray(res.rv),
+                                       np.asarray(res.amp), point.pre))
         if fine is not None:
             fp = point.replace(grid=fine)
             model = np.asarray(forward(np.asarray(res.fssc)[owner], np.asarray(res.fssh)[owner], np.asarray(res.rv),
