@@ -37,6 +37,27 @@ def test_influence_traces_ridge():
     assert 2.0 < tr < 17.0  # the free columns count fully, the penalised ones partly
 
 
+@pytest.mark.parametrize("n_data,n_par", [(40, 15), (15, 40)])
+def test_influence_traces_either_gram_side(n_data, n_par):
+    """Fewer parameters than data (the Gram matrix over parameters) and more (over data), a 2x2
+    coupled prior and two free columns: both give the dense hat matrix's traces."""
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(n_data, n_par))
+    z = rng.normal(size=(n_data, 2))
+    q = rng.normal(size=(n_par, n_par))
+    prior = q @ q.T + n_par * np.eye(n_par)  # couples parameters
+    w, v = np.linalg.eigh(prior)
+    inv_sqrt = v @ np.diag(w ** -0.5) @ v.T
+    full = np.hstack([x, z])
+    p_full = np.zeros((n_par + 2, n_par + 2))
+    p_full[:n_par, :n_par] = prior
+    hat = full @ np.linalg.solve(full.T @ full + p_full, full.T)
+    tr, tr2 = U.influence_traces(x, inv_sqrt, z)
+    assert tr == pytest.approx(np.trace(hat), rel=1e-10)
+    assert tr2 == pytest.approx(np.sum(hat * hat), rel=1e-10)
+    assert tr < min(n_data, n_par + 2)  # a penalised fit uses less than the parameters or data allow
+
+
 @pytest.fixture(scope="module")
 def mem_fit():
     return problems.mem_fitted()

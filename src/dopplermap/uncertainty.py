@@ -50,6 +50,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+try:  # a declared dependency; the fallback only keeps ad-hoc environments working
+    from threadpoolctl import threadpool_limits
+except ImportError:  # pragma: no cover
+    import contextlib
+
+    def threadpool_limits(**_kwargs):
+        return contextlib.nullcontext()
+
 from . import plan, regularisers
 from ._repr import compact
 from .atomic import write_file
@@ -361,6 +369,15 @@ def _vjps(x, us, pre, data):
 
 
 _vjps_jit = jax.jit(_vjps)
+
+
+def _vjps_cols(x, start, pre, data, cols, *, chunk, m):
+    # rows start .. start + chunk of J (one-hot cotangents built here, not sent), columns ``cols``
+    us = jax.nn.one_hot(start + jnp.arange(chunk), m, dtype=x.dtype)
+    return _vjps(x, us, pre, data)[:, cols]
+
+
+_vjps_cols_jit = jax.jit(_vjps_cols, static_argnames=("chunk", "m"))
 
 
 def _smooth_hvp(x, v, lmbd, pre, regulariser, penalty):
@@ -971,10 +988,11 @@ def influence_traces(b, prior_inv_sqrt, nuisance=None) -> tuple[float, float]:
     or a callable giving ``P^-1/2 M`` for ``M`` (p, k), ``P`` positive definite; ``nuisance``
     (N, q): the whitened Jacobian of unpenalised parameters (fitted freely alongside), whose
     span the fit reproduces exactly. With ``C = Q B P^-1/2`` (``Q`` the projection off the
-    nuisances' span, rank ``r``) and ``g`` the eigenvalues of ``C C'``,
+    nuisances' span, rank ``r``) and ``g`` the eigenvalues of ``C C'`` (those of the smaller
+    of ``C C'`` and ``C'C``: the two share their non-zero eigenvalues),
     ``A = (I - Q) + C (C'C + I)^-1 C'``: ``tr A = r + sum g / (1 + g)``,
-    ``tr A'A = r + sum (g / (1 + g))^2``. Costs ``N^2 p`` (the Gram matrix) and one ``N x N``
-    eigenvalue problem: cheap when the data are few, whatever the parameters."""
+    ``tr A'A = r + sum (g / (1 + g))^2``. Costs ``N p k`` (the Gram matrix) and one ``k x k``
+    eigenvalue problem, ``k = min(N, p)``."""
     b = np.asarray(b, dtype=float)
     ct = prior_inv_sqrt(b.T) if callable(prior_inv_sqrt) else np.asarray(prior_inv_sqrt, dtype=float) @ b.T
     r = 0
@@ -983,7 +1001,13 @@ def influence_traces(b, prior_inv_sqrt, nuisance=None) -> tuple[float, float]:
         u = u[:, s > s[0] * 1e-10 * max(u.shape)]
         r = u.shape[1]
         ct = ct - (ct @ u) @ u.T
-    g = np.clip(np.linalg.eigvalsh(ct.T @ ct), 0.0, None)
+    gram = ct @ ct.T if ct.shape[0] < ct.shape[1] else ct.T @ ct  # (k, k): symmetric rank-k update
+    del ct
+    # One BLAS thread: the eigenvalue problem's tridiagonal reduction is matrix-vector work,
+    # which OpenBLAS's threads slow down many times over when the cores are shared (3,780 x
+    # 3,780 on 2 busy cores: 3.8 s on one thread, 21-28 s on two; benchmarks/RESULTS.md).
+    with threadpool_limits(limits=1, user_api="blas"):
+        g = np.clip(np.linalg.eigvalsh(gram), 0.0, None)
     a = g / (1.0 + g)
     return float(r + a.sum()), float(r + np.sum(a * a))
 
@@ -1042,29 +1066,43 @@ def effective_dof(problem: Problem, best: InversionResult, *, penalty: float = D
     blocks = _CellBlocks(x, jnp.asarray(best.lmbd, dtype=jnp.float64), hpre, best.regulariser, float(penalty), nc)
     data = ObjectiveData(obs=obs)
     chunk = max(int(chunk), 1)
-    rows = np.empty((m, n))
-    for s in range(0, m, chunk):  # J' e_r for every residual r (one compiled shape)
+    # only the free parameters' columns of J enter (a factor on a bound has a zero prior row
+    # and column): the free filling factors, then the free rv and amp (the nuisances)
+    cidx = np.nonzero(free[:2 * nc])[0]
+    nuis = np.nonzero(free[2 * nc:])[0] + 2 * nc
+    cols = jnp.asarray(np.concatenate([cidx, nuis]))
+    out = [_vjps_cols_jit(x, jnp.int32(s), hpre, data, cols, chunk=chunk, m=m) for s in range(0, m, chunk)]
+    rows = np.empty((m, cols.shape[0]))
+    for s, part in zip(range(0, m, chunk), out, strict=True):  # all dispatched: copies overlap the products
         k = min(chunk, m - s)
-        us = np.zeros((chunk, m))
-        us[np.arange(k), s + np.arange(k)] = 1.0
-        rows[s:s + k] = np.asarray(_vjps_jit(x, jnp.asarray(us), hpre, data))[:k]
+        rows[s:s + k] = np.asarray(part)[:k]
+    del out
     # line_residuals are (obs - model) / err / sqrt(N) and the loss is their squared norm plus S:
     # in chi-square units J = sqrt(N) rows and the prior is N / 2 times S's Hessian
     rows *= np.sqrt(m)
-    nuis = np.nonzero(free[2 * nc:])[0] + 2 * nc
     cells = free.copy()
     cells[2 * nc:] = False
     try:
-        mats = blocks.inverse_sqrt(cells, np.ones(n - 2 * nc))
+        m11, m12, m22, _ = blocks.inverse_sqrt(cells, np.ones(n - 2 * nc))
     except ValueError:
         raise DopplermapInputError("effective_dof: the regulariser's Hessian is not positive definite on the free "
                                    "cells (the inversion has not converged to a minimum?)") from None
     scale = np.sqrt(2.0 / m)
-    mats = (mats[0] * scale, mats[1] * scale, mats[2] * scale, np.zeros(n - 2 * nc))
+    # P^-1/2 over the free factors: a 2x2 block couples a cell's two factors when both are free
+    cell, hot = cidx % nc, cidx >= nc
+    diag = np.where(hot, m22[cell], m11[cell]) * scale
+    pos = np.full(2 * nc, -1)
+    pos[cidx] = np.arange(cidx.size)
+    partner = pos[np.where(hot, cidx - nc, cidx + nc)]
+    pair = np.nonzero(partner >= 0)[0]
+    off = m12[cell[pair]] * scale
 
     def prior_inv_sqrt(bt):
-        return _CellBlocks.apply_blocks(mats, bt * cells[:, None], nc)
+        res = bt * diag[:, None]
+        res[pair] += off[:, None] * bt[partner[pair]]
+        return res
 
-    tr_a, tr_a2 = influence_traces(rows, prior_inv_sqrt, rows[:, nuis] if nuis.size else None)
+    nuis_rows = rows[:, cidx.size:]
+    tr_a, tr_a2 = influence_traces(rows[:, :cidx.size], prior_inv_sqrt, nuis_rows if nuis.size else None)
     return EffectiveDof(n=m, p_eff=tr_a, tr_a2=tr_a2, nu=m - 2.0 * tr_a + tr_a2, chi2=float(best.chi2),
                         n_free=int(free.sum()), time=time.perf_counter() - t0)
