@@ -371,10 +371,12 @@ def _vjps(x, us, pre, data):
 _vjps_jit = jax.jit(_vjps)
 
 
-def _vjps_cols(x, start, pre, data, cols, *, chunk, m):
-    # rows start .. start + chunk of J (one-hot cotangents built here, not sent), columns ``cols``
+def _vjps_cols(x, start, pre, data, cols, scale, partner, off, *, chunk, m):
+    # rows start .. start + chunk of J (one-hot cotangents built here, not sent) on the columns
+    # ``cols``, times a matrix with ``scale`` on its diagonal and ``off`` at (partner[i], i)
     us = jax.nn.one_hot(start + jnp.arange(chunk), m, dtype=x.dtype)
-    return _vjps(x, us, pre, data)[:, cols]
+    g = _vjps(x, us, pre, data)[:, cols]
+    return g * scale + g[:, partner] * off
 
 
 _vjps_cols_jit = jax.jit(_vjps_cols, static_argnames=("chunk", "m"))
@@ -996,16 +998,18 @@ def influence_traces(b, prior_inv_sqrt, nuisance=None) -> tuple[float, float]:
     b = np.asarray(b, dtype=float)
     ct = prior_inv_sqrt(b.T) if callable(prior_inv_sqrt) else np.asarray(prior_inv_sqrt, dtype=float) @ b.T
     r = 0
+    # One BLAS thread for the SVD and the eigenvalue problem: their reductions are mostly
+    # matrix-vector work, which OpenBLAS's threads slow down many times over when the cores are
+    # shared (3,780 x 3,780 eigenvalues on 2 busy cores: 3.8 s on one thread, 21-28 s on two;
+    # benchmarks/RESULTS.md); the matrix products keep their threads
     if nuisance is not None and np.size(nuisance):
-        u, s, _ = np.linalg.svd(np.asarray(nuisance, dtype=float), full_matrices=False)
+        with threadpool_limits(limits=1, user_api="blas"):
+            u, s, _ = np.linalg.svd(np.asarray(nuisance, dtype=float), full_matrices=False)
         u = u[:, s > s[0] * 1e-10 * max(u.shape)]
         r = u.shape[1]
         ct = ct - (ct @ u) @ u.T
     gram = ct @ ct.T if ct.shape[0] < ct.shape[1] else ct.T @ ct  # (k, k): symmetric rank-k update
     del ct
-    # One BLAS thread: the eigenvalue problem's tridiagonal reduction is matrix-vector work,
-    # which OpenBLAS's threads slow down many times over when the cores are shared (3,780 x
-    # 3,780 on 2 busy cores: 3.8 s on one thread, 21-28 s on two; benchmarks/RESULTS.md).
     with threadpool_limits(limits=1, user_api="blas"):
         g = np.clip(np.linalg.eigvalsh(gram), 0.0, None)
     a = g / (1.0 + g)
@@ -1060,26 +1064,12 @@ def effective_dof(problem: Problem, best: InversionResult, *, penalty: float = D
     x = jnp.asarray(best.x, dtype=jnp.float64)
     if x.shape != (n,):
         raise DopplermapInputError(f"best map has {x.shape[0]} parameters, the problem needs {n}")
-    hpre = hvp_form(pre)
+    # the problem keeps this form: `dopplermap lambda` asks twice (corner and target)
+    hpre = problem.solve_form("float64", blocked=plan.hvp_blocked(pre.line.blocked_nbytes("float64"))) \
+        if pre.line.foldable else pre
     m = obs.n_epoch * obs.n_vel
     free = _free_mask(best, problem.settings.fit_rv, problem.settings.fit_amp)
     blocks = _CellBlocks(x, jnp.asarray(best.lmbd, dtype=jnp.float64), hpre, best.regulariser, float(penalty), nc)
-    data = ObjectiveData(obs=obs)
-    chunk = max(int(chunk), 1)
-    # only the free parameters' columns of J enter (a factor on a bound has a zero prior row
-    # and column): the free filling factors, then the free rv and amp (the nuisances)
-    cidx = np.nonzero(free[:2 * nc])[0]
-    nuis = np.nonzero(free[2 * nc:])[0] + 2 * nc
-    cols = jnp.asarray(np.concatenate([cidx, nuis]))
-    out = [_vjps_cols_jit(x, jnp.int32(s), hpre, data, cols, chunk=chunk, m=m) for s in range(0, m, chunk)]
-    rows = np.empty((m, cols.shape[0]))
-    for s, part in zip(range(0, m, chunk), out, strict=True):  # all dispatched: copies overlap the products
-        k = min(chunk, m - s)
-        rows[s:s + k] = np.asarray(part)[:k]
-    del out
-    # line_residuals are (obs - model) / err / sqrt(N) and the loss is their squared norm plus S:
-    # in chi-square units J = sqrt(N) rows and the prior is N / 2 times S's Hessian
-    rows *= np.sqrt(m)
     cells = free.copy()
     cells[2 * nc:] = False
     try:
@@ -1087,22 +1077,31 @@ def effective_dof(problem: Problem, best: InversionResult, *, penalty: float = D
     except ValueError:
         raise DopplermapInputError("effective_dof: the regulariser's Hessian is not positive definite on the free "
                                    "cells (the inversion has not converged to a minimum?)") from None
-    scale = np.sqrt(2.0 / m)
-    # P^-1/2 over the free factors: a 2x2 block couples a cell's two factors when both are free
+    # Only the free parameters' columns of J enter (a factor on a bound has a zero prior row and
+    # column): the free filling factors, then the free rv and amp (the nuisances), whitened as
+    # the products come: line_residuals are (obs - model) / err / sqrt(N) and the loss is their
+    # squared norm plus S, so in chi-square units J = sqrt(N) rows and the prior is N / 2 times
+    # S's Hessian; B P^-1/2 takes sqrt(2) rows P_S^-1/2, a 2x2 block coupling a cell's two
+    # factors when both are free.
+    cidx = np.nonzero(free[:2 * nc])[0]
+    nuis = np.nonzero(free[2 * nc:])[0] + 2 * nc
     cell, hot = cidx % nc, cidx >= nc
-    diag = np.where(hot, m22[cell], m11[cell]) * scale
     pos = np.full(2 * nc, -1)
     pos[cidx] = np.arange(cidx.size)
     partner = pos[np.where(hot, cidx - nc, cidx + nc)]
-    pair = np.nonzero(partner >= 0)[0]
-    off = m12[cell[pair]] * scale
-
-    def prior_inv_sqrt(bt):
-        res = bt * diag[:, None]
-        res[pair] += off[:, None] * bt[partner[pair]]
-        return res
-
-    nuis_rows = rows[:, cidx.size:]
-    tr_a, tr_a2 = influence_traces(rows[:, :cidx.size], prior_inv_sqrt, nuis_rows if nuis.size else None)
+    paired = partner >= 0
+    k_c, k = cidx.size, cidx.size + nuis.size
+    scale = np.concatenate([np.sqrt(2.0) * np.where(hot, m22[cell], m11[cell]), np.full(nuis.size, np.sqrt(m))])
+    off = np.concatenate([np.sqrt(2.0) * np.where(paired, m12[cell], 0.0), np.zeros(nuis.size)])
+    partner = np.concatenate([np.where(paired, partner, np.arange(k_c)), k_c + np.arange(nuis.size)])
+    args = [jnp.asarray(a) for a in (np.concatenate([cidx, nuis]), scale, partner, off)]
+    data = ObjectiveData(obs=obs)
+    chunk = max(int(chunk), 1)
+    out = [_vjps_cols_jit(x, jnp.int32(s), hpre, data, *args, chunk=chunk, m=m) for s in range(0, m, chunk)]
+    rows = np.empty((m, k))
+    for s, part in zip(range(0, m, chunk), out, strict=True):
+        rows[s:s + chunk] = np.asarray(part)[:min(chunk, m - s)]
+    del out
+    tr_a, tr_a2 = influence_traces(rows[:, :k_c], lambda bt: bt, rows[:, k_c:] if nuis.size else None)
     return EffectiveDof(n=m, p_eff=tr_a, tr_a2=tr_a2, nu=m - 2.0 * tr_a + tr_a2, chi2=float(best.chi2),
                         n_free=int(free.sum()), time=time.perf_counter() - t0)
