@@ -133,3 +133,19 @@ def test_chi2_per_residual_dof_is_1_with_the_true_errors():
     dof = U.effective_dof(prob, res)
     assert dof.chi2 < 1.0 - 4 * np.sqrt(2.0 / dof.n)
     assert dof.chi2_nu == pytest.approx(1.0, abs=3 * np.sqrt(2.0 / dof.nu))
+
+
+@pytest.mark.slow
+def test_effective_dof_reads_the_blocked_form_like_the_backward_passes(mem_fit):
+    """J read from the blocked form's matrices and J from one backward pass per datum give the
+    same traces (a fit with free rv and amp, and cells on their bounds)."""
+    pre, sim, best = mem_fit
+    prob = form_problem(pre, sim.obs)
+    line = prob.solve_form("float64", blocked=True).line
+    assert U._direct_applies(line) and not U._direct_applies(prob.solve_form("float64").line)
+    assert U._direct_applies(U.hvp_form(pre).line)  # the form effective_dof takes: the direct read runs
+    assert U._free_mask(best, True, True)[:2 * pre.n_cell].mean() < 1.0
+    direct, passes = U.effective_dof(prob, best), U.effective_dof(prob, best, direct=False)
+    assert direct.n_free == passes.n_free
+    for name in ("p_eff", "tr_a2", "nu"):
+        assert getattr(direct, name) == pytest.approx(getattr(passes, name), rel=1e-10)
