@@ -7,6 +7,7 @@ The demo star at the seed size (2,500 cells x 150 epochs x 32 velocities) or the
 seconds and the traces, and with ``--profile`` the cProfile lines of the last call.
 
     PYTHONPATH=src python benchmarks/bench_effective_dof.py --size seed --src src --src ../main/src
+    (--blas-threads 1: every OpenBLAS call on one thread, in both trees)
 """
 
 from __future__ import annotations
@@ -56,7 +57,8 @@ def one_tree(args) -> None:
             prof.disable()
         row = {"src": args.one, "size": args.size, "call": i, "wall_s": time.perf_counter() - w0,
                "cpu_s": time.process_time() - c0, "p_eff": dof.p_eff, "tr_a2": dof.tr_a2, "nu": dof.nu,
-               "n_free": dof.n_free, "n": dof.n, "load": os.getloadavg()[0]}
+               "n_free": dof.n_free, "n": dof.n, "load": os.getloadavg()[0],
+               "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS")}
         print(json.dumps(row), flush=True)
         if prof:
             out = io.StringIO()
@@ -71,6 +73,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--profile", action="store_true", help="cProfile of the last call of each tree")
     ap.add_argument("--cache", default=None, help="pickle of the solved map (default /tmp/effdof_<size>.pkl)")
+    ap.add_argument("--blas-threads", type=int, default=None,
+                    help="OPENBLAS_NUM_THREADS for the trees' processes (default: OpenBLAS's own)")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     args = ap.parse_args()
     args.cache = args.cache or f"/tmp/effdof_{args.size}.pkl"
@@ -79,7 +83,10 @@ def main() -> None:
     for src in args.src or ["src"]:
         cmd = [sys.executable, __file__, "--one", src, "--size", args.size, "--repeat", str(args.repeat),
                "--cache", args.cache] + (["--profile"] if args.profile else [])
-        subprocess.run(cmd, check=True, env={**os.environ, "PYTHONPATH": str(Path(src).resolve())})
+        env = {**os.environ, "PYTHONPATH": str(Path(src).resolve())}
+        if args.blas_threads:
+            env["OPENBLAS_NUM_THREADS"] = str(args.blas_threads)
+        subprocess.run(cmd, check=True, env=env)
 
 
 if __name__ == "__main__":
