@@ -58,6 +58,21 @@ def test_influence_traces_either_gram_side(n_data, n_par):
     assert tr < min(n_data, n_par + 2)  # a penalised fit uses less than the parameters or data allow
 
 
+def test_influence_traces_ignore_parameters_the_data_do_not_see():
+    """Zero columns (cells no epoch sees) change neither trace, on either side of the Gram matrix."""
+    rng = np.random.default_rng(2)
+    for n_data, n_par in ((30, 12), (12, 30)):
+        x, z = rng.normal(size=(n_data, n_par)), rng.normal(size=(n_data, 2))
+        prior = rng.uniform(0.5, 4.0, n_par)
+        wide = np.hstack([x, np.zeros((n_data, 25))])
+        wide_prior = np.concatenate([prior, rng.uniform(0.5, 4.0, 25)])
+        full = np.hstack([x, z])
+        hat = full @ np.linalg.solve(full.T @ full + np.diag(np.concatenate([prior, [0.0, 0.0]])), full.T)
+        tr, tr2 = U.influence_traces(wide, lambda m: m / np.sqrt(wide_prior)[:, None], z)
+        assert tr == pytest.approx(np.trace(hat), rel=1e-10)
+        assert tr2 == pytest.approx(np.sum(hat * hat), rel=1e-10)
+
+
 @pytest.fixture(scope="module")
 def mem_fit():
     return problems.mem_fitted()

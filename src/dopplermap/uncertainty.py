@@ -1063,9 +1063,13 @@ def influence_traces(b, prior_inv_sqrt, nuisance=None) -> tuple[float, float]:
     of ``C C'`` and ``C'C``: the two share their non-zero eigenvalues),
     ``A = (I - Q) + C (C'C + I)^-1 C'``: ``tr A = r + sum g / (1 + g)``,
     ``tr A'A = r + sum (g / (1 + g))^2``. Costs ``N p k`` (the Gram matrix) and one ``k x k``
-    eigenvalue problem, ``k = min(N, p)``."""
+    eigenvalue problem, ``k = min(N, p)`` (``p`` less the parameters whose rows of
+    ``P^-1/2 B'`` are zero)."""
     b = np.asarray(b, dtype=float)
     ct = prior_inv_sqrt(b.T) if callable(prior_inv_sqrt) else np.asarray(prior_inv_sqrt, dtype=float) @ b.T
+    live = np.any(ct != 0.0, axis=1)
+    if not live.all():  # a zero row adds a zero eigenvalue only (cells no epoch sees): dropped
+        ct = ct[live]
     r = 0
     # One BLAS thread for the SVD and the eigenvalue problem: their reductions are mostly
     # matrix-vector work, which OpenBLAS's threads slow down many times over when the cores are
