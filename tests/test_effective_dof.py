@@ -68,7 +68,7 @@ def test_influence_traces_ignore_parameters_the_data_do_not_see():
         wide_prior = np.concatenate([prior, rng.uniform(0.5, 4.0, 25)])
         full = np.hstack([x, z])
         hat = full @ np.linalg.solve(full.T @ full + np.diag(np.concatenate([prior, [0.0, 0.0]])), full.T)
-        tr, tr2 = U.influence_traces(wide, lambda m: m / np.sqrt(wide_prior)[:, None], z)
+        tr, tr2 = U.influence_traces(wide, lambda m, p=wide_prior: m / np.sqrt(p)[:, None], z)
         assert tr == pytest.approx(np.trace(hat), rel=1e-10)
         assert tr2 == pytest.approx(np.sum(hat * hat), rel=1e-10)
 

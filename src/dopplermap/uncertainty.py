@@ -65,8 +65,8 @@ from .choices import uncertainty_choice
 from .cluster import run_tasks
 from .constants import FILL_MAX, FILL_MIN
 from .errors import DopplermapInputError, DopplermapWarning, warn
-from .memory import check_bytes, format_bytes
 from .forms.base import Form
+from .memory import check_bytes, format_bytes
 from .model import Precomputed, shift_profiles, solve_form
 from .objective import DEFAULT_PENALTY, Layout, LineSets, ObjectiveData, Observations, loss, n_windows
 from .problem import Problem, require_problem
