@@ -37,6 +37,42 @@ def test_influence_traces_ridge():
     assert 2.0 < tr < 17.0  # the free columns count fully, the penalised ones partly
 
 
+@pytest.mark.parametrize("n_data,n_par", [(40, 15), (15, 40)])
+def test_influence_traces_either_gram_side(n_data, n_par):
+    """Fewer parameters than data (the Gram matrix over parameters) and more (over data), a 2x2
+    coupled prior and two free columns: both give the dense hat matrix's traces."""
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(n_data, n_par))
+    z = rng.normal(size=(n_data, 2))
+    q = rng.normal(size=(n_par, n_par))
+    prior = q @ q.T + n_par * np.eye(n_par)  # couples parameters
+    w, v = np.linalg.eigh(prior)
+    inv_sqrt = v @ np.diag(w ** -0.5) @ v.T
+    full = np.hstack([x, z])
+    p_full = np.zeros((n_par + 2, n_par + 2))
+    p_full[:n_par, :n_par] = prior
+    hat = full @ np.linalg.solve(full.T @ full + p_full, full.T)
+    tr, tr2 = U.influence_traces(x, inv_sqrt, z)
+    assert tr == pytest.approx(np.trace(hat), rel=1e-10)
+    assert tr2 == pytest.approx(np.sum(hat * hat), rel=1e-10)
+    assert tr < min(n_data, n_par + 2)  # a penalised fit uses less than the parameters or data allow
+
+
+def test_influence_traces_ignore_parameters_the_data_do_not_see():
+    """Zero columns (cells no epoch sees) change neither trace, on either side of the Gram matrix."""
+    rng = np.random.default_rng(2)
+    for n_data, n_par in ((30, 12), (12, 30)):
+        x, z = rng.normal(size=(n_data, n_par)), rng.normal(size=(n_data, 2))
+        prior = rng.uniform(0.5, 4.0, n_par)
+        wide = np.hstack([x, np.zeros((n_data, 25))])
+        wide_prior = np.concatenate([prior, rng.uniform(0.5, 4.0, 25)])
+        full = np.hstack([x, z])
+        hat = full @ np.linalg.solve(full.T @ full + np.diag(np.concatenate([prior, [0.0, 0.0]])), full.T)
+        tr, tr2 = U.influence_traces(wide, lambda m, p=wide_prior: m / np.sqrt(p)[:, None], z)
+        assert tr == pytest.approx(np.trace(hat), rel=1e-10)
+        assert tr2 == pytest.approx(np.sum(hat * hat), rel=1e-10)
+
+
 @pytest.fixture(scope="module")
 def mem_fit():
     return problems.mem_fitted()
@@ -112,3 +148,19 @@ def test_chi2_per_residual_dof_is_1_with_the_true_errors():
     dof = U.effective_dof(prob, res)
     assert dof.chi2 < 1.0 - 4 * np.sqrt(2.0 / dof.n)
     assert dof.chi2_nu == pytest.approx(1.0, abs=3 * np.sqrt(2.0 / dof.nu))
+
+
+@pytest.mark.slow
+def test_effective_dof_reads_the_blocked_form_like_the_backward_passes(mem_fit):
+    """J read from the blocked form's matrices and J from one backward pass per datum give the
+    same traces (a fit with free rv and amp, and cells on their bounds)."""
+    pre, sim, best = mem_fit
+    prob = form_problem(pre, sim.obs)
+    line = prob.solve_form("float64", blocked=True).line
+    assert U._direct_applies(line) and not U._direct_applies(prob.solve_form("float64").line)
+    assert U._direct_applies(U.hvp_form(pre).line)  # the form effective_dof takes: the direct read runs
+    assert U._free_mask(best, True, True)[:2 * pre.n_cell].mean() < 1.0
+    direct, passes = U.effective_dof(prob, best), U.effective_dof(prob, best, direct=False)
+    assert direct.n_free == passes.n_free
+    for name in ("p_eff", "tr_a2", "nu"):
+        assert getattr(direct, name) == pytest.approx(getattr(passes, name), rel=1e-10)

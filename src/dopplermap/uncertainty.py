@@ -49,6 +49,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from . import plan, regularisers
 from ._repr import compact
@@ -57,8 +58,9 @@ from .choices import uncertainty_choice
 from .cluster import run_tasks
 from .constants import FILL_MAX, FILL_MIN
 from .errors import DopplermapInputError, DopplermapWarning, warn
+from .forms.base import Form
 from .memory import check_bytes, format_bytes
-from .model import Precomputed, solve_form
+from .model import Precomputed, shift_profiles, solve_form
 from .objective import DEFAULT_PENALTY, Layout, LineSets, ObjectiveData, Observations, loss, n_windows
 from .problem import Problem, require_problem
 from .solvers import InversionResult, invert, solve_many
@@ -361,6 +363,84 @@ def _vjps(x, us, pre, data):
 
 
 _vjps_jit = jax.jit(_vjps)
+
+
+def _vjps_cols(x, start, pre, data, cols, scale, partner, off, *, chunk, m):
+    # rows start .. start + chunk of J (one-hot cotangents built here, not sent) on the columns
+    # ``cols``, times a matrix with ``scale`` on its diagonal and ``off`` at (partner[i], i)
+    us = jax.nn.one_hot(start + jnp.arange(chunk), m, dtype=x.dtype)
+    g = _vjps(x, us, pre, data)[:, cols]
+    return g * scale + g[:, partner] * off
+
+
+_vjps_cols_jit = jax.jit(_vjps_cols, static_argnames=("chunk", "m"))
+
+
+def _epoch_residual(num, norm, rv, amp, flux, err, vels, m):
+    # one epoch's line_residuals from its numerator (n_vel,) and normalisation (a forms.Form
+    # whose shifted_profiles is the base one: the seed's linear interpolation)
+    sh = shift_profiles(vels, rv[None], (num / norm)[None])[0] + amp
+    return (flux - sh / jnp.mean(sh)) / err * (1.0 / jnp.sqrt(m))
+
+
+@jax.jit
+def _epoch_jacobians(x, line, flux, err):
+    # each epoch's residuals by its numerator, normalisation, rv and amp at the map ``x``:
+    # (E, V, V), (E, V) x 3 (one compiled call: op by op, the synthesis compiles ~40 pieces)
+    fssc, fssh, rv, amp = Layout(line.n_cell, flux.shape[0]).split(x)
+    num, norm = line.numerator_norm(fssc, fssh)
+    m = flux.size
+    return jax.vmap(jax.jacrev(lambda *a: _epoch_residual(*a, line.vels, m), argnums=(0, 1, 2, 3)))(
+        num, norm, rv, amp, flux, err)
+
+
+def _direct_applies(line) -> bool:
+    """Whether :func:`_blocked_rows` can read J from ``line``'s matrices: the blocked form with the
+    base rv shift."""
+    return line.kind == "blocked" and type(line).shifted_profiles is Form.shifted_profiles
+
+
+def _blocked_rows(x, line, obs, cidx, nuis, nc, scale, off):
+    """J (the line residuals' Jacobian, ``line_residuals`` units) on the columns ``cidx`` (filling
+    factors, indices into ``(fssc, fssh)``) then ``nuis`` (rv and amp, indices into ``x``), times
+    the matrix with ``scale`` on its diagonal and ``off`` coupling a column to the same cell's
+    other factor; read from the blocked form's matrices: an epoch's residuals depend on the map
+    only through its numerator and normalisation, linear in the factors with the block's rows
+    as coefficients, so J's rows of epoch ``e`` are ``K_e L_e`` (``K_e`` the residuals'
+    derivatives by those ``n_vel + 1`` numbers). One backward pass per datum instead runs
+    through every block."""
+    n_e, n_v = obs.n_epoch, obs.n_vel
+    m = n_e * n_v
+    k_c = cidx.size
+    err = jnp.broadcast_to(obs.err, obs.flux.shape)
+    kn, kz, kr, ka = (np.asarray(a) for a in _epoch_jacobians(x, line, obs.flux, err))
+    k_full = np.concatenate([kn, kz[:, :, None]], axis=2)  # (E, V, V + 1)
+    local = np.asarray(line.local)
+    n_b, n_row, n_col = local.shape
+    per = n_row // (n_v + 1)
+    block_row = np.asarray(line.block_row)
+    block_cell = np.asarray(line.block_cell)
+    pos = np.full(2 * nc, -1)
+    pos[cidx] = np.arange(k_c)
+    sc, oc = np.append(scale[:k_c], 0.0), np.append(off[:k_c], 0.0)  # index -1: not free
+    rows = np.zeros((m, k_c + nuis.size))
+    # One BLAS thread: many small products, which threads on shared cores only slow down
+    with threadpool_limits(limits=1, user_api="blas"):
+        for b in range(n_b):
+            ep = np.nonzero(block_row // per == b)[0]
+            lb = local[b].reshape(per, n_v + 1, n_col)[block_row[ep] % per]  # (e_b, V + 1, n_col)
+            # columns u * 2 + k: factor k (0 fssc, 1 fssh) of the union's cell u
+            target = pos[np.arange(2)[None, :] * nc + block_cell[b][:, None]].reshape(-1)
+            swapped = lb.reshape(lb.shape[:2] + (-1, 2))[..., ::-1].reshape(lb.shape)  # the cell's other factor
+            lw = lb * sc[target] + swapped * oc[target]
+            # all-zero columns (the union's padding among them) add nothing
+            keep = np.nonzero((target >= 0) & np.any(lb != 0.0, axis=(0, 1)))[0]
+            lw, tk = lw[:, :, keep], target[keep]
+            rows[(ep[:, None] * n_v + np.arange(n_v)).reshape(-1, 1), tk] = (k_full[ep] @ lw).reshape(-1, tk.size)
+    for j, q in enumerate(nuis):  # rv_e and amp_e move only epoch e's residuals
+        e, d = (q - 2 * nc) % n_e, (kr if q - 2 * nc < n_e else ka)
+        rows[e * n_v:(e + 1) * n_v, k_c + j] = d[e] * scale[k_c + j]
+    return rows
 
 
 def _smooth_hvp(x, v, lmbd, pre, regulariser, penalty):
@@ -971,19 +1051,31 @@ def influence_traces(b, prior_inv_sqrt, nuisance=None) -> tuple[float, float]:
     or a callable giving ``P^-1/2 M`` for ``M`` (p, k), ``P`` positive definite; ``nuisance``
     (N, q): the whitened Jacobian of unpenalised parameters (fitted freely alongside), whose
     span the fit reproduces exactly. With ``C = Q B P^-1/2`` (``Q`` the projection off the
-    nuisances' span, rank ``r``) and ``g`` the eigenvalues of ``C C'``,
+    nuisances' span, rank ``r``) and ``g`` the eigenvalues of ``C C'`` (those of the smaller
+    of ``C C'`` and ``C'C``: the two share their non-zero eigenvalues),
     ``A = (I - Q) + C (C'C + I)^-1 C'``: ``tr A = r + sum g / (1 + g)``,
-    ``tr A'A = r + sum (g / (1 + g))^2``. Costs ``N^2 p`` (the Gram matrix) and one ``N x N``
-    eigenvalue problem: cheap when the data are few, whatever the parameters."""
+    ``tr A'A = r + sum (g / (1 + g))^2``. Costs ``N p k`` (the Gram matrix) and one ``k x k``
+    eigenvalue problem, ``k = min(N, p)`` (``p`` less the parameters whose rows of
+    ``P^-1/2 B'`` are zero)."""
     b = np.asarray(b, dtype=float)
     ct = prior_inv_sqrt(b.T) if callable(prior_inv_sqrt) else np.asarray(prior_inv_sqrt, dtype=float) @ b.T
+    live = np.any(ct != 0.0, axis=1)
+    if not live.all():  # a zero row adds a zero eigenvalue only (cells no epoch sees): dropped
+        ct = ct[live]
     r = 0
+    # One BLAS thread for the SVD and the eigenvalue problem: their reductions are mostly
+    # matrix-vector work, which OpenBLAS's threads slow down many times over when the cores are
+    # shared (benchmarks/RESULTS.md, "The cost of effective_dof"); the products keep their threads
     if nuisance is not None and np.size(nuisance):
-        u, s, _ = np.linalg.svd(np.asarray(nuisance, dtype=float), full_matrices=False)
+        with threadpool_limits(limits=1, user_api="blas"):
+            u, s, _ = np.linalg.svd(np.asarray(nuisance, dtype=float), full_matrices=False)
         u = u[:, s > s[0] * 1e-10 * max(u.shape)]
         r = u.shape[1]
         ct = ct - (ct @ u) @ u.T
-    g = np.clip(np.linalg.eigvalsh(ct.T @ ct), 0.0, None)
+    gram = ct @ ct.T if ct.shape[0] < ct.shape[1] else ct.T @ ct  # (k, k): symmetric rank-k update
+    del ct
+    with threadpool_limits(limits=1, user_api="blas"):
+        g = np.clip(np.linalg.eigvalsh(gram), 0.0, None)
     a = g / (1.0 + g)
     return float(r + a.sum()), float(r + np.sum(a * a))
 
@@ -1013,15 +1105,16 @@ def effective_dof_refusal(problem: Problem, regulariser: str | None = None) -> s
 
 
 def effective_dof(problem: Problem, best: InversionResult, *, penalty: float = DEFAULT_PENALTY,
-                  chunk: int = 64) -> EffectiveDof:
+                  chunk: int = 64, direct: bool = True) -> EffectiveDof:
     """The influence matrix of the fit ``best`` of ``problem``: effective parameters and residual
     degrees of freedom (:class:`EffectiveDof`).
 
     The fit linearised at the map (Gauss-Newton: the model's Jacobian ``J`` in units of the
     errors, the regulariser's Hessian ``S`` as the prior) has ``A = J (J'J + S)^-1 J'`` over
     the free parameters (filling factors off their bounds, free rv and amp; a factor on a
-    bound does not move with the data). ``J`` comes row by row from one backward pass per
-    datum, ``N`` of them (``chunk`` at a time); then :func:`influence_traces`. For
+    bound does not move with the data). ``J`` (its free columns) comes from the blocked form's
+    matrices where the model is in that form (``direct``), else row by row from one backward
+    pass per datum, ``N`` of them (``chunk`` at a time); then :func:`influence_traces`. For
     regularisers whose Hessian couples no cells (:func:`lowrank_applies`; ``mem``), one
     static map and one line data set."""
     problem = require_problem(problem, "effective_dof")
@@ -1036,35 +1129,47 @@ def effective_dof(problem: Problem, best: InversionResult, *, penalty: float = D
     x = jnp.asarray(best.x, dtype=jnp.float64)
     if x.shape != (n,):
         raise DopplermapInputError(f"best map has {x.shape[0]} parameters, the problem needs {n}")
-    hpre = hvp_form(pre)
+    # the problem keeps this form: `dopplermap lambda` asks twice (corner and target)
+    hpre = problem.solve_form("float64", blocked=plan.hvp_blocked(pre.line.blocked_nbytes("float64"))) \
+        if pre.line.foldable else pre
     m = obs.n_epoch * obs.n_vel
     free = _free_mask(best, problem.settings.fit_rv, problem.settings.fit_amp)
     blocks = _CellBlocks(x, jnp.asarray(best.lmbd, dtype=jnp.float64), hpre, best.regulariser, float(penalty), nc)
-    data = ObjectiveData(obs=obs)
-    chunk = max(int(chunk), 1)
-    rows = np.empty((m, n))
-    for s in range(0, m, chunk):  # J' e_r for every residual r (one compiled shape)
-        k = min(chunk, m - s)
-        us = np.zeros((chunk, m))
-        us[np.arange(k), s + np.arange(k)] = 1.0
-        rows[s:s + k] = np.asarray(_vjps_jit(x, jnp.asarray(us), hpre, data))[:k]
-    # line_residuals are (obs - model) / err / sqrt(N) and the loss is their squared norm plus S:
-    # in chi-square units J = sqrt(N) rows and the prior is N / 2 times S's Hessian
-    rows *= np.sqrt(m)
-    nuis = np.nonzero(free[2 * nc:])[0] + 2 * nc
     cells = free.copy()
     cells[2 * nc:] = False
     try:
-        mats = blocks.inverse_sqrt(cells, np.ones(n - 2 * nc))
+        m11, m12, m22, _ = blocks.inverse_sqrt(cells, np.ones(n - 2 * nc))
     except ValueError:
         raise DopplermapInputError("effective_dof: the regulariser's Hessian is not positive definite on the free "
                                    "cells (the inversion has not converged to a minimum?)") from None
-    scale = np.sqrt(2.0 / m)
-    mats = (mats[0] * scale, mats[1] * scale, mats[2] * scale, np.zeros(n - 2 * nc))
-
-    def prior_inv_sqrt(bt):
-        return _CellBlocks.apply_blocks(mats, bt * cells[:, None], nc)
-
-    tr_a, tr_a2 = influence_traces(rows, prior_inv_sqrt, rows[:, nuis] if nuis.size else None)
+    # Only the free parameters' columns of J enter (a factor on a bound has a zero prior row and
+    # column): the free filling factors, then the free rv and amp (the nuisances), whitened as
+    # the products come: line_residuals are (obs - model) / err / sqrt(N) and the loss is their
+    # squared norm plus S, so in chi-square units J = sqrt(N) rows and the prior is N / 2 times
+    # S's Hessian; B P^-1/2 takes sqrt(2) rows P_S^-1/2, a 2x2 block coupling a cell's two
+    # factors when both are free.
+    cidx = np.nonzero(free[:2 * nc])[0]
+    nuis = np.nonzero(free[2 * nc:])[0] + 2 * nc
+    cell, hot = cidx % nc, cidx >= nc
+    pos = np.full(2 * nc, -1)
+    pos[cidx] = np.arange(cidx.size)
+    partner = pos[np.where(hot, cidx - nc, cidx + nc)]
+    paired = partner >= 0
+    k_c, k = cidx.size, cidx.size + nuis.size
+    scale = np.concatenate([np.sqrt(2.0) * np.where(hot, m22[cell], m11[cell]), np.full(nuis.size, np.sqrt(m))])
+    off = np.concatenate([np.sqrt(2.0) * np.where(paired, m12[cell], 0.0), np.zeros(nuis.size)])
+    partner = np.concatenate([np.where(paired, partner, np.arange(k_c)), k_c + np.arange(nuis.size)])
+    args = [jnp.asarray(a) for a in (np.concatenate([cidx, nuis]), scale, partner, off)]
+    if direct and _direct_applies(hpre.line):
+        rows = _blocked_rows(x, hpre.line, obs, cidx, nuis, nc, scale, off)
+    else:
+        data = ObjectiveData(obs=obs)
+        chunk = max(int(chunk), 1)
+        out = [_vjps_cols_jit(x, jnp.int32(s), hpre, data, *args, chunk=chunk, m=m) for s in range(0, m, chunk)]
+        rows = np.empty((m, k))
+        for s, part in zip(range(0, m, chunk), out, strict=True):
+            rows[s:s + chunk] = np.asarray(part)[:min(chunk, m - s)]
+        del out
+    tr_a, tr_a2 = influence_traces(rows[:, :k_c], lambda bt: bt, rows[:, k_c:] if nuis.size else None)
     return EffectiveDof(n=m, p_eff=tr_a, tr_a2=tr_a2, nu=m - 2.0 * tr_a + tr_a2, chi2=float(best.chi2),
                         n_free=int(free.sum()), time=time.perf_counter() - t0)

@@ -17,6 +17,7 @@ from typing import ClassVar
 
 import jax.numpy as jnp
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from .. import _linops
 from ..errors import DopplermapInputError
@@ -41,7 +42,11 @@ def phase_order(pos, n_slot: int) -> np.ndarray:
     if n_e < 3:
         return np.arange(n_e)
     vis -= vis.mean(axis=0)
-    w, v = np.linalg.eigh(vis @ vis.T)  # (E, E) Gram matrix: cheaper than an SVD of (E, C)
+    # (E, E) Gram matrix: cheaper than an SVD of (E, C). One BLAS thread: on shared cores
+    # OpenBLAS's threads slow this small eigenproblem down many times (benchmarks/RESULTS.md)
+    gram = vis @ vis.T
+    with threadpool_limits(limits=1, user_api="blas"):
+        w, v = np.linalg.eigh(gram)
     ang = np.arctan2(v[:, -2] * np.sqrt(max(w[-2], 0.0)), v[:, -1] * np.sqrt(max(w[-1], 0.0)))
     order = np.argsort(ang, kind="stable")
     gaps = np.diff(np.concatenate([ang[order], ang[order[:1]] + 2 * np.pi]))
