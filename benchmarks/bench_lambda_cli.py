@@ -40,7 +40,7 @@ def one_run(src: str, cache: str, out: str, lmbds: str, extra: list) -> dict:
     summary = json.loads(Path(out, "lambda.json").read_text())
     lines = Path(out, "lcurve.csv").read_text().splitlines()
     head = lines[0].split(",")
-    iters = sum(int(l.split(",")[head.index("iterations")]) for l in lines[1:] if l.strip())
+    iters = sum(int(row.split(",")[head.index("iterations")]) for row in lines[1:] if row.strip())
     return {"wall_s": wall, "cpu_s": cpu, "summary": summary, "iterations": iters, "stderr": proc.stderr}
 
 

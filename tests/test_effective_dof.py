@@ -157,8 +157,8 @@ def test_effective_dof_reads_the_blocked_form_like_the_backward_passes(mem_fit):
     pre, sim, best = mem_fit
     prob = form_problem(pre, sim.obs)
     line = prob.solve_form("float64", blocked=True).line
-    assert U._direct_applies(line) and not U._direct_applies(prob.solve_form("float64").line)
-    assert U._direct_applies(U.hvp_form(pre).line)  # the form effective_dof takes: the direct read runs
+    assert line.jacobian_blocks() is not None and prob.solve_form("float64").line.jacobian_blocks() is None
+    assert U.hvp_form(pre).line.jacobian_blocks() is not None  # the form effective_dof takes: the direct read runs
     assert U._free_mask(best, True, True)[:2 * pre.n_cell].mean() < 1.0
     direct, passes = U.effective_dof(prob, best), U.effective_dof(prob, best, direct=False)
     assert direct.n_free == passes.n_free

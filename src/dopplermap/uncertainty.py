@@ -58,7 +58,6 @@ from .choices import uncertainty_choice
 from .cluster import run_tasks
 from .constants import FILL_MAX, FILL_MIN
 from .errors import DopplermapInputError, DopplermapWarning, warn
-from .forms.base import Form
 from .memory import check_bytes, format_bytes
 from .model import Precomputed, shift_profiles, solve_form
 from .objective import DEFAULT_PENALTY, Layout, LineSets, ObjectiveData, Observations, loss, n_windows
@@ -394,12 +393,6 @@ def _epoch_jacobians(x, line, flux, err):
         num, norm, rv, amp, flux, err)
 
 
-def _direct_applies(line) -> bool:
-    """Whether :func:`_blocked_rows` can read J from ``line``'s matrices: the blocked form with the
-    base rv shift."""
-    return line.kind == "blocked" and type(line).shifted_profiles is Form.shifted_profiles
-
-
 def _blocked_rows(x, line, obs, cidx, nuis, nc, scale, off):
     """J (the line residuals' Jacobian, ``line_residuals`` units) on the columns ``cidx`` (filling
     factors, indices into ``(fssc, fssh)``) then ``nuis`` (rv and amp, indices into ``x``), times
@@ -415,11 +408,9 @@ def _blocked_rows(x, line, obs, cidx, nuis, nc, scale, off):
     err = jnp.broadcast_to(obs.err, obs.flux.shape)
     kn, kz, kr, ka = (np.asarray(a) for a in _epoch_jacobians(x, line, obs.flux, err))
     k_full = np.concatenate([kn, kz[:, :, None]], axis=2)  # (E, V, V + 1)
-    local = np.asarray(line.local)
+    local, block_row, block_cell = (np.asarray(a) for a in line.jacobian_blocks())
     n_b, n_row, n_col = local.shape
     per = n_row // (n_v + 1)
-    block_row = np.asarray(line.block_row)
-    block_cell = np.asarray(line.block_cell)
     pos = np.full(2 * nc, -1)
     pos[cidx] = np.arange(k_c)
     sc, oc = np.append(scale[:k_c], 0.0), np.append(off[:k_c], 0.0)  # index -1: not free
@@ -1160,7 +1151,7 @@ def effective_dof(problem: Problem, best: InversionResult, *, penalty: float = D
     off = np.concatenate([np.sqrt(2.0) * np.where(paired, m12[cell], 0.0), np.zeros(nuis.size)])
     partner = np.concatenate([np.where(paired, partner, np.arange(k_c)), k_c + np.arange(nuis.size)])
     args = [jnp.asarray(a) for a in (np.concatenate([cidx, nuis]), scale, partner, off)]
-    if direct and _direct_applies(hpre.line):
+    if direct and hpre.line.jacobian_blocks() is not None:
         rows = _blocked_rows(x, hpre.line, obs, cidx, nuis, nc, scale, off)
     else:
         data = ObjectiveData(obs=obs)

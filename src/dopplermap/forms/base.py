@@ -228,6 +228,14 @@ class Form:
         epochs this form holds (a chunk of them, when :meth:`numerator_norm` chunks)."""
         raise NotImplementedError
 
+    def jacobian_blocks(self):
+        """``(local, block_row, block_cell)``: matrices the epochs' numerators and normalisations
+        are linear in, block by block (as :class:`~dopplermap.forms.blocked.BlockedForm` holds
+        them), so that a Jacobian by the filling factors can be read from them
+        (:func:`dopplermap.uncertainty.effective_dof`); None for a form without them or whose rv
+        shift is not :meth:`shifted_profiles`' base one."""
+        return None
+
     def shifted_profiles(self, fssc, fssh, rv):
         """(n_epoch, n_vel) weight-normalised profiles moved by ``rv`` (n_epoch,) km/s: the seed's
         linear interpolation of the synthesised profiles on the data grid (:func:`shift_profiles`)."""

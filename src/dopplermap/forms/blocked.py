@@ -140,6 +140,11 @@ class BlockedForm(Form):
         out = out.reshape(-1, self.base.shape[1] + 1)[self.block_row]  # (E, V + 1) in epoch order
         return self.base + out[:, :-1], self.base_norm + out[:, -1]
 
+    def jacobian_blocks(self):
+        if type(self).shifted_profiles is not Form.shifted_profiles:
+            return None
+        return self.local, self.block_row, self.block_cell
+
     def select_epochs(self, idx):
         raise DopplermapInputError("resample_epochs needs a dense, folded or binned model, not the blocked form "
                                    "(resample the dense model, then block it)")
