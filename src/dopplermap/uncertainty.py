@@ -267,18 +267,23 @@ _hvps_jit = jax.jit(_hvps, static_argnames=("regulariser", "penalty"))
 
 
 
-def hvp_form(pre: Precomputed) -> Precomputed:
+def hvp_form(pre: Precomputed, problem: Problem | None = None) -> Precomputed:
     """The model form Hessian-vector products are fastest on, at float64.
 
     Dense models: the blocked form (:func:`dopplermap.model.block_dense`), where a batch of
     vectors turns each block's products into matrix-matrix products (seed size, 2 cores,
     64 vectors: 2.0 ms per HVP against 27 ms one at a time on the dense cube,
     ``benchmarks/bench_uncertainty.py``), or the
-    folded form when the blocked one is too big. Other models as they are.
+    folded form when the blocked one is too big. Other models as they are. With the
+    ``problem`` of ``pre``, the form it keeps (:meth:`dopplermap.problem.Problem.solve_form`:
+    built once for all its callers).
     """
     if not pre.line.foldable:
         return pre
-    return solve_form(pre, "float64", blocked=plan.hvp_blocked(pre.line.blocked_nbytes("float64")))
+    blocked = plan.hvp_blocked(pre.line.blocked_nbytes("float64"))
+    if problem is None:
+        return solve_form(pre, "float64", blocked=blocked)
+    return problem.solve_form("float64", blocked=blocked)
 
 
 def hvp_function(lmbd, pre: Precomputed, obs: Observations, regulariser: str = "mem",
@@ -428,9 +433,10 @@ def _blocked_rows(x, line, obs, cidx, nuis, nc, scale, off):
             keep = np.nonzero((target >= 0) & np.any(lb != 0.0, axis=(0, 1)))[0]
             lw, tk = lw[:, :, keep], target[keep]
             rows[(ep[:, None] * n_v + np.arange(n_v)).reshape(-1, 1), tk] = (k_full[ep] @ lw).reshape(-1, tk.size)
-    for j, q in enumerate(nuis):  # rv_e and amp_e move only epoch e's residuals
-        e, d = (q - 2 * nc) % n_e, (kr if q - 2 * nc < n_e else ka)
-        rows[e * n_v:(e + 1) * n_v, k_c + j] = d[e] * scale[k_c + j]
+    # rv_e and amp_e move only epoch e's residuals
+    e = (nuis - 2 * nc) % n_e
+    d = np.where((nuis - 2 * nc < n_e)[:, None], kr[e], ka[e])  # (q, V)
+    rows[e[:, None] * n_v + np.arange(n_v), k_c + np.arange(nuis.size)[:, None]] = d * scale[k_c:, None]
     return rows
 
 
@@ -1120,9 +1126,7 @@ def effective_dof(problem: Problem, best: InversionResult, *, penalty: float = D
     x = jnp.asarray(best.x, dtype=jnp.float64)
     if x.shape != (n,):
         raise DopplermapInputError(f"best map has {x.shape[0]} parameters, the problem needs {n}")
-    # the problem keeps this form: `dopplermap lambda` asks twice (corner and target)
-    hpre = problem.solve_form("float64", blocked=plan.hvp_blocked(pre.line.blocked_nbytes("float64"))) \
-        if pre.line.foldable else pre
+    hpre = hvp_form(pre, problem)  # the problem keeps it: `dopplermap lambda` asks twice (corner and target)
     m = obs.n_epoch * obs.n_vel
     free = _free_mask(best, problem.settings.fit_rv, problem.settings.fit_amp)
     blocks = _CellBlocks(x, jnp.asarray(best.lmbd, dtype=jnp.float64), hpre, best.regulariser, float(penalty), nc)
@@ -1150,10 +1154,10 @@ def effective_dof(problem: Problem, best: InversionResult, *, penalty: float = D
     scale = np.concatenate([np.sqrt(2.0) * np.where(hot, m22[cell], m11[cell]), np.full(nuis.size, np.sqrt(m))])
     off = np.concatenate([np.sqrt(2.0) * np.where(paired, m12[cell], 0.0), np.zeros(nuis.size)])
     partner = np.concatenate([np.where(paired, partner, np.arange(k_c)), k_c + np.arange(nuis.size)])
-    args = [jnp.asarray(a) for a in (np.concatenate([cidx, nuis]), scale, partner, off)]
     if direct and hpre.line.jacobian_blocks() is not None:
         rows = _blocked_rows(x, hpre.line, obs, cidx, nuis, nc, scale, off)
     else:
+        args = [jnp.asarray(a) for a in (np.concatenate([cidx, nuis]), scale, partner, off)]
         data = ObjectiveData(obs=obs)
         chunk = max(int(chunk), 1)
         out = [_vjps_cols_jit(x, jnp.int32(s), hpre, data, *args, chunk=chunk, m=m) for s in range(0, m, chunk)]
