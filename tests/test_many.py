@@ -290,3 +290,54 @@ def test_the_local_cluster_counts_the_cpus_this_job_may_use():
     finally:
         os.sched_setaffinity(0, before)
     assert usable_cpus() == len(before)
+
+
+def test_members_through_newton_reach_the_same_minima(tiny):
+    """``solver="newton"``: the sequential members through one compiled Newton program reach the
+    minima the projected L-BFGS members reach (a convex objective at these lambdas), each started
+    from its own solution stops at once, and a vmapped batch refuses Newton."""
+    rng = np.random.default_rng(1)
+    obs = tiny.obs
+    flux = np.asarray(obs.flux)[None] + np.asarray(obs.err)[None] * rng.standard_normal((3, *obs.flux.shape))
+    lb = solve_many(tiny, flux=flux, err=obs.err, mode="sequential", solver="projected_lbfgs")
+    nt = solve_many(tiny, flux=flux, err=obs.err, mode="sequential", solver="newton")
+    assert {r.solver for r in lb.results} == {"projected_lbfgs"} and {r.solver for r in nt.results} == {"newton"}
+    assert "(newton)" in nt.describe()
+    for a, b in zip(nt.results, lb.results, strict=True):
+        assert a.outcome.converged
+        # as low as L-BFGS's or lower (its relative-reduction test stops it ~1e-7 short here)
+        assert a.loss <= b.loss * (1 + 100 * TOL) and _rel(a.loss, b.loss) < 1e-6
+    # the members are the data sets' own: each differs from the others, not a copy of the first
+    assert len({round(r.chi2, 6) for r in nt.results}) == 3
+    again = solve_many(tiny, flux=flux, err=obs.err, mode="sequential", solver="newton",
+                       x0=np.stack([r.x for r in nt.results]))
+    for a, b in zip(again.results, nt.results, strict=True):
+        assert _rel(a.loss, b.loss) < 100 * TOL and a.iterations < b.iterations
+    chain = solve_many(tiny, lmbds=LMBDS, mode="sequential", solver="newton", warm_start=True)
+    ref = [dm.invert(tiny, lmbd=m, solver="lbfgsb") for m in LMBDS]
+    for a, b in zip(chain.results, ref, strict=True):
+        assert a.lmbd == b.lmbd and a.loss <= b.loss * (1 + 100 * TOL) and _rel(a.loss, b.loss) < 1e-6
+    with pytest.raises(dm.DopplermapInputError, match="mode='sequential'"):
+        dm.invert_batch(tiny, flux=flux, err=obs.err, mode="vmap", solver="newton")
+    with pytest.raises(dm.DopplermapInputError, match="solver"):
+        solve_many(tiny, flux=flux, err=obs.err, mode="sequential", solver="bfgs")
+
+
+def test_the_members_solver_counts_compile_and_solves():
+    """``plan.pick_member_solver``: with both programs cold a few small members go to the cheaper
+    compile (projected L-BFGS), many or large members to Newton's cheaper solves; a compiled Newton
+    program wins; once a program is on disk a cold compile counts a tenth (a repeated run)."""
+    small = dict(n_data=720, n_cell=400)
+    cold = {"projected_lbfgs": "cold", "newton": "cold"}
+    assert plan.pick_member_solver(cold, n_members=20, **small).solver == "projected_lbfgs"
+    assert plan.pick_member_solver(cold, n_members=400, **small).solver == "newton"
+    assert plan.pick_member_solver(cold, n_members=20, n_data=4800, n_cell=2500).solver == "newton"
+    memo = {"projected_lbfgs": "memo", "newton": "memo"}
+    assert plan.pick_member_solver(memo, n_members=2, **small).solver == "newton"
+    lb_compiled = {"projected_lbfgs": "memo", "newton": "cold"}
+    assert plan.pick_member_solver(lb_compiled, n_members=20, **small).solver == "projected_lbfgs"
+    repeated = {"projected_lbfgs": "disk", "newton": "cold"}
+    pick = plan.pick_member_solver(repeated, n_members=20, **small)
+    assert pick.solver == "newton" and pick.repeated
+    est = pick.estimates
+    assert est["newton"][2] < est["projected_lbfgs"][2]  # the solves alone: Newton's are cheaper

@@ -40,7 +40,7 @@ from .memory import memory_limit
 __all__ = ["DENSE_AUTO_BYTES", "FLOAT32_MIN_TOL", "BLOCKED_MAX_BYTES", "HVP_BLOCKED_MAX_BYTES", "on_accelerator",
            "synthesis_method", "cube_dtype", "blocked_fits", "batch_form", "batch_mode", "many_mode", "member_bytes", "batch_chunk",
            "VMAP_MIN_CPU_WORK", "BATCH_MEMORY_FRACTION",
-           "COMPILE_SECONDS", "REPEAT_RUNS", "LMBD_PASSES_RANGE", "DENSITY_PASSES_MIN", "solver_passes", "solve_seconds", "pick_solver", "SolverChoice", "hvp_blocked", "batch_hvps", "Plan"]
+           "COMPILE_SECONDS", "REPEAT_RUNS", "LMBD_PASSES_RANGE", "DENSITY_PASSES_MIN", "solver_passes", "solve_seconds", "pick_solver", "MEMBER_COMPILE_SECONDS", "MEMBER_PASSES", "MEMBER_PASS_COST", "pick_member_solver", "SolverChoice", "hvp_blocked", "batch_hvps", "Plan"]
 
 DENSE_AUTO_BYTES = 512 * 2**20
 """``method="auto"`` picks ``"dense"`` while the float64 dense cube fits this."""
@@ -239,6 +239,40 @@ def pick_solver(states: dict, *, tol: float, n_data: int, n_cell: int, n_solves:
         state, compile_s, solve_s = est[s]
         spread = repeated and state == "cold" and s not in unkept
         return (compile_s / REPEAT_RUNS if spread else compile_s) + solve_s
+
+    return SolverChoice(min(est, key=cost), est, repeated)
+
+
+MEMBER_COMPILE_SECONDS = {"projected_lbfgs": {"cold": 0.9, "disk": 0.15, "memo": 0.0},
+                          "newton": {"cold": 1.75, "disk": 0.3, "memo": 0.0}}
+"""Compile seconds of the two compiled loops that solve the members of a batch one after another,
+by where the program comes from (as :data:`COMPILE_SECONDS`; measured on the demo star,
+benchmarks/RESULTS.md)."""
+
+MEMBER_PASSES = {"projected_lbfgs": 140.0, "newton": 110.0}
+"""Objective passes of one member started from the solution of a neighbouring problem (a
+bootstrap resample started from the fitted map), measured on the demo star at tol 1e-6
+(benchmarks/RESULTS.md)."""
+
+MEMBER_PASS_COST = {"projected_lbfgs": 1.3, "newton": 1.0}
+"""Seconds of one pass of each loop relative to Newton's (L-BFGS's line search and its
+two-loop recursion; measured 1.4x on the demo star, 1.2x at the seed's size)."""
+
+
+def pick_member_solver(states: dict, *, n_members: int, n_data: int, n_cell: int) -> SolverChoice:
+    """The compiled loop for ``n_members`` solves of one shape one after another, each started near
+    its solution: of the candidates (``states``: ``{solver: compile state}``, as
+    :func:`pick_solver`'s) the one of the least compile plus estimated solves, with
+    :func:`pick_solver`'s rule for a repeated run (a cold compile counts ``1 / REPEAT_RUNS``
+    once another candidate's program is on disk)."""
+    per_pass = _PASS_SECONDS["newton"] * n_data * n_cell + _PASS_OVERHEAD["newton"]  # both are device loops
+    est = {s: (state, MEMBER_COMPILE_SECONDS[s][state], n_members * MEMBER_PASSES[s] * MEMBER_PASS_COST[s] * per_pass)
+           for s, state in states.items()}
+    repeated = any(state == "disk" for state in states.values())
+
+    def cost(s):
+        state, compile_s, solve_s = est[s]
+        return (compile_s / REPEAT_RUNS if repeated and state == "cold" else compile_s) + solve_s
 
     return SolverChoice(min(est, key=cost), est, repeated)
 

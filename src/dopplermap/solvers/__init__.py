@@ -62,7 +62,7 @@ from ._common import (
     project_feasible,
     start,
 )
-from .batch import solve_batch, solve_device
+from .batch import sequential_compile_state, solve_batch, solve_device
 from .newton import compile_state as newton_compile_state
 from .newton import solve_newton
 from .program import compiled_terms
@@ -383,22 +383,24 @@ def invert_device(problem: Problem | Precomputed, obs: Observations | None = Non
 
 @dataclasses.dataclass(frozen=True)
 class BatchOptions:
-    """How :func:`invert_batch` runs its members: ``mode``, ``form`` and ``warm_start``
+    """How :func:`invert_batch` runs its members: ``mode``, ``form``, ``warm_start`` and ``solver``
     (described there). Its fields may also be given as keywords (``mode="sequential"``)."""
 
     mode: str = "auto"
     form: str = "auto"
     warm_start: bool = False
+    solver: str = "auto"
 
 
 @dataclasses.dataclass(frozen=True)
 class ManyOptions:
-    """How :func:`solve_many` runs its members: ``mode``, ``warm_start`` and ``budget``
-    (described there). Its fields may also be given as keywords (``mode="vmap"``)."""
+    """How :func:`solve_many` runs its members: ``mode``, ``warm_start``, ``budget`` and
+    ``solver`` (described there). Its fields may also be given as keywords (``mode="vmap"``)."""
 
     mode: str = "auto"
     warm_start: bool = False
     budget: int | None = None
+    solver: str = "auto"
 
 
 def _options_in(where: str, cls, given, settings: dict):
@@ -436,6 +438,11 @@ def invert_batch(problem: Problem | Precomputed, obs: Observations | None = None
             folded otherwise (binned models are used as they are).
         warm_start: ``mode="sequential"`` only: each member starts from the map of the one
             before it (neighbouring lambdas), the first from ``x0``.
+        solver: the compiled solve of ``mode="sequential"``: ``"projected_lbfgs"``,
+            ``"newton"`` (the members of one shape through one compiled Newton program), or
+            ``"auto"`` (default): the one of the least estimated compile plus solves
+            (:func:`dopplermap.plan.pick_member_solver`; Newton where it fits the model, as
+            :func:`solver_choice` says). A vmapped batch is always projected L-BFGS.
         settings: as in :func:`invert` (shared by every member), and ``x0`` (the start of
             every member, or (n_batch, n_param) a start per member: e.g. each member's
             solution at a neighbouring stellar parameter; not with ``warm_start``) and
@@ -445,7 +452,8 @@ def invert_batch(problem: Problem | Precomputed, obs: Observations | None = None
         it); ``solve_time`` is the whole batch's.
     """
     b = _options_in("invert_batch", BatchOptions, batch, settings)
-    mode, form, warm_start = b.mode, b.form, b.warm_start
+    mode, form, warm_start, member_solver = b.mode, b.form, b.warm_start, b.solver
+    check(member_solver, MEMBER_SOLVERS, "solver")
     x0, maxcor = settings.pop("x0", None), settings.pop("maxcor", 10)
     solve = _solve_arguments("invert_batch", problem, obs, settings)
     pre, obs, settings = solve.pre, solve.obs, solve.settings.replace(solver="projected_lbfgs")
@@ -514,16 +522,46 @@ def invert_batch(problem: Problem | Precomputed, obs: Observations | None = None
             raise DopplermapInputError("x0: the held rv / continuum offsets (fit_rv / fit_amp off) differ between "
                                        "the members' starts; a batch holds them at one value")
         starts = np.clip(starts, setup.lower, setup.upper)
+    if mode == "vmap":
+        if member_solver == "newton":
+            raise DopplermapInputError("invert_batch: solver 'newton' solves the members one after another; it "
+                                       "needs mode='sequential'")
+        member_solver = "projected_lbfgs"
+    else:
+        member_solver = _member_solver(member_solver, setup, pre, ob, batch_obs, n)
     raws = solve_batch(setup, lm_all, ob, batch_lmbd=batch_lmbd, batch_obs=batch_obs, mode=mode,
-                       warm_start=bool(warm_start), starts=starts)
+                       warm_start=bool(warm_start), starts=starts, solver=member_solver)
 
     def member(i):
         if not batch_obs:
             return obs
         return Observations(times=obs.times, vels=obs.vels, flux=ob.flux[i], err=ob.err[i])
 
-    return [_in_context(finish(setup, raw, "projected_lbfgs", obs=member(i), lmbd=lm_all[i]), solve.problem)
+    return [_in_context(finish(setup, raw, member_solver, obs=member(i), lmbd=lm_all[i]), solve.problem)
             for i, raw in enumerate(raws)]
+
+
+MEMBER_SOLVERS = ("auto", "projected_lbfgs", "newton")
+"""``solver`` of :func:`invert_batch` / :func:`solve_many` (the members solved one after another)."""
+
+
+def _member_solver(choice: str, setup: SolveSetup, pre, ob: Observations, batch_obs: bool, n: int) -> str:
+    """The compiled loop that solves a sequential batch's members (``choice`` itself unless ``"auto"``)."""
+    newton_fits = not pre.line.exact_rv and n_windows(pre) == 1
+    if choice == "newton" and not newton_fits:
+        raise DopplermapInputError("solver 'newton' needs the interpolating rv shift and one time window; use "
+                                   "'projected_lbfgs'")
+    if choice != "auto":
+        return choice
+    if not newton_fits:
+        return "projected_lbfgs"
+    first = ob if not batch_obs else Observations(times=ob.times, vels=ob.vels, flux=ob.flux[0], err=ob.err[0])
+    states = {"projected_lbfgs": sequential_compile_state(setup, setup.data.replace(obs=first)),
+              "newton": newton_compile_state(setup)}
+    pick = plan.pick_member_solver(states, n_members=int(n), n_data=ob.flux.shape[-2] * ob.flux.shape[-1],
+                                   n_cell=pre.n_cell)
+    log.info("%s", pick.describe().replace("solver auto", "members' solver"))
+    return pick.solver
 
 
 @dataclasses.dataclass
@@ -549,7 +587,8 @@ class Many:
         if self.mode == "vmap":
             return f"{n} solves together (vmap), {self.n_calls} call(s) of {self.chunk}"
         if self.mode == "sequential":
-            return f"{n} solves one after another through one compiled device solve"
+            how = f" ({self.results[0].solver})" if self.results else ""
+            return f"{n} solves one after another through one compiled device solve{how}"
         return f"{n} solves one after another (invert)"
 
 
@@ -561,7 +600,7 @@ def solve_many(problem: Problem | Precomputed, obs: Observations | None = None, 
     ``many``: a :class:`ManyOptions`, or its fields as keywords. ``mode``: ``"vmap"`` - the members together, in calls of as many members as fit ``budget``
     bytes (:func:`dopplermap.plan.batch_chunk`; the last call padded to the same shape, so one
     compile serves all); ``"sequential"`` - one compiled device solve after another (with
-    ``warm_start`` each from the map of the one before); ``x0``: one start for every member or
+    ``warm_start`` each from the map of the one before; ``solver`` as :func:`invert_batch`'s); ``x0``: one start for every member or
     (n_members, n_param) one each (``"vmap"`` and ``"sequential"``); ``"invert"`` - :func:`invert` each
     member with the problem's own solver (lambdas only); ``"auto"`` (default) -
     :func:`dopplermap.plan.many_mode`. Returns a :class:`Many` (results and the mode used).
@@ -569,6 +608,7 @@ def solve_many(problem: Problem | Precomputed, obs: Observations | None = None, 
     m = _options_in("solve_many", ManyOptions, many, settings)
     mode, warm_start, budget = m.mode, m.warm_start, m.budget
     check(mode, MANY_MODES, "mode")
+    check(m.solver, MEMBER_SOLVERS, "solver")
     if isinstance(problem, Problem):
         pre, obs = problem.pre, (problem.obs if not problem.lines else None)
         base = problem.settings
@@ -604,7 +644,7 @@ def solve_many(problem: Problem | Precomputed, obs: Observations | None = None, 
     if mode == "sequential":
         rs = invert_batch(problem, None if isinstance(problem, Problem) else obs, lmbds=lmbds, flux=flux, err=err,
                           x0=x0, mode="sequential", form="folded",
-                          warm_start=warm_start, **settings)
+                          warm_start=warm_start, solver=m.solver, **settings)
         return Many(results=rs, mode="sequential", chunk=1, n_calls=len(rs))
     n_param = 2 * pre.n_cell + 2 * obs.n_epoch
     chunk = plan.batch_chunk(n_members, plan.member_bytes(obs.n_epoch * obs.n_vel, n_param,

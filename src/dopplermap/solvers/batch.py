@@ -20,14 +20,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..compiled import compile_cached, loop_options
+from ..compiled import compile_cached, loop_options, program_state
 from ..objective import DEFAULT_PENALTY, ObjectiveData, Observations
 from ..result import Outcome
 from ._common import LBFGSOptions, RawSolve, SolveSetup, report_progress
+from .newton import solve_members
 from .program import value_and_grad_body  # the same value-and-gradient body as the scipy path
 from .projected_lbfgs import STOP_REASONS, projected_lbfgs
 
-__all__ = ["solve_device", "solve_batch"]
+__all__ = ["solve_device", "solve_batch", "sequential_compile_state"]
 
 def _report(it, f, aux):
     report_progress(it, f, aux.chi2, aux.regulariser)
@@ -77,6 +78,18 @@ def _compile_solver(x0, lo, hi, lmbd, pre, data: ObjectiveData, *, regulariser="
                       "cached": timing["cached"]}
 
 
+def sequential_compile_state(setup: SolveSetup, data: ObjectiveData) -> str:
+    """Where the compiled single solve that ``solve_batch(mode="sequential")`` runs for
+    ``setup`` (projected L-BFGS, members' data like ``data``) would come from
+    (:func:`dopplermap.compiled.program_state`)."""
+    xj, lo, hi = jnp.asarray(setup.x0), jnp.asarray(setup.lower), jnp.asarray(setup.upper)
+    kw = dict(regulariser=setup.regulariser, penalty=float(setup.penalty), maxiter=int(setup.maxiter),
+              tol=float(setup.tol), maxcor=int(setup.options.get("maxcor", 10)), progress=False,
+              batch_lmbd=False, batch_obs=False)
+    return program_state("projected_lbfgs", _solve_members, (xj, lo, hi, jnp.asarray(float(setup.lmbd)), setup.pre,
+                                                             data), kw, loop_options())
+
+
 def _raw(r, timing, solve_time) -> RawSolve:
     n_it = int(r.n_iter)
     status = int(r.status)
@@ -100,12 +113,14 @@ def solve_device(setup: SolveSetup, callback=None) -> RawSolve:
 
 
 def solve_batch(setup: SolveSetup, lmbds, obs: Observations, *, batch_lmbd: bool, batch_obs: bool,
-                mode: str, warm_start: bool = False, starts=None) -> list[RawSolve]:
+                mode: str, warm_start: bool = False, starts=None, solver: str = "projected_lbfgs") -> list[RawSolve]:
     """The members of a batch (``lmbds`` (n,), ``obs`` with (n, E, V) flux/err when
     ``batch_obs``): one vmapped compiled call (``mode="vmap"``) or one compiled single solve
     after another (``"sequential"``; with ``warm_start`` each member starts from the map of the
     one before, every member from ``setup.x0`` otherwise); ``starts``: (n, n_param) a start per
-    member instead (inside the bounds); ``solve_time`` is the whole batch's."""
+    member instead (inside the bounds); ``solve_time`` is the whole batch's. ``solver``: the
+    compiled solve of ``"sequential"``, ``"projected_lbfgs"`` or ``"newton"``
+    (:func:`dopplermap.solvers.newton.solve_members`); a vmapped batch is projected L-BFGS."""
     xj, lo, hi = jnp.asarray(setup.x0), jnp.asarray(setup.lower), jnp.asarray(setup.upper)
     xs = None if starts is None else jnp.asarray(starts, dtype=xj.dtype)
     kw = dict(regulariser=setup.regulariser, penalty=setup.penalty, maxiter=setup.maxiter, tol=setup.tol,
@@ -118,6 +133,15 @@ def solve_batch(setup: SolveSetup, lmbds, obs: Observations, *, batch_lmbd: bool
             return setup.data.replace(obs=Observations(times=obs.times, vels=obs.vels, flux=obs.flux[i],
                                                        err=obs.err[i]))
 
+        if solver == "newton":
+            def chained(i):
+                def start(prev):
+                    x = xs[i] if xs is not None else (prev if warm_start and prev is not None else xj)
+                    return x, float(lmbds[i]), member(i)
+                return start
+
+            raws, _ = solve_members(setup, [chained(i) for i in range(lmbds.size)])
+            return raws
         fn, timing = _compile_solver(xj, lo, hi, jnp.asarray(float(lmbds[0])), setup.pre, member(0), **kw)
         t0 = time.perf_counter()
         runs, x = [], xj

@@ -53,7 +53,7 @@ from ..objective import DEFAULT_PENALTY, Layout, ObjectiveData, regulariser_valu
 from ..result import Outcome
 from ._common import RawSolve, SolveSetup, report_progress
 
-__all__ = ["NewtonResult", "solve_newton", "line_residuals", "smooth_terms",
+__all__ = ["NewtonResult", "solve_newton", "solve_members", "line_residuals", "smooth_terms",
            "STOP_REASONS", "EPS_ACTIVE"]
 
 STOP_REASONS = ("running", "ftol: relative reduction of the loss <= tol",
@@ -511,31 +511,7 @@ def compile_state(setup: SolveSetup, progress: bool = False) -> str:
     return program_state("newton", _solve, args, dict(kw, progress=bool(progress)), loop_options())
 
 
-def solve_newton(setup: SolveSetup, callback=None) -> RawSolve:
-    """The ``"newton"`` back end: projected Gauss-Newton-CG in one compiled loop.
-
-    Same problem, bounds, start and tolerance semantics (``tol`` = ftol = gtol) as the
-    L-BFGS solvers; the Newton iterations are capped at ``min(maxiter, NEWTON_MAXITER)``;
-    ``options`` may set ``max_cg`` and ``n_probe``. ``extra["passes"]`` holds the objective
-    passes spent (see the module docstring) and their parts.
-    """
-    require_x64()
-    if setup.pre.line.exact_rv:  # its rv search (rv_step) scores moves with the seed's linear shift
-        raise DopplermapInputError("solver 'newton' needs the interpolating rv shift; a model precomputed with "
-                                   "rv_shift='exact' is solved by 'lbfgsb' or 'projected_lbfgs'")
-    xj, lo_j, hi_j = _device.asarray(setup.x0), _device.asarray(setup.lower), _device.asarray(setup.upper)
-    lm = _device.asarray(setup.lmbd, dtype=xj.dtype)
-    n_iter_max = int(min(setup.maxiter, NEWTON_MAXITER))
-    spacing = _device.asarray(kink_spacing(setup.layout, setup.pre.line.vels))
-    tol_j = _device.asarray(setup.tol, dtype=xj.dtype)
-    fn, t_compile = _compile_newton(xj, lo_j, hi_j, spacing, tol_j, lm, setup.pre, setup.data,
-                                   regulariser=setup.regulariser, penalty=setup.penalty, maxiter=n_iter_max,
-                                   max_cg=int(setup.options.get("max_cg", DEFAULT_MAX_CG)),
-                                   n_probe=int(setup.options.get("n_probe", DEFAULT_PROBES)),
-                                   progress=callback is not None)
-    t0 = time.perf_counter()
-    r = jax.block_until_ready(fn(xj, lo_j, hi_j, spacing, tol_j, lm, setup.pre, setup.data))
-    solve_time = time.perf_counter() - t0
+def _raw(r: NewtonResult, n_iter_max: int, compile_time: float, solve_time: float) -> RawSolve:
     status = int(r.status)
     n_it = int(r.n_iter)
     # summed on the host (NewtonResult.passes would run an eager device add)
@@ -544,4 +520,51 @@ def solve_newton(setup: SolveSetup, callback=None) -> RawSolve:
     return RawSolve(x=np.asarray(r.x), iterations=n_it, n_eval=passes["total"], outcome=Outcome.from_status(status),
                     stop_reason=STOP_REASONS[status] + (f" ({n_iter_max} Newton iterations)" if status == 3 else ""),
                     history={"loss": np.asarray(r.history)[:n_it], "passes": np.asarray(r.passes_history)[:n_it]},
-                    compile_time=t_compile, solve_time=solve_time, extra={"passes": passes})
+                    compile_time=compile_time, solve_time=solve_time, extra={"passes": passes})
+
+
+def _check_newton(setup: SolveSetup) -> None:
+    require_x64()
+    if setup.pre.line.exact_rv:  # its rv search (rv_step) scores moves with the seed's linear shift
+        raise DopplermapInputError("solver 'newton' needs the interpolating rv shift; a model precomputed with "
+                                   "rv_shift='exact' is solved by 'lbfgsb' or 'projected_lbfgs'")
+
+
+def solve_newton(setup: SolveSetup, callback=None) -> RawSolve:
+    """The ``"newton"`` back end: projected Gauss-Newton-CG in one compiled loop.
+
+    Same problem, bounds, start and tolerance semantics (``tol`` = ftol = gtol) as the
+    L-BFGS solvers; the Newton iterations are capped at ``min(maxiter, NEWTON_MAXITER)``;
+    ``options`` may set ``max_cg`` and ``n_probe``. ``extra["passes"]`` holds the objective
+    passes spent (see the module docstring) and their parts.
+    """
+    _check_newton(setup)
+    args, kw = _program_args(setup)
+    fn, t_compile = _compile_newton(*args, **dict(kw, progress=callback is not None))
+    t0 = time.perf_counter()
+    r = jax.block_until_ready(fn(*args))
+    return _raw(r, kw["maxiter"], t_compile, time.perf_counter() - t0)
+
+
+def solve_members(setup: SolveSetup, members) -> tuple[list[RawSolve], float]:
+    """Many Newton solves of ``setup``'s shapes through its one compiled program, one after another.
+
+    ``members``: an iterable of ``(x0, lmbd, data)`` (a start inside the bounds, a lambda and
+    an :class:`~dopplermap.objective.ObjectiveData` of ``setup.data``'s shapes), or callables
+    ``previous_x -> (x0, lmbd, data)`` (None for the first: warm starts along a chain). Returns the
+    raw solves and the members' seconds; each solve's ``compile_time`` is the program's
+    (counted once, on the first)."""
+    _check_newton(setup)
+    args, kw = _program_args(setup)
+    fn, t_compile = _compile_newton(*args, **kw)
+    x0, lo_j, hi_j, spacing, tol_j = args[:5]
+    out, prev = [], None
+    t0 = time.perf_counter()
+    for i, m in enumerate(members):
+        x, lm, data = m(prev) if callable(m) else m
+        r = jax.block_until_ready(fn(_device.asarray(x, dtype=x0.dtype), lo_j, hi_j, spacing, tol_j,
+                                     _device.asarray(lm, dtype=x0.dtype), setup.pre, data))
+        prev = r.x
+        out.append((r, t_compile if i == 0 else 0.0))
+    seconds = time.perf_counter() - t0
+    return [_raw(r, kw["maxiter"], tc, seconds) for r, tc in out], seconds
