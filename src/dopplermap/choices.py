@@ -19,7 +19,7 @@ __all__ = ["FORMS", "SYNTHESIS_METHODS", "RV_SHIFTS", "LIMB_WEIGHTS", "GRID_READ
            "LINE_PROFILES", "GRID_KINDS", "PROFILE_FORMATS", "PROFILE_WRITE_FORMATS", "LIGHTCURVE_FORMATS",
            "LIGHTCURVE_WRITE_FORMATS", "LIGHTCURVE_UNITS", "QUALITY_BITMASKS", "BIN_UNITS", "FIGURE_FORMATS", "MAP_PROJECTIONS", "RESULT_PLOT_KINDS",
            "SIMULATION_FORMATS", "ERROR_SCALES",
-           "BATCH_MODES", "MANY_MODES", "BATCH_FORMS", "CUBE_DTYPES", "check", "check_error_scale"]
+           "BATCH_MODES", "MANY_MODES", "MEMBER_SOLVERS", "BATCH_FORMS", "CUBE_DTYPES", "check", "check_error_scale"]
 
 # the synthesis forms precompute builds (dopplermap.forms.FORMS)
 FORMS = ("dense", "binned")
@@ -121,6 +121,8 @@ BATCH_MODES = ("auto", "vmap", "sequential")
 # members together (vmap), one compiled device solve after another, or each through invert() with the
 # problem's own solver; "auto" by device and size (dopplermap.plan.many_mode)
 MANY_MODES = ("auto", "vmap", "sequential", "invert")
+# solve_many / invert_batch(solver=...): the compiled solve of members one after another; "auto" counts compiles (dopplermap.plan)
+MEMBER_SOLVERS = ("auto", "projected_lbfgs", "newton")
 # invert_batch(form=...): the model form a batch iterates on; "auto" by device and size (dopplermap.plan)
 BATCH_FORMS = ("auto", "folded", "blocked")
 # cube_dtype=...: the dtype of the folded cube a solve iterates on; "auto" by tolerance, None: the model as is

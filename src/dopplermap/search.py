@@ -51,7 +51,7 @@ from . import plan, regularisers
 from ._options import options_of
 from ._repr import compact
 from .atomic import exclusive_lock, fingerprint, write_text
-from .choices import MANY_MODES, REGULARISERS, WEIGHTED_REGULARISERS, check
+from .choices import MANY_MODES, MEMBER_SOLVERS, REGULARISERS, WEIGHTED_REGULARISERS, check
 from .cluster import CONNECT_TIMEOUT, Cluster, Session, run_tasks  # noqa: F401  (the search's API)
 from .constants import FILL_MIN
 from .diagnostics import check_result
@@ -75,6 +75,7 @@ from .solvers import (
     finish,
     invert,
     prepare,
+    sequential_solver,
     solve_many,
     solver_choice,
 )
@@ -195,7 +196,7 @@ SWEEP_ORDER_RTOL = 1e-6
 larger lambda's by more than this (relative) stopped short of its minimum (:func:`_order_repair`)."""
 
 
-def _order_repair(problem, lm, results: dict, mode: str) -> int:
+def _order_repair(problem, lm, results: dict, mode: str, member_solver: str = "auto") -> int:
     """Re-solve every sweep point whose chi2 lies above the next larger lambda's (beyond
     :data:`SWEEP_ORDER_RTOL`) from that lambda's map, keeping the lower loss at its own lambda;
     walked downwards, so a repaired point serves the next one down. At the noise-fitting end
@@ -212,7 +213,8 @@ def _order_repair(problem, lm, results: dict, mode: str) -> int:
         if mode == "invert":
             other = invert(problem, lmbd=float(lm[i]), x0=results[j].x)
         else:
-            other = solve_many(problem, lmbds=[float(lm[i])], x0=results[j].x, mode="sequential").results[0]
+            other = solve_many(problem, lmbds=[float(lm[i])], x0=results[j].x, mode="sequential",
+                               solver=member_solver).results[0]
         log.info("lambda %.4g: chi2 %.6g above lambda %.4g's %.6g; re-solved from that map: loss %.8g vs %.8g",
                  lm[i], results[i].chi2, lm[j], results[j].chi2, other.loss, results[i].loss)
         if other.loss < results[i].loss:
@@ -224,12 +226,13 @@ SWEEP_TASK_LAMBDAS = 4
 """Lambdas of one Dask task of a sweep on a cluster (neighbours, warm-started within the task)."""
 
 
-def _sweep_task(problem, lmbds, warm_start, x0, mode):
-    return sweep_lambda(problem, lmbds, warm_start=warm_start, x0=x0, mode=mode).results
+def _sweep_task(problem, lmbds, warm_start, x0, mode, member_solver="auto"):
+    return sweep_lambda(problem, lmbds, warm_start=warm_start, x0=x0, mode=mode, member_solver=member_solver).results
 
 
 def sweep_lambda(problem: Problem, lmbds: Sequence[float], *, warm_start: bool = True, x0=None,
-                 progress=None, mode: str = "auto", cluster: Cluster | None = None) -> LambdaSweep:
+                 progress=None, mode: str = "auto", cluster: Cluster | None = None,
+                 member_solver: str = "auto") -> LambdaSweep:
     """Invert at every lambda, from the smallest to the largest, warm-starting each solve.
 
     Every solve is of ``problem`` with its settings (regulariser, tol, maxiter, weights,
@@ -258,6 +261,9 @@ def sweep_lambda(problem: Problem, lmbds: Sequence[float], *, warm_start: bool =
             :data:`SWEEP_TASK_LAMBDAS` neighbouring lambdas each, solved in ``mode`` and
             warm-started within the task (each task's first lambda from ``x0``); None
             (default): in this process.
+        member_solver: with ``mode="sequential"``, the compiled solve of the members
+            (:func:`dopplermap.solvers.solve_many`'s ``solver``); ``"auto"`` is decided once
+            here (:func:`dopplermap.solvers.sequential_solver`) for every task and re-solve.
     Returns:
         :class:`LambdaSweep`, ascending in lambda; its ``mode`` says how it was solved.
     """
@@ -273,14 +279,17 @@ def sweep_lambda(problem: Problem, lmbds: Sequence[float], *, warm_start: bool =
     check(regulariser, WEIGHTED_REGULARISERS, "regulariser for a lambda sweep")
     check(mode, MANY_MODES, "mode")
     mode = _sweep_mode(problem, mode)
+    check(member_solver, MEMBER_SOLVERS, "member_solver")
     t0 = time.perf_counter()
+    if mode == "sequential" and member_solver == "auto":
+        member_solver = sequential_solver(problem, n_members=lm.size)
     order = np.argsort(lm)  # upwards: smoothing a detailed map converges better than the reverse
     results: dict[int, InversionResult] = {}
     if cluster is not None:
         if mode == "invert":  # one choice for every task (a task alone would weigh its few solves)
             problem = _sweep_solver(problem, lm.size, lm)
         chunks = [order[s:s + SWEEP_TASK_LAMBDAS] for s in range(0, order.size, SWEEP_TASK_LAMBDAS)]
-        parts = run_tasks(cluster, _sweep_task, problem, [(lm[c], warm_start, x0, mode) for c in chunks])
+        parts = run_tasks(cluster, _sweep_task, problem, [(lm[c], warm_start, x0, mode, member_solver) for c in chunks])
         for c, part in zip(chunks, parts, strict=True):
             for i, res in zip(c, part, strict=True):
                 results[int(i)] = res
@@ -295,15 +304,17 @@ def sweep_lambda(problem: Problem, lmbds: Sequence[float], *, warm_start: bool =
                 start = res.x
             _report_lambda(lm[i], res, len(results), lm.size, progress)
     else:
-        many = solve_many(problem, lmbds=lm[order], x0=x0, mode=mode, warm_start=warm_start and mode == "sequential")
+        many = solve_many(problem, lmbds=lm[order], x0=x0, mode=mode, warm_start=warm_start and mode == "sequential",
+                          **({"solver": member_solver} if mode == "sequential" else {}))
         for k, (i, res) in enumerate(zip(order, many.results, strict=True)):
             if mode == "sequential" and warm_start and k > 0 and res.iterations <= STALL_ITERATIONS:
                 # the chained start can stop at once, as in _warm_solve: also from the flat start
-                other = solve_many(problem, lmbds=[float(lm[i])], x0=x0, mode="sequential").results[0]
+                other = solve_many(problem, lmbds=[float(lm[i])], x0=x0, mode="sequential",
+                                   solver=member_solver).results[0]
                 res = other if other.loss < res.loss else res
             results[int(i)] = res
             _report_lambda(lm[i], res, len(results), lm.size, progress)
-    repaired = _order_repair(problem, lm, results, mode) if warm_start else 0
+    repaired = _order_repair(problem, lm, results, mode, member_solver) if warm_start else 0
     log.info("lambda sweep: %s%s%s", _mode_line(mode, lm.size),
              "" if cluster is None else f" in tasks of {SWEEP_TASK_LAMBDAS} on the cluster",
              f"; {repaired} point(s) re-solved from the next larger lambda's map" if repaired else "")

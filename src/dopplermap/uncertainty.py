@@ -62,7 +62,7 @@ from .memory import check_bytes, format_bytes
 from .model import Precomputed, shift_profiles, solve_form
 from .objective import DEFAULT_PENALTY, Layout, LineSets, ObjectiveData, Observations, loss, n_windows
 from .problem import Problem, require_problem
-from .solvers import InversionResult, invert, solve_many
+from .solvers import InversionResult, invert, sequential_solver, solve_many
 from .solvers.newton import line_residuals, smooth_terms
 
 log = logging.getLogger(__name__)
@@ -216,7 +216,10 @@ def bootstrap(problem: Problem, best: InversionResult, *, n_boot: int = 20, seed
         with np.errstate(divide="ignore"):
             err_b = err[None] / np.sqrt(w)[:, :, None]  # inf for an epoch not drawn
         kw = dict(lmbd=best.lmbd, regulariser=best.regulariser, x0=x0, tol=tol, maxiter=maxiter, fit_rv=fit_rv,
-                  fit_amp=fit_amp, mode=mode)
+                  fit_amp=fit_amp)
+        if mode == "sequential":  # decided once here: the same solver in this process and on every worker
+            kw["solver"] = sequential_solver(pre, obs, n_members=int(n_boot), **kw)
+        kw["mode"] = mode
         flux_b = np.broadcast_to(np.asarray(obs.flux), err_b.shape)
         if cluster is None:
             many = solve_many(pre, obs, flux=flux_b, err=err_b, **kw)

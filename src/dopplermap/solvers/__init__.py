@@ -33,7 +33,7 @@ import numpy as np
 
 from .. import _device, plan
 from .._options import options_of
-from ..choices import BATCH_FORMS, BATCH_MODES, MANY_MODES, REGULARISERS, SOLVER_CHOICES, check
+from ..choices import BATCH_FORMS, BATCH_MODES, MANY_MODES, MEMBER_SOLVERS, REGULARISERS, SOLVER_CHOICES, check
 from ..diagnostics import check_observations, check_result
 from ..errors import DopplermapInputError
 from ..model import Precomputed
@@ -72,7 +72,7 @@ from .scipy_lbfgsb import solve as solve_scipy
 __all__ = ["invert", "invert_device", "invert_batch", "solve_many", "Many", "prepare", "SolveOptions", "BatchOptions",
            "ManyOptions", "finish", "bounds", "InversionResult",
            "project_feasible", "check_solver_args", "check_fit_components",
-           "start", "NEWTON_TOL", "choose_solver", "solver_choice"]
+           "start", "NEWTON_TOL", "choose_solver", "solver_choice", "sequential_solver"]
 
 log = logging.getLogger(__name__)
 
@@ -541,10 +541,6 @@ def invert_batch(problem: Problem | Precomputed, obs: Observations | None = None
             for i, raw in enumerate(raws)]
 
 
-MEMBER_SOLVERS = ("auto", "projected_lbfgs", "newton")
-"""``solver`` of :func:`invert_batch` / :func:`solve_many` (the members solved one after another)."""
-
-
 def _member_solver(choice: str, setup: SolveSetup, pre, ob: Observations, batch_obs: bool, n: int) -> str:
     """The compiled loop that solves a sequential batch's members (``choice`` itself unless ``"auto"``)."""
     newton_fits = not pre.line.exact_rv and n_windows(pre) == 1
@@ -562,6 +558,27 @@ def _member_solver(choice: str, setup: SolveSetup, pre, ob: Observations, batch_
                                    n_cell=pre.n_cell)
     log.info("%s", pick.describe().replace("solver auto", "members' solver"))
     return pick.solver
+
+
+def sequential_solver(problem: Problem | Precomputed, obs: Observations | None = None, *, n_members: int,
+                      **settings) -> str:
+    """The compiled solve ``solve_many(..., mode="sequential", solver="auto")`` would take for
+    ``n_members`` members of this problem in this process now (``settings`` as
+    :func:`invert_batch`'s). A search that spreads its members over Dask workers decides here,
+    once, and passes the choice on: a worker's own choice would follow what that worker happens
+    to have compiled, and its members would then differ from this process's."""
+    settings = dict(settings)
+    x0, maxcor = settings.pop("x0", None), settings.pop("maxcor", 10)
+    if x0 is not None and np.ndim(x0) == 2:
+        x0 = np.asarray(x0)[0]
+    solve = _solve_arguments("sequential_solver", problem, obs, settings)
+    pre, obs = solve.pre, solve.obs
+    if isinstance(pre, (LineSets, NoLines)):
+        return "projected_lbfgs"
+    setup = prepare(pre, obs, solve.settings.replace(solver="projected_lbfgs"), x0=x0, lightcurve=solve.lightcurve,
+                    problem=solve.problem, solve=SolveOptions(penalty=solve.penalty, cube_dtype=solve.cube_dtype,
+                                                              backend={"maxcor": int(maxcor)}))
+    return _member_solver("auto", setup, pre, obs, False, int(n_members))
 
 
 @dataclasses.dataclass
