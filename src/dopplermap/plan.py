@@ -256,7 +256,7 @@ bootstrap resample started from the fitted map), measured on the demo star at to
 
 MEMBER_PASS_COST = {"projected_lbfgs": 1.3, "newton": 1.0}
 """Seconds of one pass of each loop relative to Newton's (L-BFGS's line search and its
-two-loop recursion; measured 1.4x on the demo star, 1.2x at the seed's size)."""
+two-loop recursion; measured 1.4x on the demo star, benchmarks/RESULTS.md)."""
 
 
 def pick_member_solver(states: dict, *, n_members: int, n_data: int, n_cell: int) -> SolverChoice:
