@@ -62,7 +62,7 @@ from ._common import (
     project_feasible,
     start,
 )
-from .batch import sequential_compile_state, solve_batch, solve_device
+from .batch import sequential_compile_state, solve_batch, solve_device, solve_sequential
 from .newton import compile_state as newton_compile_state
 from .newton import solve_newton
 from .program import compiled_terms
@@ -529,8 +529,12 @@ def invert_batch(problem: Problem | Precomputed, obs: Observations | None = None
         member_solver = "projected_lbfgs"
     else:
         member_solver = _member_solver(member_solver, setup, pre, ob, batch_obs, n)
-    raws = solve_batch(setup, lm_all, ob, batch_lmbd=batch_lmbd, batch_obs=batch_obs, mode=mode,
-                       warm_start=bool(warm_start), starts=starts, solver=member_solver)
+    if mode == "sequential":
+        raws = solve_sequential(setup, lm_all, ob, batch_obs=batch_obs, warm_start=bool(warm_start), starts=starts,
+                                solver=member_solver)
+    else:
+        raws = solve_batch(setup, lm_all, ob, batch_lmbd=batch_lmbd, batch_obs=batch_obs, mode=mode,
+                           warm_start=bool(warm_start), starts=starts)
 
     def member(i):
         if not batch_obs:

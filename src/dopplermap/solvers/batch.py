@@ -28,7 +28,7 @@ from .newton import solve_members
 from .program import value_and_grad_body  # the same value-and-gradient body as the scipy path
 from .projected_lbfgs import STOP_REASONS, projected_lbfgs
 
-__all__ = ["solve_device", "solve_batch", "sequential_compile_state"]
+__all__ = ["solve_device", "solve_batch", "solve_sequential", "sequential_compile_state"]
 
 def _report(it, f, aux):
     report_progress(it, f, aux.chi2, aux.regulariser)
@@ -112,47 +112,62 @@ def solve_device(setup: SolveSetup, callback=None) -> RawSolve:
     return _raw(r, timing, time.perf_counter() - t0)
 
 
+def solve_sequential(setup: SolveSetup, lmbds, obs: Observations, *, batch_obs: bool, warm_start: bool = False,
+                     starts=None, solver: str = "projected_lbfgs") -> list[RawSolve]:
+    """The members of a batch (``lmbds`` (n,), ``obs`` with (n, E, V) flux/err when
+    ``batch_obs``) one after another through one compiled single solve: ``solver``
+    ``"projected_lbfgs"`` or ``"newton"`` (:func:`dopplermap.solvers.newton.solve_members`).
+    With ``warm_start`` each member starts from the map of the one before, every member from
+    ``setup.x0`` otherwise; ``starts``: (n, n_param) a start per member instead (inside the
+    bounds); ``solve_time`` is the whole batch's."""
+    xj, lo, hi = jnp.asarray(setup.x0), jnp.asarray(setup.lower), jnp.asarray(setup.upper)
+    xs = None if starts is None else jnp.asarray(starts, dtype=xj.dtype)
+    lmbds = np.asarray(lmbds, dtype=float)
+
+    def member(i):
+        if not batch_obs:
+            return setup.data.replace(obs=obs)
+        return setup.data.replace(obs=Observations(times=obs.times, vels=obs.vels, flux=obs.flux[i], err=obs.err[i]))
+
+    if solver == "newton":
+        def chained(i):
+            def start(prev):
+                x = xs[i] if xs is not None else (prev if warm_start and prev is not None else xj)
+                return x, float(lmbds[i]), member(i)
+            return start
+
+        raws, _ = solve_members(setup, [chained(i) for i in range(lmbds.size)])
+        return raws
+    fn, timing = _compile_solver(xj, lo, hi, jnp.asarray(float(lmbds[0])), setup.pre, member(0),
+                                 regulariser=setup.regulariser, penalty=setup.penalty, maxiter=setup.maxiter,
+                                 tol=setup.tol, maxcor=int(setup.options.get("maxcor", 10)))
+    t0 = time.perf_counter()
+    runs, x = [], xj
+    for i, lm in enumerate(lmbds):
+        if xs is not None:
+            x = xs[i]
+        runs.append(jax.block_until_ready(fn(x, lo, hi, jnp.asarray(float(lm)), setup.pre, member(i))))
+        if warm_start:
+            x = runs[-1].x
+    solve_time = time.perf_counter() - t0
+    return [_raw(r, timing, solve_time) for r in runs]
+
+
 def solve_batch(setup: SolveSetup, lmbds, obs: Observations, *, batch_lmbd: bool, batch_obs: bool,
-                mode: str, warm_start: bool = False, starts=None, solver: str = "projected_lbfgs") -> list[RawSolve]:
+                mode: str, warm_start: bool = False, starts=None) -> list[RawSolve]:
     """The members of a batch (``lmbds`` (n,), ``obs`` with (n, E, V) flux/err when
     ``batch_obs``): one vmapped compiled call (``mode="vmap"``) or one compiled single solve
-    after another (``"sequential"``; with ``warm_start`` each member starts from the map of the
-    one before, every member from ``setup.x0`` otherwise); ``starts``: (n, n_param) a start per
-    member instead (inside the bounds); ``solve_time`` is the whole batch's. ``solver``: the
-    compiled solve of ``"sequential"``, ``"projected_lbfgs"`` or ``"newton"``
-    (:func:`dopplermap.solvers.newton.solve_members`); a vmapped batch is projected L-BFGS."""
+    after another (``"sequential"``: :func:`solve_sequential` with projected L-BFGS; with
+    ``warm_start`` each member starts from the map of the one before, every member from
+    ``setup.x0`` otherwise); ``starts``: (n, n_param) a start per member instead (inside the
+    bounds); ``solve_time`` is the whole batch's."""
+    if mode == "sequential":
+        return solve_sequential(setup, lmbds, obs, batch_obs=batch_obs, warm_start=warm_start, starts=starts)
     xj, lo, hi = jnp.asarray(setup.x0), jnp.asarray(setup.lower), jnp.asarray(setup.upper)
     xs = None if starts is None else jnp.asarray(starts, dtype=xj.dtype)
     kw = dict(regulariser=setup.regulariser, penalty=setup.penalty, maxiter=setup.maxiter, tol=setup.tol,
               maxcor=int(setup.options.get("maxcor", 10)))
     lmbds = np.asarray(lmbds, dtype=float)
-    if mode == "sequential":
-        def member(i):
-            if not batch_obs:
-                return setup.data.replace(obs=obs)
-            return setup.data.replace(obs=Observations(times=obs.times, vels=obs.vels, flux=obs.flux[i],
-                                                       err=obs.err[i]))
-
-        if solver == "newton":
-            def chained(i):
-                def start(prev):
-                    x = xs[i] if xs is not None else (prev if warm_start and prev is not None else xj)
-                    return x, float(lmbds[i]), member(i)
-                return start
-
-            raws, _ = solve_members(setup, [chained(i) for i in range(lmbds.size)])
-            return raws
-        fn, timing = _compile_solver(xj, lo, hi, jnp.asarray(float(lmbds[0])), setup.pre, member(0), **kw)
-        t0 = time.perf_counter()
-        runs, x = [], xj
-        for i, lm in enumerate(lmbds):
-            if xs is not None:
-                x = xs[i]
-            runs.append(jax.block_until_ready(fn(x, lo, hi, jnp.asarray(float(lm)), setup.pre, member(i))))
-            if warm_start:
-                x = runs[-1].x
-        solve_time = time.perf_counter() - t0
-        return [_raw(r, timing, solve_time) for r in runs]
     lm = jnp.asarray(lmbds if batch_lmbd else float(lmbds[0]))
     data = setup.data.replace(obs=obs)
     x = xj if xs is None else xs
