@@ -107,6 +107,8 @@ def test_invert_batch_takes_its_form_and_mode_from_the_plan(problem, monkeypatch
         raise RuntimeError("stop before solving")
 
     monkeypatch.setattr(solvers, "solve_batch", stop)
+    monkeypatch.setattr(solvers, "solve_sequential", lambda setup, lmbds, obs, **kw: stop(setup, lmbds, obs,
+                                                                                          mode="sequential", **kw))
     for form, mode, cls in (("folded", "sequential", "Folded"), ("blocked", "vmap", "Blocked")):
         planned = problem.replace(cube_dtype="float64")
         planned.__dict__["plan"] = dataclasses.replace(planned.plan, batch_form=form, batch_mode=mode)
