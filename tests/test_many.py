@@ -341,3 +341,19 @@ def test_the_members_solver_counts_compile_and_solves():
     assert pick.solver == "newton" and pick.repeated
     est = pick.estimates
     assert est["newton"][2] < est["projected_lbfgs"][2]  # the solves alone: Newton's are cheaper
+
+
+def test_newton_members_refuse_a_model_it_cannot_fit_and_auto_falls_back():
+    """A model with the exact rv shift (Newton's rv search scores moves with the interpolating
+    one): ``solver="newton"`` is refused in one line naming the alternative; ``"auto"`` runs the
+    members through projected L-BFGS."""
+    prob, sim = small_problem(n_cell=120, n_epoch=6, n_vel=20, snr=200.0)
+    exact = dm.precompute(prob.grid, prob.star, sim.obs.times, sim.obs.vels, prob.components, method="binned",
+                          rv_shift="exact")
+    flux = np.stack([np.asarray(sim.obs.flux)] * 2)
+    with pytest.raises(dm.DopplermapInputError, match="solver 'newton' needs the interpolating rv shift.*"
+                                                      "projected_lbfgs"):
+        solve_many(exact, sim.obs, flux=flux, err=sim.obs.err, mode="sequential", solver="newton", lmbd=1.0)
+    auto = solve_many(exact, sim.obs, flux=flux, err=sim.obs.err, mode="sequential", lmbd=1.0, tol=1e-5)
+    assert {r.solver for r in auto.results} == {"projected_lbfgs"}
+    assert dm.solvers.sequential_solver(exact, sim.obs, n_members=2, lmbd=1.0) == "projected_lbfgs"

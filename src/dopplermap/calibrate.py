@@ -45,7 +45,6 @@ from pathlib import Path
 
 import numpy as np
 
-from . import plan
 from ._repr import compact
 from .atomic import fingerprint, write_file
 from .choices import SPOT_COMPONENTS
@@ -64,7 +63,7 @@ from .search import (
     solve_on_support,
     support_from_point,
 )
-from .solvers import invert_batch, sequential_solver, solve_many
+from .solvers import invert_batch, many_mode, sequential_solver, solve_many
 
 log = logging.getLogger(__name__)
 
@@ -562,14 +561,12 @@ does, in fewer iterations. The cube is kept in the cold solve's dtype (a tighter
 alone would switch a float32 cube to float64, at twice the cost an iteration)."""
 
 
-def _member_solver(problem: Problem, point: Problem, kw: dict, mode: str, n_members: int) -> dict:
+def _member_solver(point: Problem, kw: dict, mode: str, n_members: int) -> dict:
     """``kw`` with the compiled solve of the grid values' members where they run one after
     another (:func:`dopplermap.solvers.sequential_solver`), decided once for the whole
     calibration: in this process and on every Dask worker alike, whatever each has compiled."""
     pre = pad_precomputed(point.pre)
-    dtype = plan.cube_dtype("auto", float(kw["tol"]))
-    if plan.many_mode(mode, n_data=problem.obs.n_epoch * problem.obs.n_vel, n_cell=pre.n_cell,
-                      blocked_fits=plan.blocked_fits(pre, dtype)) != "sequential":
+    if many_mode(pre, point.obs, mode, tol=float(kw["tol"])) != "sequential":
         return kw
     return dict(kw, solver=sequential_solver(pre, point.obs, n_members=n_members, **kw))
 
@@ -844,7 +841,7 @@ def calibrate_parameter(problem: Problem, name: str, values, *, fixed: dict | No
     elif progress is not None:
         progress("trial", t.size, t.size)
     n_data = obs.n_epoch * obs.n_vel
-    kw = _member_solver(problem, at(v[0]), kw, o.mode, flux.shape[0])
+    kw = _member_solver(at(v[0]), kw, o.mode, flux.shape[0])
     unconverged = None
     if o.readout == "support":  # units: the observed data, then each trial's data sets
         profiles = {c: np.empty((v.size, flux.shape[0])) for c in ("chi2_total", "chi2_support")}

@@ -232,8 +232,14 @@ def pick_solver(states: dict, *, tol: float, n_data: int, n_cell: int, n_solves:
     def solves(s):
         return n_solves * sum(solve_seconds(s, tol, n_data, n_cell, v) for v in lmbds) / len(lmbds)
 
-    est = {s: (state, COMPILE_SECONDS[s][state], solves(s)) for s, state in states.items()}
-    repeated = any(state == "disk" for state in states.values())
+    return _cheapest({s: (state, COMPILE_SECONDS[s][state], solves(s)) for s, state in states.items()}, unkept)
+
+
+def _cheapest(est: dict, unkept: tuple = ()) -> SolverChoice:
+    """Of the candidates ``est`` (``{solver: (compile state, compile seconds, solve seconds)}``)
+    the one of the least compile plus solve; once any program is on disk (a repeated run) a
+    cold compile counts ``1 / REPEAT_RUNS``, except for the ``unkept`` candidates."""
+    repeated = any(state == "disk" for state, _, _ in est.values())
 
     def cost(s):
         state, compile_s, solve_s = est[s]
@@ -266,15 +272,9 @@ def pick_member_solver(states: dict, *, n_members: int, n_data: int, n_cell: int
     :func:`pick_solver`'s rule for a repeated run (a cold compile counts ``1 / REPEAT_RUNS``
     once another candidate's program is on disk)."""
     per_pass = _PASS_SECONDS["newton"] * n_data * n_cell + _PASS_OVERHEAD["newton"]  # both are device loops
-    est = {s: (state, MEMBER_COMPILE_SECONDS[s][state], n_members * MEMBER_PASSES[s] * MEMBER_PASS_COST[s] * per_pass)
-           for s, state in states.items()}
-    repeated = any(state == "disk" for state in states.values())
-
-    def cost(s):
-        state, compile_s, solve_s = est[s]
-        return (compile_s / REPEAT_RUNS if repeated and state == "cold" else compile_s) + solve_s
-
-    return SolverChoice(min(est, key=cost), est, repeated)
+    return _cheapest({s: (state, MEMBER_COMPILE_SECONDS[s][state],
+                          n_members * MEMBER_PASSES[s] * MEMBER_PASS_COST[s] * per_pass)
+                      for s, state in states.items()})
 
 
 def hvp_blocked(blocked_nbytes: int) -> bool:

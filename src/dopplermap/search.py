@@ -305,7 +305,7 @@ def sweep_lambda(problem: Problem, lmbds: Sequence[float], *, warm_start: bool =
             _report_lambda(lm[i], res, len(results), lm.size, progress)
     else:
         many = solve_many(problem, lmbds=lm[order], x0=x0, mode=mode, warm_start=warm_start and mode == "sequential",
-                          **({"solver": member_solver} if mode == "sequential" else {}))
+                          solver=member_solver)
         for k, (i, res) in enumerate(zip(order, many.results, strict=True)):
             if mode == "sequential" and warm_start and k > 0 and res.iterations <= STALL_ITERATIONS:
                 # the chained start can stop at once, as in _warm_solve: also from the flat start

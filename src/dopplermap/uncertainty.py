@@ -62,7 +62,7 @@ from .memory import check_bytes, format_bytes
 from .model import Precomputed, shift_profiles, solve_form
 from .objective import DEFAULT_PENALTY, Layout, LineSets, ObjectiveData, Observations, loss, n_windows
 from .problem import Problem, require_problem
-from .solvers import InversionResult, invert, sequential_solver, solve_many
+from .solvers import InversionResult, invert, many_mode, sequential_solver, solve_many
 from .solvers.newton import line_residuals, smooth_terms
 
 log = logging.getLogger(__name__)
@@ -196,9 +196,7 @@ def bootstrap(problem: Problem, best: InversionResult, *, n_boot: int = 20, seed
         raise DopplermapInputError(f"bootstrap mode must be 'auto', 'vmap', 'batch', 'sequential' or 'resample', "
                                    f"got {mode!r}")
     dtype = plan.cube_dtype(problem.cube_dtype or "auto", tol)
-    if mode == "auto":
-        mode = plan.many_mode("auto", n_data=obs.n_epoch * obs.n_vel, n_cell=pre.n_cell,
-                              blocked_fits=plan.blocked_fits(pre, dtype))
+    mode = many_mode(pre, obs, mode, tol=tol, cube_dtype=problem.cube_dtype or "auto")
     mode = "vmap" if mode == "batch" else mode
     if cluster is not None and mode == "resample":
         raise DopplermapInputError("bootstrap mode 'resample' runs in this process; on a cluster use 'vmap', "

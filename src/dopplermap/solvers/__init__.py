@@ -72,7 +72,7 @@ from .scipy_lbfgsb import solve as solve_scipy
 __all__ = ["invert", "invert_device", "invert_batch", "solve_many", "Many", "prepare", "SolveOptions", "BatchOptions",
            "ManyOptions", "finish", "bounds", "InversionResult",
            "project_feasible", "check_solver_args", "check_fit_components",
-           "start", "NEWTON_TOL", "choose_solver", "solver_choice", "sequential_solver"]
+           "start", "NEWTON_TOL", "choose_solver", "solver_choice", "sequential_solver", "many_mode"]
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +98,12 @@ _BACKENDS: dict[str, Backend] = {
 NEWTON_TOL = 1e-6
 """``solver="auto"`` takes Newton at ``tol <= NEWTON_TOL`` (where it needs several times fewer
 objective passes than L-BFGS-B and, compiled once, solves faster), else L-BFGS-B."""
+
+
+def _newton_fits(pre) -> bool:
+    """Whether the Newton back end can fit this model: one line data set, the interpolating rv
+    shift (its rv search scores moves with it), one time window."""
+    return not isinstance(pre, (LineSets, NoLines)) and not pre.line.exact_rv and n_windows(pre) == 1
 
 
 def choose_solver(problem: Problem | None = None, *, settings: Settings | None = None, pre=None,
@@ -126,8 +132,7 @@ def solver_choice(*, settings: Settings, pre, setup: SolveSetup | None = None, n
     program the persistent cache cannot keep, so its cold compile counts in full.
     ``lmbds``: the regularisation weights of the ``n_solves`` solves (a lambda sweep; default
     ``settings.lmbd``): a weaker weight costs more passes (:func:`dopplermap.plan.solver_passes`)."""
-    newton_fits = (not isinstance(pre, (LineSets, NoLines)) and not pre.line.exact_rv and n_windows(pre) == 1)
-    if not (settings.tol <= NEWTON_TOL and newton_fits):
+    if not (settings.tol <= NEWTON_TOL and _newton_fits(pre)):
         return plan.SolverChoice("lbfgsb", {})
     if setup is None:
         states = {"newton": "memo", "lbfgsb": "memo"}
@@ -547,7 +552,7 @@ def invert_batch(problem: Problem | Precomputed, obs: Observations | None = None
 
 def _member_solver(choice: str, setup: SolveSetup, pre, ob: Observations, batch_obs: bool, n: int) -> str:
     """The compiled loop that solves a sequential batch's members (``choice`` itself unless ``"auto"``)."""
-    newton_fits = not pre.line.exact_rv and n_windows(pre) == 1
+    newton_fits = _newton_fits(pre)
     if choice == "newton" and not newton_fits:
         raise DopplermapInputError("solver 'newton' needs the interpolating rv shift and one time window; use "
                                    "'projected_lbfgs'")
@@ -562,6 +567,16 @@ def _member_solver(choice: str, setup: SolveSetup, pre, ob: Observations, batch_
                                    n_cell=pre.n_cell)
     log.info("%s", pick.describe().replace("solver auto", "members' solver"))
     return pick.solver
+
+
+def many_mode(pre, obs: Observations, mode: str = "auto", *, tol: float, cube_dtype="auto") -> str:
+    """The mode :func:`solve_many` runs members of this model and data shape in (``mode``
+    itself unless ``"auto"``: :func:`dopplermap.plan.many_mode` for the model's size)."""
+    if mode != "auto":
+        return mode
+    dtype = plan.cube_dtype(cube_dtype, tol)
+    return plan.many_mode("auto", n_data=obs.n_epoch * obs.n_vel, n_cell=pre.n_cell,
+                          blocked_fits=plan.blocked_fits(pre, dtype))
 
 
 def sequential_solver(problem: Problem | Precomputed, obs: Observations | None = None, *, n_members: int,
@@ -644,11 +659,8 @@ def solve_many(problem: Problem | Precomputed, obs: Observations | None = None, 
         raise DopplermapInputError("solve_many needs lmbds and/or flux (with err), at least one member")
     if isinstance(pre, LineSets):
         mode = "invert"
-    tol = float(settings.get("tol", base.tol))
-    dtype = plan.cube_dtype(settings.get("cube_dtype", "auto"), tol)
-    if mode == "auto":
-        mode = plan.many_mode("auto", n_data=obs.n_epoch * obs.n_vel, n_cell=pre.n_cell,
-                              blocked_fits=plan.blocked_fits(pre, dtype))
+    mode = many_mode(pre, obs, mode, tol=float(settings.get("tol", base.tol)),
+                     cube_dtype=settings.get("cube_dtype", "auto"))
     if mode == "invert":
         if flux is not None:
             raise DopplermapInputError("solve_many: mode 'invert' solves lambdas only; observation sets need "

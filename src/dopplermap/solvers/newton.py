@@ -549,11 +549,11 @@ def solve_newton(setup: SolveSetup, callback=None) -> RawSolve:
 def solve_members(setup: SolveSetup, members) -> tuple[list[RawSolve], float]:
     """Many Newton solves of ``setup``'s shapes through its one compiled program, one after another.
 
-    ``members``: an iterable of ``(x0, lmbd, data)`` (a start inside the bounds, a lambda and
-    an :class:`~dopplermap.objective.ObjectiveData` of ``setup.data``'s shapes), or callables
-    ``previous_x -> (x0, lmbd, data)`` (None for the first: warm starts along a chain). Returns the
-    raw solves and the members' seconds; each solve's ``compile_time`` is the program's
-    (counted once, on the first)."""
+    ``members``: callables ``previous_x -> (x0, lmbd, data)`` (``previous_x`` the solution of the
+    member before, None for the first: warm starts along a chain), giving a start inside the
+    bounds, a lambda and an :class:`~dopplermap.objective.ObjectiveData` of ``setup.data``'s
+    shapes. Returns the raw solves and the members' seconds; each solve's ``compile_time`` is
+    the program's (counted once, on the first)."""
     _check_newton(setup)
     args, kw = _program_args(setup)
     fn, t_compile = _compile_newton(*args, **kw)
@@ -561,7 +561,7 @@ def solve_members(setup: SolveSetup, members) -> tuple[list[RawSolve], float]:
     out, prev = [], None
     t0 = time.perf_counter()
     for i, m in enumerate(members):
-        x, lm, data = m(prev) if callable(m) else m
+        x, lm, data = m(prev)
         r = jax.block_until_ready(fn(_device.asarray(x, dtype=x0.dtype), lo_j, hi_j, spacing, tol_j,
                                      _device.asarray(lm, dtype=x0.dtype), setup.pre, data))
         prev = r.x
