@@ -42,6 +42,7 @@ from .choices import (
     check,
     check_error_scale,
 )
+from .constants import MAX_SUBDIVIDE
 from .errors import DopplermapInputError, MissingFileError, bad_file, warn
 from .io.quality import check_bitmask
 from .io.times import parse_time_scale
@@ -203,11 +204,14 @@ class GravityConfig:
 
 @dataclasses.dataclass(frozen=True)
 class GridConfig:
-    """``[grid]``: the surface grid, ``kind`` (latitude bands or HEALPix) and its size."""
+    """``[grid]``: the surface grid, ``kind`` (latitude bands or HEALPix) and its size;
+    ``subdivide``: each cell's line profiles integrated over ``subdivide x subdivide`` sub-cells
+    (:func:`dopplermap.precompute`)."""
 
     kind: str = "bands"
     n_cell: int = 2500
     nside: int | None = None
+    subdivide: int = 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -585,6 +589,10 @@ def _validate(cfg: TargetConfig):
     check(gr.kind, GRID_KINDS, f"{s}: [grid] kind")
     if gr.n_cell < 8:
         raise DopplermapInputError(f"{s}: [grid] n_cell must be >= 8, got {gr.n_cell!r}")
+    if not 1 <= gr.subdivide <= MAX_SUBDIVIDE:
+        raise DopplermapInputError(f"{s}: [grid] subdivide must be an integer in 1..{MAX_SUBDIVIDE}, got {gr.subdivide!r}")
+    if gr.subdivide > 1 and gr.kind != "bands":
+        raise DopplermapInputError(f"{s}: [grid] subdivide needs kind = 'bands' (the cells' bounds), got {gr.kind!r}")
     inv = cfg.inversion
     check(inv.regulariser, REGULARISERS, f"{s}: [inversion] regulariser")
     check(inv.method, SYNTHESIS_METHODS, f"{s}: [inversion] method")
@@ -839,6 +847,7 @@ law = "von_zeipel"                   # von_zeipel | elr (Espinosa Lara & Rieutor
 [grid]
 kind = "bands"                       # bands | healpix
 n_cell = 2500
+subdivide = 1                        # bands: each cell's lines integrated over subdivide x subdivide sub-cells
 
 [inversion]
 regulariser = "mem"                  # mem (the seed's entropy) | mem_spotdipy (SpotDIPy's normalisation) | tikhonov | none

@@ -12,3 +12,6 @@ DAY_S = 86_400.0  # s
 # The seed's bounds on the filling factors and the default map of its entropy term.
 FILL_MIN = 1e-5
 FILL_MAX = 1.0 - 1e-5
+
+MAX_SUBDIVIDE = 8
+"""Most sub-cells per side of a map cell (``[grid] subdivide``, :func:`dopplermap.grid.subdivide`)."""

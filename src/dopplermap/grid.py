@@ -16,10 +16,11 @@ import numpy as np
 
 from ._repr import compact
 from .choices import GRID_KINDS, check
+from .constants import MAX_SUBDIVIDE
 from .errors import DopplermapInputError
 from .memory import check_grid_size
 
-__all__ = ["SurfaceGrid", "latitude_band_grid", "healpix_grid", "make_grid", "with_surface"]
+__all__ = ["SurfaceGrid", "latitude_band_grid", "healpix_grid", "make_grid", "with_surface", "subdivide"]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -178,3 +179,42 @@ def with_surface(grid: SurfaceGrid, surface) -> SurfaceGrid:
     if surface is not None and surface.n_cell != grid.n_cell:
         raise DopplermapInputError(f"the surface has {surface.n_cell} cells, the grid {grid.n_cell}")
     return dataclasses.replace(grid, surface=surface)
+
+
+def subdivide(grid: SurfaceGrid, m: int) -> tuple[SurfaceGrid, np.ndarray]:
+    """Each cell of a latitude-band ``grid`` split into ``m x m`` sub-cells of equal area (``m``
+    equal-area rows in latitude, ``m`` equal columns in longitude): the cells on which
+    :func:`dopplermap.precompute` synthesises the lines when a map cell is integrated over
+    sub-cells (``subdivide``). Returns ``(fine, parent)``: the sub-cells as a grid (no
+    neighbour pairs: it carries geometry, not a map) and ``(n_fine,)`` the map cell of each.
+    ``m = 1`` returns the grid's own cells."""
+    if isinstance(m, bool) or int(m) != m or not 1 <= m <= MAX_SUBDIVIDE:
+        raise DopplermapInputError(f"subdivide must be an integer in 1..{MAX_SUBDIVIDE}, got {m!r}")
+    m = int(m)
+    if grid.kind != "bands" or grid.lat_bounds is None or grid.lon_bounds is None:
+        raise DopplermapInputError(f"subdivide needs a latitude-band grid (its cells' bounds); this grid is "
+                                   f"{grid.kind!r}")
+    if grid.surface is not None:
+        raise DopplermapInputError("subdivide: the grid carries a distorted surface (Roche shape) computed on its "
+                                   "own cells; sub-cells of a distorted star are not supported")
+    if m == 1:
+        return dataclasses.replace(grid, edges=np.zeros((0, 2), np.int64)), np.arange(grid.n_cell)
+    t = (np.arange(m) + 0.5) / m
+    e = np.arange(m + 1) / m
+    s0, s1 = np.sin(grid.lat_bounds[:, 0]), np.sin(grid.lat_bounds[:, 1])
+    l0, l1 = grid.lon_bounds[:, 0], grid.lon_bounds[:, 1]
+    # (n, m) rows and columns; the centre of a row is its area-weighted latitude, as the grid's own
+    lat_c = np.arcsin(s0[:, None] + (s1 - s0)[:, None] * t[None, :])
+    lat_e = np.arcsin(np.clip(s0[:, None] + (s1 - s0)[:, None] * e[None, :], -1.0, 1.0))
+    lon_c = l0[:, None] + (l1 - l0)[:, None] * t[None, :]
+    lon_e = l0[:, None] + (l1 - l0)[:, None] * e[None, :]
+    n = grid.n_cell
+    lat = np.repeat(lat_c, m, axis=1).reshape(-1)  # (n, m rows, m columns), row-major
+    lon = np.tile(lon_c, (1, m)).reshape(-1)
+    latb = np.stack([np.repeat(lat_e[:, :-1], m, axis=1), np.repeat(lat_e[:, 1:], m, axis=1)], axis=-1).reshape(-1, 2)
+    lonb = np.stack([np.tile(lon_e[:, :-1], (1, m)), np.tile(lon_e[:, 1:], (1, m))], axis=-1).reshape(-1, 2)
+    area = np.repeat(np.asarray(grid.area, float) / (m * m), m * m)
+    parent = np.repeat(np.arange(n), m * m)
+    fine = SurfaceGrid(lat=lat, lon=lon, area=area, edges=np.zeros((0, 2), np.int64), kind="bands",
+                       lat_bounds=latb, lon_bounds=lonb)
+    return fine, parent

@@ -181,7 +181,8 @@ def _fittable(problem: Problem) -> None:
                (problem.rv_shift != "interpolate", f"rv_shift {problem.rv_shift!r}"),
                (tuple(st.fit_components) != SPOT_COMPONENTS, f"fit_components {tuple(st.fit_components)!r}"),
                (st.line_weight != 1.0, f"line_weight {st.line_weight!r}"),
-               (problem.windows is not None, "time windows (one map per window)"))
+               (problem.windows is not None, "time windows (one map per window)"),
+               (problem.subdivide != 1, f"subdivide = {problem.subdivide} (cells integrated over sub-cells)"))
     refused = [what for bad, what in reasons if bad]
     if refused:
         raise DopplermapInputError(f"{problem.source}: joint_fit fits one line data set with its own dense model "

@@ -49,7 +49,7 @@ from .forms import (
 )
 from .forms.base import form_pytree, shift_profiles
 from .geometry import Rotation, StarParams, cell_geometry, check_star
-from .grid import SurfaceGrid
+from .grid import SurfaceGrid, subdivide
 from .memory import check_precompute_size
 from .profiles import ComponentSet
 
@@ -120,7 +120,7 @@ def _component_weights(components: ComponentSet, mu, proj_area):
 @dataclasses.dataclass(frozen=True)
 class Synthesis:
     """How :func:`precompute` synthesises the lines (its fields are described there):
-    ``method``, ``synthesis_tol``, ``bin_width``, ``dtype``, ``rv_shift``, ``limb``."""
+    ``method``, ``synthesis_tol``, ``bin_width``, ``dtype``, ``rv_shift``, ``limb``, ``subdivide``."""
 
     method: str = "auto"
     synthesis_tol: float = 1e-7
@@ -128,6 +128,7 @@ class Synthesis:
     dtype: object = jnp.float64
     rv_shift: str = "interpolate"
     limb: str = "smooth"
+    subdivide: int = 1
 
     def replace(self, **changes) -> Synthesis:
         return dataclasses.replace(self, **changes)
@@ -159,10 +160,16 @@ def precompute(grid: SurfaceGrid, star: StarParams, times, vels, components: Com
             area, :func:`dopplermap.geometry.limb_weight`) or ``"sharp"`` (``max(mu, 0)``, the
             seed's weights).
         dtype: of the synthesis arrays [float64].
+        subdivide: ``m``: each cell of a latitude-band grid integrated over ``m x m`` sub-cells
+            (:func:`dopplermap.grid.subdivide`), each with its own velocity, limb angle and
+            area, the map keeping one filling factor per cell: the line profiles of a grid
+            ``m^2`` times finer for the parameters of this one (dense synthesis only). 1
+            (default): each cell is one point of the disc integral.
     """
     o = options_of("precompute", Synthesis, synthesis, loose, "synthesis")
     method, synthesis_tol, bin_width, dtype, rv_shift, limb = (o.method, o.synthesis_tol, o.bin_width, o.dtype,
                                                                o.rv_shift, o.limb)
+    fine, parent = subdivide(grid, o.subdivide) if o.subdivide != 1 else (grid, None)
     check_star(star)
     vels = _check_vels(vels)
     times = _check_times(times)
@@ -172,28 +179,30 @@ def precompute(grid: SurfaceGrid, star: StarParams, times, vels, components: Com
     check_precompute_size(grid.n_cell, times.size, vels.size, method, cube)
     check_velocity_window(vels, float(star.vsini_kms))
     check_phase_span(times, star.t0, star.period, where="line profiles")
-    geo = cell_geometry(grid, times, Rotation.of(star), xp=np, limb=limb, surface=grid.surface)
+    geo = cell_geometry(fine, times, Rotation.of(star), xp=np, limb=limb, surface=fine.surface)
     # limb darkening and mu-dependent local profiles at the same mu (never < 0 for a cell in view)
     mu = np.asarray(geo.ld_mu)
     v_los = np.asarray(geo.v_los)
     visible = np.asarray(geo.visible)
     weights = _component_weights(components, mu, np.asarray(geo.proj_area))  # (3, E, C)
-    n_epoch, n_cell = mu.shape
+    n_epoch = mu.shape[0]
     n_vis = visible.sum(axis=1)
     if np.any(n_vis == 0):
         raise DopplermapInputError("no cell is visible at some epoch; check inclination and grid")
     n_slot = int(n_vis.max())
     exact_rv = RV_SHIFTS[choices.check(rv_shift, choices.RV_SHIFTS, "rv_shift")]
-    form = FORMS[plan.synthesis_method(method, n_epoch * n_slot * 3 * len(vels) * 8, exact_rv=exact_rv)]
+    form = FORMS[plan.synthesis_method(method, n_epoch * n_slot * 3 * len(vels) * 8, exact_rv=exact_rv,
+                                       subdivided=parent is not None)]
 
     if bin_width is not None and not float(bin_width) > 0:
         raise DopplermapInputError(f"bin_width must be > 0 km/s, got {bin_width!r}")
     if not synthesis_tol > 0:
         raise DopplermapInputError(f"synthesis_tol must be > 0, got {synthesis_tol!r}")
     span = float(np.max(np.abs(v_los[visible]))) + float(vels[-1] - vels[0])
-    line = form.build(Setup(vels=vels, v_los=v_los, mu=mu, visible=visible, weights=weights, n_slot=n_slot,
-                            components=components, span=span, synthesis_tol=synthesis_tol, bin_width=bin_width,
-                            dtype=dtype, rv_margin=0.5 * float(vels[-1] - vels[0]) if exact_rv else None))
+    setup = Setup(vels=vels, v_los=v_los, mu=mu, visible=visible, weights=weights, n_slot=int(n_vis.max()),
+                  components=components, span=span, synthesis_tol=synthesis_tol, bin_width=bin_width,
+                  dtype=dtype, rv_margin=0.5 * float(vels[-1] - vels[0]) if exact_rv else None)
+    line = form.build(setup) if parent is None else form.build_subdivided(setup, parent, grid.n_cell)
     edges = np.asarray(grid.edges, dtype=np.int32).reshape(-1, 2)
     return Precomputed(line=line, cell_area=_device.asarray(grid.area, dtype), edges=_device.asarray(edges))
 

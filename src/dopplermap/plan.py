@@ -60,11 +60,14 @@ def on_accelerator() -> bool:
     return jax.default_backend() != "cpu"
 
 
-def synthesis_method(method: str, dense_nbytes: int, exact_rv: bool = False) -> str:
+def synthesis_method(method: str, dense_nbytes: int, exact_rv: bool = False, subdivided: bool = False) -> str:
     """``"dense"`` or ``"binned"``: ``method`` itself, or for ``"auto"`` the choice by size
-    (binned whenever the rv shift is to be synthesised exactly: only it can)."""
+    (binned whenever the rv shift is to be synthesised exactly: only it can; dense for cells
+    integrated over sub-cells: only it can)."""
     if check(method, SYNTHESIS_METHODS, "method") != "auto":
         return method
+    if subdivided and not exact_rv:
+        return "dense"
     return "dense" if dense_nbytes <= DENSE_AUTO_BYTES and not exact_rv else "binned"
 
 

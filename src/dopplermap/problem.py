@@ -31,7 +31,7 @@ from .atmosphere import passband_limb_darkening, passband_planck_ratio
 from .atomic import write_file
 from .broadening import apply_cell_factors, equivalent_width_kms, line_profiles
 from .choices import CUBE_DTYPES, REGULARISERS, RV_SHIFTS, SPOT_COMPONENTS, SYNTHESIS_METHODS, check
-from .constants import DAY_S, G_SI, M_SUN_KG, R_SUN_KM
+from .constants import DAY_S, G_SI, M_SUN_KG, MAX_SUBDIVIDE, R_SUN_KM
 from .diagnostics import check_spot_contrast, check_wavelength, fields_checked
 from .errors import DopplermapInputError, MissingFileError, warn
 from .errorscale import ErrorScale, error_scale_for, scale_errors
@@ -236,6 +236,9 @@ class Problem:
             float64), ``"float32"``, ``"float64"``, or None (the model as built). Decided once,
             with the batch form and mode, in :attr:`plan` (shown in a run's summary); a solve's
             ``cube_dtype=`` keyword overrides it for that solve.
+        subdivide: each map cell's line profiles integrated over ``subdivide x subdivide``
+            sub-cells (:func:`dopplermap.precompute`'s ``subdivide``; latitude-band grids, dense
+            synthesis): the model of a finer grid for the map's parameters. 1: none.
     """
 
     grid: SurfaceGrid
@@ -257,6 +260,7 @@ class Problem:
     mass: float | None = None
     windows: Windows | None = None
     cube_dtype: str | None = "auto"
+    subdivide: int = 1
 
     def __repr__(self) -> str:
         obs = self.observations
@@ -281,6 +285,7 @@ class Problem:
                                            f"(or a tuple of them), got {type(d).__name__}; a file or a lightkurve light "
                                            "curve: LightCurveData.load(source, band)")
         check(self.rv_shift, RV_SHIFTS, f"{self.source}: rv_shift")
+        self._check_subdivide()
         if self.form is None:
             if self.grid is None or self.star is None:
                 raise DopplermapInputError(f"{self.source}: a problem needs a grid and a star (or a given form)")
@@ -418,7 +423,7 @@ class Problem:
 
     def _precompute(self, obs, components, wavelength_nm=None):
         pre = precompute(self.grid, self.star, np.asarray(obs.times), np.asarray(obs.vels), components,
-                         method=self.method, rv_shift=self.rv_shift)
+                         method=self.method, rv_shift=self.rv_shift, subdivide=self.subdivide)
         if self.gravity is None:
             return pre
         factors = self.line_factors if wavelength_nm is None else self._factors(wavelength_nm)
@@ -563,6 +568,20 @@ class Problem:
 
     # ------------------------------------------------------------------ variations
 
+    def _check_subdivide(self) -> None:
+        m = self.subdivide
+        if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or not 1 <= m <= MAX_SUBDIVIDE:
+            raise DopplermapInputError(f"{self.source}: subdivide must be an integer in 1..{MAX_SUBDIVIDE}, got {m!r}")
+        if m == 1:
+            return
+        why = ("the synthesis form is given as data" if self.form is not None
+               else "a light curve's model is not integrated over sub-cells" if self.lightcurve_data is not None
+               else f"it needs a latitude-band grid, not {self.grid.kind!r}" if self.grid.kind != "bands"
+               else "the star's distorted surface is computed on the map's cells" if self.grid.surface is not None
+               else None)
+        if why is not None:
+            raise DopplermapInputError(f"{self.source}: subdivide = {m}: {why}; use subdivide = 1")
+
     def replace(self, **changes) -> Problem:
         """The same problem with some fields replaced; derived arrays are rebuilt on use
         (kept when only ``settings`` change).
@@ -571,7 +590,8 @@ class Problem:
         method cannot apply to it and are refused. A rotating star's Roche surface (a grid
         with a single star's :mod:`dopplermap.roche` surface and a known mass) is rebuilt for
         a new star: its distortion follows the period and radius."""
-        fixed = sorted(k for k in ("grid", "star", "components", "method", "gravity", "rv_shift") if k in changes)
+        fixed = sorted(k for k in ("grid", "star", "components", "method", "gravity", "rv_shift", "subdivide")
+                       if k in changes)
         if self.form is not None and "form" not in changes and fixed:
             raise DopplermapInputError(f"{self.source}: the synthesis form is given as data; changing "
                                        f"{', '.join(fixed)} would not change it")
@@ -917,7 +937,7 @@ def _from_config(cfg) -> Problem:
         fill = s.roche_fill if s.separation is None else _fill_from_separation(cfg.source, s, star)
         grid = with_surface(grid, star_surface(grid, star, mass=s.mass, q=s.mass_ratio, fill=fill,
                                                sync=s.synchronicity))
-    common = dict(grid=grid, star=star, method=inv.method, cube_dtype=inv.cube_dtype,
+    common = dict(grid=grid, star=star, method=inv.method, cube_dtype=inv.cube_dtype, subdivide=cfg.grid.subdivide,
                   rv_shift=inv.rv_shift, gravity=gravity, lightcurve_data=lc, t_phot=float(temps[0]),
                   wavelength_nm=float(line_nm), source=cfg.source, mass=s.mass, windows=windows)
     if not sets:  # light curves alone: no line synthesis, no offsets

@@ -287,7 +287,8 @@ def run_target(cfg, out: Path, *, output: Output | None = None, config_file=None
         else:
             per_set = {"n_epoch": obs.n_epoch, "n_vel": obs.n_vel, "method": pre.line.kind,
                        "macroturbulence": sets[0].line.macroturbulence}
-        extra = dict(target=cfg.source, n_files=len(prob.files), n_cell=grid.n_cell, **per_set,
+        extra = dict(target=cfg.source, n_files=len(prob.files), n_cell=grid.n_cell, subdivide=prob.subdivide,
+                     **per_set,
                      error_scale=summarise(prob.error_scale),
                      chi2_dof=None if dof is None else {"chi2": dof.chi2, **dof.to_dict()},
                      n_lc=None if lc is None else lc.n_lc, gravity_darkening=cfg.gravity_darkening.enabled,

@@ -184,6 +184,13 @@ class Form:
     def __repr__(self) -> str:
         return compact(self, ("vels",), n_cell=self.n_cell, n_epoch=self.n_epoch, n_vel=self.n_vel)
 
+    @classmethod
+    def build_subdivided(cls, setup: Setup, parent, n_cell: int) -> Form:
+        """From the geometry of sub-cells, one filling factor per map cell (``subdivide``):
+        only the dense form integrates a cell over sub-cells."""
+        raise DopplermapInputError(f"subdivide: the {cls.kind} synthesis does not integrate cells over sub-cells; "
+                                   "use method = 'dense' (or 'auto') and rv_shift = 'interpolate', or subdivide = 1")
+
     @property
     def exact_rv(self) -> bool:
         """Whether :meth:`shifted_profiles` moves the local profiles by rv (``rv_shift="exact"``)

@@ -14,7 +14,7 @@ import numpy as np
 
 from .. import _device, _linops
 from ..errors import DopplermapInputError
-from .base import Form, Setup, eval_profile, fill_stack, form_pytree, pad_axis
+from .base import Form, Setup, Slots, eval_profile, fill_stack, form_pytree, pad_axis
 from .blocked import BlockedForm, blocked_nbytes
 from .folded import FoldedForm
 
@@ -52,6 +52,53 @@ class DenseForm(Form):
         for k, comp in enumerate(comps):
             local[:, :, k, :] = eval_profile(comp.profile, u, sl.mu[:, :, None])
         return cls(vels=_device.asarray(vels, dtype), cell=_device.asarray(sl.cell), pos=_device.asarray(sl.pos),
+                   weight=_device.asarray(sl.weight, dtype), local=_device.asarray(local, dtype))
+
+    @classmethod
+    def build_subdivided(cls, setup: Setup, parent: np.ndarray, n_cell: int) -> DenseForm:
+        """From the geometry of sub-cells (``setup`` over the sub-cells; ``parent``: the map cell
+        of each): one slot per map cell in view, whose weight is the sum of its visible
+        sub-cells' weights and whose local profile their weighted mean, so that
+        ``sum_sub w L f_k = f_k W (sum_sub w L / W)`` is exact for a filling factor shared by the
+        sub-cells. The map keeps ``n_cell`` parameters; the line is integrated over the
+        sub-cells (a cell the limb cuts counts only its sub-cells in view)."""
+        if setup.rv_margin is not None:
+            raise DopplermapInputError("subdivide: rv_shift='exact' needs method='binned', which does not integrate "
+                                       "cells over sub-cells; use rv_shift='interpolate' or subdivide = 1")
+        parent = np.asarray(parent, dtype=np.int64)
+        m2 = parent.size // n_cell
+        if m2 * n_cell != parent.size or np.any(parent != np.repeat(np.arange(n_cell), m2)):
+            raise DopplermapInputError("subdivided cells: each map cell's sub-cells must be consecutive, as many "
+                                       "for every cell (dopplermap.grid.subdivide)")
+        n_epoch = setup.visible.shape[0]
+        n_vel = setup.vels.size
+        n_k = len(tuple(setup.components))
+
+        def per_cell(a, axis):  # sum over each map cell's m2 consecutive sub-cells along ``axis``
+            a = np.asarray(a)
+            return a.reshape(a.shape[:axis] + (n_cell, m2) + a.shape[axis + 1:]).sum(axis=axis + 1)
+
+        w_f = np.where(setup.visible[None], setup.weights, 0.0)  # (3, E, Cf)
+        w_c = per_cell(w_f, 2)  # (3, E, C)
+        visible = per_cell(setup.visible, 1) > 0
+        n_slot = int(visible.sum(axis=1).max())
+        zeros = np.zeros(visible.shape)
+        sl = Slots.sorted_by(np.where(visible, 0, 1), visible, n_slot, w_c, zeros, zeros)
+        local = _device.host_array((n_epoch, n_slot, n_k, n_vel))
+        comps = tuple(setup.components)
+        block = max(1, int(2 ** 24 // max(1, parent.size * n_vel)))  # ~128 MiB of sub-cell profiles at a time
+        for e0 in range(0, n_epoch, block):  # set-up only: epoch blocks bound the sub-cells' memory
+            e1 = min(n_epoch, e0 + block)
+            u = setup.vels[None, None, :] - setup.v_los[e0:e1, :, None]  # (B, Cf, V)
+            mu = np.clip(setup.mu[e0:e1], 0.0, 1.0)[:, :, None]
+            for k, comp in enumerate(comps):
+                num = per_cell(eval_profile(comp.profile, u, mu) * w_f[k, e0:e1, :, None], 1)  # (B, C, V)
+                wk = w_c[k, e0:e1][:, :, None]
+                mean = np.divide(num, wk, out=np.zeros_like(num), where=wk > 0)
+                local[e0:e1, :, k, :] = np.take_along_axis(mean, sl.cell[e0:e1, :, None].astype(np.int64), axis=1)
+        local[~sl.slot_ok] = 0.0
+        dtype = setup.dtype
+        return cls(vels=_device.asarray(setup.vels, dtype), cell=_device.asarray(sl.cell), pos=_device.asarray(sl.pos),
                    weight=_device.asarray(sl.weight, dtype), local=_device.asarray(local, dtype))
 
     @staticmethod

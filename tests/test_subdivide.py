@@ -1,0 +1,107 @@
+"""Cells integrated over sub-cells (``subdivide``): the line model of a finer grid for the map's parameters."""
+
+import bench_calibration as B  # noqa: E402
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import dopplermap as dm
+from dopplermap.errors import DopplermapInputError
+from dopplermap.grid import subdivide
+from dopplermap.model import forward
+
+def _comps(profile, u=0.6):
+    ld = dm.LimbDarkening("linear", (u,))
+    return dm.ComponentSet(dm.Component(profile, ld, 1.0), dm.Component(profile, ld, 0.3),
+                           dm.Component(profile, ld, 1.5))
+
+
+def gray_kernel(v, vsini, eps):
+    """Gray's rotational broadening kernel for linear limb darkening (normalised to 1)."""
+    x = np.clip(v / vsini, -1, 1)
+    g = (2 * (1 - eps) * np.sqrt(1 - x**2) + 0.5 * np.pi * eps * (1 - x**2)) / (np.pi * vsini * (1 - eps / 3))
+    return np.where(np.abs(v) < vsini, g, 0.0)
+
+
+STAR = dm.StarParams(inclination=60.0, vsini=30.0, period=1.0)
+VELS = np.linspace(-45, 45, 31)
+TIMES = np.array([0.0, 0.13, 0.41, 0.77])
+
+
+def test_sub_cells_partition_each_cell():
+    grid = dm.latitude_band_grid(120)
+    fine, parent = subdivide(grid, 3)
+    assert fine.n_cell == 9 * grid.n_cell
+    np.testing.assert_allclose(np.bincount(parent, fine.area), grid.area, rtol=1e-12)
+    # each sub-cell's area from its own bounds, and its centre inside its cell
+    a = (np.sin(fine.lat_bounds[:, 1]) - np.sin(fine.lat_bounds[:, 0])) * np.diff(fine.lon_bounds, axis=1)[:, 0]
+    np.testing.assert_allclose(a, fine.area, rtol=1e-10)
+    lb, ob = grid.lat_bounds[parent], grid.lon_bounds[parent]
+    assert np.all((fine.lat > lb[:, 0]) & (fine.lat < lb[:, 1]) & (fine.lon > ob[:, 0]) & (fine.lon < ob[:, 1]))
+    same, ident = subdivide(grid, 1)
+    np.testing.assert_array_equal(same.lat, grid.lat)
+    np.testing.assert_array_equal(ident, np.arange(grid.n_cell))
+
+
+@pytest.mark.parametrize("m", [0, 9, 2.5, True])
+def test_bad_subdivide_refused(m):
+    with pytest.raises(DopplermapInputError, match="subdivide"):
+        subdivide(dm.latitude_band_grid(50), m)
+
+
+def test_subdivide_needs_band_cells():
+    pytest.importorskip("healpy")
+    with pytest.raises(DopplermapInputError, match="latitude-band"):
+        subdivide(dm.healpix_grid(2), 2)
+
+
+def test_subdivided_model_is_the_fine_grids_with_a_shared_filling_factor():
+    """The subdivided model (sub-cells merged into one slot per cell) against the plain model of
+    the sub-cell grid with each sub-cell given its cell's filling factor: the same disc integral."""
+    grid = dm.latitude_band_grid(150)
+    comps = _comps(dm.gaussian(0.5, 3.0), 0.6)
+    sub = dm.precompute(grid, STAR, TIMES, VELS, comps, method="dense", subdivide=3)
+    fine, parent = subdivide(grid, 3)
+    ref = dm.precompute(fine, STAR, TIMES, VELS, comps, method="dense")
+    rng = np.random.default_rng(3)
+    fc, fh = rng.uniform(0, 0.6, grid.n_cell), rng.uniform(0, 0.3, grid.n_cell)
+    rv, amp = rng.normal(0, 0.4, TIMES.size), rng.normal(0, 0.002, TIMES.size)
+    a = forward(jnp.asarray(fc), jnp.asarray(fh), jnp.asarray(rv), jnp.asarray(amp), sub)
+    b = forward(jnp.asarray(fc[parent]), jnp.asarray(fh[parent]), jnp.asarray(rv), jnp.asarray(amp), ref)
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=0, atol=1e-12)
+    assert sub.n_cell == grid.n_cell
+
+
+def test_subdivided_unspotted_star_is_closer_to_grays_profile():
+    """Gray's analytic rotational profile: a coarse grid's error falls by subdividing its cells to
+    about that of the grid of as many cells as sub-cells."""
+    vsini, eps, depth, fwhm = 30.0, 0.6, 0.5, 3.0
+    star = dm.StarParams(inclination=70.0, vsini=vsini, period=1.0)
+    local = dm.gaussian(depth, fwhm)
+    u = np.linspace(-vsini, vsini, 40001)
+    k = gray_kernel(u, vsini, eps)
+    ref = np.array([1 - np.trapezoid(k * (1 - local(v - u)), u) for v in VELS])
+
+    def error(n, m):
+        grid = dm.latitude_band_grid(n)
+        pre = dm.precompute(grid, star, [0.0, 0.37], VELS, _comps(local, eps), method="dense", subdivide=m)
+        z = jnp.full(grid.n_cell, 1e-12)
+        return float(np.max(np.abs(np.asarray(dm.model.synthesize(z, z, pre.line)) - ref[None, :])))
+
+    coarse, sub, fine = error(100, 1), error(100, 4), error(1600, 1)
+    assert sub < coarse / 10  # 0.0713 -> 0.0020 of the continuum
+    assert sub < 3 * fine  # the plain 1600-cell grid's 0.0009
+
+
+def test_problem_subdivide_and_its_refusals():
+    s = B.make_star(0, n_cell=60)
+    p = s["problem"].replace(subdivide=2)
+    assert p.pre.n_cell == 60
+    res = dm.invert(p, lmbd=1.0, tol=1e-5)
+    assert res.fssc.shape == (60,) and np.isfinite(res.chi2)
+    with pytest.raises(DopplermapInputError, match="subdivide"):
+        s["problem"].replace(subdivide=0)
+    with pytest.raises(DopplermapInputError, match="binned"):
+        _ = s["problem"].replace(subdivide=2, method="binned").pre
+    with pytest.raises(DopplermapInputError, match="subdivide"):
+        dm.jointfit.joint_fit(p, fit=("inclination",))
