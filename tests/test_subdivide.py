@@ -10,6 +10,7 @@ from dopplermap.errors import DopplermapInputError
 from dopplermap.grid import subdivide
 from dopplermap.model import forward
 
+
 def _comps(profile, u=0.6):
     ld = dm.LimbDarkening("linear", (u,))
     return dm.ComponentSet(dm.Component(profile, ld, 1.0), dm.Component(profile, ld, 0.3),
