@@ -40,7 +40,7 @@ import bench_readout as R  # noqa: E402
 from _common import write_json  # noqa: E402
 
 
-def calibrate_star(k, cells, n_sim, step=10.0, seed=0, readout="support", map_at=None):
+def calibrate_star(k, cells, n_sim, step=10.0, seed=0, readout="support", map_at=None, subdivide=1):
     """Star ``k``'s ``readout`` (``support``, or ``regularised``: the control), raw and calibrated
     (a row of the tables: keys ``readout`` and ``"cal_" + readout``)."""
     from dopplermap.calibrate import CalibrationOptions, calibrate_parameter
@@ -49,14 +49,14 @@ def calibrate_star(k, cells, n_sim, step=10.0, seed=0, readout="support", map_at
     incs = np.arange(10.0, 90.0 + 1e-9, step)
     s = B.make_star(k, n_cell=cells)
     p = s["problem"]
-    p = p.replace(settings=R._settings(p, "old"))
+    p = p.replace(settings=R._settings(p, "old"), subdivide=subdivide)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         c = calibrate_parameter(p, "inclination", incs, fixed={"vsini": s["vsini"]}, trials=incs,
                                 options=CalibrationOptions(n_sim=n_sim, seed=seed, readout=readout,
                                                            trial_map_at=map_at))
     row = dict(k=k, inc=s["inc"], vsini=s["vsini"], n_epoch=s["n_epoch"], snr=s["snr"], n_cell=cells, n_sim=n_sim,
-               readout=readout, raw=float(c.raw), trial_map_at=map_at)
+               readout=readout, raw=float(c.raw), trial_map_at=map_at, subdivide=subdivide)
     row[readout] = dict(R.read(incs, c.profile, s["inc"]), wall_s=0.0, unconverged=0)
     row["cal_" + readout] = dict(best=c.estimate, lo68=c.lo68, hi68=c.hi68, lo95=c.lo95, hi95=c.hi95,
                                 wall_s=c.seconds, unconverged=int(c.unconverged or 0), lo_open=c.lo_open,
@@ -67,7 +67,7 @@ def calibrate_star(k, cells, n_sim, step=10.0, seed=0, readout="support", map_at
     return row
 
 
-def vsini_star(k, cells, n_sim, inc, seed=1, map_at=None):
+def vsini_star(k, cells, n_sim, inc, seed=1, map_at=None, subdivide=1):
     """Star ``k``'s vsini by the support read-out, raw and calibrated, with the inclination held at
     ``inc`` (the calibrated one: ``grid --calibrate`` calibrates the axes in turn): values the
     truth -2..+2 km/s every 0.5, trials every 1 km/s (:data:`bench_calibration.VSINI_STEPS`)."""
@@ -76,7 +76,7 @@ def vsini_star(k, cells, n_sim, inc, seed=1, map_at=None):
     t0 = time.perf_counter()
     s = B.make_star(k, n_cell=cells)
     p = s["problem"]
-    p = p.replace(settings=R._settings(p, "old"))
+    p = p.replace(settings=R._settings(p, "old"), subdivide=subdivide)
     values = s["vsini"] + np.arange(-2.0, 2.0 + 1e-9, 0.5)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -84,6 +84,7 @@ def vsini_star(k, cells, n_sim, inc, seed=1, map_at=None):
                                 options=CalibrationOptions(n_sim=n_sim, seed=seed, readout="support",
                                                            trial_map_at=map_at))
     return dict(k=k, inc=s["inc"], vsini=s["vsini"], held_inc=float(inc), n_cell=cells, n_sim=n_sim, trial_map_at=map_at,
+                subdivide=subdivide,
                 support=dict(R.read(values, c.profile, s["vsini"]), wall_s=0.0, unconverged=0), raw=float(c.raw),
                 cal_support=dict(best=c.estimate, lo68=c.lo68, hi68=c.hi68, lo95=c.lo95, hi95=c.hi95,
                                  wall_s=c.seconds, unconverged=int(c.unconverged or 0), lo_open=c.lo_open,
@@ -111,12 +112,12 @@ def vsini_tables(rows):
     return "\n".join(out)
 
 
-def _worker(k, cells, n_sim, step, readout, map_at=None):
-    return calibrate_star(k, cells, n_sim, step, readout=readout, map_at=map_at)
+def _worker(k, cells, n_sim, step, readout, map_at=None, subdivide=1):
+    return calibrate_star(k, cells, n_sim, step, readout=readout, map_at=map_at, subdivide=subdivide)
 
 
-def _vsini_worker(k, cells, n_sim, inc, map_at=None):
-    return vsini_star(k, cells, n_sim, inc, map_at=map_at)
+def _vsini_worker(k, cells, n_sim, inc, map_at=None, subdivide=1):
+    return vsini_star(k, cells, n_sim, inc, map_at=map_at, subdivide=subdivide)
 
 
 def summary(rows, which):
@@ -160,6 +161,8 @@ def main():
     ap.add_argument("--map-at", default=None, help="a result file of the same stars (and axis): simulate every "
                     "trial from the one map fitted at that file's raw estimate (CalibrationOptions.trial_map_at) "
                     "instead of each trial value's own map")
+    ap.add_argument("--subdivide", type=int, default=1, help="each cell's lines integrated over M x M sub-cells "
+                    "(Problem.subdivide)")
     args = ap.parse_args()
     map_at = {}
     if args.map_at:
@@ -175,7 +178,8 @@ def main():
         res = dict(command=" ".join(sys.argv), cells=args.cells, n_sim=args.n_sim, stars=[])
         R._worker_env()
         t0 = time.perf_counter()
-        R._star_pool({k: (_vsini_worker, (k, args.cells, args.n_sim, incs[k], map_at.get(k))) for k in ks},
+        R._star_pool({k: (_vsini_worker, (k, args.cells, args.n_sim, incs[k], map_at.get(k), args.subdivide))
+                      for k in ks},
                      lambda k, row: row,
                      ("support", "cal_support"), args.procs, res, args.out, args.stop_after, t0)
         if args.out:
@@ -184,20 +188,22 @@ def main():
         return
     ks = [int(k) for k in args.stars.split(",") if k != ""]
     incs = np.arange(10.0, 90.0 + 1e-9, args.step)
-    res = dict(command=" ".join(sys.argv), cells=args.cells, n_sim=args.n_sim, inc_grid=incs.tolist(),
+    res = dict(command=" ".join(sys.argv), cells=args.cells, subdivide=args.subdivide, n_sim=args.n_sim,
+               inc_grid=incs.tolist(),
                trials=incs.tolist(), stars=[])
     t0 = time.perf_counter()
     order = sorted(ks, key=lambda k: -B.STARS[k][2])  # the most epochs first
     if args.procs <= 1:
         for k in order:
             res["stars"].append(calibrate_star(k, args.cells, args.n_sim, args.step, readout=args.readout,
-                                               map_at=map_at.get(k)))
+                                               map_at=map_at.get(k), subdivide=args.subdivide))
             R._print_star(res["stars"][-1], (args.readout, "cal_" + args.readout))
             if args.out:
                 write_json(args.out, res)
     else:
         R._worker_env()
-        jobs = {k: (_worker, (k, args.cells, args.n_sim, args.step, args.readout, map_at.get(k))) for k in order}
+        jobs = {k: (_worker, (k, args.cells, args.n_sim, args.step, args.readout, map_at.get(k), args.subdivide))
+                for k in order}
         R._star_pool(jobs, lambda k, row: row, (args.readout, "cal_" + args.readout), args.procs, res, args.out,
                      args.stop_after, t0)
     res["wall_s"] = time.perf_counter() - t0
