@@ -59,6 +59,8 @@ def test_template_is_valid_and_complete():
     ({"inversion__cube_dtype": "float16"}, r"\[inversion\] cube_dtype must be one of 'auto', 'float32', 'float64', "
                                            r"got 'float16'"),
     ({"data__lightcurve_format": "xlsx"}, r"\[data\] lightcurve_format must be one of 'auto', 'text', 'fits', got 'xlsx'"),
+    ({"grid__subdivide": 0}, r"\[grid\] subdivide must be an integer in 1\.\.8, got 0"),
+    ({"grid__subdivide": 2, "grid__kind": "healpix"}, r"\[grid\] subdivide needs kind = 'bands'"),
 ])
 def test_bad_values_name_the_key(changes, match):
     with pytest.raises(ValueError, match=match):
@@ -458,3 +460,23 @@ def test_the_cube_dtype_key_reaches_the_problem_and_its_plan(tmp_path):
     prob = from_config(cfg)
     assert prob.cube_dtype == "float64" and prob.plan.cube_dtype == "float64"
     assert "float64 cube" in prob.plan.describe()
+
+
+def test_grid_subdivide_reaches_the_model(tmp_path):
+    """``[grid] subdivide``: the problem's cells integrated over sub-cells (its model the finer
+    grid's); with the light curve of this target it is refused in one line."""
+    _dataset(tmp_path, n_epoch=5, n_cell=120, lightcurve=False)
+    cfg = load_config(tmp_path / "target.toml")
+    sub = from_config(dataclasses.replace(cfg, grid=dataclasses.replace(cfg.grid, subdivide=2)))
+    plain = from_config(cfg)
+    assert sub.subdivide == 2 and sub.pre.n_cell == plain.pre.n_cell == 120
+    z = np.zeros(120)
+    e = np.zeros(5)
+    a, b = (np.asarray(dm.model.forward(z, z, e, e, p.pre)) for p in (sub, plain))
+    assert 1e-6 < np.max(np.abs(a - b)) < 0.05  # the same star, integrated more finely
+    lc_root = tmp_path / "lc"
+    lc_root.mkdir()
+    _dataset(lc_root, n_epoch=5, n_cell=120, lightcurve=True)
+    lc_cfg = load_config(lc_root / "target.toml")
+    with pytest.raises(ValueError, match="subdivide = 2: a light curve's model is not integrated over sub-cells"):
+        from_config(dataclasses.replace(lc_cfg, grid=dataclasses.replace(lc_cfg.grid, subdivide=2)))
