@@ -266,6 +266,8 @@ def run_star(args, layout, values):
     t0 = time.perf_counter()
     s = make_star(layout=layout, domega=args.domega, n_cell=args.n_cell, noise=not args.noise_free,
                   rv_sigma=args.rv_sigma)
+    if args.subdivide > 1:  # each cell's lines integrated over sub-cells (Problem.subdivide)
+        s["problem"] = s["problem"].replace(subdivide=args.subdivide)
     if args.no_fit_rv:  # rv known (and 0 with --rv-sigma 0): the control of what the per-epoch rv absorbs
         p = s["problem"]
         s["problem"] = p.replace(settings=p.settings.replace(fit_rv=False))
@@ -321,6 +323,7 @@ def main():
     ap.add_argument("--cal-oversample", type=int, default=None, help="its simulation grid's factor (default 4)")
     ap.add_argument("--noise-free", action="store_true")
     ap.add_argument("--n-cell", type=int, default=300)
+    ap.add_argument("--subdivide", type=int, default=1, help="each cell's lines integrated over M x M sub-cells")
     ap.add_argument("--domega", type=float, default=0.05)
     ap.add_argument("--true-map", action="store_true")
     ap.add_argument("--rv-sigma", type=float, default=0.5, help="sd of the simulated per-epoch rv, km/s")
@@ -341,8 +344,8 @@ def main():
     t0 = time.perf_counter()
     res = dict(machine=platform.platform(), cpus=os.cpu_count(), load_start=os.getloadavg()[0], args=vars(args),
                star=dict(inclination=INC, vsini=VSINI, period=PERIOD, domega=args.domega, n_epoch=30, snr=300.0,
-                         n_cell=args.n_cell, noise=not args.noise_free, rv_sigma=args.rv_sigma,
-                         fit_rv=not args.no_fit_rv), grid=values.tolist(), stars=[])
+                         n_cell=args.n_cell, subdivide=args.subdivide, noise=not args.noise_free,
+                         rv_sigma=args.rv_sigma, fit_rv=not args.no_fit_rv), grid=values.tolist(), stars=[])
     for k in [int(x) for x in args.stars.split(",") if x]:
         res["stars"].append(run_star(args, k, values))
         if args.out:
