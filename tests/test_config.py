@@ -60,7 +60,7 @@ def test_template_is_valid_and_complete():
                                            r"got 'float16'"),
     ({"data__lightcurve_format": "xlsx"}, r"\[data\] lightcurve_format must be one of 'auto', 'text', 'fits', got 'xlsx'"),
     ({"grid__subdivide": 0}, r"\[grid\] subdivide must be an integer in 1\.\.8, got 0"),
-    ({"grid__subdivide": 2, "grid__kind": "healpix"}, r"\[grid\] subdivide needs kind = 'bands'"),
+    ({"grid__subdivide": 3, "grid__kind": "healpix"}, r"\[grid\] subdivide on a HEALPix grid must be a power of 2"),
 ])
 def test_bad_values_name_the_key(changes, match):
     with pytest.raises(ValueError, match=match):

@@ -50,10 +50,31 @@ def test_bad_subdivide_refused(m):
         subdivide(dm.latitude_band_grid(50), m)
 
 
-def test_subdivide_needs_band_cells():
+def test_healpix_pixels_split_into_their_nested_children():
+    hp = pytest.importorskip("healpy")
+    grid = dm.healpix_grid(2)
+    fine, parent = subdivide(grid, 4)
+    assert fine.n_cell == 16 * grid.n_cell
+    np.testing.assert_allclose(np.bincount(parent, fine.area), grid.area, rtol=1e-12)
+    # each child lies in its pixel: the pixel of the child's centre at the grid's nside
+    inside = hp.ang2pix(2, np.pi / 2 - fine.lat, fine.lon)  # RING, as the grid
+    np.testing.assert_array_equal(inside, parent)
+    with pytest.raises(DopplermapInputError, match="power of 2"):
+        subdivide(grid, 3)
+
+
+def test_subdivided_healpix_model_is_the_fine_grids():
     pytest.importorskip("healpy")
-    with pytest.raises(DopplermapInputError, match="latitude-band"):
-        subdivide(dm.healpix_grid(2), 2)
+    grid = dm.healpix_grid(4)
+    comps = _comps(dm.gaussian(0.5, 3.0), 0.6)
+    sub = dm.precompute(grid, STAR, TIMES, VELS, comps, method="dense", subdivide=2)
+    fine, parent = subdivide(grid, 2)
+    ref = dm.precompute(fine, STAR, TIMES, VELS, comps, method="dense")
+    fc = np.random.default_rng(5).uniform(0, 0.6, grid.n_cell)
+    z, e = np.zeros(grid.n_cell), np.zeros(TIMES.size)
+    a = forward(jnp.asarray(fc), jnp.asarray(z), jnp.asarray(e), jnp.asarray(e), sub)
+    b = forward(jnp.asarray(fc[parent]), jnp.asarray(z[parent]), jnp.asarray(e), jnp.asarray(e), ref)
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=0, atol=1e-12)
 
 
 def test_subdivided_model_is_the_fine_grids_with_a_shared_filling_factor():

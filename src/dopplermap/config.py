@@ -591,8 +591,8 @@ def _validate(cfg: TargetConfig):
         raise DopplermapInputError(f"{s}: [grid] n_cell must be >= 8, got {gr.n_cell!r}")
     if not 1 <= gr.subdivide <= MAX_SUBDIVIDE:
         raise DopplermapInputError(f"{s}: [grid] subdivide must be an integer in 1..{MAX_SUBDIVIDE}, got {gr.subdivide!r}")
-    if gr.subdivide > 1 and gr.kind != "bands":
-        raise DopplermapInputError(f"{s}: [grid] subdivide needs kind = 'bands' (the cells' bounds), got {gr.kind!r}")
+    if gr.kind == "healpix" and gr.subdivide & (gr.subdivide - 1):
+        raise DopplermapInputError(f"{s}: [grid] subdivide on a HEALPix grid must be a power of 2, got {gr.subdivide!r}")
     inv = cfg.inversion
     check(inv.regulariser, REGULARISERS, f"{s}: [inversion] regulariser")
     check(inv.method, SYNTHESIS_METHODS, f"{s}: [inversion] method")
@@ -847,7 +847,7 @@ law = "von_zeipel"                   # von_zeipel | elr (Espinosa Lara & Rieutor
 [grid]
 kind = "bands"                       # bands | healpix
 n_cell = 2500
-subdivide = 1                        # bands: each cell's lines integrated over subdivide x subdivide sub-cells
+subdivide = 1                        # each cell's lines integrated over subdivide x subdivide sub-cells
 
 [inversion]
 regulariser = "mem"                  # mem (the seed's entropy) | mem_spotdipy (SpotDIPy's normalisation) | tikhonov | none

@@ -182,8 +182,9 @@ def with_surface(grid: SurfaceGrid, surface) -> SurfaceGrid:
 
 
 def subdivide(grid: SurfaceGrid, m: int) -> tuple[SurfaceGrid, np.ndarray]:
-    """Each cell of a latitude-band ``grid`` split into ``m x m`` sub-cells of equal area (``m``
-    equal-area rows in latitude, ``m`` equal columns in longitude): the cells on which
+    """Each cell of ``grid`` split into ``m x m`` sub-cells of equal area (latitude bands: ``m``
+    equal-area rows in latitude, ``m`` equal columns in longitude; HEALPix: the pixel's nested
+    children at ``m`` times its nside, ``m`` a power of 2): the cells on which
     :func:`dopplermap.precompute` synthesises the lines when a map cell is integrated over
     sub-cells (``subdivide``). Returns ``(fine, parent)``: the sub-cells as a grid (no
     neighbour pairs: it carries geometry, not a map) and ``(n_fine,)`` the map cell of each.
@@ -191,9 +192,10 @@ def subdivide(grid: SurfaceGrid, m: int) -> tuple[SurfaceGrid, np.ndarray]:
     if isinstance(m, bool) or int(m) != m or not 1 <= m <= MAX_SUBDIVIDE:
         raise DopplermapInputError(f"subdivide must be an integer in 1..{MAX_SUBDIVIDE}, got {m!r}")
     m = int(m)
+    if grid.kind == "healpix" and grid.surface is None:
+        return _healpix_children(grid, m)
     if grid.kind != "bands" or grid.lat_bounds is None or grid.lon_bounds is None:
-        raise DopplermapInputError(f"subdivide needs a latitude-band grid (its cells' bounds); this grid is "
-                                   f"{grid.kind!r}")
+        raise DopplermapInputError(f"subdivide needs a latitude-band or HEALPix grid; this grid is {grid.kind!r}")
     if grid.surface is not None:
         raise DopplermapInputError("subdivide: the grid carries a distorted surface (Roche shape) computed on its "
                                    "own cells; sub-cells of a distorted star are not supported")
@@ -218,3 +220,22 @@ def subdivide(grid: SurfaceGrid, m: int) -> tuple[SurfaceGrid, np.ndarray]:
     fine = SurfaceGrid(lat=lat, lon=lon, area=area, edges=np.zeros((0, 2), np.int64), kind="bands",
                        lat_bounds=latb, lon_bounds=lonb)
     return fine, parent
+
+
+def _healpix_children(grid: SurfaceGrid, m: int) -> tuple[SurfaceGrid, np.ndarray]:
+    """The NESTED children of each pixel of a RING-ordered HEALPix ``grid`` at ``m`` times its nside."""
+    if m & (m - 1):
+        raise DopplermapInputError(f"subdivide on a HEALPix grid must be a power of 2 (a pixel's nested children), "
+                                   f"got {m}")
+    import healpy as hp  # the grid was made with it
+
+    n = grid.n_cell
+    nside = int(round(np.sqrt(n / 12)))
+    if m == 1:
+        return dataclasses.replace(grid, edges=np.zeros((0, 2), np.int64)), np.arange(n)
+    nest = hp.ring2nest(nside, np.arange(n))
+    children = (nest[:, None] * (m * m) + np.arange(m * m)[None, :]).reshape(-1)  # consecutive per pixel
+    theta, phi = hp.pix2ang(nside * m, children, nest=True)
+    fine = SurfaceGrid(lat=np.pi / 2 - theta, lon=phi, area=np.repeat(np.asarray(grid.area, float) / (m * m), m * m),
+                       edges=np.zeros((0, 2), np.int64), kind="healpix")
+    return fine, np.repeat(np.arange(n), m * m)

@@ -160,8 +160,8 @@ def precompute(grid: SurfaceGrid, star: StarParams, times, vels, components: Com
             area, :func:`dopplermap.geometry.limb_weight`) or ``"sharp"`` (``max(mu, 0)``, the
             seed's weights).
         dtype: of the synthesis arrays [float64].
-        subdivide: ``m``: each cell of a latitude-band grid integrated over ``m x m`` sub-cells
-            (:func:`dopplermap.grid.subdivide`), each with its own velocity, limb angle and
+        subdivide: ``m``: each cell integrated over ``m x m`` sub-cells
+            (:func:`dopplermap.grid.subdivide`; HEALPix: ``m`` a power of 2), each with its own velocity, limb angle and
             area, the map keeping one filling factor per cell: the line profiles of a grid
             ``m^2`` times finer for the parameters of this one (dense synthesis only). 1
             (default): each cell is one point of the disc integral.

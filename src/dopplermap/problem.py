@@ -237,7 +237,7 @@ class Problem:
             with the batch form and mode, in :attr:`plan` (shown in a run's summary); a solve's
             ``cube_dtype=`` keyword overrides it for that solve.
         subdivide: each map cell's line profiles integrated over ``subdivide x subdivide``
-            sub-cells (:func:`dopplermap.precompute`'s ``subdivide``; latitude-band grids, dense
+            sub-cells (:func:`dopplermap.precompute`'s ``subdivide``; the dense
             synthesis): the model of a finer grid for the map's parameters. 1: none.
     """
 
@@ -576,7 +576,6 @@ class Problem:
             return
         why = ("the synthesis form is given as data" if self.form is not None
                else "a light curve's model is not integrated over sub-cells" if self.lightcurve_data is not None
-               else f"it needs a latitude-band grid, not {self.grid.kind!r}" if self.grid.kind != "bands"
                else "the star's distorted surface is computed on the map's cells" if self.grid.surface is not None
                else None)
         if why is not None:
