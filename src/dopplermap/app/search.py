@@ -559,10 +559,12 @@ def _model_error(prob, point: dict, delta_chi2: float) -> float | None:
     (:func:`dopplermap.search.model_grid_error`), warned about where it reaches the intervals' Delta chi2."""
     err = search.model_grid_error(prob, point)
     if err is not None and err > delta_chi2:
-        n = prob.grid.n_cell
+        n, m = prob.grid.n_cell, prob.subdivide
+        cells = f"{n} cells" if m == 1 else f"{n} cells of {m} x {m} sub-cells"
         warn(f"grid: the surface grid's discretisation error is worth chi2 {err:.3g} against the errors (the model on "
-             f"{n} cells against {search.MODEL_ERROR_REFINE * n}), more than the intervals' Delta chi2 {delta_chi2:g}: "
-             "it can move the best point and the intervals; use more cells ([grid] n_cell)")
+             f"{cells} against {search.MODEL_ERROR_REFINE}x as many), more than the intervals' Delta chi2 "
+             f"{delta_chi2:g}: it can move the best point and the intervals; use more cells ([grid] n_cell) or "
+             "integrate each over sub-cells ([grid] subdivide)")
     return err
 
 
