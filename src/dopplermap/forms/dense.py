@@ -89,10 +89,13 @@ class DenseForm(Form):
         block = max(1, int(2 ** 24 // max(1, parent.size * n_vel)))  # ~128 MiB of sub-cell profiles at a time
         for e0 in range(0, n_epoch, block):  # set-up only: epoch blocks bound the sub-cells' memory
             e1 = min(n_epoch, e0 + block)
-            u = setup.vels[None, None, :] - setup.v_los[e0:e1, :, None]  # (B, Cf, V)
-            mu = np.clip(setup.mu[e0:e1], 0.0, 1.0)[:, :, None]
+            seen = np.nonzero(setup.visible[e0:e1])  # only the sub-cells in view: about half
+            u = setup.vels[None, :] - setup.v_los[e0:e1][seen][:, None]  # (n_seen, V)
+            mu = np.clip(setup.mu[e0:e1][seen], 0.0, 1.0)[:, None]
+            full = np.zeros((e1 - e0, parent.size, n_vel))
             for k, comp in enumerate(comps):
-                num = per_cell(eval_profile(comp.profile, u, mu) * w_f[k, e0:e1, :, None], 1)  # (B, C, V)
+                full[seen] = eval_profile(comp.profile, u, mu) * w_f[k, e0:e1][seen][:, None]
+                num = per_cell(full, 1)  # (B, C, V)
                 wk = w_c[k, e0:e1][:, :, None]
                 mean = np.divide(num, wk, out=np.zeros_like(num), where=wk > 0)
                 local[e0:e1, :, k, :] = np.take_along_axis(mean, sl.cell[e0:e1, :, None].astype(np.int64), axis=1)
