@@ -127,3 +127,23 @@ def test_problem_subdivide_and_its_refusals():
         _ = s["problem"].replace(subdivide=2, method="binned").pre
     with pytest.raises(DopplermapInputError, match="subdivide"):
         dm.jointfit.joint_fit(p, fit=("inclination",))
+
+
+def test_subdivided_lightcurve_model_is_the_fine_grids():
+    """The light-curve model's cell weights summed over the sub-cells: the plain model of the
+    sub-cell grid with each sub-cell given its cell's filling factor."""
+    from dopplermap.lightcurve import LightCurveBand, lightcurve_model, precompute_lightcurve
+
+    grid = dm.latitude_band_grid(120)
+    fine, parent = subdivide(grid, 2)
+    band = LightCurveBand.from_temperatures(5000.0, 3800.0, 6000.0, 550.0, [dm.LimbDarkening("linear", (0.7,))] * 3)
+    t = np.linspace(0.0, 2.0, 57)
+    flux, err = np.ones_like(t), np.full_like(t, 1e-3)
+    factors = np.random.default_rng(2).uniform(0.9, 1.1, (grid.n_cell, 3))
+    sub = precompute_lightcurve(grid, STAR, t, flux, err, band, subdivide=2, cell_factors=factors)
+    ref = precompute_lightcurve(fine, STAR, t, flux, err, band, at_times=True, cell_factors=factors[parent])
+    rng = np.random.default_rng(4)
+    fc, fh = rng.uniform(0, 0.5, grid.n_cell), rng.uniform(0, 0.2, grid.n_cell)
+    a = lightcurve_model(jnp.asarray(fc), jnp.asarray(fh), sub)
+    b = lightcurve_model(jnp.asarray(fc[parent]), jnp.asarray(fh[parent]), ref)
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-12)

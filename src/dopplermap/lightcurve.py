@@ -70,7 +70,7 @@ from ._sets import names_and_weights
 from .diagnostics import check_phase_span, check_spot_contrast, fields_checked
 from .errors import DopplermapInputError
 from .geometry import Rotation, StarParams, cell_geometry, check_star
-from .grid import SurfaceGrid
+from .grid import SurfaceGrid, subdivide as sub_cells
 from .memory import check_bytes
 from .profiles import LimbDarkening, intensity_ratio
 from .units import to_unit
@@ -357,7 +357,8 @@ def _lc_weights(grid, star, times, band, cell_factors, limb="smooth"):
 @dataclasses.dataclass(frozen=True, eq=False)
 class LightCurveOptions:
     """How :func:`precompute_lightcurve` models a light curve (its fields are described there):
-    ``cell_factors``, ``source``, ``normalise``, ``fit_dilution``, ``limb``, ``segment``, ``at_times``."""
+    ``cell_factors``, ``source``, ``normalise``, ``fit_dilution``, ``limb``, ``segment``, ``at_times``,
+    ``subdivide``."""
 
     cell_factors: object = None
     source: str = "light curve"
@@ -366,6 +367,7 @@ class LightCurveOptions:
     limb: str = "smooth"
     segment: object = None
     at_times: bool = False
+    subdivide: int = 1
 
     def replace(self, **changes) -> LightCurveOptions:
         return dataclasses.replace(self, **changes)
@@ -400,10 +402,13 @@ def precompute_lightcurve(grid: SurfaceGrid, star: StarParams, times, flux, err,
             reads from its own map: time windows, :mod:`dopplermap.windows`).
         source: names the data in errors. normalise: divide by the mean flux.
         fit_dilution: a free dilution (third light) term (:class:`LightCurveFit`).
+        subdivide: each cell's weights summed over its ``m x m`` sub-cells, as the line model's
+            (:func:`dopplermap.grid.subdivide`); the model rows are then at the points' times.
     """
     o = options_of("precompute_lightcurve", LightCurveOptions, options, loose)
     cell_factors, source, normalise, fit_dilution = o.cell_factors, o.source, o.normalise, o.fit_dilution
-    limb, segment, at_times = o.limb, o.segment, o.at_times
+    limb, segment, at_times = o.limb, o.segment, o.at_times or o.subdivide != 1
+    fine, parent = sub_cells(grid, o.subdivide) if o.subdivide != 1 else (grid, None)
     if hasattr(times, "flux") or hasattr(times, "jd"):  # a lightkurve light curve or an astropy Time
         what = "an astropy Time" if hasattr(times, "jd") else f"a {type(times).__name__}"
         raise DopplermapInputError(f"{source}: times is {what}; precompute_lightcurve takes BJD_TDB days as numbers: "
@@ -451,8 +456,14 @@ def precompute_lightcurve(grid: SurfaceGrid, star: StarParams, times, flux, err,
     if plan["nodes"] is None:  # rows at the times
         diff = _device.host_array((times.size, 2 * n_cell))
         base = np.empty(times.size)
+        fine_factors = None if cell_factors is None or parent is None else np.asarray(cell_factors)[parent]
+        step = step if parent is None else max(1, step * n_cell // fine.n_cell)
         for a in range(0, times.size, step):
-            w = _lc_weights(grid, star, times[a:a + step], band, cell_factors, limb)
+            if parent is None:
+                w = _lc_weights(grid, star, times[a:a + step], band, cell_factors, limb)
+            else:  # each cell's sub-cells, summed (they are consecutive, as many for every cell)
+                w = _lc_weights(fine, star, times[a:a + step], band, fine_factors, limb)
+                w = w.reshape(w.shape[0], n_cell, -1, w.shape[-1]).sum(axis=2)
             np.subtract(w[..., 1], w[..., 0], out=diff[a:a + step, :n_cell])
             np.subtract(w[..., 2], w[..., 0], out=diff[a:a + step, n_cell:])
             base[a:a + step] = w[..., 0].sum(axis=1)

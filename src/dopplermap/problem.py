@@ -522,7 +522,7 @@ class Problem:
             return None
         n_cell = self.grid.n_cell
         plans = [lightcurve_plan(self.grid, self.star, np.asarray(d.err) / np.mean(d.flux), d.flux.size,
-                                at_times=self.windows is not None)
+                                at_times=self.windows is not None or self.subdivide != 1)
                  for d in self.lightcurve_bands]
         work = sum(p["work"] for p in plans)
         obs = () if self.observations is None else (
@@ -564,7 +564,7 @@ class Problem:
             factors = self._cell_limb_darkening(factors, d)
         return precompute_lightcurve(self.grid, self.star, d.times, d.flux, d.err, d.band,
                                      cell_factors=factors, source=d.source, fit_dilution=d.fit_dilution,
-                                     segment=d.segment, at_times=self.windows is not None)
+                                     segment=d.segment, at_times=self.windows is not None, subdivide=self.subdivide)
 
     # ------------------------------------------------------------------ variations
 
@@ -575,7 +575,6 @@ class Problem:
         if m == 1:
             return
         why = ("the synthesis form is given as data" if self.form is not None
-               else "a light curve's model is not integrated over sub-cells" if self.lightcurve_data is not None
                else "the star's distorted surface is computed on the map's cells" if self.grid.surface is not None
                else None)
         if why is not None:
