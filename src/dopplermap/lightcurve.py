@@ -70,7 +70,8 @@ from ._sets import names_and_weights
 from .diagnostics import check_phase_span, check_spot_contrast, fields_checked
 from .errors import DopplermapInputError
 from .geometry import Rotation, StarParams, cell_geometry, check_star
-from .grid import SurfaceGrid, subdivide as sub_cells
+from .grid import SurfaceGrid
+from .grid import subdivide as sub_cells
 from .memory import check_bytes
 from .profiles import LimbDarkening, intensity_ratio
 from .units import to_unit
