@@ -49,3 +49,23 @@ def timed(cmd, env=None, log=None, timeout=3600):
     if p.returncode != 0:
         raise RuntimeError(f"{' '.join(map(str, cmd[:4]))} ... exit {p.returncode}:\n{p.stderr[-3000:]}")
     return wall, p
+
+
+SINGLE_THREADED = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
+                   "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"}
+
+
+def single_threaded():
+    """A spawned worker's set-up before it imports JAX: one thread, the CPU backend."""
+    os.environ.update(SINGLE_THREADED)
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+
+def pool_rows(jobs, procs: int, on_row) -> None:
+    """Each ``(fn, args)`` of ``jobs`` in ``procs`` single-threaded worker processes;
+    ``on_row(result)`` as each finishes."""
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    with ProcessPoolExecutor(procs, initializer=single_threaded) as ex:
+        for f in as_completed([ex.submit(fn, *args) for fn, args in jobs]):
+            on_row(f.result())

@@ -27,23 +27,20 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import sys
 import time
 import warnings
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_calibration as B  # noqa: E402
-from _common import write_json  # noqa: E402
+from _common import pool_rows, write_json  # noqa: E402
+from bench_readout import read  # noqa: E402
 
 NODES = np.arange(10.0, 90.1, 10.0)
 REG = dict(lmbd=1.0, tol=1e-5, maxiter=1000)
-WORKER_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
-              "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"}
 
 
 def coarse_index(fine, coarse) -> np.ndarray:
@@ -132,19 +129,6 @@ def run_star(k, fine_cells, coarse_cells):
                 unconverged=int(sum(not r.success for r in refits)), wall_s=time.perf_counter() - t0)
 
 
-def read(nodes, prof, truth):
-    prof = np.asarray(prof, float)
-    best, lo, hi = B.continuous_interval(nodes, prof, 1.0)
-    _, lo95, hi95 = B.continuous_interval(nodes, prof, 4.0)
-    return dict(best=best, lo68=lo, hi68=hi, lo95=lo95, hi95=hi95, err=best - truth,
-                in68=bool(lo <= truth <= hi), in95=bool(lo95 <= truth <= hi95), profile=prof.tolist())
-
-
-def _init():
-    os.environ.update(WORKER_ENV)
-    os.environ.setdefault("JAX_PLATFORMS", "cpu")
-
-
 def tables(rows):
     rows = sorted(rows, key=lambda r: r["k"])
     print("| star | truth | regularised [68 %] | support [68 %] | support cells | refits unconverged |")
@@ -181,16 +165,15 @@ def main():
     t0 = time.perf_counter()
     rows = []
     res = dict(command=" ".join(sys.argv), fine=a.fine, coarse=a.coarse, stars=rows)
-    with ProcessPoolExecutor(a.procs, initializer=_init) as ex:
-        futs = [ex.submit(run_star, k, a.fine, a.coarse) for k in ks]
-        for f in as_completed(futs):
-            r = f.result()
-            rows.append(r)
-            print(f"star {r['k']}: truth {r['truth']:.0f}: regularised {r['regularised']['best']:.1f}, "
-                  f"support {r['support']['best']:.1f} ({r['wall_s']:.0f} s)", flush=True)
-            res["wall_s"] = time.perf_counter() - t0
-            if a.out:
-                write_json(a.out, res)
+    def done(r):
+        rows.append(r)
+        print(f"star {r['k']}: truth {r['truth']:.0f}: regularised {r['regularised']['best']:.1f}, "
+              f"support {r['support']['best']:.1f} ({r['wall_s']:.0f} s)", flush=True)
+        res["wall_s"] = time.perf_counter() - t0
+        if a.out:
+            write_json(a.out, res)
+
+    pool_rows([(run_star, (k, a.fine, a.coarse)) for k in ks], a.procs, done)
     tables(rows)
 
 

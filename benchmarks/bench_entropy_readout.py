@@ -29,18 +29,17 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 import time
 import warnings
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_calibration as B  # noqa: E402
-from _common import write_json  # noqa: E402
+from _common import pool_rows, write_json  # noqa: E402
+from bench_readout import read  # noqa: E402
 
 INC_NODES = np.arange(10.0, 90.1, 10.0)
 DOMEGA_NODES = np.round(np.arange(0.0, 0.1001, 0.01), 4)
@@ -48,8 +47,6 @@ LMBD = 1.0
 TOL = 1e-9
 MAXITER = 3000
 MAX_SOLVES = 8  # per node, for the entropy root
-WORKER_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
-              "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"}
 
 
 def _star(param, k, cells):
@@ -151,23 +148,6 @@ def run_star(param, k, cells):
     return out
 
 
-def read(nodes, prof, truth):
-    prof = np.asarray(prof, float)
-    best, lo, hi = B.continuous_interval(nodes, prof, 1.0)
-    _, lo95, hi95 = B.continuous_interval(nodes, prof, 4.0)
-    return dict(best=best, lo68=lo, hi68=hi, lo95=lo95, hi95=hi95, err=best - truth,
-                in68=bool(lo <= truth <= hi), in95=bool(lo95 <= truth <= hi95), profile=prof.tolist())
-
-
-def _init():
-    os.environ.update(WORKER_ENV)
-    os.environ.setdefault("JAX_PLATFORMS", "cpu")
-
-
-def _work(param, k, cells):
-    return run_star(param, k, cells)
-
-
 def summary(rows, key):
     err = np.array([r[key]["err"] for r in rows])
     return dict(mae=float(np.mean(np.abs(err))), median=float(np.median(np.abs(err))), bias=float(np.mean(err)),
@@ -212,16 +192,15 @@ def main():
     t0 = time.perf_counter()
     rows = []
     res = dict(command=" ".join(sys.argv), param=a.param, cells=cells, lmbd=LMBD, tol=TOL, stars=rows)
-    with ProcessPoolExecutor(a.procs, initializer=_init) as ex:
-        futs = [ex.submit(_work, a.param, k, cells) for k in ks]
-        for f in as_completed(futs):
-            r = f.result()
-            rows.append(r)
-            print(f"star {r['k']}: truth {r['truth']}: fixed lambda {r['fixed_lambda']['best']:.3f}, "
-                  f"fixed entropy {r['fixed_entropy']['best']:.3f} ({r['wall_s']:.0f} s)", flush=True)
-            res["wall_s"] = time.perf_counter() - t0
-            if a.out:
-                write_json(a.out, res)
+    def done(r):
+        rows.append(r)
+        print(f"star {r['k']}: truth {r['truth']}: fixed lambda {r['fixed_lambda']['best']:.3f}, "
+              f"fixed entropy {r['fixed_entropy']['best']:.3f} ({r['wall_s']:.0f} s)", flush=True)
+        res["wall_s"] = time.perf_counter() - t0
+        if a.out:
+            write_json(a.out, res)
+
+    pool_rows([(run_star, (a.param, k, cells)) for k in ks], a.procs, done)
     tables(rows)
 
 

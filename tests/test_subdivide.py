@@ -4,25 +4,13 @@ import bench_calibration as B  # noqa: E402
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from support.problems import components as _comps
+from support.problems import gray_kernel
 
 import dopplermap as dm
 from dopplermap.errors import DopplermapInputError
 from dopplermap.grid import subdivide
 from dopplermap.model import forward
-
-
-def _comps(profile, u=0.6):
-    ld = dm.LimbDarkening("linear", (u,))
-    return dm.ComponentSet(dm.Component(profile, ld, 1.0), dm.Component(profile, ld, 0.3),
-                           dm.Component(profile, ld, 1.5))
-
-
-def gray_kernel(v, vsini, eps):
-    """Gray's rotational broadening kernel for linear limb darkening (normalised to 1)."""
-    x = np.clip(v / vsini, -1, 1)
-    g = (2 * (1 - eps) * np.sqrt(1 - x**2) + 0.5 * np.pi * eps * (1 - x**2)) / (np.pi * vsini * (1 - eps / 3))
-    return np.where(np.abs(v) < vsini, g, 0.0)
-
 
 STAR = dm.StarParams(inclination=60.0, vsini=30.0, period=1.0)
 VELS = np.linspace(-45, 45, 31)

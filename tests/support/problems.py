@@ -1,5 +1,7 @@
 """Small simulated star shared by the search / uncertainty / joint-fit tests."""
 
+import numpy as np
+
 import dopplermap as dm
 from dopplermap import search
 
@@ -24,3 +26,18 @@ def mem_fitted():
     pre = dm.precompute(prob.grid, prob.star, sim.obs.times, sim.obs.vels, prob.components)
     best = dm.invert(pre, sim.obs, lmbd=1.0, regulariser="mem", tol=1e-10, maxiter=5000)
     return pre, sim, best
+
+
+def components(profile, u=0.6):
+    """Photosphere, cool and hot components with one local profile and linear limb darkening ``u``
+    (continuum intensities 1, 0.3, 1.5)."""
+    ld = dm.LimbDarkening("linear", (u,))
+    return dm.ComponentSet(dm.Component(profile, ld, 1.0), dm.Component(profile, ld, 0.3),
+                           dm.Component(profile, ld, 1.5))
+
+
+def gray_kernel(v, vsini, eps):
+    """Gray's rotational broadening kernel for linear limb darkening (normalised to 1)."""
+    x = np.clip(v / vsini, -1, 1)
+    g = (2 * (1 - eps) * np.sqrt(1 - x**2) + 0.5 * np.pi * eps * (1 - x**2)) / (np.pi * vsini * (1 - eps / 3))
+    return np.where(np.abs(v) < vsini, g, 0.0)
