@@ -61,11 +61,20 @@ def single_threaded():
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 
-def pool_rows(jobs, procs: int, on_row) -> None:
-    """Each ``(fn, args)`` of ``jobs`` in ``procs`` single-threaded worker processes;
-    ``on_row(result)`` as each finishes."""
+def pool_rows(jobs, procs: int, res: dict, out=None, line=None) -> list:
+    """Each ``(fn, args)`` of ``jobs`` in ``procs`` single-threaded worker processes; each result,
+    as it finishes, appended to ``res["stars"]``, printed as ``line(result)`` and, with ``out``,
+    ``res`` written there (its ``wall_s`` so far). Returns ``res["stars"]``."""
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
+    t0 = time.perf_counter()
+    rows = res.setdefault("stars", [])
     with ProcessPoolExecutor(procs, initializer=single_threaded) as ex:
         for f in as_completed([ex.submit(fn, *args) for fn, args in jobs]):
-            on_row(f.result())
+            rows.append(f.result())
+            if line is not None:
+                print(line(rows[-1]), flush=True)
+            res["wall_s"] = time.perf_counter() - t0
+            if out:
+                write_json(out, res)
+    return rows

@@ -36,7 +36,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_calibration as B  # noqa: E402
-from _common import pool_rows, write_json  # noqa: E402
+from _common import pool_rows  # noqa: E402
 from bench_readout import read  # noqa: E402
 
 NODES = np.arange(10.0, 90.1, 10.0)
@@ -162,18 +162,10 @@ def main():
         tables([r for p in a.tables for r in json.loads(Path(p).read_text())["stars"]])
         return
     ks = [int(k) for k in a.stars.split(",")] if a.stars else list(range(12))
-    t0 = time.perf_counter()
-    rows = []
-    res = dict(command=" ".join(sys.argv), fine=a.fine, coarse=a.coarse, stars=rows)
-    def done(r):
-        rows.append(r)
-        print(f"star {r['k']}: truth {r['truth']:.0f}: regularised {r['regularised']['best']:.1f}, "
-              f"support {r['support']['best']:.1f} ({r['wall_s']:.0f} s)", flush=True)
-        res["wall_s"] = time.perf_counter() - t0
-        if a.out:
-            write_json(a.out, res)
-
-    pool_rows([(run_star, (k, a.fine, a.coarse)) for k in ks], a.procs, done)
+    res = dict(command=" ".join(sys.argv), fine=a.fine, coarse=a.coarse)
+    rows = pool_rows([(run_star, (k, a.fine, a.coarse)) for k in ks], a.procs, res, a.out,
+                     lambda r: f"star {r['k']}: truth {r['truth']:.0f}: regularised {r['regularised']['best']:.1f}, "
+                               f"support {r['support']['best']:.1f} ({r['wall_s']:.0f} s)")
     tables(rows)
 
 

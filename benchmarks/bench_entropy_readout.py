@@ -38,7 +38,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_calibration as B  # noqa: E402
-from _common import pool_rows, write_json  # noqa: E402
+from _common import pool_rows  # noqa: E402
 from bench_readout import read  # noqa: E402
 
 INC_NODES = np.arange(10.0, 90.1, 10.0)
@@ -189,18 +189,10 @@ def main():
         return
     cells = a.cells or (1200 if a.param == "inclination" else 300)
     ks = [int(k) for k in a.stars.split(",")] if a.stars else list(range(12 if a.param == "inclination" else 7))
-    t0 = time.perf_counter()
-    rows = []
-    res = dict(command=" ".join(sys.argv), param=a.param, cells=cells, lmbd=LMBD, tol=TOL, stars=rows)
-    def done(r):
-        rows.append(r)
-        print(f"star {r['k']}: truth {r['truth']}: fixed lambda {r['fixed_lambda']['best']:.3f}, "
-              f"fixed entropy {r['fixed_entropy']['best']:.3f} ({r['wall_s']:.0f} s)", flush=True)
-        res["wall_s"] = time.perf_counter() - t0
-        if a.out:
-            write_json(a.out, res)
-
-    pool_rows([(run_star, (a.param, k, cells)) for k in ks], a.procs, done)
+    res = dict(command=" ".join(sys.argv), param=a.param, cells=cells, lmbd=LMBD, tol=TOL)
+    rows = pool_rows([(run_star, (a.param, k, cells)) for k in ks], a.procs, res, a.out,
+                     lambda r: f"star {r['k']}: truth {r['truth']}: fixed lambda {r['fixed_lambda']['best']:.3f}, "
+                               f"fixed entropy {r['fixed_entropy']['best']:.3f} ({r['wall_s']:.0f} s)")
     tables(rows)
 
 
