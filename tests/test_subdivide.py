@@ -135,3 +135,13 @@ def test_subdivided_lightcurve_model_is_the_fine_grids():
     a = lightcurve_model(jnp.asarray(fc), jnp.asarray(fh), sub)
     b = lightcurve_model(jnp.asarray(fc[parent]), jnp.asarray(fh[parent]), ref)
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-12)
+
+
+def test_grid_tables_know_the_sub_cells():
+    """A grid table's problem fingerprint changes with subdivide: a resumed search does not mix
+    models (subdivide = 1 is left out of it, so tables written without sub-cells still resume)."""
+    from dopplermap.search import problem_fingerprint
+
+    p = B.make_star(0, n_cell=60)["problem"]
+    assert problem_fingerprint(p) != problem_fingerprint(p.replace(subdivide=2))
+    assert problem_fingerprint(p) == problem_fingerprint(p.replace(subdivide=1))
