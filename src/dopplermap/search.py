@@ -1258,11 +1258,11 @@ def problem_fingerprint(problem: Problem) -> str:
         fields.pop("mass", None)
     if fields.get("windows") is None:  # a static map: likewise
         fields.pop("windows", None)
-    if fields.get("subdivide") == 1:  # no sub-cells: likewise
-        fields.pop("subdivide", None)
     else:  # the coupling is a setting the table has no column for
         fields["lmbd_time"] = float(problem.settings.lmbd_time)
         fields["time_coupling"] = str(problem.settings.time_coupling)
+    if fields.get("subdivide") == 1:  # no sub-cells: likewise
+        fields.pop("subdivide", None)
     return fingerprint(type(problem).__qualname__, fields)
 
 
