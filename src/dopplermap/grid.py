@@ -20,7 +20,7 @@ from .constants import MAX_SUBDIVIDE
 from .errors import DopplermapInputError
 from .memory import check_grid_size
 
-__all__ = ["SurfaceGrid", "latitude_band_grid", "healpix_grid", "make_grid", "with_surface", "subdivide"]
+__all__ = ["SurfaceGrid", "latitude_band_grid", "healpix_grid", "make_grid", "with_surface", "subdivide", "check_subdivide"]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -181,6 +181,13 @@ def with_surface(grid: SurfaceGrid, surface) -> SurfaceGrid:
     return dataclasses.replace(grid, surface=surface)
 
 
+def check_subdivide(m) -> int:
+    """``m`` as an int, or a :class:`DopplermapInputError` unless it is an integer in 1..MAX_SUBDIVIDE."""
+    if isinstance(m, bool) or not isinstance(m, (int, np.integer, float)) or int(m) != m or not 1 <= m <= MAX_SUBDIVIDE:
+        raise DopplermapInputError(f"subdivide must be an integer in 1..{MAX_SUBDIVIDE}, got {m!r}")
+    return int(m)
+
+
 def subdivide(grid: SurfaceGrid, m: int) -> tuple[SurfaceGrid, np.ndarray]:
     """Each cell of ``grid`` split into ``m x m`` sub-cells of equal area (latitude bands: ``m``
     equal-area rows in latitude, ``m`` equal columns in longitude; HEALPix: the pixel's nested
@@ -189,9 +196,9 @@ def subdivide(grid: SurfaceGrid, m: int) -> tuple[SurfaceGrid, np.ndarray]:
     sub-cells (``subdivide``). Returns ``(fine, parent)``: the sub-cells as a grid (no
     neighbour pairs: it carries geometry, not a map) and ``(n_fine,)`` the map cell of each.
     ``m = 1`` returns the grid's own cells."""
-    if isinstance(m, bool) or int(m) != m or not 1 <= m <= MAX_SUBDIVIDE:
-        raise DopplermapInputError(f"subdivide must be an integer in 1..{MAX_SUBDIVIDE}, got {m!r}")
-    m = int(m)
+    m = check_subdivide(m)
+    if m == 1:
+        return dataclasses.replace(grid, edges=np.zeros((0, 2), np.int64)), np.arange(grid.n_cell)
     if grid.kind == "healpix" and grid.surface is None:
         return _healpix_children(grid, m)
     if grid.kind != "bands" or grid.lat_bounds is None or grid.lon_bounds is None:
@@ -199,8 +206,6 @@ def subdivide(grid: SurfaceGrid, m: int) -> tuple[SurfaceGrid, np.ndarray]:
     if grid.surface is not None:
         raise DopplermapInputError("subdivide: the grid carries a distorted surface (Roche shape) computed on its "
                                    "own cells; sub-cells of a distorted star are not supported")
-    if m == 1:
-        return dataclasses.replace(grid, edges=np.zeros((0, 2), np.int64)), np.arange(grid.n_cell)
     t = (np.arange(m) + 0.5) / m
     e = np.arange(m + 1) / m
     s0, s1 = np.sin(grid.lat_bounds[:, 0]), np.sin(grid.lat_bounds[:, 1])
@@ -231,8 +236,6 @@ def _healpix_children(grid: SurfaceGrid, m: int) -> tuple[SurfaceGrid, np.ndarra
 
     n = grid.n_cell
     nside = int(round(np.sqrt(n / 12)))
-    if m == 1:
-        return dataclasses.replace(grid, edges=np.zeros((0, 2), np.int64)), np.arange(n)
     nest = hp.ring2nest(nside, np.arange(n))
     children = (nest[:, None] * (m * m) + np.arange(m * m)[None, :]).reshape(-1)  # consecutive per pixel
     theta, phi = hp.pix2ang(nside * m, children, nest=True)

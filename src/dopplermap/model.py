@@ -202,7 +202,7 @@ def precompute(grid: SurfaceGrid, star: StarParams, times, vels, components: Com
     setup = Setup(vels=vels, v_los=v_los, mu=mu, visible=visible, weights=weights, n_slot=int(n_vis.max()),
                   components=components, span=span, synthesis_tol=synthesis_tol, bin_width=bin_width,
                   dtype=dtype, rv_margin=0.5 * float(vels[-1] - vels[0]) if exact_rv else None)
-    line = form.build(setup) if parent is None else form.build_subdivided(setup, parent, grid.n_cell)
+    line = form.build(setup) if parent is None else form.build_subdivided(setup, grid.n_cell)
     edges = np.asarray(grid.edges, dtype=np.int32).reshape(-1, 2)
     return Precomputed(line=line, cell_area=_device.asarray(grid.area, dtype), edges=_device.asarray(edges))
 

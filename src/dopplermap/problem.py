@@ -31,13 +31,13 @@ from .atmosphere import passband_limb_darkening, passband_planck_ratio
 from .atomic import write_file
 from .broadening import apply_cell_factors, equivalent_width_kms, line_profiles
 from .choices import CUBE_DTYPES, REGULARISERS, RV_SHIFTS, SPOT_COMPONENTS, SYNTHESIS_METHODS, check
-from .constants import DAY_S, G_SI, M_SUN_KG, MAX_SUBDIVIDE, R_SUN_KM
+from .constants import DAY_S, G_SI, M_SUN_KG, R_SUN_KM
 from .diagnostics import check_spot_contrast, check_wavelength, fields_checked
 from .errors import DopplermapInputError, MissingFileError, warn
 from .errorscale import ErrorScale, error_scale_for, scale_errors
 from .geometry import StarParams
 from .gravity import gravity_darkening_factors, log_g, star_surface, temperature_ratio
-from .grid import SurfaceGrid, make_grid, with_surface
+from .grid import SurfaceGrid, check_subdivide, make_grid, with_surface
 from .io.lightcurve import LightCurveRead, LightCurveReading, load_lightcurve, reading_options
 from .io.lsd import load_profiles, read_local_profile
 from .io.times import epoch_times
@@ -569,9 +569,10 @@ class Problem:
     # ------------------------------------------------------------------ variations
 
     def _check_subdivide(self) -> None:
-        m = self.subdivide
-        if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or not 1 <= m <= MAX_SUBDIVIDE:
-            raise DopplermapInputError(f"{self.source}: subdivide must be an integer in 1..{MAX_SUBDIVIDE}, got {m!r}")
+        try:
+            m = check_subdivide(self.subdivide)
+        except DopplermapInputError as exc:
+            raise DopplermapInputError(f"{self.source}: {exc}") from None
         if m == 1:
             return
         why = ("the synthesis form is given as data" if self.form is not None

@@ -185,7 +185,7 @@ class Form:
         return compact(self, ("vels",), n_cell=self.n_cell, n_epoch=self.n_epoch, n_vel=self.n_vel)
 
     @classmethod
-    def build_subdivided(cls, setup: Setup, parent, n_cell: int) -> Form:
+    def build_subdivided(cls, setup: Setup, n_cell: int) -> Form:
         """From the geometry of sub-cells, one filling factor per map cell (``subdivide``):
         only the dense form integrates a cell over sub-cells."""
         raise DopplermapInputError(f"subdivide: the {cls.kind} synthesis does not integrate cells over sub-cells; "

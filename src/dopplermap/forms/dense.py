@@ -55,9 +55,9 @@ class DenseForm(Form):
                    weight=_device.asarray(sl.weight, dtype), local=_device.asarray(local, dtype))
 
     @classmethod
-    def build_subdivided(cls, setup: Setup, parent: np.ndarray, n_cell: int) -> DenseForm:
-        """From the geometry of sub-cells (``setup`` over the sub-cells; ``parent``: the map cell
-        of each): one slot per map cell in view, whose weight is the sum of its visible
+    def build_subdivided(cls, setup: Setup, n_cell: int) -> DenseForm:
+        """From the geometry of sub-cells (``setup`` over the sub-cells, each map cell's as many
+        and consecutive, as :func:`dopplermap.grid.subdivide` orders them): one slot per map cell in view, whose weight is the sum of its visible
         sub-cells' weights and whose local profile their weighted mean, so that
         ``sum_sub w L f_k = f_k W (sum_sub w L / W)`` is exact for a filling factor shared by the
         sub-cells. The map keeps ``n_cell`` parameters; the line is integrated over the
@@ -65,11 +65,8 @@ class DenseForm(Form):
         if setup.rv_margin is not None:
             raise DopplermapInputError("subdivide: rv_shift='exact' needs method='binned', which does not integrate "
                                        "cells over sub-cells; use rv_shift='interpolate' or subdivide = 1")
-        parent = np.asarray(parent, dtype=np.int64)
-        m2 = parent.size // n_cell
-        if m2 * n_cell != parent.size or np.any(parent != np.repeat(np.arange(n_cell), m2)):
-            raise DopplermapInputError("subdivided cells: each map cell's sub-cells must be consecutive, as many "
-                                       "for every cell (dopplermap.grid.subdivide)")
+        n_fine = setup.visible.shape[1]
+        m2 = n_fine // n_cell
         n_epoch = setup.visible.shape[0]
         n_vel = setup.vels.size
         n_k = len(tuple(setup.components))
@@ -86,13 +83,13 @@ class DenseForm(Form):
         sl = Slots.sorted_by(np.where(visible, 0, 1), visible, n_slot, w_c, zeros, zeros)
         local = _device.host_array((n_epoch, n_slot, n_k, n_vel))
         comps = tuple(setup.components)
-        block = max(1, int(2 ** 24 // max(1, parent.size * n_vel)))  # ~128 MiB of sub-cell profiles at a time
+        block = max(1, int(2 ** 24 // max(1, n_fine * n_vel)))  # ~128 MiB of sub-cell profiles at a time
         for e0 in range(0, n_epoch, block):  # set-up only: epoch blocks bound the sub-cells' memory
             e1 = min(n_epoch, e0 + block)
             seen = np.nonzero(setup.visible[e0:e1])  # only the sub-cells in view: about half
             u = setup.vels[None, :] - setup.v_los[e0:e1][seen][:, None]  # (n_seen, V)
             mu = np.clip(setup.mu[e0:e1][seen], 0.0, 1.0)[:, None]
-            full = np.zeros((e1 - e0, parent.size, n_vel))
+            full = np.zeros((e1 - e0, n_fine, n_vel))
             for k, comp in enumerate(comps):
                 full[seen] = eval_profile(comp.profile, u, mu) * w_f[k, e0:e1][seen][:, None]
                 num = per_cell(full, 1)  # (B, C, V)
