@@ -1,14 +1,15 @@
 """vsini read off a grid on the 12 calibration stars, by the regularised and the profiled read-out.
 
     PYTHONPATH=src python benchmarks/bench_vsini.py [--stars 0,...,11] [--readouts regularised,profiled]
-        [--at truth|estimate] [--out benchmarks/results/vsini-cpu2.json]
+        [--at truth|estimate] [--cells 300] [--subdivide 1] [--out benchmarks/results/vsini-cpu2.json]
 
 Stars are :mod:`bench_calibration`'s (its independent disc integrator). vsini is profiled over
 the truth + :data:`STEPS` km/s with the inclination held (``--at truth``: at the true
 inclination; ``--at estimate``: at the same read-out's inclination of
 ``benchmarks/results/readout-cpu2.json``, what a grid over both would pair it with), every
 point solved from the flat start (:func:`dopplermap.search.evaluate_point`) and read by
-``bench_calibration.continuous_interval`` on ``chi2_total`` (Delta chi2 <= 1). Read-outs:
+``bench_calibration.continuous_interval`` on ``chi2_total`` (Delta chi2 <= 1), on ``--cells`` band
+cells, each integrated over ``--subdivide`` x ``--subdivide`` sub-cells (``[grid] subdivide``). Read-outs:
 ``regularised`` (lambda 1 at ``GRID_TOL``, ``grid``'s default) and ``profiled``
 (:data:`dopplermap.search.PROFILE_READOUT`, ``grid --readout profiled``). Results:
 benchmarks/RESULTS.md, "Stellar parameters: calibration", "vsini by read-out".
@@ -44,11 +45,11 @@ def settings(problem, which):
     return work if which == "regularised" else work.replace(**PROFILE_READOUT.settings(work))
 
 
-def profile(s, which, inclination, steps=STEPS):
+def profile(s, which, inclination, steps=STEPS, subdivide=1):
     from dopplermap.search import evaluate_point
 
     p = s["problem"]
-    p = p.replace(settings=settings(p, which))
+    p = p.replace(settings=settings(p, which), subdivide=subdivide)
     vals = s["vsini"] + np.asarray(steps, float)
     t0 = time.perf_counter()
     with warnings.catch_warnings():
@@ -66,20 +67,23 @@ def main():
     ap.add_argument("--readouts", default="regularised,profiled")
     ap.add_argument("--at", choices=("truth", "estimate"), default="truth")
     ap.add_argument("--steps", default=None, help="vsini - truth, km/s, comma-separated (default STEPS)")
+    ap.add_argument("--cells", type=int, default=B.N_CELL)
+    ap.add_argument("--subdivide", type=int, default=1)
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     steps = STEPS if args.steps is None else np.array([float(x) for x in args.steps.split(",")])
     est = {}
     if args.at == "estimate":
         est = {r["k"]: r for r in json.loads(READOUT_FILE.read_text())["stars"]}
-    res = dict(machine=platform.platform(), load_start=os.getloadavg()[0], at=args.at, steps=steps.tolist(), stars=[])
+    res = dict(machine=platform.platform(), load_start=os.getloadavg()[0], at=args.at, steps=steps.tolist(),
+               cells=args.cells, subdivide=args.subdivide, stars=[])
     readouts = [w for w in args.readouts.split(",") if w]
     for k in [int(x) for x in args.stars.split(",") if x]:
-        s = B.make_star(k)
+        s = B.make_star(k, n_cell=args.cells)
         row = dict(k=k, inc=s["inc"], vsini=s["vsini"])
         for which in readouts:
             inc = s["inc"] if args.at == "truth" else float(est[k][OLD_NAME[which]]["best"])
-            row[which] = r = profile(s, which, inc, steps)
+            row[which] = r = profile(s, which, inc, steps, args.subdivide)
             print(f"star {k} (vsini {s['vsini']:.0f}, i {inc:.1f}) {which:11s}: {r['best']:.3f} "
                   f"[{r['lo68']:.3f}, {r['hi68']:.3f}] err {r['err']:+.3f}  {r['wall_s']:.0f}s; "
                   f"load {os.getloadavg()[0]:.1f}", flush=True)

@@ -153,6 +153,28 @@ def test_kept_solves_resume_after_a_kill_and_refuse_another_search(regularised, 
     assert "\n" not in str(exc.value) and len(calls) == 1
 
 
+def test_support_counts_its_parameters_and_warns_when_crowded(regularised):
+    """The support records the refit's free parameters (its cells, each epoch's rv and offset) and
+    data points; one that frees more than SUPPORT_CROWDED of the data is said to be crowded, in one
+    line naming both counts; a sparse one is not."""
+    prob, at = regularised, {"inclination": 60.0, "vsini": 40.0}
+    obs = prob.obs
+    support = search.support_from_point(prob, at)
+    cells = int(support.cool.sum() + support.hot.sum())
+    assert support.n_free == cells + 2 * obs.n_epoch and support.n_data == obs.n_epoch * obs.n_vel
+    assert support.summary()["n_free"] == support.n_free and support.summary()["n_data"] == support.n_data
+    assert support.n_free <= search.SUPPORT_CROWDED * support.n_data and support.crowded() is None
+    no_rv = search.support_from_point(prob.replace(settings=prob.settings.replace(fit_rv=False)), at)
+    assert no_rv.n_free == int(no_rv.cool.sum() + no_rv.hot.sum()) + obs.n_epoch  # its own map's support
+    every = search.support_from_point(prob, at, readout=search.SupportReadout(threshold=-1.0))
+    n_free = 2 * prob.grid.n_cell + 2 * obs.n_epoch
+    assert every.n_free == n_free > search.SUPPORT_CROWDED * every.n_data
+    why = every.crowded()
+    assert why is not None and "\n" not in why
+    assert f"frees {n_free} parameters ({prob.grid.n_cell} cool and {prob.grid.n_cell} hot cells" in why
+    assert f"for {obs.n_epoch * obs.n_vel} data points" in why and "[grid] subdivide" in why
+
+
 def test_cli_support_readout_resumes_between_the_passes(star, tmp_path, monkeypatch, capsys):
     """Killed after the regularised pass, ``grid --readout support --resume`` reads the support and
     starts every refit from the kept solves: no regularised map is solved again."""
@@ -183,6 +205,11 @@ def test_cli_support_readout_resumes_between_the_passes(star, tmp_path, monkeypa
     assert all(np.isfinite(r["chi2_support"]) for r in rows)
     summary = json.loads((out / "grid.json").read_text())
     assert summary["column"] == "chi2_support" and summary["support"]["cool_cells"] > 0
+    assert "support refit frees" not in capsys.readouterr().err
+    # a support crowded with parameters is said in the run's warnings (the limit lowered to make it so)
+    monkeypatch.setattr(search, "SUPPORT_CROWDED", 0.01)
+    assert main([*args, "--overwrite"]) == 0
+    assert "warning: grid --readout support: the support refit frees" in capsys.readouterr().err
 
 
 @pytest.mark.slow

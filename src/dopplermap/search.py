@@ -89,7 +89,7 @@ __all__ = [
     "grid_points", "count_points", "check_grid_size", "validate_points", "problem_fingerprint",
     "evaluate_point", "point_refusal", "refused_row", "point_star", "Cluster", "grid_search", "grid_lock", "read_table",
     "computed_rows", "best_point", "delta_chi2_interval", "interval_flags", "pad_precomputed",
-    "SupportReadout", "SUPPORT_READOUT", "SupportFit", "support_mask", "solve_on_support", "support_from_point",
+    "SupportReadout", "SUPPORT_READOUT", "SUPPORT_CROWDED", "SupportFit", "support_mask", "solve_on_support", "support_from_point",
     "PointSolve", "read_solutions",
 ]
 
@@ -1051,6 +1051,12 @@ class SupportReadout:
 SUPPORT_READOUT = SupportReadout()
 """The support refit's settings (``grid --readout support``)."""
 
+SUPPORT_CROWDED = 0.5
+"""A support refit with more free parameters than this fraction of its data points is warned
+about (:meth:`SupportFit.crowded`): its chi2 minimum is fitted noise, whose profile over the star
+parameters is flat (on the 2500-cell calibration stars the refits of 232-382 parameters for
+280-1120 data points had information bounds of 30-90 deg; docs/parameters.md)."""
+
 
 def support_mask(grid, fill, threshold: float = SUPPORT_READOUT.threshold,
                  dilate_deg: float = SUPPORT_READOUT.dilate_deg) -> np.ndarray:
@@ -1118,12 +1124,25 @@ class SupportFit:
     hot: np.ndarray
     readout: SupportReadout = SUPPORT_READOUT
     at: dict | None = None
+    n_free: int | None = None  # the refit's free parameters: the support's cells and the fitted nuisances
+    n_data: int | None = None  # the data points the refit fits (line profiles and light curves)
 
     def summary(self) -> dict:
         """What grid.json records of the support."""
         return dict(at=self.at, cool_cells=int(np.sum(self.cool)), hot_cells=int(np.sum(self.hot)),
                     threshold=self.readout.threshold, dilate_deg=self.readout.dilate_deg, lmbd=self.readout.lmbd,
-                    tol=self.readout.tol)
+                    tol=self.readout.tol, n_free=self.n_free, n_data=self.n_data)
+
+    def crowded(self) -> str | None:
+        """Why this support leaves the refit's chi2 profile uninformative, or None: more free
+        parameters than :data:`SUPPORT_CROWDED` of the data points (the refit then fits the noise
+        at every grid point, and its chi2 hardly moves with the star parameters)."""
+        if self.n_free is None or self.n_data is None or self.n_free <= SUPPORT_CROWDED * self.n_data:
+            return None
+        return (f"the support refit frees {self.n_free} parameters ({int(np.sum(self.cool))} cool and "
+                f"{int(np.sum(self.hot))} hot cells, and the fitted rv and offsets) for {self.n_data} data points: "
+                "with so many it fits the noise at every grid point and its chi2 profile says little about the "
+                "parameters; use fewer, larger cells ([grid] n_cell) integrated over sub-cells ([grid] subdivide)")
 
 
 def support_from_point(problem: Problem, params: dict, readout: SupportReadout = SUPPORT_READOUT,
@@ -1137,7 +1156,11 @@ def support_from_point(problem: Problem, params: dict, readout: SupportReadout =
     if solve is None:
         solve = invert(pad_precomputed(point.pre), point.obs, **point.invert_kwargs())
     masks = [support_mask(point.grid, f, readout.threshold, readout.dilate_deg) for f in (solve.fssc, solve.fssh)]
-    return SupportFit(masks[0], masks[1], readout, at={k: float(v) for k, v in params.items()})
+    obs, settings = point.obs, point.settings
+    n_free = int(sum(np.sum(m) for m in masks)) + obs.n_epoch * (int(settings.fit_rv) + int(settings.fit_amp))
+    n_data = obs.n_epoch * obs.n_vel + sum(np.size(d.flux) for d in point.lightcurve_bands)
+    return SupportFit(masks[0], masks[1], readout, at={k: float(v) for k, v in params.items()}, n_free=n_free,
+                      n_data=int(n_data))
 
 
 MODEL_ERROR_REFINE = 4

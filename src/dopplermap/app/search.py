@@ -505,6 +505,8 @@ def _search_and_summarise(prob, axes, out, resume, cluster, max_points, quiet, d
             at = search.best_point(first, list(axes), column="chi2_total")
             kept = search.read_solutions(solves, prob, axes).get(int(at["point"]))
             support = search.support_from_point(prob, {k: at[k] for k in axes}, solve=kept)
+            if (why := support.crowded()) is not None:
+                warn(f"grid --readout support: {why}")
             if not quiet:
                 click.echo(f"support: {support.summary()['cool_cells']} cool + {support.summary()['hot_cells']} hot "
                            f"cells free, from the regularised map at " + ", ".join(f"{k}={at[k]:g}" for k in axes)
