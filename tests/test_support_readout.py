@@ -171,7 +171,11 @@ def test_support_counts_its_parameters_and_warns_when_crowded(regularised):
     assert every.n_free == n_free > search.SUPPORT_CROWDED * every.n_data
     why = every.crowded()
     assert why is not None and "\n" not in why
-    assert f"frees {n_free} parameters ({prob.grid.n_cell} cool and {prob.grid.n_cell} hot cells" in why
+    assert (f"frees {n_free} parameters ({prob.grid.n_cell} cool and {prob.grid.n_cell} hot cells and "
+            f"{2 * obs.n_epoch} fitted rv shifts and offsets)") in why
+    held = search.support_from_point(prob.replace(settings=prob.settings.replace(fit_rv=False, fit_amp=False)), at,
+                                     readout=search.SupportReadout(threshold=-1.0))
+    assert f"({prob.grid.n_cell} cool and {prob.grid.n_cell} hot cells) for" in held.crowded()
     assert f"for {obs.n_epoch * obs.n_vel} data points" in why and "[grid] subdivide" in why
 
 

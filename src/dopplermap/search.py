@@ -1139,8 +1139,10 @@ class SupportFit:
         at every grid point, and its chi2 hardly moves with the star parameters)."""
         if self.n_free is None or self.n_data is None or self.n_free <= SUPPORT_CROWDED * self.n_data:
             return None
+        cells = int(np.sum(self.cool)) + int(np.sum(self.hot))
+        nuisances = f" and {self.n_free - cells} fitted rv shifts and offsets" if self.n_free > cells else ""
         return (f"the support refit frees {self.n_free} parameters ({int(np.sum(self.cool))} cool and "
-                f"{int(np.sum(self.hot))} hot cells, and the fitted rv and offsets) for {self.n_data} data points: "
+                f"{int(np.sum(self.hot))} hot cells{nuisances}) for {self.n_data} data points: "
                 "with so many it fits the noise at every grid point and its chi2 profile says little about the "
                 "parameters; use fewer, larger cells ([grid] n_cell) integrated over sub-cells ([grid] subdivide)")
 
