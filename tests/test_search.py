@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import math
 import os
@@ -14,6 +15,7 @@ from support.problems import form_problem, small_problem  # noqa: E402
 import dopplermap as dm
 from dopplermap import plot, search
 from dopplermap.app.demo import recovery_correlation
+from dopplermap.broadening import replace_profiles
 from dopplermap.problem import Settings
 
 AXES = {"inclination": [45.0, 52.5, 60.0, 67.5], "vsini": [37.0, 38.5, 40.0, 41.5]}
@@ -185,6 +187,27 @@ def test_parameters_change_the_model(problem):
     ew0 = prob.components.phot.profile.equivalent_width()
     assert comps.phot.profile.equivalent_width() == pytest.approx(1.2 * ew0, rel=1e-6)
     assert comps.phot.profile.fwhm > prob.components.phot.profile.fwhm
+
+
+def test_grid_points_warn_about_spot_contrast_only_where_it_changes(problem):
+    """A problem whose hot spot is not fitted may give it the photosphere's intensity (as
+    ``import-zdipy`` writes): its grid points do not warn about that again at every point; a
+    point's own t_hot at or below the photosphere warns, naming the point, only when the hot
+    spot is fitted."""
+    import warnings
+
+    prob, _ = problem
+    phot, cool, hot = prob.components
+    with pytest.warns(dm.DopplermapWarning, match="hot spot's 1 is not above"):
+        flat = dm.ComponentSet(phot, cool, dataclasses.replace(hot, intensity=phot.intensity))
+    cool_only = prob.replace(components=flat, settings=prob.settings.replace(fit_components=("cool",)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", dm.DopplermapWarning)
+        search.apply_parameters(cool_only, {"inclination": 50.0, "macro_gauss": 2.0, "ew_scale": 1.1})
+        replace_profiles(flat, [None, None, None])
+        search.apply_parameters(cool_only, {"t_hot": 5000.0, "t_cool": 4000.0})  # the hot spot is not fitted
+    with pytest.warns(dm.DopplermapWarning, match=r"grid point \{'t_hot': 4800.0\}.*hot spot's"):
+        search.apply_parameters(prob, {"t_hot": 4800.0})
 
 
 def test_the_old_name_of_the_gaussian_broadening_is_read_as_the_new_one(problem, tmp_path):

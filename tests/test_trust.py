@@ -120,6 +120,18 @@ def test_result_checks_name_what_to_check():
         diagnostics.check_result(_fake_result(), obs, tol=1e-5, maxiter=100)
 
 
+def test_line_search_failure_advice_fits_the_tolerance():
+    """Below float32's rounding the advice is a larger tol or float64; at or above it (what a grid
+    solves at) it does not ask for the tol already given; scipy's bare "ABNORMAL: " is named as such."""
+    obs = types.SimpleNamespace(vels=np.linspace(-60, 60, 24))
+    failed = _fake_result(success=False, stop_reason="ABNORMAL: ")
+    with pytest.warns(DopplermapWarning, match=r"\(ABNORMAL\) before meeting tol=1e-08: .*use tol >= 1e-6") as rec:
+        diagnostics.check_result(failed, obs, tol=1e-8, maxiter=100)
+    with pytest.warns(DopplermapWarning, match=r"tol=1e-06: the loss may have reached its rounding") as rec:
+        diagnostics.check_result(failed, obs, tol=1e-6, maxiter=100)
+    assert not any("tol >= 1e-6" in str(w.message) for w in rec)
+
+
 def test_velocities_in_m_per_s_warn(small):
     with pytest.warns(DopplermapWarning, match="m/s"):
         diagnostics.check_velocity_window(np.linspace(-60000, 60000, 24), 40.0)

@@ -61,6 +61,7 @@ import numpy as np
 from ._linops import lagrange_weights
 from .choices import EW_METHODS, EW_STAGES, EW_UNITS, check
 from .constants import C_KMS
+from .diagnostics import fields_checked
 from .errors import DopplermapInputError
 from .profiles import ComponentSet, LocalProfile, gaussian, tabulated, voigt
 from .units import _is_quantity, to_unit
@@ -531,5 +532,6 @@ def replace_profiles(components: ComponentSet, profiles: Sequence[LocalProfile |
     """
     if len(profiles) != 3:
         raise DopplermapInputError(f"profiles needs 3 entries (phot, cool, hot), got {len(profiles)}")
-    return ComponentSet(*[c if p is None else dataclasses.replace(c, profile=p)
-                          for c, p in zip(components, profiles, strict=True)])
+    with fields_checked():  # the intensities are the given set's, checked when it was built
+        return ComponentSet(*[c if p is None else dataclasses.replace(c, profile=p)
+                              for c, p in zip(components, profiles, strict=True)])

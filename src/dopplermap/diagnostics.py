@@ -30,6 +30,7 @@ import math
 import numpy as np
 
 from .errors import ConvergenceWarning, DopplermapInputError, warn
+from .plan import FLOAT32_MIN_TOL
 
 __all__ = ["check_observations", "check_result", "check_velocity_window", "check_inclination", "check_radius",
            "check_wavelength", "check_spot_contrast", "check_phase_span", "fields_checked", "CHI2_HIGH",
@@ -112,8 +113,12 @@ def check_result(res, obs, *, tol: float, maxiter: int) -> None:
             warn(f"solve stopped on the iteration limit (maxiter={maxiter}) before meeting tol={tol:g}: the map is "
                  "not converged; raise maxiter, or check the data and the starting point", category=ConvergenceWarning)
         elif outcome == "line_search_failed":
-            warn(f"solve stopped on a line-search failure ({reason}) before meeting tol={tol:g}: tol may be below "
-                 "the rounding of the loss (with a float32 cube use tol >= 1e-6 or cube_dtype='float64'), or the "
+            said = reason.strip().rstrip(":").strip() or "no reason given"  # scipy's "ABNORMAL: " says no more
+            # a float32 cube rounds the loss near 1e-7 relative: a tol below 1e-6 can ask for less than that
+            rounding = ("tol may be below the rounding of the loss (with a float32 cube use tol >= 1e-6 or "
+                        "cube_dtype='float64')" if tol < FLOAT32_MIN_TOL else
+                        "the loss may have reached its rounding (a float32 cube's; cube_dtype='float64' rounds finer)")
+            warn(f"solve stopped on a line-search failure ({said}) before meeting tol={tol:g}: {rounding}, or the "
                  "problem is badly scaled; check the chi2 and the data", category=ConvergenceWarning)
         else:
             warn(f"solve did not meet its tolerance tol={tol:g} ({reason}); check the data and the settings",

@@ -54,7 +54,7 @@ from .atomic import exclusive_lock, fingerprint, write_text
 from .choices import MANY_MODES, MEMBER_SOLVERS, REGULARISERS, WEIGHTED_REGULARISERS, check
 from .cluster import CONNECT_TIMEOUT, Cluster, Session, run_tasks  # noqa: F401  (the search's API)
 from .constants import FILL_MIN
-from .diagnostics import check_result
+from .diagnostics import check_result, check_spot_contrast, fields_checked
 from .errors import DopplermapInputError, DopplermapWarning, reader, warn
 from .errorscale import ErrorScale, error_scale_for
 from .geometry import StarParams, check_star
@@ -820,7 +820,11 @@ def apply_parameters(problem: Problem, params: dict) -> tuple[StarParams, Compon
         if z < 0:
             raise DopplermapInputError(f"macro_gauss must be >= 0 km/s, got {z!r}")
         comps = [dataclasses.replace(c, profile=_broadened(c.profile, z)) for c in comps]
-    return star, ComponentSet(*comps)
+    if "t_cool" in params or "t_hot" in params:  # the point's own intensities, for the spots that are fitted
+        check_spot_contrast(tuple(c.intensity for c in comps), what="continuum intensities (phot, cool, hot)",
+                            where=f"grid point {params}", fitted=problem.settings.fit_components)
+    with fields_checked():  # the problem's own intensities were checked where it was built
+        return star, ComponentSet(*comps)
 
 
 def pad_precomputed(pre: Precomputed, n_slot: int | None = None, n_bin: int | None = None) -> Precomputed:
