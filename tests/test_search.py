@@ -251,7 +251,7 @@ def test_cli_grid_and_lambda(npz, tmp_path, capsys):
     summary = json.loads((out / "grid.json").read_text())
     assert "un-reduced" in (out / "grid.json").read_text()
     assert summary["readout"] == "regularised" and summary["lmbd"] == 0.5
-    assert summary["chi2_jitter"] >= 0.0  # against a converged solve at the best point
+    assert 0.0 <= summary["chi2_jitter"] < 0.1  # against a converged solve at the best point: Gauss-Newton's
     # the grid's discretisation error at the best point, warned about above the intervals' Delta chi2
     assert summary["model_error_chi2"] > 0
     assert ("discretisation error" in capsys.readouterr().err) == (summary["model_error_chi2"] > 1.0)
@@ -416,6 +416,45 @@ def test_cli_grid_support_readout(npz, tmp_path):
     assert calibrated["readout"] == "support" and calibrated["column"] == "chi2_support"
     assert calibrated["n_solves"] == 3 + 2 * 3 * 13 and 50.0 <= calibrated["estimate"] <= 70.0
     assert (tmp_path / "c" / "calibrate-inclination.jsonl").read_text().count("chi2_support") == 4
+
+
+def test_cli_grid_warns_when_its_landscape_is_solver_noise(npz, tmp_path, monkeypatch, capsys):
+    """A chi2_jitter above a tenth of the intervals' Delta chi2 is one warning naming both."""
+    from dopplermap.cli import main
+
+    monkeypatch.setattr(search, "chi2_jitter", lambda problem, params, **kw: 0.35)
+    args = ["grid", str(npz), "--param", "vsini=38:40:2", "--lmbd", "0.5", "--scheduler", "sync", "-q"]
+    assert main([*args, "--out", str(tmp_path / "a")]) == 0
+    err = capsys.readouterr().err
+    assert "moves by 0.35 between the grid's solve and one converged" in err and "Delta chi2 1:" in err
+    assert main([*args, "--out", str(tmp_path / "b"), "--delta-chi2", "4"]) == 0
+    assert "chi2_jitter" not in capsys.readouterr().err
+
+
+def test_grid_resolves_the_automatic_solver_once_and_for_accuracy(problem, tmp_path, monkeypatch):
+    """solver "auto" is decided once for the grid's points, Gauss-Newton where it is a candidate
+    (L-BFGS-B otherwise, e.g. above its tolerance), and every point solves with it."""
+    prob, _ = problem
+    used = []
+    real = search.invert
+
+    def spy(*args, **kwargs):
+        used.append(kwargs.get("solver"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(search, "invert", spy)
+    axes = {"inclination": [50.0, 60.0], "vsini": [40.0]}
+    tight = prob.replace(settings=prob.settings.replace(solver="auto", tol=1e-6, lmbd=0.5))
+    search.grid_search(tight, axes, tmp_path / "t.csv")
+    assert used == ["newton", "newton"]
+    used.clear()
+    loose = prob.replace(settings=prob.settings.replace(solver="auto", tol=1e-4, lmbd=0.5))
+    search.grid_search(loose, axes, tmp_path / "l.csv")
+    assert used == ["lbfgsb", "lbfgsb"]
+    used.clear()
+    given = prob.replace(settings=prob.settings.replace(solver="lbfgsb", tol=1e-6, lmbd=0.5))
+    search.grid_search(given, axes, tmp_path / "g.csv")
+    assert used == ["lbfgsb", "lbfgsb"]
 
 
 def test_chi2_jitter_takes_the_grids_own_solve(monkeypatch):

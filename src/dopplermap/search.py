@@ -416,6 +416,25 @@ def _sweep_solver(problem: Problem, n: int, lmbds=None) -> Problem:
     return problem.replace(settings=st.replace(solver=choice.solver))
 
 
+def _grid_solver(problem: Problem, n: int) -> Problem:
+    """The problem with ``solver="auto"`` resolved once for the ``n`` solves of a grid: Gauss-Newton
+    wherever it is a candidate (:func:`dopplermap.solvers.solver_choice`), else its choice. A grid
+    reads chi2 differences between points, so its solves must stop where their minima are; at a
+    grid's tolerance L-BFGS-B can stop several chi2 units above them (``chi2_jitter``;
+    benchmarks/RESULTS.md, "Profiled read-out, smooth limb and chi2 jitter"), which the time
+    estimates of the automatic choice do not weigh."""
+    st = problem.settings
+    if st.solver != "auto":
+        return problem
+    setup = prepare(problem.pre, problem.observations, st, lightcurve=problem.lightcurve, problem=problem)
+    choice = solver_choice(settings=st, pre=problem.pre, setup=setup, n_solves=n)
+    solver = "newton" if "newton" in choice.estimates else choice.solver
+    log.info("grid of %d solves: %s (%s)", n, solver,
+             "Gauss-Newton for the landscape's accuracy; " + choice.describe() if solver != choice.solver
+             else choice.describe())
+    return problem.replace(settings=st.replace(solver=solver))
+
+
 def _mode_line(mode: str, n: int) -> str:
     return {"vmap": f"{n} solves together (vmap)",
             "sequential": f"{n} solves one after another through one compiled device solve",
@@ -1661,6 +1680,9 @@ def grid_search(problem: Problem, axes: dict, table, *, resume: bool = False, cl
         for i, reason in refused.items():  # recorded at once, never sent to a solver
             finish(i, refused_row(problem, points[i], reason))
         todo = [i for i in todo if i not in refused]
+        n_solve = sum(i not in kept for i in todo)
+        if n_solve:  # one choice for every point, made for the landscape's accuracy
+            problem = _grid_solver(problem, n_solve)
         if todo and cluster is None:
             for i in todo:
                 finish(i, evaluate_point(problem, points[i], dof=dof, support=support, kept=kept.get(i), keep=keep))

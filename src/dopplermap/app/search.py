@@ -459,6 +459,9 @@ def run_grid(source: Source, out: Path, grid: GridSpec, *, settings: SearchSetti
     return summary
 
 
+JITTER_LIMIT = 0.1
+"""``grid`` warns when its ``chi2_jitter`` exceeds this fraction of the intervals' Delta chi2."""
+
 TABLE_ROWS = 60
 """Most grid points whose table ``grid`` prints on stdout (larger grids: grid.csv)."""
 
@@ -541,6 +544,12 @@ def _search_and_summarise(prob, axes, out, resume, cluster, max_points, quiet, d
                # the built-in demo's data are made on the inversion grid itself: no discretisation error
                "model_error_chi2": (_model_error(prob, {k: best[k] for k in axes}, delta_chi2)
                                     if best and problem is not None else None)}
+    jitter = summary["chi2_jitter"]
+    if jitter is not None and jitter > JITTER_LIMIT * delta_chi2:  # NaN compares false: nothing to say
+        warn(f"grid: chi2_total at the best point moves by {jitter:.3g} between the grid's solve and one converged to "
+             f"tol {search.JITTER_REFERENCE['tol']:g} (chi2_jitter), more than {JITTER_LIMIT:g} of the intervals' "
+             f"Delta chi2 {delta_chi2:g}: differences of that size between points are where the solves stopped, "
+             "not the data; use a tighter --tol (below 1e-6 the cube is float64) or the Gauss-Newton solver")
     calibrated = None
     if n_sim is not None:
         if calibrate_oversample is None:
