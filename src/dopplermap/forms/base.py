@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .. import _device
 from .._repr import compact
 from ..errors import DopplermapInputError
 
@@ -92,10 +93,25 @@ def round_up(n: int, step: int) -> int:
     return int(-(-n // step) * step)
 
 
+def on_host(a) -> bool:
+    """Whether ``a`` is set-up data NumPy can work on in place of an eager XLA op: a NumPy array,
+    or a concrete array on the CPU (where NumPy reads it without a copy). An eager ``jnp`` op
+    compiles a program per new shape (tens of ms each: a grid's points differ in their slot
+    counts), which a first run pays in full; on an accelerator the data stay on the device."""
+    if isinstance(a, np.ndarray):
+        return True
+    return (isinstance(a, jax.Array) and not isinstance(a, jax.core.Tracer)
+            and all(d.platform == "cpu" for d in a.devices()))
+
+
 def pad_axis(a, axis: int, n: int, value=0):
+    if not n:
+        return a
     widths = [(0, 0)] * a.ndim
     widths[axis] = (0, n)
-    return jnp.pad(a, widths, constant_values=value) if n else a
+    if on_host(a):
+        return _device.asarray(np.pad(np.asarray(a), widths, constant_values=value))
+    return jnp.pad(a, widths, constant_values=value)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -306,8 +322,13 @@ class Form:
         """Field -> function that pads it when the slot axis grows to ``s1`` (fields not named
         keep their value: they have no slot axis)."""
         s0 = self.n_slot
-        return {"cell": lambda a: pad_axis(a, 1, s1 - s0),  # new slots point at cell 0 with zero weight
-                "pos": lambda a: jnp.where(a == s0, s1, a).astype(a.dtype)}  # "not visible" is the slot count
+        def pos(a):  # "not visible" is the slot count
+            if on_host(a):
+                a = np.asarray(a)
+                return _device.asarray(np.where(a == s0, s1, a).astype(a.dtype))
+            return jnp.where(a == s0, s1, a).astype(a.dtype)
+
+        return {"cell": lambda a: pad_axis(a, 1, s1 - s0), "pos": pos}  # new slots point at cell 0 with zero weight
 
     # ------------------------------------------------------------------ what the cells carry
 
@@ -331,11 +352,16 @@ class Form:
     def with_cell_factors(self, factors) -> Form:
         """This form with its per-cell weights multiplied by ``factors`` ((n_cell,) or (n_cell, 3))."""
         cols = np.asarray(self.weight_components())
-        f = jnp.asarray(factors, dtype=self.weight.dtype)
+        host = on_host(self.weight) and on_host(self.cell) and not isinstance(factors, jax.core.Tracer)
+        xp = np if host else jnp
+        f = xp.asarray(factors, dtype=self.weight.dtype)
         if f.ndim == 1:
-            f = jnp.broadcast_to(f[:, None], (f.shape[0], 3))
+            f = xp.broadcast_to(f[:, None], (f.shape[0], 3))
         if f.shape != (self.n_cell, 3):
             raise DopplermapInputError(f"cell factors must have shape (n_cell,) or (n_cell, 3) with n_cell={self.n_cell}, got {f.shape}")
+        if host:  # set-up data: no eager gathers (see on_host)
+            return dataclasses.replace(self, weight=_device.asarray(
+                np.asarray(self.weight) * f[np.asarray(self.cell)][..., cols]))
         return dataclasses.replace(self, weight=self.weight * f[self.cell][..., cols])
 
     # ------------------------------------------------------------------ solving
