@@ -144,6 +144,37 @@ def test_cell_factors_only_where_weights_are_per_component(all_forms):
             lines[name].with_cell_factors(np.ones(300))
 
 
+def test_set_up_on_the_cpu_compiles_nothing_and_equals_the_traced_path(all_forms):
+    """Cell factors and padding of concrete CPU arrays are NumPy work: no XLA program is compiled
+    (an eager op compiles one per new shape, which a grid's points pay each), and the result is the
+    traced (jnp) path's exactly."""
+    import logging
+
+    lines, fc, fh = all_forms
+    f = np.random.default_rng(1).uniform(0.5, 1.5, (300, 3))
+    said = []
+
+    class Heard(logging.Handler):
+        def emit(self, record):
+            said.append(record.getMessage())
+
+    heard = Heard()
+    logging.getLogger("jax").addHandler(heard)
+    try:
+        for name in ("dense", "binned"):
+            line = lines[name]
+            traced = jax.jit(lambda form, f: form.with_cell_factors(f).pad(form.n_slot + 11, n_bin=getattr(
+                form, "n_bin", 0) + 3))(line, jnp.asarray(f))
+            said.clear()
+            with jax.log_compiles():
+                host = line.with_cell_factors(f).pad(line.n_slot + 11, n_bin=getattr(line, "n_bin", 0) + 3)
+            assert not [m for m in said if "Compiling" in m], (name, said)
+            for a, b in zip(jax.tree_util.tree_leaves(host), jax.tree_util.tree_leaves(traced), strict=True):
+                np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    finally:
+        logging.getLogger("jax").removeHandler(heard)
+
+
 def test_solve_forms_of_a_dense_model(all_forms):
     lines, _, _ = all_forms
     dense = lines["dense"]

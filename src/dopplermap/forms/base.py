@@ -104,14 +104,16 @@ def on_host(a) -> bool:
             and all(d.platform == "cpu" for d in a.devices()))
 
 
-def pad_axis(a, axis: int, n: int, value=0):
+def pad_axis(a, axis: int, n: int, value=0, mode: str = "constant"):
+    """``a`` with ``n`` entries appended along ``axis``: ``value``, or with ``mode="edge"`` the last."""
     if not n:
         return a
     widths = [(0, 0)] * a.ndim
     widths[axis] = (0, n)
+    kw = dict(constant_values=value) if mode == "constant" else {}
     if on_host(a):
-        return _device.asarray(np.pad(np.asarray(a), widths, constant_values=value))
-    return jnp.pad(a, widths, constant_values=value)
+        return _device.asarray(np.pad(np.asarray(a), widths, mode=mode, **kw))
+    return jnp.pad(a, widths, mode=mode, **kw)
 
 
 @dataclasses.dataclass(frozen=True)

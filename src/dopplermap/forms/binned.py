@@ -285,8 +285,8 @@ class BinnedForm(Form):
                 "beta": lambda a: pad_axis(a, 1, ds),
                 "jbase": lambda a: pad_axis(a, 1, ds, b1 - 4),  # any in-range first bin: the slot's weights are zero
                 # bins past the last one receive no weight; edge values keep the templates finite
-                "kernel": lambda a: jnp.pad(a, ((0, b1 - a.shape[0]), (0, 0), (0, 0)), mode="edge"),
-                "shift_kernel": lambda a: jnp.pad(a, ((0, b1 - b0), (0, 0), (0, 0)), mode="edge")}
+                "kernel": lambda a: pad_axis(a, 0, b1 - a.shape[0], mode="edge"),
+                "shift_kernel": lambda a: pad_axis(a, 0, b1 - b0, mode="edge")}
 
     def slot_activity(self):
         return np.abs(np.asarray(self.weight)).sum(axis=2)
