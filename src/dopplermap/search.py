@@ -44,6 +44,7 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -923,7 +924,7 @@ def evaluate_point(problem: Problem, params: dict, x0=None, *, dof: bool = False
         pre = pad_precomputed(point.pre)
         res = invert(pre, point.obs, **point.invert_kwargs(), x0=x0)
         k = n_windows(pre)  # time windows: the mean of the windows' entropies (as the objective's)
-        ent = float(np.mean([seed_entropy(jnp.asarray(c), jnp.asarray(h), pre.cell_area)
+        ent = float(np.mean([_seed_entropy(jnp.asarray(c), jnp.asarray(h), pre.cell_area)
                              for c, h in zip(np.reshape(res.fssc, (k, -1)), np.reshape(res.fssh, (k, -1)),
                                              strict=True)]))
         kept = PointSolve(fssc=np.asarray(res.fssc, float), fssh=np.asarray(res.fssh, float),
@@ -945,6 +946,9 @@ def evaluate_point(problem: Problem, params: dict, x0=None, *, dof: bool = False
     if keep:
         row["solve"] = kept
     return row
+
+
+_seed_entropy = jax.jit(seed_entropy)  # one program per grid size, not one per operation (eagerly)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -1223,14 +1227,17 @@ def model_grid_error(problem: Problem, params: dict | None = None, factor: int =
     star, comps = apply_parameters(problem, params or {})
     point = problem.replace(star=star, components=comps)
     obs = point.obs
-    zero = jnp.zeros(obs.n_epoch)
-
-    def profiles(p):
-        blank = jnp.zeros(p.grid.n_cell)
-        return np.asarray(forward(blank, blank, zero, zero, p.pre))
-
-    diff = (profiles(point) - profiles(point.replace(grid=fine))) / np.asarray(obs.err)
+    diff = (np.asarray(_unspotted(point.pre)) - np.asarray(_unspotted(point.replace(grid=fine).pre))) / np.asarray(obs.err)
     return float(np.sum(diff ** 2))
+
+
+@jax.jit
+def _unspotted(pre):
+    """The unspotted star's model profiles (rv 0, amp 0) of ``pre``: one compiled program per model
+    shape (run eagerly, each of the model's operations compiles its own: ~1 s of a first run)."""
+    blank = jnp.zeros(pre.n_cell)
+    zero = jnp.zeros(pre.n_epoch)
+    return forward(blank, blank, zero, zero, pre)
 
 
 JITTER_REFERENCE = dict(solver="auto", tol=1e-12, maxiter=5000)
