@@ -505,6 +505,29 @@ def test_damaged_input_files_are_read_or_refused_in_one_line(tmp_path, which, ho
     DAMAGED[out] = DAMAGED.get(out, 0) + 1
 
 
+def test_a_result_fits_whose_hdus_merged_is_refused_in_one_line(tmp_path, previous):
+    """A flipped byte in the primary header's END card makes astropy read the primary and the MAP
+    table as one image HDU named MAP (an HDU read as another kind than written); behind a manifest
+    forged to match, load_result and the report refuse it in one line naming the file, not with an
+    AttributeError."""
+    folder = tmp_path / "res"
+    shutil.copytree(previous, folder)
+    p = folder / "map.fits"
+    raw = p.read_bytes()
+    i = raw.index(b"END" + b" " * 77)  # the primary header's last card
+    p.write_bytes(raw[:i] + bytes([raw[i] ^ 1]) + raw[i + 1:])
+    m = json.loads((folder / atomic.MANIFEST).read_text())
+    m["files"]["map.fits"] = {"bytes": p.stat().st_size, "sha256": atomic._sha256(p)}
+    (folder / atomic.MANIFEST).write_text(json.dumps(m))
+    from dopplermap.report import report_html
+
+    for read in (dm.load_result, report_html):
+        with pytest.raises(DopplermapInputError, match=r"map\.fits: HDU 0 \(MAP\) reads as PrimaryHDU, not the "
+                                                        r"BinTableHDU written there: the file is damaged") as exc:
+            read(folder)
+        assert "\n" not in str(exc.value)
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(which=st.sampled_from(RESULT_FILES), how=damage, forge=st.booleans())
 def test_damaged_result_folder_is_read_or_refused_in_one_line(tmp_path_factory, previous, which, how, forge):

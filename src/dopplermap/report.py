@@ -27,7 +27,7 @@ from . import style
 from ._version import __version__
 from .atomic import read_manifest, write_text
 from .errors import reader
-from .io.results import check_result_folder, read_json
+from .io.results import check_result_folder, check_result_hdus, read_json
 from .plot import colour_limits, grid_raster
 
 __all__ = ["report_html", "write_report", "FIGURE_ORDER"]
@@ -105,6 +105,7 @@ def _globe_data(folder: Path, summary: dict) -> dict:
     from astropy.io import fits
 
     with fits.open(folder / "map.fits") as hdul:
+        check_result_hdus(hdul, folder / "map.fits")
         hdus = [h for h in hdul if h.name == "MAP"]
         m = hdus[0].data
         names = set(m.columns.names)
@@ -147,6 +148,7 @@ def _globe_data(folder: Path, summary: dict) -> dict:
     phases, epochs = [], []
     if (folder / "profiles.fits").is_file():
         with fits.open(folder / "profiles.fits") as hdul:
+            check_result_hdus(hdul, folder / "profiles.fits")
             for hdu in hdul:
                 if hdu.name == "PROFILES" and "PHASE" in hdu.columns.names:
                     ph = np.asarray(hdu.data["PHASE"], float)

@@ -65,7 +65,7 @@ from ..errors import DopplermapInputError, MissingFileError, active_warnings, ba
 from ..grid import SurfaceGrid
 from ..result import InversionResult, light_curves, line_sets
 
-__all__ = ["save_result", "load_result", "check_result_folder", "with_context", "prefetch_writers", "RESULT_FILES",
+__all__ = ["save_result", "load_result", "check_result_folder", "check_result_hdus", "with_context", "prefetch_writers", "RESULT_FILES",
            "CONTEXT"]
 
 log = logging.getLogger(__name__)
@@ -560,6 +560,25 @@ def check_result_folder(path, *, manifest: bool = True) -> dict:
     return summary
 
 
+_TABLE_HDUS = ("MAP", "EDGES", "CONVERGENCE", "PROFILES", "LIGHTCURVE")  # written as binary tables
+_IMAGE_HDUS = ("VELS",)  # written as images
+
+
+def check_result_hdus(hdul, where) -> None:
+    """Refuse in one line an HDU of a result file that astropy reads as another kind than
+    :func:`save_result` wrote: damaged bytes can turn a table into an image, or into a corrupted
+    HDU whose data cannot be read at all (behind a manifest forged to match, the folder check
+    passes them)."""
+    from astropy.io import fits
+
+    for i, hdu in enumerate(hdul):
+        want = (fits.BinTableHDU if hdu.name in _TABLE_HDUS else fits.ImageHDU if hdu.name in _IMAGE_HDUS
+                else None)
+        if want is not None and not isinstance(hdu, want):
+            raise DopplermapInputError(f"{where}: HDU {i} ({hdu.name}) reads as {type(hdu).__name__.lstrip('_')}, "
+                                       f"not the {want.__name__} written there: the file is damaged")
+
+
 @reader("result folder")
 def load_result(path):
     """Read a result folder written by :func:`save_result` into an :class:`InversionResult`.
@@ -579,6 +598,7 @@ def load_result(path):
     run_ids = {"summary.json": summary.get("run_id")}
 
     with fits.open(path / "map.fits") as hdul:
+        check_result_hdus(hdul, path / "map.fits")
         if "MAP" not in hdul:
             raise DopplermapInputError(f"{path / 'map.fits'}: no MAP extension")
         m = hdul["MAP"].data
@@ -617,6 +637,7 @@ def load_result(path):
             history["chi2_lc"] = np.asarray(c["CHI2_LC"], float)
 
     with fits.open(path / "profiles.fits") as hdul:
+        check_result_hdus(hdul, path / "profiles.fits")
         first = "PROFILES" if "PROFILES" in hdul else "LIGHTCURVE" if "LIGHTCURVE" in hdul else None
         run_ids["profiles.fits"] = hdul[first].header.get("RUNID") if first else None
         _check_same_run(path, run_ids)
