@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import dopplermap as dm
-from dopplermap.app.defaults import GRID_TOL
+from dopplermap.app.defaults import GRID_TOL, LAMBDA_TOL
 from dopplermap.cli import main
 from dopplermap.config import TEMPLATE, load_config, parse_config
 from dopplermap.io.lightcurve import write_lightcurve
@@ -366,6 +366,12 @@ def test_lambda_command_reads_target_toml(tmp_path):
     rows = (out_dir / "lcurve.csv").read_text().strip().splitlines()
     assert len(rows) == 4  # header + 3 lambdas
     assert (out_dir / "lcurve.png").stat().st_size > 1000
+    assert json.loads((out_dir / "lambda.json").read_text())["tol"] == 1e-4  # --tol as given
+    # without --tol a target's looser [inversion] tol is tightened to LAMBDA_TOL (its L-curve's solver noise)
+    assert load_config(tmp_path / "target.toml").inversion.tol > LAMBDA_TOL
+    assert main(["lambda", str(tmp_path / "target.toml"), "--out", str(tmp_path / "tight"), "--lmbds", "1,10",
+                 "--quiet"]) == 0
+    assert json.loads((tmp_path / "tight" / "lambda.json").read_text())["tol"] == LAMBDA_TOL
 
 
 @pytest.mark.slow

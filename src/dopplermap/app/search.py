@@ -284,6 +284,8 @@ def run_lambda(source: Source, out: Path, *, lmbds: str = "0.001:100:16", target
     scale = _echo_error_scale(prob)
     fp = search.problem_fingerprint(prob)
     prob = prob.replace(settings=prob.settings.replace(regulariser=regulariser, tol=tol))  # None: the problem's
+    if tol is None and prob.settings.tol > LAMBDA_TOL:  # a looser target tol leaves solver noise on the L-curve
+        prob = prob.replace(settings=prob.settings.replace(tol=LAMBDA_TOL))
     regulariser, tol = prob.settings.regulariser, prob.settings.tol
     t_start = time.perf_counter()
 

@@ -55,7 +55,7 @@ def register(group):
     @click.option("--target-chi2", type=click.FloatRange(min=0, min_open=True), default=None,
                   help="Also find lambda where reduced chi2 = this.")
     @click.option("--tol", type=click.FloatRange(min=0, min_open=True), default=None,
-                  help=f"Solver tolerance (default: the target's [inversion] tol, else {LAMBDA_TOL:g}).")
+                  help=f"Solver tolerance (default: the target's [inversion] tol, at most {LAMBDA_TOL:g}).")
     @click.option("--time", "time_weight", is_flag=True,
                   help="Sweep the time windows' coupling lmbd_time instead (a target with [map] windows; "
                        "--lmbds then lists lmbd_time values, lambda stays the target's).")
