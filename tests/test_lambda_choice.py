@@ -247,3 +247,24 @@ def test_a_point_above_the_next_lambdas_chi2_is_re_solved_from_that_map(monkeypa
     sw = search.sweep_lambda(_stub_problem(), [0.5, 2.0, 4.0])
     assert sw.repaired == 1 and sw.chi2[0] == 3.0 and sw.loss[0] == 3.05
     assert search.sweep_lambda(_stub_problem(), [0.5, 2.0, 4.0], warm_start=False).repaired == 0
+
+
+def test_a_sweep_whose_solves_stopped_on_one_map_says_so():
+    """Neighbouring lambdas whose solves end with chi2 and regulariser equal to the tolerance (the
+    relative-reduction test stopped each where it started: LO Peg at tol 1e-5) are one warning
+    naming the lambdas; maps that differ, or that are both the flat map at the regulariser's
+    floor (where the minima coincide), are not."""
+    def res(chi2, reg):
+        return types.SimpleNamespace(chi2=chi2, regulariser_value=reg)
+
+    lm = np.array([0.001, 0.002, 0.005, 0.01])
+    stuck = [res(0.65715, 5.2573), res(0.65715, 5.2573), res(0.657150001, 5.25730001), res(0.659, 5.04)]
+    with pytest.warns(DopplermapWarning, match=r"from lambda 0\.001 to 0\.005 stopped on one map \(2 neighbouring "
+                                               r"pair\(s\) with chi2 and regulariser equal to tol 1e-05\)"):
+        search._warn_one_map(lm, stuck, 1e-5, floor=-0.003)
+    moving = [res(0.6498, 5.9476), res(0.6500, 5.8619), res(0.6504, 5.718), res(0.6528, 5.3957)]
+    flat = [res(4.3292, -0.0032903), res(4.3292, -0.0032903), res(4.3292, -0.0032903), res(4.3292, -0.0032903)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DopplermapWarning)
+        search._warn_one_map(lm, moving, 1e-7, floor=-0.003)
+        search._warn_one_map(lm, flat, 1e-5, floor=-0.0032904)

@@ -321,11 +321,32 @@ def sweep_lambda(problem: Problem, lmbds: Sequence[float], *, warm_start: bool =
              f"; {repaired} point(s) re-solved from the next larger lambda's map" if repaired else "")
     asc = np.argsort(lm)
     rs = [results[int(i)] for i in asc]
+    floor = regulariser_floor(regulariser, problem.pre)
+    _warn_one_map(lm[asc], rs, problem.settings.tol, floor)
     return LambdaSweep(lmbd=lm[asc], chi2=np.array([r.chi2 for r in rs]),
                        regulariser=np.array([r.regulariser_value for r in rs]),
                        loss=np.array([r.loss for r in rs]), iterations=np.array([r.iterations for r in rs]),
-                       results=rs, floor=regulariser_floor(regulariser, problem.pre),
-                       total_time=time.perf_counter() - t0, mode=mode, repaired=repaired)
+                       results=rs, floor=floor, total_time=time.perf_counter() - t0, mode=mode, repaired=repaired)
+
+
+def _warn_one_map(lm, rs, tol: float, floor: float) -> None:
+    """Warn where neighbouring lambdas' solves stopped on one map: chi2 and regulariser equal to
+    the solver's tolerance. Exact minima move with lambda (chi2 up, regulariser down); equal ones
+    say the relative-reduction test stopped each solve where its start was, and the L-curve there
+    is the solver's, not the data's (on LO Peg at tol 1e-5 four lambdas over a decade). Not where
+    the maps are the flat one (regulariser at its floor): there the minima themselves coincide."""
+    def flat(r):
+        return r.regulariser_value - floor <= tol * max(1.0, abs(floor))
+
+    same = [k for k in range(len(rs) - 1)
+            if np.isclose(rs[k].chi2, rs[k + 1].chi2, rtol=tol, atol=0.0)
+            and np.isclose(rs[k].regulariser_value, rs[k + 1].regulariser_value, rtol=tol, atol=0.0)
+            and not (flat(rs[k]) and flat(rs[k + 1]))]
+    if same:
+        lo, hi = lm[same[0]], lm[same[-1] + 1]
+        warn(f"lambda sweep: the solves from lambda {lo:.4g} to {hi:.4g} stopped on one map ({len(same)} neighbouring "
+             f"pair(s) with chi2 and regulariser equal to tol {tol:g}): the L-curve there is where the solver "
+             "stopped, not the data's; solve the sweep with a tighter tol (1e-7, dopplermap lambda's default)")
 
 
 def sweep_lmbd_time(problem: Problem, values: Sequence[float], *, warm_start: bool = True, x0=None,
