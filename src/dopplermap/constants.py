@@ -15,3 +15,7 @@ FILL_MAX = 1.0 - 1e-5
 
 MAX_SUBDIVIDE = 8
 """Most sub-cells per side of a map cell (``[grid] subdivide``, :func:`dopplermap.grid.subdivide`)."""
+
+# The smallest solver tolerance at which cube_dtype="auto" iterates on a float32 cube (its
+# rounding of the loss, ~1e-7 relative, lies below it); here so that the warnings need no JAX.
+FLOAT32_MIN_TOL = 1e-6

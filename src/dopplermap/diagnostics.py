@@ -29,8 +29,8 @@ import math
 
 import numpy as np
 
+from .constants import FLOAT32_MIN_TOL
 from .errors import ConvergenceWarning, DopplermapInputError, warn
-from .plan import FLOAT32_MIN_TOL
 
 __all__ = ["check_observations", "check_result", "check_velocity_window", "check_inclination", "check_radius",
            "check_wavelength", "check_spot_contrast", "check_phase_span", "fields_checked", "CHI2_HIGH",

@@ -34,6 +34,7 @@ import jax
 import numpy as np
 
 from .choices import CUBE_DTYPES, SYNTHESIS_METHODS, check
+from .constants import FLOAT32_MIN_TOL
 from .errors import warn
 from .memory import memory_limit
 
@@ -45,8 +46,6 @@ __all__ = ["DENSE_AUTO_BYTES", "FLOAT32_MIN_TOL", "BLOCKED_MAX_BYTES", "HVP_BLOC
 DENSE_AUTO_BYTES = 512 * 2**20
 """``method="auto"`` picks ``"dense"`` while the float64 dense cube fits this."""
 
-FLOAT32_MIN_TOL = 1e-6
-"""Smallest tolerance for which ``cube_dtype="auto"`` iterates on a float32 cube."""
 
 BLOCKED_MAX_BYTES = 512 * 2**20
 """``invert_batch(form="auto")`` uses the blocked form on CPU while both its copies fit this."""

@@ -424,36 +424,23 @@ def _sweep_mode(problem: Problem, mode: str) -> str:
     return "vmap" if many == "vmap" else "invert"
 
 
-def _sweep_solver(problem: Problem, n: int, lmbds=None) -> Problem:
-    """The problem with ``solver="auto"`` resolved once for all ``n`` solves of a sweep (one
-    compile serves them all: :func:`dopplermap.solvers.solver_choice`), at the sweep's
-    ``lmbds`` (default: the problem's lambda for each)."""
+def _sweep_solver(problem: Problem, n: int, lmbds=None, *, what: str = "lambda sweep",
+                  accurate: bool = False) -> Problem:
+    """The problem with ``solver="auto"`` resolved once for all ``n`` solves of a sweep or a grid
+    (one compile serves them all: :func:`dopplermap.solvers.solver_choice`), at the sweep's
+    ``lmbds`` (default: the problem's lambda for each). ``accurate``: Gauss-Newton wherever it is
+    a candidate, whatever the time estimates prefer. A grid asks for it: it reads chi2 differences
+    between points, and at its tolerance L-BFGS-B can stop chi2 units above the minima
+    (``chi2_jitter``; benchmarks/RESULTS.md, "The grid's solver on real data")."""
     st = problem.settings
     if st.solver != "auto":
         return problem
     setup = prepare(problem.pre, problem.observations, st, lightcurve=problem.lightcurve, problem=problem)
     choice = solver_choice(settings=st, pre=problem.pre, setup=setup, n_solves=n, lmbds=lmbds)
+    solver = "newton" if accurate and "newton" in choice.estimates else choice.solver
     if choice.estimates:
-        log.info("lambda sweep of %d solves: %s", n, choice.describe())
-    return problem.replace(settings=st.replace(solver=choice.solver))
-
-
-def _grid_solver(problem: Problem, n: int) -> Problem:
-    """The problem with ``solver="auto"`` resolved once for the ``n`` solves of a grid: Gauss-Newton
-    wherever it is a candidate (:func:`dopplermap.solvers.solver_choice`), else its choice. A grid
-    reads chi2 differences between points, so its solves must stop where their minima are; at a
-    grid's tolerance L-BFGS-B can stop several chi2 units above them (``chi2_jitter``;
-    benchmarks/RESULTS.md, "Profiled read-out, smooth limb and chi2 jitter"), which the time
-    estimates of the automatic choice do not weigh."""
-    st = problem.settings
-    if st.solver != "auto":
-        return problem
-    setup = prepare(problem.pre, problem.observations, st, lightcurve=problem.lightcurve, problem=problem)
-    choice = solver_choice(settings=st, pre=problem.pre, setup=setup, n_solves=n)
-    solver = "newton" if "newton" in choice.estimates else choice.solver
-    log.info("grid of %d solves: %s (%s)", n, solver,
-             "Gauss-Newton for the landscape's accuracy; " + choice.describe() if solver != choice.solver
-             else choice.describe())
+        log.info("%s of %d solves: %s%s", what, n, choice.describe(),
+                 "; Gauss-Newton taken for accuracy" if solver != choice.solver else "")
     return problem.replace(settings=st.replace(solver=solver))
 
 
@@ -1710,7 +1697,7 @@ def grid_search(problem: Problem, axes: dict, table, *, resume: bool = False, cl
         todo = [i for i in todo if i not in refused]
         n_solve = sum(i not in kept for i in todo)
         if n_solve:  # one choice for every point, made for the landscape's accuracy
-            problem = _grid_solver(problem, n_solve)
+            problem = _sweep_solver(problem, n_solve, what="grid", accurate=True)
         if todo and cluster is None:
             for i in todo:
                 finish(i, evaluate_point(problem, points[i], dof=dof, support=support, kept=kept.get(i), keep=keep))

@@ -94,14 +94,21 @@ def round_up(n: int, step: int) -> int:
 
 
 def on_host(a) -> bool:
-    """Whether ``a`` is set-up data NumPy can work on in place of an eager XLA op: a NumPy array,
-    or a concrete array on the CPU (where NumPy reads it without a copy). An eager ``jnp`` op
-    compiles a program per new shape (tens of ms each: a grid's points differ in their slot
-    counts), which a first run pays in full; on an accelerator the data stay on the device."""
-    if isinstance(a, np.ndarray):
+    """Whether ``a`` is set-up data NumPy can work on in place of an eager XLA op: a NumPy array
+    (or a list), or a concrete array on the CPU (where NumPy reads it without a copy). An eager
+    ``jnp`` op compiles a program per new shape (tens of ms each: a grid's points differ in their
+    slot counts), which a first run pays in full; on an accelerator the data stay on the device."""
+    if not isinstance(a, jax.Array):
         return True
-    return (isinstance(a, jax.Array) and not isinstance(a, jax.core.Tracer)
-            and all(d.platform == "cpu" for d in a.devices()))
+    return not isinstance(a, jax.core.Tracer) and all(d.platform == "cpu" for d in a.devices())
+
+
+def set_up(f, *arrays):
+    """``f(xp, *arrays)`` with ``xp`` NumPy where every array is on the host (:func:`on_host`; the
+    result put on the device without compiling anything), else ``jax.numpy``."""
+    if all(on_host(a) for a in arrays):
+        return _device.asarray(f(np, *(np.asarray(a) for a in arrays)))
+    return f(jnp, *arrays)
 
 
 def pad_axis(a, axis: int, n: int, value=0, mode: str = "constant"):
@@ -111,9 +118,7 @@ def pad_axis(a, axis: int, n: int, value=0, mode: str = "constant"):
     widths = [(0, 0)] * a.ndim
     widths[axis] = (0, n)
     kw = dict(constant_values=value) if mode == "constant" else {}
-    if on_host(a):
-        return _device.asarray(np.pad(np.asarray(a), widths, mode=mode, **kw))
-    return jnp.pad(a, widths, mode=mode, **kw)
+    return set_up(lambda xp, a: xp.pad(a, widths, mode=mode, **kw), a)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -324,13 +329,8 @@ class Form:
         """Field -> function that pads it when the slot axis grows to ``s1`` (fields not named
         keep their value: they have no slot axis)."""
         s0 = self.n_slot
-        def pos(a):  # "not visible" is the slot count
-            if on_host(a):
-                a = np.asarray(a)
-                return _device.asarray(np.where(a == s0, s1, a).astype(a.dtype))
-            return jnp.where(a == s0, s1, a).astype(a.dtype)
-
-        return {"cell": lambda a: pad_axis(a, 1, s1 - s0), "pos": pos}  # new slots point at cell 0 with zero weight
+        return {"cell": lambda a: pad_axis(a, 1, s1 - s0),  # new slots point at cell 0 with zero weight
+                "pos": lambda a: set_up(lambda xp, a: xp.where(a == s0, s1, a).astype(a.dtype), a)}  # "not visible" is the slot count
 
     # ------------------------------------------------------------------ what the cells carry
 
@@ -354,17 +354,16 @@ class Form:
     def with_cell_factors(self, factors) -> Form:
         """This form with its per-cell weights multiplied by ``factors`` ((n_cell,) or (n_cell, 3))."""
         cols = np.asarray(self.weight_components())
-        host = on_host(self.weight) and on_host(self.cell) and not isinstance(factors, jax.core.Tracer)
-        xp = np if host else jnp
-        f = xp.asarray(factors, dtype=self.weight.dtype)
-        if f.ndim == 1:
-            f = xp.broadcast_to(f[:, None], (f.shape[0], 3))
-        if f.shape != (self.n_cell, 3):
-            raise DopplermapInputError(f"cell factors must have shape (n_cell,) or (n_cell, 3) with n_cell={self.n_cell}, got {f.shape}")
-        if host:  # set-up data: no eager gathers (see on_host)
-            return dataclasses.replace(self, weight=_device.asarray(
-                np.asarray(self.weight) * f[np.asarray(self.cell)][..., cols]))
-        return dataclasses.replace(self, weight=self.weight * f[self.cell][..., cols])
+        shape = np.shape(factors)
+        if shape not in ((self.n_cell,), (self.n_cell, 3)):
+            raise DopplermapInputError(f"cell factors must have shape (n_cell,) or (n_cell, 3) with n_cell={self.n_cell}, got {shape}")
+
+        def scaled(xp, weight, cell, f):
+            f = xp.asarray(f, dtype=weight.dtype)
+            f = xp.broadcast_to(f[:, None], (f.shape[0], 3)) if f.ndim == 1 else f
+            return weight * f[cell][..., cols]
+
+        return dataclasses.replace(self, weight=set_up(scaled, self.weight, self.cell, factors))
 
     # ------------------------------------------------------------------ solving
 
