@@ -1,7 +1,8 @@
 """vsini read off a grid on the 12 calibration stars, by the regularised and the profiled read-out.
 
     PYTHONPATH=src python benchmarks/bench_vsini.py [--stars 0,...,11] [--readouts regularised,profiled]
-        [--at truth|estimate] [--cells 300] [--subdivide 1] [--out benchmarks/results/vsini-cpu2.json]
+        [--at truth|estimate] [--cells 300] [--subdivide 1] [--lmbd 1] [--noise-free]
+        [--out benchmarks/results/vsini-cpu2.json]
 
 Stars are :mod:`bench_calibration`'s (its independent disc integrator). vsini is profiled over
 the truth + :data:`STEPS` km/s with the inclination held (``--at truth``: at the true
@@ -10,7 +11,7 @@ inclination; ``--at estimate``: at the same read-out's inclination of
 point solved from the flat start (:func:`dopplermap.search.evaluate_point`) and read by
 ``bench_calibration.continuous_interval`` on ``chi2_total`` (Delta chi2 <= 1), on ``--cells`` band
 cells, each integrated over ``--subdivide`` x ``--subdivide`` sub-cells (``[grid] subdivide``). Read-outs:
-``regularised`` (lambda 1 at ``GRID_TOL``, ``grid``'s default) and ``profiled``
+``regularised`` (lambda ``--lmbd``, default 1, at ``GRID_TOL``, ``grid``'s default) and ``profiled``
 (:data:`dopplermap.search.PROFILE_READOUT`, ``grid --readout profiled``). Results:
 benchmarks/RESULTS.md, "Stellar parameters: calibration", "vsini by read-out".
 """
@@ -37,19 +38,19 @@ READOUT_FILE = Path(__file__).resolve().parent / "results" / "readout-cpu2.json"
 OLD_NAME = {"regularised": "old", "profiled": "profiled"}  # bench_readout's names
 
 
-def settings(problem, which):
+def settings(problem, which, lmbd=1.0):
     from dopplermap.app.defaults import GRID_TOL
     from dopplermap.search import PROFILE_READOUT
 
-    work = problem.settings.replace(lmbd=1.0, tol=GRID_TOL, maxiter=max(problem.settings.maxiter, 5000))
+    work = problem.settings.replace(lmbd=lmbd, tol=GRID_TOL, maxiter=max(problem.settings.maxiter, 5000))
     return work if which == "regularised" else work.replace(**PROFILE_READOUT.settings(work))
 
 
-def profile(s, which, inclination, steps=STEPS, subdivide=1):
+def profile(s, which, inclination, steps=STEPS, subdivide=1, lmbd=1.0):
     from dopplermap.search import evaluate_point
 
     p = s["problem"]
-    p = p.replace(settings=settings(p, which), subdivide=subdivide)
+    p = p.replace(settings=settings(p, which, lmbd), subdivide=subdivide)
     vals = s["vsini"] + np.asarray(steps, float)
     t0 = time.perf_counter()
     with warnings.catch_warnings():
@@ -69,6 +70,8 @@ def main():
     ap.add_argument("--steps", default=None, help="vsini - truth, km/s, comma-separated (default STEPS)")
     ap.add_argument("--cells", type=int, default=B.N_CELL)
     ap.add_argument("--subdivide", type=int, default=1)
+    ap.add_argument("--lmbd", type=float, default=1.0, help="the regularised read-out's lambda")
+    ap.add_argument("--noise-free", action="store_true", help="the stars' profiles without noise (a control)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     steps = STEPS if args.steps is None else np.array([float(x) for x in args.steps.split(",")])
@@ -76,14 +79,14 @@ def main():
     if args.at == "estimate":
         est = {r["k"]: r for r in json.loads(READOUT_FILE.read_text())["stars"]}
     res = dict(machine=platform.platform(), load_start=os.getloadavg()[0], at=args.at, steps=steps.tolist(),
-               cells=args.cells, subdivide=args.subdivide, stars=[])
+               cells=args.cells, subdivide=args.subdivide, lmbd=args.lmbd, noise=not args.noise_free, stars=[])
     readouts = [w for w in args.readouts.split(",") if w]
     for k in [int(x) for x in args.stars.split(",") if x]:
-        s = B.make_star(k, n_cell=args.cells)
+        s = B.make_star(k, n_cell=args.cells, noise=not args.noise_free)
         row = dict(k=k, inc=s["inc"], vsini=s["vsini"])
         for which in readouts:
             inc = s["inc"] if args.at == "truth" else float(est[k][OLD_NAME[which]]["best"])
-            row[which] = r = profile(s, which, inc, steps, args.subdivide)
+            row[which] = r = profile(s, which, inc, steps, args.subdivide, args.lmbd)
             print(f"star {k} (vsini {s['vsini']:.0f}, i {inc:.1f}) {which:11s}: {r['best']:.3f} "
                   f"[{r['lo68']:.3f}, {r['hi68']:.3f}] err {r['err']:+.3f}  {r['wall_s']:.0f}s; "
                   f"load {os.getloadavg()[0]:.1f}", flush=True)

@@ -176,3 +176,40 @@ def test_auto_takes_newton_at_tight_tolerances_where_it_applies(problem):
     assert choose_solver(settings=Settings(solver="auto", tol=1e-8), pre=sets) == "lbfgsb"
     with pytest.raises(dm.DopplermapInputError, match="solver must be one of 'auto', 'lbfgsb'"):
         dm.invert(pre, sim.obs, solver="gauss")
+
+
+def test_products_from_an_approximate_linearisation_reach_the_exact_optimum():
+    """``product_args`` steer CG only: with a 1e-3-perturbed matrix in the products the solve
+    still ends at the exact bounded optimum (scipy's lsq_linear), judged by the exact gradient."""
+    rng = np.random.default_rng(3)
+    a = rng.normal(size=(50, 10))
+    b = rng.normal(size=50)
+    lo, hi = np.full(10, -0.1), np.full(10, 0.1)
+    c = 1e-3
+    ref = lsq_linear(np.vstack([a, np.sqrt(c) * np.eye(10)]), np.concatenate([b, np.zeros(10)]),
+                     bounds=(lo, hi), tol=1e-14).x
+    assert np.sum((ref <= -0.1 + 1e-9) | (ref >= 0.1 - 1e-9)) >= 2  # some bounds are active
+    rough = a * (1.0 + 1e-3 * rng.normal(size=a.shape))
+    out = jax.jit(lambda x0, m, mp: newton._projected_newton(
+        lambda x, m: m @ x - jnp.asarray(b), lambda x, m: c * jnp.vdot(x, x), x0, jnp.asarray(lo), jnp.asarray(hi),
+        m, blocks=(10,), maxiter=100, ftol=1e-15, gtol=1e-12, product_args=(mp,)))(
+        jnp.zeros(10), jnp.asarray(a), jnp.asarray(rough))
+    assert np.allclose(np.asarray(out.x), ref, atol=1e-8)
+
+
+def test_float64_cube_takes_float32_products_to_the_same_minimum(problem):
+    """A tight solve iterates on a float64 cube and forms its Gauss-Newton products on the
+    float32 fold of the same model (the default); the minimum is the all-float64 one's."""
+    _, _, pre, sim = problem
+    kw = dict(lmbd=0.3, tol=1e-9, solver="newton")
+    mixed = dm.invert(pre, sim.obs, **kw)
+    plain = dm.invert(pre, sim.obs, **kw, options=dict(products="float64"))
+    assert mixed.cube_dtype == plain.cube_dtype == "float64"
+    assert (mixed.extra["products"], plain.extra["products"]) == ("float32", "float64")
+    assert mixed.success and plain.success, (mixed.stop_reason, plain.stop_reason)
+    assert abs(_rel(mixed.loss, plain.loss)) <= 1e-8, (mixed.loss, plain.loss)
+    # a float32 cube has no cheaper fold: its products are its own
+    loose = dm.invert(pre, sim.obs, lmbd=0.3, tol=1e-5, solver="newton")
+    assert loose.cube_dtype == loose.extra["products"] == "float32"
+    with pytest.raises(dm.DopplermapInputError, match="products"):
+        dm.invert(pre, sim.obs, **kw, options=dict(products="float16"))

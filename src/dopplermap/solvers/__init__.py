@@ -24,6 +24,7 @@ is ``invert(solver="projected_lbfgs")``; :func:`invert_batch` is the same device
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from collections.abc import Callable
 
@@ -197,8 +198,10 @@ def invert(problem: Problem | Precomputed, obs: Observations | None = None, *, x
             continuum offsets [None: no prior], added to the un-normalised chi-square (see
             :mod:`dopplermap.objective`; ``result.offset_prior`` reports its term): a number, or
             with several line data sets one value (or None) per set. Every solver.
-        options: back-end options: ``maxcor`` (L-BFGS memory, 10), ``max_cg`` and
-            ``n_probe`` (Newton).
+        options: back-end options: ``maxcor`` (L-BFGS memory, 10), ``max_cg``, ``n_probe``
+            and ``products`` (Newton: ``"float32"``, the default, forms the Gauss-Newton
+            products of a solve on a float64 cube from the float32 fold of the same model;
+            ``"float64"`` from the solve's own cube).
 
     Raises :class:`~dopplermap.errors.DopplermapInputError` for ``tol <= 0``, ``maxiter < 1``,
     ``lmbd < 0`` or data with no line, and warns (:class:`~dopplermap.errors.DopplermapWarning`,
@@ -334,8 +337,9 @@ def prepare(pre: Precomputed, obs: Observations, settings: Settings, *, x0=None,
     fit_components = check_fit_components(settings.fit_components)
     check_match(pre, obs)
     dtype = _cube_dtype(problem, cube_dtype, settings.tol)
-    form = (problem.solve_form(dtype, blocked=blocked) if problem is not None
-            else solve_form(pre, dtype, blocked=blocked))
+    forms = (functools.partial(problem.solve_form, blocked=blocked) if problem is not None
+             else functools.partial(solve_form, pre, blocked=blocked))
+    form = forms(dtype)
     layout, x0, lo, hi = start(form, x0, fit_rv=settings.fit_rv, fit_amp=settings.fit_amp,
                                fit_components=fit_components, layout=None if problem is None else problem.layout)
     data = ObjectiveData.create(pre, obs, lightcurve=lightcurve, line_weight=settings.line_weight,
@@ -344,7 +348,7 @@ def prepare(pre: Precomputed, obs: Observations, settings: Settings, *, x0=None,
     return SolveSetup(layout=layout, x0=x0, lower=lo, upper=hi, lmbd=float(settings.lmbd),
                       regulariser=settings.regulariser, penalty=float(penalty), tol=float(settings.tol),
                       maxiter=int(settings.maxiter), pre=form, exact_pre=pre, data=data,
-                      fit_components=fit_components, options=dict(options or {}))
+                      fit_components=fit_components, options=dict(options or {}), forms=forms)
 
 
 def finish(setup: SolveSetup, raw: RawSolve, solver: str, obs: Observations | None = None,

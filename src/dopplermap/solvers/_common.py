@@ -62,6 +62,9 @@ class SolveSetup:
         data: what the loss compares with (:class:`~dopplermap.objective.ObjectiveData`:
             observations, light curve and weights, offset prior).
         fit_components: the spot components fitted. options: back-end options (maxcor ...).
+        forms: ``cube_dtype -> form``: the same model in another cube dtype (the problem's
+            cached :meth:`~dopplermap.problem.Problem.solve_form`), for a back end that
+            iterates on two (Newton's float32 Gauss-Newton products); None: only ``pre``.
     """
 
     layout: Layout
@@ -78,6 +81,7 @@ class SolveSetup:
     data: ObjectiveData
     fit_components: tuple[str, ...]
     options: dict = dataclasses.field(default_factory=dict)
+    forms: Callable[[str], Precomputed] | None = None
 
     @property
     def obs(self) -> Observations | tuple:

@@ -51,10 +51,10 @@ from ..lightcurve import lightcurve_residuals
 from ..model import apply_nuisance, forward, synthesize
 from ..objective import DEFAULT_PENALTY, Layout, ObjectiveData, regulariser_value, sum_excess
 from ..result import Outcome
-from ._common import RawSolve, SolveSetup, report_progress
+from ._common import RawSolve, SolveSetup, cube_dtype_of, report_progress
 
 __all__ = ["NewtonResult", "solve_newton", "solve_members", "line_residuals", "smooth_terms",
-           "STOP_REASONS", "EPS_ACTIVE"]
+           "STOP_REASONS", "EPS_ACTIVE", "PRODUCTS", "products_form"]
 
 STOP_REASONS = ("running", "ftol: relative reduction of the loss <= tol",
                 "gtol: projected gradient <= tol", "maxiter reached", "line search failed")
@@ -149,7 +149,7 @@ def _pieces(x, g, g_left, g_right, lower, upper, spacing):
 def _projected_newton(residual: Callable, smooth: Callable, x0, lower, upper, *args, blocks: tuple[int, ...],
                      kink_spacing=None, kink_step: Callable | None = None, smooth_diag: Callable | None = None, maxiter: int = 200, ftol: float = 1e-8, gtol: float = 1e-8, max_cg: int = 50,
                      n_probe: int = 8, max_backtrack: int = 30, c1: float = 1e-4, seed: int = 0,
-                     report: Callable | None = None) -> NewtonResult:
+                     report: Callable | None = None, product_args: tuple | None = None) -> NewtonResult:
     """Minimise ``|residual(x, *args)|^2 + smooth(x, *args)`` subject to ``lower <= x <= upper``.
 
     Args:
@@ -172,6 +172,9 @@ def _projected_newton(residual: Callable, smooth: Callable, x0, lower, upper, *a
         ftol, gtol: stopping tolerances (see the module docstring).
         report: optional ``report(iteration, loss)`` traced into the loop after every
             iteration (e.g. a ``jax.debug.callback`` for progress; static).
+        product_args: optional arguments that replace ``args`` in the linearisation the
+            Gauss-Newton products (CG) are taken on, e.g. a model on a cheaper cube; the
+            loss, gradient and line search keep ``args``.
     """
     x0 = jnp.clip(jnp.asarray(x0), lower, upper)
     n = x0.shape[0]
@@ -200,10 +203,18 @@ def _projected_newton(residual: Callable, smooth: Callable, x0, lower, upper, *a
         def jt(u):  # J' u
             return vjp(u)[0]
 
-        jv = jax.linear_transpose(jt, r)  # J v = transpose of the VJP
+        if product_args is None:
+            r_p, jt_p = r, jt
+        else:  # the products from a cheaper linearisation (a float32 cube): CG needs only a direction
+            r_p, vjp_p = jax.vjp(lambda x: residual(x, *product_args), x)
+
+            def jt_p(u):
+                return vjp_p(u)[0]
+
+        jv = jax.linear_transpose(jt_p, r_p)  # J v = transpose of the VJP
 
         def gn(v):  # 2 J'J v
-            return 2.0 * jt(jv(v)[0])
+            return 2.0 * jt_p(jv(v)[0])
 
         return r, jt, gn
 
@@ -447,7 +458,7 @@ def _report(it, f):
     report_progress(it, f)
 
 
-def _solve(x0, lo, hi, spacing, tol, lmbd, pre, data, *, regulariser, penalty, maxiter, max_cg, n_probe,
+def _solve(x0, lo, hi, spacing, tol, lmbd, pre, data, pre_products=None, *, regulariser, penalty, maxiter, max_cg, n_probe,
            progress=False):
     n_cell = pre.n_cell
     smooth = functools.partial(smooth_terms, regulariser=regulariser, penalty=penalty)
@@ -456,7 +467,8 @@ def _solve(x0, lo, hi, spacing, tol, lmbd, pre, data, *, regulariser, penalty, m
                             blocks=(n_cell, n_cell, x0.shape[0] - 2 * n_cell), kink_spacing=spacing, kink_step=rv_step,
                             smooth_diag=None if per_cell is None else functools.partial(coupling_diagonal, per_cell),
                             maxiter=maxiter, ftol=tol, gtol=tol, max_cg=max_cg, n_probe=n_probe,
-                            report=_report if progress else None)
+                            report=_report if progress else None,
+                            product_args=None if pre_products is None else (lmbd, pre_products, data))
 
 
 def kink_spacing(layout: Layout, vels) -> np.ndarray:
@@ -476,20 +488,43 @@ NEWTON_MAXITER = 200
 """Newton iteration cap when the caller's ``maxiter`` (sized for L-BFGS) is larger."""
 
 
-def _compile_newton(x0, lo, hi, spacing, tol, lmbd, pre, data: ObjectiveData, *, regulariser="mem",
+def _compile_newton(x0, lo, hi, spacing, tol, lmbd, pre, data: ObjectiveData, pre_products=None, *, regulariser="mem",
                    penalty=DEFAULT_PENALTY, maxiter=NEWTON_MAXITER, max_cg=DEFAULT_MAX_CG, n_probe=DEFAULT_PROBES,
                    progress=False):
     """AOT-compile the Newton solve for these shapes; returns ``(compiled, seconds)`` (0 when reused).
 
-    The compiled function takes ``(x0, lo, hi, spacing, tol, lmbd, pre, data)``: a new
-    tolerance, lambda, offset sigma or data set of the same shapes reuses it.
+    The compiled function takes ``(x0, lo, hi, spacing, tol, lmbd, pre, data, pre_products)``
+    (the last None, or the form of :func:`products_form`): a new tolerance, lambda, offset
+    sigma or data set of the same shapes reuses it.
     """
     kw = dict(regulariser=regulariser, penalty=float(penalty), maxiter=int(maxiter), max_cg=int(max_cg),
               n_probe=int(n_probe), progress=bool(progress))
-    args = (x0, lo, hi, spacing, tol, lmbd, pre, data)
+    args = (x0, lo, hi, spacing, tol, lmbd, pre, data, pre_products)
     # a host callback (progress) cannot be exported: that program is traced every run
     compiled, timing = compile_cached("newton", _solve, args, kw, cache=not kw["progress"], options=loop_options())
     return compiled, timing["trace_lower"] + timing["compile"]
+
+
+PRODUCTS = ("float32", "float64")
+"""``options["products"]`` of the Newton back end (see :func:`products_form`)."""
+
+
+def products_form(setup: SolveSetup):
+    """The form the Gauss-Newton products of ``setup``'s solve are taken on, or None for the
+    solve's own.
+
+    A solve on a float64 cube (tight tolerances: the loss must round finer than ``tol``)
+    forms its products on the float32 fold of the same model (``options["products"]``,
+    default ``"float32"``): CG needs only a direction, which the float64 gradient and line
+    search then judge, and a product reads half the bytes (RESULTS.md, "Gauss-Newton
+    products on a float32 cube"). ``"float64"``: the solve's own cube.
+    """
+    which = setup.options.get("products", "float32")
+    if which not in PRODUCTS:
+        raise DopplermapInputError(f"newton option products must be one of {list(PRODUCTS)}, got {which!r}")
+    if which == "float64" or setup.forms is None or cube_dtype_of(setup.pre) != "float64":
+        return None
+    return setup.forms("float32")
 
 
 def _program_args(setup: SolveSetup):
@@ -501,7 +536,7 @@ def _program_args(setup: SolveSetup):
     kw = dict(regulariser=setup.regulariser, penalty=float(setup.penalty), maxiter=int(min(setup.maxiter, NEWTON_MAXITER)),
               max_cg=int(setup.options.get("max_cg", DEFAULT_MAX_CG)),
               n_probe=int(setup.options.get("n_probe", DEFAULT_PROBES)), progress=False)
-    return (xj, lo_j, hi_j, spacing, tol_j, lm, setup.pre, setup.data), kw
+    return (xj, lo_j, hi_j, spacing, tol_j, lm, setup.pre, setup.data, products_form(setup)), kw
 
 
 def compile_state(setup: SolveSetup, progress: bool = False) -> str:
@@ -511,7 +546,12 @@ def compile_state(setup: SolveSetup, progress: bool = False) -> str:
     return program_state("newton", _solve, args, dict(kw, progress=bool(progress)), loop_options())
 
 
-def _raw(r: NewtonResult, n_iter_max: int, compile_time: float, solve_time: float) -> RawSolve:
+def _products_dtype(setup: SolveSetup, args) -> str | None:
+    """The cube dtype the products of a solve were taken on (``extra["products"]``)."""
+    return cube_dtype_of(setup.pre if args[-1] is None else args[-1])
+
+
+def _raw(r: NewtonResult, n_iter_max: int, compile_time: float, solve_time: float, products: str | None) -> RawSolve:
     status = int(r.status)
     n_it = int(r.n_iter)
     # summed on the host (NewtonResult.passes would run an eager device add)
@@ -520,7 +560,7 @@ def _raw(r: NewtonResult, n_iter_max: int, compile_time: float, solve_time: floa
     return RawSolve(x=np.asarray(r.x), iterations=n_it, n_eval=passes["total"], outcome=Outcome.from_status(status),
                     stop_reason=STOP_REASONS[status] + (f" ({n_iter_max} Newton iterations)" if status == 3 else ""),
                     history={"loss": np.asarray(r.history)[:n_it], "passes": np.asarray(r.passes_history)[:n_it]},
-                    compile_time=compile_time, solve_time=solve_time, extra={"passes": passes})
+                    compile_time=compile_time, solve_time=solve_time, extra={"passes": passes, "products": products})
 
 
 def _check_newton(setup: SolveSetup) -> None:
@@ -543,7 +583,7 @@ def solve_newton(setup: SolveSetup, callback=None) -> RawSolve:
     fn, t_compile = _compile_newton(*args, **dict(kw, progress=callback is not None))
     t0 = time.perf_counter()
     r = jax.block_until_ready(fn(*args))
-    return _raw(r, kw["maxiter"], t_compile, time.perf_counter() - t0)
+    return _raw(r, kw["maxiter"], t_compile, time.perf_counter() - t0, _products_dtype(setup, args))
 
 
 def solve_members(setup: SolveSetup, members) -> tuple[list[RawSolve], float]:
@@ -558,13 +598,15 @@ def solve_members(setup: SolveSetup, members) -> tuple[list[RawSolve], float]:
     args, kw = _program_args(setup)
     fn, t_compile = _compile_newton(*args, **kw)
     x0, lo_j, hi_j, spacing, tol_j = args[:5]
+    pre_products = args[-1]
     out, prev = [], None
     t0 = time.perf_counter()
     for i, m in enumerate(members):
         x, lm, data = m(prev)
         r = jax.block_until_ready(fn(_device.asarray(x, dtype=x0.dtype), lo_j, hi_j, spacing, tol_j,
-                                     _device.asarray(lm, dtype=x0.dtype), setup.pre, data))
+                                     _device.asarray(lm, dtype=x0.dtype), setup.pre, data, pre_products))
         prev = r.x
         out.append((r, t_compile if i == 0 else 0.0))
     seconds = time.perf_counter() - t0
-    return [_raw(r, kw["maxiter"], tc, seconds) for r, tc in out], seconds
+    products = _products_dtype(setup, args)
+    return [_raw(r, kw["maxiter"], tc, seconds, products) for r, tc in out], seconds
