@@ -12,7 +12,8 @@ point solved from the flat start (:func:`dopplermap.search.evaluate_point`) and 
 ``bench_calibration.continuous_interval`` on ``chi2_total`` (Delta chi2 <= 1), on ``--cells`` band
 cells, each integrated over ``--subdivide`` x ``--subdivide`` sub-cells (``[grid] subdivide``). Read-outs:
 ``regularised`` (lambda ``--lmbd``, default 1, at ``GRID_TOL``, ``grid``'s default) and ``profiled``
-(:data:`dopplermap.search.PROFILE_READOUT`, ``grid --readout profiled``). Results:
+(:data:`dopplermap.search.PROFILE_READOUT`, ``grid --readout profiled``); ``true_map``, a
+control: the true map's chi2, no solve (:func:`true_map`). Results:
 benchmarks/RESULTS.md, "Stellar parameters: calibration", "vsini by read-out".
 """
 
@@ -62,6 +63,27 @@ def profile(s, which, inclination, steps=STEPS, subdivide=1, lmbd=1.0):
                 inclination=inclination, profile=prof.tolist(), wall_s=time.perf_counter() - t0)
 
 
+def true_map(s, steps=STEPS, subdivide=1):
+    """The control: ``chi2_total`` of the true map (its cell averages) with the true rv and no
+    offsets at each vsini, no solve: where dopplermap's model puts vsini when the map is known."""
+    import jax.numpy as jnp
+
+    from dopplermap.model import forward
+
+    p = s["problem"].replace(subdivide=subdivide)
+    c, h = jnp.asarray(np.nan_to_num(s["truth_fssc"])), jnp.asarray(np.nan_to_num(s["truth_fssh"]))
+    vals = s["vsini"] + np.asarray(steps, float)
+    t0 = time.perf_counter()
+    prof = []
+    for v in vals:
+        q = p.replace(star=p.star.replace(vsini=float(v)))
+        model = np.asarray(forward(c, h, jnp.asarray(s["rv"]), jnp.zeros(len(s["rv"])), q.pre))
+        prof.append(float(np.sum(((np.asarray(q.obs.flux) - model) / np.asarray(q.obs.err)) ** 2)))
+    best, lo, hi = B.continuous_interval(vals, np.array(prof), 1.0)
+    return dict(best=best, lo68=lo, hi68=hi, err=best - s["vsini"], in68=bool(lo <= s["vsini"] <= hi),
+                inclination=s["inc"], profile=prof, wall_s=time.perf_counter() - t0)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--stars", default=",".join(str(k) for k in range(12)))
@@ -85,8 +107,9 @@ def main():
         s = B.make_star(k, n_cell=args.cells, noise=not args.noise_free)
         row = dict(k=k, inc=s["inc"], vsini=s["vsini"])
         for which in readouts:
-            inc = s["inc"] if args.at == "truth" else float(est[k][OLD_NAME[which]]["best"])
-            row[which] = r = profile(s, which, inc, steps, args.subdivide, args.lmbd)
+            inc = s["inc"] if args.at == "truth" or which == "true_map" else float(est[k][OLD_NAME[which]]["best"])
+            row[which] = r = (true_map(s, steps, args.subdivide) if which == "true_map"
+                              else profile(s, which, inc, steps, args.subdivide, args.lmbd))
             print(f"star {k} (vsini {s['vsini']:.0f}, i {inc:.1f}) {which:11s}: {r['best']:.3f} "
                   f"[{r['lo68']:.3f}, {r['hi68']:.3f}] err {r['err']:+.3f}  {r['wall_s']:.0f}s; "
                   f"load {os.getloadavg()[0]:.1f}", flush=True)
