@@ -11,6 +11,7 @@ import pytest
 from support.cluster import kill_one_worker
 
 import dopplermap as dm
+from dopplermap.constants import FILL_MIN
 
 SPOTS = [(40.0, 30.0, 20.0, "cool", 0.8), (10.0, 200.0, 15.0, "hot", 0.6)]
 
@@ -285,10 +286,37 @@ def test_calibration_refuses_what_it_does_not_simulate():
 
     p = B.make_star(7, n_lat=24, n_cell=60, n_vel=12)["problem"]
     check_calibratable(p)  # the plain line-profile problem is fine
-    with pytest.raises(dm.DopplermapInputError, match="fit_components"):
-        check_calibratable(p.replace(settings=p.settings.replace(fit_components=("cool",))))
+    check_calibratable(p.replace(settings=p.settings.replace(fit_components=("cool",))))  # simulated as one
     with pytest.raises(dm.DopplermapInputError, match="line_weight"):
         check_calibratable(p.replace(settings=p.settings.replace(line_weight=2.0)))
+
+
+def test_a_cool_spot_only_calibration_fits_cool_spots_only(monkeypatch):
+    """A cool-spot-only problem (``import-zdipy``'s) is calibrated as one: its trial maps and
+    every data set's solves hold the hot spots at the floor, as the grid's own solves do."""
+    from dopplermap import calibrate
+    from dopplermap.calibrate import CalibrationOptions, calibrate_parameter
+
+    seen = []
+
+    def spy(fn):
+        def wrapped(*args, **kw):
+            out = fn(*args, **kw)
+            results = out.results if hasattr(out, "results") else out
+            seen.append((kw.get("fit_components"), max(float(np.max(r.fssh)) for r in results)))
+            return out
+        return wrapped
+
+    monkeypatch.setattr(calibrate, "solve_many", spy(calibrate.solve_many))
+    monkeypatch.setattr(calibrate, "invert_batch", spy(calibrate.invert_batch))
+    s = B.make_star(7, n_lat=32, n_cell=80, n_vel=16)
+    p = s["problem"]
+    cool = p.replace(settings=p.settings.replace(fit_components=("cool",)))
+    c = calibrate_parameter(cool, "inclination", [60.0, 70.0, 80.0], fixed={"vsini": s["vsini"]},
+                            options=CalibrationOptions(n_sim=4, seed=1, sim_oversample=1))
+    assert len(seen) >= 2 + 3  # the trial maps, then every grid value's data sets
+    assert all(comps == ("cool",) and fssh == FILL_MIN for comps, fssh in seen), seen
+    assert np.all(np.isfinite(c.sims)) and c.lo95 <= c.estimate <= c.hi95
 
 
 def test_calibration_is_sized_before_anything_is_allocated(tmp_path, capsys, monkeypatch):

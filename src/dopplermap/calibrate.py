@@ -47,7 +47,6 @@ import numpy as np
 
 from ._repr import compact
 from .atomic import fingerprint, write_file
-from .choices import SPOT_COMPONENTS
 from .cluster import Session
 from .errors import DopplermapInputError, DopplermapWarning, warn
 from .grid import SurfaceGrid, latitude_band_grid
@@ -368,8 +367,8 @@ def check_calibration_size(problem: Problem, axes: dict, n_sim: int, max_solves:
 
 
 def check_calibratable(problem: Problem) -> None:
-    """Refuse a problem the simulation does not reproduce (a light curve, other fitted
-    components, a line weight): its calibration would describe another problem."""
+    """Refuse a problem the simulation does not reproduce (time windows, a light curve, a
+    line weight): its calibration would describe another problem."""
     settings = problem.settings
     if problem.windows is not None:
         raise DopplermapInputError(f"{problem.source}: calibration by simulation simulates one static map; this "
@@ -377,9 +376,6 @@ def check_calibratable(problem: Problem) -> None:
     if problem.lightcurve_data is not None:
         raise DopplermapInputError(f"{problem.source}: calibration by simulation does not simulate light curves yet; "
                                    "calibrate on the line profiles alone (a target without [data] lightcurve)")
-    if tuple(settings.fit_components) != SPOT_COMPONENTS:
-        raise DopplermapInputError(f"{problem.source}: calibration needs fit_components {SPOT_COMPONENTS}, got "
-                                   f"{tuple(settings.fit_components)!r}")
     if settings.line_weight != 1.0:
         raise DopplermapInputError(f"{problem.source}: calibration needs line_weight 1, got {settings.line_weight!r}")
 
@@ -790,7 +786,8 @@ def calibrate_parameter(problem: Problem, name: str, values, *, fixed: dict | No
 
     Args:
         problem: the observed problem, solved with its settings (lambda, regulariser, tol,
-            maxiter, fit_rv, fit_amp, offset_sigma; for others: ``problem.replace(settings=...)``).
+            maxiter, fit_rv, fit_amp, offset_sigma, fit_components: a cool-spot-only map is
+            simulated and read back as one; for others: ``problem.replace(settings=...)``).
         name: a grid parameter (``dopplermap.search.GRID_PARAMETERS``).
         values: (n_grid >= 3,) ascending grid values of ``name`` along which the base estimate
             (the profile ``chi2_total`` minimum) is read.
@@ -819,7 +816,8 @@ def calibrate_parameter(problem: Problem, name: str, values, *, fixed: dict | No
     check_calibration_size(problem, {name: (v.size, t.size)}, n_sim, o.max_solves, o.readout)  # before any allocation
     t_start = time.perf_counter()
     kw = dict(lmbd=settings.lmbd, regulariser=settings.regulariser, tol=settings.tol, maxiter=settings.maxiter,
-              fit_rv=settings.fit_rv, fit_amp=settings.fit_amp, offset_sigma=settings.offset_sigma)
+              fit_rv=settings.fit_rv, fit_amp=settings.fit_amp, offset_sigma=settings.offset_sigma,
+              fit_components=tuple(settings.fit_components))
     lm_sim = SIM_LMBD_FACTOR * float(settings.lmbd) if o.sim_lmbd is None else float(o.sim_lmbd)
 
     def at(value):
