@@ -2,6 +2,7 @@
 are sized to the memory budget, and the searches built on it say how they ran."""
 
 import os
+import warnings
 
 import numpy as np
 import pytest
@@ -264,18 +265,41 @@ def test_a_session_s_workers_keep_the_shared_problem_through_a_crash():
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as lc:
         with Session(Cluster(lc.scheduler_address), shared) as session:
             before = session.client.run(os.getpid)
-            assert session.submit(operator.getitem, "flux").result(timeout=60)[3] == 3.0
+            assert session.result(session.submit(operator.getitem, "flux"), timeout=60)[3] == 3.0
             try:
                 session.client.run(os._exit, 1)  # every worker dies; the nannies start new ones
             except Exception:  # noqa: BLE001 - the workers' connections drop with them
                 pass
-            got = [session.submit(operator.getitem, "flux").result(timeout=120) for _ in range(4)]
+            got = [session.result(session.submit(operator.getitem, "flux"), timeout=120) for _ in range(4)]
             after = session.client.run(os.getpid)
             assert set(after.values()).isdisjoint(before.values())
             assert all(np.array_equal(g, shared["flux"]) for g in got)
             name = session.name
         with Client(lc.scheduler_address) as c:
             assert not any(name in plugins for plugins in c.run(lambda dask_worker: list(dask_worker.plugins)).values())
+
+
+def test_a_worker_s_warnings_follow_this_process_s_filters_and_reach_its_summary():
+    """A task's warnings on a worker process are raised again in the client, where the run's
+    summary collects them, and the client's filters hold on the worker (a grid ignores a
+    point's chi2 far from 1 there as it does in this process)."""
+    from dask.distributed import LocalCluster
+
+    from dopplermap.cluster import Cluster, run_tasks
+    from dopplermap.errors import DopplermapWarning, collect_warnings
+
+    def warns_twice(shared, where):  # local: pickled by value for the worker
+        warnings.warn(f"reduced chi2 of {where} is far from 1", DopplermapWarning, stacklevel=2)
+        warnings.warn(f"{where}: a suspicious value", DopplermapWarning, stacklevel=2)
+        return shared + 1
+
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as lc:
+        with collect_warnings() as seen:
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message="reduced chi2", category=DopplermapWarning)
+                out = run_tasks(Cluster(lc.scheduler_address), warns_twice, 41, [("point 0",), ("point 1",)])
+    assert out == [42, 42]
+    assert list(seen) == ["point 0: a suspicious value", "point 1: a suspicious value"]
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity on this platform")

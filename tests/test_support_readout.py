@@ -209,7 +209,11 @@ def test_cli_support_readout_resumes_between_the_passes(star, tmp_path, monkeypa
     assert all(np.isfinite(r["chi2_support"]) for r in rows)
     summary = json.loads((out / "grid.json").read_text())
     assert summary["column"] == "chi2_support" and summary["support"]["cool_cells"] > 0
-    assert "support refit frees" not in capsys.readouterr().err
+    said = capsys.readouterr()
+    assert "support refit frees" not in said.err
+    # the screen shows the column the read-out reads, and labels its intervals with it
+    best = min(rows, key=lambda r: r["chi2_support"])
+    assert f"chi2_support {best['chi2_support']:.6g}" in said.out and "(Delta chi2_support <= 1)" in said.out
     # a support crowded with parameters is said in the run's warnings (the limit lowered to make it so)
     monkeypatch.setattr(search, "SUPPORT_CROWDED", 0.01)
     assert main([*args, "--overwrite"]) == 0

@@ -4,6 +4,8 @@ call that gives it to a task."""
 
 from __future__ import annotations
 
+import warnings
+
 from dask.distributed import WorkerPlugin, get_worker
 
 __all__ = ["Shared", "call"]
@@ -19,6 +21,13 @@ class Shared(WorkerPlugin):
         self.obj = obj
 
 
-def call(fn, name: str, *args, **kwargs):
-    """``fn(shared, *args, **kwargs)`` on a worker, ``shared`` the object its plugin ``name`` holds."""
-    return fn(get_worker().plugins[name].obj, *args, **kwargs)
+def call(fn, name: str, filters: list, *args, **kwargs):
+    """``(fn(shared, *args, **kwargs), warnings)`` on a worker, ``shared`` the object its plugin
+    ``name`` holds: run under the client's warning ``filters`` (what a search ignores, such as a
+    grid point's chi2 far from 1, is ignored here too), the warnings it gives returned as
+    ``(category, message)`` pairs for the client to raise again (a worker process would only
+    print them, outside the run's summary)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.filters[:] = filters
+        value = fn(get_worker().plugins[name].obj, *args, **kwargs)
+    return value, [(w.category, str(w.message)) for w in caught]

@@ -629,7 +629,7 @@ def _on_cluster(cluster, problem, name, fixed, v, flux, err, kw, o, profiles, n_
             running = as_completed(list(futs))
             for fut in running:
                 j, p = futs.pop(fut)  # the client keeps no task it has read: the scheduler forgets it
-                chi2, loss, used, starts, its = fut.result()
+                chi2, loss, used, starts, its = session.result(fut)
                 if o.warm_start and (j + 1, p.start) in waiting:
                     nxt = submit(j + 1, p, starts)
                     futs[nxt] = (j + 1, p)
@@ -735,7 +735,7 @@ def _support_read_outs(units, problem, name, fixed, v, flux, err, kw, o, profile
                     (start, stop) for start, stop in todo}
             for fut in as_completed(list(futs)):
                 start, stop = futs.pop(fut)  # the client keeps no task it has read
-                chi2, refit, used, its, bad = fut.result()
+                chi2, refit, used, its, bad = session.result(fut)
                 modes.add(used)
                 iterations, unconverged = iterations + its, unconverged + bad
                 if finished is not None:

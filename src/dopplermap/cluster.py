@@ -8,6 +8,7 @@ import dataclasses
 import logging
 import os
 import uuid
+import warnings
 
 from .errors import DopplermapInputError
 
@@ -106,10 +107,20 @@ class Session:
         return self
 
     def submit(self, fn, *args, **kwargs):
-        """A future of ``fn(shared, *args, **kwargs)``; Dask's own keywords of
+        """A future of ``fn(shared, *args, **kwargs)``, run under this process's warning filters
+        (:func:`_warning_filters`), read by :meth:`result`; Dask's own keywords of
         ``Client.submit`` (``retries``, ...) are taken from ``kwargs``; never pure (a solve
         has no reason to be shared between two callers)."""
-        return self.client.submit(self._call, fn, self.name, *args, pure=False, **kwargs)
+        return self.client.submit(self._call, fn, self.name, _warning_filters(), *args, pure=False, **kwargs)
+
+    @staticmethod
+    def result(future, timeout=None):
+        """The value of a :meth:`submit` future; the warnings its task gave on the worker are
+        raised again here, where the run's summary collects them."""
+        value, caught = future.result(timeout=timeout)
+        for category, message in caught:
+            warnings.warn(message, category, stacklevel=2)
+        return value
 
     def __exit__(self, *exc) -> None:
         try:  # a running scheduler's workers let go of the problem (a local cluster closes anyway)
@@ -128,6 +139,12 @@ class Session:
                 self._local.close()
 
 
+def _warning_filters() -> list:
+    """This process's warning filters that a worker can rebuild: those of Python's own
+    categories and dopplermap's (another package's category may not import there)."""
+    return [f for f in warnings.filters if f[2].__module__ == "builtins" or f[2].__module__.startswith("dopplermap")]
+
+
 def run_tasks(cluster: Cluster, fn, shared, tasks: list, progress=None) -> list:
     """``[fn(shared, *task) for task in tasks]`` as Dask tasks on ``cluster``, in the tasks'
     order: ``shared`` (the problem) is held by every worker (:class:`Session`); a task lost with
@@ -139,7 +156,7 @@ def run_tasks(cluster: Cluster, fn, shared, tasks: list, progress=None) -> list:
         futs = {session.submit(fn, *task, retries=2): k for k, task in enumerate(tasks)}
         out = [None] * len(tasks)
         for n, fut in enumerate(as_completed(futs), 1):
-            out[futs[fut]] = fut.result()
+            out[futs[fut]] = session.result(fut)
             if progress is not None:
                 progress(n, len(tasks))
     return out

@@ -1708,7 +1708,7 @@ def grid_search(problem: Problem, axes: dict, table, *, resume: bool = False, cl
                 futs = {session.submit(evaluate_point, points[i], dof=dof, support=support, kept=kept.get(i),
                                        keep=keep): i for i in todo}
                 for fut in as_completed(futs):
-                    finish(futs[fut], fut.result())
+                    finish(futs[fut], session.result(fut))
         _sort_table(table)
         return read_table(table)
 

@@ -583,16 +583,21 @@ def _model_error(prob, point: dict, delta_chi2: float) -> float | None:
 
 
 def _print_grid(axes, rows, best, summary, calibrated, delta_chi2) -> None:
-    """stdout: the table of a small grid, the refused points, the best point and the intervals."""
+    """stdout: the table of a small grid, the refused points, the best point and the intervals.
+    A read-out on another column than ``chi2_total`` (``summary["column"]``: the support refit's
+    ``chi2_support``, the profiled ``chi2_dof``) shows that column beside the regularised solve's
+    reduced ``chi2``, and its intervals are labelled with it."""
+    column = summary.get("column", "chi2_total")
+    extra = [] if column == "chi2_total" else [column]
     if len(rows) <= TABLE_ROWS:
         names = list(axes)
-        click.echo("  ".join([f"{n:>12s}" for n in names] + [f"{'chi2':>10s}", f"{'R/R_sun':>8s}", f"{'log g':>6s}",
-                                                               "status"]))
+        click.echo("  ".join([f"{n:>12s}" for n in names] + [f"{c:>12s}" for c in ["chi2", *extra]]
+                             + [f"{'R/R_sun':>8s}", f"{'log g':>6s}", "status"]))
         for r in rows:
             logg = f"{r['logg']:6.2f}" if math.isfinite(r["logg"]) else f"{'-':>6s}"
-            chi2 = f"{r['chi2']:10.5g}" if r["status"] == "ok" else f"{'-':>10s}"
+            vals = [f"{r[c]:12.6g}" if r["status"] == "ok" else f"{'-':>12s}" for c in ["chi2", *extra]]
             status = r["status"]  # the reasons follow the table
-            click.echo("  ".join([f"{r[n]:12g}" for n in names] + [chi2, f"{r['radius']:8.3g}", logg, status]))
+            click.echo("  ".join([f"{r[n]:12g}" for n in names] + vals + [f"{r['radius']:8.3g}", logg, status]))
     if summary["refused"]:
         click.echo(f"{len(summary['refused'])} of {len(rows)} points refused (not solved): " + "; ".join(
             ", ".join(f"{k}={x[k]:g}" for k in axes) + f" ({x['reason']})" for x in summary["refused"][:10])
@@ -607,12 +612,13 @@ def _print_grid(axes, rows, best, summary, calibrated, delta_chi2) -> None:
                        f"{c.hi95:.4g} (calibrated by {c.n_sim} simulations per trial, {c.n_solves} solves, "
                        f"{c.seconds:.0f} s){edge}{cross}")
     else:
-        click.echo("best: " + ", ".join(f"{k}={best[k]:g}" for k in axes) + f"  chi2 {best['chi2']:.5g}  "
+        read = "".join(f"  {c} {best[c]:.6g}" for c in extra)
+        click.echo("best: " + ", ".join(f"{k}={best[k]:g}" for k in axes) + f"  chi2 {best['chi2']:.5g}{read}  "
                    f"({_describe(best)})")
         for name, iv in summary["intervals"].items():
             edge = " (reaches the grid edge)" if iv["at_edge"] else ""
             flag = f"; NOT TO BE TRUSTED: {'; '.join(iv['flags'])}; try --calibrate N" if iv["flags"] else ""
-            click.echo(f"{name}: {iv['lo']:g} .. {iv['hi']:g} (Delta chi2_total <= {delta_chi2:g}){edge}{flag}")
+            click.echo(f"{name}: {iv['lo']:g} .. {iv['hi']:g} (Delta {column} <= {delta_chi2:g}){edge}{flag}")
 
 
 SUPPORT_FIRST_TABLE = "grid-regularised.csv"
