@@ -101,6 +101,28 @@ def test_one_calibration_star_end_to_end():
     assert np.isfinite(j["joint_inc"]) and 1.0 <= j["joint_inc"] <= 90.0 and np.isfinite(j["joint_vsini"])
 
 
+def test_ld_linear_grid_finds_the_independent_integrator_s_limb_darkening():
+    """A spotless star integrated by the benchmark's disc integrator with u = 0.4 on every
+    component: the grid over ``ld_linear`` (map free) puts its minimum at 0.4, though the
+    problem was built with other coefficients (0.65, 0.75, 0.60)."""
+    from dopplermap.problem import DEMO_T_PHOT, DEMO_WAVELENGTH_NM, Problem
+    from dopplermap.search import evaluate_point
+
+    flat, flon, farea = B.fine_grid(64)
+    zero = np.zeros_like(flat)
+    times, vels = np.linspace(0.0, 2.0, 8), np.linspace(-45.0, 45.0, 40)
+    clean = B.brute_force_profiles(flat, flon, farea, zero, zero, times, vels, 60.0, 35.0, 2.0, 0.0,
+                                   lines=tuple((d, w, 0.4) for d, w, _ in B.LINES))
+    mean = clean.mean(axis=1, keepdims=True)
+    obs = dm.Observations.create(times, vels, clean / mean, np.full_like(clean, 1e-3) / mean)
+    prob = Problem(grid=dm.latitude_band_grid(300), star=dm.StarParams(inclination=60.0, vsini=35.0, period=2.0),
+                   obs=obs, components=B._components(), t_phot=DEMO_T_PHOT, wavelength_nm=DEMO_WAVELENGTH_NM)
+    vals = np.array([0.2, 0.3, 0.4, 0.5, 0.6])
+    prof = np.array([evaluate_point(prob, {"ld_linear": float(v)})["chi2_total"] for v in vals])
+    best, _, _ = B.continuous_interval(vals, prof)
+    assert abs(best - 0.4) < 0.03, (best, prof)
+
+
 def test_continuous_interval_on_a_parabola():
     v = np.arange(10.0, 91.0, 5.0)
     best, lo, hi = B.continuous_interval(v, 0.5 * ((v - 47.0) / 3.0) ** 2 * 2, 1.0)

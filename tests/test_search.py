@@ -189,6 +189,19 @@ def test_parameters_change_the_model(problem):
     assert comps.phot.profile.fwhm > prob.components.phot.profile.fwhm
 
 
+def test_ld_linear_sets_every_component_s_law_and_refuses_what_it_cannot(problem):
+    prob, _ = problem
+    _, comps = search.apply_parameters(prob, {"ld_linear": 0.35})
+    assert all(c.limb_darkening == dm.LimbDarkening("linear", (0.35,)) for c in comps)
+    for bad in (-0.1, 1.2):
+        with pytest.raises(dm.DopplermapInputError, match=r"ld_linear .* must lie in \[0, 1\]"):
+            search.apply_parameters(prob, {"ld_linear": bad})
+    quad = dm.ComponentSet(*(dataclasses.replace(c, limb_darkening=dm.LimbDarkening("quadratic", (0.4, 0.2)))
+                             if name == "cool" else c for name, c in zip(("phot", "cool", "hot"), prob.components, strict=True)))
+    with pytest.raises(dm.DopplermapInputError, match="ld_linear sets the linear law's coefficient.*cool 'quadratic'"):
+        search.apply_parameters(prob.replace(components=quad), {"ld_linear": 0.5})
+
+
 def test_grid_points_warn_about_spot_contrast_only_where_it_changes(problem):
     """A problem whose hot spot is not fitted may give it the photosphere's intensity (as
     ``import-zdipy`` writes): its grid points do not warn about that again at every point; a

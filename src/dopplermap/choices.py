@@ -12,7 +12,7 @@ import math
 
 from .errors import DopplermapInputError
 
-__all__ = ["FORMS", "SYNTHESIS_METHODS", "RV_SHIFTS", "LIMB_WEIGHTS", "GRID_READOUTS", "TIME_COUPLINGS", "SOLVERS",
+__all__ = ["FORMS", "SYNTHESIS_METHODS", "RV_SHIFTS", "LIMB_WEIGHTS", "GRID_READOUTS", "GRID_PARAMETERS", "TIME_COUPLINGS", "SOLVERS",
            "SOLVER_CHOICES", "REGULARISER_LABELS",
            "REGULARISERS", "WEIGHTED_REGULARISERS", "SPOT_COMPONENTS", "UNCERTAINTY_METHODS", "EW_METHODS", "EW_STAGES",
            "EW_UNITS", "STAR_SHAPES", "GRAVITY_LAWS", "PASSBANDS", "ATMOSPHERE_PASSBANDS", "uncertainty_choice", "uncertainty_title",
@@ -34,6 +34,13 @@ LIMB_WEIGHTS = ("smooth", "sharp")
 # grid --readout: each point solved at the working lambda, or profiled (dopplermap.search.PROFILE_READOUT),
 # or refitted on the regularised best map's spotted cells (dopplermap.search.SUPPORT_READOUT)
 GRID_READOUTS = ("regularised", "profiled", "support")
+# the parameters a grid search (dopplermap.search.apply_parameters) and a calibration vary, with their units
+GRID_PARAMETERS = {
+    "inclination": "deg", "vsini": "km/s", "domega": "rad/day", "period": "day",
+    "t_cool": "K", "t_hot": "K", "macro_gauss": "km/s (Gaussian zeta)",
+    "ew_scale": "factor on the local lines' depth (equivalent width)",
+    "ld_linear": "the linear limb-darkening coefficient u of every component's lines",
+}
 # the solver back ends (dopplermap.solvers)
 SOLVERS = ("lbfgsb", "projected_lbfgs", "newton")
 # solver=... and [inversion] solver: "auto" picks a back end by tolerance (dopplermap.solvers.choose_solver)

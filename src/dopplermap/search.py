@@ -52,7 +52,7 @@ from . import plan, regularisers
 from ._options import options_of
 from ._repr import compact
 from .atomic import exclusive_lock, fingerprint, write_text
-from .choices import MANY_MODES, MEMBER_SOLVERS, REGULARISERS, WEIGHTED_REGULARISERS, check
+from .choices import GRID_PARAMETERS, MANY_MODES, MEMBER_SOLVERS, REGULARISERS, WEIGHTED_REGULARISERS, check
 from .cluster import CONNECT_TIMEOUT, Cluster, Session, run_tasks  # noqa: F401  (the search's API)
 from .constants import FILL_MIN
 from .diagnostics import check_result, check_spot_contrast, fields_checked
@@ -62,6 +62,7 @@ from .geometry import StarParams, check_star
 from .gravity import breakup, log_g
 from .grid import healpix_grid, latitude_band_grid
 from .gridtable import best_point, computed_rows, delta_chi2_interval, interval_flags  # noqa: F401  (the search's API)
+from .limb_darkening import LimbDarkening
 from .memory import MAX_GRID_POINTS
 from .model import Precomputed, forward
 from .objective import n_windows
@@ -767,12 +768,6 @@ def apply_error_scale(problem: Problem, spec=None, *, lmbd: float = ERROR_SCALE_
 # ------------------------------------------------------------------------ the problem
 
 
-GRID_PARAMETERS = {
-    "inclination": "deg", "vsini": "km/s", "domega": "rad/day", "period": "day",
-    "t_cool": "K", "t_hot": "K", "macro_gauss": "km/s (Gaussian zeta)",
-    "ew_scale": "factor on the local lines' depth (equivalent width)",
-}
-
 RENAMED_GRID_PARAMETERS = {"macroturbulence": "macro_gauss"}
 """Grid parameters under an older name: read as the new one, with a warning naming it."""
 
@@ -848,6 +843,17 @@ def apply_parameters(problem: Problem, params: dict) -> tuple[StarParams, Compon
         if z < 0:
             raise DopplermapInputError(f"macro_gauss must be >= 0 km/s, got {z!r}")
         comps = [dataclasses.replace(c, profile=_broadened(c.profile, z)) for c in comps]
+    if "ld_linear" in params:
+        u = float(params["ld_linear"])
+        if not 0.0 <= u <= 1.0:
+            raise DopplermapInputError(f"ld_linear (the linear limb-darkening coefficient) must lie in [0, 1], got {u!r}")
+        other = [f"{name} {c.limb_darkening.law!r}" for name, c in zip(("phot", "cool", "hot"), comps, strict=True)
+                 if c.limb_darkening.law != "linear"]
+        if other:
+            raise DopplermapInputError(f"{problem.source}: grid parameter ld_linear sets the linear law's coefficient, "
+                                       f"but the lines' limb darkening is {', '.join(other)}: use [line] "
+                                       "limb_darkening = \"linear\"")
+        comps = [dataclasses.replace(c, limb_darkening=LimbDarkening("linear", (u,))) for c in comps]
     if "t_cool" in params or "t_hot" in params:  # the point's own intensities, for the spots that are fitted
         check_spot_contrast(tuple(c.intensity for c in comps), what="continuum intensities (phot, cool, hot)",
                             where=f"grid point {params}", fitted=problem.settings.fit_components)

@@ -24,7 +24,7 @@ from pathlib import Path
 import click
 
 from ..app.defaults import DEFAULT_READOUT, GRID_TOL, LAMBDA_TOL  # shown by --help
-from ..choices import GRID_READOUTS, WEIGHTED_REGULARISERS
+from ..choices import GRID_PARAMETERS, GRID_READOUTS, WEIGHTED_REGULARISERS
 
 problem_options = [
     click.argument("problem", required=False, type=click.Path(dir_okay=False, path_type=Path)),
@@ -90,7 +90,7 @@ def register(group):
     @click.option("--param", "params", multiple=True, required=True,
                   help="NAME=start:stop:step (a float step; stop included when within 1e-6 of a step), "
                        "NAME=start:stop:nN (N evenly spaced values, both ends included) or NAME=v1,v2,... "
-                       "(inclination, vsini, domega, period, t_cool, t_hot, macro_gauss, ew_scale); e.g. "
+                       f"({', '.join(GRID_PARAMETERS)}); e.g. "
                        "vsini=38:42:0.5, domega=0:0.1:0.01, inclination=5:85:n9. Repeat for more axes, each "
                        "parameter once.")
     @click.option("--lmbd", type=click.FloatRange(min=0), default=None,
