@@ -213,3 +213,21 @@ def test_float64_cube_takes_float32_products_to_the_same_minimum(problem):
     assert loose.cube_dtype == loose.extra["products"] == "float32"
     with pytest.raises(dm.DopplermapInputError, match="products"):
         dm.invert(pre, sim.obs, **kw, options=dict(products="float16"))
+
+
+def test_held_rv_leaves_the_kink_step_out_of_the_program(problem):
+    """Without free rv (``fit_rv=False``, ZDIpy's targets) the compiled loop has no kink step;
+    its solve still reaches the tight scipy loss."""
+    from dopplermap.solvers import prepare
+    from dopplermap.solvers.newton import _program_args
+
+    _, _, pre, sim = problem
+    settings = dm.Settings(lmbd=1.0, tol=1e-9)
+    assert _program_args(prepare(pre, sim.obs, settings))[1]["kinks"]
+    held = settings.replace(fit_rv=False)
+    assert not _program_args(prepare(pre, sim.obs, held))[1]["kinks"]
+    ref = dm.invert(pre, sim.obs, lmbd=1.0, fit_rv=False, **TIGHT)
+    res = dm.invert(pre, sim.obs, lmbd=1.0, fit_rv=False, tol=1e-9, solver="newton")
+    assert res.success and _rel(res.loss, ref.loss) <= 1e-7, (res.loss, ref.loss)
+    # one linearisation an iteration (with the kink step it is two: its synthesis counts as a pass)
+    assert res.extra["passes"]["linearise"] <= res.iterations + 1 < 2 * res.iterations
