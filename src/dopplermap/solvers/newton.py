@@ -498,7 +498,8 @@ def _compile_newton(x0, lo, hi, spacing, tol, lmbd, pre, data: ObjectiveData, pr
     (the last None, or the form of :func:`products_form`): a new tolerance, lambda, offset
     sigma or data set of the same shapes reuses it. ``kinks``: the program holds the kink
     step (:func:`rv_step`); without free ``rv`` on a uniform velocity grid it has nothing to
-    do and is left out (a smaller program: 20 % less compile on the demo star).
+    do and is left out, a smaller program to compile (RESULTS.md, "The kink step only where rv
+    is free").
     """
     kw = dict(regulariser=regulariser, penalty=float(penalty), maxiter=int(maxiter), max_cg=int(max_cg),
               n_probe=int(n_probe), progress=bool(progress), kinks=bool(kinks))
