@@ -371,6 +371,8 @@ def to_target(cfg: ZdipyConfig, line: ZdipyLine | None, toml_path, *, epochs_nam
     name = lsd_object_name([base / f for f in cfg.files])
     if name:
         w(f"name = {_toml(name)}              # the object of the LSD files' title line")
+    w("# ZDIpy's inclination and vsini: check them on one grid (dopplermap grid ... --param inclination=...")
+    w("# --param vsini=...): a vsini held a few per cent off moves the inclination's minimum far (docs/observations.md)")
     w(f"inclination = {_toml(cfg.inclination)}")
     w(f"vsini = {_toml(cfg.vsini)}")
     w(f"period = {_toml(cfg.period)}")
