@@ -492,6 +492,24 @@ def test_chi2_jitter_takes_the_grids_own_solve(monkeypatch):
     assert math.isnan(search.chi2_jitter(p, params, chi2_total=math.nan))
 
 
+def test_chi2_jitter_reference_is_gauss_newton_whatever_the_compile_state(monkeypatch):
+    """The reference solve of chi2_jitter is Gauss-Newton wherever it fits the model, even where
+    the time estimate (a cold Newton program) prefers L-BFGS-B, which at tol 1e-12 stops above
+    the minimum (benchmarks/RESULTS.md, "The grid's solver on real data")."""
+    from dopplermap import plan
+    from dopplermap.problem import demo_problem
+
+    p = demo_problem(n_cell=100, n_epoch=8, n_vel=20)
+    dear = {**plan.COMPILE_SECONDS, "newton": {**plan.COMPILE_SECONDS["newton"], "cold": 1e6, "disk": 1e6}}
+    monkeypatch.setattr(plan, "COMPILE_SECONDS", dear)  # the estimate now always prefers L-BFGS-B
+    solvers = []
+    plain = search.evaluate_point
+    monkeypatch.setattr(search, "evaluate_point", lambda problem, params, **kw: solvers.append(problem.settings.solver)
+                        or plain(problem, params, **kw))
+    search.chi2_jitter(p, {"inclination": 60.0}, chi2_total=1.0)
+    assert solvers == ["newton"]
+
+
 @pytest.mark.slow
 def test_demo_sweep_chi2_rises_with_lambda_at_the_noise_fitting_end():
     # the command's demo star and 12 lambdas: at lambda 1e-3 the solve from lambda 2.8e-3's

@@ -1255,8 +1255,9 @@ def _unspotted(pre):
 
 
 JITTER_REFERENCE = dict(solver="auto", tol=1e-12, maxiter=5000)
-"""The converged solve :func:`chi2_jitter` compares a grid point's with ("auto" at this tol:
-Gauss-Newton where it fits the model, :func:`dopplermap.solvers.choose_solver`)."""
+"""The converged solve :func:`chi2_jitter` compares a grid point's with ("auto" resolved for
+accuracy: Gauss-Newton wherever it fits the model, whatever the compile state; see
+:func:`_sweep_solver`)."""
 
 
 def chi2_jitter(problem: Problem, params: dict, chi2_total: float | None = None) -> float:
@@ -1265,8 +1266,11 @@ def chi2_jitter(problem: Problem, params: dict, chi2_total: float | None = None)
     a grid's chi2 landscape carries from where its solves stop (Delta chi2 below it is noise).
     ``chi2_total``: the problem's own solve there as a grid search recorded it (the same solve:
     :func:`evaluate_point` with the problem's settings), so that only the reference is solved."""
-    settings = [JITTER_REFERENCE] if chi2_total is not None else [{}, JITTER_REFERENCE]
-    rows = [evaluate_point(problem.replace(settings=problem.settings.replace(**s)), params) for s in settings]
+    # the reference's "auto" resolved for accuracy: chosen on compile time alone it can be L-BFGS-B,
+    # which at tol 1e-12 still stops above the minimum (a jitter of the reference's own)
+    reference = _sweep_solver(problem.replace(settings=problem.settings.replace(**JITTER_REFERENCE)), 1,
+                              what="chi2_jitter reference", accurate=True)
+    rows = ([] if chi2_total is not None else [evaluate_point(problem, params)]) + [evaluate_point(reference, params)]
     if any(r["status"] != "ok" for r in rows):
         return math.nan
     own = float(chi2_total) if chi2_total is not None else rows[0]["chi2_total"]
