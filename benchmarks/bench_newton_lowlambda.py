@@ -8,7 +8,10 @@ Prints iterations, objective passes and loss per lambda, the total passes and th
 (Newton at tol 1e-12 with a long CG, alternated with L-BFGS-B at tol 1e-13) and prints the
 sweep's loss relative to the lowest loss found: how far above the optimum the sweep stopped.
 
-    PYTHONPATH=src python benchmarks/bench_newton_lowlambda.py [--seed-size] [--reference]
+    PYTHONPATH=src python benchmarks/bench_newton_lowlambda.py [--seed-size] [--reference] [--products float64]
+
+``--products``: the cube of Newton's Gauss-Newton products (``options["products"]``; default
+float32, the float32 fold of the model while the solve's own cube is float64).
 """
 
 import argparse
@@ -25,6 +28,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seed-size", action="store_true", help="2500 cells, 150 epochs, 32 velocities")
     ap.add_argument("--reference", action="store_true", help="refine each lambda below 0.1 to its optimum")
+    ap.add_argument("--products", choices=("float32", "float64"), default="float32")
     a = ap.parse_args()
     warnings.simplefilter("ignore")
     size = dict(n_cell=2500, n_epoch=150, n_vel=32) if a.seed_size else {}
@@ -32,7 +36,7 @@ def main():
     x, total, t0 = None, 0, time.perf_counter()
     rows = []
     for lmbd in np.logspace(-3, 2, 12)[::-1]:
-        r = dm.invert(prob, lmbd=lmbd, x0=x, solver="newton")
+        r = dm.invert(prob, lmbd=lmbd, x0=x, solver="newton", options=dict(products=a.products))
         x, total = r.x, total + r.n_eval
         rows.append((lmbd, r))
         print(f"lambda {lmbd:.4g}: iterations {r.iterations} passes {r.n_eval} loss {r.loss:.8f}", flush=True)
