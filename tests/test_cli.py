@@ -28,6 +28,16 @@ def test_bare_command_prints_the_help(capsys):
     assert "error:" not in cap.err and "error:" not in cap.out
 
 
+def test_grid_help_names_every_grid_parameter(capsys):
+    from dopplermap import search
+    from dopplermap.choices import GRID_PARAMETERS
+
+    assert main(["grid", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert all(name in text for name in GRID_PARAMETERS), text
+    assert search.GRID_PARAMETERS is GRID_PARAMETERS  # the search accepts what the help lists
+
+
 def test_quiet_on_every_command(capsys):
     from dopplermap.cli import group
 
