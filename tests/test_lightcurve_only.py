@@ -113,6 +113,9 @@ def test_pixel_integrator_has_the_expected_spot_phases():
 def test_lightcurve_only_recovers_two_spot_longitudes():
     times = np.linspace(0.0, 2.0 * PERIOD, 160)
     prob = _problem([times])
+    from dopplermap.solvers import newton_fits
+
+    assert not newton_fits(prob)  # read off the configuration, before the model is built
     assert prob.photometry_only and isinstance(prob.pre, NoLines) and prob.layout.size == 2 * prob.grid.n_cell
     res = invert(prob)
     assert res.rv.size == 0 and res.amp.size == 0 and res.model is None

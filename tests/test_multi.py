@@ -265,6 +265,7 @@ def test_one_lines_table_is_the_plain_problem():
 def test_unsupported_paths_say_so(two_instruments):
     case = two_instruments
     joint = BM.problems(case, Settings(maxiter=5))["joint"]
+    assert not dm.solvers.newton_fits(joint)
     with pytest.raises(DopplermapInputError, match="newton"):
         dm.invert(joint, solver="newton")
     with pytest.raises(DopplermapInputError, match="invert_batch"):

@@ -231,3 +231,17 @@ def test_held_rv_leaves_the_kink_step_out_of_the_program(problem):
     assert res.success and _rel(res.loss, ref.loss) <= 1e-7, (res.loss, ref.loss)
     # one linearisation an iteration (with the kink step it is two: its synthesis counts as a pass)
     assert res.extra["passes"]["linearise"] <= res.iterations + 1 < 2 * res.iterations
+
+
+def test_newton_fits_reads_the_configuration_as_the_model_says():
+    """``solvers.newton_fits`` decides from a problem's configuration while its model is not built,
+    as ``_newton_fits`` does from the built model (windows, several sets and light curves alone:
+    tests of those problems)."""
+    from dopplermap.problem import demo_problem
+    from dopplermap.solvers import _newton_fits, newton_fits
+
+    plain = demo_problem(n_cell=60, n_epoch=6, n_vel=16)
+    exact = plain.replace(method="binned", rv_shift="exact")
+    for p, fits in ((plain, True), (exact, False)):
+        assert "pre" not in p.__dict__ and newton_fits(p) is fits
+        assert _newton_fits(p.pre) is fits and newton_fits(p) is fits  # from the built model, the same

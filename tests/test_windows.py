@@ -150,6 +150,7 @@ def test_windowed_solve_returns_k_maps(tiny):
 
 def test_newton_refused_with_windows(tiny):
     win = tiny.replace(windows=Windows.count(2, tiny.obs.times))
+    assert not dm.solvers.newton_fits(win)  # read off the configuration: the model is not built for it
     with pytest.raises(DopplermapInputError, match="newton"):
         dm.invert(win, solver="newton")
     assert dm.solvers.choose_solver(win.replace(settings=win.settings.replace(solver="auto", tol=1e-8))) == "lbfgsb"

@@ -71,11 +71,13 @@ from .profiles import ComponentSet, LocalProfile, intensity_ratio, tabulated
 from .regularisers import seed_entropy
 from .result import line_sets
 from .solvers import (
+    NEWTON_TOL,
     InversionResult,
     SolveOptions,
     check_solver_args,
     finish,
     invert,
+    newton_fits,
     prepare,
     sequential_solver,
     solve_many,
@@ -436,13 +438,15 @@ def _sweep_solver(problem: Problem, n: int, lmbds=None, *, what: str = "lambda s
     st = problem.settings
     if st.solver != "auto":
         return problem
+    if accurate:  # whether Newton is a candidate is all that matters: no model, set-up or compile states
+        solver = "newton" if st.tol <= NEWTON_TOL and newton_fits(problem) else "lbfgsb"
+        log.info("%s of %d solves: %s (Gauss-Newton wherever it applies, for accuracy)", what, n, solver)
+        return problem.replace(settings=st.replace(solver=solver))
     setup = prepare(problem.pre, problem.observations, st, lightcurve=problem.lightcurve, problem=problem)
     choice = solver_choice(settings=st, pre=problem.pre, setup=setup, n_solves=n, lmbds=lmbds)
-    solver = "newton" if accurate and "newton" in choice.estimates else choice.solver
     if choice.estimates:
-        log.info("%s of %d solves: %s%s", what, n, choice.describe(),
-                 "; Gauss-Newton taken for accuracy" if solver != choice.solver else "")
-    return problem.replace(settings=st.replace(solver=solver))
+        log.info("%s of %d solves: %s", what, n, choice.describe())
+    return problem.replace(settings=st.replace(solver=choice.solver))
 
 
 def _mode_line(mode: str, n: int) -> str:

@@ -73,7 +73,7 @@ from .scipy_lbfgsb import solve as solve_scipy
 __all__ = ["invert", "invert_device", "invert_batch", "solve_many", "Many", "prepare", "SolveOptions", "BatchOptions",
            "ManyOptions", "finish", "bounds", "InversionResult",
            "project_feasible", "check_solver_args", "check_fit_components",
-           "start", "NEWTON_TOL", "choose_solver", "solver_choice", "sequential_solver", "many_mode"]
+           "start", "NEWTON_TOL", "choose_solver", "solver_choice", "sequential_solver", "many_mode", "newton_fits"]
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +105,15 @@ def _newton_fits(pre) -> bool:
     """Whether the Newton back end can fit this model: one line data set, the interpolating rv
     shift (its rv search scores moves with it), one time window."""
     return not isinstance(pre, (LineSets, NoLines)) and not pre.line.exact_rv and n_windows(pre) == 1
+
+
+def newton_fits(problem: Problem) -> bool:
+    """:func:`_newton_fits` of ``problem``'s model, read off its configuration while the model is
+    not built (a grid's base problem, whose points build their own, need not build it to choose)."""
+    if problem.form is not None or "pre" in problem.__dict__:
+        return _newton_fits(problem.pre)
+    return (not problem.photometry_only and not problem.lines and problem.rv_shift != "exact"
+            and problem.windows is None)
 
 
 def choose_solver(problem: Problem | None = None, *, settings: Settings | None = None, pre=None,
