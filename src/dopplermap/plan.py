@@ -46,7 +46,6 @@ __all__ = ["DENSE_AUTO_BYTES", "FLOAT32_MIN_TOL", "BLOCKED_MAX_BYTES", "HVP_BLOC
 DENSE_AUTO_BYTES = 512 * 2**20
 """``method="auto"`` picks ``"dense"`` while the float64 dense cube fits this."""
 
-
 BLOCKED_MAX_BYTES = 512 * 2**20
 """``invert_batch(form="auto")`` uses the blocked form on CPU while both its copies fit this."""
 
