@@ -71,6 +71,9 @@ def test_influence_traces_ignore_parameters_the_data_do_not_see():
         tr, tr2 = U.influence_traces(wide, lambda m, p=wide_prior: m / np.sqrt(p)[:, None], z)
         assert tr == pytest.approx(np.trace(hat), rel=1e-10)
         assert tr2 == pytest.approx(np.sum(hat * hat), rel=1e-10)
+    # none seen at all: the free columns' span alone (rank 2)
+    assert U.influence_traces(np.zeros((12, 5)), np.eye(5), rng.normal(size=(12, 2))) == (2.0, 2.0)
+    assert U.influence_traces(np.zeros((12, 5)), np.eye(5)) == (0.0, 0.0)
 
 
 @pytest.fixture(scope="module")

@@ -249,6 +249,32 @@ def test_a_point_above_the_next_lambdas_chi2_is_re_solved_from_that_map(monkeypa
     assert search.sweep_lambda(_stub_problem(), [0.5, 2.0, 4.0], warm_start=False).repaired == 0
 
 
+def test_a_newton_sweep_runs_downwards_and_repairs_from_the_other_neighbour(monkeypatch):
+    # Gauss-Newton sweeps go from the largest lambda down, each from the smoother map above; a
+    # point whose chi2 lies above the next larger lambda's is re-solved from the next smaller
+    # lambda's map (the one it was not started from), or from the flat start at the smallest
+    calls = []
+
+    def invert(problem, *, lmbd, x0=None):
+        start = None if x0 is None else float(x0[0])
+        calls.append((lmbd, start))
+        short = {(2.0, 4.0): 5.0, (0.5, 2.0): 6.0}  # these warm starts stop short of the minimum
+        chi2 = short.get((lmbd, start), lmbd)
+        return types.SimpleNamespace(lmbd=lmbd, chi2=chi2, loss=chi2 + 0.1 * lmbd, regulariser_value=1.0 / lmbd,
+                                     iterations=40, x=np.array([lmbd]))
+
+    monkeypatch.setattr(search, "invert", invert)
+    monkeypatch.setattr(search, "regulariser_floor", lambda *a: 0.0)
+    newton = _stub_problem()
+    newton = newton.replace(settings=newton.settings.replace(solver="newton"))
+    sw = search.sweep_lambda(newton, [0.5, 2.0, 4.0])
+    assert calls == [(4.0, None), (2.0, 4.0), (0.5, 2.0), (0.5, None), (2.0, 0.5)]
+    assert sw.repaired == 2 and list(sw.chi2) == [0.5, 2.0, 4.0] and list(sw.lmbd) == [0.5, 2.0, 4.0]
+    calls.clear()  # L-BFGS-B keeps the upward order
+    search.sweep_lambda(_stub_problem(), [0.5, 2.0, 4.0])
+    assert [c[0] for c in calls[:3]] == [0.5, 2.0, 4.0]
+
+
 def test_a_sweep_whose_solves_stopped_on_one_map_says_so():
     """Neighbouring lambdas whose solves end with chi2 and regulariser equal to the tolerance (the
     relative-reduction test stopped each where it started: LO Peg at tol 1e-5) are one warning

@@ -209,14 +209,14 @@ def test_sweep_and_bootstrap_on_a_two_worker_cluster_equal_this_process(tiny, mo
     from dopplermap import uncertainty as U
 
     lm = [0.3, 1.0, 3.0]
-    here = search.sweep_lambda(tiny, lm, warm_start=False, mode="sequential")
+    here = search.sweep_lambda(tiny, lm, warm_start=False, mode="sequential", member_solver="newton")  # downwards
     best = dm.invert(tiny, lmbd=1.0)
     boot_here = U.bootstrap(tiny, best, n_boot=5, mode="sequential")
     monkeypatch.setattr(search, "SWEEP_TASK_LAMBDAS", 2)  # 2 tasks
     monkeypatch.setattr(U, "BOOTSTRAP_TASK", 2)  # 3 tasks
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
         where = search.Cluster(cluster.scheduler_address)
-        there = search.sweep_lambda(tiny, lm, warm_start=False, mode="sequential", cluster=where)
+        there = search.sweep_lambda(tiny, lm, warm_start=False, mode="sequential", member_solver="newton", cluster=where)
         boot_there = U.bootstrap(tiny, best, n_boot=5, mode="sequential", cluster=where)
     np.testing.assert_allclose(there.loss, here.loss, rtol=1e-10)
     for a, b in zip(there.results, here.results, strict=True):

@@ -512,12 +512,16 @@ def test_chi2_jitter_reference_is_gauss_newton_whatever_the_compile_state(monkey
 
 @pytest.mark.slow
 def test_demo_sweep_chi2_rises_with_lambda_at_the_noise_fitting_end():
-    # the command's demo star and 12 lambdas: at lambda 1e-3 the solve from lambda 2.8e-3's
-    # neighbour below stops on its relative-reduction test with chi2 0.676, above the next
-    # lambda's 0.660; exact minima's chi2 never falls as lambda grows
+    # the command's demo star and 12 lambdas: exact minima's chi2 never falls as lambda grows.
+    # Swept upwards, lambda 1e-3's solve from the flat start stopped on its relative-reduction
+    # test with chi2 above lambda 2.8e-3's (the order repair re-solved it); Gauss-Newton's sweep
+    # now runs downwards, and its low end comes out in order and no higher in loss
     from dopplermap.app.search import load_problem
 
     prob = load_problem(None, quiet=True, tol=1e-7)
-    sw = search.sweep_lambda(prob, np.logspace(-3, 2, 12))
+    lm = np.logspace(-3, 2, 12)
+    sw = search.sweep_lambda(prob, lm)
+    assert sw.results[0].solver == "newton"
     assert np.all(sw.chi2[:-1] <= sw.chi2[1:] * (1 + search.SWEEP_ORDER_RTOL))
-    assert sw.repaired >= 1
+    flat = dm.invert(prob.replace(settings=prob.settings.replace(solver="newton")), lmbd=lm[0])  # the upward start
+    assert sw.loss[0] <= flat.loss * (1 + 1e-6)

@@ -200,27 +200,42 @@ SWEEP_ORDER_RTOL = 1e-6
 larger lambda's by more than this (relative) stopped short of its minimum (:func:`_order_repair`)."""
 
 
-def _order_repair(problem, lm, results: dict, mode: str, member_solver: str = "auto") -> int:
+def _sweep_downwards(solver: str) -> bool:
+    """Whether a sweep whose solves run on ``solver`` goes from the largest lambda down. Newton
+    follows the maximum-entropy trajectory from its smooth end (as MEMSYS lowers its alpha): each
+    solve starts from the smoother map of the lambda above, and the smallest lambda, the costliest
+    solve, no longer starts from the flat map. L-BFGS-B's iterations hardly depend on the
+    direction, and it keeps the upward order (benchmarks/RESULTS.md, "The order of a sweep")."""
+    return solver == "newton"
+
+
+def _order_repair(problem, lm, results: dict, mode: str, member_solver: str = "auto", *,
+                  downwards: bool = False, x0=None) -> int:
     """Re-solve every sweep point whose chi2 lies above the next larger lambda's (beyond
-    :data:`SWEEP_ORDER_RTOL`) from that lambda's map, keeping the lower loss at its own lambda;
-    walked downwards, so a repaired point serves the next one down. At the noise-fitting end
-    every solver stops on its relative-reduction test short of the minimum (a warm start from a
-    smoother map converges there); this catches what the stall test cannot. Returns the number
-    of points re-solved."""
+    :data:`SWEEP_ORDER_RTOL`), keeping the lower loss at its own lambda, from the neighbour's map it
+    was not started from: an upward sweep's from the next larger lambda's (walked downwards, so a
+    repaired point serves the next one down); a downward sweep's from the next smaller lambda's,
+    or ``x0`` at the smallest (walked upwards). At the noise-fitting end every solver stops on its
+    relative-reduction test short of the minimum; this catches what the stall test cannot.
+    Returns the number of points re-solved."""
     asc = np.argsort(lm)
     n = 0
-    for k in range(asc.size - 2, -1, -1):
+    ks = range(asc.size - 1) if downwards else range(asc.size - 2, -1, -1)
+    for k in ks:
         i, j = int(asc[k]), int(asc[k + 1])
         if results[i].chi2 <= results[j].chi2 * (1.0 + SWEEP_ORDER_RTOL):
             continue
         n += 1
+        start = (x0 if k == 0 else results[int(asc[k - 1])].x) if downwards else results[j].x
         if mode == "invert":
-            other = invert(problem, lmbd=float(lm[i]), x0=results[j].x)
+            other = invert(problem, lmbd=float(lm[i]), x0=start)
         else:
-            other = solve_many(problem, lmbds=[float(lm[i])], x0=results[j].x, mode="sequential",
+            other = solve_many(problem, lmbds=[float(lm[i])], x0=start, mode="sequential",
                                solver=member_solver).results[0]
-        log.info("lambda %.4g: chi2 %.6g above lambda %.4g's %.6g; re-solved from that map: loss %.8g vs %.8g",
-                 lm[i], results[i].chi2, lm[j], results[j].chi2, other.loss, results[i].loss)
+        log.info("lambda %.4g: chi2 %.6g above lambda %.4g's %.6g; re-solved from %s: loss %.8g vs %.8g",
+                 lm[i], results[i].chi2, lm[j], results[j].chi2,
+                 "the next larger lambda's map" if not downwards else
+                 "the flat start" if k == 0 else "the next smaller lambda's map", other.loss, results[i].loss)
         if other.loss < results[i].loss:
             results[i] = other
     return n
@@ -237,7 +252,9 @@ def _sweep_task(problem, lmbds, warm_start, x0, mode, member_solver="auto"):
 def sweep_lambda(problem: Problem, lmbds: Sequence[float], *, warm_start: bool = True, x0=None,
                  progress=None, mode: str = "auto", cluster: Cluster | None = None,
                  member_solver: str = "auto") -> LambdaSweep:
-    """Invert at every lambda, from the smallest to the largest, warm-starting each solve.
+    """Invert at every lambda, warm-starting each solve from its neighbour's map: from the
+    largest lambda down where the solves are Gauss-Newton's, else from the smallest up
+    (:func:`_sweep_downwards`).
 
     Every solve is of ``problem`` with its settings (regulariser, tol, maxiter, weights,
     light curve) and that lambda. Set a tight ``tol`` (e.g.
@@ -247,12 +264,12 @@ def sweep_lambda(problem: Problem, lmbds: Sequence[float], *, warm_start: bool =
     Args:
         problem: a :class:`dopplermap.Problem`. lmbds: positive regularisation weights (any
             order, unique).
-        warm_start: start each solve from the previous (smaller-lambda) map (one that
-            stops within ``STALL_ITERATIONS`` is re-solved from ``x0`` and the lower loss
-            kept); otherwise every solve starts from ``x0`` (default: the seed's flat map).
-            The members of a vmapped sweep all start from ``x0``. With it, a point whose chi2
-            lies above the next larger lambda's (it stopped short of its minimum) is re-solved
-            from that lambda's map and the lower loss kept (``repaired`` counts them).
+        warm_start: start each solve from the previous lambda's map (one that stops within
+            ``STALL_ITERATIONS`` is re-solved from ``x0`` and the lower loss kept); otherwise
+            every solve starts from ``x0`` (default: the seed's flat map). The members of a
+            vmapped sweep all start from ``x0``. With it, a point whose chi2 lies above the
+            next larger lambda's (it stopped short of its minimum) is re-solved from the other
+            neighbour's map and the lower loss kept (``repaired`` counts them; :func:`_order_repair`).
         progress: optional ``progress(n_done, n_total, result)`` called after each solve
             (a vmapped sweep: after the batch, once per lambda).
         mode: how the solves run (:func:`dopplermap.solvers.solve_many`): ``"vmap"`` (all
@@ -287,19 +304,19 @@ def sweep_lambda(problem: Problem, lmbds: Sequence[float], *, warm_start: bool =
     t0 = time.perf_counter()
     if mode == "sequential" and member_solver == "auto":
         member_solver = sequential_solver(problem, n_members=lm.size)
-    order = np.argsort(lm)  # upwards: smoothing a detailed map converges better than the reverse
+    if mode == "invert":  # one choice for every solve, and for every task (a task alone would weigh its few solves)
+        problem = _sweep_solver(problem, lm.size, lm)
+    downwards = _sweep_downwards(problem.settings.solver if mode == "invert" else member_solver)
+    order = np.argsort(lm)[::-1] if downwards else np.argsort(lm)
     results: dict[int, InversionResult] = {}
     if cluster is not None:
-        if mode == "invert":  # one choice for every task (a task alone would weigh its few solves)
-            problem = _sweep_solver(problem, lm.size, lm)
         chunks = [order[s:s + SWEEP_TASK_LAMBDAS] for s in range(0, order.size, SWEEP_TASK_LAMBDAS)]
         parts = run_tasks(cluster, _sweep_task, problem, [(lm[c], warm_start, x0, mode, member_solver) for c in chunks])
         for c, part in zip(chunks, parts, strict=True):
-            for i, res in zip(c, part, strict=True):
+            for i, res in zip(c[np.argsort(lm[c])], part, strict=True):  # a task's results come ascending
                 results[int(i)] = res
                 _report_lambda(lm[i], res, len(results), lm.size, progress)
     elif mode == "invert":
-        problem = _sweep_solver(problem, lm.size, lm)
         start = x0
         for i in order:
             res = _warm_solve(problem, float(lm[i]), start, x0)
@@ -318,10 +335,10 @@ def sweep_lambda(problem: Problem, lmbds: Sequence[float], *, warm_start: bool =
                 res = other if other.loss < res.loss else res
             results[int(i)] = res
             _report_lambda(lm[i], res, len(results), lm.size, progress)
-    repaired = _order_repair(problem, lm, results, mode, member_solver) if warm_start else 0
-    log.info("lambda sweep: %s%s%s", _mode_line(mode, lm.size),
+    repaired = _order_repair(problem, lm, results, mode, member_solver, downwards=downwards, x0=x0) if warm_start else 0
+    log.info("lambda sweep: %s, %s%s%s", _mode_line(mode, lm.size), "downwards" if downwards else "upwards",
              "" if cluster is None else f" in tasks of {SWEEP_TASK_LAMBDAS} on the cluster",
-             f"; {repaired} point(s) re-solved from the next larger lambda's map" if repaired else "")
+             f"; {repaired} point(s) re-solved from a neighbour's map" if repaired else "")
     asc = np.argsort(lm)
     rs = [results[int(i)] for i in asc]
     floor = regulariser_floor(regulariser, problem.pre)

@@ -1053,17 +1053,17 @@ def influence_traces(b, prior_inv_sqrt, nuisance=None) -> tuple[float, float]:
     of ``C C'`` and ``C'C``: the two share their non-zero eigenvalues),
     ``A = (I - Q) + C (C'C + I)^-1 C'``: ``tr A = r + sum g / (1 + g)``,
     ``tr A'A = r + sum (g / (1 + g))^2``. Costs ``N p k`` (the Gram matrix) and one ``k x k``
-    eigenvalue problem, ``k = min(N, p)`` (``p`` less the parameters whose rows of
-    ``P^-1/2 B'`` are zero)."""
+    Cholesky inverse of ``G + I`` (``k - tr (G + I)^-1`` is ``sum g / (1 + g)``), ``k = min(N, p)``
+    (``p`` less the parameters whose rows of ``P^-1/2 B'`` are zero)."""
     b = np.asarray(b, dtype=float)
     ct = prior_inv_sqrt(b.T) if callable(prior_inv_sqrt) else np.asarray(prior_inv_sqrt, dtype=float) @ b.T
     live = np.any(ct != 0.0, axis=1)
     if not live.all():  # a zero row adds a zero eigenvalue only (cells no epoch sees): dropped
         ct = ct[live]
     r = 0
-    # One BLAS thread for the SVD and the eigenvalue problem: their reductions are mostly
-    # matrix-vector work, which OpenBLAS's threads slow down many times over when the cores are
-    # shared (benchmarks/RESULTS.md, "The cost of effective_dof"); the products keep their threads
+    # One BLAS thread for the SVD: its reductions are mostly matrix-vector work, which
+    # OpenBLAS's threads slow down many times over when the cores are shared
+    # (benchmarks/RESULTS.md, "The cost of effective_dof"); the products keep their threads
     if nuisance is not None and np.size(nuisance):
         with threadpool_limits(limits=1, user_api="blas"):
             u, s, _ = np.linalg.svd(np.asarray(nuisance, dtype=float), full_matrices=False)
@@ -1072,10 +1072,25 @@ def influence_traces(b, prior_inv_sqrt, nuisance=None) -> tuple[float, float]:
         ct = ct - (ct @ u) @ u.T
     gram = ct @ ct.T if ct.shape[0] < ct.shape[1] else ct.T @ ct  # (k, k): symmetric rank-k update
     del ct
-    with threadpool_limits(limits=1, user_api="blas"):
-        g = np.clip(np.linalg.eigvalsh(gram), 0.0, None)
-    a = g / (1.0 + g)
-    return float(r + a.sum()), float(r + np.sum(a * a))
+    # sum g/(1+g) = k - tr M and sum (g/(1+g))^2 = k - 2 tr M + |M|_F^2 with M = (G + I)^-1: a
+    # Cholesky inverse (matrix-matrix work, about half an eigenvalue problem's time; G + I has
+    # every eigenvalue >= 1, so the factorisation is stable). LAPACK through scipy: numpy has no
+    # inverse from a Cholesky factor.
+    import scipy.linalg.lapack as lapack  # SciPy only where the traces are computed (start-up)
+
+    k = gram.shape[0]
+    if k == 0:  # no penalised parameter the data see: the nuisances' span only
+        return float(r), float(r)
+    gram[np.diag_indices(k)] += 1.0
+    chol, info = lapack.dpotrf(gram, lower=1, clean=1, overwrite_a=1)
+    if info == 0:
+        inv, info = lapack.dpotri(chol, lower=1, overwrite_c=1)  # its lower triangle; the upper stays 0
+    if info != 0:
+        raise ValueError(f"influence_traces: the Cholesky inverse of G + I failed (LAPACK info {info})")
+    d = np.diag(inv).copy()
+    tr_m = float(d.sum())
+    fro = 2.0 * float(np.einsum("ij,ij->", inv, inv)) - float(d @ d)
+    return float(r + k - tr_m), float(r + k - 2.0 * tr_m + fro)
 
 
 DOF_MAX_BYTES = 2 * 1024 ** 3
