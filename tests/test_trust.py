@@ -110,11 +110,15 @@ def test_result_checks_name_what_to_check():
         (dict(rv=np.array([0.0, -100.0, 1.0])), "radial-velocity offsets ran away.*systemic velocity"),
         (dict(amp=np.array([0.0, 2100.0, 0.0])), "additive offsets ran away.*line depth"),
         (dict(chi2=0.01), "far below 1.*errors look too large"),
-        (dict(chi2=1.0, chi2_lc=40.0), "light curve is 40.*far above 1"),
+        (dict(chi2=1.0, chi2_lc=40.0), "light curve is 40.*far above 1.*transits, flares"),
+        (dict(chi2=1.0, chi2_lc=0.01), "light curve is 0.01.*far below 1.*light curve's errors"),
     ]
     for kw, pattern in cases:
-        with pytest.warns(DopplermapWarning, match=pattern):
+        with pytest.warns(DopplermapWarning, match=pattern) as seen:
             diagnostics.check_result(_fake_result(**kw), obs, tol=1e-5, maxiter=100)
+        if "light curve" in pattern:  # a light curve's advice speaks of light curves, not of lines or LSD codes
+            said = " ".join(str(w.message) for w in seen)
+            assert "line depth" not in said and "LSD" not in said
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         diagnostics.check_result(_fake_result(), obs, tol=1e-5, maxiter=100)

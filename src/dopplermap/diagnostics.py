@@ -150,16 +150,21 @@ def check_result(res, obs, *, tol: float, maxiter: int) -> None:
     for name, chi2 in named:
         if chi2 is None or not np.isfinite(chi2):
             continue
+        lines = name.startswith("line")
         if chi2 > CHI2_HIGH:
+            causes = ("the errors may be too small (mis-scaled), the star or line parameters wrong (vsini, inclination, "
+                      "line depth), the data not normalised like the model" if lines else
+                      "the errors may be too small (a pipeline's errors leave out red noise and systematics), the star's "
+                      "parameters wrong (inclination, limb darkening, the spots' temperatures), the curve holding what a "
+                      "map cannot make (transits, flares, instrumental trends)")
             warn(f"reduced chi2 of the {name} is {chi2:.4g}, far above 1: the model does not fit to within the errors; "
-                 "the errors may be too small (mis-scaled), the star or line parameters wrong (vsini, inclination, "
-                 "line depth), the data not normalised like the model, or lambda too large")
+                 f"{causes}, or lambda too large")
         elif chi2 < CHI2_LOW:
-            fix = ("set error_scale = \"auto\" in the target's [data] (or [[lines]] data) table to scale them to the "
-                   "profiles' scatter (dopplermap.search.apply_error_scale in Python)" if name.startswith("line") else
-                   "check the light curve's errors")
-            warn(f"reduced chi2 of the {name} is {chi2:.4g}, far below 1: the errors look too large (LSD codes often "
-                 f"overestimate them: {fix}), or the map fits the noise (lambda too small)")
+            why = ("LSD codes often overestimate them: set error_scale = \"auto\" in the target's [data] (or [[lines]] "
+                   "data) table to scale them to the profiles' scatter (dopplermap.search.apply_error_scale in Python)"
+                   if lines else "check the light curve's errors and how its points were binned")
+            warn(f"reduced chi2 of the {name} is {chi2:.4g}, far below 1: the errors look too large ({why}), or the "
+                 "map fits the noise (lambda too small)")
 
 
 def check_velocity_window(vels, vsini_kms: float, source: str = "observations") -> None:
