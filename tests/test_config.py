@@ -38,7 +38,8 @@ def test_template_is_valid_and_complete():
 
 
 @pytest.mark.parametrize("changes,match", [
-    ({"line__fwmh": 9.0}, r"t\.toml: \[line\]: unknown key 'fwmh'"),
+    ({"line__fwmh": 9.0}, r"t\.toml: \[line\]: unknown key 'fwmh'; did you mean 'fwhm'\? \(allowed: "),
+    ({"line__colour": 9.0}, r"t\.toml: \[line\]: unknown key 'colour' \(allowed: "),  # nothing close: no guess
     ({"line__fwhm": "nine"}, r"t\.toml: \[line\] fwhm must be a number, got 'nine'"),
     ({"grid__n_cell": 25.5}, r"\[grid\] n_cell must be an integer, got 25\.5"),
     ({"inversion__fit_rv": "yes"}, r"\[inversion\] fit_rv must be true or false"),
@@ -70,7 +71,7 @@ def test_bad_values_name_the_key(changes, match):
 def test_unknown_section_and_bad_toml(tmp_path):
     t = tomllib.loads(TEMPLATE)
     t["stars"] = {}
-    with pytest.raises(ValueError, match=r"unknown section \[stars\]"):
+    with pytest.raises(ValueError, match=r"unknown section \[stars\]; did you mean \[star\]\?"):
         parse_config(t, source="t.toml")
     (tmp_path / "bad.toml").write_text("[star\ninclination = 3")
     with pytest.raises(ValueError, match=r"bad\.toml: invalid TOML"):

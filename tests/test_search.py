@@ -350,9 +350,9 @@ def test_param_takes_float_steps_counts_and_lists():
     np.testing.assert_allclose(axes["domega"], np.arange(11) / 100, rtol=0, atol=1e-15)
     np.testing.assert_array_equal(axes["inclination"], [5, 15, 25, 35, 45, 55, 65, 75, 85])
     np.testing.assert_array_equal(axes["t_cool"], [3500.0, 3800.0])
-    assert _axes(["x=0:0.3:0.1"])["x"].tolist() == [0.0, 0.1, 0.2, 0.3]  # 0.3 / 0.1 = 2.9999999999999996
-    assert _axes(["x=0:1:0.3"])["x"].tolist() == [0.0, 0.3, 0.6, 0.9]  # the stop only when on a step
-    np.testing.assert_allclose(_axes(["x=0:1:n4"])["x"], [0, 1 / 3, 2 / 3, 1])
+    assert _axes(["domega=0:0.3:0.1"])["domega"].tolist() == [0.0, 0.1, 0.2, 0.3]  # 0.3 / 0.1 = 2.9999999999999996
+    assert _axes(["domega=0:1:0.3"])["domega"].tolist() == [0.0, 0.3, 0.6, 0.9]  # the stop only when on a step
+    np.testing.assert_allclose(_axes(["domega=0:1:n4"])["domega"], [0, 1 / 3, 2 / 3, 1])
     for bad, pattern in (("vsini=38:42:0", "step > 0"), ("vsini=42:38:0.5", "start <= stop"),
                          ("vsini=38:42:n1", "N >= 2"), ("vsini=38:42:n2.5", "whole number"),
                          ("vsini=38:42:nx", "start:stop:nN"), ("vsini=38:42", "start:stop:step"),
@@ -525,3 +525,16 @@ def test_demo_sweep_chi2_rises_with_lambda_at_the_noise_fitting_end():
     assert np.all(sw.chi2[:-1] <= sw.chi2[1:] * (1 + search.SWEEP_ORDER_RTOL))
     flat = dm.invert(prob.replace(settings=prob.settings.replace(solver="newton")), lmbd=lm[0])  # the upward start
     assert sw.loss[0] <= flat.loss * (1 + 1e-6)
+
+
+def test_a_mistyped_grid_parameter_is_refused_before_any_work(tmp_path, monkeypatch, capsys):
+    """``--param inclinaton=...``: one line with the nearest known name, before the problem is read
+    (a target's error scale costs four solves)."""
+    from dopplermap.app import search as app_search
+    from dopplermap.cli import main
+
+    monkeypatch.setattr(app_search, "load_problem", lambda *a, **k: pytest.fail("the problem was read"))
+    assert main(["grid", "--param", "inclinaton=40,50", "--out", str(tmp_path / "g")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unknown grid parameter 'inclinaton'; did you mean 'inclination'?" in err
+    assert not (tmp_path / "g").exists()

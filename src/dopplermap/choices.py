@@ -8,6 +8,7 @@ errors) is imported, so that parsing a config and ``dopplermap --help`` load no 
 
 from __future__ import annotations
 
+import difflib
 import math
 
 from .errors import DopplermapInputError
@@ -136,11 +137,21 @@ BATCH_FORMS = ("auto", "folded", "blocked")
 CUBE_DTYPES = ("auto", "float32", "float64", None)
 
 
+def did_you_mean(name, allowed, shown=repr) -> str:
+    """``"; did you mean X?"`` with the allowed spelling nearest a mistyped ``name`` (difflib's
+    ratio >= 0.75: ``fwmh`` -> ``fwhm``, ``inclinaton`` -> ``inclination``), else ``""``."""
+    if not isinstance(name, str):
+        return ""
+    close = difflib.get_close_matches(name, [a for a in allowed if isinstance(a, str)], n=1, cutoff=0.75)
+    return f"; did you mean {shown(close[0])}?" if close else ""
+
+
 def check(value, allowed: tuple, where: str):
     """``value`` if it is one of ``allowed``; else :class:`DopplermapInputError` naming ``where``
     (the option, with its file or section), the value and the allowed values."""
     if not isinstance(value, (str, type(None))) or value not in allowed:
-        raise DopplermapInputError(f"{where} must be one of {', '.join(map(repr, allowed))}, got {value!r}")
+        raise DopplermapInputError(f"{where} must be one of {', '.join(map(repr, allowed))}, got {value!r}"
+                                   f"{did_you_mean(value, allowed)}")
     return value
 
 

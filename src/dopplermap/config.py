@@ -41,6 +41,7 @@ from .choices import (
     UNCERTAINTY_METHODS,
     check,
     check_error_scale,
+    did_you_mean,
 )
 from .constants import MAX_SUBDIVIDE
 from .errors import DopplermapInputError, MissingFileError, bad_file, warn
@@ -366,6 +367,15 @@ def _coerce(value, tp, where: str):
     raise TypeError(f"unsupported config annotation {tp!r}")  # pragma: no cover - programming error
 
 
+def _unknown(where: str, what: str, name: str, allowed) -> DopplermapInputError:
+    """One line for an unknown key or section, with the nearest allowed spelling where one is close
+    (a typo such as ``wavelenght_nm``)."""
+    allowed = list(allowed)
+    shown = (lambda k: f"[{k}]") if what == "section" else repr
+    return DopplermapInputError(f"{where}: unknown {what} {shown(name)}{did_you_mean(name, allowed, shown)} "
+                                f"(allowed: {', '.join(allowed)})")
+
+
 def _build(cls, table, where: str):
     if not isinstance(table, dict):
         raise DopplermapInputError(f"{where} must be a table, got {table!r}")
@@ -373,7 +383,7 @@ def _build(cls, table, where: str):
     fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(table) - set(fields))
     if unknown:
-        raise DopplermapInputError(f"{where}: unknown key {unknown[0]!r} (allowed: {', '.join(fields)})")
+        raise _unknown(where, "key", unknown[0], fields)
     kwargs = {}
     for name, f in fields.items():
         if name in table:
@@ -644,10 +654,10 @@ def _line_sets(tables, source: str) -> tuple[LineSetConfig, ...]:
         where = f"{source}: [[lines]] {i + 1}"
         if not isinstance(t, dict):
             raise DopplermapInputError(f"{where} must be a table, got {t!r}")
-        unknown = sorted(set(t) - {"name", "weight", "offset_sigma", "data", "line"})
+        keys = ("name", "weight", "offset_sigma", "data", "line")
+        unknown = sorted(set(t) - set(keys))
         if unknown:
-            raise DopplermapInputError(f"{where}: unknown key {unknown[0]!r} "
-                                       "(allowed: name, weight, offset_sigma, data, line)")
+            raise _unknown(where, "key", unknown[0], keys)
         for key in ("data", "line"):
             if key not in t:
                 raise DopplermapInputError(f"{where}: missing sub-table [lines.{key}]")
@@ -712,7 +722,7 @@ def parse_config(table: dict, *, source: str = "<config>", base_dir: str = ".") 
     """Build and validate a :class:`TargetConfig` from a parsed TOML table."""
     unknown = sorted(set(table) - set(_SECTIONS))
     if unknown:
-        raise DopplermapInputError(f"{source}: unknown section [{unknown[0]}] (allowed: {', '.join(_SECTIONS)})")
+        raise _unknown(source, "section", unknown[0], _SECTIONS)
     parts = {}
     if "lines" in table:
         parts["lines"] = _line_sets(table["lines"], source)

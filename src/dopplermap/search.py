@@ -52,7 +52,15 @@ from . import plan, regularisers
 from ._options import options_of
 from ._repr import compact
 from .atomic import exclusive_lock, fingerprint, write_text
-from .choices import GRID_PARAMETERS, MANY_MODES, MEMBER_SOLVERS, REGULARISERS, WEIGHTED_REGULARISERS, check
+from .choices import (
+    GRID_PARAMETERS,
+    MANY_MODES,
+    MEMBER_SOLVERS,
+    REGULARISERS,
+    WEIGHTED_REGULARISERS,
+    check,
+    did_you_mean,
+)
 from .cluster import CONNECT_TIMEOUT, Cluster, Session, run_tasks  # noqa: F401  (the search's API)
 from .constants import FILL_MIN
 from .diagnostics import check_result, check_spot_contrast, fields_checked
@@ -795,9 +803,13 @@ RENAMED_GRID_PARAMETERS = {"macroturbulence": "macro_gauss"}
 
 def grid_parameter(name: str) -> str:
     """``name``, or the new name of a renamed grid parameter (:data:`RENAMED_GRID_PARAMETERS`),
-    with a :class:`~dopplermap.errors.DopplermapWarning` naming it."""
+    with a :class:`~dopplermap.errors.DopplermapWarning` naming it; an unknown name is a
+    :class:`~dopplermap.errors.DopplermapInputError` (with the nearest known one)."""
     new = RENAMED_GRID_PARAMETERS.get(name)
     if new is None:
+        if name not in GRID_PARAMETERS:  # before any work: the command calls this on its --param names
+            raise DopplermapInputError(f"unknown grid parameter {name!r}{did_you_mean(name, GRID_PARAMETERS)} "
+                                       f"(known: {', '.join(sorted(GRID_PARAMETERS))})")
         return name
     warn(f"grid parameter {name!r} is now called {new!r} (a Gaussian broadening of the local lines, not the "
          f"[line] radial-tangential macroturbulence); read as {new!r}")
