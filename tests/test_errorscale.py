@@ -233,3 +233,15 @@ def test_lopeg_auto_scale_brings_chi2_near_1(tmp_path):
     # the map absorbs part of the noise: per residual degree of freedom the chi2 is 1
     dof = effective_dof(scaled, small)
     assert small.chi2 < 0.85 and dof.chi2_nu == pytest.approx(1.0, abs=0.1)
+
+
+def test_grid_refuses_a_bad_value_before_fitting_the_error_scale(tmp_path, capsys, monkeypatch):
+    """``--param vsini=0:10:5`` on a target whose errors are scaled from a fit: one line naming the
+    value, before the fit's solves (they came first and cost a target seconds to minutes)."""
+    from dopplermap import search
+
+    path = _target(tmp_path, _star(n_epoch=6, n_vel=30, n_cell=100), 'error_scale = "residuals"')
+    monkeypatch.setattr(search, "apply_error_scale", lambda *a, **k: pytest.fail("the error scale was fitted"))
+    assert main(["grid", str(path), "--out", str(tmp_path / "g"), "--param", "vsini=0:10:5", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "grid parameter vsini=0: vsini must be > 0 km/s" in err

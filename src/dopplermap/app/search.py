@@ -104,14 +104,18 @@ def save_problem(path, obs, star=None, n_cell: int | None = None) -> Path:
     return save_npz(path, obs, star=star, n_cell=n_cell)
 
 
-def load_problem(path=None, *, n_cell=400, n_epoch=30, n_vel=24, snr=500.0, seed=1, tol=1e-6, quiet=True):
+def load_problem(path=None, *, n_cell=400, n_epoch=30, n_vel=24, snr=500.0, seed=1, tol=1e-6, quiet=True,
+                 check=None):
     """The :class:`dopplermap.problem.Problem` of a target TOML (exactly what ``dopplermap
     invert`` solves: gravity darkening, light curve, method, [inversion] settings and the
     errors scaled by [data] error_scale included), of an ``.npz`` file, or of the simulated
     demo star (``path`` None; it and an ``.npz`` solve with ``solver="auto"``, a TOML's default).
-    A line on stderr before an error scale is read from a fit, unless ``quiet``."""
+    A line on stderr before an error scale is read from a fit, unless ``quiet``. ``check``: called
+    with the problem before that fit (the command's input against the problem, before any solve)."""
     if path is not None and Path(path).suffix.lower() == ".toml":
         prob = from_config(load_config(path)).single("the lambda and grid searches")
+        if check is not None:
+            check(prob)
         if any(e.pending for e in prob.error_scale):
             if not quiet:
                 click.echo("error scale from the residuals of a fit (4 solves) ...", err=True)
@@ -119,8 +123,12 @@ def load_problem(path=None, *, n_cell=400, n_epoch=30, n_vel=24, snr=500.0, seed
         return prob
     settings = Settings(tol=tol, solver="auto")  # as a target's [inversion] default
     if path is None:
-        return demo_problem(n_cell=n_cell, n_epoch=n_epoch, n_vel=n_vel, snr=snr, seed=seed, settings=settings)
-    return from_npz(path, n_cell=n_cell, settings=settings, seed=seed)
+        prob = demo_problem(n_cell=n_cell, n_epoch=n_epoch, n_vel=n_vel, snr=snr, seed=seed, settings=settings)
+    else:
+        prob = from_npz(path, n_cell=n_cell, settings=settings, seed=seed)
+    if check is not None:
+        check(prob)
+    return prob
 
 
 def _echo_error_scale(prob) -> dict | None:
@@ -419,7 +427,7 @@ def run_grid(source: Source, out: Path, grid: GridSpec, *, settings: SearchSetti
         client, _ = cluster.connect()
         client.close()
     prob = load_problem(problem, n_cell=source.n_cell, n_epoch=source.n_epoch, n_vel=source.n_vel, snr=source.snr,
-                        tol=GRID_TOL, quiet=quiet)
+                        tol=GRID_TOL, quiet=quiet, check=lambda p: search.validate_points(p, search.grid_points(axes, max_points)))
     _echo_error_scale(prob)
     settings = prob.settings.replace(lmbd=lmbd, regulariser=regulariser, tol=tol)
     if tol is None and settings.tol > GRID_TOL:  # a looser target tol leaves solver noise in the landscape
