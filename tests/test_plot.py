@@ -278,6 +278,30 @@ def test_map_shows_the_spot_where_it_is(tmp_path):
     assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.parametrize("two_maps", [False, True])
+def test_map_legend_stays_inside_the_figure(two_maps):
+    """The strip under the maps (phase ticks, never-visible band, unconstrained cells) fits the
+    figure's width: on a one-column figure it takes more rows (its three entries in one row ran
+    off both sides), and the figure grows to hold them."""
+    g = dm.latitude_band_grid(300)
+    f = np.where(g.lat > 0.5, 0.8, 0.0)
+    sig = np.where(g.lat < -0.3, np.nan, 0.1)  # cells without a value: "unconstrained"
+    maps = {"cool": f, "uncertainty": sig}
+    fig = plot._plot_maps(g.lat, g.lon, maps, truth=maps if two_maps else None, lat_bounds=g.lat_bounds,
+                          lon_bounds=g.lon_bounds, inclination=60.0, phase_lons=np.linspace(0, 6, 8),
+                          missing_label="unconstrained")
+    from matplotlib.legend import Legend
+
+    fig.canvas.draw()
+    (legend,) = [c for c in fig.axes[0].get_children() if isinstance(c, Legend)]
+    assert [t.get_text() for t in legend.get_texts()] == ["central meridian of each observation", "never visible",
+                                                          "unconstrained"]
+    box, page = legend.get_window_extent(), fig.bbox
+    assert page.x0 <= box.x0 and box.x1 <= page.x1 and page.y0 <= box.y0, (box, page)
+    panels = min(i.get_window_extent().y0 for i in fig.axes[0].images if i.get_label() == "cool")
+    assert box.y1 <= panels  # under the panels, not over them
+
+
 def test_orthographic_receding_limb_on_the_right():
     """A spot at longitude 0 faces us at phase 0 and moves from the approaching (left) limb
     to the receding (right) one; a spot at longitude 90 sits on the receding limb at phase 0."""

@@ -400,21 +400,53 @@ def _norm(vmin, vmax):
     return Normalize(vmin=vmin, vmax=vmax)
 
 
-def _legend_strip(sheet, *, ticks: bool, shade: bool, missing: str | None = None):
-    """Explain the phase ticks, the hatched band and grey cells, in one line under the panels."""
+_TICKS_LABEL = "central meridian of each observation"
+_LEGEND_ROW_IN = 0.17
+"""Height of one more row of the legend strip under map panels, inches."""
+
+
+def _legend_labels(ticks: bool, shade: bool, missing: str | None) -> list[str]:
+    return [t for t, on in ((_TICKS_LABEL, ticks), ("never visible", shade), (missing, bool(missing))) if on]
+
+
+def _legend_ncols(labels: list[str], width: float) -> int:
+    """Entries per row of the legend strip so that a row fits ``width`` inches: the labels'
+    widths measured in the figure font (matplotlib's text layout, no renderer needed), plus
+    each entry's handle and the spacing between entries."""
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.textpath import TextToPath
+
+    if not labels:
+        return 1
+    with style.context():
+        prop = FontProperties(size=style.FONT_PT)
+    measure = TextToPath()
+    em = style.FONT_PT / 72.0
+    entry = [measure.get_text_width_height_descent(t, prop, ismath=False)[0] / 72.0 + (1.2 + 0.8) * em
+             for t in labels]
+    for n in range(len(labels), 0, -1):
+        rows = -(-len(entry) // n)  # matplotlib fills the columns first
+        cols = [max(entry[j * rows:(j + 1) * rows]) for j in range(n) if entry[j * rows:(j + 1) * rows]]
+        if sum(cols) + 1.2 * em * (len(cols) - 1) <= 0.96 * width:
+            return n
+    return 1
+
+
+def _legend_strip(sheet, *, ticks: bool, shade: bool, missing: str | None = None, ncols: int | None = None):
+    """Explain the phase ticks, the hatched band and grey cells under the panels, ``ncols``
+    entries a row (default: all in one)."""
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
     handles = []
     if ticks:
-        handles.append(Line2D([], [], color="k", lw=0.8, marker="|", ms=6, ls="none",
-                              label="central meridian of each observation"))
+        handles.append(Line2D([], [], color="k", lw=0.8, marker="|", ms=6, ls="none", label=_TICKS_LABEL))
     if shade:
         handles.append(Patch(label="never visible", **_SHADE))
     if missing:
         handles.append(Patch(facecolor=style.GAP_COLOUR, label=missing))
     if handles:
-        sheet.ax.legend(handles=handles, loc="lower center", ncols=len(handles), frameon=False,
+        sheet.ax.legend(handles=handles, loc="lower center", ncols=ncols or len(handles), frameon=False,
                         bbox_to_anchor=(0.5, 0.0), bbox_transform=sheet.fig.transFigure,
                         fontsize=style.FONT_PT, handlelength=1.2, columnspacing=1.2, borderaxespad=0.1)
 
@@ -467,7 +499,10 @@ def _plot_maps(lat, lon, maps: dict, *, truth: dict | None = None, lat_bounds=No
     missing = missing_label if missing_label and any(
         np.any(~np.isfinite(np.asarray(d[k], float)) & ~blank) for _, d in cols if d for k in names if k in d) else None
     top = 0.3 + (0.25 if title else 0.0)
-    bottom = 0.3 if (has_ticks or has_shade or missing) else 0.1
+    labels = _legend_labels(has_ticks, has_shade, missing)
+    legend_ncols = _legend_ncols(labels, width)
+    legend_rows = -(-len(labels) // legend_ncols)
+    bottom = 0.3 + _LEGEND_ROW_IN * max(legend_rows - 1, 0) if labels else 0.1
     if projection == "mollweide":
         pad = 0.42  # phase-tick strip under each map
         sheet = _Sheet(nrow, ncol, 4 * _SQRT2, 2 * _SQRT2 + pad, 0.32, 0.12, width, (0.3, 0.95, top, bottom), fig)
@@ -530,7 +565,7 @@ def _plot_maps(lat, lon, maps: dict, *, truth: dict | None = None, lat_bounds=No
         ax.plot(*_nan_join(outline), color="0.15", lw=0.7, zorder=4)
     if ticks:
         ax.vlines(*(np.concatenate(t) for t in zip(*ticks, strict=True)), color="k", lw=0.5)
-    _legend_strip(sheet, ticks=has_ticks, shade=has_shade, missing=missing)
+    _legend_strip(sheet, ticks=has_ticks, shade=has_shade, missing=missing, ncols=legend_ncols)
     if title:
         sheet.fig.suptitle(title, fontsize=style.TITLE_PT, y=1.0 - 0.05 / sheet.fig_h, va="top")
     return sheet.fig
