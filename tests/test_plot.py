@@ -231,6 +231,25 @@ def test_convergence_shows_line_and_light_curve_chi2(figures):
     assert {"line profiles", "light curve"} <= labels
 
 
+def test_sparse_dynamic_spectrum_is_folded_on_one_rotation():
+    """One or two profiles per rotation over many rotations (LO Peg: 16 over 12 cycles) are drawn
+    folded on one rotation, as the static map that fits them is, each epoch at its phase and the
+    unobserved phases in the gap colour; unfolded, a lone profile filled its cycle's whole row."""
+    rng = np.random.default_rng(3)
+    cycles = np.array([-14, -6, -6, -4, 3, 3, 7, 8, 12, 13, 13, 22])
+    phases = cycles + rng.uniform(0.0, 0.45, cycles.size)  # half the rotation never observed
+    assert plot._folds(phases) and not plot._folds(np.array([0.1, 0.3, 0.6, 1.1, 1.3, 1.62, 5.1, 5.35]))
+    vels = np.linspace(-50, 50, 3)
+    rows = np.arange(phases.size)[:, None] * np.ones((phases.size, 3))
+    fig = plot._plot_dynamic_spectrum(vels, phases, rows + 1.0, np.zeros_like(rows))  # residual: epoch + 1
+    ax = fig.axes[0]
+    assert ax.get_ylabel() == "phase (folded: 12 epochs over cycles -14 to 22)"
+    assert ax.get_ylim() == (1.0, 0.0)
+    img = ax.images[0].get_array()
+    np.testing.assert_allclose(np.unique(img.compressed()), 100.0 * np.arange(1, phases.size + 1))  # every epoch
+    assert img.mask[int(0.75 * img.shape[0]):].all()  # phases 0.5-1 were never observed
+
+
 def test_legend_explains_phase_ticks_and_hidden_band(figures):
     for name in ("map_mollweide", "map_rect", "uncertainty"):
         leg = figures[name].axes[0].get_legend()

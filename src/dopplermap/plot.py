@@ -874,6 +874,19 @@ def _cycle_rows(phases):
     return y, cycles
 
 
+FOLD_EPOCHS_PER_CYCLE = 3
+"""A dynamic spectrum whose observed cycles hold fewer epochs than this (median) is drawn
+folded on one rotation: a lone profile would otherwise fill its whole cycle's row."""
+
+
+def _folds(phases) -> bool:
+    """Whether the dynamic spectrum of epochs at ``phases`` (cycles, not wrapped) is drawn folded:
+    more than two observed cycles, with a median of fewer than :data:`FOLD_EPOCHS_PER_CYCLE`
+    epochs each (LO Peg's 16 profiles over 12 cycles)."""
+    _, counts = np.unique(np.floor(np.asarray(phases, float)).astype(int), return_counts=True)
+    return counts.size > 2 and float(np.median(counts)) < FOLD_EPOCHS_PER_CYCLE
+
+
 def _phase_image(y, rows, n_bins, span: float = 1.0):
     """Image (n_bins, n_vel) of ``rows`` placed at positions ``y`` in ``[0, span)``.
 
@@ -903,7 +916,10 @@ def _plot_dynamic_spectrum(vels, phases, obs, model, *, spotless=None, err=None,
     Args:
         vels: (n_vel,) km/s. phases: (n_epoch,) rotation phases in cycles, not wrapped:
             every epoch is drawn at its own cycle and phase (no folding hides one), the
-            observed cycles one above the other, labelled with their numbers.
+            observed cycles one above the other, labelled with their numbers; a sparse run
+            (:func:`_folds`: a median of fewer than :data:`FOLD_EPOCHS_PER_CYCLE` epochs per
+            observed cycle) is folded on one rotation, as the static map that fits it is, and
+            the axis says so.
         obs, model, spotless, err: (n_epoch, n_vel) as in :func:`plot_profiles`.
         vsini: km/s, marks the line edges.
         fig: an empty Figure to draw into; default a new two-column figure.
@@ -926,8 +942,12 @@ def _plot_dynamic_spectrum(vels, phases, obs, model, *, spotless=None, err=None,
         res, unit = 100 * (obs - model), "% of mean intensity"
     panels.append(("observed − model", res, max(float(np.percentile(np.abs(res), 99.5)), 1e-9), unit))
     y, cycles = _cycle_rows(phases)
-    n_cyc = cycles.size
-    height = float(np.clip(1.6 + 1.1 * n_cyc, 3.2, 9.0))
+    folded = _folds(phases)
+    if folded:  # one row: every epoch at its phase, whatever its cycle
+        y, n_cyc = np.mod(np.asarray(phases, float), 1.0), 1
+    else:
+        n_cyc = cycles.size
+    height = float(np.clip(1.6 + 1.1 * n_cyc, 3.2, 9.0)) if not folded else 5.0
     fig, axes = _axes_grid(fig, style.TWO_COLUMN, height, 1, len(panels), (0.62, 0.12, 0.25, 1.0), wspace=0.1)
     for a in axes[1:]:
         a.sharey(axes[0])
@@ -938,13 +958,16 @@ def _plot_dynamic_spectrum(vels, phases, obs, model, *, spotless=None, err=None,
         step = 1 if n_cyc <= 6 else int(np.ceil(n_cyc / 6))
         minor = n_cyc <= 3
         ticks, labels = [], []
-        for k, c in enumerate(cycles):
+        for k, c in enumerate(cycles if not folded else [0]):
             if k % step == 0:
                 ticks.append(k)
-                labels.append(f"{c}.0")
+                labels.append(f"{c}.0" if not folded else "0.0")
             if minor:
                 ticks += [k + 0.25, k + 0.5, k + 0.75]
-                labels += [f"{c}.25", f"{c}.5", f"{c}.75"]
+                labels += [f"{c}.25", f"{c}.5", f"{c}.75"] if not folded else ["0.25", "0.5", "0.75"]
+        if folded:
+            ticks.append(1.0)
+            labels.append("1.0")
         ims = []
         for k, (title, data, lim, _unit) in enumerate(panels):
             ax = axes[k]
@@ -960,7 +983,8 @@ def _plot_dynamic_spectrum(vels, phases, obs, model, *, spotless=None, err=None,
             ax.set_title(title)
             ax.set_xlabel("velocity (km/s)")
             ax.set_yticks(ticks, labels)
-            ax.set_ylabel("rotation cycle . phase")
+            ax.set_ylabel("rotation cycle . phase" if not folded else
+                          f"phase (folded: {y.size} epochs over cycles {cycles[0]} to {cycles[-1]})")
             if k:  # shares the first panel's y axis and its label
                 ax.tick_params(labelleft=False)
                 ax.yaxis.label.set_visible(False)
