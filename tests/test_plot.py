@@ -390,6 +390,28 @@ def test_plot_result_and_cli(res, tmp_path, capsys):
     assert not list((tmp_path / "cli").glob(".*"))  # no temporary files left
 
 
+def test_plot_command_redraws_the_uncertainty_maps(res, tmp_path, capsys):
+    """A result folder with an uncertainty file: ``dopplermap plot`` draws its maps again (a PDF for
+    the paper), read back from the file alone, as the inversion drew them."""
+    from dopplermap.cli import main
+    from dopplermap.io.uncertainty import save_uncertainty
+    from dopplermap.uncertainty import Uncertainty
+
+    n = res.fssc.size
+    sig = np.where(np.arange(n) % 7 == 0, np.inf, 0.05)
+    unc = Uncertainty(sigma_fssc=sig, sigma_fssh=sig / 2, method="bootstrap", never_visible=np.zeros(n, bool))
+    dm.save_result(res, tmp_path / "run", plots=False, extra_writers=(lambda folder: save_uncertainty(unc, folder),))
+    assert main(["plot", str(tmp_path / "run"), "--dpi", "40", "--format", "pdf", "--out", str(tmp_path / "pdf"),
+                 "-q"]) == 0
+    drawn = {p.name for p in (tmp_path / "pdf").glob("uncertainty_*")}
+    assert drawn == {f"uncertainty_bootstrap_{c}.pdf" for c in plot.fitted_components(res)}
+    # in place, an existing uncertainty figure is replaced only with --overwrite
+    assert main(["plot", str(tmp_path / "run"), "--dpi", "40", "-q"]) == 0
+    assert (tmp_path / "run" / "uncertainty_bootstrap_cool.png").is_file()
+    assert main(["plot", str(tmp_path / "run"), "--dpi", "40", "-q"]) == 2
+    assert "--overwrite" in capsys.readouterr().err
+
+
 def test_cell_lookup_bands_exact():
     g = dm.latitude_band_grid(500)
     f = plot.cell_lookup(g.lat, g.lon, g.lat_bounds, g.lon_bounds)

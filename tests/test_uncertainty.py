@@ -338,3 +338,33 @@ def test_laplace_intervals_and_the_gaussian_warning(mem_fitted, tmp_path):
     back = np.load(U.save_uncertainty(unc, tmp_path))
     np.testing.assert_array_equal(back["upper_fssc"], unc.upper[0])
     np.testing.assert_array_equal(back["at_bound_fssh"], unc.at_bound[1])
+    read = U.load_uncertainty(tmp_path / "uncertainty_laplace.npz")  # and read back whole
+    assert read.method == unc.method
+    for key in ("sigma_fssc", "sigma_fssh", "never_visible", "lower", "upper", "at_bound"):
+        np.testing.assert_array_equal(getattr(read, key), getattr(unc, key))
+
+
+def test_an_uncertainty_file_in_the_documented_layout_is_read(tmp_path):
+    """A file written by NumPy alone in the layout :func:`save_uncertainty` documents (not by our
+    writer) reads back; one that is not an uncertainty file is one line naming it and what it lacks."""
+    from dopplermap.io.uncertainty import load_uncertainty
+
+    sig = np.array([0.1, np.inf, 0.05])
+    np.savez(tmp_path / "uncertainty_bootstrap.npz", sigma_fssc=sig, sigma_fssh=sig / 2,
+             never_visible=np.array([False, True, False]), method="bootstrap")
+    unc = load_uncertainty(tmp_path / "uncertainty_bootstrap.npz")
+    assert unc.method == "bootstrap" and unc.lower is None
+    np.testing.assert_array_equal(unc.sigma_fssh, sig / 2)
+    assert unc.never_visible.dtype == bool and unc.never_visible.tolist() == [False, True, False]
+    np.savez(tmp_path / "other.npz", sigma_fssc=sig)
+    with pytest.raises(dm.DopplermapInputError, match=r"other\.npz: not an uncertainty file .*no sigma_fssh, "
+                       r"never_visible, method"):
+        load_uncertainty(tmp_path / "other.npz")
+    (tmp_path / "text.npz").write_text("not a zip")
+    with pytest.raises(dm.DopplermapInputError, match=r"text\.npz: not an uncertainty file"):
+        load_uncertainty(tmp_path / "text.npz")
+    np.savez(tmp_path / "pickled.npz", sigma_fssc=sig, sigma_fssh=sig, never_visible=np.zeros(3, bool),
+             method=np.array([{"a": 1}], dtype=object))  # never unpickled
+    with pytest.raises(dm.DopplermapInputError, match=r"pickled\.npz: not an uncertainty file"):
+        load_uncertainty(tmp_path / "pickled.npz")
+

@@ -25,14 +25,22 @@ from pathlib import Path
 import numpy as np
 
 from . import style
-from .choices import MAP_PROJECTIONS, REGULARISER_LABELS, RESULT_PLOT_KINDS, SPOT_COMPONENTS, check, uncertainty_title
+from .choices import (
+    MAP_PROJECTIONS,
+    REGULARISER_LABELS,
+    RESULT_PLOT_KINDS,
+    SPOT_COMPONENTS,
+    check,
+    uncertainty_choice,
+    uncertainty_title,
+)
 from .constants import FILL_MIN
 from .errors import DopplermapInputError
 from .gridtable import computed_rows, delta_chi2_interval
 from .result import light_curves, line_sets, relative_brightness
 
 __all__ = ["View", "MapStyle", "plot_map", "plot_profiles",
-           "plot_light_curve", "plot_convergence", "plot_uncertainty", "result_figures", "plot_result",
+           "plot_light_curve", "plot_convergence", "plot_uncertainty", "uncertainty_figures", "result_figures", "DRAW_COST", "plot_result",
            "fitted_components", "cell_lookup", "central_meridians", "QUANTITIES",
            "plot_spot_area", "plot_polar", "plot_lcurve", "plot_grid", "plot_chi2_landscape",
            "plot_result_kind"]
@@ -1151,6 +1159,44 @@ def plot_uncertainty(grid, fill, unc, *, component: str = "cool", view: View | N
     return fig
 
 
+def uncertainty_figures(result, uncertainties, *, components=None) -> dict:
+    """The uncertainty maps of ``result``: ``{"uncertainty_<method>_<component>": callable() ->
+    Figure}`` for each of ``uncertainties`` (:class:`dopplermap.uncertainty.Uncertainty`, as
+    computed or read back by :func:`dopplermap.uncertainty.load_uncertainty`) and each fitted
+    component (default :func:`fitted_components`), drawn lazily by :func:`plot_uncertainty` with
+    one colour scale over every method (the finite sigmas' largest) and the maps' view (the
+    never-visible band, the observations' central meridians). Needs the result's grid."""
+    uncertainties = list(uncertainties)
+    if not uncertainties:
+        return {}
+    if result.grid is None:
+        raise DopplermapInputError("uncertainty maps need the result's grid (invert a Problem, or load the result "
+                                   "folder)")
+    grid, star = result.grid, result.star
+    comps = fitted_components(result) if components is None else _check_components(components)
+    phases = None
+    if star is not None and result.obs is not None and not isinstance(result.obs, tuple):
+        phases = (np.asarray(result.obs.times, float) - star.t0) / star.period
+    view = View.of(grid, inclination=None if star is None else float(star.inclination), phases=phases)
+    name = getattr(star, "name", None)
+
+    def top(key):  # one colour scale over every method's figure (finite values)
+        v = np.concatenate([np.asarray(getattr(u, key), float).ravel() for u in uncertainties])
+        v = v[np.isfinite(v)]
+        return float(v.max()) if v.size and v.max() > 0 else None
+
+    out = {}
+    for unc in uncertainties:
+        for comp in comps:
+            fill = result.fssc if comp == "cool" else result.fssh
+            key = "sigma_fssc" if comp == "cool" else "sigma_fssh"
+            title = " · ".join(x for x in (name, f"{comp} spots, 1σ: {uncertainty_title(str(unc.method))}") if x)
+            out[f"uncertainty_{uncertainty_choice(str(unc.method))}_{comp}"] = (
+                lambda unc=unc, comp=comp, fill=fill, key=key, title=title: plot_uncertainty(
+                    grid, fill, unc, component=comp, view=view, sigma_max=top(key), look=MapStyle(title=title)))
+    return out
+
+
 # ---------------------------------------------------------------------------- all figures
 
 
@@ -1452,20 +1498,23 @@ def _labelled(make, label, strip_in: float = 0.24):
 
 
 # relative drawing costs (the rest 1), to balance the figures among processes
-_DRAW_COST = {"dynamic_spectrum": 3.0, "profiles": 1.5}
+DRAW_COST = {"dynamic_spectrum": 3.0, "profiles": 1.5}
+"""Relative drawing time of the figures that take longer than a map (the others count 1): how
+:func:`dopplermap.style.save_figures` balances them over its processes."""
 
 
 def plot_result(result, out_dir, *, fmt: str = "png", dpi: float | None = None, max_profiles: int = 24,
                 components=None, workers: int | None = None, processes: int | None = None) -> list[Path]:
     """Save every figure of :func:`result_figures` into ``out_dir`` as ``NAME.{fmt}``; returns the paths.
-    (Other figure choices: ``style.save_figures(result_figures(result, ...), out_dir)``.)
+    (Other figure choices: ``style.save_figures(result_figures(result, ...), out_dir, costs=DRAW_COST)``,
+    with :func:`uncertainty_figures` for instance.)
 
     The figures are drawn in parallel (:func:`dopplermap.style.save_figures`): in forked
     processes where that is safe (the figure child of a CLI run), else in ``workers``
     threads (each its own Figure and Agg canvas, so no state is shared).
     """
     figs = result_figures(result, max_profiles=max_profiles, components=components)
-    return style.save_figures(figs, out_dir, fmt=fmt, dpi=dpi, costs=_DRAW_COST, processes=processes, workers=workers)
+    return style.save_figures(figs, out_dir, fmt=fmt, dpi=dpi, costs=DRAW_COST, processes=processes, workers=workers)
 
 
 

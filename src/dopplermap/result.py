@@ -11,10 +11,11 @@ import io
 
 import numpy as np
 
+from ._repr import compact
 from .choices import SPOT_COMPONENTS
 from .errors import DopplermapInputError
 
-__all__ = ["InversionResult", "Outcome", "relative_brightness", "line_sets", "light_curves"]
+__all__ = ["InversionResult", "Outcome", "relative_brightness", "line_sets", "light_curves", "Uncertainty"]
 
 
 class Outcome(enum.StrEnum):
@@ -500,3 +501,41 @@ class InversionResult:
         buf = io.BytesIO()
         img.save(buf, format="PNG", optimize=True)
         return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+@dataclasses.dataclass
+class Uncertainty:
+    """Per-cell 1-sigma uncertainties of the filling factors.
+
+    Attributes:
+        sigma_fssc, sigma_fssh: (n_cell,) standard deviations (``inf`` where the method
+            cannot constrain a cell, see the module docstring).
+        method: ``"bootstrap"`` or ``"laplace-<width>-<diagonal>"`` (width posterior/sandwich,
+            diagonal dense/lowrank/hutchinson).
+        never_visible: (n_cell,) cells with zero weight at every epoch.
+        samples: (n_boot, 2, n_cell) bootstrap maps (bootstrap only).
+        time: wall seconds.
+        mode: how the bootstrap's refits ran (``"vmap"``, ``"sequential"`` or ``"resample"``).
+        lower, upper: (2, n_cell) 1-sigma intervals (cool, hot) inside [0, 1]
+            (:func:`bounded_interval`; Laplace only).
+        at_bound: (2, n_cell) factors on a bound (not free; their sigma is the conditional
+            width and their interval reaches the bound; Laplace only).
+        n_crossing: free seen factors whose Gaussian 1-sigma range crosses a bound (Laplace only).
+        note: how the diagonal was computed (low-rank: the basis' rank and what it left out).
+    """
+
+    sigma_fssc: np.ndarray
+    sigma_fssh: np.ndarray
+    method: str
+    never_visible: np.ndarray
+    samples: np.ndarray | None = None
+    time: float = 0.0
+    mode: str | None = None
+    lower: np.ndarray | None = None
+    upper: np.ndarray | None = None
+    at_bound: np.ndarray | None = None
+    n_crossing: int = 0
+    note: str = ""
+
+    def __repr__(self) -> str:
+        return compact(self, ("method", "sigma_fssc", "sigma_fssh", "time"))

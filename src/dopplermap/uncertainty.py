@@ -44,7 +44,6 @@ import dataclasses
 import logging
 import time
 import warnings
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -52,61 +51,23 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from . import plan, regularisers
-from ._repr import compact
-from .atomic import write_file
-from .choices import uncertainty_choice
 from .cluster import run_tasks
 from .constants import FILL_MAX, FILL_MIN
 from .errors import DopplermapInputError, DopplermapWarning, warn
+from .io.uncertainty import load_uncertainty, save_uncertainty  # noqa: F401  (the module's API)
 from .memory import check_bytes, format_bytes
 from .model import Precomputed, shift_profiles, solve_form
 from .objective import DEFAULT_PENALTY, Layout, LineSets, ObjectiveData, Observations, loss, n_windows
 from .problem import Problem, require_problem
+from .result import Uncertainty
 from .solvers import InversionResult, invert, many_mode, sequential_solver, solve_many
 from .solvers.newton import line_residuals, smooth_terms
 
 log = logging.getLogger(__name__)
 
 __all__ = ["Uncertainty", "bootstrap", "laplace", "laplace_cost", "LaplaceCost", "LAPLACE_OPTIONS", "resample_epochs",
-           "never_visible", "hvp_function", "EffectiveDof", "effective_dof", "effective_dof_refusal", "influence_traces", "hvp_form", "lowrank_applies", "bounded_interval", "save_uncertainty"]
-
-
-@dataclasses.dataclass
-class Uncertainty:
-    """Per-cell 1-sigma uncertainties of the filling factors.
-
-    Attributes:
-        sigma_fssc, sigma_fssh: (n_cell,) standard deviations (``inf`` where the method
-            cannot constrain a cell, see the module docstring).
-        method: ``"bootstrap"`` or ``"laplace-<width>-<diagonal>"`` (width posterior/sandwich,
-            diagonal dense/lowrank/hutchinson).
-        never_visible: (n_cell,) cells with zero weight at every epoch.
-        samples: (n_boot, 2, n_cell) bootstrap maps (bootstrap only).
-        time: wall seconds.
-        mode: how the bootstrap's refits ran (``"vmap"``, ``"sequential"`` or ``"resample"``).
-        lower, upper: (2, n_cell) 1-sigma intervals (cool, hot) inside [0, 1]
-            (:func:`bounded_interval`; Laplace only).
-        at_bound: (2, n_cell) factors on a bound (not free; their sigma is the conditional
-            width and their interval reaches the bound; Laplace only).
-        n_crossing: free seen factors whose Gaussian 1-sigma range crosses a bound (Laplace only).
-        note: how the diagonal was computed (low-rank: the basis' rank and what it left out).
-    """
-
-    sigma_fssc: np.ndarray
-    sigma_fssh: np.ndarray
-    method: str
-    never_visible: np.ndarray
-    samples: np.ndarray | None = None
-    time: float = 0.0
-    mode: str | None = None
-    lower: np.ndarray | None = None
-    upper: np.ndarray | None = None
-    at_bound: np.ndarray | None = None
-    n_crossing: int = 0
-    note: str = ""
-
-    def __repr__(self) -> str:
-        return compact(self, ("method", "sigma_fssc", "sigma_fssh", "time"))
+           "never_visible", "hvp_function", "EffectiveDof", "effective_dof", "effective_dof_refusal", "influence_traces", "hvp_form", "lowrank_applies", "bounded_interval", "save_uncertainty",
+           "load_uncertainty"]
 
 
 def _one_set(pre, what: str) -> None:
@@ -973,23 +934,6 @@ def _hutchinson(x, fidx, lay, best, hpre, obs, penalty, scale, width, *, n_probe
             z = np.concatenate([z, np.zeros((pchunk - z.shape[0], n_free))])
         acc += np.asarray(probe(jnp.asarray(z), x, hpre, obs, lm))
     return np.maximum(acc / n_probe, 0.0)
-
-
-def save_uncertainty(unc: Uncertainty, folder) -> Path:
-    """Write ``uncertainty_<method>.npz`` (sigma_fssc, sigma_fssh, never_visible, the full method
-    name; for Laplace also lower_*, upper_* and at_bound_* per component) into ``folder``;
-    ``<method>`` is the user's choice (``laplace``, ``sandwich``, ``bootstrap``,
-    :func:`dopplermap.choices.uncertainty_choice`)."""
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    extra = {}
-    if unc.lower is not None:
-        for i, comp in enumerate(("fssc", "fssh")):
-            extra.update({f"lower_{comp}": unc.lower[i], f"upper_{comp}": unc.upper[i],
-                          f"at_bound_{comp}": unc.at_bound[i]})
-    return write_file(folder / f"uncertainty_{uncertainty_choice(unc.method)}.npz",
-                      lambda fh: np.savez(fh, sigma_fssc=unc.sigma_fssc, sigma_fssh=unc.sigma_fssh,
-                                          never_visible=unc.never_visible, method=unc.method, **extra))
 
 
 # ---------------------------------------------------------------- effective degrees of freedom

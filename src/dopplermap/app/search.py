@@ -104,8 +104,7 @@ def save_problem(path, obs, star=None, n_cell: int | None = None) -> Path:
     return save_npz(path, obs, star=star, n_cell=n_cell)
 
 
-def load_problem(path=None, *, n_cell=400, n_epoch=30, n_vel=24, snr=500.0, seed=1, tol=1e-6, quiet=True,
-                 check=None):
+def load_problem(path=None, *, n_cell=400, n_epoch=30, n_vel=24, snr=500.0, tol=1e-6, quiet=True, check=None):
     """The :class:`dopplermap.problem.Problem` of a target TOML (exactly what ``dopplermap
     invert`` solves: gravity darkening, light curve, method, [inversion] settings and the
     errors scaled by [data] error_scale included), of an ``.npz`` file, or of the simulated
@@ -123,9 +122,9 @@ def load_problem(path=None, *, n_cell=400, n_epoch=30, n_vel=24, snr=500.0, seed
         return prob
     settings = Settings(tol=tol, solver="auto")  # as a target's [inversion] default
     if path is None:
-        prob = demo_problem(n_cell=n_cell, n_epoch=n_epoch, n_vel=n_vel, snr=snr, seed=seed, settings=settings)
+        prob = demo_problem(n_cell=n_cell, n_epoch=n_epoch, n_vel=n_vel, snr=snr, settings=settings)
     else:
-        prob = from_npz(path, n_cell=n_cell, settings=settings, seed=seed)
+        prob = from_npz(path, n_cell=n_cell, settings=settings)
     if check is not None:
         check(prob)
     return prob

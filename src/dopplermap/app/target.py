@@ -12,7 +12,6 @@ import numpy as np
 from .. import search
 from .. import uncertainty as U
 from ..atmosphere import CITATION, RESPONSE_SOURCES
-from ..choices import uncertainty_title
 from ..compiled import call_cached
 from ..errors import DopplermapInputError
 from ..errorscale import describe_all, summarise
@@ -20,7 +19,7 @@ from ..figure_process import FigureProcess
 from ..io.results import prefetch_writers
 from ..lightcurve import PHOTOMETRY_LIMITS, LightCurveFit, lightcurve_residuals
 from ..memory import format_bytes
-from ..plot import MapStyle, View, fitted_components, plot_uncertainty
+from ..plot import uncertainty_figures
 from ..problem import from_config
 from ..progress import Reporter
 from ..search import apply_error_scale
@@ -135,17 +134,6 @@ def _uncertainty_writers(methods, problem, res, grid, *, n_boot: int = 20, seed:
     # the tolerance the bootstrap's re-solves have always used, whatever the target's [inversion]
     problem = problem.replace(settings=problem.settings.replace(tol=1e-6, maxiter=1000))
     writers, scalars, uncs = [], {}, []
-    star = res.star
-    phases = None
-    if star is not None and res.obs is not None and not isinstance(res.obs, tuple):
-        phases = (np.asarray(res.obs.times, float) - star.t0) / star.period
-    view = View.of(grid, inclination=None if star is None else float(star.inclination), phases=phases)
-
-    def top(values):  # one colour scale over every method's figure (finite values of seen cells)
-        v = np.concatenate([np.asarray(x, float).ravel() for x in values])
-        v = v[np.isfinite(v)]
-        return float(v.max()) if v.size and v.max() > 0 else None
-
     for m in dict.fromkeys(methods):
         width = "posterior" if m == "laplace" else "sandwich"
         cost = None
@@ -170,20 +158,13 @@ def _uncertainty_writers(methods, problem, res, grid, *, n_boot: int = 20, seed:
             scalars[f"uncertainty_mode_{m}"] = unc.mode
 
         uncs.append(unc)
+        writers.append(lambda folder, unc=unc: U.save_uncertainty(unc, folder))
+    if plots and uncs:  # one colour scale over every method's figure (plot.uncertainty_figures)
+        def draw(folder):
+            for name, make in uncertainty_figures(with_context(res, grid=grid), uncs).items():
+                save_figure(make(), folder / f"{name}.png")
 
-        def write(folder, unc=unc):
-            path = U.save_uncertainty(unc, folder)
-            if plots:
-                for comp in fitted_components(res):
-                    fill = res.fssc if comp == "cool" else res.fssh
-                    key = "sigma_fssc" if comp == "cool" else "sigma_fssh"
-                    title = " · ".join(x for x in (getattr(star, "name", None),
-                                                   f"{comp} spots, 1σ: {uncertainty_title(unc.method)}") if x)
-                    save_figure(plot_uncertainty(grid, fill, unc, component=comp, view=view,
-                                                 sigma_max=top(getattr(u, key) for u in uncs),
-                                                 look=MapStyle(title=title)), folder / f"{path.stem}_{comp}.png")
-
-        writers.append(write)
+        writers.append(draw)
     return writers, scalars
 
 
