@@ -714,3 +714,19 @@ def test_healpix_guard():
     pytest.importorskip("healpy")
     with pytest.raises(DopplermapInputError, match="reduce nside"):
         dm.healpix_grid(2 ** 20)
+
+
+def test_a_warning_raised_by_several_solves_is_listed_once_with_its_count(capsys):
+    """The run's summary lists each warning once; one that several solves raised (a sweep's points
+    stopping at maxiter) says how many times, so a reader does not take it for one solve's."""
+    from dopplermap.cli import _print_warnings
+    from dopplermap.errors import collect_warnings, warn
+
+    with collect_warnings() as seen:
+        for _ in range(3):
+            warn("solve stopped on the iteration limit")
+        warn("another")
+    assert list(seen) == ["solve stopped on the iteration limit", "another"]
+    _print_warnings(seen)
+    err = capsys.readouterr().err.splitlines()
+    assert err[1:] == ["  warning: solve stopped on the iteration limit (3 times)", "  warning: another"]

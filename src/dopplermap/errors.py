@@ -162,11 +162,13 @@ def warn(message: str, *, stacklevel: int = 2, category: type = DopplermapWarnin
 
 
 class _Collected(list):
-    """The messages of :func:`collect_warnings`; ``categories`` maps each to its class."""
+    """The messages of :func:`collect_warnings`; ``categories`` maps each to its class,
+    ``counts`` to how many times it was raised."""
 
     def __init__(self):
         super().__init__()
         self.categories: dict[str, type] = {}
+        self.counts: dict[str, int] = {}
 
     def of(self, category: type) -> list[str]:
         """The messages of ``category`` (or a subclass)."""
@@ -198,6 +200,7 @@ def collect_warnings(echo=None):
             if not issubclass(category, DopplermapWarning):
                 return shown(message, category, filename, lineno, file, line)
             msg = str(message)
+            seen.counts[msg] = seen.counts.get(msg, 0) + 1
             if msg not in seen:
                 seen.append(msg)
                 seen.categories[msg] = category
