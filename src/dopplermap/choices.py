@@ -20,7 +20,7 @@ __all__ = ["FORMS", "SYNTHESIS_METHODS", "RV_SHIFTS", "LIMB_WEIGHTS", "GRID_READ
            "LINE_PROFILES", "GRID_KINDS", "PROFILE_FORMATS", "PROFILE_WRITE_FORMATS", "LIGHTCURVE_FORMATS",
            "LIGHTCURVE_WRITE_FORMATS", "LIGHTCURVE_UNITS", "QUALITY_BITMASKS", "BIN_UNITS", "FIGURE_FORMATS", "MAP_PROJECTIONS", "RESULT_PLOT_KINDS",
            "SIMULATION_FORMATS", "ERROR_SCALES",
-           "BATCH_MODES", "MANY_MODES", "MEMBER_SOLVERS", "BATCH_FORMS", "CUBE_DTYPES", "check", "check_error_scale"]
+           "BATCH_MODES", "MANY_MODES", "MEMBER_SOLVERS", "BATCH_FORMS", "CUBE_DTYPES", "check", "check_error_scale", "did_you_mean"]
 
 # the synthesis forms precompute builds (dopplermap.forms.FORMS)
 FORMS = ("dense", "binned")
