@@ -360,6 +360,15 @@ def test_an_uncertainty_file_in_the_documented_layout_is_read(tmp_path):
     with pytest.raises(dm.DopplermapInputError, match=r"other\.npz: not an uncertainty file .*no sigma_fssh, "
                        r"never_visible, method"):
         load_uncertainty(tmp_path / "other.npz")
+    np.savez(tmp_path / "short.npz", sigma_fssc=sig, sigma_fssh=sig[:2], never_visible=np.zeros(3, bool),
+             method="bootstrap")
+    with pytest.raises(dm.DopplermapInputError, match=r"short\.npz: sigma_fssc, sigma_fssh and never_visible must be"):
+        load_uncertainty(tmp_path / "short.npz")
+    np.savez(tmp_path / "half.npz", sigma_fssc=sig, sigma_fssh=sig, never_visible=np.zeros(3, bool),
+             method="laplace-posterior-dense", lower_fssc=sig, upper_fssc=sig)  # Laplace's intervals, in part
+    with pytest.raises(dm.DopplermapInputError, match=r"half\.npz: not an uncertainty file .*no lower_fssh, "
+                       r"upper_fssh, at_bound_fssc, at_bound_fssh"):
+        load_uncertainty(tmp_path / "half.npz")
     (tmp_path / "text.npz").write_text("not a zip")
     with pytest.raises(dm.DopplermapInputError, match=r"text\.npz: not an uncertainty file"):
         load_uncertainty(tmp_path / "text.npz")

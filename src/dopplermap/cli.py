@@ -123,9 +123,8 @@ def _missing_package(exc: ImportError) -> bool:
 def _print_warnings(seen) -> None:
     if seen:
         click.echo(f"{len(seen)} warning(s) (also in summary.json where a result was written):", err=True)
-        counts = getattr(seen, "counts", {})
         for msg in seen:  # one line per message; one raised by several solves says how many
-            n = counts.get(msg, 1)
+            n = seen.counts.get(msg, 1)
             click.echo(f"  warning: {msg}" + (f" ({n} times)" if n > 1 else ""), err=True)
 
 

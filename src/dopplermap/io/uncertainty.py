@@ -45,7 +45,10 @@ def load_uncertainty(path) -> Uncertainty:
         raise DopplermapInputError(f"{path}: no such uncertainty file") from None
     except (OSError, ValueError) as exc:
         raise DopplermapInputError(f"{path}: not an uncertainty file of dopplermap ({exc})") from None
-    missing = [k for k in ("sigma_fssc", "sigma_fssh", "never_visible", "method") if k not in data]
+    keys = ("sigma_fssc", "sigma_fssh", "never_visible", "method")
+    if any(k.startswith(("lower_", "upper_", "at_bound_")) for k in data):  # Laplace's intervals: all six
+        keys += tuple(f"{b}_{c}" for b in ("lower", "upper", "at_bound") for c in ("fssc", "fssh"))
+    missing = [k for k in keys if k not in data]
     if missing:
         raise DopplermapInputError(f"{path}: not an uncertainty file of dopplermap (no {', '.join(missing)})")
     n = np.shape(data["sigma_fssc"])
@@ -55,5 +58,8 @@ def load_uncertainty(path) -> Uncertainty:
     bounds = {}
     if "lower_fssc" in data:
         bounds = {k: np.stack([data[f"{k}_fssc"], data[f"{k}_fssh"]]) for k in ("lower", "upper", "at_bound")}
+        if any(b.shape != (2, *n) for b in bounds.values()):
+            raise DopplermapInputError(f"{path}: lower_*, upper_* and at_bound_* must be (n_cell,) arrays like the "
+                                       f"sigmas ({n[0]} cells)")
     return Uncertainty(sigma_fssc=np.asarray(data["sigma_fssc"], float), sigma_fssh=np.asarray(data["sigma_fssh"], float),
                        method=str(data["method"]), never_visible=np.asarray(data["never_visible"], bool), **bounds)
