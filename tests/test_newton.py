@@ -13,7 +13,7 @@ from scipy.optimize import lsq_linear
 import dopplermap as dm
 from dopplermap import compiled
 from dopplermap.constants import FILL_MAX, FILL_MIN
-from dopplermap.lightcurve import LightCurveBand, precompute_lightcurve, simulate_lightcurve
+from dopplermap.lightcurve import LightCurveBand, LightCurveSet, precompute_lightcurve, simulate_lightcurve
 from dopplermap.model import solve_form
 from dopplermap.objective import ObjectiveData
 from dopplermap.objective import loss as objective_loss
@@ -36,6 +36,17 @@ def lightcurve(problem):
     t = np.linspace(0.0, 3.0, 60)
     flux, err, _ = simulate_lightcurve(grid, star, t, band, sim.fssc, sim.fssh, sigma=1e-3, seed=5)
     return precompute_lightcurve(grid, star, t, flux, err, band)
+
+
+@pytest.fixture(scope="module")
+def two_bands(problem, lightcurve):
+    """A set of two bands (a blue one on other times) fitted with one map, weighted 1 and 0.4."""
+    star, grid, pre, sim = problem
+    band = LightCurveBand((dm.LimbDarkening("linear", (0.85,)),) * 3, (1.0, 0.15, 1.9))
+    t = np.linspace(0.2, 2.7, 45)
+    flux, err, _ = simulate_lightcurve(grid, star, t, band, sim.fssc, sim.fssh, sigma=2e-3, seed=6)
+    blue = precompute_lightcurve(grid, star, t, flux, err, band)
+    return LightCurveSet.create([lightcurve, blue], weights=[1.0, 0.4], names=["red", "blue"])
 
 
 def _rel(a, b):
@@ -75,7 +86,17 @@ def test_joint_light_curve_fit_matches_scipy(problem, lightcurve):
     assert _rel(res.loss, ref.loss) <= 1e-7, (res.loss, ref.loss)
 
 
-def test_residual_form_equals_the_objective(problem, lightcurve):
+@pytest.mark.slow
+def test_joint_fit_of_two_bands_matches_scipy(problem, two_bands):
+    _, _, pre, sim = problem
+    kw = dict(lmbd=1.0, lightcurve=two_bands, line_weight=1.0, lc_weight=0.5)
+    ref = dm.invert(pre, sim.obs, **kw, **TIGHT)
+    res = dm.invert(pre, sim.obs, **kw, tol=1e-9, solver="newton")
+    assert res.solver == "newton" and res.chi2_lc_sets is not None
+    assert _rel(res.loss, ref.loss) <= 1e-7, (res.loss, ref.loss)
+
+
+def test_residual_form_equals_the_objective(problem, lightcurve, two_bands):
     """|R|^2 + S is the objective of dopplermap.objective (the loss the other solvers minimise)."""
     _, _, pre, sim = problem
     sp = solve_form(pre, "float64")
@@ -85,13 +106,13 @@ def test_residual_form_equals_the_objective(problem, lightcurve):
                                     rng.normal(0, 0.01, pre.n_epoch)]))
     lm = jnp.asarray(0.7)
     for reg in ("mem", "tikhonov", "none"):
-        for lc in (None, lightcurve):
+        for lc in (None, lightcurve, two_bands):
             data = ObjectiveData.create(sp, sim.obs, lightcurve=lc, line_weight=0.8, lc_weight=0.3)
             r = newton.line_residuals(x, lm, sp, data)
             ours = float(jnp.vdot(r, r) + newton.smooth_terms(x, lm, sp, data, regulariser=reg))
             extra = {} if lc is None else dict(lightcurve=lc, line_weight=0.8, lc_weight=0.3)
             theirs = float(objective_loss(x, lm, sp, sim.obs, reg, 1e4, **extra))
-            assert ours == pytest.approx(theirs, rel=1e-12), (reg, lc is None)
+            assert ours == pytest.approx(theirs, rel=1e-12), (reg, type(lc).__name__)
     assert lay.size == x.shape[0]
 
 

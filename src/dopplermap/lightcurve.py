@@ -78,7 +78,7 @@ from .units import to_unit
 
 __all__ = ["LightCurveOptions", "LightCurveSimulation", "PHOTOMETRY_LIMITS", "CHUNK_BYTES", "PHASE_TOLERANCE", "MIN_PHASE_NODES", "CIRCULANT_RTOL", "phase_nodes", "rotation_groups",
            "lightcurve_plan", "MAX_ROTATION_GROUPS", "LC_WARN_WORK", "auto_bin", "LC_MADD_RATE", "TYPICAL_EVALUATIONS", "AUTO_BINS_PER_CELL", "LightCurveBand", "LightCurveFit", "LightCurveSet", "precompute_lightcurve", "lightcurve_model",
-           "chi2_lightcurve", "chi2_lightcurves", "lightcurve_residuals", "model_residuals", "simulate_lightcurve"]
+           "chi2_lightcurve", "chi2_lightcurves", "lightcurve_residuals", "model_residuals", "weighted_residuals", "simulate_lightcurve"]
 
 
 PHOTOMETRY_LIMITS = (
@@ -694,6 +694,19 @@ def chi2_lightcurve(fssc, fssh, lc: LightCurveFit):
     """Reduced chi-square of the light curve: ``sum(((obs - model) / err)^2) / n_lc``."""
     r = lightcurve_residuals(fssc, fssh, lc)
     return jnp.sum(r * r) / r.size
+
+
+def weighted_residuals(fssc, fssh, lcs):
+    """Residuals whose squared norm is the weighted chi-square of :func:`chi2_lightcurves`
+    (its second value): ``sqrt(w_b / n) (obs - model) / err`` of every band ``b`` of a
+    :class:`LightCurveSet` (``n`` the points of all bands), or ``(obs - model) / err / sqrt(n_lc)``
+    of one :class:`LightCurveFit`: the light curves' part of a least-squares solver's residuals."""
+    if isinstance(lcs, LightCurveFit):
+        r = lightcurve_residuals(fssc, fssh, lcs)
+        return r / np.sqrt(r.size)
+    n = float(sum(b.n_lc for b in lcs.bands))
+    w = jnp.sqrt(lcs.weights / n)
+    return jnp.concatenate([w[i] * lightcurve_residuals(fssc, fssh, b) for i, b in enumerate(lcs.bands)])
 
 
 def chi2_lightcurves(fssc, fssh, lcs):

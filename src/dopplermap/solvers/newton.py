@@ -47,7 +47,7 @@ from .. import _device, regularisers
 from .._x64 import require_x64
 from ..compiled import compile_cached, loop_options, program_state
 from ..errors import DopplermapInputError
-from ..lightcurve import lightcurve_residuals
+from ..lightcurve import weighted_residuals
 from ..model import apply_nuisance, forward, synthesize
 from ..objective import DEFAULT_PENALTY, Layout, ObjectiveData, regulariser_value, sum_excess
 from ..result import Outcome
@@ -372,24 +372,25 @@ def line_residuals(x, lmbd, pre, data: ObjectiveData):
     """``R(x)``: residuals whose squared norm is the (weighted) chi-square of :mod:`dopplermap.objective`.
 
     ``sqrt(1 / (n_epoch n_vel)) (obs - model) / err`` for the line profiles (times
-    ``sqrt(line_weight)`` in a joint fit), followed by ``sqrt(lc_weight / n_lc)`` times the
-    light curve's normalised residuals when ``data`` holds a light curve.
+    ``sqrt(line_weight)`` in a joint fit), followed by ``sqrt(lc_weight)`` times the light
+    curves' residuals (:func:`dopplermap.lightcurve.weighted_residuals`: one curve, or the
+    bands of a set) when ``data`` holds them.
     With ``data.offset_sigma`` ((n_epoch,)) the offset prior joins as ``n_epoch`` more residuals
     ``amp_e / sigma_e`` on the line profiles' scale: pseudo-data, linear in ``amp``, so the
     Gauss-Newton model holds it exactly.
     """
-    obs, offset_sigma = data.obs, data.offset_sigma
     lay = Layout(pre.n_cell, pre.n_epoch)
     fssc, fssh, rv, amp = lay.split(x)
+    obs, offset_sigma = data.obs, data.offset_sigma
     r = ((obs.flux - forward(fssc, fssh, rv, amp, pre)) / obs.err).reshape(-1)
     n_line = r.size
     if offset_sigma is not None:
         r = jnp.concatenate([r, amp / offset_sigma])
     if data.lightcurve is None:
         return r * (1.0 / jnp.sqrt(n_line))
-    lc, w_line, w_lc = data.lightcurve, data.line_weight, data.lc_weight
-    r_lc = lightcurve_residuals(fssc, fssh, lc)
-    return jnp.concatenate([r * jnp.sqrt(w_line / n_line), r_lc * jnp.sqrt(w_lc / r_lc.size)])
+    w_line, w_lc = data.line_weight, data.lc_weight
+    r_lc = weighted_residuals(fssc, fssh, data.lightcurve)
+    return jnp.concatenate([r * jnp.sqrt(w_line / n_line), r_lc * jnp.sqrt(w_lc)])
 
 
 RV_SEARCH = 16
