@@ -245,3 +245,28 @@ def test_grid_refuses_a_bad_value_before_fitting_the_error_scale(tmp_path, capsy
     assert main(["grid", str(path), "--out", str(tmp_path / "g"), "--param", "vsini=0:10:5", "--quiet"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "grid parameter vsini=0: vsini must be > 0 km/s" in err
+
+
+def test_residuals_scale_fits_the_line_profiles_alone():
+    """A joint problem's light curve (here one that pulls the map away: drawn from another map)
+    does not enter the line profiles' error scale: the factor is the lines-only problem's, and
+    the line model is not rebuilt for the fits."""
+    from dopplermap.lightcurve import LightCurveBand, simulate_lightcurve
+    from dopplermap.problem import LightCurveData
+
+    prob = _star(vmax=60.0, n_vel=24, n_epoch=6, n_cell=100)
+    band = LightCurveBand((dm.LimbDarkening("linear", (0.6,)),) * 3, (1.0, 0.3, 1.4))
+    t = np.linspace(0.0, 4.0, 80)
+    other = np.roll(np.full(prob.grid.n_cell, 1e-5) + 0.4 * (np.arange(prob.grid.n_cell) % 7 == 0), 3)
+    flux, err, _ = simulate_lightcurve(prob.grid, prob.star, t, band, other, np.full(prob.grid.n_cell, 1e-5),
+                                       sigma=1e-4, seed=2)
+    joint = prob.replace(lightcurve_data=LightCurveData(times=t, flux=flux, err=err, band=band))
+    pre = joint.pre
+    lines = joint.without_lightcurves()
+    assert lines.lightcurve is None and joint.lightcurve is not None
+    assert lines.pre is pre  # kept, not rebuilt
+    assert prob.without_lightcurves() is prob
+    alone = apply_error_scale(prob, "residuals").error_scale[0]
+    both = apply_error_scale(joint, "residuals").error_scale[0]
+    assert alone.method == both.method == "residuals"
+    assert both.factor == pytest.approx(alone.factor, rel=1e-9) and both.per_epoch == pytest.approx(alone.per_epoch)

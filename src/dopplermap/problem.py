@@ -665,6 +665,18 @@ class Problem:
         new.__dict__.update({k: v for k, v in self.__dict__.items() if k in _CACHED})
         return new
 
+    def without_lightcurves(self) -> Problem:
+        """This problem with its line profiles alone (no light curve); the line model's derived
+        arrays are kept (the light curves enter none of them). Itself when it has no light curve."""
+        if self.lightcurve_data is None:
+            return self
+        if self.photometry_only:
+            raise DopplermapInputError(f"{self.source}: a problem of light curves alone has no line profiles "
+                                       "to keep")
+        new = dataclasses.replace(self, lightcurve_data=None)
+        new.__dict__.update({k: v for k, v in self.__dict__.items() if k in ("pre", "line_factors", "_solve_forms")})
+        return new
+
     def error_scale_of(self, name: str = "lines") -> ErrorScale | None:
         """The error scale recorded for the line data set ``name``, or None."""
         return next((e for e in self.error_scale if e.name == name), None)

@@ -708,7 +708,8 @@ def _ssr(problem: Problem, res: InversionResult) -> np.ndarray:
 def fit_error_scale(problem: Problem, *, lmbd: float = ERROR_SCALE_LAMBDA, tol: float = ERROR_SCALE_TOL,
                     seed: int = 0) -> tuple:
     """The ``"residuals"`` error scale of every line data set, from the residuals of a fit at
-    small lambda with the fit's own share of the noise put back.
+    small lambda with the fit's own share of the noise put back; the line profiles are fitted
+    alone (a problem's light curves, with errors of their own, are left out of these fits).
 
     The fit is made at ``lambda = lmbd x chi2``, chi2 the reduced chi2 of a first fit at
     ``lmbd`` (scaling the errors by ``f`` moves every lambda by ``1 / f^2``, so only a lambda in
@@ -724,6 +725,8 @@ def fit_error_scale(problem: Problem, *, lmbd: float = ERROR_SCALE_LAMBDA, tol: 
     :class:`~dopplermap.errorscale.ErrorScale` per line data set, in the problem's order, and
     the lambda of the fit."""
     problem = require_problem(problem, "fit_error_scale")
+    # the line profiles' own scatter: a light curve (its own errors) would only pull the map
+    problem = problem.without_lightcurves()
     problem = problem.replace(settings=problem.settings.replace(tol=min(tol, problem.settings.tol)))
     names = problem.set_names
     obs = list(problem.observations) if problem.lines else [problem.obs]
