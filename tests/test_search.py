@@ -538,3 +538,29 @@ def test_a_mistyped_grid_parameter_is_refused_before_any_work(tmp_path, monkeypa
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "unknown grid parameter 'inclinaton'; did you mean 'inclination'?" in err
     assert not (tmp_path / "g").exists()
+
+
+def test_a_joint_fit_s_grid_rows_carry_the_light_curve_s_chi2():
+    """chi2_lc: a joint problem's light-curve chi2 at each point (its map's, as invert gives it);
+    NaN without a light curve; kept through a point's saved solve (and absent in older files)."""
+    from dopplermap.lightcurve import LightCurveBand, simulate_lightcurve
+    from dopplermap.problem import LightCurveData
+
+    prob, sim = small_problem(n_cell=100, n_epoch=8, n_vel=20)
+    band = LightCurveBand((dm.LimbDarkening("linear", (0.6,)),) * 3, (1.0, 0.3, 1.4))
+    t = np.linspace(0.0, 4.0, 60)
+    flux, err, _ = simulate_lightcurve(prob.grid, prob.star, t, band, sim.fssc, sim.fssh, sigma=2e-3, seed=3)
+    joint = prob.replace(lightcurve_data=LightCurveData(times=t, flux=flux, err=err, band=band),
+                         settings=Settings(lmbd=0.5, tol=1e-6))
+    from dopplermap.lightcurve import chi2_lightcurve
+
+    row = search.evaluate_point(joint, {"inclination": 55.0}, keep=True)
+    point = joint.replace(star=joint.star.replace(inclination=55.0))  # its light curve's model at that point
+    own = float(chi2_lightcurve(row["solve"].fssc, row["solve"].fssh, point.lightcurve))
+    assert row["chi2_lc"] == pytest.approx(own, rel=1e-9) and 0.3 < row["chi2_lc"] < 3.0
+    assert row["chi2_total"] == pytest.approx(row["chi2"] * sim.obs.n_epoch * sim.obs.n_vel)
+    back = search.PointSolve.from_json(json.loads(json.dumps(row["solve"].to_json())))
+    assert back.chi2_lc == row["chi2_lc"]
+    old = {k: v for k, v in row["solve"].to_json().items() if k != "chi2_lc"}
+    assert math.isnan(search.PointSolve.from_json(old).chi2_lc)
+    assert math.isnan(search.evaluate_point(prob.replace(settings=joint.settings), {"inclination": 55.0})["chi2_lc"])

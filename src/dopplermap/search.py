@@ -949,7 +949,8 @@ def evaluate_point(problem: Problem, params: dict, x0=None, *, dof: bool = False
     The point is ``problem`` with the grid parameters substituted (:meth:`Problem.replace`),
     so gravity darkening, a light curve, the synthesis method and the settings carry over.
     Row fields: the parameters, ``chi2`` (reduced, line profiles), ``chi2_total``
-    (un-reduced, ``chi2 * n_epoch * n_vel``), ``loss``, ``regulariser``, ``entropy`` (the
+    (un-reduced, ``chi2 * n_epoch * n_vel``: the read-outs' column), ``chi2_lc`` (reduced, the
+    light curves of a joint fit, which shape each point's map but are not read; else NaN), ``loss``, ``regulariser``, ``entropy`` (the
     seed's entropy of the map, whatever the regulariser), ``iterations``, ``success``,
     ``radius`` (R_sun, implied by the point's rotation, :attr:`dopplermap.geometry.StarParams.radius_rsun`),
     ``logg`` (cgs, where the problem's mass is known, else NaN), ``status`` (``"ok"``) and
@@ -980,7 +981,8 @@ def evaluate_point(problem: Problem, params: dict, x0=None, *, dof: bool = False
         kept = PointSolve(fssc=np.asarray(res.fssc, float), fssh=np.asarray(res.fssh, float),
                           rv=np.asarray(res.rv, float), amp=np.asarray(res.amp, float), chi2=float(res.chi2),
                           loss=float(res.loss), regulariser=float(res.regulariser_value), entropy=ent,
-                          iterations=int(res.iterations), success=bool(res.success))
+                          iterations=int(res.iterations), success=bool(res.success),
+                          chi2_lc=math.nan if res.chi2_lc is None else float(res.chi2_lc))
     obs = point.obs
     n_data = obs.n_epoch * obs.n_vel
     chi2_total = kept.chi2 * n_data
@@ -989,7 +991,8 @@ def evaluate_point(problem: Problem, params: dict, x0=None, *, dof: bool = False
     if support is not None:
         refit = solve_on_support(problem, params, support.cool, support.hot, kept.x, readout=support.readout)
         chi2_support = refit.chi2 * n_data
-    row = dict(params, chi2=kept.chi2, chi2_total=chi2_total, loss=kept.loss, regulariser=kept.regulariser,
+    row = dict(params, chi2=kept.chi2, chi2_total=chi2_total, chi2_lc=kept.chi2_lc, loss=kept.loss,
+               regulariser=kept.regulariser,
                entropy=kept.entropy, iterations=kept.iterations, success=kept.success,
                **_star_columns(problem, star), status="ok", reason="", dof=n_dof, chi2_dof=chi2_total + n_dof,
                chi2_support=chi2_support)
@@ -1017,6 +1020,7 @@ class PointSolve:
     entropy: float
     iterations: int
     success: bool
+    chi2_lc: float = math.nan  # reduced chi-square of the light curves (a joint fit), else NaN
 
     @property
     def x(self) -> np.ndarray:
@@ -1035,7 +1039,8 @@ class PointSolve:
             raise ValueError("a map is not a list of numbers")
         return cls(**arrays, chi2=float(data["chi2"]), loss=float(data["loss"]),
                    regulariser=float(data["regulariser"]), entropy=float(data["entropy"]),
-                   iterations=int(data["iterations"]), success=bool(data["success"]))
+                   iterations=int(data["iterations"]), success=bool(data["success"]),
+                   chi2_lc=float(data.get("chi2_lc", math.nan)))
 
 
 def dof_refusal(problem: Problem) -> str | None:
@@ -1341,14 +1346,14 @@ def refused_row(problem: Problem, params: dict, reason: str) -> dict:
     """The table row of a refused point: its parameters, the implied radius (and log g),
     ``status`` ``"refused"``, the ``reason``, NaN for every result and 0 iterations."""
     nan = math.nan
-    return dict(params, chi2=nan, chi2_total=nan, loss=nan, regulariser=nan, entropy=nan, iterations=0,
+    return dict(params, chi2=nan, chi2_total=nan, chi2_lc=nan, loss=nan, regulariser=nan, entropy=nan, iterations=0,
                 success=False, **_star_columns(problem, point_star(problem, params)), status="refused",
                 reason=reason, dof=nan, chi2_dof=nan, chi2_support=nan)
 
 
 # ------------------------------------------------------------------------- grid search
 
-_RESULT_COLUMNS = ("chi2", "chi2_total", "loss", "regulariser", "entropy", "iterations", "success", "radius",
+_RESULT_COLUMNS = ("chi2", "chi2_total", "chi2_lc", "loss", "regulariser", "entropy", "iterations", "success", "radius",
                    "logg", "dof", "chi2_dof", "chi2_support", "status", "reason")
 # what makes two rows comparable: the solve settings and the problem, on every row
 _SETTING_COLUMNS = ("lmbd", "regulariser_kind", "tol", "maxiter", "fit_rv", "fit_amp", "problem")

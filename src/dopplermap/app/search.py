@@ -596,13 +596,15 @@ def _print_grid(axes, rows, best, summary, calibrated, delta_chi2) -> None:
     reduced ``chi2``, and its intervals are labelled with it."""
     column = summary.get("column", "chi2_total")
     extra = [] if column == "chi2_total" else [column]
+    # a joint fit's light curves shape every point's map; their chi2 is shown, the lines' is read
+    lc = ["chi2_lc"] if any(r["status"] == "ok" and math.isfinite(r.get("chi2_lc", math.nan)) for r in rows) else []
     if len(rows) <= TABLE_ROWS:
         names = list(axes)
-        click.echo("  ".join([f"{n:>12s}" for n in names] + [f"{c:>12s}" for c in ["chi2", *extra]]
+        click.echo("  ".join([f"{n:>12s}" for n in names] + [f"{c:>12s}" for c in ["chi2", *lc, *extra]]
                              + [f"{'R/R_sun':>8s}", f"{'log g':>6s}", "status"]))
         for r in rows:
             logg = f"{r['logg']:6.2f}" if math.isfinite(r["logg"]) else f"{'-':>6s}"
-            vals = [f"{r[c]:12.6g}" if r["status"] == "ok" else f"{'-':>12s}" for c in ["chi2", *extra]]
+            vals = [f"{r[c]:12.6g}" if r["status"] == "ok" else f"{'-':>12s}" for c in ["chi2", *lc, *extra]]
             status = r["status"]  # the reasons follow the table
             click.echo("  ".join([f"{r[n]:12g}" for n in names] + vals + [f"{r['radius']:8.3g}", logg, status]))
     if summary["refused"]:
@@ -625,7 +627,8 @@ def _print_grid(axes, rows, best, summary, calibrated, delta_chi2) -> None:
         for name, iv in summary["intervals"].items():
             edge = " (reaches the grid edge)" if iv["at_edge"] else ""
             flag = f"; NOT TO BE TRUSTED: {'; '.join(iv['flags'])}; try --calibrate N" if iv["flags"] else ""
-            click.echo(f"{name}: {iv['lo']:g} .. {iv['hi']:g} (Delta {column} <= {delta_chi2:g}){edge}{flag}")
+            lines = " of the line profiles" if lc else ""
+            click.echo(f"{name}: {iv['lo']:g} .. {iv['hi']:g} (Delta {column}{lines} <= {delta_chi2:g}){edge}{flag}")
 
 
 SUPPORT_FIRST_TABLE = "grid-regularised.csv"
