@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dopplermap.errors import DopplermapInputError
+from dopplermap.errors import DopplermapInputError, DopplermapWarning
 from dopplermap.geometry import StarParams
 from dopplermap.grid import latitude_band_grid
 from dopplermap.lightcurve import PHOTOMETRY_LIMITS, LightCurveBand
@@ -282,3 +282,80 @@ def test_uncertainty_maps_are_refused_for_light_curves_alone(tmp_path):
     with pytest.raises(DopplermapInputError, match="light curves alone: set methods = \\[\\]"):
         run_target(cfg, tmp_path / "out", plots=False, uncertainty=["laplace"], report=False)
     assert not (tmp_path / "out").exists()
+
+
+# ---------------------------------------------------------------- maps that evolve, from light curves alone
+
+SPOT_EARLY = ((np.radians(20.0), np.radians(60.0), np.radians(25.0)),)
+SPOT_LATE = ((np.radians(20.0), np.radians(220.0), np.radians(25.0)),)
+
+
+def _evolving(n_cell=300, lmbd_time=0.01):
+    """Two rotations with a spot at longitude 60, then two with it gone and one at 220 (the
+    independent pixel integrator; the same spot elsewhere: each half has the same mean flux)."""
+    from dopplermap.windows import Windows
+
+    t = np.linspace(0.0, 4.0 * PERIOD, 240)
+    early = t < 2.0 * PERIOD
+    flux = np.concatenate([pixel_lightcurve(t[early], spots=SPOT_EARLY), pixel_lightcurve(t[~early], spots=SPOT_LATE)])
+    err = np.full(t.size, 5e-4)
+    flux = flux + np.random.default_rng(3).normal(size=t.size) * err
+    star = StarParams(inclination=INC, vsini=30.0, period=PERIOD, t0=0.0)
+    lc = LightCurveData(times=t, flux=flux, err=err, band=_band())
+    static = Problem(grid=latitude_band_grid(n_cell), star=star, obs=None, components=None, lightcurve_data=lc,
+                     settings=Settings(lmbd=1.0, tol=1e-6, maxiter=3000, lmbd_time=lmbd_time))
+    return static, static.replace(windows=Windows.count(2, t)), early
+
+
+def test_light_curves_alone_map_each_window_with_its_own_spot():
+    """One map per time window from photometry alone: each window's map puts its spot at its
+    own longitude, and the windows fit the curve a static map cannot."""
+    static, win, _ = _evolving()
+    assert isinstance(win.pre, NoLines) and win.pre.n_window == 2 and win.layout.size == 4 * win.grid.n_cell
+    res = invert(win)
+    n = win.grid.n_cell
+    maps = np.reshape(res.fssc, (2, n))
+    for fc, (spot,) in zip(maps, (SPOT_EARLY, SPOT_LATE), strict=True):
+        (found,) = _spot_longitudes(win.grid, fc, n=1)
+        assert _dlon_deg(spot[1], found) <= 12.0, np.degrees(found)
+    with pytest.warns(DopplermapWarning, match="far above 1"):
+        one = invert(static.replace(settings=static.settings.replace(lmbd_time=0.0)))
+    assert res.chi2_lc < 2.0 and one.chi2_lc > 100.0, (res.chi2_lc, one.chi2_lc)
+
+
+def test_light_curves_alone_windows_with_equal_maps_give_the_static_loss():
+    import jax
+
+    from dopplermap.objective import ObjectiveData, data_terms
+
+    static, win, _ = _evolving(n_cell=100, lmbd_time=3.0)
+    rng = np.random.default_rng(0)
+    fc, fh = rng.uniform(1e-3, 0.4, 100), rng.uniform(1e-3, 0.2, 100)
+    d0 = ObjectiveData.create(static.pre, None, lightcurve=static.lightcurve)
+    dw = ObjectiveData.create(win.pre, None, lightcurve=win.lightcurve, lmbd_time=3.0)
+    l0, t0 = data_terms(jax.numpy.asarray(np.concatenate([fc, fh])), 0.7, static.pre, d0)
+    lw, tw = data_terms(jax.numpy.asarray(np.concatenate([fc, fc, fh, fh])), 0.7, win.pre, dw)
+    assert float(lw) == pytest.approx(float(l0), rel=1e-12) and float(tw.temporal) == 0.0
+    lw2, tw2 = data_terms(jax.numpy.asarray(np.concatenate([fc, fc + 0.1, fh, fh])), 0.7, win.pre, dw)
+    assert float(tw2.temporal) > 0 and float(lw2) > float(tw2.chi2_lc) + 0.7 * float(tw2.regulariser)
+
+
+def test_windows_need_a_light_curve_binned_in_time(tmp_path):
+    """bin = "auto" bins in time when the target has windows (in phase it would fold the
+    rotations into one); a curve binned in phase is refused with windows."""
+    from dopplermap.config import load_config
+    from dopplermap.io.lightcurve import LightCurveReading
+    from dopplermap.problem import from_config
+    from dopplermap.windows import Windows
+
+    table = LC_TABLE + 'bin = "auto"\n'
+    static = from_config(load_config(_write_target(tmp_path, lc_table=table)))
+    assert static.lightcurve_data.read.binned.endswith("phase")
+    target = _write_target(tmp_path, lc_table=table + "\n[map]\nwindows = 2\nlmbd_time = 1.0\n")
+    win = from_config(load_config(target))
+    assert win.lightcurve_data.read.binned.endswith(" d") and win.pre.n_window == 2
+    assert np.ptp(win.lightcurve_data.times) > 1.5 * PERIOD  # the points keep their times
+    folded = LightCurveData.load(tmp_path / "lc.csv", _band(), star=static.star,
+                                 reading=LightCurveReading(bin_width=0.05, bin_unit="phase", time_scale="BJD_TDB"))
+    with pytest.raises(DopplermapInputError, match="binned in rotation phase"):
+        static.replace(lightcurve_data=folded, windows=Windows.count(2, folded.times))

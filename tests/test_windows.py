@@ -368,6 +368,8 @@ def test_windows_screen_line():
     many = windows_line({"window_edges": list(np.arange(17.0)), "lmbd_time": 0.0}, most=4)
     assert many.startswith("time windows: 16 (0-1, 1-2, ... (12 more), 14-15, 15-16 d)")
     assert many.endswith("lmbd_time 0")  # no coupling: its kind is not named
+    bjd = windows_line({"window_edges": [2458325.2966, 2458332.4966, 2458339.6966], "lmbd_time": 10.0})
+    assert "(2458325.30-2458332.50, 2458332.50-2458339.70 d)" in bjd  # not 2.45833e+06
 
 
 def test_invert_lmbd_time_override_needs_windows(tmp_path, capsys):

@@ -162,7 +162,7 @@ AUTO_BINS_PER_CELL = 4
 """``bin = "auto"``: bins per cell width along the equator (module docstring of :func:`auto_bin`)."""
 
 
-def auto_bin(n_cell: int, period: float, domega: float) -> tuple[float, str]:
+def auto_bin(n_cell: int, period: float, domega: float, *, evolving: bool = False) -> tuple[float, str]:
     """``(width, unit)`` of ``bin = "auto"``: the resolution the map can use.
 
     A map of ``n_cell`` cells resolves about ``sqrt(4 pi / n_cell)`` rad of longitude (one
@@ -171,10 +171,11 @@ def auto_bin(n_cell: int, period: float, domega: float) -> tuple[float, str]:
     damps a signal that varies on one cell's scale by under 3 %). A rigid rotator
     (``domega = 0``) is binned in rotation phase, folding every rotation together (the map
     is one map: the same spots at every rotation); with differential rotation the pattern
-    drifts, so the bins are in time, ``period`` x the phase width (days).
+    drifts, and with time windows (``evolving``: one map per window) the spots change, so the
+    bins are in time, ``period`` x the phase width (days).
     """
     width = float(np.sqrt(4.0 * np.pi / n_cell) / (2.0 * np.pi) / AUTO_BINS_PER_CELL)
-    return (width, "phase") if domega == 0.0 else (width * float(period), "d")
+    return (width, "phase") if domega == 0.0 and not evolving else (width * float(period), "d")
 
 
 LC_MADD_RATE = 1.0e9

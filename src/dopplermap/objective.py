@@ -234,20 +234,25 @@ class NoLines:
     It has the surface (``cell_area``, ``edges``, for the regulariser) and no epoch: the
     parameter vector is ``[fssc, fssh]`` (:class:`Layout` with ``n_epoch = 0``), there are
     no observations (``obs`` is None) and the loss is the light curves' chi-square alone,
-    which the solvers also report as ``chi2``.
+    which the solvers also report as ``chi2``. With ``n_window`` time windows
+    (:mod:`dopplermap.windows`) each of ``fssc`` and ``fssh`` holds every window's map in turn
+    and each light-curve point reads its window's (a
+    :class:`~dopplermap.windows.WindowedLightCurve`).
     """
 
     cell_area: jnp.ndarray
     edges: jnp.ndarray
+    n_window: int = dataclasses.field(default=1, metadata={"static": True})
 
     @classmethod
-    def of_grid(cls, grid) -> NoLines:
+    def of_grid(cls, grid, n_window: int = 1) -> NoLines:
         edges = np.asarray(grid.edges, dtype=np.int32).reshape(-1, 2)
-        return cls(cell_area=_device.asarray(np.asarray(grid.area, dtype=float)), edges=_device.asarray(edges))
+        return cls(cell_area=_device.asarray(np.asarray(grid.area, dtype=float)), edges=_device.asarray(edges),
+                   n_window=int(n_window))
 
     @property
     def n_cell(self) -> int:
-        return int(self.cell_area.shape[0])
+        return int(self.cell_area.shape[0]) * self.n_window
 
     @property
     def n_epoch(self) -> int:
@@ -577,12 +582,14 @@ def data_terms(x, lmbd, pre: Precomputed, data: ObjectiveData, regulariser: str 
                                   else chi2_windowed_lightcurves(fssc, fssh, lightcurve)
                                   if isinstance(lightcurve, WindowedLightCurve)
                                   else chi2_lightcurves(fssc, fssh, lightcurve))
-    if isinstance(pre, NoLines):  # the light curves are the only data: their chi2 is the fit's (one map: static)
-        return data.lc_weight * c2_lc_w + lmbd * reg + pen, Terms(c2_lc, reg, pen, c2_lc, None, None, c2_lc_sets)
     line = c2_w if lightcurve is None else data.line_weight * c2_w + data.lc_weight * c2_lc_w
+    if isinstance(pre, NoLines):  # the light curves are the only data: their chi2 is the fit's
+        line = data.lc_weight * c2_lc_w
     total = line + lmbd * reg + pen
     if temporal is not None and data.lmbd_time is not None:
         total = total + data.lmbd_time * temporal
+    if isinstance(pre, NoLines):
+        return total, Terms(c2_lc, reg, pen, c2_lc, None, None, c2_lc_sets, None, temporal)
     return total, Terms(c2, reg, pen, c2_lc, model if with_model else None, c2_sets, c2_lc_sets, prior, temporal)
 
 

@@ -286,6 +286,13 @@ class Problem:
                                            "curve: LightCurveData.load(source, band)")
         check(self.rv_shift, RV_SHIFTS, f"{self.source}: rv_shift")
         self._check_subdivide()
+        if self.windows is not None:
+            folded = [d for d in self.lightcurve_bands if d.read is not None and (d.read.binned or "").endswith("phase")]
+            if folded:  # a phase bin's time is in the first rotation: every point would read one window's map
+                raise DopplermapInputError(f"{self.source}: light curve {folded[0].name!r} is binned in rotation phase "
+                                           f"({folded[0].read.binned}), which folds every rotation into one; time "
+                                           "windows need it binned in time (bin_unit = \"d\", or bin = \"auto\" "
+                                           "with the windows set)")
         if self.form is None:
             if self.grid is None or self.star is None:
                 raise DopplermapInputError(f"{self.source}: a problem needs a grid and a star (or a given form)")
@@ -297,9 +304,6 @@ class Problem:
                 if self.settings.offset_sigma is not None:
                     raise DopplermapInputError(f"{self.source}: offset_sigma is a prior on the line profiles' "
                                                "offsets; a problem of light curves alone has none")
-                if self.windows is not None:  # the map of light curves alone is one static map
-                    raise DopplermapInputError(f"{self.source}: time windows need line profiles; a problem of "
-                                               "light curves alone fits one map (remove the [map] windows)")
             elif (self.lines and any(single)) or (not self.lines and not all(single)):
                 what = "both" if self.lines else "neither" if not any(single) else "only one of obs and components"
                 raise DopplermapInputError(f"{self.source}: give obs and components (one line data set), lines "
@@ -435,11 +439,11 @@ class Problem:
         with ``lines`` one per set (:class:`dopplermap.objective.LineSets`); a given ``form`` as it is."""
         if self.windows is not None:
             self.windows.check_filled(self.window_index(), lmbd_time=self.settings.lmbd_time,
-                                      where=f"{self.source}: windows")
+                                      where=f"{self.source}: windows", lines=not self.photometry_only)
         if self.form is not None:
             return self._windowed(self.form, self.obs, self.source)
         if self.photometry_only:
-            return NoLines.of_grid(self.grid)
+            return NoLines.of_grid(self.grid, self.n_window)
         if not self.lines:
             return self._windowed(self._precompute(self.obs, self.components), self.obs, self.source)
         return LineSets.create([self._windowed(self._precompute(ld.obs, ld.components, ld.wavelength_nm), ld.obs,
@@ -452,8 +456,11 @@ class Problem:
         return 1 if self.windows is None else self.windows.n_window
 
     def window_index(self, times=None) -> np.ndarray:
-        """(n,) window of each of ``times`` (default: every line data set's epochs, set after set)."""
-        if times is None:
+        """(n,) window of each of ``times`` (default: every line data set's epochs, set after set;
+        light curves alone: every light-curve point, band after band)."""
+        if times is None and self.photometry_only:
+            times = np.concatenate([np.asarray(d.times) for d in self.lightcurve_bands])
+        elif times is None:
             times = np.concatenate([np.asarray(o.times) for o in
                                     (self.observations if self.lines else (self.obs,))])
         if self.windows is None:
@@ -541,7 +548,8 @@ class Problem:
         if not unbinned:
             return
         if self.photometry_only:
-            width, unit = auto_bin(self.grid.n_cell, self.star.period, float(self.star.domega))
+            width, unit = auto_bin(self.grid.n_cell, self.star.period, float(self.star.domega),
+                                   evolving=self.windows is not None)
             enough = 10 * (math.ceil(1.0 / width) if unit == "phase" else
                            sum(math.ceil(np.ptp(np.asarray(d.times)) / width) + 1 for d in unbinned))
             heavy = est["rows"] > enough
@@ -794,7 +802,7 @@ def _atmosphere_limb_darkening(cfg, lcc, star) -> list:
 def _read_lightcurve(cfg, star, profile_times, path, fmt, column, unit, time_scale, bin_width, bin_unit, fallback,
                      quality, n_cell):
     if bin_width == "auto":  # the resolution the map can use (dopplermap.lightcurve.auto_bin)
-        bin_width, bin_unit = auto_bin(n_cell, star.period, float(star.domega))
+        bin_width, bin_unit = auto_bin(n_cell, star.period, float(star.domega), evolving=cfg.map.windowed)
     path = [cfg.path(p) for p in path] if isinstance(path, tuple) else cfg.path(path)
     sky = None if cfg.star.ra is None else (cfg.star.ra, cfg.star.dec)
     reading = LightCurveReading(fmt=fmt, column=column, unit=unit, time_scale=time_scale, fallback_time_scale=fallback,

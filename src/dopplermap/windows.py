@@ -148,16 +148,18 @@ class Windows:
                                        f"[{e[0]:.6f}, {e[-1]:.6f}] d, first at t = {t[i]:.6f} d")
         return np.clip(np.searchsorted(e, t, side="right") - 1, 0, self.n_window - 1).astype(np.int32)
 
-    def check_filled(self, index, *, lmbd_time: float, where: str = "windows") -> None:
-        """Warn about windows no epoch falls in: their maps are set by the temporal
-        coupling alone (and, without it, by the regulariser alone)."""
+    def check_filled(self, index, *, lmbd_time: float, where: str = "windows", lines: bool = True) -> None:
+        """Warn about windows no epoch falls in (``lines=False``, light curves alone: no
+        light-curve point): their maps are set by the temporal coupling alone (and, without
+        it, by the regulariser alone)."""
         counts = np.bincount(np.asarray(index), minlength=self.n_window)
         empty = np.nonzero(counts == 0)[0]
         if empty.size:
             how = ("the temporal coupling of its neighbours" if lmbd_time > 0
                    else "nothing but the regulariser (lmbd_time = 0)")
-            warn(f"{where}: window(s) {', '.join(map(str, empty.tolist()))} of {self.n_window} hold no line-profile "
-                 f"epoch; their maps are set by {how} (and a light curve, if any)")
+            what, also = ("line-profile epoch", " (and a light curve, if any)") if lines else ("light-curve point", "")
+            warn(f"{where}: window(s) {', '.join(map(str, empty.tolist()))} of {self.n_window} hold no {what}; "
+                 f"their maps are set by {how}{also}")
 
     def describe(self) -> str:
         lens = np.diff(self.edges)

@@ -64,7 +64,10 @@ def windows_line(s: dict, *, most: int = 8) -> str | None:
     edges = s.get("window_edges")
     if not edges:
         return None
-    spans = [f"{a:.6g}-{b:.6g}" for a, b in zip(edges[:-1], edges[1:], strict=True)]
+    def day(v):  # a Julian date keeps its hundredths of a day (6 digits would round it to 10 d)
+        return f"{v:.2f}" if abs(v) >= 1e5 else f"{v:.6g}"
+
+    spans = [f"{day(a)}-{day(b)}" for a, b in zip(edges[:-1], edges[1:], strict=True)]
     if len(spans) > most:
         spans = [*spans[:most // 2], f"... ({len(spans) - 2 * (most // 2)} more)", *spans[-(most // 2):]]
     lt = s.get("lmbd_time")
