@@ -19,7 +19,7 @@ from dopplermap.geometry import StarParams
 from dopplermap.grid import latitude_band_grid
 from dopplermap.lightcurve import PHOTOMETRY_LIMITS, LightCurveBand
 from dopplermap.limb_darkening import LimbDarkening
-from dopplermap.objective import NoLines
+from dopplermap.objective import NoLines, Observations
 from dopplermap.problem import LightCurveData, Problem, Settings
 from dopplermap.solvers import invert
 
@@ -359,3 +359,53 @@ def test_windows_need_a_light_curve_binned_in_time(tmp_path):
                                  reading=LightCurveReading(bin_width=0.05, bin_unit="phase", time_scale="BJD_TDB"))
     with pytest.raises(DopplermapInputError, match="binned in rotation phase"):
         static.replace(lightcurve_data=folded, windows=Windows.count(2, folded.times))
+
+
+class _Stopped:
+    """A solve of light curves alone that stopped on its tolerance after ``drop`` of its loss fell in its last
+    100 iterations."""
+    success, outcome, stop_reason, chi2_lc = True, "converged", "CONVERGENCE: REL_REDUCTION_OF_F", 1.0
+    rv = amp = np.zeros(0)
+
+    def __init__(self, drop, n=300):
+        self.chi2 = 1.0
+        head = np.linspace(2.0, 1.0 + drop, max(n - 101, 0), endpoint=False)
+        self.history = {"loss": np.concatenate([head, np.linspace(1.0 + drop, 1.0, min(n, 101))])}
+
+
+def test_a_light_curve_fit_stopped_while_still_falling_is_warned():
+    import warnings
+
+    from dopplermap.diagnostics import STILL_FALLING, check_result
+    from dopplermap.errors import ConvergenceWarning
+
+    k, fraction = STILL_FALLING
+    with pytest.warns(ConvergenceWarning, match=r"still falling, by 2 % over its last 100 iterations"):
+        check_result(_Stopped(0.02), None, tol=1e-5, maxiter=1000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        check_result(_Stopped(0.5 * fraction), None, tol=1e-5, maxiter=1000)  # flat enough
+        check_result(_Stopped(0.02, n=k), None, tol=1e-5, maxiter=1000)  # too short a run to judge
+        obs = Observations.create(np.arange(3.0), np.linspace(-50, 50, 20), np.ones((3, 20)), np.full((3, 20), 0.01))
+        check_result(_Stopped(0.02), obs, tol=1e-5, maxiter=1000)  # line profiles: not this check
+
+
+TESS = Path(__file__).resolve().parents[2] / "shared" / "data" / "tess" / \
+    "tess2018206045859-s0001-0000000025155310-0120-s_lc.fits"
+
+
+@pytest.mark.skipif(not TESS.exists(), reason="the shared TESS sector (../shared/data/tess) is absent")
+def test_the_tess_sector_s_early_stop_is_warned(tmp_path):
+    """The real sector at the default tolerance: L-BFGS-B stops on one short step while its loss still falls;
+    the warning says so, and a tight tolerance reaches a lower loss."""
+    from dopplermap.errors import ConvergenceWarning
+
+    band = LightCurveBand((LimbDarkening("linear", (0.6,)),) * 3, (1.0, 0.5126, 1.2961))
+    star = StarParams(inclination=60.0, vsini=5.0, period=7.2, t0=2458325.0)
+    lc = LightCurveData.load(TESS, band, star=star, n_cell=2500, bin_width="auto")
+    prob = Problem(grid=latitude_band_grid(2500), star=star, obs=None, components=None, lightcurve_data=lc,
+                   settings=Settings(lmbd=1.0, tol=1e-5, maxiter=1000))
+    with pytest.warns(ConvergenceWarning, match="still falling"):
+        quick = invert(prob)
+    tight = invert(prob, tol=1e-9, maxiter=20000)
+    assert tight.loss < quick.loss * (1 - 0.02), (tight.loss, quick.loss)

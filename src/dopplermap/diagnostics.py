@@ -34,7 +34,7 @@ from .errors import ConvergenceWarning, DopplermapInputError, warn
 
 __all__ = ["check_observations", "check_result", "check_velocity_window", "check_inclination", "check_radius",
            "check_wavelength", "check_spot_contrast", "check_phase_span", "fields_checked", "CHI2_HIGH",
-           "CHI2_LOW", "AMP_MAX", "INTERVAL_CHI2_LOW", "INTERVAL_CHI2_HIGH", "RADIUS_RANGE", "WAVELENGTH_RANGE_NM",
+           "CHI2_LOW", "AMP_MAX", "STILL_FALLING", "INTERVAL_CHI2_LOW", "INTERVAL_CHI2_HIGH", "RADIUS_RANGE", "WAVELENGTH_RANGE_NM",
            "MAX_ROTATIONS"]
 
 CHI2_HIGH = 4.0
@@ -47,11 +47,28 @@ flagged: the errors are then off by more than a factor sqrt(2), and so is the wi
 intervals read on them."""
 AMP_MAX = 0.5
 """Largest plausible additive offset ``amp`` (in units of the mean-normalised profile)."""
+STILL_FALLING = (100, 0.01)
+"""``(k, fraction)``: a fit of light curves alone that stopped on its tolerance while its loss
+fell by more than ``fraction`` over its last ``k`` iterations is warned about as not converged
+(L-BFGS-B's stop on one short step; RESULTS.md, "Light curves alone: ...")."""
 
 
 def _epochs(idx, limit: int = 5) -> str:
     idx = [int(i) for i in idx]
     return ", ".join(map(str, idx[:limit])) + (f" ... ({len(idx)} in all)" if len(idx) > limit else "")
+
+
+def _check_still_falling(res, tol: float) -> None:
+    loss = np.asarray(getattr(res, "history", {}).get("loss", ()), dtype=float)
+    k, fraction = STILL_FALLING
+    if loss.size <= k or not np.all(np.isfinite(loss[-k - 1:])):
+        return
+    drop = (loss[-k - 1] - loss[-1]) / max(abs(loss[-1]), 1e-300)
+    if drop > fraction:
+        warn(f"light curves alone: the solve stopped on its tolerance (tol={tol:g}) while the loss was still falling, "
+             f"by {100 * drop:.2g} % over its last {k} iterations: the map is not converged (L-BFGS-B converges slowly "
+             "on a light curve alone; its minimum can lie far lower); lower tol (1e-10) and raise maxiter (20000), and "
+             "compare the maps", category=ConvergenceWarning)
 
 
 def check_observations(obs, source: str = "observations") -> None:
@@ -123,6 +140,8 @@ def check_result(res, obs, *, tol: float, maxiter: int) -> None:
         else:
             warn(f"solve did not meet its tolerance tol={tol:g} ({reason}); check the data and the settings",
                  category=ConvergenceWarning)
+    elif obs is None:  # light curves alone: a short step can stop the solve far above its minimum
+        _check_still_falling(res, tol)
     rv = np.asarray(res.rv, dtype=float)
     if obs is None:  # light curves alone: no rv
         half_span = np.zeros(0)
