@@ -394,6 +394,7 @@ TESS = Path(__file__).resolve().parents[2] / "shared" / "data" / "tess" / \
     "tess2018206045859-s0001-0000000025155310-0120-s_lc.fits"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not TESS.exists(), reason="the shared TESS sector (../shared/data/tess) is absent")
 def test_the_tess_sector_s_early_stop_is_warned(tmp_path):
     """The real sector at the default tolerance: L-BFGS-B stops on one short step while its loss still falls;
