@@ -4,6 +4,7 @@ coupling, K = 1 against the static problem, and the inputs refused."""
 from __future__ import annotations
 
 import dataclasses
+import warnings
 
 import jax
 import numpy as np
@@ -466,3 +467,26 @@ def test_lambda_time_command_finds_the_corner(tmp_path, capsys):
     assert choice["parameter"] == "lmbd_time" and 0.01 < choice["lcurve_corner"] < 1e4
     assert (out / "lcurve.csv").read_text().startswith("lmbd_time,chi2,temporal,")
     assert (out / "lcurve.png").is_file()
+
+
+def test_windowed_fit_with_light_curves_in_two_bands(tiny):
+    """Windows and a light curve in two bands: the result names each band's chi2 (the
+    windowed light curve carries the bands' names)."""
+    from dopplermap.lightcurve import LightCurveBand, simulate_lightcurve
+    from dopplermap.problem import LightCurveData
+
+    t = np.asarray(tiny.obs.times)
+    fc, fh = _a_map(200, seed=5)
+    bands = []
+    for name, nm in (("V", 550.0), ("I", 800.0)):
+        band = LightCurveBand.from_temperatures(5000.0, 3800.0, 6000.0, nm, [dm.LimbDarkening("linear", (0.6,))] * 3)
+        t_lc = np.linspace(t.min(), t.max(), 30)
+        flux, err, _ = simulate_lightcurve(tiny.grid, tiny.star, t_lc, band, fc, fh, sigma=1e-3, seed=len(bands))
+        bands.append(LightCurveData(times=t_lc, flux=flux, err=err, band=band, name=name))
+    win = tiny.replace(lightcurve_data=tuple(bands), windows=Windows.count(2, t),
+                       settings=tiny.settings.replace(maxiter=30, tol=1e-5, lmbd_time=1.0))
+    assert win.lightcurve.names == ("V", "I")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # 30 iterations: not converged, and said so
+        res = dm.invert(win)
+    assert set(res.chi2_lc_sets) == {"V", "I"} and np.isfinite(res.chi2_lc)

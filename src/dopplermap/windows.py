@@ -272,6 +272,11 @@ class WindowedLightCurve:
     def n_lc(self) -> int:
         return self.fit.n_lc
 
+    @property
+    def names(self) -> tuple:
+        """The bands' names (a :class:`~dopplermap.lightcurve.LightCurveSet`'s), ``()`` for one curve."""
+        return tuple(getattr(self.fit, "names", ()))
+
     def bands(self):
         if isinstance(self.fit, LightCurveFit):
             return ((self.fit, self.index),)
