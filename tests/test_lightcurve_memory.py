@@ -258,6 +258,14 @@ def test_unbinned_light_curve_dominating_the_cost_warns_and_auto_bin_silences_it
     with warnings.catch_warnings():
         warnings.simplefilter("error", DopplermapWarning)
         assert prob.replace(lightcurve_data=small).lightcurve is not None
+    # a long band binned as asked beside a short unbinned one: the short one costs nothing, is not blamed
+    long_binned = dataclasses.replace(lc, read=dataclasses.replace(read, binned="0.0001 d"), name="long")
+    k = slice(0, 200, 4)
+    short = LightCurveData(times=t[k], flux=flux[k], err=err[k], band=_band(), name="short", source="short.csv",
+                           read=Read(time=t[k], flux=flux[k], err=err[k], source="short.csv"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DopplermapWarning)
+        assert prob.replace(lightcurve_data=(long_binned, short)).lightcurve is not None
 
 
 @pytest.mark.parametrize("domega", [0.0, 0.3])

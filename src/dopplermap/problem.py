@@ -518,23 +518,24 @@ class Problem:
         d = self.lightcurve_data
         return () if d is None else (d,) if isinstance(d, LightCurveData) else tuple(d)
 
-    def lightcurve_estimate(self) -> dict | None:
+    def lightcurve_estimate(self, bands=None) -> dict | None:
         """What the light-curve model will cost, before it is built: ``rows`` (its phase nodes
         or points, all bands), ``bytes`` (held), ``work`` (multiply-adds per evaluation, value
         and gradient), ``seconds`` (over :data:`~dopplermap.lightcurve.TYPICAL_EVALUATIONS`
         evaluations at :data:`~dopplermap.lightcurve.LC_MADD_RATE`), ``line_work`` (the line
         profiles' dense-equivalent multiply-adds per evaluation, 0 without) and ``points``;
-        None without a light curve."""
+        None without a light curve. ``bands``: of these of :attr:`lightcurve_bands` only."""
         if self.lightcurve_data is None:
             return None
         n_cell = self.grid.n_cell
+        bands = self.lightcurve_bands if bands is None else tuple(bands)
         plans = [lightcurve_plan(self.grid, self.star, np.asarray(d.err) / np.mean(d.flux), d.flux.size,
                                 at_times=self.windows is not None or self.subdivide != 1)
-                 for d in self.lightcurve_bands]
+                 for d in bands]
         work = sum(p["work"] for p in plans)
         obs = () if self.observations is None else (
             self.observations if isinstance(self.observations, tuple) else (self.observations,))
-        return dict(points=sum(d.flux.size for d in self.lightcurve_bands), rows=sum(p["rows"] for p in plans),
+        return dict(points=sum(d.flux.size for d in bands), rows=sum(p["rows"] for p in plans),
                     nodes=sum(p["nodes"] or 0 for p in plans), bytes=sum(p["bytes"] for p in plans), work=work,
                     seconds=TYPICAL_EVALUATIONS * work / LC_MADD_RATE,
                     line_work=sum(4.0 * int(np.size(o.flux)) * n_cell for o in obs))
@@ -543,10 +544,10 @@ class Problem:
         """Warn when unbinned light curves will cost more per evaluation than the line
         profiles (light curves alone: more than ten times their ``bin = "auto"`` points), and
         more than :data:`~dopplermap.lightcurve.LC_WARN_WORK` multiply-adds."""
-        est = self.lightcurve_estimate()
         unbinned = [d for d in self.lightcurve_bands if d.read is None or not d.read.binned]
         if not unbinned:
             return
+        est = self.lightcurve_estimate(unbinned)  # theirs alone: a binned band is as fine as it should be
         if self.photometry_only:
             width, unit = auto_bin(self.grid.n_cell, self.star.period, float(self.star.domega),
                                    evolving=self.windows is not None)
