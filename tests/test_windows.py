@@ -490,3 +490,18 @@ def test_windowed_fit_with_light_curves_in_two_bands(tiny):
         warnings.simplefilter("ignore")  # 30 iterations: not converged, and said so
         res = dm.invert(win)
     assert set(res.chi2_lc_sets) == {"V", "I"} and np.isfinite(res.chi2_lc)
+
+
+def test_an_empty_window_s_warning_counts_the_light_curve_s_points_in_it(tiny):
+    from dopplermap.lightcurve import LightCurveBand
+    from dopplermap.problem import LightCurveData
+
+    t = np.asarray(tiny.obs.times)
+    band = LightCurveBand.from_temperatures(5000.0, 3800.0, 6000.0, 550.0, [dm.LimbDarkening("linear", (0.7,))] * 3)
+    t_lc = np.linspace(t.max() + 0.1, t.max() + 2.0, 25)  # after the profiles: the last window holds only these
+    lc = LightCurveData(times=t_lc, flux=np.ones(25), err=np.full(25, 1e-3), band=band)
+    edges = [t.min(), t.max() + 0.05, t_lc.max()]
+    win = tiny.replace(lightcurve_data=lc, windows=Windows(edges))
+    with pytest.warns(DopplermapWarning, match=r"window\(s\) 1 of 2 hold no line-profile epoch; .*the light "
+                                               r"curve's 25 point\(s\) in them"):
+        assert win.pre is not None

@@ -438,8 +438,13 @@ class Problem:
         """The synthesis form of the line profiles (:class:`dopplermap.model.Precomputed`), or
         with ``lines`` one per set (:class:`dopplermap.objective.LineSets`); a given ``form`` as it is."""
         if self.windows is not None:
+            lc_times = np.concatenate([np.asarray(d.times) for d in self.lightcurve_bands] or [np.zeros(0)])
+            edges = np.asarray(self.windows.edges)
+            inside = lc_times.size and edges[0] <= lc_times.min() and lc_times.max() <= edges[-1]
+            # points outside the windows are refused where the light curve is built, in its own words
+            lc_index = self.window_index(lc_times) if inside and not self.photometry_only else None
             self.windows.check_filled(self.window_index(), lmbd_time=self.settings.lmbd_time,
-                                      where=f"{self.source}: windows", lines=not self.photometry_only)
+                                      where=f"{self.source}: windows", lines=not self.photometry_only, lc_index=lc_index)
         if self.form is not None:
             return self._windowed(self.form, self.obs, self.source)
         if self.photometry_only:

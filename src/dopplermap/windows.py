@@ -148,16 +148,23 @@ class Windows:
                                        f"[{e[0]:.6f}, {e[-1]:.6f}] d, first at t = {t[i]:.6f} d")
         return np.clip(np.searchsorted(e, t, side="right") - 1, 0, self.n_window - 1).astype(np.int32)
 
-    def check_filled(self, index, *, lmbd_time: float, where: str = "windows", lines: bool = True) -> None:
+    def check_filled(self, index, *, lmbd_time: float, where: str = "windows", lines: bool = True,
+                     lc_index=None) -> None:
         """Warn about windows no epoch falls in (``lines=False``, light curves alone: no
         light-curve point): their maps are set by the temporal coupling alone (and, without
-        it, by the regulariser alone)."""
+        it, by the regulariser alone). ``lc_index``: the window of each light-curve point of a
+        joint fit, whose points in such a window are counted in the warning."""
         counts = np.bincount(np.asarray(index), minlength=self.n_window)
         empty = np.nonzero(counts == 0)[0]
         if empty.size:
             how = ("the temporal coupling of its neighbours" if lmbd_time > 0
                    else "nothing but the regulariser (lmbd_time = 0)")
-            what, also = ("line-profile epoch", " (and a light curve, if any)") if lines else ("light-curve point", "")
+            what = "line-profile epoch" if lines else "light-curve point"
+            also = ""
+            if lc_index is not None:
+                n_lc = int(np.isin(np.asarray(lc_index), empty).sum())
+                also = (f" and the light curve's {n_lc} point(s) in them" if n_lc else
+                        " (the light curve has no point in them either)")
             warn(f"{where}: window(s) {', '.join(map(str, empty.tolist()))} of {self.n_window} hold no {what}; "
                  f"their maps are set by {how}{also}")
 
