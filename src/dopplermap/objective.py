@@ -582,15 +582,14 @@ def data_terms(x, lmbd, pre: Precomputed, data: ObjectiveData, regulariser: str 
                                   else chi2_windowed_lightcurves(fssc, fssh, lightcurve)
                                   if isinstance(lightcurve, WindowedLightCurve)
                                   else chi2_lightcurves(fssc, fssh, lightcurve))
-    line = c2_w if lightcurve is None else data.line_weight * c2_w + data.lc_weight * c2_lc_w
-    if isinstance(pre, NoLines):  # the light curves are the only data: their chi2 is the fit's
-        line = data.lc_weight * c2_lc_w
+    photometry = isinstance(pre, NoLines)  # the light curves are the only data: their chi2 is the fit's
+    line = (data.lc_weight * c2_lc_w if photometry else c2_w if lightcurve is None
+            else data.line_weight * c2_w + data.lc_weight * c2_lc_w)
     total = line + lmbd * reg + pen
     if temporal is not None and data.lmbd_time is not None:
         total = total + data.lmbd_time * temporal
-    if isinstance(pre, NoLines):
-        return total, Terms(c2_lc, reg, pen, c2_lc, None, None, c2_lc_sets, None, temporal)
-    return total, Terms(c2, reg, pen, c2_lc, model if with_model else None, c2_sets, c2_lc_sets, prior, temporal)
+    return total, Terms(c2_lc if photometry else c2, reg, pen, c2_lc, model if with_model else None, c2_sets,
+                        c2_lc_sets, prior, temporal)
 
 
 LOOSE_DATA = ("lightcurve", "line_weight", "lc_weight", "offset_sigma")

@@ -287,7 +287,7 @@ class Problem:
         check(self.rv_shift, RV_SHIFTS, f"{self.source}: rv_shift")
         self._check_subdivide()
         if self.windows is not None:
-            folded = [d for d in self.lightcurve_bands if d.read is not None and (d.read.binned or "").endswith("phase")]
+            folded = [d for d in self.lightcurve_bands if d.read is not None and d.read.folded]
             if folded:  # a phase bin's time is in the first rotation: every point would read one window's map
                 raise DopplermapInputError(f"{self.source}: light curve {folded[0].name!r} is binned in rotation phase "
                                            f"({folded[0].read.binned}), which folds every rotation into one; time "

@@ -149,6 +149,11 @@ class LightCurveRead:
     segments: tuple = ()
 
     @property
+    def folded(self) -> bool:
+        """Whether the points were binned in rotation phase (every rotation folded into one)."""
+        return self.binned is not None and self.binned.endswith(" phase")
+
+    @property
     def gaps(self) -> list[float]:
         """Gaps (days) longer than :data:`GAP_DAYS` between consecutive points, longest first."""
         d = np.diff(np.sort(self.time))
