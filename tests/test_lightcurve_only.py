@@ -410,3 +410,24 @@ def test_the_tess_sector_s_early_stop_is_warned(tmp_path):
         quick = invert(prob)
     tight = invert(prob, tol=1e-9, maxiter=20000)
     assert tight.loss < quick.loss * (1 - 0.02), (tight.loss, quick.loss)
+
+
+@pytest.mark.skipif(not TESS.exists(), reason="the shared TESS sector (../shared/data/tess) is absent")
+def test_the_tess_sector_with_time_windows_is_binned_in_time(tmp_path):
+    """The real SPOC file through a target with [map] windows: bin = "auto" bins it in time, the windows
+    span its points, and every point reads a window (one per 7.2-d rotation)."""
+    from dopplermap.config import load_config
+    from dopplermap.problem import from_config
+
+    table = f'[[lightcurves]]\nfile = "{TESS}"\nbin = "auto"\nwavelength_nm = 800.0\n'
+    text = _write_target(tmp_path, lc_table=table).read_text()
+    text = text.replace(f"period = {PERIOD}\nt0 = 0.0", "period = 7.2\nt0 = 2458325.0")
+    target = tmp_path / "tess.toml"
+    target.write_text(text + "\n[map]\nwindow_rotations = 1.0\nlmbd_time = 10.0\n")
+    prob = from_config(load_config(target))
+    read = prob.lightcurve_data.read
+    assert not read.folded and read.binned.endswith(" d") and read.n_read == 20076
+    assert prob.n_window == 4 and prob.pre.n_window == 4
+    idx = prob.window_index()
+    assert idx.size == prob.lightcurve_data.times.size and set(np.unique(idx)) == {0, 1, 2, 3}
+    assert prob.lightcurve.n_window == 4
