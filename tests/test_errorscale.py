@@ -1,6 +1,7 @@
 """Error scales: ``[data] error_scale`` and :mod:`dopplermap.errorscale` on stars whose errors are
 known to be too large, the options refused, the warning that points at them, and LO Peg."""
 
+import dataclasses
 import json
 import warnings
 from pathlib import Path
@@ -266,6 +267,9 @@ def test_residuals_scale_fits_the_line_profiles_alone():
     assert lines.lightcurve is None and joint.lightcurve is not None
     assert lines.pre is pre  # kept, not rebuilt
     assert prob.without_lightcurves() is prob
+    alone_lc = dataclasses.replace(joint, obs=None, components=None)
+    with pytest.raises(DopplermapInputError, match="light curves alone has no line profiles to keep"):
+        alone_lc.without_lightcurves()
     alone = apply_error_scale(prob, "residuals").error_scale[0]
     both = apply_error_scale(joint, "residuals").error_scale[0]
     assert alone.method == both.method == "residuals"
