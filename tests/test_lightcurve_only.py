@@ -117,7 +117,8 @@ def test_lightcurve_only_recovers_two_spot_longitudes():
 
     assert not newton_fits(prob)  # read off the configuration, before the model is built
     assert prob.photometry_only and isinstance(prob.pre, NoLines) and prob.layout.size == 2 * prob.grid.n_cell
-    res = invert(prob)
+    res = invert(prob, solver="auto")
+    assert res.solver == "newton"  # "auto" on light curves alone (dopplermap.solvers.photometry)
     assert res.rv.size == 0 and res.amp.size == 0 and res.model is None
     assert res.chi2 == pytest.approx(res.chi2_lc)
     assert res.chi2_lc < 2.0
@@ -138,8 +139,11 @@ def test_lightcurve_only_several_sectors():
 
 def test_lightcurve_only_refusals():
     prob = _problem([np.linspace(0.0, PERIOD, 40)], n_cell=100)
-    with pytest.raises(DopplermapInputError, match="newton"):
-        invert(prob, solver="newton")
+    with pytest.raises(DopplermapInputError, match="newton.*entropy regulariser"):
+        invert(prob, solver="newton", regulariser="tikhonov")
+    with pytest.raises(DopplermapInputError, match="newton.*lambda > 0"):
+        invert(prob, solver="newton", lmbd=0.0)
+    assert invert(prob, regulariser="tikhonov", maxiter=5).solver == "lbfgsb"  # "auto" where it does not apply
     with pytest.raises(DopplermapInputError, match="offset_sigma"):
         prob.replace(settings=prob.settings.replace(offset_sigma=0.01))
     with pytest.raises(DopplermapInputError, match="light curves alone"):

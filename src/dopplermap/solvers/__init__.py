@@ -51,6 +51,7 @@ from ..objective import (
 )
 from ..problem import Problem, Settings
 from ..result import InversionResult
+from . import photometry
 from ._common import (
     Progress,
     RawSolve,
@@ -95,6 +96,9 @@ _BACKENDS: dict[str, Backend] = {
     "projected_lbfgs": Backend(solve_device, compiled_loop=True),
     "newton": Backend(solve_newton, compiled_loop=True),
 }
+
+# solver "newton" on light curves alone: exact bounded Gauss-Newton steps on the host
+_PHOTOMETRY = Backend(photometry.solve, compiled_loop=False)
 
 NEWTON_TOL = 1e-6
 """``solver="auto"`` takes Newton at ``tol <= NEWTON_TOL`` (where it needs several times fewer
@@ -142,6 +146,13 @@ def solver_choice(*, settings: Settings, pre, setup: SolveSetup | None = None, n
     program the persistent cache cannot keep, so its cold compile counts in full.
     ``lmbds``: the regularisation weights of the ``n_solves`` solves (a lambda sweep; default
     ``settings.lmbd``): a weaker weight costs more passes (:func:`dopplermap.plan.solver_passes`)."""
+    if isinstance(pre, NoLines):
+        # light curves alone: L-BFGS-B stops far above the minimum at any usual tolerance
+        # (dopplermap.solvers.photometry), so Gauss-Newton wherever it applies, whatever the time
+        lc = None if setup is None else setup.data.lightcurve
+        lams = np.ravel(settings.lmbd if lmbds is None else lmbds)
+        ok = lc is not None and all(photometry.fits(pre, lc, settings.regulariser, float(lm)) for lm in lams)
+        return plan.SolverChoice("newton" if ok else "lbfgsb", {})
     if not (settings.tol <= NEWTON_TOL and _newton_fits(pre)):
         return plan.SolverChoice("lbfgsb", {})
     if setup is None:
@@ -228,9 +239,11 @@ def invert(problem: Problem | Precomputed, obs: Observations | None = None, *, x
         if choice.estimates:
             log.info("%s", choice.describe())
         settings = settings.replace(solver=choice.solver)
-    if settings.solver == "newton" and isinstance(pre, NoLines):
-        raise DopplermapInputError("solver 'newton' fits line profiles; a problem of light curves alone uses "
-                                   "'lbfgsb' or 'projected_lbfgs'")
+    photometric = settings.solver == "newton" and isinstance(pre, NoLines)
+    if photometric:
+        why = photometry.why_not(pre, setup.data.lightcurve, settings.regulariser, settings.lmbd)
+        if why is not None:
+            raise DopplermapInputError(f"solver 'newton' on light curves alone: {why}")
     if settings.solver == "newton" and n_windows(pre) > 1:
         raise DopplermapInputError("solver 'newton' fits one static map; with time windows use 'lbfgsb' or "
                                    "'projected_lbfgs'")
@@ -242,7 +255,7 @@ def invert(problem: Problem | Precomputed, obs: Observations | None = None, *, x
             check_observations(o, source=f"line data set {name!r}")
     elif not isinstance(pre, NoLines):
         check_observations(obs)
-    backend = _BACKENDS[settings.solver]
+    backend = _PHOTOMETRY if photometric else _BACKENDS[settings.solver]
     with Progress(callback if backend.compiled_loop else None) as progress:
         raw = backend.solve(setup, (progress if progress.on else None) if backend.compiled_loop else callback)
     if callback is not None and backend.compiled_loop and not progress.on:
