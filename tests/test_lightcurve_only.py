@@ -402,7 +402,8 @@ TESS = Path(__file__).resolve().parents[2] / "shared" / "data" / "tess" / \
 @pytest.mark.skipif(not TESS.exists(), reason="the shared TESS sector (../shared/data/tess) is absent")
 def test_the_tess_sector_s_early_stop_is_warned(tmp_path):
     """The real sector at the default tolerance: L-BFGS-B stops on one short step while its loss still falls;
-    the warning says so, and a tight tolerance reaches a lower loss."""
+    the warning says so, and a tight tolerance reaches a lower loss. Gauss-Newton ("auto"), at the default
+    tolerance, ends lower than both."""
     from dopplermap.errors import ConvergenceWarning
 
     band = LightCurveBand((LimbDarkening("linear", (0.6,)),) * 3, (1.0, 0.5126, 1.2961))
@@ -414,6 +415,9 @@ def test_the_tess_sector_s_early_stop_is_warned(tmp_path):
         quick = invert(prob)
     tight = invert(prob, tol=1e-9, maxiter=20000)
     assert tight.loss < quick.loss * (1 - 0.02), (tight.loss, quick.loss)
+    gn = invert(prob, solver="auto")
+    assert gn.solver == "newton" and gn.success and gn.iterations < 40
+    assert gn.loss <= tight.loss * (1 + 1e-6), (gn.loss, tight.loss)
 
 
 @pytest.mark.skipif(not TESS.exists(), reason="the shared TESS sector (../shared/data/tess) is absent")
