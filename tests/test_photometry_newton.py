@@ -49,7 +49,12 @@ def test_cell_minimum_matches_a_generic_solver():
     u1, u2 = np.full(k, 1 - FLOOR), np.full(k, 1 - FLOOR)
     u2[:40] = FLOOR  # a two-temperature map: the hot filling factor held at the floor
     x2[:40] = FLOOR
-    v1, v2, m11, m12, m22 = map(np.asarray, cell_minimum(*map(jnp.asarray, (h1, h2, a, c, d, x1, x2, l1, l2, u1, u2))))
+    def cells(h1, h2, *rest):
+        a, c, d, x1, x2, l1, l2, u1, u2 = map(jnp.asarray, rest)
+        out = cell_minimum((jnp.asarray(h1), jnp.asarray(h2)), (a, c, d), (x1, x2), (l1, l2), (u1, u2))
+        return tuple(map(np.asarray, out))
+
+    v1, v2, m11, m12, m22 = cells(h1, h2, a, c, d, x1, x2, l1, l2, u1, u2)
     interior = edge = 0
     for i in range(k):
         def q(v, i=i):
@@ -65,9 +70,8 @@ def test_cell_minimum_matches_a_generic_solver():
         # M = -dv/dh by finite differences on the same piece
         eps = 1e-7
         for j, e in enumerate(((1.0, 0.0), (0.0, 1.0))):
-            w1, w2, *_ = map(np.asarray, cell_minimum(*map(jnp.asarray, (h1[i] + eps * e[0], h2[i] + eps * e[1], a[i],
-                                                                             c[i], d[i], x1[i], x2[i], l1[i], l2[i],
-                                                                             u1[i], u2[i]))))
+            w1, w2, *_ = cells(h1[i] + eps * e[0], h2[i] + eps * e[1], a[i], c[i], d[i], x1[i], x2[i], l1[i], l2[i],
+                               u1[i], u2[i])
             fd = -(np.array([w1, w2]) - np.array([v1[i], v2[i]])) / eps
             col = np.array([m11[i], m12[i]]) if j == 0 else np.array([m12[i], m22[i]])
             np.testing.assert_allclose(fd, col, atol=1e-5 * max(1.0, np.abs(col).max()))
@@ -91,7 +95,8 @@ def test_subproblem_matches_a_generic_solver():
         jv = jac @ v
         return g @ v + 0.5 * (v[:n] @ (a * v[:n] + c * v[n:]) + v[n:] @ (c * v[:n] + d * v[n:])) + jv @ jv
 
-    v, nu, its = subproblem(*map(jnp.asarray, (g, jac, a, c, d, x, lo, hi, np.zeros(m))))
+    j = jnp.asarray
+    v, nu, its = subproblem(j(g), j(jac), (j(a), j(c), j(d)), j(x), (j(lo), j(hi)), j(np.zeros(m)))
     v = np.asarray(v)
     ref = _slsqp(model, np.zeros(2 * n), lo, hi, x)
     assert model(v) <= ref.fun + 1e-9 * max(1.0, abs(ref.fun))

@@ -113,14 +113,17 @@ def _blocks_body(x, lmbd, pre, data, *, regulariser, penalty):
     return hc[:n], hc[n:], hh[n:]
 
 
-def cell_minimum(h1, h2, a, c, d, x1, x2, l1, l2, u1, u2):
+def cell_minimum(h, block, x, lower, upper):
     """Each cell's minimum of ``h'v + v'Hv / 2`` (``H = [[a, c], [c, d]]`` positive definite)
-    over ``y = x + v`` in the box ``[l1, u1] x [l2, u2]`` cut by ``y1 + y2 <= 1``.
+    over ``y = x + v`` in the box ``[l1, u1] x [l2, u2]`` cut by ``y1 + y2 <= 1``. Every
+    argument holds one array per cell: ``h = (h1, h2)``, ``block = (a, c, d)``, ``x = (x1, x2)``,
+    ``lower = (l1, l2)``, ``upper = (u1, u2)``.
 
     Returns ``(v1, v2, m11, m12, m22)``: the step and ``M = -dv/dh``, the inverse curvature on
     the piece the minimum lies on (``H^-1`` inside, ``e e' / e'He`` on an edge of direction
     ``e``, 0 at a vertex). The minimum of a convex quadratic on the polygon is the free one
     where allowed, else the least of the edges' 1-D minima (each clipped to its edge)."""
+    (h1, h2), (a, c, d), (x1, x2), (l1, l2), (u1, u2) = h, block, x, lower, upper
     det = a * d - c * c
     f1 = x1 - (d * h1 - c * h2) / det
     f2 = x2 - (a * h2 - c * h1) / det
@@ -166,18 +169,22 @@ def cell_minimum(h1, h2, a, c, d, x1, x2, l1, l2, u1, u2):
             jnp.where(inside, a / det, m22))
 
 
-def subproblem(g, jac, a, c, d, x, lower, upper, nu0):
+def subproblem(g, jac, block, x, bounds, nu0):
     """The step ``u`` minimising ``g'u + u'Hu/2 + |jac u|^2`` with ``lower <= x + u <= upper``
-    and ``fssc + fssh <= 1``, by the dual over the data (module docstring); ``nu0`` the start
-    of the dual. Returns ``(u, nu, iterations)``."""
+    (``bounds = (lower, upper)``) and ``fssc + fssh <= 1``, ``H`` the cells' blocks
+    ``block = (a, c, d)``, by the dual over the data (module docstring); ``nu0`` the start of
+    the dual. Returns ``(u, nu, iterations)``."""
+    a, c, d = block
     n = a.shape[0]
     m = jac.shape[0]
-    bounds = (x[:n], x[n:], lower[:n], lower[n:], upper[:n], upper[n:])
+    lower, upper = bounds
+
+    def halves(v):
+        return v[:n], v[n:]
 
     def primal(nu):
         h = g + jac.T @ nu
-        x1, x2, l1, l2, u1, u2 = bounds
-        v1, v2, m11, m12, m22 = cell_minimum(h[:n], h[n:], a, c, d, x1, x2, l1, l2, u1, u2)
+        v1, v2, m11, m12, m22 = cell_minimum(halves(h), block, halves(x), halves(lower), halves(upper))
         v = jnp.concatenate([v1, v2])
         quad = 0.5 * jnp.sum(v1 * (a * v1 + c * v2) + v2 * (c * v1 + d * v2))
         return v, (m11, m12, m22), h @ v + quad - nu @ nu / 4.0
@@ -219,7 +226,7 @@ def _step_body(g, jac, a, c, d, x, lower, upper, nu0, mu):
     """One trial step at damping ``mu``: the subproblem's step, the point (feasible), its
     predicted reduction of the undamped model, the dual for the next start."""
     k = 1.0 + mu
-    v, nu, its = subproblem(g, jac, k * a, k * c, k * d, x, lower, upper, nu0)
+    v, nu, its = subproblem(g, jac, (k * a, k * c, k * d), x, (lower, upper), nu0)
     n = a.shape[0]
     xn = jnp.clip(x + v, lower, upper)
     excess = jnp.maximum(xn[:n] + xn[n:] - 1.0, 0.0)  # rounding only
