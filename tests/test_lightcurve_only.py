@@ -278,14 +278,24 @@ def test_cli_refuses_a_light_curve_model_past_max_memory(tmp_path, capsys):
     assert rc == 2 and "light-curve model" in err and 'bin = "auto"' in err
 
 
-def test_uncertainty_maps_are_refused_for_light_curves_alone(tmp_path):
+def test_uncertainty_maps_for_light_curves_alone(tmp_path):
+    """Laplace and sandwich maps are written; the bootstrap (which resamples line epochs) is refused in one line."""
     from dopplermap.app.target import run_target
     from dopplermap.config import load_config
+    from dopplermap.uncertainty import load_uncertainty
 
     cfg = load_config(_write_target(tmp_path, lc_table=LC_TABLE))
-    with pytest.raises(DopplermapInputError, match="light curves alone: set methods = \\[\\]"):
-        run_target(cfg, tmp_path / "out", plots=False, uncertainty=["laplace"], report=False)
+    with pytest.raises(DopplermapInputError, match="'bootstrap' resamples line-profile epochs.*light curves alone"):
+        run_target(cfg, tmp_path / "out", plots=False, uncertainty=["bootstrap"], report=False)
     assert not (tmp_path / "out").exists()
+    run_target(cfg, tmp_path / "out", plots=False, uncertainty=["laplace", "sandwich"], report=False)
+    post = load_uncertainty(tmp_path / "out" / "uncertainty_laplace.npz")
+    sand = load_uncertainty(tmp_path / "out" / "uncertainty_sandwich.npz")
+    seen = ~post.never_visible
+    assert post.method == "laplace-posterior-lowrank" and seen.sum() < seen.size  # inclination 60: a cap unseen
+    assert np.all(np.isinf(post.sigma_fssc[~seen])) and np.all(np.isfinite(post.sigma_fssc[seen]))
+    free = ~post.at_bound[0] & seen
+    assert free.sum() > 10 and np.all(sand.sigma_fssc[free] < post.sigma_fssc[free])  # the prior adds width
 
 
 # ---------------------------------------------------------------- maps that evolve, from light curves alone

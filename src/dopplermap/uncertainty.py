@@ -30,6 +30,11 @@
   bootstrap measures. The posterior width is larger where the regulariser (the prior)
   dominates; in the tests it is ~7x the bootstrap, the sandwich ~1.6x.
 
+A map fitted to light curves alone takes :func:`laplace` only, exactly (the light curves'
+Jacobian rows and each cell's prior block, Woodbury; :func:`_laplace_photometry`); its
+posterior widths are mostly the prior's, as a light curve fixes longitudes and contrasts,
+not single cells.
+
 Cells that no epoch ever sees are reported as ``inf`` by every method: the data do not
 constrain them, and the number the algebra gives there (the prior's own width for the
 posterior, ~0 for the sandwich and the bootstrap) would read as a measurement. Their
@@ -57,10 +62,10 @@ from .errors import DopplermapInputError, DopplermapWarning, warn
 from .io.uncertainty import load_uncertainty, save_uncertainty  # noqa: F401  (the module's API)
 from .memory import check_bytes, format_bytes
 from .model import Precomputed, shift_profiles, solve_form
-from .objective import DEFAULT_PENALTY, Layout, LineSets, ObjectiveData, Observations, loss, n_windows
+from .objective import DEFAULT_PENALTY, Layout, LineSets, NoLines, ObjectiveData, Observations, loss, n_windows
 from .problem import Problem, require_problem
 from .result import Uncertainty
-from .solvers import InversionResult, invert, many_mode, sequential_solver, solve_many
+from .solvers import InversionResult, invert, many_mode, photometry, sequential_solver, solve_many
 from .solvers.newton import line_residuals, smooth_terms
 
 log = logging.getLogger(__name__)
@@ -678,6 +683,12 @@ def laplace_cost(problem: Problem, best: InversionResult, *, width: str = "poste
     _one_set(pre, "laplace")
     free = _free_mask(best, problem.settings.fit_rv, problem.settings.fit_amp)
     n_free = int(free.sum())
+    if isinstance(pre, NoLines):  # the exact Woodbury form of _laplace_photometry
+        _check_photometric(width, diagonal, best)
+        m, n = photometry.n_points(problem.lightcurve), free.size
+        flops = 4.0 * m * m * n + m ** 3
+        return LaplaceCost("lowrank", "light curves alone: their Jacobian rows, exact", n_free, 0, m,
+                           8.0 * 5 * m * n, flops / _flop_rate() if measure else None)
     n = free.size
     m = obs.n_epoch * obs.n_vel
     n_tail = n - 2 * pre.n_cell
@@ -797,6 +808,9 @@ def laplace(problem: Problem, best: InversionResult, *, width: str = "posterior"
     chunk, cg_tol, cg_maxiter, penalty = opt["chunk"], opt["cg_tol"], opt["cg_maxiter"], opt["penalty"]
     pre, obs = problem.pre, problem.obs
     _one_set(pre, "laplace")
+    if isinstance(pre, NoLines):
+        _check_photometric(width, diagonal, best)
+        return _laplace_photometry(problem, best, width=width, penalty=float(penalty))
     _without_offset_prior(best, "laplace")
     if diagonal not in LAPLACE_DIAGONALS:
         raise DopplermapInputError(f"Laplace diagonal must be one of {', '.join(map(repr, LAPLACE_DIAGONALS))}, "
@@ -877,25 +891,92 @@ def laplace(problem: Problem, best: InversionResult, *, width: str = "posterior"
             basis[np.arange(fixed.size), fixed] = 1.0
             hii = scale * np.asarray(hvp(x, jnp.asarray(basis)))[np.arange(fixed.size), fixed]
         diag_inv[fixed] = 1.0 / np.maximum(hii, 1e-300)
-    sd = np.sqrt(diag_inv[:2 * pre.n_cell])
-    hidden = never_visible(pre)
-    sd[:pre.n_cell][hidden] = np.inf  # unconstrained by the data (see the module docstring)
-    sd[pre.n_cell:][hidden] = np.inf
+    return _uncertainty(best, np.sqrt(diag_inv[:2 * pre.n_cell]), free[:2 * pre.n_cell], never_visible(pre), name,
+                        t0, note)
+
+
+def _uncertainty(best: InversionResult, sd, free, hidden, name: str, t0: float, note: str = "",
+                 instead: str = " or use the bootstrap") -> Uncertainty:
+    """The :class:`Uncertainty` of a Laplace width ``sd`` (2 n_cell; ``free`` the factors off their
+    bounds, ``hidden`` the cells no datum sees: ``inf``), with its bounded intervals and the
+    warning about Gaussians that cross a bound."""
+    nc = hidden.size
+    sd = np.array(sd, dtype=float)
+    sd[:nc][hidden] = np.inf  # unconstrained by the data (see the module docstring)
+    sd[nc:][hidden] = np.inf
     fill = np.concatenate([np.asarray(best.fssc, dtype=float), np.asarray(best.fssh, dtype=float)])
-    fr = free[:2 * pre.n_cell]
     lower, upper = bounded_interval(fill, sd)
-    seen = np.concatenate([~hidden, ~hidden]) & fr
+    seen = np.concatenate([~hidden, ~hidden]) & free
     crosses = seen & ((fill - sd < 0.0) | (fill + sd > 1.0))
     if seen.any() and crosses.sum() > GAUSSIAN_WARN_FRACTION * seen.sum():
         warn(f"laplace: in {int(crosses.sum())} of {int(seen.sum())} free seen cells the 1-sigma range crosses the "
              f"bound 0 or 1 (there median f {np.median(fill[crosses]):.3g}, median sigma {np.median(sd[crosses]):.3g}): "
              "the Gaussian approximation is not meaningful there; read the bounded intervals (lower/upper: the "
-             "Gaussian truncated to [0, 1]) or use the bootstrap", stacklevel=2)
-    nc = pre.n_cell
+             f"Gaussian truncated to [0, 1]){instead}", stacklevel=3)
     return Uncertainty(sigma_fssc=sd[:nc], sigma_fssh=sd[nc:], method=name, never_visible=hidden,
                        time=time.perf_counter() - t0, lower=np.stack([lower[:nc], lower[nc:]]),
-                       upper=np.stack([upper[:nc], upper[nc:]]), at_bound=np.stack([~fr[:nc], ~fr[nc:]]),
+                       upper=np.stack([upper[:nc], upper[nc:]]), at_bound=np.stack([~free[:nc], ~free[nc:]]),
                        n_crossing=int(crosses.sum()), note=note)
+
+
+# ---------------------------------------------------------------- light curves alone
+
+def _check_photometric(width: str, diagonal: str, best: InversionResult) -> None:
+    if width not in ("posterior", "sandwich"):
+        raise DopplermapInputError(f"Laplace width must be 'posterior' or 'sandwich', got {width!r}")
+    if diagonal not in ("auto", "lowrank"):
+        raise DopplermapInputError(f"laplace: a map of light curves alone takes the exact low-rank diagonal (the "
+                                   f"light curves' Jacobian rows and each cell's prior block); diagonal {diagonal!r} "
+                                   "does not apply: use 'auto'")
+    if best.regulariser not in photometry.REGULARISERS:
+        raise DopplermapInputError(f"laplace: a map of light curves alone needs an entropy regulariser "
+                                   f"({', '.join(photometry.REGULARISERS)}) as its per-cell prior, got "
+                                   f"{best.regulariser!r}")
+
+
+def _laplace_photometry(problem: Problem, best: InversionResult, *, width: str, penalty: float) -> Uncertainty:
+    """Laplace widths of a map fitted to light curves alone, exactly: the Hessian is the
+    Gauss-Newton one, ``N/2 (2 J'J + S)`` with ``J`` the light curves' (weighted) residual
+    Jacobian, ``N`` their points and ``S`` each cell's 2 x 2 block of the regulariser and
+    penalty (:func:`dopplermap.solvers.photometry.local_model`). ``J`` has ``N`` rows, so the
+    inverse's diagonal comes through the Woodbury identity in ``S`` (an ``N x N`` system):
+    ``B^-1 = S^-1 - S^-1 J' (I/2 + J S^-1 J')^-1 J S^-1`` on the free factors, and for the
+    sandwich ``B^-1 (2 J'J) B^-1``, whose ``B^-1 J'`` is ``S^-1 J' (I/2 + J S^-1 J')^-1 / 2``.
+    The light-curve model is linear in the filling factors but for its normalisation, so the
+    Gauss-Newton Hessian is the exact one but for terms of the residuals' size times that
+    curvature (tests: against the dense exact Hessian)."""
+    t0 = time.perf_counter()
+    pre, data = problem.pre, ObjectiveData.create(problem.pre, None, lightcurve=problem.lightcurve,
+                                                  lc_weight=problem.settings.lc_weight)
+    nc = pre.n_cell
+    x = np.concatenate([np.asarray(best.fssc, dtype=float), np.asarray(best.fssh, dtype=float)])
+    _, jac, (a, c, d) = photometry.local_model(x, best.lmbd, pre, data, best.regulariser, penalty)
+    jac, a, c, d = (np.asarray(v, dtype=float) for v in (jac, a, c, d))
+    free = _free_mask(best, False, False)
+    n_data = jac.shape[0]
+    scale = 0.5 * photometry.n_points(problem.lightcurve)
+    fc, fh = free[:nc], free[nc:]
+    both = fc & fh
+    det = a * d - c * c
+    # S^-1 on the free factors (a held factor drops out of its cell's block)
+    i11 = np.where(both, d / np.where(both, det, 1.0), np.where(fc, 1.0 / a, 0.0))
+    i22 = np.where(both, a / np.where(both, det, 1.0), np.where(fh, 1.0 / d, 0.0))
+    i12 = np.where(both, -c / np.where(both, det, 1.0), 0.0)
+    jf = jac * free
+    sj = np.concatenate([jf[:, :nc] * i11 + jf[:, nc:] * i12, jf[:, :nc] * i12 + jf[:, nc:] * i22], axis=1)  # J S^-1
+    w = np.linalg.solve(0.5 * np.eye(n_data) + sj @ jf.T, sj)  # (I/2 + J S^-1 J')^-1 J S^-1
+    if width == "posterior":
+        diag = np.concatenate([i11, i22]) - np.sum(sj * w, axis=0)
+    else:
+        diag = 0.5 * np.sum(w * w, axis=0)  # rows of (B^-1 J') = (S^-1 J' (..)^-1 / 2): 2 |row|^2
+    held = ~free
+    hii = 2.0 * np.sum(jac * jac, axis=0) + np.concatenate([a, d])  # a held factor: its conditional width
+    diag = np.where(held, 1.0 / np.maximum(hii, 1e-300), diag)
+    sd = np.sqrt(np.maximum(diag, 0.0) / scale)
+    colmax = np.max(np.abs(jac), axis=0)
+    hidden = (colmax[:nc] <= 1e-14 * colmax.max()) & (colmax[nc:] <= 1e-14 * colmax.max())
+    note = f"light curves alone: {n_data} Jacobian rows, Woodbury in the cells' prior blocks (Gauss-Newton Hessian)"
+    return _uncertainty(best, sd, free, hidden, f"laplace-{width}-lowrank", t0, note, instead="")
 
 
 def _hutchinson(x, fidx, lay, best, hpre, obs, penalty, scale, width, *, n_probe, seed, chunk, cg_tol, cg_maxiter):

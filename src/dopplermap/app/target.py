@@ -179,7 +179,8 @@ def run_target(cfg, out: Path, *, output: Output | None = None, config_file=None
     profiles.fits with the light curve of a joint fit, config.json, a copy of the TOML
     file, summary.json and, unless ``output.plots`` is False, the figures), plus the uncertainty
     maps of ``[uncertainty] methods`` (or of ``uncertainty``, a list overriding them; see
-    :func:`_uncertainty_writers`; with a light curve they cover the line profiles only).
+    :func:`_uncertainty_writers`; with a light curve they cover the line profiles only; of light
+    curves alone, Laplace and sandwich only).
     ``output`` (:class:`~dopplermap.app.output.Output`): figures, progress, report, overwriting
     and the figure process; its fields may also be given as loose keywords (``plots=False``).
     ``scheduling`` (:class:`~dopplermap.app.output.Scheduling`): where the bootstrap's refits
@@ -197,9 +198,9 @@ def run_target(cfg, out: Path, *, output: Output | None = None, config_file=None
     if methods and cfg.lines and len(cfg.lines) > 1:  # before any work
         raise DopplermapInputError(f"{cfg.source}: [uncertainty] methods {list(methods)} handle one line data set; "
                                    f"this target has {len(cfg.lines)} ([[lines]]): set methods = []")
-    if methods and cfg.photometry_only:
-        raise DopplermapInputError(f"{cfg.source}: [uncertainty] methods {list(methods)} give the uncertainty of a "
-                                   "map fitted to line profiles; this target has light curves alone: set methods = []")
+    if "bootstrap" in methods and cfg.photometry_only:
+        raise DopplermapInputError(f"{cfg.source}: [uncertainty] method 'bootstrap' resamples line-profile epochs; this "
+                                   "target has light curves alone: use laplace or sandwich")
     inv = cfg.inversion
     with Reporter(quiet=quiet) as rep:
         with rep.step("read + precompute"):

@@ -45,7 +45,7 @@ from ..windows import WindowedLightCurve
 from ._common import RawSolve, SolveSetup
 from .program import compiled_value_and_grad
 
-__all__ = ["fits", "solve", "cell_minimum", "subproblem", "MAX_POINTS", "REGULARISERS"]
+__all__ = ["fits", "why_not", "solve", "cell_minimum", "subproblem", "local_model", "MAX_POINTS", "REGULARISERS"]
 
 MAX_POINTS = 3000
 """The most light-curve points the back end takes: its dual system is ``n_data x n_data``,
@@ -111,6 +111,20 @@ def _blocks_body(x, lmbd, pre, data, *, regulariser, penalty):
     hc = jax.jvp(grad, (x,), (jnp.concatenate([ones, zeros]),))[1]
     hh = jax.jvp(grad, (x,), (jnp.concatenate([zeros, ones]),))[1]
     return hc[:n], hc[n:], hh[n:]
+
+
+def local_model(x, lmbd, pre, data: ObjectiveData, regulariser: str, penalty: float):
+    """``(residuals, jacobian, (a, c, d))`` at ``x``: the light curves' weighted residuals (whose
+    squared norm is the loss's data term), their Jacobian ``(n_data, 2 n_cell)`` and each
+    cell's Hessian block of the rest of the loss (regulariser and penalty), compiled once per
+    shape: the Gauss-Newton model of the loss, and of a Laplace approximation."""
+    xj = _device.asarray(np.asarray(x, dtype=np.float64))
+    args = (xj, _device.asarray(lmbd, dtype=xj.dtype), pre, data)
+    static = {"regulariser": regulariser, "penalty": float(penalty)}
+    jacobian, _ = compile_cached("photometry_jacobian", _jacobian_body, args, static)
+    blocks, _ = compile_cached("photometry_blocks", _blocks_body, args, static)
+    res, jac = jacobian(*args)
+    return res, jac, blocks(*args)
 
 
 def cell_minimum(h, block, x, lower, upper):
