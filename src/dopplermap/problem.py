@@ -78,7 +78,7 @@ class Settings:
     fit_amp: bool = True
     line_weight: float = 1.0
     lc_weight: float = 1.0
-    solver: str = "lbfgsb"
+    solver: str = "auto"
     fit_components: tuple[str, ...] = SPOT_COMPONENTS
     offset_sigma: float | tuple | None = None  # Gaussian prior on the offsets (dopplermap.objective); per set: a tuple
     lmbd_time: float = 0.0  # weight of the coupling of neighbouring time windows' maps (dopplermap.windows)

@@ -6,7 +6,7 @@ on, the joint light-curve arguments), hands it to a back end and turns the back 
 :class:`~dopplermap.solvers._common.RawSolve` into the
 :class:`~dopplermap.result.InversionResult` in one place: the feasibility projection, the
 float64 evaluation of the reported loss, chi2 and model, the :class:`~dopplermap.result.Outcome`,
-the warnings. Back ends (``solver=``; ``"auto"``, the TOML's default, picks one: :func:`choose_solver`):
+the warnings. Back ends (``solver=``; ``"auto"``, the default, picks one: :func:`choose_solver`):
 
 * ``"lbfgsb"`` (``"auto"`` at ``tol > 1e-6``): scipy's L-BFGS-B on the compiled value-and-gradient
   (:mod:`dopplermap.solvers.scipy_lbfgsb`);
@@ -14,6 +14,8 @@ the warnings. Back ends (``solver=``; ``"auto"``, the TOML's default, picks one:
   (:mod:`dopplermap.solvers.batch`), the fastest on CPU and by far on a GPU;
 * ``"newton"`` (``"auto"`` at ``tol <= 1e-6``): projected Gauss-Newton-CG in one compiled
   loop (:mod:`dopplermap.solvers.newton`): far fewer objective passes at tight tolerances.
+  On light curves alone (``"auto"`` there at every tolerance) it is Gauss-Newton with each
+  step's bounded subproblem solved exactly, on the host (:mod:`dopplermap.solvers.photometry`).
 
 The callback means the same for all three: ``callback(iteration, history)`` after every
 iteration (the compiled loops report through ``jax.debug.callback``). :func:`invert_device`
@@ -190,8 +192,9 @@ def invert(problem: Problem | Precomputed, obs: Observations | None = None, *, x
         tol: ftol and gtol [1e-5, the seed's]. maxiter: iteration cap [1000].
         fit_rv, fit_amp: whether rv and amp are free [True].
         penalty: weight of the ``fssc + fssh <= 1`` penalty.
-        solver: ``"lbfgsb"`` [default], ``"projected_lbfgs"``, ``"newton"`` (see the module)
-            or ``"auto"`` (:func:`solver_choice`: at ``tol <= 1e-6``, where Newton applies, the
+        solver: ``"lbfgsb"``, ``"projected_lbfgs"``, ``"newton"`` (see the module)
+            or ``"auto"`` [default] (:func:`solver_choice`: on light curves alone Gauss-Newton
+            where :mod:`~dopplermap.solvers.photometry` applies; at ``tol <= 1e-6``, where Newton applies, the
             shorter of Newton and L-BFGS-B counting each one's compile, cold, from the
             persistent cache (the CLI keeps compiled programs across runs) or done in this
             process, plus its estimated solve; L-BFGS-B otherwise; the TOML's default).
