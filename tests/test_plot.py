@@ -563,3 +563,21 @@ def test_orthographic_views_mark_pole_and_rotation(figures):
     n_views = len([i for i in ax.images if (i.get_gid() or "").startswith("panel:")])
     assert len([ln for ln in ax.get_lines() if ln.get_gid() == "pole"]) == n_views
     assert len([ln for ln in ax.get_lines() if ln.get_gid() == "rotation"]) == n_views
+
+
+def test_a_long_title_fits_a_one_column_figure(res):
+    """The longest method name over one column of maps: the title is shrunk to the figure's width
+    (it ran off both edges before)."""
+    from dopplermap.uncertainty import Uncertainty
+
+    sig = 0.01 + 0.02 * res.fssc
+    unc = Uncertainty(sigma_fssc=sig, sigma_fssh=sig, method="laplace-sandwich-lowrank",
+                      never_visible=np.zeros(sig.size, bool), time=0.0)
+    fig = plot.plot_uncertainty(res.grid, res.fssc, unc, component="cool")
+    fig.canvas.draw()
+    (title,) = [t for t in fig.texts if "Laplace sandwich (exact low-rank diagonal)" in t.get_text()]
+    box = title.get_window_extent(fig.canvas.get_renderer())
+    assert box.x0 >= 0 and box.x1 <= fig.bbox.width
+    short = plot.plot_uncertainty(res.grid, res.fssc, unc, component="cool", look=plot.MapStyle(title="short"))
+    (kept,) = [t for t in short.texts if t.get_text() == "short"]
+    assert kept.get_fontsize() > title.get_fontsize()  # a title that fits keeps its size

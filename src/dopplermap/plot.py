@@ -575,8 +575,20 @@ def _plot_maps(lat, lon, maps: dict, *, truth: dict | None = None, lat_bounds=No
         ax.vlines(*(np.concatenate(t) for t in zip(*ticks, strict=True)), color="k", lw=0.5)
     _legend_strip(sheet, ticks=has_ticks, shade=has_shade, missing=missing, ncols=legend_ncols)
     if title:
-        sheet.fig.suptitle(title, fontsize=style.TITLE_PT, y=1.0 - 0.05 / sheet.fig_h, va="top")
+        _fit_width(sheet.fig.suptitle(title, fontsize=style.TITLE_PT, y=1.0 - 0.05 / sheet.fig_h, va="top"),
+                   sheet.fig)
     return sheet.fig
+
+
+def _fit_width(text, fig, margin: float = 0.03) -> None:
+    """Shrink a figure-wide ``text`` wider than the figure (a long title over one column of
+    maps ran off both edges) to fit within ``margin`` of each edge."""
+    room = fig.bbox.width * (1.0 - 2.0 * margin)
+    for _ in range(3):  # the width is not quite proportional to the size (hinting): measure again
+        width = text.get_window_extent(renderer=fig.canvas.get_renderer()).width
+        if width <= room:
+            break
+        text.set_fontsize(text.get_fontsize() * room / width * 0.98)
 
 
 def plot_map(lat, lon, values, *, quantity: str = "cool", ax=None, view: View | None = None,
