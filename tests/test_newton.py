@@ -19,7 +19,7 @@ from dopplermap.objective import ObjectiveData
 from dopplermap.objective import loss as objective_loss
 from dopplermap.solvers import newton
 
-TIGHT = dict(tol=1e-10, maxiter=20000)  # scipy reference
+TIGHT = dict(tol=1e-10, maxiter=20000, solver="lbfgsb")  # scipy reference
 
 
 @pytest.fixture(scope="module")
