@@ -165,3 +165,8 @@ def test_laplace_of_light_curves_alone_against_the_dense_hessian(width):
         cov = binv if width == "posterior" else binv @ f @ binv
         rel = np.abs(sd / np.sqrt(np.diag(cov) / scale) - 1.0)
         assert np.median(rel) < median and rel.max() < most, (np.median(rel), rel.max())
+    from dopplermap.errors import DopplermapInputError
+
+    for bad in (dict(lmbd=0.0), dict(regulariser="tikhonov")):  # no prior block in every cell: refused in one line
+        with pytest.raises(DopplermapInputError, match="light curves alone needs an entropy regulariser"):
+            laplace(prob, invert(prob, maxiter=3, **bad), width=width)

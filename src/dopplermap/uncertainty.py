@@ -928,10 +928,10 @@ def _check_photometric(width: str, diagonal: str, best: InversionResult) -> None
         raise DopplermapInputError(f"laplace: a map of light curves alone takes the exact low-rank diagonal (the "
                                    f"light curves' Jacobian rows and each cell's prior block); diagonal {diagonal!r} "
                                    "does not apply: use 'auto'")
-    if best.regulariser not in photometry.REGULARISERS:
+    if best.regulariser not in photometry.REGULARISERS or not best.lmbd > 0:
         raise DopplermapInputError(f"laplace: a map of light curves alone needs an entropy regulariser "
-                                   f"({', '.join(photometry.REGULARISERS)}) as its per-cell prior, got "
-                                   f"{best.regulariser!r}")
+                                   f"({', '.join(photometry.REGULARISERS)}) with lambda > 0 as its per-cell prior, "
+                                   f"got {best.regulariser!r} at lambda {best.lmbd:g}")
 
 
 def _laplace_photometry(problem: Problem, best: InversionResult, *, width: str, penalty: float) -> Uncertainty:

@@ -309,7 +309,7 @@ def solve(setup: SolveSetup, callback: Callable | None = None) -> RawSolve:
         history["regulariser"].append(float(aux.regulariser))
         if callback is not None:
             callback(it, history)
-        # the step's gain and the next one's promise both below tol: the model's minimum is here
+        # the step's gain and what the model promised for it both below tol: the minimum is here
         if gained <= tol and predicted <= tol:
             outcome, reason = Outcome.FTOL, "ftol: relative reduction of the loss <= tol"
             break
