@@ -404,7 +404,7 @@ def run_alt(s, incs=None):
         st = pt.settings  # only these settings, as measured (no weights, light curve or solver choice)
         padded = dm.Problem(grid=None, star=None, obs=pt.obs, components=None, form=pre,
                             settings=dm.Settings(regulariser=st.regulariser, tol=st.tol, maxiter=st.maxiter,
-                                                 fit_rv=st.fit_rv, fit_amp=st.fit_amp))
+                                                 fit_rv=st.fit_rv, fit_amp=st.fit_amp, solver="lbfgsb"))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:

@@ -58,7 +58,7 @@ def main():
     star, grid, times, vels, comps = dm.demo_setup(n_cell=a.n_cell, n_epoch=a.n_epoch)
     sim = dm.simulate(grid, star, times, vels, comps, dm.DEMO_SPOTS, snr=500.0)
     prob = dm.Problem(grid=grid, star=star, obs=sim.obs, components=comps,
-                      settings=dm.Settings(tol=a.tol, maxiter=2000))
+                      settings=dm.Settings(tol=a.tol, maxiter=2000, solver="lbfgsb"))  # as measured
     lm = np.logspace(-3, 2, a.n_lambda)
     print(f"backend {jax.default_backend()} float64  cpu {platform.processor() or platform.machine()}  "
           f"n_cell {grid.n_cell} n_epoch {len(times)} n_vel {len(vels)}  {a.n_lambda} lambdas, tol {a.tol}")

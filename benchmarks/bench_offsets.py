@@ -63,7 +63,7 @@ def gaussian_fit_star() -> list[dict]:
                 t0 = time.perf_counter()
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", dm.DopplermapWarning)
-                    r = dm.invert(pre, sim.obs, lmbd=lmbd, tol=1e-7, **kw)
+                    r = dm.invert(pre, sim.obs, lmbd=lmbd, tol=1e-7, solver="lbfgsb", **kw)
                 amp = np.asarray(r.amp)
                 rows.append(dict(data=data, lmbd=lmbd, case=name, max_abs_amp=float(np.abs(amp).max()),
                                  mean_amp=float(amp.mean()), chi2=r.chi2, offset_prior=r.offset_prior,

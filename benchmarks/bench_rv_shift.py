@@ -97,7 +97,7 @@ def recover(n_vel=48, n_cell=1500, n_epoch=20, snr=500.0, seed=3):
     out = {"rv_true": rv_true.tolist()}
     for name, pre in (("dense_interpolate", dm.precompute(grid, star, times, vels, comps, method="dense")),
                       ("binned_exact", dm.precompute(grid, star, times, vels, comps, method="binned", rv_shift="exact"))):
-        res = dm.invert(pre, obs, lmbd=1.0, tol=1e-7, maxiter=3000)
+        res = dm.invert(pre, obs, lmbd=1.0, tol=1e-7, maxiter=3000, solver="lbfgsb")
         d = np.asarray(res.rv) - rv_true
         out[name] = {"rv_err_rms": float(np.sqrt(np.mean(d ** 2))), "rv_err_max": float(np.max(np.abs(d))),
                      "rv_err_mean": float(np.mean(d)), "chi2": float(res.chi2), "loss": float(res.loss)}

@@ -37,7 +37,7 @@ def run_star(k: int) -> dict:
         p = prob.replace(method=method, rv_shift=shift)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", dm.DopplermapWarning)
-            r = dm.invert(p, lmbd=1.0, tol=1e-7, maxiter=3000)
+            r = dm.invert(p, lmbd=1.0, tol=1e-7, maxiter=3000, solver="lbfgsb")
         err = np.asarray(r.rv) - s["rv"]
         out[f"{method}_{shift}"] = dict(rv_rms=float(np.sqrt(np.mean(err ** 2))), rv_mean=float(np.mean(err)),
                                         rv_rms_centred=float(np.std(err)), chi2=float(r.chi2),
