@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -71,3 +72,32 @@ def test_lopeg_refuses_a_folder_without_zdipy_data(tmp_path):
     r = subprocess.run([sys.executable, "-m", "dopplermap.examples.lopeg", "--data", str(tmp_path), "--out",
                         str(tmp_path / "o")], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "inzdi.dat" in r.stderr and "Traceback" not in r.stderr
+
+
+TESS = Path(__file__).resolve().parents[2] / "shared" / "data" / "tess" / \
+    "tess2018206045859-s0001-0000000025155310-0120-s_lc.fits"
+
+
+def test_tess_lightcurve_refuses_a_missing_file_in_one_line(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "dopplermap.examples.tess_lightcurve", "--file", str(tmp_path / "no.fits"),
+                        "--period", "7.2", "--out", str(tmp_path / "o")], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "no such file" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not TESS.exists(), reason="the shared TESS sector (../shared/data/tess) is absent")
+def test_tess_lightcurve_runs_on_the_real_sector(tmp_path):
+    assert main(["example", "tess_lightcurve", str(tmp_path)]) == 0
+    args = [sys.executable, "tess_lightcurve.py", "--file", str(TESS), "--period", "7.2", "--n-cell", "800",
+            "--out", "run"]
+    r = subprocess.run(args, capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    for f in ("target.toml", "results/map.fits", "results/summary.json", "results/uncertainty_laplace.npz",
+              "results/uncertainty_sandwich.npz"):
+        assert (tmp_path / "run" / f).is_file(), f
+    assert sum(line.strip().startswith("longitude") for line in r.stdout.splitlines()) == 12
+    summary = json.loads((tmp_path / "run" / "results" / "summary.json").read_text())
+    assert summary["solver"] == "newton" and summary["n_epoch"] == 0
+    again = subprocess.run(args, capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert again.returncode == 2 and "--overwrite" in again.stderr

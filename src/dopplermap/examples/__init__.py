@@ -15,6 +15,8 @@ EXAMPLES = {
                       "target.toml) mapped end to end", "--out example-run"),
     "lopeg": ("LO Pegasi from ZDIpy's own LSD profiles and configuration (needs ZDIpy's LO Peg test data)",
               "--data ZDIPY_TEST_DATA --out lopeg-run"),
+    "tess_lightcurve": ("a spot map (longitudes and contrasts) from a TESS light curve alone, with its uncertainty "
+                        "maps (needs a light-curve file)", "--file LC_FILE --period DAYS --out tess-run"),
 }
 
 
