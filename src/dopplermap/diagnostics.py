@@ -67,8 +67,9 @@ def _check_still_falling(res, tol: float) -> None:
     if drop > fraction:
         warn(f"light curves alone: the solve stopped on its tolerance (tol={tol:g}) while the loss was still falling, "
              f"by {100 * drop:.2g} % over its last {k} iterations: the map is not converged (L-BFGS-B converges slowly "
-             "on a light curve alone; its minimum can lie far lower); solve with solver=\"newton\" (the TOML's \"auto\" "
-             "takes it), which ends at the minimum, or lower tol (1e-10) and raise maxiter (20000)",
+             "on a light curve alone; its minimum can lie far lower); solve with solver=\"newton\", which ends at the "
+             "minimum (the default \"auto\" takes it where it applies: one static map, an entropy regulariser), or "
+             "lower tol (1e-10) and raise maxiter (20000)",
              category=ConvergenceWarning)
 
 

@@ -197,7 +197,7 @@ def invert(problem: Problem | Precomputed, obs: Observations | None = None, *, x
             where :mod:`~dopplermap.solvers.photometry` applies; at ``tol <= 1e-6``, where Newton applies, the
             shorter of Newton and L-BFGS-B counting each one's compile, cold, from the
             persistent cache (the CLI keeps compiled programs across runs) or done in this
-            process, plus its estimated solve; L-BFGS-B otherwise; the TOML's default).
+            process, plus its estimated solve; L-BFGS-B otherwise).
         callback: ``callback(iteration, history)`` after every iteration (progress display),
             for every solver; ``history`` holds the ``loss``, ``chi2`` and ``regulariser``
             lists so far (``chi2``/``regulariser`` NaN where the back end does not form them).
