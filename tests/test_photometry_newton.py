@@ -170,3 +170,18 @@ def test_laplace_of_light_curves_alone_against_the_dense_hessian(width):
     for bad in (dict(lmbd=0.0), dict(regulariser="tikhonov")):  # no prior block in every cell: refused in one line
         with pytest.raises(DopplermapInputError, match="light curves alone needs an entropy regulariser"):
             laplace(prob, invert(prob, maxiter=3, **bad), width=width)
+
+
+def test_the_choice_and_the_estimate_name_gauss_newton():
+    """``choose_solver(problem)`` (no solve set up yet) says what ``invert`` will run, and the line printed
+    before the solve gives Gauss-Newton's own estimate, which grows as the points squared."""
+    from dopplermap.app.target import estimate_line
+    from dopplermap.solvers import choose_solver, photometry
+
+    prob = _problem([np.linspace(0.0, 1.7, 60)], n_cell=120, solver="auto")
+    assert choose_solver(prob) == "newton" == invert(prob, maxiter=2).solver
+    assert choose_solver(prob.replace(settings=prob.settings.replace(regulariser="tikhonov"))) == "lbfgsb"
+    est = prob.lightcurve_estimate()
+    assert "Gauss-Newton, about" in estimate_line(est, 120, gauss_newton=True)
+    assert "of the solve" in estimate_line(est, 120)
+    assert photometry.seconds(2000, 2500) == pytest.approx(4 * photometry.seconds(1000, 2500))

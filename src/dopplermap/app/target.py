@@ -23,7 +23,7 @@ from ..plot import uncertainty_figures
 from ..problem import from_config
 from ..progress import Reporter
 from ..search import apply_error_scale
-from ..solvers import choose_solver, invert
+from ..solvers import choose_solver, invert, photometry
 from ..style import save_figure
 from ..windows import WindowedLightCurve, windowed_lightcurve_models
 from .folders import save_result, with_context
@@ -45,11 +45,13 @@ def summary_line(s: dict) -> str:
             f"solve {s['solve_time']:.2f} s")
 
 
-def estimate_line(est: dict, n_cell: int) -> str:
-    """The estimate of the light-curve model's cost printed before the solve."""
+def estimate_line(est: dict, n_cell: int, gauss_newton: bool = False) -> str:
+    """The estimate of the light-curve model's cost printed before the solve; ``gauss_newton``:
+    light curves alone solved by :mod:`dopplermap.solvers.photometry` (its own estimate)."""
     nodes = f" on {est['rows']} phase nodes" if est["nodes"] else ""
-    return (f"light curve: {est['points']} points{nodes} x {n_cell} cells: model about "
-            f"{format_bytes(est['bytes'])}, about {est['seconds']:.2g} s of the solve")
+    solve = (f"Gauss-Newton, about {photometry.seconds(est['points'], n_cell):.2g} s" if gauss_newton
+             else f"about {est['seconds']:.2g} s of the solve")
+    return f"light curve: {est['points']} points{nodes} x {n_cell} cells: model about {format_bytes(est['bytes'])}, {solve}"
 
 
 def error_scale_line(s: dict) -> str | None:
@@ -207,7 +209,11 @@ def run_target(cfg, out: Path, *, output: Output | None = None, config_file=None
             prob = from_config(cfg)
             est = prob.lightcurve_estimate()
             if est is not None:  # before the light-curve model is built (its size guard refuses past the limit)
-                rep.note(estimate_line(est, prob.grid.n_cell))
+                st = prob.settings
+                gn = (prob.photometry_only and prob.windows is None and st.solver in ("auto", "newton")
+                      and st.regulariser in photometry.REGULARISERS and st.lmbd > 0
+                      and est["points"] <= photometry.MAX_POINTS)
+                rep.note(estimate_line(est, prob.grid.n_cell, gauss_newton=gn))
             pre, lc = prob.pre, prob.lightcurve  # built here, once
         if any(e.pending for e in prob.error_scale):  # [data] error_scale from the residuals of a fit
             with rep.step("error scale (4 fits)"):
@@ -217,9 +223,9 @@ def run_target(cfg, out: Path, *, output: Output | None = None, config_file=None
         # during the solve, which runs without the GIL; during set-up (NumPy) it would slow it
         prefetch_writers(plots and figs is None, report=report)
         with rep.solve("compile + solve", maxiter=inv.maxiter) as callback:
-            # live progress from scipy's host loop only: a compiled loop that calls back to the
-            # host is not kept in JAX's persistent compilation cache (every run would recompile)
-            live = choose_solver(prob) == "lbfgsb"
+            # live progress from the host loops only (scipy's; Gauss-Newton on light curves alone): a
+            # compiled loop that calls back to the host is not kept in JAX's persistent compilation cache
+            live = choose_solver(prob) == "lbfgsb" or prob.photometry_only
             res = invert(prob, callback=callback if live else None)
             if not live:
                 callback(res.iterations, {"loss": [res.loss], "chi2": [res.chi2]})

@@ -126,15 +126,17 @@ def choose_solver(problem: Problem | None = None, *, settings: Settings | None =
                   setup: SolveSetup | None = None, n_solves: int = 1) -> str:
     """The back end a solve uses: ``settings.solver``, or for ``"auto"``
     :func:`solver_choice`'s. Pass a problem, or its settings and model."""
+    lightcurve = None
     if problem is not None:
         settings, pre = problem.settings, problem.pre
+        lightcurve = problem.lightcurve if isinstance(pre, NoLines) else None
     if settings.solver != "auto":
         return settings.solver
-    return solver_choice(settings=settings, pre=pre, setup=setup, n_solves=n_solves).solver
+    return solver_choice(settings=settings, pre=pre, setup=setup, n_solves=n_solves, lightcurve=lightcurve).solver
 
 
 def solver_choice(*, settings: Settings, pre, setup: SolveSetup | None = None, n_solves: int = 1,
-                  progress: bool = False, lmbds=None) -> plan.SolverChoice:
+                  progress: bool = False, lmbds=None, lightcurve=None) -> plan.SolverChoice:
     """What ``solver="auto"`` takes, with its estimates (:func:`dopplermap.plan.pick_solver`).
 
     Newton is a candidate at ``tol <= NEWTON_TOL`` where it can fit the model (one line data
@@ -147,11 +149,12 @@ def solver_choice(*, settings: Settings, pre, setup: SolveSetup | None = None, n
     ``progress``: the solve reports each iteration (a callback): Newton's loop is then a
     program the persistent cache cannot keep, so its cold compile counts in full.
     ``lmbds``: the regularisation weights of the ``n_solves`` solves (a lambda sweep; default
-    ``settings.lmbd``): a weaker weight costs more passes (:func:`dopplermap.plan.solver_passes`)."""
+    ``settings.lmbd``): a weaker weight costs more passes (:func:`dopplermap.plan.solver_passes`).
+    ``lightcurve``: a problem of light curves alone without ``setup``: its light-curve model."""
     if isinstance(pre, NoLines):
         # light curves alone: L-BFGS-B stops far above the minimum at any usual tolerance
         # (dopplermap.solvers.photometry), so Gauss-Newton wherever it applies, whatever the time
-        lc = None if setup is None else setup.data.lightcurve
+        lc = lightcurve if setup is None else setup.data.lightcurve
         lams = np.ravel(settings.lmbd if lmbds is None else lmbds)
         ok = lc is not None and all(photometry.fits(pre, lc, settings.regulariser, float(lm)) for lm in lams)
         return plan.SolverChoice("newton" if ok else "lbfgsb", {})

@@ -45,7 +45,8 @@ from ..windows import WindowedLightCurve
 from ._common import RawSolve, SolveSetup
 from .program import compiled_value_and_grad
 
-__all__ = ["fits", "why_not", "solve", "cell_minimum", "subproblem", "local_model", "MAX_POINTS", "REGULARISERS"]
+__all__ = ["fits", "why_not", "seconds", "solve", "cell_minimum", "subproblem", "local_model", "MAX_POINTS",
+           "REGULARISERS", "DUAL_FLOP_RATE", "TYPICAL_DUAL_ITERATIONS"]
 
 MAX_POINTS = 3000
 """The most light-curve points the back end takes: its dual system is ``n_data x n_data``,
@@ -53,6 +54,14 @@ formed against the ``(n_data, 2 n_cell)`` Jacobian on every dual iteration."""
 
 REGULARISERS = ("mem", "mem_spotdipy")
 """The regularisers whose Hessian is positive in every cell (the subproblem's ``H``)."""
+
+DUAL_FLOP_RATE = 6e10
+"""Floating-point operations per second of the dual's ``n_data x n_data`` products, as measured
+on a 2-core CPU (benchmarks/RESULTS.md, "Light curves alone"): 0.27 s a dual iteration at
+1302 points x 2500 cells. For :func:`seconds`, an estimate printed before a solve."""
+
+TYPICAL_DUAL_ITERATIONS = 150
+"""Dual iterations of a solve from the flat start, about (15-20 steps of 3-13 each)."""
 
 _MAX_DUAL = 60
 _MAX_TRIALS = 40  # trust-region trials per step before it reports a failed step
@@ -62,6 +71,12 @@ def n_points(lightcurve) -> int:
     """The points of a :class:`~dopplermap.lightcurve.LightCurveFit` or of every band of a
     :class:`~dopplermap.lightcurve.LightCurveSet`."""
     return int(lightcurve.n_lc)
+
+
+def seconds(n_data: int, n_cell: int) -> float:
+    """About how long a solve of ``n_data`` points on ``n_cell`` cells takes: its dual
+    iterations' ``n_data x n_data`` products against the ``(n_data, 2 n_cell)`` Jacobian."""
+    return TYPICAL_DUAL_ITERATIONS * 2.0 * n_data * n_data * 2 * n_cell / DUAL_FLOP_RATE
 
 
 def fits(pre, lightcurve, regulariser: str, lmbd: float) -> bool:
