@@ -144,6 +144,15 @@ def test_lightcurve_only_refusals():
     with pytest.raises(DopplermapInputError, match="newton.*lambda > 0"):
         invert(prob, solver="newton", lmbd=0.0)
     assert invert(prob, regulariser="tikhonov", maxiter=5).solver == "lbfgsb"  # "auto" where it does not apply
+    from dopplermap.solvers.photometry import MAX_POINTS
+
+    long = _problem([np.linspace(0.0, PERIOD, MAX_POINTS + 1)], n_cell=100)
+    with pytest.raises(DopplermapInputError, match=f"newton.*at most {MAX_POINTS} light-curve points, got "
+                                                   f"{MAX_POINTS + 1} \\(bin the curve\\)"):
+        invert(long, solver="newton")
+    _, windowed, _ = _evolving(n_cell=100)
+    with pytest.raises(DopplermapInputError, match="newton.*one static map; with time windows"):
+        invert(windowed, solver="newton")
     with pytest.raises(DopplermapInputError, match="offset_sigma"):
         prob.replace(settings=prob.settings.replace(offset_sigma=0.01))
     with pytest.raises(DopplermapInputError, match="light curves alone"):

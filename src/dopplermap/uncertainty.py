@@ -685,7 +685,7 @@ def laplace_cost(problem: Problem, best: InversionResult, *, width: str = "poste
     n_free = int(free.sum())
     if isinstance(pre, NoLines):  # the exact Woodbury form of _laplace_photometry
         _check_photometric(width, diagonal, best)
-        m, n = photometry.n_points(problem.lightcurve), free.size
+        m, n = int(problem.lightcurve.n_lc), free.size
         flops = 4.0 * m * m * n + m ** 3
         return LaplaceCost("lowrank", "light curves alone: their Jacobian rows, exact", n_free, 0, m,
                            8.0 * 5 * m * n, flops / _flop_rate() if measure else None)
@@ -954,7 +954,7 @@ def _laplace_photometry(problem: Problem, best: InversionResult, *, width: str, 
     jac, a, c, d = (np.asarray(v, dtype=float) for v in (jac, a, c, d))
     free = _free_mask(best, False, False)
     n_data = jac.shape[0]
-    scale = 0.5 * photometry.n_points(problem.lightcurve)
+    scale = 0.5 * int(problem.lightcurve.n_lc)
     fc, fh = free[:nc], free[nc:]
     both = fc & fh
     det = a * d - c * c

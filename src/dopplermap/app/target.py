@@ -210,9 +210,8 @@ def run_target(cfg, out: Path, *, output: Output | None = None, config_file=None
             est = prob.lightcurve_estimate()
             if est is not None:  # before the light-curve model is built (its size guard refuses past the limit)
                 st = prob.settings
-                gn = (prob.photometry_only and prob.windows is None and st.solver in ("auto", "newton")
-                      and st.regulariser in photometry.REGULARISERS and st.lmbd > 0
-                      and est["points"] <= photometry.MAX_POINTS)
+                gn = (prob.photometry_only and st.solver in ("auto", "newton")
+                      and photometry.why_not_of(prob.n_window, est["points"], st.regulariser, st.lmbd) is None)
                 rep.note(estimate_line(est, prob.grid.n_cell, gauss_newton=gn))
             pre, lc = prob.pre, prob.lightcurve  # built here, once
         if any(e.pending for e in prob.error_scale):  # [data] error_scale from the residuals of a fit

@@ -41,11 +41,10 @@ from ..compiled import compile_cached
 from ..lightcurve import weighted_residuals
 from ..objective import NoLines, ObjectiveData, data_terms, n_windows
 from ..result import Outcome
-from ..windows import WindowedLightCurve
 from ._common import RawSolve, SolveSetup
 from .program import compiled_value_and_grad
 
-__all__ = ["fits", "why_not", "seconds", "solve", "cell_minimum", "subproblem", "local_model", "MAX_POINTS",
+__all__ = ["fits", "why_not", "why_not_of", "seconds", "solve", "cell_minimum", "subproblem", "local_model", "MAX_POINTS",
            "REGULARISERS", "DUAL_FLOP_RATE", "TYPICAL_DUAL_ITERATIONS"]
 
 MAX_POINTS = 3000
@@ -67,12 +66,6 @@ _MAX_DUAL = 60
 _MAX_TRIALS = 40  # trust-region trials per step before it reports a failed step
 
 
-def n_points(lightcurve) -> int:
-    """The points of a :class:`~dopplermap.lightcurve.LightCurveFit` or of every band of a
-    :class:`~dopplermap.lightcurve.LightCurveSet`."""
-    return int(lightcurve.n_lc)
-
-
 def seconds(n_data: int, n_cell: int) -> float:
     """About how long a solve of ``n_data`` points on ``n_cell`` cells takes: its dual
     iterations' ``n_data x n_data`` products against the ``(n_data, 2 n_cell)`` Jacobian."""
@@ -87,18 +80,22 @@ def fits(pre, lightcurve, regulariser: str, lmbd: float) -> bool:
 
 def why_not(pre, lightcurve, regulariser: str, lmbd: float) -> str | None:
     """Why :func:`fits` is False, in words (None when it fits)."""
-    if not isinstance(pre, NoLines):
+    if not isinstance(pre, NoLines) or lightcurve is None:
         return "it fits light curves alone"
-    if n_windows(pre) > 1:
+    return why_not_of(n_windows(pre), int(lightcurve.n_lc), regulariser, lmbd)
+
+
+def why_not_of(n_window: int, n_data: int, regulariser: str, lmbd: float) -> str | None:
+    """:func:`why_not` of a problem of light curves alone from its counts and settings (before its
+    model is built)."""
+    if n_window > 1:
         return "it fits one static map; with time windows use 'lbfgsb' or 'projected_lbfgs'"
     if regulariser not in REGULARISERS:
         return f"it needs an entropy regulariser ({', '.join(REGULARISERS)}), not {regulariser!r}"
     if not lmbd > 0:
         return f"it needs lambda > 0, got {lmbd:g}"
-    if lightcurve is None or isinstance(lightcurve, WindowedLightCurve):
-        return "it fits a static map to light curves"
-    if n_points(lightcurve) > MAX_POINTS:
-        return f"it takes at most {MAX_POINTS} light-curve points, got {n_points(lightcurve)} (bin the curve)"
+    if n_data > MAX_POINTS:
+        return f"it takes at most {MAX_POINTS} light-curve points, got {n_data} (bin the curve)"
     return None
 
 
@@ -128,6 +125,15 @@ def _blocks_body(x, lmbd, pre, data, *, regulariser, penalty):
     return hc[:n], hc[n:], hh[n:]
 
 
+def _programs(args, regulariser: str, penalty: float):
+    """The compiled Jacobian and Hessian-block programs of ``args = (x, lmbd, pre, data)``, and
+    their compile seconds."""
+    static = {"regulariser": regulariser, "penalty": float(penalty)}
+    jacobian, t_j = compile_cached("photometry_jacobian", _jacobian_body, args, static)
+    blocks, t_b = compile_cached("photometry_blocks", _blocks_body, args, static)
+    return jacobian, blocks, sum(t["trace_lower"] + t["compile"] for t in (t_j, t_b))
+
+
 def local_model(x, lmbd, pre, data: ObjectiveData, regulariser: str, penalty: float):
     """``(residuals, jacobian, (a, c, d))`` at ``x``: the light curves' weighted residuals (whose
     squared norm is the loss's data term), their Jacobian ``(n_data, 2 n_cell)`` and each
@@ -135,11 +141,14 @@ def local_model(x, lmbd, pre, data: ObjectiveData, regulariser: str, penalty: fl
     shape: the Gauss-Newton model of the loss, and of a Laplace approximation."""
     xj = _device.asarray(np.asarray(x, dtype=np.float64))
     args = (xj, _device.asarray(lmbd, dtype=xj.dtype), pre, data)
-    static = {"regulariser": regulariser, "penalty": float(penalty)}
-    jacobian, _ = compile_cached("photometry_jacobian", _jacobian_body, args, static)
-    blocks, _ = compile_cached("photometry_blocks", _blocks_body, args, static)
+    jacobian, blocks, _ = _programs(args, regulariser, penalty)
     res, jac = jacobian(*args)
     return res, jac, blocks(*args)
+
+
+def _block_quad(v1, v2, a, c, d):
+    """Each cell's ``v' [[a, c], [c, d]] v``."""
+    return v1 * (a * v1 + c * v2) + v2 * (c * v1 + d * v2)
 
 
 def cell_minimum(h, block, x, lower, upper):
@@ -215,7 +224,7 @@ def subproblem(g, jac, block, x, bounds, nu0):
         h = g + jac.T @ nu
         v1, v2, m11, m12, m22 = cell_minimum(halves(h), block, halves(x), halves(lower), halves(upper))
         v = jnp.concatenate([v1, v2])
-        quad = 0.5 * jnp.sum(v1 * (a * v1 + c * v2) + v2 * (c * v1 + d * v2))
+        quad = 0.5 * jnp.sum(_block_quad(v1, v2, a, c, d))
         return v, (m11, m12, m22), h @ v + quad - nu @ nu / 4.0
 
     def cond(st):
@@ -262,8 +271,7 @@ def _step_body(g, jac, a, c, d, x, lower, upper, nu0, mu):
     xn = xn - jnp.concatenate([excess, jnp.zeros_like(excess)])
     v = xn - x
     jv = jac @ v
-    quad = v[:n] * (a * v[:n] + c * v[n:]) + v[n:] * (c * v[:n] + d * v[n:])
-    pred = -(g @ v + jv @ jv + 0.5 * jnp.sum(quad))
+    pred = -(g @ v + jv @ jv + 0.5 * jnp.sum(_block_quad(v[:n], v[n:], a, c, d)))
     return xn, pred, nu, its
 
 
@@ -273,19 +281,17 @@ def solve(setup: SolveSetup, callback: Callable | None = None) -> RawSolve:
     x = np.asarray(setup.x0, dtype=np.float64)
     xj = _device.asarray(x)
     lm = _device.asarray(setup.lmbd, dtype=xj.dtype)
-    static = {"regulariser": setup.regulariser, "penalty": float(setup.penalty)}
     args = (xj, lm, setup.pre, setup.data)
     vg, t_vg = compiled_value_and_grad(*args, setup.regulariser, float(setup.penalty))
-    jacobian, t_j = compile_cached("photometry_jacobian", _jacobian_body, args, static)
-    blocks, t_b = compile_cached("photometry_blocks", _blocks_body, args, static)
+    jacobian, blocks, t_model = _programs(args, setup.regulariser, setup.penalty)
     lower, upper = _device.asarray(setup.lower), _device.asarray(setup.upper)
-    n_data = n_points(setup.data.lightcurve)
+    n_data = int(setup.data.lightcurve.n_lc)
     nu = jnp.zeros(n_data, xj.dtype)
     mu = jnp.asarray(0.0, xj.dtype)
     step_args = (xj, jnp.zeros((n_data, x.size), xj.dtype), *(jnp.zeros(x.size // 2, xj.dtype),) * 3,
                  xj, lower, upper, nu, mu)
     step, t_s = compile_cached("photometry_step", _step_body, step_args)
-    compile_time = sum(t["trace_lower"] + t["compile"] for t in (t_vg, t_j, t_b, t_s))
+    compile_time = t_model + sum(t["trace_lower"] + t["compile"] for t in (t_vg, t_s))
 
     t0 = time.perf_counter()
     f, g, aux = vg(xj, lm, setup.pre, setup.data)
