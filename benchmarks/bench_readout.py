@@ -298,13 +298,21 @@ def _worker_init(cache_dir):
         enable_compilation_cache(cache_dir)
 
 
+def _make_star(k, cells, noise):
+    """Star ``k`` simulated on ``cells``: ``noise`` True (its own noise draw), False (noise-free)
+    or an int ``q`` (another draw of the same noise, seed ``1000 k + q``: ``--noise-seed``)."""
+    if isinstance(noise, bool):
+        return B.make_star(k, n_cell=cells, noise=noise)
+    return B.make_star(k, n_cell=cells, noise_seed=1000 * k + int(noise))
+
+
 def _worker_point(k, cells, noise, which, inc):
     """:func:`_point` in a worker; the star is simulated once per worker (the last three kept)."""
     key = (k, cells, noise)
     if key not in _WORKER_STARS:
         while len(_WORKER_STARS) >= 3:
             _WORKER_STARS.pop(next(iter(_WORKER_STARS)))
-        _WORKER_STARS[key] = B.make_star(k, n_cell=cells, noise=noise)
+        _WORKER_STARS[key] = _make_star(k, cells, noise)
     return _point(_WORKER_STARS[key], which, inc)
 
 
@@ -619,7 +627,7 @@ def support_star(k, incs, cells=B.N_CELL, variants=SUPPORT_VARIANTS, noise=True,
     from dopplermap.search import SupportReadout, apply_parameters, pad_precomputed, solve_on_support, support_mask
     from dopplermap.solvers import invert
 
-    s = B.make_star(k, n_cell=cells, noise=noise) if star is None else star
+    s = _make_star(k, cells, noise) if star is None else star
     p = s["problem"]
     p = p.replace(settings=_settings(p, "old"))
     if keep is not None:
@@ -738,7 +746,7 @@ def debias_star(k, incs, cells=B.N_CELL, n_sims=6, noise=True, name="support", a
     from dopplermap.search import SupportReadout, solve_on_support
 
     t0 = time.perf_counter()
-    s = B.make_star(k, n_cell=cells, noise=noise)
+    s = _make_star(k, cells, noise)
     keep = {}
     row = support_star(k, incs, cells, (name,), noise, star=s, keep=keep)
     p, (sc, sh, fits) = keep["problem"], keep[name]
@@ -838,6 +846,8 @@ def main():
     ap.add_argument("--readouts", default=",".join(READOUTS), help="which read-outs to profile")
     ap.add_argument("--cells", type=int, default=B.N_CELL, help="the inversion grid's cells (the simulation is fixed)")
     ap.add_argument("--noise-free", action="store_true", help="the simulation without its noise (same errors)")
+    ap.add_argument("--noise-seed", type=int, default=None,
+                    help="another noise draw of each star (seed 1000 k + Q) instead of its own")
     ap.add_argument("--incs", default=None, help="inclinations to profile over (default INC_GRID)")
     ap.add_argument("--model-error", default=None, help="stars K,...: the grid's discretisation error in chi2")
     ap.add_argument("--dof-control", default=None, help="star K: noisy and noise-free chi2 and dof at --incs")
@@ -867,6 +877,7 @@ def main():
     ap.add_argument("--every", type=int, default=1, help="with --tables: read every K-th inclination of each profile")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    noise = (not args.noise_free) if args.noise_seed is None else args.noise_seed
     if args.tables:
         return tables(args.tables, args.readouts.split(",") if args.readouts != ",".join(READOUTS) else None,
                       args.every)
@@ -875,7 +886,8 @@ def main():
     import os
 
     res = {"stars": [], "machine": B.platform.platform(), "cpu_count": os.cpu_count(),
-           "loadavg_start": os.getloadavg()[0], "n_cell": args.cells, "incs": [float(v) for v in incs]}
+           "loadavg_start": os.getloadavg()[0], "n_cell": args.cells, "incs": [float(v) for v in incs],
+           "noise": noise}
     for k in [int(x) for x in (args.model_error or "").split(",") if x]:
         res.setdefault("model_error", {})[k] = model_error(k)
         print("model error chi2", k, res["model_error"][k], flush=True)
@@ -908,7 +920,7 @@ def main():
         readouts = POLISHED
         ks = []
     if args.debias:
-        run_debias(ks, incs, args.cells, args.debias, args.procs, res, args.out, args.stop_after, not args.noise_free,
+        run_debias(ks, incs, args.cells, args.debias, args.procs, res, args.out, args.stop_after, noise,
                    args.debias_at)
         rows = sorted(res["stars"], key=lambda r: r["k"])
         if rows:
@@ -926,17 +938,17 @@ def main():
         variants = SUPPORT_VARIANTS if args.support == "default" else tuple(args.support.split(","))
         for v in variants:
             support_spec(v)
-        run_support(ks, incs, args.cells, variants, args.procs, res, args.out, args.stop_after, not args.noise_free,
+        run_support(ks, incs, args.cells, variants, args.procs, res, args.out, args.stop_after, noise,
                     args.support_polish)
         readouts = ("old",) + variants
         ks = []
     if args.procs > 1 and ks:
-        run_parallel(ks, readouts, incs, args.cells, not args.noise_free, args.procs, res, args.out, args.stop_after)
+        run_parallel(ks, readouts, incs, args.cells, noise, args.procs, res, args.out, args.stop_after)
     for k in ks if args.procs <= 1 else ():
-        s = B.make_star(k, n_cell=args.cells, noise=not args.noise_free)
+        s = _make_star(k, args.cells, noise)
         t0 = time.perf_counter()
         points = {which: [_point(s, which, inc) for inc in incs] for which in readouts}
-        row = _star_row(s, readouts, incs, points, args.cells, not args.noise_free, time.perf_counter() - t0)
+        row = _star_row(s, readouts, incs, points, args.cells, noise, time.perf_counter() - t0)
         _print_star(row, readouts)
         res["stars"].append(row)
         if args.out:
