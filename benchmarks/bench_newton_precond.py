@@ -13,7 +13,8 @@ of 1e-2 are counted for:
   ("fresh") or at the solutions of the next one and two lambdas up ("stale": a sketch reused
   along the sweep).
 
-Dense linear algebra on the host (a few minutes); prints a table.
+It also times the Gauss-Newton products one at a time and as one vmapped batch of the largest
+rank (what the sketch costs). Dense linear algebra on the host (a few minutes); prints a table.
 
     PYTHONPATH=src python benchmarks/bench_newton_precond.py [--at 0.0028] [--ranks 100,200,400,800]
 """
@@ -50,6 +51,27 @@ def hessian_parts(setup, x):
     eps = min(N.EPS_ACTIVE, np.max(np.abs(x - np.clip(x - g, lo, hi))))
     held = (lo >= hi) | ((x <= lo + eps) & (g > 0)) | ((x >= hi - eps) & (g < 0))
     return 2 * J.T @ J, hs, g, ~held
+
+
+def product_seconds(setup, x, columns):
+    """Seconds per Gauss-Newton product ``2 J'J v`` on the solve's product form, one at a time
+    and ``columns`` at once through ``jax.vmap`` (what a sketch costs)."""
+    form = N.products_form(setup) or setup.pre
+    out = {}
+    for k in (1, columns):
+        @jax.jit
+        def products(x, v):
+            r0, vjp = jax.vjp(lambda y: N.line_residuals(y, setup.lmbd, form, setup.data), x)
+            jv = jax.linear_transpose(lambda u: vjp(u)[0], r0)
+            one = lambda c: 2.0 * vjp(jv(c)[0])[0]  # noqa: E731
+            return one(v) if v.ndim == 1 else jax.vmap(one)(v)
+        v = jnp.asarray(np.random.default_rng(1).standard_normal((k, x.shape[0]) if k > 1 else x.shape[0]))
+        products(jnp.asarray(x), v).block_until_ready()
+        t = time.perf_counter()
+        for _ in range(3):
+            products(jnp.asarray(x), v).block_until_ready()
+        out[k] = (time.perf_counter() - t) / 3 / k
+    return out
 
 
 def cg_steps(h, b, apply_pinv, tol=1e-2, maxit=1500):
@@ -116,6 +138,10 @@ def main():
         points.append((lm, setups[-1], x, np.asarray(r.x)))
         x = r.x
     print(f"sweep to lambda {lmbds[-1]:.4g}: {time.perf_counter() - t0:.1f} s")
+    ranks = [int(v) for v in a.ranks.split(",")]
+    per = product_seconds(points[-1][1], np.asarray(points[-1][2]), max(ranks))
+    print(f"Gauss-Newton products: {1e3 * per[1]:.2f} ms one at a time, {1e3 * per[max(ranks)]:.2f} ms a column "
+          f"in a batch of {max(ranks)} ({max(ranks) * per[max(ranks)]:.2f} s)")
     lm, setup, start, _ = points[-1]
     a_b, hs_b, g_b, free = hessian_parts(setup, np.asarray(start))
     h = (a_b + hs_b)[np.ix_(free, free)]
@@ -130,7 +156,7 @@ def main():
     sources = [("fresh", a_b)] + [(f"stale: the solution at lambda {p[0]:.4g}", hessian_parts(p[1], p[3])[0])
                                   for p in points[-3:-1][::-1]]
     for name, a_src in sources:
-        for rank in [int(v) for v in a.ranks.split(",")]:
+        for rank in ranks:
             u, lam = nystrom(a_src, rank, rng)
             uf = u[free]
             cols = [cg_steps(h, b, woodbury(uf, lam, d, floor)) for d in (d_exact, d_probe)]
