@@ -381,3 +381,60 @@ def test_newton_members_refuse_a_model_it_cannot_fit_and_auto_falls_back():
     auto = solve_many(exact, sim.obs, flux=flux, err=sim.obs.err, mode="sequential", lmbd=1.0, tol=1e-5)
     assert {r.solver for r in auto.results} == {"projected_lbfgs"}
     assert dm.solvers.sequential_solver(exact, sim.obs, n_members=2, lmbd=1.0) == "projected_lbfgs"
+
+
+def test_run_members_runs_them_side_by_side_in_order():
+    """Two members that each wait for the other finish only if they run at the same time; the
+    results come back in the members' order, whichever finishes first."""
+    import threading
+    import time
+
+    from dopplermap.solvers._common import run_members
+
+    meet = threading.Barrier(2, timeout=10)
+
+    def member(i):
+        meet.wait()  # one after another, the first would wait alone and break the barrier
+        time.sleep(0.05 * (3 - i))  # the later member finishes first
+        return i * i
+
+    assert run_members(member, 2, threads=2) == [0, 1]
+    assert run_members(lambda i: i + 1, 3, threads=1) == [1, 2, 3]
+
+
+@pytest.mark.parametrize("solver", ["projected_lbfgs", "newton"])
+def test_independent_members_on_threads_equal_one_after_another(tiny, monkeypatch, solver):
+    """Members that do not chain run on a thread per CPU, and each gets exactly what it gets alone
+    (the same compiled program on the same inputs); a chain, or a Dask task
+    (:func:`dopplermap.plan.members_in_one_thread`), runs them one after another."""
+    monkeypatch.setattr(plan, "usable_cpus", lambda: 2)
+    rng = np.random.default_rng(3)
+    obs = tiny.obs
+    flux = np.asarray(obs.flux)[None] + np.asarray(obs.err)[None] * rng.standard_normal((4, *obs.flux.shape))
+    threaded = solve_many(tiny, flux=flux, err=obs.err, mode="sequential", solver=solver)
+    with plan.members_in_one_thread():
+        assert plan.member_threads(4) == 1
+        alone = solve_many(tiny, flux=flux, err=obs.err, mode="sequential", solver=solver)
+    assert (threaded.threads, alone.threads) == (2, 1)
+    assert "2 at a time (threads)" in threaded.describe() and "one after another" in alone.describe()
+    for a, b in zip(threaded.results, alone.results, strict=True):
+        assert np.array_equal(a.x, b.x) and a.iterations == b.iterations
+    assert len({round(r.chi2, 8) for r in threaded.results}) == 4  # each its own data set, in order
+    chain = solve_many(tiny, lmbds=LMBDS, mode="sequential", solver=solver, warm_start=True)
+    assert chain.threads == 1
+
+
+def test_a_dask_task_solves_its_members_in_one_thread(monkeypatch):
+    """On a worker the cluster has given each task its share of the machine: a task's members
+    run one after another."""
+    from dopplermap import _dask
+
+    class Worker:
+        plugins = {"shared": _dask.Shared("shared", 8)}
+
+    monkeypatch.setattr(plan, "usable_cpus", lambda: 4)
+    monkeypatch.setattr(_dask, "get_worker", lambda: Worker())
+    assert plan.member_threads(8) == 4
+    value, caught = _dask.call(lambda n: plan.member_threads(n), "shared", [])
+    assert (value, caught) == (1, [])
+    assert plan.member_threads(8) == 4  # only inside the task

@@ -8,6 +8,8 @@ import warnings
 
 from dask.distributed import WorkerPlugin, get_worker
 
+from .plan import members_in_one_thread
+
 __all__ = ["Shared", "call"]
 
 
@@ -26,8 +28,10 @@ def call(fn, name: str, filters: list, *args, **kwargs):
     ``name`` holds: run under the client's warning ``filters`` (what a search ignores, such as a
     grid point's chi2 far from 1, is ignored here too), the warnings it gives returned as
     ``(category, message)`` pairs for the client to raise again (a worker process would only
-    print them, outside the run's summary)."""
-    with warnings.catch_warnings(record=True) as caught:
+    print them, outside the run's summary). A task solves its members in one thread
+    (:func:`dopplermap.plan.members_in_one_thread`): the cluster gives each worker its share of
+    the machine."""
+    with warnings.catch_warnings(record=True) as caught, members_in_one_thread():
         warnings.filters[:] = filters
         value = fn(get_worker().plugins[name].obj, *args, **kwargs)
     return value, [(w.category, str(w.message)) for w in caught]

@@ -27,6 +27,8 @@ threshold by patching it here.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import math
 
@@ -34,6 +36,7 @@ import jax
 import numpy as np
 
 from .choices import CUBE_DTYPES, SYNTHESIS_METHODS, check
+from .cluster import usable_cpus
 from .constants import FLOAT32_MIN_TOL
 from .errors import warn
 from .memory import memory_limit
@@ -41,7 +44,7 @@ from .memory import memory_limit
 __all__ = ["DENSE_AUTO_BYTES", "FLOAT32_MIN_TOL", "BLOCKED_MAX_BYTES", "HVP_BLOCKED_MAX_BYTES", "on_accelerator",
            "synthesis_method", "cube_dtype", "blocked_fits", "batch_form", "batch_mode", "many_mode", "member_bytes", "batch_chunk",
            "VMAP_MIN_CPU_WORK", "BATCH_MEMORY_FRACTION",
-           "COMPILE_SECONDS", "REPEAT_RUNS", "LMBD_PASSES_RANGE", "DENSITY_PASSES_MIN", "solver_passes", "solve_seconds", "pick_solver", "MEMBER_COMPILE_SECONDS", "MEMBER_PASSES", "MEMBER_PASS_COST", "pick_member_solver", "SolverChoice", "hvp_blocked", "batch_hvps", "Plan"]
+           "COMPILE_SECONDS", "REPEAT_RUNS", "LMBD_PASSES_RANGE", "DENSITY_PASSES_MIN", "solver_passes", "solve_seconds", "pick_solver", "MEMBER_COMPILE_SECONDS", "MEMBER_PASSES", "MEMBER_PASS_COST", "pick_member_solver", "member_threads", "members_in_one_thread", "SolverChoice", "hvp_blocked", "batch_hvps", "Plan"]
 
 DENSE_AUTO_BYTES = 512 * 2**20
 """``method="auto"`` picks ``"dense"`` while the float64 dense cube fits this."""
@@ -276,6 +279,33 @@ def pick_member_solver(states: dict, *, n_members: int, n_data: int, n_cell: int
     return _cheapest({s: (state, MEMBER_COMPILE_SECONDS[s][state],
                           n_members * MEMBER_PASSES[s] * MEMBER_PASS_COST[s] * per_pass)
                       for s, state in states.items()})
+
+
+_ONE_THREAD = contextvars.ContextVar("dopplermap_members_in_one_thread", default=False)
+
+
+def member_threads(n_members: int) -> int:
+    """Threads that solve ``n_members`` independent members of one shape (each its own compiled
+    call, none started from another's map): one per usable CPU, at most one per member, on the
+    CPU backend. A compiled solve of a small or medium problem keeps about one core busy (XLA's
+    own threads help only its largest products), so on a 2-core machine two members at once take
+    about half the wall time (benchmarks/RESULTS.md, "Independent members on every core"). One
+    thread on an accelerator (its executions queue on one device) and inside
+    :func:`members_in_one_thread` (a Dask task: the cluster has already given each worker its
+    share of the machine)."""
+    if _ONE_THREAD.get() or on_accelerator():
+        return 1
+    return max(1, min(int(n_members), usable_cpus()))
+
+
+@contextlib.contextmanager
+def members_in_one_thread():
+    """Within it, :func:`member_threads` is 1 (this thread's context only)."""
+    token = _ONE_THREAD.set(True)
+    try:
+        yield
+    finally:
+        _ONE_THREAD.reset(token)
 
 
 def hvp_blocked(blocked_nbytes: int) -> bool:

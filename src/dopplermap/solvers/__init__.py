@@ -568,7 +568,7 @@ def invert_batch(problem: Problem | Precomputed, obs: Observations | None = None
         member_solver = _member_solver(member_solver, setup, pre, ob, batch_obs, n)
     if mode == "sequential":
         raws = solve_sequential(setup, lm_all, ob, batch_obs=batch_obs, warm_start=bool(warm_start), starts=starts,
-                                solver=member_solver)
+                                solver=member_solver, threads=_threads(n, bool(warm_start)))
     else:
         raws = solve_batch(setup, lm_all, ob, batch_lmbd=batch_lmbd, batch_obs=batch_obs, mode=mode,
                            warm_start=bool(warm_start), starts=starts)
@@ -580,6 +580,12 @@ def invert_batch(problem: Problem | Precomputed, obs: Observations | None = None
 
     return [_in_context(finish(setup, raw, member_solver, obs=member(i), lmbd=lm_all[i]), solve.problem)
             for i, raw in enumerate(raws)]
+
+
+def _threads(n_members: int, warm_start: bool) -> int:
+    """Threads of a sequential batch: members that chain run one after another, the others on
+    :func:`dopplermap.plan.member_threads` threads."""
+    return 1 if warm_start else plan.member_threads(n_members)
 
 
 def _member_solver(choice: str, setup: SolveSetup, pre, ob: Observations, batch_obs: bool, n: int) -> str:
@@ -638,16 +644,18 @@ class Many:
 
     Attributes:
         results: one :class:`InversionResult` per member, in the members' order.
-        mode: ``"vmap"`` (members together), ``"sequential"`` (one compiled device solve after
-            another) or ``"invert"`` (:func:`invert` each, the problem's own solver).
+        mode: ``"vmap"`` (members together), ``"sequential"`` (one compiled device solve per
+            member) or ``"invert"`` (:func:`invert` each, the problem's own solver).
         chunk: members per vmapped call (``mode="vmap"``; the last call is padded to it).
         n_calls: compiled calls made.
+        threads: threads the sequential members ran on (1: one after another).
     """
 
     results: list
     mode: str
     chunk: int
     n_calls: int
+    threads: int = 1
 
     def describe(self) -> str:
         """One line for a log or a summary."""
@@ -656,6 +664,8 @@ class Many:
             return f"{n} solves together (vmap), {self.n_calls} call(s) of {self.chunk}"
         if self.mode == "sequential":
             how = f" ({self.results[0].solver})" if self.results else ""
+            if self.threads > 1:
+                return f"{n} solves through one compiled device solve{how}, {self.threads} at a time (threads)"
             return f"{n} solves one after another through one compiled device solve{how}"
         return f"{n} solves one after another (invert)"
 
@@ -710,7 +720,8 @@ def solve_many(problem: Problem | Precomputed, obs: Observations | None = None, 
         rs = invert_batch(problem, None if isinstance(problem, Problem) else obs, lmbds=lmbds, flux=flux, err=err,
                           x0=x0, mode="sequential", form="folded",
                           warm_start=warm_start, solver=m.solver, **settings)
-        return Many(results=rs, mode="sequential", chunk=1, n_calls=len(rs))
+        return Many(results=rs, mode="sequential", chunk=1, n_calls=len(rs),
+                    threads=_threads(n_members, bool(warm_start)))
     n_param = 2 * pre.n_cell + 2 * obs.n_epoch
     chunk = plan.batch_chunk(n_members, plan.member_bytes(obs.n_epoch * obs.n_vel, n_param,
                                                           int(settings.get("maxcor", 10))), budget)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 import jax
 import jax.numpy as jnp
@@ -20,7 +21,7 @@ from ..result import Outcome
 
 __all__ = ["check_fit_components", "bounds", "start", "project_feasible", "check_match",
            "check_solver_args", "cube_dtype_of",
-           "SolveSetup", "RawSolve", "Progress", "report_progress", "LBFGSOptions"]
+           "SolveSetup", "RawSolve", "Progress", "report_progress", "LBFGSOptions", "run_members"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -237,3 +238,14 @@ def cube_dtype_of(pre: Precomputed) -> str | None:
         return None
     line = pre.sets[0].line if isinstance(pre, LineSets) else pre.line
     return line.cube_dtype
+
+
+def run_members(call: Callable[[int], object], n: int, threads: int = 1) -> list:
+    """``[call(i) for i in range(n)]``, on ``threads`` threads when more than one. For members that
+    do not depend on each other (none starts from another's map): a compiled call releases the
+    GIL while it runs, so members on a CPU core each run side by side; each member's result is
+    the one it gets alone (the same compiled program on the same inputs)."""
+    if threads <= 1 or n <= 1:
+        return [call(i) for i in range(n)]
+    with ThreadPoolExecutor(max_workers=min(int(threads), n), thread_name_prefix="dopplermap-member") as pool:
+        return list(pool.map(call, range(n)))

@@ -23,7 +23,7 @@ import numpy as np
 from ..compiled import compile_cached, loop_options, program_state
 from ..objective import DEFAULT_PENALTY, ObjectiveData, Observations
 from ..result import Outcome
-from ._common import LBFGSOptions, RawSolve, SolveSetup, report_progress
+from ._common import LBFGSOptions, RawSolve, SolveSetup, report_progress, run_members
 from .newton import solve_members
 from .program import value_and_grad_body  # the same value-and-gradient body as the scipy path
 from .projected_lbfgs import STOP_REASONS, projected_lbfgs
@@ -113,13 +113,14 @@ def solve_device(setup: SolveSetup, callback=None) -> RawSolve:
 
 
 def solve_sequential(setup: SolveSetup, lmbds, obs: Observations, *, batch_obs: bool, warm_start: bool = False,
-                     starts=None, solver: str = "projected_lbfgs") -> list[RawSolve]:
+                     starts=None, solver: str = "projected_lbfgs", threads: int = 1) -> list[RawSolve]:
     """The members of a batch (``lmbds`` (n,), ``obs`` with (n, E, V) flux/err when
-    ``batch_obs``) one after another through one compiled single solve: ``solver``
-    ``"projected_lbfgs"`` or ``"newton"`` (:func:`dopplermap.solvers.newton.solve_members`).
-    With ``warm_start`` each member starts from the map of the one before, every member from
+    ``batch_obs``) through one compiled single solve: ``solver`` ``"projected_lbfgs"`` or
+    ``"newton"`` (:func:`dopplermap.solvers.newton.solve_members`). With ``warm_start`` each
+    member starts from the map of the one before (one after another), every member from
     ``setup.x0`` otherwise; ``starts``: (n, n_param) a start per member instead (inside the
-    bounds); ``solve_time`` is the whole batch's."""
+    bounds). Members that do not chain run on ``threads`` threads
+    (:func:`~dopplermap.solvers._common.run_members`); ``solve_time`` is the whole batch's."""
     xj, lo, hi = jnp.asarray(setup.x0), jnp.asarray(setup.lower), jnp.asarray(setup.upper)
     xs = None if starts is None else jnp.asarray(starts, dtype=xj.dtype)
     lmbds = np.asarray(lmbds, dtype=float)
@@ -136,19 +137,24 @@ def solve_sequential(setup: SolveSetup, lmbds, obs: Observations, *, batch_obs: 
                 return x, float(lmbds[i]), member(i)
             return start
 
-        raws, _ = solve_members(setup, [chained(i) for i in range(lmbds.size)])
+        raws, _ = solve_members(setup, [chained(i) for i in range(lmbds.size)],
+                                threads=1 if warm_start else threads)
         return raws
     fn, timing = _compile_solver(xj, lo, hi, jnp.asarray(float(lmbds[0])), setup.pre, member(0),
                                  regulariser=setup.regulariser, penalty=setup.penalty, maxiter=setup.maxiter,
                                  tol=setup.tol, maxcor=int(setup.options.get("maxcor", 10)))
     t0 = time.perf_counter()
-    runs, x = [], xj
-    for i, lm in enumerate(lmbds):
-        if xs is not None:
-            x = xs[i]
-        runs.append(jax.block_until_ready(fn(x, lo, hi, jnp.asarray(float(lm)), setup.pre, member(i))))
-        if warm_start:
+    if warm_start:
+        runs, x = [], xj
+        for i, lm in enumerate(lmbds):
+            if xs is not None:
+                x = xs[i]
+            runs.append(jax.block_until_ready(fn(x, lo, hi, jnp.asarray(float(lm)), setup.pre, member(i))))
             x = runs[-1].x
+    else:
+        runs = run_members(lambda i: jax.block_until_ready(fn(xj if xs is None else xs[i], lo, hi,
+                                                              jnp.asarray(float(lmbds[i])), setup.pre, member(i))),
+                           lmbds.size, threads)
     solve_time = time.perf_counter() - t0
     return [_raw(r, timing, solve_time) for r in runs]
 

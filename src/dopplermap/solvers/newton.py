@@ -51,7 +51,7 @@ from ..lightcurve import weighted_residuals
 from ..model import apply_nuisance, forward, synthesize
 from ..objective import DEFAULT_PENALTY, Layout, ObjectiveData, regulariser_value, sum_excess
 from ..result import Outcome
-from ._common import RawSolve, SolveSetup, cube_dtype_of, report_progress
+from ._common import RawSolve, SolveSetup, cube_dtype_of, report_progress, run_members
 
 __all__ = ["NewtonResult", "solve_newton", "solve_members", "line_residuals", "smooth_terms",
            "STOP_REASONS", "EPS_ACTIVE", "PRODUCTS", "products_form"]
@@ -594,27 +594,35 @@ def solve_newton(setup: SolveSetup, callback=None) -> RawSolve:
     return _raw(r, kw["maxiter"], t_compile, time.perf_counter() - t0, _products_dtype(setup, args))
 
 
-def solve_members(setup: SolveSetup, members) -> tuple[list[RawSolve], float]:
-    """Many Newton solves of ``setup``'s shapes through its one compiled program, one after another.
+def solve_members(setup: SolveSetup, members, threads: int = 1) -> tuple[list[RawSolve], float]:
+    """Many Newton solves of ``setup``'s shapes through its one compiled program.
 
     ``members``: callables ``previous_x -> (x0, lmbd, data)`` (``previous_x`` the solution of the
     member before, None for the first: warm starts along a chain), giving a start inside the
     bounds, a lambda and an :class:`~dopplermap.objective.ObjectiveData` of ``setup.data``'s
-    shapes. Returns the raw solves and the members' seconds; each solve's ``compile_time`` is
-    the program's (counted once, on the first)."""
+    shapes. ``threads`` > 1: the members do not chain (each is called with None) and run on
+    that many threads (:func:`~dopplermap.solvers._common.run_members`). Returns the raw solves
+    and the members' seconds; each solve's ``compile_time`` is the program's (counted once, on
+    the first)."""
     _check_newton(setup)
     args, kw = _program_args(setup)
     fn, t_compile = _compile_newton(*args, **kw)
     x0, lo_j, hi_j, spacing, tol_j = args[:5]
     pre_products = args[-1]
-    out, prev = [], None
-    t0 = time.perf_counter()
-    for i, m in enumerate(members):
+
+    def solve(m, prev):
         x, lm, data = m(prev)
-        r = jax.block_until_ready(fn(_device.asarray(x, dtype=x0.dtype), lo_j, hi_j, spacing, tol_j,
-                                     _device.asarray(lm, dtype=x0.dtype), setup.pre, data, pre_products))
-        prev = r.x
-        out.append((r, t_compile if i == 0 else 0.0))
+        return jax.block_until_ready(fn(_device.asarray(x, dtype=x0.dtype), lo_j, hi_j, spacing, tol_j,
+                                        _device.asarray(lm, dtype=x0.dtype), setup.pre, data, pre_products))
+
+    t0 = time.perf_counter()
+    if threads > 1:
+        runs = run_members(lambda i: solve(members[i], None), len(members), threads)
+    else:
+        runs, prev = [], None
+        for m in members:
+            runs.append(solve(m, prev))
+            prev = runs[-1].x
     seconds = time.perf_counter() - t0
     products = _products_dtype(setup, args)
-    return [_raw(r, kw["maxiter"], tc, seconds, products) for r, tc in out], seconds
+    return [_raw(r, kw["maxiter"], t_compile if i == 0 else 0.0, seconds, products) for i, r in enumerate(runs)], seconds
