@@ -717,3 +717,34 @@ def test_support_calibration_on_a_two_worker_cluster_equals_the_serial_one(suppo
         np.testing.assert_allclose(spread.member_profiles[col], serial.member_profiles[col], rtol=1e-9)
     assert (spread.estimate, spread.lo68, spread.hi68) == pytest.approx((serial.estimate, serial.lo68, serial.hi68),
                                                                         rel=1e-9)
+
+
+def test_a_calibration_does_not_depend_on_what_this_process_compiled(monkeypatch):
+    """The trial maps and the data sets are solved by Gauss-Newton wherever it applies, decided by
+    the model and the tolerance alone, not by the automatic choice that counts what a process has
+    compiled: with that choice made to answer L-BFGS, then Newton, a calibration draws the same
+    data sets and gives the same sets (it took the cheaper compile on a cold start and Newton once
+    compiled: `grid` gave other sets with its points solved on Dask workers than in one process)."""
+    from dopplermap import calibrate, plan
+    from dopplermap.calibrate import CalibrationOptions, calibrate_parameter, calibration_solver
+    from dopplermap.compiled import forget_compiled
+
+    s = B.make_star(7, n_lat=48, n_cell=120, n_vel=20)
+    prob = s["problem"]
+    kw = dict(fixed={"vsini": s["vsini"]}, options=CalibrationOptions(n_sim=4, seed=2, mode="sequential"))
+    vals = [60.0, 70.0, 80.0]
+    choose = plan.pick_member_solver
+
+    def only(name):  # the automatic members' choice, left with one candidate
+        return lambda states, **k: choose({name: states[name]}, **k)
+
+    forget_compiled()
+    monkeypatch.setattr(plan, "pick_member_solver", only("projected_lbfgs"))
+    first = calibrate_parameter(prob, "inclination", vals, **kw)
+    monkeypatch.setattr(plan, "pick_member_solver", only("newton"))
+    again = calibrate_parameter(prob, "inclination", vals, **kw)
+    for col in calibrate.COLUMNS:
+        np.testing.assert_array_equal(first.member_profiles[col], again.member_profiles[col])
+    assert (first.estimate, first.lo68, first.hi68) == (again.estimate, again.lo68, again.hi68)
+    assert calibration_solver(prob, 1e-6) == "newton"
+    assert calibration_solver(prob, 1e-5) == "projected_lbfgs"

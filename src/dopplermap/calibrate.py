@@ -62,14 +62,14 @@ from .search import (
     solve_on_support,
     support_from_point,
 )
-from .solvers import invert_batch, many_mode, sequential_solver, solve_many
+from .solvers import NEWTON_TOL, invert_batch, many_mode, newton_fits, solve_many
 
 log = logging.getLogger(__name__)
 
 __all__ = ["Calibration", "CalibrationOptions", "Finished", "calibrate_parameter", "calibration_cost", "profile_minimum",
            "belt_estimate", "check_calibratable", "check_calibration_size", "owner_cells", "calibrated_star", "LEVELS", "COLUMNS",
            "SIM_LMBD_FACTOR", "SIM_OVERSAMPLE", "TASK_MEMBERS", "WARM_TOL", "grid_value_task", "READOUTS",
-           "support_unit"]
+           "support_unit", "calibration_solver"]
 
 COLUMNS = ("chi2_total", "loss")
 """Base read-outs: the profile of the un-reduced chi-square, or of ``n_data`` x the objective."""
@@ -557,14 +557,25 @@ does, in fewer iterations. The cube is kept in the cold solve's dtype (a tighter
 alone would switch a float32 cube to float64, at twice the cost an iteration)."""
 
 
-def _member_solver(point: Problem, kw: dict, mode: str, n_members: int) -> dict:
-    """``kw`` with the compiled solve of the grid values' members where they run one after
-    another (:func:`dopplermap.solvers.sequential_solver`), decided once for the whole
-    calibration: in this process and on every Dask worker alike, whatever each has compiled."""
+def calibration_solver(point: Problem, tol: float) -> str:
+    """The compiled solve of a calibration's trial maps and of its data sets where they run one
+    per compiled call: Gauss-Newton wherever it is a candidate (``tol <= NEWTON_TOL`` and a
+    model it fits), as for a grid's points (the calibration reads chi2 differences too, and
+    Newton stops nearer the minima), else projected L-BFGS. Decided by the model and the
+    tolerance alone, never by what a process has compiled: a calibration then draws the same data
+    sets and gives the same sets in one process and on a cluster, after a grid solved here or on
+    the workers."""
+    return "newton" if float(tol) <= NEWTON_TOL and newton_fits(point) else "projected_lbfgs"
+
+
+def _member_solver(point: Problem, kw: dict, mode: str) -> dict:
+    """``kw`` with :func:`calibration_solver` for the grid values' members where they run one per
+    compiled call, decided once for the whole calibration (in this process and on every Dask
+    worker alike)."""
     pre = pad_precomputed(point.pre)
     if many_mode(pre, point.obs, mode, tol=float(kw["tol"])) != "sequential":
         return kw
-    return dict(kw, solver=sequential_solver(pre, point.obs, n_members=n_members, **kw))
+    return dict(kw, solver=calibration_solver(point, kw["tol"]))
 
 
 def _warm(kw: dict, starts) -> dict:
@@ -757,7 +768,7 @@ def _simulated_sets(problem, at, t, kw, lm_sim, err, o, progress) -> np.ndarray:
 
     def trial_map(point):
         return invert_batch(pad_precomputed(point.pre), point.obs, flux=flux[0], err=err, mode="sequential",
-                            form="folded", **dict(kw, lmbd=lm_sim))[0]
+                            form="folded", **dict(kw, lmbd=lm_sim, solver=calibration_solver(point, kw["tol"])))[0]
 
     one = None if o.trial_map_at is None else trial_map(at(o.trial_map_at))
     for i, tv in enumerate(t):  # the map the data give at each trial value (or the one map), data sets drawn from it
@@ -839,7 +850,7 @@ def calibrate_parameter(problem: Problem, name: str, values, *, fixed: dict | No
     elif progress is not None:
         progress("trial", t.size, t.size)
     n_data = obs.n_epoch * obs.n_vel
-    kw = _member_solver(at(v[0]), kw, o.mode, flux.shape[0])
+    kw = _member_solver(at(v[0]), kw, o.mode)
     unconverged = None
     if o.readout == "support":  # units: the observed data, then each trial's data sets
         profiles = {c: np.empty((v.size, flux.shape[0])) for c in ("chi2_total", "chi2_support")}
