@@ -402,6 +402,27 @@ def test_run_members_runs_them_side_by_side_in_order():
     assert run_members(lambda i: i + 1, 3, threads=1) == [1, 2, 3]
 
 
+def test_run_members_stops_starting_members_after_an_error():
+    """A member that fails (or Ctrl-C) ends the batch: the members running finish, the ones not
+    yet started never start, and the error reaches the caller."""
+    import time
+
+    from dopplermap.solvers._common import run_members
+
+    ran = []
+
+    def member(i):
+        if i == 0:
+            raise ValueError("member 0 failed")
+        time.sleep(0.2)
+        ran.append(i)
+        return i
+
+    with pytest.raises(ValueError, match="member 0 failed"):
+        run_members(member, 8, threads=2)
+    assert len(ran) <= 2, ran  # the one running beside member 0, and perhaps the next it picked up
+
+
 @pytest.mark.parametrize("solver", ["projected_lbfgs", "newton"])
 def test_independent_members_on_threads_equal_one_after_another(tiny, monkeypatch, solver):
     """Members that do not chain run on a thread per CPU, and each gets exactly what it gets alone
