@@ -289,7 +289,8 @@ def member_threads(n_members: int) -> int:
     call, none started from another's map): one per usable CPU, at most one per member, on the
     CPU backend. A compiled solve of a small or medium problem keeps about one core busy (XLA's
     own threads help only its largest products), so on a 2-core machine two members at once take
-    about half the wall time (benchmarks/RESULTS.md, "Independent members on every core"). One
+    0.5-0.7 of the wall time, the less the smaller the problem (benchmarks/RESULTS.md,
+    "Independent members on every core"). One
     thread on an accelerator (its executions queue on one device) and inside
     :func:`members_in_one_thread` (a Dask task: the cluster has already given each worker its
     share of the machine)."""
