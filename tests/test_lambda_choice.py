@@ -64,6 +64,22 @@ def test_corner_between_sweep_points_matches_the_analytic_corner(linear_problem)
     assert search.lcurve_corner(_tikhonov_sweep(lm, b_clean + 1.01 * noise, u, sv), refine=False)[0] == snapped
 
 
+def test_a_point_that_kept_its_neighbours_map_is_no_corner(linear_problem):
+    """A solve at the smallest lambda that stopped at its warm start (the next lambda's map, chi2
+    and regulariser equal to 1e-8) is a zero-length step on the L-curve: its one-sided curvature
+    is huge, and it must neither be taken as the corner nor push the corner to the boundary."""
+    u, sv, b_clean, noise = linear_problem
+    lm = np.logspace(-9, 1, 13)
+    sw = _tikhonov_sweep(lm, b_clean + noise, u, sv)
+    corner, _ = search.lcurve_corner(sw)
+    chi2, reg = sw.chi2.copy(), sw.regulariser.copy()
+    chi2[0], reg[0] = chi2[1] * (1 - 1e-8), reg[1] * (1 + 1e-8)
+    stuck = search.LambdaSweep(lmbd=sw.lmbd, chi2=chi2, regulariser=reg, loss=sw.loss, iterations=sw.iterations,
+                               results=[], floor=0.0, total_time=0.0)
+    assert search.lcurve_curvature(stuck.lmbd, chi2, reg)[0] > 10 * np.max(search.lcurve_curvature(lm, sw.chi2, sw.regulariser))
+    assert search.lcurve_corner(stuck)[0] == pytest.approx(corner, rel=1e-6)
+
+
 # ------------------------------------------------------------------ the root finder
 
 

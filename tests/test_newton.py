@@ -260,3 +260,24 @@ def test_newton_fits_reads_the_configuration_as_the_model_says():
     for p, fits in ((plain, True), (exact, False)):
         assert "pre" not in p.__dict__ and newton_fits(p) is fits
         assert _newton_fits(p.pre) is fits and newton_fits(p) is fits  # from the built model, the same
+
+
+def test_a_warm_start_down_the_noise_fitting_end_does_not_stop_on_its_first_damped_step():
+    """Down a sweep's low end, the first Gauss-Newton step from the map of the lambda above is
+    often refused in full and backtracked to a tiny reduction; that says the model was poor
+    there, not that the minimum is near. Stopping on it left lambda 0.001 at its start's map
+    (one iteration), a stall the sweep then re-solved from the flat start."""
+    from dopplermap.problem import Settings, demo_problem
+    from dopplermap.search import STALL_ITERATIONS
+
+    prob = demo_problem(settings=Settings(tol=1e-7, solver="newton"))  # the `lambda` command's star and tol
+    prev, steps = None, []
+    for lm in np.logspace(-3, 2, 16)[::-1]:  # its default sweep, downwards as Newton sweeps
+        res = dm.invert(prob, lmbd=float(lm), x0=None if prev is None else prev.x)
+        if lm < 0.02:  # the start's loss at this lambda: the demo's loss is chi2 + lambda x entropy
+            steps.append((lm, res.iterations, prev.chi2 + lm * prev.regulariser_value, res.loss))
+        prev = res
+    assert len(steps) == 4
+    for lm, iterations, start, end in steps:
+        assert iterations > STALL_ITERATIONS, (lm, iterations)
+        assert end < start * (1 - 1e-5), (lm, start, end)

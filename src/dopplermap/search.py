@@ -523,6 +523,7 @@ def lcurve_corner(sweep: LambdaSweep, *, refine: bool = True) -> tuple[float, np
 
     Exact minimisers give an L-curve on which chi-square rises and the regulariser falls
     with lambda; where a step breaks that (solver noise on the flat, noise-fitting end),
+    or leaves chi2 unchanged to :data:`SWEEP_ORDER_RTOL` (a solve that kept its start's map),
     the curvature is not trusted and the point cannot be the corner. A point is a
     candidate if the steps to both neighbours are monotone. Raises ``ValueError`` if the
     largest curvature of a monotone point lies at the first or last lambda, or if no point
@@ -536,7 +537,9 @@ def lcurve_corner(sweep: LambdaSweep, *, refine: bool = True) -> tuple[float, np
     """
     name = "lambda" if getattr(sweep, "parameter", "lmbd") == "lmbd" else sweep.parameter
     kappa = lcurve_curvature(sweep.lmbd, sweep.chi2, sweep.regulariser, sweep.floor)
-    step_ok = (np.diff(sweep.chi2) > 0) & (np.diff(sweep.regulariser) < 0)
+    # a step that leaves chi2 within SWEEP_ORDER_RTOL is a solve that kept its start's map: a zero-length
+    # step on the curve, whose one-sided difference makes the end point's curvature blow up
+    step_ok = (np.diff(sweep.chi2) > SWEEP_ORDER_RTOL * sweep.chi2[:-1]) & (np.diff(sweep.regulariser) < 0)
     ok = np.zeros(kappa.size, bool)
     ok[0], ok[-1] = step_ok[0], step_ok[-1]
     ok[1:-1] = step_ok[:-1] & step_ok[1:]

@@ -25,7 +25,9 @@ filling factors up to the per-epoch normalisation, so the Gauss-Newton matrix
    shrinks when it is taken;
 4. projected backtracking (Armijo) along ``P(x + a d)``, ``a`` from 1 (loss values only);
 5. stop as L-BFGS-B does: ``(f_old - f) / max(|f_old|, |f|, 1) <= ftol``, projected
-   gradient ``<= gtol``, or ``maxiter``.
+   gradient ``<= gtol``, or ``maxiter``; the ``ftol`` test after a backtracked step (``a < 1``)
+   only when the step before met it too: a damped step's small reduction says the model was
+   poor, not that the minimum is near.
 
 Cost is counted in objective passes (:attr:`NewtonResult.passes`): a loss evaluation, a
 linearisation with its gradient, a Gauss-Newton product and a probe each count as one
@@ -309,7 +311,7 @@ def _projected_newton(residual: Callable, smooth: Callable, x0, lower, upper, *a
     state0 = dict(x=x0, f=jnp.asarray(jnp.inf, dtype), g=jnp.zeros(n, dtype), it=jnp.zeros((), jnp.int32),
                   nfun=jnp.zeros((), jnp.int32), nlin=jnp.zeros((), jnp.int32), nhvp=jnp.zeros((), jnp.int32),
                   status=jnp.asarray(3 if maxiter <= 0 else 0, jnp.int32), mu=jnp.zeros((), dtype),
-                  d_gn=jnp.zeros(n, dtype), gf0=jnp.zeros((), dtype),
+                  d_gn=jnp.zeros(n, dtype), gf0=jnp.zeros((), dtype), small=jnp.zeros((), bool),
                   hist=jnp.full(max(maxiter, 1), jnp.nan, dtype), phist=jnp.zeros(max(maxiter, 1), jnp.int32))
 
     def cond(st):
@@ -346,7 +348,10 @@ def _projected_newton(residual: Callable, smooth: Callable, x0, lower, upper, *a
         it = st["it"] + (~converged).astype(jnp.int32)
         f_prev = jnp.where(first, f, st["f"])  # the loss before the kink search (the previous iterate's)
         reduction = (jnp.maximum(f, f_prev) - fn) / jnp.maximum(jnp.maximum(jnp.abs(f), jnp.abs(fn)), 1.0)
-        status = jnp.where(converged, 2, jnp.where(~ok, 4, jnp.where(reduction <= ftol, 1,
+        # a backtracked step's small reduction says the quadratic model was poor there, not that
+        # the minimum is near: stop on it only after a full step or a second small one in a row
+        small = reduction <= ftol
+        status = jnp.where(converged, 2, jnp.where(~ok, 4, jnp.where(small & (full | st["small"]), 1,
                                                                      jnp.where(it >= maxiter, 3, 0))))
         nfun = st["nfun"] + n_ls
         nlin = st["nlin"] + (2 if kinks else 1)  # the kink step: one synthesis, counted as a pass
@@ -356,7 +361,7 @@ def _projected_newton(residual: Callable, smooth: Callable, x0, lower, upper, *a
         if report is not None:
             jax.lax.cond(converged, lambda: None, lambda: report(it, fn))
         return dict(x=xn, f=fn, g=g, it=it, nfun=nfun, nlin=nlin, nhvp=nhvp, status=status.astype(jnp.int32),
-                    mu=mu, d_gn=d_gn, gf0=gf0,
+                    mu=mu, d_gn=d_gn, gf0=gf0, small=small,
                     hist=jnp.where(converged, st["hist"], st["hist"].at[slot].set(fn)),
                     phist=jnp.where(converged, st["phist"], st["phist"].at[slot].set(passes)))
 
