@@ -313,3 +313,55 @@ def test_a_sweep_whose_solves_stopped_on_one_map_says_so():
         warnings.simplefilter("error", DopplermapWarning)
         search._warn_one_map(lm, moving, 1e-7, floor=-0.003)
         search._warn_one_map(lm, flat, 1e-5, floor=-0.0032904)
+
+
+# ------------------------------------------------------------------ solves added around the corner
+
+
+@pytest.fixture(scope="module")
+def demo_sweeps():
+    """The demo star's L-curve sampled two ways: the default range at 12 values, and a wider one
+    at 20 (its broad curvature peak puts their corners 1.3x apart)."""
+    prob = dm.demo_problem(settings=dm.Settings(tol=1e-7, solver="auto"))
+    return prob, [search.sweep_lambda(prob, np.logspace(a, 2, n)) for a, n in ((-3, 12), (-4, 20))]
+
+
+@pytest.mark.slow
+def test_solves_near_the_corner_make_it_independent_of_the_sampling(demo_sweeps):
+    prob, sweeps = demo_sweeps
+    raw = [search.lcurve_corner(s)[0] for s in sweeps]
+    refined = [search.refine_corner(prob, s) for s in sweeps]
+    corners = [search.lcurve_corner(r)[0] for r in refined]
+    assert abs(math.log(raw[1] / raw[0])) > 0.2  # 0.35 against 0.46
+    assert abs(math.log(corners[1] / corners[0])) < 0.1
+    for s, r, c in zip(sweeps, refined, corners, strict=True):
+        assert 0 < r.lmbd.size - s.lmbd.size <= search.CORNER_SOLVES
+        assert set(s.lmbd) <= set(r.lmbd) and np.all(np.diff(r.lmbd) > 0)
+        i = int(np.argmin(abs(r.lmbd - c)))  # the corner's neighbours now lie within CORNER_RATIO
+        assert r.lmbd[min(i + 1, r.lmbd.size - 1)] / r.lmbd[max(i - 1, 0)] <= search.CORNER_RATIO ** 2 * (1 + 1e-9)
+        added = [res for v, res in zip(r.lmbd, r.results, strict=True) if v not in s.lmbd]
+        assert all(res.lmbd in r.lmbd for res in added) and r.total_time > s.total_time
+
+
+@pytest.mark.slow
+def test_refine_corner_arguments(demo_sweeps):
+    prob, (sweep, _) = demo_sweeps
+    same = search.refine_corner(prob, sweep, max_solves=0)
+    assert np.array_equal(same.lmbd, sweep.lmbd)
+    for bad in (dict(ratio=1.0), dict(ratio=float("nan")), dict(max_solves=-1), dict(max_solves=1.5)):
+        with pytest.raises(dm.DopplermapInputError):
+            search.refine_corner(prob, sweep, **bad)
+
+
+def test_lambda_command_writes_the_solves_near_the_corner(tmp_path, capsys):
+    from dopplermap.cli import main
+
+    assert main(["lambda", "--out", str(tmp_path / "a"), "--lmbds", "0.01:10:7", "-q"]) == 0
+    choice = json.loads((tmp_path / "a" / "lambda.json").read_text())
+    rows = (tmp_path / "a" / "lcurve.csv").read_text().splitlines()[1:]
+    assert len(choice["lmbds"]) == 7 and choice["lmbds_added"]
+    assert len(rows) == 7 + len(choice["lmbds_added"])
+    assert f"7 solves + {len(choice['lmbds_added'])} near the corner" in capsys.readouterr().out
+    assert main(["lambda", "--out", str(tmp_path / "b"), "--lmbds", "0.01:10:7", "-q", "--no-refine-corner"]) == 0
+    plain = json.loads((tmp_path / "b" / "lambda.json").read_text())
+    assert plain["lmbds_added"] == [] and len((tmp_path / "b" / "lcurve.csv").read_text().splitlines()) == 8

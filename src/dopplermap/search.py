@@ -96,7 +96,8 @@ from .uncertainty import EffectiveDof, effective_dof_refusal
 from .uncertainty import effective_dof as uncertainty_dof
 
 __all__ = [
-    "LambdaSweep", "sweep_lambda", "sweep_lmbd_time", "lcurve_corner", "lcurve_curvature", "regulariser_floor",
+    "LambdaSweep", "sweep_lambda", "sweep_lmbd_time", "lcurve_corner", "refine_corner", "CORNER_RATIO", "CORNER_SOLVES",
+    "lcurve_curvature", "regulariser_floor",
     "lambda_for_chi2", "fit_error_scale", "apply_error_scale", "ERROR_SCALE_LAMBDA", "Problem", "GRID_PARAMETERS", "RENAMED_GRID_PARAMETERS", "grid_parameter", "apply_parameters",
     "grid_points", "count_points", "check_grid_size", "validate_points", "problem_fingerprint",
     "evaluate_point", "point_refusal", "refused_row", "point_star", "Cluster", "grid_search", "grid_lock", "read_table",
@@ -357,22 +358,27 @@ def sweep_lambda(problem: Problem, lmbds: Sequence[float], *, warm_start: bool =
                        results=rs, floor=floor, total_time=time.perf_counter() - t0, mode=mode, repaired=repaired)
 
 
-def _warn_one_map(lm, rs, tol: float, floor: float) -> None:
+def _warn_one_map(lm, rs, tol: float, floor: float, parameter: str = "lmbd") -> None:
     """Warn where neighbouring lambdas' solves stopped on one map: chi2 and regulariser equal to
     the solver's tolerance. Exact minima move with lambda (chi2 up, regulariser down); equal ones
     say the relative-reduction test stopped each solve where its start was, and the L-curve there
     is the solver's, not the data's (on LO Peg at tol 1e-5 four lambdas over a decade). Not where
-    the maps are the flat one (regulariser at its floor): there the minima themselves coincide."""
+    the maps are the flat one (regulariser at its floor): there the minima themselves coincide.
+    ``parameter="lmbd_time"``: a sweep of the temporal weight, its regulariser the coupling's value."""
+    def value(r):
+        return r.temporal if parameter == "lmbd_time" else r.regulariser_value
+
     def flat(r):
-        return r.regulariser_value - floor <= tol * max(1.0, abs(floor))
+        return value(r) - floor <= tol * max(1.0, abs(floor))
 
     same = [k for k in range(len(rs) - 1)
             if np.isclose(rs[k].chi2, rs[k + 1].chi2, rtol=tol, atol=0.0)
-            and np.isclose(rs[k].regulariser_value, rs[k + 1].regulariser_value, rtol=tol, atol=0.0)
+            and np.isclose(value(rs[k]), value(rs[k + 1]), rtol=tol, atol=0.0)
             and not (flat(rs[k]) and flat(rs[k + 1]))]
     if same:
+        name = "lmbd_time" if parameter == "lmbd_time" else "lambda"
         lo, hi = lm[same[0]], lm[same[-1] + 1]
-        warn(f"lambda sweep: the solves from lambda {lo:.4g} to {hi:.4g} stopped on one map ({len(same)} neighbouring "
+        warn(f"{name} sweep: the solves from {name} {lo:.4g} to {hi:.4g} stopped on one map ({len(same)} neighbouring "
              f"pair(s) with chi2 and regulariser equal to tol {tol:g}): the L-curve there is where the solver "
              "stopped, not the data's; solve the sweep with a tighter tol (1e-7, dopplermap lambda's default)")
 
@@ -425,6 +431,7 @@ def sweep_lmbd_time(problem: Problem, values: Sequence[float], *, warm_start: bo
         log.info("lmbd_time %.4g: chi2 %.5g temporal %.5g (%d it)", v, res.chi2, res.temporal, res.iterations)
         if progress is not None:
             progress(k + 1, lt.size, res)
+    _warn_one_map(asc, rs, problem.settings.tol, 0.0, parameter="lmbd_time")
     return LambdaSweep(lmbd=asc, chi2=np.array([r.chi2 for r in rs]),
                        regulariser=np.array([r.temporal for r in rs], dtype=float),
                        loss=np.array([r.loss for r in rs]), iterations=np.array([r.iterations for r in rs]),
@@ -566,6 +573,65 @@ def lcurve_corner(sweep: LambdaSweep, *, refine: bool = True) -> tuple[float, np
                            options={"xatol": 1e-6})
     u = float(best.x) if -best.fun >= curv(t[i]) else float(t[i])
     return float(np.exp(u)), kappa
+
+
+CORNER_RATIO = 1.4
+""":func:`refine_corner` adds solves until the corner's neighbours lie within this factor of it."""
+
+CORNER_SOLVES = 8
+"""The most solves :func:`refine_corner` adds."""
+
+
+def refine_corner(problem: Problem, sweep: LambdaSweep, *, ratio: float = CORNER_RATIO,
+                  max_solves: int = CORNER_SOLVES, progress=None) -> LambdaSweep:
+    """``sweep`` with solves added around its L-curve corner, so that the corner does not depend
+    on where the sweep's samples fell.
+
+    The L-curve's curvature can peak broadly (at the seed size over a decade of lambda): the
+    curvature of a coarse sweep, and so its corner, then follows the sampling (12, 16 and 20 values
+    over the same range put it at 0.34, 0.61 and 0.44; 41 values at 0.50: benchmarks/RESULTS.md,
+    "The L-curve corner across sweeps"). While a neighbour of the best sweep point lies more than
+    ``ratio`` from it, a solve at their geometric mean is added, warm-started from the best
+    point's map (:func:`_warm_solve`), at most ``max_solves`` in all. A sweep without a corner
+    candidate is returned as it is (:func:`lcurve_corner` then says why). ``progress``: optional
+    ``progress(n_added, max_solves, result)`` after each added solve.
+    """
+    problem = require_problem(problem, "refine_corner")
+    if not (np.isfinite(ratio) and ratio > 1.0):
+        raise DopplermapInputError(f"refine_corner: ratio must be > 1, got {ratio!r}")
+    if int(max_solves) != max_solves or max_solves < 0:
+        raise DopplermapInputError(f"refine_corner: max_solves must be an integer >= 0, got {max_solves!r}")
+    param = sweep.parameter
+    if problem.settings.solver == "auto" and sweep.results:  # the sweep's own solver: no second compile
+        problem = problem.replace(settings=problem.settings.replace(solver=sweep.results[0].solver))
+    t0 = time.perf_counter()
+    cur, added = sweep, 0
+    while added < max_solves:
+        try:
+            best, _ = lcurve_corner(cur, refine=False)
+        except ValueError:
+            break
+        i = int(np.flatnonzero(cur.lmbd == best)[0])
+        new = [float(np.sqrt(cur.lmbd[i] * cur.lmbd[j])) for j in (i - 1, i + 1)
+               if max(cur.lmbd[i], cur.lmbd[j]) / min(cur.lmbd[i], cur.lmbd[j]) > ratio]
+        if not new:
+            break
+        rs = dict(zip(cur.lmbd.tolist(), cur.results, strict=True))
+        for v in new[:max_solves - added]:
+            rs[v] = _warm_solve(problem, v, cur.results[i].x, None, parameter=param)
+            added += 1
+            log.info("%s %.4g added near the L-curve corner: chi2 %.6g (%d it)", param, v, rs[v].chi2,
+                     rs[v].iterations)
+            if progress is not None:
+                progress(added, int(max_solves), rs[v])
+        lm = np.array(sorted(rs))
+        res = [rs[v] for v in lm.tolist()]
+        reg = [r.temporal if param == "lmbd_time" else r.regulariser_value for r in res]
+        cur = dataclasses.replace(cur, lmbd=lm, chi2=np.array([r.chi2 for r in res]), regulariser=np.array(reg, float),
+                                  loss=np.array([r.loss for r in res]),
+                                  iterations=np.array([r.iterations for r in res]), results=res,
+                                  total_time=sweep.total_time + time.perf_counter() - t0)
+    return cur
 
 
 def _crossing(sweep: LambdaSweep, target: float):

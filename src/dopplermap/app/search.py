@@ -253,7 +253,7 @@ def _expected_chi2_spread():
 
 def run_lambda(source: Source, out: Path, *, lmbds: str = "0.001:100:16", target_chi2: float | None = None,
                parameter: str = "lmbd", settings: SearchSettings = SearchSettings(),
-               run: SearchRun = SearchRun()) -> dict:
+               run: SearchRun = SearchRun(), refine_corner: bool = True) -> dict:
     """``dopplermap lambda``: sweep ``lmbds`` (``start:stop:count`` log-spaced, or ``v1,v2,...``)
     on the problem of ``source`` and write the folder ``out`` (lcurve.csv, lambda.json,
     lcurve.png) atomically; progress on stderr unless ``run.quiet``, the result line on stdout.
@@ -261,7 +261,9 @@ def run_lambda(source: Source, out: Path, *, lmbds: str = "0.001:100:16", target
     (:func:`dopplermap.search.sweep_lmbd_time`); lambda.json then says ``"parameter":
     "lmbd_time"``. ``run.scheduling.scheduler``: None/``"sync"`` in this process, ``"local"`` a
     local Dask cluster of ``run.scheduling.workers``, else a scheduler's address (the lambda sweep only).
-    ``settings``: its regulariser and tol. Returns what lambda.json holds."""
+    ``settings``: its regulariser and tol. ``refine_corner``: add solves around the corner
+    (:func:`dopplermap.search.refine_corner`; lcurve.csv holds them, lambda.json lists them in
+    ``lmbds_added``). Returns what lambda.json holds."""
     problem, overwrite, quiet = source.path, run.overwrite, run.quiet
     regulariser, tol = settings.regulariser, settings.tol
     scheduler, connect_timeout, workers = run.scheduling.scheduler, run.scheduling.connect_timeout, run.scheduling.workers
@@ -304,12 +306,24 @@ def run_lambda(source: Source, out: Path, *, lmbds: str = "0.001:100:16", target
         click.echo(f"{name} {n}/{total}: {value:.4g}  chi2 {res.chi2:.5g}  ({res.iterations} it; "
                    f"{time.perf_counter() - t_start:.1f} s)", err=True)
 
+    def near_corner(n, most, res):
+        value = res.lmbd_time if time_sweep else res.lmbd
+        click.echo(f"{name} {value:.4g} near the corner ({n} of at most {most})  chi2 {res.chi2:.5g}  "
+                   f"({res.iterations} it; {time.perf_counter() - t_start:.1f} s)", err=True)
+
     with _expected_chi2_spread():
         if time_sweep:
             sw = search.sweep_lmbd_time(prob, lm, progress=None if quiet else progress)
         else:
             sw = search.sweep_lambda(prob, lm, progress=None if quiet else progress, cluster=cluster)
-    choice = {"lmbds": sw.lmbd.tolist(), "sweep_time": sw.total_time, "solve_mode": sw.mode, "repaired": sw.repaired,
+    n_swept = sw.lmbd.size
+    if refine_corner:
+        with _expected_chi2_spread():
+            refined = search.refine_corner(prob, sw, progress=None if quiet else near_corner)
+        added = sorted(set(refined.lmbd.tolist()) - set(sw.lmbd.tolist()))
+        sw = refined
+    choice = {"lmbds": sorted(set(sw.lmbd.tolist()) - set(added)) if refine_corner else sw.lmbd.tolist(),
+              "lmbds_added": added if refine_corner else [], "sweep_time": sw.total_time, "solve_mode": sw.mode, "repaired": sw.repaired,
               "regulariser_floor": sw.floor, "regulariser": regulariser, "tol": tol, "problem": fp, "error_scale": scale, "parameter": parameter}
     if time_sweep:
         choice["lmbd"] = prob.settings.lmbd
@@ -353,7 +367,8 @@ def run_lambda(source: Source, out: Path, *, lmbds: str = "0.001:100:16", target
                 f"(chi2 {choice['target_result_chi2']:.5g}, {len(choice['target_trials'])} more solves)")
         if choice.get("target_dof"):
             msg += f" (chi2 {_per_point_and_dof(choice['target_dof'])})"
-    click.echo(f"{msg}  ({len(lm)} solves in {sw.total_time:.1f} s); results in {out}")
+    solves = f"{n_swept} solves" + (f" + {sw.lmbd.size - n_swept} near the corner" if sw.lmbd.size > n_swept else "")
+    click.echo(f"{msg}  ({solves} in {sw.total_time:.1f} s); results in {out}")
     return choice
 
 

@@ -56,6 +56,9 @@ def register(group):
                   help="Also find lambda where reduced chi2 = this.")
     @click.option("--tol", type=click.FloatRange(min=0, min_open=True), default=None,
                   help=f"Solver tolerance (default: the target's [inversion] tol, at most {LAMBDA_TOL:g}).")
+    @click.option("--refine-corner/--no-refine-corner", default=True, show_default=True,
+                  help="Add solves around the L-curve corner until its neighbours lie within a factor "
+                       "1.4 (at most 8): the corner then does not depend on where the sweep's values fell.")
     @click.option("--time", "time_weight", is_flag=True,
                   help="Sweep the time windows' coupling lmbd_time instead (a target with [map] windows; "
                        "--lmbds then lists lmbd_time values, lambda stays the target's).")
@@ -67,7 +70,7 @@ def register(group):
     @click.option("--workers", type=click.IntRange(min=1), default=None,
                   help="Local cluster size (--scheduler local; default: CPU count).")
     def lambda_cmd(problem, n_cell, n_epoch, n_vel, snr, regulariser, out, overwrite, quiet, lmbds, target_chi2,
-                   tol, time_weight, scheduler, connect_timeout, workers):
+                   tol, refine_corner, time_weight, scheduler, connect_timeout, workers):
         """Sweep lambda; write the L-curve table, its corner, the target-chi2 lambda and a plot.
 
         PROBLEM: a target .toml, an .npz problem file (see the module docs), or omitted (simulated demo star).
@@ -80,7 +83,7 @@ def register(group):
         from ..app.search import SearchRun, SearchSettings, Source, run_lambda
 
         run_lambda(Source(problem, n_cell, n_epoch, n_vel, snr), out, lmbds=lmbds, target_chi2=target_chi2,
-                   parameter="lmbd_time" if time_weight else "lmbd",
+                   parameter="lmbd_time" if time_weight else "lmbd", refine_corner=refine_corner,
                    settings=SearchSettings(regulariser=regulariser, tol=tol),
                    run=SearchRun(overwrite=overwrite, quiet=quiet,
                                  scheduling=Scheduling(scheduler, workers, connect_timeout)))
