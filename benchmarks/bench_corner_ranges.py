@@ -1,10 +1,12 @@
 """The L-curve corner of ``dopplermap lambda`` on the demo star across sweeps: three sizes, four
 lambda ranges and two signal-to-noise ratios, each a fresh process (the command as a user runs it,
 one shared compile cache). Each row: the corner, the reduced chi-square there, the sweep's
-seconds, or the command's message where it found no corner.
+seconds (the solves added near the corner included), the lambdas added, or the command's message
+where it found no corner.
 
     python benchmarks/bench_corner_ranges.py --out benchmarks/results/corner-ranges-cpu2.json
     python benchmarks/bench_corner_ranges.py --quick   # the two smaller sizes only
+    python benchmarks/bench_corner_ranges.py --no-refine-corner   # the sweeps' own corners
 
 ``--control`` instead solves the demo star at S/N 200 over 0.0001..100 (20 lambdas) as the
 command does (tol 1e-7) in this process, re-solves every point from its map at tol 1e-12 (Newton,
@@ -60,6 +62,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="leave out the seed size (2500 x 150 x 32)")
     ap.add_argument("--control", action="store_true", help="the noise-fitting end re-solved tighter (see above)")
+    ap.add_argument("--no-refine-corner", action="store_true", help="the command's --no-refine-corner")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     if a.control:
@@ -75,20 +78,23 @@ def main():
                     out = Path(tmp, f"out-{len(rows)}")
                     cmd = [sys.executable, "-m", "dopplermap", "lambda", "--out", str(out), "--lmbds", lmbds, "-q",
                            "--n-cell", str(size[0]), "--n-epoch", str(size[1]), "--n-vel", str(size[2]),
-                           "--snr", str(snr)]
+                           "--snr", str(snr)] + (["--no-refine-corner"] if a.no_refine_corner else [])
                     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
                     if proc.returncode != 0:
                         raise SystemExit(f"{' '.join(cmd)}: exit {proc.returncode}\n{proc.stderr[-2000:]}")
                     s = json.loads(Path(out, "lambda.json").read_text())
                     row = {"size": list(size), "lmbds": lmbds, "snr": snr, "corner": s["lcurve_corner"],
                            "corner_chi2": s.get("corner_chi2"), "message": s.get("lcurve_message"),
-                           "sweep_s": round(s["sweep_time"], 2), "repaired": s.get("repaired")}
+                           "sweep_s": round(s["sweep_time"], 2), "repaired": s.get("repaired"),
+                           "added": s.get("lmbds_added", [])}
                     rows.append(row)
                     corner = "none" if row["corner"] is None else f"{row['corner']:.4g}"
                     print(f"{size} {lmbds:>14} S/N {snr:>5.0f}: corner {corner}, chi2 {row['corner_chi2']}, "
-                          f"sweep {row['sweep_s']} s{'; ' + row['message'] if row['message'] else ''}", flush=True)
+                          f"sweep {row['sweep_s']} s, {len(row['added'])} added"
+                          f"{'; ' + row['message'] if row['message'] else ''}", flush=True)
     if a.out:
-        write_json(a.out, {"rows": rows, "load_average_end": os.getloadavg()[0]})
+        write_json(a.out, {"rows": rows, "refine_corner": not a.no_refine_corner,
+                           "load_average_end": os.getloadavg()[0]})
         print(f"wrote {a.out}")
 
 

@@ -353,6 +353,7 @@ def test_refine_corner_arguments(demo_sweeps):
             search.refine_corner(prob, sweep, **bad)
 
 
+@pytest.mark.slow
 def test_lambda_command_writes_the_solves_near_the_corner(tmp_path, capsys):
     from dopplermap.cli import main
 
