@@ -360,7 +360,7 @@ def test_lambda_command_writes_the_solves_near_the_corner(tmp_path, capsys):
     assert main(["lambda", "--out", str(tmp_path / "a"), "--lmbds", "0.01:10:7", "-q"]) == 0
     choice = json.loads((tmp_path / "a" / "lambda.json").read_text())
     rows = (tmp_path / "a" / "lcurve.csv").read_text().splitlines()[1:]
-    assert len(choice["lmbds"]) == 7 and choice["lmbds_added"]
+    assert len(choice["lmbds"]) == 7 and choice["lmbds_added"] and choice["corner_solves_time"] > 0
     assert len(rows) == 7 + len(choice["lmbds_added"])
     assert f"7 solves + {len(choice['lmbds_added'])} near the corner" in capsys.readouterr().out
     assert main(["lambda", "--out", str(tmp_path / "b"), "--lmbds", "0.01:10:7", "-q", "--no-refine-corner"]) == 0

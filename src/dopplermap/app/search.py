@@ -263,7 +263,8 @@ def run_lambda(source: Source, out: Path, *, lmbds: str = "0.001:100:16", target
     local Dask cluster of ``run.scheduling.workers``, else a scheduler's address (the lambda sweep only).
     ``settings``: its regulariser and tol. ``refine_corner``: add solves around the corner
     (:func:`dopplermap.search.refine_corner`; lcurve.csv holds them, lambda.json lists them in
-    ``lmbds_added``). Returns what lambda.json holds."""
+    ``lmbds_added``, their seconds in ``corner_solves_time``, apart from ``sweep_time``). Returns
+    what lambda.json holds."""
     problem, overwrite, quiet = source.path, run.overwrite, run.quiet
     regulariser, tol = settings.regulariser, settings.tol
     scheduler, connect_timeout, workers = run.scheduling.scheduler, run.scheduling.connect_timeout, run.scheduling.workers
@@ -316,14 +317,15 @@ def run_lambda(source: Source, out: Path, *, lmbds: str = "0.001:100:16", target
             sw = search.sweep_lmbd_time(prob, lm, progress=None if quiet else progress)
         else:
             sw = search.sweep_lambda(prob, lm, progress=None if quiet else progress, cluster=cluster)
-    n_swept = sw.lmbd.size
+    n_swept, t_swept = sw.lmbd.size, sw.total_time
     if refine_corner:
         with _expected_chi2_spread():
             refined = search.refine_corner(prob, sw, progress=None if quiet else near_corner)
         added = sorted(set(refined.lmbd.tolist()) - set(sw.lmbd.tolist()))
         sw = refined
     choice = {"lmbds": sorted(set(sw.lmbd.tolist()) - set(added)) if refine_corner else sw.lmbd.tolist(),
-              "lmbds_added": added if refine_corner else [], "sweep_time": sw.total_time, "solve_mode": sw.mode, "repaired": sw.repaired,
+              "lmbds_added": added if refine_corner else [], "sweep_time": t_swept,
+              "corner_solves_time": sw.total_time - t_swept, "solve_mode": sw.mode, "repaired": sw.repaired,
               "regulariser_floor": sw.floor, "regulariser": regulariser, "tol": tol, "problem": fp, "error_scale": scale, "parameter": parameter}
     if time_sweep:
         choice["lmbd"] = prob.settings.lmbd
