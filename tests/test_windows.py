@@ -467,7 +467,11 @@ def test_lambda_time_command_finds_the_corner(tmp_path, capsys):
                  "--tol", "1e-7"]) == 0
     io = capsys.readouterr()
     assert "lmbd_time 9/9: 1e+04  chi2" in io.err and "L-curve corner lmbd_time " in io.out
+    # the target's maxiter stops its solves short (warned): the two solves added near the corner
+    # left no corner candidate, and the sweep is kept as it was before them
+    assert "near the corner (2 of at most 8)" in io.err and "(9 solves in" in io.out
     choice = json.loads((out / "lambda.json").read_text())
+    assert choice["lmbds_added"] == [] and choice["corner_solves_time"] > 0
     assert choice["parameter"] == "lmbd_time" and 0.01 < choice["lcurve_corner"] < 1e4
     assert (out / "lcurve.csv").read_text().startswith("lmbd_time,chi2,temporal,")
     assert (out / "lcurve.png").is_file()

@@ -593,7 +593,9 @@ def refine_corner(problem: Problem, sweep: LambdaSweep, *, ratio: float = CORNER
     "The L-curve corner across sweeps"). While a neighbour of the best sweep point lies more than
     ``ratio`` from it, a solve at their geometric mean is added, warm-started from the best
     point's map (:func:`_warm_solve`), at most ``max_solves`` in all. A sweep without a corner
-    candidate is returned as it is (:func:`lcurve_corner` then says why). ``progress``: optional
+    candidate is returned as it is (:func:`lcurve_corner` then says why); where added solves leave
+    none (solves stopped short, e.g. at ``maxiter``, are noise on the curve), the sweep as it was
+    before them. ``progress``: optional
     ``progress(n_added, max_solves, result)`` after each added solve.
     """
     problem = require_problem(problem, "refine_corner")
@@ -605,11 +607,14 @@ def refine_corner(problem: Problem, sweep: LambdaSweep, *, ratio: float = CORNER
     if problem.settings.solver == "auto" and sweep.results:  # the sweep's own solver: no second compile
         problem = problem.replace(settings=problem.settings.replace(solver=sweep.results[0].solver))
     t0 = time.perf_counter()
-    cur, added = sweep, 0
-    while added < max_solves:
+    cur, added, kept = sweep, 0, None
+    while True:
         try:
             best, _ = lcurve_corner(cur, refine=False)
         except ValueError:
+            break
+        kept = cur
+        if added >= max_solves:
             break
         i = int(np.flatnonzero(cur.lmbd == best)[0])
         new = [float(np.sqrt(cur.lmbd[i] * cur.lmbd[j])) for j in (i - 1, i + 1)
@@ -631,7 +636,13 @@ def refine_corner(problem: Problem, sweep: LambdaSweep, *, ratio: float = CORNER
                                   loss=np.array([r.loss for r in res]),
                                   iterations=np.array([r.iterations for r in res]), results=res,
                                   total_time=sweep.total_time + time.perf_counter() - t0)
-    return cur
+    if kept is None or kept is cur:
+        return cur
+    # the solves added last left no corner candidate (solves stopped short, e.g. at maxiter, are
+    # noise on the curve): the sweep as it was before them, its time the whole
+    log.info("%s: the solves added near the L-curve corner left no corner; kept the %d points before them",
+             param, kept.lmbd.size)
+    return dataclasses.replace(kept, total_time=sweep.total_time + time.perf_counter() - t0)
 
 
 def _crossing(sweep: LambdaSweep, target: float):
