@@ -587,16 +587,16 @@ def refine_corner(problem: Problem, sweep: LambdaSweep, *, ratio: float = CORNER
     """``sweep`` with solves added around its L-curve corner, so that the corner does not depend
     on where the sweep's samples fell.
 
-    The L-curve's curvature can peak broadly (at the seed size over a decade of lambda): the
-    curvature of a coarse sweep, and so its corner, then follows the sampling (12, 16 and 20 values
-    over the same range put it at 0.34, 0.61 and 0.44; 41 values at 0.50: benchmarks/RESULTS.md,
-    "The L-curve corner across sweeps"). While a neighbour of the best sweep point lies more than
+    The L-curve's curvature can peak broadly: the curvature of a coarse sweep, and so its corner,
+    then follows the sampling (benchmarks/RESULTS.md, "The L-curve corner across sweeps"; where
+    the top is flat to the solves' noise, the corner stays anywhere on it). While a neighbour of
+    the best sweep point lies more than
     ``ratio`` from it, a solve at their geometric mean is added, warm-started from the best
     point's map (:func:`_warm_solve`), at most ``max_solves`` in all. A sweep without a corner
     candidate is returned as it is (:func:`lcurve_corner` then says why); where added solves leave
     none (solves stopped short, e.g. at ``maxiter``, are noise on the curve), the sweep as it was
-    before them. ``progress``: optional
-    ``progress(n_added, max_solves, result)`` after each added solve.
+    before them. ``progress``: optional ``progress(n_added, max_solves, result)`` after each
+    added solve.
     """
     problem = require_problem(problem, "refine_corner")
     if not (np.isfinite(ratio) and ratio > 1.0):
