@@ -539,6 +539,7 @@ def test_warm_started_calibration_gives_the_cold_profiles(monkeypatch):
     assert (warm.estimate, warm.lo68, warm.hi68) == pytest.approx((cold.estimate, cold.lo68, cold.hi68), abs=0.05)
 
 
+@pytest.mark.slow  # 8-10 s: keeps the default suite within 5 minutes on 2 cores
 @pytest.mark.parametrize("oversample", [1, 2])
 def test_one_trial_map_simulates_every_trial_value(oversample):
     # trial_map_at: the map fitted at one value, its model at each trial value; at that value the
@@ -719,6 +720,7 @@ def test_support_calibration_on_a_two_worker_cluster_equals_the_serial_one(suppo
                                                                         rel=1e-9)
 
 
+@pytest.mark.slow  # 8-10 s: keeps the default suite within 5 minutes on 2 cores
 def test_a_calibration_does_not_depend_on_what_this_process_compiled(monkeypatch):
     """The trial maps and the data sets are solved by Gauss-Newton wherever it applies, decided by
     the model and the tolerance alone, not by the automatic choice that counts what a process has

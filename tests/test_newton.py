@@ -212,6 +212,7 @@ def test_products_from_an_approximate_linearisation_reach_the_exact_optimum():
     assert np.allclose(np.asarray(out.x), ref, atol=1e-8)
 
 
+@pytest.mark.slow  # 8-10 s: keeps the default suite within 5 minutes on 2 cores
 def test_float64_cube_takes_float32_products_to_the_same_minimum(problem):
     """A tight solve iterates on a float64 cube and forms its Gauss-Newton products on the
     float32 fold of the same model (the default); the minimum is the all-float64 one's."""

@@ -132,6 +132,7 @@ def test_newton_on_light_curves_alone_two_temperature_and_two_bands():
     assert set(gn.chi2_lc_sets) == {"sector1", "sector2"}
 
 
+@pytest.mark.slow  # 8-10 s: keeps the default suite within 5 minutes on 2 cores
 @pytest.mark.parametrize("width", ["posterior", "sandwich"])
 def test_laplace_of_light_curves_alone_against_the_dense_hessian(width):
     """The Woodbury widths against the dense inverse: of the same Gauss-Newton Hessian to rounding, and of
