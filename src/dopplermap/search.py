@@ -358,6 +358,11 @@ def sweep_lambda(problem: Problem, lmbds: Sequence[float], *, warm_start: bool =
                        results=rs, floor=floor, total_time=time.perf_counter() - t0, mode=mode, repaired=repaired)
 
 
+def _swept_value(r: InversionResult, parameter: str) -> float:
+    """The value on a sweep's regulariser axis: the coupling's for ``lmbd_time``, else the regulariser's."""
+    return r.temporal if parameter == "lmbd_time" else r.regulariser_value
+
+
 def _warn_one_map(lm, rs, tol: float, floor: float, parameter: str = "lmbd") -> None:
     """Warn where neighbouring lambdas' solves stopped on one map: chi2 and regulariser equal to
     the solver's tolerance. Exact minima move with lambda (chi2 up, regulariser down); equal ones
@@ -366,7 +371,7 @@ def _warn_one_map(lm, rs, tol: float, floor: float, parameter: str = "lmbd") -> 
     the maps are the flat one (regulariser at its floor): there the minima themselves coincide.
     ``parameter="lmbd_time"``: a sweep of the temporal weight, its regulariser the coupling's value."""
     def value(r):
-        return r.temporal if parameter == "lmbd_time" else r.regulariser_value
+        return _swept_value(r, parameter)
 
     def flat(r):
         return value(r) - floor <= tol * max(1.0, abs(floor))
@@ -631,7 +636,7 @@ def refine_corner(problem: Problem, sweep: LambdaSweep, *, ratio: float = CORNER
                 progress(added, int(max_solves), rs[v])
         lm = np.array(sorted(rs))
         res = [rs[v] for v in lm.tolist()]
-        reg = [r.temporal if param == "lmbd_time" else r.regulariser_value for r in res]
+        reg = [_swept_value(r, param) for r in res]
         cur = dataclasses.replace(cur, lmbd=lm, chi2=np.array([r.chi2 for r in res]), regulariser=np.array(reg, float),
                                   loss=np.array([r.loss for r in res]),
                                   iterations=np.array([r.iterations for r in res]), results=res,

@@ -317,15 +317,13 @@ def run_lambda(source: Source, out: Path, *, lmbds: str = "0.001:100:16", target
             sw = search.sweep_lmbd_time(prob, lm, progress=None if quiet else progress)
         else:
             sw = search.sweep_lambda(prob, lm, progress=None if quiet else progress, cluster=cluster)
-    n_swept, t_swept = sw.lmbd.size, sw.total_time
+    swept = sw
     if refine_corner:
         with _expected_chi2_spread():
-            refined = search.refine_corner(prob, sw, progress=None if quiet else near_corner)
-        added = sorted(set(refined.lmbd.tolist()) - set(sw.lmbd.tolist()))
-        sw = refined
-    choice = {"lmbds": sorted(set(sw.lmbd.tolist()) - set(added)) if refine_corner else sw.lmbd.tolist(),
-              "lmbds_added": added if refine_corner else [], "sweep_time": t_swept,
-              "corner_solves_time": sw.total_time - t_swept, "solve_mode": sw.mode, "repaired": sw.repaired,
+            sw = search.refine_corner(prob, swept, progress=None if quiet else near_corner)
+    choice = {"lmbds": swept.lmbd.tolist(), "lmbds_added": sorted(set(sw.lmbd.tolist()) - set(swept.lmbd.tolist())),
+              "sweep_time": swept.total_time, "corner_solves_time": sw.total_time - swept.total_time,
+              "solve_mode": sw.mode, "repaired": sw.repaired,
               "regulariser_floor": sw.floor, "regulariser": regulariser, "tol": tol, "problem": fp, "error_scale": scale, "parameter": parameter}
     if time_sweep:
         choice["lmbd"] = prob.settings.lmbd
@@ -369,7 +367,8 @@ def run_lambda(source: Source, out: Path, *, lmbds: str = "0.001:100:16", target
                 f"(chi2 {choice['target_result_chi2']:.5g}, {len(choice['target_trials'])} more solves)")
         if choice.get("target_dof"):
             msg += f" (chi2 {_per_point_and_dof(choice['target_dof'])})"
-    solves = f"{n_swept} solves" + (f" + {sw.lmbd.size - n_swept} near the corner" if sw.lmbd.size > n_swept else "")
+    n_added = len(choice["lmbds_added"])
+    solves = f"{swept.lmbd.size} solves" + (f" + {n_added} near the corner" if n_added else "")
     click.echo(f"{msg}  ({solves} in {sw.total_time:.1f} s); results in {out}")
     return choice
 
