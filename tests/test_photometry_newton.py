@@ -38,6 +38,7 @@ def _slsqp(fun, x0, lo, hi, x):
     return best
 
 
+@pytest.mark.slow
 def test_cell_minimum_matches_a_generic_solver():
     rng = np.random.default_rng(3)
     k = 300
@@ -107,6 +108,7 @@ def test_subproblem_matches_a_generic_solver():
     assert int(its) < 60
 
 
+@pytest.mark.slow
 def test_newton_on_light_curves_alone_reaches_the_minimum():
     """At the default tolerance Gauss-Newton ends at the minimum that L-BFGS-B reaches only at
     tol 1e-12 after thousands of iterations; L-BFGS-B at the default stops above it."""
@@ -121,6 +123,7 @@ def test_newton_on_light_curves_alone_reaches_the_minimum():
     assert gn.history["loss"].size == gn.iterations and np.all(np.diff(gn.history["loss"]) < 0)
 
 
+@pytest.mark.slow
 def test_newton_on_light_curves_alone_two_temperature_and_two_bands():
     """The hot filling factors held at the floor (``fit_components=("cool",)``), and two bands."""
     prob = _problem([np.linspace(0.0, 1.2 * 1.7, 80), np.linspace(30.0, 30.0 + 1.2 * 1.7, 80)], lmbd=0.1,

@@ -252,6 +252,7 @@ def npz(problem, tmp_path):
     return save_problem(tmp_path / "p.npz", sim.obs, prob.star, n_cell=prob.grid.n_cell)
 
 
+@pytest.mark.slow
 def test_cli_grid_and_lambda(npz, tmp_path, capsys):
     from dopplermap.cli import main
 
@@ -474,6 +475,7 @@ def test_grid_resolves_the_automatic_solver_once_and_for_accuracy(problem, tmp_p
     assert used == ["lbfgsb", "lbfgsb"]
 
 
+@pytest.mark.slow
 def test_chi2_jitter_takes_the_grids_own_solve(monkeypatch):
     """Given the grid's recorded chi2_total at the point, chi2_jitter solves only the reference and
     gives what it gives solving both (the grid's solve is the same solve)."""

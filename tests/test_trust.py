@@ -499,6 +499,7 @@ def test_grid_resume_refuses_other_settings_or_problem(sprob, small, tmp_path):
     assert table.read_text() == text  # refused before touching the table
 
 
+@pytest.mark.slow
 def test_cli_grid_resume_with_another_lambda_is_refused(tmp_path, capsys):
     out = tmp_path / "g"
     base = ["grid", "--n-cell", "100", "--n-epoch", "8", "--n-vel", "16", "--out", str(out), "--param",
