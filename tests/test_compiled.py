@@ -4,6 +4,8 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import jax
@@ -221,3 +223,23 @@ def test_an_xla_option_this_jaxlib_does_not_know_falls_back_to_the_defaults():
     np.testing.assert_allclose(fn(*args())["y"], reference(args(), 3)["y"], rtol=1e-14)
     with pytest.raises(jax.errors.JaxRuntimeError):
         compiled._xla_compile(jax.jit(lambda x: x).lower(jnp.ones(2)), {"xla_backend_optimization_level": "x"})
+
+
+def test_threads_asking_for_one_program_compile_it_once(monkeypatch):
+    """Grid points and members on threads ask for the same program at once: one compiles it, the
+    others wait for it and get the same program."""
+    calls = []
+    real = compiled._compile
+
+    def slow(*a, **kw):  # a compile long enough for every thread to ask meanwhile
+        calls.append(1)
+        time.sleep(0.3)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(compiled, "_compile", slow)
+    with ThreadPoolExecutor(4) as pool:
+        outs = list(pool.map(lambda _: compile_cached("body", body, args(), {"power": 2}, cache=False), range(4)))
+    assert len(calls) == 1
+    assert sorted(t["cached"] for _, t in outs) == [False, True, True, True]
+    assert len({id(fn) for fn, _ in outs}) == 1
+    np.testing.assert_allclose(outs[0][0](*args())["y"], reference(args(), 2)["y"])

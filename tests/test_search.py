@@ -89,6 +89,56 @@ def test_pad_precomputed_keeps_model(problem, method):
     np.testing.assert_allclose(dm.forward(f1, f2, rv, amp, big), dm.forward(f1, f2, rv, amp, pre), atol=1e-13)
 
 
+def test_grid_points_run_on_threads_with_the_results_they_get_alone(problem, tmp_path, monkeypatch):
+    """In this process the points run a thread per CPU (two here), each with the row it gets
+    one point at a time."""
+    import threading
+
+    from dopplermap import plan
+
+    prob, _ = problem
+    axes = {"inclination": [45.0, 60.0], "vsini": [38.5, 40.0]}
+    real, threads = search.evaluate_point, []
+
+    def recorded(*a, **kw):
+        threads.append(threading.current_thread().name)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(search, "evaluate_point", recorded)
+    monkeypatch.setattr(plan, "member_threads", lambda n: min(n, 2))
+    together = search.grid_search(prob.replace(settings=SETTINGS), axes, tmp_path / "t.csv")
+    assert len(threads) == 4 and sum(t.startswith("dopplermap-point") for t in threads) == 3  # the first alone
+    monkeypatch.setattr(plan, "member_threads", lambda n: 1)
+    alone = search.grid_search(prob.replace(settings=SETTINGS), axes, tmp_path / "a.csv")
+    assert [r["chi2"] for r in together] == [r["chi2"] for r in alone]
+    assert [r["loss"] for r in together] == [r["loss"] for r in alone]
+
+
+def test_grid_command_solves_in_this_process_unless_asked(npz, tmp_path, monkeypatch, capsys):
+    """No local Dask cluster by default (its workers each start and compile: slower on one
+    machine); --workers alone asks for one, and beside sync or an address it is refused."""
+    from dopplermap.app import search as app_search
+    from dopplermap.app.output import Scheduling
+    from dopplermap.cli import main
+
+    def no_cluster(self):
+        raise AssertionError("a Dask cluster was started")
+
+    monkeypatch.setattr(search.Cluster, "connect", no_cluster)
+    assert main(["grid", str(npz), "--out", str(tmp_path / "g"), "--param", "vsini=38,40", "-q"]) == 0
+    assert len(search.read_table(tmp_path / "g" / "grid.csv")) == 2
+    _cluster = app_search._cluster
+    assert _cluster(Scheduling()) is None and _cluster(Scheduling("sync")) is None
+    assert _cluster(Scheduling(workers=3)) == search.Cluster("local", 3)
+    assert _cluster(Scheduling("local")) == search.Cluster("local")
+    capsys.readouterr()
+    assert main(["grid", str(npz), "--out", str(tmp_path / "h"), "--param", "vsini=38", "--scheduler", "sync",
+                 "--workers", "2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--workers 2" in err[0] and "--scheduler local" in err[0]
+    assert not (tmp_path / "h").exists()
+
+
 def test_grid_best_point_within_one_step(local_table):
     path, rows = local_table
     assert len(rows) == 16

@@ -33,7 +33,7 @@ def usable_cpus() -> int:
 
 @dataclasses.dataclass(frozen=True)
 class Cluster:
-    """Where :func:`grid_search` solves its points (``cluster=None``: serially in this process).
+    """Where :func:`grid_search` solves its points (``cluster=None``: in this process).
 
     ``scheduler``: ``None``/``"local"`` = a local Dask cluster of ``n_workers`` processes
     (default: one per CPU), otherwise the address of a running Dask scheduler

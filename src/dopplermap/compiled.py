@@ -30,6 +30,7 @@ import functools
 import hashlib
 import os
 import pickle
+import threading
 import time
 from pathlib import Path
 
@@ -53,6 +54,8 @@ EXPORT_FOLDER = "dopplermap-exported"
 _SUFFIX = ".jaxexport"
 
 _MEMO: dict = {}  # this process's compiled programs (see the module docstring)
+_COMPILING: dict = {}  # a lock per program being compiled: threads asking for it wait for one compile
+_COMPILING_LOCK = threading.Lock()
 
 LOOP_OPTIONS = {"xla_cpu_use_fusion_emitters": False, "xla_backend_optimization_level": 2}
 """XLA options of the programs that hold a whole solve in one loop (Newton, the device
@@ -197,9 +200,19 @@ def compile_cached(name: str, fun, args: tuple, static: dict | None = None, *, c
         memo_key = hit = None
     if hit is not None:
         return hit, {"trace_lower": 0.0, "compile": 0.0, "exported": False, "cached": True}
-    compiled, timings = _compile(name, fun, args, static, cache, options)
-    if memo_key is not None:
+    if memo_key is None:
+        compiled, timings = _compile(name, fun, args, static, cache, options)
+        return compiled, {**timings, "cached": False}
+    with _COMPILING_LOCK:
+        lock = _COMPILING.setdefault(memo_key, threading.Lock())
+    with lock:  # another thread (grid points, members) may be compiling this very program
+        hit = _MEMO.get(memo_key)
+        if hit is not None:
+            return hit, {"trace_lower": 0.0, "compile": 0.0, "exported": False, "cached": True}
+        compiled, timings = _compile(name, fun, args, static, cache, options)
         _MEMO[memo_key] = compiled
+    with _COMPILING_LOCK:
+        _COMPILING.pop(memo_key, None)
     return compiled, {**timings, "cached": False}
 
 

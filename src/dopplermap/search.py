@@ -42,6 +42,7 @@ import os
 import time
 import warnings
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 import jax
@@ -1769,7 +1770,9 @@ def grid_search(problem: Problem, axes: dict, table, *, resume: bool = False, cl
             a kill is dropped); without it an existing table is an error. A table of
             another grid, other settings or another problem is refused with a one-line diff.
         cluster: the Dask cluster the points run on (:class:`Cluster`); None (default):
-            serially in this process.
+            in this process, a point per usable CPU at a time
+            (:func:`dopplermap.plan.member_threads`: each point's compiled solve keeps about
+            one core busy, and every point gets the result it gets alone).
         max_points: most grid points (default :data:`dopplermap.memory.MAX_GRID_POINTS`).
         progress: optional ``progress(n_done, n_total, row)`` called per finished point.
         columns: the fields of :class:`PointColumns`, :func:`evaluate_point`'s optional columns:
@@ -1835,8 +1838,7 @@ def grid_search(problem: Problem, axes: dict, table, *, resume: bool = False, cl
         if n_solve:  # one choice for every point, made for the landscape's accuracy
             problem = _sweep_solver(problem, n_solve, what="grid", accurate=True)
         if todo and cluster is None:
-            for i in todo:
-                finish(i, evaluate_point(problem, points[i], dof=dof, support=support, kept=kept.get(i), keep=keep))
+            _points_here(problem, points, todo, finish, dof=dof, support=support, kept=kept, keep=keep)
         elif todo:
             from dask.distributed import as_completed
 
@@ -1847,6 +1849,35 @@ def grid_search(problem: Problem, axes: dict, table, *, resume: bool = False, cl
                     finish(futs[fut], session.result(fut))
         _sort_table(table)
         return read_table(table)
+
+
+def _points_here(problem, points, todo, finish, **columns) -> None:
+    """:func:`grid_search`'s points in this process: ``finish(i, row)`` in this thread as each
+    is done; the points on :func:`~dopplermap.plan.member_threads` threads, each running its own
+    solves in its thread (no threads within a point's). The first point is solved alone, so the
+    programs every point shares are compiled once before the others start."""
+    kept = columns.pop("kept")
+
+    def one(i):
+        with plan.members_in_one_thread():
+            return evaluate_point(problem, points[i], kept=kept.get(i), **columns)
+
+    threads = plan.member_threads(len(todo))
+    log.info("grid: %d point(s) in this process, %d at a time%s", len(todo), threads,
+             " (threads)" if threads > 1 else "")
+    finish(todo[0], one(todo[0]))
+    if threads <= 1:
+        for i in todo[1:]:
+            finish(i, one(i))
+        return
+    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="dopplermap-point") as pool:
+        futures = {pool.submit(one, i): i for i in todo[1:]}
+        try:
+            for fut in as_completed(futures):
+                finish(futures[fut], fut.result())
+        except BaseException:  # an error, or Ctrl-C: the points not started are not solved
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
 
 
 def grid_lock(table):

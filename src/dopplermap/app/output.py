@@ -41,7 +41,7 @@ class Scheduling:
     grid's points).
 
     Attributes:
-        scheduler: None or ``"sync"``: in this process (the grid: None is a local cluster);
+        scheduler: None or ``"sync"``: in this process;
             ``"local"``: a local Dask cluster of ``workers`` processes (default one per CPU);
             else the address of a running Dask scheduler, waited for ``connect_timeout`` seconds.
     """

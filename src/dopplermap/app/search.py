@@ -66,8 +66,7 @@ class SearchRun:
         overwrite: replace an earlier output of the command in the folder. quiet: no progress
             lines. resume: the grid: continue an interrupted search in the folder.
         scheduling: where the points are solved (:class:`~dopplermap.app.output.Scheduling`;
-            its scheduler None is this process for the lambda sweep, a local Dask cluster for
-            the grid).
+            its scheduler None is this process).
     """
 
     overwrite: bool = False
@@ -267,7 +266,6 @@ def run_lambda(source: Source, out: Path, *, lmbds: str = "0.001:100:16", target
     what lambda.json holds."""
     problem, overwrite, quiet = source.path, run.overwrite, run.quiet
     regulariser, tol = settings.regulariser, settings.tol
-    scheduler, connect_timeout, workers = run.scheduling.scheduler, run.scheduling.connect_timeout, run.scheduling.workers
     check_out(out, "lambda", overwrite=overwrite)  # before any work
     lm = _lambda_list(lmbds)
     if not np.all(np.isfinite(lm) & (lm >= 0)):
@@ -281,14 +279,9 @@ def run_lambda(source: Source, out: Path, *, lmbds: str = "0.001:100:16", target
                                        "window_edges or window_gap)")
         if np.any(lm <= 0):
             raise DopplermapInputError(f"--lmbds: every lmbd_time of a --time sweep must be > 0, got {lmbds!r}")
-    cluster = None
-    if scheduler not in (None, "sync"):
-        if parameter == "lmbd_time":
-            raise DopplermapInputError("--scheduler: a --time sweep runs in this process")
-        cluster = search.Cluster(scheduler, workers, connect_timeout)
-        if cluster.remote:  # an unreachable scheduler fails before any work
-            client, _ = cluster.connect()
-            client.close()
+    cluster = _cluster(run.scheduling)
+    if cluster is not None and parameter == "lmbd_time":
+        raise DopplermapInputError("--scheduler: a --time sweep runs in this process")
     prob = load_problem(problem, n_cell=source.n_cell, n_epoch=source.n_epoch, n_vel=source.n_vel, snr=source.snr,
                         tol=LAMBDA_TOL, quiet=quiet)
     scale = _echo_error_scale(prob)
@@ -416,6 +409,23 @@ def _effective_dofs(prob, sw, corner, target_res, choice: dict, quiet: bool) -> 
         choice[f"{key}_dof"] = {"chi2": d.chi2, **d.to_dict()}
 
 
+def _cluster(scheduling: Scheduling) -> search.Cluster | None:
+    """The Dask cluster of a search's ``--scheduler`` and ``--workers`` (None: this process).
+    ``--workers`` alone asks for a local cluster of that size; beside ``sync`` or an address it
+    means nothing and is refused. An unreachable scheduler fails here, before any work."""
+    scheduler, workers = scheduling.scheduler, scheduling.workers
+    if workers is not None and scheduler not in (None, "local"):
+        raise DopplermapInputError(f"--workers {workers}: it sizes a local cluster (--scheduler local), "
+                                   f"not --scheduler {scheduler}")
+    if scheduler == "sync" or (scheduler is None and workers is None):
+        return None
+    cluster = search.Cluster(scheduler or "local", workers, scheduling.connect_timeout)
+    if cluster.remote:
+        client, _ = cluster.connect()
+        client.close()
+    return cluster
+
+
 def run_grid(source: Source, out: Path, grid: GridSpec, *, settings: SearchSettings = SearchSettings(),
              run: SearchRun = SearchRun()) -> dict:
     """``dopplermap grid``: invert over the grid of ``grid.params`` (``NAME=start:stop:step``,
@@ -431,16 +441,12 @@ def run_grid(source: Source, out: Path, grid: GridSpec, *, settings: SearchSetti
     delta_chi2, n_sim = grid.delta_chi2, grid.n_sim
     lmbd, regulariser, tol = settings.lmbd, settings.regulariser, settings.tol
     overwrite, quiet, resume = run.overwrite, run.quiet, run.resume
-    scheduler, connect_timeout, workers = run.scheduling.scheduler, run.scheduling.connect_timeout, run.scheduling.workers
     axes = _axes(params, max_points)
     search.check_grid_size(axes, max_points)
     if not (out.is_dir() and resume and _is_grid(out)):  # resuming: grid_search checks the table
         check_out(out, "grid", overwrite=overwrite, unfinished=_is_grid,  # before any work
                   flag="--resume (to continue an interrupted search) or --overwrite")
-    cluster = None if scheduler == "sync" else search.Cluster(scheduler, workers, connect_timeout)
-    if cluster is not None and cluster.remote:  # an unreachable scheduler fails before any work
-        client, _ = cluster.connect()
-        client.close()
+    cluster = _cluster(run.scheduling)
     prob = load_problem(problem, n_cell=source.n_cell, n_epoch=source.n_epoch, n_vel=source.n_vel, snr=source.snr,
                         tol=GRID_TOL, quiet=quiet, check=lambda p: search.validate_points(p, search.grid_points(axes, max_points)))
     _echo_error_scale(prob)

@@ -103,11 +103,13 @@ def register(group):
                        "chi2_jitter is the best point's chi2 noise from where the solve stops).")
     @click.option("--resume", is_flag=True, help="Continue an interrupted search in OUT (same problem and settings).")
     @click.option("--scheduler", default=None,
-                  help="Dask scheduler address (it runs the pickled code Dask sends it: use only one you trust); "
-                       "'sync' = serial in this process; default: a local cluster.")
+                  help="Spread the points over Dask: a scheduler address (it runs the pickled code Dask sends it: "
+                       "use only one you trust) or 'local' (a local cluster); default (or 'sync'): in this "
+                       "process, a point per CPU at a time.")
     @click.option("--connect-timeout", type=click.FloatRange(min=0, min_open=True), default=5.0, show_default=True,
                   help="Seconds to wait for the Dask scheduler.")
-    @click.option("--workers", type=click.IntRange(min=1), default=None, help="Local cluster size (default: CPU count).")
+    @click.option("--workers", type=click.IntRange(min=1), default=None,
+                  help="Local cluster size (--scheduler local; default: CPU count).")
     @click.option("--max-points", type=click.IntRange(min=1), default=None,
                   help="Most grid points, and most solves of --calibrate (default 100000; each is one "
                        "inversion).")
