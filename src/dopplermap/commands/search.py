@@ -68,7 +68,7 @@ def register(group):
     @click.option("--connect-timeout", type=click.FloatRange(min=0, min_open=True), default=5.0, show_default=True,
                   help="Seconds to wait for the Dask scheduler.")
     @click.option("--workers", type=click.IntRange(min=1), default=None,
-                  help="Local cluster size (--scheduler local; default: CPU count).")
+                  help="Local cluster size (--scheduler local, which --workers alone implies; default: CPU count).")
     def lambda_cmd(problem, n_cell, n_epoch, n_vel, snr, regulariser, out, overwrite, quiet, lmbds, target_chi2,
                    tol, refine_corner, time_weight, scheduler, connect_timeout, workers):
         """Sweep lambda; write the L-curve table, its corner, the target-chi2 lambda and a plot.
@@ -109,7 +109,7 @@ def register(group):
     @click.option("--connect-timeout", type=click.FloatRange(min=0, min_open=True), default=5.0, show_default=True,
                   help="Seconds to wait for the Dask scheduler.")
     @click.option("--workers", type=click.IntRange(min=1), default=None,
-                  help="Local cluster size (--scheduler local; default: CPU count).")
+                  help="Local cluster size (--scheduler local, which --workers alone implies; default: CPU count).")
     @click.option("--max-points", type=click.IntRange(min=1), default=None,
                   help="Most grid points, and most solves of --calibrate (default 100000; each is one "
                        "inversion).")
