@@ -95,6 +95,7 @@ def test_grid_points_run_on_threads_with_the_results_they_get_alone(problem, tmp
     import threading
 
     from dopplermap import plan
+    from dopplermap.errors import collect_warnings, warn
 
     prob, _ = problem
     axes = {"inclination": [45.0, 60.0], "vsini": [38.5, 40.0]}
@@ -102,12 +103,15 @@ def test_grid_points_run_on_threads_with_the_results_they_get_alone(problem, tmp
 
     def recorded(*a, **kw):
         threads.append(threading.current_thread().name)
+        warn(f"a point's warning from {threads[-1]}")
         return real(*a, **kw)
 
     monkeypatch.setattr(search, "evaluate_point", recorded)
     monkeypatch.setattr(plan, "member_threads", lambda n: min(n, 2))
-    together = search.grid_search(prob.replace(settings=SETTINGS), axes, tmp_path / "t.csv")
+    with collect_warnings() as seen:  # as the commands list them in their summary
+        together = search.grid_search(prob.replace(settings=SETTINGS), axes, tmp_path / "t.csv")
     assert len(threads) == 4 and sum(t.startswith("dopplermap-point") for t in threads) == 3  # the first alone
+    assert sorted(seen) == sorted(set(f"a point's warning from {t}" for t in threads))  # the points' threads' too
     monkeypatch.setattr(plan, "member_threads", lambda n: 1)
     alone = search.grid_search(prob.replace(settings=SETTINGS), axes, tmp_path / "a.csv")
     assert [r["chi2"] for r in together] == [r["chi2"] for r in alone]
