@@ -121,7 +121,6 @@ def test_grid_points_run_on_threads_with_the_results_they_get_alone(problem, tmp
 def test_grid_command_solves_in_this_process_unless_asked(npz, tmp_path, monkeypatch, capsys):
     """No local Dask cluster by default (its workers each start and compile: slower on one
     machine); --workers alone asks for one, and beside sync or an address it is refused."""
-    from dopplermap.app import search as app_search
     from dopplermap.app.output import Scheduling
     from dopplermap.cli import main
 
@@ -131,10 +130,9 @@ def test_grid_command_solves_in_this_process_unless_asked(npz, tmp_path, monkeyp
     monkeypatch.setattr(search.Cluster, "connect", no_cluster)
     assert main(["grid", str(npz), "--out", str(tmp_path / "g"), "--param", "vsini=38,40", "-q"]) == 0
     assert len(search.read_table(tmp_path / "g" / "grid.csv")) == 2
-    _cluster = app_search._cluster
-    assert _cluster(Scheduling()) is None and _cluster(Scheduling("sync")) is None
-    assert _cluster(Scheduling(workers=3)) == search.Cluster("local", 3)
-    assert _cluster(Scheduling("local")) == search.Cluster("local")
+    assert Scheduling().cluster() is None and Scheduling("sync").cluster() is None
+    assert Scheduling(workers=3).cluster() == search.Cluster("local", 3)
+    assert Scheduling("local").cluster() == search.Cluster("local")
     capsys.readouterr()
     assert main(["grid", str(npz), "--out", str(tmp_path / "h"), "--param", "vsini=38", "--scheduler", "sync",
                  "--workers", "2"]) == 2

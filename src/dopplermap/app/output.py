@@ -8,6 +8,8 @@ from __future__ import annotations
 import dataclasses
 
 from .._options import options_of
+from ..cluster import Cluster
+from ..errors import DopplermapInputError
 
 __all__ = ["Output", "Scheduling", "output_options"]
 
@@ -49,6 +51,22 @@ class Scheduling:
     scheduler: str | None = None
     workers: int | None = None
     connect_timeout: float = 5.0
+
+    def cluster(self) -> Cluster | None:
+        """The Dask cluster of ``--scheduler`` and ``--workers`` (None: this process).
+        ``--workers`` alone asks for a local cluster of that size; beside ``sync`` or an address
+        it means nothing and is refused. An address is connected to once here, so an
+        unreachable scheduler fails before any work."""
+        if self.workers is not None and self.scheduler not in (None, "local"):
+            raise DopplermapInputError(f"--workers {self.workers}: it sizes a local cluster (--scheduler local), "
+                                       f"not --scheduler {self.scheduler}")
+        if self.scheduler == "sync" or (self.scheduler is None and self.workers is None):
+            return None
+        cluster = Cluster(self.scheduler or "local", self.workers, self.connect_timeout)
+        if cluster.remote:
+            client, _ = cluster.connect()
+            client.close()
+        return cluster
 
 
 def output_options(where: str, output: Output | None, loose: dict, default: Output = Output()) -> Output:

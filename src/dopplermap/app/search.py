@@ -279,7 +279,7 @@ def run_lambda(source: Source, out: Path, *, lmbds: str = "0.001:100:16", target
                                        "window_edges or window_gap)")
         if np.any(lm <= 0):
             raise DopplermapInputError(f"--lmbds: every lmbd_time of a --time sweep must be > 0, got {lmbds!r}")
-    cluster = _cluster(run.scheduling)
+    cluster = run.scheduling.cluster()
     if cluster is not None and parameter == "lmbd_time":
         raise DopplermapInputError("--scheduler: a --time sweep runs in this process")
     prob = load_problem(problem, n_cell=source.n_cell, n_epoch=source.n_epoch, n_vel=source.n_vel, snr=source.snr,
@@ -409,23 +409,6 @@ def _effective_dofs(prob, sw, corner, target_res, choice: dict, quiet: bool) -> 
         choice[f"{key}_dof"] = {"chi2": d.chi2, **d.to_dict()}
 
 
-def _cluster(scheduling: Scheduling) -> search.Cluster | None:
-    """The Dask cluster of a search's ``--scheduler`` and ``--workers`` (None: this process).
-    ``--workers`` alone asks for a local cluster of that size; beside ``sync`` or an address it
-    means nothing and is refused. An unreachable scheduler fails here, before any work."""
-    scheduler, workers = scheduling.scheduler, scheduling.workers
-    if workers is not None and scheduler not in (None, "local"):
-        raise DopplermapInputError(f"--workers {workers}: it sizes a local cluster (--scheduler local), "
-                                   f"not --scheduler {scheduler}")
-    if scheduler == "sync" or (scheduler is None and workers is None):
-        return None
-    cluster = search.Cluster(scheduler or "local", workers, scheduling.connect_timeout)
-    if cluster.remote:
-        client, _ = cluster.connect()
-        client.close()
-    return cluster
-
-
 def run_grid(source: Source, out: Path, grid: GridSpec, *, settings: SearchSettings = SearchSettings(),
              run: SearchRun = SearchRun()) -> dict:
     """``dopplermap grid``: invert over the grid of ``grid.params`` (``NAME=start:stop:step``,
@@ -446,7 +429,7 @@ def run_grid(source: Source, out: Path, grid: GridSpec, *, settings: SearchSetti
     if not (out.is_dir() and resume and _is_grid(out)):  # resuming: grid_search checks the table
         check_out(out, "grid", overwrite=overwrite, unfinished=_is_grid,  # before any work
                   flag="--resume (to continue an interrupted search) or --overwrite")
-    cluster = _cluster(run.scheduling)
+    cluster = run.scheduling.cluster()
     prob = load_problem(problem, n_cell=source.n_cell, n_epoch=source.n_epoch, n_vel=source.n_vel, snr=source.snr,
                         tol=GRID_TOL, quiet=quiet, check=lambda p: search.validate_points(p, search.grid_points(axes, max_points)))
     _echo_error_scale(prob)

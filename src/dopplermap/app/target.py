@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import search
 from .. import uncertainty as U
 from ..atmosphere import CITATION, RESPONSE_SOURCES
 from ..compiled import call_cached
@@ -117,13 +116,6 @@ def band_line(s: dict) -> str | None:
     return ("bands: " + " | ".join(parts)) if parts else None
 
 
-def _cluster(scheduling: Scheduling | None):
-    """The bootstrap's :class:`dopplermap.search.Cluster` (None: refits in this process)."""
-    if scheduling is None or scheduling.scheduler in (None, "sync"):
-        return None
-    return search.Cluster(scheduling.scheduler, scheduling.workers, scheduling.connect_timeout)
-
-
 def _uncertainty_writers(methods, problem, res, grid, *, n_boot: int = 20, seed: int = 0, plots: bool = True,
                         report=None, cluster=None):
     """Compute the requested uncertainties; return ``(writers, scalars)`` for :func:`save_result`.
@@ -203,6 +195,7 @@ def run_target(cfg, out: Path, *, output: Output | None = None, config_file=None
     if "bootstrap" in methods and cfg.photometry_only:
         raise DopplermapInputError(f"{cfg.source}: [uncertainty] method 'bootstrap' resamples line-profile epochs; this "
                                    "target has light curves alone: use laplace or sandwich")
+    cluster = None if scheduling is None or "bootstrap" not in methods else scheduling.cluster()  # before any work
     inv = cfg.inversion
     with Reporter(quiet=quiet) as rep:
         with rep.step("read + precompute"):
@@ -258,7 +251,7 @@ def run_target(cfg, out: Path, *, output: Output | None = None, config_file=None
         methods = tuple(cfg.uncertainty.methods if uncertainty is None else uncertainty)
         writers, unc_scalars = _uncertainty_writers(methods, prob, res, grid, n_boot=cfg.uncertainty.n_boot,
                                                    seed=cfg.uncertainty.seed, plots=plots, report=rep,
-                                                   cluster=_cluster(scheduling))
+                                                   cluster=cluster)
         if methods and lc is not None:
             unc_scalars["uncertainty_note"] = "line profiles only (the light curve is not part of the uncertainty)"
         config = {"command": "invert", **dataclasses.asdict(cfg), "overrides": dict(overrides or {})}

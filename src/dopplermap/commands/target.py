@@ -46,7 +46,7 @@ def register(group):
                   help="Spread the bootstrap's refits (--uncertainty bootstrap) over Dask: a scheduler address (it "
                        "runs the pickled code Dask sends it: use only one you trust) or 'local'; default: here.")
     @click.option("--workers", type=click.IntRange(min=1), default=None,
-                  help="Local cluster size (--scheduler local; default: CPU count).")
+                  help="Local cluster size (--scheduler local, which --workers alone implies; default: CPU count).")
     def invert(target, out, overwrite, quiet, no_plots, no_report, uncertainty, lmbd, lmbd_time, tol, maxiter,
                solver, scheduler, workers):
         """Map the star described by the TOML file TARGET; write a result folder to --out.
