@@ -238,6 +238,10 @@ def test_invert_scheduler_needs_a_bootstrap(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "--scheduler spreads the bootstrap's refits" in err and "Traceback" not in err
     assert not (tmp_path / "r").exists()
+    assert main(["invert", str(p), "--out", str(tmp_path / "r"), "--workers", "2"]) == 2  # a local cluster's size
+    err = capsys.readouterr().err
+    assert "--workers spreads the bootstrap's refits" in err and "Traceback" not in err
+    assert not (tmp_path / "r").exists()
 
 
 def test_lambda_refuses_an_unreachable_scheduler_before_any_work(tmp_path, capsys):

@@ -71,10 +71,11 @@ def register(group):
             cfg = dataclasses.replace(cfg, map=dataclasses.replace(cfg.map, lmbd_time=lmbd_time))
             overrides["lmbd_time"] = lmbd_time
         preflight.check_result_out(out, overwrite)  # before any work
-        if scheduler not in (None, "sync"):
+        if scheduler not in (None, "sync") or workers is not None:  # --workers alone: a local cluster
             methods = list(uncertainty) if uncertainty else list(cfg.uncertainty.methods)
             if "bootstrap" not in methods:
-                raise DopplermapInputError("--scheduler spreads the bootstrap's refits: add --uncertainty bootstrap "
+                flag = "--scheduler" if scheduler not in (None, "sync") else "--workers"
+                raise DopplermapInputError(f"{flag} spreads the bootstrap's refits: add --uncertainty bootstrap "
                                            "(or list it in the target's [uncertainty] methods)")
         with preflight.figure_process(not no_plots) as figs:  # matplotlib loads there while JAX loads here
             from ..app.output import Output, Scheduling
