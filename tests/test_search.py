@@ -132,6 +132,7 @@ def test_grid_command_solves_in_this_process_unless_asked(npz, tmp_path, monkeyp
     monkeypatch.setattr(search, "model_grid_error", lambda *a, **k: 0.0)
     assert main(["grid", str(npz), "--out", str(tmp_path / "g"), "--param", "vsini=38", "-q"]) == 0
     assert len(search.read_table(tmp_path / "g" / "grid.csv")) == 1
+    assert json.loads((tmp_path / "g" / "grid.json").read_text())["where"].startswith("this process, ")
     assert Scheduling().cluster() is None and Scheduling("sync").cluster() is None
     assert Scheduling(workers=3).cluster() == search.Cluster("local", 3)
     assert Scheduling("local").cluster() == search.Cluster("local")

@@ -18,9 +18,10 @@ from pathlib import Path
 import click
 import numpy as np
 
-from .. import calibrate, plot, search, uncertainty
+from .. import calibrate, plan, plot, search, uncertainty
 from ..atomic import AtomicFolder, check_out, new_run_id, write_manifest, write_text
 from ..choices import GRID_READOUTS, check
+from ..cluster import usable_cpus
 from ..config import load_config
 from ..errors import DopplermapInputError, DopplermapWarning, warn
 from ..errorscale import describe_all, summarise
@@ -557,7 +558,8 @@ def _search_and_summarise(prob, axes, out, resume, cluster, max_points, quiet, d
                                if best else None),
                # the built-in demo's data are made on the inversion grid itself: no discretisation error
                "model_error_chi2": (_model_error(prob, {k: best[k] for k in axes}, delta_chi2)
-                                    if best and problem is not None else None)}
+                                    if best and problem is not None else None),
+               "where": _where(cluster, len(rows))}
     jitter = summary["chi2_jitter"]
     # the regularised solves' noise; the support read-out reads refits converged to tol 1e-10 instead
     if column != "chi2_support" and jitter is not None and jitter > JITTER_LIMIT * delta_chi2:  # NaN: False
@@ -578,6 +580,16 @@ def _search_and_summarise(prob, axes, out, resume, cluster, max_points, quiet, d
     if len(axes) <= 2:
         save_figure(plot.plot_chi2_landscape(rows, list(axes)), out / "landscape.png")
     return summary, rows, best, calibrated
+
+
+def _where(cluster, n_points: int) -> str:
+    """Where a grid's points ran, for grid.json: this process (and how many points at a time) or
+    the Dask cluster."""
+    if cluster is None:
+        return f"this process, {plan.member_threads(n_points)} point(s) at a time"
+    if cluster.remote:
+        return f"Dask scheduler {cluster.scheduler}"
+    return f"local Dask cluster of {cluster.n_workers or usable_cpus()} worker(s)"
 
 
 def _model_error(prob, point: dict, delta_chi2: float) -> float | None:
