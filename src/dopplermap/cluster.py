@@ -58,6 +58,15 @@ class Cluster:
         """Whether the scheduler is a running one at an address (not a local cluster)."""
         return self.scheduler not in (None, "local")
 
+    def describe(self) -> str:
+        """Where this cluster's tasks run, in words (for a search's summary)."""
+        if self.remote:
+            return f"Dask scheduler {self.scheduler}"
+        return f"local Dask cluster of {self._local_workers()} worker(s)"
+
+    def _local_workers(self) -> int:
+        return self.n_workers or usable_cpus()
+
     def connect(self):
         """``(client, local_cluster)``: a client of the scheduler (``local_cluster`` None) or of
         a new local cluster, which the caller closes."""
@@ -66,8 +75,7 @@ class Cluster:
         except ImportError as exc:  # pragma: no cover - depends on the environment
             raise ImportError("parallel grid search needs dask: pip install 'dopplermap[dask]'") from exc
         if not self.remote:
-            n = self.n_workers or usable_cpus()
-            cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None)
+            cluster = LocalCluster(n_workers=self._local_workers(), threads_per_worker=1, processes=True, dashboard_address=None)
             return Client(cluster), cluster
         try:
             return Client(self.scheduler, timeout=self.connect_timeout), None

@@ -1838,7 +1838,7 @@ def grid_search(problem: Problem, axes: dict, table, *, resume: bool = False, cl
         if n_solve:  # one choice for every point, made for the landscape's accuracy
             problem = _sweep_solver(problem, n_solve, what="grid", accurate=True)
         if todo and cluster is None:
-            _points_here(problem, points, todo, finish, dof=dof, support=support, kept=kept, keep=keep)
+            _points_here(problem, points, todo, finish, kept, dof=dof, support=support, keep=keep)
         elif todo:
             from dask.distributed import as_completed
 
@@ -1851,12 +1851,12 @@ def grid_search(problem: Problem, axes: dict, table, *, resume: bool = False, cl
         return read_table(table)
 
 
-def _points_here(problem, points, todo, finish, **columns) -> None:
+def _points_here(problem, points, todo, finish, kept: dict, **columns) -> None:
     """:func:`grid_search`'s points in this process: ``finish(i, row)`` in this thread as each
     is done; the points on :func:`~dopplermap.plan.member_threads` threads, each running its own
     solves in its thread (no threads within a point's). The first point is solved alone, so the
-    programs every point shares are compiled once before the others start."""
-    kept = columns.pop("kept")
+    programs every point shares are compiled once before the others start. ``kept``: the points'
+    kept solves (:func:`evaluate_point`'s ``kept``), ``columns`` its other keywords."""
 
     def one(i):
         with plan.members_in_one_thread():

@@ -21,7 +21,6 @@ import numpy as np
 from .. import calibrate, plan, plot, search, uncertainty
 from ..atomic import AtomicFolder, check_out, new_run_id, write_manifest, write_text
 from ..choices import GRID_READOUTS, check
-from ..cluster import usable_cpus
 from ..config import load_config
 from ..errors import DopplermapInputError, DopplermapWarning, warn
 from ..errorscale import describe_all, summarise
@@ -586,10 +585,8 @@ def _where(cluster, n_points: int) -> str:
     """Where a grid's points ran, for grid.json: this process (and how many points at a time) or
     the Dask cluster."""
     if cluster is None:
-        return f"this process, {plan.member_threads(n_points)} point(s) at a time"
-    if cluster.remote:
-        return f"Dask scheduler {cluster.scheduler}"
-    return f"local Dask cluster of {cluster.n_workers or usable_cpus()} worker(s)"
+        return f"this process, up to {plan.member_threads(n_points)} point(s) at a time"
+    return cluster.describe()
 
 
 def _model_error(prob, point: dict, delta_chi2: float) -> float | None:
